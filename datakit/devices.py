@@ -1,0 +1,77 @@
+"""Choosing GPUs before CUDA starts: ``CUDA_VISIBLE_DEVICES`` only counts if set before then.
+
+CUDA reads ``CUDA_VISIBLE_DEVICES`` once, when the driver initialises in the process (the
+first ``torch.cuda`` call that touches a device, not ``import torch``). Setting it later is
+silently ignored and the job lands on the wrong card. The default device order is "fastest
+first", which need not match ``nvidia-smi``; ``PCI_BUS_ID`` makes the numbers agree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable
+
+__all__ = ["select_gpus"]
+
+_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+
+
+def _parse(spec: str | int | Iterable[int | str]) -> list[str]:
+    if isinstance(spec, bool):
+        raise ValueError(f"GPU selection must be indices like '0,2' or [0, 2], got {spec!r}")
+    if isinstance(spec, int):
+        items: list[str] = [str(spec)]
+    elif isinstance(spec, str):
+        items = [s.strip() for s in spec.split(",")] if spec.strip() else []
+    else:
+        items = [str(s).strip() for s in spec]
+    out: list[str] = []
+    for item in items:
+        if not (item.isdigit() or _UUID.match(item)):
+            raise ValueError(f"invalid GPU {item!r} in {spec!r}: use indices as nvidia-smi shows them, or UUIDs")
+        if item in out:
+            raise ValueError(f"GPU {item} is listed twice in {spec!r}")
+        out.append(item)
+    return out
+
+
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+def select_gpus(spec: str | int | Iterable[int | str]) -> list[str]:
+    """Make only the given GPUs visible to this process, numbered as ``nvidia-smi`` numbers them.
+
+    Call it first thing, before any CUDA call (importing torch beforehand is fine). Inside the
+    process the chosen GPUs are then ``cuda:0``, ``cuda:1``, ... in the order given.
+
+    Args:
+        spec: ``"1"``, ``"0,2"``, ``[0, 2]``, a GPU UUID, or ``""``/``[]`` to hide every GPU.
+
+    Returns:
+        The device list written to ``CUDA_VISIBLE_DEVICES``.
+
+    Raises:
+        RuntimeError: CUDA is already initialised in this process, so the choice could not apply.
+        ValueError: the specification is malformed.
+    """
+    devices = _parse(spec)
+    value = ",".join(devices)
+    if _cuda_initialized():
+        current = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(
+            f"select_gpus({spec!r}) must run before the first CUDA call: CUDA is already initialised "
+            f"in this process (CUDA_VISIBLE_DEVICES={current!r}), so the new value would be ignored. "
+            "Call it at the top of your script, or set CUDA_VISIBLE_DEVICES in the shell."
+        )
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    os.environ["CUDA_VISIBLE_DEVICES"] = value
+    return devices

@@ -1,0 +1,315 @@
+"""Bytes to pixels and back, for any path (Unicode, GBK, spaces) and every common image format.
+
+``cv2.imread`` returns ``None`` on a non-ASCII path on Windows and on any failure everywhere;
+here the bytes are read by Python (which handles every path) and decoded by ``cv2.imdecode``,
+with Pillow as the fallback for what OpenCV cannot decode. Failures raise, never return None.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "MODES",
+    "ImageDecodeError",
+    "decode_image",
+    "encode_image",
+    "image_format",
+    "imread",
+    "imwrite",
+    "read_bytes",
+    "reduction_factor",
+]
+
+MODES = ("bgr", "rgb", "gray", "unchanged")
+IMAGE_EXTENSIONS = (
+    ".jpg",
+    ".jpeg",
+    ".jpe",
+    ".png",
+    ".bmp",
+    ".webp",
+    ".tif",
+    ".tiff",
+    ".gif",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+)
+
+_MAGIC = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+)
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+class ImageDecodeError(ValueError):
+    """An image file or buffer that cannot be decoded; the message names the file and the cause."""
+
+
+def image_format(data: bytes | memoryview) -> str | None:
+    """The container format named by the first bytes (``"JPEG"``, ``"PNG"``, ...), or None."""
+    head = bytes(data[:12])
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WEBP"
+    if head[:2] in (b"P1", b"P2", b"P3", b"P4", b"P5", b"P6"):
+        return "PNM"
+    return None
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
+    """(height, width, components) from a JPEG's SOF segment, without decoding."""
+    i, n = 2, len(data)
+    while i + 9 < n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:
+            i += 1
+            continue
+        if marker == 0xD8 or marker == 0x01 or 0xD0 <= marker <= 0xD7:
+            i += 2
+            continue
+        if marker in _SOF_MARKERS:
+            h = int.from_bytes(data[i + 5 : i + 7], "big")
+            w = int.from_bytes(data[i + 7 : i + 9], "big")
+            return h, w, data[i + 9]
+        if marker == 0xDA:  # start of scan before any frame header: not a valid JPEG
+            return None
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return None
+
+
+def reduction_factor(height: int, width: int, max_size: int | None) -> int:
+    """The largest JPEG DCT scale (1, 2, 4 or 8) that keeps the longer side at least ``max_size``."""
+    if not max_size:
+        return 1
+    longer = max(height, width)
+    for factor in (8, 4, 2):
+        if -(-longer // factor) >= max_size:
+            return factor
+    return 1
+
+
+def _describe(name: str | os.PathLike | None) -> str:
+    return str(name) if name is not None else "<bytes>"
+
+
+def _cv2_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
+    import cv2
+
+    if mode == "unchanged":
+        if fmt != "JPEG":
+            return cv2.IMREAD_UNCHANGED
+        # IMREAD_UNCHANGED skips the EXIF rotation; JPEG has no alpha, so ask for "any" instead.
+        if factor > 1:
+            mode = "gray" if components == 1 else "bgr"
+        else:
+            return cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
+    gray = {1: cv2.IMREAD_GRAYSCALE, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2,
+            4: cv2.IMREAD_REDUCED_GRAYSCALE_4, 8: cv2.IMREAD_REDUCED_GRAYSCALE_8}[factor]  # fmt: skip
+    if mode == "gray":
+        return gray
+    rgb = getattr(cv2, "IMREAD_COLOR_RGB", 0)
+    if mode == "rgb" and rgb:
+        # OpenCV >= 4.11 decodes straight to RGB: no BGR->RGB pass over the pixels.
+        return (gray & ~cv2.IMREAD_GRAYSCALE) | rgb if factor > 1 else rgb
+    return {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2,
+            4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}[factor]  # fmt: skip
+
+
+_TV = None  # (torch, torchvision.io) once imported, False when unavailable
+
+
+def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
+    """Full-size JPEG decode through torchvision's libjpeg-turbo binding, which measures about
+    1.4x faster than ``cv2.imdecode`` on the same bytes (identical pixels). None when it is
+    unavailable or refuses the data, so the caller falls back to OpenCV."""
+    global _TV
+    if _TV is None:
+        try:
+            import torch
+            import torchvision.io
+
+            _TV = (torch, torchvision.io)
+        except Exception:
+            _TV = False
+    if not _TV:
+        return None
+    torch, tio = _TV
+    read_mode = tio.ImageReadMode.GRAY if mode == "gray" else tio.ImageReadMode.RGB
+    try:
+        chw = tio.decode_jpeg(torch.frombuffer(bytearray(raw), dtype=torch.uint8), mode=read_mode,
+                              apply_exif_orientation=True).numpy()  # fmt: skip
+    except Exception:
+        return None
+    hwc = chw.transpose(1, 2, 0)  # torchvision's CHW result is a view of HWC memory: no copy
+    if mode == "gray":
+        return hwc[..., 0]
+    if mode == "bgr":
+        import cv2
+
+        return cv2.cvtColor(hwc, cv2.COLOR_RGB2BGR)
+    return np.ascontiguousarray(hwc)
+
+
+def _pillow_decode(data: bytes, mode: str) -> np.ndarray:
+    """Decode with Pillow (GIF, and anything the OpenCV build lacks); BGR order like OpenCV."""
+    import io
+
+    import cv2
+    from PIL import Image, ImageOps
+
+    with Image.open(io.BytesIO(data)) as im:
+        im.seek(0)
+        im = ImageOps.exif_transpose(im)
+        if im.mode == "P":
+            im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+        if mode == "gray":
+            return np.asarray(im.convert("L"))
+        if mode in ("bgr", "rgb"):
+            rgb = np.asarray(im.convert("RGB"))
+            return np.ascontiguousarray(rgb) if mode == "rgb" else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+        if im.mode in ("I;16", "I;16B", "I;16L"):
+            return np.asarray(im, dtype=np.uint16)
+        if im.mode in ("L", "LA"):
+            return np.asarray(im.convert("L"))
+        if im.mode == "RGBA":
+            return cv2.cvtColor(np.asarray(im), cv2.COLOR_RGBA2BGRA)
+        return cv2.cvtColor(np.asarray(im.convert("RGB")), cv2.COLOR_RGB2BGR)
+
+
+def decode_image(
+    data: bytes | bytearray | memoryview | np.ndarray,
+    mode: str = "bgr",
+    max_size: int | None = None,
+    *,
+    name: str | os.PathLike | None = None,
+) -> np.ndarray:
+    """Decode an encoded image held in memory.
+
+    Args:
+        data: the file's bytes.
+        mode: ``"bgr"`` or ``"rgb"`` (uint8, 3 channels, alpha dropped, gray expanded),
+            ``"gray"`` (uint8, 2-D) or ``"unchanged"`` (channels and bit depth as stored,
+            uint16 for 16-bit PNG/TIFF, BGR(A) channel order).
+        max_size: the longer side the caller needs; a JPEG is decoded at 1/2, 1/4 or 1/8
+            scale when that still leaves at least this many pixels, which is several times
+            faster. Other formats decode at full size. The caller resizes exactly.
+        name: the file or key the bytes came from, for error messages.
+
+    Raises:
+        ImageDecodeError: empty, truncated or non-image data.
+    """
+    import cv2
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+    if buf.size == 0:
+        raise ImageDecodeError(f"{_describe(name)}: empty file (0 bytes)")
+    raw = data if isinstance(data, bytes) else buf.tobytes()
+    fmt = image_format(raw)
+    factor, components = 1, 3
+    if fmt == "JPEG":
+        if b"\xff\xd9" not in raw[-4096:]:
+            raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
+        if max_size:
+            info = _jpeg_size(raw)
+            if info is not None:
+                factor = reduction_factor(info[0], info[1], max_size)
+                components = info[2]
+    if fmt == "JPEG" and factor == 1 and mode != "unchanged":
+        img = _torchvision_jpeg(raw, mode)
+        if img is not None:
+            return img
+    flags = _cv2_flags(mode, fmt, factor, components)
+    img = cv2.imdecode(buf, flags)
+    if img is None:
+        try:
+            img = _pillow_decode(raw, mode)
+        except Exception as exc:
+            what = f"{fmt} data is corrupt or truncated" if fmt else "not a recognised image format"
+            head = raw[:8]
+            raise ImageDecodeError(f"{_describe(name)}: {what} (starts with {head!r}; {exc})") from None
+        return img
+    if mode == "rgb" and not flags & getattr(cv2, "IMREAD_COLOR_RGB", 0):
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    return img
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The whole file, for any path; ``FileNotFoundError`` names it when missing."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def imread(path: str | os.PathLike, mode: str = "bgr", max_size: int | None = None) -> np.ndarray:
+    """Read an image from any path (Chinese characters, spaces, long names).
+
+    Returns a uint8 array (uint16 for 16-bit files in ``"unchanged"`` mode): HWC for
+    ``"bgr"``/``"rgb"``, HW for ``"gray"``. See :func:`decode_image` for the modes and
+    ``max_size``. Never returns None: a missing file raises ``FileNotFoundError``, bad
+    data raises :class:`ImageDecodeError` naming the path.
+    """
+    return decode_image(read_bytes(path), mode, max_size, name=path)
+
+
+def encode_image(img: np.ndarray, ext: str = ".jpg", quality: int = 95, *, mode: str = "bgr") -> bytes:
+    """Encode an array to bytes in the format named by ``ext`` (``.jpg``, ``.png``, ``.webp``...)."""
+    import cv2
+
+    if mode not in ("bgr", "rgb"):
+        raise ValueError(f"mode must be 'bgr' or 'rgb', got {mode!r}")
+    if not isinstance(img, np.ndarray) or img.ndim not in (2, 3):
+        raise ValueError(f"expected an HxW or HxWxC array, got {getattr(img, 'shape', type(img))}")
+    if not 1 <= int(quality) <= 100:
+        raise ValueError(f"quality must be in 1..100, got {quality}")
+    if mode == "rgb" and img.ndim == 3 and img.shape[2] in (3, 4):
+        img = cv2.cvtColor(img, cv2.COLOR_RGB2BGR if img.shape[2] == 3 else cv2.COLOR_RGBA2BGRA)
+    ext = ext.lower() if ext.startswith(".") else "." + ext.lower()
+    params: list[int] = []
+    if ext in (".jpg", ".jpeg", ".jpe"):
+        params = [cv2.IMWRITE_JPEG_QUALITY, int(quality)]
+    elif ext == ".webp":
+        params = [cv2.IMWRITE_WEBP_QUALITY, int(quality)]
+    ok, out = cv2.imencode(ext, img, params)
+    if not ok:
+        raise ValueError(f"cannot encode a {img.dtype} array of shape {img.shape} as {ext}")
+    return out.tobytes()
+
+
+def imwrite(path: str | os.PathLike, img: np.ndarray, quality: int = 95, *, mode: str = "bgr") -> Path:
+    """Write an image to any Unicode path, atomically: a temporary file renamed when complete.
+
+    The format follows the extension. ``mode`` says whether ``img`` is BGR (OpenCV) or RGB.
+    A reader never sees a half-written file, and an interrupted write leaves the old file.
+    """
+    path = Path(path)
+    data = encode_image(img, path.suffix or ".png", quality, mode=mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path

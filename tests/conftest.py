@@ -1,0 +1,55 @@
+"""Shared fixtures: real image files with non-ASCII names, built in tmp_path."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from datakit.io import imwrite
+from datakit.testing import synthetic_image
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def samples(tmp_path: Path) -> Path:
+    """A private copy of the committed samples/ folder."""
+    dst = tmp_path / "samples"
+    shutil.copytree(SAMPLES, dst)
+    return dst
+
+
+@pytest.fixture
+def class_folder(tmp_path: Path) -> Path:
+    """Three class folders (one Chinese) with 4 images each, sizes differing, names non-ASCII."""
+    root = tmp_path / "数据 集"
+    sizes = [(40, 60), (50, 50), (64, 48), (30, 70)]
+    for c, cls in enumerate(["cat", "dog", "鸟"]):
+        (root / cls).mkdir(parents=True)
+        for i, (h, w) in enumerate(sizes):
+            img = synthetic_image(h, w, seed=c * 10 + i)
+            ext = ".png" if i % 2 else ".jpg"
+            imwrite(root / cls / f"图片_{i}{ext}", img, mode="rgb")
+    return root
+
+
+def rgb_blocks(h: int = 32, w: int = 48) -> np.ndarray:
+    """An RGB image whose left third is pure red, middle green, right blue."""
+    img = np.zeros((h, w, 3), np.uint8)
+    img[:, : w // 3, 0] = 255
+    img[:, w // 3 : 2 * w // 3, 1] = 255
+    img[:, 2 * w // 3 :, 2] = 255
+    return img

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from datakit.devices import select_gpus
+
+
+@pytest.fixture(autouse=True)
+def _restore_env(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+
+
+def test_select_by_string_and_list():
+    assert select_gpus("1") == ["1"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert select_gpus([0, 2]) == ["0", "2"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,2"
+    assert select_gpus(" 3 , 1 ") == ["3", "1"]
+    assert select_gpus("") == [] and os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert select_gpus(2) == ["2"]
+
+
+def test_bad_specs():
+    with pytest.raises(ValueError, match=r"invalid GPU 'cuda:1' in 'cuda:1'"):
+        select_gpus("cuda:1")
+    with pytest.raises(ValueError, match=r"GPU 1 is listed twice in '1,1'"):
+        select_gpus("1,1")
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_refuses_after_cuda_initialised(monkeypatch):
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError) as e:
+        select_gpus("1")
+    assert str(e.value).startswith("select_gpus('1') must run before the first CUDA call")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_importing_torch_first_is_fine():
+    code = (
+        "import torch, os\n"
+        "from datakit.devices import select_gpus\n"
+        "select_gpus('1')\n"
+        "print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.device_count() <= 1)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "True"]
