@@ -83,7 +83,9 @@ def main() -> None:
         pil = res["Pillow open().convert(RGB)"][0]
         report[label] = {k: {"images_per_s": v[0], "mpix_per_s": v[1]} for k, v in res.items()}
         if not args.json:
-            rows = [[k, round(v[0], 1), round(v[1], 1), f"{v[0] / base:.2f}x", f"{v[0] / pil:.2f}x"] for k, v in res.items()]
+            rows = [
+                [k, round(v[0], 1), round(v[1], 1), f"{v[0] / base:.2f}x", f"{v[0] / pil:.2f}x"] for k, v in res.items()
+            ]
             title = f"{label} JPEGs ({len(files)} files), one core"
             print_table(title, ["decoder", "images/s", "Mpx/s", "vs cv2.imdecode", "vs Pillow"], rows)
     if args.json:

@@ -29,7 +29,8 @@ def machine() -> str:
         pass
     import torch
 
-    return f"{cpus} usable CPUs ({model}), Python {platform.python_version()}, torch {torch.__version__}, cv2 {cv2.__version__}"
+    versions = f"Python {platform.python_version()}, torch {torch.__version__}, cv2 {cv2.__version__}"
+    return f"{cpus} usable CPUs ({model}), {versions}"
 
 
 def sample_photos() -> list[np.ndarray]:
@@ -60,7 +61,9 @@ def make_photo_set(
         y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
         side = int(rng.integers(min_side, max_side + 1))
         scale = side / max(ch, cw)
-        img = cv2.resize(src[y : y + ch, x : x + cw], (round(cw * scale), round(ch * scale)), interpolation=cv2.INTER_CUBIC)
+        img = cv2.resize(
+            src[y : y + ch, x : x + cw], (round(cw * scale), round(ch * scale)), interpolation=cv2.INTER_CUBIC
+        )
         imwrite(out / f"class_{i % classes}" / f"图片_{i:06d}.jpg", img, quality=quality, mode="rgb")
     stamp.touch()
     return out

@@ -1,0 +1,214 @@
+"""The ``datakit`` and ``unzip-gbk`` commands: parse arguments, call the library, report.
+
+Exit codes: 0 success, 1 a problem with the data (one line per problem on stderr), 2 bad usage.
+A user mistake never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import unicodedata
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = ["main", "unzip_gbk_main", "UsageError"]
+
+
+class UsageError(Exception):
+    """Bad usage detected after parsing (a missing input, a conflicting option): exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own usage errors: exit 2 with the usage line
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def display_width(text: str) -> int:
+    """Terminal columns taken by ``text`` (CJK characters take two)."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - display_width(text))
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], file=None) -> None:
+    file = file or sys.stdout
+    cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(display_width(r[i]) for r in cells) for i in range(len(header))]
+    for i, r in enumerate(cells):
+        print("  ".join(pad(c, w) for c, w in zip(r, widths)).rstrip(), file=file)
+        if i == 0:
+            print("  ".join("-" * w for w in widths), file=file)
+
+
+def parse_bytes(text: str) -> int:
+    """``"500M"``, ``"10G"``, ``"1024"`` to a byte count."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 500M or 10G)")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _existing(path: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file or folder")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# unzip
+
+
+def _add_unzip_args(p: argparse.ArgumentParser) -> None:
+    from datakit.archive import DEFAULT_MAX_RATIO, DEFAULT_MAX_TOTAL
+
+    p.add_argument("archive", help="the zip archive")
+    p.add_argument("-d", "--dest", default=".", help="folder to extract into (default: the current folder)")
+    p.add_argument(
+        "-l", "--list", action="store_true", help="list decoded names, sizes and the encoding; extract nothing"
+    )
+    p.add_argument(
+        "--encoding", default="auto", help="encoding of unflagged names: auto (default), gbk, big5, cp932..."
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace existing files that differ")
+    p.add_argument("--max-ratio", type=_positive_float, default=DEFAULT_MAX_RATIO,
+                   help=f"refuse members that expand more than this (default {DEFAULT_MAX_RATIO:.0f}:1)")  # fmt: skip
+    p.add_argument("--max-total", type=parse_bytes, default=DEFAULT_MAX_TOTAL,
+                   help="refuse archives declaring more uncompressed bytes than this (default 100G)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+
+
+def cmd_unzip(args: argparse.Namespace) -> int:
+    from datakit.archive import iter_progress, read_members, unzip
+
+    archive = _existing(args.archive)
+    if args.list:
+        members, guess = read_members(archive, args.encoding)
+        files = [m for m in members if not m.is_dir]
+        if args.json:
+            out = {
+                "archive": str(archive),
+                "encoding": guess.encoding,
+                "reason": guess.reason,
+                "members": [
+                    {"name": m.name, "size": m.file_size, "compressed": m.compress_size, "name_source": m.name_source}
+                    for m in members
+                ],
+            }
+            print(json.dumps(out, ensure_ascii=False, indent=2))
+            return 0
+        print(f"encoding: {guess.encoding} ({guess.reason})")
+        rows = [
+            [m.file_size, "{:04d}-{:02d}-{:02d} {:02d}:{:02d}".format(*m.date_time[:5]), m.name, m.name_source]
+            for m in members
+        ]
+        print_table(["size", "modified", "name", "name from"], rows)
+        print(f"{len(files)} files, {sum(m.file_size for m in files)} bytes")
+        return 0
+    members, _ = read_members(archive, args.encoding)
+    update, close = iter_progress(sum(m.file_size for m in members), "unzip", args.quiet)
+    try:
+        report = unzip(archive, args.dest, encoding=args.encoding, overwrite=args.overwrite,
+                       max_total=args.max_total, max_ratio=args.max_ratio, progress=update)  # fmt: skip
+    finally:
+        close()
+    for note in report.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    for problem in report.problems:
+        print(problem, file=sys.stderr)
+    if args.json:
+        print(json.dumps({"archive": str(archive), "dest": str(args.dest), "encoding": report.encoding.encoding,
+                          "extracted": report.extracted, "unchanged": report.unchanged,
+                          "problems": report.problems}, ensure_ascii=False, indent=2))  # fmt: skip
+    elif not args.quiet:
+        done = f"extracted {len(report.extracted)} files to {args.dest}"
+        if report.unchanged:
+            done += f" ({len(report.unchanged)} already there and identical)"
+        print(f"{done}; names decoded as {report.encoding.encoding}: {report.encoding.reason}")
+        if report.problems:
+            print(f"{len(report.problems)} members not extracted (see above)", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# entry points
+
+
+def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
+    from datakit.archive import ArchiveError
+    from datakit.io import ImageDecodeError
+
+    try:
+        return func(args)
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except (ArchiveError, ImageDecodeError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # the library checks user input with ValueError
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return _value_error_code(exc)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _value_error_code(exc: ValueError) -> int:
+    return 2 if getattr(exc, "usage", False) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="datakit", description="Image data to fast, correct PyTorch input.")
+    from datakit import __version__
+
+    parser.add_argument("--version", action="version", version=f"datakit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    p = sub.add_parser("unzip", help="extract a zip with legacy-encoded (GBK, Big5, CP932...) names, safely")
+    _add_unzip_args(p)
+    p.set_defaults(func=cmd_unzip)
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``datakit COMMAND ...``"""
+    args = build_parser().parse_args(argv)
+    return _run(args.func, args, f"datakit {args.command}")
+
+
+def unzip_gbk_main(argv: Sequence[str] | None = None) -> int:
+    """``unzip-gbk ARCHIVE [-d DIR] [-l] [--encoding auto|gbk|...]``"""
+    parser = _Parser(prog="unzip-gbk", description="Extract a zip whose names are GBK (or Big5, CP932...), safely.")
+    _add_unzip_args(parser)
+    return _run(cmd_unzip, parser.parse_args(argv), "unzip-gbk")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from datakit.archive import ArchiveError, ZipReader, detect_encoding, read_members, safe_relpath, unzip
+from datakit.cli import main, unzip_gbk_main
+from datakit.testing import ZipEntry, build_zip, unicode_path_extra
+
+
+def write_zip(path: Path, entries: list[ZipEntry], **kw) -> Path:
+    path.write_bytes(build_zip(entries, **kw))
+    return path
+
+
+def gbk(name: str, data: bytes = b"", **kw) -> ZipEntry:
+    return ZipEntry(name=name.encode("gbk"), data=data, **kw)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def gbk_zip(tmp_path: Path) -> Path:
+    return write_zip(
+        tmp_path / "数据.zip",
+        [
+            gbk("训练/"),
+            gbk("训练/猫_01.jpg", b"cat-bytes" * 50),
+            gbk("训练/狗 02.png", b"dog", method=0),
+            gbk("说明文件.txt", "标签说明".encode("gbk")),
+        ],
+    )
+
+
+def test_gbk_names_without_flag(gbk_zip: Path, tmp_path: Path):
+    guess = detect_encoding(gbk_zip)
+    assert guess.encoding == "gbk"
+    assert guess.reason.startswith("4 unflagged names decode as gbk with plausibility 1.00")
+    report = unzip(gbk_zip, tmp_path / "out")
+    assert report.ok and report.problems == []
+    assert tree(tmp_path / "out") == {
+        "训练/狗 02.png": b"dog",
+        "训练/猫_01.jpg": b"cat-bytes" * 50,
+        "说明文件.txt": "标签说明".encode("gbk"),
+    }
+    assert sorted(report.extracted) == ["训练/狗 02.png", "训练/猫_01.jpg", "说明文件.txt"]
+
+
+def test_timestamps_kept(gbk_zip: Path, tmp_path: Path):
+    unzip(gbk_zip, tmp_path / "out")
+    expected = time.mktime((2024, 5, 17, 10, 30, 0, 0, 0, -1))
+    assert os.stat(tmp_path / "out" / "训练" / "猫_01.jpg").st_mtime == expected
+    assert os.stat(tmp_path / "out" / "训练").st_mtime == expected
+
+
+def test_mixed_flagged_and_unflagged(tmp_path: Path):
+    z = write_zip(
+        tmp_path / "mixed.zip",
+        [
+            ZipEntry(name="日本/ファイル.txt".encode(), data=b"a", utf8_flag=True),
+            gbk("中文目录/文件.txt", b"b"),
+        ],
+    )
+    members, guess = read_members(z)
+    assert [(m.name, m.name_source) for m in members] == [
+        ("日本/ファイル.txt", "utf-8 flag"),
+        ("中文目录/文件.txt", "gbk"),
+    ]
+    assert guess.encoding == "gbk"
+    unzip(z, tmp_path / "out")
+    assert tree(tmp_path / "out") == {"日本/ファイル.txt": b"a", "中文目录/文件.txt": b"b"}
+
+
+def test_unicode_path_extra_field_wins_when_valid(tmp_path: Path):
+    header = "旧名字.txt".encode("gbk")
+    bad_header = "另一个.txt".encode("gbk")
+    z = write_zip(
+        tmp_path / "x.zip",
+        [
+            ZipEntry(name=header, data=b"1", extra=unicode_path_extra(header, "正确的名字.txt")),
+            ZipEntry(name=bad_header, data=b"2", extra=unicode_path_extra(bad_header, "错误.txt", crc=123)),
+        ],
+    )
+    members, _ = read_members(z)
+    assert [(m.name, m.name_source) for m in members] == [
+        ("正确的名字.txt", "unicode path field"),
+        ("另一个.txt", "gbk"),  # CRC of the header name does not match: the field is stale, ignored
+    ]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "names"),
+    [
+        ("cp932", ["写真/ねこの写真.jpg", "テスト画像.png", "資料/表示.txt"]),
+        ("big5", ["資料/貓咪照片.jpg", "測試圖片.png", "訓練資料/狗.jpg"]),
+        ("utf-8", ["macOS/文件.jpg", "naïve.png"]),
+    ],
+)
+def test_detects_other_legacy_encodings(tmp_path: Path, encoding: str, names: list[str]):
+    z = write_zip(tmp_path / "x.zip", [ZipEntry(name=n.encode(encoding), data=n.encode()) for n in names])
+    assert detect_encoding(z).encoding == encoding
+    unzip(z, tmp_path / "out")
+    assert tree(tmp_path / "out") == {n: n.encode() for n in names}
+
+
+def test_gbk_name_with_backslash_trail_byte(tmp_path: Path):
+    name = "数据/嘰乗_图片.jpg"
+    assert b"\x5c" in name.encode("gbk")  # the second byte of 嘰 is a backslash
+    z = write_zip(tmp_path / "x.zip", [gbk(name, b"ok"), gbk("数据/猫.jpg", b"cat")])
+    unzip(z, tmp_path / "out")
+    assert tree(tmp_path / "out") == {"数据/嘰乗_图片.jpg": b"ok", "数据/猫.jpg": b"cat"}
+
+
+def test_forced_encoding(gbk_zip: Path):
+    members, guess = read_members(gbk_zip, "gb18030")
+    assert guess.encoding == "gb18030" and members[1].name == "训练/猫_01.jpg"
+    with pytest.raises(ValueError, match="unknown encoding 'klingon'"):
+        read_members(gbk_zip, "klingon")
+
+
+def test_safe_relpath():
+    assert safe_relpath("a\\b\\c.txt") == ("a/b/c.txt", "")
+    assert safe_relpath("/etc/passwd") == ("etc/passwd", "absolute path made relative")
+    assert safe_relpath("C:\\Windows\\x.dll") == ("Windows/x.dll", "drive letter removed; absolute path made relative")
+    assert safe_relpath("a/../../x") == (None, "refused: a '..' component would escape the target folder")
+    assert safe_relpath("./a//b") == ("a/b", "")
+
+
+def test_traversal_and_absolute_members(tmp_path: Path):
+    z = write_zip(
+        tmp_path / "evil.zip",
+        [
+            gbk("../逃逸.txt", b"evil"),
+            gbk("ok/../../x.txt", b"evil"),
+            gbk("/abs/绝对.txt", b"abs"),
+            gbk("C:\\temp\\盘符.txt", b"drive"),
+            gbk("dir\\反斜杠.txt", b"bs"),
+        ],
+    )
+    out = tmp_path / "out"
+    report = unzip(z, out)
+    assert not report.ok
+    assert report.problems == [
+        f"{z}: member '../逃逸.txt': refused: a '..' component would escape the target folder",
+        f"{z}: member 'ok/../../x.txt': refused: a '..' component would escape the target folder",
+    ]
+    assert report.notes == [
+        f"{z}: member '/abs/绝对.txt': absolute path made relative, written as 'abs/绝对.txt'",
+        f"{z}: member 'C:/temp/盘符.txt': drive letter removed; absolute path made relative, written as 'temp/盘符.txt'",
+    ]
+    assert tree(out) == {"abs/绝对.txt": b"abs", "temp/盘符.txt": b"drive", "dir/反斜杠.txt": b"bs"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.zip", "out"]
+
+
+def test_symlink_members(tmp_path: Path):
+    z = write_zip(
+        tmp_path / "links.zip",
+        [
+            gbk("data/真.txt", b"real"),
+            gbk("data/链接.txt", symlink_to=b"\xe7\x9c\x9f.txt"),  # UTF-8 target "真.txt", inside
+            gbk("data/passwd", symlink_to=b"/etc/passwd"),
+            gbk("data/up", symlink_to=b"../../outside"),
+            gbk("data/up/x.txt", b"through the link?"),
+        ],
+    )
+    out = tmp_path / "out"
+    report = unzip(z, out)
+    assert (out / "data" / "链接.txt").is_symlink() and (out / "data" / "链接.txt").read_bytes() == b"real"
+    assert not os.path.lexists(out / "data" / "passwd")
+    # the refused link is not there, so the later member lands in a real folder inside the target
+    assert (out / "data" / "up").is_dir() and not (out / "data" / "up").is_symlink()
+    assert (out / "data" / "up" / "x.txt").read_bytes() == b"through the link?"
+    assert report.problems == [
+        f"{z}: member 'data/passwd': symlink to '/etc/passwd' points outside the target folder; not created",
+        f"{z}: member 'data/up': symlink to '../../outside' points outside the target folder; not created",
+    ]
+    assert not (tmp_path / "outside").exists()
+
+
+def test_bomb_ratio_refused_before_writing(tmp_path: Path):
+    z = write_zip(tmp_path / "bomb.zip", [gbk("a.txt", b"fine"), gbk("零.bin", bytes(20 << 20))])
+    with pytest.raises(ArchiveError, match=r"refused, member '零.bin' expands \d+:1 .* over the limit of 200:1"):
+        unzip(z, tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []
+    report = unzip(z, tmp_path / "out", max_ratio=5000)
+    assert report.ok and (tmp_path / "out" / "零.bin").stat().st_size == 20 << 20
+
+
+def test_declared_total_refused(tmp_path: Path):
+    z = write_zip(tmp_path / "big.zip", [gbk("a.bin", b"x" * 10, declared_size=10, method=0)] * 1)
+    with pytest.raises(ArchiveError, match=r"members declare 10 bytes uncompressed, over the limit of 5"):
+        unzip(z, tmp_path / "out", max_total=5)
+
+
+def test_member_larger_than_declared_is_stopped(tmp_path: Path):
+    z = write_zip(tmp_path / "lie.zip", [gbk("谎言.bin", b"y" * 5000, declared_size=100)])
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [
+        f"{z}: member '谎言.bin': data does not match its CRC-32 (corrupt, or larger than its declared size)"
+    ]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_truncated_archive(gbk_zip: Path, tmp_path: Path):
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(gbk_zip.read_bytes()[:200])
+    with pytest.raises(ArchiveError, match=r"cut.zip: not a zip archive, or truncated"):
+        unzip(cut, tmp_path / "out")
+    with pytest.raises(FileNotFoundError):
+        unzip(tmp_path / "missing.zip", tmp_path / "out")
+
+
+def test_encrypted_and_unsupported_members(tmp_path: Path):
+    z = write_zip(
+        tmp_path / "enc.zip",
+        [gbk("秘密.txt", b"secret", encrypted=True), gbk("d64.bin", b"x", method=9), gbk("好.txt", b"ok")],
+    )
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [
+        f"{z}: member '秘密.txt': encrypted; datakit does not decrypt (use a tool that asks for the password)",
+        f"{z}: member 'd64.bin': compression method 9 (Deflate64) is not supported",
+    ]
+    assert tree(tmp_path / "out") == {"好.txt": b"ok"}
+
+
+def test_no_overwrite_and_rerun_finishes(gbk_zip: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    (out / "训练").mkdir(parents=True)
+    (out / "训练" / "狗 02.png").write_bytes(b"dog")  # identical: counts as done
+    (out / "说明文件.txt").write_bytes(b"user's own edit")  # differs: kept
+    (out / "训练" / ".猫_01.jpg.unzip-part").write_bytes(b"cat-by")  # left by an interrupted run
+    report = unzip(gbk_zip, out)
+    assert report.unchanged == ["训练/狗 02.png"] and report.extracted == ["训练/猫_01.jpg"]
+    assert report.problems == [
+        f"{gbk_zip}: member '说明文件.txt': {out / '说明文件.txt'} exists and differs; not overwritten (use --overwrite)"
+    ]
+    assert (out / "说明文件.txt").read_bytes() == b"user's own edit"
+    assert unzip(gbk_zip, out, overwrite=True).ok
+    assert tree(out)["说明文件.txt"] == "标签说明".encode("gbk")
+    assert not any(p.name.endswith(".unzip-part") for p in out.rglob("*"))
+
+
+def test_interrupted_write_leaves_no_partial_file(gbk_zip: Path, tmp_path: Path, monkeypatch):
+    import datakit.archive as archive
+
+    real = archive._extract_file
+    calls = []
+
+    def dies_on_second(zf, info, m, target, progress):
+        calls.append(m.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(zf, info, m, target, progress)
+
+    monkeypatch.setattr(archive, "_extract_file", dies_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        unzip(gbk_zip, tmp_path / "out")
+    monkeypatch.undo()
+    assert tree(tmp_path / "out") == {"训练/猫_01.jpg": b"cat-bytes" * 50}
+    report = unzip(gbk_zip, tmp_path / "out")
+    assert report.ok and report.unchanged == ["训练/猫_01.jpg"] and len(report.extracted) == 2
+
+
+def test_matches_zipfile_for_utf8_archives(tmp_path: Path):
+    z = tmp_path / "py.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("文件夹/图片.txt", "内容")
+        zf.writestr("plain.txt", "x")
+    unzip(z, tmp_path / "a")
+    with zipfile.ZipFile(z) as zf:
+        zf.extractall(tmp_path / "b")
+    assert tree(tmp_path / "a") == tree(tmp_path / "b")
+
+
+def test_zip_reader_reads_in_place_and_pickles(gbk_zip: Path):
+    reader = ZipReader(gbk_zip)
+    assert reader.names() == ["训练/猫_01.jpg", "训练/狗 02.png", "说明文件.txt"]
+    assert reader.read("训练/狗 02.png") == b"dog"
+    assert reader.read("训练\\猫_01.jpg") == b"cat-bytes" * 50
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone._zf is None and clone.read("说明文件.txt") == "标签说明".encode("gbk")
+    with pytest.raises(KeyError, match="no member named '没有.jpg'"):
+        reader.read("没有.jpg")
+    reader.close()
+
+
+def test_zip_reader_corrupt_member(tmp_path: Path):
+    data = bytearray(build_zip([gbk("坏.txt", b"hello world" * 100)]))
+    data[40] ^= 0xFF  # inside the deflated data
+    z = tmp_path / "bad.zip"
+    z.write_bytes(bytes(data))
+    with pytest.raises(ArchiveError, match=r"bad.zip: member #0: "):
+        ZipReader(z).read("坏.txt")
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+def test_cli_list(gbk_zip: Path, capsys):
+    assert unzip_gbk_main([str(gbk_zip), "-l"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("encoding: gbk (4 unflagged names decode as gbk")
+    assert "训练/猫_01.jpg" in out and "450" in out and out.rstrip().endswith("3 files, 461 bytes")
+
+
+def test_cli_extract_and_exit_codes(gbk_zip: Path, tmp_path: Path, capsys):
+    out = tmp_path / "解压"
+    assert main(["unzip", str(gbk_zip), "-d", str(out), "-q"]) == 0
+    assert tree(out)["训练/狗 02.png"] == b"dog"
+    (out / "说明文件.txt").write_bytes(b"changed")
+    assert unzip_gbk_main([str(gbk_zip), "-d", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "exists and differs; not overwritten (use --overwrite)" in err
+    assert unzip_gbk_main([str(tmp_path / "nope.zip")]) == 2
+    assert capsys.readouterr().err == f"unzip-gbk: error: {tmp_path / 'nope.zip'}: no such file or folder\n"
+    with pytest.raises(SystemExit) as e:
+        unzip_gbk_main([str(gbk_zip), "--max-ratio", "-3"])
+    assert e.value.code == 2
+
+
+def test_cli_bomb_and_truncated_are_data_errors(tmp_path: Path, capsys):
+    z = write_zip(tmp_path / "bomb.zip", [gbk("零.bin", bytes(20 << 20))])
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"unzip-gbk: error: {z}: refused, member '零.bin' expands") and err.count("\n") == 1
+    t = tmp_path / "t.zip"
+    t.write_bytes(b"PK\x03\x04garbage")
+    assert unzip_gbk_main([str(t)]) == 1
+
+
+def test_console_script_runs(gbk_zip: Path, tmp_path: Path):
+    exe = Path(sys.executable).with_name("unzip-gbk")
+    res = subprocess.run([str(exe), str(gbk_zip), "-l"], capture_output=True, text=True)
+    assert res.returncode == 0 and "说明文件.txt" in res.stdout and "Traceback" not in res.stderr
+    _ = zlib  # the archives above are raw deflate streams built with zlib
