@@ -132,29 +132,28 @@ def _cv2_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
             4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}[factor]  # fmt: skip
 
 
-_TV = None  # (torch, torchvision.io) once imported, False when unavailable
+_TV = None  # (torch, the decode_jpeg operator, RGB mode, GRAY mode) once loaded; False if unavailable
 
 
 def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
-    """Full-size JPEG decode through torchvision's libjpeg-turbo binding, which measures about
-    1.4x faster than ``cv2.imdecode`` on the same bytes (identical pixels). None when it is
+    """Full-size JPEG decode through torchvision's libjpeg-turbo operator, which measures about
+    1.3x faster than ``cv2.imdecode`` on the same bytes (identical pixels). None when it is
     unavailable or refuses the data, so the caller falls back to OpenCV."""
     global _TV
     if _TV is None:
         try:
             import torch
-            import torchvision.io
+            import torchvision.io as tio
 
-            _TV = (torch, torchvision.io)
+            # The operator itself: the Python wrapper warns about a future deprecation on every call.
+            _TV = (torch, torch.ops.image.decode_jpeg, tio.ImageReadMode.RGB.value, tio.ImageReadMode.GRAY.value)
         except Exception:
             _TV = False
     if not _TV:
         return None
-    torch, tio = _TV
-    read_mode = tio.ImageReadMode.GRAY if mode == "gray" else tio.ImageReadMode.RGB
+    torch, decode, rgb, gray = _TV
     try:
-        chw = tio.decode_jpeg(torch.frombuffer(bytearray(raw), dtype=torch.uint8), mode=read_mode,
-                              apply_exif_orientation=True).numpy()  # fmt: skip
+        chw = decode(torch.frombuffer(bytearray(raw), dtype=torch.uint8), gray if mode == "gray" else rgb, True).numpy()
     except Exception:
         return None
     hwc = chw.transpose(1, 2, 0)  # torchvision's CHW result is a view of HWC memory: no copy

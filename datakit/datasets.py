@@ -1,0 +1,421 @@
+"""Lazy map-style datasets over every source, behind one entry point: :func:`open_dataset`.
+
+A dataset holds only what indexes its samples, in numpy arrays (file names as one UTF-8 blob
+plus offsets), never lists of Python objects: with fork-started DataLoader workers, touching
+a Python object writes its reference count, which copies the page it lives on into every
+worker ("copy-on-read"), and worker memory grows without bound. Files, zip handles and LMDB
+environments open lazily in the process that reads them, so datasets pickle cleanly and work
+with workers started by fork or spawn.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from datakit.io import IMAGE_EXTENSIONS, ImageDecodeError, decode_image, read_bytes
+from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, ClassMap, LabelError, LabelTable, read_labels, resolve_path
+
+__all__ = [
+    "FolderDataset",
+    "ImageDataset",
+    "SampleError",
+    "StringArray",
+    "TableDataset",
+    "ZipDataset",
+    "open_dataset",
+]
+
+log = logging.getLogger("datakit")
+ON_ERROR = ("raise", "skip", "warn")
+DEFAULT_CACHE_LIMIT = 2 * 2**30
+
+
+class SampleError(ValueError):
+    """A sample that cannot be read; the message names its index and file."""
+
+
+class StringArray:
+    """Many strings stored as one UTF-8 buffer plus offsets: two numpy arrays, no Python objects."""
+
+    def __init__(self, items: Sequence[str]) -> None:
+        encoded = [s.encode("utf-8", "surrogateescape") for s in items]
+        self.offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=self.offsets[1:])
+        self.data = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> str:
+        return self.data[self.offsets[i] : self.offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.offsets.nbytes
+
+
+class ImageDataset(Dataset):
+    """Base of every datakit dataset: ``(image, target)`` samples, decoded lazily.
+
+    The image is uint8 HWC numpy (RGB by default, ``mode="bgr"`` for OpenCV code), passed to
+    ``transform``; the target is the class index (int) passed to ``target_transform``.
+    ``on_error``: ``"raise"`` raises :class:`SampleError` with the index and file, ``"skip"``
+    replaces an unreadable sample by the next readable one and counts it in ``skipped``,
+    ``"warn"`` does the same and logs each bad file once.
+    """
+
+    def __init__(
+        self,
+        targets: np.ndarray,
+        classes: Sequence[str],
+        *,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        mode: str = "rgb",
+        on_error: str = "raise",
+        cache: str | None = None,
+        cache_limit: int = DEFAULT_CACHE_LIMIT,
+    ) -> None:
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        if mode not in ("rgb", "bgr", "gray", "unchanged"):
+            raise ValueError(f"mode must be one of rgb, bgr, gray, unchanged, got {mode!r}")
+        if cache not in (None, "memory"):
+            raise ValueError(f"cache must be None or 'memory', got {cache!r}")
+        self.targets = np.asarray(targets, dtype=np.int64)
+        self.classes = list(classes)
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.transform = transform
+        self.target_transform = target_transform
+        self.mode = mode
+        self.on_error = on_error
+        self.skipped = 0
+        self._warned: set[int] = set()
+        self._cache: dict[int, bytes] | None = None
+        if cache == "memory":
+            need = self.encoded_size()
+            if need > cache_limit:
+                raise ValueError(
+                    f"cache='memory' needs {need / 2**20:.0f} MiB for {len(self)} encoded images, over the limit of "
+                    f"{cache_limit / 2**20:.0f} MiB; raise cache_limit=, or pack the data with `datakit pack-lmdb`"
+                )
+            self._cache = {}
+
+    # what subclasses provide
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def name(self, index: int) -> str:
+        """The file, member or key of sample ``index``, as shown in messages."""
+        raise NotImplementedError
+
+    def read(self, index: int) -> bytes:
+        """The encoded bytes of sample ``index``."""
+        raise NotImplementedError
+
+    def encoded_size(self) -> int:
+        """Total encoded bytes (for the memory cache's limit)."""
+        raise NotImplementedError
+
+    # shared behaviour
+    def load_bytes(self, index: int) -> bytes:
+        if self._cache is not None:
+            data = self._cache.get(index)
+            if data is None:
+                data = self._cache[index] = self.read(index)
+            return data
+        return self.read(index)
+
+    def preload(self) -> None:
+        """Fill the memory cache now (in the main process, so forked workers share it)."""
+        if self._cache is not None:
+            for i in range(len(self)):
+                self.load_bytes(i)
+
+    def decode(self, index: int, max_size: int | None = None) -> np.ndarray:
+        """Sample ``index``'s image, without transform; :class:`SampleError` when unreadable."""
+        try:
+            return decode_image(self.load_bytes(index), self.mode, max_size, name=self.name(index))
+        except (ImageDecodeError, OSError, LabelError, KeyError, ValueError) as exc:
+            raise SampleError(f"sample {index}: {exc}") from exc
+
+    def _image(self, index: int) -> tuple[int, np.ndarray]:
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"sample index {index} out of range for a dataset of {n}")
+        index %= n
+        hint = getattr(self.transform, "max_size", None)
+        if self.on_error == "raise":
+            return index, self.decode(index, hint)
+        for k in range(n):
+            j = (index + k) % n
+            try:
+                return j, self.decode(j, hint)
+            except SampleError as exc:
+                self.skipped += 1
+                if self.on_error == "warn" and j not in self._warned:
+                    self._warned.add(j)
+                    log.warning("skipping unreadable %s", exc)
+        raise SampleError(f"no readable sample in the whole dataset ({n} samples)")
+
+    def __getitem__(self, index: int):
+        index, img = self._image(index)
+        target = int(self.targets[index])
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_warned"] = set()
+        return state
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} samples, {len(self.classes)} classes)"
+
+
+# ---------------------------------------------------------------------------------------------
+# folders
+
+
+def _is_image(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def scan_class_folders(root: str | os.PathLike) -> tuple[list[str], list[str], list[int]]:
+    """(classes, relative file paths, class indices) exactly as torchvision's ImageFolder finds them:
+    every sub-folder is a class (sorted by name), images found recursively, following links."""
+    root = os.fspath(root)
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    if not classes:
+        raise LabelError(f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=)")
+    files, targets = [], []
+    for idx, cls in enumerate(classes):
+        found = 0
+        for dirpath, _, fnames in sorted(os.walk(os.path.join(root, cls), followlinks=True)):
+            for fname in sorted(fnames):
+                if _is_image(fname):
+                    files.append(os.path.relpath(os.path.join(dirpath, fname), root))
+                    targets.append(idx)
+                    found += 1
+        if not found:
+            raise LabelError(f"{root}: class folder {cls!r} holds no images ({', '.join(IMAGE_EXTENSIONS[:6])}, ...)")
+    hidden = [c for c in classes if c.startswith(".")]
+    if hidden:
+        log.warning(
+            "%s: hidden folders %s count as classes (as in ImageFolder); remove them if unintended", root, hidden
+        )
+    return classes, files, targets
+
+
+class FolderDataset(ImageDataset):
+    """Images in class sub-folders: ``root/<class>/**/<image>``, ImageFolder's layout and class order."""
+
+    def __init__(self, root: str | os.PathLike, **kwargs) -> None:
+        self.root = os.fspath(root)
+        classes, files, targets = scan_class_folders(self.root)
+        self.files = StringArray(files)
+        super().__init__(np.asarray(targets), classes, **kwargs)
+
+    def name(self, index: int) -> str:
+        return os.path.join(self.root, self.files[index])
+
+    def read(self, index: int) -> bytes:
+        return read_bytes(self.name(index))
+
+    def encoded_size(self) -> int:
+        return sum(os.path.getsize(self.name(i)) for i in range(len(self)))
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """``(path, class index)`` pairs, as ImageFolder's ``samples``."""
+        return [(self.name(i), int(t)) for i, t in enumerate(self.targets)]
+
+
+class TableDataset(ImageDataset):
+    """Images named by the rows of a label table, found under a folder or inside a zip."""
+
+    def __init__(
+        self,
+        table: LabelTable,
+        root: str | os.PathLike | None = None,
+        *,
+        split: str | None = None,
+        remap_labels: bool = False,
+        class_map: ClassMap | None = None,
+        **kwargs,
+    ) -> None:
+        table = table.select(split)
+        self.table = table
+        self.class_map = class_map or table.class_map(remap=remap_labels)
+        root = table.path.parent if root is None else root
+        self.zip = None
+        if os.path.isfile(root) and str(root).lower().endswith(".zip"):
+            from datakit.archive import ZipReader
+
+            self.zip = ZipReader(root)
+            self.root = os.fspath(root)
+            names = [f.replace("\\", "/").lstrip("/") for f in table.files]
+        else:
+            self.root = os.fspath(root)
+            names = [resolve_path(f, self.root) for f in table.files]
+        self.files = StringArray(names)
+        if self.class_map.source_values is not None:
+            lookup = {v: i for i, v in enumerate(self.class_map.source_values)}
+            targets = np.array([lookup[int(v)] for v in table.labels], dtype=np.int64)
+        else:
+            targets = self.class_map.encode(table.labels)
+        super().__init__(targets, self.class_map.classes, **kwargs)
+
+    def name(self, index: int) -> str:
+        path = self.files[index]
+        return f"{self.root}:{path}" if self.zip is not None else path
+
+    def read(self, index: int) -> bytes:
+        if self.zip is not None:
+            return self.zip.read(self.files[index])
+        return read_bytes(self.files[index])
+
+    def where(self, index: int) -> str:
+        """The sheet and row of sample ``index`` in the label table."""
+        return self.table.where(index)
+
+    def decode(self, index: int, max_size: int | None = None) -> np.ndarray:
+        try:
+            return super().decode(index, max_size)
+        except SampleError as exc:
+            raise SampleError(f"{exc} ({self.where(index)})") from exc.__cause__
+
+    def encoded_size(self) -> int:
+        if self.zip is not None:
+            sizes = {m.name: m.file_size for m in self.zip.members}
+            return sum(sizes.get(self.files[i], 0) for i in range(len(self)))
+        return sum(os.path.getsize(self.files[i]) for i in range(len(self)) if os.path.exists(self.files[i]))
+
+
+class ZipDataset(ImageDataset):
+    """Images in class folders inside a zip archive, read in place (no extraction).
+
+    Same rules as a folder; when every image sits under one top folder (``data/cat/1.jpg``),
+    that folder is the root. Member names are decoded as :mod:`datakit.archive` decodes them.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, encoding: str = "auto", **kwargs) -> None:
+        from datakit.archive import ZipReader
+
+        self.path = os.fspath(path)
+        self.zip = ZipReader(self.path, encoding)
+        images = [(m.index, m.name) for m in self.zip.members if _is_image(m.name)]
+        parts = [n.split("/") for _, n in images]
+        strip = 0
+        if parts and all(len(p) >= 3 for p in parts) and len({p[0] for p in parts}) == 1:
+            strip = 1  # one wrapping folder, as when a folder is zipped
+        keep = [(i, p[strip:]) for (i, _), p in zip(images, parts) if len(p) - strip >= 2]
+        classes = sorted({p[0] for _, p in keep})
+        if not classes:
+            raise LabelError(f"{self.path}: no class folders with images inside the archive")
+        lookup = {c: k for k, c in enumerate(classes)}
+        keep.sort(key=lambda e: (lookup[e[1][0]], e[1]))
+        self.members = np.array([i for i, _ in keep], dtype=np.int64)
+        self.files = StringArray(["/".join(p) for _, p in keep])
+        self.prefix = parts[0][0] + "/" if strip else ""
+        targets = np.array([lookup[p[0]] for _, p in keep], dtype=np.int64)
+        self._sizes = None
+        super().__init__(targets, classes, **kwargs)
+
+    def name(self, index: int) -> str:
+        return f"{self.path}:{self.prefix}{self.files[index]}"
+
+    def read(self, index: int) -> bytes:
+        return self.zip.read_index(int(self.members[index]))
+
+    def encoded_size(self) -> int:
+        sizes = {m.index: m.file_size for m in self.zip.members}
+        return sum(sizes[int(i)] for i in self.members)
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry point
+
+
+def _expand_sources(src) -> list[str] | None:
+    if isinstance(src, (list, tuple)):
+        return [os.fspath(s) for s in src]
+    s = os.fspath(src)
+    if any(ch in s for ch in "*?[") and not os.path.exists(s):
+        found = sorted(glob.glob(s))
+        if not found:
+            raise FileNotFoundError(f"{s}: the pattern matches nothing")
+        return found
+    return None
+
+
+def open_dataset(
+    src: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    labels: str | os.PathLike | LabelTable | None = None,
+    split: str | None = None,
+    transform: Callable | None = None,
+    target_transform: Callable | None = None,
+    mode: str = "rgb",
+    on_error: str = "raise",
+    cache: str | None = None,
+    remap_labels: bool = False,
+    **kwargs,
+) -> ImageDataset:
+    """Open any image source as a lazy map-style dataset of ``(image, target)``.
+
+    ``src`` may be a folder of class sub-folders (ImageFolder's classes and order), a folder
+    plus ``labels`` (a table whose rows name files under it), a label table alone (files
+    relative to the table's folder), a zip archive (class folders inside, or plus ``labels``),
+    an LMDB pack written by ``datakit pack-lmdb``, or a list or glob of LMDB shards.
+
+    Args:
+        labels: a label table path or a :class:`LabelTable`.
+        split: a sheet name or split value of the table (``"train"``, ``"val"`` ...).
+        transform: called on the uint8 HWC image (datakit or torchvision v2 transforms).
+        mode: ``"rgb"`` (default), ``"bgr"``, ``"gray"`` or ``"unchanged"``.
+        on_error: ``"raise"``, ``"skip"`` or ``"warn"``; see :class:`ImageDataset`.
+        cache: ``"memory"`` keeps encoded samples in memory (small datasets; limit ``cache_limit``).
+        remap_labels: map integer labels that are not ``0..C-1`` to ``0..C-1`` instead of refusing.
+    """
+    common = dict(transform=transform, target_transform=target_transform, mode=mode, on_error=on_error, cache=cache)
+    shards = _expand_sources(src)
+    if shards is not None:
+        from datakit.lmdb import LmdbDataset
+
+        if len(shards) == 1:
+            return open_dataset(shards[0], labels=labels, split=split, remap_labels=remap_labels, **common, **kwargs)
+        return LmdbDataset(shards, split=split, **common, **kwargs)
+    path = Path(src)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    table = labels if isinstance(labels, LabelTable) else (read_labels(labels) if labels is not None else None)
+    suffix = path.suffix.lower()
+    if path.is_dir() and (path / "data.mdb").exists() or suffix == ".lmdb":
+        from datakit.lmdb import LmdbDataset
+
+        return LmdbDataset(path, split=split, **common, **kwargs)
+    if table is not None:
+        return TableDataset(table, path, split=split, remap_labels=remap_labels, **common, **kwargs)
+    if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
+        return TableDataset(read_labels(path), None, split=split, remap_labels=remap_labels, **common, **kwargs)
+    if split is not None:
+        raise ValueError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
+    if path.is_dir():
+        return FolderDataset(path, **common, **kwargs)
+    if suffix == ".zip":
+        return ZipDataset(path, **common, **kwargs)
+    raise ValueError(f"{path}: not a dataset source (a folder, a label table, a .zip or an LMDB pack)")

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import logging
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets as tvd
+from torchvision.transforms import v2
+
+from datakit.datasets import (
+    FolderDataset,
+    SampleError,
+    StringArray,
+    TableDataset,
+    ZipDataset,
+    open_dataset,
+)
+from datakit.io import imread
+from datakit.labels import LabelError
+from datakit.testing import ZipEntry, build_zip
+
+
+def test_folder_matches_imagefolder(class_folder: Path):
+    ds = open_dataset(class_folder)
+    ref = tvd.ImageFolder(str(class_folder))
+    assert isinstance(ds, FolderDataset)
+    assert ds.classes == ref.classes == ["cat", "dog", "鸟"]
+    assert ds.class_to_idx == ref.class_to_idx
+    assert ds.samples == [(p, t) for p, t in ref.samples]
+    img, target = ds[5]
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 and target == 1
+    np.testing.assert_array_equal(img, imread(ref.samples[5][0], "rgb"))
+    assert open_dataset(class_folder, mode="bgr")[5][0][..., ::-1].tolist() == img.tolist()
+
+
+def test_samples_folder_table_and_zip_agree(samples: Path):
+    folder = open_dataset(samples / "images")
+    zipped = open_dataset(samples / "images.zip")
+    table = open_dataset(samples / "images", labels=samples / "labels.xlsx")
+    assert isinstance(zipped, ZipDataset) and isinstance(table, TableDataset)
+    assert folder.classes == zipped.classes == table.classes == ["cat", "coffee", "太空"]
+    assert len(folder) == len(zipped) == len(table) == 24
+    for i in range(len(folder)):
+        rel = Path(folder.name(i)).relative_to(samples / "images").as_posix()
+        assert zipped.name(i) == f"{samples / 'images.zip'}:{rel}"
+        np.testing.assert_array_equal(folder[i][0], zipped[i][0])
+        assert folder[i][1] == zipped[i][1]
+    train = open_dataset(samples / "images", labels=samples / "labels.xlsx", split="train")
+    assert len(train) == 18 and train.where(0) == f"{samples / 'labels.xlsx'}, sheet 'train', row 2"
+    assert len(open_dataset(samples / "images.zip", labels=samples / "labels.xlsx", split="val")) == 3
+
+
+def test_table_alone_resolves_from_its_folder(tmp_path: Path, class_folder: Path):
+    table = class_folder / "list.csv"
+    table.write_text("path,label\ncat/图片_0.jpg,猫\n鸟\\图片_1.png,鸟\n", encoding="utf-8")
+    ds = open_dataset(table)
+    assert ds.classes == ["猫", "鸟"] and len(ds) == 2
+    assert ds[1][0].shape == (50, 50, 3) and ds[1][1] == 1
+
+
+def test_missing_file_in_table_names_index_and_row(class_folder: Path):
+    table = class_folder / "list.csv"
+    table.write_text("file,label\ncat/图片_0.jpg,a\ncat/没有.jpg,b\n", encoding="utf-8")
+    ds = open_dataset(table)
+    with pytest.raises(SampleError) as e:
+        ds[1]
+    msg = str(e.value)
+    assert msg.startswith("sample 1: ") and "没有.jpg" in msg and msg.endswith(f"({table}, line 3)")
+
+
+def test_zip_with_wrapping_folder(tmp_path: Path, class_folder: Path):
+    entries = []
+    for p in sorted(class_folder.rglob("*.jpg")):
+        rel = p.relative_to(class_folder).as_posix()
+        entries.append(ZipEntry(name=f"数据集/{rel}".encode("gbk"), data=p.read_bytes(), method=0))
+    z = tmp_path / "wrapped.zip"
+    z.write_bytes(build_zip(entries))
+    ds = open_dataset(z)
+    assert ds.classes == ["cat", "dog", "鸟"] and len(ds) == 6
+    assert ds.name(0) == f"{z}:数据集/cat/图片_0.jpg"
+
+
+def test_on_error_policies(class_folder: Path, caplog):
+    bad = class_folder / "cat" / "图片_1.png"
+    bad.write_bytes(b"")
+    with pytest.raises(SampleError) as e:
+        open_dataset(class_folder)[1]
+    assert str(e.value) == f"sample 1: {bad}: empty file (0 bytes)"
+    skip = open_dataset(class_folder, on_error="skip")
+    img, target = skip[1]
+    np.testing.assert_array_equal(img, imread(class_folder / "cat" / "图片_2.jpg", "rgb"))
+    assert skip.skipped == 1
+    warn = open_dataset(class_folder, on_error="warn")
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        warn[1]
+        warn[1]
+    assert [r.getMessage() for r in caplog.records] == [f"skipping unreadable sample 1: {bad}: empty file (0 bytes)"]
+    assert warn.skipped == 2
+    with pytest.raises(ValueError, match="on_error must be one of raise, skip, warn, got 'ignore'"):
+        open_dataset(class_folder, on_error="ignore")
+
+
+def test_memory_cache_and_its_limit(class_folder: Path):
+    ds = open_dataset(class_folder, cache="memory")
+    ds.preload()
+    expected = ds[5][0]
+    shutil.rmtree(class_folder / "dog")
+    np.testing.assert_array_equal(ds[5][0], expected)  # served from memory after the files are gone
+    with pytest.raises(ValueError, match=r"cache='memory' needs 0 MiB for 8 encoded images, over the limit of 0 MiB"):
+        open_dataset(class_folder, cache="memory", cache_limit=10)
+
+
+def test_torchvision_v2_transforms(class_folder: Path):
+    tf = v2.Compose([v2.ToImage(), v2.Resize((16, 16), antialias=True), v2.ToDtype(torch.float32, scale=True)])
+    img, target = open_dataset(class_folder, transform=tf, target_transform=lambda t: t * 10)[4]
+    assert img.shape == (3, 16, 16) and img.dtype == torch.float32 and img.min() >= 0 and img.max() <= 1
+    assert target == 10
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_workers_fork_and_spawn(samples: Path, start: str):
+    ds = open_dataset(samples / "images.zip", transform=v2.Compose([v2.ToImage(), v2.Resize((32, 32))]))
+    ds.zip.read_index(0)  # a handle opened in the parent must not leak into workers
+    loader = DataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context=start)
+    batches = list(loader)
+    assert sum(len(b[1]) for b in batches) == 24
+    assert torch.equal(torch.cat([b[1] for b in batches]), torch.as_tensor(ds.targets))
+
+
+def test_pickles_without_handles(samples: Path):
+    ds = open_dataset(samples / "images.zip")
+    ds[0]
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone.zip._zf is None
+    np.testing.assert_array_equal(clone[3][0], ds[3][0])
+
+
+def test_index_is_compact():
+    names = [f"类别_{i % 10}/图片_{i:07d}.jpg" for i in range(100_000)]
+    arr = StringArray(names)
+    assert len(arr) == 100_000 and arr[12345] == names[12345] and list(arr)[-1] == names[-1]
+    # 27 UTF-8 bytes a name plus an 8-byte offset, against ~110 for a list of str objects
+    assert arr.nbytes == sum(len(n.encode()) for n in names) + 8 * 100_001
+
+
+def test_bad_sources(tmp_path: Path, class_folder: Path):
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        open_dataset(tmp_path / "nothing")
+    (tmp_path / "flat").mkdir()
+    with pytest.raises(LabelError, match="no class sub-folders"):
+        open_dataset(tmp_path / "flat")
+    (tmp_path / "flat" / "empty").mkdir()
+    with pytest.raises(LabelError, match="class folder 'empty' holds no images"):
+        open_dataset(tmp_path / "flat")
+    with pytest.raises(ValueError, match=r"split='train' needs a label table"):
+        open_dataset(class_folder, split="train")
+    with pytest.raises(IndexError, match="sample index 12 out of range for a dataset of 12"):
+        open_dataset(class_folder)[12]
