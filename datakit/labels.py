@@ -226,8 +226,7 @@ def _parse_grid(
     files, labels, splits, rows = [], [], [], []
     for r in range(header_at + 1, len(grid)):
         row = grid[r]
-        cell = lambda c: row[c] if c is not None and c < len(row) else None  # noqa: E731
-        f, lab = cell(fcol), cell(lcol)
+        f, lab = _cell(row, fcol), _cell(row, lcol)
         rownum = r + line_offset
         if _blank(f) and _blank(lab):
             continue  # empty rows are absent, not errors
@@ -239,9 +238,14 @@ def _parse_grid(
         if isinstance(lab, float) and lab.is_integer():
             lab = int(lab)
         labels.append(lab if isinstance(lab, int) and not isinstance(lab, bool) else _text(lab))
-        splits.append(sheet or (_text(cell(scol)) if scol is not None and not _blank(cell(scol)) else ""))
+        split = _cell(row, scol)
+        splits.append(sheet or ("" if _blank(split) else _text(split)))
         rows.append(rownum)
     return files, labels, splits, rows, _text(header[fcol]), _text(header[lcol])
+
+
+def _cell(row: list[object], col: int | None) -> object:
+    return row[col] if col is not None and col < len(row) else None
 
 
 def _excel_engine(engine: str | None) -> str:
