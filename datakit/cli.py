@@ -149,12 +149,158 @@ def cmd_unzip(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# pack-lmdb, info, verify
+
+
+def _bar(total: int, desc: str, quiet: bool, unit: str = "img"):
+    """A tqdm bar on stderr, or None when quiet or stderr is not a terminal."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def _add_source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", help="a class folder, a label table, a .zip, an LMDB pack (or several shards)", nargs="+")
+    p.add_argument("--labels", help="label table (.xlsx/.csv) naming the files under SRC")
+    p.add_argument("--split", help="only this split (a sheet name, or a value of the split column)")
+    p.add_argument("--remap-labels", action="store_true", help="map integer labels that are not 0..C-1 to 0..C-1")
+
+
+def _source(args: argparse.Namespace):
+    srcs = [str(_existing(s)) if not any(c in s for c in "*?[") else s for s in args.src]
+    return srcs[0] if len(srcs) == 1 else srcs
+
+
+def cmd_pack_lmdb(args: argparse.Namespace) -> int:
+    from datakit.lmdb import PackError, pack_lmdb
+
+    if args.resume and args.overwrite:
+        raise UsageError("--resume and --overwrite contradict each other; pick one")
+    if len(args.src) != 2:
+        raise UsageError("pack-lmdb takes SRC and OUT")
+    src, out = str(_existing(args.src[0])), args.src[1]
+    if args.labels:
+        _existing(args.labels)
+    bar = _bar(0, "pack", args.quiet)
+
+    def progress(done: int, total: int, nbytes: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.n = done
+            elapsed = max(1e-6, bar.format_dict["elapsed"])
+            bar.set_postfix_str(f"{nbytes / 2**20 / elapsed:.1f} MB/s", refresh=False)
+            bar.refresh()
+
+    try:
+        report = pack_lmdb(src, out, labels=args.labels, split=args.split, max_size=args.max_size,
+                           quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
+                           shard=args.shard, skip_bad=args.skip_bad, remap_labels=args.remap_labels,
+                           commit_every=args.commit_every, progress=progress)  # fmt: skip
+    except PackError as exc:
+        if "already exists" in str(exc) or "contradict" in str(exc) or "I/N" in str(exc):
+            raise UsageError(str(exc)) from None
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    for s in report.skipped:
+        print(f"skipped: {s}", file=sys.stderr)
+    rate = (report.count - report.resumed_from) / max(report.seconds, 1e-9)
+    summary = {"out": str(report.path), "count": report.count, "resumed_from": report.resumed_from,
+               "skipped": report.skipped, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
+               "seconds": round(report.seconds, 3), "images_per_s": round(rate, 1)}  # fmt: skip
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False, indent=2))
+    elif not args.quiet:
+        resumed = f" (resumed after {report.resumed_from})" if report.resumed_from else ""
+        print(f"packed {report.count} images{resumed} into {report.path}: {report.bytes_in / 2**20:.1f} MB read, "
+              f"{report.bytes_out / 2**20:.1f} MB stored, {rate:.0f} images/s"
+              + (f"; {len(report.skipped)} unreadable images skipped" if report.skipped else ""))  # fmt: skip
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from datakit.lmdb import lmdb_info
+
+    info = lmdb_info(_existing(args.pack))
+    if args.json:
+        print(json.dumps(info, ensure_ascii=False, indent=2))
+        return 0
+    state = "complete" if info["complete"] else f"INCOMPLETE ({info['count']} of {info.get('planned')})"
+    print(f"{args.pack}: {info['format']} version {info['version']}, {info['count']} samples, {state}")
+    print(f"  source: {info['source']} (shard {info['options']['shard'][0]}/{info['options']['shard'][1]})")
+    stored, size = info.get("bytes", 0) / 2**20, info["file_bytes"] / 2**20
+    print(f"  values: {info['encoding']}, {stored:.1f} MB in a {size:.1f} MB file; checksums {info['checksum']}")
+    if "height_range" in info:
+        print(f"  sizes: height {info['height_range'][0]}..{info['height_range'][1]}, "
+              f"width {info['width_range'][0]}..{info['width_range'][1]}")  # fmt: skip
+    print(f"  classes ({len(info['classes']['classes'])}):")
+    print_table(["class", "samples"], list(info["class_counts"].items()))
+    if info.get("split_counts"):
+        print("  splits: " + ", ".join(f"{k} {v}" for k, v in info["split_counts"].items()))
+    if info.get("skipped"):
+        print(f"  skipped while packing: {len(info['skipped'])}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from datakit.lmdb import LmdbReader, verify_lmdb
+
+    path = _existing(args.pack)
+    n = len(LmdbReader(path, allow_incomplete=True))
+    bar = _bar(n, "verify", args.quiet)
+    problems = verify_lmdb(path, progress=(lambda d, t: bar.update(1)) if bar else None)
+    if bar:
+        bar.close()
+    if args.json:
+        print(json.dumps({"pack": str(path), "samples": n, "problems": problems}, ensure_ascii=False, indent=2))
+    else:
+        for p in problems:
+            print(p, file=sys.stderr)
+        if not args.quiet:
+            print(f"{path}: {n} samples checked, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+def _register_lmdb(sub) -> None:
+    p = sub.add_parser("pack-lmdb", help="pack any dataset into an LMDB file, resumably")
+    p.add_argument("src", nargs="+", metavar="SRC OUT", help="source (folder, table, zip) and the output pack folder")
+    p.add_argument("--labels", help="label table (.xlsx/.csv) naming the files under SRC")
+    p.add_argument("--split", help="only this split")
+    p.add_argument("--remap-labels", action="store_true", help="map integer labels that are not 0..C-1 to 0..C-1")
+    p.add_argument("--max-size", type=int, help="re-encode images whose longer side exceeds this (JPEG)")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality when re-encoding (default 90)")
+    p.add_argument("--workers", type=int, help="reader processes (default: usable CPUs)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted pack")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing pack")
+    p.add_argument("--shard", help="I/N: pack only the I-th of N parts (0-based)")
+    p.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed) instead of failing")
+    p.add_argument("--commit-every", type=int, default=5000, help="samples per transaction at most (default 5000)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_pack_lmdb)
+    for name, func, text in (("info", cmd_info, "what a pack holds"),
+                             ("verify", cmd_verify, "re-check every checksum and decode every image")):  # fmt: skip
+        q = sub.add_parser(name, help=text)
+        q.add_argument("pack", help="the pack folder (OUT of pack-lmdb)")
+        q.add_argument("--json", action="store_true")
+        q.add_argument("-q", "--quiet", action="store_true")
+        q.set_defaults(func=func)
+
+
+_EXTRA_COMMANDS: list = [_register_lmdb]
+
+
+# ---------------------------------------------------------------------------------------------
 # entry points
 
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
     from datakit.archive import ArchiveError
     from datakit.io import ImageDecodeError
+    from datakit.labels import LabelError
 
     try:
         return func(args)
@@ -164,7 +310,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except (ArchiveError, ImageDecodeError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except (ArchiveError, ImageDecodeError, LabelError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     except ValueError as exc:  # the library checks user input with ValueError
@@ -192,9 +338,6 @@ def build_parser() -> argparse.ArgumentParser:
     for register in _EXTRA_COMMANDS:
         register(sub)
     return parser
-
-
-_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
