@@ -521,6 +521,7 @@ class LmdbDataset(ImageDataset):
 def lmdb_info(path: str | os.PathLike) -> dict:
     """The pack's metadata, with per-class and per-split counts and sizes."""
     r = LmdbReader(path, allow_incomplete=True)
+    r.close()  # one-shot: the records and metadata are in memory now
     info = {k: v for k, v in r.meta.items() if k != "record_dtype"}
     rec = r.records
     classes = r.class_map.classes
@@ -562,4 +563,5 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
             problems.append(f"{r.path}: key {key}: {exc}")
         if progress:
             progress(i + 1, len(r))
+    r.close()
     return problems
