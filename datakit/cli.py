@@ -290,7 +290,84 @@ def _register_lmdb(sub) -> None:
         q.set_defaults(func=func)
 
 
-_EXTRA_COMMANDS: list = [_register_lmdb]
+# ---------------------------------------------------------------------------------------------
+# check, preview
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from datakit.check import check_dataset
+
+    if args.labels:
+        _existing(args.labels)
+    bar = _bar(0, "check", args.quiet)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total, bar.n = total, done
+            bar.refresh()
+
+    try:
+        report = check_dataset(_source(args), labels=args.labels, split=args.split, workers=args.workers,
+                               progress=progress)  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+    else:
+        for p in report.problems:
+            print(p, file=sys.stderr)
+        classes = sorted({c for counts in report.class_counts.values() for c in counts})
+        splits = list(report.class_counts)
+        print_table(["class", *splits], [[c, *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes])
+        if report.height_range:
+            print(f"image sizes: height {report.height_range[0]}..{report.height_range[1]}, "
+                  f"width {report.width_range[0]}..{report.width_range[1]}")  # fmt: skip
+        print(f"{report.samples} samples checked, {len(report.problems)} problems")
+    return 0 if report.ok else 1
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    from datakit.check import preview
+    from datakit.datasets import open_dataset
+
+    if args.labels:
+        _existing(args.labels)
+    transform = None
+    if args.transform != "none":
+        from datakit.transforms import eval_pipeline, train_pipeline
+
+        make = train_pipeline if args.transform == "train" else eval_pipeline
+        transform = make(size=args.size, normalize=False)
+    ds = open_dataset(_source(args), labels=args.labels, split=args.split, transform=transform,
+                      remap_labels=args.remap_labels)  # fmt: skip
+    out = preview(ds, args.out, n=args.n, seed=args.seed)
+    if not args.quiet:
+        print(f"wrote {min(args.n, len(ds))} samples to {out}; classes: "
+              + ", ".join(f"{i} {c}" for i, c in enumerate(ds.classes)))  # fmt: skip
+    return 0
+
+
+def _register_check(sub) -> None:
+    p = sub.add_parser("check", help="read every sample; report unreadable images, missing files, bad labels")
+    _add_source_args(p)
+    p.add_argument("--workers", type=int, help="reader processes (default: usable CPUs)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("preview", help="a contact sheet of what the model will see")
+    _add_source_args(p)
+    p.add_argument("--out", required=True, help="the picture to write (.png or .jpg)")
+    p.add_argument("--n", type=int, default=32, help="samples to show (default 32)")
+    p.add_argument("--transform", choices=["none", "train", "eval"], default="none",
+                   help="show samples after datakit's train or eval pipeline")  # fmt: skip
+    p.add_argument("--size", type=int, default=224, help="crop size for --transform (default 224)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_preview)
+
+
+_EXTRA_COMMANDS: list = [_register_lmdb, _register_check]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.datasets import ImageDataset, SampleError, StringArray
-from datakit.io import _jpeg_size, decode_image, encode_image, image_format
+from datakit.io import _jpeg_size, decode_image, encode_image, image_format, probe_image
 from datakit.labels import ClassMap
 
 __all__ = [
@@ -202,22 +202,6 @@ def _init_worker(ds: ImageDataset | None) -> None:
         _WORKER_DS = ds
 
 
-def _size_from_reduced(data: bytes, name: str) -> tuple[int, int]:
-    """The upright (height, width) of an image, validating its data by decoding it."""
-    info = _jpeg_size(data) if image_format(data) == "JPEG" else None
-    if info is not None:
-        h, w, _ = info
-        # decoding at 1/8 still runs the entropy decoder over all of the data, at a fraction of the cost
-        rh, rw = decode_image(data, "gray", max(1, max(h, w) // 8), name=name).shape[:2]
-        up, side = (-(-h // 8), -(-w // 8)), (-(-w // 8), -(-h // 8))
-        if (rh, rw) == up and up != side:
-            return h, w
-        if (rh, rw) == side and up != side:
-            return w, h
-    img = decode_image(data, "gray", name=name)
-    return img.shape[0], img.shape[1]
-
-
 def _prepare(task: tuple[int, int | None, int]) -> tuple[int, bytes | None, int, int, int, str | None]:
     """In a worker: read, validate and (re)encode one sample. Returns (index, value, h, w, in_bytes, error)."""
     i, max_size, quality = task
@@ -239,7 +223,7 @@ def _prepare(task: tuple[int, int | None, int]) -> tuple[int, bytes | None, int,
                 # decoded reduced but still larger than asked: re-encode the reduced pixels
                 return i, encode_image(img, ".jpg", quality, mode="rgb"), h, w, len(data), None
             return i, data, h, w, len(data), None
-        h, w = _size_from_reduced(data, name)
+        h, w = probe_image(data, name)
         return i, data, h, w, len(data), None
     except (SampleError, ValueError, OSError, KeyError) as exc:
         return i, None, 0, 0, 0, f"{ds.name(i)}: {exc}" if ds.name(i) not in str(exc) else str(exc)

@@ -1,0 +1,415 @@
+"""Layout, colour and dtype conversions, and uint8 geometric transforms.
+
+OpenCV gives BGR HWC uint8; PyTorch models want RGB CHW float. The conversions here say which
+is which, and the geometric transforms work on uint8 HWC arrays so pixels stay uint8 (a quarter
+of float32's memory traffic) until the last step, ideally on the GPU. Random choices draw from
+torch's generator, which DataLoader seeds differently in every worker.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "BGRToRGB",
+    "CenterCrop",
+    "Compose",
+    "HWCToCHW",
+    "Normalize",
+    "OneHot",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "ToDtype",
+    "ToTensor",
+    "cv2_to_tensor",
+    "eval_pipeline",
+    "pil_to_numpy",
+    "tensor_to_cv2",
+    "tensor_to_pil",
+    "to_batch",
+    "train_pipeline",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _size2(size: int | Sequence[int]) -> tuple[int, int]:
+    """``size`` as (height, width)."""
+    if isinstance(size, int):
+        return size, size
+    if len(size) != 2:
+        raise ValueError(f"size must be an int or (height, width), got {size!r}")
+    return int(size[0]), int(size[1])
+
+
+def _check_hwc(img: np.ndarray, who: str) -> None:
+    if not isinstance(img, np.ndarray) or img.ndim not in (2, 3):
+        got = tuple(img.shape) if hasattr(img, "shape") else type(img).__name__
+        raise TypeError(f"{who} expects an HxW or HxWxC numpy array (as datakit datasets give), got {got}")
+
+
+class Compose:
+    """Apply transforms in order (works with datakit and torchvision transforms mixed)."""
+
+    def __init__(self, transforms: Sequence[Callable]) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, x):
+        for t in self.transforms:
+            x = t(x)
+        return x
+
+    def __repr__(self) -> str:
+        return "Compose(" + ", ".join(repr(t) for t in self.transforms) + ")"
+
+
+class BGRToRGB:
+    """Swap BGR and RGB: HWC numpy arrays (OpenCV) or CHW / NCHW tensors."""
+
+    def __call__(self, img):
+        if isinstance(img, torch.Tensor):
+            if img.ndim < 3 or img.shape[-3] != 3:
+                raise ValueError(f"BGRToRGB expects 3 channels in dim -3 of a tensor, got shape {tuple(img.shape)}")
+            return img.flip(-3)
+        _check_hwc(img, "BGRToRGB")
+        if img.ndim != 3 or img.shape[2] not in (3, 4):
+            raise ValueError(f"BGRToRGB expects HxWx3 (or x4), got shape {img.shape}")
+        return np.ascontiguousarray(img[..., [2, 1, 0] + ([3] if img.shape[2] == 4 else [])])
+
+    def __repr__(self) -> str:
+        return "BGRToRGB()"
+
+
+class HWCToCHW:
+    """uint8 HWC numpy to a uint8 CHW tensor: layout only, no dtype change, no scaling."""
+
+    def __call__(self, img: np.ndarray) -> torch.Tensor:
+        _check_hwc(img, "HWCToCHW")
+        if img.ndim == 2:
+            img = img[:, :, None]
+        return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+
+    def __repr__(self) -> str:
+        return "HWCToCHW()"
+
+
+class ToTensor:
+    """uint8 HWC numpy (RGB, or BGR with ``bgr=True``) to a float32 CHW tensor in 0-1,
+    as torchvision's ``ToTensor`` does for PIL images."""
+
+    def __init__(self, bgr: bool = False) -> None:
+        self.bgr = bgr
+
+    def __call__(self, img) -> torch.Tensor:
+        if isinstance(img, torch.Tensor):
+            raise TypeError("ToTensor expects a numpy HWC image; for a tensor use ToDtype(torch.float32)")
+        if not isinstance(img, np.ndarray):
+            img = pil_to_numpy(img)
+        _check_hwc(img, "ToTensor")
+        t = HWCToCHW()(img)
+        if self.bgr:
+            t = t.flip(0)
+        if img.dtype == np.uint8:
+            return t.to(torch.float32).div_(255)
+        if img.dtype == np.uint16:
+            return t.to(torch.float32).div_(65535)
+        return t.to(torch.float32)
+
+    def __repr__(self) -> str:
+        return f"ToTensor(bgr={self.bgr})"
+
+
+class Normalize:
+    """``(x - mean) / std`` per channel on CHW or NCHW tensors.
+
+    The statistics may be on the 0-1 scale (torchvision) or 0-255 (caffe/mmdetection): uint8
+    input is converted to float on the statistics' scale, and float input whose scale does not
+    match the statistics (0-1 data with 0-255 means, or the reverse) gives a warning, since the
+    result would be silently wrong.
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
+        self.mean = torch.as_tensor(mean, dtype=torch.float32)
+        self.std = torch.as_tensor(std, dtype=torch.float32)
+        if (self.std <= 0).any():
+            raise ValueError(f"std must be positive, got {list(std)}")
+        self.scale255 = bool(self.mean.max() > 1.0)
+        self.inplace = inplace
+        self._warned = False
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.ndim < 3:
+            raise TypeError(f"Normalize expects a CHW or NCHW tensor, got {getattr(x, 'shape', type(x).__name__)}")
+        c = x.shape[-3]
+        if c != len(self.mean):
+            raise ValueError(f"Normalize has {len(self.mean)} channel statistics but the input has {c} channels")
+        if x.dtype == torch.uint8:
+            x = x.to(torch.float32)
+            if not self.scale255:
+                x = x.div_(255)
+        else:
+            if not self._warned:
+                self._check_scale(x)
+            if not self.inplace:
+                x = x.clone()
+        shape = (-1, 1, 1)
+        mean = self.mean.to(x.device).view(shape)
+        std = self.std.to(x.device).view(shape)
+        return x.sub_(mean).div_(std)
+
+    def _check_scale(self, x: torch.Tensor) -> None:
+        hi = float(x.max()) if x.numel() else 0.0
+        if self.scale255 and hi <= 1.0 + 1e-6 and x.numel() > 16:
+            warnings.warn("Normalize: 0-255 statistics applied to 0-1 data; use 0-1 statistics "
+                          "(datakit.stats.PRESETS['imagenet'])", stacklevel=3)  # fmt: skip
+            self._warned = True
+        elif not self.scale255 and hi > 1.0 + 1e-6 and x.dtype.is_floating_point:
+            warnings.warn("Normalize: 0-1 statistics applied to data above 1 (0-255 scale?); divide by 255 first "
+                          "or use 0-255 statistics", stacklevel=3)  # fmt: skip
+            self._warned = True
+
+    def __repr__(self) -> str:
+        return f"Normalize(mean={self.mean.tolist()}, std={self.std.tolist()})"
+
+
+class ToDtype:
+    """Images to ``image_dtype`` (float32 by default, scaled to 0-1 from uint8 when ``scale``) and
+    targets to ``target_dtype`` (int64: what ``CrossEntropyLoss`` wants; "expected scalar type Long").
+
+    Call it on an image tensor, on a target, or on an ``(image, target)`` pair.
+    """
+
+    def __init__(self, image_dtype: torch.dtype = torch.float32, target_dtype: torch.dtype = torch.int64,
+                 scale: bool = True) -> None:  # fmt: skip
+        self.image_dtype, self.target_dtype, self.scale = image_dtype, target_dtype, scale
+
+    def image(self, x) -> torch.Tensor:
+        t = x if isinstance(x, torch.Tensor) else HWCToCHW()(x)
+        if self.scale and t.dtype == torch.uint8 and self.image_dtype.is_floating_point:
+            return t.to(self.image_dtype).div_(255)
+        return t.to(self.image_dtype)
+
+    def target(self, y) -> torch.Tensor:
+        return torch.as_tensor(y).to(self.target_dtype)
+
+    def __call__(self, x):
+        if isinstance(x, tuple) and len(x) == 2:
+            return self.image(x[0]), self.target(x[1])
+        if isinstance(x, (int, np.integer, float)) or (isinstance(x, torch.Tensor) and x.ndim <= 1):
+            return self.target(x)
+        return self.image(x)
+
+
+class OneHot:
+    """A class index (or a batch of them) to a one-hot float vector, for MSE-style losses."""
+
+    def __init__(self, num_classes: int, dtype: torch.dtype = torch.float32) -> None:
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be at least 1, got {num_classes}")
+        self.num_classes, self.dtype = num_classes, dtype
+
+    def __call__(self, y) -> torch.Tensor:
+        t = torch.as_tensor(y, dtype=torch.int64)
+        if (t < 0).any() or (t >= self.num_classes).any():
+            raise ValueError(f"OneHot({self.num_classes}): label {t.tolist()} outside 0..{self.num_classes - 1}")
+        return torch.nn.functional.one_hot(t, self.num_classes).to(self.dtype)
+
+
+def to_batch(img) -> torch.Tensor:
+    """One image to a batch of one (NCHW tensor): HWC or HW numpy, CHW or HW tensor, or PIL."""
+    if not isinstance(img, (np.ndarray, torch.Tensor)):
+        img = pil_to_numpy(img)
+    if isinstance(img, np.ndarray):
+        return HWCToCHW()(img).unsqueeze(0)
+    if img.ndim == 2:
+        return img[None, None]
+    if img.ndim == 3:
+        return img.unsqueeze(0)
+    raise ValueError(f"to_batch expects one image (2 or 3 dims), got shape {tuple(img.shape)}")
+
+
+def pil_to_numpy(img) -> np.ndarray:
+    """A PIL image to a uint8 RGB (or L) HWC array."""
+    if img.mode not in ("RGB", "L"):
+        img = img.convert("RGB")
+    return np.asarray(img).copy()
+
+
+def tensor_to_pil(t: torch.Tensor):
+    """A CHW tensor (uint8, or float in 0-1) to a PIL image."""
+    from PIL import Image
+
+    return Image.fromarray(_tensor_to_hwc(t))
+
+
+def _tensor_to_hwc(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype.is_floating_point:
+        t = (t.clamp(0, 1) * 255).round().to(torch.uint8)
+    if t.ndim == 3:
+        t = t.permute(1, 2, 0)
+        if t.shape[2] == 1:
+            t = t[..., 0]
+    return np.ascontiguousarray(t.numpy())
+
+
+def tensor_to_cv2(t: torch.Tensor) -> np.ndarray:
+    """An RGB CHW tensor (uint8, or float in 0-1) to an OpenCV BGR HWC uint8 array."""
+    hwc = _tensor_to_hwc(t)
+    return np.ascontiguousarray(hwc[..., ::-1]) if hwc.ndim == 3 else hwc
+
+
+def cv2_to_tensor(img: np.ndarray) -> torch.Tensor:
+    """An OpenCV BGR HWC uint8 array to an RGB CHW uint8 tensor."""
+    _check_hwc(img, "cv2_to_tensor")
+    t = HWCToCHW()(img)
+    return t.flip(0).contiguous() if t.shape[0] == 3 else t
+
+
+# ---------------------------------------------------------------------------------------------
+# geometric transforms on uint8 HWC arrays
+
+
+def _resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
+    import cv2
+
+    if img.shape[0] == h and img.shape[1] == w:
+        return img
+    shrinking = h < img.shape[0] or w < img.shape[1]
+    # INTER_AREA is a box filter when shrinking (antialiased like torchvision's antialias=True)
+    out = cv2.resize(img, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+    return out if out.ndim == img.ndim else out[:, :, None]
+
+
+class Resize:
+    """Resize a uint8 HWC array: an int sets the shorter side (aspect kept), a pair sets (h, w)."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        self.size = size
+
+    def output_size(self, h: int, w: int) -> tuple[int, int]:
+        if isinstance(self.size, int):
+            if h <= w:
+                return self.size, max(1, int(self.size * w / h))
+            return max(1, int(self.size * h / w)), self.size
+        return _size2(self.size)
+
+    def __call__(self, img: np.ndarray) -> np.ndarray:
+        _check_hwc(img, "Resize")
+        return _resize(img, *self.output_size(*img.shape[:2]))
+
+    def __repr__(self) -> str:
+        return f"Resize({self.size})"
+
+
+class CenterCrop:
+    """The central (h, w) region of a uint8 HWC array (padded with zeros when smaller, as torchvision)."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        self.size = _size2(size)
+
+    def __call__(self, img: np.ndarray) -> np.ndarray:
+        _check_hwc(img, "CenterCrop")
+        th, tw = self.size
+        h, w = img.shape[:2]
+        if h < th or w < tw:
+            pad = [(max(0, (th - h) // 2), max(0, th - h - (th - h) // 2)),
+                   (max(0, (tw - w) // 2), max(0, tw - w - (tw - w) // 2))] + [(0, 0)] * (img.ndim - 2)  # fmt: skip
+            img = np.pad(img, pad)
+            h, w = img.shape[:2]
+        top, left = int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
+        return img[top : top + th, left : left + tw]
+
+    def __repr__(self) -> str:
+        return f"CenterCrop({self.size})"
+
+
+class RandomResizedCrop:
+    """torchvision's RandomResizedCrop (same crop distribution) on uint8 HWC arrays: the crop is
+    cut first and only the crop is resized."""
+
+    def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> None:  # fmt: skip
+        self.size = _size2(size)
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            raise ValueError(f"scale and ratio must be (min, max), got {scale} and {ratio}")
+        self.scale, self.ratio = scale, ratio
+        self._log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+
+    def get_params(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """(top, left, h, w) of the crop, drawn exactly as torchvision draws it."""
+        area = height * width
+        for _ in range(10):
+            target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1]).item()
+            aspect = math.exp(torch.empty(1).uniform_(*self._log_ratio).item())
+            w = int(round(math.sqrt(target_area * aspect)))
+            h = int(round(math.sqrt(target_area / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                i = torch.randint(0, height - h + 1, size=(1,)).item()
+                j = torch.randint(0, width - w + 1, size=(1,)).item()
+                return i, j, h, w
+        in_ratio = width / height
+        if in_ratio < min(self.ratio):
+            w, h = width, int(round(width / min(self.ratio)))
+        elif in_ratio > max(self.ratio):
+            h, w = height, int(round(height * max(self.ratio)))
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(self, img: np.ndarray) -> np.ndarray:
+        _check_hwc(img, "RandomResizedCrop")
+        i, j, h, w = self.get_params(*img.shape[:2])
+        return _resize(img[i : i + h, j : j + w], *self.size)
+
+    def __repr__(self) -> str:
+        return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+
+
+class RandomHorizontalFlip:
+    """Mirror a uint8 HWC array (or a CHW tensor) left-right with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = p
+
+    def __call__(self, img):
+        if torch.rand(1).item() >= self.p:
+            return img
+        if isinstance(img, torch.Tensor):
+            return img.flip(-1)
+        return np.ascontiguousarray(img[:, ::-1])
+
+    def __repr__(self) -> str:
+        return f"RandomHorizontalFlip(p={self.p})"
+
+
+def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float] = (0.08, 1.0),
+                   ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
+                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
+                   normalize: bool = True) -> Compose:  # fmt: skip
+    """ImageNet-style training input: random resized crop, horizontal flip, CHW.
+
+    With ``normalize=False`` the output stays uint8 CHW (normalise the batch later, on the GPU
+    with :class:`~datakit.prefetch.CUDAPrefetcher` or with :class:`Normalize`); otherwise it is
+    float32, normalised with ``mean``/``std`` (0-1 scale).
+    """
+    steps: list[Callable] = [RandomResizedCrop(size, scale, ratio), RandomHorizontalFlip(hflip), HWCToCHW()]
+    if normalize:
+        steps.append(Normalize(mean, std))
+    return Compose(steps)
+
+
+def eval_pipeline(size: int | Sequence[int] = 224, resize: int = 256, *, mean: Sequence[float] = IMAGENET_MEAN,
+                  std: Sequence[float] = IMAGENET_STD, normalize: bool = True) -> Compose:  # fmt: skip
+    """ImageNet-style evaluation input: shorter side to ``resize``, centre crop ``size``, CHW."""
+    steps: list[Callable] = [Resize(resize), CenterCrop(size), HWCToCHW()]
+    if normalize:
+        steps.append(Normalize(mean, std))
+    return Compose(steps)
