@@ -367,7 +367,79 @@ def _register_check(sub) -> None:
     p.set_defaults(func=cmd_preview)
 
 
-_EXTRA_COMMANDS: list = [_register_lmdb, _register_check]
+# ---------------------------------------------------------------------------------------------
+# stats
+
+
+def _wxh(text: str) -> tuple[int, int]:
+    import re as _re
+
+    m = _re.fullmatch(r"(\d+)[xX*](\d+)", text.strip())
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise argparse.ArgumentTypeError(f"size must look like WxH (for example 224x224), got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from datakit.datasets import open_dataset
+    from datakit.stats import compute_stats, plot_histogram
+
+    if args.labels:
+        _existing(args.labels)
+    ds = open_dataset(_source(args), labels=args.labels, split=args.split, remap_labels=args.remap_labels)
+    bar = _bar(0, "stats", args.quiet)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total, bar.n = total, done
+            bar.refresh()
+
+    try:
+        st = compute_stats(ds, workers=args.workers, sample=args.sample, size=args.size, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.plot:
+        plot_histogram(st, args.plot)
+    if args.json:
+        print(json.dumps(st.to_json(), indent=2))
+        return 0
+    where = f" after resizing to {args.size[0]}x{args.size[1]}" if args.size else ""
+    print(f"{st.count} images, {st.pixels} pixels per channel{where}; channel order {st.order}")
+    rows = []
+    for c, name in enumerate(st.order):
+        row = [name, f"{st.mean[c]:.4f}", f"{st.std[c]:.4f}", f"{st.mean_255[c]:.2f}", f"{st.std_255[c]:.2f}"]
+        if st.stderr_mean is not None:
+            row += [f"±{st.stderr_mean[c]:.4f}", f"±{st.stderr_std[c]:.4f}"]
+        rows.append(row)
+    header = ["channel", "mean (0-1)", "std (0-1)", "mean (0-255)", "std (0-255)"]
+    if st.stderr_mean is not None:
+        header += ["stderr mean", "stderr std"]
+    print_table(header, rows)
+    print("\n# torchvision (after ToTensor, 0-1 scale):")
+    print("transforms.Normalize(mean=[" + ", ".join(f"{v:.4f}" for v in st.mean) + "], std=["
+          + ", ".join(f"{v:.4f}" for v in st.std) + "])")  # fmt: skip
+    print("# mmdetection / caffe style (0-255 scale):")
+    print("dict(mean=[" + ", ".join(f"{v:.3f}" for v in st.mean_255) + "], std=["
+          + ", ".join(f"{v:.3f}" for v in st.std_255) + f"], to_rgb={st.order == 'RGB'})")  # fmt: skip
+    if args.plot:
+        print(f"histogram written to {args.plot}")
+    return 0
+
+
+def _register_stats(sub) -> None:
+    p = sub.add_parser("stats", help="exact per-channel mean and std over every pixel")
+    _add_source_args(p)
+    p.add_argument("--workers", type=int, help="decoding processes (default: usable CPUs)")
+    p.add_argument("--sample", type=int, help="estimate from N random images, with standard errors")
+    p.add_argument("--size", type=_wxh, help="WxH: compute after resizing every image to this size")
+    p.add_argument("--plot", help="write per-channel histograms to this picture (needs matplotlib)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_stats)
+
+
+_EXTRA_COMMANDS: list = [_register_lmdb, _register_check, _register_stats]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from datakit.collate import detection_collate, pad_collate, stack_collate
+from datakit.datasets import open_dataset
+
+
+def test_stack_collate_same_size_uint8():
+    batch = [(np.full((4, 5, 3), i, np.uint8), i) for i in range(3)]
+    images, targets = stack_collate(batch)
+    assert images.dtype == torch.uint8 and images.shape == (3, 4, 5, 3) and targets.tolist() == [0, 1, 2]
+
+
+def test_stack_collate_names_mismatched_samples():
+    batch = [(np.zeros((4, 5, 3), np.uint8), 0), (np.zeros((4, 5, 3), np.uint8), 1), (np.zeros((6, 5, 3), np.uint8), 2)]
+    with pytest.raises(ValueError) as e:
+        stack_collate(batch)
+    assert str(e.value) == (
+        "cannot stack images of different sizes into one batch (samples 0, 1: (4, 5, 3); samples 2: (6, 5, 3)); "
+        "resize them to one size in the transform, or batch them with datakit.collate.pad_collate()"
+    )
+
+
+def test_pad_collate_mixed_sizes(class_folder):
+    ds = open_dataset(class_folder)
+    loader = DataLoader(ds, batch_size=4, collate_fn=pad_collate(size_divisor=32))
+    images, targets, sizes, mask = next(iter(loader))
+    assert images.shape == (4, 3, 64, 96) and images.dtype == torch.uint8
+    assert sizes.tolist() == [[40, 60], [50, 50], [64, 48], [30, 70]]
+    for i, (h, w) in enumerate(sizes.tolist()):
+        assert torch.equal(images[i, :, :h, :w], torch.from_numpy(ds[i][0]).permute(2, 0, 1))
+        assert mask[i].sum() == h * w and mask[i, :h, :w].all()
+        assert (images[i, :, h:, :] == 0).all()
+    assert targets.tolist() == [0, 0, 0, 0]
+
+
+def test_detection_collate_boxes_stay_valid():
+    a = torch.zeros(3, 20, 30, dtype=torch.uint8)
+    a[:, 5:10, 6:12] = 200
+    b = torch.zeros(3, 40, 10, dtype=torch.uint8)
+    batch = [
+        (a, {"boxes": [[6, 5, 12, 10]], "labels": [3], "scale": 0.5}),
+        (b, {"boxes": torch.zeros(0, 4), "labels": []}),
+    ]
+    images, targets = detection_collate(size_divisor=16)(batch)
+    assert images.shape == (2, 3, 48, 32)
+    x1, y1, x2, y2 = targets[0]["boxes"][0].int().tolist()
+    assert (images[0, :, y1:y2, x1:x2] == 200).all()
+    assert targets[0]["img_size"].tolist() == [20, 30] and targets[0]["pad_size"].tolist() == [48, 32]
+    assert targets[0]["scale"] == 0.5 and targets[0]["labels"].dtype == torch.int64
+    assert targets[1]["boxes"].shape == (0, 4)
+    with pytest.raises(ValueError, match="sample 0 target must be a dict with 'boxes'"):
+        detection_collate()([(a, 1)])

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from datakit.cli import main
+from datakit.datasets import open_dataset
+from datakit.io import imread
+from datakit.stats import PRESETS, Stats, compute_stats
+
+
+def reference(folder: Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """float64 NumPy over every pixel of every image (decoded the same way)."""
+    ds = open_dataset(folder)
+    pix = np.concatenate([imread(ds.name(i), "rgb").reshape(-1, 3).astype(np.float64) for i in range(len(ds))])
+    return pix.mean(0) / 255, pix.std(0) / 255, len(pix)
+
+
+def test_exact_against_float64_reference(class_folder: Path):
+    mean, std, n = reference(class_folder)
+    for workers in (1, 2):
+        st = compute_stats(class_folder, workers=workers)
+        assert st.count == 12 and st.pixels == n and st.order == "RGB"
+        np.testing.assert_allclose(st.mean, mean, atol=1e-12)
+        np.testing.assert_allclose(st.std, std, atol=1e-12)
+        np.testing.assert_allclose(st.mean_255, mean * 255, atol=1e-9)
+
+
+def test_pixel_weighted_not_average_of_image_stds(tmp_path: Path):
+    from datakit.io import imwrite
+
+    for i, value in enumerate((0, 255)):  # each image is flat (std 0), the dataset is not
+        (tmp_path / f"c{i}").mkdir()
+        imwrite(tmp_path / f"c{i}" / "平.png", np.full((10, 30 if i else 10, 3), value, np.uint8))
+    st = compute_stats(tmp_path, workers=1)
+    assert st.pixels == 400 and st.mean == [0.75] * 3  # 300 of the 400 pixels are 255
+    assert st.std == [pytest.approx(np.sqrt(0.75 * 0.25))] * 3  # the average of per-image stds would be 0
+
+
+def test_from_histogram_exact():
+    hist = np.zeros((3, 256), np.int64)
+    hist[:, 0], hist[:, 255] = 1, 1  # half 0, half 255
+    st = Stats.from_histogram(hist, 1)
+    assert st.mean == [0.5] * 3 and st.std == [0.5] * 3 and st.pixels == 2
+
+
+def test_resize_and_sample(class_folder: Path):
+    st = compute_stats(class_folder, size=(8, 6), workers=1)
+    assert st.pixels == 12 * 48
+    est = compute_stats(class_folder, sample=6, workers=1)
+    assert est.count == 6 and len(est.stderr_mean) == 3 and all(e > 0 for e in est.stderr_std)
+    full = compute_stats(class_folder, workers=1)
+    assert all(abs(a - b) < 6 * e + 1e-3 for a, b, e in zip(est.mean, full.mean, est.stderr_mean))
+
+
+def test_bgr_dataset_reports_order(class_folder: Path):
+    st = compute_stats(open_dataset(class_folder, mode="bgr"), workers=1)
+    rgb = compute_stats(class_folder, workers=1)
+    assert st.order == "BGR" and np.allclose(st.mean, rgb.mean[::-1])
+
+
+def test_presets():
+    assert PRESETS["cifar10"]["std"] == (0.2470, 0.2435, 0.2616)
+    assert PRESETS["imagenet_caffe"]["std"] == (1.0, 1.0, 1.0)
+
+
+def test_cli_json_and_table(class_folder: Path, capsys):
+    assert main(["stats", str(class_folder), "--json", "--workers", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"count", "pixels", "mean", "std", "mean_255", "std_255", "order"}
+    assert main(["stats", str(class_folder), "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "transforms.Normalize(mean=[" in text and "channel order RGB" in text
+    with pytest.raises(SystemExit) as e:
+        main(["stats", str(class_folder), "--size", "big"])
+    assert e.value.code == 2
+
+
+WORKER = r"""
+import json, os, sys
+import torch.distributed as dist
+from datakit.stats import compute_stats
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"],
+                        rank=int(os.environ["RANK"]), world_size=2)
+st = compute_stats(sys.argv[1], workers=1)
+print(json.dumps({"count": st.count, "pixels": st.pixels, "mean": st.mean, "std": st.std}))
+dist.destroy_process_group()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_ranks_equal_single_process(class_folder: Path):
+    env = dict(os.environ, PORT=str(_free_port()))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, str(class_folder)], env=dict(env, RANK=str(r)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    single = compute_stats(class_folder, workers=1)
+    for out, _ in outs:
+        got = json.loads(out)
+        assert got["count"] == 12 and got["pixels"] == single.pixels
+        assert got["mean"] == single.mean and got["std"] == single.std
