@@ -422,6 +422,7 @@ def unzip(
         root = os.path.realpath(dest_path)
         infos = zf.infolist()
         dirs: list[tuple[Path, ZipMember]] = []
+        safe_dirs: set[str] = set()  # folders already made and checked to resolve inside the target
         for m in members:
             rel, note = safe_relpath(m.name)
             label = f"{archive}: member {m.name!r}"
@@ -431,9 +432,16 @@ def unzip(
             if note:
                 report.notes.append(f"{label}: {note}, written as {rel!r}")
             target = dest_path / rel
-            if not _inside(os.path.realpath(target.parent), root):
-                report.problems.append(f"{label}: refused, its folder resolves outside the target (through a symlink)")
-                continue
+            parent = os.path.dirname(rel)
+            if parent not in safe_dirs:
+                if not _inside(os.path.realpath(target.parent), root):
+                    report.problems.append(
+                        f"{label}: refused, its folder resolves outside the target (through a symlink)"
+                    )
+                    continue
+                if not m.is_dir:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    safe_dirs.add(parent)
             try:
                 if m.is_dir:
                     target.mkdir(parents=True, exist_ok=True)
@@ -444,6 +452,7 @@ def unzip(
                     report.problems.append(f"{label}: {problem}")
                     continue
                 if m.is_symlink:
+                    safe_dirs.clear()  # a new link may redirect folders checked before
                     _extract_symlink(zf, infos[m.index], m, target, rel, root, overwrite, report, label)
                     continue
                 if os.path.lexists(target):
@@ -460,7 +469,6 @@ def unzip(
                     if target.is_dir() and not target.is_symlink():
                         report.problems.append(f"{label}: {target} is a folder; not replaced by a file")
                         continue
-                target.parent.mkdir(parents=True, exist_ok=True)
                 _extract_file(zf, infos[m.index], m, target, progress)
                 report.extracted.append(rel)
             except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as exc:

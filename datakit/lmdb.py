@@ -67,7 +67,7 @@ def _read_env(path: str | os.PathLike):
     if os.getpid() != _ENVS_PID:
         _ENVS.clear()  # inherited handles are unusable after fork; drop them without closing
         _ENVS_PID = os.getpid()
-    key = os.path.realpath(path)
+    key = path if isinstance(path, str) and path in _ENVS else os.path.realpath(path)
     env = _ENVS.get(key)
     if env is None:
         env = _ENVS[key] = lmdb.open(key, readonly=True, lock=False, readahead=False, meminit=False,
@@ -75,9 +75,31 @@ def _read_env(path: str | os.PathLike):
     return env
 
 
+_TXNS: dict[str, tuple[object, object]] = {}
+
+
+def _read_txn(path: str | os.PathLike):
+    """A long-lived read transaction on a complete pack (nothing writes to it), per process:
+    beginning one per read costs more than the read itself."""
+    if os.getpid() == _ENVS_PID and isinstance(path, str):
+        cached = _TXNS.get(path)
+        if cached is not None and _ENVS.get(path) is cached[0]:
+            return cached[1]  # the hot path: no system calls
+    env = _read_env(path)
+    key = os.path.realpath(path)
+    cached = _TXNS.get(key)
+    if cached is None or cached[0] is not env:
+        cached = _TXNS[key] = (env, env.begin(buffers=False))
+    return cached[1]
+
+
 def _forget_env(path: str | os.PathLike) -> None:
-    env = _ENVS.pop(os.path.realpath(path), None)
+    key = os.path.realpath(path)
+    cached = _TXNS.pop(key, None)
+    env = _ENVS.pop(key, None)
     if env is not None and os.getpid() == _ENVS_PID:
+        if cached is not None:
+            cached[1].abort()
         env.close()
 
 
@@ -405,6 +427,7 @@ class LmdbReader:
 
     def __init__(self, path: str | os.PathLike, *, allow_incomplete: bool = False) -> None:
         self.path = Path(path)
+        self._real = os.path.realpath(self.path)
         if not (self.path / "data.mdb").exists():
             raise PackError(f"{self.path}: not an LMDB pack (no data.mdb)")
         with self.env.begin() as txn:
@@ -442,8 +465,7 @@ class LmdbReader:
         return len(self.records)
 
     def get(self, i: int) -> bytes:
-        with self.env.begin() as txn:
-            value = txn.get(_image_key(i))
+        value = _read_txn(self._real).get(_image_key(i))
         if value is None:
             raise KeyError(f"{self.path}: no value for sample {i} (key {_image_key(i).decode()})")
         return value

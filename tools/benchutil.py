@@ -79,6 +79,18 @@ def best_time(fn: Callable[[], object], repeat: int = 3) -> float:
     return best
 
 
+def interleaved_best(fns: dict[str, Callable[[], object]], repeat: int = 5) -> dict[str, float]:
+    """Best wall time of each function, running them in turn ``repeat`` times so that a slow
+    spell of a shared machine (disk, CPU) hits every contender alike."""
+    best = {k: float("inf") for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t)
+    return best
+
+
 def print_table(title: str, header: list[str], rows: list[list[object]]) -> None:
     cells = [[str(c) for c in header]] + [[f"{c:.3g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
