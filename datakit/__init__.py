@@ -1,9 +1,29 @@
-"""datakit: the image data people really have, turned into fast, correct PyTorch input."""
+"""datakit: the image data people really have, turned into fast, correct PyTorch input.
+
+The names below are importable from ``datakit`` directly; modules that pull in torch are loaded
+on first use, so ``import datakit`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 from datakit.devices import select_gpus
 from datakit.io import ImageDecodeError, decode_image, encode_image, imread, imwrite
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "unzip": "archive", "detect_encoding": "archive", "ZipReader": "archive", "ArchiveError": "archive",
+    "read_labels": "labels", "LabelTable": "labels", "ClassMap": "labels", "LabelError": "labels",
+    "open_dataset": "datasets", "FolderDataset": "datasets", "TableDataset": "datasets",
+    "ZipDataset": "datasets", "SampleError": "datasets",
+    "LmdbDataset": "lmdb", "LmdbReader": "lmdb", "LmdbWriter": "lmdb", "pack_lmdb": "lmdb",
+    "verify_lmdb": "lmdb", "PackError": "lmdb",
+    "compute_stats": "stats", "Stats": "stats", "PRESETS": "stats",
+    "check_dataset": "check", "preview": "check",
+    "stack_collate": "collate", "pad_collate": "collate", "detection_collate": "collate",
+}  # fmt: skip
 
 __all__ = [
     "ImageDecodeError",
@@ -13,4 +33,14 @@ __all__ = [
     "imread",
     "imwrite",
     "select_gpus",
+    *sorted(_LAZY),
 ]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'datakit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"datakit.{module}"), name)
+    globals()[name] = value
+    return value
