@@ -23,6 +23,8 @@ _LAZY = {
     "compute_stats": "stats", "Stats": "stats", "PRESETS": "stats",
     "check_dataset": "check", "preview": "check",
     "stack_collate": "collate", "pad_collate": "collate", "detection_collate": "collate",
+    "create_loader": "loader", "InfiniteLoader": "loader", "seed_everything": "loader", "seed_worker": "loader",
+    "CUDAPrefetcher": "prefetch", "tune_num_workers": "tuning", "measure_throughput": "tuning",
 }  # fmt: skip
 
 __all__ = [

@@ -439,7 +439,62 @@ def _register_stats(sub) -> None:
     p.set_defaults(func=cmd_stats)
 
 
-_EXTRA_COMMANDS: list = [_register_lmdb, _register_check, _register_stats]
+# ---------------------------------------------------------------------------------------------
+# bench
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 0,1,2,4, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected numbers >= 0 like 0,1,2,4, got {text!r}")
+    return values
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from datakit.datasets import open_dataset
+    from datakit.transforms import train_pipeline
+    from datakit.tuning import default_candidates, measure_throughput
+
+    if args.labels:
+        _existing(args.labels)
+    transform = train_pipeline(args.size, normalize=False) if args.size else None
+    ds = open_dataset(_source(args), labels=args.labels, split=args.split, transform=transform,
+                      remap_labels=args.remap_labels)  # fmt: skip
+    counts = args.workers or default_candidates()
+    rows, out = [], []
+    for w in counts:
+        m = measure_throughput(ds, args.batch_size, w, budget_s=args.seconds)
+        out.append(m.__dict__)
+        rows.append([w, f"{m.images_per_s:.0f}", f"{m.batches_per_s:.1f}", f"{m.first_batch_s:.2f}"])
+        if not args.json and not args.quiet:
+            print(f"  num_workers={w}: {m.images_per_s:.0f} images/s", file=sys.stderr)
+    best = max(out, key=lambda m: m["images_per_s"])
+    near = min((m for m in out if m["images_per_s"] >= 0.95 * best["images_per_s"]), key=lambda m: m["num_workers"])
+    if args.json:
+        print(json.dumps({"batch_size": args.batch_size, "results": out, "recommended": near["num_workers"]}, indent=2))
+        return 0
+    print_table(["num_workers", "images/s", "batches/s", "first batch (s)"], rows)
+    print(f"recommended: num_workers={near['num_workers']} ({near['images_per_s']:.0f} images/s; the fewest workers "
+          "within 5% of the best)")  # fmt: skip
+    return 0
+
+
+def _register_bench(sub) -> None:
+    p = sub.add_parser("bench", help="loading throughput per num_workers, and the advice")
+    _add_source_args(p)
+    p.add_argument("--workers", type=_int_list, help="worker counts to try, e.g. 0,1,2,4 (default: up to the CPUs)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--size", type=int, default=224, help="crop size of the train pipeline (0: raw decode)")
+    p.add_argument("--seconds", type=float, default=3.0, help="measuring time per worker count")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+
+_EXTRA_COMMANDS: list = [_register_lmdb, _register_check, _register_stats, _register_bench]
 
 
 # ---------------------------------------------------------------------------------------------
