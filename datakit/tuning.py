@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,27 +55,29 @@ def measure_throughput(dataset: Dataset, batch_size: int, num_workers: int, *, b
         dataset[0]  # pay lazy imports (decoders) here, before forking workers and starting the clock
     g = torch.Generator().manual_seed(0)
     kwargs = {"prefetch_factor": 4, "persistent_workers": True} if num_workers else {}
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
-                        collate_fn=collate_fn or _count, generator=g, **kwargs)  # fmt: skip
-    t0 = time.perf_counter()
-    images = batches = 0
-    first = None
-    start = t0
-    done = False
-    while not done:  # as many epochs as the budget takes (small datasets)
-        for batch in loader:
-            now = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create")  # trying more is the point
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
+                            collate_fn=collate_fn or _count, generator=g, **kwargs)  # fmt: skip
+        t0 = time.perf_counter()
+        images = batches = 0
+        first = None
+        start = t0
+        done = False
+        while not done:  # as many epochs as the budget takes (small datasets)
+            for batch in loader:
+                now = time.perf_counter()
+                if first is None:
+                    first, start = now - t0, now
+                    continue
+                images += batch if isinstance(batch, int) else batch_size
+                batches += 1
+                if now - start >= budget_s or (max_batches and batches >= max_batches):
+                    done = True
+                    break
             if first is None:
-                first, start = now - t0, now
-                continue
-            images += batch if isinstance(batch, int) else batch_size
-            batches += 1
-            if now - start >= budget_s or (max_batches and batches >= max_batches):
-                done = True
-                break
-        if first is None:
-            break  # an empty dataset
-    del loader
+                break  # an empty dataset
+        del loader
     elapsed = max(1e-9, time.perf_counter() - start)
     return Measurement(num_workers, images / elapsed, batches / elapsed, first or 0.0, images)
 
@@ -126,7 +129,7 @@ def _cache_file() -> Path:
 
 
 def tune_num_workers(dataset: Dataset, batch_size: int, candidates: list[int] | None = None, *,
-                     budget_s: float = 4.0, collate_fn=None, cache: bool = True,
+                     budget_s: float = 2.0, collate_fn=None, cache: bool = True,
                      tolerance: float = 0.05) -> TuneResult:  # fmt: skip
     """Measure loading throughput for increasing worker counts and return the best.
 
@@ -152,8 +155,10 @@ def tune_num_workers(dataset: Dataset, batch_size: int, candidates: list[int] | 
         results.append(m)
         if best is None or m.images_per_s > best.images_per_s * (1 + tolerance):
             best = m
-        elif w > best.num_workers:
-            break  # more workers stopped helping
+        elif w >= 2 and w > best.num_workers:
+            # more workers stopped helping (one worker only moves the work off the main process,
+            # so 0 -> 1 is never a reason to stop)
+            break
     assert best is not None
     if cache and candidates is None:
         try:
