@@ -142,10 +142,14 @@ class ImageDataset(Dataset):
             for i in range(len(self)):
                 self.load_bytes(i)
 
-    def decode(self, index: int, max_size: int | None = None) -> np.ndarray:
-        """Sample ``index``'s image, without transform; :class:`SampleError` when unreadable."""
+    def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None) -> np.ndarray:
+        """Sample ``index``'s image, without transform (or through ``fused``, a transform that
+        decodes the bytes itself); :class:`SampleError` when unreadable."""
         try:
-            return decode_image(self.load_bytes(index), self.mode, max_size, name=self.name(index))
+            data = self.load_bytes(index)
+            if fused is not None:
+                return fused(data, self.mode, self.name(index))
+            return decode_image(data, self.mode, max_size, name=self.name(index))
         except (ImageDecodeError, OSError, LabelError, KeyError, ValueError) as exc:
             raise SampleError(f"sample {index}: {exc}") from exc
 
@@ -154,13 +158,14 @@ class ImageDataset(Dataset):
         if not -n <= index < n:
             raise IndexError(f"sample index {index} out of range for a dataset of {n}")
         index %= n
-        hint = getattr(self.transform, "max_size", None)
+        # a transform that can decode the bytes itself decodes only what it needs (reduced JPEG scale)
+        fused = getattr(self.transform, "from_bytes", None)
         if self.on_error == "raise":
-            return index, self.decode(index, hint)
+            return index, self.decode(index, None, fused)
         for k in range(n):
             j = (index + k) % n
             try:
-                return j, self.decode(j, hint)
+                return j, self.decode(j, None, fused)
             except SampleError as exc:
                 self.skipped += 1
                 if self.on_error == "warn" and j not in self._warned:
@@ -171,7 +176,7 @@ class ImageDataset(Dataset):
     def __getitem__(self, index: int):
         index, img = self._image(index)
         target = int(self.targets[index])
-        if self.transform is not None:
+        if self.transform is not None and not hasattr(self.transform, "from_bytes"):
             img = self.transform(img)
         if self.target_transform is not None:
             target = self.target_transform(target)
@@ -292,9 +297,9 @@ class TableDataset(ImageDataset):
         """The sheet and row of sample ``index`` in the label table."""
         return self.table.where(index)
 
-    def decode(self, index: int, max_size: int | None = None) -> np.ndarray:
+    def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None) -> np.ndarray:
         try:
-            return super().decode(index, max_size)
+            return super().decode(index, max_size, fused)
         except SampleError as exc:
             raise SampleError(f"{exc} ({self.where(index)})") from exc.__cause__
 

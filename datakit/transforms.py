@@ -19,6 +19,7 @@ __all__ = [
     "BGRToRGB",
     "CenterCrop",
     "Compose",
+    "EvalPipeline",
     "HWCToCHW",
     "Normalize",
     "OneHot",
@@ -27,6 +28,7 @@ __all__ = [
     "Resize",
     "ToDtype",
     "ToTensor",
+    "TrainPipeline",
     "cv2_to_tensor",
     "eval_pipeline",
     "pil_to_numpy",
@@ -390,26 +392,105 @@ class RandomHorizontalFlip:
         return f"RandomHorizontalFlip(p={self.p})"
 
 
+def _factor(need_h: float, need_w: float, th: int, tw: int) -> int:
+    """The largest JPEG DCT scale (8, 4, 2) at which a region still holds the target's pixels."""
+    for f in (8, 4, 2):
+        if need_h / f >= th and need_w / f >= tw:
+            return f
+    return 1
+
+
+def _jpeg_header(data: bytes, mode: str) -> tuple[int, int] | None:
+    from datakit.io import _jpeg_size, image_format
+
+    if mode == "unchanged" or image_format(data) != "JPEG":
+        return None
+    info = _jpeg_size(data)
+    return (info[0], info[1]) if info else None
+
+
+def _decode_scaled(data: bytes, mode: str, name: str, h: int, w: int, f: int) -> tuple[np.ndarray, bool]:
+    """Decode at 1/f scale; also says whether EXIF rotation swapped the sides."""
+    from datakit.io import decode_image
+
+    img = decode_image(data, mode, max_size=-(-max(h, w) // f) if f > 1 else None, name=name)
+    expected = (-(-h // f), -(-w // f))
+    return img, img.shape[:2] != expected and h != w
+
+
+class TrainPipeline(Compose):
+    """Random resized crop, flip, CHW (and normalisation): see :func:`train_pipeline`.
+
+    Given the encoded bytes (:meth:`from_bytes`, which datasets call when a transform has it),
+    it draws the crop from the JPEG header's size first and decodes at the smallest DCT scale
+    that still holds the crop's pixels at the output size: a 224 crop of a 4000 px photo is
+    decoded at 1/8. The crop distribution is unchanged.
+    """
+
+    def __init__(self, size, scale, ratio, hflip, mean, std, normalize) -> None:
+        self.crop = RandomResizedCrop(size, scale, ratio)
+        self.flip = RandomHorizontalFlip(hflip)
+        self.norm = Normalize(mean, std) if normalize else None
+        super().__init__([self.crop, self.flip, HWCToCHW()] + ([self.norm] if self.norm else []))
+
+    def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
+        from datakit.io import decode_image
+
+        header = _jpeg_header(data, mode)
+        if header is None:
+            return self(decode_image(data, mode, name=name))
+        h, w = header
+        th, tw = self.crop.size
+        i, j, ch, cw = self.crop.get_params(h, w)
+        f = _factor(ch, cw, th, tw)
+        img, rotated = _decode_scaled(data, mode, name, h, w, f)
+        if rotated:  # EXIF rotation: draw again on the upright sides
+            i, j, ch, cw = self.crop.get_params(img.shape[0] * f, img.shape[1] * f)
+        y0, x0 = min(img.shape[0] - 1, i // f), min(img.shape[1] - 1, j // f)
+        y1, x1 = (
+            max(y0 + 1, min(img.shape[0], round((i + ch) / f))),
+            max(x0 + 1, min(img.shape[1], round((j + cw) / f))),
+        )
+        out = HWCToCHW()(self.flip(_resize(img[y0:y1, x0:x1], th, tw)))
+        return self.norm(out) if self.norm else out
+
+
+class EvalPipeline(Compose):
+    """Resize the shorter side, centre crop, CHW (and normalisation): see :func:`eval_pipeline`;
+    :meth:`from_bytes` decodes a JPEG at the smallest DCT scale that keeps the shorter side."""
+
+    def __init__(self, size, resize, mean, std, normalize) -> None:
+        self.resize, self.center = Resize(resize), CenterCrop(size)
+        self.norm = Normalize(mean, std) if normalize else None
+        super().__init__([self.resize, self.center, HWCToCHW()] + ([self.norm] if self.norm else []))
+
+    def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
+        from datakit.io import decode_image
+
+        header = _jpeg_header(data, mode)
+        if header is None or not isinstance(self.resize.size, int):
+            return self(decode_image(data, mode, name=name))
+        h, w = header
+        short = self.resize.size
+        img, _ = _decode_scaled(data, mode, name, h, w, _factor(min(h, w), min(h, w), short, short))
+        return self(img)
+
+
 def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float] = (0.08, 1.0),
                    ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
                    mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                   normalize: bool = True) -> Compose:  # fmt: skip
+                   normalize: bool = True) -> TrainPipeline:  # fmt: skip
     """ImageNet-style training input: random resized crop, horizontal flip, CHW.
 
     With ``normalize=False`` the output stays uint8 CHW (normalise the batch later, on the GPU
-    with :class:`~datakit.prefetch.CUDAPrefetcher` or with :class:`Normalize`); otherwise it is
-    float32, normalised with ``mean``/``std`` (0-1 scale).
+    with :class:`~datakit.prefetch.CUDAPrefetcher` or with :class:`Normalize` in the main
+    process); otherwise it is float32, normalised with ``mean``/``std`` (0-1 scale). Used as a
+    dataset's transform it decodes JPEGs only at the resolution the crop needs.
     """
-    steps: list[Callable] = [RandomResizedCrop(size, scale, ratio), RandomHorizontalFlip(hflip), HWCToCHW()]
-    if normalize:
-        steps.append(Normalize(mean, std))
-    return Compose(steps)
+    return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize)
 
 
 def eval_pipeline(size: int | Sequence[int] = 224, resize: int = 256, *, mean: Sequence[float] = IMAGENET_MEAN,
-                  std: Sequence[float] = IMAGENET_STD, normalize: bool = True) -> Compose:  # fmt: skip
+                  std: Sequence[float] = IMAGENET_STD, normalize: bool = True) -> EvalPipeline:  # fmt: skip
     """ImageNet-style evaluation input: shorter side to ``resize``, centre crop ``size``, CHW."""
-    steps: list[Callable] = [Resize(resize), CenterCrop(size), HWCToCHW()]
-    if normalize:
-        steps.append(Normalize(mean, std))
-    return Compose(steps)
+    return EvalPipeline(size, resize, mean, std, normalize)

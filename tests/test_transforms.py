@@ -149,3 +149,30 @@ def test_pipelines():
         warnings.simplefilter("ignore")
         expected = ref(Image.fromarray(img))
     assert (ev - expected).abs().mean() < 0.05
+
+
+def test_train_pipeline_decodes_only_what_the_crop_needs(tmp_path, monkeypatch):
+    import datakit.io as dio
+    from datakit.io import encode_image
+
+    data = encode_image(synthetic_image(1600, 2400), ".jpg", 92, mode="rgb")
+    pipe = train_pipeline(224, scale=(0.6, 0.6), ratio=(4 / 3, 4 / 3), normalize=False)  # 1752x1314 crops
+    seen = []
+    real = dio.decode_image
+    monkeypatch.setattr(dio, "decode_image", lambda *a, **k: seen.append(k.get("max_size")) or real(*a, **k))
+    torch.manual_seed(5)
+    fast = pipe.from_bytes(data, "rgb", "big.jpg")
+    monkeypatch.undo()
+    assert seen == [600]  # 2400 / 4: decoded at 1/4 scale, the crop still 438x328 there
+    torch.manual_seed(5)
+    slow = pipe(dio.decode_image(data, "rgb"))  # the same draws on the fully decoded image
+    assert fast.shape == slow.shape == (3, 224, 224) and fast.dtype == torch.uint8
+    assert (fast.float() - slow.float()).abs().mean() < 8
+
+
+def test_dataset_uses_the_fused_path(class_folder):
+    ds = open_dataset(class_folder, transform=train_pipeline(32, normalize=True))
+    img, target = ds[0]
+    assert img.shape == (3, 32, 32) and img.dtype == torch.float32
+    ev = open_dataset(class_folder, transform=eval_pipeline(24, 28))[3]
+    assert ev[0].shape == (3, 24, 24)
