@@ -25,10 +25,17 @@ def _as_chw(img) -> torch.Tensor:
 
 
 def _stack_images(images: Sequence) -> torch.Tensor:
+    """Stack into one buffer with one copy; inside a DataLoader worker that buffer is allocated in
+    shared memory (as default_collate does), so sending it to the main process copies nothing."""
     first = images[0]
-    if isinstance(first, np.ndarray):
-        return torch.from_numpy(np.stack(images))  # one copy into one buffer
-    return torch.stack(list(images))
+    tensors = [torch.from_numpy(x) for x in images] if isinstance(first, np.ndarray) else list(images)
+    shape = (len(tensors), *tensors[0].shape)
+    if torch.utils.data.get_worker_info() is not None:
+        numel = int(np.prod(shape))
+        storage = tensors[0]._typed_storage()._new_shared(numel, device=tensors[0].device)
+        out = tensors[0].new(storage).resize_(*shape)
+        return torch.stack(tensors, 0, out=out)
+    return torch.stack(tensors, 0)
 
 
 def stack_collate(batch: Sequence):
