@@ -80,7 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         show_zip(args.samples, Path(tmp))
         show_datasets(args.samples)
         show_pack_and_stats(args.samples, Path(tmp))
-    return 0
+    print("\n== 7. the training input pipeline against torchvision on samples/ (a short run of tools/bench_loader.py;")
+    print("   24 small photos only show the mechanics: see docs/benchmarks.md for the real comparison)")
+    sys.stdout.flush()
+    import subprocess
+
+    bench = Path(__file__).resolve().parent / "bench_loader.py"
+    cmd = [sys.executable, str(bench), "--src", str(args.samples / "images"), "--epochs", "4", "--no-lmdb"]
+    return subprocess.call(cmd)
 
 
 if __name__ == "__main__":
