@@ -257,6 +257,12 @@ def _short_name(ds: ImageDataset, i: int) -> str:
     return files[i] if isinstance(files, StringArray) else ds.name(i)
 
 
+def _lmdb_error() -> type[Exception]:
+    import lmdb
+
+    return lmdb.Error
+
+
 def parse_shard(spec: str | tuple[int, int] | None) -> tuple[int, int]:
     """``"2/8"`` or ``(2, 8)`` to ``(2, 8)``; shards are numbered from 0."""
     if spec is None:
@@ -411,6 +417,12 @@ def pack_lmdb(
     except KeyboardInterrupt:
         writer.commit()
         raise
+    except (OSError, _lmdb_error()) as exc:
+        # a full disk or an I/O error: what was committed stays valid and resumable
+        raise PackError(
+            f"{out}: writing failed after {writer.count} committed samples ({type(exc).__name__}: {exc}); "
+            "free space or fix the cause, then run the same command with --resume"
+        ) from None
     finally:
         writer.close()
     report.count = writer.count

@@ -225,3 +225,28 @@ def test_cli_pack_info_and_errors(class_folder: Path, tmp_path: Path, capsys):
     assert main(["pack-lmdb", str(class_folder), str(tmp_path / "bad.lmdb")]) == 1
     err = capsys.readouterr().err
     assert "图片_0.jpg: not a recognised image format" in err and "Traceback" not in err
+
+
+def test_write_failure_keeps_committed_samples_and_resumes(class_folder: Path, tmp_path: Path, monkeypatch):
+    import datakit.lmdb as dl
+
+    out = tmp_path / "full.lmdb"
+    real = dl.LmdbWriter._write
+    calls = []
+
+    def disk_full(self, items, meta):
+        calls.append(meta["count"])
+        if len(calls) == 3:
+            raise lmdb.DiskError("mdb_txn_commit: No space left on device")
+        return real(self, items, meta)
+
+    monkeypatch.setattr(dl.LmdbWriter, "_write", disk_full)
+    with pytest.raises(PackError) as e:
+        pack_lmdb(class_folder, out, workers=1, commit_every=4)
+    assert str(e.value).startswith(f"{out}: writing failed after 8 committed samples (DiskError: ")
+    assert str(e.value).endswith("then run the same command with --resume")
+    monkeypatch.undo()
+    assert LmdbReader(out, allow_incomplete=True).meta["count"] == 8
+    dl._forget_env(out)
+    report = pack_lmdb(class_folder, out, workers=1, resume=True, commit_every=4)
+    assert report.resumed_from == 8 and report.count == 12 and verify_lmdb(out) == []
