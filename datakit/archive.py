@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from datakit.io import discard
+
 __all__ = [
     "ArchiveError",
     "EncodingGuess",
@@ -512,10 +514,7 @@ def _extract_file(
             os.utime(tmp, (t, t))
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        discard(tmp)
         raise
 
 

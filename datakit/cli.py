@@ -161,6 +161,17 @@ def _bar(total: int, desc: str, quiet: bool, unit: str = "img"):
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
+def _progress(bar) -> Callable[[int, int], None]:
+    """A ``progress(done, total)`` callback that moves ``bar`` (or does nothing without one)."""
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total, bar.n = total, done
+            bar.refresh()
+
+    return progress
+
+
 def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", help="a class folder, a label table, a .zip, an LMDB pack (or several shards)", nargs="+")
     p.add_argument("--labels", help="label table (.xlsx/.csv) naming the files under SRC")
@@ -301,10 +312,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         _existing(args.labels)
     bar = _bar(0, "check", args.quiet)
 
-    def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.total, bar.n = total, done
-            bar.refresh()
+    progress = _progress(bar)
 
     try:
         report = check_dataset(_source(args), labels=args.labels, split=args.split, workers=args.workers,
@@ -389,10 +397,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     ds = open_dataset(_source(args), labels=args.labels, split=args.split, remap_labels=args.remap_labels)
     bar = _bar(0, "stats", args.quiet)
 
-    def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.total, bar.n = total, done
-            bar.refresh()
+    progress = _progress(bar)
 
     try:
         st = compute_stats(ds, workers=args.workers, sample=args.sample, size=args.size, progress=progress)

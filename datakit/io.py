@@ -18,6 +18,7 @@ __all__ = [
     "MODES",
     "ImageDecodeError",
     "decode_image",
+    "discard",
     "encode_image",
     "image_format",
     "probe_image",
@@ -307,12 +308,17 @@ def imwrite(path: str | os.PathLike, img: np.ndarray, quality: int = 95, *, mode
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        discard(tmp)
         raise
     return path
+
+
+def discard(path: str | os.PathLike) -> None:
+    """Remove a temporary file if it is there (after a failed or interrupted write)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def probe_image(data: bytes, name: str | os.PathLike | None = None) -> tuple[int, int]:
