@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from datakit.io import IMAGE_EXTENSIONS, ImageDecodeError, decode_image, read_bytes
+from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, read_bytes
 from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, ClassMap, LabelError, LabelTable, read_labels, resolve_path
 
 __all__ = [
@@ -147,10 +147,16 @@ class ImageDataset(Dataset):
         decodes the bytes itself); :class:`SampleError` when unreadable."""
         try:
             data = self.load_bytes(index)
+            # no name on the hot path (an LMDB name is a lookup): it is put in only when decoding fails
             if fused is not None:
-                return fused(data, self.mode, self.name(index))
-            return decode_image(data, self.mode, max_size, name=self.name(index))
-        except (ImageDecodeError, OSError, LabelError, KeyError, ValueError) as exc:
+                return fused(data, self.mode, None)
+            return decode_image(data, self.mode, max_size)
+        except ImageDecodeError as exc:
+            msg = str(exc)
+            if msg.startswith(UNNAMED):
+                msg = self.name(index) + msg[len(UNNAMED) :]
+            raise SampleError(f"sample {index}: {msg}") from exc
+        except (OSError, LabelError, KeyError, ValueError) as exc:
             raise SampleError(f"sample {index}: {exc}") from exc
 
     def _image(self, index: int) -> tuple[int, np.ndarray]:

@@ -16,6 +16,7 @@ import numpy as np
 __all__ = [
     "IMAGE_EXTENSIONS",
     "MODES",
+    "UNNAMED",
     "ImageDecodeError",
     "decode_image",
     "discard",
@@ -107,8 +108,11 @@ def reduction_factor(height: int, width: int, max_size: int | None) -> int:
     return 1
 
 
+UNNAMED = "<bytes>"  # how messages name data that came without a file name
+
+
 def _describe(name: str | os.PathLike | None) -> str:
-    return str(name) if name is not None else "<bytes>"
+    return str(name) if name is not None else UNNAMED
 
 
 def _cv2_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
