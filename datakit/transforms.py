@@ -156,7 +156,12 @@ class Normalize:
             # (x / 255 - mean) / std as one multiply-add over the converted pixels
             scale = 1.0 / self.std if self.scale255 else 1.0 / (255.0 * self.std)
             shape = (-1, 1, 1)
-            out = x.to(torch.float32)
+            if x.device.type == "cpu":
+                from datakit.collate import host_empty
+
+                out = host_empty(x.shape, torch.float32).copy_(x)
+            else:
+                out = x.to(torch.float32)
             return out.mul_(scale.to(x.device).view(shape)).sub_((self.mean / self.std).to(x.device).view(shape))
         else:
             if not self._warned:

@@ -15,6 +15,30 @@ def test_stack_collate_same_size_uint8():
     assert images.dtype == torch.uint8 and images.shape == (3, 4, 5, 3) and targets.tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stack_collate_chw_views_of_hwc_pixels(dtype, workers):
+    rng = np.random.default_rng(0)
+    hwc = [rng.integers(0, 256, (7, 5, c)).astype(dtype) for c in (3, 3, 3)]
+    views = [torch.from_numpy(x).permute(2, 0, 1) for x in hwc]  # what the pipelines return
+    expected = torch.stack([v.contiguous() for v in views])
+
+    class Views(torch.utils.data.Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return views[i], i
+
+    images, targets = next(iter(DataLoader(Views(), batch_size=3, num_workers=workers, collate_fn=stack_collate)))
+    assert images.is_contiguous() and images.shape == (3, 3, 7, 5) and images.dtype == expected.dtype
+    assert torch.equal(images, expected) and targets.tolist() == [0, 1, 2]
+    # a 4-channel view and a plain CHW tensor in one batch still stack exactly
+    mixed = [torch.from_numpy(np.ones((7, 5, 4), dtype)).permute(2, 0, 1), torch.zeros(4, 7, 5, dtype=expected.dtype)]
+    out, _ = stack_collate([(mixed[0], 0), (mixed[1], 1)])
+    assert out[0].sum().item() == 4 * 7 * 5 and out[1].sum().item() == 0
+
+
 def test_stack_collate_names_mismatched_samples():
     batch = [(np.zeros((4, 5, 3), np.uint8), 0), (np.zeros((4, 5, 3), np.uint8), 1), (np.zeros((6, 5, 3), np.uint8), 2)]
     with pytest.raises(ValueError) as e:
