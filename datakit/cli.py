@@ -471,7 +471,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     counts = args.workers or default_candidates()
     rows, out = [], []
     for w in counts:
-        m = measure_throughput(ds, args.batch_size, w, budget_s=args.seconds)
+        # raw decodes differ in size: count them instead of stacking them
+        m = measure_throughput(ds, args.batch_size, w, budget_s=args.seconds, collate_fn=None if args.size else len)
         out.append(m.__dict__)
         rows.append([w, f"{m.images_per_s:.0f}", f"{m.batches_per_s:.1f}", f"{m.first_batch_s:.2f}"])
         if not args.json and not args.quiet:

@@ -206,6 +206,10 @@ def create_loader(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if collate_fn is None:
+        from datakit.collate import stack_collate
+
+        collate_fn = stack_collate
     env = os.environ.get("DATAKIT_NUM_WORKERS")
     if env is not None:
         num_workers = int(env)
@@ -239,10 +243,6 @@ def create_loader(
         drop_last = train and per_rank % batch_size == 1 and per_rank > 1
         if drop_last:
             log.info("drop_last=True: the last training batch would hold 1 sample, which breaks BatchNorm")
-    if collate_fn is None:
-        from datakit.collate import stack_collate
-
-        collate_fn = stack_collate
     generator = None
     if seed is not None:
         generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)  # distinct worker seeds per rank

@@ -41,45 +41,79 @@ class TuneResult:
     seconds: float = 0.0
 
 
-def _count(batch: list) -> int:
-    return len(batch)
+def _images(batch) -> int:
+    if isinstance(batch, int):
+        return batch
+    first = batch[0] if isinstance(batch, (tuple, list)) else batch
+    return len(first) if hasattr(first, "__len__") else 1
+
+
+def _settled(times: list[float], tolerance: float) -> bool:
+    """Whether the batch rate over the second half of ``times`` matches the first half's."""
+    half = len(times) // 2
+    first, second = times[half] - times[0], times[-1] - times[half]
+    if first <= 0 or second <= 0:
+        return False
+    r1, r2 = half / first, (len(times) - 1 - half) / second
+    return abs(r1 - r2) <= tolerance * max(r1, r2)
 
 
 def measure_throughput(dataset: Dataset, batch_size: int, num_workers: int, *, budget_s: float = 5.0,
-                       collate_fn=None, max_batches: int | None = None) -> Measurement:  # fmt: skip
-    """Load batches for about ``budget_s`` seconds and report images/s (after the first batch,
-    which pays the workers' start-up and is reported separately)."""
+                       collate_fn=None, max_batches: int | None = None, min_batches: int = 8,
+                       tolerance: float = 0.05) -> Measurement:  # fmt: skip
+    """Load real batches (``collate_fn``, :func:`~datakit.collate.stack_collate` by default, so
+    building and handing over the batch is counted) and report images/s in the steady state.
+
+    The first batch pays the workers' start-up and is reported separately; the next
+    ``num_workers - 1`` were built alongside it, so the clock starts after them. Measuring stops
+    after ``budget_s`` seconds, after ``max_batches``, or as soon as at least ``2 * min_batches``
+    batches show the same rate (within ``tolerance``) in both halves.
+    """
     import torch
+
+    from datakit.collate import stack_collate
 
     if len(dataset):
         dataset[0]  # pay lazy imports (decoders) here, before forking workers and starting the clock
     g = torch.Generator().manual_seed(0)
     kwargs = {"prefetch_factor": 4, "persistent_workers": True} if num_workers else {}
+    warmup = max(1, num_workers)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create")  # trying more is the point
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
-                            collate_fn=collate_fn or _count, generator=g, **kwargs)  # fmt: skip
+                            collate_fn=collate_fn or stack_collate, generator=g, **kwargs)  # fmt: skip
         t0 = time.perf_counter()
-        images = batches = 0
         first = None
-        start = t0
+        seen = 0
+        times: list[float] = []  # arrival of each batch after the warm-up ones
+        counts: list[int] = []
         done = False
         while not done:  # as many epochs as the budget takes (small datasets)
             for batch in loader:
                 now = time.perf_counter()
+                seen += 1
                 if first is None:
-                    first, start = now - t0, now
+                    first = now - t0
+                if seen <= warmup:
+                    times, counts = [now], [0]
                     continue
-                images += batch if isinstance(batch, int) else batch_size
-                batches += 1
-                if now - start >= budget_s or (max_batches and batches >= max_batches):
+                times.append(now)
+                counts.append(_images(batch))
+                del batch
+                n = len(times) - 1
+                if (now - times[0] >= budget_s or (max_batches and n >= max_batches)
+                        or (n >= 2 * min_batches and _settled(times, tolerance))):  # fmt: skip
                     done = True
                     break
             if first is None:
                 break  # an empty dataset
         del loader
-    elapsed = max(1e-9, time.perf_counter() - start)
-    return Measurement(num_workers, images / elapsed, batches / elapsed, first or 0.0, images)
+    if len(times) < 2:  # fewer batches than workers: time the whole thing
+        elapsed = max(1e-9, time.perf_counter() - t0)
+        return Measurement(num_workers, len(dataset) / elapsed, seen / elapsed, first or 0.0, len(dataset))
+    elapsed = max(1e-9, times[-1] - times[0])
+    images = sum(counts)
+    return Measurement(num_workers, images / elapsed, (len(times) - 1) / elapsed, first or 0.0, images)
 
 
 def usable_cpus() -> int:

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from datakit.cli import main
 from datakit.loader import EpochSampler, InfiniteLoader, create_loader, seed_everything
 from datakit.prefetch import CUDAPrefetcher
+from datakit.transforms import train_pipeline
 from datakit.tuning import measure_throughput, tune_num_workers
 
 
@@ -124,11 +125,32 @@ def test_num_workers_env_override(monkeypatch):
     assert create_loader(Indexed(4), 2, num_workers=3).num_workers == 0
 
 
+class _Sized(Dataset):
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def __getitem__(self, i):
+        return np.zeros((self.sizes[i], 8, 3), np.uint8), i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_measure_throughput_builds_real_batches(workers):
+    m = measure_throughput(_Sized([8] * 40), 8, workers, max_batches=3)
+    # warm-up batches (one per worker) are not timed; then exactly 3 batches of 8
+    assert (m.num_workers, m.images) == (workers, 24) and m.images_per_s > 0 and m.batches_per_s > 0
+    # the batches are really stacked, so a dataset the loader could not batch fails here too
+    with pytest.raises(ValueError, match=r"^cannot stack images of different sizes into one batch \(samples "):
+        measure_throughput(_Sized([8, 9] * 20), 8, 0, max_batches=3)
+
+
 def test_tuning_measures_and_caches(tmp_path: Path, monkeypatch, class_folder: Path):
     from datakit.datasets import open_dataset
 
     monkeypatch.setenv("DATAKIT_CACHE", str(tmp_path))
-    ds = open_dataset(class_folder)
+    ds = open_dataset(class_folder, transform=train_pipeline(32, normalize=False))
     m = measure_throughput(ds, 4, 0, budget_s=0.3)
     assert m.images_per_s > 0 and m.images > 0
     res = tune_num_workers(ds, 4, budget_s=0.3)
@@ -138,7 +160,8 @@ def test_tuning_measures_and_caches(tmp_path: Path, monkeypatch, class_folder: P
     assert list(json.loads((tmp_path / "num_workers.json").read_text()).values()) == [res.best]
 
 
-def test_cli_bench(class_folder: Path, capsys):
+@pytest.mark.parametrize("size", ["32", "0"])  # 0: raw decodes of mixed sizes, counted rather than stacked
+def test_cli_bench(class_folder: Path, capsys, size: str):
     assert (
         main(
             [
@@ -152,7 +175,7 @@ def test_cli_bench(class_folder: Path, capsys):
                 "0.3",
                 "--json",
                 "--size",
-                "32",
+                size,
             ]
         )
         == 0

@@ -32,11 +32,13 @@ def main() -> None:
     args = parser.parse_args()
     src = make_photo_set(args.data / "loader-small", args.n, 320, 640)
     ds = open_dataset(src, transform=train_pipeline(224, normalize=False))
-    sweep = {w: measure_throughput(ds, args.batch_size, w, budget_s=args.seconds)
+    sweep = {w: measure_throughput(ds, args.batch_size, w, budget_s=args.seconds, tolerance=0.0)
              for w in (int(x) for x in args.sweep.split(","))}  # fmt: skip
     tuned = tune_num_workers(ds, args.batch_size, cache=False, budget_s=args.tune_seconds)
     best = max(sweep.values(), key=lambda m: m.images_per_s)
-    chosen = sweep.get(tuned.best) or measure_throughput(ds, args.batch_size, tuned.best, budget_s=args.seconds)
+    chosen = sweep.get(tuned.best) or measure_throughput(
+        ds, args.batch_size, tuned.best, budget_s=args.seconds, tolerance=0.0
+    )
     epoch_s = len(ds) / best.images_per_s
     rows = [[w, round(m.images_per_s), f"{m.images_per_s / best.images_per_s:.2f}", round(m.first_batch_s, 2),
              "<- tuned" if w == tuned.best else ("<- best" if w == best.num_workers else "")] for w, m in sweep.items()]  # fmt: skip
