@@ -73,7 +73,9 @@ class CUDAPrefetcher:
             return {k: self._move(v, state) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             moved = [self._move(v, state) for v in obj]
-            return type(obj)(moved) if isinstance(obj, tuple) and not hasattr(obj, "_fields") else moved
+            if hasattr(obj, "_fields"):  # a namedtuple keeps its type and field names
+                return type(obj)(*moved)
+            return tuple(moved) if isinstance(obj, tuple) else moved
         return obj
 
     def _preload(self, it):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -105,6 +106,24 @@ def test_prefetcher_passes_through_without_cuda():
     assert [b[0].tolist() for b in pre] == [[0, 1], [2, 3], [4, 5]]
     with pytest.raises(ValueError, match="give both mean and std"):
         CUDAPrefetcher(loader, "cpu", mean=[0.5])
+
+
+def test_prefetcher_conversion_keeps_structure():
+    # the conversion the prefetcher runs on the side stream, here on CPU tensors
+    Batch = collections.namedtuple("Batch", "images targets")
+    images = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    expected = (images.float() / 255 - 0.5) / 0.25
+    pre = CUDAPrefetcher([], "cpu", mean=[0.5] * 3, std=[0.25] * 3, channels_last=True)
+    out = pre._move(Batch(images, {"label": torch.tensor([1, 2]), "extra": (images[0],)}), {"images_done": False})
+    assert type(out) is Batch and out.images.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out.images, expected)
+    # only the first uint8 NCHW tensor is the images; the rest moves unchanged
+    assert out.targets["label"].tolist() == [1, 2] and out.targets["extra"][0].dtype == torch.uint8
+    assert type(out.targets["extra"]) is tuple
+    # NHWC batches (stacked numpy images) come out NCHW; 0-255 statistics are used as given
+    nhwc = images.permute(0, 2, 3, 1).contiguous()
+    pre255 = CUDAPrefetcher([], "cpu", mean=[127.5] * 3, std=[63.75] * 3)
+    torch.testing.assert_close(pre255._move([nhwc, 0], {"images_done": False})[0], (images.float() - 127.5) / 63.75)
 
 
 @pytest.mark.gpu
