@@ -145,6 +145,7 @@ class Normalize:
         self.scale255 = bool(self.mean.max() > 1.0)
         self.inplace = inplace
         self._warned = False
+        self._luts: list[np.ndarray] | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.ndim < 3:
@@ -154,14 +155,11 @@ class Normalize:
             raise ValueError(f"Normalize has {len(self.mean)} channel statistics but the input has {c} channels")
         if x.dtype == torch.uint8:
             # (x / 255 - mean) / std as one multiply-add over the converted pixels
+            if x.device.type == "cpu" and x.is_contiguous():
+                return self._lookup(x)
             scale = 1.0 / self.std if self.scale255 else 1.0 / (255.0 * self.std)
             shape = (-1, 1, 1)
-            if x.device.type == "cpu":
-                from datakit.collate import host_empty
-
-                out = host_empty(x.shape, torch.float32).copy_(x)
-            else:
-                out = x.to(torch.float32)
+            out = x.to(torch.float32)
             return out.mul_(scale.to(x.device).view(shape)).sub_((self.mean / self.std).to(x.device).view(shape))
         else:
             if not self._warned:
@@ -172,6 +170,25 @@ class Normalize:
         mean = self.mean.to(x.device).view(shape)
         std = self.std.to(x.device).view(shape)
         return x.sub_(mean).div_(std)
+
+    def _lookup(self, x: torch.Tensor) -> torch.Tensor:
+        """uint8 CPU pixels through one 256-entry table per channel: conversion, scaling and
+        normalisation in a single pass, on the calling thread (a main process that normalises
+        batches must not compete with its loader's workers for the cores)."""
+        import cv2
+
+        from datakit.collate import host_empty
+
+        if self._luts is None:
+            values = np.arange(256, dtype=np.float64) / (1.0 if self.scale255 else 255.0)
+            self._luts = [((values - m) / s).astype(np.float32) for m, s in zip(self.mean.tolist(), self.std.tolist())]
+        out = host_empty(x.shape, torch.float32)
+        c, h, w = x.shape[-3:]
+        src, dst = x.numpy().reshape(-1, c, h, w), out.numpy().reshape(-1, c, h, w)
+        for k in range(src.shape[0]):
+            for j in range(c):
+                cv2.LUT(src[k, j], self._luts[j], dst=dst[k, j])
+        return out
 
     def _check_scale(self, x: torch.Tensor) -> None:
         hi = float(x.max()) if x.numel() else 0.0

@@ -57,6 +57,18 @@ def test_layout_and_colour():
         HWCToCHW()(np.zeros((3, 4, 5, 6), np.uint8))
 
 
+@pytest.mark.parametrize("shape", [(3, 5, 7), (4, 3, 5, 7)])
+def test_normalize_contiguous_uint8_matches_torchvision(shape):
+    x = torch.randint(0, 256, shape, dtype=torch.uint8)
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    out = Normalize(mean, std)(x)
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    torch.testing.assert_close(out, T.Normalize(mean, std)(x.float() / 255))
+    caffe_mean, caffe_std = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
+    torch.testing.assert_close(Normalize(caffe_mean, caffe_std)(x), T.Normalize(caffe_mean, caffe_std)(x.float()))
+    assert x.dtype == torch.uint8  # the input is left as it was
+
+
 def test_normalize_scales_and_warns():
     img = synthetic_image(8, 8)
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
