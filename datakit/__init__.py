@@ -9,17 +9,27 @@ from __future__ import annotations
 import importlib
 
 from datakit.devices import select_gpus
-from datakit.io import ImageDecodeError, decode_image, encode_image, imread, imwrite
+from datakit.errors import (
+    ArchiveError,
+    DataError,
+    DatakitError,
+    ImageDecodeError,
+    LabelError,
+    PackError,
+    SampleError,
+    UsageError,
+)
+from datakit.io import decode_image, encode_image, imread, imwrite
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "unzip": "archive", "detect_encoding": "archive", "ZipReader": "archive", "ArchiveError": "archive",
-    "read_labels": "labels", "LabelTable": "labels", "ClassMap": "labels", "LabelError": "labels",
+    "unzip": "archive", "detect_encoding": "archive", "ZipReader": "archive",
+    "read_labels": "labels", "LabelTable": "labels", "ClassMap": "labels",
     "open_dataset": "datasets", "FolderDataset": "datasets", "TableDataset": "datasets",
-    "ZipDataset": "datasets", "SampleError": "datasets",
+    "ZipDataset": "datasets",
     "LmdbDataset": "lmdb", "LmdbReader": "lmdb", "LmdbWriter": "lmdb", "pack_lmdb": "lmdb",
-    "verify_lmdb": "lmdb", "PackError": "lmdb",
+    "verify_lmdb": "lmdb",
     "compute_stats": "stats", "Stats": "stats", "PRESETS": "stats",
     "check_dataset": "check", "preview": "check",
     "stack_collate": "collate", "pad_collate": "collate", "detection_collate": "collate",
@@ -28,7 +38,14 @@ _LAZY = {
 }  # fmt: skip
 
 __all__ = [
+    "ArchiveError",
+    "DataError",
+    "DatakitError",
     "ImageDecodeError",
+    "LabelError",
+    "PackError",
+    "SampleError",
+    "UsageError",
     "__version__",
     "decode_image",
     "encode_image",

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from datakit.errors import ArchiveError
 from datakit.io import discard
 
 __all__ = [
@@ -44,10 +45,6 @@ DEFAULT_MAX_RATIO = 200.0
 DEFAULT_MAX_TOTAL = 100 * 2**30
 _RATIO_MIN_SIZE = 1 << 20  # tiny members compress absurdly well without being bombs
 _CHUNK = 1 << 20
-
-
-class ArchiveError(ValueError):
-    """An archive that cannot be read or must not be extracted; the message names it."""
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,9 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from datakit.errors import DatakitError, UsageError
+
 __all__ = ["main", "unzip_gbk_main", "UsageError"]
-
-
-class UsageError(Exception):
-    """Bad usage detected after parsing (a missing input, a conflicting option): exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -508,31 +506,23 @@ _EXTRA_COMMANDS: list = [_register_lmdb, _register_check, _register_stats, _regi
 
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
-    from datakit.archive import ArchiveError
-    from datakit.io import ImageDecodeError
-    from datakit.labels import LabelError
-
     try:
         return func(args)
-    except UsageError as exc:
+    except DatakitError as exc:  # the type decides the exit code: UsageError 2, data errors 1
         print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except (ArchiveError, ImageDecodeError, LabelError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
-    except ValueError as exc:  # the library checks user input with ValueError
+    except ValueError as exc:  # a check in a library not yet given a datakit type: data, not usage
         print(f"{prog}: error: {exc}", file=sys.stderr)
-        return _value_error_code(exc)
+        return 1
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-
-
-def _value_error_code(exc: ValueError) -> int:
-    return 2 if getattr(exc, "usage", False) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

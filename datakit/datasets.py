@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
+from datakit.errors import SampleError
 from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, read_bytes
 from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, ClassMap, LabelError, LabelTable, read_labels, resolve_path
 
@@ -35,10 +36,6 @@ __all__ = [
 log = logging.getLogger("datakit")
 ON_ERROR = ("raise", "skip", "warn")
 DEFAULT_CACHE_LIMIT = 2 * 2**30
-
-
-class SampleError(ValueError):
-    """A sample that cannot be read; the message names its index and file."""
 
 
 class StringArray:

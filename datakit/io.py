@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from datakit.errors import ImageDecodeError
+
 __all__ = [
     "IMAGE_EXTENSIONS",
     "MODES",
@@ -55,10 +57,6 @@ _MAGIC = (
     (b"MM\x00*", "TIFF"),
 )
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-class ImageDecodeError(ValueError):
-    """An image file or buffer that cannot be decoded; the message names the file and the cause."""
 
 
 def image_format(data: bytes | memoryview) -> str | None:

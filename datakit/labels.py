@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from datakit.errors import LabelError
+
 __all__ = [
     "FILE_COLUMNS",
     "LABEL_COLUMNS",
@@ -34,10 +36,6 @@ LABEL_COLUMNS = ("label", "labels", "class", "class_name", "classname", "categor
 SPLIT_COLUMNS = ("split", "subset", "set", "划分", "数据集")
 EXCEL_SUFFIXES = (".xlsx", ".xlsm")
 TEXT_SUFFIXES = (".csv", ".tsv", ".txt")
-
-
-class LabelError(ValueError):
-    """A label table that cannot be used as it is; the message names the file, sheet and row."""
 
 
 def _norm(name: object) -> str:

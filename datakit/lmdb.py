@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.datasets import ImageDataset, SampleError, StringArray
+from datakit.errors import PackError
 from datakit.io import _jpeg_size, decode_image, encode_image, image_format, probe_image
 from datakit.labels import ClassMap
 
@@ -45,10 +46,6 @@ INDEX_KEY = b"__index__"
 RECORD = np.dtype([("target", "<i8"), ("height", "<u4"), ("width", "<u4"), ("crc32", "<u4"), ("split", "<u2"),
                    ("_pad", "<u2"), ("nbytes", "<u8")])  # fmt: skip
 INITIAL_MAP_SIZE = 64 << 20
-
-
-class PackError(ValueError):
-    """A pack that cannot be written or read as asked; the message names it and says what to do."""
 
 
 _ENVS: dict[str, object] = {}

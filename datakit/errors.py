@@ -1,0 +1,56 @@
+"""The exception types of datakit: what went wrong decides the CLI's exit code, never the message.
+
+``UsageError`` (exit 2) is a mistake in how datakit was called: a bad option value, a missing
+input, an output that exists without ``--overwrite``. ``DataError`` and its subclasses (exit 1)
+are problems with the data itself. Every one is a ``ValueError`` too, so code that catches
+``ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArchiveError",
+    "DataError",
+    "DatakitError",
+    "ImageDecodeError",
+    "LabelError",
+    "PackError",
+    "SampleError",
+    "UsageError",
+]
+
+
+class DatakitError(ValueError):
+    """Base of every error datakit raises on purpose; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+
+class UsageError(DatakitError):
+    """Bad usage: an option out of range, a missing input, an existing output without --overwrite."""
+
+    exit_code = 2
+
+
+class DataError(DatakitError):
+    """A problem with the data (a file, an archive member, a table row, a pack): exit 1."""
+
+
+class ImageDecodeError(DataError):
+    """Bytes that are not a decodable image (empty, truncated, not an image, over the pixel budget)."""
+
+
+class ArchiveError(DataError):
+    """An archive that cannot be read or extracted safely; the message names the archive and member."""
+
+
+class LabelError(DataError):
+    """A label table that cannot be used as it is; the message names the file, sheet and row."""
+
+
+class PackError(DataError):
+    """A pack that cannot be written or read as asked; the message names it and says what to do."""
+
+
+class SampleError(DataError):
+    """One sample that cannot be read or decoded; the message names the sample index and file."""
