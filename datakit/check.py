@@ -8,9 +8,7 @@ and the range of image sizes.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,10 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from datakit.datasets import ImageDataset, TableDataset, open_dataset
+from datakit.errors import DataError, UsageError
 from datakit.io import IMAGE_EXTENSIONS, probe_image
 from datakit.labels import LabelError, LabelTable, read_labels
+from datakit.parallel import map_ordered
 
-__all__ = ["CheckReport", "check_dataset", "preview"]
+__all__ = ["PREVIEW_EXTENSIONS", "CheckReport", "check_dataset", "preview"]
 
 
 @dataclass
@@ -44,22 +44,14 @@ class CheckReport:
                 "height_range": self.height_range, "width_range": self.width_range}  # fmt: skip
 
 
-_DS: ImageDataset | None = None
-
-
-def _probe(i: int) -> tuple[int, int, int, str | None]:
-    assert _DS is not None
+def _probe(ds: ImageDataset, i: int) -> tuple[int, int, str | None]:
+    """``(height, width, None)`` of sample ``i`` from its header, or ``(0, 0, reason)``."""
     try:
-        h, w = probe_image(_DS.read(i), _DS.name(i))
-        return i, h, w, None
+        h, w = probe_image(ds.read(i), ds.name(i))
+        return h, w, None
     except (ValueError, OSError, KeyError) as exc:
         text = str(exc)
-        return i, 0, 0, text if _DS.name(i) in text else f"{_DS.name(i)}: {text}"
-
-
-def _init(ds: ImageDataset) -> None:
-    global _DS
-    _DS = ds
+        return 0, 0, text if ds.name(i) in text else f"{ds.name(i)}: {text}"
 
 
 def check_dataset(
@@ -68,9 +60,14 @@ def check_dataset(
     labels: str | os.PathLike | None = None,
     split: str | None = None,
     workers: int | None = None,
+    distributed: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> CheckReport:
-    """Read every sample of ``src`` (anything :func:`open_dataset` takes) and report what is wrong."""
+    """Read every sample of ``src`` (anything :func:`open_dataset` takes) and report what is wrong.
+
+    With an initialised ``torch.distributed`` process group (and ``distributed``), each rank reads
+    its share of the samples and every rank gets the whole report.
+    """
     report = CheckReport()
     table: LabelTable | None = read_labels(labels) if labels is not None else None
     try:
@@ -87,15 +84,16 @@ def check_dataset(
     todo = [i for i in range(len(ds)) if i not in missing]
     sizes = np.zeros((len(ds), 2), dtype=np.int64)
     ok = np.zeros(len(ds), dtype=bool)
-    workers = min(workers or len(os.sched_getaffinity(0)), max(1, len(todo) // 64))
-    if workers > 1:
-        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-        with ctx.Pool(workers, initializer=_init, initargs=(ds,)) as pool:
-            results = list(_tick(pool.imap_unordered(_probe, todo, chunksize=16), len(todo), progress))
-    else:
-        _init(ds)
-        results = list(_tick(map(_probe, todo), len(todo), progress))
-    for i, h, w, err in sorted(results):
+    rank, world = _process_group() if distributed else (0, 1)
+    mine = todo[rank::world]
+    probes = list(zip(mine, map_ordered(_probe, mine, workers=workers, dataset=ds, per_worker=64, progress=progress)))
+    if world > 1:  # every rank read its share; every rank gets the whole report
+        import torch.distributed as dist
+
+        parts: list = [None] * world
+        dist.all_gather_object(parts, probes)
+        probes = sorted(p for part in parts for p in part)
+    for i, (h, w, err) in probes:
         if err is not None:
             where = f" ({ds.where(i)})" if isinstance(ds, TableDataset) else ""
             report.problems.append(f"unreadable: {err}{where}")
@@ -117,11 +115,14 @@ def check_dataset(
     return report
 
 
-def _tick(it, total: int, progress: Callable[[int, int], None] | None):
-    for k, item in enumerate(it, 1):
-        if progress:
-            progress(k, total)
-        yield item
+def _process_group() -> tuple[int, int]:
+    """(rank, world size) of an initialised ``torch.distributed`` group, else (0, 1)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # no group can exist if torch.distributed was never imported
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def _check_table(ds: TableDataset, src: str | os.PathLike, whole_folder: bool, report: CheckReport) -> None:
@@ -194,16 +195,40 @@ def _to_hwc_uint8(img) -> np.ndarray:
     return np.ascontiguousarray(img[..., :3])
 
 
+PREVIEW_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+
+
 def preview(
-    ds: ImageDataset, out: str | os.PathLike, *, n: int = 32, cols: int = 8, tile: int = 160, seed: int = 0
+    ds: ImageDataset,
+    out: str | os.PathLike,
+    *,
+    n: int = 32,
+    cols: int = 8,
+    tile: int = 160,
+    seed: int = 0,
+    overwrite: bool = False,
 ) -> Path:
     """A contact sheet of ``n`` random samples as the model sees them (after the dataset's transform),
-    each captioned with its index and class, written atomically to ``out`` (PNG or JPEG)."""
+    each captioned with its index and class, written atomically to ``out`` (``PREVIEW_EXTENSIONS``).
+
+    Raises:
+        UsageError: ``n``, ``cols`` or ``tile`` below 1, an unknown extension, an existing ``out``
+            without ``overwrite``, an empty dataset.
+    """
     import cv2
     from PIL import Image, ImageDraw
 
-    from datakit.io import imwrite
+    from datakit.io import check_output, imwrite
 
+    out = Path(out)
+    for name, value in (("n", n), ("cols", cols), ("tile", tile)):
+        if value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+    if out.suffix.lower() not in PREVIEW_EXTENSIONS:
+        raise UsageError(f"{out}: cannot tell the picture format; end the name in {', '.join(PREVIEW_EXTENSIONS)}")
+    check_output(out, overwrite=overwrite)
+    if len(ds) == 0:
+        raise DataError("the dataset is empty: nothing to preview")
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(len(ds), size=min(n, len(ds)), replace=False))
     rows = -(-len(picks) // cols)
@@ -226,4 +251,4 @@ def preview(
         if not unicode_font and not label.isascii():
             text = f"{int(i)}: class {int(target)}"  # no CJK font here: the caller prints the legend
         draw.text((x + 4, y + tile + 2), text, fill=(255, 255, 255), font=font)
-    return imwrite(out, np.asarray(sheet), mode="rgb")
+    return imwrite(out, np.asarray(sheet), mode="rgb", overwrite=overwrite)

@@ -1,12 +1,16 @@
 """The ``datakit`` and ``unzip-gbk`` commands: parse arguments, call the library, report.
 
 Exit codes: 0 success, 1 a problem with the data (one line per problem on stderr), 2 bad usage.
-A user mistake never shows a traceback.
+The exception's type decides the code (:mod:`datakit.errors`), never its message. Every option
+is checked when it is parsed, so a bad value is one line and exit 2, before any work starts.
+Nothing written replaces an existing file without ``--overwrite``. Under ``torchrun`` only rank
+0 prints, writes files and shows progress; the other ranks do their share of the work.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import re
@@ -22,8 +26,21 @@ __all__ = ["main", "unzip_gbk_main", "UsageError"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own usage errors: exit 2 with the usage line
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        if _rank() == 0:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2)
+
+
+def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with ``example`` (shown as written)."""
+    raw = argparse.RawDescriptionHelpFormatter
+    description = help[:1].upper() + help[1:] + "."
+    return sub.add_parser(name, help=help, description=description, epilog="example:\n" + example, formatter_class=raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# output helpers
 
 
 def display_width(text: str) -> int:
@@ -45,6 +62,14 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], file=No
             print("  ".join("-" * w for w in widths), file=file)
 
 
+def _print_json(obj: object) -> None:
+    print(json.dumps(obj, ensure_ascii=False, indent=2))
+
+
+# ---------------------------------------------------------------------------------------------
+# option types: each one rejects a bad value when it is parsed (argparse turns it into exit 2)
+
+
 def parse_bytes(text: str) -> int:
     """``"500M"``, ``"10G"``, ``"1024"`` to a byte count."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
@@ -58,9 +83,76 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type for a whole number in ``lo..hi`` (no upper bound when ``hi`` is None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            want = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"must be {want}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in its messages
+    return parse
+
+
+_count = int_range(1)  # sizes, counts, batch sizes
+_workers = int_range(0)  # 0: in the main process
+
+
+def _encoding(text: str) -> str:
+    """``auto`` or a codec Python knows (gbk, big5, cp932, utf-8-sig, ...)."""
+    if text.lower() == "auto":
+        return "auto"
+    try:
+        return codecs.lookup(text).name
+    except LookupError:
+        raise argparse.ArgumentTypeError(f"unknown encoding {text!r}: use auto, gbk, big5, cp932, utf-8...") from None
+
+
+def _extension(*allowed: str) -> Callable[[str], str]:
+    """An argparse type for an output file name ending in one of ``allowed``."""
+
+    def parse(text: str) -> str:
+        if Path(text).suffix.lower() not in allowed:
+            raise argparse.ArgumentTypeError(f"{text!r}: the name must end in {', '.join(allowed)}")
+        return text
+
+    parse.__name__ = "file name"
+    return parse
+
+
+def _wxh(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)[xX*](\d+)", text.strip())
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise argparse.ArgumentTypeError(f"size must look like WxH (for example 224x224), got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 0,1,2,4, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected numbers >= 0 like 0,1,2,4, got {text!r}")
+    return sorted(set(values))
+
+
+def _shard(text: str) -> str:
+    m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
+        raise argparse.ArgumentTypeError(f"must be I/N with 0 <= I < N (for example 0/4), got {text!r}")
+    return text.strip()
 
 
 def _existing(path: str) -> Path:
@@ -68,6 +160,49 @@ def _existing(path: str) -> Path:
     if not p.exists():
         raise UsageError(f"{path}: no such file or folder")
     return p
+
+
+def _add_json_quiet(p: argparse.ArgumentParser, quiet: str = "no progress bar and no summary") -> None:
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help=quiet)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun: one rank speaks
+
+
+def _rank() -> int:
+    """This process's rank: the initialised process group's, else torchrun's RANK, else 0."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _world() -> int:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
+def _join_process_group() -> bool:
+    """Under torchrun (WORLD_SIZE > 1, MASTER_ADDR set), join the ranks with gloo; True if this
+    call created the group (the caller then destroys it)."""
+    if _world() <= 1 or "MASTER_ADDR" not in os.environ:
+        return False
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    dist.init_process_group("gloo", init_method="env://")
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,16 +217,21 @@ def _add_unzip_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-l", "--list", action="store_true", help="list decoded names, sizes and the encoding; extract nothing"
     )
-    p.add_argument(
-        "--encoding", default="auto", help="encoding of unflagged names: auto (default), gbk, big5, cp932..."
-    )
+    p.add_argument("--encoding", type=_encoding, default="auto",
+                   help="encoding of unflagged names: auto (default), gbk, big5, cp932...")  # fmt: skip
     p.add_argument("--overwrite", action="store_true", help="replace existing files that differ")
     p.add_argument("--max-ratio", type=_positive_float, default=DEFAULT_MAX_RATIO,
                    help=f"refuse members that expand more than this (default {DEFAULT_MAX_RATIO:.0f}:1)")  # fmt: skip
     p.add_argument("--max-total", type=parse_bytes, default=DEFAULT_MAX_TOTAL,
                    help="refuse archives declaring more uncompressed bytes than this (default 100G)")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+    _add_json_quiet(p)
+
+
+_UNZIP_EXAMPLE = """\
+  %(prog)s 照片.zip -d photos          # names decoded as GBK (or Big5, CP932...) when not flagged UTF-8
+  %(prog)s 照片.zip -l                 # list the decoded names first; extract nothing
+  %(prog)s 照片.zip --encoding gbk -d photos --overwrite
+"""
 
 
 def cmd_unzip(args: argparse.Namespace) -> int:
@@ -111,7 +251,7 @@ def cmd_unzip(args: argparse.Namespace) -> int:
                     for m in members
                 ],
             }
-            print(json.dumps(out, ensure_ascii=False, indent=2))
+            _print_json(out)
             return 0
         print(f"encoding: {guess.encoding} ({guess.reason})")
         rows = [
@@ -133,9 +273,9 @@ def cmd_unzip(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(problem, file=sys.stderr)
     if args.json:
-        print(json.dumps({"archive": str(archive), "dest": str(args.dest), "encoding": report.encoding.encoding,
-                          "extracted": report.extracted, "unchanged": report.unchanged,
-                          "problems": report.problems}, ensure_ascii=False, indent=2))  # fmt: skip
+        _print_json({"archive": str(archive), "dest": str(args.dest), "encoding": report.encoding.encoding,
+                     "extracted": report.extracted, "unchanged": report.unchanged,
+                     "problems": report.problems})  # fmt: skip
     elif not args.quiet:
         done = f"extracted {len(report.extracted)} files to {args.dest}"
         if report.unchanged:
@@ -151,8 +291,8 @@ def cmd_unzip(args: argparse.Namespace) -> int:
 
 
 def _bar(total: int, desc: str, quiet: bool, unit: str = "img"):
-    """A tqdm bar on stderr, or None when quiet or stderr is not a terminal."""
-    if quiet or not sys.stderr.isatty():
+    """A tqdm bar on stderr, or None when quiet, not rank 0, or stderr is not a terminal."""
+    if quiet or _rank() != 0 or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 
@@ -171,7 +311,8 @@ def _progress(bar) -> Callable[[int, int], None]:
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", help="a class folder, a label table, a .zip, an LMDB pack (or several shards)", nargs="+")
+    p.add_argument("src", help="a class folder, a label table, a .zip, an LMDB pack (or several shards, or a glob)",
+                   nargs="+")  # fmt: skip
     p.add_argument("--labels", help="label table (.xlsx/.csv) naming the files under SRC")
     p.add_argument("--split", help="only this split (a sheet name, or a value of the split column)")
     p.add_argument("--remap-labels", action="store_true", help="map integer labels that are not 0..C-1 to 0..C-1")
@@ -179,17 +320,39 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
 
 def _source(args: argparse.Namespace):
     srcs = [str(_existing(s)) if not any(c in s for c in "*?[") else s for s in args.src]
+    if args.labels:
+        _existing(args.labels)
     return srcs[0] if len(srcs) == 1 else srcs
 
 
+_PACK_EXAMPLE = """\
+  %(prog)s 数据集/ train.lmdb --max-size 512 --quality 90
+  %(prog)s photos/ photos.lmdb --labels labels.xlsx --split train --resume
+  %(prog)s photos/ part-1-of-4.lmdb --shard 1/4        # open_dataset('part-*.lmdb') reads the four as one
+  torchrun --nproc_per_node 4 -m datakit.cli pack-lmdb photos/ 'part-{rank}.lmdb'   # one shard per rank
+"""
+
+
+def _pack_share(args: argparse.Namespace) -> tuple[str, str | None]:
+    """OUT and --shard for this rank: under torchrun an OUT naming ``{rank}`` packs shard RANK/WORLD_SIZE
+    into its own file on every rank; any other OUT is packed by rank 0 alone."""
+    out, shard = args.src[1], args.shard
+    if "{rank}" in out:
+        if shard is not None:
+            raise UsageError("an OUT with {rank} picks each rank's shard itself; drop --shard")
+        out, shard = out.replace("{rank}", str(_rank())), f"{_rank()}/{_world()}"
+    return out, shard
+
+
 def cmd_pack_lmdb(args: argparse.Namespace) -> int:
-    from datakit.lmdb import PackError, pack_lmdb
+    from datakit.lmdb import pack_lmdb
 
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite contradict each other; pick one")
     if len(args.src) != 2:
-        raise UsageError("pack-lmdb takes SRC and OUT")
-    src, out = str(_existing(args.src[0])), args.src[1]
+        raise UsageError(f"pack-lmdb takes SRC and OUT, got {len(args.src)} paths")
+    src = str(_existing(args.src[0]))
+    out, shard = _pack_share(args)
     if args.labels:
         _existing(args.labels)
     bar = _bar(0, "pack", args.quiet)
@@ -205,12 +368,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     try:
         report = pack_lmdb(src, out, labels=args.labels, split=args.split, max_size=args.max_size,
                            quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
-                           shard=args.shard, skip_bad=args.skip_bad, remap_labels=args.remap_labels,
+                           shard=shard, skip_bad=args.skip_bad, remap_labels=args.remap_labels,
                            commit_every=args.commit_every, progress=progress)  # fmt: skip
-    except PackError as exc:
-        if "already exists" in str(exc) or "contradict" in str(exc) or "I/N" in str(exc):
-            raise UsageError(str(exc)) from None
-        raise
     finally:
         if bar is not None:
             bar.close()
@@ -221,7 +380,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
                "skipped": report.skipped, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
                "seconds": round(report.seconds, 3), "images_per_s": round(rate, 1)}  # fmt: skip
     if args.json:
-        print(json.dumps(summary, ensure_ascii=False, indent=2))
+        _print_json(summary)
     elif not args.quiet:
         resumed = f" (resumed after {report.resumed_from})" if report.resumed_from else ""
         print(f"packed {report.count} images{resumed} into {report.path}: {report.bytes_in / 2**20:.1f} MB read, "
@@ -230,15 +389,20 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     return 0
 
 
+cmd_pack_lmdb.every_rank = lambda args: len(args.src) == 2 and "{rank}" in args.src[1]  # type: ignore[attr-defined]
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from datakit.lmdb import lmdb_info
 
     info = lmdb_info(_existing(args.pack))
     if args.json:
-        print(json.dumps(info, ensure_ascii=False, indent=2))
+        _print_json(info)
         return 0
     state = "complete" if info["complete"] else f"INCOMPLETE ({info['count']} of {info.get('planned')})"
     print(f"{args.pack}: {info['format']} version {info['version']}, {info['count']} samples, {state}")
+    if args.quiet:
+        return 0
     print(f"  source: {info['source']} (shard {info['options']['shard'][0]}/{info['options']['shard'][1]})")
     stored, size = info.get("bytes", 0) / 2**20, info["file_bytes"] / 2**20
     print(f"  values: {info['encoding']}, {stored:.1f} MB in a {size:.1f} MB file; checksums {info['checksum']}")
@@ -264,7 +428,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if bar:
         bar.close()
     if args.json:
-        print(json.dumps({"pack": str(path), "samples": n, "problems": problems}, ensure_ascii=False, indent=2))
+        _print_json({"pack": str(path), "samples": n, "problems": problems})
     else:
         for p in problems:
             print(p, file=sys.stderr)
@@ -274,28 +438,33 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _register_lmdb(sub) -> None:
-    p = sub.add_parser("pack-lmdb", help="pack any dataset into an LMDB file, resumably")
+    p = _command(sub, "pack-lmdb", "pack any dataset into an LMDB file, resumably", _PACK_EXAMPLE)
     p.add_argument("src", nargs="+", metavar="SRC OUT", help="source (folder, table, zip) and the output pack folder")
     p.add_argument("--labels", help="label table (.xlsx/.csv) naming the files under SRC")
-    p.add_argument("--split", help="only this split")
+    p.add_argument("--split", help="only this split (a sheet name, or a value of the split column)")
     p.add_argument("--remap-labels", action="store_true", help="map integer labels that are not 0..C-1 to 0..C-1")
-    p.add_argument("--max-size", type=int, help="re-encode images whose longer side exceeds this (JPEG)")
-    p.add_argument("--quality", type=int, default=90, help="JPEG quality when re-encoding (default 90)")
-    p.add_argument("--workers", type=int, help="reader processes (default: usable CPUs)")
+    p.add_argument("--max-size", type=_count, metavar="N",
+                   help="re-encode (JPEG) images whose longer side exceeds N pixels (N >= 1)")  # fmt: skip
+    p.add_argument("--quality", type=int_range(1, 100), default=90, metavar="Q",
+                   help="JPEG quality 1-100 when re-encoding (default 90)")  # fmt: skip
+    p.add_argument("--workers", type=_workers, metavar="N", help="reader processes (default: usable CPUs; 0: none)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted pack")
     p.add_argument("--overwrite", action="store_true", help="replace an existing pack")
-    p.add_argument("--shard", help="I/N: pack only the I-th of N parts (0-based)")
+    p.add_argument("--shard", type=_shard, metavar="I/N", help="pack only the I-th of N parts (0-based)")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed) instead of failing")
-    p.add_argument("--commit-every", type=int, default=5000, help="samples per transaction at most (default 5000)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--commit-every", type=_count, default=5000, metavar="N",
+                   help="samples per transaction at most (default 5000)")  # fmt: skip
+    _add_json_quiet(p)
     p.set_defaults(func=cmd_pack_lmdb)
-    for name, func, text in (("info", cmd_info, "what a pack holds"),
-                             ("verify", cmd_verify, "re-check every checksum and decode every image")):  # fmt: skip
-        q = sub.add_parser(name, help=text)
+    examples = {"info": "  %(prog)s train.lmdb\n  %(prog)s train.lmdb --json\n",
+                "verify": "  %(prog)s train.lmdb          # exit 1 and one line per bad sample if any\n"}  # fmt: skip
+    for name, func, text, quiet in (
+        ("info", cmd_info, "what a pack holds", "print only the first line"),
+        ("verify", cmd_verify, "re-check every checksum and decode every image", "print only the problems"),
+    ):
+        q = _command(sub, name, text, examples[name])
         q.add_argument("pack", help="the pack folder (OUT of pack-lmdb)")
-        q.add_argument("--json", action="store_true")
-        q.add_argument("-q", "--quiet", action="store_true")
+        _add_json_quiet(q, quiet)
         q.set_defaults(func=func)
 
 
@@ -306,70 +475,86 @@ def _register_lmdb(sub) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from datakit.check import check_dataset
 
-    if args.labels:
-        _existing(args.labels)
+    src = _source(args)
     bar = _bar(0, "check", args.quiet)
-
-    progress = _progress(bar)
-
     try:
-        report = check_dataset(_source(args), labels=args.labels, split=args.split, workers=args.workers,
-                               progress=progress)  # fmt: skip
+        report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
+                               progress=_progress(bar))  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
     if args.json:
-        print(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
-    else:
-        for p in report.problems:
-            print(p, file=sys.stderr)
-        classes = sorted({c for counts in report.class_counts.values() for c in counts})
-        splits = list(report.class_counts)
-        print_table(["class", *splits], [[c, *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes])
-        if report.height_range:
-            print(f"image sizes: height {report.height_range[0]}..{report.height_range[1]}, "
-                  f"width {report.width_range[0]}..{report.width_range[1]}")  # fmt: skip
-        print(f"{report.samples} samples checked, {len(report.problems)} problems")
+        _print_json(report.to_json())
+        return 0 if report.ok else 1
+    for p in report.problems:
+        print(p, file=sys.stderr)
+    if args.quiet:
+        return 0 if report.ok else 1
+    classes = sorted({c for counts in report.class_counts.values() for c in counts})
+    splits = list(report.class_counts)
+    print_table(["class", *splits], [[c, *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes])
+    if report.height_range:
+        print(f"image sizes: height {report.height_range[0]}..{report.height_range[1]}, "
+              f"width {report.width_range[0]}..{report.width_range[1]}")  # fmt: skip
+    print(f"{report.samples} samples checked, {len(report.problems)} problems")
     return 0 if report.ok else 1
+
+
+cmd_check.every_rank = lambda args: True  # type: ignore[attr-defined]  # each rank reads its share
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
     from datakit.check import preview
     from datakit.datasets import open_dataset
+    from datakit.io import check_output
 
-    if args.labels:
-        _existing(args.labels)
+    src = _source(args)
+    check_output(args.out, overwrite=args.overwrite)  # before the work, not after
     transform = None
     if args.transform != "none":
         from datakit.transforms import eval_pipeline, train_pipeline
 
         make = train_pipeline if args.transform == "train" else eval_pipeline
         transform = make(size=args.size, normalize=False)
-    ds = open_dataset(_source(args), labels=args.labels, split=args.split, transform=transform,
+    ds = open_dataset(src, labels=args.labels, split=args.split, transform=transform,
                       remap_labels=args.remap_labels)  # fmt: skip
-    out = preview(ds, args.out, n=args.n, seed=args.seed)
+    out = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite)
     if not args.quiet:
         print(f"wrote {min(args.n, len(ds))} samples to {out}; classes: "
               + ", ".join(f"{i} {c}" for i, c in enumerate(ds.classes)))  # fmt: skip
     return 0
 
 
+_CHECK_EXAMPLE = """\
+  %(prog)s 数据集/                                  # exit 1 and one line per problem if any
+  %(prog)s photos/ --labels labels.xlsx --split train --json
+"""
+_PREVIEW_EXAMPLE = """\
+  %(prog)s 数据集/ --out grid.png --n 32
+  %(prog)s train.lmdb --out seen.jpg --transform train --size 224 --overwrite
+"""
+
+
 def _register_check(sub) -> None:
-    p = sub.add_parser("check", help="read every sample; report unreadable images, missing files, bad labels")
+    from datakit.check import PREVIEW_EXTENSIONS
+
+    p = _command(sub, "check", "read every sample; report unreadable images, missing files, bad labels",
+                 _CHECK_EXAMPLE)  # fmt: skip
     _add_source_args(p)
-    p.add_argument("--workers", type=int, help="reader processes (default: usable CPUs)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--workers", type=_workers, metavar="N", help="reader processes (default: usable CPUs; 0: none)")
+    _add_json_quiet(p, "no progress bar, no table: only the problems, one per line")
     p.set_defaults(func=cmd_check)
-    p = sub.add_parser("preview", help="a contact sheet of what the model will see")
+    p = _command(sub, "preview", "a contact sheet of what the model will see", _PREVIEW_EXAMPLE)
     _add_source_args(p)
-    p.add_argument("--out", required=True, help="the picture to write (.png or .jpg)")
-    p.add_argument("--n", type=int, default=32, help="samples to show (default 32)")
+    p.add_argument("--out", required=True, type=_extension(*PREVIEW_EXTENSIONS), metavar="FILE",
+                   help=f"the picture to write ({', '.join(PREVIEW_EXTENSIONS)})")  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--n", type=_count, default=32, help="samples to show (default 32)")
     p.add_argument("--transform", choices=["none", "train", "eval"], default="none",
                    help="show samples after datakit's train or eval pipeline")  # fmt: skip
-    p.add_argument("--size", type=int, default=224, help="crop size for --transform (default 224)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--size", type=_count, default=224, help="crop size for --transform (default 224)")
+    p.add_argument("--seed", type=int, default=0, help="which random samples to show (default 0)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_preview)
 
 
@@ -377,35 +562,31 @@ def _register_check(sub) -> None:
 # stats
 
 
-def _wxh(text: str) -> tuple[int, int]:
-    import re as _re
-
-    m = _re.fullmatch(r"(\d+)[xX*](\d+)", text.strip())
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise argparse.ArgumentTypeError(f"size must look like WxH (for example 224x224), got {text!r}")
-    return int(m.group(1)), int(m.group(2))
-
-
 def cmd_stats(args: argparse.Namespace) -> int:
     from datakit.datasets import open_dataset
+    from datakit.io import check_output
     from datakit.stats import compute_stats, plot_histogram
 
-    if args.labels:
-        _existing(args.labels)
-    ds = open_dataset(_source(args), labels=args.labels, split=args.split, remap_labels=args.remap_labels)
+    src = _source(args)
+    if args.plot:
+        check_output(args.plot, overwrite=args.overwrite)  # before the work, not after
+    ds = open_dataset(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels)
     bar = _bar(0, "stats", args.quiet)
-
-    progress = _progress(bar)
-
     try:
-        st = compute_stats(ds, workers=args.workers, sample=args.sample, size=args.size, progress=progress)
+        st = compute_stats(ds, workers=args.workers, sample=args.sample, size=args.size, seed=args.seed,
+                           progress=_progress(bar))  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
-    if args.plot:
-        plot_histogram(st, args.plot)
+    if args.plot and _rank() == 0:
+        plot_histogram(st, args.plot, overwrite=args.overwrite)
+    normalize = ("transforms.Normalize(mean=[" + ", ".join(f"{v:.4f}" for v in st.mean) + "], std=["
+                 + ", ".join(f"{v:.4f}" for v in st.std) + "])")  # fmt: skip
     if args.json:
-        print(json.dumps(st.to_json(), indent=2))
+        _print_json(st.to_json())
+        return 0
+    if args.quiet:
+        print(normalize)
         return 0
     where = f" after resizing to {args.size[0]}x{args.size[1]}" if args.size else ""
     print(f"{st.count} images, {st.pixels} pixels per channel{where}; channel order {st.order}")
@@ -420,8 +601,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         header += ["stderr mean", "stderr std"]
     print_table(header, rows)
     print("\n# torchvision (after ToTensor, 0-1 scale):")
-    print("transforms.Normalize(mean=[" + ", ".join(f"{v:.4f}" for v in st.mean) + "], std=["
-          + ", ".join(f"{v:.4f}" for v in st.std) + "])")  # fmt: skip
+    print(normalize)
     print("# mmdetection / caffe style (0-255 scale):")
     print("dict(mean=[" + ", ".join(f"{v:.3f}" for v in st.mean_255) + "], std=["
           + ", ".join(f"{v:.3f}" for v in st.std_255) + f"], to_rgb={st.order == 'RGB'})")  # fmt: skip
@@ -430,15 +610,31 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+cmd_stats.every_rank = lambda args: True  # type: ignore[attr-defined]  # each rank reads its share, sums all-reduced
+
+_STATS_EXAMPLE = """\
+  %(prog)s 数据集/                           # exact mean/std over every pixel, paste-ready Normalize(...)
+  %(prog)s train.lmdb --sample 2000 --json  # an estimate from 2000 images, with standard errors
+  %(prog)s photos/ --size 224x224 --plot hist.png
+  torchrun --nproc_per_node 2 -m datakit.cli stats train.lmdb   # ranks split the work; rank 0 prints
+"""
+
+
 def _register_stats(sub) -> None:
-    p = sub.add_parser("stats", help="exact per-channel mean and std over every pixel")
+    from datakit.stats import PLOT_EXTENSIONS
+
+    p = _command(sub, "stats", "exact per-channel mean and std over every pixel", _STATS_EXAMPLE)
     _add_source_args(p)
-    p.add_argument("--workers", type=int, help="decoding processes (default: usable CPUs)")
-    p.add_argument("--sample", type=int, help="estimate from N random images, with standard errors")
+    p.add_argument("--workers", type=_workers, metavar="N", help="decoding processes (default: usable CPUs; 0: none)")
+    p.add_argument("--sample", type=int_range(2), metavar="N",
+                   help="estimate from N >= 2 random images, with standard errors")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="which random images --sample picks (default 0)")
     p.add_argument("--size", type=_wxh, help="WxH: compute after resizing every image to this size")
-    p.add_argument("--plot", help="write per-channel histograms to this picture (needs matplotlib)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--plot", type=_extension(*PLOT_EXTENSIONS), metavar="FILE",
+                   help=f"write per-channel histograms to this picture ({', '.join(PLOT_EXTENSIONS)}; "
+                   "needs matplotlib)")  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="replace --plot if it exists")
+    _add_json_quiet(p, "no progress bar, no table: print only the Normalize(...) line")
     p.set_defaults(func=cmd_stats)
 
 
@@ -446,25 +642,14 @@ def _register_stats(sub) -> None:
 # bench
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 0,1,2,4, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected numbers >= 0 like 0,1,2,4, got {text!r}")
-    return values
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from datakit.datasets import open_dataset
     from datakit.transforms import train_pipeline
     from datakit.tuning import default_candidates, measure_throughput
 
-    if args.labels:
-        _existing(args.labels)
+    src = _source(args)
     transform = train_pipeline(args.size, normalize=False) if args.size else None
-    ds = open_dataset(_source(args), labels=args.labels, split=args.split, transform=transform,
+    ds = open_dataset(src, labels=args.labels, split=args.split, transform=transform,
                       remap_labels=args.remap_labels)  # fmt: skip
     counts = args.workers or default_candidates()
     rows, out = [], []
@@ -478,7 +663,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     best = max(out, key=lambda m: m["images_per_s"])
     near = min((m for m in out if m["images_per_s"] >= 0.95 * best["images_per_s"]), key=lambda m: m["num_workers"])
     if args.json:
-        print(json.dumps({"batch_size": args.batch_size, "results": out, "recommended": near["num_workers"]}, indent=2))
+        _print_json({"batch_size": args.batch_size, "results": out, "recommended": near["num_workers"]})
         return 0
     print_table(["num_workers", "images/s", "batches/s", "first batch (s)"], rows)
     print(f"recommended: num_workers={near['num_workers']} ({near['images_per_s']:.0f} images/s; the fewest workers "
@@ -486,15 +671,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+_BENCH_EXAMPLE = """\
+  %(prog)s 数据集/                              # tries 0, 1, 2, 4... workers and recommends one
+  %(prog)s train.lmdb --workers 0,2,4 --batch-size 128 --json
+"""
+
+
 def _register_bench(sub) -> None:
-    p = sub.add_parser("bench", help="loading throughput per num_workers, and the advice")
+    p = _command(sub, "bench", "loading throughput per num_workers, and the advice", _BENCH_EXAMPLE)
     _add_source_args(p)
-    p.add_argument("--workers", type=_int_list, help="worker counts to try, e.g. 0,1,2,4 (default: up to the CPUs)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--size", type=int, default=224, help="crop size of the train pipeline (0: raw decode)")
-    p.add_argument("--seconds", type=float, default=3.0, help="measuring time per worker count")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--workers", type=_int_list, metavar="LIST",
+                   help="worker counts to try, e.g. 0,1,2,4 (default: 0, 1, 2, 4... up to the CPUs)")  # fmt: skip
+    p.add_argument("--batch-size", type=_count, default=64, metavar="N", help="samples per batch (default 64)")
+    p.add_argument("--size", type=int_range(0), default=224, help="crop size of the train pipeline (0: raw decode)")
+    p.add_argument("--seconds", type=_positive_float, default=3.0, help="measuring time per worker count")
+    _add_json_quiet(p, "print only the recommendation")
     p.set_defaults(func=cmd_bench)
 
 
@@ -506,10 +697,23 @@ _EXTRA_COMMANDS: list = [_register_lmdb, _register_check, _register_stats, _regi
 
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
+    """Call ``func(args)`` as this rank should, and turn exceptions into one line and an exit code."""
+    rank, world = _rank(), _world()
+    every_rank = getattr(func, "every_rank", None)
+    if world > 1 and rank != 0 and not (every_rank and every_rank(args)):
+        return 0  # a job with no share to split: rank 0 does it alone (two ranks extracting or writing would race)
+    stdout = sys.stdout
+    created = False
+    if rank != 0:  # the other ranks work, but are silent: no result, no summary, no bar
+        args.quiet = True
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (closed below)
     try:
+        if every_rank is not None and every_rank(args) and getattr(func, "collective", True):
+            created = _join_process_group()
         return func(args)
     except DatakitError as exc:  # the type decides the exit code: UsageError 2, data errors 1
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        if rank == 0 or exc.exit_code != UsageError.exit_code:  # every rank sees the same usage mistake
+            print(f"{prog}: error{f' (rank {rank})' if rank else ''}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -517,22 +721,30 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
-    except ValueError as exc:  # a check in a library not yet given a datakit type: data, not usage
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        if sys.stdout is not stdout:
+            sys.stdout.close()
+            sys.stdout = stdout
+        if created:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="datakit", description="Image data to fast, correct PyTorch input.")
+    parser = _Parser(prog="datakit", description="Image data to fast, correct PyTorch input.",
+                     epilog="examples:\n  datakit check 数据集/\n  datakit pack-lmdb 数据集/ train.lmdb\n"
+                     "  datakit COMMAND --help      # every command's options, with an example",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     from datakit import __version__
 
     parser.add_argument("--version", action="version", version=f"datakit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    p = sub.add_parser("unzip", help="extract a zip with legacy-encoded (GBK, Big5, CP932...) names, safely")
+    p = _command(sub, "unzip", "extract a zip with legacy-encoded (GBK, Big5, CP932...) names, safely", _UNZIP_EXAMPLE)
     _add_unzip_args(p)
     p.set_defaults(func=cmd_unzip)
     for register in _EXTRA_COMMANDS:
@@ -548,7 +760,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def unzip_gbk_main(argv: Sequence[str] | None = None) -> int:
     """``unzip-gbk ARCHIVE [-d DIR] [-l] [--encoding auto|gbk|...]``"""
-    parser = _Parser(prog="unzip-gbk", description="Extract a zip whose names are GBK (or Big5, CP932...), safely.")
+    parser = _Parser(prog="unzip-gbk", description="Extract a zip whose names are GBK (or Big5, CP932...), safely.",
+                     epilog="example:\n" + _UNZIP_EXAMPLE,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     _add_unzip_args(parser)
     return _run(cmd_unzip, parser.parse_args(argv), "unzip-gbk")
 

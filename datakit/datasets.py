@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from datakit.errors import SampleError
+from datakit.errors import SampleError, UsageError
 from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, read_bytes
 from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, ClassMap, LabelError, LabelTable, read_labels, resolve_path
 
@@ -365,7 +365,7 @@ def _expand_sources(src) -> list[str] | None:
     if any(ch in s for ch in "*?[") and not os.path.exists(s):
         found = sorted(glob.glob(s))
         if not found:
-            raise FileNotFoundError(f"{s}: the pattern matches nothing")
+            raise UsageError(f"{s}: the pattern matches nothing")
         return found
     return None
 
@@ -421,9 +421,9 @@ def open_dataset(
     if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
         return TableDataset(read_labels(path), None, split=split, remap_labels=remap_labels, **common, **kwargs)
     if split is not None:
-        raise ValueError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
+        raise UsageError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
     if path.is_dir():
         return FolderDataset(path, **common, **kwargs)
     if suffix == ".zip":
         return ZipDataset(path, **common, **kwargs)
-    raise ValueError(f"{path}: not a dataset source (a folder, a label table, a .zip or an LMDB pack)")
+    raise UsageError(f"{path}: not a dataset source (a folder, a label table, a .zip or an LMDB pack)")

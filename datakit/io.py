@@ -7,19 +7,23 @@ with Pillow as the fallback for what OpenCV cannot decode. Failures raise, never
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import ImageDecodeError
+from datakit.errors import ImageDecodeError, UsageError
 
 __all__ = [
     "IMAGE_EXTENSIONS",
     "MODES",
     "UNNAMED",
     "ImageDecodeError",
+    "atomic_output",
+    "check_output",
     "decode_image",
     "discard",
     "encode_image",
@@ -296,23 +300,78 @@ def encode_image(img: np.ndarray, ext: str = ".jpg", quality: int = 95, *, mode:
     return out.tobytes()
 
 
-def imwrite(path: str | os.PathLike, img: np.ndarray, quality: int = 95, *, mode: str = "bgr") -> Path:
+def imwrite(
+    path: str | os.PathLike, img: np.ndarray, quality: int = 95, *, mode: str = "bgr", overwrite: bool = True
+) -> Path:
     """Write an image to any Unicode path, atomically: a temporary file renamed when complete.
 
     The format follows the extension. ``mode`` says whether ``img`` is BGR (OpenCV) or RGB.
     A reader never sees a half-written file, and an interrupted write leaves the old file.
+    The file gets the permissions the umask gives a new file (``0666 & ~umask``). With
+    ``overwrite=False`` an existing file is refused (``UsageError``), even one that appears
+    while encoding.
     """
     path = Path(path)
     data = encode_image(img, path.suffix or ".png", quality, mode=mode)
+    with atomic_output(path, overwrite=overwrite) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+    return path
+
+
+def _umask() -> int:
+    try:  # Linux reports it without changing it (os.umask would, process-wide, for an instant)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def check_output(path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """``path`` as a ``Path`` when a file may be written there; ``UsageError`` naming it when it
+    exists (and ``overwrite`` is false), is a folder, or its folder does not exist."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder; give a file name")
+    if path.exists() and not overwrite:
+        raise UsageError(f"{path}: already exists; pass --overwrite to replace it")
+    if not path.parent.is_dir():
+        raise UsageError(f"{path.parent}: no such folder to write {path.name} into")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[str]:
+    """Yield a temporary file name next to ``path``; on success it becomes ``path`` in one step.
+
+    The temporary file is in the same folder (so the rename is atomic), gets ``0666 & ~umask``
+    (``mkstemp`` creates files readable by the owner only), and is removed on any failure.
+    Without ``overwrite``, an existing ``path`` is refused before and after the write (a file
+    created meanwhile is never replaced: the final step is a hard link, which fails if it exists).
+    """
+    path = check_output(path, overwrite=overwrite)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
+        os.close(fd)
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise UsageError(f"{path}: already exists; pass --overwrite to replace it") from None
+            except OSError:  # a file system without hard links: the check above is the best we have
+                if path.exists():
+                    raise UsageError(f"{path}: already exists; pass --overwrite to replace it") from None
+                os.replace(tmp, path)
+    finally:
         discard(tmp)
-        raise
-    return path
 
 
 def discard(path: str | os.PathLike) -> None:

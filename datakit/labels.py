@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import LabelError
+from datakit.errors import LabelError, UsageError
 
 __all__ = [
     "FILE_COLUMNS",
@@ -155,7 +155,7 @@ class LabelTable:
         keep = [i for i, s in enumerate(self.splits) if s == split]
         if not keep:
             names = ", ".join(repr(s) for s in self.split_names) or "none (the table has no sheets or split column)"
-            raise LabelError(f"{self.path}: no split {split!r}; the splits are {names}")
+            raise UsageError(f"{self.path}: no split {split!r}; the splits are {names}")
         pick = lambda xs: [xs[i] for i in keep]  # noqa: E731
         return LabelTable(self.path, pick(self.files), pick(self.labels), pick(self.splits), pick(self.sheets),
                           pick(self.rows), self.file_column, self.label_column)  # fmt: skip

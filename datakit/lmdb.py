@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.datasets import ImageDataset, SampleError, StringArray
-from datakit.errors import PackError
+from datakit.errors import PackError, UsageError
 from datakit.io import _jpeg_size, decode_image, encode_image, image_format, probe_image
 from datakit.labels import ClassMap
 
@@ -268,11 +268,11 @@ def parse_shard(spec: str | tuple[int, int] | None) -> tuple[int, int]:
         try:
             a, b = (int(x) for x in spec.split("/"))
         except ValueError:
-            raise PackError(f"shard must look like I/N (for example 0/4), got {spec!r}") from None
+            raise UsageError(f"shard must look like I/N (for example 0/4), got {spec!r}") from None
     else:
         a, b = spec
     if not (b >= 1 and 0 <= a < b):
-        raise PackError(f"shard I/N needs 0 <= I < N, got {a}/{b}")
+        raise UsageError(f"shard I/N needs 0 <= I < N, got {a}/{b}")
     return a, b
 
 
@@ -365,7 +365,7 @@ def pack_lmdb(
         elif resume:
             raise PackError(f"{out}: exists but is not a datakit pack; nothing to resume")
         else:
-            raise PackError(f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite")
+            raise UsageError(f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite")
     writer = LmdbWriter(out, meta, start=start, commit_bytes=commit_bytes, commit_every=commit_every,
                         map_size=map_size)  # fmt: skip
     report = PackReport(out, 0, resumed_from=start, skipped=list(meta["skipped"]))
@@ -506,7 +506,7 @@ class LmdbDataset(ImageDataset):
                 splits = r.meta.get("splits") or []
                 if split not in splits:
                     shown = ", ".join(map(repr, splits)) or "none"
-                    raise PackError(f"{r.path}: no split {split!r}; the pack's splits are {shown}")
+                    raise UsageError(f"{r.path}: no split {split!r}; the pack's splits are {shown}")
                 idx = idx[r.records["split"] == splits.index(split) + 1]
             shard_of.append(np.full(len(idx), k, dtype=np.int32))
             local.append(idx)

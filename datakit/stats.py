@@ -9,15 +9,19 @@ leaves out the spread between images, which is why the widely quoted CIFAR-10 st
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["PRESETS", "Stats", "compute_stats"]
+from datakit.errors import DataError, UsageError
+from datakit.io import atomic_output, check_output
+from datakit.parallel import map_ordered
+
+__all__ = ["PLOT_EXTENSIONS", "PRESETS", "Stats", "compute_stats", "plot_histogram"]
 
 PRESETS: dict[str, dict] = {
     "imagenet": {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "scale": "0-1",
@@ -83,30 +87,21 @@ class Stats:
         return cls(count, pixels, means, stds, order, histogram=hist)
 
 
-_DS = None
-_SIZE: tuple[int, int] | None = None
-
-
-def _init(ds, size) -> None:
-    global _DS, _SIZE
-    _DS, _SIZE = ds, size
-
-
-def _hist_one(i: int) -> tuple[int, np.ndarray]:
+def _hist_one(ds, i: int, size: tuple[int, int] | None = None) -> np.ndarray:
+    """C x 256 histogram of sample ``i`` (after resizing to ``size``, width x height)."""
     import cv2
 
-    assert _DS is not None
-    img = _DS.decode(int(i)) if hasattr(_DS, "decode") else np.asarray(_DS[int(i)][0])
+    img = ds.decode(int(i)) if hasattr(ds, "decode") else np.asarray(ds[int(i)][0])
     if img.ndim == 2:
         img = np.stack([img] * 3, axis=-1)
-    if _SIZE is not None:
-        w, h = _SIZE
+    if size is not None:
+        w, h = size
         interp = cv2.INTER_AREA if h < img.shape[0] or w < img.shape[1] else cv2.INTER_LINEAR
         img = cv2.resize(img, (w, h), interpolation=interp)
     out = np.empty((img.shape[2], 256), dtype=np.int64)
     for c in range(img.shape[2]):
         out[c] = cv2.calcHist([img], [c], None, [256], [0, 256]).ravel().astype(np.int64)
-    return int(i), out
+    return out
 
 
 def _all_reduce(hist: np.ndarray, count: int) -> tuple[np.ndarray, int]:
@@ -151,7 +146,7 @@ def compute_stats(
     idx = np.arange(n)
     if sample is not None and sample < n:
         if sample < 2:
-            raise ValueError(f"sample must be at least 2 to estimate an error, got {sample}")
+            raise UsageError(f"sample must be at least 2 to estimate an error, got {sample}")
         idx = np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False))
     rank, world = 0, 1
     if distributed:
@@ -160,25 +155,13 @@ def compute_stats(
         if dist.is_available() and dist.is_initialized():
             rank, world = dist.get_rank(), dist.get_world_size()
         elif distributed is True:
-            raise ValueError("distributed=True but no torch.distributed process group is initialised")
+            raise UsageError("distributed=True but no torch.distributed process group is initialised")
     mine = idx[rank::world]
-    workers = min(workers or len(os.sched_getaffinity(0)), max(1, len(mine) // 16))
-    per_image: dict[int, np.ndarray] = {}
-    if workers > 1:
-        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-        with ctx.Pool(workers, initializer=_init, initargs=(ds, size)) as pool:
-            for k, (i, h) in enumerate(pool.imap_unordered(_hist_one, mine, chunksize=8), 1):
-                per_image[i] = h
-                if progress:
-                    progress(k, len(mine))
-    else:
-        _init(ds, size)
-        for k, i in enumerate(mine, 1):
-            per_image[int(i)] = _hist_one(i)[1]
-            if progress:
-                progress(k, len(mine))
+    hists = map_ordered(partial(_hist_one, size=size), mine.tolist(), workers=workers, dataset=ds, per_worker=16,
+                        progress=progress)  # fmt: skip
+    per_image: dict[int, np.ndarray] = dict(zip(mine.tolist(), hists))
     if not per_image and world == 1:
-        raise ValueError("the dataset is empty: no pixels to compute statistics from")
+        raise DataError("the dataset is empty: no pixels to compute statistics from")
     channels = next(iter(per_image.values())).shape[0] if per_image else 3
     hist = sum(per_image.values(), np.zeros((channels, 256), dtype=np.int64))
     count = len(per_image)
@@ -208,16 +191,25 @@ def _bootstrap(per_image: dict[int, np.ndarray], seed: int, rounds: int = 200) -
     return np.std(means, axis=0, ddof=1).tolist(), np.std(stds, axis=0, ddof=1).tolist()
 
 
-def plot_histogram(stats: Stats, out: str | os.PathLike) -> None:
-    """Per-channel histograms of the pixel values, as a picture."""
+PLOT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".pdf", ".svg")
+
+
+def plot_histogram(stats: Stats, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """Per-channel histograms of the pixel values, as a picture (``PLOT_EXTENSIONS``), written
+    atomically; an existing ``out`` is refused (``UsageError``) unless ``overwrite``."""
+    out = Path(out)
+    if out.suffix.lower() not in PLOT_EXTENSIONS:
+        raise UsageError(f"{out}: cannot tell the picture format; end the name in {', '.join(PLOT_EXTENSIONS)}")
+    check_output(out, overwrite=overwrite)
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ValueError("--plot needs matplotlib: pip install matplotlib") from None
-    assert stats.histogram is not None
+        raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
+    if stats.histogram is None:
+        raise UsageError("these statistics carry no histogram to plot (compute them with compute_stats)")
     fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
     colours = ("tab:red", "tab:green", "tab:blue") if stats.order == "RGB" else ("tab:blue", "tab:green", "tab:red")
     for c, name in enumerate(stats.order[: stats.histogram.shape[0]]):
@@ -228,5 +220,9 @@ def plot_histogram(stats: Stats, out: str | os.PathLike) -> None:
     ax.set_title(f"{stats.count} images, {stats.pixels} pixels per channel")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.fspath(out))
-    plt.close(fig)
+    try:
+        with atomic_output(out, overwrite=overwrite) as tmp:
+            fig.savefig(tmp, format=out.suffix.lower().lstrip(".").replace("jpg", "jpeg"))
+    finally:
+        plt.close(fig)
+    return out

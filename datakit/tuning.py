@@ -19,6 +19,8 @@ from pathlib import Path
 
 from torch.utils.data import DataLoader, Dataset
 
+from datakit.parallel import usable_cpus
+
 __all__ = ["Measurement", "TuneResult", "measure_throughput", "tune_num_workers"]
 
 _PER_WORKER_BYTES = 600 << 20  # a worker with torch imported and a few batches in flight
@@ -114,10 +116,6 @@ def measure_throughput(dataset: Dataset, batch_size: int, num_workers: int, *, b
     elapsed = max(1e-9, times[-1] - times[0])
     images = sum(counts)
     return Measurement(num_workers, images / elapsed, (len(times) - 1) / elapsed, first or 0.0, images)
-
-
-def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _available_memory() -> int | None:

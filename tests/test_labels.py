@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from openpyxl import Workbook
 
+from datakit.errors import UsageError
 from datakit.labels import ClassMap, LabelError, read_labels, resolve_path
 
 
@@ -39,7 +40,7 @@ def test_messy_workbook(tmp_path: Path, engine):
     assert (t.file_column, t.label_column) == ("文件名", "标签")
     assert t.class_map().classes == ("狗", "猫")  # code point order: 狗 U+72D7 < 猫 U+732B
     assert len(t.select("验证")) == 1
-    with pytest.raises(LabelError, match=r"no split 'test'; the splits are '训练', '验证'"):
+    with pytest.raises(UsageError, match=r"no split 'test'; the splits are '训练', '验证'"):
         t.select("test")
 
 

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from datakit.cli import main
 from datakit.datasets import open_dataset
+from datakit.errors import UsageError
 from datakit.io import imwrite
 from datakit.lmdb import LmdbDataset, LmdbReader, PackError, lmdb_info, pack_lmdb, verify_lmdb
 from datakit.testing import synthetic_image
@@ -61,7 +62,7 @@ def test_labels_splits_and_class_map(samples: Path, tmp_path: Path):
     assert info["splits"] == ["train", "val", "test"]
     assert info["split_counts"] == {"train": 18, "val": 3, "test": 3}
     assert len(open_dataset(out, split="val")) == 3
-    with pytest.raises(PackError, match=r"no split 'dev'; the pack's splits are 'train', 'val', 'test'"):
+    with pytest.raises(UsageError, match=r"no split 'dev'; the pack's splits are 'train', 'val', 'test'"):
         open_dataset(out, split="dev")
 
 
@@ -77,7 +78,7 @@ def test_existing_output_refused_and_overwrite(class_folder: Path, tmp_path: Pat
     out = tmp_path / "o.lmdb"
     pack_lmdb(class_folder, out, workers=1)
     with pytest.raises(
-        PackError, match=r"o.lmdb: already exists; use --resume to continue an interrupted pack or --overwrite"
+        UsageError, match=r"o.lmdb: already exists; use --resume to continue an interrupted pack or --overwrite"
     ):
         pack_lmdb(class_folder, out, workers=1)
     assert pack_lmdb(class_folder, out, workers=1, resume=True).count == 12  # complete: nothing to do
@@ -115,7 +116,7 @@ def test_shards_read_as_one(class_folder: Path, tmp_path: Path):
     assert len(ds) == 12 and ds.targets.tolist() == whole.targets.tolist()
     for i in range(12):
         np.testing.assert_array_equal(ds[i][0], whole[i][0])
-    with pytest.raises(PackError, match=r"shard I/N needs 0 <= I < N, got 3/3"):
+    with pytest.raises(UsageError, match=r"shard I/N needs 0 <= I < N, got 3/3"):
         pack_lmdb(class_folder, tmp_path / "x.lmdb", shard="3/3")
 
 

@@ -1,0 +1,156 @@
+"""The one process pool of the offline jobs (pack, stats, check): an ordered map over sample indices.
+
+Every job does the same thing: open a dataset once per worker, call a function on each sample
+index, and consume the results in index order in the main process (which writes, sums or
+reports them). :func:`map_ordered` does exactly that, with one progress signature,
+``progress(done, total)``, and one rule for starting workers: fork where it is safe (Linux,
+and CUDA not initialised in this process), spawn elsewhere (macOS, Windows, or after CUDA).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+__all__ = ["map_ordered", "resolve_workers", "start_method", "usable_cpus"]
+
+T = TypeVar("T")
+
+_FN: Callable[..., Any] | None = None
+_DATASET: Any = None
+_HAS_DATASET = False
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: the affinity mask where the OS has one (Linux), else the
+    process's or machine's CPU count (macOS and Windows have no ``os.sched_getaffinity``)."""
+    if hasattr(os, "sched_getaffinity"):
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except OSError:
+            pass
+    count = getattr(os, "process_cpu_count", os.cpu_count)()  # Python 3.13+ honours affinity
+    return max(1, count or 1)
+
+
+def start_method() -> str:
+    """``"fork"`` on Linux while CUDA is not initialised in this process, else ``"spawn"``.
+
+    A forked child of a process that has touched CUDA cannot use it and may hang; macOS forks
+    are unsafe with its system frameworks (and spawn is Python's default there).
+    """
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                return "spawn"
+        except Exception:  # a torch without CUDA support, or a partial import: fork is fine
+            pass
+    return "fork"
+
+
+def resolve_workers(workers: int | None, items: int, *, per_worker: int = 1) -> int:
+    """How many processes to start for ``items`` work items: ``workers`` (default: usable CPUs),
+    but no more than one per ``per_worker`` items (starting a process costs more than a few items).
+
+    Raises:
+        ValueError: ``workers`` is negative.
+    """
+    if workers is not None and workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    wanted = usable_cpus() if workers is None else workers
+    return max(0, min(wanted, items // max(1, per_worker)))
+
+
+def _init(fn: Callable[..., Any], has_dataset: bool, dataset: Any, initializer, initargs) -> None:
+    global _FN, _DATASET, _HAS_DATASET
+    _FN, _DATASET, _HAS_DATASET = fn, dataset, has_dataset
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _call(i: Any) -> tuple[bool, Any]:
+    # an exception travels back as a value, so the results before it in the same chunk still arrive
+    assert _FN is not None
+    try:
+        return True, (_FN(_DATASET, i) if _HAS_DATASET else _FN(i))
+    except Exception as exc:
+        return False, exc
+
+
+_NO_DATASET = object()
+
+
+def map_ordered(
+    fn: Callable[..., T],
+    indices: Iterable[Any],
+    *,
+    workers: int | None = None,
+    dataset: Any = _NO_DATASET,
+    initializer: Callable[..., None] | None = None,
+    initargs: Sequence[Any] = (),
+    chunksize: int | None = None,
+    per_worker: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[T]:
+    """Yield ``fn(i)`` (or ``fn(dataset, i)`` when ``dataset`` is given) for each index, in order.
+
+    With more than one worker, ``fn``, ``dataset`` and ``initializer`` travel to each worker
+    once (pickled under spawn, inherited under fork), so ``fn`` must be a module-level function
+    (``functools.partial`` of one is fine). With ``workers`` 0 or 1, or too few indices to be
+    worth a process (``per_worker``), everything runs in this process. Results are consumed
+    lazily: the pool is stopped as soon as the caller stops iterating or an exception escapes
+    (a worker's exception is raised here, in order).
+
+    Args:
+        workers: processes to use (default: usable CPUs; 0 or 1: in this process).
+        dataset: passed to ``fn`` as its first argument; opened lazily in each worker.
+        initializer: called with ``initargs`` once in each worker (and once here when in-process).
+        chunksize: indices sent to a worker at a time (default: balance about 4 chunks per worker).
+        per_worker: start no more than one worker per this many indices.
+        progress: called as ``progress(done, total)`` after each result.
+    """
+    todo = list(indices)
+    total = len(todo)
+    n = resolve_workers(workers, total, per_worker=per_worker)
+    has_dataset = dataset is not _NO_DATASET
+    ds = dataset if has_dataset else None
+    if n <= 1:
+        return _serial(fn, todo, has_dataset, ds, initializer, initargs, progress)
+    return _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, progress)
+
+
+def _serial(fn, todo, has_dataset, ds, initializer, initargs, progress) -> Iterator[Any]:
+    if initializer is not None:
+        initializer(*initargs)
+    total = len(todo)
+    for k, i in enumerate(todo, 1):
+        yield fn(ds, i) if has_dataset else fn(i)
+        if progress is not None:
+            progress(k, total)
+
+
+def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, progress) -> Iterator[Any]:
+    import multiprocessing as mp
+
+    total = len(todo)
+    if chunksize is None:
+        chunksize = max(1, min(64, total // (4 * n)))
+    ctx = mp.get_context(start_method())
+    pool = ctx.Pool(n, initializer=_init, initargs=(fn, has_dataset, ds, initializer, tuple(initargs)))
+    try:
+        for k, (ok, result) in enumerate(pool.imap(_call, todo, chunksize=chunksize), 1):
+            if not ok:
+                raise result
+            yield result
+            if progress is not None:
+                progress(k, total)
+        pool.close()
+    finally:
+        # stopped early (break, an exception, Ctrl-C): do not wait for the rest of the work
+        pool.terminate()
+        pool.join()

@@ -1,0 +1,89 @@
+"""The shared pool: order, progress, worker start methods, errors, early stop, CPU count."""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import partial
+
+import pytest
+
+from datakit import parallel
+from datakit.errors import SampleError
+from datakit.parallel import map_ordered, resolve_workers, start_method, usable_cpus
+
+
+def _square_plus(ds, i: int, offset: int = 0) -> tuple[int, int, int]:
+    if ds[i] < 0:
+        raise SampleError(f"sample {i}: negative")
+    return i, ds[i] * ds[i] + offset, os.getpid()
+
+
+def _plain(i: int) -> int:
+    return i * 10
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_ordered_results_from_several_processes(monkeypatch, method: str):
+    monkeypatch.setattr(parallel, "start_method", lambda: method)
+    data = list(range(200, 0, -1))
+    calls: list[tuple[int, int]] = []
+    out = list(map_ordered(partial(_square_plus, offset=1), range(200), workers=2, dataset=data,
+                           progress=lambda d, t: calls.append((d, t))))  # fmt: skip
+    assert [r[:2] for r in out] == [(i, data[i] * data[i] + 1) for i in range(200)]
+    assert os.getpid() not in {r[2] for r in out}  # computed in the workers
+    assert calls == [(k, 200) for k in range(1, 201)]
+
+
+def test_in_process_without_dataset_and_per_worker():
+    assert list(map_ordered(_plain, [3, 1, 2], workers=0)) == [30, 10, 20]
+    # 10 items, at most one worker per 64: no pool is started
+    out = list(map_ordered(_square_plus, range(10), workers=4, dataset=list(range(10)), per_worker=64))
+    assert {r[2] for r in out} == {os.getpid()}
+
+
+def test_worker_error_raised_in_order_and_early_stop():
+    data = [1, 2, 3, -4] + [1] * 100
+    got = []
+    with pytest.raises(SampleError, match=r"^sample 3: negative$"):
+        for r in map_ordered(_square_plus, range(len(data)), workers=2, dataset=data):
+            got.append(r[0])
+    assert got == [0, 1, 2]
+    it = map_ordered(_square_plus, range(100), workers=2, dataset=[1] * 100)
+    first = next(it)
+    pids = {first[2]}
+    it.close()  # stops and joins the pool: its workers are gone
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_resolve_workers():
+    assert resolve_workers(3, 1000) == 3
+    assert resolve_workers(8, 100, per_worker=16) == 6
+    assert resolve_workers(None, 10**6) == usable_cpus()
+    with pytest.raises(ValueError, match=r"^workers must be >= 0, got -1$"):
+        resolve_workers(-1, 10)
+
+
+def test_usable_cpus_without_sched_getaffinity(monkeypatch):
+    if hasattr(os, "sched_getaffinity"):
+        assert usable_cpus() == len(os.sched_getaffinity(0))
+        monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "process_cpu_count", lambda: 3, raising=False)
+    assert usable_cpus() == 3
+    monkeypatch.delattr(os, "process_cpu_count")
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert usable_cpus() == 1
+
+
+def test_start_method(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert start_method() == "spawn"
+    monkeypatch.setattr(sys, "platform", "linux")
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert start_method() == "fork"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert start_method() == "spawn"
