@@ -20,10 +20,11 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from datakit.errors import SampleError, UsageError
-from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, read_bytes
+from datakit.io import UNNAMED, ImageDecodeError, decode_image, read_bytes
 from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, ClassMap, LabelError, LabelTable, read_labels, resolve_path
 
 __all__ = [
+    "IMG_EXTENSIONS",
     "FolderDataset",
     "ImageDataset",
     "SampleError",
@@ -198,14 +199,36 @@ class ImageDataset(Dataset):
 # folders
 
 
-def _is_image(name: str) -> bool:
-    return name.lower().endswith(IMAGE_EXTENSIONS)
+# torchvision.datasets.folder.IMG_EXTENSIONS, in its order: a folder yields the same files,
+# hence the same indices and targets, as ImageFolder. datakit decodes more (io.IMAGE_EXTENSIONS:
+# .gif, .jpe, .pbm); counting those by default would shift every target after such a file.
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
-def scan_class_folders(root: str | os.PathLike) -> tuple[list[str], list[str], list[int]]:
+def _extensions(extensions: Sequence[str] | str | None) -> tuple[str, ...]:
+    """``extensions`` as lower-case suffixes with their dot; ``None`` is :data:`IMG_EXTENSIONS`."""
+    if extensions is None:
+        return IMG_EXTENSIONS
+    if isinstance(extensions, str):
+        extensions = (extensions,)
+    out = tuple(e.lower() if e.startswith(".") else "." + e.lower() for e in extensions)
+    if not out or any(len(e) < 2 for e in out):
+        raise ValueError(f"extensions must be suffixes like '.jpg' or '.gif', got {tuple(extensions)!r}")
+    return out
+
+
+def _is_image(name: str, extensions: tuple[str, ...] = IMG_EXTENSIONS) -> bool:
+    return name.lower().endswith(extensions)
+
+
+def scan_class_folders(
+    root: str | os.PathLike, extensions: Sequence[str] | str | None = None
+) -> tuple[list[str], list[str], list[int]]:
     """(classes, relative file paths, class indices) exactly as torchvision's ImageFolder finds them:
-    every sub-folder is a class (sorted by name), images found recursively, following links."""
+    every sub-folder is a class (sorted by name), files whose name ends in one of ``extensions``
+    (any case; default :data:`IMG_EXTENSIONS`, ImageFolder's list) found recursively, following links."""
     root = os.fspath(root)
+    extensions = _extensions(extensions)
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
     if not classes:
         raise LabelError(f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=)")
@@ -214,12 +237,14 @@ def scan_class_folders(root: str | os.PathLike) -> tuple[list[str], list[str], l
         found = 0
         for dirpath, _, fnames in sorted(os.walk(os.path.join(root, cls), followlinks=True)):
             for fname in sorted(fnames):
-                if _is_image(fname):
+                if _is_image(fname, extensions):
                     files.append(os.path.relpath(os.path.join(dirpath, fname), root))
                     targets.append(idx)
                     found += 1
         if not found:
-            raise LabelError(f"{root}: class folder {cls!r} holds no images ({', '.join(IMAGE_EXTENSIONS[:6])}, ...)")
+            hint = "; pass extensions= to count others" if extensions == IMG_EXTENSIONS else ""
+            raise LabelError(f"{root}: class folder {cls!r} holds no images (no file ending in "
+                             f"{' '.join(extensions)}{hint})")  # fmt: skip
     hidden = [c for c in classes if c.startswith(".")]
     if hidden:
         log.warning(
@@ -229,11 +254,17 @@ def scan_class_folders(root: str | os.PathLike) -> tuple[list[str], list[str], l
 
 
 class FolderDataset(ImageDataset):
-    """Images in class sub-folders: ``root/<class>/**/<image>``, ImageFolder's layout and class order."""
+    """Images in class sub-folders: ``root/<class>/**/<image>``, ImageFolder's layout and class order.
 
-    def __init__(self, root: str | os.PathLike, **kwargs) -> None:
+    The files, their order and their targets are ImageFolder's: ``extensions`` defaults to
+    torchvision's list (:data:`IMG_EXTENSIONS`). Pass ``extensions=`` to count more, for example
+    ``IMG_EXTENSIONS + (".gif",)`` or every format datakit decodes, ``datakit.io.IMAGE_EXTENSIONS``.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, extensions: Sequence[str] | str | None = None, **kwargs) -> None:
         self.root = os.fspath(root)
-        classes, files, targets = scan_class_folders(self.root)
+        self.extensions = _extensions(extensions)
+        classes, files, targets = scan_class_folders(self.root, self.extensions)
         self.files = StringArray(files)
         super().__init__(np.asarray(targets), classes, **kwargs)
 
@@ -316,16 +347,25 @@ class TableDataset(ImageDataset):
 class ZipDataset(ImageDataset):
     """Images in class folders inside a zip archive, read in place (no extraction).
 
-    Same rules as a folder; when every image sits under one top folder (``data/cat/1.jpg``),
-    that folder is the root. Member names are decoded as :mod:`datakit.archive` decodes them.
+    Same rules as a folder (``extensions`` included); when every image sits under one top folder
+    (``data/cat/1.jpg``), that folder is the root. Member names are decoded as
+    :mod:`datakit.archive` decodes them.
     """
 
-    def __init__(self, path: str | os.PathLike, *, encoding: str = "auto", **kwargs) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        encoding: str = "auto",
+        extensions: Sequence[str] | str | None = None,
+        **kwargs,
+    ) -> None:
         from datakit.archive import ZipReader
 
         self.path = os.fspath(path)
         self.zip = ZipReader(self.path, encoding)
-        images = [(m.index, m.name) for m in self.zip.members if _is_image(m.name)]
+        self.extensions = _extensions(extensions)
+        images = [(m.index, m.name) for m in self.zip.members if _is_image(m.name, self.extensions)]
         parts = [n.split("/") for _, n in images]
         strip = 0
         if parts and all(len(p) >= 3 for p in parts) and len({p[0] for p in parts}) == 1:
@@ -335,7 +375,8 @@ class ZipDataset(ImageDataset):
         if not classes:
             raise LabelError(f"{self.path}: no class folders with images inside the archive")
         lookup = {c: k for k, c in enumerate(classes)}
-        keep.sort(key=lambda e: (lookup[e[1][0]], e[1]))
+        # ImageFolder's order: directories sorted by path (os.walk's tuples sorted), then file names
+        keep.sort(key=lambda e: (lookup[e[1][0]], os.sep.join(e[1][:-1]), e[1][-1]))
         self.members = np.array([i for i, _ in keep], dtype=np.int64)
         self.files = StringArray(["/".join(p) for _, p in keep])
         self.prefix = parts[0][0] + "/" if strip else ""
@@ -398,6 +439,8 @@ def open_dataset(
         on_error: ``"raise"``, ``"skip"`` or ``"warn"``; see :class:`ImageDataset`.
         cache: ``"memory"`` keeps encoded samples in memory (small datasets; limit ``cache_limit``).
         remap_labels: map integer labels that are not ``0..C-1`` to ``0..C-1`` instead of refusing.
+        extensions: for a folder or zip of class folders, the file suffixes that count as images;
+            default ImageFolder's (:data:`IMG_EXTENSIONS`), so indices and targets match it.
     """
     common = dict(transform=transform, target_transform=target_transform, mode=mode, on_error=on_error, cache=cache)
     shards = _expand_sources(src)

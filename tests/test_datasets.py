@@ -161,3 +161,99 @@ def test_bad_sources(tmp_path: Path, class_folder: Path):
         open_dataset(class_folder, split="train")
     with pytest.raises(IndexError, match="sample index 12 out of range for a dataset of 12"):
         open_dataset(class_folder)[12]
+
+
+def _parity_folder(root: Path) -> Path:
+    """Class folders holding every suffix ImageFolder counts (any case) and some it does not
+    (.gif, .jpe, .pbm), hidden files and folders, and files that are no images at all."""
+    from PIL import Image
+
+    from datakit.testing import synthetic_image
+
+    files = {
+        "a/01.jpg": "JPEG", "a/02.GIF": "GIF", "a/03.png": "PNG", "a/04.jpe": "JPEG", "a/05.JPEG": "JPEG",
+        "a/.hidden.png": "PNG", "a/.thumbs/06.bmp": "BMP", "a/07.pbm": "PPM", "a/08.Tif": "TIFF",
+        "b/01.gif": "GIF", "b/02.ppm": "PPM", "b/03.pgm": "PPM", "b/04.tiff": "TIFF", "b/05.webp": "WEBP",
+        "b/06.JPG": "JPEG", "b/07.PNG": "PNG", "b/子/08.jpg": "JPEG",
+        "鸟/01.jpe": "JPEG", "鸟/02.png": "PNG", "鸟/03.pbm": "PPM", "鸟/04.jpg": "JPEG",
+    }  # fmt: skip
+    for k, (rel, fmt) in enumerate(files.items()):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        img = Image.fromarray(synthetic_image(24 + k, 30, seed=k))
+        if rel.endswith(".pbm"):
+            img = img.convert("1")
+        elif rel.endswith(".pgm"):
+            img = img.convert("L")
+        img.save(path, format=fmt)
+    (root / "a" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (root / "b" / "notes.txt").write_text("not an image", encoding="utf-8")
+    return root
+
+
+def test_folder_files_and_targets_are_imagefolders(tmp_path: Path):
+    root = _parity_folder(tmp_path / "parity")
+    ref = tvd.ImageFolder(str(root))
+    ds = open_dataset(root)
+    assert ds.classes == ref.classes == ["a", "b", "鸟"]
+    assert ds.samples == ref.samples
+    assert ds.targets.tolist() == ref.targets == [0] * 6 + [1] * 7 + [2] * 2
+    names = [Path(p).relative_to(root).as_posix() for p, _ in ds.samples]
+    assert names == [
+        "a/.hidden.png", "a/01.jpg", "a/03.png", "a/05.JPEG", "a/08.Tif", "a/.thumbs/06.bmp",
+        "b/02.ppm", "b/03.pgm", "b/04.tiff", "b/05.webp", "b/06.JPG", "b/07.PNG", "b/子/08.jpg",
+        "鸟/02.png", "鸟/04.jpg",
+    ]  # fmt: skip
+    for i in range(len(ref)):
+        img, target = ds[i]
+        ref_img, ref_target = ref[i]
+        assert target == ref_target, f"sample {i} ({names[i]})"
+        np.testing.assert_array_equal(img, np.asarray(ref_img), err_msg=f"sample {i} ({names[i]})")
+
+
+def test_folder_extensions_count_more_only_when_asked(tmp_path: Path):
+    from PIL import Image
+
+    from datakit.datasets import IMG_EXTENSIONS
+
+    root = _parity_folder(tmp_path / "parity")
+    assert IMG_EXTENSIONS == tvd.folder.IMG_EXTENSIONS
+    ds = open_dataset(root, extensions=IMG_EXTENSIONS + (".GIF", "jpe"))
+    names = [Path(p).relative_to(root).as_posix() for p, _ in ds.samples]
+    assert ds.extensions == IMG_EXTENSIONS + (".gif", ".jpe")
+    assert names[:7] == ["a/.hidden.png", "a/01.jpg", "a/02.GIF", "a/03.png", "a/04.jpe", "a/05.JPEG", "a/08.Tif"]
+    assert len(ds) == 15 + 2 + 2 and ds.targets.tolist().count(2) == 3
+    gif, target = ds[2]
+    assert target == 0
+    np.testing.assert_array_equal(gif, np.asarray(Image.open(root / "a" / "02.GIF").convert("RGB")))
+
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, extensions="gif")
+    assert str(err.value) == f"{root}: class folder '鸟' holds no images (no file ending in .gif)"
+    (root / "鸟" / "01.jpe").unlink()
+    (root / "鸟" / "02.png").unlink()
+    (root / "鸟" / "04.jpg").unlink()
+    with pytest.raises(LabelError) as err:
+        open_dataset(root)
+    assert str(err.value) == (
+        f"{root}: class folder '鸟' holds no images (no file ending in .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff "
+        ".webp; pass extensions= to count others)"
+    )
+    assert len(open_dataset(root, extensions=[".pbm", ".png", ".jpg"])) == 4 + 3 + 1
+    for bad in ((), ("",), (".",)):
+        with pytest.raises(ValueError, match="extensions must be suffixes like '.jpg' or '.gif'"):
+            FolderDataset(root, extensions=bad)
+
+
+def test_zip_counts_the_files_a_folder_counts(tmp_path: Path):
+    root = _parity_folder(tmp_path / "parity")
+    entries = [ZipEntry(p.relative_to(root).as_posix().encode("gbk"), p.read_bytes())
+               for p in sorted(root.rglob("*")) if p.is_file()]  # fmt: skip
+    archive = tmp_path / "parity.zip"
+    archive.write_bytes(build_zip(entries))
+    folder, zipped = open_dataset(root), open_dataset(archive)
+    assert [Path(p).relative_to(root).as_posix() for p, _ in folder.samples] == [
+        zipped.name(i).split(":", 1)[1] for i in range(len(zipped))
+    ]
+    assert zipped.targets.tolist() == folder.targets.tolist()
+    assert len(open_dataset(archive, extensions=(".gif",))) == 2
