@@ -23,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from datakit.errors import ArchiveError
-from datakit.io import discard
+from datakit.errors import ArchiveError, UsageError
 
 __all__ = [
+    "DEFAULT_MAX_MEMBER",
+    "DEFAULT_MAX_RATIO",
+    "DEFAULT_MAX_TOTAL",
     "ArchiveError",
     "EncodingGuess",
     "ExtractReport",
@@ -43,6 +45,7 @@ SUPPORTED_METHODS = {0: "stored", 8: "deflate", 12: "bzip2", 14: "lzma"}
 METHOD_NAMES = {9: "Deflate64", 93: "Zstandard", 95: "XZ", 96: "JPEG", 97: "WavPack", 98: "PPMd", 99: "AES"}
 DEFAULT_MAX_RATIO = 200.0
 DEFAULT_MAX_TOTAL = 100 * 2**30
+DEFAULT_MAX_MEMBER = 1 << 30  # per member read in place: held in memory whole
 _RATIO_MIN_SIZE = 1 << 20  # tiny members compress absurdly well without being bombs
 _CHUNK = 1 << 20
 
@@ -63,10 +66,16 @@ class ZipMember:
     date_time: tuple[int, int, int, int, int, int]
     unix_mode: int | None
     header_offset: int
+    external_attr: int = 0
 
     @property
     def is_dir(self) -> bool:
-        return self.name.endswith("/") or (self.unix_mode is not None and stat.S_ISDIR(self.unix_mode))
+        if self.name.endswith("/"):
+            return True
+        if self.unix_mode is not None:
+            return stat.S_ISDIR(self.unix_mode)
+        # MS-DOS/Windows tools may mark a folder only by the directory attribute, without a slash
+        return bool(self.external_attr & 0x10) and self.file_size == 0
 
     @property
     def is_symlink(self) -> bool:
@@ -195,6 +204,7 @@ def read_members(
                 date_time=tuple(info.date_time),
                 unix_mode=unix,
                 header_offset=info.header_offset,
+                external_attr=info.external_attr,
             )  # fmt: skip
         )
     return members, guess
@@ -210,7 +220,7 @@ def _codec(name: str) -> str:
     try:
         return codecs.lookup(name).name
     except LookupError:
-        raise ValueError(f"unknown encoding {name!r}: use 'auto' or a Python codec such as gbk, big5, cp932") from None
+        raise UsageError(f"unknown encoding {name!r}: use 'auto' or a Python codec such as gbk, big5, cp932") from None
 
 
 def _forced(encoding: str, names: list[bytes]) -> EncodingGuess:
@@ -335,20 +345,43 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _check_bomb(archive: str, members: list[ZipMember], max_total: int, max_ratio: float, dest: Path) -> None:
-    total = sum(m.file_size for m in members if not m.is_dir)
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ratio: float) -> int:
+    """Refuse an archive whose declared sizes break the budget, before anything is written.
+
+    Three limits, none of which can be sidestepped by splitting the payload into many members:
+    the declared total, the ratio of each member of 1 MiB or more, and the ratio of the whole
+    archive (all declared bytes over all compressed bytes) once it declares 1 MiB or more.
+    Returns the declared total.
+    """
+    files = [m for m in members if not m.is_dir]
+    total = sum(m.file_size for m in files)
+    packed = sum(m.compress_size for m in files)
     if total > max_total:
         raise ArchiveError(
             f"{archive}: refused, members declare {total} bytes uncompressed, over the limit of {max_total} "
             "(raise it with --max-total if this is expected)"
         )
-    for m in members:
+    for m in files:
         if m.file_size >= _RATIO_MIN_SIZE and m.file_size > max_ratio * max(1, m.compress_size):
             ratio = m.file_size / max(1, m.compress_size)
             raise ArchiveError(
                 f"{archive}: refused, member {m.name!r} expands {ratio:.0f}:1 ({m.compress_size} -> {m.file_size} "
                 f"bytes), over the limit of {max_ratio:.0f}:1 (zip bomb?; raise it with --max-ratio)"
             )
+    if total >= _RATIO_MIN_SIZE and total > max_ratio * max(1, packed):
+        raise ArchiveError(
+            f"{archive}: refused, its {len(files)} members expand {total / max(1, packed):.0f}:1 in all "
+            f"({_size(packed)} -> {_size(total)}), over the limit of {max_ratio:.0f}:1 "
+            "(zip bomb?; raise it with --max-ratio)"
+        )
     spans = sorted(
         ((m.header_offset, m.header_offset + 30 + len(m.raw_name) + m.compress_size, m) for m in members),
         key=lambda s: s[:2],
@@ -358,9 +391,7 @@ def _check_bomb(archive: str, members: list[ZipMember], max_total: int, max_rati
             raise ArchiveError(
                 f"{archive}: refused, members {a.name!r} and {b.name!r} overlap in the file (a zip bomb technique)"
             )
-    free = shutil.disk_usage(dest).free
-    if total > free:
-        raise ArchiveError(f"{archive}: refused, members need {total} bytes but only {free} are free in {dest}")
+    return total
 
 
 def _mtime(m: ZipMember) -> float | None:
@@ -370,16 +401,6 @@ def _mtime(m: ZipMember) -> float | None:
         return None
 
 
-def _same_file(path: Path, m: ZipMember) -> bool:
-    if not path.is_file() or path.is_symlink() or path.stat().st_size != m.file_size:
-        return False
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-    return crc == m.crc
-
-
 def _member_problem(m: ZipMember) -> str | None:
     if m.encrypted:
         return "encrypted; datakit does not decrypt (use a tool that asks for the password)"
@@ -387,6 +408,119 @@ def _member_problem(m: ZipMember) -> str | None:
         label = METHOD_NAMES.get(m.method, "unknown")
         return f"compression method {m.method} ({label}) is not supported"
     return None
+
+
+class _Refused(Exception):
+    """One member that cannot be written where it asks to be; the message says why."""
+
+
+_NAME_MAX = 255  # bytes per path component on every common filesystem
+_PART = ".unzip-part"
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _temp_name(name: str) -> str:
+    """The temporary name a member is written under: readable when it fits, hashed when not."""
+    tmp = f".{name}{_PART}"
+    if len(os.fsencode(tmp)) <= _NAME_MAX:
+        return tmp
+    import hashlib
+
+    return f".{hashlib.sha1(os.fsencode(name)).hexdigest()[:20]}{_PART}"
+
+
+class _Tree:
+    """The target folder, walked one component at a time through directory file descriptors.
+
+    Every folder is opened with ``O_NOFOLLOW`` relative to its parent's descriptor, so nothing is
+    ever written through a symbolic link, whoever made it and whenever: safety comes from how
+    paths are opened, not from checking their text.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = os.path.realpath(root)
+        self.fd = os.open(root, _DIR_FLAGS)
+        self._open: dict[tuple[str, ...], int] = {}
+
+    def folder(self, parts: list[str], create: bool = True) -> int:
+        """A descriptor of the folder ``parts`` below the root, made if ``create``; valid until the next call."""
+        key = tuple(parts)
+        if key in self._open:
+            return self._open[key]
+        if len(self._open) > 256:
+            self.close_children()
+        fd = self.fd
+        for i, part in enumerate(parts):
+            sub = key[: i + 1]
+            if sub in self._open:
+                fd = self._open[sub]
+                continue
+            if create:
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise _Refused(f"folder {'/'.join(sub)!r} cannot be made: {exc.strerror}") from None
+            try:
+                fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise _Refused(self._why_not_folder(fd, part, "/".join(sub), exc)) from None
+            self._open[sub] = fd
+        return fd
+
+    @staticmethod
+    def _why_not_folder(parent: int, part: str, shown: str, exc: OSError) -> str:
+        try:
+            st = os.stat(part, dir_fd=parent, follow_symlinks=False)
+        except OSError:
+            return f"folder {shown!r} cannot be opened: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{shown!r} is a symbolic link; nothing is written through links"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{shown!r} is a file, not a folder"
+        return f"folder {shown!r} cannot be opened: {exc.strerror}"
+
+    def close_children(self) -> None:
+        for fd in self._open.values():
+            os.close(fd)
+        self._open.clear()
+
+    def close(self) -> None:
+        self.close_children()
+        os.close(self.fd)
+
+
+def _lstat(name: str, fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _same_file(fd: int, name: str, m: ZipMember) -> bool:
+    st = _lstat(name, fd)
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != m.file_size:
+        return False
+    crc = 0
+    with open(os.open(name, os.O_RDONLY | _NOFOLLOW, dir_fd=fd), "rb") as f:
+        while chunk := f.read(_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return crc == m.crc
+
+
+@dataclass
+class _Budget:
+    """Bytes actually written so far, against the archive's limit (declared sizes may lie)."""
+
+    limit: int
+    written: int = 0
+
+    def spend(self, n: int, archive: str) -> None:
+        self.written += n
+        if self.written > self.limit:
+            raise ArchiveError(f"{archive}: stopped, more than {self.limit} bytes written (over --max-total)")
 
 
 def unzip(
@@ -401,81 +535,104 @@ def unzip(
 ) -> ExtractReport:
     """Extract an archive into ``dest`` safely, decoding legacy-encoded names.
 
-    Nothing lands outside ``dest``; an archive whose declared sizes or ratios look like a bomb
-    is refused before anything is written; an existing file is kept unless ``overwrite`` (one
-    identical to the member counts as done, so re-running an interrupted extraction finishes
-    it); every file is written under a temporary name and renamed when complete, with the
-    member's timestamp. Per-member problems are collected in the report, not raised.
+    Nothing lands outside ``dest``: every folder is opened component by component without
+    following links, and symlink members are made last, each only if it resolves inside
+    ``dest`` on the real filesystem. An archive whose declared sizes break the budget (total,
+    per-member ratio, whole-archive ratio) is refused before anything is written, and bytes
+    are counted while writing. An existing file is kept unless ``overwrite`` (one identical to
+    the member counts as done, so re-running an interrupted extraction finishes it); every
+    file is written under a temporary name and renamed when complete, with the member's
+    timestamp. A member that cannot be written is reported and the rest is extracted.
 
     Raises:
         ArchiveError: unreadable archive, or one refused as a whole (bomb limits, overlap, space).
+        UsageError: ``dest`` exists and is not a folder, or the encoding is unknown.
         FileNotFoundError: ``archive`` does not exist.
     """
     archive = os.fspath(archive)
     dest_path = Path(dest)
+    if os.path.exists(dest_path) and not os.path.isdir(dest_path):
+        raise UsageError(f"{dest}: exists and is not a folder (-d names the folder to extract into)")
     with _open_zip(archive) as zf:
         members, guess = read_members(archive, encoding, zf=zf)
         report = ExtractReport(encoding=guess)
-        dest_path.mkdir(parents=True, exist_ok=True)
-        _check_bomb(archive, members, max_total, max_ratio, dest_path)
-        root = os.path.realpath(dest_path)
+        total = _check_budget(archive, members, max_total, max_ratio)
+        try:
+            dest_path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UsageError(f"{dest}: cannot be made a folder (a file is in the way)") from None
+        free = shutil.disk_usage(dest_path).free
+        if total > free:
+            raise ArchiveError(f"{archive}: refused, members need {total} bytes but only {free} are free in {dest}")
+        tree = _Tree(dest_path)
+        budget = _Budget(min(max_total, total))
         infos = zf.infolist()
-        dirs: list[tuple[Path, ZipMember]] = []
-        safe_dirs: set[str] = set()  # folders already made and checked to resolve inside the target
-        for m in members:
-            rel, note = safe_relpath(m.name)
-            label = f"{archive}: member {m.name!r}"
-            if rel is None:
-                report.problems.append(f"{label}: {note}")
-                continue
-            if note:
-                report.notes.append(f"{label}: {note}, written as {rel!r}")
-            target = dest_path / rel
-            parent = os.path.dirname(rel)
-            if parent not in safe_dirs:
-                if not _inside(os.path.realpath(target.parent), root):
-                    report.problems.append(
-                        f"{label}: refused, its folder resolves outside the target (through a symlink)"
-                    )
+        dirs: list[tuple[list[str], ZipMember]] = []
+        links: list[tuple[ZipMember, str]] = []
+        try:
+            for m in members:
+                rel, note = safe_relpath(m.name)
+                label = f"{archive}: member {m.name!r}"
+                if rel is None:
+                    report.problems.append(f"{label}: {note}")
                     continue
-                if not m.is_dir:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    safe_dirs.add(parent)
-            try:
-                if m.is_dir:
-                    target.mkdir(parents=True, exist_ok=True)
-                    dirs.append((target, m))
-                    continue
-                problem = _member_problem(m)
-                if problem:
-                    report.problems.append(f"{label}: {problem}")
-                    continue
-                if m.is_symlink:
-                    safe_dirs.clear()  # a new link may redirect folders checked before
-                    _extract_symlink(zf, infos[m.index], m, target, rel, root, overwrite, report, label)
-                    continue
-                if os.path.lexists(target):
-                    if _same_file(target, m):
-                        report.unchanged.append(rel)
-                        if progress:
-                            progress(m.file_size)
+                if note:
+                    report.notes.append(f"{label}: {note}, written as {rel!r}")
+                parts = rel.split("/")
+                try:
+                    if m.is_dir:
+                        tree.folder(parts)
+                        dirs.append((parts, m))
                         continue
-                    if not overwrite:
-                        report.problems.append(
-                            f"{label}: {target} exists and differs; not overwritten (use --overwrite)"
+                    problem = _member_problem(m)
+                    if problem:
+                        report.problems.append(f"{label}: {problem}")
+                        continue
+                    if m.is_symlink:
+                        links.append((m, rel))  # made last: a link never redirects a later member
+                        continue
+                    name = parts[-1]
+                    if len(os.fsencode(name)) > _NAME_MAX:
+                        raise _Refused(
+                            f"the name is {len(os.fsencode(name))} bytes, over the {_NAME_MAX}-byte limit of file names"
                         )
-                        continue
-                    if target.is_dir() and not target.is_symlink():
-                        report.problems.append(f"{label}: {target} is a folder; not replaced by a file")
-                        continue
-                _extract_file(zf, infos[m.index], m, target, progress)
-                report.extracted.append(rel)
-            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
-                report.problems.append(f"{label}: {_explain(exc)}")
-        for target, m in reversed(dirs):  # after their contents, which touch the folders' times
-            t = _mtime(m)
-            if t is not None:
-                os.utime(target, (t, t))
+                    fd = tree.folder(parts[:-1])
+                    st = _lstat(name, fd)
+                    if st is not None:
+                        if _same_file(fd, name, m):
+                            report.unchanged.append(rel)
+                            if progress:
+                                progress(m.file_size)
+                            continue
+                        if not overwrite:
+                            raise _Refused(f"{dest_path / rel} exists and differs; not overwritten (use --overwrite)")
+                        if stat.S_ISDIR(st.st_mode):
+                            raise _Refused(f"{dest_path / rel} is a folder; not replaced by a file")
+                    _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress)
+                    report.extracted.append(rel)
+                except _Refused as exc:
+                    report.problems.append(f"{label}: {exc}")
+                except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
+                    report.problems.append(f"{label}: {_explain(exc)}")
+            for m, rel in links:
+                label = f"{archive}: member {m.name!r}"
+                try:
+                    _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label)
+                except _Refused as exc:
+                    report.problems.append(f"{label}: {exc}")
+                except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
+                    report.problems.append(f"{label}: {_explain(exc)}")
+            _recheck_links(tree, links, report, archive)
+            for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
+                t = _mtime(m)
+                try:
+                    fd = tree.folder(parts[:-1], create=False)
+                    if t is not None:
+                        os.utime(parts[-1], (t, t), dir_fd=fd, follow_symlinks=False)
+                except (_Refused, OSError):
+                    pass  # the folder itself was reported above, or is a link now: never touched through it
+        finally:
+            tree.close()
     return report
 
 
@@ -485,81 +642,155 @@ def _explain(exc: BaseException) -> str:
         return "data does not match its CRC-32 (corrupt, or larger than its declared size)"
     if isinstance(exc, EOFError) or "Compressed file ended" in text:
         return "data is truncated (the archive was cut short)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot be written: {exc.strerror}"
     return text or type(exc).__name__
 
 
 def _extract_file(
-    zf: zipfile.ZipFile, info: zipfile.ZipInfo, m: ZipMember, target: Path, progress: Callable[[int], None] | None
+    zf: zipfile.ZipFile,
+    info: zipfile.ZipInfo,
+    m: ZipMember,
+    fd: int,
+    name: str,
+    budget: _Budget,
+    archive: str,
+    progress: Callable[[int], None] | None,
 ) -> None:
-    tmp = target.with_name(f".{target.name}.unzip-part")
+    tmp = _temp_name(name)
+    try:
+        os.unlink(tmp, dir_fd=fd)  # left by an interrupted run
+    except FileNotFoundError:
+        pass
+    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=fd)
     written = 0
     try:
-        with zf.open(info) as src, open(tmp, "wb") as dst:
+        with zf.open(info) as src, open(out, "wb") as dst:
             while chunk := src.read(_CHUNK):
                 written += len(chunk)
                 if written > m.file_size:
                     raise zipfile.BadZipFile(f"inflates past its declared size of {m.file_size} bytes; stopped")
+                budget.spend(len(chunk), archive)
                 dst.write(chunk)
                 if progress:
                     progress(len(chunk))
-        if written != m.file_size:
-            raise zipfile.BadZipFile(f"holds {written} bytes but declares {m.file_size}")
-        if m.unix_mode is not None and stat.S_IMODE(m.unix_mode):
-            os.chmod(tmp, stat.S_IMODE(m.unix_mode) & 0o777)
-        t = _mtime(m)
-        if t is not None:
-            os.utime(tmp, (t, t))
-        os.replace(tmp, target)
+            if written != m.file_size:
+                raise zipfile.BadZipFile(f"holds {written} bytes but declares {m.file_size}")
+            dst.flush()
+            if m.unix_mode is not None and stat.S_IMODE(m.unix_mode):
+                os.fchmod(dst.fileno(), stat.S_IMODE(m.unix_mode) & 0o777)
+            t = _mtime(m)
+            if t is not None:
+                os.utime(dst.fileno(), (t, t))
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
     except BaseException:
-        discard(tmp)
+        try:
+            os.unlink(tmp, dir_fd=fd)
+        except OSError:
+            pass
         raise
+
+
+_MAX_LINK = 4096
 
 
 def _extract_symlink(
     zf: zipfile.ZipFile,
     info: zipfile.ZipInfo,
     m: ZipMember,
-    target: Path,
+    tree: _Tree,
     rel: str,
-    root: str,
     overwrite: bool,
     report: ExtractReport,
     label: str,
 ) -> None:
+    if m.file_size > _MAX_LINK:
+        raise _Refused(f"symlink target of {m.file_size} bytes is longer than any real path; not created")
     link = zf.read(info).decode("utf-8", errors="replace")
-    resolved = os.path.normpath(os.path.join(root, os.path.dirname(rel), link))
-    if os.path.isabs(link) or re.match(r"^[A-Za-z]:", link) or not _inside(resolved, root):
-        report.problems.append(f"{label}: symlink to {link!r} points outside the target folder; not created")
-        return
-    if os.path.lexists(target):
-        if os.path.islink(target) and os.readlink(target) == link:
+    parts = rel.split("/")
+    if os.path.isabs(link) or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
+        raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
+    # resolved on the real filesystem (links made before included), not on the text of the path
+    resolved = os.path.realpath(os.path.join(tree.root, *parts[:-1], link))
+    if not _inside(resolved, tree.root):
+        raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
+    fd = tree.folder(parts[:-1])
+    name = parts[-1]
+    st = _lstat(name, fd)
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode) and os.readlink(name, dir_fd=fd) == link:
             report.unchanged.append(rel)
             return
         if not overwrite:
-            report.problems.append(f"{label}: {target} exists and differs; not overwritten (use --overwrite)")
-            return
-        target.unlink()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(link, target)
+            raise _Refused(f"{Path(tree.root) / rel} exists and differs; not overwritten (use --overwrite)")
+        if stat.S_ISDIR(st.st_mode):
+            raise _Refused(f"{Path(tree.root) / rel} is a folder; not replaced by a link")
+        os.unlink(name, dir_fd=fd)
+    os.symlink(link, name, dir_fd=fd)
     report.extracted.append(rel)
+
+
+def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: ExtractReport, archive: str) -> None:
+    """Remove any link that a later link made resolve outside the target (``a -> b/..``, then ``b -> .``)."""
+    made = [(m, rel) for m, rel in links if rel in set(report.extracted)]
+    changed = True
+    while changed:
+        changed = False
+        for m, rel in list(made):
+            full = os.path.join(tree.root, *rel.split("/"))
+            if not _inside(os.path.realpath(full), tree.root):
+                parts = rel.split("/")
+                os.unlink(parts[-1], dir_fd=tree.folder(parts[:-1], create=False))
+                report.extracted.remove(rel)
+                report.problems.append(
+                    f"{archive}: member {m.name!r}: symlink resolves outside the target through other links; removed"
+                )
+                made.remove((m, rel))
+                changed = True
 
 
 # ---------------------------------------------------------------------------------------------
 # Reading in place
 
 
+def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> bytes:
+    """A member's bytes, inflated one chunk at a time: ``zf.read`` inflates the whole stream
+    before cutting it to the declared size, so a lying member would fill memory first."""
+    out = bytearray()
+    with zf.open(info) as f:
+        while len(out) < size and (chunk := f.read(min(_CHUNK, size - len(out)))):
+            out += chunk
+        if len(out) == size and f.read(1):  # defensive: never more than declared
+            raise zipfile.BadZipFile(f"inflates past its declared size of {size} bytes; stopped")
+    return bytes(out)
+
+
 class ZipReader:
     """Read members of an archive by decoded name without extracting.
 
-    The zip handle opens lazily in the process that reads (and again after a fork), and is not
-    pickled, so a reader can live in a Dataset used by DataLoader workers under fork or spawn.
+    Every read is held to a budget, as extraction is: a member declaring more than
+    ``max_member_size`` bytes, or of 1 MiB or more expanding over ``max_ratio``, is refused
+    with :class:`ArchiveError` naming it, before anything is inflated; the bytes inflated
+    never exceed the declared size. The zip handle opens lazily in the process that reads
+    (and again after a fork), and is not pickled, so a reader can live in a Dataset used by
+    DataLoader workers under fork or spawn.
     """
 
-    def __init__(self, path: str | os.PathLike, encoding: str = "auto") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        encoding: str = "auto",
+        *,
+        max_member_size: int = DEFAULT_MAX_MEMBER,
+        max_ratio: float = DEFAULT_MAX_RATIO,
+    ) -> None:
         self.path = os.fspath(path)
+        self.max_member_size = int(max_member_size)
+        self.max_ratio = float(max_ratio)
         members, self.encoding = read_members(self.path, encoding)
         self.members = [m for m in members if not m.is_dir and not m.is_symlink]
         self._by_name = {m.name: m.index for m in self.members}
+        self._by_index = {m.index: m for m in members}
         self._zf: zipfile.ZipFile | None = None
         self._pid = -1
 
@@ -579,13 +810,34 @@ class ZipReader:
             self._pid = os.getpid()
         return self._zf
 
+    def check_budget(self, m: ZipMember) -> None:
+        """Raise :class:`ArchiveError` if reading ``m`` would break the per-member budget."""
+        if m.file_size > self.max_member_size:
+            raise ArchiveError(
+                f"{self.path}: member {m.name!r} declares {m.file_size} bytes, over the limit of "
+                f"{self.max_member_size} per member read in place (raise max_member_size=, or extract it)"
+            )
+        ratio = m.file_size / max(1, m.compress_size)
+        if m.file_size >= _RATIO_MIN_SIZE and ratio > self.max_ratio:
+            raise ArchiveError(
+                f"{self.path}: member {m.name!r} expands {ratio:.0f}:1 ({m.compress_size} -> {m.file_size} bytes), "
+                f"over the limit of {self.max_ratio:.0f}:1 (zip bomb?; raise max_ratio=)"
+            )
+
     def read_index(self, index: int) -> bytes:
         """The bytes of the member at central-directory position ``index``."""
+        m = self._by_index.get(index)
+        if m is None:
+            raise KeyError(f"{self.path}: no member #{index}")
+        self.check_budget(m)
+        problem = _member_problem(m)
+        if problem:
+            raise ArchiveError(f"{self.path}: member {m.name!r}: {problem}")
         zf = self._file()
         try:
-            return zf.read(zf.infolist()[index])
+            return _read_bounded(zf, zf.infolist()[index], m.file_size)
         except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError) as exc:
-            raise ArchiveError(f"{self.path}: member #{index}: {_explain(exc)}") from None
+            raise ArchiveError(f"{self.path}: member {m.name!r}: {_explain(exc)}") from None
 
     def read(self, name: str) -> bytes:
         """The bytes of the member with decoded name ``name``."""

@@ -221,36 +221,84 @@ def _is_image(name: str, extensions: tuple[str, ...] = IMG_EXTENSIONS) -> bool:
     return name.lower().endswith(extensions)
 
 
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def scan_class_folders(
     root: str | os.PathLike, extensions: Sequence[str] | str | None = None
 ) -> tuple[list[str], list[str], list[int]]:
-    """(classes, relative file paths, class indices) exactly as torchvision's ImageFolder finds them:
+    """(classes, relative file paths, class indices) as torchvision's ImageFolder finds them:
     every sub-folder is a class (sorted by name), files whose name ends in one of ``extensions``
-    (any case; default :data:`IMG_EXTENSIONS`, ImageFolder's list) found recursively, following links."""
+    (any case; default :data:`IMG_EXTENSIONS`, ImageFolder's list) found recursively, in the same order.
+
+    Links are followed only while they stay inside ``root``: a link (folder or file) whose real
+    target lies outside it is skipped with a warning naming it, and a link back to a folder
+    already being walked (``x -> .``) is not walked twice, so a scan never leaves its root and
+    always ends.
+    """
     root = os.fspath(root)
     extensions = _extensions(extensions)
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    real_root = os.path.realpath(root)
+    outside: list[str] = []
+
+    def stays_inside(entry: os.DirEntry) -> bool:
+        if entry.is_symlink() and not _inside(os.path.realpath(entry.path), real_root):
+            outside.append(entry.path)
+            return False
+        return True
+
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and stays_inside(e))
     if not classes:
+        _warn_outside(root, outside)
         raise LabelError(f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=)")
     files, targets = [], []
     for idx, cls in enumerate(classes):
-        found = 0
-        for dirpath, _, fnames in sorted(os.walk(os.path.join(root, cls), followlinks=True)):
-            for fname in sorted(fnames):
-                if _is_image(fname, extensions):
-                    files.append(os.path.relpath(os.path.join(dirpath, fname), root))
-                    targets.append(idx)
-                    found += 1
-        if not found:
+        found: list[tuple[str, list[str]]] = []  # (folder, image names), sorted as os.walk's tuples are
+        seen: set[str] = set()
+        todo = [os.path.join(root, cls)]
+        while todo:
+            folder = todo.pop()
+            real = os.path.realpath(folder)
+            if real in seen:
+                continue
+            seen.add(real)
+            names = []
+            for e in os.scandir(folder):
+                if not stays_inside(e):
+                    continue
+                if e.is_dir():
+                    todo.append(e.path)
+                elif _is_image(e.name, extensions) and e.is_file():
+                    names.append(e.name)
+            found.append((folder, sorted(names)))
+        n = 0
+        for folder, names in sorted(found):
+            for fname in names:
+                files.append(os.path.relpath(os.path.join(folder, fname), root))
+                targets.append(idx)
+                n += 1
+        if not n:
             hint = "; pass extensions= to count others" if extensions == IMG_EXTENSIONS else ""
             raise LabelError(f"{root}: class folder {cls!r} holds no images (no file ending in "
                              f"{' '.join(extensions)}{hint})")  # fmt: skip
+    _warn_outside(root, outside)
     hidden = [c for c in classes if c.startswith(".")]
     if hidden:
         log.warning(
             "%s: hidden folders %s count as classes (as in ImageFolder); remove them if unintended", root, hidden
         )
     return classes, files, targets
+
+
+def _warn_outside(root: str, outside: list[str]) -> None:
+    if outside:
+        if len(outside) == 1:
+            log.warning("%s: link %s leads outside the dataset folder; skipped", root, outside[0])
+        else:
+            log.warning(
+                "%s: links %s and %d more lead outside the dataset folder; skipped", root, outside[0], len(outside) - 1
+            )
 
 
 class FolderDataset(ImageDataset):
@@ -349,7 +397,9 @@ class ZipDataset(ImageDataset):
 
     Same rules as a folder (``extensions`` included); when every image sits under one top folder
     (``data/cat/1.jpg``), that folder is the root. Member names are decoded as
-    :mod:`datakit.archive` decodes them.
+    :mod:`datakit.archive` decodes them; an image member named with ``..`` or an absolute path
+    is refused, as ``unzip`` refuses it. Each read is held to the per-member budget of
+    :class:`~datakit.archive.ZipReader` (``max_member_size``, ``max_ratio``).
     """
 
     def __init__(
@@ -358,19 +408,35 @@ class ZipDataset(ImageDataset):
         *,
         encoding: str = "auto",
         extensions: Sequence[str] | str | None = None,
+        max_member_size: int | None = None,
+        max_ratio: float | None = None,
         **kwargs,
     ) -> None:
-        from datakit.archive import ZipReader
+        from datakit.archive import DEFAULT_MAX_MEMBER, DEFAULT_MAX_RATIO, ArchiveError, ZipReader
 
         self.path = os.fspath(path)
-        self.zip = ZipReader(self.path, encoding)
+        self.zip = ZipReader(
+            self.path,
+            encoding,
+            max_member_size=DEFAULT_MAX_MEMBER if max_member_size is None else max_member_size,
+            max_ratio=DEFAULT_MAX_RATIO if max_ratio is None else max_ratio,
+        )
         self.extensions = _extensions(extensions)
-        images = [(m.index, m.name) for m in self.zip.members if _is_image(m.name, self.extensions)]
-        parts = [n.split("/") for _, n in images]
+        images = []
+        for m in self.zip.members:
+            if not _is_image(m.name, self.extensions):
+                continue
+            parts = [p for p in m.name.split("/") if p not in ("", ".")]
+            if ".." in parts or m.name.startswith("/") or m.name[1:2] == ":":
+                raise ArchiveError(
+                    f"{self.path}: member {m.name!r}: refused: a '..' component or an absolute name "
+                    "would escape the archive's folders (as unzip refuses it)"
+                )
+            images.append((m.index, parts))
         strip = 0
-        if parts and all(len(p) >= 3 for p in parts) and len({p[0] for p in parts}) == 1:
+        if images and all(len(p) >= 3 for _, p in images) and len({p[0] for _, p in images}) == 1:
             strip = 1  # one wrapping folder, as when a folder is zipped
-        keep = [(i, p[strip:]) for (i, _), p in zip(images, parts) if len(p) - strip >= 2]
+        keep = [(i, p[strip:]) for i, p in images if len(p) - strip >= 2]
         classes = sorted({p[0] for _, p in keep})
         if not classes:
             raise LabelError(f"{self.path}: no class folders with images inside the archive")
@@ -379,7 +445,7 @@ class ZipDataset(ImageDataset):
         keep.sort(key=lambda e: (lookup[e[1][0]], os.sep.join(e[1][:-1]), e[1][-1]))
         self.members = np.array([i for i, _ in keep], dtype=np.int64)
         self.files = StringArray(["/".join(p) for _, p in keep])
-        self.prefix = parts[0][0] + "/" if strip else ""
+        self.prefix = images[0][1][0] + "/" if strip else ""
         targets = np.array([lookup[p[0]] for _, p in keep], dtype=np.int64)
         self._sizes = None
         super().__init__(targets, classes, **kwargs)

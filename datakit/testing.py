@@ -27,6 +27,8 @@ class ZipEntry:
     ``declared_size`` overrides the uncompressed size written in the headers (for bomb
     tests); ``symlink_to`` makes a Unix symlink member; ``encrypted`` sets the encryption
     flag; ``method`` 0 stores, 8 deflates, anything else is written as given.
+    ``external_attr`` and ``made_by`` override the central directory's attribute and
+    "version made by" fields (host in the high byte: 0 MS-DOS, 3 Unix, 11 NTFS).
     """
 
     name: bytes
@@ -40,6 +42,8 @@ class ZipEntry:
     mode: int | None = None
     date_time: tuple[int, int, int, int, int, int] = (2024, 5, 17, 10, 30, 0)
     comment: bytes = field(default=b"")
+    external_attr: int | None = None
+    made_by: int | None = None
 
 
 def unicode_path_extra(header_name: bytes, unicode_name: str, crc: int | None = None) -> bytes:
@@ -81,6 +85,10 @@ def build_zip(entries: list[ZipEntry], *, truncate_at: int | None = None) -> byt
             made_by, attr = _UNIX_MADE_BY, (e.mode << 16)
         else:
             made_by, attr = _DOS_MADE_BY, (0x10 if e.name.endswith(b"/") else 0)
+        if e.external_attr is not None:
+            attr = e.external_attr
+        if e.made_by is not None:
+            made_by = e.made_by
         central += struct.pack(
             "<IHHHHHHIIIHHHHHII", 0x02014B50, made_by, 20, flags, e.method, mtime, mdate, crc,
             len(payload), usize, len(e.name), len(e.extra), len(e.comment), 0, 0, attr, offset,

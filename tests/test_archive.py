@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
+import struct
 import subprocess
 import sys
 import time
@@ -13,6 +15,7 @@ import pytest
 
 from datakit.archive import ArchiveError, ZipReader, detect_encoding, read_members, safe_relpath, unzip
 from datakit.cli import main, unzip_gbk_main
+from datakit.errors import UsageError
 from datakit.testing import ZipEntry, build_zip, unicode_path_extra
 
 
@@ -124,7 +127,7 @@ def test_gbk_name_with_backslash_trail_byte(tmp_path: Path):
 def test_forced_encoding(gbk_zip: Path):
     members, guess = read_members(gbk_zip, "gb18030")
     assert guess.encoding == "gb18030" and members[1].name == "训练/猫_01.jpg"
-    with pytest.raises(ValueError, match="unknown encoding 'klingon'"):
+    with pytest.raises(UsageError, match="unknown encoding 'klingon'"):
         read_members(gbk_zip, "klingon")
 
 
@@ -191,7 +194,7 @@ def test_bomb_ratio_refused_before_writing(tmp_path: Path):
     z = write_zip(tmp_path / "bomb.zip", [gbk("a.txt", b"fine"), gbk("零.bin", bytes(20 << 20))])
     with pytest.raises(ArchiveError, match=r"refused, member '零.bin' expands \d+:1 .* over the limit of 200:1"):
         unzip(z, tmp_path / "out")
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # refused before even the target folder is made
     report = unzip(z, tmp_path / "out", max_ratio=5000)
     assert report.ok and (tmp_path / "out" / "零.bin").stat().st_size == 20 << 20
 
@@ -256,11 +259,11 @@ def test_interrupted_write_leaves_no_partial_file(gbk_zip: Path, tmp_path: Path,
     real = archive._extract_file
     calls = []
 
-    def dies_on_second(zf, info, m, target, progress):
+    def dies_on_second(zf, info, m, *args):
         calls.append(m.name)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(zf, info, m, target, progress)
+        return real(zf, info, m, *args)
 
     monkeypatch.setattr(archive, "_extract_file", dies_on_second)
     with pytest.raises(KeyboardInterrupt):
@@ -299,7 +302,7 @@ def test_zip_reader_corrupt_member(tmp_path: Path):
     data[40] ^= 0xFF  # inside the deflated data
     z = tmp_path / "bad.zip"
     z.write_bytes(bytes(data))
-    with pytest.raises(ArchiveError, match=r"bad.zip: member #0: "):
+    with pytest.raises(ArchiveError, match=r"bad.zip: member '坏.txt': "):
         ZipReader(z).read("坏.txt")
 
 
@@ -343,3 +346,257 @@ def test_console_script_runs(gbk_zip: Path, tmp_path: Path):
     res = subprocess.run([str(exe), str(gbk_zip), "-l"], capture_output=True, text=True)
     assert res.returncode == 0 and "说明文件.txt" in res.stdout and "Traceback" not in res.stderr
     _ = zlib  # the archives above are raw deflate streams built with zlib
+
+
+# --- hostile archives: links, budgets, members that cannot be written ----------------------------
+
+
+# ru_maxrss survives exec (a child forked from a large pytest reports the parent's peak); VmHWM does not
+PEAK_RSS = (
+    "import re\n"
+    "def peak_rss_kib():\n"
+    "    return int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+)
+
+
+def links_under(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): os.readlink(p) for p in sorted(root.rglob("*")) if p.is_symlink()}
+
+
+def test_symlink_chain_through_a_link_to_dot_is_refused(tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.utime(outside, (1_000_000, 1_000_000))
+    z = write_zip(
+        tmp_path / "chain.zip",
+        [
+            gbk("x", symlink_to=b"."),
+            gbk("x/x/x/x/esc", symlink_to=b"../../../../outside"),  # textually inside, really outside
+            gbk("x/x/x/x/esc/", date_time=(2001, 1, 1, 0, 0, 0)),  # its time update must not touch outside/
+            gbk("ok.txt", b"fine"),
+        ],
+    )
+    out = tmp_path / "out"
+    report = unzip(z, out)
+    assert report.problems == [
+        f"{z}: member 'x': {out / 'x'} exists and differs; not overwritten (use --overwrite)",
+        f"{z}: member 'x/x/x/x/esc': {out / 'x/x/x/x/esc'} exists and differs; not overwritten (use --overwrite)",
+    ]
+    assert os.stat(outside).st_mtime == 1_000_000 and list(outside.iterdir()) == []
+    assert links_under(out) == {} and (out / "x/x/x/x/esc").is_dir() and (out / "ok.txt").read_bytes() == b"fine"
+
+
+def test_link_to_dot_then_link_below_it(tmp_path: Path):
+    z = write_zip(
+        tmp_path / "chain.zip",
+        [gbk("x", symlink_to=b"."), gbk("x/x/x/x/esc", symlink_to=b"../../../../outside"), gbk("x/y/f.txt", b"f")],
+    )
+    out = tmp_path / "out"
+    report = unzip(z, out)
+    # files first, then links: x/y/f.txt makes a real folder x, so the link x is refused, not followed,
+    # and esc is made in real folders x/x/x/x, where its target is out/outside: inside
+    assert report.problems == [f"{z}: member 'x': {out / 'x'} exists and differs; not overwritten (use --overwrite)"]
+    assert tree(out) == {"x/y/f.txt": b"f"} and links_under(out) == {"x/x/x/x/esc": "../../../../outside"}
+    assert os.path.realpath(out / "x/x/x/x/esc") == str(out / "outside")
+    z2 = write_zip(tmp_path / "c2.zip", [gbk("x", symlink_to=b"."), gbk("x/x/x/x/esc", symlink_to=b"in.txt")])
+    out2 = tmp_path / "out2"
+    report = unzip(z2, out2)
+    assert report.problems == [f"{z2}: member 'x/x/x/x/esc': 'x' is a symbolic link; nothing is written through links"]
+    assert links_under(out2) == {"x": "."}
+    assert not (tmp_path / "outside").exists()
+
+
+def test_link_made_escaping_by_a_later_link_is_removed(tmp_path: Path):
+    z = write_zip(
+        tmp_path / "late.zip",
+        [gbk("c/"), gbk("a", symlink_to=b"b/c/../.."), gbk("b", symlink_to=b".")],  # a is inside until b exists
+    )
+    out = tmp_path / "out"
+    report = unzip(z, out)
+    assert report.problems == [f"{z}: member 'a': symlink resolves outside the target through other links; removed"]
+    assert links_under(out) == {"b": "."} and report.extracted == ["b"]
+
+
+def test_existing_link_in_the_target_is_never_written_through(tmp_path: Path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "data").symlink_to(victim)
+    z = write_zip(tmp_path / "a.zip", [gbk("data/猫.jpg", b"cat"), gbk("其他.txt", b"x")])
+    report = unzip(z, out)
+    assert report.problems == [
+        f"{z}: member 'data/猫.jpg': 'data' is a symbolic link; nothing is written through links"
+    ]
+    assert list(victim.iterdir()) == [] and (out / "其他.txt").read_bytes() == b"x"
+
+
+def test_ratio_budget_covers_many_members_under_1mib(tmp_path: Path):
+    zeros = bytes((1 << 20) - 1)
+    z = write_zip(tmp_path / "many.zip", [gbk(f"零/{i:04d}.bin", zeros) for i in range(300)])
+    assert z.stat().st_size < 600_000
+    with pytest.raises(ArchiveError) as exc:
+        unzip(z, tmp_path / "out")
+    assert re.fullmatch(
+        rf"{re.escape(str(z))}: refused, its 300 members expand \d+:1 in all \(\d+\.\d KiB -> 300\.0 MiB\), "
+        r"over the limit of 200:1 \(zip bomb\?; raise it with --max-ratio\)",
+        str(exc.value),
+    )
+    assert not (tmp_path / "out").exists()
+    # many tiny, very compressible files that declare under 1 MiB in all are harmless
+    small = write_zip(tmp_path / "small.zip", [gbk(f"t/{i}.txt", b"a" * 4000) for i in range(100)])
+    assert unzip(small, tmp_path / "o2").ok
+
+
+def test_members_that_cannot_be_written_are_reported_one_by_one(tmp_path: Path):
+    long_dir = "目" * 90  # 270 bytes in UTF-8: over the 255-byte limit of a name
+    name_250 = "n" * 246 + ".txt"
+    z = write_zip(
+        tmp_path / "odd.zip",
+        [
+            gbk("a", b"file a"),
+            gbk("a/b", b"under a file"),
+            ZipEntry(name=b"msdos", external_attr=0x10),  # a folder marked only by the DOS attribute
+            ZipEntry(name=b"msdos/in.txt", data=b"in"),
+            ZipEntry(name=f"{long_dir}/x.txt".encode(), data=b"x", utf8_flag=True),
+            ZipEntry(name=name_250.encode(), data=b"long"),
+            ZipEntry(name=b"m" * 256, data=b"too long"),
+            gbk("好.txt", b"ok"),
+        ],
+    )
+    out = tmp_path / "out"
+    report = unzip(z, out)
+    assert report.problems == [
+        f"{z}: member 'a/b': 'a' is a file, not a folder",
+        f"{z}: member '{long_dir}/x.txt': folder '{long_dir}' cannot be made: File name too long",
+        f"{z}: member '{'m' * 256}': the name is 256 bytes, over the 255-byte limit of file names",
+    ]
+    assert tree(out) == {"a": b"file a", "msdos/in.txt": b"in", name_250: b"long", "好.txt": b"ok"}
+    assert not any(p.name.endswith(".unzip-part") for p in out.iterdir())
+
+
+def test_temp_name_fits_and_resume_cleans_it(tmp_path: Path):
+    name = "名" * 84  # 252 bytes: the name fits, '.NAME.unzip-part' would not
+    z = write_zip(tmp_path / "n.zip", [ZipEntry(name=name.encode(), data=b"payload", utf8_flag=True)])
+    assert unzip(z, tmp_path / "out").extracted == [name]
+    assert (tmp_path / "out" / name).read_bytes() == b"payload"
+
+
+def test_cli_member_failures_exit_1_with_one_line_each(tmp_path: Path, capsys):
+    z = write_zip(tmp_path / "odd.zip", [gbk("a", b"1"), gbk("a/b", b"2"), gbk("a/c", b"3"), gbk("好.txt", b"ok")])
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{z}: member 'a/b': 'a' is a file, not a folder", f"{z}: member 'a/c': 'a' is a file, not a folder"]
+    assert (tmp_path / "out" / "好.txt").read_bytes() == b"ok"
+
+
+def test_cli_dest_is_a_file_and_unknown_encoding_are_usage_errors(gbk_zip: Path, tmp_path: Path, capsys):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    assert unzip_gbk_main([str(gbk_zip), "-d", str(f)]) == 2
+    assert capsys.readouterr().err == (
+        f"unzip-gbk: error: {f}: exists and is not a folder (-d names the folder to extract into)\n"
+    )
+    with pytest.raises(SystemExit) as e:
+        unzip_gbk_main([str(gbk_zip), "--encoding", "klingon"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "unzip-gbk: error: argument --encoding: unknown encoding 'klingon': use auto, gbk, big5, cp932, utf-8...\n"
+    )
+    with pytest.raises(SystemExit) as e:
+        main(["unzip", str(gbk_zip), "--encoding", "klingon", "-l"])
+    assert e.value.code == 2
+
+
+def test_zip_reader_budget_per_member(tmp_path: Path):
+    z = write_zip(tmp_path / "r.zip", [gbk("零.bin", bytes(8 << 20)), gbk("小.txt", b"small" * 100)])
+    reader = ZipReader(z)
+    with pytest.raises(ArchiveError) as exc:
+        reader.read("零.bin")
+    assert re.fullmatch(
+        rf"{re.escape(str(z))}: member '零.bin' expands \d+:1 \(\d+ -> 8388608 bytes\), over the limit of 200:1 "
+        r"\(zip bomb\?; raise max_ratio=\)",
+        str(exc.value),
+    )
+    assert reader.read("小.txt") == b"small" * 100
+    with pytest.raises(ArchiveError, match=r"member '小.txt' declares 500 bytes, over the limit of 100 per member"):
+        ZipReader(z, max_member_size=100).read("小.txt")
+    assert ZipReader(z, max_ratio=1e6).read("零.bin") == bytes(8 << 20)
+
+
+def test_zip_reader_memory_stays_bounded_on_a_bomb(tmp_path: Path):
+    """A member declaring 1 MiB whose data inflates to 512 MiB: reading stops at the declared size."""
+    payload = bytes(512 << 20)
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = comp.compress(payload) + comp.flush()
+    del payload
+    name = "炸弹.bin".encode("gbk")
+    crc = zlib.crc32(bytes(1 << 20))
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0x5821, crc, len(body), 1 << 20, len(name), 0)
+    central = struct.pack(
+        "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0x5821, crc, len(body), 1 << 20, len(name), 0, 0, 0, 0, 0, 0
+    )
+    data = local + name + body
+    data += (
+        central + name + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, 46 + len(name), len(local + name + body), 0)
+    )
+    z = tmp_path / "bomb.zip"
+    z.write_bytes(data)
+    code = (
+        PEAK_RSS + "from datakit.archive import ZipReader\n"
+        f"r = ZipReader({str(z)!r}, max_ratio=1e9)\n"
+        "print(r.read('炸弹.bin') == bytes(1 << 20))\n"
+        "print(peak_rss_kib())"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = res.stdout.splitlines()
+    assert lines[0] == "True"
+    assert int(lines[1]) < 300_000  # KiB: far below the 512 MiB the data would inflate to
+
+
+def test_zip_dataset_refuses_escaping_names_and_bombs(tmp_path: Path):
+    from datakit.datasets import ZipDataset
+    from datakit.errors import SampleError
+
+    z = write_zip(tmp_path / "esc.zip", [gbk("猫/1.jpg", b"x"), gbk("../../逃逸/x.jpg", b"y")])
+    with pytest.raises(ArchiveError) as exc:
+        ZipDataset(z)
+    assert str(exc.value) == (
+        f"{z}: member '../../逃逸/x.jpg': refused: a '..' component or an absolute name would escape the "
+        "archive's folders (as unzip refuses it)"
+    )
+    z2 = write_zip(tmp_path / "abs.zip", [gbk("猫/1.jpg", b"x"), gbk("/狗/2.jpg", b"y")])
+    with pytest.raises(ArchiveError, match="member '/狗/2.jpg': refused"):
+        ZipDataset(z2)
+    z3 = write_zip(tmp_path / "bomb.zip", [gbk("猫/1.jpg", bytes(4 << 20)), gbk("狗/2.jpg", b"y")])
+    ds = ZipDataset(z3)
+    assert ds.classes == ["狗", "猫"]
+    with pytest.raises(SampleError, match=rf"sample 1: {re.escape(str(z3))}: member '猫/1.jpg' expands \d+:1"):
+        ds[1]
+    with pytest.raises(SampleError, match=r"member '猫/1.jpg' declares 4194304 bytes, over the limit of 1000"):
+        ZipDataset(z3, max_member_size=1000, max_ratio=1e9)[1]
+
+
+def test_folder_dataset_never_leaves_its_root_through_a_link(tmp_path: Path, caplog):
+    from datakit.datasets import open_dataset
+    from datakit.io import imwrite
+    from datakit.testing import synthetic_image
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    imwrite(outside / "secret.png", synthetic_image(8, 8))
+    root = tmp_path / "数据"
+    (root / "猫").mkdir(parents=True)
+    (root / "狗").mkdir()
+    imwrite(root / "猫" / "1.png", synthetic_image(8, 8))
+    imwrite(root / "狗" / "2.png", synthetic_image(8, 8))
+    (root / "猫" / "loop").symlink_to(".")  # x -> . : walked once, the scan ends
+    (root / "猫" / "out").symlink_to(outside)  # leaves the root: skipped
+    (root / "狗" / "same.png").symlink_to(root / "猫" / "1.png")  # stays inside: followed
+    (root / "外").symlink_to(outside)  # a class folder outside the root: skipped
+    with caplog.at_level("WARNING", logger="datakit"):
+        ds = open_dataset(root)
+    assert ds.classes == ["狗", "猫"]
+    assert [ds.files[i] for i in range(len(ds))] == ["狗/2.png", "狗/same.png", "猫/1.png"]
+    assert f"{root}: links {root / '外'} and 1 more lead outside the dataset folder; skipped" in caplog.messages
