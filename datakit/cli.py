@@ -345,10 +345,8 @@ def _pack_share(args: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def cmd_pack_lmdb(args: argparse.Namespace) -> int:
-    from datakit.lmdb import pack_lmdb
+    from datakit.pack import pack_lmdb
 
-    if args.resume and args.overwrite:
-        raise UsageError("--resume and --overwrite contradict each other; pick one")
     if len(args.src) != 2:
         raise UsageError(f"pack-lmdb takes SRC and OUT, got {len(args.src)} paths")
     src = str(_existing(args.src[0]))

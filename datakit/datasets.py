@@ -13,20 +13,23 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 from torch.utils.data import Dataset
 
-from datakit.errors import SampleError, UsageError
+from datakit.errors import PackError, SampleError, UsageError
 from datakit.io import UNNAMED, ImageDecodeError, decode_image, read_bytes
 from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, ClassMap, LabelError, LabelTable, read_labels, resolve_path
+from datakit.lmdb import LmdbReader
 
 __all__ = [
     "IMG_EXTENSIONS",
     "FolderDataset",
     "ImageDataset",
+    "LmdbDataset",
     "SampleError",
     "StringArray",
     "TableDataset",
@@ -462,6 +465,86 @@ class ZipDataset(ImageDataset):
 
 
 # ---------------------------------------------------------------------------------------------
+# LMDB packs
+
+
+class LmdbDataset(ImageDataset):
+    """One pack, or several shards read as one dataset, decoded lazily through :mod:`datakit.io`.
+
+    Environments open lazily in each process (see :mod:`datakit.lmdb`), so the dataset works with
+    DataLoader workers started by fork, spawn or forkserver. With ``allow_incomplete=True`` a pack
+    that is still being written is read as far as it is committed, and its length follows the
+    writer (checked at most every ``follow_seconds``; :meth:`refresh` checks at once).
+    """
+
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, split: str | None = None,
+                 allow_incomplete: bool = False, follow_seconds: float = 1.0, **kwargs) -> None:  # fmt: skip
+        paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        self.readers = [LmdbReader(p, allow_incomplete=allow_incomplete) for p in paths]
+        first = self.readers[0]
+        for r in self.readers[1:]:
+            if r.meta["classes"] != first.meta["classes"]:
+                raise PackError(f"{r.path}: its classes differ from {first.path}'s; these are not shards of one pack")
+        self.split = split
+        self.follow_seconds = follow_seconds
+        self._checked = time.monotonic()
+        self.class_map = first.class_map
+        self._index()
+        super().__init__(self.targets, first.class_map.classes, **kwargs)
+
+    def _index(self) -> None:
+        shard_of, local = [], []
+        for k, r in enumerate(self.readers):
+            idx = np.arange(len(r), dtype=np.int64)
+            if self.split is not None:
+                splits = r.meta.get("splits") or []
+                if self.split not in splits:
+                    shown = ", ".join(map(repr, splits)) or "none"
+                    raise UsageError(f"{r.path}: no split {self.split!r}; the pack's splits are {shown}")
+                idx = idx[r.records["split"] == splits.index(self.split) + 1]
+            shard_of.append(np.full(len(idx), k, dtype=np.int32))
+            local.append(idx)
+        self.shard = np.concatenate(shard_of)
+        self.local = np.concatenate(local)
+        self.targets = np.concatenate([r.records["target"][i] for r, i in zip(self.readers, local)]).astype(np.int64)
+        self.heights = np.concatenate([r.records["height"][i] for r, i in zip(self.readers, local)])
+        self.widths = np.concatenate([r.records["width"][i] for r, i in zip(self.readers, local)])
+
+    @property
+    def complete(self) -> bool:
+        """Whether every pack is complete (nothing more will appear)."""
+        return all(r.complete for r in self.readers)
+
+    def refresh(self) -> int:
+        """Take in the samples committed since the pack was opened; returns the new length."""
+        if not self.complete:
+            before = [len(r) for r in self.readers]
+            if [r.refresh() for r in self.readers] != before:
+                self._index()
+        self._checked = time.monotonic()
+        return len(self.targets)
+
+    def __len__(self) -> int:
+        if not self.readers[0].complete and time.monotonic() - self._checked >= self.follow_seconds:
+            self.refresh()
+        return len(self.targets)
+
+    def name(self, index: int) -> str:
+        r = self.readers[self.shard[index]]
+        return f"{r.path}:{r.name(int(self.local[index]))}"
+
+    def read(self, index: int) -> bytes:
+        return self.readers[self.shard[index]].get(int(self.local[index]))
+
+    def encoded_size(self) -> int:
+        return int(sum(r.records["nbytes"][self.local[self.shard == k]].sum() for k, r in enumerate(self.readers)))
+
+    def sizes(self) -> np.ndarray:
+        """(height, width) of every sample, known without decoding."""
+        return np.stack([self.heights, self.widths], axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
 # the entry point
 
 
@@ -511,8 +594,6 @@ def open_dataset(
     common = dict(transform=transform, target_transform=target_transform, mode=mode, on_error=on_error, cache=cache)
     shards = _expand_sources(src)
     if shards is not None:
-        from datakit.lmdb import LmdbDataset
-
         if len(shards) == 1:
             return open_dataset(shards[0], labels=labels, split=split, remap_labels=remap_labels, **common, **kwargs)
         return LmdbDataset(shards, split=split, **common, **kwargs)
@@ -522,8 +603,6 @@ def open_dataset(
     table = labels if isinstance(labels, LabelTable) else (read_labels(labels) if labels is not None else None)
     suffix = path.suffix.lower()
     if path.is_dir() and (path / "data.mdb").exists() or suffix == ".lmdb":
-        from datakit.lmdb import LmdbDataset
-
         return LmdbDataset(path, split=split, **common, **kwargs)
     if table is not None:
         return TableDataset(table, path, split=split, remap_labels=remap_labels, **common, **kwargs)

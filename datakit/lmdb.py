@@ -1,103 +1,58 @@
-"""The packed format: any dataset in one LMDB file, written resumably, read lazily, verified.
+"""The packed format: samples in one LMDB environment, written with checksums, read lazily per process.
 
-Values are the original encoded image bytes (or re-encoded ones when ``max_size`` asks), never
-decoded pixels and never pickles. Targets, sizes and checksums are fixed binary records;
-metadata is JSON. The layout is documented in docs/lmdb-format.md.
+Values are encoded image bytes, never decoded pixels and never pickles. Targets, sizes and
+checksums are fixed binary records; metadata is JSON that carries its own checksum. This module
+is the format only (writer, reader, verify, info); :mod:`datakit.pack` is the job that fills a
+pack from a dataset. The layout is documented in docs/lmdb-format.md.
+
+Environments and transactions open lazily in the process that reads, and are closed before a
+fork and forgotten in the child: with py-lmdb 2 and later, a file whose environment object is
+alive in a process cannot be opened again in it, and a forked child inherits the parent's objects.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
-import multiprocessing as mp
 import os
-import shutil
-import sys
+import struct
+import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from datakit.datasets import ImageDataset, SampleError, StringArray
-from datakit.errors import PackError, UsageError
-from datakit.io import _jpeg_size, decode_image, encode_image, image_format, probe_image
+from datakit.errors import PackError
 from datakit.labels import ClassMap
 
 __all__ = [
     "FORMAT",
     "VERSION",
-    "LmdbDataset",
     "LmdbReader",
     "LmdbWriter",
     "PackError",
-    "PackReport",
+    "PackLock",
+    "check_data_file",
+    "close_pack",
     "lmdb_info",
-    "pack_lmdb",
+    "read_meta",
     "verify_lmdb",
 ]
 
 FORMAT = "datakit-lmdb"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 META_KEY = b"__meta__"
 INDEX_KEY = b"__index__"
+LOCK_NAME = "pack.lock"
+PACK_FILES = frozenset({"data.mdb", "lock.mdb", "classes.json", LOCK_NAME})
 # one record per sample: target, height, width, crc32 of the value, split id, value length
 RECORD = np.dtype([("target", "<i8"), ("height", "<u4"), ("width", "<u4"), ("crc32", "<u4"), ("split", "<u2"),
                    ("_pad", "<u2"), ("nbytes", "<u8")])  # fmt: skip
 INITIAL_MAP_SIZE = 64 << 20
-
-
-_ENVS: dict[str, object] = {}
-_ENVS_PID = -1
-
-
-def _read_env(path: str | os.PathLike):
-    """The read-only environment for ``path`` in this process, shared by every reader of it.
-
-    py-lmdb allows one open environment per file per process, and an environment must not be
-    used across fork, so they are cached per path and forgotten in a child process.
-    """
-    global _ENVS_PID
-    import lmdb
-
-    if os.getpid() != _ENVS_PID:
-        _ENVS.clear()  # inherited handles are unusable after fork; drop them without closing
-        _ENVS_PID = os.getpid()
-    key = path if isinstance(path, str) and path in _ENVS else os.path.realpath(path)
-    env = _ENVS.get(key)
-    if env is None:
-        env = _ENVS[key] = lmdb.open(key, readonly=True, lock=False, readahead=False, meminit=False,
-                                     subdir=True, max_readers=512)  # fmt: skip
-    return env
-
-
-_TXNS: dict[str, tuple[object, object]] = {}
-
-
-def _read_txn(path: str | os.PathLike):
-    """A long-lived read transaction on a complete pack (nothing writes to it), per process:
-    beginning one per read costs more than the read itself."""
-    if os.getpid() == _ENVS_PID and isinstance(path, str):
-        cached = _TXNS.get(path)
-        if cached is not None and _ENVS.get(path) is cached[0]:
-            return cached[1]  # the hot path: no system calls
-    env = _read_env(path)
-    key = os.path.realpath(path)
-    cached = _TXNS.get(key)
-    if cached is None or cached[0] is not env:
-        cached = _TXNS[key] = (env, env.begin(buffers=False))
-    return cached[1]
-
-
-def _forget_env(path: str | os.PathLike) -> None:
-    key = os.path.realpath(path)
-    cached = _TXNS.pop(key, None)
-    env = _ENVS.pop(key, None)
-    if env is not None and os.getpid() == _ENVS_PID:
-        if cached is not None:
-            cached[1].abort()
-        env.close()
 
 
 def _image_key(i: int) -> bytes:
@@ -112,319 +67,400 @@ def _name_key(i: int) -> bytes:
     return b"n%010d" % i
 
 
+def _lmdb():
+    import lmdb
+
+    return lmdb
+
+
+# ---------------------------------------------------------------------------------------------
+# errors and the data file's own header
+
+
+@contextmanager
+def _lmdb_errors(path: str | os.PathLike, doing: str = "reading") -> Iterator[None]:
+    """Turn any py-lmdb error into one :class:`PackError` line naming the pack and what to do."""
+    lmdb = _lmdb()
+    try:
+        yield
+    except lmdb.Error as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PackError(
+            f"{path}: {doing} the pack failed ({type(exc).__name__}: {msg}); run `datakit verify {path}`, "
+            "copy it again or re-pack"
+        ) from None
+
+
+_META_MAGIC = 0xBEEFC0DE
+
+
+def _meta_page(head: bytes, off: int) -> tuple[int, int, int] | None:
+    """(page size, last page in use, txnid) from the MDB_meta at ``off``, or None if not a meta page.
+
+    The layout (lmdb.h / mdb.c, data version 1, 64-bit): a 16-byte page header, then mm_magic,
+    mm_version (u32 each), mm_address, mm_mapsize (8 bytes each), mm_dbs[2] (48 bytes each; the
+    free DB's md_pad holds the page size), mm_last_pg and mm_txnid (8 bytes each).
+    """
+    if len(head) < off + 152:
+        return None
+    magic, version = struct.unpack_from("<II", head, off + 16)
+    if magic != _META_MAGIC or version != 1:
+        return None
+    psize = struct.unpack_from("<I", head, off + 40)[0]
+    last_pg, txnid = struct.unpack_from("<QQ", head, off + 136)
+    return psize, last_pg, txnid
+
+
+def check_data_file(path: str | os.PathLike) -> None:
+    """Refuse a ``data.mdb`` shorter than what its own meta pages say is in use, before it is mapped.
+
+    Mapping a truncated file and reading past its end kills the process with SIGBUS, with no
+    message; this reads the two meta pages at the start of the file instead and compares.
+    """
+    pack = Path(path)
+    data = pack / "data.mdb"
+    try:
+        size = data.stat().st_size
+        with open(data, "rb") as f:
+            head = f.read(4096 + 152)
+            first = _meta_page(head, 0)
+            psize = first[0] if first and first[0] in (1 << k for k in range(9, 17)) else 4096
+            if len(head) < psize + 152:
+                f.seek(psize)
+                head = head[:psize] + f.read(152)
+    except OSError as exc:
+        raise PackError(f"{pack}: cannot read data.mdb ({exc.strerror or exc})") from None
+    metas = [m for m in (first, _meta_page(head, psize) if len(head) >= psize + 152 else None) if m]
+    if not metas:
+        magic = struct.unpack_from("<I", head, 16)[0] if len(head) >= 20 else None
+        if size < 2 * 4096:
+            raise PackError(f"{pack}: truncated: {size} bytes, shorter than an LMDB header; copy it again or re-pack")
+        if magic == _META_MAGIC:
+            return  # another LMDB data version: its layout is not ours to parse; lmdb checks it
+        raise PackError(f"{pack}: data.mdb is not an LMDB file (no meta page); copy it again or re-pack")
+    psize, last_pg, _ = max(metas, key=lambda m: m[2])
+    need = (last_pg + 1) * psize
+    if size < need:
+        raise PackError(f"{pack}: truncated: {size} of {need} bytes; copy it again or re-pack")
+
+
+# ---------------------------------------------------------------------------------------------
+# environments per process, safe across fork
+
+
+_ENVS: dict[str, object] = {}
+_TXNS: dict[str, object] = {}
+_LOCK = threading.RLock()
+_PID = os.getpid()
+
+
+def _close_all() -> None:
+    """Before a fork: close this process's read environments so the child inherits none."""
+    _LOCK.acquire()
+    try:
+        if os.getpid() == _PID:
+            for txn in _TXNS.values():
+                try:
+                    txn.abort()
+                except Exception:  # noqa: BLE001 - an invalidated transaction is already gone
+                    pass
+            for env in _ENVS.values():
+                env.close()
+        _TXNS.clear()
+        _ENVS.clear()
+    finally:
+        _LOCK.release()
+
+
+def _forget_all() -> None:
+    """In a forked child: drop whatever was inherited without touching it, and reset the lock."""
+    global _PID, _LOCK
+    _TXNS.clear()
+    _ENVS.clear()
+    _PID = os.getpid()
+    _LOCK = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_close_all, after_in_child=_forget_all)
+
+
+def _open_env(key: str, live: bool):
+    """The read environment of pack folder ``key`` in this process (opened on first use)."""
+    global _PID
+    if os.getpid() != _PID:  # fork without the hooks (os.fork from C): nothing inherited is used
+        _forget_all()
+    env = _ENVS.get(key)
+    if env is None:
+        check_data_file(key)
+        lock = live and os.access(os.path.join(key, "lock.mdb"), os.W_OK)
+        with _lmdb_errors(key, "opening"):
+            # a pack still being written is read with LMDB's reader table, so the writer does not
+            # reuse pages a reader still sees; a finished pack needs no lock (and may be read-only)
+            env = _lmdb().open(key, readonly=True, lock=lock, readahead=False, meminit=False, subdir=True,
+                               max_readers=1024, create=False)  # fmt: skip
+        _ENVS[key] = env
+    return env
+
+
+def _txn(key: str, live: bool):
+    """A read transaction on ``key``, kept per process: beginning one costs more than a read."""
+    txn = _TXNS.get(key)
+    if txn is None:
+        env = _open_env(key, live)
+        lmdb = _lmdb()
+        try:
+            txn = env.begin(buffers=False)
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # the writer grew the map: adopt its size
+            txn = env.begin(buffers=False)
+        _TXNS[key] = txn
+    return txn
+
+
+def _drop_txn(key: str) -> None:
+    txn = _TXNS.pop(key, None)
+    if txn is not None:
+        txn.abort()
+
+
+def _close_env(key: str) -> None:
+    with _LOCK:
+        if os.getpid() != _PID:
+            _forget_all()
+            return
+        _drop_txn(key)
+        env = _ENVS.pop(key, None)
+        if env is not None:
+            env.close()
+
+
+def _key(path: str | os.PathLike) -> str:
+    return os.path.realpath(path)
+
+
+def close_pack(path: str | os.PathLike) -> None:
+    """Close this process's environment of the pack at ``path`` (readers reopen it on their next read).
+
+    Needed only before opening the same files with py-lmdb directly in this process, which
+    py-lmdb 2 and later refuse while another environment of them is open.
+    """
+    _close_env(_key(path))
+
+
+def _decode_meta(raw: bytes | None, path: Path) -> dict | None:
+    if raw is None:
+        return None
+    try:
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise PackError(f"{path}: the metadata record is damaged ({exc}); copy the pack again or re-pack") from None
+    crc = meta.pop("meta_crc32", None)
+    if crc is not None and crc != zlib.crc32(_dump_meta(meta)):
+        raise PackError(f"{path}: the metadata record fails its checksum; copy the pack again or re-pack")
+    return meta
+
+
+def _dump_meta(meta: dict) -> bytes:
+    return json.dumps(meta, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _encode_meta(meta: dict) -> bytes:
+    body = {k: v for k, v in meta.items() if k != "meta_crc32"}
+    return _dump_meta(dict(body, meta_crc32=zlib.crc32(_dump_meta(body))))
+
+
+def read_meta(path: str | os.PathLike) -> dict | None:
+    """The pack's metadata, or None where there is no ``data.mdb`` or no metadata record yet."""
+    path = Path(path)
+    if not (path / "data.mdb").is_file():
+        return None
+    key = _key(path)
+    with _LOCK, _lmdb_errors(path):
+        try:
+            if (path / "data.mdb").stat().st_size == 0:
+                return None  # created, never committed
+            raw = _open_env(key, True).begin().get(META_KEY)
+        finally:
+            _close_env(key)
+    return _decode_meta(raw, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# one writer at a time
+
+
+class PackLock:
+    """An exclusive ``flock`` on ``OUT/pack.lock`` holding the writer's PID; released on close or death."""
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.path = Path(folder) / LOCK_NAME
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self.fd)
+            raise PackError(
+                f"{folder}: another process (PID {holder}) is writing this pack; wait for it to finish or stop it"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = -1
+
+    def __enter__(self) -> PackLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # writing
 
 
 class LmdbWriter:
-    """Appends samples to a pack, committing in large transactions and growing the map when full.
+    """Appends samples to a pack; each commit stores samples and the new ``count`` together.
 
-    Every commit stores the samples and the new ``count`` together, so a pack interrupted at
-    any point (Ctrl-C, kill -9, a full disk) holds exactly the samples counted in its metadata,
-    and :meth:`open` with ``resume=True`` continues from there.
+    The metadata is committed as soon as the writer opens, and again every ``commit_seconds``,
+    ``commit_bytes`` or ``commit_every`` samples, whichever comes first, so an interruption at any
+    moment (Ctrl-C, kill -9, a full disk) leaves a pack that holds exactly ``count`` valid samples
+    and that ``pack-lmdb --resume`` continues. Use it as a context manager; :meth:`finish` writes
+    the checksummed index and marks the pack complete.
+
+    Args:
+        path: the pack folder (created if missing).
+        meta: the metadata (``format``, ``version``, ``classes`` ...); ``count`` is maintained here.
+        resume: continue the samples already committed (their records are read back once).
+        lock: a :class:`PackLock` already held on ``path`` (else one is taken here).
     """
 
-    def __init__(self, path: str | os.PathLike, meta: dict, *, start: int = 0, commit_bytes: int = 64 << 20,
-                 commit_every: int = 5000, map_size: int = INITIAL_MAP_SIZE) -> None:  # fmt: skip
-        import lmdb
-
+    def __init__(self, path: str | os.PathLike, meta: dict, *, resume: bool = False, lock: PackLock | None = None,
+                 commit_bytes: int = 64 << 20, commit_every: int = 5000, commit_seconds: float = 2.0,
+                 map_size: int = INITIAL_MAP_SIZE) -> None:  # fmt: skip
         self.path = Path(path)
-        self.meta = meta
-        self.count = start
-        self.commit_bytes = commit_bytes
-        self.commit_every = commit_every
         self.path.mkdir(parents=True, exist_ok=True)
-        _forget_env(self.path)
-        self.env = lmdb.open(str(self.path), map_size=map_size, subdir=True, readahead=False,
-                             meminit=False, max_dbs=0)  # fmt: skip
-        info = self.env.info()
-        if info["map_size"] < self.env.stat()["psize"] * (info["last_pgno"] + 1) * 2:
-            self.env.set_mapsize(max(map_size, self.env.stat()["psize"] * (info["last_pgno"] + 1) * 2))
+        self._own_lock = lock is None
+        self.lock = lock or PackLock(self.path)
+        self.commit_bytes, self.commit_every, self.commit_seconds = commit_bytes, commit_every, commit_seconds
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
+        self._records = np.zeros(1024, RECORD)
+        self.count = 0
+        self.env = None
+        try:
+            data = self.path / "data.mdb"
+            if data.is_file() and data.stat().st_size > 0:
+                check_data_file(self.path)
+            _close_env(_key(self.path))  # this process's reader of it, if any: one open per file
+            with _lmdb_errors(self.path, "opening"):
+                self.env = _lmdb().open(str(self.path), map_size=map_size, subdir=True, readahead=False,
+                                        meminit=False, max_dbs=0, max_readers=1024)  # fmt: skip
+                info, psize = self.env.info(), self.env.stat()["psize"]
+                used = psize * (info["last_pgno"] + 1)
+                if info["map_size"] < 2 * used:
+                    self.env.set_mapsize(2 * used)
+                if resume:
+                    self._load_records(meta)
+            self.meta = dict(meta, count=self.count, complete=False)
+            self._write([], self.meta)  # committed now: from here on the pack is resumable
+        except BaseException:
+            self.close()
+            raise
+        self._last_commit = time.monotonic()
+
+    def _load_records(self, meta: dict) -> None:
+        n = int(meta.get("count", 0))
+        self._grow(n)
+        with self.env.begin() as txn:
+            for i in range(n):
+                raw = txn.get(_record_key(i))
+                if raw is None or len(raw) != RECORD.itemsize:
+                    raise PackError(f"{self.path}: the record of sample {i} is missing or damaged; re-pack")
+                self._records[i] = np.frombuffer(raw, RECORD)[0]
+        self.count = n
+
+    def _grow(self, n: int) -> None:
+        if n > len(self._records):
+            bigger = np.zeros(max(n, 2 * len(self._records)), RECORD)
+            bigger[: len(self._records)] = self._records
+            self._records = bigger
+
+    @property
+    def records(self) -> np.ndarray:
+        """The records of every sample added so far (committed or pending)."""
+        return self._records[: self.count + len(self._pending) // 3]
 
     def add(self, value: bytes, target: int, height: int, width: int, name: str, split: int = 0) -> None:
+        """Append one sample; commits when enough bytes, samples or seconds have gathered."""
         i = self.count + len(self._pending) // 3
-        rec = np.zeros(1, RECORD)
-        rec[0] = (target, height, width, zlib.crc32(value), split, 0, len(value))
-        self._pending += [(_image_key(i), value), (_record_key(i), rec.tobytes()), (_name_key(i), name.encode())]
+        self._grow(i + 1)
+        self._records[i] = (target, height, width, zlib.crc32(value), split, 0, len(value))
+        self._pending += [(_image_key(i), value), (_record_key(i), self._records[i].tobytes()),
+                          (_name_key(i), name.encode("utf-8", "surrogateescape"))]  # fmt: skip
         self._pending_bytes += len(value)
-        if self._pending_bytes >= self.commit_bytes or len(self._pending) // 3 >= self.commit_every:
+        if (
+            self._pending_bytes >= self.commit_bytes
+            or len(self._pending) // 3 >= self.commit_every
+            or time.monotonic() - self._last_commit >= self.commit_seconds
+        ):
             self.commit()
 
     def _write(self, items: list[tuple[bytes, bytes]], meta: dict) -> None:
-        import lmdb
-
+        lmdb = _lmdb()
         while True:
             try:
                 with self.env.begin(write=True) as txn:
                     for k, v in items:
                         txn.put(k, v)
-                    txn.put(META_KEY, json.dumps(meta, ensure_ascii=False).encode())
+                    txn.put(META_KEY, _encode_meta(meta))
                 return
             except lmdb.MapFullError:
                 # the transaction was aborted whole; grow the map and write it again
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
-    def commit(self) -> None:
+    def commit(self, **extra) -> None:
+        """Write what is pending, with the metadata (updated by ``extra``) counting it."""
         n = len(self._pending) // 3
-        meta = dict(self.meta, count=self.count + n, complete=False)
+        meta = dict(self.meta, **extra, count=self.count + n, complete=False)
         self._write(self._pending, meta)
         self.count += n
         self.meta = meta
         self._pending, self._pending_bytes = [], 0
+        self._last_commit = time.monotonic()
 
-    def finish(self, extra: dict | None = None) -> None:
-        """Commit what is pending, write the packed index and mark the pack complete."""
+    def finish(self, **extra) -> None:
+        """Commit what is pending, write the checksummed index and mark the pack complete."""
         self.commit()
-        records = np.zeros(self.count, RECORD)
-        with self.env.begin() as txn:
-            for i in range(self.count):
-                records[i] = np.frombuffer(txn.get(_record_key(i)), RECORD)[0]
-        meta = dict(self.meta, **(extra or {}), count=self.count, complete=True)
-        self._write([(INDEX_KEY, records.tobytes())], meta)
+        index = self._records[: self.count].tobytes()
+        meta = dict(self.meta, **extra, count=self.count, complete=True, index_crc32=zlib.crc32(index))
+        self._write([(INDEX_KEY, index)], meta)
         self.meta = meta
         self.env.sync(True)
 
     def close(self) -> None:
-        self.env.close()
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+        if self._own_lock:
+            self.lock.close()
 
+    def __enter__(self) -> LmdbWriter:
+        return self
 
-def _read_meta(path: Path) -> dict | None:
-    if not (path / "data.mdb").exists():
-        return None
-    with _read_env(path).begin() as txn:
-        raw = txn.get(META_KEY)
-    _forget_env(path)
-    return json.loads(raw) if raw else None
-
-
-@dataclass
-class PackReport:
-    """What :func:`pack_lmdb` did."""
-
-    path: Path
-    count: int
-    resumed_from: int = 0
-    skipped: list[str] = field(default_factory=list)
-    bytes_in: int = 0
-    bytes_out: int = 0
-    seconds: float = 0.0
-
-
-_WORKER_DS: ImageDataset | None = None
-
-
-def _init_worker(ds: ImageDataset | None) -> None:
-    global _WORKER_DS
-    if ds is not None:
-        _WORKER_DS = ds
-
-
-def _prepare(task: tuple[int, int | None, int]) -> tuple[int, bytes | None, int, int, int, str | None]:
-    """In a worker: read, validate and (re)encode one sample. Returns (index, value, h, w, in_bytes, error)."""
-    i, max_size, quality = task
-    ds = _WORKER_DS
-    assert ds is not None
-    try:
-        data = ds.read(i)
-        name = ds.name(i)
-        if max_size:
-            img = decode_image(data, "rgb", max_size, name=name)
-            h, w = img.shape[:2]
-            if max(h, w) > max_size:
-                import cv2
-
-                s = max_size / max(h, w)
-                img = cv2.resize(img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
-                return i, encode_image(img, ".jpg", quality, mode="rgb"), img.shape[0], img.shape[1], len(data), None
-            if image_format(data) == "JPEG" and max(_jpeg_size(data)[:2]) > max_size:
-                # decoded reduced but still larger than asked: re-encode the reduced pixels
-                return i, encode_image(img, ".jpg", quality, mode="rgb"), h, w, len(data), None
-            return i, data, h, w, len(data), None
-        h, w = probe_image(data, name)
-        return i, data, h, w, len(data), None
-    except (SampleError, ValueError, OSError, KeyError) as exc:
-        return i, None, 0, 0, 0, f"{ds.name(i)}: {exc}" if ds.name(i) not in str(exc) else str(exc)
-
-
-def _short_name(ds: ImageDataset, i: int) -> str:
-    """The sample's name relative to its source where the dataset has one, else its full name."""
-    files = getattr(ds, "files", None)
-    return files[i] if isinstance(files, StringArray) else ds.name(i)
-
-
-def _lmdb_error() -> type[Exception]:
-    import lmdb
-
-    return lmdb.Error
-
-
-def parse_shard(spec: str | tuple[int, int] | None) -> tuple[int, int]:
-    """``"2/8"`` or ``(2, 8)`` to ``(2, 8)``; shards are numbered from 0."""
-    if spec is None:
-        return 0, 1
-    if isinstance(spec, str):
+    def __exit__(self, exc_type, exc, tb) -> None:
         try:
-            a, b = (int(x) for x in spec.split("/"))
-        except ValueError:
-            raise UsageError(f"shard must look like I/N (for example 0/4), got {spec!r}") from None
-    else:
-        a, b = spec
-    if not (b >= 1 and 0 <= a < b):
-        raise UsageError(f"shard I/N needs 0 <= I < N, got {a}/{b}")
-    return a, b
-
-
-def _remove_pack(path: Path) -> None:
-    entries = {p.name for p in path.iterdir()}
-    if entries - {"data.mdb", "lock.mdb", "classes.json"}:
-        raise PackError(f"{path}: exists and holds other files than an LMDB pack; not removing it, pick another OUT")
-    shutil.rmtree(path)
-
-
-def pack_lmdb(
-    src: str | os.PathLike | ImageDataset,
-    out: str | os.PathLike,
-    *,
-    labels: str | os.PathLike | None = None,
-    split: str | None = None,
-    max_size: int | None = None,
-    quality: int = 90,
-    workers: int | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    shard: str | tuple[int, int] | None = None,
-    skip_bad: bool = False,
-    remap_labels: bool = False,
-    commit_bytes: int = 64 << 20,
-    commit_every: int = 5000,
-    map_size: int = INITIAL_MAP_SIZE,
-    progress: Callable[[int, int, int], None] | None = None,
-) -> PackReport:
-    """Pack any source :func:`~datakit.datasets.open_dataset` accepts into an LMDB pack at ``out``.
-
-    Workers read, validate and (with ``max_size``) re-encode images; the main process writes them
-    in large transactions. Without ``max_size`` the original bytes are stored verbatim.
-
-    Args:
-        max_size: re-encode (JPEG, ``quality``) images whose longer side exceeds this.
-        workers: reader processes (default: usable CPUs).
-        resume: continue an interrupted pack of the same source and options.
-        overwrite: replace an existing pack.
-        shard: ``"I/N"``: pack only the I-th of N contiguous parts (``open_dataset`` reads shards as one).
-        skip_bad: skip unreadable images (listed in the report and the metadata) instead of failing.
-        progress: called as ``progress(done, total, bytes_written)``.
-
-    Raises:
-        PackError: existing output without resume/overwrite, a resume with other options, bad images.
-    """
-    from datakit.datasets import open_dataset
-
-    out = Path(out)
-    sh = parse_shard(shard)
-    ds = src if isinstance(src, ImageDataset) else open_dataset(src, labels=labels, split=split,
-                                                                remap_labels=remap_labels)  # fmt: skip
-    n_total = len(ds)
-    lo, hi = sh[0] * n_total // sh[1], (sh[0] + 1) * n_total // sh[1]
-    table = getattr(ds, "table", None)
-    split_names = table.split_names if table is not None and split is None else []
-    split_ids = {s: k + 1 for k, s in enumerate(split_names)}
-    class_map = getattr(ds, "class_map", None) or ClassMap(tuple(ds.classes))
-    source = os.fspath(src) if not isinstance(src, ImageDataset) else repr(src)
-    options = {"max_size": max_size, "quality": quality if max_size else None, "split": split,
-               "shard": [sh[0], sh[1]], "labels": os.fspath(labels) if labels else None}  # fmt: skip
-    meta = {
-        "format": FORMAT, "version": VERSION, "count": 0, "complete": False, "source": source,
-        "source_samples": n_total, "planned": hi - lo, "first_source_index": lo, "options": options,
-        "classes": class_map.to_json(), "splits": split_names, "checksum": "crc32",
-        "encoding": f"JPEG quality {quality}, longer side <= {max_size}" if max_size else "original bytes",
-        "record_dtype": RECORD.descr, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "writer": f"datakit {__import__('datakit').__version__}", "skipped": [],
-    }  # fmt: skip
-    start = 0
-    existing = _read_meta(out) if out.exists() else None
-    occupied = (out.is_dir() and any(out.iterdir())) or out.is_file()
-    if occupied:
-        if overwrite:
-            _remove_pack(out) if out.is_dir() else out.unlink()
-        elif resume and existing is not None:
-            if existing.get("format") != FORMAT or existing.get("version") != VERSION:
-                raise PackError(f"{out}: not a datakit-lmdb version {VERSION} pack; cannot resume it")
-            for key in ("source", "source_samples", "options", "classes"):
-                if existing.get(key) != meta[key]:
-                    raise PackError(
-                        f"{out}: was packed with a different {key} ({existing.get(key)!r}, now {meta[key]!r}); "
-                        "resume only the same job, or use --overwrite"
-                    )
-            if existing.get("complete"):
-                return PackReport(out, existing["count"], existing["count"])
-            start = existing["count"]
-            meta["skipped"] = existing.get("skipped", [])
-            meta["created"] = existing.get("created", meta["created"])
-        elif resume:
-            raise PackError(f"{out}: exists but is not a datakit pack; nothing to resume")
-        else:
-            raise UsageError(f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite")
-    writer = LmdbWriter(out, meta, start=start, commit_bytes=commit_bytes, commit_every=commit_every,
-                        map_size=map_size)  # fmt: skip
-    report = PackReport(out, 0, resumed_from=start, skipped=list(meta["skipped"]))
-    done_sources = start + len(report.skipped)
-    tasks = [(i, max_size, quality) for i in range(lo + done_sources, hi)]
-    workers = min(workers or len(os.sched_getaffinity(0)), max(1, len(tasks)))
-    t0 = time.perf_counter()
-    bad: list[str] = []
-    try:
-        if workers > 1:
-            ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-            pool = ctx.Pool(workers, initializer=_init_worker, initargs=(ds,))
-            results = pool.imap(_prepare, tasks, chunksize=8)
-        else:
-            pool = None
-            _init_worker(ds)
-            results = map(_prepare, tasks)
-        try:
-            for i, value, h, w, nin, err in results:
-                if err is not None:
-                    if skip_bad:
-                        report.skipped.append(err)
-                        writer.meta["skipped"] = report.skipped
-                        continue
-                    bad.append(err)
-                if bad:
-                    continue  # keep reading to name every bad image, but write nothing past the first
-                sid = split_ids.get(table.splits[i], 0) if split_ids else 0
-                writer.add(value, int(ds.targets[i]), h, w, _short_name(ds, i), sid)
-                report.bytes_in += nin
-                report.bytes_out += len(value)
-                if progress:
-                    progress(i + 1 - lo, hi - lo, report.bytes_out)
+            if exc_type is KeyboardInterrupt and self.env is not None:
+                self.commit()  # keep what was read before Ctrl-C
         finally:
-            if pool is not None:
-                pool.terminate()
-                pool.join()
-        if bad:
-            writer.commit()
-            raise PackError(
-                f"{len(bad)} unreadable images (the pack holds the {writer.count} samples before the first; fix them "
-                "and --resume, or pass --skip-bad):\n" + "\n".join(bad)
-            )
-        writer.finish({"skipped": report.skipped})
-        class_map.save(out / "classes.json")
-    except KeyboardInterrupt:
-        writer.commit()
-        raise
-    except (OSError, _lmdb_error()) as exc:
-        # a full disk or an I/O error: what was committed stays valid and resumable
-        raise PackError(
-            f"{out}: writing failed after {writer.count} committed samples ({type(exc).__name__}: {exc}); "
-            "free space or fix the cause, then run the same command with --resume"
-        ) from None
-    finally:
-        writer.close()
-    report.count = writer.count
-    report.seconds = time.perf_counter() - t0
-    return report
+            self.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,112 +468,139 @@ def pack_lmdb(
 
 
 class LmdbReader:
-    """Read access to one pack; the environment opens lazily in each process and is not pickled."""
+    """Read access to one pack; the environment opens lazily in each process and is never pickled.
+
+    A complete pack's records come from its checksummed index. ``allow_incomplete=True`` also
+    opens a pack that is still being written (or was interrupted): it sees the committed samples,
+    and :meth:`refresh` follows the writer.
+    """
 
     def __init__(self, path: str | os.PathLike, *, allow_incomplete: bool = False) -> None:
         self.path = Path(path)
-        self._real = os.path.realpath(self.path)
-        if not (self.path / "data.mdb").exists():
+        self._key = _key(self.path)
+        self.allow_incomplete = allow_incomplete
+        if not (self.path / "data.mdb").is_file():
             raise PackError(f"{self.path}: not an LMDB pack (no data.mdb)")
-        with self.env.begin() as txn:
-            raw = txn.get(META_KEY)
-            if raw is None:
-                raise PackError(f"{self.path}: not a datakit pack (no metadata record)")
-            self.meta = json.loads(raw)
-            if self.meta.get("format") != FORMAT:
-                raise PackError(f"{self.path}: format is {self.meta.get('format')!r}, not {FORMAT!r}")
-            if self.meta.get("version") != VERSION:
-                raise PackError(
-                    f"{self.path}: pack version {self.meta.get('version')!r} is not readable by this datakit "
-                    f"(reads version {VERSION}); upgrade datakit or re-pack"
-                )
-            if not self.meta.get("complete") and not allow_incomplete:
-                raise PackError(
-                    f"{self.path}: incomplete pack ({self.meta.get('count')} of {self.meta.get('planned')} samples); "
-                    "finish it with `datakit pack-lmdb ... --resume`, or read what is there with allow_incomplete=True"
-                )
-            index = txn.get(INDEX_KEY) if self.meta.get("complete") else None
-            if index is not None:
-                self.records = np.frombuffer(index, RECORD).copy()
-            else:
-                n = self.meta["count"]
-                self.records = np.zeros(n, RECORD)
-                for i in range(n):
-                    self.records[i] = np.frombuffer(txn.get(_record_key(i)), RECORD)[0]
-        self.class_map = ClassMap.from_json(self.meta["classes"])
+        self.records = np.zeros(0, RECORD)
+        self.meta: dict = {}
+        self._live = True
+        self._load()
+        self._live = not self.meta.get("complete")
 
     @property
-    def env(self):
-        return _read_env(self.path)
+    def complete(self) -> bool:
+        return bool(self.meta.get("complete"))
+
+    def _load(self) -> None:
+        with _LOCK, _lmdb_errors(self.path):
+            _drop_txn(self._key)  # a fresh snapshot
+            try:
+                txn = _txn(self._key, self._live)
+                meta = _decode_meta(txn.get(META_KEY), self.path)
+                if meta is None:
+                    raise PackError(f"{self.path}: not a datakit pack (no metadata record)")
+                self._check_meta(meta)
+                records = self._read_records(txn, meta)
+            except BaseException:
+                _close_env(self._key)
+                raise
+            if meta.get("complete"):
+                _close_env(self._key)  # reopened without the reader table on the first read
+        self.meta, self.records = meta, records
+        self.class_map = ClassMap.from_json(meta["classes"])
+
+    def _check_meta(self, meta: dict) -> None:
+        if meta.get("format") != FORMAT:
+            raise PackError(f"{self.path}: format is {meta.get('format')!r}, not {FORMAT!r}")
+        if meta.get("version") not in READABLE_VERSIONS:
+            raise PackError(
+                f"{self.path}: pack version {meta.get('version')!r} is not readable by this datakit "
+                f"(reads versions {', '.join(map(str, READABLE_VERSIONS))}); upgrade datakit or re-pack"
+            )
+        if not meta.get("complete") and not self.allow_incomplete:
+            raise PackError(
+                f"{self.path}: incomplete pack ({meta.get('count')} of {meta.get('planned')} samples); "
+                "finish it with `datakit pack-lmdb ... --resume`, or read what is there with allow_incomplete=True"
+            )
+        for key in ("count", "classes"):
+            if key not in meta:
+                raise PackError(f"{self.path}: the metadata has no {key!r}; copy the pack again or re-pack")
+
+    def _read_records(self, txn, meta: dict) -> np.ndarray:
+        n = int(meta["count"])
+        index = txn.get(INDEX_KEY) if meta.get("complete") else None
+        if index is not None:
+            if len(index) != n * RECORD.itemsize:
+                raise PackError(f"{self.path}: the index holds {len(index) // RECORD.itemsize} records for "
+                                f"{n} samples; copy the pack again or re-pack")  # fmt: skip
+            if "index_crc32" in meta and zlib.crc32(index) != meta["index_crc32"]:
+                raise PackError(f"{self.path}: the index fails its checksum; copy the pack again or re-pack")
+            records = np.frombuffer(index, RECORD).copy()
+        elif meta.get("complete") and meta.get("version", 1) >= 2:
+            raise PackError(f"{self.path}: complete but without an index; copy the pack again or re-pack")
+        else:
+            start = len(self.records) if len(self.records) <= n else 0
+            records = np.zeros(n, RECORD)
+            records[:start] = self.records[:start]
+            for i in range(start, n):
+                raw = txn.get(_record_key(i))
+                if raw is None or len(raw) != RECORD.itemsize:
+                    raise PackError(f"{self.path}: the record of sample {i} is missing or damaged; re-pack")
+                records[i] = np.frombuffer(raw, RECORD)[0]
+        n_classes = len(meta["classes"].get("classes", ()))
+        bad = np.flatnonzero((records["target"] < 0) | (records["target"] >= n_classes))
+        if len(bad):
+            i = int(bad[0])
+            raise PackError(f"{self.path}: sample {i} has target {int(records['target'][i])}, outside the "
+                            f"{n_classes} classes; run `datakit verify {self.path}` and re-pack")  # fmt: skip
+        return records
+
+    def refresh(self) -> int:
+        """Re-read a pack that is being written: the samples committed since; returns the count."""
+        if self._live:
+            self._load()
+            self._live = not self.complete
+        return len(self.records)
 
     def __len__(self) -> int:
         return len(self.records)
 
     def get(self, i: int) -> bytes:
-        value = _read_txn(self._real).get(_image_key(i))
+        """The stored bytes of sample ``i``."""
+        with _LOCK:
+            try:
+                value = _txn(self._key, self._live).get(_image_key(i))
+            except PackError:
+                raise
+            except Exception as exc:
+                if isinstance(exc, _lmdb().Error):
+                    _close_env(self._key)
+                    raise PackError(f"{self.path}: reading sample {i} failed ({type(exc).__name__}: {exc}); "
+                                    f"run `datakit verify {self.path}`") from None  # fmt: skip
+                raise
         if value is None:
-            raise KeyError(f"{self.path}: no value for sample {i} (key {_image_key(i).decode()})")
+            raise PackError(f"{self.path}: no value for sample {i} (key {_image_key(i).decode()}); re-pack")
         return value
 
     def name(self, i: int) -> str:
-        with self.env.begin() as txn:
-            raw = txn.get(_name_key(i))
-        return raw.decode() if raw is not None else f"#{i}"
+        """Sample ``i``'s source name (relative to its source folder where it had one)."""
+        with _LOCK, _lmdb_errors(self.path):
+            raw = _txn(self._key, self._live).get(_name_key(i))
+        return raw.decode("utf-8", "surrogateescape") if raw is not None else f"#{i}"
 
     def close(self) -> None:
-        _forget_env(self.path)
+        """Close this process's environment of the pack (it reopens on the next read)."""
+        _close_env(self._key)
 
-
-class LmdbDataset(ImageDataset):
-    """One pack, or several shards read as one dataset, decoded lazily through :mod:`datakit.io`."""
-
-    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, split: str | None = None,
-                 allow_incomplete: bool = False, **kwargs) -> None:  # fmt: skip
-        paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-        self.readers = [LmdbReader(p, allow_incomplete=allow_incomplete) for p in paths]
-        first = self.readers[0]
-        for r in self.readers[1:]:
-            if r.meta["classes"] != first.meta["classes"]:
-                raise PackError(f"{r.path}: its classes differ from {first.path}'s; these are not shards of one pack")
-        shard_of, local = [], []
-        for k, r in enumerate(self.readers):
-            idx = np.arange(len(r), dtype=np.int64)
-            if split is not None:
-                splits = r.meta.get("splits") or []
-                if split not in splits:
-                    shown = ", ".join(map(repr, splits)) or "none"
-                    raise UsageError(f"{r.path}: no split {split!r}; the pack's splits are {shown}")
-                idx = idx[r.records["split"] == splits.index(split) + 1]
-            shard_of.append(np.full(len(idx), k, dtype=np.int32))
-            local.append(idx)
-        self.shard = np.concatenate(shard_of) if shard_of else np.zeros(0, np.int32)
-        self.local = np.concatenate(local) if local else np.zeros(0, np.int64)
-        targets = np.concatenate([r.records["target"][i] for r, i in zip(self.readers, local)])
-        self.heights = np.concatenate([r.records["height"][i] for r, i in zip(self.readers, local)])
-        self.widths = np.concatenate([r.records["width"][i] for r, i in zip(self.readers, local)])
-        self.class_map = first.class_map
-        super().__init__(targets, first.class_map.classes, **kwargs)
-
-    def name(self, index: int) -> str:
-        r = self.readers[self.shard[index]]
-        return f"{r.path}:{r.name(int(self.local[index]))}"
-
-    def read(self, index: int) -> bytes:
-        return self.readers[self.shard[index]].get(int(self.local[index]))
-
-    def encoded_size(self) -> int:
-        return int(sum(r.records["nbytes"][self.local[self.shard == k]].sum() for k, r in enumerate(self.readers)))
-
-    def sizes(self) -> np.ndarray:
-        """(height, width) of every sample, known without decoding."""
-        return np.stack([self.heights, self.widths], axis=1)
+    def __getstate__(self) -> dict:
+        return self.__dict__.copy()  # only paths, metadata and records: no environment
 
 
 def lmdb_info(path: str | os.PathLike) -> dict:
     """The pack's metadata, with per-class and per-split counts and sizes."""
     r = LmdbReader(path, allow_incomplete=True)
     r.close()  # one-shot: the records and metadata are in memory now
-    info = {k: v for k, v in r.meta.items() if k != "record_dtype"}
+    info = {k: v for k, v in r.meta.items() if k not in ("record_dtype", "meta_crc32")}
     rec = r.records
     classes = r.class_map.classes
     info["class_counts"] = {classes[t]: int(c) for t, c in zip(*np.unique(rec["target"], return_counts=True))}
@@ -553,30 +616,58 @@ def lmdb_info(path: str | os.PathLike) -> dict:
 
 
 def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None) -> list[str]:
-    """Re-check every checksum and decode every image; the problems, one line each (empty: all good)."""
-    r = LmdbReader(path, allow_incomplete=True)
+    """Re-check everything a pack promises; the problems, one line each (empty: all good).
+
+    The metadata's and the index's checksums (when the reader opens it), the index against every
+    per-sample record, every value's CRC-32 and length, that it decodes to its recorded size,
+    targets within the classes, split ids within the splits, and that the pack holds exactly
+    ``count`` samples and nothing else.
+    """
+    from datakit.io import probe_image
+
+    try:
+        r = LmdbReader(path, allow_incomplete=True)
+    except PackError as exc:
+        return [str(exc)]
     problems = []
-    if not r.meta.get("complete"):
-        problems.append(f"{r.path}: incomplete pack ({r.meta.get('count')} of {r.meta.get('planned')} samples)")
-    for i in range(len(r)):
+    meta, rec = r.meta, r.records
+    n = len(r)
+    if not r.complete:
+        problems.append(f"{r.path}: incomplete pack ({meta.get('count')} of {meta.get('planned')} samples)")
+    n_splits = len(meta.get("splits") or [])
+    for i in np.flatnonzero(rec["split"] > n_splits)[:10]:
+        problems.append(f"{r.path}: sample {i} has split id {int(rec['split'][i])}, the pack has {n_splits} splits")
+    with _LOCK, _lmdb_errors(r.path):
+        expected = 3 * n + 1 + (1 if r.complete else 0)
+        entries = _open_env(r._key, r._live).stat()["entries"]
+    if entries != expected:
+        problems.append(f"{r.path}: holds {entries} entries, expected {expected} for {n} samples")
+    for i in range(n):
         key = _image_key(i).decode()
         try:
-            value = r.get(i)
-        except KeyError as exc:
+            with _LOCK, _lmdb_errors(r.path):
+                txn = _txn(r._key, r._live)
+                value, raw = txn.get(_image_key(i)), txn.get(_record_key(i))
+        except PackError as exc:
             problems.append(str(exc))
+            break
+        if value is None:
+            problems.append(f"{r.path}: no value for sample {i} (key {key})")
             continue
-        rec = r.records[i]
-        if zlib.crc32(value) != int(rec["crc32"]) or len(value) != int(rec["nbytes"]):
-            problems.append(f"{r.path}: key {key} ({r.name(i)}): checksum mismatch, the stored bytes were altered")
+        name = r.name(i)
+        if raw is None or raw != rec[i].tobytes():
+            problems.append(f"{r.path}: key {key} ({name}): the index disagrees with the sample's record")
+        if zlib.crc32(value) != int(rec[i]["crc32"]) or len(value) != int(rec[i]["nbytes"]):
+            problems.append(f"{r.path}: key {key} ({name}): checksum mismatch, the stored bytes were altered")
             continue
         try:
-            img = decode_image(value, "gray", name=r.name(i))
-            if img.shape[:2] != (int(rec["height"]), int(rec["width"])):
-                problems.append(f"{r.path}: key {key} ({r.name(i)}): decodes to {img.shape[:2]}, "
-                                f"recorded {(int(rec['height']), int(rec['width']))}")  # fmt: skip
+            size = probe_image(value, name)
+            if size != (int(rec[i]["height"]), int(rec[i]["width"])):
+                problems.append(f"{r.path}: key {key} ({name}): decodes to {size}, "
+                                f"recorded {(int(rec[i]['height']), int(rec[i]['width']))}")  # fmt: skip
         except ValueError as exc:
             problems.append(f"{r.path}: key {key}: {exc}")
         if progress:
-            progress(i + 1, len(r))
+            progress(i + 1, n)
     r.close()
     return problems

@@ -18,7 +18,7 @@ import numpy as np
 from benchutil import dump_json, interleaved_best, machine, make_photo_set, print_table
 
 from datakit.datasets import open_dataset
-from datakit.lmdb import pack_lmdb
+from datakit.pack import pack_lmdb
 
 
 def main() -> None:

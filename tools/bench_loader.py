@@ -36,8 +36,8 @@ from torchvision.transforms import v2
 from datakit.datasets import open_dataset
 from datakit.io import decode_image as dk_decode
 from datakit.io import read_bytes
-from datakit.lmdb import pack_lmdb
 from datakit.loader import create_loader
+from datakit.pack import pack_lmdb
 from datakit.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,

@@ -55,7 +55,8 @@ def show_datasets(root: Path) -> None:
 
 def show_pack_and_stats(root: Path, tmp: Path) -> None:
     from datakit.check import check_dataset
-    from datakit.lmdb import lmdb_info, pack_lmdb, verify_lmdb
+    from datakit.lmdb import lmdb_info, verify_lmdb
+    from datakit.pack import pack_lmdb
     from datakit.stats import compute_stats
 
     out = tmp / "samples.lmdb"

@@ -1,0 +1,322 @@
+"""The pack job: any dataset into one LMDB pack, validated, resumable, one writer at a time.
+
+Worker processes read and validate (or re-encode) samples in order; this process writes them
+through :class:`~datakit.lmdb.LmdbWriter`. The format itself lives in :mod:`datakit.lmdb`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from datakit.datasets import ImageDataset, StringArray, open_dataset
+from datakit.errors import PackError, SampleError, UsageError
+from datakit.io import _jpeg_size, decode_image, encode_image, image_format, probe_image
+from datakit.labels import ClassMap
+from datakit.lmdb import (
+    FORMAT,
+    INITIAL_MAP_SIZE,
+    LOCK_NAME,
+    PACK_FILES,
+    RECORD,
+    VERSION,
+    LmdbWriter,
+    PackLock,
+    read_meta,
+)
+from datakit.parallel import map_ordered
+
+__all__ = ["PackReport", "pack_lmdb", "parse_shard"]
+
+
+@dataclass
+class PackReport:
+    """What :func:`pack_lmdb` did."""
+
+    path: Path
+    count: int
+    resumed_from: int = 0
+    skipped: list[str] = field(default_factory=list)
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+
+
+def parse_shard(spec: str | tuple[int, int] | None) -> tuple[int, int]:
+    """``"2/8"`` or ``(2, 8)`` to ``(2, 8)``; shards are numbered from 0."""
+    if spec is None:
+        return 0, 1
+    if isinstance(spec, str):
+        try:
+            a, b = (int(x) for x in spec.split("/"))
+        except ValueError:
+            raise UsageError(f"shard must look like I/N (for example 0/4), got {spec!r}") from None
+    else:
+        a, b = spec
+    if not (b >= 1 and 0 <= a < b):
+        raise UsageError(f"shard I/N needs 0 <= I < N, got {a}/{b}")
+    return a, b
+
+
+# ---------------------------------------------------------------------------------------------
+# the work of one sample, in a worker
+
+Result = tuple[int, "bytes | None", int, int, int, "str | None"]
+
+
+def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int = 90) -> Result:
+    """In a worker: read, validate and (re)encode sample ``i``: (index, value, height, width, bytes read, error)."""
+    try:
+        data = ds.read(i)
+        if max_size:
+            name = ds.name(i)
+            img = decode_image(data, "rgb", max_size, name=name)
+            h, w = img.shape[:2]
+            if max(h, w) > max_size:
+                import cv2
+
+                s = max_size / max(h, w)
+                img = cv2.resize(img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+                return i, encode_image(img, ".jpg", quality, mode="rgb"), img.shape[0], img.shape[1], len(data), None
+            if image_format(data) == "JPEG" and max(_jpeg_size(data)[:2]) > max_size:
+                # decoded reduced but still larger than asked: re-encode the reduced pixels
+                return i, encode_image(img, ".jpg", quality, mode="rgb"), h, w, len(data), None
+            return i, data, h, w, len(data), None
+        h, w = probe_image(data, ds.name(i))
+        return i, data, h, w, len(data), None
+    except (SampleError, ValueError, OSError, KeyError) as exc:
+        name = ds.name(i)
+        return i, None, 0, 0, 0, str(exc) if name in str(exc) else f"{name}: {exc}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the output folder
+
+
+def _classify(out: Path) -> str:
+    """What ``out`` is: "missing", "empty", "pack" (datakit pack files only), "file" or "foreign"."""
+    if not os.path.lexists(out):
+        return "missing"
+    if not out.is_dir():
+        return "file"
+    entries = {e.name for e in os.scandir(out)}
+    if not entries:
+        return "empty"
+    return "pack" if entries <= PACK_FILES else "foreign"
+
+
+def _pack_state(out: Path, had_lock: bool) -> tuple[str, dict | None]:
+    """Under the lock: ("datakit", meta), ("started", None): killed before its first commit,
+    ("damaged", None): a datakit pack that cannot be read, or ("other", meta-or-None)."""
+    marked = had_lock or (out / "classes.json").exists()
+    try:
+        meta = read_meta(out)
+    except PackError:
+        return ("damaged" if marked else "other"), None
+    if meta is None:
+        return ("started" if had_lock else "other"), None
+    return ("datakit" if meta.get("format") == FORMAT else "other"), meta
+
+
+def _clear_pack(out: Path) -> None:
+    """Remove a pack's files (the lock file stays: this process holds it)."""
+    for name in ("data.mdb", "lock.mdb", "classes.json"):
+        try:
+            (out / name).unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool) -> tuple[PackLock, dict | None]:
+    """Take the lock on ``out`` and decide where to start: the existing metadata to resume, or None."""
+    kind = _classify(out)
+    if kind == "file":
+        raise UsageError(f"{out}: is a file, not a pack folder; pick another OUT (--overwrite replaces only packs)")
+    if kind == "foreign":
+        why = "--overwrite replaces only a datakit pack or an empty folder" if overwrite else "pick another OUT"
+        raise UsageError(f"{out}: exists and holds other files than a datakit pack; not touching it, {why}")
+    out.mkdir(parents=True, exist_ok=True)
+    had_lock = (out / LOCK_NAME).exists()
+    lock = PackLock(out)
+    try:
+        if kind in ("missing", "empty"):
+            return lock, None
+        state, existing = _pack_state(out, had_lock)
+        if state == "other":
+            if not had_lock:
+                (out / LOCK_NAME).unlink()  # leave a foreign folder as it was
+            raise UsageError(f"{out}: holds an LMDB environment that is not a datakit pack; not touching it, "
+                             "pick another OUT")  # fmt: skip
+        if overwrite:
+            _clear_pack(out)
+            return lock, None
+        if not resume:
+            raise UsageError(f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite")
+        if state == "started":
+            _clear_pack(out)  # interrupted before anything was committed: start again
+            return lock, None
+        if state == "damaged":
+            read_meta(out)  # raises the reason (truncated, damaged metadata ...)
+        if existing.get("version") != VERSION:
+            raise UsageError(f"{out}: a version {existing.get('version')} pack cannot be resumed by this datakit "
+                             "(writes version 2); use --overwrite to pack again")  # fmt: skip
+        for key in ("source", "source_samples", "options", "classes"):
+            if existing.get(key) != meta[key]:
+                raise UsageError(
+                    f"{out}: was packed with a different {key} ({existing.get(key)!r}, now {meta[key]!r}); "
+                    "resume only the same job, or use --overwrite"
+                )
+        return lock, existing
+    except BaseException:
+        lock.close()
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# the job
+
+
+def _short_name(ds: ImageDataset, i: int) -> str:
+    """The sample's name relative to its source where the dataset has one, else its full name."""
+    files = getattr(ds, "files", None)
+    return files[i] if isinstance(files, StringArray) else ds.name(i)
+
+
+def pack_lmdb(
+    src: str | os.PathLike | ImageDataset,
+    out: str | os.PathLike,
+    *,
+    labels: str | os.PathLike | None = None,
+    split: str | None = None,
+    max_size: int | None = None,
+    quality: int = 90,
+    workers: int | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    shard: str | tuple[int, int] | None = None,
+    skip_bad: bool = False,
+    remap_labels: bool = False,
+    commit_bytes: int = 64 << 20,
+    commit_every: int = 5000,
+    commit_seconds: float = 2.0,
+    map_size: int = INITIAL_MAP_SIZE,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> PackReport:
+    """Pack any source :func:`~datakit.datasets.open_dataset` accepts into an LMDB pack at ``out``.
+
+    Workers read and validate every image (a JPEG is entropy-decoded at 1/8 scale) and, with
+    ``max_size``, re-encode it; this process writes them in order. Without ``max_size`` the original
+    bytes are stored verbatim. The pack is resumable from its creation: metadata is committed
+    at once, then every ``commit_seconds`` (or ``commit_bytes``/``commit_every``).
+
+    Args:
+        max_size: re-encode (JPEG, ``quality``) images whose longer side exceeds this.
+        workers: reader processes (default: usable CPUs).
+        resume: continue an interrupted pack of the same source and options.
+        overwrite: replace an existing datakit pack (never a file or a folder holding anything else).
+        shard: ``"I/N"``: pack only the I-th of N contiguous parts (``open_dataset`` reads shards as one).
+        skip_bad: skip unreadable images (listed in the report and the metadata) instead of failing.
+        progress: called as ``progress(done, total, bytes_written)``.
+
+    Raises:
+        UsageError: existing output without resume/overwrite, a resume of another job, a bad shard.
+        PackError: bad images, another process writing ``out``, a damaged pack, a failed write.
+    """
+    if resume and overwrite:
+        raise UsageError("--resume and --overwrite contradict each other; pick one")
+    if max_size is not None and max_size < 1:
+        raise UsageError(f"max_size must be at least 1, got {max_size}")
+    if not 1 <= quality <= 100:
+        raise UsageError(f"quality must be 1..100, got {quality}")
+    out = Path(out)
+    sh = parse_shard(shard)
+    ds = src if isinstance(src, ImageDataset) else open_dataset(src, labels=labels, split=split,
+                                                                remap_labels=remap_labels)  # fmt: skip
+    n_total = len(ds)
+    lo, hi = sh[0] * n_total // sh[1], (sh[0] + 1) * n_total // sh[1]
+    table = getattr(ds, "table", None)
+    split_names = table.split_names if table is not None and split is None else []
+    split_ids = {s: k + 1 for k, s in enumerate(split_names)}
+    class_map = getattr(ds, "class_map", None) or ClassMap(tuple(ds.classes))
+    source = os.path.abspath(src) if not isinstance(src, ImageDataset) else repr(src)
+    options = {"max_size": max_size, "quality": quality if max_size else None, "split": split,
+               "shard": [sh[0], sh[1]], "labels": os.path.abspath(labels) if labels else None}  # fmt: skip
+    meta = {
+        "format": FORMAT, "version": VERSION, "count": 0, "complete": False, "source": source,
+        "source_samples": n_total, "planned": hi - lo, "first_source_index": lo, "options": options,
+        "classes": class_map.to_json(), "splits": split_names, "checksum": "crc32",
+        "encoding": f"JPEG quality {quality}, longer side <= {max_size}" if max_size else "original bytes",
+        "record_dtype": RECORD.descr, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "writer": f"datakit {__import__('datakit').__version__}", "skipped": [],
+    }  # fmt: skip
+    lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite)
+    if existing is not None:
+        if existing.get("complete"):
+            lock.close()
+            return PackReport(out, existing["count"], existing["count"], list(existing.get("skipped", [])))
+        meta["skipped"] = existing.get("skipped", [])
+        meta["created"] = existing.get("created", meta["created"])
+        meta["count"] = existing["count"]
+    lmdb_error = __import__("lmdb").Error
+    writer = None
+    try:
+        writer = LmdbWriter(out, meta, resume=existing is not None, lock=lock, commit_bytes=commit_bytes,
+                            commit_every=commit_every, commit_seconds=commit_seconds, map_size=map_size)  # fmt: skip
+        with writer:
+            report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, split_ids, table, progress)
+            class_map.save(out / "classes.json")
+    except (OSError, lmdb_error) as exc:
+        # a full disk or an I/O error: what was committed stays valid and resumable
+        done = writer.count if writer is not None else 0
+        raise PackError(
+            f"{out}: writing failed after {done} committed samples ({type(exc).__name__}: {exc}); "
+            "free space or fix the cause, then run the same command with --resume"
+        ) from None
+    finally:
+        lock.close()
+    return report
+
+
+def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int | None, max_size: int | None,
+          quality: int, skip_bad: bool, split_ids: dict, table, progress) -> PackReport:  # fmt: skip
+    start = writer.count
+    report = PackReport(writer.path, 0, resumed_from=start, skipped=list(writer.meta["skipped"]))
+    first = lo + start + len(report.skipped)
+    t0 = time.perf_counter()
+    bad: list[str] = []
+    work = partial(_prepare, max_size=max_size, quality=quality)
+    results: Iterable[Result] = map_ordered(work, range(first, hi), workers=workers, dataset=ds, per_worker=16)
+    try:
+        for i, value, h, w, nin, err in results:
+            if err is not None:
+                if skip_bad:
+                    report.skipped.append(err)
+                    writer.meta["skipped"] = list(report.skipped)
+                    continue
+                bad.append(err)
+            if bad:
+                continue  # keep reading to name every bad image, but write nothing past the first
+            sid = split_ids.get(table.splits[i], 0) if split_ids else 0
+            writer.add(value, int(ds.targets[i]), h, w, _short_name(ds, i), sid)
+            report.bytes_in += nin
+            report.bytes_out += len(value)
+            if progress:
+                progress(i + 1 - lo, hi - lo, report.bytes_out)
+    finally:
+        close = getattr(results, "close", None)
+        if close:
+            close()
+    if bad:
+        writer.commit()
+        raise PackError(
+            f"{len(bad)} unreadable images (the pack holds the {writer.count} samples before the first; fix them "
+            "and --resume, or pass --skip-bad):\n" + "\n".join(bad)
+        )
+    writer.finish(skipped=report.skipped)
+    report.count = writer.count
+    report.seconds = time.perf_counter() - t0
+    return report

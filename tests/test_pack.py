@@ -1,0 +1,304 @@
+"""The pack job: pack_lmdb and `datakit pack-lmdb`, resumable after SIGKILL, one writer, safe --overwrite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+
+from datakit.cli import main
+from datakit.datasets import LmdbDataset, open_dataset
+from datakit.errors import PackError, UsageError
+from datakit.io import imwrite
+from datakit.lmdb import LmdbReader, close_pack, lmdb_info, read_meta, verify_lmdb
+from datakit.pack import pack_lmdb
+from datakit.testing import synthetic_image
+
+
+def values(path: Path) -> list[tuple[bytes, bytes, str]]:
+    r = LmdbReader(path, allow_incomplete=True)
+    out = [(r.get(i), r.records[i].tobytes(), r.name(i)) for i in range(len(r))]
+    r.close()
+    return out
+
+
+def test_pack_and_read_back_bytes(class_folder: Path, tmp_path: Path):
+    out = tmp_path / "包.lmdb"
+    report = pack_lmdb(class_folder, out, workers=2)
+    assert report.count == 12 and report.bytes_in == report.bytes_out
+    src = open_dataset(class_folder)
+    ds = open_dataset(out)
+    assert isinstance(ds, LmdbDataset) and ds.classes == src.classes and len(ds) == 12
+    for i in range(12):
+        assert ds.read(i) == Path(src.name(i)).read_bytes()
+        np.testing.assert_array_equal(ds[i][0], src[i][0])
+        assert ds[i][1] == src[i][1]
+        assert tuple(ds.sizes()[i]) == src[i][0].shape[:2]
+    assert json.loads((out / "classes.json").read_text(encoding="utf-8")) == {"classes": ["cat", "dog", "鸟"]}
+    assert ds.name(1) == f"{out}:cat/图片_1.png"
+    with open(out / "data.mdb", "rb") as f:
+        assert b"\x80\x04\x95" not in f.read()  # no pickle protocol-4 frames anywhere
+    assert sorted(os.listdir(out)) == ["classes.json", "data.mdb", "lock.mdb", "pack.lock"]
+
+
+def test_package_names_still_importable():
+    import datakit
+
+    assert datakit.pack_lmdb is pack_lmdb and datakit.LmdbDataset is LmdbDataset
+    assert datakit.PackReport.__module__ == "datakit.pack" and datakit.LmdbReader is LmdbReader
+
+
+def test_max_size_reencodes(samples: Path, tmp_path: Path):
+    out = tmp_path / "small.lmdb"
+    pack_lmdb(samples / "images", out, max_size=64, quality=80, workers=1)
+    ds = open_dataset(out)
+    sizes = ds.sizes()
+    assert sizes.max() == 64 and (sizes.max(axis=1) == 64).all()
+    assert ds[0][0].shape[:2] == tuple(sizes[0])
+    assert lmdb_info(out)["encoding"] == "JPEG quality 80, longer side <= 64"
+
+
+def test_labels_splits_and_class_map(samples: Path, tmp_path: Path):
+    out = tmp_path / "s.lmdb"
+    pack_lmdb(samples / "images", out, labels=samples / "labels.xlsx", workers=1)
+    info = lmdb_info(out)
+    assert info["splits"] == ["train", "val", "test"]
+    assert info["split_counts"] == {"train": 18, "val": 3, "test": 3}
+    assert len(open_dataset(out, split="val")) == 3
+    with pytest.raises(UsageError, match=r"no split 'dev'; the pack's splits are 'train', 'val', 'test'"):
+        open_dataset(out, split="dev")
+
+
+def test_map_grows_from_tiny_map(class_folder: Path, tmp_path: Path):
+    out = tmp_path / "tiny.lmdb"
+    pack_lmdb(class_folder, out, map_size=32 << 10, commit_every=2, workers=1)
+    data = lmdb_info(out)["bytes"]
+    assert len(open_dataset(out)) == 12
+    assert (out / "data.mdb").stat().st_size < 4 * data + (256 << 10)  # not preallocated to some huge size
+
+
+def test_existing_output_refused_resumed_or_overwritten(class_folder: Path, tmp_path: Path):
+    out = tmp_path / "o.lmdb"
+    pack_lmdb(class_folder, out, workers=1)
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, out, workers=1)
+    assert str(e.value) == f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite"
+    assert pack_lmdb(class_folder, out, workers=1, resume=True).count == 12  # complete: nothing to do
+    assert pack_lmdb(class_folder, out, workers=1, overwrite=True).count == 12
+    with pytest.raises(UsageError, match="was packed with a different options"):
+        pack_lmdb(class_folder, out, workers=1, resume=True, max_size=10)
+    with pytest.raises(UsageError, match="--resume and --overwrite contradict each other"):
+        pack_lmdb(class_folder, out, resume=True, overwrite=True)
+
+
+def test_overwrite_never_replaces_a_file_or_a_foreign_folder(class_folder: Path, tmp_path: Path):
+    note = tmp_path / "notes.txt"
+    note.write_text("mine")
+    with pytest.raises(UsageError, match=r"notes.txt: is a file, not a pack folder; pick another OUT"):
+        pack_lmdb(class_folder, note, overwrite=True)
+    assert note.read_text() == "mine"
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.docx").write_bytes(b"x")
+    with pytest.raises(UsageError, match="holds other files than a datakit pack; not touching it, --overwrite"):
+        pack_lmdb(class_folder, precious, overwrite=True)
+    assert os.listdir(precious) == ["thesis.docx"]
+    foreign = tmp_path / "foreign-lmdb"
+    env = lmdb.open(str(foreign))
+    with env.begin(write=True) as txn:
+        txn.put(b"k", b"v")
+    env.close()
+    with pytest.raises(UsageError, match="holds an LMDB environment that is not a datakit pack; not touching it"):
+        pack_lmdb(class_folder, foreign, overwrite=True)
+    env = lmdb.open(str(foreign), readonly=True)
+    assert env.begin().get(b"k") == b"v"
+    env.close()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert pack_lmdb(class_folder, empty, workers=1).count == 12
+    assert main(["pack-lmdb", str(class_folder), str(note), "--overwrite", "-q"]) == 2
+
+
+def test_corrupt_sources_refused_or_skipped(class_folder: Path, tmp_path: Path):
+    bad = class_folder / "dog" / "图片_2.jpg"
+    bad.write_bytes(bad.read_bytes()[:300])
+    with pytest.raises(PackError) as e:
+        pack_lmdb(class_folder, tmp_path / "a.lmdb", workers=2)
+    lines = str(e.value).splitlines()
+    assert lines[0].startswith("1 unreadable images (the pack holds the 6 samples before the first")
+    assert lines[1] == f"{bad}: truncated JPEG (no end-of-image marker)"
+    with pytest.raises(PackError, match="incomplete pack"):
+        open_dataset(tmp_path / "a.lmdb")
+    report = pack_lmdb(class_folder, tmp_path / "b.lmdb", workers=2, skip_bad=True)
+    assert report.count == 11 and report.skipped == [f"{bad}: truncated JPEG (no end-of-image marker)"]
+    assert lmdb_info(tmp_path / "b.lmdb")["skipped"] == report.skipped
+
+
+def test_shards_read_as_one(class_folder: Path, tmp_path: Path):
+    for i in range(3):
+        pack_lmdb(class_folder, tmp_path / f"shard-{i}.lmdb", shard=f"{i}/3", workers=1)
+    whole = open_dataset(class_folder)
+    ds = open_dataset(str(tmp_path / "shard-*.lmdb"))
+    assert len(ds) == 12 and ds.targets.tolist() == whole.targets.tolist()
+    for i in range(12):
+        np.testing.assert_array_equal(ds[i][0], whole[i][0])
+    with pytest.raises(UsageError, match=r"shard I/N needs 0 <= I < N, got 3/3"):
+        pack_lmdb(class_folder, tmp_path / "x.lmdb", shard="3/3")
+
+
+def test_cli_pack_info_and_errors(class_folder: Path, tmp_path: Path, capsys):
+    out = tmp_path / "c.lmdb"
+    assert main(["pack-lmdb", str(class_folder), str(out), "--workers", "1"]) == 0
+    assert capsys.readouterr().out.startswith(f"packed 12 images into {out}")
+    assert main(["pack-lmdb", str(class_folder), str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["pack-lmdb", str(class_folder), str(out), "--resume", "--overwrite"]) == 2
+    assert main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["class_counts"] == {"cat": 4, "dog": 4, "鸟": 4}
+    assert main(["pack-lmdb", str(tmp_path / "none"), str(tmp_path / "x.lmdb")]) == 2
+    (class_folder / "cat" / "图片_0.jpg").write_bytes(b"junk")
+    assert main(["pack-lmdb", str(class_folder), str(tmp_path / "bad.lmdb")]) == 1
+    err = capsys.readouterr().err
+    assert "图片_0.jpg: not a recognised image format" in err and "Traceback" not in err
+
+
+def test_write_failure_keeps_committed_samples_and_resumes(class_folder: Path, tmp_path: Path, monkeypatch):
+    import datakit.lmdb as dl
+
+    out = tmp_path / "full.lmdb"
+    real = dl.LmdbWriter._write
+    calls = []
+
+    def disk_full(self, items, meta):
+        calls.append(meta["count"])
+        if len(calls) == 4:  # the creation commit, two of 4 samples, then the disk is full
+            raise lmdb.DiskError("mdb_txn_commit: No space left on device")
+        return real(self, items, meta)
+
+    monkeypatch.setattr(dl.LmdbWriter, "_write", disk_full)
+    with pytest.raises(PackError) as e:
+        pack_lmdb(class_folder, out, workers=1, commit_every=4)
+    assert str(e.value).startswith(f"{out}: writing failed after 8 committed samples (DiskError: ")
+    assert str(e.value).endswith("then run the same command with --resume")
+    monkeypatch.undo()
+    assert read_meta(out)["count"] == 8
+    report = pack_lmdb(class_folder, out, workers=1, resume=True, commit_every=4)
+    assert report.resumed_from == 8 and report.count == 12 and verify_lmdb(out) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# real processes: SIGKILL, a second writer
+
+
+def _photo_folder(root: Path, n: int) -> Path:
+    for i in range(n):
+        d = root / f"c{i % 3}"
+        d.mkdir(parents=True, exist_ok=True)
+        imwrite(d / f"{i:04d}.jpg", synthetic_image(480, 640, seed=i), quality=90)
+    return root
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "datakit.cli", "pack-lmdb", *args]
+
+
+def _meta_or_none(out: Path) -> dict | None:
+    try:
+        return read_meta(out)
+    except PackError:
+        return None
+
+
+def _kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.005)
+        assert proc.poll() is None, "packing finished before it could be interrupted"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    return _photo_folder(tmp_path_factory.mktemp("photos") / "src", 240)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["at-start", "before-first-sample-commit", "after-some-commits"])
+def test_sigkill_then_resume_is_identical(photos: Path, tmp_path: Path, moment: str):
+    ref = tmp_path / "ref.lmdb"
+    pack_lmdb(photos, ref, max_size=160, workers=1)
+    out = tmp_path / "killed.lmdb"
+    opts = ["--max-size", "160", "--workers", "1", "-q"]
+    if moment == "after-some-commits":
+        opts += ["--commit-every", "7"]
+    proc = subprocess.Popen(_cli(str(photos), str(out), *opts))
+    if moment == "at-start":
+        _kill_when(proc, lambda: out.exists())
+    elif moment == "before-first-sample-commit":
+        _kill_when(proc, lambda: _meta_or_none(out) is not None)
+        assert read_meta(out)["count"] == 0  # killed while only the creation commit was there
+    else:
+        _kill_when(proc, lambda: (_meta_or_none(out) or {}).get("count", 0) >= 30)
+        meta = read_meta(out)
+        assert meta["complete"] is False and 30 <= meta["count"] < 240
+    again = subprocess.run(_cli(str(photos), str(out), *opts), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2
+    assert again.stderr.strip() == (f"datakit pack-lmdb: error: {out}: already exists; use --resume to continue an "
+                                    "interrupted pack or --overwrite")  # fmt: skip
+    resumed = subprocess.run(_cli(str(photos), str(out), *opts, "--resume"), capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert values(out) == values(ref)
+    assert verify_lmdb(out) == [] and lmdb_info(out)["count"] == 240
+
+
+def test_second_writer_refused_while_the_first_runs(class_folder: Path, tmp_path: Path):
+    # the first writer's last image is a named pipe: it holds the pack open until the test feeds it
+    fifo = class_folder / "鸟" / "图片_9.jpg"
+    real = (class_folder / "鸟" / "图片_0.jpg").read_bytes()
+    os.mkfifo(fifo)
+    out = tmp_path / "one.lmdb"
+    first = subprocess.Popen(_cli(str(class_folder), str(out), "--workers", "1", "-q"))
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and ((_meta_or_none(out) or {}).get("count") is None):
+            time.sleep(0.01)
+        assert (out / "pack.lock").read_text() == f"{first.pid}\n"
+        msg = f"{out}: another process (PID {first.pid}) is writing this pack; wait for it to finish or stop it"
+        for extra in ([], ["--resume"], ["--overwrite"]):
+            second = subprocess.run(_cli(str(class_folder), str(out), "-q", *extra), capture_output=True, text=True,
+                                    timeout=120)  # fmt: skip
+            assert (second.returncode, second.stderr.strip()) == (1, f"datakit pack-lmdb: error: {msg}")
+        with pytest.raises(PackError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            pack_lmdb(class_folder, out, resume=True)
+        assert first.poll() is None
+    finally:
+        with open(fifo, "wb") as f:  # let the first writer finish
+            f.write(real)
+        assert first.wait(120) == 0
+    assert verify_lmdb(out) == [] and len(open_dataset(out)) == 13
+    assert lmdb_info(out)["source"] == str(class_folder)
+    assert open_dataset(out).read(12) == real
+
+
+def test_interrupted_before_anything_was_committed_resumes(class_folder: Path, tmp_path: Path):
+    out = tmp_path / "bare.lmdb"
+    out.mkdir()
+    (out / "pack.lock").write_text("12345\n")  # what a kill between taking the lock and the first commit leaves
+    (out / "data.mdb").write_bytes(b"")
+    with pytest.raises(UsageError, match="already exists; use --resume"):
+        pack_lmdb(class_folder, out, workers=1)
+    report = pack_lmdb(class_folder, out, workers=1, resume=True)
+    assert report.count == 12 and report.resumed_from == 0 and verify_lmdb(out) == []
+    close_pack(out)
