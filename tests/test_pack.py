@@ -263,6 +263,23 @@ def test_sigkill_then_resume_is_identical(photos: Path, tmp_path: Path, moment: 
     assert verify_lmdb(out) == [] and lmdb_info(out)["count"] == 240
 
 
+def _feed_fifo(fifo: Path, data: bytes, reader: subprocess.Popen, timeout: float = 60) -> None:
+    """Write ``data`` into ``fifo`` once ``reader`` opens it; never block on a reader that died or never came."""
+    deadline = time.time() + timeout
+    while reader.poll() is None and time.time() < deadline:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: nobody has the pipe open for reading yet
+            time.sleep(0.02)
+            continue
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return
+    if reader.poll() is None:
+        reader.kill()
+
+
 def test_second_writer_refused_while_the_first_runs(class_folder: Path, tmp_path: Path):
     # the first writer's last image is a named pipe: it holds the pack open until the test feeds it
     fifo = class_folder / "鸟" / "图片_9.jpg"
@@ -284,8 +301,7 @@ def test_second_writer_refused_while_the_first_runs(class_folder: Path, tmp_path
             pack_lmdb(class_folder, out, resume=True)
         assert first.poll() is None
     finally:
-        with open(fifo, "wb") as f:  # let the first writer finish
-            f.write(real)
+        _feed_fifo(fifo, real, first)  # let the first writer finish
         assert first.wait(120) == 0
     assert verify_lmdb(out) == [] and len(open_dataset(out)) == 13
     assert lmdb_info(out)["source"] == str(class_folder)
