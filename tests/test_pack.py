@@ -281,12 +281,17 @@ def _feed_fifo(fifo: Path, data: bytes, reader: subprocess.Popen, timeout: float
 
 
 def test_second_writer_refused_while_the_first_runs(class_folder: Path, tmp_path: Path):
-    # the first writer's last image is a named pipe: it holds the pack open until the test feeds it
+    # the first writer's last image is a named pipe: it holds the pack open until the test feeds it.
+    # Folder scans list regular files only, so a label table names the pipe.
     fifo = class_folder / "鸟" / "图片_9.jpg"
     real = (class_folder / "鸟" / "图片_0.jpg").read_bytes()
+    names = sorted(p.relative_to(class_folder).as_posix() for p in class_folder.rglob("*.*"))
     os.mkfifo(fifo)
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\n" + "".join(f"{n},{n.split('/')[0]}\n" for n in [*names, "鸟/图片_9.jpg"]),
+                     encoding="utf-8")  # fmt: skip
     out = tmp_path / "one.lmdb"
-    first = subprocess.Popen(_cli(str(class_folder), str(out), "--workers", "1", "-q"))
+    first = subprocess.Popen(_cli(str(class_folder), str(out), "--labels", str(table), "--workers", "1", "-q"))
     try:
         deadline = time.time() + 60
         while time.time() < deadline and ((_meta_or_none(out) or {}).get("count") is None):
