@@ -18,7 +18,7 @@ import numpy as np
 
 from datakit.datasets import ImageDataset, TableDataset, open_dataset
 from datakit.errors import DataError, UsageError
-from datakit.io import IMAGE_EXTENSIONS, probe_image
+from datakit.io import IMAGE_EXTENSIONS, WRITE_EXTENSIONS, probe_image
 from datakit.labels import LabelError, LabelTable, read_labels
 from datakit.parallel import map_ordered
 
@@ -195,7 +195,7 @@ def _to_hwc_uint8(img) -> np.ndarray:
     return np.ascontiguousarray(img[..., :3])
 
 
-PREVIEW_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+PREVIEW_EXTENSIONS = WRITE_EXTENSIONS
 
 
 def preview(

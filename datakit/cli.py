@@ -14,6 +14,7 @@ import codecs
 import json
 import os
 import re
+import statistics
 import sys
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -534,7 +535,7 @@ _PREVIEW_EXAMPLE = """\
 
 
 def _register_check(sub) -> None:
-    from datakit.check import PREVIEW_EXTENSIONS
+    from datakit.io import WRITE_EXTENSIONS as PREVIEW_EXTENSIONS  # datakit.check would import torch
 
     p = _command(sub, "check", "read every sample; report unreadable images, missing files, bad labels",
                  _CHECK_EXAMPLE)  # fmt: skip
@@ -643,35 +644,59 @@ def _register_stats(sub) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from datakit.datasets import open_dataset
     from datakit.transforms import train_pipeline
-    from datakit.tuning import default_candidates, measure_throughput
+    from datakit.tuning import benchmark_workers, default_candidates
 
     src = _source(args)
     transform = train_pipeline(args.size, normalize=False) if args.size else None
     ds = open_dataset(src, labels=args.labels, split=args.split, transform=transform,
                       remap_labels=args.remap_labels)  # fmt: skip
+    if len(ds) == 0:
+        raise UsageError(f"{args.src[0]}: no samples to load")
+    batch_size = args.batch_size or min(64, len(ds))  # a default batch larger than the dataset measures nothing
+    device = args.device or _default_device()
     counts = args.workers or default_candidates()
-    rows, out = [], []
-    for w in counts:
-        # raw decodes differ in size: count them instead of stacking them
-        m = measure_throughput(ds, args.batch_size, w, budget_s=args.seconds, collate_fn=None if args.size else len)
-        out.append(m.__dict__)
-        rows.append([w, f"{m.images_per_s:.0f}", f"{m.batches_per_s:.1f}", f"{m.first_batch_s:.2f}"])
+
+    def report(m) -> None:
         if not args.json and not args.quiet:
-            print(f"  num_workers={w}: {m.images_per_s:.0f} images/s", file=sys.stderr)
-    best = max(out, key=lambda m: m["images_per_s"])
-    near = min((m for m in out if m["images_per_s"] >= 0.95 * best["images_per_s"]), key=lambda m: m["num_workers"])
+            print(f"  num_workers={m.num_workers}: {m.images_per_s:.0f} images/s", file=sys.stderr)
+
+    # raw decodes differ in size: count them instead of stacking them
+    runs, rec = benchmark_workers(ds, batch_size, counts, repeats=args.repeats, budget_s=args.seconds,
+                                  collate_fn=None if args.size else len, device=device, on_measure=report)  # fmt: skip
     if args.json:
-        _print_json({"batch_size": args.batch_size, "results": out, "recommended": near["num_workers"]})
+        _print_json({
+            "batch_size": batch_size, "device": device, "repeats": args.repeats, "samples": len(ds),
+            "results": [{"num_workers": w, "images_per_s": statistics.median(m.images_per_s for m in ms),
+                         "passes": [m.images_per_s for m in ms],
+                         "first_batch_s": statistics.median(m.first_batch_s for m in ms)} for w, ms in runs.items()],
+            "recommended": None if rec.noisy else rec.num_workers, "noisy": rec.noisy, "reason": rec.reason,
+        })  # fmt: skip
         return 0
-    print_table(["num_workers", "images/s", "batches/s", "first batch (s)"], rows)
-    print(f"recommended: num_workers={near['num_workers']} ({near['images_per_s']:.0f} images/s; the fewest workers "
-          "within 5% of the best)")  # fmt: skip
+    if not args.quiet:
+        rows = []
+        for w, ms in runs.items():
+            rates = [m.images_per_s for m in ms]
+            rows.append([w, f"{statistics.median(rates):.0f}", f"{min(rates):.0f}-{max(rates):.0f}",
+                         f"{statistics.median(m.first_batch_s for m in ms):.2f}"])  # fmt: skip
+        print(f"{len(ds)} samples, batch size {batch_size}, device {device}, {args.repeats} passes of "
+              f"{args.seconds:g} s per worker count")  # fmt: skip
+        print_table(["num_workers", "images/s (median)", "spread", "first batch (s)"], rows)
+    if rec.noisy:
+        print(f"no recommendation: {rec.reason}")
+    else:
+        print(f"recommended: num_workers={rec.num_workers} ({rec.reason})")
     return 0
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 _BENCH_EXAMPLE = """\
   %(prog)s 数据集/                              # tries 0, 1, 2, 4... workers and recommends one
-  %(prog)s train.lmdb --workers 0,2,4 --batch-size 128 --json
+  %(prog)s train.lmdb --workers 0,2,4 --batch-size 128 --repeats 5 --json
 """
 
 
@@ -680,9 +705,23 @@ def _register_bench(sub) -> None:
     _add_source_args(p)
     p.add_argument("--workers", type=_int_list, metavar="LIST",
                    help="worker counts to try, e.g. 0,1,2,4 (default: 0, 1, 2, 4... up to the CPUs)")  # fmt: skip
-    p.add_argument("--batch-size", type=_count, default=64, metavar="N", help="samples per batch (default 64)")
+    p.add_argument("--batch-size", type=_count, metavar="N",
+                   help="samples per batch (default 64, or the dataset's size if smaller)")  # fmt: skip
     p.add_argument("--size", type=int_range(0), default=224, help="crop size of the train pipeline (0: raw decode)")
-    p.add_argument("--seconds", type=_positive_float, default=3.0, help="measuring time per worker count")
+    p.add_argument("--seconds", type=_positive_float, default=2.0,
+                   help="measuring time per worker count and pass (default 2)")  # fmt: skip
+    p.add_argument(
+        "--repeats",
+        type=_count,
+        default=3,
+        metavar="N",
+        help="passes over all worker counts; their spread decides if one is recommended (default 3)",
+    )
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="cuda: pinned memory, as create_loader does for a GPU (default: cuda if available)",
+    )
     _add_json_quiet(p, "print only the recommendation")
     p.set_defaults(func=cmd_bench)
 
@@ -750,14 +789,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_native_logs() -> None:
+    # OpenCV's own warnings ("[ WARN:0@0.015] global grfmt_png.cpp ...") would break the one line
+    # per problem on stderr; datakit reports every decoding failure itself. Read when cv2 loads.
+    os.environ.setdefault("OPENCV_LOG_LEVEL", "OFF")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``datakit COMMAND ...``"""
+    _quiet_native_logs()
     args = build_parser().parse_args(argv)
     return _run(args.func, args, f"datakit {args.command}")
 
 
 def unzip_gbk_main(argv: Sequence[str] | None = None) -> int:
     """``unzip-gbk ARCHIVE [-d DIR] [-l] [--encoding auto|gbk|...]``"""
+    _quiet_native_logs()
     parser = _Parser(prog="unzip-gbk", description="Extract a zip whose names are GBK (or Big5, CP932...), safely.",
                      epilog="example:\n" + _UNZIP_EXAMPLE,
                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip

@@ -21,6 +21,7 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "MODES",
     "UNNAMED",
+    "WRITE_EXTENSIONS",
     "ImageDecodeError",
     "atomic_output",
     "check_output",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 MODES = ("bgr", "rgb", "gray", "unchanged")
+# the formats imwrite (and so preview) writes, by extension
+WRITE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 IMAGE_EXTENSIONS = (
     ".jpg",
     ".jpeg",

@@ -216,7 +216,7 @@ def create_loader(
     elif num_workers == "auto":
         from datakit.tuning import tune_num_workers
 
-        num_workers = tune_num_workers(dataset, batch_size, collate_fn=collate_fn).best
+        num_workers = tune_num_workers(dataset, batch_size, collate_fn=collate_fn, device=device).best
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}")
     rank, world = 0, 1

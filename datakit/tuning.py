@@ -3,7 +3,9 @@
 More workers help until the CPUs, the disk or memory run out, then they hurt (each one also
 takes memory and start-up time). :func:`tune_num_workers` measures real loading throughput for
 increasing worker counts, stops when adding workers stops helping, and caches the answer per
-dataset and machine so the measurement is paid once.
+dataset and machine so the measurement is paid once. It measures the loader
+:func:`~datakit.loader.create_loader` builds (pin_memory, worker seeding, collate, persistent
+workers, prefetch), and ``datakit bench`` shares its one rule, :func:`recommend`.
 """
 
 from __future__ import annotations
@@ -12,16 +14,27 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import time
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
+from datakit.errors import UsageError
 from datakit.parallel import usable_cpus
 
-__all__ = ["Measurement", "TuneResult", "measure_throughput", "tune_num_workers"]
+__all__ = [
+    "Measurement",
+    "Recommendation",
+    "TuneResult",
+    "benchmark_workers",
+    "measure_throughput",
+    "recommend",
+    "tune_num_workers",
+]
 
 _PER_WORKER_BYTES = 600 << 20  # a worker with torch imported and a few batches in flight
 
@@ -36,11 +49,24 @@ class Measurement:
 
 
 @dataclass
+class Recommendation:
+    """What :func:`recommend` concludes: ``num_workers`` (the rule's pick), ``noisy`` (the passes'
+    spreads overlap where the rule draws its line, so the pick is not trustworthy) and why."""
+
+    num_workers: int
+    noisy: bool
+    reason: str
+    rates: dict[int, list[float]] = field(default_factory=dict)
+
+
+@dataclass
 class TuneResult:
     best: int
     measurements: list[Measurement] = field(default_factory=list)
     cached: bool = False
     seconds: float = 0.0
+    noisy: bool = False
+    reason: str = ""
 
 
 def _images(batch) -> int:
@@ -62,28 +88,30 @@ def _settled(times: list[float], tolerance: float) -> bool:
 
 def measure_throughput(dataset: Dataset, batch_size: int, num_workers: int, *, budget_s: float = 5.0,
                        collate_fn=None, max_batches: int | None = None, min_batches: int = 8,
-                       tolerance: float = 0.05) -> Measurement:  # fmt: skip
-    """Load real batches (``collate_fn``, :func:`~datakit.collate.stack_collate` by default, so
-    building and handing over the batch is counted) and report images/s in the steady state.
+                       tolerance: float = 0.05, device=None, seed: int = 0) -> Measurement:  # fmt: skip
+    """Load real batches from the loader :func:`~datakit.loader.create_loader` builds (same
+    ``collate_fn``, :func:`~datakit.collate.stack_collate` by default, pin_memory for a CUDA
+    ``device``, worker seeding, persistent workers and prefetch) and report images/s in the
+    steady state.
 
     The first batch pays the workers' start-up and is reported separately; the next
     ``num_workers - 1`` were built alongside it, so the clock starts after them. Measuring stops
     after ``budget_s`` seconds, after ``max_batches``, or as soon as at least ``2 * min_batches``
     batches show the same rate (within ``tolerance``) in both halves.
     """
-    import torch
+    from datakit.loader import create_loader
 
-    from datakit.collate import stack_collate
-
+    env = os.environ.get("DATAKIT_NUM_WORKERS")
+    if env is not None and env.strip() != str(num_workers):
+        raise UsageError(f"DATAKIT_NUM_WORKERS={env} is set, so create_loader would ignore num_workers={num_workers}; "
+                         "unset it to measure")  # fmt: skip
     if len(dataset):
         dataset[0]  # pay lazy imports (decoders) here, before forking workers and starting the clock
-    g = torch.Generator().manual_seed(0)
-    kwargs = {"prefetch_factor": 4, "persistent_workers": True} if num_workers else {}
     warmup = max(1, num_workers)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create")  # trying more is the point
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
-                            collate_fn=collate_fn or stack_collate, generator=g, **kwargs)  # fmt: skip
+        loader = create_loader(dataset, batch_size, train=True, num_workers=num_workers, device=device, seed=seed,
+                               collate_fn=collate_fn, distributed=False)  # fmt: skip
         t0 = time.perf_counter()
         first = None
         seen = 0
@@ -160,14 +188,68 @@ def _cache_file() -> Path:
     return Path(base) / "num_workers.json"
 
 
+def _pick(rates: dict[int, float], tolerance: float) -> int:
+    best = max(rates.values())
+    return min(w for w, r in rates.items() if r >= (1 - tolerance) * best)
+
+
+def recommend(rates: Mapping[int, Sequence[float]], tolerance: float = 0.05) -> Recommendation:
+    """The one rule for choosing ``num_workers`` from measured images/s (one list of passes per count).
+
+    The pick is the fewest workers whose median rate is within ``tolerance`` of the best median:
+    more workers cost memory and start-up, so they must earn their place. With two or more passes,
+    the rule is also applied to each pass on its own; if the passes pick differently, the spreads
+    of the candidates overlap across the line the rule draws and the machine is too noisy for the
+    pick to mean anything: ``noisy`` is set and ``reason`` says so.
+    """
+    if not rates or any(len(r) == 0 for r in rates.values()):
+        raise ValueError("recommend needs at least one measured pass for each worker count")
+    med = {w: float(statistics.median(r)) for w, r in sorted(rates.items())}
+    pick = _pick(med, tolerance)
+    passes = min(len(r) for r in rates.values())
+    per_pass = sorted({_pick({w: r[k] for w, r in rates.items()}, tolerance) for k in range(passes)})
+    spread = ", ".join(f"{w}: {min(r):.0f}-{max(r):.0f}" for w, r in sorted(rates.items()))
+    if len(per_pass) > 1:
+        return Recommendation(pick, True, (
+            f"too noisy to recommend: the {passes} passes pick num_workers {', '.join(map(str, per_pass))} "
+            f"(images/s per num_workers, lowest-highest: {spread}); the spreads overlap, so measure again on a "
+            "quieter machine or with more passes and seconds"), {w: list(r) for w, r in rates.items()})  # fmt: skip
+    how = f"the fewest workers within {tolerance:.0%} of the best median"
+    if passes > 1:
+        how += f"; all {passes} passes agree"
+    return Recommendation(pick, False, how, {w: list(r) for w, r in rates.items()})
+
+
+def benchmark_workers(dataset: Dataset, batch_size: int, candidates: Sequence[int] | None = None, *,
+                      repeats: int = 3, budget_s: float = 2.0, collate_fn=None, device=None,
+                      tolerance: float = 0.05,
+                      on_measure: Callable[[Measurement], None] | None = None,
+                      ) -> tuple[dict[int, list[Measurement]], Recommendation]:  # fmt: skip
+    """Measure every candidate ``repeats`` times (each pass a full sweep, so slow drifts of the
+    machine's load touch every candidate alike) and :func:`recommend` one."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    cands = sorted(set(candidates if candidates is not None else default_candidates()))
+    runs: dict[int, list[Measurement]] = {w: [] for w in cands}
+    for _ in range(repeats):
+        for w in cands:
+            m = measure_throughput(dataset, batch_size, w, budget_s=budget_s, collate_fn=collate_fn, device=device,
+                                   tolerance=0.0)  # fmt: skip
+            runs[w].append(m)
+            if on_measure is not None:
+                on_measure(m)
+    return runs, recommend({w: [m.images_per_s for m in ms] for w, ms in runs.items()}, tolerance)
+
+
 def tune_num_workers(dataset: Dataset, batch_size: int, candidates: list[int] | None = None, *,
                      budget_s: float = 2.0, collate_fn=None, cache: bool = True,
-                     tolerance: float = 0.05) -> TuneResult:  # fmt: skip
-    """Measure loading throughput for increasing worker counts and return the best.
+                     tolerance: float = 0.05, device=None, repeats: int = 1) -> TuneResult:  # fmt: skip
+    """Measure loading throughput for increasing worker counts and choose by :func:`recommend`.
 
-    Stops as soon as a step up is not at least ``tolerance`` better than the best so far.
-    ``budget_s`` is the measuring time per candidate. With ``cache``, the answer is stored per
-    dataset (type, size, source, transform), batch size and machine, and reused.
+    Stops trying more workers as soon as a step up is not at least ``tolerance`` better than the
+    best so far (the rule would not pick it). ``budget_s`` is the measuring time per candidate
+    and pass. With ``cache``, a clear answer is stored per dataset (type, size, source,
+    transform), batch size and machine, and reused; a noisy one is used but not stored.
     """
     t0 = time.perf_counter()
     key = _cache_key(dataset, batch_size)
@@ -181,25 +263,29 @@ def tune_num_workers(dataset: Dataset, batch_size: int, candidates: list[int] | 
             return TuneResult(int(hit), cached=True)
     cands = sorted(set(candidates if candidates is not None else default_candidates()))
     results: list[Measurement] = []
-    best: Measurement | None = None
+    rates: dict[int, list[float]] = {}
+    best = 0.0
     for w in cands:
-        m = measure_throughput(dataset, batch_size, w, budget_s=budget_s, collate_fn=collate_fn)
-        results.append(m)
-        if best is None or m.images_per_s > best.images_per_s * (1 + tolerance):
-            best = m
-        elif w >= 2 and w > best.num_workers:
+        runs = [measure_throughput(dataset, batch_size, w, budget_s=budget_s, collate_fn=collate_fn, device=device)
+                for _ in range(max(1, repeats))]  # fmt: skip
+        results += runs
+        rates[w] = [m.images_per_s for m in runs]
+        rate = float(statistics.median(rates[w]))
+        if rate > best * (1 + tolerance):
+            best = rate
+        elif w >= 2:
             # more workers stopped helping (one worker only moves the work off the main process,
             # so 0 -> 1 is never a reason to stop)
             break
-    assert best is not None
-    if cache and candidates is None:
+    rec = recommend(rates, tolerance)
+    if cache and candidates is None and not rec.noisy:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             data = json.loads(path.read_text()) if path.exists() else {}
-            data[key] = best.num_workers
-            tmp = path.with_suffix(".tmp")
+            data[key] = rec.num_workers
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(data))
             os.replace(tmp, path)
         except (OSError, ValueError):
             pass
-    return TuneResult(best.num_workers, results, seconds=time.perf_counter() - t0)
+    return TuneResult(rec.num_workers, results, seconds=time.perf_counter() - t0, noisy=rec.noisy, reason=rec.reason)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import os
@@ -8,18 +7,13 @@ import random
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import Dataset
 
-from datakit.cli import main
 from datakit.loader import EpochSampler, InfiniteLoader, create_loader, seed_everything
-from datakit.prefetch import CUDAPrefetcher
-from datakit.transforms import train_pipeline
-from datakit.tuning import measure_throughput, tune_num_workers
 
 
 class Indexed(Dataset):
@@ -99,108 +93,9 @@ def test_epoch_sampler_shards_cover_everything():
     assert set(sum(parts, [])) == set(range(10))
 
 
-def test_prefetcher_passes_through_without_cuda():
-    loader = create_loader(Indexed(6), 2, num_workers=0, train=False)
-    pre = CUDAPrefetcher(loader, "cuda" if not torch.cuda.is_available() else "cpu", mean=[0.5], std=[0.5])
-    assert len(pre) == 3 and pre.dataset is loader.dataset and pre.sampler is loader.sampler
-    assert [b[0].tolist() for b in pre] == [[0, 1], [2, 3], [4, 5]]
-    with pytest.raises(ValueError, match="give both mean and std"):
-        CUDAPrefetcher(loader, "cpu", mean=[0.5])
-
-
-def test_prefetcher_conversion_keeps_structure():
-    # the conversion the prefetcher runs on the side stream, here on CPU tensors
-    Batch = collections.namedtuple("Batch", "images targets")
-    images = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
-    expected = (images.float() / 255 - 0.5) / 0.25
-    pre = CUDAPrefetcher([], "cpu", mean=[0.5] * 3, std=[0.25] * 3, channels_last=True)
-    out = pre._move(Batch(images, {"label": torch.tensor([1, 2]), "extra": (images[0],)}), {"images_done": False})
-    assert type(out) is Batch and out.images.is_contiguous(memory_format=torch.channels_last)
-    torch.testing.assert_close(out.images, expected)
-    # only the first uint8 NCHW tensor is the images; the rest moves unchanged
-    assert out.targets["label"].tolist() == [1, 2] and out.targets["extra"][0].dtype == torch.uint8
-    assert type(out.targets["extra"]) is tuple
-    # NHWC batches (stacked numpy images) come out NCHW; 0-255 statistics are used as given
-    nhwc = images.permute(0, 2, 3, 1).contiguous()
-    pre255 = CUDAPrefetcher([], "cpu", mean=[127.5] * 3, std=[63.75] * 3)
-    torch.testing.assert_close(pre255._move([nhwc, 0], {"images_done": False})[0], (images.float() - 127.5) / 63.75)
-
-
-@pytest.mark.gpu
-def test_prefetcher_on_gpu_normalises_uint8():
-    images = torch.randint(0, 256, (8, 3, 4, 4), dtype=torch.uint8)
-    data = [(images[i], {"label": i}) for i in range(8)]
-    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
-    pre = CUDAPrefetcher(loader, "cuda", mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25], channels_last=True)
-    out = list(pre)
-    assert len(out) == 2 and out[0][0].is_cuda and out[0][0].dtype == torch.float32
-    expected = (images[:4].float() / 255 - 0.5) / 0.25
-    torch.testing.assert_close(out[0][0].cpu(), expected)
-    assert out[0][1]["label"].is_cuda and out[0][0].is_contiguous(memory_format=torch.channels_last)
-
-
 def test_num_workers_env_override(monkeypatch):
     monkeypatch.setenv("DATAKIT_NUM_WORKERS", "0")
     assert create_loader(Indexed(4), 2, num_workers=3).num_workers == 0
-
-
-class _Sized(Dataset):
-    def __init__(self, sizes):
-        self.sizes = sizes
-
-    def __len__(self):
-        return len(self.sizes)
-
-    def __getitem__(self, i):
-        return np.zeros((self.sizes[i], 8, 3), np.uint8), i
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_measure_throughput_builds_real_batches(workers):
-    m = measure_throughput(_Sized([8] * 40), 8, workers, max_batches=3)
-    # warm-up batches (one per worker) are not timed; then exactly 3 batches of 8
-    assert (m.num_workers, m.images) == (workers, 24) and m.images_per_s > 0 and m.batches_per_s > 0
-    # the batches are really stacked, so a dataset the loader could not batch fails here too
-    with pytest.raises(ValueError, match=r"^cannot stack images of different sizes into one batch \(samples "):
-        measure_throughput(_Sized([8, 9] * 20), 8, 0, max_batches=3)
-
-
-def test_tuning_measures_and_caches(tmp_path: Path, monkeypatch, class_folder: Path):
-    from datakit.datasets import open_dataset
-
-    monkeypatch.setenv("DATAKIT_CACHE", str(tmp_path))
-    ds = open_dataset(class_folder, transform=train_pipeline(32, normalize=False))
-    m = measure_throughput(ds, 4, 0, budget_s=0.3)
-    assert m.images_per_s > 0 and m.images > 0
-    res = tune_num_workers(ds, 4, budget_s=0.3)
-    assert res.best in {x.num_workers for x in res.measurements} and not res.cached
-    again = tune_num_workers(ds, 4, budget_s=0.3)
-    assert again.cached and again.best == res.best
-    assert list(json.loads((tmp_path / "num_workers.json").read_text()).values()) == [res.best]
-
-
-@pytest.mark.parametrize("size", ["32", "0"])  # 0: raw decodes of mixed sizes, counted rather than stacked
-def test_cli_bench(class_folder: Path, capsys, size: str):
-    assert (
-        main(
-            [
-                "bench",
-                str(class_folder),
-                "--workers",
-                "0,1",
-                "--batch-size",
-                "4",
-                "--seconds",
-                "0.3",
-                "--json",
-                "--size",
-                size,
-            ]
-        )
-        == 0
-    )
-    out = json.loads(capsys.readouterr().out)
-    assert [r["num_workers"] for r in out["results"]] == [0, 1] and out["recommended"] in (0, 1)
 
 
 DDP = r"""

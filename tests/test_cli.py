@@ -1,0 +1,348 @@
+"""The CLI as a user runs it: every subcommand in a real subprocess (``python -m datakit.cli`` and
+the console scripts), exit codes by error type, one line per problem and no traceback, the --json
+schemas, -q, refusal to overwrite, file permissions, help text, and rank 0 alone speaking under
+two real gloo ranks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datakit.cli import build_parser
+from datakit.io import imwrite
+from datakit.stats import compute_stats
+from datakit.testing import ZipEntry, build_zip, synthetic_image
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+_DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DATAKIT_NUM_WORKERS")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env.update(extra)
+    return env
+
+
+def datakit(*args: object, script: bool = False, umask: int = -1, cwd: Path | None = None):
+    """Run ``datakit ARGS`` in a fresh process: the console script, or ``python -m datakit.cli``."""
+    if script:
+        exe = BIN / "datakit"
+        if not exe.exists():
+            pytest.skip("the datakit console script is not installed next to this Python")
+        cmd = [str(exe)]
+    else:
+        cmd = [sys.executable, "-m", "datakit.cli"]
+    return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, env=_env(), timeout=300,
+                          umask=umask, cwd=cwd)  # fmt: skip
+
+
+def one_line_error(proc, code: int, message: str) -> None:
+    """Exit ``code``, no traceback, and stderr's last line is exactly ``message``."""
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == message
+
+
+# ---------------------------------------------------------------------------------------------
+# every command, end to end
+
+
+@pytest.fixture
+def gbk_zip(tmp_path: Path) -> Path:
+    """A zip as Chinese Windows writes it: GBK name bytes, no UTF-8 flag, two class folders."""
+    from datakit.io import encode_image
+
+    entries = [
+        ZipEntry(f"{cls}/图片_{i}.png".encode("gbk"), encode_image(synthetic_image(24, 32, seed=i + 10 * c), ".png"))
+        for c, cls in enumerate(["猫", "狗"])
+        for i in range(2)
+    ]
+    path = tmp_path / "照片.zip"
+    path.write_bytes(build_zip(entries))
+    return path
+
+
+def test_unzip_and_unzip_gbk(gbk_zip: Path, tmp_path: Path):
+    dest = tmp_path / "解压"
+    proc = datakit("unzip", gbk_zip, "-d", dest)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"extracted 4 files to {dest}; names decoded as gbk")
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*.png")) == [
+        "狗/图片_0.png", "狗/图片_1.png", "猫/图片_0.png", "猫/图片_1.png"
+    ]  # fmt: skip
+    exe = BIN / "unzip-gbk"
+    if not exe.exists():
+        pytest.skip("the unzip-gbk console script is not installed next to this Python")
+    proc = subprocess.run([str(exe), str(gbk_zip), "-l", "--json"], capture_output=True, text=True, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    listing = json.loads(proc.stdout)
+    assert set(listing) == {"archive", "encoding", "reason", "members"} and listing["encoding"] == "gbk"
+    assert [m["name"] for m in listing["members"]] == [
+        "猫/图片_0.png",
+        "猫/图片_1.png",
+        "狗/图片_0.png",
+        "狗/图片_1.png",
+    ]
+    assert set(listing["members"][0]) == {"name", "size", "compressed", "name_source"}
+    # extracting again over different files needs --overwrite; -q prints nothing
+    (dest / "猫" / "图片_0.png").write_bytes(b"mine")
+    proc = subprocess.run([str(exe), str(gbk_zip), "-d", str(dest), "-q"], capture_output=True, text=True, env=_env())
+    assert proc.returncode == 1 and proc.stdout == "" and "猫/图片_0.png" in proc.stderr
+    assert (dest / "猫" / "图片_0.png").read_bytes() == b"mine"
+    bad = subprocess.run([str(exe), str(gbk_zip), "--encoding", "klingon"], capture_output=True, text=True, env=_env())
+    assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (
+        "unzip-gbk: error: argument --encoding: unknown encoding 'klingon': use auto, gbk, big5, cp932, utf-8..."
+    )
+
+
+def test_pack_info_verify_check_json(class_folder: Path, tmp_path: Path):
+    out = tmp_path / "包.lmdb"
+    proc = datakit("pack-lmdb", class_folder, out, "--workers", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert set(summary) == {"out", "count", "resumed_from", "skipped", "bytes_in", "bytes_out", "seconds",
+                            "images_per_s"}  # fmt: skip
+    assert (summary["out"], summary["count"], summary["skipped"]) == (str(out), 12, [])
+    # the same command again: the pack exists, so it is refused as a usage error, untouched
+    before = (out / "data.mdb").stat().st_mtime_ns
+    one_line_error(datakit("pack-lmdb", class_folder, out, script=True), 2,
+                   f"datakit pack-lmdb: error: {out}: already exists; use --resume to continue an interrupted pack "
+                   "or --overwrite")  # fmt: skip
+    assert (out / "data.mdb").stat().st_mtime_ns == before
+    info = datakit("info", out, "--json")
+    assert info.returncode == 0 and json.loads(info.stdout)["class_counts"] == {"cat": 4, "dog": 4, "鸟": 4}
+    quiet = datakit("info", out, "-q")
+    assert quiet.stdout.count("\n") == 1 and quiet.stdout.startswith(f"{out}: datakit-lmdb version ")
+    verify = datakit("verify", out, "--json")
+    assert verify.returncode == 0 and json.loads(verify.stdout) == {"pack": str(out), "samples": 12, "problems": []}
+    check = datakit("check", out, "--json")
+    assert check.returncode == 0, check.stderr
+    report = json.loads(check.stdout)
+    assert set(report) == {"samples", "problems", "class_counts", "height_range", "width_range"}
+    assert (report["samples"], report["problems"], report["height_range"]) == (12, [], [30, 64])
+
+
+def test_check_data_errors_exit_1_one_line_each(class_folder: Path):
+    (class_folder / "鸟" / "图片_3.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")
+    (class_folder / "cat" / "图片_0.jpg").write_bytes(b"")
+    proc = datakit("check", class_folder, "-q")
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"unreadable: {class_folder / 'cat' / '图片_0.jpg'}: ")
+    assert lines[1].startswith(f"unreadable: {class_folder / '鸟' / '图片_3.png'}: PNG data is corrupt or truncated")
+    full = datakit("check", class_folder)
+    assert full.returncode == 1 and full.stdout.splitlines()[-1] == "12 samples checked, 2 problems"
+
+
+def test_stats_json_quiet_and_plot(class_folder: Path, tmp_path: Path):
+    single = compute_stats(class_folder, workers=0)
+    proc = datakit("stats", class_folder, "--json", "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert set(got) == {"count", "pixels", "mean", "std", "mean_255", "std_255", "order"}
+    assert (got["count"], got["pixels"], got["mean"], got["std"]) == (12, single.pixels, single.mean, single.std)
+    quiet = datakit("stats", class_folder, "-q", script=True)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert (
+        quiet.stdout
+        == "transforms.Normalize(mean=["
+        + ", ".join(f"{v:.4f}" for v in single.mean)
+        + "], std=["
+        + ", ".join(f"{v:.4f}" for v in single.std)
+        + "])\n"
+    )
+    plot = tmp_path / "直方图.png"
+    plot.write_bytes(b"keep me")
+    one_line_error(datakit("stats", class_folder, "--plot", plot), 2,
+                   f"datakit stats: error: {plot}: already exists; pass --overwrite to replace it")  # fmt: skip
+    assert plot.read_bytes() == b"keep me"
+    proc = datakit("stats", class_folder, "--plot", plot, "--overwrite", "-q", umask=0o027)
+    assert proc.returncode == 0, proc.stderr
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and stat.S_IMODE(plot.stat().st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_preview_refuses_overwrite_and_honours_umask(class_folder: Path, tmp_path: Path):
+    out = tmp_path / "预览.jpg"
+    proc = datakit("preview", class_folder, "--out", out, "--n", "5", umask=0o022)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"wrote 5 samples to {out}; classes: 0 cat, 1 dog, 2 鸟\n"
+    assert out.read_bytes()[:2] == b"\xff\xd8" and stat.S_IMODE(out.stat().st_mode) == 0o644
+    first = out.read_bytes()
+    one_line_error(datakit("preview", class_folder, "--out", out, "--seed", "1"), 2,
+                   f"datakit preview: error: {out}: already exists; pass --overwrite to replace it")  # fmt: skip
+    assert out.read_bytes() == first
+    proc = datakit("preview", class_folder, "--out", out, "--seed", "1", "--overwrite", "-q", umask=0o077)
+    assert proc.returncode == 0 and proc.stdout == "" and out.read_bytes() != first
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["数据 集", "预览.jpg"]
+
+
+def test_bench_json_schema_and_batch_capped(class_folder: Path):
+    proc = datakit("bench", class_folder, "--workers", "0,1", "--seconds", "0.2", "--repeats", "2", "--size", "32",
+                   "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"batch_size", "device", "repeats", "samples", "results", "recommended", "noisy", "reason"}
+    assert (out["batch_size"], out["samples"], out["repeats"]) == (12, 12, 2)  # 12 samples: not a batch of 64
+    assert [r["num_workers"] for r in out["results"]] == [0, 1]
+    assert all(len(r["passes"]) == 2 and set(r) == {"num_workers", "images_per_s", "passes", "first_batch_s"}
+               for r in out["results"])  # fmt: skip
+    if out["noisy"]:
+        assert out["recommended"] is None and out["reason"].startswith("too noisy to recommend: the 2 passes pick")
+    else:
+        assert out["recommended"] in (0, 1) and out["reason"].startswith("the fewest workers within 5%")
+    quiet = datakit("bench", class_folder, "--workers", "0", "--seconds", "0.1", "--repeats", "1", "--size", "0", "-q")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert quiet.stdout == "recommended: num_workers=0 (the fewest workers within 5% of the best median)\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# usage mistakes: exit 2, one line, before any work
+
+
+USAGE = [
+    (["stats", "{src}", "--split", "train"],
+     "datakit stats: error: split='train' needs a label table (labels=) or an LMDB pack with splits; {src} has none"),
+    (["check", "{samples}/labels.csv", "--split", "dev"],
+     "datakit check: error: {samples}/labels.csv: no split 'dev'; the splits are 'train', 'val', 'test'"),
+    (["stats", "{tmp}/none-*.lmdb"], "datakit stats: error: {tmp}/none-*.lmdb: the pattern matches nothing"),
+    (["stats", "{tmp}/none"], "datakit stats: error: {tmp}/none: no such file or folder"),
+    (["bench", "{src}", "--batch-size", "0"], "datakit bench: error: argument --batch-size: must be >= 1, got 0"),
+    (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--quality", "0"],
+     "datakit pack-lmdb: error: argument --quality: must be 1..100, got 0"),
+    (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--quality", "500"],
+     "datakit pack-lmdb: error: argument --quality: must be 1..100, got 500"),
+    (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--max-size", "-5"],
+     "datakit pack-lmdb: error: argument --max-size: must be >= 1, got -5"),
+    (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--shard", "4/4"],
+     "datakit pack-lmdb: error: argument --shard: must be I/N with 0 <= I < N (for example 0/4), got '4/4'"),
+    (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--resume", "--overwrite"],
+     "datakit pack-lmdb: error: --resume and --overwrite contradict each other; pick one"),
+    (["preview", "{src}", "--out", "{tmp}/p.png", "--n", "0"], "datakit preview: error: argument --n: must be >= 1, got 0"),
+    (["preview", "{src}", "--out", "{tmp}/x.xyz"],
+     "datakit preview: error: argument --out: '{tmp}/x.xyz': the name must end in .png, .jpg, .jpeg, .webp, .bmp, .tif, .tiff"),
+    (["preview", "{src}", "--out", "{tmp}/no/such/dir/p.png"],
+     "datakit preview: error: {tmp}/no/such/dir: no such folder to write p.png into"),
+    (["stats", "{src}", "--plot", "{tmp}/h.gif"],
+     "datakit stats: error: argument --plot: '{tmp}/h.gif': the name must end in .png, .jpg, .jpeg, .pdf, .svg"),
+    (["stats", "{src}", "--sample", "1"], "datakit stats: error: argument --sample: must be >= 2, got 1"),
+    (["stats", "{src}", "--size", "big"],
+     "datakit stats: error: argument --size: size must look like WxH (for example 224x224), got 'big'"),
+    (["check", "{src}", "--workers", "-1"], "datakit check: error: argument --workers: must be >= 0, got -1"),
+    (["bench", "{src}", "--workers", "0,x"], "datakit bench: error: argument --workers: expected numbers like 0,1,2,4, got '0,x'"),
+    (["bench", "{src}", "--seconds", "0"], "datakit bench: error: argument --seconds: must be a positive number, got 0"),
+    (["unzip", "{tmp}/a.zip", "--encoding", "nope"],
+     "datakit unzip: error: argument --encoding: unknown encoding 'nope': use auto, gbk, big5, cp932, utf-8..."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "message"), USAGE, ids=[" ".join(a[:1] + a[2:4]) for a, _ in USAGE])
+def test_usage_errors_exit_2_with_one_line(argv, message, class_folder: Path, samples: Path, tmp_path: Path):
+    fill = {"src": class_folder, "tmp": tmp_path, "samples": samples}
+    proc = datakit(*(a.format(**fill) for a in argv))
+    one_line_error(proc, 2, message.format(**fill))
+    assert proc.stdout == ""
+    assert not (tmp_path / "o.lmdb").exists() and not (tmp_path / "p.png").exists()
+
+
+def test_existing_output_refused_in_process(class_folder: Path, tmp_path: Path):
+    from datakit.check import preview
+    from datakit.datasets import open_dataset
+    from datakit.errors import UsageError
+
+    out = tmp_path / "sheet.png"
+    imwrite(out, synthetic_image(8, 8))
+    with pytest.raises(UsageError, match=r"sheet.png: already exists; pass --overwrite to replace it$"):
+        preview(open_dataset(class_folder), out, n=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# help
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_every_option_has_help_and_every_command_an_example():
+    commands = _subparsers(build_parser())
+    assert set(commands) >= {"unzip", "pack-lmdb", "info", "verify", "check", "preview", "stats", "bench"}
+    for name, p in commands.items():
+        undocumented = [a.dest for a in p._actions if not a.help]
+        assert undocumented == [], f"{name}: options without help text: {undocumented}"
+        text = p.format_help()
+        assert "\nexample:\n  datakit " + name in text, name
+    proc = datakit("stats", "--help")
+    assert proc.returncode == 0 and "\nexample:\n  datakit stats 数据集/" in proc.stdout
+    assert "-q, --quiet" in proc.stdout and "--json" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun: rank 0 speaks, every rank works
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_ranks(*args: object) -> list[subprocess.CompletedProcess]:
+    """``python -m datakit.cli ARGS`` as torchrun starts it on two ranks (gloo on 127.0.0.1)."""
+    port = str(_free_port())
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "datakit.cli", *map(str, args)],
+                         env=_env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                  MASTER_PORT=port),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=180) for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
+
+
+def test_two_ranks_print_one_json_document(class_folder: Path, tmp_path: Path):
+    plot = tmp_path / "hist.png"
+    r0, r1 = _two_ranks("stats", class_folder, "--json", "--workers", "1", "--plot", plot)
+    assert (r0.returncode, r1.returncode) == (0, 0), (r0.stderr, r1.stderr)
+    assert r1.stdout == "" and r1.stderr == "" and r0.stderr == ""
+    stdout = r0.stdout + r1.stdout
+    doc, end = json.JSONDecoder().raw_decode(stdout)
+    assert stdout[end:].strip() == ""  # exactly one document
+    single = compute_stats(class_folder, workers=0)
+    assert (doc["count"], doc["pixels"], doc["mean"], doc["std"]) == (12, single.pixels, single.mean, single.std)
+    assert plot.read_bytes()[:4] == b"\x89PNG" and sorted(p.name for p in tmp_path.iterdir()) == ["hist.png", "数据 集"]
+
+
+def test_two_ranks_check_and_usage_error_said_once(class_folder: Path):
+    (class_folder / "鸟" / "图片_3.png").write_bytes(b"")
+    r0, r1 = _two_ranks("check", class_folder, "--json", "--workers", "0")
+    assert (r0.returncode, r1.returncode) == (1, 1)  # every rank has the whole report
+    assert r1.stdout == "" and len(json.loads(r0.stdout)["problems"]) == 1
+    r0, r1 = _two_ranks("stats", class_folder, "--split", "x")
+    assert (r0.returncode, r1.returncode) == (2, 2) and r1.stderr == ""
+    assert r0.stderr.splitlines() == [
+        f"datakit stats: error: split='x' needs a label table (labels=) or an LMDB pack with splits; {class_folder} has none"
+    ]
+
+
+def test_two_ranks_preview_written_once(class_folder: Path, tmp_path: Path):
+    out = tmp_path / "grid.png"
+    r0, r1 = _two_ranks("preview", class_folder, "--out", out, "--n", "3")
+    assert (r0.returncode, r1.returncode) == (0, 0)
+    assert r0.stdout.startswith(f"wrote 3 samples to {out}") and r1.stdout == "" and r1.stderr == ""

@@ -1,0 +1,154 @@
+"""num_workers by measurement: the loader create_loader builds, one recommendation rule, noise."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch.utils.data import Dataset
+
+import datakit.loader
+from datakit import tuning
+from datakit.errors import UsageError
+from datakit.transforms import train_pipeline
+from datakit.tuning import Measurement, benchmark_workers, measure_throughput, recommend, tune_num_workers
+
+
+class _Sized(Dataset):
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def __getitem__(self, i):
+        return np.zeros((self.sizes[i], 8, 3), np.uint8), i
+
+
+class _Draws(Dataset):
+    """Each sample: a NumPy and a ``random`` draw made in the worker that loads it."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return np.full((2, 2, 3), i % 256, np.uint8), (float(np.random.rand()), random.random())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_measure_throughput_builds_real_batches(workers):
+    m = measure_throughput(_Sized([8] * 40), 8, workers, max_batches=3)
+    # warm-up batches (one per worker) are not timed; then exactly 3 batches of 8
+    assert (m.num_workers, m.images) == (workers, 24) and m.images_per_s > 0 and m.batches_per_s > 0
+    # the batches are really stacked, so a dataset the loader could not batch fails here too
+    with pytest.raises(ValueError, match=r"^cannot stack images of different sizes into one batch \(samples "):
+        measure_throughput(_Sized([8, 9] * 20), 8, 0, max_batches=3)
+
+
+def test_measures_the_loader_create_loader_builds(monkeypatch):
+    seen = []
+    real = datakit.loader.create_loader
+
+    def spy(dataset, batch_size, **kwargs):
+        loader = real(dataset, batch_size, **kwargs)
+        seen.append((kwargs, loader.loader))
+        return loader
+
+    monkeypatch.setattr(datakit.loader, "create_loader", spy)
+    draws = []
+
+    def collect(batch):
+        draws.extend(batch[1])
+        return len(batch[1])
+
+    measure_throughput(_Draws(), 8, 2, max_batches=4, collate_fn=lambda b: collect(list(zip(*b))))
+    kwargs, dl = seen[0]
+    assert kwargs["num_workers"] == 2 and kwargs["seed"] == 0 and kwargs["train"] is True
+    assert dl.persistent_workers and dl.prefetch_factor == 4 and dl.worker_init_fn is datakit.loader.seed_worker
+    assert dl.pin_memory is False  # CPU: nothing to pin for
+    # seeded workers: two forked workers do not repeat each other's NumPy or random draws
+    assert len({d[0] for d in draws}) == len(draws) and len({d[1] for d in draws}) == len(draws)
+
+
+def test_measuring_refuses_when_the_environment_overrides_num_workers(monkeypatch):
+    monkeypatch.setenv("DATAKIT_NUM_WORKERS", "0")
+    assert measure_throughput(_Sized([8] * 16), 8, 0, max_batches=1).num_workers == 0
+    with pytest.raises(UsageError, match=r"^DATAKIT_NUM_WORKERS=0 is set, so create_loader would ignore num_workers=2"):
+        measure_throughput(_Sized([8] * 16), 8, 2, max_batches=1)
+
+
+def test_recommend_fewest_workers_within_tolerance():
+    rec = recommend({0: [100.0], 1: [300.0], 2: [590.0], 4: [600.0]})
+    assert (rec.num_workers, rec.noisy) == (2, False)
+    assert rec.reason == "the fewest workers within 5% of the best median"
+    rec = recommend({0: [100, 104, 98], 1: [300, 310, 305], 2: [400, 405, 398]})
+    assert (rec.num_workers, rec.noisy) == (2, False)
+    assert rec.reason == "the fewest workers within 5% of the best median; all 3 passes agree"
+    # equal rates: the fewer workers win
+    assert recommend({0: [500.0, 501.0], 1: [500.0, 499.0]}).num_workers == 0
+
+
+def test_recommend_says_when_too_noisy():
+    # the busy-machine case: three passes would each pick a different count
+    rates = {0: [900.0, 400.0, 300.0], 1: [500.0, 850.0, 450.0], 2: [400.0, 420.0, 800.0]}
+    rec = recommend(rates)
+    assert rec.noisy and rec.num_workers == 1  # the medians' pick, flagged as untrustworthy
+    assert rec.reason == (
+        "too noisy to recommend: the 3 passes pick num_workers 0, 1, 2 (images/s per num_workers, "
+        "lowest-highest: 0: 300-900, 1: 450-850, 2: 400-800); the spreads overlap, so measure again on a "
+        "quieter machine or with more passes and seconds"
+    )
+    with pytest.raises(ValueError, match="at least one measured pass"):
+        recommend({0: []})
+
+
+def _fake_measure(rates: dict[int, list[float]]):
+    calls: dict[int, int] = {}
+
+    def measure(dataset, batch_size, num_workers, **kwargs):
+        k = calls.get(num_workers, 0)
+        calls[num_workers] = k + 1
+        r = rates[num_workers][k % len(rates[num_workers])]
+        return Measurement(num_workers, r, r / batch_size, 0.01, 100)
+
+    return measure, calls
+
+
+def test_bench_and_tune_share_the_rule(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("DATAKIT_CACHE", str(tmp_path))
+    rates = {0: [100.0, 110.0, 105.0], 1: [380.0, 390.0, 385.0], 2: [400.0, 395.0, 398.0], 4: [300.0] * 3}
+    measure, calls = _fake_measure(rates)
+    monkeypatch.setattr(tuning, "measure_throughput", measure)
+    runs, rec = benchmark_workers(_Sized([8] * 8), 4, [0, 1, 2, 4], repeats=3)
+    assert [len(v) for v in runs.values()] == [3, 3, 3, 3] and (rec.num_workers, rec.noisy) == (1, False)
+    calls.clear()
+    tuned = tune_num_workers(_Sized([8] * 8), 4, [0, 1, 2, 4], repeats=3)
+    # the same pick; 4 workers never measured (2 was not 5% better than 1, so the rule would not pick more)
+    assert tuned.best == rec.num_workers == 1 and not tuned.noisy and calls == {0: 3, 1: 3, 2: 3}
+
+
+def test_tune_does_not_cache_a_noisy_answer(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("DATAKIT_CACHE", str(tmp_path))
+    measure, _ = _fake_measure({0: [900.0, 400.0], 1: [500.0, 850.0], 2: [400.0, 420.0]})
+    monkeypatch.setattr(tuning, "measure_throughput", measure)
+    monkeypatch.setattr(tuning, "default_candidates", lambda: [0, 1, 2])
+    res = tune_num_workers(_Sized([8] * 8), 4, repeats=2)
+    assert res.noisy and res.reason.startswith("too noisy to recommend: the 2 passes pick num_workers 0, 1")
+    assert not (tmp_path / "num_workers.json").exists()
+
+
+def test_tuning_measures_and_caches(tmp_path: Path, monkeypatch, class_folder: Path):
+    from datakit.datasets import open_dataset
+
+    monkeypatch.setenv("DATAKIT_CACHE", str(tmp_path))
+    ds = open_dataset(class_folder, transform=train_pipeline(32, normalize=False))
+    m = measure_throughput(ds, 4, 0, budget_s=0.3)
+    assert m.images_per_s > 0 and m.images > 0
+    res = tune_num_workers(ds, 4, budget_s=0.3)
+    assert res.best in {x.num_workers for x in res.measurements} and not res.cached
+    again = tune_num_workers(ds, 4, budget_s=0.3)
+    assert again.cached and again.best == res.best
+    assert list(json.loads((tmp_path / "num_workers.json").read_text()).values()) == [res.best]
