@@ -7,6 +7,7 @@ on first use, so ``import datakit`` stays fast.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from datakit.devices import select_gpus
 from datakit.errors import (
@@ -35,25 +36,72 @@ _LAZY = {
     "stack_collate": "collate", "pad_collate": "collate", "detection_collate": "collate",
     "create_loader": "loader", "InfiniteLoader": "loader", "seed_everything": "loader", "seed_worker": "loader",
     "CUDAPrefetcher": "prefetch", "tune_num_workers": "tuning", "measure_throughput": "tuning",
+    "recommend": "tuning", "map_ordered": "parallel", "usable_cpus": "parallel",
 }  # fmt: skip
 
-__all__ = [
+__all__ = [  # a literal list, so type checkers see every public name (the lazy ones included)
     "ArchiveError",
+    "CUDAPrefetcher",
+    "ClassMap",
     "DataError",
     "DatakitError",
+    "FolderDataset",
     "ImageDecodeError",
+    "InfiniteLoader",
     "LabelError",
+    "LabelTable",
+    "LmdbDataset",
+    "LmdbReader",
+    "LmdbWriter",
+    "PRESETS",
     "PackError",
     "SampleError",
+    "Stats",
+    "TableDataset",
     "UsageError",
+    "ZipDataset",
+    "ZipReader",
     "__version__",
+    "check_dataset",
+    "compute_stats",
+    "create_loader",
     "decode_image",
+    "detect_encoding",
+    "detection_collate",
     "encode_image",
     "imread",
     "imwrite",
+    "map_ordered",
+    "measure_throughput",
+    "open_dataset",
+    "pack_lmdb",
+    "pad_collate",
+    "preview",
+    "read_labels",
+    "recommend",
+    "seed_everything",
+    "seed_worker",
     "select_gpus",
-    *sorted(_LAZY),
+    "stack_collate",
+    "tune_num_workers",
+    "unzip",
+    "usable_cpus",
+    "verify_lmdb",
 ]
+
+
+if TYPE_CHECKING:  # what __getattr__ loads on first use, spelled out for type checkers and IDEs
+    from datakit.archive import ZipReader, detect_encoding, unzip
+    from datakit.check import check_dataset, preview
+    from datakit.collate import detection_collate, pad_collate, stack_collate
+    from datakit.datasets import FolderDataset, TableDataset, ZipDataset, open_dataset
+    from datakit.labels import ClassMap, LabelTable, read_labels
+    from datakit.lmdb import LmdbDataset, LmdbReader, LmdbWriter, pack_lmdb, verify_lmdb
+    from datakit.loader import InfiniteLoader, create_loader, seed_everything, seed_worker
+    from datakit.parallel import map_ordered, usable_cpus
+    from datakit.prefetch import CUDAPrefetcher
+    from datakit.stats import PRESETS, Stats, compute_stats
+    from datakit.tuning import measure_throughput, recommend, tune_num_workers
 
 
 def __getattr__(name: str):

@@ -73,10 +73,12 @@ def check_dataset(
     try:
         ds = open_dataset(src, labels=table, split=split)
     except LabelError as exc:
-        if "integer labels are" not in str(exc):
-            raise
+        # a table that opens once integer labels are remapped has only that problem: report it and go on
+        try:
+            ds = open_dataset(src, labels=table, split=split, remap_labels=True)
+        except LabelError:
+            raise exc from None
         report.problems.append(str(exc))
-        ds = open_dataset(src, labels=table, split=split, remap_labels=True)
     if isinstance(ds, TableDataset):
         _check_table(ds, src, labels is not None and split is None, report)
     missing = {i for i in range(len(ds)) if isinstance(ds, TableDataset) and ds.zip is None

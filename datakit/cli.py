@@ -741,25 +741,29 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         return 0  # a job with no share to split: rank 0 does it alone (two ranks extracting or writing would race)
     stdout = sys.stdout
     created = False
+    tag = f" (rank {rank})" if rank else ""
     if rank != 0:  # the other ranks work, but are silent: no result, no summary, no bar
         args.quiet = True
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (closed below)
     try:
-        if every_rank is not None and every_rank(args) and getattr(func, "collective", True):
+        if every_rank is not None and every_rank(args):
             created = _join_process_group()
         return func(args)
     except DatakitError as exc:  # the type decides the exit code: UsageError 2, data errors 1
         if rank == 0 or exc.exit_code != UsageError.exit_code:  # every rank sees the same usage mistake
-            print(f"{prog}: error{f' (rank {rank})' if rank else ''}: {exc}", file=sys.stderr)
+            print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # a check in a library not yet given a datakit type: data, not usage
+        print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
         return 1
     finally:
         if sys.stdout is not stdout:

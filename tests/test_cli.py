@@ -346,3 +346,16 @@ def test_two_ranks_preview_written_once(class_folder: Path, tmp_path: Path):
     r0, r1 = _two_ranks("preview", class_folder, "--out", out, "--n", "3")
     assert (r0.returncode, r1.returncode) == (0, 0)
     assert r0.stdout.startswith(f"wrote 3 samples to {out}") and r1.stdout == "" and r1.stderr == ""
+
+
+def test_two_ranks_pack_one_shard_each(class_folder: Path, tmp_path: Path):
+    from datakit.datasets import open_dataset
+
+    r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "part-{rank}.lmdb", "--workers", "0")
+    assert (r0.returncode, r1.returncode) == (0, 0), (r0.stderr, r1.stderr)
+    assert r0.stdout.startswith(f"packed 6 images into {tmp_path / 'part-0.lmdb'}") and r1.stdout == ""
+    whole, parts = open_dataset(class_folder), open_dataset(str(tmp_path / "part-*.lmdb"))
+    assert len(parts) == 12 and parts.targets.tolist() == whole.targets.tolist()
+    # without {rank} in OUT, rank 0 packs everything alone and the other rank leaves it be
+    r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "all.lmdb", "--workers", "0", "--json")
+    assert (r0.returncode, r1.returncode) == (0, 0) and json.loads(r0.stdout)["count"] == 12 and r1.stdout == ""
