@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -216,3 +217,26 @@ def test_imwrite_rejects_bad_input(tmp_path: Path):
     with pytest.raises(ValueError, match=r"expected an HxW or HxWxC array, got \(2,\)"):
         imwrite(tmp_path / "a.jpg", np.zeros(2, np.uint8))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_imwrite_honours_the_umask(tmp_path: Path, umask: int):
+    old = os.umask(umask)
+    try:
+        path = imwrite(tmp_path / f"图_{umask:o}.png", np.zeros((4, 4, 3), np.uint8))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_imwrite_without_overwrite_keeps_the_existing_file(tmp_path: Path):
+    from datakit.errors import UsageError
+
+    path = tmp_path / "已有.png"
+    path.write_bytes(b"mine")
+    with pytest.raises(UsageError, match=r"已有.png: already exists; pass --overwrite to replace it$"):
+        imwrite(path, np.zeros((4, 4, 3), np.uint8), overwrite=False)
+    assert path.read_bytes() == b"mine" and len(list(tmp_path.iterdir())) == 1
+    with pytest.raises(UsageError, match=r"no such folder to write x.png into$"):
+        imwrite(tmp_path / "missing" / "x.png", np.zeros((4, 4, 3), np.uint8), overwrite=False)
