@@ -55,6 +55,7 @@ __all__ = [  # a literal list, so type checkers see every public name (the lazy 
     "LmdbWriter",
     "PRESETS",
     "PackError",
+    "PackReport",
     "SampleError",
     "Stats",
     "TableDataset",
@@ -71,6 +72,7 @@ __all__ = [  # a literal list, so type checkers see every public name (the lazy 
     "encode_image",
     "imread",
     "imwrite",
+    "lmdb_info",
     "map_ordered",
     "measure_throughput",
     "open_dataset",
@@ -94,10 +96,11 @@ if TYPE_CHECKING:  # what __getattr__ loads on first use, spelled out for type c
     from datakit.archive import ZipReader, detect_encoding, unzip
     from datakit.check import check_dataset, preview
     from datakit.collate import detection_collate, pad_collate, stack_collate
-    from datakit.datasets import FolderDataset, TableDataset, ZipDataset, open_dataset
+    from datakit.datasets import FolderDataset, LmdbDataset, TableDataset, ZipDataset, open_dataset
     from datakit.labels import ClassMap, LabelTable, read_labels
-    from datakit.lmdb import LmdbDataset, LmdbReader, LmdbWriter, pack_lmdb, verify_lmdb
+    from datakit.lmdb import LmdbReader, LmdbWriter, lmdb_info, verify_lmdb
     from datakit.loader import InfiniteLoader, create_loader, seed_everything, seed_worker
+    from datakit.pack import PackReport, pack_lmdb
     from datakit.parallel import map_ordered, usable_cpus
     from datakit.prefetch import CUDAPrefetcher
     from datakit.stats import PRESETS, Stats, compute_stats
