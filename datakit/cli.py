@@ -669,7 +669,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "results": [{"num_workers": w, "images_per_s": statistics.median(m.images_per_s for m in ms),
                          "passes": [m.images_per_s for m in ms],
                          "first_batch_s": statistics.median(m.first_batch_s for m in ms)} for w, ms in runs.items()],
-            "recommended": None if rec.noisy else rec.num_workers, "noisy": rec.noisy, "reason": rec.reason,
+            "recommended": None if rec.noisy else rec.num_workers, "noisy": rec.noisy,
+            "candidates": rec.candidates, "reason": rec.reason,
         })  # fmt: skip
         return 0
     if not args.quiet:

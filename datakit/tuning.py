@@ -50,13 +50,15 @@ class Measurement:
 
 @dataclass
 class Recommendation:
-    """What :func:`recommend` concludes: ``num_workers`` (the rule's pick), ``noisy`` (the passes'
-    spreads overlap where the rule draws its line, so the pick is not trustworthy) and why."""
+    """What :func:`recommend` concludes: ``num_workers`` (the rule's pick on the medians), ``noisy``
+    (the passes' spreads overlap where the rule draws its line, so the pick is not trustworthy),
+    ``candidates`` (the counts the passes picked) and why."""
 
     num_workers: int
     noisy: bool
     reason: str
     rates: dict[int, list[float]] = field(default_factory=dict)
+    candidates: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -211,13 +213,13 @@ def recommend(rates: Mapping[int, Sequence[float]], tolerance: float = 0.05) -> 
     spread = ", ".join(f"{w}: {min(r):.0f}-{max(r):.0f}" for w, r in sorted(rates.items()))
     if len(per_pass) > 1:
         return Recommendation(pick, True, (
-            f"too noisy to recommend: the {passes} passes pick num_workers {', '.join(map(str, per_pass))} "
-            f"(images/s per num_workers, lowest-highest: {spread}); the spreads overlap, so measure again on a "
-            "quieter machine or with more passes and seconds"), {w: list(r) for w, r in rates.items()})  # fmt: skip
+            f"too noisy to choose between num_workers {', '.join(map(str, per_pass))}: the {passes} passes pick "
+            f"differently (images/s per num_workers, lowest-highest: {spread}); measure again on a quieter "
+            "machine or with more passes and seconds"), {w: list(r) for w, r in rates.items()}, per_pass)  # fmt: skip
     how = f"the fewest workers within {tolerance:.0%} of the best median"
     if passes > 1:
         how += f"; all {passes} passes agree"
-    return Recommendation(pick, False, how, {w: list(r) for w, r in rates.items()})
+    return Recommendation(pick, False, how, {w: list(r) for w, r in rates.items()}, [pick])
 
 
 def benchmark_workers(dataset: Dataset, batch_size: int, candidates: Sequence[int] | None = None, *,

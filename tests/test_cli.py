@@ -194,13 +194,16 @@ def test_bench_json_schema_and_batch_capped(class_folder: Path):
                    "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"batch_size", "device", "repeats", "samples", "results", "recommended", "noisy", "reason"}
+    assert set(out) == {"batch_size", "device", "repeats", "samples", "results", "recommended", "noisy", "candidates",
+                        "reason"}  # fmt: skip
     assert (out["batch_size"], out["samples"], out["repeats"]) == (12, 12, 2)  # 12 samples: not a batch of 64
     assert [r["num_workers"] for r in out["results"]] == [0, 1]
     assert all(len(r["passes"]) == 2 and set(r) == {"num_workers", "images_per_s", "passes", "first_batch_s"}
                for r in out["results"])  # fmt: skip
     if out["noisy"]:
-        assert out["recommended"] is None and out["reason"].startswith("too noisy to recommend: the 2 passes pick")
+        assert out["recommended"] is None and out["reason"].startswith(
+            "too noisy to choose between num_workers 0, 1: the 2 passes"
+        )
     else:
         assert out["recommended"] in (0, 1) and out["reason"].startswith("the fewest workers within 5%")
     quiet = datakit("bench", class_folder, "--workers", "0", "--seconds", "0.1", "--repeats", "1", "--size", "0", "-q")

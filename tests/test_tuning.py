@@ -95,11 +95,11 @@ def test_recommend_says_when_too_noisy():
     # the busy-machine case: three passes would each pick a different count
     rates = {0: [900.0, 400.0, 300.0], 1: [500.0, 850.0, 450.0], 2: [400.0, 420.0, 800.0]}
     rec = recommend(rates)
-    assert rec.noisy and rec.num_workers == 1  # the medians' pick, flagged as untrustworthy
+    assert rec.noisy and rec.num_workers == 1 and rec.candidates == [0, 1, 2]  # the medians' pick, flagged
     assert rec.reason == (
-        "too noisy to recommend: the 3 passes pick num_workers 0, 1, 2 (images/s per num_workers, "
-        "lowest-highest: 0: 300-900, 1: 450-850, 2: 400-800); the spreads overlap, so measure again on a "
-        "quieter machine or with more passes and seconds"
+        "too noisy to choose between num_workers 0, 1, 2: the 3 passes pick differently (images/s per "
+        "num_workers, lowest-highest: 0: 300-900, 1: 450-850, 2: 400-800); measure again on a quieter machine "
+        "or with more passes and seconds"
     )
     with pytest.raises(ValueError, match="at least one measured pass"):
         recommend({0: []})
@@ -136,7 +136,7 @@ def test_tune_does_not_cache_a_noisy_answer(monkeypatch, tmp_path: Path):
     monkeypatch.setattr(tuning, "measure_throughput", measure)
     monkeypatch.setattr(tuning, "default_candidates", lambda: [0, 1, 2])
     res = tune_num_workers(_Sized([8] * 8), 4, repeats=2)
-    assert res.noisy and res.reason.startswith("too noisy to recommend: the 2 passes pick num_workers 0, 1")
+    assert res.noisy and res.reason.startswith("too noisy to choose between num_workers 0, 1: the 2 passes")
     assert not (tmp_path / "num_workers.json").exists()
 
 
