@@ -8,10 +8,14 @@ import math
 import os
 import random
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+
+if TYPE_CHECKING:
+    from datakit.prefetch import DeviceLoader
 
 __all__ = ["EpochSampler", "InfiniteLoader", "Loader", "create_loader", "seed_everything", "seed_worker"]
 
@@ -186,8 +190,9 @@ def create_loader(
     collate_fn: Callable | None = None,
     distributed: str | bool = "auto",
     drop_last: bool | None = None,
+    normalize=None,
     **dataloader_kwargs,
-) -> Loader | InfiniteLoader:
+) -> Loader | InfiniteLoader | DeviceLoader:
     """A DataLoader with the defaults that avoid the usual pitfalls.
 
     - ``shuffle=train``; ``pin_memory`` when ``device`` is a CUDA device; ``persistent_workers``
@@ -203,9 +208,17 @@ def create_loader(
       the environment variable ``DATAKIT_NUM_WORKERS=0`` forces a value, for debugging
       ``__getitem__`` with a breakpoint.
     - ``infinite=True`` returns an :class:`InfiniteLoader`.
+    - ``device``: batches arrive there ready for the model (a :class:`~datakit.prefetch.DeviceLoader`):
+      uint8 images (what ``train_pipeline``/``eval_pipeline`` give) become float32 normalised
+      with ``normalize`` (default: ImageNet statistics; a preset name, ``(mean, std)``, a
+      :class:`~datakit.stats.Stats`, or False to keep uint8). On CUDA the uint8 batch is copied
+      from pinned memory on a side stream and normalised on the GPU; on the CPU it is normalised
+      in one table-lookup pass. Float images are moved as they are. ``normalize`` without
+      ``device`` means the CPU. Without either, batches are what the collate function builds.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    on_device = _device_plan(device, normalize)  # checked before any worker is measured or started
     if collate_fn is None:
         from datakit.collate import stack_collate
 
@@ -258,4 +271,24 @@ def create_loader(
         kwargs.update(persistent_workers=True, prefetch_factor=4)
     kwargs.update(dataloader_kwargs)
     loader = Loader(DataLoader(dataset, **kwargs))
-    return InfiniteLoader(loader) if infinite else loader
+    out = InfiniteLoader(loader) if infinite else loader
+    return on_device(out) if on_device is not None else out
+
+
+def _device_plan(device, normalize) -> Callable | None:
+    """None when batches stay as collated; otherwise the function that wraps the loader so that
+    they arrive on ``device`` (the CPU by default), normalised. Bad values raise here."""
+    if device is None and normalize is None:
+        return None
+    from datakit.errors import UsageError
+    from datakit.prefetch import DeviceLoader, resolve_normalize
+
+    stats = resolve_normalize(True if normalize is None else normalize)
+    mean, std = stats if stats is not None else (None, None)
+    try:
+        dev = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as exc:
+        raise UsageError(f"device={device!r}: {exc}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device={str(device)!r} but CUDA is not available here; pass device='cpu'")
+    return lambda loader: DeviceLoader(loader, dev, mean, std)

@@ -21,6 +21,9 @@ __all__ = [
     "Compose",
     "EvalPipeline",
     "HWCToCHW",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "INTERPOLATIONS",
     "Normalize",
     "OneHot",
     "RandomHorizontalFlip",
@@ -150,6 +153,14 @@ class Normalize:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.ndim < 3:
             raise TypeError(f"Normalize expects a CHW or NCHW tensor, got {getattr(x, 'shape', type(x).__name__)}")
+        if getattr(x, "_datakit_normalized", False):
+            # a batch that create_loader(..., device=...) already normalised: a second pass would be
+            # silently wrong, so it is left as it is (code written before the loader normalised)
+            if not self._warned:
+                warnings.warn("Normalize: this batch was already normalised by create_loader(..., device=...); "
+                              "it is left unchanged (drop this Normalize step)", stacklevel=2)  # fmt: skip
+                self._warned = True
+            return x
         c = x.shape[-3]
         if c != len(self.mean):
             raise ValueError(f"Normalize has {len(self.mean)} channel statistics but the input has {c} channels")
@@ -303,24 +314,49 @@ def cv2_to_tensor(img: np.ndarray) -> torch.Tensor:
 # geometric transforms on uint8 HWC arrays
 
 
-def _resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "nearest-exact", "area", "box", "lanczos")
+
+
+def _interpolation(mode) -> str:
+    """A torchvision ``InterpolationMode`` or its name, checked, as one of :data:`INTERPOLATIONS`."""
+    name = str(getattr(mode, "value", mode)).lower()
+    if name not in INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {', '.join(INTERPOLATIONS)} (or a torchvision "
+                         f"InterpolationMode of those), got {mode!r}")  # fmt: skip
+    return name
+
+
+def _cv2_flag(interpolation: str, shrink: float) -> int:
+    import cv2
+
+    if interpolation == "nearest":
+        return cv2.INTER_NEAREST
+    if interpolation == "nearest-exact":
+        return cv2.INTER_NEAREST_EXACT
+    if interpolation in ("area", "box") or shrink >= 2:
+        # Shrinking 2x or more: the area (box) filter, antialiased like torchvision's antialias=True.
+        return cv2.INTER_AREA
+    # Less than 2x (or enlarging): the filter's own support still covers every source pixel, at a
+    # seventh of the area filter's cost for such fractional factors.
+    return {"bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}[interpolation]
+
+
+def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear") -> np.ndarray:
     import cv2
 
     if img.shape[0] == h and img.shape[1] == w:
         return img
     shrink = max(img.shape[0] / h, img.shape[1] / w)
-    # Shrinking 2x or more: the area (box) filter, antialiased like torchvision's antialias=True.
-    # Less than 2x (or enlarging): bilinear, whose 2x2 support still covers every source pixel,
-    # at a seventh of the area filter's cost for such fractional factors.
-    out = cv2.resize(img, (w, h), interpolation=cv2.INTER_AREA if shrink >= 2 else cv2.INTER_LINEAR)
+    out = cv2.resize(img, (w, h), interpolation=_cv2_flag(interpolation, shrink))
     return out if out.ndim == img.ndim else out[:, :, None]
 
 
 class Resize:
     """Resize a uint8 HWC array: an int sets the shorter side (aspect kept), a pair sets (h, w)."""
 
-    def __init__(self, size: int | Sequence[int]) -> None:
+    def __init__(self, size: int | Sequence[int], interpolation="bilinear") -> None:
         self.size = size
+        self.interpolation = _interpolation(interpolation)
 
     def output_size(self, h: int, w: int) -> tuple[int, int]:
         if isinstance(self.size, int):
@@ -331,10 +367,10 @@ class Resize:
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
         _check_hwc(img, "Resize")
-        return _resize(img, *self.output_size(*img.shape[:2]))
+        return _resize(img, *self.output_size(*img.shape[:2]), self.interpolation)
 
     def __repr__(self) -> str:
-        return f"Resize({self.size})"
+        return f"Resize({self.size}, interpolation={self.interpolation!r})"
 
 
 class CenterCrop:
@@ -361,11 +397,12 @@ class CenterCrop:
 
 class RandomResizedCrop:
     """torchvision's RandomResizedCrop (same crop distribution) on uint8 HWC arrays: the crop is
-    cut first and only the crop is resized."""
+    cut first and only the crop is resized, with ``interpolation`` (see :data:`INTERPOLATIONS`)."""
 
     def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
-                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> None:  # fmt: skip
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3), interpolation="bilinear") -> None:  # fmt: skip
         self.size = _size2(size)
+        self.interpolation = _interpolation(interpolation)
         if scale[0] > scale[1] or ratio[0] > ratio[1]:
             raise ValueError(f"scale and ratio must be (min, max), got {scale} and {ratio}")
         self.scale, self.ratio = scale, ratio
@@ -395,10 +432,11 @@ class RandomResizedCrop:
     def __call__(self, img: np.ndarray) -> np.ndarray:
         _check_hwc(img, "RandomResizedCrop")
         i, j, h, w = self.get_params(*img.shape[:2])
-        return _resize(img[i : i + h, j : j + w], *self.size)
+        return _resize(img[i : i + h, j : j + w], *self.size, self.interpolation)
 
     def __repr__(self) -> str:
-        return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+        return (f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
+                f"interpolation={self.interpolation!r})")  # fmt: skip
 
 
 class RandomHorizontalFlip:
@@ -444,8 +482,34 @@ def _decode_scaled(data: bytes, mode: str, name: str, h: int, w: int, f: int) ->
     return img, img.shape[:2] != expected and h != w
 
 
+def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
+    """The augmentations as a list, each tried once on a uint8 CHW tensor of the crop's size, so
+    that one refusing uint8 input fails here with its name, not in a worker at the first batch."""
+    if augment is None:
+        return []
+    if callable(augment):
+        augment = [augment]
+    steps = list(augment)
+    for t in steps:
+        if not callable(t):
+            raise TypeError(f"augment must be a list of callables (torchvision v2 transforms), got {t!r}")
+    probe = torch.zeros((3, *size), dtype=torch.uint8)
+    with torch.random.fork_rng(devices=[]):  # trying them must not move the caller's random state
+        x = probe
+        for t in steps:
+            try:
+                x = t(x)
+            except Exception as exc:
+                raise ValueError(f"augment step {t!r} does not accept the uint8 CHW tensor the pipeline gives it "
+                                 f"({type(exc).__name__}: {exc}); put float steps after the loader, or use "
+                                 "normalize=True and a transform of your own") from None  # fmt: skip
+            if not isinstance(x, torch.Tensor):
+                raise ValueError(f"augment step {t!r} returned {type(x).__name__}, not a tensor")
+    return steps
+
+
 class TrainPipeline(Compose):
-    """Random resized crop, flip, CHW (and normalisation): see :func:`train_pipeline`.
+    """Random resized crop, flip, augmentations, CHW (and normalisation): see :func:`train_pipeline`.
 
     Given the encoded bytes (:meth:`from_bytes`, which datasets call when a transform has it),
     it draws the crop from the JPEG header's size first and decodes at the smallest DCT scale
@@ -453,11 +517,19 @@ class TrainPipeline(Compose):
     decoded at 1/8. The crop distribution is unchanged.
     """
 
-    def __init__(self, size, scale, ratio, hflip, mean, std, normalize) -> None:
-        self.crop = RandomResizedCrop(size, scale, ratio)
+    def __init__(self, size, scale, ratio, hflip, mean, std, normalize, interpolation="bilinear",
+                 augment=None) -> None:  # fmt: skip
+        self.crop = RandomResizedCrop(size, scale, ratio, interpolation)
         self.flip = RandomHorizontalFlip(hflip)
+        self.augment = _check_augment(augment, self.crop.size)
         self.norm = Normalize(mean, std) if normalize else None
-        super().__init__([self.crop, self.flip, HWCToCHW()] + ([self.norm] if self.norm else []))
+        steps = [self.crop, self.flip, HWCToCHW(), *self.augment] + ([self.norm] if self.norm else [])
+        super().__init__(steps)
+
+    def _finish(self, chw: torch.Tensor) -> torch.Tensor:
+        for t in self.augment:
+            chw = t(chw)
+        return self.norm(chw) if self.norm else chw
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
         from datakit.io import decode_image
@@ -477,7 +549,7 @@ class TrainPipeline(Compose):
             max(y0 + 1, min(img.shape[0], round((i + ch) / f))),
             max(x0 + 1, min(img.shape[1], round((j + cw) / f))),
         )
-        out = _resize(img[y0:y1, x0:x1], th, tw)
+        out = _resize(img[y0:y1, x0:x1], th, tw, self.crop.interpolation)
         if torch.rand(1).item() < self.flip.p:
             import cv2
 
@@ -485,16 +557,15 @@ class TrainPipeline(Compose):
         if out.ndim == 2:
             out = out[:, :, None]
         # a CHW view of the HWC pixels: the batch's stack does the one copy (and the transposition)
-        chw = torch.from_numpy(out).permute(2, 0, 1)
-        return self.norm(chw) if self.norm else chw
+        return self._finish(torch.from_numpy(out).permute(2, 0, 1))
 
 
 class EvalPipeline(Compose):
     """Resize the shorter side, centre crop, CHW (and normalisation): see :func:`eval_pipeline`;
     :meth:`from_bytes` decodes a JPEG at the smallest DCT scale that keeps the shorter side."""
 
-    def __init__(self, size, resize, mean, std, normalize) -> None:
-        self.resize, self.center = Resize(resize), CenterCrop(size)
+    def __init__(self, size, resize, mean, std, normalize, interpolation="bilinear") -> None:
+        self.resize, self.center = Resize(resize, interpolation), CenterCrop(size)
         self.norm = Normalize(mean, std) if normalize else None
         super().__init__([self.resize, self.center, HWCToCHW()] + ([self.norm] if self.norm else []))
 
@@ -512,19 +583,31 @@ class EvalPipeline(Compose):
 
 def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float] = (0.08, 1.0),
                    ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
+                   interpolation="bilinear", augment: Sequence[Callable] | Callable | None = None,
                    mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                   normalize: bool = True) -> TrainPipeline:  # fmt: skip
-    """ImageNet-style training input: random resized crop, horizontal flip, CHW.
+                   normalize: bool = False) -> TrainPipeline:  # fmt: skip
+    """ImageNet-style training input: random resized crop, horizontal flip, ``augment``, uint8 CHW.
 
-    With ``normalize=False`` the output stays uint8 CHW (normalise the batch later, on the GPU
-    with :class:`~datakit.prefetch.CUDAPrefetcher` or with :class:`Normalize` in the main
-    process); otherwise it is float32, normalised with ``mean``/``std`` (0-1 scale). Used as a
-    dataset's transform it decodes JPEGs only at the resolution the crop needs.
+    Used as a dataset's transform it decodes JPEGs only at the resolution the crop needs. The
+    output stays uint8 (a quarter of float32's bytes through the workers); ``create_loader(...,
+    device=...)`` normalises whole batches, on the GPU or on the CPU. ``normalize=True`` gives
+    float32 normalised with ``mean``/``std`` (0-1 scale) per sample, as before.
+
+    Args:
+        interpolation: ``"bilinear"`` (default), ``"bicubic"``, ``"nearest"``, ``"nearest-exact"``,
+            ``"area"``/``"box"``, ``"lanczos"``, or a torchvision ``InterpolationMode``. Shrinking by
+            2x or more uses the area filter (antialiased), except for the nearest modes.
+        augment: transforms applied, in order, to each flipped crop as a uint8 CHW tensor:
+            torchvision v2 transforms that accept uint8 (``TrivialAugmentWide``, ``RandAugment``,
+            ``AutoAugment``, ``AugMix``, ``ColorJitter``, ``RandomErasing``, ...). Each is tried once
+            here, so one that refuses uint8 fails now, naming itself.
     """
-    return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize)
+    return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize, interpolation, augment)
 
 
-def eval_pipeline(size: int | Sequence[int] = 224, resize: int = 256, *, mean: Sequence[float] = IMAGENET_MEAN,
-                  std: Sequence[float] = IMAGENET_STD, normalize: bool = True) -> EvalPipeline:  # fmt: skip
-    """ImageNet-style evaluation input: shorter side to ``resize``, centre crop ``size``, CHW."""
-    return EvalPipeline(size, resize, mean, std, normalize)
+def eval_pipeline(size: int | Sequence[int] = 224, resize: int = 256, *, interpolation="bilinear",
+                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
+                  normalize: bool = False) -> EvalPipeline:  # fmt: skip
+    """ImageNet-style evaluation input: shorter side to ``resize``, centre crop ``size``, uint8 CHW
+    (float32 normalised with ``normalize=True``); ``interpolation`` as in :func:`train_pipeline`."""
+    return EvalPipeline(size, resize, mean, std, normalize, interpolation)

@@ -1,16 +1,24 @@
 """CUDAPrefetcher: drops in for the loader it wraps, passes batches through without CUDA, and
-converts uint8 images (checked here on CPU tensors; the GPU path is marked ``gpu``)."""
+converts uint8 images (checked here on CPU tensors; the GPU path is marked ``gpu``); and
+create_loader(..., device=..., normalize=...): model-ready batches on the CPU and on CUDA."""
 
 from __future__ import annotations
 
 import collections
+import warnings
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms as T
+from torchvision.transforms import v2
 
+from datakit.datasets import open_dataset
+from datakit.errors import UsageError
 from datakit.loader import create_loader
-from datakit.prefetch import CUDAPrefetcher
+from datakit.prefetch import CUDAPrefetcher, DeviceLoader, resolve_normalize
+from datakit.stats import PRESETS, Stats
+from datakit.transforms import Normalize, eval_pipeline, train_pipeline
 
 
 class Indexed(Dataset):
@@ -91,3 +99,136 @@ def test_prefetcher_on_gpu_normalises_uint8():
     expected = (images[:4].float() / 255 - 0.5) / 0.25
     torch.testing.assert_close(out[0][0].cpu(), expected)
     assert out[0][1]["label"].is_cuda and out[0][0].is_contiguous(memory_format=torch.channels_last)
+
+
+# create_loader(..., device=..., normalize=...)
+
+IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+
+
+def _uint8_batches(ds, bs, **kw):
+    return [b for b in create_loader(ds, bs, seed=0, **kw)]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_default_path_gives_normalised_float_batches_on_the_cpu(class_folder, context):
+    # the README's path, as written there, with workers under fork and spawn
+    ds = open_dataset(class_folder, transform=train_pipeline(32))
+    kw = dict(num_workers=2, multiprocessing_context=context)
+    loader = create_loader(ds, 4, device="cpu", seed=0, **kw)
+    got = list(loader)
+    raw = _uint8_batches(ds, 4, **kw)  # the same seed: the same samples, crops and flips
+    assert len(got) == len(raw) == 3 and len(loader) == 3
+    for (images, labels), (u8, raw_labels) in zip(got, raw):
+        assert images.dtype == torch.float32 and images.shape == (4, 3, 32, 32) and u8.dtype == torch.uint8
+        torch.testing.assert_close(images, T.Normalize(*IMAGENET)(u8.float() / 255))
+        assert torch.equal(labels, raw_labels)
+
+
+def test_normalize_choices(class_folder):
+    ds = open_dataset(class_folder, transform=eval_pipeline(24, 28))
+    (u8, _), *_ = _uint8_batches(ds, 4, train=False, num_workers=0)
+
+    def first(**kw):
+        return next(iter(create_loader(ds, 4, train=False, num_workers=0, **kw)))[0]
+
+    assert torch.equal(first(device="cpu", normalize=False), u8)  # uint8, on the device
+    cifar = PRESETS["cifar10"]
+    torch.testing.assert_close(first(normalize="cifar10"), T.Normalize(cifar["mean"], cifar["std"])(u8.float() / 255))
+    caffe = ([123.675, 116.28, 103.53], [58.395, 57.12, 57.375])  # 0-255 statistics used on 0-255 pixels
+    torch.testing.assert_close(first(normalize=caffe), T.Normalize(*caffe)(u8.float()))
+    stats = Stats(count=12, pixels=1, mean=[0.5, 0.4, 0.3], std=[0.2, 0.25, 0.3])
+    torch.testing.assert_close(
+        first(device="cpu", normalize=stats), T.Normalize(stats.mean, stats.std)(u8.float() / 255)
+    )
+    assert resolve_normalize(True) == resolve_normalize("imagenet") == IMAGENET
+
+
+def test_float_pipelines_are_not_normalised_twice(class_folder):
+    ds = open_dataset(class_folder, transform=eval_pipeline(24, 28, normalize=True))
+    expected = next(iter(create_loader(ds, 4, train=False, num_workers=0)))[0]
+    got = next(iter(create_loader(ds, 4, train=False, num_workers=0, device="cpu")))[0]
+    assert expected.dtype == torch.float32 and torch.equal(got, expected)
+
+
+def test_code_that_normalises_itself_still_gets_the_right_batch(class_folder):
+    # written before the loader normalised: Normalize after create_loader(device="cpu") must not apply twice
+    ds = open_dataset(class_folder, transform=eval_pipeline(24, 28))
+    normalise = Normalize(*IMAGENET)
+    batch = next(iter(create_loader(ds, 4, train=False, num_workers=0, device="cpu")))[0]
+    with pytest.warns(
+        UserWarning, match=r"already normalised by create_loader\(\.\.\., device=\.\.\.\); it is left unchanged"
+    ):
+        assert normalise(batch) is batch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        normalise(batch)  # said once
+
+
+def test_bad_values_refused_before_any_worker_starts(class_folder):
+    ds = open_dataset(class_folder, transform=train_pipeline(32))
+    with pytest.raises(
+        UsageError, match=r"^normalize='imagenett': unknown preset; known: imagenet, imagenet_caffe, cifar10, cifar100$"
+    ):
+        create_loader(ds, 4, num_workers="auto", normalize="imagenett")
+    with pytest.raises(
+        UsageError, match=r"^normalize: mean and std need one value per channel, got \[0.5, 0.5\] and \[0.2\]$"
+    ):
+        create_loader(ds, 4, num_workers=0, normalize=([0.5, 0.5], [0.2]))
+    with pytest.raises(UsageError, match=r"^normalize: std must be positive, got \[0.0\]$"):
+        create_loader(ds, 4, num_workers=0, normalize=([0.5], [0.0]))
+    with pytest.raises(UsageError, match=r"^normalize must be True, a preset name, \(mean, std\) or Stats, got 3$"):
+        create_loader(ds, 4, num_workers=0, normalize=3)
+    with pytest.raises(UsageError, match=r"^device='gpu': "):
+        create_loader(ds, 4, num_workers=0, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match=r"^device='cuda' but CUDA is not available here; pass device='cpu'$"):
+            create_loader(ds, 4, num_workers="auto", device="cuda")
+
+
+def test_infinite_loader_on_device_resumes_with_the_exact_next_batch(class_folder):
+    ds = open_dataset(class_folder, transform=eval_pipeline(16, 18))  # images that depend on the sample only
+
+    def make():
+        return create_loader(ds, 4, num_workers=0, seed=2, infinite=True, device="cpu")
+
+    ref = make()
+    expected = [next(ref)[0] for _ in range(7)]  # 3 batches per epoch: crosses two epoch boundaries
+    run = make()
+    got = [next(run)[0] for _ in range(4)]
+    state = run.state_dict()
+    assert state == {"epoch": 1, "step": 1} and (run.epoch, run.step) == (1, 1)
+    resumed = make()
+    resumed.load_state_dict(state)
+    got += [next(resumed)[0] for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected)) and len(got) == 7
+    assert got[0].dtype == torch.float32 and len(resumed) == 3
+
+
+def test_structure_kept_and_only_the_images_converted():
+    Batch = collections.namedtuple("Batch", "images meta")
+    images = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    other = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    out = next(iter(DeviceLoader([Batch(images, {"mask": other, "id": [1, 2]})], "cpu", *IMAGENET)))
+    assert type(out) is Batch and out.images.dtype == torch.float32 and out.meta["mask"] is other
+    assert out.meta["id"] == [1, 2]
+    torch.testing.assert_close(out.images, T.Normalize(*IMAGENET)(images.float() / 255))
+
+
+@pytest.mark.gpu
+def test_cuda_default_path_matches_the_cpu_one(class_folder):
+    ds = open_dataset(class_folder, transform=train_pipeline(32, augment=[v2.TrivialAugmentWide()]))
+    gpu = list(create_loader(ds, 4, num_workers=2, seed=0, device="cuda"))
+    cpu = list(create_loader(ds, 4, num_workers=2, seed=0, device="cpu"))
+    assert gpu[0][0].is_cuda and gpu[0][1].is_cuda and gpu[0][0].dtype == torch.float32
+    for (g, gl), (c, cl) in zip(gpu, cpu):
+        torch.testing.assert_close(g.cpu(), c, atol=1e-5, rtol=1e-5)
+        assert torch.equal(gl.cpu(), cl)
+    inf = create_loader(ds, 4, num_workers=0, seed=0, device="cuda", infinite=True)
+    first = [next(inf)[0].cpu() for _ in range(2)]
+    state = inf.state_dict()
+    assert state == {"epoch": 0, "step": 2}  # the batch held ahead on the side stream is not counted
+    again = create_loader(ds, 4, num_workers=0, seed=0, device="cuda", infinite=True)
+    again.load_state_dict(state)
+    torch.testing.assert_close(next(again)[0].cpu(), next(inf)[0].cpu())
+    assert first[0].shape == (4, 3, 32, 32)

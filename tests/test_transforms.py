@@ -150,9 +150,10 @@ def test_compose_with_torchvision_both_ways(class_folder):
 
 def test_pipelines():
     img = synthetic_image(300, 400)
-    out = train_pipeline(224, normalize=False)(img)
+    out = train_pipeline(224)(img)  # uint8 by default: normalised per batch, on the device
     assert out.shape == (3, 224, 224) and out.dtype == torch.uint8
-    ev = eval_pipeline(224, 256)(img)
+    assert eval_pipeline(224, 256)(img).dtype == torch.uint8
+    ev = eval_pipeline(224, 256, normalize=True)(img)  # the explicit per-sample float path still works
     assert ev.shape == (3, 224, 224) and ev.dtype == torch.float32
     ref = T.Compose(
         [T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
@@ -188,3 +189,112 @@ def test_dataset_uses_the_fused_path(class_folder):
     assert img.shape == (3, 32, 32) and img.dtype == torch.float32
     ev = open_dataset(class_folder, transform=eval_pipeline(24, 28))[3]
     assert ev[0].shape == (3, 24, 24)
+
+
+def test_normalize_true_is_the_uint8_output_normalised():
+    img = synthetic_image(300, 400)
+    torch.manual_seed(3)
+    u8 = train_pipeline(64)(img)
+    torch.manual_seed(3)
+    f32 = train_pipeline(64, normalize=True)(img)
+    assert u8.dtype == torch.uint8 and f32.dtype == torch.float32
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    torch.testing.assert_close(f32, T.Normalize(mean, std)(u8.float() / 255))
+
+
+AUGMENTS = {
+    "TrivialAugmentWide": lambda: v2.TrivialAugmentWide(),
+    "RandAugment": lambda: v2.RandAugment(num_ops=3, magnitude=12),
+    "AutoAugment": lambda: v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET),
+    "AugMix": lambda: v2.AugMix(),
+    "ColorJitter": lambda: v2.ColorJitter(0.4, 0.4, 0.4, 0.1),
+    "RandomErasing": lambda: v2.RandomErasing(p=1.0),
+    "Trivial+Erasing": lambda: v2.Compose([v2.TrivialAugmentWide(), v2.RandomErasing(p=0.5)]),
+}
+
+
+@pytest.mark.parametrize("name", list(AUGMENTS))
+@pytest.mark.parametrize("fused", [False, True])
+def test_augment_equals_torchvision_on_the_same_crop(name, fused):
+    """The augment stage is torchvision's: the same uint8 crop and the same seed give the same pixels."""
+    from datakit.io import encode_image
+
+    img = synthetic_image(360, 480, seed=4)
+    data = encode_image(img, ".jpg", 92, mode="rgb")
+    plain = train_pipeline(96)
+    augmented = train_pipeline(96, augment=[AUGMENTS[name]()])
+    reference = AUGMENTS[name]()
+    changed = 0
+    for seed in range(6):
+        torch.manual_seed(seed)
+        out = augmented.from_bytes(data, "rgb") if fused else augmented(img)
+        torch.manual_seed(seed)
+        crop = plain.from_bytes(data, "rgb") if fused else plain(img)
+        expected = reference(crop.contiguous())  # torchvision on the same uint8 crop, the random state continuing
+        assert out.dtype == torch.uint8 and out.shape == (3, 96, 96)
+        assert torch.equal(out, expected), f"seed {seed}"
+        changed += not torch.equal(out, crop)
+    assert changed >= 3  # the augmentation really ran
+
+
+def test_augment_in_a_dataset_with_workers(class_folder):
+    from datakit.loader import create_loader
+
+    pipe = train_pipeline(32, augment=[v2.TrivialAugmentWide(), v2.RandomErasing(p=0.5)])
+    ds = open_dataset(class_folder, transform=pipe)
+    for context in ("fork", "spawn"):
+        loader = create_loader(ds, 4, num_workers=2, seed=0, multiprocessing_context=context)
+        images, labels = next(iter(loader))
+        assert images.shape == (4, 3, 32, 32) and images.dtype == torch.uint8 and labels.dtype == torch.int64
+
+
+def test_augment_refusing_uint8_fails_at_construction_naming_itself():
+    with pytest.raises(ValueError, match=r"^augment step Normalize\(.*\) does not accept the uint8 CHW tensor"):
+        train_pipeline(224, augment=[v2.Normalize([0.5] * 3, [0.5] * 3)])
+    with pytest.raises(TypeError, match="augment must be a list of callables"):
+        train_pipeline(224, augment=[3])
+    torch.manual_seed(0)
+    a = torch.rand(3)
+    torch.manual_seed(0)
+    train_pipeline(224, augment=v2.RandAugment())  # one transform alone is accepted too
+    assert torch.equal(torch.rand(3), a)  # trying the augmentations leaves the random state alone
+
+
+def test_interpolation_modes():
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.v2 import functional as F
+
+    img = synthetic_image(20, 30)
+    chw = torch.from_numpy(img).permute(2, 0, 1)
+    up = torch.from_numpy(Resize((40, 60), interpolation="nearest")(img)).permute(2, 0, 1)
+    assert torch.equal(up, F.resize(chw, [40, 60], interpolation=InterpolationMode.NEAREST))
+    cubic = Resize((40, 60), interpolation=InterpolationMode.BICUBIC)(img).astype(float)
+    ref = F.resize(chw, [40, 60], interpolation=InterpolationMode.BICUBIC).permute(1, 2, 0).numpy().astype(float)
+    linear = Resize((40, 60))(img).astype(float)
+    # OpenCV's cubic (fixed point) is within a few levels of torchvision's, and much closer than bilinear
+    assert np.abs(cubic - ref).max() <= 8 and np.abs(cubic - ref).mean() < 0.6 * np.abs(linear - ref).mean()
+    with pytest.raises(
+        ValueError, match=r"^interpolation must be one of bilinear, bicubic, nearest, nearest-exact, area, box, lanczos"
+    ):
+        train_pipeline(224, interpolation=InterpolationMode.HAMMING)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_train_pipeline_nearest_only_copies_pixels(fused):
+    from torchvision.transforms import InterpolationMode
+
+    from datakit.io import encode_image
+
+    palette = np.array([[255, 0, 0], [0, 0, 255]], np.uint8)
+    img = palette[(np.indices((240, 320)).sum(0) // 16) % 2]  # a checkerboard of two colours
+    data = encode_image(img, ".png")
+    nearest = train_pipeline(48, interpolation=InterpolationMode.NEAREST)
+    bilinear = train_pipeline(48, interpolation="bilinear")
+    for seed in range(3):
+        torch.manual_seed(seed)
+        out = nearest.from_bytes(data, "rgb") if fused else nearest(img)
+        colours = {tuple(c) for c in out.permute(1, 2, 0).reshape(-1, 3).tolist()}
+        assert colours <= {(255, 0, 0), (0, 0, 255)}
+    torch.manual_seed(0)
+    blended = bilinear(img).permute(1, 2, 0).reshape(-1, 3).tolist()
+    assert len({tuple(c) for c in blended}) > 2

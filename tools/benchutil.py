@@ -103,3 +103,65 @@ def print_table(title: str, header: list[str], rows: list[list[object]]) -> None
 
 def dump_json(obj: object) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def leaves_photo(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
+    """A photo-like RGB image that owes nothing to samples/: a "dead leaves" scene (opaque discs
+    with power-law radii, front ones hiding back ones: the classic model of natural-image
+    statistics, scale invariant with a 1/f^2 spectrum), shaded, slightly blurred like a lens,
+    with textured surfaces and sensor noise, so it compresses like a camera JPEG."""
+    small = max(height, width) > 1200
+    # large scenes are drawn at half size (the disc count stays bounded), then upscaled; the
+    # texture and noise added at full size give them a real photo's entropy
+    f = 2 if small else 1
+    h, w = -(-height // f), -(-width // f)
+    img = np.empty((h, w, 3), np.uint8)
+    img[:] = rng.integers(0, 256, 3, dtype=np.uint8)
+    rmin, rmax = max(2.0, min(h, w) / 200), min(h, w) / 3
+    # enough discs to cover the scene about five times over (E[pi r^2] = 2 pi rmin^2 ln(rmax/rmin))
+    n = int(5 * h * w / (2 * np.pi * rmin**2 * np.log(rmax / rmin))) + 50
+    # radii with density ~ r^-3 between rmin and rmax (inverse CDF), in random depth order
+    u = rng.random(n)
+    radii = 1 / np.sqrt(1 / rmin**2 - u * (1 / rmin**2 - 1 / rmax**2))
+    centres = rng.random((n, 2)) * (w, h)
+    # natural colours: mostly a brightness, with a moderate tint
+    colours = np.clip(rng.uniform(20, 235, (n, 1)) + rng.normal(0, 28, (n, 3)), 0, 255)
+    for (x, y), r, c in zip(centres, radii, colours):
+        cv2.circle(img, (int(x), int(y)), int(r), tuple(int(v) for v in c), -1, lineType=cv2.LINE_AA)
+    if f > 1:
+        img = cv2.resize(img, (width, height), interpolation=cv2.INTER_CUBIC)
+    img = cv2.GaussianBlur(img, (0, 0), 0.8)
+    out = img.astype(np.int16)
+    yy = np.linspace(-1, 1, height, dtype=np.float32)[:, None]
+    xx = np.linspace(-1, 1, width, dtype=np.float32)[None, :]
+    a, b = rng.uniform(-25, 25, 2)
+    out += (a * yy + b * xx).astype(np.int16)[:, :, None]  # light falling across the scene
+    texture = cv2.resize(rng.normal(0, 6, (height // 3 + 1, width // 3 + 1)).astype(np.float32), (width, height))
+    out += texture.astype(np.int16)[:, :, None]
+    out += rng.normal(0, 3, (height, width, 3)).astype(np.int16)
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+def make_leaves_set(
+    out: Path, n: int, min_side: int, max_side: int, *, classes: int = 4, quality: int = 90, seed: int = 0
+) -> Path:
+    """``n`` JPEGs in ``classes`` folders, generated scenes (:func:`leaves_photo`, nothing from
+    samples/) whose longer side is in ``[min_side, max_side]``, aspect 3:4 to 1:1. Reuses ``out``
+    when it already holds them."""
+    from datakit.io import imwrite
+
+    stamp = out / f".complete-leaves-{n}-{min_side}-{max_side}-{classes}-{quality}-{seed}"
+    if stamp.exists():
+        return out
+    rng = np.random.default_rng(seed)
+    for c in range(classes):
+        (out / f"class_{c}").mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        long = int(rng.integers(min_side, max_side + 1))
+        short = int(long * rng.uniform(0.75, 1.0))
+        h, w = (short, long) if rng.random() < 0.7 else (long, short)
+        imwrite(
+            out / f"class_{i % classes}" / f"场景_{i:06d}.jpg", leaves_photo(h, w, rng), quality=quality, mode="rgb"
+        )
+    stamp.touch()
+    return out
