@@ -1,15 +1,15 @@
 """Dataset health checks (``datakit check``) and contact sheets (``datakit preview``).
 
-A check reads every sample in parallel and reports, one line each with file and sheet/row:
+A check reports every problem of the label table at once (labels.py finds them: blank cells,
+duplicate files, mixed or out-of-range integer labels, missing columns, each with its sheet and
+row), then reads every sample in parallel and adds, one line each, what needs the images:
 unreadable or empty images, files the table names but the disk lacks, files on disk the table
-does not name, duplicate rows, integer labels outside ``0..C-1``; then class counts per split
-and the range of image sizes.
+does not name; then class counts per split and the range of image sizes.
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,18 +19,21 @@ import numpy as np
 from datakit.datasets import ImageDataset, TableDataset, open_dataset
 from datakit.errors import DataError, UsageError
 from datakit.io import IMAGE_EXTENSIONS, WRITE_EXTENSIONS, probe_image
-from datakit.labels import LabelError, LabelTable, read_labels
+from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels
 from datakit.parallel import map_ordered
 
 __all__ = ["PREVIEW_EXTENSIONS", "CheckReport", "check_dataset", "preview"]
 
+TABLE_SUFFIXES = EXCEL_SUFFIXES + TEXT_SUFFIXES
+
 
 @dataclass
 class CheckReport:
-    """The outcome of :func:`check_dataset`: problems (one line each), counts and size ranges."""
+    """The outcome of :func:`check_dataset`: problems (one line each), notes, counts and size ranges."""
 
     samples: int = 0
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     class_counts: dict[str, dict[str, int]] = field(default_factory=dict)
     height_range: tuple[int, int] | None = None
     width_range: tuple[int, int] | None = None
@@ -40,8 +43,9 @@ class CheckReport:
         return not self.problems
 
     def to_json(self) -> dict:
-        return {"samples": self.samples, "problems": self.problems, "class_counts": self.class_counts,
-                "height_range": self.height_range, "width_range": self.width_range}  # fmt: skip
+        return {"samples": self.samples, "problems": self.problems, "notes": self.notes,
+                "class_counts": self.class_counts, "height_range": self.height_range,
+                "width_range": self.width_range}  # fmt: skip
 
 
 def _probe(ds: ImageDataset, i: int) -> tuple[int, int, str | None]:
@@ -54,35 +58,62 @@ def _probe(ds: ImageDataset, i: int) -> tuple[int, int, str | None]:
         return 0, 0, text if ds.name(i) in text else f"{ds.name(i)}: {text}"
 
 
+def _open_checked(src, labels, split: str | None, remap_labels: bool, root, options: dict,
+                  report: CheckReport) -> ImageDataset:  # fmt: skip
+    """The dataset to read; a table's every problem goes into the report (labels.py finds them)."""
+    path = Path(src) if isinstance(src, (str, os.PathLike)) else None
+    alone = labels is None and path is not None and path.is_file() and path.suffix.lower() in TABLE_SUFFIXES
+    if labels is None and not alone:
+        return open_dataset(src, split=split)
+    table = (
+        labels
+        if isinstance(labels, LabelTable)
+        else read_labels(labels if labels is not None else src, split=split, validate=False, **options)
+    )
+    report.notes += table.notes
+    report.problems += table.problems(remap=remap_labels)
+    class_map = table.class_map(remap=remap_labels, strict=False)  # go on reading images whatever the labels
+    return TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
+
+
 def check_dataset(
     src: str | os.PathLike,
     *,
-    labels: str | os.PathLike | None = None,
+    labels: str | os.PathLike | LabelTable | None = None,
     split: str | None = None,
     workers: int | None = None,
     distributed: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    remap_labels: bool = False,
+    root: str | os.PathLike | None = None,
+    file_column: str | None = None,
+    label_column: str | None = None,
+    split_column: str | None = None,
+    encoding: str | None = None,
+    include_hidden: bool = False,
 ) -> CheckReport:
     """Read every sample of ``src`` (anything :func:`open_dataset` takes) and report what is wrong.
 
     With an initialised ``torch.distributed`` process group (and ``distributed``), each rank reads
     its share of the samples and every rank gets the whole report.
+
+    The table's problems come from :meth:`LabelTable.problems` (all of them, each with its sheet
+    and row); this adds what needs the images: files missing, unreadable, or not in the table.
     """
     report = CheckReport()
-    table: LabelTable | None = read_labels(labels) if labels is not None else None
-    try:
-        ds = open_dataset(src, labels=table, split=split)
-    except LabelError as exc:
-        # a table that opens once integer labels are remapped has only that problem: report it and go on
-        try:
-            ds = open_dataset(src, labels=table, split=split, remap_labels=True)
-        except LabelError:
-            raise exc from None
-        report.problems.append(str(exc))
-    if isinstance(ds, TableDataset):
-        _check_table(ds, src, labels is not None and split is None, report)
-    missing = {i for i in range(len(ds)) if isinstance(ds, TableDataset) and ds.zip is None
-               and not os.path.isfile(ds.files[i])}  # fmt: skip
+    options = dict(file_column=file_column, label_column=label_column, split_column=split_column,
+                   encoding=encoding, include_hidden=include_hidden)  # fmt: skip
+    ds = _open_checked(src, labels, split, remap_labels, root, options, report)
+    table_ds = ds if isinstance(ds, TableDataset) else None
+    missing = set()
+    if table_ds is not None:
+        for i in range(len(ds)):
+            if not table_ds.exists(i):
+                missing.add(i)
+                report.problems.append(f"missing: {table_ds.files[i]!r} ({table_ds.where(i)}) not found at "
+                                       f"{table_ds.name(i)}")  # fmt: skip
+        if labels is not None and split is None and os.path.isdir(src):
+            _not_in_table(table_ds, src, report)  # with one split asked for, the others' files are expected
     todo = [i for i in range(len(ds)) if i not in missing]
     sizes = np.zeros((len(ds), 2), dtype=np.int64)
     ok = np.zeros(len(ds), dtype=bool)
@@ -97,20 +128,25 @@ def check_dataset(
         probes = sorted(p for part in parts for p in part)
     for i, (h, w, err) in probes:
         if err is not None:
-            where = f" ({ds.where(i)})" if isinstance(ds, TableDataset) else ""
+            where = f" ({table_ds.where(i)})" if table_ds is not None else ""
             report.problems.append(f"unreadable: {err}{where}")
         else:
             sizes[i], ok[i] = (h, w), True
     report.samples = len(ds)
-    splits = ds.table.splits if isinstance(ds, TableDataset) else [""] * len(ds)
-    counts: dict[str, Counter] = defaultdict(Counter)
-    for i in range(len(ds)):
-        counts[splits[i] or "all"][ds.classes[int(ds.targets[i])]] += 1
-    report.class_counts = {s: dict(sorted(c.items())) for s, c in counts.items()}
-    for s, c in report.class_counts.items():
-        empty = [k for k in ds.classes if k not in c]
-        if empty and s != "all":
-            report.problems.append(f"split {s!r} has no samples of class {', '.join(map(repr, empty))}")
+    targets = np.asarray(ds.targets, dtype=np.int64)
+    if table_ds is not None and table_ds.table.split_names:
+        splits = table_ds.table.splits
+        groups = [(name, splits.codes == code) for code, name in enumerate(splits.values)]
+        groups = [(name, rows) for name, rows in groups if rows.any()]
+        if (splits.codes < 0).any():
+            groups.append(("all", splits.codes < 0))
+    else:
+        groups = [("all", np.ones(len(ds), dtype=bool))]
+    for name, rows in groups:
+        counts = np.bincount(targets[rows], minlength=len(ds.classes))
+        report.class_counts[name] = dict(sorted((ds.classes[k], int(c)) for k, c in enumerate(counts) if c))
+    if table_ds is not None and split is None:
+        report.problems += table_ds.table.missing_classes(table_ds.class_map)
     if ok.any():
         report.height_range = (int(sizes[ok, 0].min()), int(sizes[ok, 0].max()))
         report.width_range = (int(sizes[ok, 1].min()), int(sizes[ok, 1].max()))
@@ -127,28 +163,15 @@ def _process_group() -> tuple[int, int]:
     return 0, 1
 
 
-def _check_table(ds: TableDataset, src: str | os.PathLike, whole_folder: bool, report: CheckReport) -> None:
-    seen: dict[str, int] = {}
-    for i in range(len(ds)):
-        f = ds.files[i]
-        key = os.path.normcase(os.path.normpath(f))
-        if key in seen:
-            report.problems.append(
-                f"duplicate: {ds.table.files[i]!r} at {ds.where(i)} is also at {ds.where(seen[key])}"
-            )
-        else:
-            seen[key] = i
-        if ds.zip is None and not os.path.isfile(f):
-            report.problems.append(f"missing: {ds.table.files[i]!r} ({ds.where(i)}) not found at {f}")
-    if whole_folder and os.path.isdir(src):  # with one split asked for, the others' files are expected
-        on_disk = set()
-        for dirpath, _, names in os.walk(src):
-            for n in names:
-                if n.lower().endswith(IMAGE_EXTENSIONS):
-                    on_disk.add(os.path.normcase(os.path.normpath(os.path.join(dirpath, n))))
-        named = {os.path.normcase(os.path.normpath(ds.files[i])) for i in range(len(ds))}
-        for extra in sorted(on_disk - named):
-            report.problems.append(f"not in the table: {extra}")
+def _not_in_table(ds: TableDataset, src: str | os.PathLike, report: CheckReport) -> None:
+    on_disk = set()
+    for dirpath, _, names in os.walk(src):
+        for n in names:
+            if n.lower().endswith(IMAGE_EXTENSIONS):
+                on_disk.add(os.path.normcase(os.path.normpath(os.path.join(dirpath, n))))
+    named = {os.path.normcase(os.path.normpath(ds.path(i))) for i in range(len(ds))}
+    for extra in sorted(on_disk - named):
+        report.problems.append(f"not in the table: {extra}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from datakit.errors import DatakitError, UsageError
 
+TABLE_SUFFIXES = (".xlsx", ".xlsm", ".csv", ".tsv", ".txt", ".lst")
+
 __all__ = ["main", "unzip_gbk_main", "UsageError"]
 
 
@@ -314,9 +316,24 @@ def _progress(bar) -> Callable[[int, int], None]:
 def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", help="a class folder, a label table, a .zip, an LMDB pack (or several shards, or a glob)",
                    nargs="+")  # fmt: skip
-    p.add_argument("--labels", help="label table (.xlsx/.csv) naming the files under SRC")
+    _add_label_args(p)
+
+
+def _add_label_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--labels", help="label table (.xlsx/.csv/.tsv) or 'path label' list (.txt) naming files under SRC")
     p.add_argument("--split", help="only this split (a sheet name, or a value of the split column)")
     p.add_argument("--remap-labels", action="store_true", help="map integer labels that are not 0..C-1 to 0..C-1")
+    p.add_argument("--file-column", help="the table's file-name column, when its name is not a common one")
+    p.add_argument("--label-column", help="the table's label column, when its name is not a common one")
+    p.add_argument("--split-column", help="the table's split column (train/val/test per row)")
+    p.add_argument("--encoding", help="the text table's encoding (utf-8, gbk, big5, utf-16); default: detected")
+    p.add_argument("--include-hidden", action="store_true", help="read hidden workbook sheets too")
+
+
+def _label_options(args: argparse.Namespace) -> dict:
+    """How to read the label table, as ``open_dataset`` and ``read_labels`` take it."""
+    return {"file_column": args.file_column, "label_column": args.label_column, "split_column": args.split_column,
+            "encoding": args.encoding, "include_hidden": args.include_hidden}  # fmt: skip
 
 
 def _source(args: argparse.Namespace):
@@ -352,8 +369,15 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         raise UsageError(f"pack-lmdb takes SRC and OUT, got {len(args.src)} paths")
     src = str(_existing(args.src[0]))
     out, shard = _pack_share(args)
-    if args.labels:
-        _existing(args.labels)
+    labels = args.labels
+    if labels:
+        _existing(labels)
+    elif Path(src).is_file() and Path(src).suffix.lower() in TABLE_SUFFIXES:
+        labels, src = src, str(Path(src).parent)  # a table alone: names relative to its folder
+    if labels:
+        from datakit.labels import read_labels
+
+        labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels, **_label_options(args))
     bar = _bar(0, "pack", args.quiet)
 
     def progress(done: int, total: int, nbytes: int) -> None:
@@ -365,7 +389,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
             bar.refresh()
 
     try:
-        report = pack_lmdb(src, out, labels=args.labels, split=args.split, max_size=args.max_size,
+        report = pack_lmdb(src, out, labels=labels, split=args.split, max_size=args.max_size,
                            quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
                            shard=shard, skip_bad=args.skip_bad, remap_labels=args.remap_labels,
                            commit_every=args.commit_every, progress=progress)  # fmt: skip
@@ -439,9 +463,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _register_lmdb(sub) -> None:
     p = _command(sub, "pack-lmdb", "pack any dataset into an LMDB file, resumably", _PACK_EXAMPLE)
     p.add_argument("src", nargs="+", metavar="SRC OUT", help="source (folder, table, zip) and the output pack folder")
-    p.add_argument("--labels", help="label table (.xlsx/.csv) naming the files under SRC")
-    p.add_argument("--split", help="only this split (a sheet name, or a value of the split column)")
-    p.add_argument("--remap-labels", action="store_true", help="map integer labels that are not 0..C-1 to 0..C-1")
+    _add_label_args(p)
     p.add_argument("--max-size", type=_count, metavar="N",
                    help="re-encode (JPEG) images whose longer side exceeds N pixels (N >= 1)")  # fmt: skip
     p.add_argument("--quality", type=int_range(1, 100), default=90, metavar="Q",
@@ -478,7 +500,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     bar = _bar(0, "check", args.quiet)
     try:
         report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
-                               progress=_progress(bar))  # fmt: skip
+                               progress=_progress(bar), remap_labels=args.remap_labels,
+                               **_label_options(args))  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
@@ -516,7 +539,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
         make = train_pipeline if args.transform == "train" else eval_pipeline
         transform = make(size=args.size, normalize=False)
     ds = open_dataset(src, labels=args.labels, split=args.split, transform=transform,
-                      remap_labels=args.remap_labels)  # fmt: skip
+                      remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
     out = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite)
     if not args.quiet:
         print(f"wrote {min(args.n, len(ds))} samples to {out}; classes: "
@@ -569,7 +592,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     src = _source(args)
     if args.plot:
         check_output(args.plot, overwrite=args.overwrite)  # before the work, not after
-    ds = open_dataset(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels)
+    ds = open_dataset(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
+                      **_label_options(args))  # fmt: skip
     bar = _bar(0, "stats", args.quiet)
     try:
         st = compute_stats(ds, workers=args.workers, sample=args.sample, size=args.size, seed=args.seed,
@@ -649,7 +673,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     src = _source(args)
     transform = train_pipeline(args.size, normalize=False) if args.size else None
     ds = open_dataset(src, labels=args.labels, split=args.split, transform=transform,
-                      remap_labels=args.remap_labels)  # fmt: skip
+                      remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
     if len(ds) == 0:
         raise UsageError(f"{args.src[0]}: no samples to load")
     batch_size = args.batch_size or min(64, len(ds))  # a default batch larger than the dataset measures nothing

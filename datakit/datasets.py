@@ -22,7 +22,16 @@ from torch.utils.data import Dataset
 
 from datakit.errors import PackError, SampleError, UsageError
 from datakit.io import UNNAMED, ImageDecodeError, decode_image, read_bytes
-from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, ClassMap, LabelError, LabelTable, read_labels, resolve_path
+from datakit.labels import (
+    EXCEL_SUFFIXES,
+    TEXT_SUFFIXES,
+    ClassMap,
+    LabelError,
+    LabelTable,
+    StringArray,
+    read_labels,
+    resolve_path,
+)
 from datakit.lmdb import LmdbReader
 
 __all__ = [
@@ -40,29 +49,6 @@ __all__ = [
 log = logging.getLogger("datakit")
 ON_ERROR = ("raise", "skip", "warn")
 DEFAULT_CACHE_LIMIT = 2 * 2**30
-
-
-class StringArray:
-    """Many strings stored as one UTF-8 buffer plus offsets: two numpy arrays, no Python objects."""
-
-    def __init__(self, items: Sequence[str]) -> None:
-        encoded = [s.encode("utf-8", "surrogateescape") for s in items]
-        self.offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in encoded], out=self.offsets[1:])
-        self.data = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i: int) -> str:
-        return self.data[self.offsets[i] : self.offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
-
-    @property
-    def nbytes(self) -> int:
-        return self.data.nbytes + self.offsets.nbytes
 
 
 class ImageDataset(Dataset):
@@ -335,7 +321,11 @@ class FolderDataset(ImageDataset):
 
 
 class TableDataset(ImageDataset):
-    """Images named by the rows of a label table, found under a folder or inside a zip."""
+    """Images named by the rows of a label table, found under a folder or inside a zip.
+
+    Names are relative to ``root``: the folder (or zip) given with the table, else the table's
+    own folder. The table's columns stay in numpy arrays; a path is joined only when read.
+    """
 
     def __init__(
         self,
@@ -345,38 +335,44 @@ class TableDataset(ImageDataset):
         split: str | None = None,
         remap_labels: bool = False,
         class_map: ClassMap | None = None,
+        probe: bool = True,
         **kwargs,
     ) -> None:
         table = table.select(split)
         self.table = table
         self.class_map = class_map or table.class_map(remap=remap_labels)
         root = table.path.parent if root is None else root
+        self.root = os.fspath(root)
         self.zip = None
-        if os.path.isfile(root) and str(root).lower().endswith(".zip"):
+        if os.path.isfile(root) and self.root.lower().endswith(".zip"):
             from datakit.archive import ZipReader
 
             self.zip = ZipReader(root)
-            self.root = os.fspath(root)
-            names = [f.replace("\\", "/").lstrip("/") for f in table.files]
-        else:
-            self.root = os.fspath(root)
-            names = [resolve_path(f, self.root) for f in table.files]
-        self.files = StringArray(names)
-        if self.class_map.source_values is not None:
-            lookup = {v: i for i, v in enumerate(self.class_map.source_values)}
-            targets = np.array([lookup[int(v)] for v in table.labels], dtype=np.int64)
-        else:
-            targets = self.class_map.encode(table.labels)
-        super().__init__(targets, self.class_map.classes, **kwargs)
+        self.files = table.files  # as the table names them, ``/``-separated
+        super().__init__(table.targets(self.class_map), self.class_map.classes, **kwargs)
+        if probe:
+            self._probe_root()
+
+    def path(self, index: int) -> str:
+        """Where sample ``index`` lives: a path on disk, or the member name inside the zip."""
+        if self.zip is not None:
+            return self.files[index].lstrip("/")
+        return resolve_path(self.files[index], self.root)
 
     def name(self, index: int) -> str:
-        path = self.files[index]
+        path = self.path(index)
         return f"{self.root}:{path}" if self.zip is not None else path
 
     def read(self, index: int) -> bytes:
         if self.zip is not None:
-            return self.zip.read(self.files[index])
-        return read_bytes(self.files[index])
+            return self.zip.read(self.path(index))
+        return read_bytes(self.path(index))
+
+    def exists(self, index: int) -> bool:
+        """Whether sample ``index``'s file (or zip member) is there."""
+        if self.zip is not None:
+            return self.path(index) in self.zip
+        return os.path.isfile(self.path(index))
 
     def where(self, index: int) -> str:
         """The sheet and row of sample ``index`` in the label table."""
@@ -391,8 +387,31 @@ class TableDataset(ImageDataset):
     def encoded_size(self) -> int:
         if self.zip is not None:
             sizes = {m.name: m.file_size for m in self.zip.members}
-            return sum(sizes.get(self.files[i], 0) for i in range(len(self)))
-        return sum(os.path.getsize(self.files[i]) for i in range(len(self)) if os.path.exists(self.files[i]))
+            return sum(sizes.get(self.path(i), 0) for i in range(len(self)))
+        return sum(os.path.getsize(p) for p in map(self.path, range(len(self))) if os.path.exists(p))
+
+    def _probe_root(self) -> None:
+        """Refuse at once, with the likely fix, when none of a spread of the table's files is under the root
+        (a table alone naming files relative to another folder), instead of failing at the first sample."""
+        n = len(self)
+        if not n:
+            return
+        picks = sorted({round(k * (n - 1) / 7) for k in range(8)}) if n > 8 else list(range(n))
+        if any(self.exists(i) for i in picks):
+            return
+        first = self.files[picks[0]]
+        hint = ""
+        if self.zip is None:
+            base = Path(self.root)
+            dirs = [base.parent, *(d for d in sorted(base.iterdir()) if d.is_dir())] if base.is_dir() else []
+            found = next((d for d in dirs if (d / first).is_file()), None)
+            if found is not None:
+                hint = f"; they are under {found}: pass root={os.fspath(found)!r} (CLI: {found} --labels TABLE)"
+        where = f"inside {self.root}" if self.zip is not None else f"under {self.root}"
+        raise LabelError(
+            f"{self.table.path}: none of {len(picks)} files the table names (first {first!r}) is {where}; names are "
+            f"relative to the table's folder, or to the folder given with it{hint}"
+        )
 
 
 class ZipDataset(ImageDataset):
@@ -571,6 +590,12 @@ def open_dataset(
     on_error: str = "raise",
     cache: str | None = None,
     remap_labels: bool = False,
+    root: str | os.PathLike | None = None,
+    file_column: str | None = None,
+    label_column: str | None = None,
+    split_column: str | None = None,
+    encoding: str | None = None,
+    include_hidden: bool = False,
     **kwargs,
 ) -> ImageDataset:
     """Open any image source as a lazy map-style dataset of ``(image, target)``.
@@ -590,24 +615,35 @@ def open_dataset(
         remap_labels: map integer labels that are not ``0..C-1`` to ``0..C-1`` instead of refusing.
         extensions: for a folder or zip of class folders, the file suffixes that count as images;
             default ImageFolder's (:data:`IMG_EXTENSIONS`), so indices and targets match it.
+        root: for a label table opened alone, the folder its file names are relative to
+            (default: the table's own folder).
+        file_column, label_column, split_column, encoding, include_hidden: how to read the
+            table; see :func:`~datakit.labels.read_labels`.
     """
     common = dict(transform=transform, target_transform=target_transform, mode=mode, on_error=on_error, cache=cache)
     shards = _expand_sources(src)
     if shards is not None:
         if len(shards) == 1:
-            return open_dataset(shards[0], labels=labels, split=split, remap_labels=remap_labels, **common, **kwargs)
+            return open_dataset(shards[0], labels=labels, split=split, remap_labels=remap_labels, root=root,
+                                file_column=file_column, label_column=label_column, split_column=split_column,
+                                encoding=encoding, include_hidden=include_hidden, **common, **kwargs)  # fmt: skip
         return LmdbDataset(shards, split=split, **common, **kwargs)
     path = Path(src)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
-    table = labels if isinstance(labels, LabelTable) else (read_labels(labels) if labels is not None else None)
+    table_options = dict(split=split, file_column=file_column, label_column=label_column, split_column=split_column,
+                         encoding=encoding, include_hidden=include_hidden, remap_labels=remap_labels)  # fmt: skip
+    table = labels if isinstance(labels, LabelTable) else (read_labels(labels, **table_options) if labels else None)
     suffix = path.suffix.lower()
     if path.is_dir() and (path / "data.mdb").exists() or suffix == ".lmdb":
         return LmdbDataset(path, split=split, **common, **kwargs)
     if table is not None:
+        if root is not None:
+            raise UsageError(f"root= is for a label table opened alone; with labels=, {path} is the root")
         return TableDataset(table, path, split=split, remap_labels=remap_labels, **common, **kwargs)
     if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
-        return TableDataset(read_labels(path), None, split=split, remap_labels=remap_labels, **common, **kwargs)
+        return TableDataset(read_labels(path, **table_options), root, split=split, remap_labels=remap_labels,
+                            **common, **kwargs)  # fmt: skip
     if split is not None:
         raise UsageError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
     if path.is_dir():

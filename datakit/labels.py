@@ -1,41 +1,59 @@
-"""Label tables (xlsx with one sheet per split, csv/tsv in UTF-8 or GBK) and class maps.
+"""Label tables (xlsx sheets, csv/tsv tables, ``path label`` lists, in any common encoding),
+their one typing rule, class maps, and all label validation.
 
-Every row keeps where it came from (sheet and row number as Excel or a text editor shows it),
-so each problem can be reported where the user will fix it.
+Every row keeps where it came from (sheet and row as Excel shows it, or the line of a text
+file), so each problem is reported where the user will fix it, and every problem of a table
+is reported at once. A table is held in numpy arrays (file names as one UTF-8 buffer plus
+offsets, labels and splits as small code arrays), never as per-row Python objects.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+import logging
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from datakit.errors import LabelError, UsageError
+from datakit.textparse import Columns, hash_spans, parse_delimited, parse_list
 
 __all__ = [
     "FILE_COLUMNS",
     "LABEL_COLUMNS",
+    "SPLIT_COLUMNS",
     "ClassMap",
+    "CodedColumn",
     "LabelError",
     "LabelTable",
+    "StringArray",
+    "TextEncoding",
+    "detect_text_encoding",
     "read_labels",
     "resolve_path",
 ]
 
+log = logging.getLogger("datakit")
+
 FILE_COLUMNS = ("file", "filename", "file_name", "filepath", "file_path", "path", "image", "image_path", "image_name",
                 "img", "img_path", "name", "文件名", "文件", "文件路径", "图片", "图片名", "图片名称", "图像", "图像名",
-                "路径")  # fmt: skip
+                "路径", "檔名", "檔案", "檔案名稱", "圖片", "圖片名稱", "路徑")  # fmt: skip
 LABEL_COLUMNS = ("label", "labels", "class", "class_name", "classname", "category", "target", "标签", "类别", "类",
-                 "分类", "类别名")  # fmt: skip
-SPLIT_COLUMNS = ("split", "subset", "set", "划分", "数据集")
+                 "分类", "类别名", "標籤", "類別", "分類")  # fmt: skip
+SPLIT_COLUMNS = ("split", "subset", "set", "划分", "数据集", "劃分", "資料集")
 EXCEL_SUFFIXES = (".xlsx", ".xlsm")
-TEXT_SUFFIXES = (".csv", ".tsv", ".txt")
+TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".lst")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".jfif")
+MAX_LISTED = 20  # problems spelled out in one LabelError; the rest are counted
+_INT = re.compile(r"[+-]?\d+(?:\.0*)?")
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
 
 def _norm(name: object) -> str:
@@ -53,13 +71,121 @@ def _text(v: object) -> str:
     return str(v).strip()
 
 
+def _is_int_text(s: str) -> bool:
+    return _INT.fullmatch(s) is not None
+
+
+def _int_of(s: str) -> int:
+    return int(s.split(".", 1)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# compact columns
+
+
+class StringArray:
+    """Many strings stored as one UTF-8 buffer plus offsets: two numpy arrays, no Python objects."""
+
+    def __init__(self, items: Sequence[str] = ()) -> None:
+        encoded = [s.encode("utf-8", "surrogateescape") for s in items]
+        self.offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=self.offsets[1:])
+        self.data = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+
+    @classmethod
+    def from_buffer(cls, data: np.ndarray, offsets: np.ndarray) -> StringArray:
+        """Wrap an existing UTF-8 buffer and its ``len + 1`` offsets (no copy)."""
+        out = cls.__new__(cls)
+        out.data, out.offsets = data, offsets.astype(np.int64, copy=False)
+        return out
+
+    @classmethod
+    def concat(cls, parts: Sequence[StringArray]) -> StringArray:
+        if len(parts) == 1:
+            return parts[0]
+        data = np.concatenate([p.data for p in parts]) if parts else np.zeros(0, np.uint8)
+        offsets = [np.zeros(1, np.int64)]
+        base = 0
+        for p in parts:
+            offsets.append(p.offsets[1:] + base)
+            base += int(p.offsets[-1])
+        return cls.from_buffer(data, np.concatenate(offsets))
+
+    def take(self, index: np.ndarray) -> StringArray:
+        """The strings at ``index`` (an integer array), as a new array."""
+        lens = (self.offsets[1:] - self.offsets[:-1])[index]
+        offsets = np.zeros(len(index) + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        mask = np.zeros(len(self.data) + 1, np.int8)
+        starts = self.offsets[:-1][index]
+        # keep order: gather by explicit positions when the rows are not increasing
+        if len(index) and (np.any(np.diff(index) <= 0)):
+            return StringArray([self[int(i)] for i in index])
+        np.add.at(mask, starts[lens > 0], 1)
+        np.add.at(mask, (starts + lens)[lens > 0], -1)
+        keep = np.cumsum(mask[:-1], dtype=np.int8).astype(bool)
+        return StringArray.from_buffer(self.data[keep], offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> str:
+        return self.data[self.offsets[i] : self.offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
+
+    def __iter__(self) -> Iterator[str]:
+        blob = self.data.tobytes()
+        offs = self.offsets.tolist()
+        return (blob[offs[i] : offs[i + 1]].decode("utf-8", "surrogateescape") for i in range(len(self)))
+
+    def tolist(self) -> list[str]:
+        return list(self)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.offsets.nbytes
+
+
+class CodedColumn:
+    """A column of few distinct values: the values once, and one small integer code per row."""
+
+    def __init__(self, values: Sequence[object], codes: np.ndarray, missing: object = "") -> None:
+        self.values = tuple(values)
+        self.codes = codes
+        self.missing = missing  # the value of code -1
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int) -> object:
+        c = int(self.codes[i])
+        return self.values[c] if c >= 0 else self.missing
+
+    def __iter__(self) -> Iterator[object]:
+        vals = (*self.values, self.missing)  # code -1 picks the last
+        return (vals[c] for c in self.codes.tolist())
+
+    def tolist(self) -> list[object]:
+        return list(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple)):
+            return self.tolist() == list(other)
+        return NotImplemented
+
+
+# ---------------------------------------------------------------------------------------------
+# class maps
+
+
 @dataclass(frozen=True)
 class ClassMap:
     """Class names in index order: index ``i`` is ``classes[i]``.
 
-    String labels are ordered by code point (Python's ``sorted``, the order torchvision's
-    ImageFolder uses for folder names). Integer labels ``0..C-1`` keep their values; other
-    integer sets are refused unless ``remap=True``, which maps the sorted values to ``0..C-1``.
+    The typing rule is the same for every table format: when every label is an integer
+    (``1``, ``"1"``, ``1.0``), the labels are integers and the classes are in numeric order;
+    ``0..C-1`` keep their values, any other set (``1..C``, gaps) is refused unless
+    ``remap=True``, which maps the sorted values to ``0..C-1``. Otherwise every label is a class
+    name, ordered by code point (Python's ``sorted``, the order torchvision's ImageFolder uses).
     """
 
     classes: tuple[str, ...]
@@ -67,23 +193,24 @@ class ClassMap:
 
     @classmethod
     def from_labels(cls, labels: Iterable[object], *, remap: bool = False, where: str = "labels") -> ClassMap:
-        values = set(labels)
+        values = {_text(v) for v in labels if not _blank(v)}
         if not values:
             return cls(())
-        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
-            ints = sorted(int(v) for v in values)
-            if ints == list(range(len(ints))):
-                return cls(tuple(str(i) for i in ints))
-            if not remap:
-                lo, hi = ints[0], ints[-1]
-                raise LabelError(
-                    f"{where}: integer labels are {_ranges(ints)}, not 0..{len(ints) - 1}; passed on as they are they "
-                    f"would index past the {len(ints)} outputs of a classifier (CUDA: 'device-side assert triggered'). "
-                    f"Use remap_labels=True (--remap-labels) to map {lo}..{hi} to 0..{len(ints) - 1} in order, "
-                    "or fix the table"
-                )
-            return cls(tuple(str(i) for i in ints), tuple(ints))
-        return cls(tuple(sorted(str(v) for v in values)))
+        ints = [_is_int_text(v) for v in values]
+        if all(ints):
+            return cls.from_ints(sorted({_int_of(v) for v in values}), remap=remap, where=where)
+        if any(ints):
+            raise LabelError(f"{where}: labels mix integers and class names; make them all one kind")
+        return cls(tuple(sorted(values)))
+
+    @classmethod
+    def from_ints(cls, ints: Sequence[int], *, remap: bool = False, where: str = "labels") -> ClassMap:
+        ints = sorted(ints)
+        if ints == list(range(len(ints))):
+            return cls(tuple(str(i) for i in ints))
+        if not remap:
+            raise LabelError(f"{where}: {_range_message(ints)}")
+        return cls(tuple(str(i) for i in ints), tuple(ints))
 
     @property
     def class_to_idx(self) -> dict[str, int]:
@@ -93,7 +220,10 @@ class ClassMap:
         return len(self.classes)
 
     def encode(self, labels: Sequence[object]) -> np.ndarray:
-        """Indices (int64) for ``labels``."""
+        """Indices (int64) for ``labels`` (class names, or integer labels when remapped)."""
+        if self.source_values is not None:
+            lookup = {v: i for i, v in enumerate(self.source_values)}
+            return np.fromiter((lookup[_int_of(_text(v))] for v in labels), dtype=np.int64, count=len(labels))
         lookup = self.class_to_idx
         return np.fromiter((lookup[_text(v)] for v in labels), dtype=np.int64, count=len(labels))
 
@@ -122,46 +252,205 @@ def _ranges(ints: list[int]) -> str:
     return "{" + ", ".join(map(str, ints[:8])) + (", ..." if len(ints) > 8 else "") + "}"
 
 
+def _range_message(ints: list[int]) -> str:
+    n, lo, hi = len(ints), ints[0], ints[-1]
+    return (
+        f"integer labels are {_ranges(ints)}, not 0..{n - 1}; passed on as they are they would index past the "
+        f"{n} outputs of a classifier (CUDA: 'device-side assert triggered'). Use remap_labels=True "
+        f"(--remap-labels) to map {lo}..{hi} to 0..{n - 1} in order, or fix the table"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the table
+
+
 @dataclass
 class LabelTable:
-    """Rows of (file, label, split) with the sheet and row each came from."""
+    """Rows of (file, label, split), each with the sheet and row (or line) it came from.
+
+    ``files`` is a :class:`StringArray`; ``labels``, ``splits`` and ``sheets`` are
+    :class:`CodedColumn` s; ``rows`` an int32 array. ``class_values`` holds the labels of the
+    whole table (every sheet), so one split's class map agrees with the others'. A table stands
+    for its file where a path is expected (``os.fspath(table)``).
+    """
 
     path: Path
-    files: list[str]
-    labels: list[object]
-    splits: list[str]
-    sheets: list[str]
-    rows: list[int]
-    file_column: str
-    label_column: str
+    files: StringArray
+    labels: CodedColumn
+    splits: CodedColumn
+    sheets: CodedColumn
+    rows: np.ndarray
+    file_column: str = ""
+    label_column: str = ""
+    kind: str = "name"  # "int", "name", "mixed" or "empty"
+    class_values: tuple[str, ...] = ()
+    encoding: str | None = None
+    notes: list[str] = field(default_factory=list)
+    read_problems: list[tuple[tuple[int, int], str]] = field(default_factory=list)
+    sheet_orders: tuple[int, ...] = ()  # each sheet's place in the workbook, to sort problems
 
     def __len__(self) -> int:
         return len(self.files)
 
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
     def where(self, i: int) -> str:
-        """``"labels.xlsx, sheet 'train', row 7"`` for row ``i`` of the table."""
-        if self.sheets[i]:
-            return f"{self.path}, sheet {self.sheets[i]!r}, row {self.rows[i]}"
-        return f"{self.path}, line {self.rows[i]}"
+        """``"labels.xlsx, sheet 'train', row 7"`` (or ``"labels.csv, line 7"``) for row ``i``."""
+        return self._where(self.sheets[i], int(self.rows[i]))
+
+    def _where(self, sheet: object, row: int) -> str:
+        if sheet:
+            return f"{self.path}, sheet {sheet!r}, row {row}"
+        return f"{self.path}, line {row}"
 
     @property
     def split_names(self) -> list[str]:
-        return list(dict.fromkeys(s for s in self.splits if s))
+        used = np.unique(self.splits.codes)
+        return [self.splits.values[c] for c in sorted(int(c) for c in used if c >= 0)]
 
     def select(self, split: str | None) -> LabelTable:
         """Only the rows of ``split`` (a sheet name, or a value of the split column)."""
         if split is None:
             return self
-        keep = [i for i, s in enumerate(self.splits) if s == split]
-        if not keep:
+        code = self.splits.values.index(split) if split in self.splits.values else None
+        keep = np.flatnonzero(self.splits.codes == code) if code is not None else np.zeros(0, np.int64)
+        if not len(keep):
             names = ", ".join(repr(s) for s in self.split_names) or "none (the table has no sheets or split column)"
             raise UsageError(f"{self.path}: no split {split!r}; the splits are {names}")
-        pick = lambda xs: [xs[i] for i in keep]  # noqa: E731
-        return LabelTable(self.path, pick(self.files), pick(self.labels), pick(self.splits), pick(self.sheets),
-                          pick(self.rows), self.file_column, self.label_column)  # fmt: skip
+        return self._take(keep)
 
-    def class_map(self, remap: bool = False) -> ClassMap:
-        return ClassMap.from_labels(self.labels, remap=remap, where=str(self.path))
+    def _take(self, keep: np.ndarray) -> LabelTable:
+        def col(c: CodedColumn) -> CodedColumn:
+            return CodedColumn(c.values, c.codes[keep], c.missing)
+
+        return LabelTable(self.path, self.files.take(keep), col(self.labels), col(self.splits), col(self.sheets),
+                          self.rows[keep], self.file_column, self.label_column, self.kind, self.class_values,
+                          self.encoding, list(self.notes), [], self.sheet_orders)  # fmt: skip
+
+    # -- typing and validation ------------------------------------------------------------
+
+    def class_map(self, remap: bool = False, strict: bool = True) -> ClassMap:
+        """The class map of the whole table (every sheet), by the one typing rule.
+
+        ``strict=False`` never refuses: mixed labels count as names, other integer sets are remapped.
+        """
+        values = self.class_values
+        if self.kind == "int":
+            ints = sorted({_int_of(v) for v in values})
+            return ClassMap.from_ints(ints, remap=remap or not strict, where=str(self.path))
+        if self.kind == "mixed" and strict:
+            raise LabelError(self._mixed_problem())
+        return ClassMap(tuple(sorted(set(values))))
+
+    def targets(self, class_map: ClassMap) -> np.ndarray:
+        """The class index (int64) of every row under ``class_map``."""
+        values = [str(v) for v in self.labels.values]
+        if class_map.source_values is not None or self.kind == "int":
+            lookup = {v: i for i, v in enumerate(class_map.source_values or [int(c) for c in class_map.classes])}
+            per_value = [lookup.get(_int_of(v), -1) if _is_int_text(v) else -1 for v in values]
+        else:
+            lookup = class_map.class_to_idx
+            per_value = [lookup.get(v, -1) for v in values]
+        table = np.asarray(per_value + [-1], dtype=np.int64)
+        out = table[self.labels.codes]
+        if len(out) and out.min() < 0:
+            bad = int(np.flatnonzero(out < 0)[0])
+            raise LabelError(f"{self.where(bad)}: label {self.labels[bad]!r} is not one of the {len(class_map)} "
+                             "classes")  # fmt: skip
+        return out
+
+    def problems(self, remap: bool = False) -> list[str]:
+        """Every problem of the table, one line each with its sheet and row (or line), in table order:
+        blank files or labels, duplicate files, mixed integer and name labels, integer labels
+        outside ``0..C-1`` (unless ``remap``), empty splits, missing columns, undecodable rows."""
+        found = list(self.read_problems)
+        found += self._duplicate_problems()
+        if self.kind == "mixed":
+            found.append(((1 << 30, 0), self._mixed_problem()))
+        elif self.kind == "int" and not remap:
+            ints = sorted({_int_of(v) for v in self.class_values})
+            if ints != list(range(len(ints))):
+                found.append(((1 << 30, 1), self._range_problem(ints)))
+        found.sort(key=lambda p: p[0])
+        return [text for _, text in found]
+
+    def missing_classes(self, class_map: ClassMap) -> list[str]:
+        """One line per split that lacks some classes of ``class_map`` (a table-only check)."""
+        out = []
+        if not self.split_names:
+            return out
+        targets = self.targets(class_map)
+        for code, name in enumerate(self.splits.values):
+            rows = self.splits.codes == code
+            if not rows.any():
+                continue
+            present = set(np.unique(targets[rows]).tolist())
+            absent = [c for i, c in enumerate(class_map.classes) if i not in present]
+            if absent:
+                out.append(f"split {name!r} has no samples of class {', '.join(map(repr, absent))}")
+        return out
+
+    def _first_row(self, mask_values: Sequence[bool]) -> int | None:
+        wanted = np.asarray(list(mask_values) + [False], dtype=bool)
+        hits = np.flatnonzero(wanted[self.labels.codes])
+        return int(hits[0]) if len(hits) else None
+
+    def _mixed_problem(self) -> str:
+        is_int = [_is_int_text(str(v)) for v in self.labels.values]
+        n_int = int(np.asarray(is_int + [False])[self.labels.codes].sum())
+        i, j = self._first_row(is_int), self._first_row([not x for x in is_int])
+        first_int = f" (first {self.labels[i]!r} at {self._short(i)})" if i is not None else ""
+        first_name = f" (first {self.labels[j]!r} at {self._short(j)})" if j is not None else ""
+        return (
+            f"{self.path}: labels mix integers and class names: {n_int} rows hold integers{first_int} and "
+            f"{len(self) - n_int} hold names{first_name}; make every label a class name, or every label an integer"
+        )
+
+    def _range_problem(self, ints: list[int]) -> str:
+        outside = [0 <= int(v) < len(ints) for v in self.labels.values]
+        i = self._first_row([not x for x in outside])
+        first = f" (first outside: {self.labels[i]!r} at {self._short(i)})" if i is not None else ""
+        return f"{self.path}: {_range_message(ints)}{first}"
+
+    def _short(self, i: int) -> str:
+        sheet = self.sheets[i]
+        return f"sheet {sheet!r}, row {int(self.rows[i])}" if sheet else f"line {int(self.rows[i])}"
+
+    def _duplicate_problems(self) -> list[tuple[tuple[int, int], str]]:
+        out = []
+        orders = (*self.sheet_orders, 0)
+        for i, first in _duplicates(self.files):
+            key = (orders[int(self.sheets.codes[i])], int(self.rows[i]))
+            text = f"{self.where(i)}: file {self.files[i]!r} is listed again (first at {self._short(first)})"
+            out.append((key, text))
+        return out
+
+
+def _duplicates(files: StringArray) -> list[tuple[int, int]]:
+    """(row, first row with the same name) for every repeated name: a 64-bit hash, then an exact check."""
+    import pandas as pd
+
+    n = len(files)
+    if n < 2:
+        return []
+    h1, _ = _hash_strings(files)
+    codes, _ = pd.factorize(h1)  # a hash table: linear time, codes in order of first appearance
+    firsts = np.full(codes.max() + 1, n, np.int64)
+    np.minimum.at(firsts, codes, np.arange(n))
+    again = np.flatnonzero(firsts[codes] != np.arange(n))
+    out = []
+    for i in again.tolist():
+        first = int(firsts[codes[i]])
+        if files[i] == files[first]:
+            out.append((i, first))
+    return out
+
+
+def _hash_strings(strings: StringArray) -> tuple[np.ndarray, np.ndarray]:
+    offs = strings.offsets
+    return hash_spans(strings.data, offs[:-1], offs[1:] - offs[:-1])
 
 
 def resolve_path(name: str, root: str | os.PathLike) -> str:
@@ -172,82 +461,609 @@ def resolve_path(name: str, root: str | os.PathLike) -> str:
     return os.path.join(os.fspath(root), name)
 
 
-def _find_column(header: list[object], wanted: str | None, known: Sequence[str], what: str, where: str) -> int | None:
+# ---------------------------------------------------------------------------------------------
+# text encodings
+
+
+@dataclass(frozen=True)
+class TextEncoding:
+    """The encoding a text table is read with, how sure the choice is (0..1) and why."""
+
+    name: str
+    confidence: float
+    reason: str
+
+
+_CANDIDATES = ("gb18030", "big5")
+_SAMPLE = 1 << 20
+
+
+def _char_score(ch: str, enc: str) -> float:
+    """How plausible ``ch`` is in a label table decoded with ``enc`` (1 common .. -2 garbage)."""
+    o = ord(ch)
+    cat = unicodedata.category(ch)
+    if cat in ("Cc", "Co", "Cn", "Cs"):
+        return -2.0
+    if 0x4E00 <= o <= 0x9FFF:
+        if enc == "gb18030":
+            try:
+                lead = ch.encode("gb2312")[0]
+            except UnicodeEncodeError:
+                return 0.0  # GBK's extension: traditional and rare characters
+            return 1.0 if lead <= 0xD7 else 0.5  # GB2312 level 1 (the 3755 commonest) or level 2
+        lead = ch.encode("big5")[0]
+        return 1.0 if 0xA4 <= lead <= 0xC6 else 0.3  # Big5 frequent characters, else less frequent
+    if 0xFF01 <= o <= 0xFF5E or 0x3000 <= o <= 0x303F or 0x2010 <= o <= 0x2027:
+        return 0.5  # full-width forms, CJK and general punctuation: common in both
+    if 0xFF61 <= o <= 0xFF9F or 0x2500 <= o <= 0x259F or 0x3040 <= o <= 0x30FF:
+        return -1.0  # half-width katakana, box drawing, kana: what mojibake looks like here
+    if 0x0370 <= o <= 0x04FF or cat.startswith("S"):
+        return -1.0
+    return -0.5
+
+
+def _cut(raw: bytes, limit: int) -> bytes:
+    if len(raw) <= limit:
+        return raw
+    cut = raw.rfind(b"\n", 0, limit)
+    return raw[: cut + 1] if cut > 0 else raw[:limit]
+
+
+def detect_text_encoding(raw: bytes) -> TextEncoding:
+    """The encoding of a text table: a byte-order mark, strict UTF-8, else GBK/GB18030 or Big5
+    scored on how plausible the decoded characters are.
+
+    Raises:
+        LabelError: no candidate decodes the bytes, or the candidates are too close to call
+            (the message shows what each would read, so the user can pass ``encoding=``).
+    """
+    if raw.startswith(codecs.BOM_UTF8):
+        return TextEncoding("utf-8-sig", 1.0, "UTF-8 byte-order mark")
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return TextEncoding("utf-16", 1.0, "UTF-16 byte-order mark (Excel's Unicode text)")
+    head = raw[:4096]
+    if len(head) >= 4 and head.count(0) >= len(head) // 4:
+        even, odd = head[0::2].count(0), head[1::2].count(0)
+        enc = "utf-16-be" if even > odd else "utf-16-le"
+        return TextEncoding(enc, 0.9, "UTF-16 without a byte-order mark (NUL bytes in every other place)")
+    sample = _cut(raw, _SAMPLE)
+    if sample.isascii():
+        return TextEncoding("utf-8", 1.0, "ASCII")
+    try:
+        sample.decode("utf-8")
+        return TextEncoding("utf-8", 1.0, "valid UTF-8")
+    except UnicodeDecodeError:
+        pass
+    scores: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    for enc in _CANDIDATES:
+        try:
+            text = sample.decode(enc)
+        except UnicodeDecodeError:
+            continue
+        chars = {c for c in set(text) if ord(c) >= 0x80}
+        scores[enc] = sum(_char_score(c, enc) for c in chars) / max(1, len(chars))
+        texts[enc] = text
+    if not scores:
+        raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it")
+    ranked = sorted(scores, key=lambda e: -scores[e])
+    best = ranked[0]
+    second = scores[ranked[1]] if len(ranked) > 1 else -2.0
+    margin = scores[best] - second
+    confidence = max(0.0, min(1.0, margin / 2 + (0.5 if scores[best] >= 0.8 else 0.0)))
+    if scores[best] >= 0.5 and margin >= 0.25:
+        name = "gbk" if best == "gb18030" and _decodes(sample, "gbk") else best
+        shown = ", ".join(f"{e} {s:.2f}" for e, s in scores.items())
+        return TextEncoding(name, confidence, f"characters most plausible as {name} (scores: {shown})")
+    readings = "; ".join(f"as {_label(e)} it reads {_excerpt(texts[e])!r}" for e in ranked)
+    raise LabelError(
+        f"cannot tell the encoding apart: {readings}; pass encoding='gbk' or encoding='big5' (--encoding) to say which"
+    )
+
+
+def _label(enc: str) -> str:
+    return "GBK" if enc == "gb18030" else "Big5"
+
+
+def _excerpt(text: str) -> str:
+    words = []
+    for w in re.split(r"[\s,\t/\\.]+", text):
+        if not w.isascii() and w not in words:
+            words.append(w)
+        if len(words) == 4:
+            break
+    return ", ".join(words)
+
+
+def _decodes(raw: bytes, enc: str) -> bool:
+    try:
+        raw.decode(enc)
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str, str]:
+    """(text, encoding used); strict, with the line of the first undecodable byte."""
+    if encoding is None:
+        try:
+            guess = detect_text_encoding(raw)
+        except LabelError as exc:
+            raise LabelError(f"{path}: {exc}") from None
+        enc = guess.name
+    else:
+        try:
+            enc = codecs.lookup(encoding).name
+        except LookupError:
+            raise LabelError(f"{path}: unknown encoding {encoding!r} (try utf-8, gbk, big5, utf-16)") from None
+        if enc in ("utf-8", "utf_8") and raw.startswith(codecs.BOM_UTF8):
+            enc = "utf-8-sig"
+    dec = "gb18030" if enc in ("gbk", "gb2312") else enc  # GB18030 is GBK's superset: same bytes, same text
+    try:
+        return raw.decode(dec), enc
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        hint = "" if encoding is not None else "; pass encoding= (--encoding) to name the right one"
+        raise LabelError(f"{path}, line {line}: byte 0x{raw[exc.start]:02x} is not valid {enc} text{hint}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# reading: shared pieces
+
+
+@dataclass
+class _Part:
+    """The rows of one sheet or text file, before they are joined into a table."""
+
+    sheet: str
+    files: StringArray
+    labels: list[str]  # distinct label texts
+    label_codes: np.ndarray
+    splits: list[str]
+    split_codes: np.ndarray
+    rows: np.ndarray
+    file_column: str = ""
+    label_column: str = ""
+    order: int = 0
+
+
+def _part_from_lists(sheet: str, files: list[str], labels: list[str], splits: list[str], rows: list[int],
+                     fcol: str, lcol: str) -> _Part:  # fmt: skip
+    lv, lc = _codes(labels)
+    sv, sc = _codes(splits)
+    return _Part(sheet, StringArray(files), lv, lc, sv, sc, np.asarray(rows, np.int32), fcol, lcol)
+
+
+def _codes(values: list[str]) -> tuple[list[str], np.ndarray]:
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int32, count=len(values))
+    return list(index), codes
+
+
+def _header_index(row: Sequence[object], keys: set[str]) -> bool:
+    return any(_norm(v) in keys for v in row if not _blank(v))
+
+
+def _find_column(header: Sequence[object], wanted: str | None, known: Sequence[str]) -> int | None:
     names = [_norm(h) if not _blank(h) else "" for h in header]
     if wanted is not None:
         key = _norm(wanted)
-        if key in names:
-            return names.index(key)
-        shown = ", ".join(repr(str(h).strip()) for h in header if not _blank(h))
-        raise LabelError(f"{where}: no {what} column named {wanted!r}; the columns are {shown}")
+        return names.index(key) if key in names else None
     for k in known:
         if _norm(k) in names:
             return names.index(_norm(k))
     return None
 
 
-def _parse_grid(
-    grid: list[list[object]], *, path: Path, sheet: str, file_column: str | None, label_column: str | None,
-    line_offset: int = 1,
-) -> tuple[list[str], list[object], list[str], list[int], str, str]:  # fmt: skip
-    where = f"{path}, sheet {sheet!r}" if sheet else str(path)
-    header_at = None
+def _looks_like_file(v: object) -> bool:
+    return isinstance(v, str) and v.strip().lower().endswith(IMAGE_SUFFIXES)
+
+
+@dataclass
+class _Header:
+    at: int  # index of the header row in the grid, -1 when the table has none
+    fcol: int
+    lcol: int | None
+    scol: int | None
+    fname: str
+    lname: str
+
+
+def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, label_column: str | None,
+                   split_column: str | None) -> _Header | None:  # fmt: skip
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
     for r, row in enumerate(grid[:50]):  # title rows and leading empty rows may come first
-        if any(_norm(v) in keys for v in row if not _blank(v)):
-            header_at = r
-            break
-    if header_at is None:
-        first = next((row for row in grid if any(not _blank(v) for v in row)), None)
-        if first is None:
-            return [], [], [], [], "", ""
-        shown = ", ".join(repr(_text(v)) for v in first if not _blank(v))
-        if file_column is not None:
-            raise LabelError(f"{where}: no file column named {file_column!r}; the first row holds {shown}")
-        raise LabelError(
-            f"{where}: no file-name column found (looked for {', '.join(FILE_COLUMNS[:6])}, 文件名, 图片, ...); "
-            f"the first row holds {shown}; name it with file_column=/--file-column"
-        )
-    header = grid[header_at]
-    fcol = _find_column(header, file_column, FILE_COLUMNS, "file", where)
-    lcol = _find_column(header, label_column, LABEL_COLUMNS, "label", where)
-    if lcol is None:
-        others = [i for i, h in enumerate(header) if i != fcol and not _blank(h)]
-        if len(others) != 1:
-            shown = ", ".join(repr(_text(h)) for h in header if not _blank(h))
-            raise LabelError(
-                f"{where}, row {header_at + line_offset}: no label column found among {shown}; "
-                "name it with label_column=/--label-column"
-            )
-        lcol = others[0]
-    scol = _find_column(header, None, SPLIT_COLUMNS, "split", where)
-    files, labels, splits, rows = [], [], [], []
-    for r in range(header_at + 1, len(grid)):
+        if _header_index(row, keys):
+            fcol = _find_column(row, file_column, FILE_COLUMNS)
+            lcol = _find_column(row, label_column, LABEL_COLUMNS)
+            if lcol is None and label_column is None:
+                others = [i for i, h in enumerate(row) if i != fcol and not _blank(h)]
+                others = [i for i in others if _find_column([row[i]], None, SPLIT_COLUMNS) is None]
+                lcol = others[0] if len(others) == 1 else None
+            scol = _find_column(row, split_column, SPLIT_COLUMNS)
+            assert fcol is not None
+            lname = _text(row[lcol]) if lcol is not None else ""
+            return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname)
+    first = next((row for row in grid if any(not _blank(v) for v in row)), None)
+    if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):
+        width = max(i for i, v in enumerate(first) if not _blank(v)) + 1
+        if width >= 2:  # no header: the rows start at once, file then label
+            return _Header(-1, 0, 1, None, "", "")
+    return None
+
+
+def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column: str | None) -> str:
+    first = next((row for row in grid if any(not _blank(v) for v in row)), [])
+    shown = ", ".join(repr(_text(v)) for v in first if not _blank(v)) or "nothing"
+    if file_column is not None:
+        return f"{where}: no file column named {file_column!r}; the first row holds {shown}"
+    return (
+        f"{where}: no file-name column found (looked for {', '.join(FILE_COLUMNS[:6])}, 文件名, 图片, ...); "
+        f"the first row holds {shown}; name it with file_column= (--file-column)"
+    )
+
+
+def _parse_grid(
+    grid: Sequence[Sequence[object]], head: _Header, *, sheet: str, where: str, problems: list,
+    order: int, split_column: str | None, cell_note=None,
+) -> _Part:  # fmt: skip
+    """Rows under ``head`` as a part; blank files or labels become problems, wholly empty rows vanish."""
+    files: list[str] = []
+    labels: list[str] = []
+    splits: list[str] = []
+    rows: list[int] = []
+    fcol, lcol, scol = head.fcol, head.lcol, head.scol
+    for r in range(head.at + 1, len(grid)):
         row = grid[r]
-        f, lab = _cell(row, fcol), _cell(row, lcol)
-        rownum = r + line_offset
+        f = row[fcol] if fcol < len(row) else None
+        lab = row[lcol] if lcol is not None and lcol < len(row) else None
+        rownum = r + 1
         if _blank(f) and _blank(lab):
             continue  # empty rows are absent, not errors
-        if _blank(f):
-            raise LabelError(f"{where}, row {rownum}: label {_text(lab)!r} has no file name")
-        if _blank(lab):
-            raise LabelError(f"{where}, row {rownum}: file {_text(f)!r} has no label")
-        files.append(_text(f))
-        if isinstance(lab, float) and lab.is_integer():
-            lab = int(lab)
-        labels.append(lab if isinstance(lab, int) and not isinstance(lab, bool) else _text(lab))
-        split = _cell(row, scol)
-        splits.append(sheet or ("" if _blank(split) else _text(split)))
+        if _blank(f) or _blank(lab):
+            col = fcol if _blank(f) else lcol
+            extra = cell_note(rownum, col) if cell_note is not None else None
+            if extra:
+                problems.append(((order, rownum), f"{where}, row {rownum}: {extra}"))
+            elif _blank(f):
+                problems.append(((order, rownum), f"{where}, row {rownum}: label {_text(lab)!r} has no file name"))
+            else:
+                problems.append(((order, rownum), f"{where}, row {rownum}: file {_text(f)!r} has no label"))
+            continue
+        files.append(_text(f).replace("\\", "/"))
+        labels.append(_text(lab))
+        s = row[scol] if scol is not None and scol < len(row) else None
+        splits.append(sheet or ("" if _blank(s) else _text(s)))
         rows.append(rownum)
-    return files, labels, splits, rows, _text(header[fcol]), _text(header[lcol])
+    return _part_from_lists(sheet, files, labels, splits, rows, head.fname, head.lname)
 
 
-def _cell(row: list[object], col: int | None) -> object:
-    return row[col] if col is not None and col < len(row) else None
+# ---------------------------------------------------------------------------------------------
+# reading: workbooks
+
+
+@dataclass
+class _Sheet:
+    name: str
+    visible: bool
+    worksheet: bool
+
+
+def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
+    if engine == "calamine":
+        from python_calamine import CalamineWorkbook, SheetTypeEnum, SheetVisibleEnum
+
+        wb = CalamineWorkbook.from_path(os.fspath(path))
+        sheets = [_Sheet(m.name, m.visible == SheetVisibleEnum.Visible, m.typ == SheetTypeEnum.WorkSheet)
+                  for m in wb.sheets_metadata]  # fmt: skip
+        return sheets, wb
+    from openpyxl import load_workbook
+
+    wb = load_workbook(path, read_only=True, data_only=True)
+    sheets = [_Sheet(ws.title, ws.sheet_state == "visible", hasattr(ws, "iter_rows")) for ws in wb.worksheets]
+    sheets += [_Sheet(cs.title, cs.sheet_state == "visible", False) for cs in wb.chartsheets]
+    return sheets, wb
+
+
+def _sheet_grid(wb: object, name: str, engine: str) -> list[list[object]]:
+    if engine == "calamine":
+        return wb.get_sheet_by_name(name).to_python(skip_empty_area=False)
+    return [list(r) for r in wb[name].iter_rows(values_only=True)]
+
+
+def _check_container(path: Path) -> None:
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head == _OLE_MAGIC:
+        raw = path.read_bytes()
+        if "EncryptedPackage".encode("utf-16-le") in raw:
+            raise LabelError(
+                f"{path}: the workbook is password-protected (encrypted), so it cannot be read; open it in Excel, "
+                "remove the password (File > Info > Protect Workbook > Encrypt with Password) and save it, "
+                "or save the sheets as CSV"
+            )
+        raise LabelError(f"{path}: an old Excel 97-2003 (.xls) file under an .xlsx name; open it in Excel and "
+                         "save it as .xlsx (Excel Workbook)")  # fmt: skip
+    if head[:2] != b"PK":
+        raise LabelError(f"{path}: not an .xlsx workbook (it is not a zip container); save it from Excel as .xlsx")
+
+
+def _formula_cells(path: Path, sheet: str) -> dict[tuple[int, int], str]:
+    """{(row, column index): formula} for the cells of ``sheet`` that hold a formula without a saved value."""
+    import html
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            book = z.read("xl/workbook.xml").decode("utf-8")
+            rels = z.read("xl/_rels/workbook.xml.rels").decode("utf-8")
+            rid = None
+            for m in re.finditer(r"<(?:\w+:)?sheet\b([^>]*)/?>", book):
+                attrs = m.group(1)
+                name = re.search(r'\bname="([^"]*)"', attrs)
+                if name and html.unescape(name.group(1)) == sheet:
+                    rid = re.search(r'\br:id="([^"]*)"|\bid="([^"]*)"', attrs)
+                    rid = rid and (rid.group(1) or rid.group(2))
+                    break
+            target = None
+            for m in re.finditer(r"<Relationship\b([^>]*)/?>", rels):
+                if re.search(rf'\bId="{re.escape(rid or "")}"', m.group(1)):
+                    target = re.search(r'\bTarget="([^"]*)"', m.group(1)).group(1)
+            if target is None:
+                return {}
+            target = target.lstrip("/") if target.startswith("/") else "xl/" + target
+            xml = z.read(target).decode("utf-8")
+    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
+        return {}
+    out = {}
+    for m in re.finditer(r'<c\b[^>]*\br="([A-Z]+)(\d+)"[^>]*?(?:/>|>(.*?)</c>)', xml, re.S):
+        inner = m.group(3) or ""
+        if "<f" not in inner:
+            continue
+        value = re.search(r"<v>([^<]+)</v>", inner)
+        if value is None:
+            col = 0
+            for ch in m.group(1):
+                col = col * 26 + ord(ch) - 64
+            formula = re.search(r"<f[^>]*>([^<]*)</f>", inner)
+            out[(int(m.group(2)), col - 1)] = html.unescape(formula.group(1)) if formula else ""
+    return out
+
+
+def _column_letter(col: int) -> str:
+    s = ""
+    col += 1
+    while col:
+        col, r = divmod(col - 1, 26)
+        s = chr(65 + r) + s
+    return s
+
+
+def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | None, include_hidden: bool,
+                   file_column: str | None, label_column: str | None, split_column: str | None, engine: str,
+                   problems: list, notes: list) -> tuple[list[_Part], list[str]]:  # fmt: skip
+    """(parts of the sheets read, label values of the other recognised sheets for the class map)."""
+    _check_container(path)
+    try:
+        meta, wb = _workbook_sheets(path, engine)
+    except Exception as exc:
+        if type(exc).__name__ == "PasswordError":
+            raise LabelError(f"{path}: the workbook is password-protected (encrypted); remove the password in "
+                             "Excel and save it") from None  # fmt: skip
+        raise LabelError(f"{path}: cannot read the workbook ({type(exc).__name__}: {exc})") from None
+    names = [s.name for s in meta]
+    wanted = list(sheets) if sheets is not None else None
+    if wanted is None and split is not None and split in names:
+        wanted = [split]  # --split reads only its sheet (the others give only their class names)
+    if wanted is not None:
+        missing = [s for s in wanted if s not in names]
+        if missing:
+            raise LabelError(f"{path}: no sheet {missing[0]!r}; the sheets are {', '.join(map(repr, names))}")
+    parts: list[_Part] = []
+    other_values: list[str] = []
+    hidden_left: list[str] = []
+    for order, sh in enumerate(meta):
+        chosen = wanted is None or sh.name in wanted
+        if not sh.worksheet:
+            if chosen:
+                notes.append(f"{path}: sheet {sh.name!r} skipped (a chart, not a table)")
+            continue
+        if not sh.visible and not include_hidden and (wanted is None or sh.name not in wanted):
+            if chosen:
+                hidden_left.append(sh.name)
+            continue
+        try:
+            grid = _sheet_grid(wb, sh.name, engine)
+        except Exception as exc:  # a sheet calamine cannot read must not fail the others
+            if chosen:
+                notes.append(f"{path}: sheet {sh.name!r} skipped (unreadable: {type(exc).__name__})")
+            continue
+        head = _locate_header(grid, file_column, label_column, split_column)
+        where = f"{path}, sheet {sh.name!r}"
+        if head is None:
+            if chosen:
+                notes.append(f"{path}: sheet {sh.name!r} skipped (no file and label header: notes, a chart or "
+                             "a pivot table)")  # fmt: skip
+            continue
+        if not chosen:
+            if head.lcol is not None:
+                sink: list = []
+                other_values += _parse_grid(grid, head, sheet=sh.name, where=where, problems=sink, order=order,
+                                            split_column=split_column).labels  # fmt: skip
+            continue
+        if head.lcol is None:
+            shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
+            what = f"no label column named {label_column!r}" if label_column else "no label column found"
+            problems.append(((order, head.at + 1), f"{where}, row {head.at + 1}: {what} among {shown}; name it with "
+                             "label_column= (--label-column)"))  # fmt: skip
+            continue
+        if head.at < 0:
+            notes.append(f"{where}: no header row; column A read as files, column B as labels")
+        formulas: dict | None = None
+
+        def cell_note(row: int, col: int, _name=sh.name) -> str | None:
+            nonlocal formulas
+            if formulas is None:
+                formulas = _formula_cells(path, _name)
+            f = formulas.get((row, col))
+            if f is None:
+                return None
+            return (f"cell {_column_letter(col)}{row} holds a formula (={f}) with no saved value; open the file in "
+                    "Excel and save it, so the values are stored")  # fmt: skip
+
+        part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order,
+                           split_column=split_column, cell_note=cell_note)  # fmt: skip
+        if not len(part.files) and not any(p[0][0] == order for p in problems):
+            problems.append(((order, head.at + 1), f"{where}: an empty split (a header at row {head.at + 1}, "
+                             "no rows under it)"))  # fmt: skip
+        part.order = order
+        parts.append(part)
+    if hidden_left:
+        notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
+                     f"{', '.join(map(repr, hidden_left))} not read (include_hidden=True reads them)")  # fmt: skip
+    if not parts and not problems:
+        grids = []
+        for sh in meta:
+            if sh.worksheet and (sh.visible or include_hidden) and (wanted is None or sh.name in wanted):
+                grids.append((sh.name, _sheet_grid(wb, sh.name, engine)))
+        if grids:
+            problems.append(((0, 0), _no_header_problem(grids[0][1], f"{path}, sheet {grids[0][0]!r}", file_column)
+                             + (f" (and no other sheet has one either: {', '.join(repr(n) for n, _ in grids[1:])})"
+                                if len(grids) > 1 else "")))  # fmt: skip
+        else:
+            problems.append(((0, 0), f"{path}: no visible sheet to read (include_hidden=True reads hidden ones)"))
+    return parts, other_values
+
+
+# ---------------------------------------------------------------------------------------------
+# reading: text tables and lists
+
+
+def _text_kind(path: Path, text: str, sep: str | None, file_column: str | None) -> tuple[str, str]:
+    """("table", delimiter) or ("list", "") from the suffix and the first meaningful line."""
+    first = ""
+    for line in text[:65536].split("\n"):
+        s = line.strip()
+        if s and not s.startswith("#"):
+            first = s
+            break
+        if s:
+            break
+    suffix = path.suffix.lower()
+    keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
+    if sep is not None:
+        return ("list", "") if sep in (" ", "whitespace") else ("table", sep)
+    if suffix == ".tsv":
+        return "table", "\t"
+    if suffix == ".csv":
+        if "," not in first and ";" in first:
+            return "table", ";"
+        return "table", ","
+    for delim in ("\t", ",", ";"):  # .txt/.lst: Excel's Unicode text is a tab-separated table with a header
+        if delim in first and any(_norm(v) in keys for v in first.split(delim)):
+            return "table", delim
+    return "list", ""
+
+
+def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None, file_column: str | None,
+               label_column: str | None, split_column: str | None, problems: list,
+               notes: list) -> tuple[list[_Part], str]:  # fmt: skip
+    text, enc = _decode_text(raw, path, encoding)
+    kind, delim = _text_kind(path, text, sep, file_column)
+    if enc in ("utf-8", "ascii"):
+        buf = raw
+    elif enc == "utf-8-sig":
+        buf = raw[3:]
+    else:
+        buf = text.encode("utf-8", "surrogateescape")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if kind == "list":
+        fkeys, lkeys = {_norm(k) for k in FILE_COLUMNS}, {_norm(k) for k in LABEL_COLUMNS}
+        cols = parse_list(buf, text, lambda row: _norm(row[0]) in fkeys and _norm(row[-1]) in lkeys)
+        part = _list_part(path, cols, problems, file_column, label_column)
+        return [part], enc
+    keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
+    cols = parse_delimited(buf, text, delim, lambda row: _header_index(row, keys))
+    return [_table_part(path, cols, delim, problems, notes, file_column, label_column, split_column)], enc
+
+
+def _list_part(path: Path, cols: Columns, problems: list, file_column: str | None, label_column: str | None) -> _Part:
+    for line, what in cols.bad:
+        problems.append(((0, line), f"{path}, line {line}: {what}"))
+    fcol = file_column or "path"
+    lcol = label_column or "label"
+    return _columns_part(cols, 0, 1, None, "", fcol, lcol, path, problems)
+
+
+def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: list, file_column: str | None,
+                label_column: str | None, split_column: str | None) -> _Part:  # fmt: skip
+    for line, what in cols.bad:
+        problems.append(((0, line), f"{path}, line {line}: {what}"))
+    header_row = cols.header
+    empty = _part_from_lists("", [], [], [], [], "", "")
+    if header_row is None:
+        grid = [cols.first_row] if cols.first_row is not None else []
+        head = _locate_header(grid, file_column, label_column, split_column)
+        if head is None or head.at >= 0:
+            problems.append(((0, 0), _no_header_problem(grid, str(path), file_column)))
+            return empty
+        notes.append(f"{path}: no header line; the first column read as files, the second as labels")
+        return _columns_part(cols, 0, 1, None, "", "", "", path, problems)
+    head = _locate_header([header_row], file_column, label_column, split_column)
+    assert head is not None
+    if head.lcol is None:
+        shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
+        what = f"no label column named {label_column!r}" if label_column else "no label column found"
+        problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: {what} among {shown}; name it "
+                         "with label_column= (--label-column)"))  # fmt: skip
+        return empty
+    if split_column is not None and head.scol is None:
+        shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
+        problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: no split column named "
+                         f"{split_column!r} among {shown}"))  # fmt: skip
+    return _columns_part(cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems)
+
+
+def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: str, fname: str, lname: str,
+                  path: Path, problems: list) -> _Part:  # fmt: skip
+    (data, offsets), fvalid = cols.strings(fcol)
+    files = StringArray.from_buffer(data, offsets)
+    labels, lcodes, lvalid = cols.coded(lcol)
+    lines = cols.lines
+    one_blank = fvalid ^ lvalid
+    for i in np.flatnonzero(one_blank):
+        line = int(lines[i])
+        if fvalid[i]:
+            problems.append(((0, line), f"{path}, line {line}: file {files[int(i)]!r} has no label"))
+        else:
+            problems.append(((0, line), f"{path}, line {line}: label {labels[lcodes[i]]!r} has no file name"))
+    keep = fvalid & lvalid
+    if scol is not None:
+        svals, scodes, _ = cols.coded(scol)
+    else:
+        svals, scodes = [], np.full(len(lines), -1, np.int32)
+    if not keep.all():
+        idx = np.flatnonzero(keep)
+        files = files.take(idx)
+        lcodes, scodes, lines = lcodes[idx], scodes[idx], lines[idx]
+    # the split column's blank cells become code -1 ("" : no split)
+    svals = list(svals)
+    if "" in svals:
+        blank = svals.index("")
+        scodes = np.where(scodes == blank, -1, scodes)
+    return _Part(sheet, files, list(labels), lcodes.astype(np.int32), svals, scodes.astype(np.int32),
+                 lines.astype(np.int32), fname, lname)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry point
 
 
 def _excel_engine(engine: str | None) -> str:
     if engine is not None:
+        if engine not in ("calamine", "openpyxl"):
+            raise LabelError(f"engine must be 'calamine' or 'openpyxl', got {engine!r}")
         return engine
     try:
         import python_calamine  # noqa: F401
@@ -257,89 +1073,129 @@ def _excel_engine(engine: str | None) -> str:
         return "openpyxl"
 
 
-def _read_text_table(path: Path, sep: str | None) -> list[list[object]]:
-    import csv
-    import io
-
-    raw = path.read_bytes()
-    for enc in ("utf-8-sig", "gb18030"):
-        try:
-            text = raw.decode(enc)
-            break
-        except UnicodeDecodeError:
-            continue
-    else:
-        raise LabelError(f"{path}: not UTF-8 or GBK text")
-    if sep is None:
-        sep = "\t" if path.suffix.lower() == ".tsv" else ","
-    return [list(r) for r in csv.reader(io.StringIO(text, newline=""), delimiter=sep)]
+def _join(path: Path, parts: list[_Part], other_values: list[str], problems: list, notes: list,
+          encoding: str | None) -> LabelTable:  # fmt: skip
+    label_index: dict[str, int] = {}
+    split_index: dict[str, int] = {}
+    lcodes, scodes, sheet_codes = [], [], []
+    sheets: list[str] = []
+    orders: list[int] = []
+    for p in parts:
+        lmap = np.asarray([label_index.setdefault(v, len(label_index)) for v in p.labels] + [-1], np.int32)
+        smap = np.asarray([split_index.setdefault(v, len(split_index)) for v in p.splits] + [-1], np.int32)
+        lcodes.append(lmap[p.label_codes])
+        scodes.append(smap[p.split_codes])
+        if p.sheet:
+            sheets.append(p.sheet)
+            orders.append(p.order)
+        sheet_codes.append(np.full(len(p.files), len(sheets) - 1 if p.sheet else -1, np.int16))
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
+    files = StringArray.concat([p.files for p in parts]) if parts else StringArray()
+    labels = list(label_index)
+    values = tuple(dict.fromkeys(labels + other_values))
+    is_int = [_is_int_text(v) for v in values]
+    kind = "empty" if not values else "int" if all(is_int) else "mixed" if any(is_int) else "name"
+    label_col = CodedColumn([_int_of(v) for v in labels] if kind == "int" else labels, cat(lcodes, np.int32))
+    first = next((p for p in parts if p.file_column), None)
+    table = LabelTable(
+        path=path, files=files, labels=label_col, splits=CodedColumn(list(split_index), cat(scodes, np.int32)),
+        sheets=CodedColumn(sheets, cat(sheet_codes, np.int16)), rows=cat([p.rows for p in parts], np.int32),
+        file_column=first.file_column if first else "", label_column=first.label_column if first else "",
+        kind=kind, class_values=values, encoding=encoding, notes=notes, read_problems=problems,
+        sheet_orders=tuple(orders),
+    )  # fmt: skip
+    return table
 
 
 def read_labels(
     path: str | os.PathLike,
     sheets: str | Sequence[str] | None = None,
     *,
+    split: str | None = None,
     file_column: str | None = None,
     label_column: str | None = None,
+    split_column: str | None = None,
+    encoding: str | None = None,
+    include_hidden: bool = False,
+    remap_labels: bool = False,
+    validate: bool = True,
     engine: str | None = None,
     sep: str | None = None,
 ) -> LabelTable:
     """Read a label table.
 
     Args:
-        path: ``.xlsx``/``.xlsm`` (every sheet, each sheet's name becoming the rows' split), or
-            ``.csv``/``.tsv``/``.txt`` (UTF-8, UTF-8 with BOM or GBK; a ``split`` column is used
-            when present).
+        path: a workbook (``.xlsx``/``.xlsm``: every visible sheet with a file and label header,
+            each sheet's name becoming its rows' split), a text table (``.csv``/``.tsv``, or
+            a ``.txt`` whose first line is a header; a split column is used when present), or a
+            list (``.txt``/``.lst``: ``path label`` per line, as PaddleClas and mmpretrain write
+            them; the label is the last field, ``#`` comments and blank lines are skipped).
         sheets: only these sheets (a name or a list).
-        file_column, label_column: the column names, when they are not among the common ones
-            (file, filename, path, image, 文件名, 图片... / label, class, category, 标签, 类别...).
-        engine: pandas' Excel engine; calamine when installed (several times faster), else openpyxl.
-        sep: the delimiter of a text table (default: tab for .tsv, comma otherwise).
+        split: only the rows of this split: a workbook reads only that sheet (the others give
+            just their labels, so every split gets the same class map); a text table keeps the
+            rows whose split column holds it.
+        file_column, label_column, split_column: the column names, when they are not among the
+            common ones (file, filename, path, image, 文件名, 图片... / label, class, 标签, 类别...).
+        encoding: the encoding of a text table; by default detected (UTF-8, UTF-8 with BOM,
+            UTF-16 with BOM, GBK/GB18030, Big5), refusing to guess when GBK and Big5 are too close.
+        include_hidden: read hidden sheets too (they are left out, with a note, by default).
+        remap_labels: integer labels that are not ``0..C-1`` are not a problem (they will be remapped).
+        validate: raise on problems (``False`` returns the readable rows; see :meth:`LabelTable.problems`).
+        engine: ``"calamine"`` (default when installed) or ``"openpyxl"`` for workbooks.
+        sep: the delimiter of a text table, or ``" "`` for a ``path label`` list.
 
     Raises:
-        LabelError: no file or label column, a row with a file but no label (naming sheet and
-            row), a missing sheet, an unreadable file.
+        FileNotFoundError: no such file.
+        LabelError: every problem of the table at once (the first 20 spelled out, each with its
+            sheet and row or line, then a count), or a file that cannot be read as a table.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such label table")
     suffix = path.suffix.lower()
-    grids: list[tuple[str, list[list[object]]]]
+    problems: list[tuple[tuple[int, int], str]] = []
+    notes: list[str] = []
+    other_values: list[str] = []
+    enc = None
     if suffix in EXCEL_SUFFIXES:
-        import pandas as pd
-
         wanted = [sheets] if isinstance(sheets, str) else (list(sheets) if sheets is not None else None)
-        try:
-            frames = pd.read_excel(path, sheet_name=None, header=None, dtype=object, engine=_excel_engine(engine))
-        except Exception as exc:
-            raise LabelError(f"{path}: cannot read the workbook ({type(exc).__name__}: {exc})") from None
-        if wanted is not None:
-            missing = [s for s in wanted if s not in frames]
-            if missing:
-                raise LabelError(f"{path}: no sheet {missing[0]!r}; the sheets are {', '.join(map(repr, frames))}")
-            frames = {s: frames[s] for s in wanted}
-        grids = [(name, df.values.tolist()) for name, df in frames.items()]
+        parts, other_values = _read_workbook(path, sheets=wanted, split=split, include_hidden=include_hidden,
+                                             file_column=file_column, label_column=label_column,
+                                             split_column=split_column, engine=_excel_engine(engine),
+                                             problems=problems, notes=notes)  # fmt: skip
     elif suffix in TEXT_SUFFIXES:
-        grids = [("", _read_text_table(path, sep))]
+        parts, enc = _read_text(path, path.read_bytes(), encoding=encoding, sep=sep, file_column=file_column,
+                                label_column=label_column, split_column=split_column, problems=problems,
+                                notes=notes)  # fmt: skip
     else:
-        raise LabelError(f"{path}: not a label table (expected .xlsx, .xlsm, .csv, .tsv or .txt)")
-    files: list[str] = []
-    labels: list[object] = []
-    splits: list[str] = []
-    sheet_of: list[str] = []
-    rows: list[int] = []
-    fname = lname = ""
-    for sheet, grid in grids:
-        f, lab, s, r, fn, ln = _parse_grid(grid, path=path, sheet=sheet, file_column=file_column,
-                                           label_column=label_column)  # fmt: skip
-        files += f
-        labels += lab
-        splits += s
-        rows += r
-        sheet_of += [sheet] * len(f)
-        fname, lname = fname or fn, lname or ln
-    if not files:
-        raise LabelError(f"{path}: the table holds no rows")
-    if any(isinstance(v, int) for v in labels) and any(isinstance(v, str) for v in labels):
-        labels = [_text(v) for v in labels]  # mixed: treat every label as a name
-    return LabelTable(path, files, labels, splits, sheet_of, rows, fname, lname)
+        raise LabelError(f"{path}: not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)")
+    for note in notes:
+        log.warning("%s", note)
+    table = _join(path, parts, other_values, problems, notes, enc)
+    if not len(table) and not problems:
+        problems.append(((0, 0), f"{path}: the table holds no rows"))
+    if split is not None and len(table):
+        if split in table.splits.values:
+            table = _keep_problems(table.select(split), table)
+        elif not problems:
+            table.select(split)  # raises, naming the splits there are
+    if validate:
+        found = table.problems(remap=remap_labels)
+        if found:
+            raise LabelError(_summary(path, found))
+    return table
+
+
+def _keep_problems(selected: LabelTable, whole: LabelTable) -> LabelTable:
+    selected.read_problems = whole.read_problems
+    return selected
+
+
+def _summary(path: Path, found: list[str]) -> str:
+    if len(found) == 1:
+        return found[0]
+    head = f"{path}: {len(found)} problems:"
+    lines = [f"  {p}" for p in found[:MAX_LISTED]]
+    if len(found) > MAX_LISTED:
+        lines.append(f"  ... and {len(found) - MAX_LISTED} more (datakit check --labels {path} lists them all)")
+    return "\n".join([head, *lines])

@@ -38,20 +38,89 @@ def test_every_kind_of_problem(class_folder: Path, tmp_path: Path):
             ["cat/没有.jpg", 1],
             ["cat/图片_0.jpg", 1],
             ["dog/图片_0.jpg", 3],
+            ["dog/图片_2.jpg", None],
         ],
     )
     report = check_dataset(class_folder, labels=labels, workers=1)
     where = f"{labels}, sheet 'train'"
-    assert report.problems[0].startswith(f"{labels}: integer labels are 1..3, not 0..2")
-    assert f"duplicate: 'cat/图片_0.jpg' at {where}, row 5 is also at {where}, row 2" in report.problems
-    assert (
-        f"missing: 'cat/没有.jpg' ({where}, row 4) not found at {class_folder / 'cat' / '没有.jpg'}" in report.problems
-    )
-    assert (
-        f"unreadable: {class_folder / 'cat' / '图片_1.png'}: empty file (0 bytes) ({where}, row 3)" in report.problems
-    )
-    assert f"not in the table: {class_folder / 'dog' / '图片_1.png'}" in report.problems
+    assert report.problems == [
+        # the table's problems, all of them, from labels.py, in table order
+        f"{where}, row 5: file 'cat/图片_0.jpg' is listed again (first at sheet 'train', row 2)",
+        f"{where}, row 7: file 'dog/图片_2.jpg' has no label",
+        f"{labels}: integer labels are 1..3, not 0..2; passed on as they are they would index past the 3 outputs of "
+        "a classifier (CUDA: 'device-side assert triggered'). Use remap_labels=True (--remap-labels) to map 1..3 to "
+        "0..2 in order, or fix the table (first outside: 3 at sheet 'train', row 6)",
+        # then what needs the images
+        f"missing: 'cat/没有.jpg' ({where}, row 4) not found at {class_folder / 'cat' / '没有.jpg'}",
+        f"not in the table: {class_folder / 'cat' / '图片_2.jpg'}",
+        f"not in the table: {class_folder / 'cat' / '图片_3.png'}",
+        f"not in the table: {class_folder / 'dog' / '图片_1.png'}",
+        f"not in the table: {class_folder / 'dog' / '图片_2.jpg'}",
+        f"not in the table: {class_folder / 'dog' / '图片_3.png'}",
+        f"not in the table: {class_folder / '鸟' / '图片_0.jpg'}",
+        f"not in the table: {class_folder / '鸟' / '图片_1.png'}",
+        f"not in the table: {class_folder / '鸟' / '图片_2.jpg'}",
+        f"not in the table: {class_folder / '鸟' / '图片_3.png'}",
+        f"unreadable: {class_folder / 'cat' / '图片_1.png'}: empty file (0 bytes) ({where}, row 3)",
+    ]
+    assert report.samples == 5 and report.class_counts == {"train": {"1": 3, "2": 1, "3": 1}}
     assert not report.ok
+    # with --remap-labels the integer range is no longer a problem
+    remapped = check_dataset(class_folder, labels=labels, workers=1, remap_labels=True)
+    assert not any("integer labels" in p for p in remapped.problems) and len(remapped.problems) == 13
+
+
+def test_cli_check_lists_every_table_problem(tmp_path: Path, capsys):
+    """One line per problem on stderr, exit 1; no matching of message text anywhere."""
+    root = tmp_path / "数据"
+    (root / "a").mkdir(parents=True)
+    (root / "train.txt").write_text("a/1.jpg 0\na/2.jpg\na/1.jpg 1\n", encoding="utf-8")
+    assert main(["check", str(root), "--labels", str(root / "train.txt"), "--workers", "1"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    labels = root / "train.txt"
+    assert err[:4] == [
+        f"{labels}, line 2: 'a/2.jpg' has no label (expected 'path label')",
+        f"{labels}, line 3: file 'a/1.jpg' is listed again (first at line 1)",
+        f"missing: 'a/1.jpg' ({labels}, line 1) not found at {root / 'a' / '1.jpg'}",
+        f"missing: 'a/1.jpg' ({labels}, line 3) not found at {root / 'a' / '1.jpg'}",
+    ]
+
+
+def test_cli_column_and_encoding_options(class_folder: Path, tmp_path: Path, capsys):
+    """--file-column, --label-column, --split-column and --encoding, as the errors advise them."""
+    csv = tmp_path / "表.csv"
+    rows = "".join(f"x,{c}/图片_{i}{'.png' if i % 2 else '.jpg'},{c},{'val' if i == 3 else 'train'}\n"
+                   for c in ("cat", "dog") for i in range(4))  # fmt: skip
+    csv.write_bytes(("编号,图,种类,折\n" + rows).encode("gbk"))
+    assert main(["check", str(class_folder), "--labels", str(csv), "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "name it with file_column= (--file-column)" in err
+    opts = ["--labels", str(csv), "--file-column", "图", "--label-column", "种类", "--split-column", "折",
+            "--encoding", "gbk"]  # fmt: skip
+    assert main(["check", str(class_folder), *opts, "--workers", "1", "--split", "train", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples"] == 6 and out["class_counts"] == {"train": {"cat": 3, "dog": 3}}
+    assert main(["stats", str(class_folder), *opts, "--workers", "1", "--json", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["count"] == 8
+    assert main(["preview", str(class_folder), *opts, "--out", str(tmp_path / "p.png"), "--n", "4", "-q"]) == 0
+    assert main(["pack-lmdb", str(class_folder), str(tmp_path / "p.lmdb"), *opts, "--workers", "1", "-q"]) == 0
+    from datakit.datasets import LmdbDataset
+
+    packed = LmdbDataset(tmp_path / "p.lmdb")
+    assert len(packed) == 8 and packed.classes == ["cat", "dog"]
+    assert main(["bench", str(class_folder), *opts, "--workers", "0", "--seconds", "0.2", "--size", "0",
+                 "--json"]) == 0  # fmt: skip
+    capsys.readouterr()
+    utf8 = tmp_path / "utf8.csv"
+    utf8.write_text("图,种类\ncat/图片_0.jpg,cat\n", encoding="utf-8")
+    assert main(["check", str(class_folder), "--labels", str(utf8), "--encoding", "big5", "--workers", "1"]) == 1
+    assert f"{utf8}, line 1: byte 0xe5 is not valid big5 text" in capsys.readouterr().err
+
+
+def test_check_a_table_alone(samples: Path, capsys):
+    """The committed CSV names files relative to its own folder: a table alone checks clean."""
+    assert main(["check", str(samples / "labels.csv"), "--workers", "1"]) == 0
+    assert "24 samples checked, 0 problems" in capsys.readouterr().out
 
 
 def test_cli_check_exit_codes(class_folder: Path, tmp_path: Path, capsys):

@@ -1,12 +1,449 @@
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from openpyxl import Workbook
 
+from datakit.datasets import TableDataset, open_dataset
 from datakit.errors import UsageError
-from datakit.labels import ClassMap, LabelError, read_labels, resolve_path
+from datakit.labels import (
+    ClassMap,
+    CodedColumn,
+    LabelError,
+    StringArray,
+    detect_text_encoding,
+    read_labels,
+    resolve_path,
+)
+from datakit.testing import synthetic_image
+
+# ---------------------------------------------------------------------------------------------
+# writing real tables in every format
+
+FORMATS = ["xlsx", "csv", "tsv", "list", "list-tab", "utf16-txt"]
+
+
+def write_table(tmp_path: Path, fmt: str, rows: list[tuple[str, object]], name: str = "labels") -> Path:
+    """``rows`` of (file, label) as a user's tool would write them in ``fmt``."""
+    if fmt == "xlsx":
+        path = tmp_path / f"{name}.xlsx"
+        wb = Workbook()
+        ws = wb.active
+        ws.title = "train"
+        ws.append(["文件名", "标签"])
+        for f, lab in rows:
+            ws.append([f, lab])
+        wb.save(path)
+        return path
+    text = lambda v: v if isinstance(v, str) else repr(v)  # noqa: E731  (1.0 stays "1.0", as pandas writes it)
+    if fmt == "csv":
+        path = tmp_path / f"{name}.csv"
+        path.write_text("file,label\n" + "".join(f"{f},{text(lab)}\n" for f, lab in rows), encoding="utf-8")
+    elif fmt == "tsv":
+        path = tmp_path / f"{name}.tsv"
+        path.write_text("file\tlabel\n" + "".join(f"{f}\t{text(lab)}\n" for f, lab in rows), encoding="utf-8")
+    elif fmt == "list":
+        path = tmp_path / f"{name}.txt"
+        path.write_text("".join(f"{f} {text(lab)}\n" for f, lab in rows), encoding="utf-8")
+    elif fmt == "list-tab":
+        path = tmp_path / f"{name}.txt"
+        path.write_text("".join(f"{f}\t{text(lab)}\n" for f, lab in rows), encoding="utf-8")
+    else:  # Excel's "Unicode text": UTF-16 with a BOM, tab-separated, CRLF
+        path = tmp_path / f"{name}.txt"
+        body = "file\tlabel\r\n" + "".join(f"{f}\t{text(lab)}\r\n" for f, lab in rows)
+        path.write_bytes(body.encode("utf-16"))
+    return path
+
+
+def where(path: Path, fmt: str, row: int) -> str:
+    """How a problem names data row ``row`` (0-based) of a table written by :func:`write_table`."""
+    if fmt == "xlsx":
+        return f"{path}, sheet 'train', row {row + 2}"
+    return f"{path}, line {row + (1 if fmt.startswith('list') else 2)}"
+
+
+def targets(path: Path, remap: bool = False) -> tuple[list[int], tuple[str, ...]]:
+    t = read_labels(path, remap_labels=remap)
+    cm = t.class_map(remap=remap)
+    return t.targets(cm).tolist(), cm.classes
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. one typing rule for every format
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_integer_labels_numeric_order(tmp_path: Path, fmt: str):
+    """0..11: the image labelled 2 is class 2 in every format (not class 4, as text sorting gives)."""
+    labels = [2, 10, 0, 11, 1, 3, 4, 5, 6, 7, 8, 9]
+    path = write_table(tmp_path, fmt, [(f"img_{i}.jpg", v) for i, v in enumerate(labels)])
+    got, classes = targets(path)
+    assert got == labels
+    assert classes == tuple(str(i) for i in range(12))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_integer_labels_as_text_and_float(tmp_path: Path, fmt: str):
+    """1, "1" and 1.0 are the same integer label, whatever the format."""
+    path = write_table(tmp_path, fmt, [("a.jpg", 0), ("b.jpg", "1"), ("c.jpg", 2.0), ("d.jpg", "1")])
+    got, classes = targets(path)
+    assert got == [0, 1, 2, 1] and classes == ("0", "1", "2")
+    assert read_labels(path).kind == "int"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_one_based_labels_refused_then_remapped(tmp_path: Path, fmt: str):
+    path = write_table(tmp_path, fmt, [("a.jpg", 1), ("b.jpg", 3), ("c.jpg", 2)])
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}: integer labels are 1..3, not 0..2; passed on as they are they would index past the 3 outputs of a "
+        "classifier (CUDA: 'device-side assert triggered'). Use remap_labels=True (--remap-labels) to map 1..3 to "
+        f"0..2 in order, or fix the table (first outside: 3 at {where(path, fmt, 1).split(', ', 1)[1]})"
+    )
+    assert targets(path, remap=True) == ([0, 2, 1], ("1", "2", "3"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gaps_refused_then_remapped(tmp_path: Path, fmt: str):
+    path = write_table(tmp_path, fmt, [("a.jpg", 0), ("b.jpg", 5), ("c.jpg", 2)])
+    with pytest.raises(LabelError, match=r"integer labels are \{0, 2, 5\}, not 0\.\.2"):
+        read_labels(path)
+    assert targets(path, remap=True) == ([0, 2, 1], ("0", "2", "5"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_class_names_code_point_order(tmp_path: Path, fmt: str):
+    path = write_table(tmp_path, fmt, [("a.jpg", "猫"), ("b.jpg", "dog"), ("c.jpg", "狗"), ("d.jpg", "Cat")])
+    assert targets(path) == ([3, 1, 2, 0], ("Cat", "dog", "狗", "猫"))  # 狗 U+72D7 < 猫 U+732B
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mixed_integers_and_names_refused(tmp_path: Path, fmt: str):
+    path = write_table(tmp_path, fmt, [("a.jpg", "cat"), ("b.jpg", 1), ("c.jpg", "dog")])
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    short = lambda r: where(path, fmt, r).split(", ", 1)[1]  # noqa: E731
+    assert str(e.value) == (
+        f"{path}: labels mix integers and class names: 1 rows hold integers (first '1' at {short(1)}) and 2 hold "
+        f"names (first 'cat' at {short(0)}); make every label a class name, or every label an integer"
+    )
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if not f.startswith("list")])  # lists: test_list_problems
+def test_every_problem_at_once(tmp_path: Path, fmt: str):
+    rows = [("a.jpg", "cat"), ("b.jpg", ""), ("c.jpg", "dog"), ("a.jpg", "cat"), ("d.jpg", ""), ("", "dog")]
+    path = write_table(tmp_path, fmt, rows)
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    w = lambda r: where(path, fmt, r)  # noqa: E731
+    first = w(0).split(", ", 1)[1]
+    assert str(e.value) == "\n".join(
+        [
+            f"{path}: 4 problems:",
+            f"  {w(1)}: file 'b.jpg' has no label",
+            f"  {w(3)}: file 'a.jpg' is listed again (first at {first})",
+            f"  {w(4)}: file 'd.jpg' has no label",
+            f"  {w(5)}: label 'dog' has no file name",
+        ]
+    )
+    t = read_labels(path, validate=False)
+    assert len(t.problems()) == 4 and t.files.tolist() == ["a.jpg", "c.jpg", "a.jpg"]
+
+
+def test_many_problems_listed_first_twenty(tmp_path: Path):
+    path = tmp_path / "l.csv"
+    path.write_text("file,label\n" + "".join(f"{i}.jpg,\n" for i in range(25)) + "x.jpg,cat\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    lines = str(e.value).split("\n")
+    assert lines[0] == f"{path}: 25 problems:"
+    assert lines[1] == f"  {path}, line 2: file '0.jpg' has no label"
+    assert lines[20] == f"  {path}, line 21: file '19.jpg' has no label"
+    assert lines[21] == f"  ... and 5 more (datakit check --labels {path} lists them all)"
+    assert len(lines) == 22
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. encodings
+
+TRADITIONAL = ["貓", "狗", "鳥類", "飛機", "汽車", "青蛙", "卡車", "馬"]
+SIMPLIFIED = ["猫", "狗", "鸟类", "飞机", "汽车", "青蛙", "卡车", "马"]
+
+
+def class_table(classes: list[str], header: str = "file,label") -> str:
+    return header + "\n" + "".join(f"{c}/{c}_{i:03d}.jpg,{c}\n" for i, c in enumerate(classes * 2))
+
+
+@pytest.mark.parametrize(
+    ("encoding", "classes", "detected"),
+    [
+        ("utf-8", SIMPLIFIED, "utf-8"),
+        ("utf-8-sig", TRADITIONAL, "utf-8-sig"),
+        ("gbk", SIMPLIFIED, "gbk"),
+        ("big5", TRADITIONAL, "big5"),
+        ("gb18030", SIMPLIFIED + ["𠀀"], "gb18030"),
+    ],
+)
+def test_text_encodings_detected(tmp_path: Path, encoding: str, classes: list[str], detected: str):
+    path = tmp_path / "标签.csv"
+    path.write_bytes(class_table(classes).encode(encoding))
+    t = read_labels(path)
+    assert t.encoding == detected
+    assert t.labels.tolist() == classes * 2
+    assert t.files[0] == f"{classes[0]}/{classes[0]}_000.jpg"
+    assert t.class_map().classes == tuple(sorted(classes))
+
+
+def test_excel_unicode_text(tmp_path: Path):
+    """Excel's "Unicode text": UTF-16 LE with a BOM, tab-separated, CRLF, a header."""
+    path = tmp_path / "标签.txt"
+    path.write_bytes("文件名\t類別\r\n貓/1.jpg\t貓\r\n狗/2.jpg\t狗\r\n".encode("utf-16"))
+    t = read_labels(path)
+    assert t.encoding == "utf-16"
+    assert (t.files.tolist(), t.labels.tolist(), t.rows.tolist()) == (["貓/1.jpg", "狗/2.jpg"], ["貓", "狗"], [2, 3])
+    assert (t.file_column, t.label_column) == ("文件名", "類別")
+
+
+def test_utf16_without_bom(tmp_path: Path):
+    path = tmp_path / "l.tsv"
+    path.write_bytes("file\tlabel\n猫.jpg\t猫\n".encode("utf-16-le"))
+    assert read_labels(path).labels.tolist() == ["猫"]
+
+
+def test_undecided_encoding_names_the_candidates(tmp_path: Path):
+    """Two GBK characters that are also two valid Big5 characters: refuse rather than guess."""
+    path = tmp_path / "l.csv"
+    path.write_bytes("file,label\na.jpg,猫\nb.jpg,狗\n".encode("gbk"))
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}: cannot tell the encoding apart: as GBK it reads '猫, 狗'; as Big5 it reads '癡, 僩'; "
+        "pass encoding='gbk' or encoding='big5' (--encoding) to say which"
+    )
+    assert read_labels(path, encoding="gbk").labels.tolist() == ["猫", "狗"]
+    assert read_labels(path, encoding="big5").labels.tolist() == ["癡", "僩"]  # forced means forced
+
+
+def test_big5_not_read_as_gbk(tmp_path: Path):
+    """The reported defect: a Big5 table from Taiwan Excel came out as GBK mojibake."""
+    path = tmp_path / "labels.csv"
+    path.write_bytes(class_table(["貓", "狗"], "檔名,類別").encode("big5"))
+    t = read_labels(path)
+    assert t.encoding == "big5" and t.class_map().classes == ("狗", "貓")
+    assert (t.file_column, t.label_column) == ("檔名", "類別")
+    guess = detect_text_encoding(path.read_bytes())
+    assert guess.name == "big5" and guess.confidence > 0.5
+
+
+def test_forced_encoding_that_does_not_fit(tmp_path: Path):
+    path = tmp_path / "l.csv"
+    path.write_bytes(b"file,label\na.jpg,cat\n" + "b.jpg,猫\n".encode())
+    with pytest.raises(LabelError) as e:
+        read_labels(path, encoding="big5")
+    assert str(e.value) == f"{path}, line 3: byte 0xe7 is not valid big5 text"
+    with pytest.raises(LabelError, match=r"unknown encoding 'klingon'"):
+        read_labels(path, encoding="klingon")
+
+
+def test_not_any_known_encoding(tmp_path: Path):
+    path = tmp_path / "l.csv"
+    path.write_bytes(b"file,label\na.jpg,caf\xe9,\n")
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}: not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it"
+    )
+    assert read_labels(path, encoding="cp1252").labels.tolist() == ["café"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. path-label lists
+
+
+def test_list_file_as_tools_write_it(tmp_path: Path):
+    path = tmp_path / "train.txt"
+    path.write_text(
+        "# PaddleClas list\n"
+        "\n"
+        "train/n01/a b c.JPEG 3\n"  # spaces in the file name: the label is the last field
+        "train/n01/x.JPEG   0\r\n"
+        "train/猫/y.jpg\t1\n"
+        "  \n"
+        "train/n02/z.JPEG 2  \n",
+        encoding="utf-8",
+    )
+    t = read_labels(path)
+    assert t.files.tolist() == ["train/n01/a b c.JPEG", "train/n01/x.JPEG", "train/猫/y.jpg", "train/n02/z.JPEG"]
+    assert t.labels.tolist() == [3, 0, 1, 2]
+    assert t.rows.tolist() == [3, 4, 5, 7]
+    assert t.where(2) == f"{path}, line 5"
+
+
+def test_list_with_tabs_keeps_spaces_in_labels(tmp_path: Path):
+    path = tmp_path / "l.txt"
+    path.write_text("a b.jpg\tgolden retriever\nc.jpg\tpug\n", encoding="utf-8")
+    assert read_labels(path).labels.tolist() == ["golden retriever", "pug"]
+
+
+def test_list_header_line_skipped(tmp_path: Path):
+    path = tmp_path / "l.txt"
+    path.write_text("path label\na.jpg 0\nb.jpg 1\n", encoding="utf-8")
+    t = read_labels(path)
+    assert t.files.tolist() == ["a.jpg", "b.jpg"] and t.rows.tolist() == [2, 3]
+
+
+def test_list_problems(tmp_path: Path):
+    path = tmp_path / "l.txt"
+    path.write_text("a.jpg 0\nlonely.jpg\nb.jpg 1\na.jpg 1\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == "\n".join(
+        [
+            f"{path}: 2 problems:",
+            f"  {path}, line 2: 'lonely.jpg' has no label (expected 'path label')",
+            f"  {path}, line 4: file 'a.jpg' is listed again (first at line 1)",
+        ]
+    )
+
+
+def make_images(root: Path, names: list[str]) -> None:
+    for k, n in enumerate(names):
+        (root / n).parent.mkdir(parents=True, exist_ok=True)
+        from datakit.io import imwrite
+
+        imwrite(root / n, synthetic_image(20, 30, seed=k), mode="rgb")
+
+
+def test_open_dataset_with_a_list(tmp_path: Path):
+    root = tmp_path / "数据"
+    make_images(root, ["train/猫 咪/1.jpg", "train/狗/2.png", "val/猫 咪/3.jpg"])
+    (root / "train.txt").write_text("train/猫 咪/1.jpg 1\ntrain/狗/2.png 0\n", encoding="utf-8")
+    ds = open_dataset(root, labels=root / "train.txt")
+    assert isinstance(ds, TableDataset) and len(ds) == 2 and ds.classes == ["0", "1"]
+    img, target = ds[0]
+    assert img.shape == (20, 30, 3) and target == 1
+    alone = open_dataset(root / "train.txt")  # names relative to the list's folder
+    assert alone[1][1] == 0 and alone.name(1) == str(root / "train/狗/2.png")
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. workbooks as people keep them
+
+
+def book(path: Path, sheets: dict[str, list[list[object]]], hidden: tuple[str, ...] = ()) -> Path:
+    wb = Workbook()
+    wb.remove(wb.active)
+    for name, rows in sheets.items():
+        ws = wb.create_sheet(name)
+        for r in rows:
+            ws.append(r)
+        if name in hidden:
+            ws.sheet_state = "hidden"
+    wb.save(path)
+    return path
+
+
+SPLITS = {
+    "说明": [["本表说明"], ["标签: 0 猫, 1 狗"]],
+    "train": [["file", "label"], ["a.jpg", "cat"], ["b.jpg", "dog"], ["c.jpg", "bird"]],
+    "val": [["file", "label"], ["d.jpg", "cat"], ["e.jpg", "bird"]],
+}
+
+
+def test_notes_sheet_skipped_with_a_note(tmp_path: Path, caplog):
+    path = book(tmp_path / "l.xlsx", SPLITS)
+    with caplog.at_level("WARNING", logger="datakit"):
+        t = read_labels(path)
+    assert t.split_names == ["train", "val"] and len(t) == 5
+    note = f"{path}: sheet '说明' skipped (no file and label header: notes, a chart or a pivot table)"
+    assert t.notes == [note] and caplog.messages == [note]
+
+
+def test_split_reads_only_its_sheet_with_the_whole_class_map(tmp_path: Path):
+    sheets = dict(SPLITS)
+    sheets["test"] = [["file", "label"], ["f.jpg", None]]  # broken: must not fail --split val
+    path = book(tmp_path / "l.xlsx", sheets)
+    val = read_labels(path, split="val")
+    assert val.files.tolist() == ["d.jpg", "e.jpg"] and val.split_names == ["val"]
+    # classes come from every sheet, so val's indices agree with train's although val has no dog
+    assert val.class_map().classes == ("bird", "cat", "dog")
+    assert val.targets(val.class_map()).tolist() == [1, 0]
+    for name in ("d.jpg", "e.jpg"):
+        (tmp_path / name).write_bytes(b"")
+    ds = open_dataset(tmp_path, labels=path, split="val")
+    assert ds.classes == ["bird", "cat", "dog"] and ds.targets.tolist() == [1, 0]
+    with pytest.raises(LabelError, match=r"sheet 'test', row 2: file 'f.jpg' has no label"):
+        read_labels(path)
+
+
+def test_hidden_sheet_left_out_unless_asked(tmp_path: Path):
+    sheets = dict(SPLITS)
+    sheets["old"] = [["file", "label"], ["z.jpg", "cat"]]
+    path = book(tmp_path / "l.xlsx", sheets, hidden=("old",))
+    t = read_labels(path)
+    assert t.split_names == ["train", "val"]
+    assert t.notes[-1] == f"{path}: hidden sheet 'old' not read (include_hidden=True reads them)"
+    assert read_labels(path, include_hidden=True).split_names == ["train", "val", "old"]
+    assert read_labels(path, split="old").files.tolist() == ["z.jpg"]  # named: read
+
+
+@pytest.mark.parametrize("engine", ["calamine", "openpyxl"])
+def test_formula_without_saved_value(tmp_path: Path, engine: str):
+    path = book(tmp_path / "l.xlsx", {"train": [["file", "label"], ["a.jpg", 0], ["b.jpg", "=A1&1"]]})
+    with pytest.raises(LabelError) as e:
+        read_labels(path, engine=engine)
+    assert str(e.value) == (
+        f"{path}, sheet 'train', row 3: cell B3 holds a formula (=A1&1) with no saved value; open the file in "
+        "Excel and save it, so the values are stored"
+    )
+
+
+def cfb(streams: dict[str, bytes]) -> bytes:
+    """A minimal OLE compound file (what Excel writes for a password-protected workbook)."""
+    sector, free, end, fat_mark = 512, 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD
+    datas = [d + b"\0" * (-len(d) % sector) for d in streams.values()]  # every stream >= 4096: no mini stream
+    fat = [fat_mark, end]  # sector 0: the FAT, sector 1: the directory
+    starts = []
+    for d in datas:
+        n = len(d) // sector
+        starts.append(len(fat))
+        fat += [len(fat) + k + 1 for k in range(n - 1)] + [end]
+    fat += [free] * (128 - len(fat))
+
+    def entry(name: str, kind: int, child: int, right: int, start: int, size: int) -> bytes:
+        raw = name.encode("utf-16-le") + b"\0\0"
+        return (raw.ljust(64, b"\0") + struct.pack("<HBB3I", len(raw), kind, 1, free, right, child) + b"\0" * 36
+                + struct.pack("<IQ", start, size))  # fmt: skip
+
+    names = list(streams)
+    dirs = entry("Root Entry", 5, 1, free, end, 0)
+    for k, name in enumerate(names):
+        dirs += entry(name, 2, free, k + 2 if k + 1 < len(names) else free, starts[k], len(streams[name]))
+    dirs = dirs.ljust(sector, b"\0")
+    header = (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 16 + struct.pack("<HHHHH", 0x3E, 3, 0xFFFE, 9, 6)
+              + b"\0" * 6 + struct.pack("<IIIIIIII", 0, 1, 1, 0, 4096, end, 0, end) + struct.pack("<I", 0)
+              + struct.pack("<I", 0) + struct.pack("<108I", *([free] * 108)))  # fmt: skip
+    header = header[:512].ljust(512, b"\xff")
+    return header + struct.pack("<128I", *fat) + dirs + b"".join(datas)
+
+
+def test_password_protected_workbook(tmp_path: Path):
+    path = tmp_path / "加密.xlsx"
+    path.write_bytes(cfb({"EncryptionInfo": b"\x04\x00\x04\x00" * 1024, "EncryptedPackage": b"\x7f" * 4096}))
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}: the workbook is password-protected (encrypted), so it cannot be read; open it in Excel, remove "
+        "the password (File > Info > Protect Workbook > Encrypt with Password) and save it, or save the sheets as CSV"
+    )
+    xls = tmp_path / "old.xlsx"
+    xls.write_bytes(cfb({"Workbook": b"\x09\x08" * 2048}))
+    with pytest.raises(LabelError, match=r"an old Excel 97-2003 \(.xls\) file under an .xlsx name"):
+        read_labels(xls)
 
 
 def messy_workbook(path: Path) -> Path:
@@ -32,13 +469,13 @@ def messy_workbook(path: Path) -> Path:
 @pytest.mark.parametrize("engine", [None, "openpyxl"])
 def test_messy_workbook(tmp_path: Path, engine):
     t = read_labels(messy_workbook(tmp_path / "标签.xlsx"), engine=engine)
-    assert t.files == ["00123", "456", "cat\\a.jpg", "dog/b.jpg"]
-    assert t.labels == ["猫", "狗", "猫", "狗"]
-    assert t.splits == ["训练", "训练", "训练", "验证"]
-    assert t.rows == [4, 5, 7, 2]
+    assert t.files.tolist() == ["00123", "456", "cat/a.jpg", "dog/b.jpg"]
+    assert t.labels.tolist() == ["猫", "狗", "猫", "狗"]
+    assert t.splits.tolist() == ["训练", "训练", "训练", "验证"]
+    assert t.rows.tolist() == [4, 5, 7, 2]
     assert t.where(2) == f"{tmp_path / '标签.xlsx'}, sheet '训练', row 7"
     assert (t.file_column, t.label_column) == ("文件名", "标签")
-    assert t.class_map().classes == ("狗", "猫")  # code point order: 狗 U+72D7 < 猫 U+732B
+    assert t.class_map().classes == ("狗", "猫")
     assert len(t.select("验证")) == 1
     with pytest.raises(UsageError, match=r"no split 'test'; the splits are '训练', '验证'"):
         t.select("test")
@@ -46,69 +483,53 @@ def test_messy_workbook(tmp_path: Path, engine):
 
 def test_sheet_selection(tmp_path: Path):
     path = messy_workbook(tmp_path / "l.xlsx")
-    assert read_labels(path, sheets="验证").files == ["dog/b.jpg"]
+    assert read_labels(path, sheets="验证").files.tolist() == ["dog/b.jpg"]
     with pytest.raises(LabelError, match=r"no sheet 'test'; the sheets are '训练', '验证'"):
         read_labels(path, sheets=["test"])
 
 
-def test_missing_label_names_sheet_and_row(tmp_path: Path):
-    wb = Workbook()
-    ws = wb.active
-    ws.title = "train"
-    for row in (["image", "class"], ["a.jpg", 0], ["b.jpg", None], ["c.jpg", 1]):
-        ws.append(row)
-    wb.save(tmp_path / "l.xlsx")
+def test_empty_split_and_missing_column(tmp_path: Path):
+    path = book(tmp_path / "l.xlsx", {"train": [["file", "label"], ["a.jpg", "cat"]], "test": [["file", "label"]],
+                                      "extra": [["file", "备注"], ["b.jpg", "x", "y"], ["c.jpg"]]})  # fmt: skip
+    t = read_labels(path, validate=False, label_column="label")
+    assert t.problems() == [
+        f"{path}, sheet 'test': an empty split (a header at row 1, no rows under it)",
+        f"{path}, sheet 'extra', row 1: no label column named 'label' among 'file', '备注'; name it with "
+        "label_column= (--label-column)",
+    ]
+
+
+def test_no_header_anywhere(tmp_path: Path):
+    path = book(tmp_path / "l.xlsx", {"说明": [["只有说明"]]})
     with pytest.raises(LabelError) as e:
-        read_labels(tmp_path / "l.xlsx")
-    assert str(e.value) == f"{tmp_path / 'l.xlsx'}, sheet 'train', row 3: file 'b.jpg' has no label"
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}, sheet '说明': no file-name column found (looked for file, filename, file_name, filepath, file_path, "
+        "path, 文件名, 图片, ...); the first row holds '只有说明'; name it with file_column= (--file-column)"
+    )
 
 
-def test_integer_labels_stay_integers(tmp_path: Path):
-    wb = Workbook()
-    ws = wb.active
-    for row in (["file", "label"], ["a.jpg", 0], [None, None], ["b.jpg", 2.0], ["c.jpg", 1]):
-        ws.append(row)
-    wb.save(tmp_path / "l.xlsx")
-    t = read_labels(tmp_path / "l.xlsx")
-    assert t.labels == [0, 2, 1] and all(type(v) is int for v in t.labels)
-    assert t.class_map().classes == ("0", "1", "2")
-
-
-def test_one_based_labels_reported_or_remapped(tmp_path: Path):
-    csv = tmp_path / "l.csv"
-    csv.write_text("file,label\na.jpg,1\nb.jpg,2\nc.jpg,3\n", encoding="utf-8")
-    t = read_labels(csv)
-    assert t.labels == ["1", "2", "3"]  # text tables give text; ints come from numeric cells
-    wb = Workbook()
-    ws = wb.active
-    for row in (["file", "label"], ["a.jpg", 1], ["b.jpg", 2], ["c.jpg", 3]):
-        ws.append(row)
-    wb.save(tmp_path / "l.xlsx")
-    t = read_labels(tmp_path / "l.xlsx")
-    with pytest.raises(LabelError, match=r"integer labels are 1..3, not 0..2; .*device-side assert triggered"):
-        t.class_map()
-    cm = t.class_map(remap=True)
-    assert cm.classes == ("1", "2", "3") and cm.source_values == (1, 2, 3)
-
-
-@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "gbk"])
-def test_csv_encodings(tmp_path: Path, encoding: str):
-    path = tmp_path / "标签.csv"
-    path.write_bytes("图片,类别,split\n猫/1.jpg,猫,train\n狗/2.jpg,狗,val\n".encode(encoding))
-    t = read_labels(path)
-    assert t.files == ["猫/1.jpg", "狗/2.jpg"] and t.labels == ["猫", "狗"] and t.splits == ["train", "val"]
-    assert t.where(1) == f"{path}, line 3"
-
-
-def test_tsv_and_explicit_columns(tmp_path: Path):
+def test_explicit_columns(tmp_path: Path):
     path = tmp_path / "l.tsv"
-    path.write_text("id\tpic\tkind\n1\ta.jpg\tx\n", encoding="utf-8")
+    path.write_text("id\tpic\tkind\tfold\n1\ta.jpg\tx\tval\n", encoding="utf-8")
     with pytest.raises(LabelError, match=r"no file-name column found"):
         read_labels(path)
-    t = read_labels(path, file_column="pic", label_column="kind")
-    assert (t.files, t.labels) == (["a.jpg"], ["x"])
-    with pytest.raises(LabelError, match=r"no label column named 'nope'; the columns are 'id', 'pic', 'kind'"):
+    t = read_labels(path, file_column="pic", label_column="kind", split_column="fold")
+    assert (t.files.tolist(), t.labels.tolist(), t.splits.tolist()) == (["a.jpg"], ["x"], ["val"])
+    with pytest.raises(LabelError) as e:
         read_labels(path, file_column="pic", label_column="nope")
+    assert str(e.value) == (
+        f"{path}, line 1: no label column named 'nope' among 'id', 'pic', 'kind', 'fold'; name it with "
+        "label_column= (--label-column)"
+    )
+
+
+def test_headerless_csv(tmp_path: Path):
+    path = tmp_path / "l.csv"
+    path.write_text("a.jpg,cat\nb.png,dog\n", encoding="utf-8")
+    t = read_labels(path)
+    assert t.files.tolist() == ["a.jpg", "b.png"] and t.rows.tolist() == [1, 2]
+    assert t.notes == [f"{path}: no header line; the first column read as files, the second as labels"]
 
 
 def test_bad_files(tmp_path: Path):
@@ -118,11 +539,91 @@ def test_bad_files(tmp_path: Path):
     with pytest.raises(LabelError, match="not a label table"):
         read_labels(tmp_path / "x.json")
     (tmp_path / "bad.xlsx").write_bytes(b"not a zip")
-    with pytest.raises(LabelError, match=r"bad.xlsx: cannot read the workbook"):
+    with pytest.raises(LabelError, match=r"bad.xlsx: not an .xlsx workbook"):
         read_labels(tmp_path / "bad.xlsx")
 
 
-def test_resolve_path(tmp_path: Path):
+# ---------------------------------------------------------------------------------------------
+# the two text parsers agree; the table is numpy
+
+
+@pytest.mark.parametrize("fmt", ["csv", "list"])
+def test_fast_and_python_paths_agree(tmp_path: Path, fmt: str):
+    rows = [
+        (f"类_{i % 7}/图 {i}.jpg" if fmt == "csv" else f"类_{i % 7}/图_{i}.jpg", f"类别 {i % 7}") for i in range(200)
+    ]
+    rows[5] = (rows[5][0], "")  # a blank label
+    rows[9] = rows[3]  # a duplicate
+    plain = write_table(tmp_path, fmt if fmt == "csv" else "list-tab", rows, "plain")
+    quoted = tmp_path / ("quoted.csv" if fmt == "csv" else "quoted.txt")
+    text = plain.read_text(encoding="utf-8")
+    # a quoted field (csv) or a ragged line (list) sends the whole file through the Python path
+    quoted.write_text(text.replace("\n类_0/图 0.jpg,", '\n"类_0/图 0.jpg",') if fmt == "csv" else text, "utf-8")
+    if fmt == "list":
+        quoted.write_text(text.replace("\t类别 6\n", "\t 类别 6\u3000\n", 1), encoding="utf-8")
+    a, b = read_labels(plain, validate=False), read_labels(quoted, validate=False)
+    assert a.files.tolist() == b.files.tolist()
+    assert a.labels.tolist() == b.labels.tolist() and a.rows.tolist() == b.rows.tolist()
+    assert [p.replace("quoted", "plain") for p in b.problems()] == a.problems()
+    assert len(a.problems()) == 2
+
+
+def test_table_is_numpy(tmp_path: Path):
+    path = write_table(tmp_path, "csv", [(f"{i}.jpg", i % 3) for i in range(9)])
+    ds = TableDataset(read_labels(path), tmp_path, probe=False)
+    t = ds.table
+    assert isinstance(t.files, StringArray) and isinstance(t.labels, CodedColumn)
+    assert t.labels.codes.dtype == np.int32 and t.rows.dtype == np.int32 and ds.targets.dtype == np.int64
+    # nothing per row as Python objects: every per-row field of the table and dataset is a numpy array
+    for obj in (t, t.labels, t.splits, t.sheets, ds):
+        for name, value in vars(obj).items():
+            assert not isinstance(value, (list, tuple)) or len(value) < 9, name
+
+
+def test_duplicates_found_exactly(tmp_path: Path):
+    names = [f"dir/{'x' * (i % 40)}{i}.jpg" for i in range(3000)] + ["dir/x1.jpg", "dir/40.jpg"]
+    path = tmp_path / "l.txt"
+    path.write_text("".join(f"{n} 0\n" for n in names), encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [
+        f"{path}, line 3001: file 'dir/x1.jpg' is listed again (first at line 2)",
+        f"{path}, line 3002: file 'dir/40.jpg' is listed again (first at line 41)",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the committed samples and the table-alone path
+
+
+def test_samples_workbook():
+    root = Path(__file__).resolve().parents[1] / "samples"
+    t = read_labels(root / "labels.xlsx")
+    assert t.split_names == ["train", "val", "test"] and len(t) == 24
+    assert [len(t.select(s)) for s in ("train", "val", "test")] == [18, 3, 3]
+    assert t.class_map().classes == ("cat", "coffee", "太空")
+
+
+def test_samples_csv_alone_as_documented(samples: Path):
+    ds = open_dataset(samples / "labels.csv")  # the docs' "a table alone"
+    assert len(ds) == 24 and ds.classes == ["cat", "coffee", "太空"]
+    img, target = ds[0]
+    assert img.ndim == 3 and target == 0
+    assert ds.name(0) == str(samples / "images" / "cat" / "猫_01.jpg")
+    assert len(open_dataset(samples / "labels.csv", split="val")) == 3
+
+
+def test_table_alone_with_wrong_root_says_where(samples: Path):
+    with pytest.raises(LabelError) as e:
+        open_dataset(samples / "labels.xlsx")  # its names are relative to samples/images
+    assert str(e.value) == (
+        f"{samples / 'labels.xlsx'}: none of 8 files the table names (first 'cat/猫_01.jpg') is under {samples}; "
+        f"names are relative to the table's folder, or to the folder given with it; they are under "
+        f"{samples / 'images'}: pass root={str(samples / 'images')!r} (CLI: {samples / 'images'} --labels TABLE)"
+    )
+    assert len(open_dataset(samples / "labels.xlsx", root=samples / "images")) == 24
+
+
+def test_resolve_path():
     assert resolve_path("a\\b.jpg", "/root") == "/root/a/b.jpg"
     assert resolve_path("/abs/x.jpg", "/root") == "/abs/x.jpg"
     assert resolve_path("D:\\data\\x.jpg", "/root") == "D:/data/x.jpg"
@@ -133,11 +634,5 @@ def test_class_map_roundtrip(tmp_path: Path):
     cm.save(tmp_path / "classes.json")
     assert ClassMap.load(tmp_path / "classes.json") == cm
     assert ClassMap.from_labels(["b", "a", "b"]).encode(["a", "b"]).tolist() == [0, 1]
-
-
-def test_samples_workbook():
-    root = Path(__file__).resolve().parents[1] / "samples"
-    t = read_labels(root / "labels.xlsx")
-    assert t.split_names == ["train", "val", "test"] and len(t) == 24
-    assert [len(t.select(s)) for s in ("train", "val", "test")] == [18, 3, 3]
-    assert t.class_map().classes == ("cat", "coffee", "太空")
+    with pytest.raises(LabelError, match=r"labels: integer labels are \{0, 1, 2, 10\}, not 0..3"):
+        ClassMap.from_labels(["10", "2", 0, 1.0])

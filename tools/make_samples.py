@@ -4,8 +4,10 @@
 
 Writes 24 photos (JPEG and PNG) in three class folders, some with Chinese names and spaces;
 ``images.zip`` holding them under GBK names without the UTF-8 flag, as Chinese Windows writes
-them; ``labels.xlsx`` with sheets ``train``/``val``/``test`` (columns 文件名, 标签); and
-``labels.csv`` with the same rows and a ``split`` column.
+them; ``labels.xlsx`` with sheets ``train``/``val``/``test`` (columns 文件名, 标签; names relative to
+``images/``, for ``open_dataset("samples/images", labels="samples/labels.xlsx")``); and
+``labels.csv`` with the same rows and a ``split`` column, naming ``images/...`` relative to its own
+folder, for ``open_dataset("samples/labels.csv")``.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def make(out: Path) -> list[tuple[str, str, str]]:
     with open(out / "labels.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["文件名", "标签", "split"])
-        writer.writerows(rows)
+        # relative to the table's own folder, so that open_dataset("samples/labels.csv") works alone
+        writer.writerows((f"images/{rel}", cls, split) for rel, cls, split in rows)
     return rows
 
 

@@ -1,0 +1,340 @@
+"""Text label tables split into columns: delimited tables (csv/tsv) and ``path label`` lists.
+
+The common case (no quotes, the same number of fields on every line) is split with numpy over
+the UTF-8 bytes, all lines at once: the delimiters, newlines and spaces are ASCII, and ASCII
+bytes never occur inside a multi-byte UTF-8 character. Anything else (quoted fields, ragged
+rows, title lines above the header, Unicode spaces to strip) goes through Python's ``csv``
+module line by line. Both paths give the same columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["Columns", "hash_spans", "parse_delimited", "parse_list"]
+
+_WS = np.zeros(256, dtype=bool)
+_WS[[9, 13, 32]] = True
+_LIST_LINE = re.compile(r"(.*?)[ \t]+(\S+)")
+_HEADER_SCAN = 50
+
+
+class Columns:
+    """The data rows of a text table, column by column, with their line numbers.
+
+    ``header`` is the header row (``None`` when there is none: then ``first_row`` is the first
+    row, and the data start at it); ``bad`` lists ``(line, what)`` for lines that are not rows.
+    """
+
+    def __init__(self, lines: np.ndarray, header: list[str] | None, header_line: int,
+                 first_row: list[str] | None) -> None:  # fmt: skip
+        self.lines = lines
+        self.header = header
+        self.header_line = header_line
+        self.first_row = first_row
+        self.bad: list[tuple[int, str]] = []
+        self._buf: np.ndarray | None = None
+        self._spans: list[tuple[np.ndarray, np.ndarray]] = []
+        self._rows: list[list[str]] | None = None
+
+    # -- the two backends -----------------------------------------------------------------
+
+    @classmethod
+    def from_spans(cls, buf: np.ndarray, spans: list[tuple[np.ndarray, np.ndarray]], lines: np.ndarray,
+                   header: list[str] | None, header_line: int, first_row: list[str] | None) -> Columns:  # fmt: skip
+        out = cls(lines, header, header_line, first_row)
+        out._buf, out._spans = buf, spans
+        return out
+
+    @classmethod
+    def from_rows(cls, rows: list[list[str]], lines: Sequence[int], header: list[str] | None, header_line: int,
+                  first_row: list[str] | None) -> Columns:  # fmt: skip
+        out = cls(np.asarray(lines, dtype=np.int64), header, header_line, first_row)
+        out._rows = rows
+        return out
+
+    def strings(self, col: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+        """((UTF-8 buffer, offsets), non-blank mask) of column ``col``, ``\\`` turned into ``/``."""
+        if self._rows is not None:
+            values = [r[col] if col < len(r) else "" for r in self._rows]
+            encoded = [v.replace("\\", "/").encode("utf-8", "surrogateescape") for v in values]
+            offsets = np.zeros(len(encoded) + 1, np.int64)
+            np.cumsum([len(b) for b in encoded], out=offsets[1:])
+            data = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+            return (data, offsets), offsets[1:] > offsets[:-1]
+        starts, ends = self._spans[col]
+        data, offsets = gather(self._buf, starts, ends)
+        data[data == 0x5C] = 0x2F
+        return (data, offsets), ends > starts
+
+    def coded(self, col: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(distinct values in order of first appearance, int32 code per row, non-blank mask)."""
+        if self._rows is not None:
+            index: dict[str, int] = {}
+            values = [r[col] if col < len(r) else "" for r in self._rows]
+            codes = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32, count=len(values))
+            return list(index), codes, np.asarray([bool(v) for v in values], dtype=bool)
+        starts, ends = self._spans[col]
+        n = len(starts)
+        if not n:
+            return [], np.zeros(0, np.int32), np.zeros(0, bool)
+        import pandas as pd
+
+        h1, h2 = hash_spans(self._buf, starts, ends - starts)
+        inv, uniq = pd.factorize(h1)  # a hash table: linear time, codes in order of first appearance
+        first = np.full(len(uniq), n, np.int64)
+        np.minimum.at(first, inv, np.arange(n))
+        if not np.array_equal(h2, h2[first][inv]):  # a 64-bit collision: decode row by row instead
+            raw = self._buf
+            texts = [raw[s:e].tobytes().decode("utf-8", "surrogateescape") for s, e in zip(starts, ends)]
+            index: dict[str, int] = {}
+            codes = np.fromiter((index.setdefault(v, len(index)) for v in texts), np.int32, count=n)
+            return list(index), codes, ends > starts
+        values = [self._buf[starts[i] : ends[i]].tobytes().decode("utf-8", "surrogateescape") for i in first]
+        return values, inv.astype(np.int32), ends > starts
+
+
+def gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of increasing, non-overlapping spans as one buffer plus offsets."""
+    lens = ends - starts
+    offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    full = lens > 0
+    delta = np.zeros(len(buf) + 1, np.int8)
+    delta[starts[full]] = 1
+    delta[ends[full]] = -1  # spans are separated by a delimiter or newline: no end is another's start
+    keep = np.cumsum(delta[:-1], dtype=np.int8).view(bool)
+    return buf[keep], offsets
+
+
+_P1, _P2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two independent 64-bit hashes of every span of ``buf``, eight bytes at a time, all spans at once."""
+    n = len(starts)
+    padded = np.zeros(len(buf) + 8, np.uint8)
+    padded[: len(buf)] = buf
+    # every byte offset as the start of a little-endian 8-byte word (an unaligned view, no copy)
+    words = np.ndarray((len(buf) + 1,), dtype="<u8", buffer=padded, strides=(1,))
+    lens = np.asarray(lens, dtype=np.int64)
+    h1 = lens.astype(np.uint64) * _P1
+    h2 = lens.astype(np.uint64) * _P2 + np.uint64(1)
+    rows: np.ndarray | None = None  # None: every row
+    k = 0
+    starts = np.asarray(starts, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        while True:
+            rem = (lens if rows is None else lens[rows]) - 8 * k
+            live = rem > 0
+            n_live = int(live.sum())
+            if not n_live:
+                break
+            if rows is None and n_live < n // 2:
+                rows = np.flatnonzero(live)
+                rem, live = rem[rows], np.ones(len(rows), bool)
+            elif rows is not None:
+                rows, rem = rows[live], rem[live]
+                live = np.ones(len(rows), bool)
+            pos = (starts if rows is None else starts[rows]) + 8 * k
+            w = words[np.minimum(pos, len(buf))]
+            # keep only the span's own bytes: shift out what lies past its end (and all of it when done)
+            keep = np.clip(rem, 0, 8).astype(np.uint64) * np.uint64(8)
+            w = np.where(keep >= 64, w, w & ((np.uint64(1) << (keep & np.uint64(63))) - np.uint64(1)))
+            if rows is None:
+                h1 = (h1 ^ w) * _P1
+                h2 = (h2 + w) * _P2
+            else:
+                h1[rows] = (h1[rows] ^ w) * _P1
+                h2[rows] = (h2[rows] + w) * _P2
+            k += 1
+    return h1, h2
+
+
+def _edges_plain(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bool:
+    """No span starts or ends with a space that only Python's ``str.strip`` removes (NBSP, U+3000 ...)."""
+    full = ends > starts
+    s, e = starts[full], ends[full]
+    if not len(s):
+        return True
+    pad = np.concatenate([np.zeros(3, np.uint8), buf])  # so that e-3 never wraps around
+    b1, b2, b3 = pad[e + 2], pad[e + 1], pad[e]
+    bad = _SUSPECT_LEAD[buf[s]]
+    bad |= (b2 == 0xC2) & ((b1 == 0xA0) | (b1 == 0x85))
+    bad |= ((b3 == 0xE3) & (b2 == 0x80) & (b1 == 0x80)) | ((b3 == 0xE2) & ((b2 == 0x80) | (b2 == 0x81)))
+    bad |= (b3 == 0xE1) & (b2 == 0x9A) & (b1 == 0x80)
+    bad |= _CONTROL[b1]
+    return not bad.any()
+
+
+_CONTROL = np.zeros(256, bool)
+_CONTROL[[0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x1F]] = True
+_SUSPECT_LEAD = _CONTROL.copy()
+_SUSPECT_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True
+
+
+# ---------------------------------------------------------------------------------------------
+# the numpy path
+
+
+def _strip(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    starts, ends = starts.copy(), ends.copy()
+    todo = np.flatnonzero(starts < ends)
+    while len(todo):
+        todo = todo[_WS[buf[starts[todo]]]]
+        starts[todo] += 1
+        todo = todo[starts[todo] < ends[todo]]
+    todo = np.flatnonzero(starts < ends)
+    while len(todo):
+        todo = todo[_WS[buf[ends[todo] - 1]]]
+        ends[todo] -= 1
+        todo = todo[starts[todo] < ends[todo]]
+    return starts, ends
+
+
+def _lines(buf: np.ndarray, comments: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, line number) of every non-blank line, stripped; ``#`` lines dropped with ``comments``."""
+    nl = np.flatnonzero(buf == 10)
+    starts = np.concatenate([[0], nl + 1]).astype(np.int64)
+    ends = np.concatenate([nl, [len(buf)]]).astype(np.int64)
+    numbers = np.arange(1, len(starts) + 1, dtype=np.int64)
+    starts, ends = _strip(buf, starts, ends)
+    keep = ends > starts
+    if comments:
+        keep &= buf[np.minimum(starts, max(len(buf) - 1, 0))] != ord("#")
+    return starts[keep], ends[keep], numbers[keep]
+
+
+def _decode(buf: np.ndarray, s: int, e: int) -> str:
+    return buf[s:e].tobytes().decode("utf-8", "surrogateescape")
+
+
+def _fast_delimited(raw: bytes, delim: str, is_header: Callable[[list[str]], bool]) -> Columns | None:
+    if b'"' in raw:
+        return None
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    starts, ends, numbers = _lines(buf, comments=False)
+    if not len(starts):
+        return None
+    d = np.flatnonzero(buf == ord(delim))
+    first = np.searchsorted(d, starts)
+    count = np.searchsorted(d, ends) - first
+    k = int(count[0])
+    if not (count == k).all():
+        return None
+    spans = []
+    for j in range(k + 1):
+        s = starts if j == 0 else d[first + j - 1] + 1
+        e = ends if j == k else d[first + j]
+        spans.append(_strip(buf, s, e))
+        if not _edges_plain(buf, *spans[-1]):
+            return None
+    row0 = [_decode(buf, int(s[0]), int(e[0])) for s, e in spans]
+    if not is_header(row0):
+        return None  # title lines above the header, or no header: the Python path looks further
+    spans = [(s[1:], e[1:]) for s, e in spans]
+    return Columns.from_spans(buf, spans, numbers[1:], row0, int(numbers[0]), None)
+
+
+def _fast_list(raw: bytes, is_header: Callable[[list[str]], bool]) -> Columns | None:
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    starts, ends, numbers = _lines(buf, comments=True)
+    if not len(starts):
+        return None
+    if b"\t" in raw:
+        seps = np.flatnonzero(buf == 9)
+        first = np.searchsorted(seps, starts)
+        if not ((np.searchsorted(seps, ends) - first) == 1).all():
+            return None
+        sep = seps[first]
+    else:
+        seps = np.flatnonzero(buf == 32)
+        last = np.searchsorted(seps, ends) - 1
+        if (last < 0).any():
+            return None
+        sep = seps[last]
+        if (sep < starts).any():
+            return None  # a line with one field: the Python path reports it
+    fs, fe = _strip(buf, starts, sep)
+    ls, le = _strip(buf, sep + 1, ends)
+    if (fe <= fs).any() or (le <= ls).any() or not (_edges_plain(buf, fs, fe) and _edges_plain(buf, ls, le)):
+        return None
+    row0 = [_decode(buf, int(fs[0]), int(fe[0])), _decode(buf, int(ls[0]), int(le[0]))]
+    spans = [(fs, fe), (ls, le)]
+    if is_header(row0):
+        return Columns.from_spans(buf, [(s[1:], e[1:]) for s, e in spans], numbers[1:], row0, int(numbers[0]), None)
+    return Columns.from_spans(buf, spans, numbers, None, 0, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# the Python path
+
+
+def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    last = 0
+    for rec in reader:
+        line = last + 1
+        last = reader.line_num
+        cells = [c.strip() for c in rec]
+        if not any(cells):
+            continue
+        rows.append(cells)
+        lines.append(line)
+    for k, row in enumerate(rows[:_HEADER_SCAN]):
+        if is_header(row):
+            return Columns.from_rows(rows[k + 1 :], lines[k + 1 :], row, lines[k], None)
+    return Columns.from_rows(rows, lines, None, 0, rows[0] if rows else None)
+
+
+def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    bad: list[tuple[int, str]] = []
+    header, header_line = None, 0
+    for n, line in enumerate(text.split("\n"), 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        if "\t" in s:
+            fields = [f.strip() for f in s.split("\t")]
+            if len(fields) != 2 or not all(fields):
+                bad.append((n, f"expected 'path<TAB>label', got {len(fields)} fields: {s!r}"))
+                continue
+        else:
+            m = _LIST_LINE.fullmatch(s)
+            if m is None:
+                bad.append((n, f"{s!r} has no label (expected 'path label')"))
+                continue
+            fields = [m.group(1).strip(), m.group(2)]
+        if not rows and header is None and not bad and is_header(fields):
+            header, header_line = fields, n
+            continue
+        rows.append(fields)
+        lines.append(n)
+    out = Columns.from_rows(rows, lines, header, header_line, None)
+    out.bad = bad
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# entry points
+
+
+def parse_delimited(raw: bytes, text: str, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
+    """A delimited table (UTF-8 bytes ``raw`` and the same as ``text``); the header is the first of
+    the first 50 rows that ``is_header`` accepts."""
+    return _fast_delimited(raw, delim, is_header) or _slow_delimited(text, delim, is_header)
+
+
+def parse_list(raw: bytes, text: str, is_header: Callable[[list[str]], bool]) -> Columns:
+    """A ``path label`` list: one sample per line, the label the last field (after the last tab when
+    there is one, else after the last run of spaces), ``#`` comments and blank lines skipped."""
+    return _fast_list(raw, is_header) or _slow_list(text, is_header)
