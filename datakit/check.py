@@ -82,7 +82,7 @@ def check_dataset(
     labels: str | os.PathLike | LabelTable | None = None,
     split: str | None = None,
     workers: int | None = None,
-    distributed: bool = True,
+    distributed: bool = False,
     progress: Callable[[int, int], None] | None = None,
     remap_labels: bool = False,
     root: str | os.PathLike | None = None,
@@ -94,8 +94,9 @@ def check_dataset(
 ) -> CheckReport:
     """Read every sample of ``src`` (anything :func:`open_dataset` takes) and report what is wrong.
 
-    With an initialised ``torch.distributed`` process group (and ``distributed``), each rank reads
-    its share of the samples and every rank gets the whole report.
+    With ``distributed`` and an initialised ``torch.distributed`` process group, each rank reads its
+    share of the samples and every rank gets the whole report; every rank must then call it (off
+    by default, so a check run on rank 0 alone does not wait for the others).
 
     The table's problems come from :meth:`LabelTable.problems` (all of them, each with its sheet
     and row); this adds what needs the images: files missing, unreadable, or not in the table.

@@ -500,7 +500,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     bar = _bar(0, "check", args.quiet)
     try:
         report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
-                               progress=_progress(bar), remap_labels=args.remap_labels,
+                               distributed=_world() > 1, progress=_progress(bar), remap_labels=args.remap_labels,
                                **_label_options(args))  # fmt: skip
     finally:
         if bar is not None:
