@@ -210,12 +210,11 @@ def recommend(rates: Mapping[int, Sequence[float]], tolerance: float = 0.05) -> 
     pick = _pick(med, tolerance)
     passes = min(len(r) for r in rates.values())
     per_pass = sorted({_pick({w: r[k] for w, r in rates.items()}, tolerance) for k in range(passes)})
-    spread = ", ".join(f"{w}: {min(r):.0f}-{max(r):.0f}" for w, r in sorted(rates.items()))
     if len(per_pass) > 1:
         return Recommendation(pick, True, (
             f"too noisy to choose between num_workers {', '.join(map(str, per_pass))}: the {passes} passes pick "
-            f"differently (images/s per num_workers, lowest-highest: {spread}); measure again on a quieter "
-            "machine or with more passes and seconds"), {w: list(r) for w, r in rates.items()}, per_pass)  # fmt: skip
+            "differently, their spreads overlap; measure again on a quieter machine or with more passes and "
+            "seconds"), {w: list(r) for w, r in rates.items()}, per_pass)  # fmt: skip
     how = f"the fewest workers within {tolerance:.0%} of the best median"
     if passes > 1:
         how += f"; all {passes} passes agree"

@@ -97,9 +97,8 @@ def test_recommend_says_when_too_noisy():
     rec = recommend(rates)
     assert rec.noisy and rec.num_workers == 1 and rec.candidates == [0, 1, 2]  # the medians' pick, flagged
     assert rec.reason == (
-        "too noisy to choose between num_workers 0, 1, 2: the 3 passes pick differently (images/s per "
-        "num_workers, lowest-highest: 0: 300-900, 1: 450-850, 2: 400-800); measure again on a quieter machine "
-        "or with more passes and seconds"
+        "too noisy to choose between num_workers 0, 1, 2: the 3 passes pick differently, their spreads overlap; "
+        "measure again on a quieter machine or with more passes and seconds"
     )
     with pytest.raises(ValueError, match="at least one measured pass"):
         recommend({0: []})
