@@ -49,9 +49,13 @@ class CheckReport:
 
 
 def _probe(ds: ImageDataset, i: int) -> tuple[int, int, str | None]:
-    """``(height, width, None)`` of sample ``i`` from its header, or ``(0, 0, reason)``."""
+    """``(height, width, None)`` of sample ``i`` from its header, or ``(0, 0, reason)``.
+
+    Strict: data the decoders only warn about (``Corrupt JPEG data``, a bad CRC) is reported as
+    damaged, with the C library's message attached to the file instead of printed bare.
+    """
     try:
-        h, w = probe_image(ds.read(i), ds.name(i))
+        h, w = probe_image(ds.read(i), ds.name(i), strict=True)
         return h, w, None
     except (ValueError, OSError, KeyError) as exc:
         text = str(exc)

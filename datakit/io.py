@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import numpy as np
 from datakit.errors import ImageDecodeError, UsageError
 
 __all__ = [
+    "DEFAULT_MAX_PIXELS",
     "IMAGE_EXTENSIONS",
     "MODES",
     "UNNAMED",
@@ -28,10 +31,12 @@ __all__ = [
     "decode_image",
     "discard",
     "encode_image",
+    "header_size",
     "image_format",
     "probe_image",
     "imread",
     "imwrite",
+    "pixel_budget",
     "read_bytes",
     "reduction_factor",
 ]
@@ -55,7 +60,7 @@ IMAGE_EXTENSIONS = (
 )
 
 _MAGIC = (
-    (b"\xff\xd8\xff", "JPEG"),
+    (b"\xff\xd8", "JPEG"),  # SOI; libjpeg skips garbage before the next marker, so no third byte
     (b"\x89PNG\r\n\x1a\n", "PNG"),
     (b"GIF87a", "GIF"),
     (b"GIF89a", "GIF"),
@@ -80,11 +85,18 @@ def image_format(data: bytes | memoryview) -> str | None:
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
-    """(height, width, components) from a JPEG's SOF segment, without decoding."""
+    """(height, width, components) from a JPEG's SOF segment, without decoding.
+
+    Bytes that are not a marker between segments are skipped, as libjpeg skips them (with a
+    warning), so a frame header behind garbage is still found.
+    """
     i, n = 2, len(data)
     while i + 9 < n:
         if data[i] != 0xFF:
-            return None
+            i = data.find(b"\xff", i)
+            if i < 0:
+                return None
+            continue
         marker = data[i + 1]
         if marker == 0xFF:
             i += 1
@@ -100,6 +112,191 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
             return None
         i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
     return None
+
+
+def _gif_size(data: bytes) -> tuple[int, int] | None:
+    """The larger of the logical screen and the first frame (which may exceed the screen)."""
+    if len(data) < 13:
+        return None
+    w, h = int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    i = 13 + (3 << ((data[10] & 7) + 1) if data[10] & 0x80 else 0)
+    while i < len(data):
+        if data[i] == 0x2C and i + 9 <= len(data):
+            x, y = int.from_bytes(data[i + 1 : i + 3], "little"), int.from_bytes(data[i + 3 : i + 5], "little")
+            fw, fh = int.from_bytes(data[i + 5 : i + 7], "little"), int.from_bytes(data[i + 7 : i + 9], "little")
+            return max(h, y + fh), max(w, x + fw)
+        if data[i] != 0x21 or i + 2 >= len(data):
+            break
+        i += 2  # extension: introducer, label, then sub-blocks until a zero length
+        while i < len(data) and data[i]:
+            i += data[i] + 1
+        i += 1
+    return h, w
+
+
+def _tiff_size(data: bytes) -> tuple[int, int] | None:
+    order = "little" if data[:2] == b"II" else "big"
+    off = int.from_bytes(data[4:8], order)
+    if off + 2 > len(data):
+        return None
+    count = int.from_bytes(data[off : off + 2], order)
+    tags: dict[int, int] = {}
+    for k in range(count):
+        e = off + 2 + 12 * k
+        if e + 12 > len(data):
+            break
+        tag, typ = int.from_bytes(data[e : e + 2], order), int.from_bytes(data[e + 2 : e + 4], order)
+        if tag in (256, 257):
+            tags[tag] = int.from_bytes(data[e + 8 : e + 10] if typ == 3 else data[e + 8 : e + 12], order)
+    return (tags[257], tags[256]) if len(tags) == 2 else None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8 " and len(data) >= 30:
+        return int.from_bytes(data[28:30], "little") & 0x3FFF, int.from_bytes(data[26:28], "little") & 0x3FFF
+    if chunk == b"VP8L" and len(data) >= 25:
+        bits = int.from_bytes(data[21:25], "little")
+        return ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1
+    if chunk == b"VP8X" and len(data) >= 30:
+        return int.from_bytes(data[27:30], "little") + 1, int.from_bytes(data[24:27], "little") + 1
+    return None
+
+
+def _pnm_size(data: bytes) -> tuple[int, int] | None:
+    head = re.sub(rb"#[^\n]*\n", b" ", data[:1024])  # comments may sit between the numbers
+    m = re.match(rb"P[1-6]\s+(\d+)\s+(\d+)", head)
+    return (int(m.group(2)), int(m.group(1))) if m else None
+
+
+def header_size(data: bytes, fmt: str | None = None) -> tuple[int, int] | None:
+    """The (height, width) an image's header declares, read without decoding (microseconds).
+
+    JPEG, PNG, GIF, BMP, TIFF, WebP and PNM headers are parsed here; None when the format is
+    another one or its header is unreadable. The size is as stored (before EXIF rotation).
+    """
+    fmt = image_format(data) if fmt is None else fmt
+    try:
+        if fmt == "JPEG":
+            info = _jpeg_size(data)
+            return None if info is None else info[:2]
+        if fmt == "PNG":
+            if data[12:16] != b"IHDR":
+                return None
+            return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+        if fmt == "GIF":
+            return _gif_size(data)
+        if fmt == "BMP":
+            if int.from_bytes(data[14:18], "little") == 12:  # OS/2 core header: 16-bit sizes
+                return int.from_bytes(data[20:22], "little"), int.from_bytes(data[18:20], "little")
+            w = int.from_bytes(data[18:22], "little", signed=True)
+            h = int.from_bytes(data[22:26], "little", signed=True)  # negative: stored top-down
+            return abs(h), abs(w)
+        if fmt == "TIFF":
+            return _tiff_size(data)
+        if fmt == "WEBP":
+            return _webp_size(data)
+        if fmt == "PNM":
+            return _pnm_size(data)
+    except (IndexError, ValueError):
+        return None
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the pixel budget
+
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS: about 0.25 GiB of RGB pixels
+_ENV_PIXELS: tuple[str | None, int] = (None, DEFAULT_MAX_PIXELS)
+
+
+def pixel_budget(value: int | None = None) -> int:
+    """The pixel budget of a decode: ``value`` if given, else ``DATAKIT_MAX_PIXELS`` if set,
+    else :data:`DEFAULT_MAX_PIXELS`."""
+    global _ENV_PIXELS
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise UsageError(f"max_pixels must be a positive whole number, got {value!r}")
+        return int(value)
+    env = os.environ.get("DATAKIT_MAX_PIXELS")
+    if env is None:
+        return DEFAULT_MAX_PIXELS
+    if env != _ENV_PIXELS[0]:  # parsed once per value, not once per image
+        try:
+            limit = int(env.replace("_", ""))
+        except ValueError:
+            limit = 0
+        if limit < 1:
+            raise UsageError(f"DATAKIT_MAX_PIXELS={env!r}: not a positive whole number of pixels")
+        _ENV_PIXELS = (env, limit)
+    return _ENV_PIXELS[1]
+
+
+def _over_budget(name: str | os.PathLike | None, h: int, w: int, limit: int) -> ImageDecodeError:
+    return ImageDecodeError(
+        f"{_describe(name)}: {w}x{h} = {h * w} pixels, over the limit of {limit} (a decompression bomb?; "
+        "raise it with max_pixels= or the DATAKIT_MAX_PIXELS environment variable)"
+    )
+
+
+def _pillow_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) from Pillow's header parser (no pixels read), for formats parsed nowhere else."""
+    import io
+    import warnings
+
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as im:
+                return im.size[1], im.size[0]
+    except Image.DecompressionBombError as exc:
+        m = re.search(r"\((\d+) pixels", str(exc))
+        return (int(m.group(1)), 1) if m else (2**31, 1)
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# strict decoding: what the C libraries only warn about
+
+_CAPTURE_LOCK = threading.Lock()
+_CAPTURE_FILE = None  # one temporary file per process, reused
+
+
+@contextlib.contextmanager
+def _c_messages() -> Iterator[list[str]]:
+    """Collect what C libraries (libjpeg, libpng, libtiff) print to file descriptor 2 meanwhile.
+
+    fd 2 belongs to the whole process, so captures are serialised by a lock, and only strict
+    decodes take it (``datakit check`` runs them in worker processes, one at a time each); the
+    plain decode path never pays for it.
+    """
+    global _CAPTURE_FILE
+    lines: list[str] = []
+    with _CAPTURE_LOCK:
+        if _CAPTURE_FILE is None or _CAPTURE_FILE[0] != os.getpid():
+            _CAPTURE_FILE = (os.getpid(), tempfile.TemporaryFile())  # noqa: SIM115 (kept open, reused)
+        tmp = _CAPTURE_FILE[1]
+        tmp.seek(0)
+        tmp.truncate()
+        try:
+            import sys
+
+            sys.stderr.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+            lines.extend(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
 
 
 def reduction_factor(height: int, width: int, max_size: int | None) -> int:
@@ -209,6 +406,8 @@ def decode_image(
     max_size: int | None = None,
     *,
     name: str | os.PathLike | None = None,
+    max_pixels: int | None = None,
+    strict: bool = False,
 ) -> np.ndarray:
     """Decode an encoded image held in memory.
 
@@ -221,12 +420,17 @@ def decode_image(
             scale when that still leaves at least this many pixels, which is several times
             faster. Other formats decode at full size. The caller resizes exactly.
         name: the file or key the bytes came from, for error messages.
+        max_pixels: the pixel budget (default ``DATAKIT_MAX_PIXELS`` or 89,478,485, Pillow's):
+            the size is read from the header first and a larger image is refused before
+            any pixel memory is allocated.
+        strict: also refuse data the decoders only warn about (``Corrupt JPEG data``,
+            ``premature end of data segment``, a bad CRC), with their messages; they are
+            captured from the C libraries, never printed. Slower: for checks, not training.
 
     Raises:
-        ImageDecodeError: empty, truncated or non-image data.
+        ImageDecodeError: empty, truncated, damaged (``strict``) or non-image data, or an
+            image over the pixel budget.
     """
-    import cv2
-
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
@@ -234,6 +438,47 @@ def decode_image(
         raise ImageDecodeError(f"{_describe(name)}: empty file (0 bytes)")
     raw = data if isinstance(data, bytes) else buf.tobytes()
     fmt = image_format(raw)
+    limit = pixel_budget(max_pixels) if max_pixels is not None else _default_budget()
+    size = header_size(raw, fmt)
+    if size is None:
+        size = _pillow_size(raw)
+        if size is None and fmt is not None:
+            raise ImageDecodeError(
+                f"{_describe(name)}: {fmt} data is corrupt or truncated (no image size in its header; "
+                f"starts with {raw[:8]!r})"
+            )
+    if size is not None and size[0] * size[1] > limit:
+        raise _over_budget(name, size[0], size[1], limit)
+    if not strict:
+        img = _decode(raw, buf, fmt, mode, max_size, name)
+    else:
+        with _c_messages() as messages:
+            try:
+                img = _decode(raw, buf, fmt, mode, max_size, name)
+            except ImageDecodeError as exc:
+                failed = exc
+            else:
+                failed = None
+        if messages:
+            what = f"{fmt} data" if fmt else "data"
+            raise ImageDecodeError(f"{_describe(name)}: damaged {what}: {'; '.join(messages)}") from failed
+        if failed is not None:
+            raise failed
+    if size is None and img.shape[0] * img.shape[1] > limit:  # a format no header parser knows
+        raise _over_budget(name, img.shape[0], img.shape[1], limit)
+    return img
+
+
+def _default_budget() -> int:
+    # the hot path: one dict lookup when the environment variable is not set
+    return DEFAULT_MAX_PIXELS if "DATAKIT_MAX_PIXELS" not in os.environ else pixel_budget()
+
+
+def _decode(
+    raw: bytes, buf: np.ndarray, fmt: str | None, mode: str, max_size: int | None, name: str | os.PathLike | None
+) -> np.ndarray:
+    import cv2
+
     factor, components = 1, 3
     if fmt == "JPEG":
         if b"\xff\xd9" not in raw[-4096:]:
@@ -268,15 +513,23 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         return f.read()
 
 
-def imread(path: str | os.PathLike, mode: str = "bgr", max_size: int | None = None) -> np.ndarray:
+def imread(
+    path: str | os.PathLike,
+    mode: str = "bgr",
+    max_size: int | None = None,
+    *,
+    max_pixels: int | None = None,
+    strict: bool = False,
+) -> np.ndarray:
     """Read an image from any path (Chinese characters, spaces, long names).
 
     Returns a uint8 array (uint16 for 16-bit files in ``"unchanged"`` mode): HWC for
-    ``"bgr"``/``"rgb"``, HW for ``"gray"``. See :func:`decode_image` for the modes and
-    ``max_size``. Never returns None: a missing file raises ``FileNotFoundError``, bad
-    data raises :class:`ImageDecodeError` naming the path.
+    ``"bgr"``/``"rgb"``, HW for ``"gray"``. See :func:`decode_image` for the modes,
+    ``max_size``, the pixel budget ``max_pixels`` and ``strict``. Never returns None: a
+    missing file raises ``FileNotFoundError``, bad data raises :class:`ImageDecodeError`
+    naming the path.
     """
-    return decode_image(read_bytes(path), mode, max_size, name=path)
+    return decode_image(read_bytes(path), mode, max_size, name=path, max_pixels=max_pixels, strict=strict)
 
 
 def encode_image(img: np.ndarray, ext: str = ".jpg", quality: int = 95, *, mode: str = "bgr") -> bytes:
@@ -385,21 +638,25 @@ def discard(path: str | os.PathLike) -> None:
         pass
 
 
-def probe_image(data: bytes, name: str | os.PathLike | None = None) -> tuple[int, int]:
+def probe_image(
+    data: bytes, name: str | os.PathLike | None = None, *, strict: bool = False, max_pixels: int | None = None
+) -> tuple[int, int]:
     """The upright (height, width) of an encoded image, validating its data by decoding it.
 
     A JPEG is decoded at 1/8 scale, which still runs the entropy decoder over all of its data
     (so truncation and corruption are caught) at a fraction of the cost; its size comes from the
-    frame header, turned upright by comparing with the decoded (EXIF-rotated) shape.
+    frame header, turned upright by comparing with the decoded (EXIF-rotated) shape. ``strict``
+    and ``max_pixels`` as in :func:`decode_image`.
     """
     info = _jpeg_size(data) if image_format(data) == "JPEG" else None
+    kw = {"name": name, "strict": strict, "max_pixels": max_pixels}
     if info is not None:
         h, w, _ = info
-        rh, rw = decode_image(data, "gray", max(1, max(h, w) // 8), name=name).shape[:2]
+        rh, rw = decode_image(data, "gray", max(1, max(h, w) // 8), **kw).shape[:2]
         up, side = (-(-h // 8), -(-w // 8)), (-(-w // 8), -(-h // 8))
         if (rh, rw) == up and up != side:
             return h, w
         if (rh, rw) == side and up != side:
             return w, h
-    img = decode_image(data, "gray", name=name)
+    img = decode_image(data, "gray", **kw)
     return img.shape[0], img.shape[1]

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +13,16 @@ import pytest
 from conftest import rgb_blocks
 from PIL import Image
 
-from datakit.io import ImageDecodeError, decode_image, image_format, imread, imwrite, reduction_factor
+from datakit.errors import UsageError
+from datakit.io import (
+    ImageDecodeError,
+    decode_image,
+    header_size,
+    image_format,
+    imread,
+    imwrite,
+    reduction_factor,
+)
 from datakit.testing import synthetic_image
 
 NAME = "猫 的 照片 — a rather long file name with spaces and 中文 characters"
@@ -240,3 +252,191 @@ def test_imwrite_without_overwrite_keeps_the_existing_file(tmp_path: Path):
     assert path.read_bytes() == b"mine" and len(list(tmp_path.iterdir())) == 1
     with pytest.raises(UsageError, match=r"no such folder to write x.png into$"):
         imwrite(tmp_path / "missing" / "x.png", np.zeros((4, 4, 3), np.uint8), overwrite=False)
+
+
+# --- hostile images: decompression bombs, damaged data -------------------------------------------
+
+PEAK_RSS = (
+    "import re\n"
+    "def peak_rss_kib():\n"
+    "    return int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+)
+
+
+def png_bomb(width: int, height: int) -> bytes:
+    """A valid 8-bit gray PNG of zeros, built without ever holding its pixels: one deflate segment
+    for many rows, ended by a full flush (so it can be repeated), plus the real Adler-32."""
+    import struct
+    import zlib
+
+    row = width + 1  # filter byte, then the pixels
+    per = max(1, (8 << 20) // row)
+    chunk = bytes(row * per)
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    seg = comp.compress(chunk) + comp.flush(zlib.Z_FULL_FLUSH)
+    n, rest = divmod(height, per)
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    tail = comp.compress(bytes(row * rest)) + comp.flush()
+    adler = 1
+    for _ in range(n):
+        adler = zlib.adler32(chunk, adler)
+    adler = zlib.adler32(bytes(row * rest), adler)
+    body = b"\x78\xda" + seg * n + tail + struct.pack(">I", adler)
+
+    def part(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + part(b"IHDR", ihdr) + part(b"IDAT", body) + part(b"IEND", b"")
+
+
+def test_png_bomb_builder_is_a_real_png():
+    img = decode_image(png_bomb(3000, 9000), "unchanged")  # several repeated segments
+    assert img.shape == (9000, 3000) and img.max() == 0
+
+
+def test_png_bomb_refused_without_allocating(tmp_path: Path):
+    bomb = tmp_path / "炸弹.png"
+    bomb.write_bytes(png_bomb(30000, 30000))
+    assert bomb.stat().st_size < 1_000_000
+    code = PEAK_RSS + (
+        "import sys\nfrom datakit.io import imread, ImageDecodeError\n"
+        f"try:\n    imread({str(bomb)!r}, 'gray')\nexcept ImageDecodeError as e:\n    print(e)\n"
+        "print(peak_rss_kib())\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    message, peak = res.stdout.splitlines()
+    assert message == (
+        f"{bomb}: 30000x30000 = 900000000 pixels, over the limit of 89478485 (a decompression bomb?; "
+        "raise it with max_pixels= or the DATAKIT_MAX_PIXELS environment variable)"
+    )
+    assert int(peak) < 400_000  # KiB; OpenCV alone peaks at 1.8 GB decoding this file
+
+
+def test_pixel_budget_argument_and_environment(tmp_path: Path, monkeypatch):
+    path = imwrite(tmp_path / "图.png", synthetic_image(100, 200))
+    with pytest.raises(ImageDecodeError, match=r"图.png: 200x100 = 20000 pixels, over the limit of 19999 "):
+        imread(path, max_pixels=19999)
+    assert imread(path, max_pixels=20000).shape == (100, 200, 3)
+    monkeypatch.setenv("DATAKIT_MAX_PIXELS", "5000")
+    with pytest.raises(ImageDecodeError, match=r"over the limit of 5000 "):
+        imread(path)
+    assert imread(path, max_pixels=10**9).shape == (100, 200, 3)  # the argument wins
+    monkeypatch.setenv("DATAKIT_MAX_PIXELS", "lots")
+    with pytest.raises(UsageError, match=r"DATAKIT_MAX_PIXELS='lots': not a positive whole number of pixels"):
+        imread(path)
+    monkeypatch.delenv("DATAKIT_MAX_PIXELS")
+    with pytest.raises(UsageError, match="max_pixels must be a positive whole number, got 0"):
+        imread(path, max_pixels=0)
+
+
+@pytest.mark.parametrize("ext", [".jpg", ".png", ".bmp", ".tif", ".webp", ".gif", ".ppm", ".pgm"])
+def test_header_size_every_format(tmp_path: Path, ext: str):
+    img = synthetic_image(37, 53)
+    path = tmp_path / f"x{ext}"
+    if ext == ".gif":
+        Image.fromarray(img).save(path)
+    elif ext == ".pgm":
+        imwrite(path, img[..., 0])
+    else:
+        imwrite(path, img)
+    assert header_size(path.read_bytes()) == (37, 53)
+
+
+def test_header_size_lossless_and_extended_webp(tmp_path: Path):
+    img = Image.fromarray(synthetic_image(41, 67))
+    img.save(tmp_path / "l.webp", lossless=True)
+    img.putalpha(128)
+    img.save(tmp_path / "x.webp", exif=b"Exif\x00\x00II*\x00\x08\x00\x00\x00\x00\x00")  # VP8X
+    assert header_size((tmp_path / "l.webp").read_bytes()) == (41, 67)
+    assert header_size((tmp_path / "x.webp").read_bytes()) == (41, 67)
+
+
+def test_gif_frame_larger_than_its_screen_counts(tmp_path: Path):
+    data = bytearray(Image_bytes(Image.fromarray(synthetic_image(20, 30)), "GIF"))
+    data[6:10] = (1).to_bytes(2, "little") + (1).to_bytes(2, "little")  # logical screen 1x1
+    assert header_size(bytes(data)) == (20, 30)
+
+
+def Image_bytes(img: Image.Image, fmt: str) -> bytes:
+    out = io.BytesIO()
+    img.save(out, fmt)
+    return out.getvalue()
+
+
+def test_jpeg_garbage_before_the_frame_header_cannot_hide_its_size(tmp_path: Path):
+    jpg = bytearray(Image_bytes(Image.fromarray(synthetic_image(40, 60)), "JPEG"))
+    jpg[2:2] = b"garbage"  # libjpeg skips it with a warning and decodes
+    assert header_size(bytes(jpg)) == (40, 60)
+    with pytest.raises(ImageDecodeError, match=r"<bytes>: 60x40 = 2400 pixels, over the limit of 100 "):
+        decode_image(bytes(jpg), max_pixels=100)
+
+
+def test_every_decode_path_has_the_budget(tmp_path: Path, monkeypatch):
+    from datakit.datasets import open_dataset
+    from datakit.errors import SampleError
+    from datakit.io import probe_image
+
+    root = tmp_path / "数据"
+    (root / "猫").mkdir(parents=True)
+    imwrite(root / "猫" / "big.jpg", synthetic_image(64, 64))
+    monkeypatch.setenv("DATAKIT_MAX_PIXELS", "1000")
+    with pytest.raises(SampleError, match=r"sample 0: .*big.jpg: 64x64 = 4096 pixels, over the limit of 1000 "):
+        open_dataset(root)[0]
+    with pytest.raises(ImageDecodeError, match="over the limit of 1000"):
+        probe_image((root / "猫" / "big.jpg").read_bytes())
+    with pytest.raises(ImageDecodeError, match="over the limit of 1000"):
+        decode_image((root / "猫" / "big.jpg").read_bytes(), max_size=8)  # reduced JPEG decode too
+
+
+def damaged_jpeg(tmp_path: Path) -> Path:
+    """A real JPEG with 200 random bytes in the middle of its entropy-coded scan."""
+    data = bytearray(Image_bytes(Image.fromarray(synthetic_image(256, 256)), "JPEG"))
+    mid = data.find(b"\xff\xda") + (len(data) - data.find(b"\xff\xda")) // 2
+    data[mid : mid + 200] = np.random.default_rng(0).integers(0, 255, 200, dtype=np.uint8).tobytes()
+    path = tmp_path / "坏 照片.jpg"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_strict_refuses_what_libjpeg_only_warns_about(tmp_path: Path, capfd):
+    path = damaged_jpeg(tmp_path)
+    with pytest.raises(ImageDecodeError) as exc:
+        imread(path, strict=True)
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: damaged JPEG data: Corrupt JPEG data: \d+ extraneous bytes before marker 0xd9",
+        str(exc.value),
+    )
+    assert capfd.readouterr().err == ""  # captured and attached to the file, never printed bare
+    assert imread(path).shape == (256, 256, 3)  # the default path decodes what it can, as before
+
+
+def test_strict_refuses_png_with_bad_crc(tmp_path: Path, capfd):
+    data = bytearray(Image_bytes(Image.fromarray(synthetic_image(64, 64)), "PNG"))
+    at = data.find(b"IDAT")
+    data[at + 4 + int.from_bytes(data[at - 4 : at], "big")] ^= 0xFF  # the chunk's CRC; its data intact
+    path = tmp_path / "坏.png"
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        ImageDecodeError, match=rf"^{re.escape(str(path))}: damaged PNG data: libpng error: IDAT: CRC error"
+    ):
+        imread(path, strict=True)
+    assert capfd.readouterr().err == ""
+    assert imread(synthetic_png(tmp_path), strict=True).shape == (10, 12, 3)  # clean files pass strict
+
+
+def synthetic_png(tmp_path: Path) -> Path:
+    return imwrite(tmp_path / "好.png", synthetic_image(10, 12))
+
+
+def test_check_reports_damaged_jpeg(tmp_path: Path, capfd):
+    from datakit.check import check_dataset
+
+    root = tmp_path / "数据"
+    (root / "猫").mkdir(parents=True)
+    imwrite(root / "猫" / "好.jpg", synthetic_image(32, 32))
+    bad = damaged_jpeg(root / "猫")
+    report = check_dataset(root, workers=1)
+    assert len(report.problems) == 1
+    assert report.problems[0].startswith(f"unreadable: {bad}: damaged JPEG data: Corrupt JPEG data: ")
+    assert capfd.readouterr().err == ""
