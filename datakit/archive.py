@@ -16,7 +16,6 @@ import stat
 import struct
 import sys
 import time
-import unicodedata
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
+from datakit.filenames import EncodingGuess, guess_encoding
 
 __all__ = [
     "DEFAULT_MAX_MEMBER",
@@ -40,7 +40,6 @@ __all__ = [
     "unzip",
 ]
 
-CANDIDATES = ("gb18030", "big5", "cp932", "cp949", "cp866", "cp437")
 SUPPORTED_METHODS = {0: "stored", 8: "deflate", 12: "bzip2", 14: "lzma"}
 METHOD_NAMES = {9: "Deflate64", 93: "Zstandard", 95: "XZ", 96: "JPEG", 97: "WavPack", 98: "PPMd", 99: "AES"}
 DEFAULT_MAX_RATIO = 200.0
@@ -84,15 +83,6 @@ class ZipMember:
     @property
     def encrypted(self) -> bool:
         return bool(self.flags & 0x1)
-
-
-@dataclass(frozen=True)
-class EncodingGuess:
-    """The encoding chosen for an archive's unflagged names, and why."""
-
-    encoding: str
-    reason: str
-    scores: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,6 +139,37 @@ def _unicode_path(raw: bytes, extra: bytes) -> str | None:
     return None
 
 
+def _has_field(extra: bytes, tag: int) -> bool:
+    pos = 0
+    while pos + 4 <= len(extra):
+        t, size = struct.unpack_from("<HH", extra, pos)
+        if t == tag:
+            return True
+        pos += 4 + size
+    return False
+
+
+def _local_unicode_path(path: str | os.PathLike, info: zipfile.ZipInfo, central_extra: bytes) -> str | None:
+    """The Unicode Path name when its CRC matches the *local* header's name instead of the central one.
+
+    Some writers change the central directory's name after computing the field from the local
+    header (libarchive's ``test_read_format_zip_7075_utf8_paths.zip`` is such an archive); the
+    local header's own field is tried too.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(info.header_offset)
+            head = f.read(30)
+            if len(head) < 30 or head[:4] != b"PK\x03\x04":
+                return None
+            nlen, elen = struct.unpack_from("<HH", head, 26)
+            local = f.read(nlen + elen)
+    except OSError:
+        return None
+    name, extra = local[:nlen], local[nlen:]
+    return _unicode_path(name, central_extra) or _unicode_path(name, extra)
+
+
 def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(path)
@@ -176,8 +197,15 @@ def read_members(
         if own:
             zf.close()
     unicode_names = [None if flags & 0x800 else _unicode_path(raw, extra) for raw, flags, extra in entries]
-    legacy = [raw for (raw, flags, _), u in zip(entries, unicode_names) if not flags & 0x800 and u is None]
-    guess = _guess(legacy) if encoding == "auto" else _forced(encoding, legacy)
+    for i, ((_, flags, extra), info) in enumerate(zip(entries, infos)):
+        if unicode_names[i] is None and not flags & 0x800 and _has_field(extra, 0x7075):
+            unicode_names[i] = _local_unicode_path(path, info, extra)
+    legacy = [(raw, info.create_system) for (raw, flags, _), u, info in zip(entries, unicode_names, infos)
+              if not flags & 0x800 and u is None]  # fmt: skip
+    if encoding == "auto":
+        guess = guess_encoding([raw for raw, _ in legacy], [host for _, host in legacy])
+    else:
+        guess = _forced(encoding, [raw for raw, _ in legacy])
     members = []
     for i, ((raw, flags, _), uname, info) in enumerate(zip(entries, unicode_names, infos)):
         if flags & 0x800:
@@ -223,13 +251,6 @@ def _codec(name: str) -> str:
         raise UsageError(f"unknown encoding {name!r}: use 'auto' or a Python codec such as gbk, big5, cp932") from None
 
 
-def _forced(encoding: str, names: list[bytes]) -> EncodingGuess:
-    enc = _codec(encoding)
-    bad = sum(1 for n in names if not _decodes(n, enc))
-    reason = f"forced by the caller; {len(names) - bad} of {len(names)} unflagged names decode"
-    return EncodingGuess(enc, reason, {})
-
-
 def _decodes(raw: bytes, enc: str) -> bool:
     try:
         raw.decode(enc)
@@ -238,77 +259,18 @@ def _decodes(raw: bytes, enc: str) -> bool:
         return False
 
 
-def _char_score(ch: str, enc: str) -> float:
-    """How plausible ``ch`` is in a file name decoded with ``enc`` (1 common .. -2 garbage)."""
-    o = ord(ch)
-    cat = unicodedata.category(ch)
-    if cat in ("Cc", "Co", "Cn", "Cs"):
-        return -2.0
-    if 0xFF61 <= o <= 0xFF9F or 0x2500 <= o <= 0x259F:  # half-width katakana, box drawing: mojibake
-        return -1.0
-    if 0x4E00 <= o <= 0x9FFF:
-        if enc in ("gb18030", "gbk"):
-            return 1.0 if _encodes(ch, "gb2312") else 0.0
-        if enc == "big5":
-            return 1.0 if 0xA4 <= ch.encode("big5")[0] <= 0xC6 else 0.3
-        if enc == "cp932":
-            return 1.0 if 0x88 <= ch.encode("cp932")[0] <= 0x9F else 0.3
-        return 0.2 if enc == "cp949" else 0.0
-    if 0x3040 <= o <= 0x30FF:
-        return 1.0 if enc == "cp932" else 0.0
-    if 0xAC00 <= o <= 0xD7A3:
-        return (1.0 if _encodes(ch, "euc_kr") else 0.3) if enc == "cp949" else 0.0
-    if 0x0400 <= o <= 0x04FF:
-        return 1.0 if enc == "cp866" else 0.0
-    if 0xFF01 <= o <= 0xFF5E or 0x3000 <= o <= 0x303F:
-        return 0.5
-    if cat.startswith("L") and o < 0x250:
-        return 0.5 if enc == "cp437" else 0.2
-    return -0.5 if cat.startswith("S") else 0.0
-
-
-def _encodes(ch: str, enc: str) -> bool:
-    try:
-        ch.encode(enc)
-        return True
-    except UnicodeEncodeError:
-        return False
-
-
-def _guess(names: list[bytes]) -> EncodingGuess:
-    if not names:
-        return EncodingGuess("utf-8", "every name is flagged UTF-8 or carries a Unicode path field", {})
-    if all(n.isascii() for n in names):
-        return EncodingGuess("ascii", f"all {len(names)} unflagged names are ASCII", {})
-    if all(_decodes(n, "utf-8") for n in names):
-        return EncodingGuess("utf-8", f"all {len(names)} unflagged names are valid UTF-8 (flag missing)", {})
-    scores: dict[str, float | None] = {}
-    for enc in CANDIDATES:
-        try:
-            text = "".join(n.decode(enc) for n in names)
-        except UnicodeDecodeError:
-            scores[enc] = None
-            continue
-        chars = [c for c in text if ord(c) >= 0x80]
-        scores[enc] = sum(_char_score(c, enc) for c in chars) / max(1, len(chars))
-    best = max((e for e in CANDIDATES if scores[e] is not None), key=lambda e: scores[e])  # cp437 always decodes
-    chosen = "gbk" if best == "gb18030" and all(_decodes(n, "gbk") for n in names) else best
-    ruled_out = [e for e, s in scores.items() if s is None]
-    others = ", ".join(f"{e} {s:.2f}" for e, s in scores.items() if s is not None and e != best)
-    reason = f"{len(names)} unflagged names decode as {chosen} with plausibility {scores[best]:.2f}"
-    if others:
-        reason += f" (also decode: {others})"
-    if ruled_out:
-        reason += f"; ruled out: {', '.join(ruled_out)}"
-    return EncodingGuess(chosen, reason, scores)
+def _forced(encoding: str, names: list[bytes]) -> EncodingGuess:
+    enc = _codec(encoding)
+    bad = sum(1 for n in names if not _decodes(n, enc))
+    reason = f"forced by the caller; {len(names) - bad} of {len(names)} unflagged names decode"
+    return EncodingGuess(enc, reason, {})
 
 
 def detect_encoding(archive: str | os.PathLike) -> EncodingGuess:
     """The encoding ``unzip(..., encoding="auto")`` would use for the archive's unflagged names.
 
-    Strict UTF-8 first; otherwise every candidate (GB18030/GBK, Big5, CP932, CP949, CP866, CP437)
-    that decodes all the names is scored on how plausible the characters are in file names, and
-    the best wins (ties go to the earlier candidate). ``reason`` says why.
+    See :func:`datakit.filenames.guess_encoding`: every candidate that decodes all the names is
+    scored; ``reason`` says why, and ``ambiguous`` lists close rivals when the choice is not clear.
     """
     return read_members(archive, "auto")[1]
 

@@ -237,18 +237,29 @@ _UNZIP_EXAMPLE = """\
 """
 
 
+def _warn_ambiguous(archive: Path, guess) -> None:
+    if guess.ambiguous:
+        print(
+            f"warning: {archive}: names decoded as {guess.encoding}, but ambiguous: "
+            f"{' or '.join(guess.ambiguous)}; pass --encoding to choose",
+            file=sys.stderr,
+        )
+
+
 def cmd_unzip(args: argparse.Namespace) -> int:
     from datakit.archive import iter_progress, read_members, unzip
 
     archive = _existing(args.archive)
     if args.list:
         members, guess = read_members(archive, args.encoding)
+        _warn_ambiguous(archive, guess)
         files = [m for m in members if not m.is_dir]
         if args.json:
             out = {
                 "archive": str(archive),
                 "encoding": guess.encoding,
                 "reason": guess.reason,
+                "ambiguous": list(guess.ambiguous),
                 "members": [
                     {"name": m.name, "size": m.file_size, "compressed": m.compress_size, "name_source": m.name_source}
                     for m in members
@@ -271,12 +282,14 @@ def cmd_unzip(args: argparse.Namespace) -> int:
                        max_total=args.max_total, max_ratio=args.max_ratio, progress=update)  # fmt: skip
     finally:
         close()
+    _warn_ambiguous(archive, report.encoding)
     for note in report.notes:
         print(f"warning: {note}", file=sys.stderr)
     for problem in report.problems:
         print(problem, file=sys.stderr)
     if args.json:
         _print_json({"archive": str(archive), "dest": str(args.dest), "encoding": report.encoding.encoding,
+                     "ambiguous": list(report.encoding.ambiguous),
                      "extracted": report.extracted, "unchanged": report.unchanged,
                      "problems": report.problems})  # fmt: skip
     elif not args.quiet:

@@ -1,0 +1,313 @@
+"""The legacy encoding of zip member names: candidates, a plausibility score, an honest verdict.
+
+Zip names without the UTF-8 flag are bytes in whatever code page the writing system used: an
+OEM code page on DOS and Windows (CP437/CP850 Western, CP866 Cyrillic, CP932, GBK, Big5, CP949),
+the locale's encoding on Unix (UTF-8, KOI8-R, ...). Every candidate that decodes all names is
+scored on how plausible the result is as file names: characters common in the script the
+encoding is for, one script across all names and within each word, a normal letter case, and the
+host that wrote the archive. When the two best distinct readings are close, the verdict says so.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["CANDIDATES", "EncodingGuess", "guess_encoding"]
+
+# (codec, the host family that writes it: "dos" for DOS/Windows OEM code pages, "unix", or "any")
+CANDIDATES = (
+    ("utf-8", "any"),
+    ("gbk", "any"),
+    ("big5", "any"),
+    ("cp932", "any"),
+    ("cp949", "any"),
+    ("cp437", "dos"),
+    ("cp850", "dos"),
+    ("cp866", "dos"),
+    ("cp1252", "windows"),
+    ("cp1251", "windows"),
+    ("koi8_r", "unix"),
+)
+# "version made by" host numbers (APPNOTE 4.4.2): which hosts write OEM code pages
+_OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "big5", "cp932", "cp949"})
+_DOS_HOSTS = {0, 6, 11, 14}  # MS-DOS/FAT, OS/2 HPFS, NTFS, VFAT
+_UNIX_HOSTS = {3, 19}  # Unix, OS X
+AMBIGUITY_MARGIN = 0.12
+
+# Russian letters by frequency in running text (most common first)
+_RU_FREQ = "оеаинтсрвлкмдпуяыьгзбчйхжшюцщэфъё"
+_RU_SCORE = {c: (1.0 if i < 15 else 0.75 if i < 24 else 0.45 if i < 30 else 0.1) for i, c in enumerate(_RU_FREQ)}
+# accented Latin letters in Western European file names (German, French, Spanish, Portuguese, Nordic)
+_LATIN_TIERS = (
+    (1.0, set("éèàäöüßçñáíóúãâêôåøæÄÖÜÉ")),
+    (0.6, set("ëïîûùìòõœÅØÆÇÑÁÍÓÚÈÀÊ")),
+    (0.3, set("ÿËÎÏÔÛÙÒÌÂÃÕŒŠšŽžŸýÝ")),
+)
+# The characters most used in file names and everyday text, per script (most common first). A
+# reading made of these is far more plausible than one made of merely valid characters: Korean
+# bytes read as GBK are all valid GB2312 level-1 characters, but few of them are common ones.
+_HANZI_COMMON = (
+    "的一是不了人我在有他这为之大来以个中上们到说国和地也子时道出而要于就下得可你年生自会那后能对着事其里所去行过家十用"
+    "发天如然作方成者多日都三小军二无同么经法当起与好看学进种将还分此心前面又定见只主没公从知使点业本高现实长电意两走机部"
+    "加文美问内全开明正几很想被老力重间相外名新手位题打产等并样应真百化工话通做因然情北期总各市常已儿结水给书口身边平更"
+    "建物件报合计接原何义表先少路区月动门安西金图系山数据片照夹测试训练验证集标注样本视频资料告纪财务单论庭介绍课程旅游"
+    "风景项划票花朵知简历微信汽车类猫狗鸟身份扫描京海南东城市场品设备管理系统模型网络版终稿附录目索引格式调查研究院校医疗"
+    "银行保险税费商店购买卖价值交易客户服务员工资考核录音乐歌曲电影片剧集动画漫游戏软硬程序代码源文档案卷宗批注释说明书"
+    "册规范标准流程方案报价合同协议证明执照营业登记申请审批决定通知公告会议纪要总结汇报年度季月周日早晚春夏秋冬节假日期"
+    "红黄蓝绿白黑色彩光影像素尺寸大小高宽长度重量温度颜形状体积面积地址电话邮箱号码账户密码用户名称姓男女老少儿童学生教师"
+    "班级成绩分数考试题答案作业练习实验数学语英物理化生历史政治体育美术音信息技术课件讲义复习资料库存货物流快递包裹"
+)
+_HANZI_COMMON_TRAD = (
+    "的一是不了人我在有他這為之大來以個中上們到說國和地也子時道出而要於就下得可你年生自會那後能對著事其裡所去行過家十用"
+    "發天如然作方成者多日都三小軍二無同麼經法當起與好看學進種將還分此心前面又定見只主沒公從知使點業本高現實長電意兩走機部"
+    "加文美問內全開明正幾很想被老力重間相外名新手位題打產等並樣應真百化工話通做因情北期總各市常已兒結水給書口身邊平更"
+    "建物件報合計接原何義表先少路區月動門安西金圖系山數據片照夾測試訓練驗證集標註樣本視頻影資料告紀財務單論庭介紹課程旅遊"
+    "風景項劃票花朵知簡歷履微信汽車類貓咪狗鳥身份掃描京海南東城市場品設備管理系統模型網路版終稿附錄目索引格式調查研究院校醫療"
+    "銀行保險稅費商店購買賣價值交易客戶服務員工資考核錄音樂歌曲電影劇集動畫漫遊戲軟硬程序代碼源文檔案卷宗批註釋說明書"
+    "冊規範標準流程方案報價合約協議證明執照營業登記申請審批決定通知公告會議紀要總結匯報年度季月週日早晚春夏秋冬節假日期"
+    "紅黃藍綠白黑色彩光影像素尺寸大小高寬長度重量溫度顏形狀體積面積地址電話郵箱號碼帳戶密碼用戶名稱姓男女老少兒童學生教師"
+    "班級成績分數考試題答案作業練習實驗數學語英物理化歷史政治體育美術訊息技術課件講義複習庫存貨物流快遞包裹增夾灣臺台北潭港維多利亞菜菜單"
+)
+_HANGUL_COMMON = (
+    "이다의는에가을하고지서한기로도사시인를리대정자수어보아나부일년전우무상주라구소제요성화국장경모신비해마여문동유오내위개조"
+    "심명각면원생방진고양폴더미지보서데터회록재무표울남산탑워계약최종설학명단졸업논족품소개행제바프로젝트획영증꽃장미공항력김민"
+    "간견적음악노래스크린샷자차새파일사진문서자료목록번호주소전화이름날짜시간월일금토요업무팀회의결과분석통합관리시스템"
+)
+
+
+@dataclass(frozen=True)
+class EncodingGuess:
+    """The encoding chosen for an archive's unflagged names, and why.
+
+    ``ambiguous`` lists the candidates whose readings differ but score within
+    ``AMBIGUITY_MARGIN`` of the best (best first); empty when the choice is clear.
+    """
+
+    encoding: str
+    reason: str
+    scores: dict[str, float | None] = field(default_factory=dict)
+    ambiguous: tuple[str, ...] = ()
+
+
+def _script(ch: str) -> str:
+    o = ord(ch)
+    if o < 0x80:
+        return "latin" if ch.isalpha() else "ascii"
+    if 0x0400 <= o <= 0x04FF:
+        return "cyrillic"
+    if 0x0370 <= o <= 0x03FF:
+        return "greek"
+    if 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF:
+        return "han"
+    if 0x3040 <= o <= 0x30FF:
+        return "kana"
+    if 0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:
+        return "hangul"
+    if ch.isalpha() and o < 0x250:
+        return "latin"
+    return "other"
+
+
+_FAMILY = {"latin": "latin", "cyrillic": "cyrillic", "greek": "greek", "han": "cjk", "kana": "cjk", "hangul": "cjk"}
+
+
+def _encodes(ch: str, enc: str) -> bool:
+    try:
+        ch.encode(enc)
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _han_score(ch: str, enc: str) -> float:
+    if enc in ("gbk", "gb18030", "utf-8"):
+        if ch in _SIMPLIFIED or (enc == "utf-8" and (ch in _TRADITIONAL)):
+            return 1.0
+        if enc == "utf-8":
+            return 0.5
+        b = ch.encode("gbk")
+        return 0.7 if 0xB0 <= b[0] <= 0xD7 else 0.3 if 0xD8 <= b[0] <= 0xF7 else 0.0
+    if enc == "big5":
+        if ch in _TRADITIONAL:
+            return 1.0
+        return 0.7 if 0xA4 <= ch.encode("big5")[0] <= 0xC6 else 0.2
+    if enc == "cp932":
+        if ch in _SIMPLIFIED or ch in _TRADITIONAL:
+            return 1.0
+        b = ch.encode("cp932")
+        return 0.6 if 0x88 <= b[0] <= 0x98 else 0.3 if b[0] <= 0x9F else 0.1
+    if enc == "cp949":
+        return 0.2  # hanja: rare in Korean file names
+    return 0.0
+
+
+def _char_score(ch: str, enc: str) -> float:
+    """How plausible the non-ASCII ``ch`` is in a file name read as ``enc`` (1 common .. -2 garbage)."""
+    o = ord(ch)
+    cat = unicodedata.category(ch)
+    if cat in ("Cc", "Co", "Cn", "Cs", "Cf"):
+        return -2.0
+    if 0xFF61 <= o <= 0xFF9F or 0x2500 <= o <= 0x259F:  # half-width katakana, box drawing: mojibake
+        return -1.0
+    script = _script(ch)
+    if script == "han":
+        return _han_score(ch, enc)
+    if script == "kana":
+        return 1.0 if enc == "cp932" else 0.0
+    if script == "hangul":
+        if enc not in ("cp949", "utf-8"):
+            return 0.0
+        return 1.0 if ch in _KOREAN else 0.75 if _encodes(ch, "euc_kr") else 0.2
+    if script == "cyrillic":
+        return _RU_SCORE.get(ch.lower(), 0.1)
+    if script == "greek":
+        return -0.5  # the Greek letters of CP437/CP866 appear only as mojibake in these archives
+    if script == "latin":
+        return next((value for value, letters in _LATIN_TIERS if ch in letters), 0.0)
+    if 0xFF01 <= o <= 0xFF5E or 0x3000 <= o <= 0x303F:
+        return 0.5  # full-width punctuation and digits in CJK names
+    if ch in "№°«»–—’“”•·":
+        return 0.2
+    return -0.7  # other symbols (±§¤¶¬ⁿ²≈...): mojibake far more often than intent
+
+
+def _word_penalties(text: str) -> tuple[float, int]:
+    """(penalty, letters) for words mixing alphabets (``MБller``) or with a capital after a small
+    letter that is not ASCII camel case (``нРВЕР``, ``mÄller``), and Latin words made mostly of
+    accented letters (``ÄÔþÑÔ``)."""
+    penalty = 0.0
+    word: list[str] = []
+
+    def close() -> float:
+        if not word:
+            return 0.0
+        p = 0.0
+        families = {_FAMILY.get(_script(c)) for c in word} - {None}
+        alphabets = families & {"latin", "cyrillic", "greek"}
+        non_ascii = sum(1 for c in word if ord(c) >= 0x80)
+        if len(alphabets) > 1:
+            p += 2.0 * non_ascii
+        for a, b in zip(word, word[1:]):
+            if a.islower() and b.isupper() and (ord(a) >= 0x80 or ord(b) >= 0x80):
+                p += 1.0
+        if alphabets == {"latin"} and len(word) >= 2 and non_ascii * 2 > len(word):
+            p += 0.8 * non_ascii
+        return p
+
+    for ch in text:
+        if ch.isalpha() and _FAMILY.get(_script(ch)) in ("latin", "cyrillic", "greek"):
+            word.append(ch)
+        else:
+            penalty += close()
+            word = []
+    penalty += close()
+    return penalty, 0
+
+
+def _cjk_in_latin(name: str) -> int:
+    """Lone CJK characters touching ASCII letters (``Sommerferien_謘terreich``, ``A砲_nuevo``): one
+    legacy byte glued to the next ASCII byte by a double-byte reading. Real names hold runs."""
+    padded = f" {name} "
+    count = 0
+    for a, b, c in zip(padded, padded[1:], padded[2:]):
+        if _FAMILY.get(_script(b)) != "cjk" or _FAMILY.get(_script(a)) == "cjk" or _FAMILY.get(_script(c)) == "cjk":
+            continue
+        if (a.isascii() and a.isalpha()) or (c.isascii() and c.isalpha()):
+            count += 1
+    return count
+
+
+def score(names: list[str], enc: str, host: str | None = None) -> float:
+    """Mean plausibility per non-ASCII character of ``names`` read as ``enc`` (higher is better)."""
+    chars = [c for n in names for c in n if ord(c) >= 0x80]
+    if not chars:
+        return 1.0
+    total = sum(_char_score(c, enc) for c in chars)
+    total -= sum(_word_penalties(n)[0] + 1.5 * _cjk_in_latin(n) for n in names)
+    families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
+    letters = {k: v for k, v in families.items() if k != "other"}
+    if letters:
+        total -= (sum(letters.values()) - max(letters.values())) * 1.0  # one script across all names
+    value = total / len(chars)
+    if enc == "utf-8":
+        value += 0.3  # valid multi-byte UTF-8 is itself evidence: random legacy bytes rarely are
+    if host == "dos":  # DOS/Windows tools write the OEM code page: CP437/850/866 and the CJK ones
+        value += 0.1 if enc in _OEM else -0.1
+    elif host == "unix":  # Unix tools write the locale's encoding, never a DOS code page
+        value += 0.1 if enc in ("utf-8", "koi8_r") else -0.1 if dict(CANDIDATES).get(enc) == "dos" else 0.0
+    return value
+
+
+def host_family(hosts: list[int]) -> str | None:
+    """``"dos"`` or ``"unix"`` when most names come from one kind of host, else None."""
+    if not hosts:
+        return None
+    counts = Counter("dos" if h in _DOS_HOSTS else "unix" if h in _UNIX_HOSTS else None for h in hosts)
+    best, n = counts.most_common(1)[0]
+    return best if n * 2 > len(hosts) else None
+
+
+def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> EncodingGuess:
+    """The encoding of ``raw_names`` (member names without the UTF-8 flag) and why.
+
+    Args:
+        raw_names: the names as stored.
+        hosts: the "version made by" host of each name's member (0 MS-DOS, 3 Unix, 11 NTFS...).
+    """
+    if not raw_names:
+        return EncodingGuess("utf-8", "every name is flagged UTF-8 or carries a Unicode path field", {})
+    if all(n.isascii() for n in raw_names):
+        return EncodingGuess("ascii", f"all {len(raw_names)} unflagged names are ASCII", {})
+    host = host_family(hosts or [])
+    scores: dict[str, float | None] = {}
+    readings: dict[str, tuple[str, ...]] = {}
+    for enc, _ in CANDIDATES:
+        try:
+            names = [n.decode(enc) for n in raw_names]
+        except UnicodeDecodeError:
+            scores[enc] = None
+            continue
+        readings[enc] = tuple(names)
+        scores[enc] = score(names, enc, host)
+    ranked = sorted((e for e in readings), key=lambda e: -scores[e])
+    if not ranked:
+        enc = "gb18030" if all(_decodes(n, "gb18030") for n in raw_names) else "cp437"
+        return EncodingGuess(enc, "no candidate decodes every name; undecodable bytes are replaced", scores)
+    best = ranked[0]
+    same = [e for e in ranked[1:] if readings[e] == readings[best]]
+    rivals = []
+    for e in ranked[1:]:
+        distinct = readings[e] != readings[best] and all(readings[e] != readings[r] for r in rivals)
+        if distinct and scores[best] - scores[e] < AMBIGUITY_MARGIN:
+            rivals.append(e)
+    n = len(raw_names)
+    where = f" written on {'DOS/Windows' if host == 'dos' else 'Unix'}" if host else ""
+    if rivals:
+        options = " or ".join([best, *rivals])
+        reason = (
+            f"ambiguous: {options}; pass --encoding ({n} unflagged names{where}; "
+            f"plausibility {', '.join(f'{e} {scores[e]:.2f}' for e in [best, *rivals])})"
+        )
+    else:
+        reason = f"{n} unflagged names{where} decode as {best} with plausibility {scores[best]:.2f}"
+        runner = next((e for e in ranked[1:] if readings[e] != readings[best]), None)
+        if runner is not None:
+            reason += f" (next: {runner} {scores[runner]:.2f})"
+    if same:
+        reason += f"; {', '.join(same)} {'reads' if len(same) == 1 else 'read'} them the same"
+    return EncodingGuess(best, reason, scores, tuple([best, *rivals]) if rivals else ())
+
+
+def _decodes(raw: bytes, enc: str) -> bool:
+    try:
+        raw.decode(enc)
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+_SIMPLIFIED = frozenset(_HANZI_COMMON)
+_TRADITIONAL = frozenset(_HANZI_COMMON_TRAD)
+_KOREAN = frozenset(_HANGUL_COMMON)
