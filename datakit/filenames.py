@@ -35,6 +35,7 @@ _OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "big5", "cp932", "cp949"})
 _DOS_HOSTS = {0, 6, 11, 14}  # MS-DOS/FAT, OS/2 HPFS, NTFS, VFAT
 _UNIX_HOSTS = {3, 19}  # Unix, OS X
 AMBIGUITY_MARGIN = 0.12
+MAX_SCORED = 500  # names scored per archive (evenly spaced); every name must still decode
 
 # Russian letters by frequency in running text (most common first)
 _RU_FREQ = "оеаинтсрвлкмдпуяыьгзбчйхжшюцщэфъё"
@@ -263,12 +264,17 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     host = host_family(hosts or [])
     scores: dict[str, float | None] = {}
     readings: dict[str, tuple[str, ...]] = {}
+    legacy = [n for n in raw_names if not n.isascii()]
+    step = max(1, len(legacy) // MAX_SCORED)
+    sample = legacy[::step][:MAX_SCORED]  # scoring is Python per character; decoding all is C
     for enc, _ in CANDIDATES:
         try:
-            names = [n.decode(enc) for n in raw_names]
+            for n in legacy:
+                n.decode(enc)
         except UnicodeDecodeError:
             scores[enc] = None
             continue
+        names = [n.decode(enc) for n in sample]
         readings[enc] = tuple(names)
         scores[enc] = score(names, enc, host)
     ranked = sorted((e for e in readings), key=lambda e: -scores[e])
