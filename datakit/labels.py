@@ -435,10 +435,10 @@ def _duplicates(files: StringArray) -> list[tuple[int, int]]:
     n = len(files)
     if n < 2:
         return []
-    h1, _ = _hash_strings(files)
-    codes, _ = pd.factorize(h1)  # a hash table: linear time, codes in order of first appearance
-    firsts = np.full(codes.max() + 1, n, np.int64)
-    np.minimum.at(firsts, codes, np.arange(n))
+    codes, _ = pd.factorize(_hash_strings(files))  # a hash table: linear time, codes in order of first appearance
+    if codes.max() + 1 == n:
+        return []
+    firsts = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]])
     again = np.flatnonzero(firsts[codes] != np.arange(n))
     out = []
     for i in again.tolist():
@@ -448,9 +448,9 @@ def _duplicates(files: StringArray) -> list[tuple[int, int]]:
     return out
 
 
-def _hash_strings(strings: StringArray) -> tuple[np.ndarray, np.ndarray]:
+def _hash_strings(strings: StringArray) -> np.ndarray:
     offs = strings.offsets
-    return hash_spans(strings.data, offs[:-1], offs[1:] - offs[:-1])
+    return hash_spans(strings.data, offs[:-1], offs[1:] - offs[:-1], two=False)[0]
 
 
 def resolve_path(name: str, root: str | os.PathLike) -> str:
@@ -600,6 +600,11 @@ def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str, str
             enc = "utf-8-sig"
     dec = "gb18030" if enc in ("gbk", "gb2312") else enc  # GB18030 is GBK's superset: same bytes, same text
     try:
+        if dec == "gb18030":
+            try:
+                return raw.decode("gbk"), enc  # the faster codec, when the text is plain GBK
+            except UnicodeDecodeError:
+                pass
         return raw.decode(dec), enc
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1

@@ -85,10 +85,14 @@ class Columns:
             return [], np.zeros(0, np.int32), np.zeros(0, bool)
         import pandas as pd
 
-        h1, h2 = hash_spans(self._buf, starts, ends - starts)
-        inv, uniq = pd.factorize(h1)  # a hash table: linear time, codes in order of first appearance
-        first = np.full(len(uniq), n, np.int64)
-        np.minimum.at(first, inv, np.arange(n))
+        lens = ends - starts
+        if lens.max() <= 8:  # the value itself, as one 8-byte word, is an exact key
+            h1 = h2 = short_keys(self._buf, starts, lens)
+        else:
+            h1, h2 = hash_spans(self._buf, starts, lens)
+        inv, _ = pd.factorize(h1)  # a hash table: linear time, codes in order of first appearance
+        # codes appear in order, so a value's first row is where the running maximum first reaches it
+        first = np.flatnonzero(np.r_[True, inv[1:] > np.maximum.accumulate(inv)[:-1]])
         if not np.array_equal(h2, h2[first][inv]):  # a 64-bit collision: decode row by row instead
             raw = self._buf
             texts = [raw[s:e].tobytes().decode("utf-8", "surrogateescape") for s, e in zip(starts, ends)]
@@ -115,45 +119,77 @@ def gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.nd
 _P1, _P2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two independent 64-bit hashes of every span of ``buf``, eight bytes at a time, all spans at once."""
-    n = len(starts)
+def _words(buf: np.ndarray) -> np.ndarray:
     padded = np.zeros(len(buf) + 8, np.uint8)
     padded[: len(buf)] = buf
     # every byte offset as the start of a little-endian 8-byte word (an unaligned view, no copy)
-    words = np.ndarray((len(buf) + 1,), dtype="<u8", buffer=padded, strides=(1,))
+    return np.ndarray((len(buf) + 1,), dtype="<u8", buffer=padded, strides=(1,))
+
+
+def _masked(w: np.ndarray, rem: np.ndarray) -> np.ndarray:
+    """Keep the first ``rem`` (0..8) bytes of each little-endian word."""
+    short = np.flatnonzero(rem < 8)
+    if len(short):
+        bits = (np.maximum(rem[short], 0) * 8).astype(np.uint64)
+        w[short] &= (np.uint64(1) << bits) - np.uint64(1)
+    return w
+
+
+def short_keys(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Spans of at most 8 bytes as exact uint64 keys (the bytes, zero-padded; lengths differ in zeros only
+    when a value ends in NUL bytes, which text never does)."""
+    return _masked(_words(buf)[np.minimum(starts, len(buf))], lens.astype(np.int64))
+
+
+def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, two: bool = True) -> tuple[np.ndarray, ...]:
+    """64-bit hashes of every span of ``buf`` (two independent ones unless ``two=False``), eight bytes at
+    a time, all spans at once."""
+    n = len(starts)
+    words = _words(buf)
     lens = np.asarray(lens, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
     h1 = lens.astype(np.uint64) * _P1
-    h2 = lens.astype(np.uint64) * _P2 + np.uint64(1)
+    h2 = lens.astype(np.uint64) * _P2 + np.uint64(1) if two else None
     rows: np.ndarray | None = None  # None: every row
     k = 0
-    starts = np.asarray(starts, dtype=np.int64)
     with np.errstate(over="ignore"):
         while True:
             rem = (lens if rows is None else lens[rows]) - 8 * k
-            live = rem > 0
-            n_live = int(live.sum())
-            if not n_live:
-                break
-            if rows is None and n_live < n // 2:
-                rows = np.flatnonzero(live)
-                rem, live = rem[rows], np.ones(len(rows), bool)
-            elif rows is not None:
-                rows, rem = rows[live], rem[live]
-                live = np.ones(len(rows), bool)
-            pos = (starts if rows is None else starts[rows]) + 8 * k
-            w = words[np.minimum(pos, len(buf))]
-            # keep only the span's own bytes: shift out what lies past its end (and all of it when done)
-            keep = np.clip(rem, 0, 8).astype(np.uint64) * np.uint64(8)
-            w = np.where(keep >= 64, w, w & ((np.uint64(1) << (keep & np.uint64(63))) - np.uint64(1)))
             if rows is None:
-                h1 = (h1 ^ w) * _P1
-                h2 = (h2 + w) * _P2
+                live = int(np.count_nonzero(rem > 0))
+                if not live:
+                    break
+                if live < n // 2:
+                    rows = np.flatnonzero(rem > 0)
+                    rem = rem[rows]
+            else:
+                keep = rem > 0
+                rows, rem = rows[keep], rem[keep]
+                if not len(rows):
+                    break
+            pos = (starts if rows is None else starts[rows]) + 8 * k
+            w = _masked(words[np.minimum(pos, len(buf))], rem)
+            if rows is None:
+                np.bitwise_xor(h1, w, out=h1)
+                np.multiply(h1, _P1, out=h1)
+                if two:
+                    np.add(h2, w, out=h2)
+                    np.multiply(h2, _P2, out=h2)
             else:
                 h1[rows] = (h1[rows] ^ w) * _P1
-                h2[rows] = (h2[rows] + w) * _P2
+                if two:
+                    h2[rows] = (h2[rows] + w) * _P2
             k += 1
-    return h1, h2
+    return (h1, h2) if two else (h1,)
+
+
+_SUSPECT_BYTES = bytes([0xC2, 0xE1, 0xE2, 0xE3, 0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x1F])
+_NOT_SUSPECT = bytes(b for b in range(256) if b not in _SUSPECT_BYTES)
+
+
+def _has_suspects(raw: bytes) -> bool:
+    """Whether any byte that can start a space only ``str.strip`` removes is present (one C pass)."""
+    return bool(raw.translate(None, _NOT_SUSPECT))
 
 
 def _edges_plain(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bool:
@@ -197,13 +233,19 @@ def _strip(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.nd
     return starts, ends
 
 
+def _edges_have_space(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bool:
+    full = ends > starts
+    return bool(_WS[buf[starts[full]]].any() or _WS[buf[ends[full] - 1]].any())
+
+
 def _lines(buf: np.ndarray, comments: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, line number) of every non-blank line, stripped; ``#`` lines dropped with ``comments``."""
     nl = np.flatnonzero(buf == 10)
     starts = np.concatenate([[0], nl + 1]).astype(np.int64)
     ends = np.concatenate([nl, [len(buf)]]).astype(np.int64)
     numbers = np.arange(1, len(starts) + 1, dtype=np.int64)
-    starts, ends = _strip(buf, starts, ends)
+    if _edges_have_space(buf, starts, ends):
+        starts, ends = _strip(buf, starts, ends)
     keep = ends > starts
     if comments:
         keep &= buf[np.minimum(starts, max(len(buf) - 1, 0))] != ord("#")
@@ -228,11 +270,14 @@ def _fast_delimited(raw: bytes, delim: str, is_header: Callable[[list[str]], boo
     if not (count == k).all():
         return None
     spans = []
+    suspects = _has_suspects(raw)
+    near = np.concatenate([d - 1, np.minimum(d + 1, len(buf) - 1)])
+    padded = bool(_WS[buf[near]].any())  # else no field has spaces to strip (lines are stripped already)
     for j in range(k + 1):
         s = starts if j == 0 else d[first + j - 1] + 1
         e = ends if j == k else d[first + j]
-        spans.append(_strip(buf, s, e))
-        if not _edges_plain(buf, *spans[-1]):
+        spans.append(_strip(buf, s, e) if padded else (s, e))
+        if suspects and not _edges_plain(buf, *spans[-1]):
             return None
     row0 = [_decode(buf, int(s[0]), int(e[0])) for s, e in spans]
     if not is_header(row0):
@@ -260,9 +305,14 @@ def _fast_list(raw: bytes, is_header: Callable[[list[str]], bool]) -> Columns | 
         sep = seps[last]
         if (sep < starts).any():
             return None  # a line with one field: the Python path reports it
-    fs, fe = _strip(buf, starts, sep)
-    ls, le = _strip(buf, sep + 1, ends)
-    if (fe <= fs).any() or (le <= ls).any() or not (_edges_plain(buf, fs, fe) and _edges_plain(buf, ls, le)):
+    if _WS[buf[sep - 1]].any() or _WS[buf[sep + 1]].any():
+        fs, fe = _strip(buf, starts, sep)
+        ls, le = _strip(buf, sep + 1, ends)
+    else:  # one space between the fields, lines already stripped
+        fs, fe, ls, le = starts, sep, sep + 1, ends
+    if (fe <= fs).any() or (le <= ls).any():
+        return None
+    if _has_suspects(raw) and not (_edges_plain(buf, fs, fe) and _edges_plain(buf, ls, le)):
         return None
     row0 = [_decode(buf, int(fs[0]), int(fe[0])), _decode(buf, int(ls[0]), int(le[0]))]
     spans = [(fs, fe), (ls, le)]
