@@ -32,7 +32,7 @@ _LAZY = {
     "LmdbDataset": "datasets", "LmdbReader": "lmdb", "LmdbWriter": "lmdb", "verify_lmdb": "lmdb",
     "lmdb_info": "lmdb", "pack_lmdb": "pack", "PackReport": "pack",
     "compute_stats": "stats", "Stats": "stats", "PRESETS": "stats",
-    "check_dataset": "check", "preview": "check",
+    "check_dataset": "check", "preview": "preview",
     "stack_collate": "collate", "pad_collate": "collate", "detection_collate": "collate",
     "create_loader": "loader", "InfiniteLoader": "loader", "seed_everything": "loader", "seed_worker": "loader",
     "CUDAPrefetcher": "prefetch", "tune_num_workers": "tuning", "measure_throughput": "tuning",

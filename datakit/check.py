@@ -1,4 +1,4 @@
-"""Dataset health checks (``datakit check``) and contact sheets (``datakit preview``).
+"""Dataset health checks (``datakit check``).
 
 A check reports every problem of the label table at once (labels.py finds them: blank cells,
 duplicate files, mixed or out-of-range integer labels, missing columns, each with its sheet and
@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from datakit.datasets import ImageDataset, TableDataset, open_dataset
-from datakit.errors import DataError, UsageError
-from datakit.io import IMAGE_EXTENSIONS, WRITE_EXTENSIONS, probe_image
+from datakit.io import IMAGE_EXTENSIONS, probe_image
 from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels
 from datakit.parallel import map_ordered
 
-__all__ = ["PREVIEW_EXTENSIONS", "CheckReport", "check_dataset", "preview"]
+__all__ = ["CheckReport", "check_dataset"]
 
 TABLE_SUFFIXES = EXCEL_SUFFIXES + TEXT_SUFFIXES
 
@@ -179,106 +178,10 @@ def _not_in_table(ds: TableDataset, src: str | os.PathLike, report: CheckReport)
         report.problems.append(f"not in the table: {extra}")
 
 
-# ---------------------------------------------------------------------------------------------
-# preview
+def __getattr__(name: str):
+    # preview moved to datakit.preview; the old import path keeps working
+    if name in ("preview", "PREVIEW_EXTENSIONS"):
+        import importlib
 
-_FONT_CANDIDATES = (
-    "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
-    "/usr/share/fonts/noto-cjk/NotoSansCJK-Regular.ttc",
-    "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
-    "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
-    "/System/Library/Fonts/PingFang.ttc",
-    "C:/Windows/Fonts/msyh.ttc",
-    "C:/Windows/Fonts/simhei.ttf",
-)
-_LATIN_FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
-
-
-def _font(size: int):
-    from PIL import ImageFont
-
-    for path in _FONT_CANDIDATES:
-        if os.path.exists(path):
-            try:
-                return ImageFont.truetype(path, size), True
-            except OSError:
-                continue
-    if os.path.exists(_LATIN_FONT):
-        return ImageFont.truetype(_LATIN_FONT, size), False
-    return ImageFont.load_default(size), False
-
-
-def _to_hwc_uint8(img) -> np.ndarray:
-    import torch
-
-    if isinstance(img, torch.Tensor):
-        t = img.detach().cpu()
-        if t.dtype.is_floating_point:
-            t = (t.clamp(0, 1) * 255).round().to(torch.uint8) if t.max() <= 1.0 and t.min() >= 0 else (
-                ((t - t.min()) / (t.max() - t.min() + 1e-8)) * 255).to(torch.uint8)  # fmt: skip
-        img = t.permute(1, 2, 0).numpy() if t.ndim == 3 and t.shape[0] in (1, 3) else t.numpy()
-    img = np.asarray(img)
-    if img.ndim == 2:
-        img = np.stack([img] * 3, axis=-1)
-    if img.shape[2] == 1:
-        img = np.repeat(img, 3, axis=2)
-    return np.ascontiguousarray(img[..., :3])
-
-
-PREVIEW_EXTENSIONS = WRITE_EXTENSIONS
-
-
-def preview(
-    ds: ImageDataset,
-    out: str | os.PathLike,
-    *,
-    n: int = 32,
-    cols: int = 8,
-    tile: int = 160,
-    seed: int = 0,
-    overwrite: bool = False,
-) -> Path:
-    """A contact sheet of ``n`` random samples as the model sees them (after the dataset's transform),
-    each captioned with its index and class, written atomically to ``out`` (``PREVIEW_EXTENSIONS``).
-
-    Raises:
-        UsageError: ``n``, ``cols`` or ``tile`` below 1, an unknown extension, an existing ``out``
-            without ``overwrite``, an empty dataset.
-    """
-    import cv2
-    from PIL import Image, ImageDraw
-
-    from datakit.io import check_output, imwrite
-
-    out = Path(out)
-    for name, value in (("n", n), ("cols", cols), ("tile", tile)):
-        if value < 1:
-            raise UsageError(f"{name} must be at least 1, got {value}")
-    if out.suffix.lower() not in PREVIEW_EXTENSIONS:
-        raise UsageError(f"{out}: cannot tell the picture format; end the name in {', '.join(PREVIEW_EXTENSIONS)}")
-    check_output(out, overwrite=overwrite)
-    if len(ds) == 0:
-        raise DataError("the dataset is empty: nothing to preview")
-    rng = np.random.default_rng(seed)
-    picks = np.sort(rng.choice(len(ds), size=min(n, len(ds)), replace=False))
-    rows = -(-len(picks) // cols)
-    cap = max(14, tile // 9)
-    sheet = Image.new("RGB", (cols * tile, rows * (tile + cap + 6)), (32, 32, 32))
-    draw = ImageDraw.Draw(sheet)
-    font, unicode_font = _font(cap)
-    for k, i in enumerate(picks):
-        img, target = ds[int(i)]
-        rgb = _to_hwc_uint8(img)
-        if ds.mode == "bgr":
-            rgb = rgb[..., ::-1]
-        h, w = rgb.shape[:2]
-        s = tile / max(h, w)
-        rgb = cv2.resize(rgb, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
-        x, y = (k % cols) * tile, (k // cols) * (tile + cap + 6)
-        sheet.paste(Image.fromarray(np.ascontiguousarray(rgb)), (x + (tile - rgb.shape[1]) // 2, y))
-        label = ds.classes[int(target)] if isinstance(target, (int, np.integer)) else str(target)
-        text = f"{int(i)}: {label}"
-        if not unicode_font and not label.isascii():
-            text = f"{int(i)}: class {int(target)}"  # no CJK font here: the caller prints the legend
-        draw.text((x + 4, y + tile + 2), text, fill=(255, 255, 255), font=font)
-    return imwrite(out, np.asarray(sheet), mode="rgb", overwrite=overwrite)
+        return getattr(importlib.import_module("datakit.preview"), name)
+    raise AttributeError(f"module 'datakit.check' has no attribute {name!r}")

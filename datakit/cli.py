@@ -539,23 +539,30 @@ cmd_check.every_rank = lambda args: True  # type: ignore[attr-defined]  # each r
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from datakit.check import preview
     from datakit.datasets import open_dataset
     from datakit.io import check_output
+    from datakit.preview import preview
 
     src = _source(args)
     check_output(args.out, overwrite=args.overwrite)  # before the work, not after
+    if args.font is not None and not os.path.isfile(args.font):
+        raise UsageError(f"{args.font}: no such font file")
     transform = None
     if args.transform != "none":
         from datakit.transforms import eval_pipeline, train_pipeline
 
+        # eval: shorter side to size * 256/224, then the centre crop (256 -> 224 at the default size)
         make = train_pipeline if args.transform == "train" else eval_pipeline
         transform = make(size=args.size, normalize=False)
     ds = open_dataset(src, labels=args.labels, split=args.split, transform=transform,
                       remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
-    out = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite)
+    result = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite, font=args.font)
+    if result.hint:
+        print(f"datakit preview: {result.hint}", file=sys.stderr)
     if not args.quiet:
-        print(f"wrote {min(args.n, len(ds))} samples to {out}; classes: "
+        after = {"none": "as decoded", "train": f"after the train pipeline ({args.size} px crops)",
+                 "eval": f"after the eval pipeline ({args.size} px centre crops)"}[args.transform]  # fmt: skip
+        print(f"wrote {result.samples} of {len(ds)} samples, {after}, to {result.path}; classes: "
               + ", ".join(f"{i} {c}" for i, c in enumerate(ds.classes)))  # fmt: skip
     return 0
 
@@ -589,6 +596,7 @@ def _register_check(sub) -> None:
                    help="show samples after datakit's train or eval pipeline")  # fmt: skip
     p.add_argument("--size", type=_count, default=224, help="crop size for --transform (default 224)")
     p.add_argument("--seed", type=int, default=0, help="which random samples to show (default 0)")
+    p.add_argument("--font", metavar="FILE", help="caption font (default: an installed one that draws the class names)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_preview)
 

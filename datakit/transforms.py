@@ -605,9 +605,17 @@ def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float
     return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize, interpolation, augment)
 
 
-def eval_pipeline(size: int | Sequence[int] = 224, resize: int = 256, *, interpolation="bilinear",
+def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *, interpolation="bilinear",
                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                   normalize: bool = False) -> EvalPipeline:  # fmt: skip
     """ImageNet-style evaluation input: shorter side to ``resize``, centre crop ``size``, uint8 CHW
-    (float32 normalised with ``normalize=True``); ``interpolation`` as in :func:`train_pipeline`."""
+    (float32 normalised with ``normalize=True``); ``interpolation`` as in :func:`train_pipeline`.
+
+    ``resize`` defaults to ``size * 256 / 224`` (rounded down; the longer side of a ``(h, w)``
+    crop), the ratio of torchvision's reference recipe: 256 for 224, 146 for 128, so the crop
+    keeps 87.5% of the shorter side at any size instead of zooming in on the centre.
+    """
+    if resize is None:
+        side = size if isinstance(size, int) else max(size)
+        resize = int(side * 256 / 224)
     return EvalPipeline(size, resize, mean, std, normalize, interpolation)
