@@ -178,7 +178,7 @@ def test_preview_refuses_overwrite_and_honours_umask(class_folder: Path, tmp_pat
     out = tmp_path / "预览.jpg"
     proc = datakit("preview", class_folder, "--out", out, "--n", "5", umask=0o022)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == f"wrote 5 samples to {out}; classes: 0 cat, 1 dog, 2 鸟\n"
+    assert proc.stdout == f"wrote 5 of 12 samples, as decoded, to {out}; classes: 0 cat, 1 dog, 2 鸟\n"
     assert out.read_bytes()[:2] == b"\xff\xd8" and stat.S_IMODE(out.stat().st_mode) == 0o644
     first = out.read_bytes()
     one_line_error(datakit("preview", class_folder, "--out", out, "--seed", "1"), 2,
@@ -349,7 +349,7 @@ def test_two_ranks_preview_written_once(class_folder: Path, tmp_path: Path):
     out = tmp_path / "grid.png"
     r0, r1 = _two_ranks("preview", class_folder, "--out", out, "--n", "3")
     assert (r0.returncode, r1.returncode) == (0, 0)
-    assert r0.stdout.startswith(f"wrote 3 samples to {out}") and r1.stdout == "" and r1.stderr == ""
+    assert r0.stdout.startswith(f"wrote 3 of 12 samples, as decoded, to {out}") and r1.stdout == "" and r1.stderr == ""
 
 
 def test_two_ranks_pack_one_shard_each(class_folder: Path, tmp_path: Path):
