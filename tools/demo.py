@@ -140,7 +140,7 @@ def show_preview(pack: Path, out: Path) -> None:
     from datakit.preview import preview
     from datakit.transforms import train_pipeline
 
-    ds = open_dataset(pack, transform=train_pipeline(224, normalize=False))
+    ds = open_dataset(pack, transform=train_pipeline(224))
     result = preview(ds, out / "preview.png", n=16)
     step(7, f"datakit preview: what the model will see, {result.path}",
          f"{result.samples} samples after the train pipeline (random crop and flip), captioned with index and class")  # fmt: skip
