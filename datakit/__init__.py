@@ -94,7 +94,7 @@ __all__ = [  # a literal list, so type checkers see every public name (the lazy 
 
 if TYPE_CHECKING:  # what __getattr__ loads on first use, spelled out for type checkers and IDEs
     from datakit.archive import ZipReader, detect_encoding, unzip
-    from datakit.check import check_dataset, preview
+    from datakit.check import check_dataset
     from datakit.collate import detection_collate, pad_collate, stack_collate
     from datakit.datasets import FolderDataset, LmdbDataset, TableDataset, ZipDataset, open_dataset
     from datakit.labels import ClassMap, LabelTable, read_labels
@@ -103,6 +103,7 @@ if TYPE_CHECKING:  # what __getattr__ loads on first use, spelled out for type c
     from datakit.pack import PackReport, pack_lmdb
     from datakit.parallel import map_ordered, usable_cpus
     from datakit.prefetch import CUDAPrefetcher
+    from datakit.preview import preview
     from datakit.stats import PRESETS, Stats, compute_stats
     from datakit.tuning import measure_throughput, recommend, tune_num_workers
 
