@@ -1,18 +1,22 @@
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import Dataset
 
+from datakit.errors import SampleError, UsageError
 from datakit.loader import EpochSampler, InfiniteLoader, create_loader, seed_everything
 
 
@@ -142,3 +146,171 @@ def test_seed_everything():
     a = (random.random(), np.random.rand(), torch.rand(1).item(), os.environ["PYTHONHASHSEED"])
     seed_everything(11)
     assert a == (random.random(), np.random.rand(), torch.rand(1).item(), "11")
+
+
+# ---------------------------------------------------------------------------------------------
+# bad samples during training
+
+
+BAD = {3: "empty file (0 bytes)", 17: "truncated JPEG (no end-of-image marker)", 30: "not a recognised image format"}
+
+
+def bad_folder(tmp_path: Path, n: int = 40) -> Path:
+    """n images in one class folder, sample i filled with the value 5*i; samples 3, 17, 30 broken."""
+    from datakit.io import encode_image, imwrite
+
+    root = tmp_path / "坏 数据"
+    (root / "类").mkdir(parents=True)
+    for i in range(n):
+        ext = ".jpg" if i == 17 else ".png"
+        imwrite(root / "类" / f"{i:03d}_图{ext}", np.full((8, 8, 3), 5 * i, np.uint8), mode="rgb")
+    (root / "类" / "003_图.png").write_bytes(b"")
+    (root / "类" / "017_图.jpg").write_bytes(encode_image(np.full((8, 8, 3), 85, np.uint8), ".jpg")[:-40])
+    (root / "类" / "030_图.png").write_bytes(b"not an image at all")
+    return root
+
+
+def ids(batch) -> list[int]:
+    return (batch[0].flatten(1)[:, 0].long() // 5).tolist()
+
+
+@pytest.mark.parametrize("policy", ["substitute", "skip"])
+def test_bad_samples_resume_exactly_with_0_and_2_workers(tmp_path: Path, policy: str):
+    from datakit.datasets import open_dataset, read_bad_samples
+
+    root = bad_folder(tmp_path)
+    runs = {}
+    for workers in (0, 2):
+        report = tmp_path / f"bad_{workers}.json"
+
+        def make(report=report, workers=workers):
+            ds = open_dataset(root, on_error=policy, max_bad_fraction=0.1, bad_samples=report)
+            return create_loader(ds, 4, num_workers=workers, seed=3, infinite=True)
+
+        ref = make()
+        expected = [ids(next(ref)) for _ in range(25)]  # 10 batches per epoch: crosses two epoch boundaries
+        del ref
+        report.unlink()  # the interrupted run starts without knowing the bad samples
+        run = make()
+        got = [ids(next(run)) for _ in range(13)]
+        state = run.state_dict()
+        assert state == {"epoch": 1, "step": 3}
+        del run
+        resumed = make()  # knows the bad samples found before the interruption: substitutes them unread
+        resumed.load_state_dict(state)
+        got += [ids(next(resumed)) for _ in range(12)]
+        assert got == expected
+        runs[workers] = expected
+        data = read_bad_samples(report)
+        assert (data["samples"], data["count"], [e["index"] for e in data["bad"]]) == (40, 3, [3, 17, 30])
+        for e in data["bad"]:
+            assert e["name"] == str(next((root / "类").glob(f"{e['index']:03d}_*")))
+            assert e["reason"].startswith(BAD[e["index"]])
+    assert runs[0] == runs[2]  # the substitute does not depend on the number of workers
+    flat = [i for b in runs[0] for i in b]
+    assert not set(flat) & set(BAD) and len(flat) == 100
+    epoch0, epoch1 = runs[0][:10], runs[0][10:20]
+    assert sorted(i for b in epoch0 for i in b) != sorted(range(40))  # three served twice
+    if policy == "skip":  # the next readable index stands in: 3 -> 4, 17 -> 18, 30 -> 31
+        assert collections.Counter(i for b in epoch0 for i in b) == collections.Counter(
+            [i for i in range(40) if i not in BAD] + [4, 18, 31]
+        )
+    else:  # drawn from (seed, epoch, index): other stand-ins in another epoch
+        extra0 = collections.Counter(i for b in epoch0 for i in b) - collections.Counter(range(40))
+        extra1 = collections.Counter(i for b in epoch1 for i in b) - collections.Counter(range(40))
+        assert sum(extra0.values()) == sum(extra1.values()) == 3 and extra0 != extra1
+
+
+def test_too_many_bad_samples_stop_training(tmp_path: Path):
+    from datakit.datasets import open_dataset
+
+    root = bad_folder(tmp_path)
+    ds = open_dataset(root, on_error="substitute", max_bad_fraction=0.05, bad_samples=tmp_path / "bad.json")
+    loader = create_loader(ds, 4, num_workers=2, seed=0, train=False)
+    with pytest.raises(
+        SampleError,
+        match=r"^3 of 40 samples are unreadable \(7\.5%\), more than max_bad_fraction=0\.05: the source looks broken",
+    ):
+        list(loader)
+    # without a report the count is per process; a lone process still sees all three
+    ds = open_dataset(root, on_error="skip", max_bad_fraction=0.05)
+    with pytest.raises(
+        SampleError,
+        match=rf"^3 of 40 samples are unreadable \(7\.5%\).*\(the latest: sample 30: {re.escape(str(root))}/类/030_图\.png: not a recognised image format",
+    ):
+        [ds[i] for i in range(40)]
+    with pytest.raises(UsageError, match="max_bad_fraction must be between 0 and 1, got 2"):
+        open_dataset(root, on_error="skip", max_bad_fraction=2)
+
+
+def test_handler_policy_in_webdataset_style(tmp_path: Path):
+    from datakit.datasets import open_dataset
+
+    root = bad_folder(tmp_path)
+    seen = []
+
+    def warn_and_continue(exc):
+        seen.append(str(exc))
+        return True
+
+    ds = open_dataset(root, on_error=warn_and_continue, max_bad_fraction=0.1)
+    img, _ = ds[3]
+    assert seen == [f"sample 3: {root}/类/003_图.png: empty file (0 bytes)"] and img[0, 0, 0] != 15
+    subst = open_dataset(root, on_error="substitute", max_bad_fraction=0.1)
+    np.testing.assert_array_equal(img, subst[3][0])  # continuing substitutes as "substitute" does
+    stop = open_dataset(root, on_error=lambda exc: False, max_bad_fraction=0.1)
+    with pytest.raises(SampleError, match=r"^sample 17: .*017_图\.jpg: truncated JPEG \(no end-of-image marker\)$"):
+        stop[17]
+
+    def reraise(exc):
+        raise RuntimeError("stop here") from exc
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        open_dataset(root, on_error=reraise, max_bad_fraction=0.1)[30]
+
+
+def test_bad_samples_file_refuses_foreign_files(tmp_path: Path):
+    from datakit.datasets import read_bad_samples
+
+    (tmp_path / "x.json").write_text('{"format": "other", "version": 1}')
+    with pytest.raises(UsageError, match=r"x\.json: not a datakit bad-samples file \(format 'other'\)$"):
+        read_bad_samples(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text('{"format": "datakit-bad-samples", "version": 7}')
+    with pytest.raises(UsageError, match=r"y\.json: bad-samples version 7; this datakit reads version 1$"):
+        read_bad_samples(tmp_path / "y.json")
+    with pytest.raises(UsageError, match=r"z\.json: no such bad-samples file$"):
+        read_bad_samples(tmp_path / "z.json")
+
+
+CV2_WORKERS = r"""
+import sys, time
+import cv2, numpy as np
+from torch.utils.data import Dataset
+from datakit.loader import create_loader
+
+class Threads(Dataset):
+    def __len__(self): return 4
+    def __getitem__(self, i):
+        cv2.GaussianBlur(np.zeros((512, 512, 3), np.uint8), (9, 9), 0)
+        return cv2.getNumThreads()
+
+if __name__ == "__main__":
+    img = np.random.default_rng(0).integers(0, 255, (2000, 2000, 3), dtype=np.uint8)
+    cv2.GaussianBlur(img, (15, 15), 0)  # the parent's thread pool exists...
+    time.sleep(1)  # ...and its threads sleep on a condition variable when the workers fork
+    loader = create_loader(Threads(), 2, num_workers=2, train=False, multiprocessing_context=sys.argv[1])
+    print([int(t) for b in loader for t in b], cv2.getNumThreads())
+"""
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_opencv_one_thread_in_workers_without_fork_deadlock(tmp_path: Path, context: str):
+    script = tmp_path / "cv2_workers.py"
+    script.write_text(CV2_WORKERS)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, str(script), context], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    parent = max(1, len(os.sched_getaffinity(0)))
+    assert (
+        out.stdout.split("]")[0] == "[1, 1, 1, 1" and int(out.stdout.split()[-1]) == parent
+    )  # the main process keeps its threads
