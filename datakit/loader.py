@@ -3,12 +3,14 @@ sharding, and an infinite loader that resumes mid-epoch with the exact next batc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import random
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -142,7 +144,8 @@ class EpochSampler(Sampler[int]):
 class EpochTiming:
     """One epoch as the training loop saw it. ``wait_s`` and ``total_s`` cover the batches after
     the first (whose wait is worker start-up, in ``first_batch_s``); ``cpu_busy_s`` is CPU time
-    used on the machine (all processes) over the same span."""
+    used on the machine (all processes) over the same span, ``own_cpu_s`` the part the loop's
+    process and its workers used."""
 
     epoch: int
     num_workers: int
@@ -151,6 +154,7 @@ class EpochTiming:
     total_s: float = 0.0
     first_batch_s: float = 0.0
     cpu_busy_s: float | None = None
+    own_cpu_s: float | None = None
 
     @property
     def wait_fraction(self) -> float | None:
@@ -169,15 +173,32 @@ def _cpu_busy_seconds() -> float | None:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _own_cpu_seconds(loader: DataLoader) -> float:
+    """CPU-seconds used so far by this process and the loader's live workers."""
+    total = time.process_time()
+    workers = getattr(getattr(loader, "_iterator", None), "_workers", None) or []
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for w in workers:
+        try:
+            with open(f"/proc/{w.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except (OSError, ValueError, IndexError, TypeError):
+            pass
+    return total
+
+
 def next_num_workers(t: EpochTiming, cpus: int, max_workers: int, *, threshold: float = 0.05) -> int:
     """The worker count for the next epoch, from the epoch just measured (tf.data AUTOTUNE's idea).
 
-    Unchanged unless the loop waited more than ``threshold`` of the time (input-bound) and the
-    CPUs were not all busy. Then: one loading process spends ``load`` seconds per batch (the
-    wait itself without workers; ``num_workers`` times the batch interval with them, as each
-    worker delivers one batch per round); the loop's own step is ``interval - wait``; so
-    ``load / step`` workers keep up, capped by how many the CPUs can feed (from the CPU time
-    a loading process used per second of loading) and by ``max_workers``.
+    Unchanged unless the loop waited more than ``threshold`` of the time (input-bound). One
+    loading process spends ``load`` seconds per batch (the wait itself without workers;
+    ``num_workers`` times the batch interval with them, as each worker delivers one batch per
+    round); the loop's own step is ``interval - wait``; so ``1.1 * load / step`` workers keep up.
+    That is capped by ``max_workers`` and by the loading processes the CPUs can feed: the cores
+    other processes leave free (at least what this loader uses now plus half a core), divided by
+    the CPU one loading process used while loading. Loading that waits on a disk or network uses
+    little CPU and may grow past the cores; decoding is held to them.
     """
     w = t.num_workers
     intervals = t.batches - 1
@@ -191,13 +212,24 @@ def next_num_workers(t: EpochTiming, cpus: int, max_workers: int, *, threshold: 
     need = math.ceil(1.1 * load / step)  # 10% for handing batches over between processes
     cap = max_workers
     if t.cpu_busy_s is not None:
-        busy = t.cpu_busy_s / t.total_s  # cores busy on average
-        if cpus - busy < 0.5:
-            return w  # the CPUs are saturated: more workers would only compete with each other
+        busy = t.cpu_busy_s / t.total_s  # cores busy on average, whoever uses them
+        own = (t.own_cpu_s if t.own_cpu_s is not None else t.cpu_busy_s) / t.total_s
+        free = max(cpus - max(0.0, busy - own), own + 0.5)
         # cores one loading process keeps busy while loading (without workers, the loop loads a share f of the time)
-        per_loader = busy / f if w == 0 else busy / w
-        cap = min(cap, max(w + 1, math.floor(cpus / max(per_loader, 1e-3))))
+        per_loader = max(own / f if w == 0 else own / w, 1e-3)
+        cap = min(cap, math.floor(free / per_loader))
+        if cap <= w:
+            return w  # the CPUs are taken: more workers would only compete for them
     return max(w + 1, min(need, cap))
+
+
+@contextlib.contextmanager
+def _chosen_workers():
+    """Without torch's warning about more workers than CPUs: loading that waits on I/O is helped
+    by more, and the count was measured, not guessed."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        yield
 
 
 def _unwrap_worker_error(exc: Exception) -> Exception:
@@ -233,6 +265,7 @@ class Loader:
         self.max_workers = max_workers if max_workers is not None else _max_workers()
         self.timing: EpochTiming | None = None
         self.history: list[EpochTiming] = []
+        self._tuned = False
 
     @property
     def wait_fraction(self) -> float | None:
@@ -250,8 +283,9 @@ class Loader:
             sampler.skip = skip
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter
-        it = iter(dl)
-        first = cpu0 = None
+        with _chosen_workers() if self._tuned else contextlib.nullcontext():
+            it = iter(dl)
+        first = cpu0 = own0 = None
         while True:
             t0 = clock()
             try:
@@ -263,14 +297,15 @@ class Loader:
             t1 = clock()
             t.batches += 1
             if first is None:
-                first, t.first_batch_s, cpu0 = t1, t1 - t0, _cpu_busy_seconds()
+                first, t.first_batch_s, cpu0, own0 = t1, t1 - t0, _cpu_busy_seconds(), _own_cpu_seconds(dl)
             else:
                 t.wait_s += t1 - t0
                 t.total_s = t1 - first
             yield batch
-        if cpu0 is not None:
+        if first is not None:
+            t.own_cpu_s = _own_cpu_seconds(dl) - own0
             cpu1 = _cpu_busy_seconds()
-            t.cpu_busy_s = cpu1 - cpu0 if cpu1 is not None else None
+            t.cpu_busy_s = cpu1 - cpu0 if cpu1 is not None and cpu0 is not None else None
         self._end_epoch(t)
 
     def _end_epoch(self, t: EpochTiming) -> None:
@@ -289,7 +324,7 @@ class Loader:
 
             new = next_num_workers(t, usable_cpus(), self.max_workers)
             if new != t.num_workers:
-                log.info("num_workers %d -> %d for the next epoch (the loop waited %.0f%% of the time, CPUs idle)",
+                log.info("num_workers %d -> %d for the next epoch (the loop waited %.0f%% of the time, CPUs to spare)",
                          t.num_workers, new, 100 * f)  # fmt: skip
                 self.set_num_workers(new)
 
@@ -298,7 +333,9 @@ class Loader:
         if self._rebuild is None:
             raise ValueError("set_num_workers needs a loader made by create_loader")
         old = self.loader
-        self.loader = self._rebuild(num_workers)
+        with _chosen_workers():
+            self.loader = self._rebuild(num_workers)
+        self._tuned = True
         it = getattr(old, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()  # persistent workers would otherwise live until garbage collection

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ import torch
 from torch.utils.data import Dataset
 
 from datakit.errors import SampleError, UsageError
-from datakit.loader import EpochSampler, InfiniteLoader, create_loader, seed_everything
+from datakit.loader import EpochSampler, EpochTiming, InfiniteLoader, create_loader, next_num_workers, seed_everything
+from datakit.tuning import usable_cpus
 
 
 class Indexed(Dataset):
@@ -314,3 +316,78 @@ def test_opencv_one_thread_in_workers_without_fork_deadlock(tmp_path: Path, cont
     assert (
         out.stdout.split("]")[0] == "[1, 1, 1, 1" and int(out.stdout.split()[-1]) == parent
     )  # the main process keeps its threads
+
+
+# ---------------------------------------------------------------------------------------------
+# how long the loop waits for data, and re-tuning num_workers from it
+
+
+def timing(workers, wait_ms, interval_ms, *, busy=None, own=None, batches=11):
+    n = batches - 1
+    return EpochTiming(0, workers, batches, wait_ms * n / 1000, interval_ms * n / 1000, 0.5,
+                       None if busy is None else busy * interval_ms * n / 1000,
+                       None if own is None else own * interval_ms * n / 1000)  # fmt: skip
+
+
+def test_next_num_workers_decisions():
+    # no workers: the loop loads 60 ms, computes 20 ms; loading keeps one core busy 75% of the time
+    assert timing(0, 60, 80, busy=0.75).wait_fraction == pytest.approx(0.75)
+    assert next_num_workers(timing(0, 60, 80, busy=0.75), cpus=2, max_workers=8) == 2  # CPU-bound: the cores cap it
+    assert next_num_workers(timing(0, 60, 80, busy=0.75), cpus=8, max_workers=8) == 4  # ceil(1.1 * 60 / 20)
+    # the same times, but loading waits on I/O (5% of a core): as many as keep up
+    assert next_num_workers(timing(0, 60, 80, busy=0.04), cpus=2, max_workers=8) == 4
+    # 2 workers each deliver a batch per 2 x 50 ms; the step is 20 ms: ceil(1.1 * 100 / 20) = 6
+    assert next_num_workers(timing(2, 30, 50, busy=0.1), cpus=2, max_workers=8) == 6
+    assert next_num_workers(timing(2, 30, 50, busy=0.1), cpus=2, max_workers=5) == 5
+    # our two decoding workers fill both cores: unchanged
+    assert next_num_workers(timing(2, 30, 50, busy=2.0, own=1.9), cpus=2, max_workers=8) == 2
+    # other processes hold one core, and one decoding worker the other: unchanged
+    assert next_num_workers(timing(1, 40, 50, busy=2.0, own=0.9), cpus=2, max_workers=8) == 1
+    # other processes fill the machine, but loading waits on I/O (2.5% of a core each): it still grows
+    assert next_num_workers(timing(2, 30, 50, busy=2.0, own=0.05), cpus=2, max_workers=8) == 6
+    # compute-bound (waits 2% of the time), too few batches, already at the ceiling: unchanged
+    assert next_num_workers(timing(2, 1, 50, busy=0.1), cpus=2, max_workers=8) == 2
+    assert next_num_workers(timing(0, 60, 80, busy=0.1, batches=1), cpus=2, max_workers=8) == 0
+    assert next_num_workers(timing(8, 30, 50, busy=0.1), cpus=16, max_workers=8) == 8
+    # without CPU figures (no /proc): only the wait decides
+    assert next_num_workers(timing(1, 40, 50), cpus=2, max_workers=8) == 6
+
+
+class Slow(Dataset):
+    """Loading that waits (5 ms a sample, like a network disk) and uses no CPU."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int):
+        time.sleep(0.005)
+        return i
+
+
+def test_wait_fraction_and_autotune_for_real(caplog):
+    loader = create_loader(Slow(), 4, num_workers=0, autotune=True, seed=0)
+    assert loader.wait_fraction is None
+    with caplog.at_level(logging.INFO, logger="datakit"):
+        for _ in loader:
+            time.sleep(0.01)  # the training step: 10 ms against 20 ms of loading per batch
+        first = loader.history[0]
+        assert (first.epoch, first.num_workers, first.batches) == (0, 0, 10)
+        assert first.wait_fraction > 0.5 and loader.wait_fraction == first.wait_fraction
+        expected = next_num_workers(first, usable_cpus(), loader.max_workers)
+        assert loader.num_workers == expected
+        for _ in loader:
+            time.sleep(0.01)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("epoch 0: 10 batches; the loop waited for data ") and lines[0].endswith(
+        "num_workers=0): input-bound"
+    )
+    second = loader.history[1]
+    # loading waits (no CPU), so more workers help however busy the machine is: 20 ms against a 10 ms step
+    assert second.num_workers == expected and expected >= 2
+    assert lines[1].startswith(f"num_workers 0 -> {expected} for the next epoch (the loop waited ")
+    assert second.wait_fraction < first.wait_fraction / 2
+    # a fixed num_workers is not re-tuned
+    fixed = create_loader(Slow(), 4, num_workers=0, seed=0)
+    for _ in fixed:
+        time.sleep(0.01)
+    assert fixed.num_workers == 0 and fixed.wait_fraction > 0.5
