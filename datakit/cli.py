@@ -772,15 +772,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from datakit.doctor import doctor
 
     src = str(_existing(args.src)) if args.src else None
-    for name in ("batch_size", "prefetch_factor"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.workers is not None and args.workers < 0:
-        raise UsageError(f"--workers must be 0 or more, got {args.workers}")
     report = doctor(src, batch_size=args.batch_size, num_workers=args.workers, prefetch_factor=args.prefetch_factor,
                     size=args.size)  # fmt: skip
     if args.json:
-        print(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+        _print_json(report.to_json())
     else:
         print_table(["check", "status", "finding"], [[f.check, f.status, f.detail] for f in report.findings])
         fixes = [f for f in report.findings if f.fix and f.status != "ok"]
@@ -792,13 +787,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _register_doctor(sub) -> None:
-    p = sub.add_parser("doctor", help="check the environment (and SRC's read speed), each finding with its fix")
+    p = _command(sub, "doctor", "check the environment and the source's read speed, each finding with its fix",
+                 "  datakit doctor data/train --batch-size 256 --workers 8")  # fmt: skip
     p.add_argument("src", nargs="?", help="a dataset source whose read speed to measure (cold and warm)")
-    p.add_argument("--batch-size", type=int, default=64, help="batch size of the planned loader (default 64)")
-    p.add_argument("--workers", type=int, help="num_workers of the planned loader (default: the usable CPUs)")
-    p.add_argument("--prefetch-factor", type=int, default=4, help="batches each worker prepares ahead (default 4)")
-    p.add_argument("--size", type=int, default=224, help="image side in the batch (default 224; 0: SRC's first image)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--batch-size", type=_count, default=64, metavar="N",
+                   help="batch size of the planned loader (default 64)")  # fmt: skip
+    p.add_argument("--workers", type=_workers, metavar="N",
+                   help="num_workers of the planned loader (default: the usable CPUs)")  # fmt: skip
+    p.add_argument("--prefetch-factor", type=_count, default=4, metavar="N",
+                   help="batches each worker prepares ahead (default 4)")  # fmt: skip
+    p.add_argument("--size", type=int_range(0), default=224, metavar="N",
+                   help="image side in the batch (default 224; 0: the first image of SRC as it is)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
     p.set_defaults(func=cmd_doctor)
 
 

@@ -298,7 +298,7 @@ def doctor(src: str | os.PathLike | None = None, *, batch_size: int = 64, num_wo
     import torch
 
     from datakit.loader import shm_free_bytes
-    from datakit.tuning import usable_cpus
+    from datakit.parallel import usable_cpus
 
     if num_workers is None:
         num_workers = usable_cpus()

@@ -320,7 +320,7 @@ class Loader:
         if callable(merge):
             merge()
         if self.autotune and f is not None:
-            from datakit.tuning import usable_cpus
+            from datakit.parallel import usable_cpus
 
             new = next_num_workers(t, usable_cpus(), self.max_workers)
             if new != t.num_workers:
@@ -502,7 +502,8 @@ def _sample_bytes(sample) -> int:
 
 
 def _max_workers() -> int:
-    from datakit.tuning import _PER_WORKER_BYTES, _available_memory, usable_cpus
+    from datakit.parallel import usable_cpus
+    from datakit.tuning import _PER_WORKER_BYTES, _available_memory
 
     top = 4 * usable_cpus()  # beyond the CPUs only for loading that waits on I/O, which the CPU cap tells
     mem = _available_memory()

@@ -93,8 +93,10 @@ def test_doctor_cli_json_and_usage(class_folder: Path, capsys):
                                                      "cuda-visible-devices", "opencv", "versions", "read-speed"]  # fmt: skip
     assert rc == (0 if out["ok"] else 1) and out["ok"] == doctor(class_folder, num_workers=2, batch_size=8).ok
     assert out["findings"][0]["data"]["batch_bytes"] == 8 * 3 * 224 * 224
-    assert main(["doctor", "--batch-size", "0"]) == 2
-    assert "datakit doctor: error: --batch-size must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["doctor", "--batch-size", "0"])
+    assert e.value.code == 2
+    assert "datakit doctor: error: argument --batch-size: must be >= 1, got 0" in capsys.readouterr().err
     assert main(["doctor", str(class_folder / "nothing")]) == 2
 
 

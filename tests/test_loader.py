@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 
 from datakit.errors import SampleError, UsageError
 from datakit.loader import EpochSampler, EpochTiming, InfiniteLoader, create_loader, next_num_workers, seed_everything
-from datakit.tuning import usable_cpus
+from datakit.parallel import usable_cpus
 
 
 class Indexed(Dataset):

@@ -24,8 +24,8 @@ from torch.utils.data import Dataset
 
 from datakit.datasets import open_dataset
 from datakit.loader import create_loader
+from datakit.parallel import usable_cpus
 from datakit.transforms import train_pipeline
-from datakit.tuning import usable_cpus
 
 
 class WaitingSource(Dataset):
