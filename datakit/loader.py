@@ -645,6 +645,7 @@ def create_loader(
     else:
         kwargs["shuffle"] = shuffle
     kwargs.update(dataloader_kwargs)
+
     def build(workers: int) -> DataLoader:  # also called between epochs when re-tuning
         kw = dict(kwargs, num_workers=workers)
         kw.pop("persistent_workers", None)
