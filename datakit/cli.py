@@ -404,7 +404,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     try:
         report = pack_lmdb(src, out, labels=labels, split=args.split, max_size=args.max_size,
                            quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
-                           shard=shard, skip_bad=args.skip_bad, remap_labels=args.remap_labels,
+                           shard=shard, skip_bad=args.skip_bad, bad_samples=args.bad_samples,
+                           remap_labels=args.remap_labels,
                            commit_every=args.commit_every, progress=progress)  # fmt: skip
     finally:
         if bar is not None:
@@ -486,6 +487,8 @@ def _register_lmdb(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing pack")
     p.add_argument("--shard", type=_shard, metavar="I/N", help="pack only the I-th of N parts (0-based)")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed) instead of failing")
+    p.add_argument("--bad-samples", metavar="FILE",
+                   help="with --skip-bad: skip, unread, the samples this file from training lists")  # fmt: skip
     p.add_argument("--commit-every", type=_count, default=5000, metavar="N",
                    help="samples per transaction at most (default 5000)")  # fmt: skip
     _add_json_quiet(p)
@@ -513,7 +516,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     bar = _bar(0, "check", args.quiet)
     try:
         report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
-                               distributed=_world() > 1, progress=_progress(bar), remap_labels=args.remap_labels,
+                               bad_samples=args.bad_samples, distributed=_world() > 1, progress=_progress(bar),
+                               remap_labels=args.remap_labels,
                                **_label_options(args))  # fmt: skip
     finally:
         if bar is not None:
@@ -577,6 +581,8 @@ def _register_check(sub) -> None:
                  _CHECK_EXAMPLE)  # fmt: skip
     _add_source_args(p)
     p.add_argument("--workers", type=_workers, metavar="N", help="reader processes (default: usable CPUs; 0: none)")
+    p.add_argument("--bad-samples", metavar="FILE",
+                   help="report the samples this file from training lists, without reading them")  # fmt: skip
     _add_json_quiet(p, "no progress bar, no table: only the problems, one per line")
     p.set_defaults(func=cmd_check)
     p = _command(sub, "preview", "a contact sheet of what the model will see", _PREVIEW_EXAMPLE)

@@ -6,6 +6,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -391,3 +392,45 @@ def test_wait_fraction_and_autotune_for_real(caplog):
     for _ in fixed:
         time.sleep(0.01)
     assert fixed.num_workers == 0 and fixed.wait_fraction > 0.5
+
+
+def test_check_and_pack_read_the_bad_samples_file(tmp_path: Path, capsys):
+    from datakit.cli import main
+    from datakit.datasets import open_dataset, read_bad_samples
+    from datakit.io import imwrite
+
+    root = bad_folder(tmp_path)
+    report = tmp_path / "bad_samples.json"
+    ds = open_dataset(root, on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    assert len([b for b in create_loader(ds, 4, num_workers=2, seed=0, train=False)]) == 10  # one epoch, merged
+    assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
+    # sample 30 was fixed since: check and pack go by the file and do not read it again
+    imwrite(root / "类" / "030_图.png", np.full((8, 8, 3), 150, np.uint8), mode="rgb")
+    name = {i: str(next((root / "类").glob(f"{i:03d}_*"))) for i in BAD}
+    assert main(["check", str(root), "--bad-samples", str(report), "--json", "--workers", "0"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert [p for p in problems if p.startswith("unreadable")] == [
+        f"unreadable: {name[3]}: empty file (0 bytes) (listed in {report})",
+        f"unreadable: {name[17]}: truncated JPEG (no end-of-image marker) (listed in {report})",
+        f"unreadable: {name[30]}: {read_bad_samples(report)['bad'][2]['reason']} (listed in {report})",
+    ]
+    out = tmp_path / "packed.lmdb"
+    assert main(["pack-lmdb", str(root), str(out), "--skip-bad", "--bad-samples", str(report), "--json", "-q",
+                 "--workers", "1"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["count"] == 37 and [s.split(": ")[0] for s in summary["skipped"]] == [name[3], name[17], name[30]]
+    assert all(s.endswith(f"(listed in {report})") for s in summary["skipped"])
+    assert sorted(open_dataset(out)[i][0][0, 0, 0] // 5 for i in range(37)) == [i for i in range(40) if i not in BAD]
+    # without the file, the fixed sample is packed
+    assert main(["pack-lmdb", str(root), str(tmp_path / "again.lmdb"), "--skip-bad", "--json", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["count"] == 38
+    # the file of another dataset is refused, naming it
+    assert main(["pack-lmdb", str(root), str(tmp_path / "x.lmdb"), "--bad-samples", str(report), "-q"]) == 2
+    assert "--bad-samples lists samples to skip: pass --skip-bad with it" in capsys.readouterr().err
+    other = tmp_path / "other"
+    shutil.copytree(root, other)
+    (other / "类" / "000_图.png").unlink()
+    assert (
+        main(["pack-lmdb", str(other), str(tmp_path / "y.lmdb"), "--skip-bad", "--bad-samples", str(report), "-q"]) == 2
+    )
+    assert f"{report}: lists samples of a dataset of 40, this one has 39" in capsys.readouterr().err
