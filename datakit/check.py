@@ -94,6 +94,7 @@ def check_dataset(
     split_column: str | None = None,
     encoding: str | None = None,
     include_hidden: bool = False,
+    bad_samples: str | os.PathLike | None = None,
 ) -> CheckReport:
     """Read every sample of ``src`` (anything :func:`open_dataset` takes) and report what is wrong.
 
@@ -103,6 +104,8 @@ def check_dataset(
 
     The table's problems come from :meth:`LabelTable.problems` (all of them, each with its sheet
     and row); this adds what needs the images: files missing, unreadable, or not in the table.
+    ``bad_samples``: a bad-samples file written while training; the samples it lists are
+    reported as unreadable (with the reason recorded then) without being read again.
     """
     report = CheckReport()
     options = dict(file_column=file_column, label_column=label_column, split_column=split_column,
@@ -118,7 +121,8 @@ def check_dataset(
                                        f"{table_ds.name(i)}")  # fmt: skip
         if labels is not None and split is None and os.path.isdir(src):
             _not_in_table(table_ds, src, report)  # with one split asked for, the others' files are expected
-    todo = [i for i in range(len(ds)) if i not in missing]
+    listed = _listed_bad(ds, bad_samples, report) if bad_samples is not None else {}
+    todo = [i for i in range(len(ds)) if i not in missing and i not in listed]
     sizes = np.zeros((len(ds), 2), dtype=np.int64)
     ok = np.zeros(len(ds), dtype=bool)
     rank, world = _process_group() if distributed else (0, 1)
@@ -130,6 +134,7 @@ def check_dataset(
         parts: list = [None] * world
         dist.all_gather_object(parts, probes)
         probes = sorted(p for part in parts for p in part)
+    probes = sorted(probes + [(i, (0, 0, reason)) for i, reason in listed.items()])
     for i, (h, w, err) in probes:
         if err is not None:
             where = f" ({table_ds.where(i)})" if table_ds is not None else ""
@@ -155,6 +160,22 @@ def check_dataset(
         report.height_range = (int(sizes[ok, 0].min()), int(sizes[ok, 0].max()))
         report.width_range = (int(sizes[ok, 1].min()), int(sizes[ok, 1].max()))
     return report
+
+
+def _listed_bad(ds: ImageDataset, path: str | os.PathLike, report: CheckReport) -> dict[int, str]:
+    """The samples of ``ds`` a bad-samples file lists, as problem texts; entries naming another
+    file at that index (the data changed since) are problems of their own."""
+    from datakit.datasets import read_bad_samples
+
+    data = read_bad_samples(path)
+    listed = {}
+    for e in data["bad"]:
+        i = e["index"]
+        if 0 <= i < len(ds) and ds.name(i) == e["name"]:
+            listed[i] = f"{e['name']}: {e['reason']} (listed in {path})"
+        else:
+            report.problems.append(f"{path}: sample {i} is {e['name']!r} there, not in this dataset")
+    return listed
 
 
 def _process_group() -> tuple[int, int]:

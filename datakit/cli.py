@@ -404,7 +404,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     try:
         report = pack_lmdb(src, out, labels=labels, split=args.split, max_size=args.max_size,
                            quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
-                           shard=shard, skip_bad=args.skip_bad, remap_labels=args.remap_labels,
+                           shard=shard, skip_bad=args.skip_bad, bad_samples=args.bad_samples,
+                           remap_labels=args.remap_labels,
                            commit_every=args.commit_every, progress=progress)  # fmt: skip
     finally:
         if bar is not None:
@@ -486,6 +487,8 @@ def _register_lmdb(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing pack")
     p.add_argument("--shard", type=_shard, metavar="I/N", help="pack only the I-th of N parts (0-based)")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed) instead of failing")
+    p.add_argument("--bad-samples", metavar="FILE",
+                   help="with --skip-bad: skip, unread, the samples this file from training lists")  # fmt: skip
     p.add_argument("--commit-every", type=_count, default=5000, metavar="N",
                    help="samples per transaction at most (default 5000)")  # fmt: skip
     _add_json_quiet(p)
@@ -513,7 +516,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     bar = _bar(0, "check", args.quiet)
     try:
         report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
-                               distributed=_world() > 1, progress=_progress(bar), remap_labels=args.remap_labels,
+                               bad_samples=args.bad_samples, distributed=_world() > 1, progress=_progress(bar),
+                               remap_labels=args.remap_labels,
                                **_label_options(args))  # fmt: skip
     finally:
         if bar is not None:
@@ -584,6 +588,8 @@ def _register_check(sub) -> None:
                  _CHECK_EXAMPLE)  # fmt: skip
     _add_source_args(p)
     p.add_argument("--workers", type=_workers, metavar="N", help="reader processes (default: usable CPUs; 0: none)")
+    p.add_argument("--bad-samples", metavar="FILE",
+                   help="report the samples this file from training lists, without reading them")  # fmt: skip
     _add_json_quiet(p, "no progress bar, no table: only the problems, one per line")
     p.set_defaults(func=cmd_check)
     p = _command(sub, "preview", "a contact sheet of what the model will see", _PREVIEW_EXAMPLE)
@@ -772,7 +778,45 @@ def _register_bench(sub) -> None:
     p.set_defaults(func=cmd_bench)
 
 
-_EXTRA_COMMANDS: list = [_register_lmdb, _register_check, _register_stats, _register_bench]
+# ---------------------------------------------------------------------------------------------
+# doctor
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from datakit.doctor import doctor
+
+    src = str(_existing(args.src)) if args.src else None
+    report = doctor(src, batch_size=args.batch_size, num_workers=args.workers, prefetch_factor=args.prefetch_factor,
+                    size=args.size)  # fmt: skip
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print_table(["check", "status", "finding"], [[f.check, f.status, f.detail] for f in report.findings])
+        fixes = [f for f in report.findings if f.fix and f.status != "ok"]
+        if fixes:
+            print("\nfixes:")
+            for f in fixes:
+                print(f"  {f.check}: {f.fix}")
+    return 0 if report.ok else 1
+
+
+def _register_doctor(sub) -> None:
+    p = _command(sub, "doctor", "check the environment and the source's read speed, each finding with its fix",
+                 "  datakit doctor data/train --batch-size 256 --workers 8")  # fmt: skip
+    p.add_argument("src", nargs="?", help="a dataset source whose read speed to measure (cold and warm)")
+    p.add_argument("--batch-size", type=_count, default=64, metavar="N",
+                   help="batch size of the planned loader (default 64)")  # fmt: skip
+    p.add_argument("--workers", type=_workers, metavar="N",
+                   help="num_workers of the planned loader (default: the usable CPUs)")  # fmt: skip
+    p.add_argument("--prefetch-factor", type=_count, default=4, metavar="N",
+                   help="batches each worker prepares ahead (default 4)")  # fmt: skip
+    p.add_argument("--size", type=int_range(0), default=224, metavar="N",
+                   help="image side in the batch (default 224; 0: the first image of SRC as it is)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+    p.set_defaults(func=cmd_doctor)
+
+
+_EXTRA_COMMANDS: list = [_register_lmdb, _register_check, _register_stats, _register_bench, _register_doctor]
 
 
 # ---------------------------------------------------------------------------------------------

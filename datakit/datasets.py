@@ -11,8 +11,10 @@ with workers started by fork or spawn.
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,7 +23,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from datakit.errors import PackError, SampleError, UsageError
-from datakit.io import UNNAMED, ImageDecodeError, decode_image, read_bytes
+from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
     EXCEL_SUFFIXES,
     TEXT_SUFFIXES,
@@ -44,10 +46,14 @@ __all__ = [
     "TableDataset",
     "ZipDataset",
     "open_dataset",
+    "read_bad_samples",
 ]
 
 log = logging.getLogger("datakit")
-ON_ERROR = ("raise", "skip", "warn")
+ON_ERROR = ("raise", "skip", "substitute")
+BAD_SAMPLES_FORMAT = "datakit-bad-samples"
+BAD_SAMPLES_VERSION = 1
+MAX_SUBSTITUTES = 20
 DEFAULT_CACHE_LIMIT = 2 * 2**30
 
 
@@ -56,9 +62,23 @@ class ImageDataset(Dataset):
 
     The image is uint8 HWC numpy (RGB by default, ``mode="bgr"`` for OpenCV code), passed to
     ``transform``; the target is the class index (int) passed to ``target_transform``.
-    ``on_error``: ``"raise"`` raises :class:`SampleError` with the index and file, ``"skip"``
-    replaces an unreadable sample by the next readable one and counts it in ``skipped``,
-    ``"warn"`` does the same and logs each bad file once.
+
+    ``on_error`` says what an unreadable sample does (see docs/loader.md, "Bad samples"):
+
+    - ``"raise"`` (default): :class:`SampleError` naming the index and file.
+    - ``"skip"``: the sample is replaced by the next readable index (``i+1``, ``i+2``, ...), so
+      every index still yields a sample and batches keep their size.
+    - ``"substitute"``: replaced by a readable sample drawn from ``(seed, epoch, index)`` (the
+      seed and epoch come with the index from :func:`~datakit.loader.create_loader`'s sampler),
+      the same whatever the number of workers, and the same after a resume.
+    - a callable ``handler(exc)`` in the style of webdataset's handlers: it may raise, return
+      true to substitute as above, or return false to raise the sample's error.
+
+    Each bad sample is logged once per process and recorded in ``bad_samples`` (a JSON file;
+    workers append to ``<file>.parts/<pid>.jsonl``, merged by :meth:`merge_bad_samples`, which
+    the loader calls after every epoch). Samples listed there from an earlier run are known bad
+    and substituted without being read again. When more than ``max_bad_fraction`` of the
+    dataset is bad, reading raises: a lost mount must not train on substitutes.
     """
 
     def __init__(
@@ -69,12 +89,16 @@ class ImageDataset(Dataset):
         transform: Callable | None = None,
         target_transform: Callable | None = None,
         mode: str = "rgb",
-        on_error: str = "raise",
+        on_error: str | Callable[[SampleError], bool] = "raise",
+        bad_samples: str | os.PathLike | None = None,
+        max_bad_fraction: float = 0.01,
         cache: str | None = None,
         cache_limit: int = DEFAULT_CACHE_LIMIT,
     ) -> None:
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        if not callable(on_error) and on_error not in ON_ERROR:
+            raise UsageError(f"on_error must be one of {', '.join(ON_ERROR)} or a handler function, got {on_error!r}")
+        if not 0 <= max_bad_fraction <= 1:
+            raise UsageError(f"max_bad_fraction must be between 0 and 1, got {max_bad_fraction!r}")
         if mode not in ("rgb", "bgr", "gray", "unchanged"):
             raise ValueError(f"mode must be one of rgb, bgr, gray, unchanged, got {mode!r}")
         if cache not in (None, "memory"):
@@ -86,8 +110,10 @@ class ImageDataset(Dataset):
         self.target_transform = target_transform
         self.mode = mode
         self.on_error = on_error
-        self.skipped = 0
-        self._warned: set[int] = set()
+        self.max_bad_fraction = float(max_bad_fraction)
+        self.skipped = 0  # substitutions served by this process
+        self.bad: dict[int, tuple[str, str]] = {}  # index -> (name, reason), known in this process
+        self.bad_samples = Path(bad_samples) if bad_samples is not None else None
         self._cache: dict[int, bytes] | None = None
         if cache == "memory":
             need = self.encoded_size()
@@ -97,6 +123,13 @@ class ImageDataset(Dataset):
                     f"{cache_limit / 2**20:.0f} MiB; raise cache_limit=, or pack the data with `datakit pack-lmdb`"
                 )
             self._cache = {}
+        if self.bad_samples is not None and on_error != "raise":
+            # a dataset is built in the main process (workers get a copy): fold what an earlier
+            # run left behind into the file, start the parts afresh, and know those samples as bad
+            self.merge_bad_samples()
+            shutil.rmtree(self._parts_dir(), ignore_errors=True)
+            for entry in self._read_report(self.bad_samples):
+                self.bad[entry["index"]] = (entry["name"], entry["reason"])
 
     # what subclasses provide
     def __len__(self) -> int:
@@ -150,21 +183,119 @@ class ImageDataset(Dataset):
         n = len(self)
         if not -n <= index < n:
             raise IndexError(f"sample index {index} out of range for a dataset of {n}")
-        index %= n
+        i = int(index) % n
         # a transform that can decode the bytes itself decodes only what it needs (reduced JPEG scale)
         fused = getattr(self.transform, "from_bytes", None)
         if self.on_error == "raise":
-            return index, self.decode(index, None, fused)
-        for k in range(n):
-            j = (index + k) % n
+            return i, self.decode(i, None, fused)
+        if i not in self.bad:
             try:
-                return j, self.decode(j, None, fused)
+                return i, self.decode(i, None, fused)
             except SampleError as exc:
-                self.skipped += 1
-                if self.on_error == "warn" and j not in self._warned:
-                    self._warned.add(j)
-                    log.warning("skipping unreadable %s", exc)
-        raise SampleError(f"no readable sample in the whole dataset ({n} samples)")
+                self._record_bad(i, exc)
+                if callable(self.on_error) and not self.on_error(exc):
+                    raise
+        # the seed and epoch travel with the index (create_loader's sampler), so the choice
+        # does not depend on which worker reads it, nor on an interruption in between
+        tried = []
+        for j in self._substitutes(i, getattr(index, "seed", 0), getattr(index, "epoch", 0)):
+            if j in self.bad:
+                continue
+            tried.append(j)
+            try:
+                img = self.decode(j, None, fused)
+            except SampleError as exc:
+                self._record_bad(j, exc)
+                continue
+            self.skipped += 1
+            return j, img
+        raise SampleError(
+            f"sample {i}: {self.bad[i][0]}: {self.bad[i][1]}; and no readable substitute among samples {tried}"
+        )
+
+    def _substitutes(self, i: int, seed: int, epoch: int):
+        n = len(self)
+        if self.on_error == "skip":
+            return ((i + k) % n for k in range(1, n))
+        # like timm, a bounded number of draws: past that the data is broken, not unlucky
+        rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch, i])
+        return (int(j) for j in rng.integers(0, n, MAX_SUBSTITUTES) if j != i)
+
+    # bad-sample records
+    def _parts_dir(self) -> Path:
+        assert self.bad_samples is not None
+        return self.bad_samples.with_name(self.bad_samples.name + ".parts")
+
+    def _record_bad(self, i: int, exc: SampleError) -> None:
+        if i in self.bad:
+            return
+        msg = str(exc)
+        name = self.name(i)
+        reason = msg.removeprefix(f"sample {i}: ").removeprefix(f"{name}: ")
+        self.bad[i] = (name, reason)
+        log.warning("bad sample %d: %s: %s", i, name, reason)
+        known = set(self.bad)
+        if self.bad_samples is not None:
+            # one append-only file per process: a line is written whole, and no process waits on another
+            parts = self._parts_dir()
+            parts.mkdir(parents=True, exist_ok=True)
+            line = json.dumps({"index": i, "name": name, "reason": reason}, ensure_ascii=False) + "\n"
+            with open(parts / f"{os.getpid()}.jsonl", "a", encoding="utf-8") as f:
+                f.write(line)
+            known |= {e["index"] for e in self._read_parts()}
+        n = len(self)
+        if len(known) > self.max_bad_fraction * n:
+            where = f"; listed in {self.bad_samples}" if self.bad_samples is not None else ""
+            raise SampleError(
+                f"{len(known)} of {n} samples are unreadable ({len(known) / n:.1%}), more than "
+                f"max_bad_fraction={self.max_bad_fraction:g}: the source looks broken, not a few bad files "
+                f"(the latest: sample {i}: {name}: {reason}){where}"
+            )
+
+    def _read_parts(self) -> list[dict]:
+        out = []
+        parts = self._parts_dir()
+        for path in sorted(parts.glob("*.jsonl")) if parts.is_dir() else ():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass  # a line a worker is writing right now; it is read at the next merge
+        return out
+
+    def _read_report(self, path: Path) -> list[dict]:
+        """The entries of an existing report that belong to this dataset (same size, same names)."""
+        if not path.exists():
+            return []
+        data = read_bad_samples(path)
+        if data.get("samples") != len(self):
+            log.warning("%s: written for a dataset of %s samples, this one has %d; ignored", path,
+                        data.get("samples"), len(self))  # fmt: skip
+            return []
+        return [e for e in data["bad"] if 0 <= e["index"] < len(self) and self.name(e["index"]) == e["name"]]
+
+    def merge_bad_samples(self) -> Path | None:
+        """Merge what every process recorded into the ``bad_samples`` JSON file (atomically) and
+        return its path; ``None`` without one. Safe to call while workers are still appending."""
+        if self.bad_samples is None:
+            return None
+        entries = {e["index"]: e for e in self._read_report(self.bad_samples)}
+        found = self._read_parts() + [{"index": i, "name": nm, "reason": r} for i, (nm, r) in self.bad.items()]
+        new = [e for e in found if e["index"] not in entries]
+        if not new and self.bad_samples.exists():
+            return self.bad_samples
+        for e in new:
+            entries[e["index"]] = {"index": e["index"], "name": e["name"], "reason": e["reason"]}
+        data = {"format": BAD_SAMPLES_FORMAT, "version": BAD_SAMPLES_VERSION, "dataset": repr(self),
+                "samples": len(self), "count": len(entries), "bad": [entries[k] for k in sorted(entries)]}  # fmt: skip
+        self.bad_samples.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.bad_samples.with_name(f".{self.bad_samples.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+            os.replace(tmp, self.bad_samples)
+        finally:
+            discard(tmp)
+        return self.bad_samples
 
     def __getitem__(self, index: int):
         index, img = self._image(index)
@@ -175,13 +306,31 @@ class ImageDataset(Dataset):
             target = self.target_transform(target)
         return img, target
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_warned"] = set()
-        return state
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} samples, {len(self.classes)} classes)"
+
+
+def read_bad_samples(path: str | os.PathLike) -> dict:
+    """Read a bad-samples file written while training (``on_error`` with ``bad_samples=``).
+
+    Returns ``{"format", "version", "dataset", "samples", "count", "bad": [{"index", "name",
+    "reason"}, ...]}``; :class:`UsageError` when the file is missing or is not one.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such bad-samples file") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a datakit bad-samples file ({exc})") from None
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if fmt != BAD_SAMPLES_FORMAT:
+        raise UsageError(f"{path}: not a datakit bad-samples file (format {fmt!r})")
+    if data.get("version") != BAD_SAMPLES_VERSION:
+        raise UsageError(
+            f"{path}: bad-samples version {data.get('version')!r}; this datakit reads version {BAD_SAMPLES_VERSION}"
+        )
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,7 +736,7 @@ def open_dataset(
     transform: Callable | None = None,
     target_transform: Callable | None = None,
     mode: str = "rgb",
-    on_error: str = "raise",
+    on_error: str | Callable = "raise",
     cache: str | None = None,
     remap_labels: bool = False,
     root: str | os.PathLike | None = None,
@@ -610,7 +759,8 @@ def open_dataset(
         split: a sheet name or split value of the table (``"train"``, ``"val"`` ...).
         transform: called on the uint8 HWC image (datakit or torchvision v2 transforms).
         mode: ``"rgb"`` (default), ``"bgr"``, ``"gray"`` or ``"unchanged"``.
-        on_error: ``"raise"``, ``"skip"`` or ``"warn"``; see :class:`ImageDataset`.
+        on_error: ``"raise"``, ``"skip"``, ``"substitute"`` or a handler; with ``bad_samples=`` (a JSON
+            path) and ``max_bad_fraction=`` (default 0.01); see :class:`ImageDataset`.
         cache: ``"memory"`` keeps encoded samples in memory (small datasets; limit ``cache_limit``).
         remap_labels: map integer labels that are not ``0..C-1`` to ``0..C-1`` instead of refusing.
         extensions: for a folder or zip of class folders, the file suffixes that count as images;

@@ -361,8 +361,10 @@ class LmdbWriter:
                 check_data_file(self.path)
             _close_env(_key(self.path))  # this process's reader of it, if any: one open per file
             with _lmdb_errors(self.path, "opening"):
+                # meminit: unused bytes of a page are zeroed, not this process's leftover heap (which
+                # may hold anything the process handled before, pickles included) written to the file
                 self.env = _lmdb().open(str(self.path), map_size=map_size, subdir=True, readahead=False,
-                                        meminit=False, max_dbs=0, max_readers=1024)  # fmt: skip
+                                        meminit=True, max_dbs=0, max_readers=1024)  # fmt: skip
                 info, psize = self.env.info(), self.env.stat()["psize"]
                 used = psize * (info["last_pgno"] + 1)
                 if info["map_size"] < 2 * used:

@@ -3,21 +3,42 @@ sharding, and an infinite loader that resumes mid-epoch with the exact next batc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import random
+import sys
+import time
+import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from datakit.errors import DatakitError
+
 if TYPE_CHECKING:
     from datakit.prefetch import DeviceLoader
 
-__all__ = ["EpochSampler", "InfiniteLoader", "Loader", "create_loader", "seed_everything", "seed_worker"]
+__all__ = [
+    "EpochSampler",
+    "EpochTiming",
+    "InfiniteLoader",
+    "Loader",
+    "SampleIndex",
+    "WorkerInit",
+    "create_loader",
+    "next_num_workers",
+    "plan_shared_memory",
+    "raise_open_file_limit",
+    "seed_everything",
+    "seed_worker",
+    "shm_free_bytes",
+]
 
 log = logging.getLogger("datakit")
 
@@ -53,15 +74,38 @@ def seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
 
 
+class SampleIndex(int):
+    """A sample index that carries the sampler's ``seed`` and ``epoch`` to the dataset.
+
+    A dataset substituting a bad sample draws the replacement from (seed, epoch, index); the
+    worker reading it cannot know the epoch otherwise (persistent workers hold a copy of the
+    dataset made before the first epoch). It is an ``int`` everywhere else.
+    """
+
+    seed: int
+    epoch: int
+
+    def __new__(cls, value: int, seed: int = 0, epoch: int = 0) -> SampleIndex:
+        obj = super().__new__(cls, value)
+        obj.seed, obj.epoch = seed, epoch
+        return obj
+
+    def __reduce__(self):
+        return SampleIndex, (int(self), self.seed, self.epoch)
+
+
 class EpochSampler(Sampler[int]):
     """Sample order that depends only on (seed, epoch): shuffled or not, optionally one shard of
     ``world`` (rank ``rank``) padded to equal length like ``DistributedSampler``, and able to
-    start an epoch part-way (``skip``) so a restarted job continues with the exact next batch."""
+    start an epoch part-way (``skip``) so a restarted job continues with the exact next batch.
+    With ``tag``, indices are :class:`SampleIndex` (for datasets that substitute bad samples)."""
 
-    def __init__(self, n: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world: int = 1) -> None:
+    def __init__(self, n: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world: int = 1,
+                 tag: bool = False) -> None:  # fmt: skip
         if not 0 <= rank < world:
             raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
         self.n, self.shuffle, self.seed, self.rank, self.world = n, shuffle, seed, rank, world
+        self.tag = tag
         self.epoch = 0
         self.skip = 0
         self.per_rank = math.ceil(n / world) if world > 1 else n
@@ -84,26 +128,223 @@ class EpochSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         order = self.indices()
         skip, self.skip = self.skip, 0
+        if self.tag:
+            return (SampleIndex(i, self.seed, self.epoch) for i in order[skip:])
         return iter(order[skip:])
 
     def __len__(self) -> int:
         return self.per_rank
 
 
-class Loader:
-    """A DataLoader that calls ``sampler.set_epoch`` at every pass and forwards everything else
-    (``len``, ``dataset``, ``sampler``, ``batch_size`` ...) to the DataLoader inside."""
+# ---------------------------------------------------------------------------------------------
+# how long the training loop waits for data, and re-tuning num_workers from it
 
-    def __init__(self, loader: DataLoader) -> None:
+
+@dataclass
+class EpochTiming:
+    """One epoch as the training loop saw it. ``wait_s`` and ``total_s`` cover the batches after
+    the first (whose wait is worker start-up, in ``first_batch_s``); ``cpu_busy_s`` is CPU time
+    used on the machine (all processes) over the same span, ``own_cpu_s`` the part the loop's
+    process and its workers used."""
+
+    epoch: int
+    num_workers: int
+    batches: int = 0
+    wait_s: float = 0.0
+    total_s: float = 0.0
+    first_batch_s: float = 0.0
+    cpu_busy_s: float | None = None
+    own_cpu_s: float | None = None
+
+    @property
+    def wait_fraction(self) -> float | None:
+        """Share of the time between batches the loop spent waiting for the next one."""
+        return self.wait_s / self.total_s if self.batches >= 2 and self.total_s > 0 else None
+
+
+def _cpu_busy_seconds() -> float | None:
+    """CPU-seconds the machine has spent not idle since boot (``/proc/stat``); None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds(loader: DataLoader) -> float:
+    """CPU-seconds used so far by this process and the loader's live workers."""
+    total = time.process_time()
+    workers = getattr(getattr(loader, "_iterator", None), "_workers", None) or []
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for w in workers:
+        try:
+            with open(f"/proc/{w.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except (OSError, ValueError, IndexError, TypeError):
+            pass
+    return total
+
+
+def next_num_workers(t: EpochTiming, cpus: int, max_workers: int, *, threshold: float = 0.05) -> int:
+    """The worker count for the next epoch, from the epoch just measured (tf.data AUTOTUNE's idea).
+
+    Unchanged unless the loop waited more than ``threshold`` of the time (input-bound). One
+    loading process spends ``load`` seconds per batch (the wait itself without workers;
+    ``num_workers`` times the batch interval with them, as each worker delivers one batch per
+    round); the loop's own step is ``interval - wait``; so ``1.1 * load / step`` workers keep up.
+    That is capped by ``max_workers`` and by the loading processes the CPUs can feed: the cores
+    other processes leave free (at least what this loader uses now plus half a core), divided by
+    the CPU one loading process used while loading. Loading that waits on a disk or network uses
+    little CPU and may grow past the cores; decoding is held to them.
+    """
+    w = t.num_workers
+    intervals = t.batches - 1
+    f = t.wait_fraction
+    if f is None or f <= threshold or w >= max_workers:
+        return w
+    interval = t.total_s / intervals
+    wait = t.wait_s / intervals
+    step = max(interval - wait, 0.02 * interval)
+    load = wait if w == 0 else w * interval
+    need = math.ceil(1.1 * load / step)  # 10% for handing batches over between processes
+    cap = max_workers
+    if t.cpu_busy_s is not None:
+        busy = t.cpu_busy_s / t.total_s  # cores busy on average, whoever uses them
+        own = (t.own_cpu_s if t.own_cpu_s is not None else t.cpu_busy_s) / t.total_s
+        free = max(cpus - max(0.0, busy - own), own + 0.5)
+        # cores one loading process keeps busy while loading (without workers, the loop loads a share f of the time)
+        per_loader = max(own / f if w == 0 else own / w, 1e-3)
+        cap = min(cap, math.floor(free / per_loader))
+        if cap <= w:
+            return w  # the CPUs are taken: more workers would only compete for them
+    return max(w + 1, min(need, cap))
+
+
+@contextlib.contextmanager
+def _chosen_workers():
+    """Without torch's warning about more workers than CPUs: loading that waits on I/O is helped
+    by more, and the count was measured, not guessed."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        yield
+
+
+def _unwrap_worker_error(exc: Exception) -> Exception:
+    """A datakit error raised in a worker, with the message it had there: DataLoader re-raises it
+    with the worker's whole traceback in the message, which buries the one line that matters."""
+    msg = str(exc)
+    marker = f"\n{type(exc).__module__}.{type(exc).__qualname__}: "
+    k = msg.rfind(marker)
+    if not msg.startswith("Caught ") or k < 0:
+        return exc
+    return type(exc)(msg[k + len(marker) :].rstrip("\n"))
+
+
+class Loader:
+    """A DataLoader that calls ``sampler.set_epoch`` at every pass, measures how long the loop
+    waits for each batch (``wait_fraction``, ``timing``, one log line per epoch), merges the
+    dataset's bad-sample records after each epoch, re-tunes ``num_workers`` between epochs when
+    ``autotune``, and forwards everything else (``len``, ``dataset``, ``sampler``, ``batch_size``
+    ...) to the DataLoader inside."""
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        *,
+        autotune: bool = False,
+        rebuild: Callable[[int], DataLoader] | None = None,
+        max_workers: int | None = None,
+    ) -> None:
         self.loader = loader
         self.epoch = 0
+        self.autotune = autotune and rebuild is not None
+        self._rebuild = rebuild
+        self.max_workers = max_workers if max_workers is not None else _max_workers()
+        self.timing: EpochTiming | None = None
+        self.history: list[EpochTiming] = []
+        self._tuned = False
+
+    @property
+    def wait_fraction(self) -> float | None:
+        """Share of the time the loop waited for data, over the current (or last) epoch so far."""
+        return self.timing.wait_fraction if self.timing is not None else None
+
+    def _iterate(self, epoch: int, skip: int = 0) -> Iterator:
+        dl = self.loader
+        sampler = dl.sampler
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        if skip:
+            if not isinstance(sampler, EpochSampler):
+                raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
+            sampler.skip = skip
+        t = self.timing = EpochTiming(epoch, dl.num_workers)
+        clock = time.perf_counter
+        with _chosen_workers() if self._tuned else contextlib.nullcontext():
+            it = iter(dl)
+        first = cpu0 = own0 = None
+        while True:
+            t0 = clock()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            except DatakitError as exc:
+                raise _unwrap_worker_error(exc) from None
+            t1 = clock()
+            t.batches += 1
+            if first is None:
+                first, t.first_batch_s, cpu0, own0 = t1, t1 - t0, _cpu_busy_seconds(), _own_cpu_seconds(dl)
+            else:
+                t.wait_s += t1 - t0
+                t.total_s = t1 - first
+            yield batch
+        if first is not None:
+            t.own_cpu_s = _own_cpu_seconds(dl) - own0
+            cpu1 = _cpu_busy_seconds()
+            t.cpu_busy_s = cpu1 - cpu0 if cpu1 is not None and cpu0 is not None else None
+        self._end_epoch(t)
+
+    def _end_epoch(self, t: EpochTiming) -> None:
+        self.history.append(t)
+        f = t.wait_fraction
+        if f is not None:
+            per = t.total_s / (t.batches - 1)
+            log.info("epoch %d: %d batches; the loop waited for data %.0f%% of the time (%.1f of %.1f ms per batch, "
+                     "num_workers=%d)%s", t.epoch, t.batches, 100 * f, 1000 * t.wait_s / (t.batches - 1), 1000 * per,
+                     t.num_workers, ": input-bound" if f > 0.1 else "")  # fmt: skip
+        merge = getattr(self.loader.dataset, "merge_bad_samples", None)
+        if callable(merge):
+            merge()
+        if self.autotune and f is not None:
+            from datakit.parallel import usable_cpus
+
+            new = next_num_workers(t, usable_cpus(), self.max_workers)
+            if new != t.num_workers:
+                log.info("num_workers %d -> %d for the next epoch (the loop waited %.0f%% of the time, CPUs to spare)",
+                         t.num_workers, new, 100 * f)  # fmt: skip
+                self.set_num_workers(new)
+
+    def set_num_workers(self, num_workers: int) -> None:
+        """Rebuild the DataLoader with ``num_workers`` (between epochs); the old workers stop."""
+        if self._rebuild is None:
+            raise ValueError("set_num_workers needs a loader made by create_loader")
+        old = self.loader
+        with _chosen_workers():
+            self.loader = self._rebuild(num_workers)
+        self._tuned = True
+        it = getattr(old, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()  # persistent workers would otherwise live until garbage collection
+            old._iterator = None
 
     def __iter__(self):
-        sampler = self.loader.sampler
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self.epoch)
+        it = self._iterate(self.epoch)
         self.epoch += 1
-        return iter(self.loader)
+        return it
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -130,14 +371,7 @@ class InfiniteLoader:
         self._it = None
 
     def _start_epoch(self) -> None:
-        sampler = self.loader.loader.sampler
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self.epoch)
-        if self.step:
-            if not isinstance(sampler, EpochSampler):
-                raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
-            sampler.skip = self.step * self.loader.loader.batch_size
-        self._it = iter(self.loader.loader)
+        self._it = self.loader._iterate(self.epoch, self.step * self.loader.loader.batch_size)
 
     def __iter__(self):
         return self
@@ -171,6 +405,137 @@ class InfiniteLoader:
         return getattr(self.loader, name)
 
 
+# ---------------------------------------------------------------------------------------------
+# the environment: OpenCV threads in workers, open files, /dev/shm
+
+
+class WorkerInit:
+    """The ``worker_init_fn`` create_loader installs: :func:`seed_worker`, OpenCV to one thread
+    (its thread pool, inherited across fork or multiplied by the workers, deadlocks or
+    oversubscribes the CPUs), then the user's own ``worker_init_fn``."""
+
+    def __init__(self, user: Callable[[int], None] | None = None) -> None:
+        self.user = user
+
+    def __call__(self, worker_id: int) -> None:
+        seed_worker(worker_id)
+        os.environ["OPENCV_FOR_THREADS_NUM"] = "1"  # read when cv2 is first imported (spawned workers)
+        cv2 = sys.modules.get("cv2")
+        if cv2 is not None:
+            # 0, not 1: after fork, resizing the inherited pool to 1 waits forever on a condition
+            # variable the parent's (now absent) idle threads were waiting on; 0 leaves it alone
+            cv2.setNumThreads(0)
+        if self.user is not None:
+            self.user(worker_id)
+
+
+def raise_open_file_limit() -> tuple[int, int] | None:
+    """Raise the soft open-file limit to the hard one; returns (soft, hard) after, None where
+    there is no such limit. Each shared tensor in flight between workers holds a descriptor."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft, hard
+
+
+def shm_free_bytes(path: str = "/dev/shm") -> int | None:
+    """Free bytes in the shared-memory filesystem worker batches travel through; None without one."""
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def plan_shared_memory(batch_bytes: int, num_workers: int, prefetch_factor: int,
+                       shm_free: int | None) -> tuple[int, int, str | None]:  # fmt: skip
+    """``(num_workers, prefetch_factor, message)`` whose batches in flight fit in ``shm_free``.
+
+    Every worker keeps ``prefetch_factor`` batches in shared memory, and the loop holds two more
+    (the one it works on stays alive while the next arrives); a tenth of the space is left for
+    the small tensors (labels) and whatever else uses it.
+    Past the free space the kernel kills the process with "Bus error" (or it hangs); rather,
+    prefetch less, then use fewer workers, then load in the main process, and say so in one line.
+    """
+    if num_workers == 0 or shm_free is None or batch_bytes <= 0:
+        return num_workers, prefetch_factor, None
+
+    def need(w: int, p: int) -> int:
+        return batch_bytes * (w * p + 2)
+
+    room = 0.9 * shm_free
+    if need(num_workers, prefetch_factor) <= room:
+        return num_workers, prefetch_factor, None
+    w, p = num_workers, prefetch_factor
+    while p > 1 and need(w, p) > room:
+        p -= 1
+    while w > 1 and need(w, p) > room:
+        w -= 1
+    mib = 2**20
+    head = (
+        f"/dev/shm has {shm_free / mib:.0f} MiB free, {num_workers} workers x prefetch_factor {prefetch_factor} "
+        f"batches of {batch_bytes / mib:.1f} MiB need {need(num_workers, prefetch_factor) / mib:.0f} MiB"
+    )
+    fix = "give it more (docker run --shm-size=8g, or a larger tmpfs)"
+    if need(w, p) > room:
+        return 0, prefetch_factor, f"{head}: loading in the main process instead; {fix}"
+    return w, p, f"{head}: using num_workers={w}, prefetch_factor={p}; {fix}"
+
+
+def _sample_bytes(sample) -> int:
+    if isinstance(sample, (tuple, list)):
+        return sum(_sample_bytes(s) for s in sample)
+    if isinstance(sample, dict):
+        return sum(_sample_bytes(s) for s in sample.values())
+    if isinstance(sample, torch.Tensor):
+        return sample.numel() * sample.element_size()
+    return int(getattr(sample, "nbytes", 0) or 0)
+
+
+def _max_workers() -> int:
+    from datakit.parallel import usable_cpus
+    from datakit.tuning import _PER_WORKER_BYTES, _available_memory
+
+    top = 4 * usable_cpus()  # beyond the CPUs only for loading that waits on I/O, which the CPU cap tells
+    mem = _available_memory()
+    return max(1, min(top, mem // _PER_WORKER_BYTES)) if mem is not None else top
+
+
+def _fit_environment(dataset: Dataset, batch_size: int, num_workers: int, prefetch_factor: int) -> tuple[int, int]:
+    """The safe fixes create_loader applies before starting workers; returns what fits /dev/shm."""
+    if num_workers == 0:
+        return num_workers, prefetch_factor
+    limits = raise_open_file_limit()
+    if limits is not None and limits[0] < 4096:
+        import torch.multiprocessing as tmp
+
+        if tmp.get_sharing_strategy() == "file_descriptor" and "file_system" in tmp.get_all_sharing_strategies():
+            # batches in flight would run out of descriptors ("received 0 items of ancdata")
+            tmp.set_sharing_strategy("file_system")
+            log.warning("open-file limit %d (hard %d) is low for worker batches: using the file_system "
+                        "sharing strategy; raise it with `ulimit -n 65536`", limits[0], limits[1])  # fmt: skip
+    free = shm_free_bytes()
+    if free is None or free > 64 << 30:  # plenty: not worth reading a sample to find out
+        return num_workers, prefetch_factor
+    try:
+        per_sample = _sample_bytes(dataset[0]) if len(dataset) else 0
+    except Exception:  # the workers will name the problem with its sample; this is only an estimate
+        return num_workers, prefetch_factor
+    w, p, msg = plan_shared_memory(per_sample * batch_size, num_workers, prefetch_factor, free)
+    if msg:
+        log.warning(msg)
+    return w, p
+
+
 def _is_cuda(device) -> bool:
     if device is None:
         return False
@@ -191,6 +556,7 @@ def create_loader(
     distributed: str | bool = "auto",
     drop_last: bool | None = None,
     normalize=None,
+    autotune: bool | None = None,
     **dataloader_kwargs,
 ) -> Loader | InfiniteLoader | DeviceLoader:
     """A DataLoader with the defaults that avoid the usual pitfalls.
@@ -215,6 +581,10 @@ def create_loader(
       from pinned memory on a side stream and normalised on the GPU; on the CPU it is normalised
       in one table-lookup pass. Float images are moved as they are. ``normalize`` without
       ``device`` means the CPU. Without either, batches are what the collate function builds.
+    - ``autotune`` (default: when ``num_workers="auto"``): after each epoch, more workers when the
+      loop waited for data and CPUs were idle (:func:`next_num_workers`); ``loader.wait_fraction``.
+    - Before workers start: OpenCV at one thread in each (:class:`WorkerInit`), the open-file
+      limit raised, and fewer batches in flight when /dev/shm cannot hold them (:func:`plan_shared_memory`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -223,6 +593,8 @@ def create_loader(
         from datakit.collate import stack_collate
 
         collate_fn = stack_collate
+    if autotune is None:
+        autotune = num_workers == "auto"
     env = os.environ.get("DATAKIT_NUM_WORKERS")
     if env is not None:
         num_workers = int(env)
@@ -246,11 +618,15 @@ def create_loader(
     base = 0 if seed is None else seed
     sampler = dataloader_kwargs.pop("sampler", None)
     shuffle = dataloader_kwargs.pop("shuffle", train)
+    # a dataset that substitutes bad samples draws the replacement from (seed, epoch, index)
+    tag = callable(getattr(dataset, "on_error", "raise")) or getattr(dataset, "on_error", "raise") != "raise"
     if sampler is None:
-        if seed is None and not shard and not infinite:
+        if seed is None and not shard and not infinite and not tag:
             sampler = None
         else:
-            sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world)
+            if seed is None and not shard and not infinite:
+                base = int(torch.randint(2**31 - 1, ()))  # unseeded: a fresh order every run, as before
+            sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
     per_rank = len(sampler) if sampler is not None else len(dataset)
     if drop_last is None:
         drop_last = train and per_rank % batch_size == 1 and per_rank > 1
@@ -259,18 +635,30 @@ def create_loader(
     generator = None
     if seed is not None:
         generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)  # distinct worker seeds per rank
+    worker_init = WorkerInit(dataloader_kwargs.pop("worker_init_fn", None))
     kwargs = dict(
         batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers, drop_last=drop_last,
-        pin_memory=_is_cuda(device), worker_init_fn=seed_worker, generator=generator,
+        pin_memory=_is_cuda(device), worker_init_fn=worker_init, generator=generator,
     )  # fmt: skip
     if sampler is not None:
         kwargs["sampler"] = sampler
     else:
         kwargs["shuffle"] = shuffle
-    if num_workers > 0:
-        kwargs.update(persistent_workers=True, prefetch_factor=4)
     kwargs.update(dataloader_kwargs)
-    loader = Loader(DataLoader(dataset, **kwargs))
+
+    def build(workers: int) -> DataLoader:  # also called between epochs when re-tuning
+        kw = dict(kwargs, num_workers=workers)
+        kw.pop("persistent_workers", None)
+        kw.pop("prefetch_factor", None)
+        if workers > 0:
+            prefetch = dataloader_kwargs.get("prefetch_factor") or 4
+            workers, prefetch = _fit_environment(dataset, batch_size, workers, prefetch)
+            kw["num_workers"] = workers
+        if workers > 0:
+            kw.update(persistent_workers=dataloader_kwargs.get("persistent_workers", True), prefetch_factor=prefetch)
+        return DataLoader(dataset, **kw)
+
+    loader = Loader(build(num_workers), autotune=autotune, rebuild=build)
     out = InfiniteLoader(loader) if infinite else loader
     return on_device(out) if on_device is not None else out
 

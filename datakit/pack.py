@@ -199,6 +199,7 @@ def pack_lmdb(
     overwrite: bool = False,
     shard: str | tuple[int, int] | None = None,
     skip_bad: bool = False,
+    bad_samples: str | os.PathLike | None = None,
     remap_labels: bool = False,
     commit_bytes: int = 64 << 20,
     commit_every: int = 5000,
@@ -220,6 +221,8 @@ def pack_lmdb(
         overwrite: replace an existing datakit pack (never a file or a folder holding anything else).
         shard: ``"I/N"``: pack only the I-th of N contiguous parts (``open_dataset`` reads shards as one).
         skip_bad: skip unreadable images (listed in the report and the metadata) instead of failing.
+        bad_samples: a bad-samples file written while training (``on_error=`` with ``bad_samples=``);
+            with ``skip_bad``, the samples it lists are skipped without being read again.
         progress: called as ``progress(done, total, bytes_written)``.
 
     Raises:
@@ -228,6 +231,8 @@ def pack_lmdb(
     """
     if resume and overwrite:
         raise UsageError("--resume and --overwrite contradict each other; pick one")
+    if bad_samples is not None and not skip_bad:
+        raise UsageError("--bad-samples lists samples to skip: pass --skip-bad with it")
     if max_size is not None and max_size < 1:
         raise UsageError(f"max_size must be at least 1, got {max_size}")
     if not 1 <= quality <= 100:
@@ -253,6 +258,7 @@ def pack_lmdb(
         "record_dtype": RECORD.descr, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "writer": f"datakit {__import__('datakit').__version__}", "skipped": [],
     }  # fmt: skip
+    known = _known_bad(ds, bad_samples) if bad_samples is not None else {}
     lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite)
     if existing is not None:
         if existing.get("complete"):
@@ -267,7 +273,8 @@ def pack_lmdb(
         writer = LmdbWriter(out, meta, resume=existing is not None, lock=lock, commit_bytes=commit_bytes,
                             commit_every=commit_every, commit_seconds=commit_seconds, map_size=map_size)  # fmt: skip
         with writer:
-            report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, split_ids, table, progress)
+            report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, split_ids, table, progress,
+                           known)  # fmt: skip
             class_map.save(out / "classes.json")
     except (OSError, lmdb_error) as exc:
         # a full disk or an I/O error: what was committed stays valid and resumable
@@ -281,15 +288,53 @@ def pack_lmdb(
     return report
 
 
+def _with_known(results: Iterable[Result], listed: list[int], known: dict[int, str], hi: int):
+    """``results`` with the listed bad samples put back in index order, as failures."""
+    k = 0
+    try:
+        for r in results:
+            while k < len(listed) and listed[k] < r[0]:
+                yield listed[k], None, 0, 0, 0, known[listed[k]]
+                k += 1
+            yield r
+        for i in listed[k:]:
+            yield i, None, 0, 0, 0, known[i]
+    finally:
+        close = getattr(results, "close", None)
+        if close:
+            close()  # the pool behind it, also when the caller stops early
+
+
+def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
+    """The samples a bad-samples file lists for this dataset (same size, same names), as skip lines."""
+    from datakit.datasets import read_bad_samples
+
+    data = read_bad_samples(path)
+    if data.get("samples") != len(ds):
+        raise UsageError(f"{path}: lists samples of a dataset of {data.get('samples')}, this one has {len(ds)}")
+    known = {}
+    for e in data["bad"]:
+        i = e["index"]
+        if not (0 <= i < len(ds) and ds.name(i) == e["name"]):
+            raise UsageError(f"{path}: sample {i} is {e['name']!r} there, not in this dataset; another source?")
+        known[i] = f"{e['name']}: {e['reason']} (listed in {path})"
+    return known
+
+
 def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int | None, max_size: int | None,
-          quality: int, skip_bad: bool, split_ids: dict, table, progress) -> PackReport:  # fmt: skip
+          quality: int, skip_bad: bool, split_ids: dict, table, progress,
+          known: dict[int, str] | None = None) -> PackReport:  # fmt: skip
     start = writer.count
     report = PackReport(writer.path, 0, resumed_from=start, skipped=list(writer.meta["skipped"]))
     first = lo + start + len(report.skipped)
     t0 = time.perf_counter()
     bad: list[str] = []
     work = partial(_prepare, max_size=max_size, quality=quality)
-    results: Iterable[Result] = map_ordered(work, range(first, hi), workers=workers, dataset=ds, per_worker=16)
+    known = known or {}
+    listed = sorted(i for i in known if first <= i < hi)  # skipped in order, without being read
+    todo = [i for i in range(first, hi) if i not in known]
+    results: Iterable[Result] = map_ordered(work, todo, workers=workers, dataset=ds, per_worker=16)
+    results = _with_known(results, listed, known, hi)
     try:
         for i, value, h, w, nin, err in results:
             if err is not None:

@@ -20,6 +20,7 @@ from datakit.datasets import (
     ZipDataset,
     open_dataset,
 )
+from datakit.errors import UsageError
 from datakit.io import imread
 from datakit.labels import LabelError
 from datakit.testing import ZipEntry, build_zip
@@ -91,17 +92,16 @@ def test_on_error_policies(class_folder: Path, caplog):
     with pytest.raises(SampleError) as e:
         open_dataset(class_folder)[1]
     assert str(e.value) == f"sample 1: {bad}: empty file (0 bytes)"
-    skip = open_dataset(class_folder, on_error="skip")
-    img, target = skip[1]
-    np.testing.assert_array_equal(img, imread(class_folder / "cat" / "图片_2.jpg", "rgb"))
-    assert skip.skipped == 1
-    warn = open_dataset(class_folder, on_error="warn")
+    skip = open_dataset(class_folder, on_error="skip", max_bad_fraction=0.5)
     with caplog.at_level(logging.WARNING, logger="datakit"):
-        warn[1]
-        warn[1]
-    assert [r.getMessage() for r in caplog.records] == [f"skipping unreadable sample 1: {bad}: empty file (0 bytes)"]
-    assert warn.skipped == 2
-    with pytest.raises(ValueError, match="on_error must be one of raise, skip, warn, got 'ignore'"):
+        img, target = skip[1]
+        skip[1]
+    np.testing.assert_array_equal(img, imread(class_folder / "cat" / "图片_2.jpg", "rgb"))
+    assert skip.skipped == 2 and skip.bad == {1: (str(bad), "empty file (0 bytes)")}
+    assert [r.getMessage() for r in caplog.records] == [f"bad sample 1: {bad}: empty file (0 bytes)"]  # once
+    with pytest.raises(
+        UsageError, match="on_error must be one of raise, skip, substitute or a handler function, got 'ignore'"
+    ):
         open_dataset(class_folder, on_error="ignore")
 
 

@@ -1,19 +1,26 @@
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
 import random
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import Dataset
 
-from datakit.loader import EpochSampler, InfiniteLoader, create_loader, seed_everything
+from datakit.errors import SampleError, UsageError
+from datakit.loader import EpochSampler, EpochTiming, InfiniteLoader, create_loader, next_num_workers, seed_everything
+from datakit.parallel import usable_cpus
 
 
 class Indexed(Dataset):
@@ -142,3 +149,288 @@ def test_seed_everything():
     a = (random.random(), np.random.rand(), torch.rand(1).item(), os.environ["PYTHONHASHSEED"])
     seed_everything(11)
     assert a == (random.random(), np.random.rand(), torch.rand(1).item(), "11")
+
+
+# ---------------------------------------------------------------------------------------------
+# bad samples during training
+
+
+BAD = {3: "empty file (0 bytes)", 17: "truncated JPEG (no end-of-image marker)", 30: "not a recognised image format"}
+
+
+def bad_folder(tmp_path: Path, n: int = 40) -> Path:
+    """n images in one class folder, sample i filled with the value 5*i; samples 3, 17, 30 broken."""
+    from datakit.io import encode_image, imwrite
+
+    root = tmp_path / "坏 数据"
+    (root / "类").mkdir(parents=True)
+    for i in range(n):
+        ext = ".jpg" if i == 17 else ".png"
+        imwrite(root / "类" / f"{i:03d}_图{ext}", np.full((8, 8, 3), 5 * i, np.uint8), mode="rgb")
+    (root / "类" / "003_图.png").write_bytes(b"")
+    (root / "类" / "017_图.jpg").write_bytes(encode_image(np.full((8, 8, 3), 85, np.uint8), ".jpg")[:-40])
+    (root / "类" / "030_图.png").write_bytes(b"not an image at all")
+    return root
+
+
+def ids(batch) -> list[int]:
+    return (batch[0].flatten(1)[:, 0].long() // 5).tolist()
+
+
+@pytest.mark.parametrize("policy", ["substitute", "skip"])
+def test_bad_samples_resume_exactly_with_0_and_2_workers(tmp_path: Path, policy: str):
+    from datakit.datasets import open_dataset, read_bad_samples
+
+    root = bad_folder(tmp_path)
+    runs = {}
+    for workers in (0, 2):
+        report = tmp_path / f"bad_{workers}.json"
+
+        def make(report=report, workers=workers):
+            ds = open_dataset(root, on_error=policy, max_bad_fraction=0.1, bad_samples=report)
+            return create_loader(ds, 4, num_workers=workers, seed=3, infinite=True)
+
+        ref = make()
+        expected = [ids(next(ref)) for _ in range(25)]  # 10 batches per epoch: crosses two epoch boundaries
+        del ref
+        report.unlink()  # the interrupted run starts without knowing the bad samples
+        run = make()
+        got = [ids(next(run)) for _ in range(13)]
+        state = run.state_dict()
+        assert state == {"epoch": 1, "step": 3}
+        del run
+        resumed = make()  # knows the bad samples found before the interruption: substitutes them unread
+        resumed.load_state_dict(state)
+        got += [ids(next(resumed)) for _ in range(12)]
+        assert got == expected
+        runs[workers] = expected
+        data = read_bad_samples(report)
+        assert (data["samples"], data["count"], [e["index"] for e in data["bad"]]) == (40, 3, [3, 17, 30])
+        for e in data["bad"]:
+            assert e["name"] == str(next((root / "类").glob(f"{e['index']:03d}_*")))
+            assert e["reason"].startswith(BAD[e["index"]])
+    assert runs[0] == runs[2]  # the substitute does not depend on the number of workers
+    flat = [i for b in runs[0] for i in b]
+    assert not set(flat) & set(BAD) and len(flat) == 100
+    epoch0, epoch1 = runs[0][:10], runs[0][10:20]
+    assert sorted(i for b in epoch0 for i in b) != sorted(range(40))  # three served twice
+    if policy == "skip":  # the next readable index stands in: 3 -> 4, 17 -> 18, 30 -> 31
+        assert collections.Counter(i for b in epoch0 for i in b) == collections.Counter(
+            [i for i in range(40) if i not in BAD] + [4, 18, 31]
+        )
+    else:  # drawn from (seed, epoch, index): other stand-ins in another epoch
+        extra0 = collections.Counter(i for b in epoch0 for i in b) - collections.Counter(range(40))
+        extra1 = collections.Counter(i for b in epoch1 for i in b) - collections.Counter(range(40))
+        assert sum(extra0.values()) == sum(extra1.values()) == 3 and extra0 != extra1
+
+
+def test_too_many_bad_samples_stop_training(tmp_path: Path):
+    from datakit.datasets import open_dataset
+
+    root = bad_folder(tmp_path)
+    ds = open_dataset(root, on_error="substitute", max_bad_fraction=0.05, bad_samples=tmp_path / "bad.json")
+    loader = create_loader(ds, 4, num_workers=2, seed=0, train=False)
+    with pytest.raises(
+        SampleError,
+        match=r"^3 of 40 samples are unreadable \(7\.5%\), more than max_bad_fraction=0\.05: the source looks broken",
+    ):
+        list(loader)
+    # without a report the count is per process; a lone process still sees all three
+    ds = open_dataset(root, on_error="skip", max_bad_fraction=0.05)
+    with pytest.raises(
+        SampleError,
+        match=rf"^3 of 40 samples are unreadable \(7\.5%\).*\(the latest: sample 30: {re.escape(str(root))}/类/030_图\.png: not a recognised image format",
+    ):
+        [ds[i] for i in range(40)]
+    with pytest.raises(UsageError, match="max_bad_fraction must be between 0 and 1, got 2"):
+        open_dataset(root, on_error="skip", max_bad_fraction=2)
+
+
+def test_handler_policy_in_webdataset_style(tmp_path: Path):
+    from datakit.datasets import open_dataset
+
+    root = bad_folder(tmp_path)
+    seen = []
+
+    def warn_and_continue(exc):
+        seen.append(str(exc))
+        return True
+
+    ds = open_dataset(root, on_error=warn_and_continue, max_bad_fraction=0.1)
+    img, _ = ds[3]
+    assert seen == [f"sample 3: {root}/类/003_图.png: empty file (0 bytes)"] and img[0, 0, 0] != 15
+    subst = open_dataset(root, on_error="substitute", max_bad_fraction=0.1)
+    np.testing.assert_array_equal(img, subst[3][0])  # continuing substitutes as "substitute" does
+    stop = open_dataset(root, on_error=lambda exc: False, max_bad_fraction=0.1)
+    with pytest.raises(SampleError, match=r"^sample 17: .*017_图\.jpg: truncated JPEG \(no end-of-image marker\)$"):
+        stop[17]
+
+    def reraise(exc):
+        raise RuntimeError("stop here") from exc
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        open_dataset(root, on_error=reraise, max_bad_fraction=0.1)[30]
+
+
+def test_bad_samples_file_refuses_foreign_files(tmp_path: Path):
+    from datakit.datasets import read_bad_samples
+
+    (tmp_path / "x.json").write_text('{"format": "other", "version": 1}')
+    with pytest.raises(UsageError, match=r"x\.json: not a datakit bad-samples file \(format 'other'\)$"):
+        read_bad_samples(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text('{"format": "datakit-bad-samples", "version": 7}')
+    with pytest.raises(UsageError, match=r"y\.json: bad-samples version 7; this datakit reads version 1$"):
+        read_bad_samples(tmp_path / "y.json")
+    with pytest.raises(UsageError, match=r"z\.json: no such bad-samples file$"):
+        read_bad_samples(tmp_path / "z.json")
+
+
+CV2_WORKERS = r"""
+import sys, time
+import cv2, numpy as np
+from torch.utils.data import Dataset
+from datakit.loader import create_loader
+
+class Threads(Dataset):
+    def __len__(self): return 4
+    def __getitem__(self, i):
+        cv2.GaussianBlur(np.zeros((512, 512, 3), np.uint8), (9, 9), 0)
+        return cv2.getNumThreads()
+
+if __name__ == "__main__":
+    img = np.random.default_rng(0).integers(0, 255, (2000, 2000, 3), dtype=np.uint8)
+    cv2.GaussianBlur(img, (15, 15), 0)  # the parent's thread pool exists...
+    time.sleep(1)  # ...and its threads sleep on a condition variable when the workers fork
+    loader = create_loader(Threads(), 2, num_workers=2, train=False, multiprocessing_context=sys.argv[1])
+    print([int(t) for b in loader for t in b], cv2.getNumThreads())
+"""
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_opencv_one_thread_in_workers_without_fork_deadlock(tmp_path: Path, context: str):
+    script = tmp_path / "cv2_workers.py"
+    script.write_text(CV2_WORKERS)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, str(script), context], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    parent = max(1, len(os.sched_getaffinity(0)))
+    assert (
+        out.stdout.split("]")[0] == "[1, 1, 1, 1" and int(out.stdout.split()[-1]) == parent
+    )  # the main process keeps its threads
+
+
+# ---------------------------------------------------------------------------------------------
+# how long the loop waits for data, and re-tuning num_workers from it
+
+
+def timing(workers, wait_ms, interval_ms, *, busy=None, own=None, batches=11):
+    n = batches - 1
+    return EpochTiming(0, workers, batches, wait_ms * n / 1000, interval_ms * n / 1000, 0.5,
+                       None if busy is None else busy * interval_ms * n / 1000,
+                       None if own is None else own * interval_ms * n / 1000)  # fmt: skip
+
+
+def test_next_num_workers_decisions():
+    # no workers: the loop loads 60 ms, computes 20 ms; loading keeps one core busy 75% of the time
+    assert timing(0, 60, 80, busy=0.75).wait_fraction == pytest.approx(0.75)
+    assert next_num_workers(timing(0, 60, 80, busy=0.75), cpus=2, max_workers=8) == 2  # CPU-bound: the cores cap it
+    assert next_num_workers(timing(0, 60, 80, busy=0.75), cpus=8, max_workers=8) == 4  # ceil(1.1 * 60 / 20)
+    # the same times, but loading waits on I/O (5% of a core): as many as keep up
+    assert next_num_workers(timing(0, 60, 80, busy=0.04), cpus=2, max_workers=8) == 4
+    # 2 workers each deliver a batch per 2 x 50 ms; the step is 20 ms: ceil(1.1 * 100 / 20) = 6
+    assert next_num_workers(timing(2, 30, 50, busy=0.1), cpus=2, max_workers=8) == 6
+    assert next_num_workers(timing(2, 30, 50, busy=0.1), cpus=2, max_workers=5) == 5
+    # our two decoding workers fill both cores: unchanged
+    assert next_num_workers(timing(2, 30, 50, busy=2.0, own=1.9), cpus=2, max_workers=8) == 2
+    # other processes hold one core, and one decoding worker the other: unchanged
+    assert next_num_workers(timing(1, 40, 50, busy=2.0, own=0.9), cpus=2, max_workers=8) == 1
+    # other processes fill the machine, but loading waits on I/O (2.5% of a core each): it still grows
+    assert next_num_workers(timing(2, 30, 50, busy=2.0, own=0.05), cpus=2, max_workers=8) == 6
+    # compute-bound (waits 2% of the time), too few batches, already at the ceiling: unchanged
+    assert next_num_workers(timing(2, 1, 50, busy=0.1), cpus=2, max_workers=8) == 2
+    assert next_num_workers(timing(0, 60, 80, busy=0.1, batches=1), cpus=2, max_workers=8) == 0
+    assert next_num_workers(timing(8, 30, 50, busy=0.1), cpus=16, max_workers=8) == 8
+    # without CPU figures (no /proc): only the wait decides
+    assert next_num_workers(timing(1, 40, 50), cpus=2, max_workers=8) == 6
+
+
+class Slow(Dataset):
+    """Loading that waits (5 ms a sample, like a network disk) and uses no CPU."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int):
+        time.sleep(0.005)
+        return i
+
+
+def test_wait_fraction_and_autotune_for_real(caplog):
+    loader = create_loader(Slow(), 4, num_workers=0, autotune=True, seed=0)
+    assert loader.wait_fraction is None
+    with caplog.at_level(logging.INFO, logger="datakit"):
+        for _ in loader:
+            time.sleep(0.01)  # the training step: 10 ms against 20 ms of loading per batch
+        first = loader.history[0]
+        assert (first.epoch, first.num_workers, first.batches) == (0, 0, 10)
+        assert first.wait_fraction > 0.5 and loader.wait_fraction == first.wait_fraction
+        expected = next_num_workers(first, usable_cpus(), loader.max_workers)
+        assert loader.num_workers == expected
+        for _ in loader:
+            time.sleep(0.01)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("epoch 0: 10 batches; the loop waited for data ") and lines[0].endswith(
+        "num_workers=0): input-bound"
+    )
+    second = loader.history[1]
+    # loading waits (no CPU), so more workers help however busy the machine is: 20 ms against a 10 ms step
+    assert second.num_workers == expected and expected >= 2
+    assert lines[1].startswith(f"num_workers 0 -> {expected} for the next epoch (the loop waited ")
+    assert second.wait_fraction < first.wait_fraction / 2
+    # a fixed num_workers is not re-tuned
+    fixed = create_loader(Slow(), 4, num_workers=0, seed=0)
+    for _ in fixed:
+        time.sleep(0.01)
+    assert fixed.num_workers == 0 and fixed.wait_fraction > 0.5
+
+
+def test_check_and_pack_read_the_bad_samples_file(tmp_path: Path, capsys):
+    from datakit.cli import main
+    from datakit.datasets import open_dataset, read_bad_samples
+    from datakit.io import imwrite
+
+    root = bad_folder(tmp_path)
+    report = tmp_path / "bad_samples.json"
+    ds = open_dataset(root, on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    assert len([b for b in create_loader(ds, 4, num_workers=2, seed=0, train=False)]) == 10  # one epoch, merged
+    assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
+    # sample 30 was fixed since: check and pack go by the file and do not read it again
+    imwrite(root / "类" / "030_图.png", np.full((8, 8, 3), 150, np.uint8), mode="rgb")
+    name = {i: str(next((root / "类").glob(f"{i:03d}_*"))) for i in BAD}
+    assert main(["check", str(root), "--bad-samples", str(report), "--json", "--workers", "0"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert [p for p in problems if p.startswith("unreadable")] == [
+        f"unreadable: {name[3]}: empty file (0 bytes) (listed in {report})",
+        f"unreadable: {name[17]}: truncated JPEG (no end-of-image marker) (listed in {report})",
+        f"unreadable: {name[30]}: {read_bad_samples(report)['bad'][2]['reason']} (listed in {report})",
+    ]
+    out = tmp_path / "packed.lmdb"
+    assert main(["pack-lmdb", str(root), str(out), "--skip-bad", "--bad-samples", str(report), "--json", "-q",
+                 "--workers", "1"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["count"] == 37 and [s.split(": ")[0] for s in summary["skipped"]] == [name[3], name[17], name[30]]
+    assert all(s.endswith(f"(listed in {report})") for s in summary["skipped"])
+    assert sorted(open_dataset(out)[i][0][0, 0, 0] // 5 for i in range(37)) == [i for i in range(40) if i not in BAD]
+    # without the file, the fixed sample is packed
+    assert main(["pack-lmdb", str(root), str(tmp_path / "again.lmdb"), "--skip-bad", "--json", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["count"] == 38
+    # the file of another dataset is refused, naming it
+    assert main(["pack-lmdb", str(root), str(tmp_path / "x.lmdb"), "--bad-samples", str(report), "-q"]) == 2
+    assert "--bad-samples lists samples to skip: pass --skip-bad with it" in capsys.readouterr().err
+    other = tmp_path / "other"
+    shutil.copytree(root, other)
+    (other / "类" / "000_图.png").unlink()
+    assert (
+        main(["pack-lmdb", str(other), str(tmp_path / "y.lmdb"), "--skip-bad", "--bad-samples", str(report), "-q"]) == 2
+    )
+    assert f"{report}: lists samples of a dataset of 40, this one has 39" in capsys.readouterr().err

@@ -67,7 +67,9 @@ def test_measures_the_loader_create_loader_builds(monkeypatch):
     measure_throughput(_Draws(), 8, 2, max_batches=4, collate_fn=lambda b: collect(list(zip(*b))))
     kwargs, dl = seen[0]
     assert kwargs["num_workers"] == 2 and kwargs["seed"] == 0 and kwargs["train"] is True
-    assert dl.persistent_workers and dl.prefetch_factor == 4 and dl.worker_init_fn is datakit.loader.seed_worker
+    assert (
+        dl.persistent_workers and dl.prefetch_factor == 4 and isinstance(dl.worker_init_fn, datakit.loader.WorkerInit)
+    )
     assert dl.pin_memory is False  # CPU: nothing to pin for
     # seeded workers: two forked workers do not repeat each other's NumPy or random draws
     assert len({d[0] for d in draws}) == len(draws) and len({d[1] for d in draws}) == len(draws)

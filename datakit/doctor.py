@@ -1,0 +1,347 @@
+"""The environment and the source, checked before training (``datakit doctor``): each finding with its fix.
+
+What breaks data loading is usually the machine, not the code: a small ``/dev/shm`` in Docker
+("Bus error", or a hang), a low open-file limit ("received 0 items of ancdata"), more workers
+than the CPUs a container may use, CUDA started before workers fork, OpenCV's thread pool
+inherited by forked workers, ``CUDA_VISIBLE_DEVICES`` set after CUDA started, a torchvision
+built for another torch, a slow disk under millions of small files. Each check here is a
+function that takes what it measures as arguments (tested without the machine it describes);
+:func:`doctor` gathers them. :func:`~datakit.loader.create_loader` applies the safe fixes itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "DoctorReport",
+    "Finding",
+    "check_cpus",
+    "check_cuda",
+    "check_open_files",
+    "check_opencv",
+    "check_sharing_strategy",
+    "check_shm",
+    "check_versions",
+    "doctor",
+    "read_speed",
+]
+
+MIB = 2**20
+STATUSES = ("ok", "info", "warn", "fail")
+LOW_FILE_LIMIT = 4096  # below it, create_loader switches to the file_system sharing strategy
+
+
+@dataclass
+class Finding:
+    """One check: ``status`` is ``ok``, ``info``, ``warn`` or ``fail``; ``fix`` says what to do."""
+
+    check: str
+    status: str
+    detail: str
+    fix: str = ""
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class DoctorReport:
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No finding that will break training (``fail``)."""
+        return all(f.status != "fail" for f in self.findings)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "findings": [asdict(f) for f in self.findings]}
+
+
+# ---------------------------------------------------------------------------------------------
+# the checks, each on the values it is given
+
+
+def check_shm(batch_bytes: int, num_workers: int, prefetch_factor: int, shm_free: int | None,
+              shm_total: int | None = None) -> Finding:  # fmt: skip
+    """Whether ``/dev/shm`` holds the batches in flight: every worker keeps ``prefetch_factor``
+    batches there, and the training loop holds two more (see :func:`~datakit.loader.plan_shared_memory`)."""
+    from datakit.loader import plan_shared_memory
+
+    if shm_free is None:
+        return Finding("shm", "info", "no /dev/shm here; worker batches use the platform's shared memory")
+    need = batch_bytes * (num_workers * prefetch_factor + 2) if num_workers else 0
+    data = {"free": shm_free, "total": shm_total, "need": need, "batch_bytes": batch_bytes,
+            "num_workers": num_workers, "prefetch_factor": prefetch_factor}  # fmt: skip
+    what = (f"/dev/shm: {shm_free / MIB:.0f} MiB free; {num_workers} workers x prefetch_factor {prefetch_factor} "
+            f"batches of {batch_bytes / MIB:.1f} MiB need {need / MIB:.0f} MiB")  # fmt: skip
+    if need <= 0.9 * shm_free:  # as create_loader plans: a tenth left for labels and other users
+        return Finding("shm", "ok", what, data=data)
+    w, p, _ = plan_shared_memory(batch_bytes, num_workers, prefetch_factor, shm_free)
+    fix = ("docker run --shm-size=8g (or shm_size: 8gb in compose; emptyDir medium Memory in Kubernetes); "
+           + (f"create_loader falls back to num_workers={w}, prefetch_factor={p} by itself" if w else
+              "create_loader falls back to loading in the main process by itself"))  # fmt: skip
+    return Finding("shm", "fail", what + ": workers would die with 'Bus error' or hang", fix, data)
+
+
+def check_open_files(limits: tuple[int, int] | None, num_workers: int) -> Finding:
+    """Whether the open-file limit covers the descriptors shared batches hold in flight."""
+    if limits is None:
+        return Finding("open-files", "info", "no open-file limit on this platform")
+    soft, hard = limits
+    data = {"soft": soft, "hard": hard}
+    if soft >= LOW_FILE_LIMIT or soft < 0:
+        return Finding("open-files", "ok", f"open-file limit {soft} (hard {hard})", data=data)
+    if hard >= LOW_FILE_LIMIT or hard < 0:
+        return Finding("open-files", "info", f"open-file limit {soft}, hard limit {hard}",
+                       "create_loader raises the soft limit to the hard one by itself", data)  # fmt: skip
+    return Finding("open-files", "warn" if num_workers else "info",
+                   f"open-file limit {soft} (hard {hard}): workers sharing many tensors fail with 'Too many open "
+                   "files' or 'received 0 items of ancdata'",
+                   "ulimit -n 65536 (docker run --ulimit nofile=65536:65536); meanwhile create_loader uses the "
+                   "file_system sharing strategy", data)  # fmt: skip
+
+
+def check_sharing_strategy(strategy: str, limits: tuple[int, int] | None) -> Finding:
+    """The torch.multiprocessing sharing strategy, against the open-file limit it depends on."""
+    if strategy == "file_descriptor" and limits is not None and 0 <= limits[1] < LOW_FILE_LIMIT:
+        return Finding("sharing-strategy", "warn",
+                       f"sharing strategy file_descriptor with a hard open-file limit of {limits[1]}",
+                       "torch.multiprocessing.set_sharing_strategy('file_system') (create_loader does it), or "
+                       "raise the hard limit", {"strategy": strategy})  # fmt: skip
+    note = " (shared files stay in /dev/shm if a process is killed; clean it after crashes)"
+    detail = f"sharing strategy {strategy}" + (note if strategy == "file_system" else "")
+    return Finding("sharing-strategy", "ok", detail, data={"strategy": strategy})
+
+
+def check_cpus(num_workers: int, affinity: int, cpu_count: int, quota: float | None) -> Finding:
+    """CPUs this process may use (affinity, cgroup quota) against ``num_workers``."""
+    usable = affinity if quota is None else max(1, min(affinity, int(quota)))
+    data = {"affinity": affinity, "cpu_count": cpu_count, "quota": quota, "usable": usable,
+            "num_workers": num_workers}  # fmt: skip
+    where = f"{usable} usable CPUs (os.cpu_count() {cpu_count}, affinity {affinity}"
+    where += f", cgroup quota {quota:g})" if quota is not None else ")"
+    if num_workers > usable:
+        return Finding("cpus", "warn", f"{where}; num_workers={num_workers} is more: workers compete for them",
+                       f"num_workers={usable} or fewer, or num_workers='auto' (measured); note that os.cpu_count() "
+                       "counts the host's CPUs, not the container's", data)  # fmt: skip
+    return Finding("cpus", "ok", f"{where}; num_workers={num_workers}", data=data)
+
+
+def check_cuda(
+    initialized: bool, visible_env: str | None, device_count: int | None, start_method: str
+) -> list[Finding]:
+    """Fork safety of CUDA, and ``CUDA_VISIBLE_DEVICES`` against an already started CUDA."""
+    out = []
+    if initialized and start_method == "fork":
+        out.append(Finding("cuda-fork", "fail",
+                           "CUDA is initialised in this process and workers start by fork: a worker that touches "
+                           "CUDA dies with 'Cannot re-initialize CUDA in forked subprocess'",
+                           "keep CUDA out of Dataset/__getitem__ and transforms (move batches to the GPU in the loop "
+                           "or with CUDAPrefetcher), or pass multiprocessing_context='spawn'"))  # fmt: skip
+    else:
+        state = "initialised" if initialized else "not initialised yet"
+        out.append(Finding("cuda-fork", "ok", f"CUDA {state}; workers start by {start_method}"))
+    if initialized and visible_env is not None and device_count is not None:
+        listed = [d for d in visible_env.split(",") if d.strip()]
+        if len(listed) != device_count:
+            out.append(Finding("cuda-visible-devices", "fail",
+                               f"CUDA_VISIBLE_DEVICES={visible_env!r} lists {len(listed)} GPUs but CUDA sees "
+                               f"{device_count}: it was set after CUDA started and is ignored",
+                               "set it in the shell, or call datakit.select_gpus() before CUDA starts"))  # fmt: skip
+            return out
+    value = "unset (every GPU)" if visible_env is None else repr(visible_env)
+    out.append(Finding("cuda-visible-devices", "ok", f"CUDA_VISIBLE_DEVICES {value}"))
+    return out
+
+
+def check_opencv(threads: int | None, start_method: str) -> Finding:
+    """OpenCV's thread pool: inherited by forked workers it can deadlock; multiplied, it oversubscribes."""
+    if threads is None:
+        return Finding("opencv", "info", "OpenCV not installed")
+    if threads > 1:
+        return Finding("opencv", "info",
+                       f"OpenCV uses {threads} threads in this process; with {start_method}-started workers each "
+                       "would run as many (and a pool inherited across fork can deadlock)",
+                       "create_loader sets cv2.setNumThreads(1) in every worker; in your own DataLoader pass a "
+                       "worker_init_fn that does", {"threads": threads})  # fmt: skip
+    return Finding("opencv", "ok", f"OpenCV uses {threads} thread", data={"threads": threads})
+
+
+def check_versions(versions: dict[str, str | None]) -> Finding:
+    """The versions that matter, and whether torchvision was built for this torch (0.N+15 for 2.N)."""
+    text = ", ".join(f"{k} {v or 'missing'}" for k, v in versions.items())
+    tv, t = versions.get("torchvision"), versions.get("torch")
+    if tv and t:
+        try:
+            t_major, t_minor = (int(x) for x in t.split("+")[0].split(".")[:2])
+            tv_minor = int(tv.split("+")[0].split(".")[1])
+        except (ValueError, IndexError):
+            t_major = 0
+        if t_major == 2 and tv_minor != t_minor + 15:
+            return Finding("versions", "fail", f"{text}: torchvision {tv} is not built for torch {t}",
+                           f"pip install torchvision==0.{t_minor + 15}.* (matching torch {t})", versions)  # fmt: skip
+    missing = [k for k in ("torch", "torchvision") if not versions.get(k)]
+    if missing:
+        return Finding("versions", "fail", text, f"pip install {' '.join(missing)}", versions)
+    return Finding("versions", "ok", text, data=versions)
+
+
+# ---------------------------------------------------------------------------------------------
+# the source
+
+
+def _source_files(src: str | os.PathLike, max_files: int) -> list[Path]:
+    path = Path(src)
+    if path.is_dir() and (path / "data.mdb").exists():
+        return [path / "data.mdb"]
+    if path.is_file():
+        return [path]
+    from datakit.io import IMAGE_EXTENSIONS
+
+    found: list[Path] = []
+    for dirpath, _, names in sorted(os.walk(path)):
+        for n in sorted(names):
+            if n.lower().endswith(IMAGE_EXTENSIONS):
+                found.append(Path(dirpath) / n)
+    if len(found) > max_files:  # evenly spread, so one folder does not stand for all
+        step = len(found) / max_files
+        found = [found[int(k * step)] for k in range(max_files)]
+    return found
+
+
+def _read_all(files: list[Path], max_bytes: int) -> tuple[int, int, float]:
+    total, count = 0, 0
+    t0 = time.perf_counter()
+    for p in files:
+        with open(p, "rb", buffering=0) as f:
+            while total < max_bytes:
+                chunk = f.read(min(8 * MIB, max_bytes - total))
+                if not chunk:
+                    break
+                total += len(chunk)
+        count += 1
+        if total >= max_bytes:
+            break
+    return total, count, time.perf_counter() - t0
+
+
+def _evict(files: list[Path]) -> bool:
+    """Ask the kernel to drop these files from the page cache (no root needed); False if it cannot."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return True
+
+
+def read_speed(src: str | os.PathLike, *, max_files: int = 2000, max_bytes: int = 256 * MIB) -> Finding:
+    """Read speed of the source's files, cold (dropped from the page cache first) and warm."""
+    files = _source_files(src, max_files)
+    if not files:
+        return Finding("read-speed", "warn", f"{src}: no image files found to read")
+    cold_ok = _evict(files)
+    nbytes, count, cold = _read_all(files, max_bytes)
+    _, _, warm = _read_all(files[:count], max_bytes)
+    cold, warm = max(cold, 1e-9), max(warm, 1e-9)
+    data = {"files": count, "bytes": nbytes, "cold_mb_s": nbytes / MIB / cold, "warm_mb_s": nbytes / MIB / warm,
+            "cold_files_s": count / cold, "warm_files_s": count / warm, "evicted": cold_ok}  # fmt: skip
+    label = "cold" if cold_ok else "first read (could not drop the page cache)"
+    detail = (f"{src}: {count} files, {nbytes / MIB:.1f} MiB: {label} {data['cold_mb_s']:.0f} MB/s "
+              f"({data['cold_files_s']:.0f} files/s), warm {data['warm_mb_s']:.0f} MB/s "
+              f"({data['warm_files_s']:.0f} files/s)")  # fmt: skip
+    if count > 1 and cold / count > 2e-3:  # over 2 ms a file: the disk's latency, not its bandwidth, rules
+        return Finding("read-speed", "warn", detail + "; small files read slowly when not cached",
+                       f"pack them into one file: datakit pack-lmdb {src} OUT.lmdb", data)  # fmt: skip
+    return Finding("read-speed", "ok", detail, data=data)
+
+
+# ---------------------------------------------------------------------------------------------
+# gathering
+
+
+def _cgroup_cpu_quota() -> float | None:
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return None if quota <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+    except ImportError:
+        return None
+    return str(getattr(mod, "__version__", None) or getattr(mod, "version", lambda: "?")())
+
+
+def doctor(src: str | os.PathLike | None = None, *, batch_size: int = 64, num_workers: int | None = None,
+           prefetch_factor: int = 4, size: int = 224) -> DoctorReport:  # fmt: skip
+    """Check the environment for a loader of ``batch_size`` uint8 images of ``size`` x ``size``
+    with ``num_workers`` (default: the usable CPUs) and ``prefetch_factor``; and, with ``src``,
+    how fast its files read. ``size=0`` takes the first image of ``src`` at full size."""
+    import multiprocessing as mp
+
+    import torch
+
+    from datakit.loader import shm_free_bytes
+    from datakit.parallel import usable_cpus
+
+    if num_workers is None:
+        num_workers = usable_cpus()
+    batch_bytes = batch_size * 3 * size * size
+    if src is not None and not size:
+        from datakit.datasets import open_dataset
+
+        img, _ = open_dataset(src)[0]
+        batch_bytes = batch_size * img.nbytes
+    report = DoctorReport()
+    shm_total = None
+    try:
+        st = os.statvfs("/dev/shm")
+        shm_total = st.f_blocks * st.f_frsize
+    except (OSError, AttributeError):
+        pass
+    report.findings.append(check_shm(batch_bytes, num_workers, prefetch_factor, shm_free_bytes(), shm_total))
+    try:
+        import resource
+
+        limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except ImportError:
+        limits = None
+    report.findings.append(check_open_files(limits, num_workers))
+    import torch.multiprocessing as tmp
+
+    report.findings.append(check_sharing_strategy(tmp.get_sharing_strategy(), limits))
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    report.findings.append(check_cpus(num_workers, affinity, os.cpu_count() or 1, _cgroup_cpu_quota()))
+    start = mp.get_start_method(allow_none=True) or ("fork" if sys.platform.startswith("linux") else "spawn")
+    initialized = bool(torch.cuda.is_initialized())
+    count = torch.cuda.device_count() if initialized else None
+    report.findings += check_cuda(initialized, os.environ.get("CUDA_VISIBLE_DEVICES"), count, start)
+    try:
+        import cv2
+
+        threads = cv2.getNumThreads()
+    except ImportError:
+        threads = None
+    report.findings.append(check_opencv(threads, start))
+    names = ("torch", "torchvision", "cv2", "lmdb", "PIL", "numpy")
+    versions = {"python": sys.version.split()[0], **{("opencv" if n == "cv2" else n): _version(n) for n in names}}
+    report.findings.append(check_versions(versions))
+    if src is not None:
+        report.findings.append(read_speed(src))
+    return report

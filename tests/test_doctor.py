@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datakit.cli import main
+from datakit.doctor import (
+    check_cpus,
+    check_cuda,
+    check_open_files,
+    check_opencv,
+    check_sharing_strategy,
+    check_shm,
+    check_versions,
+    doctor,
+    read_speed,
+)
+from datakit.loader import plan_shared_memory
+
+MIB = 2**20
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_shared_memory_from_the_free_bytes():
+    # 10 MiB batches, 2 workers x 4 prefetched + 2 in the loop = 100 MiB, within 90% of the free space
+    assert plan_shared_memory(10 * MIB, 2, 4, 112 * MIB) == (2, 4, None)
+    assert plan_shared_memory(10 * MIB, 2, 4, 110 * MIB)[:2] == (2, 3)
+    w, p, msg = plan_shared_memory(10 * MIB, 2, 4, 67 * MIB)
+    assert (w, p) == (2, 2) and msg == (
+        "/dev/shm has 67 MiB free, 2 workers x prefetch_factor 4 batches of 10.0 MiB need 100 MiB: using "
+        "num_workers=2, prefetch_factor=2; give it more (docker run --shm-size=8g, or a larger tmpfs)"
+    )
+    assert plan_shared_memory(10 * MIB, 2, 4, 34 * MIB)[:2] == (1, 1)
+    w, p, msg = plan_shared_memory(10 * MIB, 2, 4, 33 * MIB)
+    assert w == 0 and "loading in the main process instead" in msg
+    assert plan_shared_memory(10 * MIB, 0, 4, 1) == (0, 4, None)  # no workers, no shared memory
+    assert plan_shared_memory(10 * MIB, 2, 4, None) == (2, 4, None)  # no /dev/shm to measure
+
+
+def test_check_shm_explains_the_fix():
+    ok = check_shm(10 * MIB, 2, 4, 112 * MIB)
+    assert ok.status == "ok" and ok.data["need"] == 100 * MIB
+    bad = check_shm(10 * MIB, 2, 4, 67 * MIB, 64 * MIB)
+    assert bad.status == "fail"
+    assert bad.detail == ("/dev/shm: 67 MiB free; 2 workers x prefetch_factor 4 batches of 10.0 MiB need 100 MiB: "
+                          "workers would die with 'Bus error' or hang")  # fmt: skip
+    assert bad.fix.startswith("docker run --shm-size=8g") and bad.fix.endswith(
+        "create_loader falls back to num_workers=2, prefetch_factor=2 by itself"
+    )
+
+
+def test_limits_cpus_cuda_opencv_versions():
+    assert check_open_files((1024, 1024), 4).status == "warn"
+    assert check_open_files((1024, 1024), 0).status == "info"
+    assert check_open_files((1024, 1048576), 4).fix == "create_loader raises the soft limit to the hard one by itself"
+    assert check_open_files((65536, 65536), 4).status == "ok"
+    assert check_sharing_strategy("file_descriptor", (1024, 1024)).status == "warn"
+    assert check_sharing_strategy("file_descriptor", (65536, 65536)).status == "ok"
+    cpus = check_cpus(8, affinity=4, cpu_count=64, quota=1.5)
+    assert cpus.status == "warn" and cpus.data["usable"] == 1
+    assert cpus.detail == ("1 usable CPUs (os.cpu_count() 64, affinity 4, cgroup quota 1.5); num_workers=8 is more: "
+                           "workers compete for them")  # fmt: skip
+    assert check_cpus(2, affinity=4, cpu_count=4, quota=None).status == "ok"
+    late = check_cuda(True, "1", 2, "fork")
+    assert [(f.check, f.status) for f in late] == [("cuda-fork", "fail"), ("cuda-visible-devices", "fail")]
+    assert late[1].detail == ("CUDA_VISIBLE_DEVICES='1' lists 1 GPUs but CUDA sees 2: it was set after CUDA started "
+                              "and is ignored")  # fmt: skip
+    assert [f.status for f in check_cuda(True, "0,1", 2, "spawn")] == ["ok", "ok"]
+    assert [f.status for f in check_cuda(False, None, None, "fork")] == ["ok", "ok"]
+    assert check_opencv(8, "fork").status == "info" and check_opencv(1, "fork").status == "ok"
+    v = check_versions({"torch": "2.14.1+cu130", "torchvision": "0.28.0"})
+    assert v.status == "fail" and v.fix == "pip install torchvision==0.29.* (matching torch 2.14.1+cu130)"
+    assert check_versions({"torch": "2.14.1", "torchvision": "0.29.1", "lmdb": None}).status == "ok"
+
+
+def test_read_speed_reads_every_image_cold_then_warm(class_folder: Path):
+    f = read_speed(class_folder)
+    assert f.check == "read-speed" and f.data["files"] == 12 and f.data["evicted"] is True
+    assert f.data["bytes"] == sum(p.stat().st_size for p in class_folder.rglob("*.*"))
+    assert f.detail.startswith(f"{class_folder}: 12 files, ")
+
+
+def test_doctor_cli_json_and_usage(class_folder: Path, capsys):
+    rc = main(["doctor", str(class_folder), "--json", "--workers", "2", "--batch-size", "8"])
+    out = json.loads(capsys.readouterr().out)
+    assert [f["check"] for f in out["findings"]] == ["shm", "open-files", "sharing-strategy", "cpus", "cuda-fork",
+                                                     "cuda-visible-devices", "opencv", "versions", "read-speed"]  # fmt: skip
+    assert rc == (0 if out["ok"] else 1) and out["ok"] == doctor(class_folder, num_workers=2, batch_size=8).ok
+    assert out["findings"][0]["data"]["batch_bytes"] == 8 * 3 * 224 * 224
+    with pytest.raises(SystemExit) as e:
+        main(["doctor", "--batch-size", "0"])
+    assert e.value.code == 2
+    assert "datakit doctor: error: argument --batch-size: must be >= 1, got 0" in capsys.readouterr().err
+    assert main(["doctor", str(class_folder / "nothing")]) == 2
+
+
+SMALL_SHM = r"""
+import logging, sys
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Big(Dataset):  # 2 MiB samples: batches of 2 need (2 workers x 4 + 2) x 4 MiB = 40 MiB; /dev/shm has 16
+    def __len__(self): return 24
+    def __getitem__(self, i): return np.full((1024, 1024, 2), i % 251, np.uint8), i
+
+if sys.argv[1] == "raw":
+    loader = DataLoader(Big(), batch_size=2, num_workers=2, prefetch_factor=4, persistent_workers=True)
+    for batch in loader:
+        pass
+    print("raw survived")
+else:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from datakit.loader import create_loader
+    loader = create_loader(Big(), 2, num_workers=2, train=False)
+    seen = [int(t) for _, labels in loader for t in labels]
+    assert seen == list(range(24)), seen
+    print("workers", loader.num_workers, "prefetch", loader.prefetch_factor)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("unshare") is None, reason="needs unshare")
+def test_real_small_tmpfs_loader_adapts_instead_of_bus_error(tmp_path: Path):
+    script = tmp_path / "small_shm.py"
+    script.write_text(SMALL_SHM)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def run(mode: str) -> subprocess.CompletedProcess:
+        # a private mount namespace: the 16 MiB /dev/shm exists only for this child
+        cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+               f'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "{sys.executable}" "{script}" {mode}']  # fmt: skip
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o size=16m tmpfs /dev/shm"], capture_output=True)  # fmt: skip
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {probe.stderr.decode(errors='replace').strip()}")
+    ours = run("datakit")
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.strip() == "workers 1 prefetch 1"
+    assert ours.stderr.strip() == (
+        "/dev/shm has 16 MiB free, 2 workers x prefetch_factor 4 batches of 4.0 MiB need 40 MiB: using num_workers=1, "
+        "prefetch_factor=1; give it more (docker run --shm-size=8g, or a larger tmpfs)"
+    )
+    raw = run("raw")  # the attack: the same loader as a plain DataLoader
+    assert raw.returncode != 0 and "raw survived" not in raw.stdout
