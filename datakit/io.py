@@ -652,11 +652,15 @@ def probe_image(
     kw = {"name": name, "strict": strict, "max_pixels": max_pixels}
     if info is not None:
         h, w, _ = info
-        rh, rw = decode_image(data, "gray", max(1, max(h, w) // 8), **kw).shape[:2]
-        up, side = (-(-h // 8), -(-w // 8)), (-(-w // 8), -(-h // 8))
-        if (rh, rw) == up and up != side:
-            return h, w
-        if (rh, rw) == side and up != side:
-            return w, h
+        for factor in (8, 4, 2):
+            # a square image reads the same either way; a nearly square one may need a finer scale to tell
+            rh, rw = decode_image(data, "gray", -(-max(h, w) // factor), **kw).shape[:2]
+            up, side = (-(-h // factor), -(-w // factor)), (-(-w // factor), -(-h // factor))
+            if (rh, rw) == up and (up != side or h == w):
+                return h, w
+            if (rh, rw) == side and up != side:
+                return w, h
+            if up != side:
+                break  # neither shape: decode in full below
     img = decode_image(data, "gray", **kw)
     return img.shape[0], img.shape[1]

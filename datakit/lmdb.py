@@ -52,6 +52,7 @@ PACK_FILES = frozenset({"data.mdb", "lock.mdb", "classes.json", LOCK_NAME})
 # one record per sample: target, height, width, crc32 of the value, split id, value length
 RECORD = np.dtype([("target", "<i8"), ("height", "<u4"), ("width", "<u4"), ("crc32", "<u4"), ("split", "<u2"),
                    ("_pad", "<u2"), ("nbytes", "<u8")])  # fmt: skip
+_RECORD_STRUCT = struct.Struct("<qIIIHHQ")  # RECORD, packed without numpy's per-element cost
 INITIAL_MAP_SIZE = 64 << 20
 
 
@@ -352,7 +353,7 @@ class LmdbWriter:
         self.commit_bytes, self.commit_every, self.commit_seconds = commit_bytes, commit_every, commit_seconds
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
-        self._records = np.zeros(1024, RECORD)
+        self._index = bytearray()  # every sample's record, packed: the index, built as samples come
         self.count = 0
         self.env = None
         try:
@@ -380,32 +381,30 @@ class LmdbWriter:
 
     def _load_records(self, meta: dict) -> None:
         n = int(meta.get("count", 0))
-        self._grow(n)
         with self.env.begin() as txn:
             for i in range(n):
                 raw = txn.get(_record_key(i))
                 if raw is None or len(raw) != RECORD.itemsize:
                     raise PackError(f"{self.path}: the record of sample {i} is missing or damaged; re-pack")
-                self._records[i] = np.frombuffer(raw, RECORD)[0]
+                self._index += raw
         self.count = n
-
-    def _grow(self, n: int) -> None:
-        if n > len(self._records):
-            bigger = np.zeros(max(n, 2 * len(self._records)), RECORD)
-            bigger[: len(self._records)] = self._records
-            self._records = bigger
 
     @property
     def records(self) -> np.ndarray:
         """The records of every sample added so far (committed or pending)."""
-        return self._records[: self.count + len(self._pending) // 3]
+        return np.frombuffer(bytes(self._index), RECORD)
 
-    def add(self, value: bytes, target: int, height: int, width: int, name: str, split: int = 0) -> None:
-        """Append one sample; commits when enough bytes, samples or seconds have gathered."""
+    def add(self, value: bytes, target: int, height: int, width: int, name: str, split: int = 0,
+            crc32: int | None = None) -> None:  # fmt: skip
+        """Append one sample; commits when enough bytes, samples or seconds have gathered.
+
+        ``crc32`` of ``value`` may come precomputed (by a worker process); it is computed here otherwise.
+        """
         i = self.count + len(self._pending) // 3
-        self._grow(i + 1)
-        self._records[i] = (target, height, width, zlib.crc32(value), split, 0, len(value))
-        self._pending += [(_image_key(i), value), (_record_key(i), self._records[i].tobytes()),
+        crc = zlib.crc32(value) if crc32 is None else crc32
+        rec = _RECORD_STRUCT.pack(target, height, width, crc, split, 0, len(value))
+        self._index += rec
+        self._pending += [(_image_key(i), value), (_record_key(i), rec),
                           (_name_key(i), name.encode("utf-8", "surrogateescape"))]  # fmt: skip
         self._pending_bytes += len(value)
         if (
@@ -441,7 +440,7 @@ class LmdbWriter:
     def finish(self, **extra) -> None:
         """Commit what is pending, write the checksummed index and mark the pack complete."""
         self.commit()
-        index = self._records[: self.count].tobytes()
+        index = bytes(self._index)
         meta = dict(self.meta, **extra, count=self.count, complete=True, index_crc32=zlib.crc32(index))
         self._write([(INDEX_KEY, index)], meta)
         self.meta = meta

@@ -323,3 +323,42 @@ def test_interrupted_before_anything_was_committed_resumes(class_folder: Path, t
     report = pack_lmdb(class_folder, out, workers=1, resume=True)
     assert report.count == 12 and report.resumed_from == 0 and verify_lmdb(out) == []
     close_pack(out)
+
+
+def test_validation_probes_near_square_rotated_jpegs_without_a_full_decode(tmp_path: Path, monkeypatch):
+    from PIL import Image
+
+    import datakit.io as dio
+
+    root = tmp_path / "src"
+    (root / "a").mkdir(parents=True)
+    shapes = {"square.jpg": (300, 300, 1), "turned.jpg": (514, 518, 6), "upright.jpg": (514, 518, 1)}
+    for name, (h, w, orientation) in shapes.items():
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        Image.fromarray(synthetic_image(h, w, seed=h)).save(root / "a" / name, quality=90, exif=exif.tobytes())
+    full = []
+    real = dio._torchvision_jpeg
+    monkeypatch.setattr(dio, "_torchvision_jpeg", lambda raw, mode: full.append(mode) or real(raw, mode))
+    out = tmp_path / "p.lmdb"
+    pack_lmdb(root, out, workers=1)
+    assert full == []  # every size came from a reduced-scale decode
+    sizes = {n: tuple(s) for n, s in zip(sorted(shapes), open_dataset(out).sizes().tolist())}
+    assert sizes == {"square.jpg": (300, 300), "turned.jpg": (518, 514), "upright.jpg": (514, 518)}
+    ds = open_dataset(out)
+    assert [ds[i][0].shape[:2] for i in range(3)] == [(300, 300), (518, 514), (514, 518)]
+
+
+def test_commits_on_a_time_interval(tmp_path: Path):
+    from datakit.labels import ClassMap
+    from datakit.lmdb import LmdbWriter
+
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a",)).to_json()}
+    with LmdbWriter(tmp_path / "slow", meta, commit_seconds=3600) as w:
+        assert w.meta["count"] == 0  # the metadata was committed when the pack was created
+        w.add(b"x", 0, 1, 1, "x")
+        assert w.count == 0  # pending
+    with LmdbWriter(tmp_path / "fast", meta, commit_seconds=0.0) as w:
+        w.add(b"x", 0, 1, 1, "x")
+        assert w.count == 1  # committed at once: the interval had passed
+    assert read_meta(tmp_path / "fast")["count"] == 1 and read_meta(tmp_path / "slow")["count"] == 0
