@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
-from datakit.filenames import EncodingGuess, guess_encoding
+from datakit.filenames import EncodingGuess, decodes, guess_encoding
 
 __all__ = [
     "DEFAULT_MAX_MEMBER",
@@ -251,17 +251,9 @@ def _codec(name: str) -> str:
         raise UsageError(f"unknown encoding {name!r}: use 'auto' or a Python codec such as gbk, big5, cp932") from None
 
 
-def _decodes(raw: bytes, enc: str) -> bool:
-    try:
-        raw.decode(enc)
-        return True
-    except UnicodeDecodeError:
-        return False
-
-
 def _forced(encoding: str, names: list[bytes]) -> EncodingGuess:
     enc = _codec(encoding)
-    bad = sum(1 for n in names if not _decodes(n, enc))
+    bad = sum(1 for n in names if not decodes(n, enc))
     reason = f"forced by the caller; {len(names) - bad} of {len(names)} unflagged names decode"
     return EncodingGuess(enc, reason, {})
 

@@ -14,7 +14,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["CANDIDATES", "EncodingGuess", "guess_encoding"]
+__all__ = ["CANDIDATES", "EncodingGuess", "decodes", "guess_encoding"]
 
 # (codec, the host family that writes it: "dos" for DOS/Windows OEM code pages, "unix", or "any")
 CANDIDATES = (
@@ -279,7 +279,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
         scores[enc] = score(names, enc, host)
     ranked = sorted((e for e in readings), key=lambda e: -scores[e])
     if not ranked:
-        enc = "gb18030" if all(_decodes(n, "gb18030") for n in raw_names) else "cp437"
+        enc = "gb18030" if all(decodes(n, "gb18030") for n in raw_names) else "cp437"
         return EncodingGuess(enc, "no candidate decodes every name; undecodable bytes are replaced", scores)
     best = ranked[0]
     same = [e for e in ranked[1:] if readings[e] == readings[best]]
@@ -306,7 +306,8 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     return EncodingGuess(best, reason, scores, tuple([best, *rivals]) if rivals else ())
 
 
-def _decodes(raw: bytes, enc: str) -> bool:
+def decodes(raw: bytes, enc: str) -> bool:
+    """Whether ``raw`` is valid text in ``enc``."""
     try:
         raw.decode(enc)
         return True

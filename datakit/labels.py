@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import LabelError, UsageError
+from datakit.filenames import decodes
 from datakit.textparse import Columns, hash_spans, parse_delimited, parse_list
 
 __all__ = [
@@ -552,7 +553,7 @@ def detect_text_encoding(raw: bytes) -> TextEncoding:
     margin = scores[best] - second
     confidence = max(0.0, min(1.0, margin / 2 + (0.5 if scores[best] >= 0.8 else 0.0)))
     if scores[best] >= 0.5 and margin >= 0.25:
-        name = "gbk" if best == "gb18030" and _decodes(sample, "gbk") else best
+        name = "gbk" if best == "gb18030" and decodes(sample, "gbk") else best
         shown = ", ".join(f"{e} {s:.2f}" for e, s in scores.items())
         return TextEncoding(name, confidence, f"characters most plausible as {name} (scores: {shown})")
     readings = "; ".join(f"as {_label(e)} it reads {_excerpt(texts[e])!r}" for e in ranked)
@@ -573,14 +574,6 @@ def _excerpt(text: str) -> str:
         if len(words) == 4:
             break
     return ", ".join(words)
-
-
-def _decodes(raw: bytes, enc: str) -> bool:
-    try:
-        raw.decode(enc)
-        return True
-    except UnicodeDecodeError:
-        return False
 
 
 def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str, str]:
