@@ -277,10 +277,14 @@ def _c_messages() -> Iterator[list[str]]:
     lines: list[str] = []
     with _CAPTURE_LOCK:
         if _CAPTURE_FILE is None or _CAPTURE_FILE[0] != os.getpid():
-            _CAPTURE_FILE = (os.getpid(), tempfile.TemporaryFile())  # noqa: SIM115 (kept open, reused)
+            # a bare descriptor, not a file object: a forked child replaces it without closing the
+            # parent's (shared) file, and nothing is left for the garbage collector to warn about
+            fd, name = tempfile.mkstemp(prefix="datakit-c-messages-")
+            os.unlink(name)
+            _CAPTURE_FILE = (os.getpid(), fd)
         tmp = _CAPTURE_FILE[1]
-        tmp.seek(0)
-        tmp.truncate()
+        os.lseek(tmp, 0, os.SEEK_SET)  # fd 2 will share this offset
+        os.ftruncate(tmp, 0)
         try:
             import sys
 
@@ -288,14 +292,13 @@ def _c_messages() -> Iterator[list[str]]:
         except (AttributeError, ValueError, OSError):
             pass
         saved = os.dup(2)
-        os.dup2(tmp.fileno(), 2)
+        os.dup2(tmp, 2)
         try:
             yield lines
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode("utf-8", "replace")
+            text = os.pread(tmp, os.fstat(tmp).st_size, 0).decode("utf-8", "replace")
             lines.extend(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
 
 
