@@ -145,7 +145,9 @@ class EpochTiming:
     """One epoch as the training loop saw it. ``wait_s`` and ``total_s`` cover the batches after
     the first (whose wait is worker start-up, in ``first_batch_s``); ``cpu_busy_s`` is CPU time
     used on the machine (all processes) over the same span, ``own_cpu_s`` the part the loop's
-    process and its workers used."""
+    process and its workers used, ``loop_cpu_s`` the part the loop's process used alone;
+    ``queued_s`` is how long the loading processes were ready to run but waited for a CPU (a
+    decoder starved by other processes wants a whole core though it got less)."""
 
     epoch: int
     num_workers: int
@@ -155,6 +157,8 @@ class EpochTiming:
     first_batch_s: float = 0.0
     cpu_busy_s: float | None = None
     own_cpu_s: float | None = None
+    loop_cpu_s: float | None = None
+    queued_s: float = 0.0
 
     @property
     def wait_fraction(self) -> float | None:
@@ -173,19 +177,33 @@ def _cpu_busy_seconds() -> float | None:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _own_cpu_seconds(loader: DataLoader) -> float:
-    """CPU-seconds used so far by this process and the loader's live workers."""
-    total = time.process_time()
+def _queued_seconds(pid: int | str) -> float:
+    """Seconds a process's main thread has been ready to run but waiting for a CPU (the run
+    queue, ``/proc/PID/schedstat``); 0 where the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _own_cpu_seconds(loader: DataLoader) -> tuple[float, float, float]:
+    """CPU-seconds used so far by this process and the loader's live workers, by this process
+    alone, and the seconds the loading processes (the workers, or this process without them)
+    waited for a CPU."""
+    loop = total = time.process_time()
     workers = getattr(getattr(loader, "_iterator", None), "_workers", None) or []
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    queued = 0.0 if workers else _queued_seconds("self")
     for w in workers:
         try:
             with open(f"/proc/{w.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
         except (OSError, ValueError, IndexError, TypeError):
-            pass
-    return total
+            continue
+        queued += _queued_seconds(w.pid)
+    return total, loop, queued
 
 
 def next_num_workers(t: EpochTiming, cpus: int, max_workers: int, *, threshold: float = 0.05) -> int:
@@ -196,9 +214,12 @@ def next_num_workers(t: EpochTiming, cpus: int, max_workers: int, *, threshold: 
     ``num_workers`` times the batch interval with them, as each worker delivers one batch per
     round); the loop's own step is ``interval - wait``; so ``1.1 * load / step`` workers keep up.
     That is capped by ``max_workers`` and by the loading processes the CPUs can feed: the cores
-    other processes leave free (at least what this loader uses now plus half a core), divided by
-    the CPU one loading process used while loading. Loading that waits on a disk or network uses
-    little CPU and may grow past the cores; decoding is held to them.
+    that other processes and the loop's own process leave free (at least what the workers use
+    now plus half a core), divided by the CPU one loading process used or waited for while
+    loading; the last worker may get three quarters of a core's share (on 2 cores, a loop using
+    a fifth of one must not hold decoding to one worker). Loading that waits on a disk or
+    network uses little CPU and may grow past the cores; decoding is held to them, also when
+    other processes starve it (its time in the run queue counts as wanted CPU).
     """
     w = t.num_workers
     intervals = t.batches - 1
@@ -214,10 +235,14 @@ def next_num_workers(t: EpochTiming, cpus: int, max_workers: int, *, threshold: 
     if t.cpu_busy_s is not None:
         busy = t.cpu_busy_s / t.total_s  # cores busy on average, whoever uses them
         own = (t.own_cpu_s if t.own_cpu_s is not None else t.cpu_busy_s) / t.total_s
-        free = max(cpus - max(0.0, busy - own), own + 0.5)
-        # cores one loading process keeps busy while loading (without workers, the loop loads a share f of the time)
-        per_loader = max(own / f if w == 0 else own / w, 1e-3)
-        cap = min(cap, math.floor(free / per_loader))
+        # without workers the loop's process loads too (a share f of the time): all of it counts as loading
+        loop = t.loop_cpu_s / t.total_s if w > 0 and t.loop_cpu_s is not None else 0.0
+        loading = max(own - loop, 0.0)
+        free = max(cpus - max(0.0, busy - own) - loop, loading + 0.5)
+        # cores one loading process would keep busy while loading: what it used, and what it waited for
+        wanted = loading + t.queued_s / t.total_s
+        per_loader = max(wanted / f if w == 0 else wanted / w, 1e-3)
+        cap = min(cap, math.floor(free / per_loader + 0.25))
         if cap <= w:
             return w  # the CPUs are taken: more workers would only compete for them
     return max(w + 1, min(need, cap))
@@ -303,7 +328,8 @@ class Loader:
                 t.total_s = t1 - first
             yield batch
         if first is not None:
-            t.own_cpu_s = _own_cpu_seconds(dl) - own0
+            own1, loop1, queued1 = _own_cpu_seconds(dl)
+            t.own_cpu_s, t.loop_cpu_s, t.queued_s = own1 - own0[0], loop1 - own0[1], queued1 - own0[2]
             cpu1 = _cpu_busy_seconds()
             t.cpu_busy_s = cpu1 - cpu0 if cpu1 is not None and cpu0 is not None else None
         self._end_epoch(t)

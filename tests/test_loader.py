@@ -323,11 +323,11 @@ def test_opencv_one_thread_in_workers_without_fork_deadlock(tmp_path: Path, cont
 # how long the loop waits for data, and re-tuning num_workers from it
 
 
-def timing(workers, wait_ms, interval_ms, *, busy=None, own=None, batches=11):
+def timing(workers, wait_ms, interval_ms, *, busy=None, own=None, loop=None, queued=0.0, batches=11):
     n = batches - 1
-    return EpochTiming(0, workers, batches, wait_ms * n / 1000, interval_ms * n / 1000, 0.5,
-                       None if busy is None else busy * interval_ms * n / 1000,
-                       None if own is None else own * interval_ms * n / 1000)  # fmt: skip
+    cores = lambda x: None if x is None else x * interval_ms * n / 1000  # noqa: E731
+    return EpochTiming(0, workers, batches, wait_ms * n / 1000, interval_ms * n / 1000, 0.5, cores(busy), cores(own),
+                       cores(loop), cores(queued))  # fmt: skip
 
 
 def test_next_num_workers_decisions():
@@ -342,6 +342,15 @@ def test_next_num_workers_decisions():
     assert next_num_workers(timing(2, 30, 50, busy=0.1), cpus=2, max_workers=5) == 5
     # our two decoding workers fill both cores: unchanged
     assert next_num_workers(timing(2, 30, 50, busy=2.0, own=1.9), cpus=2, max_workers=8) == 2
+    # one decoding worker uses a core, the loop's process a fifth of the other: a second worker still
+    # gets 80% of a core (counting the loop's share as loading would stop at one)
+    assert next_num_workers(timing(1, 40, 50, busy=1.2, own=1.2, loop=0.2), cpus=2, max_workers=8) == 2
+    # the loop itself computes on a core (training on the CPU): the other core is the worker's, unchanged
+    assert next_num_workers(timing(1, 40, 50, busy=2.0, own=2.0, loop=1.0), cpus=2, max_workers=8) == 1
+    # two decoders got 0.6 core each and waited 0.4 each in the run queue (another job holds 0.8 core):
+    # they want whole cores, so unchanged (without the queue they would look like loading that waits on I/O)
+    assert next_num_workers(timing(2, 30, 50, busy=2.0, own=1.2, loop=0.0, queued=0.8), cpus=2, max_workers=8) == 2
+    assert next_num_workers(timing(2, 30, 50, busy=2.0, own=1.2, loop=0.0), cpus=2, max_workers=8) == 3
     # other processes hold one core, and one decoding worker the other: unchanged
     assert next_num_workers(timing(1, 40, 50, busy=2.0, own=0.9), cpus=2, max_workers=8) == 1
     # other processes fill the machine, but loading waits on I/O (2.5% of a core each): it still grows
@@ -374,6 +383,7 @@ def test_wait_fraction_and_autotune_for_real(caplog):
         first = loader.history[0]
         assert (first.epoch, first.num_workers, first.batches) == (0, 0, 10)
         assert first.wait_fraction > 0.5 and loader.wait_fraction == first.wait_fraction
+        assert 0 <= first.loop_cpu_s <= first.own_cpu_s and first.queued_s >= 0  # no workers: the loop's process alone
         expected = next_num_workers(first, usable_cpus(), loader.max_workers)
         assert loader.num_workers == expected
         for _ in loader:
