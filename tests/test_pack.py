@@ -142,6 +142,28 @@ def test_corrupt_sources_refused_or_skipped(class_folder: Path, tmp_path: Path):
     assert lmdb_info(tmp_path / "b.lmdb")["skipped"] == report.skipped
 
 
+def test_a_file_changed_after_validation_never_enters_the_pack(class_folder: Path, tmp_path: Path, monkeypatch):
+    # the writer reads a validated local file again: a file rewritten in between is refused, not packed unvalidated
+    import datakit.pack as pack_module
+
+    victim = class_folder / "dog" / "图片_2.jpg"
+    validate = pack_module._prepare
+
+    def then_rewrite(ds, i, **kw):
+        result = validate(ds, i, **kw)
+        assert result[1] is None  # a local file verbatim: validated, its bytes not sent back
+        if ds.name(i) == str(victim):
+            victim.write_bytes(victim.read_bytes()[:300])
+        return result
+
+    monkeypatch.setattr(pack_module, "_prepare", then_rewrite)
+    report = pack_lmdb(class_folder, tmp_path / "a.lmdb", workers=0, skip_bad=True)
+    assert report.count == 11
+    assert report.skipped == [f"{victim}: changed while it was being packed; pack again when nothing writes to it"]
+    names = [name for _, _, name in values(tmp_path / "a.lmdb")]
+    assert len(names) == 11 and "dog/图片_2.jpg" not in names and "dog/图片_3.png" in names
+
+
 def test_shards_read_as_one(class_folder: Path, tmp_path: Path):
     for i in range(3):
         pack_lmdb(class_folder, tmp_path / f"shard-{i}.lmdb", shard=f"{i}/3", workers=1)
