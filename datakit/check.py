@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.datasets import ImageDataset, TableDataset, open_dataset
 from datakit.io import IMAGE_EXTENSIONS, probe_image
 from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels
 from datakit.parallel import map_ordered
+from datakit.sources import ImageDataset, TableDataset, open_source
 
 __all__ = ["CheckReport", "check_dataset"]
 
@@ -67,7 +67,7 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     path = Path(src) if isinstance(src, (str, os.PathLike)) else None
     alone = labels is None and path is not None and path.is_file() and path.suffix.lower() in TABLE_SUFFIXES
     if labels is None and not alone:
-        return open_dataset(src, split=split)
+        return open_source(src, split=split)
     table = (
         labels
         if isinstance(labels, LabelTable)
@@ -165,7 +165,7 @@ def check_dataset(
 def _listed_bad(ds: ImageDataset, path: str | os.PathLike, report: CheckReport) -> dict[int, str]:
     """The samples of ``ds`` a bad-samples file lists, as problem texts; entries naming another
     file at that index (the data changed since) are problems of their own."""
-    from datakit.datasets import read_bad_samples
+    from datakit.sources import read_bad_samples
 
     data = read_bad_samples(path)
     listed = {}

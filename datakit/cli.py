@@ -543,9 +543,9 @@ cmd_check.every_rank = lambda args: True  # type: ignore[attr-defined]  # each r
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from datakit.datasets import open_dataset
     from datakit.io import check_output
     from datakit.preview import preview
+    from datakit.sources import open_source
 
     src = _source(args)
     check_output(args.out, overwrite=args.overwrite)  # before the work, not after
@@ -558,7 +558,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
         # eval: shorter side to size * 256/224, then the centre crop (256 -> 224 at the default size)
         make = train_pipeline if args.transform == "train" else eval_pipeline
         transform = make(size=args.size, normalize=False)
-    ds = open_dataset(src, labels=args.labels, split=args.split, transform=transform,
+    ds = open_source(src, labels=args.labels, split=args.split, transform=transform,
                       remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
     result = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite, font=args.font)
     if result.hint:
@@ -612,14 +612,14 @@ def _register_check(sub) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from datakit.datasets import open_dataset
     from datakit.io import check_output
+    from datakit.sources import open_source
     from datakit.stats import compute_stats, plot_histogram
 
     src = _source(args)
     if args.plot:
         check_output(args.plot, overwrite=args.overwrite)  # before the work, not after
-    ds = open_dataset(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
+    ds = open_source(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
                       **_label_options(args))  # fmt: skip
     bar = _bar(0, "stats", args.quiet)
     try:

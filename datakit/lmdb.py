@@ -35,6 +35,7 @@ __all__ = [
     "LmdbWriter",
     "PackError",
     "PackLock",
+    "PackWriteError",
     "check_data_file",
     "close_pack",
     "lmdb_info",
@@ -90,6 +91,17 @@ def _lmdb_errors(path: str | os.PathLike, doing: str = "reading") -> Iterator[No
             f"{path}: {doing} the pack failed ({type(exc).__name__}: {msg}); run `datakit verify {path}`, "
             "copy it again or re-pack"
         ) from None
+
+
+class PackWriteError(PackError):
+    """Writing failed (a full disk, an I/O error); the ``committed`` samples before stay valid."""
+
+    def __init__(self, path: str | os.PathLike, committed: int, exc: BaseException) -> None:
+        self.path, self.committed = Path(path), committed
+        super().__init__(
+            f"{path}: writing failed after {committed} committed samples ({type(exc).__name__}: {exc}); "
+            "free space or fix the cause, then run the same command with --resume"
+        )
 
 
 _META_MAGIC = 0xBEEFC0DE
@@ -426,6 +438,9 @@ class LmdbWriter:
             except lmdb.MapFullError:
                 # the transaction was aborted whole; grow the map and write it again
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            except lmdb.Error as exc:
+                # a full disk or an I/O error: the transaction was aborted whole, what was committed stays
+                raise PackWriteError(self.path, self.count, exc) from None
 
     def commit(self, **extra) -> None:
         """Write what is pending, with the metadata (updated by ``extra``) counting it."""

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from datakit.datasets import ImageDataset, StringArray, open_dataset
 from datakit.errors import PackError, SampleError, UsageError
 from datakit.io import _jpeg_size, decode_image, encode_image, image_format, probe_image
 from datakit.labels import ClassMap
@@ -29,9 +28,11 @@ from datakit.lmdb import (
     VERSION,
     LmdbWriter,
     PackLock,
+    PackWriteError,
     read_meta,
 )
 from datakit.parallel import map_ordered
+from datakit.sources import ImageDataset, StringArray, open_source
 
 __all__ = ["PackReport", "pack_lmdb", "parse_shard"]
 
@@ -299,7 +300,7 @@ def pack_lmdb(
         raise UsageError(f"quality must be 1..100, got {quality}")
     out = Path(out)
     sh = parse_shard(shard)
-    ds = src if isinstance(src, ImageDataset) else open_dataset(src, labels=labels, split=split,
+    ds = src if isinstance(src, ImageDataset) else open_source(src, labels=labels, split=split,
                                                                 remap_labels=remap_labels)  # fmt: skip
     n_total = len(ds)
     lo, hi = sh[0] * n_total // sh[1], (sh[0] + 1) * n_total // sh[1]
@@ -337,12 +338,8 @@ def pack_lmdb(
                            known)  # fmt: skip
             class_map.save(out / "classes.json")
     except (OSError, lmdb_error) as exc:
-        # a full disk or an I/O error: what was committed stays valid and resumable
-        done = writer.count if writer is not None else 0
-        raise PackError(
-            f"{out}: writing failed after {done} committed samples ({type(exc).__name__}: {exc}); "
-            "free space or fix the cause, then run the same command with --resume"
-        ) from None
+        # a full disk or an I/O error outside a commit (LmdbWriter reports its own): what was committed stays
+        raise PackWriteError(out, writer.count if writer is not None else 0, exc) from None
     finally:
         lock.close()
     return report
@@ -367,7 +364,7 @@ def _with_known(results: Iterable[Result], listed: list[int], known: dict[int, s
 
 def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
     """The samples a bad-samples file lists for this dataset (same size, same names), as skip lines."""
-    from datakit.datasets import read_bad_samples
+    from datakit.sources import read_bad_samples
 
     data = read_bad_samples(path)
     if data.get("samples") != len(ds):

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.datasets import ImageDataset
 from datakit.errors import DataError, UsageError
 from datakit.io import WRITE_EXTENSIONS
+from datakit.sources import ImageDataset
 
 __all__ = ["PREVIEW_EXTENSIONS", "CaptionFont", "Preview", "find_font", "font_hint", "preview"]
 

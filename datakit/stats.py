@@ -138,9 +138,9 @@ def compute_stats(
             each rank reads its share and the sums are all-reduced (every rank gets the
             single-process result).
     """
-    from datakit.datasets import ImageDataset, open_dataset
+    from datakit.sources import ImageDataset, open_source
 
-    ds = dataset_or_src if isinstance(dataset_or_src, ImageDataset) else open_dataset(dataset_or_src)
+    ds = dataset_or_src if isinstance(dataset_or_src, ImageDataset) else open_source(dataset_or_src)
     n = len(ds)
     order = "BGR" if getattr(ds, "mode", "rgb") == "bgr" else "RGB"
     idx = np.arange(n)

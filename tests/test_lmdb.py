@@ -26,6 +26,7 @@ from datakit.lmdb import (
     RECORD,
     LmdbReader,
     LmdbWriter,
+    PackWriteError,
     check_data_file,
     close_pack,
     lmdb_info,
@@ -294,3 +295,33 @@ def test_oldest_allowed_lmdb_forks_and_reads(tmp_path: Path, class_folder: Path)
     proc = run_py(code, str(tmp_path), str(class_folder), env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "1.4.1 12 []"
+
+
+def test_a_failing_commit_is_one_line_and_keeps_what_was_committed(tmp_path: Path):
+    path = tmp_path / "w.lmdb"
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a", "b")).to_json(), "planned": 4,
+            "splits": [], "skipped": []}  # fmt: skip
+    value = encode_image(synthetic_image(24, 32, seed=1), ".jpg", 90, mode="rgb")
+
+    class FullDisk:
+        def __init__(self, env):
+            self.env = env
+
+        def begin(self, write=False):
+            raise lmdb.DiskError("mdb_txn_commit: No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.env, name)
+
+    with LmdbWriter(path, meta, commit_every=2) as w:
+        for i in range(2):
+            w.add(value, i % 2, 24, 32, f"{i}.jpg")
+        w.env = FullDisk(w.env)
+        w.add(value, 0, 24, 32, "2.jpg")
+        with pytest.raises(PackWriteError) as e:
+            w.add(value, 1, 24, 32, "3.jpg")
+        w.env = w.env.env
+    assert str(e.value) == (f"{path}: writing failed after 2 committed samples (DiskError: mdb_txn_commit: No space "
+                            "left on device); free space or fix the cause, then run the same command with --resume")  # fmt: skip
+    assert isinstance(e.value, PackError) and e.value.committed == 2
+    assert read_meta(path)["count"] == 2

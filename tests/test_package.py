@@ -43,3 +43,32 @@ def test_import_and_cli_parsing_stay_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_pack_and_check_run_without_torch(tmp_path: Path):
+    # the command-line tools read samples through datakit.sources: importing torch would cost them over a second
+    code = (
+        "import sys\n"
+        "from datakit.cli import main\n"
+        f"assert main(['pack-lmdb', 'samples/images', {str(tmp_path / 'p.lmdb')!r}, '-q']) == 0\n"
+        "assert main(['check', 'samples/images', '-q']) == 0\n"
+        "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_datasets_are_torch_datasets_made_of_the_torch_free_sources():
+    from torch.utils.data import ConcatDataset, Dataset
+
+    from datakit import sources
+    from datakit.datasets import FolderDataset, LmdbDataset, TableDataset, ZipDataset, open_dataset
+
+    ds = open_dataset(ROOT / "samples" / "images")
+    assert type(ds) is FolderDataset and isinstance(ds, Dataset) and isinstance(ds, sources.ImageDataset)
+    assert isinstance(ds + ds, ConcatDataset) and len(ds + ds) == 2 * len(ds)
+    for cls in (FolderDataset, LmdbDataset, TableDataset, ZipDataset):
+        assert issubclass(cls, Dataset) and issubclass(cls, getattr(sources, cls.__name__))
+    plain = sources.open_source(ROOT / "samples" / "images")
+    assert type(plain) is sources.FolderDataset and not isinstance(plain, Dataset)
+    assert plain.read(3) == ds.read(3) and plain[3][1] == ds[3][1]

@@ -1,0 +1,787 @@
+"""The samples of every source, read lazily, without torch: what :mod:`datakit.datasets` makes
+into ``torch.utils.data.Dataset`` classes, and what the command-line tools (pack-lmdb, stats,
+check, preview) use as they are, so that they start without importing torch (over a second).
+
+A dataset holds only what indexes its samples, in numpy arrays (file names as one UTF-8 blob
+plus offsets), never lists of Python objects: with fork-started DataLoader workers, touching
+a Python object writes its reference count, which copies the page it lives on into every
+worker ("copy-on-read"), and worker memory grows without bound. Files, zip handles and LMDB
+environments open lazily in the process that reads them, so datasets pickle cleanly and work
+with workers started by fork or spawn.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from datakit.errors import PackError, SampleError, UsageError
+from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
+from datakit.labels import (
+    EXCEL_SUFFIXES,
+    TEXT_SUFFIXES,
+    ClassMap,
+    LabelError,
+    LabelTable,
+    StringArray,
+    read_labels,
+    resolve_path,
+)
+from datakit.lmdb import LmdbReader
+
+__all__ = [
+    "IMG_EXTENSIONS",
+    "FolderDataset",
+    "ImageDataset",
+    "LmdbDataset",
+    "SampleError",
+    "StringArray",
+    "TableDataset",
+    "ZipDataset",
+    "open_source",
+    "read_bad_samples",
+]
+
+log = logging.getLogger("datakit")
+ON_ERROR = ("raise", "skip", "substitute")
+BAD_SAMPLES_FORMAT = "datakit-bad-samples"
+BAD_SAMPLES_VERSION = 1
+MAX_SUBSTITUTES = 20
+DEFAULT_CACHE_LIMIT = 2 * 2**30
+
+
+class ImageDataset:
+    """Base of every datakit dataset: ``(image, target)`` samples, decoded lazily.
+
+    The image is uint8 HWC numpy (RGB by default, ``mode="bgr"`` for OpenCV code), passed to
+    ``transform``; the target is the class index (int) passed to ``target_transform``.
+
+    ``on_error`` says what an unreadable sample does (see docs/loader.md, "Bad samples"):
+
+    - ``"raise"`` (default): :class:`SampleError` naming the index and file.
+    - ``"skip"``: the sample is replaced by the next readable index (``i+1``, ``i+2``, ...), so
+      every index still yields a sample and batches keep their size.
+    - ``"substitute"``: replaced by a readable sample drawn from ``(seed, epoch, index)`` (the
+      seed and epoch come with the index from :func:`~datakit.loader.create_loader`'s sampler),
+      the same whatever the number of workers, and the same after a resume.
+    - a callable ``handler(exc)`` in the style of webdataset's handlers: it may raise, return
+      true to substitute as above, or return false to raise the sample's error.
+
+    Each bad sample is logged once per process and recorded in ``bad_samples`` (a JSON file;
+    workers append to ``<file>.parts/<pid>.jsonl``, merged by :meth:`merge_bad_samples`, which
+    the loader calls after every epoch). Samples listed there from an earlier run are known bad
+    and substituted without being read again. When more than ``max_bad_fraction`` of the
+    dataset is bad, reading raises: a lost mount must not train on substitutes.
+    """
+
+    def __init__(
+        self,
+        targets: np.ndarray,
+        classes: Sequence[str],
+        *,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        mode: str = "rgb",
+        on_error: str | Callable[[SampleError], bool] = "raise",
+        bad_samples: str | os.PathLike | None = None,
+        max_bad_fraction: float = 0.01,
+        cache: str | None = None,
+        cache_limit: int = DEFAULT_CACHE_LIMIT,
+    ) -> None:
+        if not callable(on_error) and on_error not in ON_ERROR:
+            raise UsageError(f"on_error must be one of {', '.join(ON_ERROR)} or a handler function, got {on_error!r}")
+        if not 0 <= max_bad_fraction <= 1:
+            raise UsageError(f"max_bad_fraction must be between 0 and 1, got {max_bad_fraction!r}")
+        if mode not in ("rgb", "bgr", "gray", "unchanged"):
+            raise ValueError(f"mode must be one of rgb, bgr, gray, unchanged, got {mode!r}")
+        if cache not in (None, "memory"):
+            raise ValueError(f"cache must be None or 'memory', got {cache!r}")
+        self.targets = np.asarray(targets, dtype=np.int64)
+        self.classes = list(classes)
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.transform = transform
+        self.target_transform = target_transform
+        self.mode = mode
+        self.on_error = on_error
+        self.max_bad_fraction = float(max_bad_fraction)
+        self.skipped = 0  # substitutions served by this process
+        self.bad: dict[int, tuple[str, str]] = {}  # index -> (name, reason), known in this process
+        self.bad_samples = Path(bad_samples) if bad_samples is not None else None
+        self._cache: dict[int, bytes] | None = None
+        if cache == "memory":
+            need = self.encoded_size()
+            if need > cache_limit:
+                raise ValueError(
+                    f"cache='memory' needs {need / 2**20:.0f} MiB for {len(self)} encoded images, over the limit of "
+                    f"{cache_limit / 2**20:.0f} MiB; raise cache_limit=, or pack the data with `datakit pack-lmdb`"
+                )
+            self._cache = {}
+        if self.bad_samples is not None and on_error != "raise":
+            # a dataset is built in the main process (workers get a copy): fold what an earlier
+            # run left behind into the file, start the parts afresh, and know those samples as bad
+            self.merge_bad_samples()
+            shutil.rmtree(self._parts_dir(), ignore_errors=True)
+            for entry in self._read_report(self.bad_samples):
+                self.bad[entry["index"]] = (entry["name"], entry["reason"])
+
+    # what subclasses provide
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def name(self, index: int) -> str:
+        """The file, member or key of sample ``index``, as shown in messages."""
+        raise NotImplementedError
+
+    def read(self, index: int) -> bytes:
+        """The encoded bytes of sample ``index``."""
+        raise NotImplementedError
+
+    def encoded_size(self) -> int:
+        """Total encoded bytes (for the memory cache's limit)."""
+        raise NotImplementedError
+
+    # shared behaviour
+    def load_bytes(self, index: int) -> bytes:
+        if self._cache is not None:
+            data = self._cache.get(index)
+            if data is None:
+                data = self._cache[index] = self.read(index)
+            return data
+        return self.read(index)
+
+    def preload(self) -> None:
+        """Fill the memory cache now (in the main process, so forked workers share it)."""
+        if self._cache is not None:
+            for i in range(len(self)):
+                self.load_bytes(i)
+
+    def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None) -> np.ndarray:
+        """Sample ``index``'s image, without transform (or through ``fused``, a transform that
+        decodes the bytes itself); :class:`SampleError` when unreadable."""
+        try:
+            data = self.load_bytes(index)
+            # no name on the hot path (an LMDB name is a lookup): it is put in only when decoding fails
+            if fused is not None:
+                return fused(data, self.mode, None)
+            return decode_image(data, self.mode, max_size)
+        except ImageDecodeError as exc:
+            msg = str(exc)
+            if msg.startswith(UNNAMED):
+                msg = self.name(index) + msg[len(UNNAMED) :]
+            raise SampleError(f"sample {index}: {msg}") from exc
+        except (OSError, LabelError, KeyError, ValueError) as exc:
+            raise SampleError(f"sample {index}: {exc}") from exc
+
+    def _image(self, index: int) -> tuple[int, np.ndarray]:
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"sample index {index} out of range for a dataset of {n}")
+        i = int(index) % n
+        # a transform that can decode the bytes itself decodes only what it needs (reduced JPEG scale)
+        fused = getattr(self.transform, "from_bytes", None)
+        if self.on_error == "raise":
+            return i, self.decode(i, None, fused)
+        if i not in self.bad:
+            try:
+                return i, self.decode(i, None, fused)
+            except SampleError as exc:
+                self._record_bad(i, exc)
+                if callable(self.on_error) and not self.on_error(exc):
+                    raise
+        # the seed and epoch travel with the index (create_loader's sampler), so the choice
+        # does not depend on which worker reads it, nor on an interruption in between
+        tried = []
+        for j in self._substitutes(i, getattr(index, "seed", 0), getattr(index, "epoch", 0)):
+            if j in self.bad:
+                continue
+            tried.append(j)
+            try:
+                img = self.decode(j, None, fused)
+            except SampleError as exc:
+                self._record_bad(j, exc)
+                continue
+            self.skipped += 1
+            return j, img
+        raise SampleError(
+            f"sample {i}: {self.bad[i][0]}: {self.bad[i][1]}; and no readable substitute among samples {tried}"
+        )
+
+    def _substitutes(self, i: int, seed: int, epoch: int):
+        n = len(self)
+        if self.on_error == "skip":
+            return ((i + k) % n for k in range(1, n))
+        # like timm, a bounded number of draws: past that the data is broken, not unlucky
+        rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch, i])
+        return (int(j) for j in rng.integers(0, n, MAX_SUBSTITUTES) if j != i)
+
+    # bad-sample records
+    def _parts_dir(self) -> Path:
+        assert self.bad_samples is not None
+        return self.bad_samples.with_name(self.bad_samples.name + ".parts")
+
+    def _record_bad(self, i: int, exc: SampleError) -> None:
+        if i in self.bad:
+            return
+        msg = str(exc)
+        name = self.name(i)
+        reason = msg.removeprefix(f"sample {i}: ").removeprefix(f"{name}: ")
+        self.bad[i] = (name, reason)
+        log.warning("bad sample %d: %s: %s", i, name, reason)
+        known = set(self.bad)
+        if self.bad_samples is not None:
+            # one append-only file per process: a line is written whole, and no process waits on another
+            parts = self._parts_dir()
+            parts.mkdir(parents=True, exist_ok=True)
+            line = json.dumps({"index": i, "name": name, "reason": reason}, ensure_ascii=False) + "\n"
+            with open(parts / f"{os.getpid()}.jsonl", "a", encoding="utf-8") as f:
+                f.write(line)
+            known |= {e["index"] for e in self._read_parts()}
+        n = len(self)
+        if len(known) > self.max_bad_fraction * n:
+            where = f"; listed in {self.bad_samples}" if self.bad_samples is not None else ""
+            raise SampleError(
+                f"{len(known)} of {n} samples are unreadable ({len(known) / n:.1%}), more than "
+                f"max_bad_fraction={self.max_bad_fraction:g}: the source looks broken, not a few bad files "
+                f"(the latest: sample {i}: {name}: {reason}){where}"
+            )
+
+    def _read_parts(self) -> list[dict]:
+        out = []
+        parts = self._parts_dir()
+        for path in sorted(parts.glob("*.jsonl")) if parts.is_dir() else ():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass  # a line a worker is writing right now; it is read at the next merge
+        return out
+
+    def _read_report(self, path: Path) -> list[dict]:
+        """The entries of an existing report that belong to this dataset (same size, same names)."""
+        if not path.exists():
+            return []
+        data = read_bad_samples(path)
+        if data.get("samples") != len(self):
+            log.warning("%s: written for a dataset of %s samples, this one has %d; ignored", path,
+                        data.get("samples"), len(self))  # fmt: skip
+            return []
+        return [e for e in data["bad"] if 0 <= e["index"] < len(self) and self.name(e["index"]) == e["name"]]
+
+    def merge_bad_samples(self) -> Path | None:
+        """Merge what every process recorded into the ``bad_samples`` JSON file (atomically) and
+        return its path; ``None`` without one. Safe to call while workers are still appending."""
+        if self.bad_samples is None:
+            return None
+        entries = {e["index"]: e for e in self._read_report(self.bad_samples)}
+        found = self._read_parts() + [{"index": i, "name": nm, "reason": r} for i, (nm, r) in self.bad.items()]
+        new = [e for e in found if e["index"] not in entries]
+        if not new and self.bad_samples.exists():
+            return self.bad_samples
+        for e in new:
+            entries[e["index"]] = {"index": e["index"], "name": e["name"], "reason": e["reason"]}
+        data = {"format": BAD_SAMPLES_FORMAT, "version": BAD_SAMPLES_VERSION, "dataset": repr(self),
+                "samples": len(self), "count": len(entries), "bad": [entries[k] for k in sorted(entries)]}  # fmt: skip
+        self.bad_samples.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.bad_samples.with_name(f".{self.bad_samples.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+            os.replace(tmp, self.bad_samples)
+        finally:
+            discard(tmp)
+        return self.bad_samples
+
+    def __getitem__(self, index: int):
+        index, img = self._image(index)
+        target = int(self.targets[index])
+        if self.transform is not None and not hasattr(self.transform, "from_bytes"):
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} samples, {len(self.classes)} classes)"
+
+
+def read_bad_samples(path: str | os.PathLike) -> dict:
+    """Read a bad-samples file written while training (``on_error`` with ``bad_samples=``).
+
+    Returns ``{"format", "version", "dataset", "samples", "count", "bad": [{"index", "name",
+    "reason"}, ...]}``; :class:`UsageError` when the file is missing or is not one.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such bad-samples file") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a datakit bad-samples file ({exc})") from None
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if fmt != BAD_SAMPLES_FORMAT:
+        raise UsageError(f"{path}: not a datakit bad-samples file (format {fmt!r})")
+    if data.get("version") != BAD_SAMPLES_VERSION:
+        raise UsageError(
+            f"{path}: bad-samples version {data.get('version')!r}; this datakit reads version {BAD_SAMPLES_VERSION}"
+        )
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# folders
+
+
+# torchvision.datasets.folder.IMG_EXTENSIONS, in its order: a folder yields the same files,
+# hence the same indices and targets, as ImageFolder. datakit decodes more (io.IMAGE_EXTENSIONS:
+# .gif, .jpe, .pbm); counting those by default would shift every target after such a file.
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def _extensions(extensions: Sequence[str] | str | None) -> tuple[str, ...]:
+    """``extensions`` as lower-case suffixes with their dot; ``None`` is :data:`IMG_EXTENSIONS`."""
+    if extensions is None:
+        return IMG_EXTENSIONS
+    if isinstance(extensions, str):
+        extensions = (extensions,)
+    out = tuple(e.lower() if e.startswith(".") else "." + e.lower() for e in extensions)
+    if not out or any(len(e) < 2 for e in out):
+        raise ValueError(f"extensions must be suffixes like '.jpg' or '.gif', got {tuple(extensions)!r}")
+    return out
+
+
+def _is_image(name: str, extensions: tuple[str, ...] = IMG_EXTENSIONS) -> bool:
+    return name.lower().endswith(extensions)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def scan_class_folders(
+    root: str | os.PathLike, extensions: Sequence[str] | str | None = None
+) -> tuple[list[str], list[str], list[int]]:
+    """(classes, relative file paths, class indices) as torchvision's ImageFolder finds them:
+    every sub-folder is a class (sorted by name), files whose name ends in one of ``extensions``
+    (any case; default :data:`IMG_EXTENSIONS`, ImageFolder's list) found recursively, in the same order.
+
+    Links are followed only while they stay inside ``root``: a link (folder or file) whose real
+    target lies outside it is skipped with a warning naming it, and a link back to a folder
+    already being walked (``x -> .``) is not walked twice, so a scan never leaves its root and
+    always ends.
+    """
+    root = os.fspath(root)
+    extensions = _extensions(extensions)
+    real_root = os.path.realpath(root)
+    outside: list[str] = []
+
+    def stays_inside(entry: os.DirEntry) -> bool:
+        if entry.is_symlink() and not _inside(os.path.realpath(entry.path), real_root):
+            outside.append(entry.path)
+            return False
+        return True
+
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and stays_inside(e))
+    if not classes:
+        _warn_outside(root, outside)
+        raise LabelError(f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=)")
+    files, targets = [], []
+    for idx, cls in enumerate(classes):
+        found: list[tuple[str, list[str]]] = []  # (folder, image names), sorted as os.walk's tuples are
+        seen: set[str] = set()
+        todo = [os.path.join(root, cls)]
+        while todo:
+            folder = todo.pop()
+            real = os.path.realpath(folder)
+            if real in seen:
+                continue
+            seen.add(real)
+            names = []
+            for e in os.scandir(folder):
+                if not stays_inside(e):
+                    continue
+                if e.is_dir():
+                    todo.append(e.path)
+                elif _is_image(e.name, extensions) and e.is_file():
+                    names.append(e.name)
+            found.append((folder, sorted(names)))
+        n = 0
+        for folder, names in sorted(found):
+            for fname in names:
+                files.append(os.path.relpath(os.path.join(folder, fname), root))
+                targets.append(idx)
+                n += 1
+        if not n:
+            hint = "; pass extensions= to count others" if extensions == IMG_EXTENSIONS else ""
+            raise LabelError(f"{root}: class folder {cls!r} holds no images (no file ending in "
+                             f"{' '.join(extensions)}{hint})")  # fmt: skip
+    _warn_outside(root, outside)
+    hidden = [c for c in classes if c.startswith(".")]
+    if hidden:
+        log.warning(
+            "%s: hidden folders %s count as classes (as in ImageFolder); remove them if unintended", root, hidden
+        )
+    return classes, files, targets
+
+
+def _warn_outside(root: str, outside: list[str]) -> None:
+    if outside:
+        if len(outside) == 1:
+            log.warning("%s: link %s leads outside the dataset folder; skipped", root, outside[0])
+        else:
+            log.warning(
+                "%s: links %s and %d more lead outside the dataset folder; skipped", root, outside[0], len(outside) - 1
+            )
+
+
+class FolderDataset(ImageDataset):
+    """Images in class sub-folders: ``root/<class>/**/<image>``, ImageFolder's layout and class order.
+
+    The files, their order and their targets are ImageFolder's: ``extensions`` defaults to
+    torchvision's list (:data:`IMG_EXTENSIONS`). Pass ``extensions=`` to count more, for example
+    ``IMG_EXTENSIONS + (".gif",)`` or every format datakit decodes, ``datakit.io.IMAGE_EXTENSIONS``.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, extensions: Sequence[str] | str | None = None, **kwargs) -> None:
+        self.root = os.fspath(root)
+        self.extensions = _extensions(extensions)
+        classes, files, targets = scan_class_folders(self.root, self.extensions)
+        self.files = StringArray(files)
+        super().__init__(np.asarray(targets), classes, **kwargs)
+
+    def name(self, index: int) -> str:
+        return os.path.join(self.root, self.files[index])
+
+    def read(self, index: int) -> bytes:
+        return read_bytes(self.name(index))
+
+    def encoded_size(self) -> int:
+        return sum(os.path.getsize(self.name(i)) for i in range(len(self)))
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """``(path, class index)`` pairs, as ImageFolder's ``samples``."""
+        return [(self.name(i), int(t)) for i, t in enumerate(self.targets)]
+
+
+class TableDataset(ImageDataset):
+    """Images named by the rows of a label table, found under a folder or inside a zip.
+
+    Names are relative to ``root``: the folder (or zip) given with the table, else the table's
+    own folder. The table's columns stay in numpy arrays; a path is joined only when read.
+    """
+
+    def __init__(
+        self,
+        table: LabelTable,
+        root: str | os.PathLike | None = None,
+        *,
+        split: str | None = None,
+        remap_labels: bool = False,
+        class_map: ClassMap | None = None,
+        probe: bool = True,
+        **kwargs,
+    ) -> None:
+        table = table.select(split)
+        self.table = table
+        self.class_map = class_map or table.class_map(remap=remap_labels)
+        root = table.path.parent if root is None else root
+        self.root = os.fspath(root)
+        self.zip = None
+        if os.path.isfile(root) and self.root.lower().endswith(".zip"):
+            from datakit.archive import ZipReader
+
+            self.zip = ZipReader(root)
+        self.files = table.files  # as the table names them, ``/``-separated
+        super().__init__(table.targets(self.class_map), self.class_map.classes, **kwargs)
+        if probe:
+            self._probe_root()
+
+    def path(self, index: int) -> str:
+        """Where sample ``index`` lives: a path on disk, or the member name inside the zip."""
+        if self.zip is not None:
+            return self.files[index].lstrip("/")
+        return resolve_path(self.files[index], self.root)
+
+    def name(self, index: int) -> str:
+        path = self.path(index)
+        return f"{self.root}:{path}" if self.zip is not None else path
+
+    def read(self, index: int) -> bytes:
+        if self.zip is not None:
+            return self.zip.read(self.path(index))
+        return read_bytes(self.path(index))
+
+    def exists(self, index: int) -> bool:
+        """Whether sample ``index``'s file (or zip member) is there."""
+        if self.zip is not None:
+            return self.path(index) in self.zip
+        return os.path.isfile(self.path(index))
+
+    def where(self, index: int) -> str:
+        """The sheet and row of sample ``index`` in the label table."""
+        return self.table.where(index)
+
+    def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None) -> np.ndarray:
+        try:
+            return super().decode(index, max_size, fused)
+        except SampleError as exc:
+            raise SampleError(f"{exc} ({self.where(index)})") from exc.__cause__
+
+    def encoded_size(self) -> int:
+        if self.zip is not None:
+            sizes = {m.name: m.file_size for m in self.zip.members}
+            return sum(sizes.get(self.path(i), 0) for i in range(len(self)))
+        return sum(os.path.getsize(p) for p in map(self.path, range(len(self))) if os.path.exists(p))
+
+    def _probe_root(self) -> None:
+        """Refuse at once, with the likely fix, when none of a spread of the table's files is under the root
+        (a table alone naming files relative to another folder), instead of failing at the first sample."""
+        n = len(self)
+        if not n:
+            return
+        picks = sorted({round(k * (n - 1) / 7) for k in range(8)}) if n > 8 else list(range(n))
+        if any(self.exists(i) for i in picks):
+            return
+        first = self.files[picks[0]]
+        hint = ""
+        if self.zip is None:
+            base = Path(self.root)
+            dirs = [base.parent, *(d for d in sorted(base.iterdir()) if d.is_dir())] if base.is_dir() else []
+            found = next((d for d in dirs if (d / first).is_file()), None)
+            if found is not None:
+                hint = f"; they are under {found}: pass root={os.fspath(found)!r} (CLI: {found} --labels TABLE)"
+        where = f"inside {self.root}" if self.zip is not None else f"under {self.root}"
+        raise LabelError(
+            f"{self.table.path}: none of {len(picks)} files the table names (first {first!r}) is {where}; names are "
+            f"relative to the table's folder, or to the folder given with it{hint}"
+        )
+
+
+class ZipDataset(ImageDataset):
+    """Images in class folders inside a zip archive, read in place (no extraction).
+
+    Same rules as a folder (``extensions`` included); when every image sits under one top folder
+    (``data/cat/1.jpg``), that folder is the root. Member names are decoded as
+    :mod:`datakit.archive` decodes them; an image member named with ``..`` or an absolute path
+    is refused, as ``unzip`` refuses it. Each read is held to the per-member budget of
+    :class:`~datakit.archive.ZipReader` (``max_member_size``, ``max_ratio``).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        encoding: str = "auto",
+        extensions: Sequence[str] | str | None = None,
+        max_member_size: int | None = None,
+        max_ratio: float | None = None,
+        **kwargs,
+    ) -> None:
+        from datakit.archive import DEFAULT_MAX_MEMBER, DEFAULT_MAX_RATIO, ArchiveError, ZipReader
+
+        self.path = os.fspath(path)
+        self.zip = ZipReader(
+            self.path,
+            encoding,
+            max_member_size=DEFAULT_MAX_MEMBER if max_member_size is None else max_member_size,
+            max_ratio=DEFAULT_MAX_RATIO if max_ratio is None else max_ratio,
+        )
+        self.extensions = _extensions(extensions)
+        images = []
+        for m in self.zip.members:
+            if not _is_image(m.name, self.extensions):
+                continue
+            parts = [p for p in m.name.split("/") if p not in ("", ".")]
+            if ".." in parts or m.name.startswith("/") or m.name[1:2] == ":":
+                raise ArchiveError(
+                    f"{self.path}: member {m.name!r}: refused: a '..' component or an absolute name "
+                    "would escape the archive's folders (as unzip refuses it)"
+                )
+            images.append((m.index, parts))
+        strip = 0
+        if images and all(len(p) >= 3 for _, p in images) and len({p[0] for _, p in images}) == 1:
+            strip = 1  # one wrapping folder, as when a folder is zipped
+        keep = [(i, p[strip:]) for i, p in images if len(p) - strip >= 2]
+        classes = sorted({p[0] for _, p in keep})
+        if not classes:
+            raise LabelError(f"{self.path}: no class folders with images inside the archive")
+        lookup = {c: k for k, c in enumerate(classes)}
+        # ImageFolder's order: directories sorted by path (os.walk's tuples sorted), then file names
+        keep.sort(key=lambda e: (lookup[e[1][0]], os.sep.join(e[1][:-1]), e[1][-1]))
+        self.members = np.array([i for i, _ in keep], dtype=np.int64)
+        self.files = StringArray(["/".join(p) for _, p in keep])
+        self.prefix = images[0][1][0] + "/" if strip else ""
+        targets = np.array([lookup[p[0]] for _, p in keep], dtype=np.int64)
+        self._sizes = None
+        super().__init__(targets, classes, **kwargs)
+
+    def name(self, index: int) -> str:
+        return f"{self.path}:{self.prefix}{self.files[index]}"
+
+    def read(self, index: int) -> bytes:
+        return self.zip.read_index(int(self.members[index]))
+
+    def encoded_size(self) -> int:
+        sizes = {m.index: m.file_size for m in self.zip.members}
+        return sum(sizes[int(i)] for i in self.members)
+
+
+# ---------------------------------------------------------------------------------------------
+# LMDB packs
+
+
+class LmdbDataset(ImageDataset):
+    """One pack, or several shards read as one dataset, decoded lazily through :mod:`datakit.io`.
+
+    Environments open lazily in each process (see :mod:`datakit.lmdb`), so the dataset works with
+    DataLoader workers started by fork, spawn or forkserver. With ``allow_incomplete=True`` a pack
+    that is still being written is read as far as it is committed, and its length follows the
+    writer (checked at most every ``follow_seconds``; :meth:`refresh` checks at once).
+    """
+
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, split: str | None = None,
+                 allow_incomplete: bool = False, follow_seconds: float = 1.0, **kwargs) -> None:  # fmt: skip
+        paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        self.readers = [LmdbReader(p, allow_incomplete=allow_incomplete) for p in paths]
+        first = self.readers[0]
+        for r in self.readers[1:]:
+            if r.meta["classes"] != first.meta["classes"]:
+                raise PackError(f"{r.path}: its classes differ from {first.path}'s; these are not shards of one pack")
+        self.split = split
+        self.follow_seconds = follow_seconds
+        self._checked = time.monotonic()
+        self.class_map = first.class_map
+        self._index()
+        super().__init__(self.targets, first.class_map.classes, **kwargs)
+
+    def _index(self) -> None:
+        shard_of, local = [], []
+        for k, r in enumerate(self.readers):
+            idx = np.arange(len(r), dtype=np.int64)
+            if self.split is not None:
+                splits = r.meta.get("splits") or []
+                if self.split not in splits:
+                    shown = ", ".join(map(repr, splits)) or "none"
+                    raise UsageError(f"{r.path}: no split {self.split!r}; the pack's splits are {shown}")
+                idx = idx[r.records["split"] == splits.index(self.split) + 1]
+            shard_of.append(np.full(len(idx), k, dtype=np.int32))
+            local.append(idx)
+        self.shard = np.concatenate(shard_of)
+        self.local = np.concatenate(local)
+        self.targets = np.concatenate([r.records["target"][i] for r, i in zip(self.readers, local)]).astype(np.int64)
+        self.heights = np.concatenate([r.records["height"][i] for r, i in zip(self.readers, local)])
+        self.widths = np.concatenate([r.records["width"][i] for r, i in zip(self.readers, local)])
+
+    @property
+    def complete(self) -> bool:
+        """Whether every pack is complete (nothing more will appear)."""
+        return all(r.complete for r in self.readers)
+
+    def refresh(self) -> int:
+        """Take in the samples committed since the pack was opened; returns the new length."""
+        if not self.complete:
+            before = [len(r) for r in self.readers]
+            if [r.refresh() for r in self.readers] != before:
+                self._index()
+        self._checked = time.monotonic()
+        return len(self.targets)
+
+    def __len__(self) -> int:
+        if not self.readers[0].complete and time.monotonic() - self._checked >= self.follow_seconds:
+            self.refresh()
+        return len(self.targets)
+
+    def name(self, index: int) -> str:
+        r = self.readers[self.shard[index]]
+        return f"{r.path}:{r.name(int(self.local[index]))}"
+
+    def read(self, index: int) -> bytes:
+        return self.readers[self.shard[index]].get(int(self.local[index]))
+
+    def encoded_size(self) -> int:
+        return int(sum(r.records["nbytes"][self.local[self.shard == k]].sum() for k, r in enumerate(self.readers)))
+
+    def sizes(self) -> np.ndarray:
+        """(height, width) of every sample, known without decoding."""
+        return np.stack([self.heights, self.widths], axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry point
+
+
+def _expand_sources(src) -> list[str] | None:
+    if isinstance(src, (list, tuple)):
+        return [os.fspath(s) for s in src]
+    s = os.fspath(src)
+    if any(ch in s for ch in "*?[") and not os.path.exists(s):
+        found = sorted(glob.glob(s))
+        if not found:
+            raise UsageError(f"{s}: the pattern matches nothing")
+        return found
+    return None
+
+
+def open_source(
+    src: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    kinds=None,
+    labels: str | os.PathLike | LabelTable | None = None,
+    split: str | None = None,
+    transform: Callable | None = None,
+    target_transform: Callable | None = None,
+    mode: str = "rgb",
+    on_error: str | Callable = "raise",
+    cache: str | None = None,
+    remap_labels: bool = False,
+    root: str | os.PathLike | None = None,
+    file_column: str | None = None,
+    label_column: str | None = None,
+    split_column: str | None = None,
+    encoding: str | None = None,
+    include_hidden: bool = False,
+    **kwargs,
+) -> ImageDataset:
+    """:func:`datakit.datasets.open_dataset` (which documents the arguments) with the classes of
+    ``kinds``: a module holding FolderDataset, TableDataset, ZipDataset and LmdbDataset, this one
+    by default (torch-free), :mod:`datakit.datasets` for its torch datasets."""
+    kinds = kinds or sys.modules[__name__]
+    common = dict(transform=transform, target_transform=target_transform, mode=mode, on_error=on_error, cache=cache)
+    shards = _expand_sources(src)
+    if shards is not None:
+        if len(shards) == 1:
+            return open_source(shards[0], kinds=kinds, labels=labels, split=split, remap_labels=remap_labels, root=root,
+                                file_column=file_column, label_column=label_column, split_column=split_column,
+                                encoding=encoding, include_hidden=include_hidden, **common, **kwargs)  # fmt: skip
+        return kinds.LmdbDataset(shards, split=split, **common, **kwargs)
+    path = Path(src)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    table_options = dict(split=split, file_column=file_column, label_column=label_column, split_column=split_column,
+                         encoding=encoding, include_hidden=include_hidden, remap_labels=remap_labels)  # fmt: skip
+    table = labels if isinstance(labels, LabelTable) else (read_labels(labels, **table_options) if labels else None)
+    suffix = path.suffix.lower()
+    if path.is_dir() and (path / "data.mdb").exists() or suffix == ".lmdb":
+        return kinds.LmdbDataset(path, split=split, **common, **kwargs)
+    if table is not None:
+        if root is not None:
+            raise UsageError(f"root= is for a label table opened alone; with labels=, {path} is the root")
+        return kinds.TableDataset(table, path, split=split, remap_labels=remap_labels, **common, **kwargs)
+    if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
+        return kinds.TableDataset(read_labels(path, **table_options), root, split=split, remap_labels=remap_labels,
+                            **common, **kwargs)  # fmt: skip
+    if split is not None:
+        raise UsageError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
+    if path.is_dir():
+        return kinds.FolderDataset(path, **common, **kwargs)
+    if suffix == ".zip":
+        return kinds.ZipDataset(path, **common, **kwargs)
+    raise UsageError(f"{path}: not a dataset source (a folder, a label table, a .zip or an LMDB pack)")
