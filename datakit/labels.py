@@ -24,7 +24,7 @@ import numpy as np
 
 from datakit.errors import LabelError, UsageError
 from datakit.filenames import decodes
-from datakit.textparse import Columns, hash_spans, parse_delimited, parse_list
+from datakit.textparse import Columns, gather, hash_spans, parse_delimited, parse_list
 
 __all__ = [
     "FILE_COLUMNS",
@@ -114,18 +114,11 @@ class StringArray:
 
     def take(self, index: np.ndarray) -> StringArray:
         """The strings at ``index`` (an integer array), as a new array."""
-        lens = (self.offsets[1:] - self.offsets[:-1])[index]
-        offsets = np.zeros(len(index) + 1, np.int64)
-        np.cumsum(lens, out=offsets[1:])
-        mask = np.zeros(len(self.data) + 1, np.int8)
-        starts = self.offsets[:-1][index]
-        # keep order: gather by explicit positions when the rows are not increasing
-        if len(index) and (np.any(np.diff(index) <= 0)):
+        if len(index) and np.any(np.diff(index) <= 0):  # keep order: gather one by one unless increasing
             return StringArray([self[int(i)] for i in index])
-        np.add.at(mask, starts[lens > 0], 1)
-        np.add.at(mask, (starts + lens)[lens > 0], -1)
-        keep = np.cumsum(mask[:-1], dtype=np.int8).astype(bool)
-        return StringArray.from_buffer(self.data[keep], offsets)
+        index = np.asarray(index, dtype=np.int64)
+        data, offsets = gather(self.data, self.offsets[:-1][index], self.offsets[1:][index])
+        return StringArray.from_buffer(data, offsets)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
