@@ -86,14 +86,22 @@ class Columns:
         import pandas as pd
 
         lens = ends - starts
-        if lens.max() <= 8:  # the value itself, as one 8-byte word, is an exact key
-            h1 = h2 = short_keys(self._buf, starts, lens)
+        longest = lens.max()
+        if longest <= 8:  # the value itself, as one 8-byte word, is an exact key
+            key = short_keys(self._buf, starts, lens)
+            parts: tuple[np.ndarray, ...] = ()
+        elif longest <= 16:  # the first and last eight bytes and the length are the value itself
+            head, tail = edge_words(self._buf, starts, lens)
+            parts = (head, tail, lens)
+            with np.errstate(over="ignore"):
+                key = (head * _P1 ^ tail) * _P2 ^ lens.astype(np.uint64)
         else:
-            h1, h2 = hash_spans(self._buf, starts, lens)
-        inv, _ = pd.factorize(h1)  # a hash table: linear time, codes in order of first appearance
+            parts = hash_spans(self._buf, starts, lens)
+            key = parts[0]
+        inv, _ = pd.factorize(key)  # a hash table: linear time, codes in order of first appearance
         # codes appear in order, so a value's first row is where the running maximum first reaches it
         first = np.flatnonzero(np.r_[True, inv[1:] > np.maximum.accumulate(inv)[:-1]])
-        if not np.array_equal(h2, h2[first][inv]):  # a 64-bit collision: decode row by row instead
+        if not all(np.array_equal(p, p[first][inv]) for p in parts):  # two values, one key: decode row by row
             raw = self._buf
             texts = [raw[s:e].tobytes().decode("utf-8", "surrogateescape") for s, e in zip(starts, ends)]
             index: dict[str, int] = {}
@@ -134,35 +142,55 @@ def gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.nd
 
 
 _P1, _P2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
-def _words(buf: np.ndarray) -> np.ndarray:
-    padded = np.zeros(len(buf) + 8, np.uint8)
-    padded[: len(buf)] = buf
-    # every byte offset as the start of a little-endian 8-byte word (an unaligned view, no copy)
-    return np.ndarray((len(buf) + 1,), dtype="<u8", buffer=padded, strides=(1,))
+def words_at(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The little-endian 8-byte word starting at each of ``pos``, zero past the end of ``buf``.
+
+    Read through an unaligned view of the buffer itself (no padded copy of it): a word that would
+    run past the end is the buffer's last word shifted down.
+    """
+    if len(buf) < 8:
+        padded = np.zeros(8, np.uint8)
+        padded[: len(buf)] = buf
+        return words_at(padded, np.minimum(pos, 8)) if len(buf) else np.zeros(len(pos), np.uint64)
+    last = len(buf) - 8
+    view = np.ndarray((last + 1,), dtype="<u8", buffer=buf, strides=(1,))
+    if not len(pos) or pos.max() <= last:
+        return view[pos]
+    words = view[np.minimum(pos, last)]
+    late = np.flatnonzero(pos > last)
+    if len(late):
+        words[late] >>= (8 * (pos[late] - last)).astype(np.uint64)
+    return words
 
 
-def _masked(w: np.ndarray, rem: np.ndarray) -> np.ndarray:
-    """Keep the first ``rem`` (0..8) bytes of each little-endian word."""
-    short = np.flatnonzero(rem < 8)
-    if len(short):
-        bits = (np.maximum(rem[short], 0) * 8).astype(np.uint64)
-        w[short] &= (np.uint64(1) << bits) - np.uint64(1)
-    return w
+def edge_words(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and the last eight bytes of every span as words, the bytes past a shorter span zeroed.
+
+    Together with the length they are the span itself when it is at most 16 bytes long (the two
+    words overlap or meet), so such spans compare exactly as three numbers.
+    """
+    head = words_at(buf, starts)
+    tail = words_at(buf, np.maximum(starts + lens - 8, starts))
+    if len(lens) and lens.min() < 8:
+        keep = _LOW_BYTES[np.minimum(lens, 8)]
+        head &= keep
+        tail &= keep
+    return head, tail
 
 
 def short_keys(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Spans of at most 8 bytes as exact uint64 keys (the bytes, zero-padded; lengths differ in zeros only
     when a value ends in NUL bytes, which text never does)."""
-    return _masked(_words(buf)[np.minimum(starts, len(buf))], lens.astype(np.int64))
+    return words_at(buf, starts) & _LOW_BYTES[np.minimum(lens, 8)]
 
 
 def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, two: bool = True) -> tuple[np.ndarray, ...]:
     """64-bit hashes of every span of ``buf`` (two independent ones unless ``two=False``), eight bytes at
     a time, all spans at once."""
     n = len(starts)
-    words = _words(buf)
     lens = np.asarray(lens, dtype=np.int64)
     starts = np.asarray(starts, dtype=np.int64)
     h1 = lens.astype(np.uint64) * _P1
@@ -184,8 +212,9 @@ def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, two: bool 
                 rows, rem = rows[keep], rem[keep]
                 if not len(rows):
                     break
-            pos = (starts if rows is None else starts[rows]) + 8 * k
-            w = _masked(words[np.minimum(pos, len(buf))], rem)
+            w = words_at(buf, (starts if rows is None else starts[rows]) + 8 * k)
+            if rem.min() < 8:
+                w &= _LOW_BYTES[np.clip(rem, 0, 8)]
             if rows is None:
                 np.bitwise_xor(h1, w, out=h1)
                 np.multiply(h1, _P1, out=h1)
