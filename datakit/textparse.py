@@ -39,16 +39,19 @@ class Columns:
         self.first_row = first_row
         self.bad: list[tuple[int, str]] = []
         self._buf: np.ndarray | None = None
+        self._backslash = False
         self._spans: list[tuple[np.ndarray, np.ndarray]] = []
         self._rows: list[list[str]] | None = None
 
     # -- the two backends -----------------------------------------------------------------
 
     @classmethod
-    def from_spans(cls, buf: np.ndarray, spans: list[tuple[np.ndarray, np.ndarray]], lines: np.ndarray,
+    def from_spans(cls, raw: bytes, spans: list[tuple[np.ndarray, np.ndarray]], lines: np.ndarray,
                    header: list[str] | None, header_line: int, first_row: list[str] | None) -> Columns:  # fmt: skip
+        """Columns as (start, end) byte spans of the UTF-8 text ``raw``."""
         out = cls(lines, header, header_line, first_row)
-        out._buf, out._spans = buf, spans
+        out._buf, out._spans = np.frombuffer(raw, dtype=np.uint8), spans
+        out._backslash = b"\\" in raw  # one C scan; most tables have no backslash to turn into a slash
         return out
 
     @classmethod
@@ -69,7 +72,8 @@ class Columns:
             return (data, offsets), offsets[1:] > offsets[:-1]
         starts, ends = self._spans[col]
         data, offsets = gather(self._buf, starts, ends)
-        data[data == 0x5C] = 0x2F
+        if self._backslash:
+            data[data == 0x5C] = 0x2F
         return (data, offsets), ends > starts
 
     def coded(self, col: int) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -229,13 +233,7 @@ def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, two: bool 
     return (h1, h2) if two else (h1,)
 
 
-_SUSPECT_BYTES = bytes([0xC2, 0xE1, 0xE2, 0xE3, 0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x1F])
-_NOT_SUSPECT = bytes(b for b in range(256) if b not in _SUSPECT_BYTES)
-
-
-def _has_suspects(raw: bytes) -> bool:
-    """Whether any byte that can start a space only ``str.strip`` removes is present (one C pass)."""
-    return bool(raw.translate(None, _NOT_SUSPECT))
+_SUSPECT_LEADS = (b"\xc2", b"\xe1", b"\xe2", b"\xe3")
 
 
 def _edges_plain(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bool:
@@ -244,14 +242,20 @@ def _edges_plain(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bool:
     s, e = starts[full], ends[full]
     if not len(s):
         return True
-    pad = np.concatenate([np.zeros(3, np.uint8), buf])  # so that e-3 never wraps around
-    b1, b2, b3 = pad[e + 2], pad[e + 1], pad[e]
+    b1, b2, b3 = _byte_before(buf, e, 1), _byte_before(buf, e, 2), _byte_before(buf, e, 3)
     bad = _SUSPECT_LEAD[buf[s]]
     bad |= (b2 == 0xC2) & ((b1 == 0xA0) | (b1 == 0x85))
     bad |= ((b3 == 0xE3) & (b2 == 0x80) & (b1 == 0x80)) | ((b3 == 0xE2) & ((b2 == 0x80) | (b2 == 0x81)))
     bad |= (b3 == 0xE1) & (b2 == 0x9A) & (b1 == 0x80)
     bad |= _CONTROL[b1]
     return not bad.any()
+
+
+def _byte_before(buf: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
+    """The byte ``k`` places before each of ``pos``, 0 before the start of the buffer."""
+    out = buf[np.maximum(pos - k, 0)]
+    out[pos < k] = 0
+    return out
 
 
 _CONTROL = np.zeros(256, bool)
@@ -262,6 +266,58 @@ _SUSPECT_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True
 
 # ---------------------------------------------------------------------------------------------
 # the numpy path
+
+
+class _LowBytes:
+    """Where the bytes up to ``top`` (newlines, ASCII spaces, controls, and a delimiter below the digits)
+    are in a buffer: one pass over it for all of them, a block at a time, then small arrays (file names
+    seldom hold such bytes, so there are few more of them than lines and delimiters)."""
+
+    def __init__(self, buf: np.ndarray, top: int = 32) -> None:
+        self.top = top
+        self.size = len(buf)
+        mask = np.empty(min(len(buf), _BLOCK), bool)
+        parts = [np.zeros(0, np.int64)]
+        for at in range(0, len(buf), _BLOCK):
+            block = mask[: min(_BLOCK, len(buf) - at)]
+            np.less_equal(buf[at : at + _BLOCK], top, out=block)
+            parts.append(np.flatnonzero(block) + at)
+        self.pos = np.concatenate(parts)
+        self.found = buf[self.pos]
+        self.counts = np.bincount(self.found, minlength=256)
+        self._where: dict[int, np.ndarray] = {}
+        plain = not (self.counts[9] or self.counts[13])
+        # tabs, carriage returns and spaces: what the numpy path strips
+        self.spaces = self.where(32) if plain else self.pos[_WS[self.found]]
+        side = np.flatnonzero(self.pos[1:] - self.pos[:-1] == 1)
+        self._pairs = (self.found[side], self.found[side + 1])  # low bytes side by side
+
+    def where(self, byte: int) -> np.ndarray:
+        if byte not in self._where:
+            self._where[byte] = self.pos[self.found == byte] if self.counts[byte] else np.zeros(0, np.int64)
+        return self._where[byte]
+
+    def controls(self) -> bool:
+        """Whether any control character that ``str.strip`` removes is present."""
+        return bool(self.counts[_CONTROL].any())
+
+    def spaced(self, byte: int) -> bool:
+        """Whether an ASCII space is next to some ``byte`` (itself a low byte)."""
+        left, right = self._pairs
+        return bool((_WS[left] & (right == byte)).any() or ((left == byte) & _WS[right]).any())
+
+    def edge_spaced(self) -> bool:
+        """Whether some line starts or ends with an ASCII space: one at an end of the text or next to a
+        newline."""
+        s = self.spaces
+        return bool(len(s)) and (s[0] == 0 or s[-1] == self.size - 1 or self.spaced(10))
+
+
+def _may_have_suspects(raw: bytes, low: _LowBytes) -> bool:
+    """Whether any byte that can start a space only ``str.strip`` removes is present: the controls are
+    among the low bytes, the lead bytes of NBSP, U+3000 and the like are looked for with C scans (none
+    in ASCII text)."""
+    return low.controls() or (not raw.isascii() and any(lead in raw for lead in _SUSPECT_LEADS))
 
 
 def _strip(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -279,22 +335,34 @@ def _strip(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.nd
     return starts, ends
 
 
-def _edges_have_space(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bool:
-    full = ends > starts
-    return bool(_WS[buf[starts[full]]].any() or _WS[buf[ends[full] - 1]].any())
+def _next_to(buf: np.ndarray, pos: np.ndarray, byte: int) -> bool:
+    """Whether any of ``pos`` has ``byte`` just before or just after it."""
+    if not len(pos):
+        return False
+    before = buf[pos[pos > 0] - 1]
+    after = buf[pos[pos < len(buf) - 1] + 1]
+    return bool((before == byte).any() or (after == byte).any())
 
 
-def _lines(buf: np.ndarray, comments: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(start, end, line number) of every non-blank line, stripped; ``#`` lines dropped with ``comments``."""
-    nl = np.flatnonzero(buf == 10)
-    starts = np.concatenate([[0], nl + 1]).astype(np.int64)
-    ends = np.concatenate([nl, [len(buf)]]).astype(np.int64)
+def _lines(buf: np.ndarray, low: _LowBytes, comments: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, line number) of every non-blank line, stripped; ``#`` lines dropped with ``comments``
+    (which the caller passes only when the text holds a ``#``)."""
+    nl = low.where(10)
+    starts = np.empty(len(nl) + 1, np.int64)
+    starts[0] = 0
+    starts[1:] = nl + 1
+    ends = np.empty(len(nl) + 1, np.int64)
+    ends[:-1] = nl
+    ends[-1] = len(buf)
     numbers = np.arange(1, len(starts) + 1, dtype=np.int64)
-    if _edges_have_space(buf, starts, ends):
+    if low.edge_spaced():
         starts, ends = _strip(buf, starts, ends)
     keep = ends > starts
     if comments:
-        keep &= buf[np.minimum(starts, max(len(buf) - 1, 0))] != ord("#")
+        keep &= buf[np.minimum(starts, len(buf) - 1)] != ord("#")
+    if keep[:-1].all():  # no blank line, except the empty one after a final newline
+        n = len(keep) - (not keep[-1])
+        return starts[:n], ends[:n], numbers[:n]
     return starts[keep], ends[keep], numbers[keep]
 
 
@@ -302,26 +370,46 @@ def _decode(buf: np.ndarray, s: int, e: int) -> str:
     return buf[s:e].tobytes().decode("utf-8", "surrogateescape")
 
 
+def _per_line(marks: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+    """The positions ``marks`` as one row per line, when every line holds as many of them as the first.
+
+    When there are exactly that many in all, checking each line's first and last is enough (the
+    positions are sorted and the lines disjoint); else each line is counted (some lie outside the
+    lines, as tabs stripped off their ends do).
+    """
+    n = len(starts)
+    k = int(np.searchsorted(marks, ends[0]) - np.searchsorted(marks, starts[0]))
+    if len(marks) == k * n:
+        grid = marks.reshape(n, k)
+        if k and not ((grid[:, 0] >= starts).all() and (grid[:, -1] < ends).all()):
+            return None
+        return grid
+    first = np.searchsorted(marks, starts)
+    if not (np.searchsorted(marks, ends) - first == k).all():
+        return None
+    return marks[first[:, None] + np.arange(k)]
+
+
 def _fast_delimited(raw: bytes, delim: str, is_header: Callable[[list[str]], bool]) -> Columns | None:
     if b'"' in raw:
         return None
     buf = np.frombuffer(raw, dtype=np.uint8)
-    starts, ends, numbers = _lines(buf, comments=False)
+    code = ord(delim)
+    low = _LowBytes(buf, code if 32 < code < 0x30 else 32)
+    starts, ends, numbers = _lines(buf, low, comments=False)
     if not len(starts):
         return None
-    d = np.flatnonzero(buf == ord(delim))
-    first = np.searchsorted(d, starts)
-    count = np.searchsorted(d, ends) - first
-    k = int(count[0])
-    if not (count == k).all():
+    grid = _per_line(low.where(code) if code <= low.top else np.flatnonzero(buf == code), starts, ends)
+    if grid is None:
         return None
+    k = grid.shape[1]
+    # else no field has spaces to strip (lines are stripped already)
+    padded = low.spaced(code) if code <= low.top else _next_to(buf, low.spaces, code)
+    suspects = _may_have_suspects(raw, low)
     spans = []
-    suspects = _has_suspects(raw)
-    near = np.concatenate([d - 1, np.minimum(d + 1, len(buf) - 1)])
-    padded = bool(_WS[buf[near]].any())  # else no field has spaces to strip (lines are stripped already)
     for j in range(k + 1):
-        s = starts if j == 0 else d[first + j - 1] + 1
-        e = ends if j == k else d[first + j]
+        s = starts if j == 0 else grid[:, j - 1] + 1
+        e = ends if j == k else grid[:, j]
         spans.append(_strip(buf, s, e) if padded else (s, e))
         if suspects and not _edges_plain(buf, *spans[-1]):
             return None
@@ -329,42 +417,50 @@ def _fast_delimited(raw: bytes, delim: str, is_header: Callable[[list[str]], boo
     if not is_header(row0):
         return None  # title lines above the header, or no header: the Python path looks further
     spans = [(s[1:], e[1:]) for s, e in spans]
-    return Columns.from_spans(buf, spans, numbers[1:], row0, int(numbers[0]), None)
+    return Columns.from_spans(raw, spans, numbers[1:], row0, int(numbers[0]), None)
+
+
+def _list_separators(buf: np.ndarray, low: _LowBytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+    """Where each line's fields part: its one tab when the text has tabs, else its last space."""
+    tabs = low.where(9)
+    if len(tabs):
+        grid = _per_line(tabs, starts, ends)
+        return grid[:, 0] if grid is not None and grid.shape[1] == 1 else None
+    blanks = low.where(32)
+    if len(blanks) == len(starts) and (blanks >= starts).all() and (blanks < ends).all():
+        return blanks  # one space on every line, as most lists have
+    last = np.searchsorted(blanks, ends) - 1
+    if (last < 0).any():
+        return None
+    sep = blanks[last]
+    if (sep < starts).any():
+        return None  # a line with one field: the Python path reports it
+    return sep
 
 
 def _fast_list(raw: bytes, is_header: Callable[[list[str]], bool]) -> Columns | None:
     buf = np.frombuffer(raw, dtype=np.uint8)
-    starts, ends, numbers = _lines(buf, comments=True)
+    low = _LowBytes(buf)
+    starts, ends, numbers = _lines(buf, low, comments=b"#" in raw)
     if not len(starts):
         return None
-    if b"\t" in raw:
-        seps = np.flatnonzero(buf == 9)
-        first = np.searchsorted(seps, starts)
-        if not ((np.searchsorted(seps, ends) - first) == 1).all():
-            return None
-        sep = seps[first]
-    else:
-        seps = np.flatnonzero(buf == 32)
-        last = np.searchsorted(seps, ends) - 1
-        if (last < 0).any():
-            return None
-        sep = seps[last]
-        if (sep < starts).any():
-            return None  # a line with one field: the Python path reports it
-    if _WS[buf[sep - 1]].any() or _WS[buf[sep + 1]].any():
+    sep = _list_separators(buf, low, starts, ends)
+    if sep is None:
+        return None
+    if low.spaced(int(buf[sep[0]])) and (_WS[buf[sep - 1]].any() or _WS[buf[sep + 1]].any()):
         fs, fe = _strip(buf, starts, sep)
         ls, le = _strip(buf, sep + 1, ends)
     else:  # one space between the fields, lines already stripped
         fs, fe, ls, le = starts, sep, sep + 1, ends
     if (fe <= fs).any() or (le <= ls).any():
         return None
-    if _has_suspects(raw) and not (_edges_plain(buf, fs, fe) and _edges_plain(buf, ls, le)):
+    if _may_have_suspects(raw, low) and not (_edges_plain(buf, fs, fe) and _edges_plain(buf, ls, le)):
         return None
     row0 = [_decode(buf, int(fs[0]), int(fe[0])), _decode(buf, int(ls[0]), int(le[0]))]
     spans = [(fs, fe), (ls, le)]
     if is_header(row0):
-        return Columns.from_spans(buf, [(s[1:], e[1:]) for s, e in spans], numbers[1:], row0, int(numbers[0]), None)
-    return Columns.from_spans(buf, spans, numbers, None, 0, None)
+        return Columns.from_spans(raw, [(s[1:], e[1:]) for s, e in spans], numbers[1:], row0, int(numbers[0]), None)
+    return Columns.from_spans(raw, spans, numbers, None, 0, None)
 
 
 # ---------------------------------------------------------------------------------------------
