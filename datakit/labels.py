@@ -24,7 +24,7 @@ import numpy as np
 
 from datakit.errors import LabelError, UsageError
 from datakit.filenames import decodes
-from datakit.textparse import Columns, gather, hash_spans, parse_delimited, parse_list
+from datakit.textparse import Columns, gather, hash_spans, parse_delimited, parse_list, span_keys
 
 __all__ = [
     "FILE_COLUMNS",
@@ -423,28 +423,30 @@ class LabelTable:
 
 
 def _duplicates(files: StringArray) -> list[tuple[int, int]]:
-    """(row, first row with the same name) for every repeated name: a 64-bit hash, then an exact check."""
+    """(row, first row with the same name) for every repeated name.
+
+    A cheap key per name, sorted, shows at once when no name repeats (the usual case). Otherwise
+    the rows whose key another row shares are hashed in full, grouped in order of first appearance,
+    and each repeat is compared exactly with the first of its group.
+    """
     import pandas as pd
 
     n = len(files)
     if n < 2:
         return []
-    codes, _ = pd.factorize(_hash_strings(files))  # a hash table: linear time, codes in order of first appearance
-    if codes.max() + 1 == n:
+    starts, lens = files.offsets[:-1], files.offsets[1:] - files.offsets[:-1]
+    keys = span_keys(files.data, starts, lens)
+    ordered = np.sort(keys)
+    if not (ordered[1:] == ordered[:-1]).any():
         return []
+    codes, _ = pd.factorize(keys)
+    rows = np.flatnonzero(np.bincount(codes)[codes] > 1)
+    codes, _ = pd.factorize(hash_spans(files.data, starts[rows], lens[rows], two=False)[0])
+    # codes appear in order, so a group's first row is where the running maximum first reaches it
     firsts = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]])
-    again = np.flatnonzero(firsts[codes] != np.arange(n))
-    out = []
-    for i in again.tolist():
-        first = int(firsts[codes[i]])
-        if files[i] == files[first]:
-            out.append((i, first))
-    return out
-
-
-def _hash_strings(strings: StringArray) -> np.ndarray:
-    offs = strings.offsets
-    return hash_spans(strings.data, offs[:-1], offs[1:] - offs[:-1], two=False)[0]
+    again = np.flatnonzero(firsts[codes] != np.arange(len(rows)))
+    later, first = rows[again].tolist(), rows[firsts[codes[again]]].tolist()
+    return [(i, f) for i, f in zip(later, first) if files[i] == files[f]]
 
 
 def resolve_path(name: str, root: str | os.PathLike) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Columns", "gather", "hash_spans", "parse_delimited", "parse_list"]
+__all__ = ["Columns", "gather", "hash_spans", "parse_delimited", "parse_list", "span_keys"]
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 13, 32]] = True
@@ -231,6 +231,30 @@ def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, two: bool 
                     h2[rows] = (h2[rows] + w) * _P2
             k += 1
     return (h1, h2) if two else (h1,)
+
+
+def span_keys(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """A cheap 64-bit key per span for finding repeated ones: its length and four of its words (the
+    first, the middle and the last sixteen bytes, where file names that differ mostly differ).
+
+    Equal spans always get equal keys; different spans seldom do, and only those that share a key
+    are then hashed in full and compared.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lens = np.asarray(lens, dtype=np.int64)
+    head, tail = edge_words(buf, starts, lens)
+    middle = words_at(buf, starts + np.maximum(lens - 8, 0) // 2)
+    before_tail = words_at(buf, starts + np.maximum(lens - 16, 0))
+    if len(lens) and lens.min() < 8:
+        keep = _LOW_BYTES[np.minimum(lens, 8)]
+        middle &= keep
+        before_tail &= keep
+    key = lens.astype(np.uint64) * _P2
+    with np.errstate(over="ignore"):
+        for w in (head, middle, before_tail, tail):
+            np.bitwise_xor(key, w, out=key)
+            np.multiply(key, _P1, out=key)
+    return key
 
 
 _SUSPECT_LEADS = (b"\xc2", b"\xe1", b"\xe2", b"\xe3")
