@@ -571,8 +571,9 @@ def _excerpt(text: str) -> str:
     return ", ".join(words)
 
 
-def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str, str]:
-    """(text, encoding used); strict, with the line of the first undecodable byte."""
+def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | None, str]:
+    """(text, encoding used); strict, with the line of the first undecodable byte. The text is None for
+    ASCII read as UTF-8: valid as the bytes are, it is decoded only if the Python parser needs it."""
     if encoding is None:
         try:
             guess = detect_text_encoding(raw)
@@ -587,6 +588,8 @@ def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str, str
         if enc in ("utf-8", "utf_8") and raw.startswith(codecs.BOM_UTF8):
             enc = "utf-8-sig"
     dec = "gb18030" if enc in ("gbk", "gb2312") else enc  # GB18030 is GBK's superset: same bytes, same text
+    if dec in ("utf-8", "ascii") and raw.isascii():
+        return None, enc
     try:
         if dec == "gb18030":
             try:
@@ -962,14 +965,14 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
                label_column: str | None, split_column: str | None, problems: list,
                notes: list) -> tuple[list[_Part], str]:  # fmt: skip
     text, enc = _decode_text(raw, path, encoding)
-    kind, delim = _text_kind(path, text, sep, file_column)
+    kind, delim = _text_kind(path, text if text is not None else raw[:65536].decode("ascii"), sep, file_column)
     if enc in ("utf-8", "ascii"):
         buf = raw
     elif enc == "utf-8-sig":
         buf = raw[3:]
     else:
         buf = text.encode("utf-8", "surrogateescape")
-    if text.startswith("\ufeff"):
+    if text is not None and text.startswith("\ufeff"):
         text = text[1:]
     if kind == "list":
         fkeys, lkeys = {_norm(k) for k in FILE_COLUMNS}, {_norm(k) for k in LABEL_COLUMNS}

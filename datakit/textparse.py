@@ -544,13 +544,18 @@ def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:
 # entry points
 
 
-def parse_delimited(raw: bytes, text: str, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
-    """A delimited table (UTF-8 bytes ``raw`` and the same as ``text``); the header is the first of
-    the first 50 rows that ``is_header`` accepts."""
-    return _fast_delimited(raw, delim, is_header) or _slow_delimited(text, delim, is_header)
+def parse_delimited(raw: bytes, text: str | None, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
+    """A delimited table (UTF-8 bytes ``raw`` and the same as ``text``, or None when ``raw`` is ASCII);
+    the header is the first of the first 50 rows that ``is_header`` accepts."""
+    return _fast_delimited(raw, delim, is_header) or _slow_delimited(_text_of(raw, text), delim, is_header)
 
 
-def parse_list(raw: bytes, text: str, is_header: Callable[[list[str]], bool]) -> Columns:
+def parse_list(raw: bytes, text: str | None, is_header: Callable[[list[str]], bool]) -> Columns:
     """A ``path label`` list: one sample per line, the label the last field (after the last tab when
     there is one, else after the last run of spaces), ``#`` comments and blank lines skipped."""
-    return _fast_list(raw, is_header) or _slow_list(text, is_header)
+    return _fast_list(raw, is_header) or _slow_list(_text_of(raw, text), is_header)
+
+
+def _text_of(raw: bytes, text: str | None) -> str:
+    """``text``, decoded from ``raw`` only now when the caller left that to the Python path (ASCII)."""
+    return text if text is not None else raw.decode("ascii")
