@@ -1,0 +1,197 @@
+"""The numpy path of text label tables against the Python path, and its pieces against plain Python.
+
+Every tricky input is read twice: as it is (the numpy path where it applies) and with the numpy
+path switched off, and both tables must be the same, problems included. Blocks are made tiny in
+some runs, so that every block boundary of the blockwise passes is crossed.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from datakit import textparse
+from datakit.labels import StringArray, _duplicates, read_labels
+
+
+def python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(textparse, "_fast_delimited", lambda *args: None)
+    monkeypatch.setattr(textparse, "_fast_list", lambda *args: None)
+
+
+def snapshot(path: Path, encoding: str | None = None) -> dict:
+    t = read_labels(path, validate=False, encoding=encoding)
+    return {"files": t.files.tolist(), "labels": t.labels.tolist(), "splits": t.splits.tolist(),
+            "rows": t.rows.tolist(), "kind": t.kind, "classes": t.class_values, "notes": t.notes,
+            "problems": t.problems(), "columns": (t.file_column, t.label_column)}  # fmt: skip
+
+
+def names(n: int, seed: int = 0) -> list[str]:
+    r = random.Random(seed)
+    stems = ["img", "猫", "类别_3/图片", "a b", "x\\y", "n01440764", "ab" * 12, "é"]
+    return [f"{r.choice(stems)}_{r.randrange(2 * n)}.jpg" for _ in range(n)]
+
+
+ROWS = list(zip(names(300), [f"类别_{i % 7}" if i % 5 else f"c{i % 3}" for i in range(300)]))
+
+
+def rows(line: str, odd: str | None = None, every: int = 0) -> str:
+    """``line`` filled in for each row of ROWS ({f}: file, {flat}: file without spaces, {lab}: label,
+    {n}: a digit, {split}); every ``every``-th row (from the third) gets ``odd`` instead."""
+    out = []
+    for i, (f, lab) in enumerate(ROWS):
+        fmt = odd if every and i % every == 3 else line
+        out.append(fmt.format(f=f, flat=f.replace(" ", "_"), lab=lab, n=i % 10, split="val" if i % 4 else "train"))
+    return "".join(out)
+
+
+TABLES = {
+    "plain.csv": "文件名,标签,split\n" + rows("{f},{lab},{split}\n"),
+    "crlf.csv": "file,label\r\n" + rows("{f},{lab}\r\n"),
+    "padded.csv": "file , label\n" + rows(" {f} ,  {lab}\n"),
+    "blanks.csv": "file,label,split\n" + rows("{f},{lab},{split}\n", ",{lab},\n", 9) + rows("{f},,{split}\n"),
+    "blank_lines.csv": "\n\nfile,label\n" + rows("{f},{lab}\n\n   \n"),
+    "duplicates.csv": "file,label\n" + rows("{f},{lab}\n") + rows("{f},{lab}\n")[:900],
+    "semicolon.csv": "file;label\n" + rows("{f};{lab}\n"),
+    "trailing_tabs.tsv": "file\tlabel\t\n" + rows("{f}\t{lab}\t\n"),
+    "nbsp_edge.csv": "file,label\n" + rows("{f},{lab}\n", "{f}\u00a0,{lab}\n", 50),
+    "ideographic_space.csv": "file,label\n" + rows("{f},{lab}\u3000\n"),
+    "quoted.csv": "file,label\n" + rows('"{f}",{lab}\n'),
+    "no_final_newline.csv": "file,label\n" + rows("{f},{lab}\n").rstrip("\n"),
+    "long_labels.csv": "file,label\n" + rows("{f},German_short-haired_pointer_{n}\n"),
+    "short_labels.csv": "file,label\n" + rows("{f},aaaaaaaaa\n", "{f},aaaaaaaaaa\n", 2),
+    "list.txt": rows("{flat} {n}\n"),
+    "list_spaces.txt": rows("{f} {n}\n"),
+    "list_tabs.txt": rows("{f}\t{lab}\n"),
+    "list_crlf.txt": rows("{flat} {n}\r\n"),
+    "list_comments.txt": "# path label\n# a b\n" + rows("{flat}  {n} \n"),
+    "list_comment_tab.txt": "# a\tb\n" + rows("{flat} {n}\n"),
+    "list_header.txt": "path label\n" + rows("{flat} {lab}\n"),
+    "list_one_field.txt": rows("{flat} {n}\n", "{flat}\n", 100),
+    "list_control.txt": rows("{flat} {n}\n", "{flat} {n}\x1c\n", 100),
+}
+
+
+def encodable(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+@pytest.mark.parametrize("block", [textparse._BLOCK, 5, 64])
+@pytest.mark.parametrize(
+    ("name", "encoding"),
+    [(n, e) for n in sorted(TABLES) for e in ("utf-8", "utf-8-sig", "gbk") if encodable(TABLES[n], e)],
+)
+def test_numpy_and_python_paths_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, encoding: str,
+                                      block: int):  # fmt: skip
+    path = tmp_path / name
+    path.write_bytes(TABLES[name].encode(encoding))
+    monkeypatch.setattr(textparse, "_BLOCK", block)
+    given = "gbk" if encoding == "gbk" else None  # too few Chinese characters to tell GBK from Big5
+    fast = snapshot(path, given)
+    python_path(monkeypatch)
+    assert fast == snapshot(path, given)
+
+
+def test_numpy_path_taken_for_plain_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The tables above that the numpy path can read do go through it (else the test above compares
+    the Python path with itself)."""
+    taken = []
+    for fn in ("_fast_delimited", "_fast_list"):
+        original = getattr(textparse, fn)
+        monkeypatch.setattr(textparse, fn, lambda *a, _f=original: taken.append(_f(*a) is not None) or _f(*a))
+    for name in ("plain.csv", "crlf.csv", "padded.csv", "trailing_tabs.tsv", "list.txt", "list_spaces.txt",
+                 "list_tabs.txt", "list_crlf.txt", "list_comments.txt", "long_labels.csv"):  # fmt: skip
+        path = tmp_path / name
+        path.write_text(TABLES[name], encoding="utf-8")
+        taken.clear()
+        read_labels(path, validate=False)
+        assert taken == [True], name
+
+
+def test_empty_list_holds_no_rows(tmp_path: Path):
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    t = read_labels(path, validate=False)
+    assert len(t) == 0 and t.problems() == [f"{path}: the table holds no rows"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the pieces
+
+
+@pytest.mark.parametrize("block", [1, 3, 8, 1 << 18])
+def test_gather_matches_slicing(monkeypatch: pytest.MonkeyPatch, block: int):
+    monkeypatch.setattr(textparse, "_BLOCK", block)
+    r = np.random.default_rng(block)
+    buf = r.integers(0, 256, 500).astype(np.uint8)
+    cuts = np.sort(r.choice(np.arange(501), 120, replace=False))
+    starts, ends = cuts[0::2], cuts[1::2]
+    ends = np.where(r.random(len(ends)) < 0.2, starts, ends)  # some empty spans
+    data, offsets = textparse.gather(buf, starts, ends)
+    parts = [buf[s:e].tobytes() for s, e in zip(starts, ends)]
+    assert data.tobytes() == b"".join(parts)
+    assert [data[a:b].tobytes() for a, b in zip(offsets[:-1], offsets[1:])] == parts
+    empty = textparse.gather(buf, starts[:0], ends[:0])
+    assert len(empty[0]) == 0 and empty[1].tolist() == [0]
+
+
+def test_take_keeps_order_and_content():
+    arr = StringArray(["", "a", "", "bb", "猫", "", "ccc"])
+    for index in ([0, 1, 2], [1, 3, 6], [2, 5], [6, 1, 1], []):
+        assert arr.take(np.asarray(index, np.int64)).tolist() == [arr[i] for i in index]
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 23])
+def test_words_at_reads_zeros_past_the_end(size: int):
+    buf = np.arange(1, size + 1, dtype=np.uint8)
+    pos = np.arange(size + 1)
+    padded = buf.tobytes() + bytes(8)
+    expected = [int.from_bytes(padded[p : p + 8], "little") for p in pos]
+    assert textparse.words_at(buf, pos).tolist() == expected
+
+
+def test_keys_equal_exactly_when_spans_equal():
+    words = ["", "a", "ab", "abcdefgh", "abcdefghi", "aaaaaaaaa", "aaaaaaaaaa", "x" * 40, "x" * 41, "类别_12"]
+    blob = "".join(words).encode()
+    lens = np.asarray([len(w.encode()) for w in words])
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    buf = np.frombuffer(blob, np.uint8)
+    keys = textparse.span_keys(buf, starts, lens).tolist()
+    assert len(set(keys)) == len(words)
+    twice = np.frombuffer(blob + blob, np.uint8)
+    again = textparse.span_keys(twice, np.concatenate([starts, starts + len(blob)]), np.concatenate([lens, lens]))
+    assert again.tolist() == keys + keys
+
+
+def test_duplicates_exact_when_cheap_keys_collide():
+    """Names that agree in length and in every word the cheap key reads, differing only in bytes it skips,
+    are told apart by the full comparison; real repeats are still found with their first row."""
+    stem = "dir/abc/{}/middle/long/tail_0001.jpg"
+    names = [stem.format(f"{i:04d}") for i in range(50)]
+    keys = textparse.span_keys(np.frombuffer("".join(names).encode(), np.uint8),
+                               np.arange(50) * len(names[0]), np.full(50, len(names[0])))  # fmt: skip
+    assert len(set(keys.tolist())) == 1  # all collide on the cheap key
+    assert _duplicates(StringArray(names)) == []
+    assert _duplicates(StringArray([*names, names[7], names[3], names[7]])) == [(50, 7), (51, 3), (52, 7)]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [["cat", "dog", "cat", ""], ["aaaaaaaaa", "aaaaaaaaaa", "aaaaaaaaa"], ["类别_12", "类别_1", "类别_12"],
+     ["German_short-haired_pointer", "German_short-haired_pointers", "German_short-haired_pointer"]],
+)  # fmt: skip
+def test_coded_values_in_order_of_first_appearance(values: list[str]):
+    blob = "\n".join(values).encode()
+    lens = np.asarray([len(v.encode()) for v in values])
+    starts = np.concatenate([[0], np.cumsum(lens + 1)[:-1]])
+    cols = textparse.Columns.from_spans(blob, [(starts, starts + lens)], np.arange(len(values)), None, 0, None)
+    distinct, codes, valid = cols.coded(0)
+    assert distinct == list(dict.fromkeys(values))
+    assert [distinct[c] for c in codes] == values and valid.tolist() == [bool(v) for v in values]
