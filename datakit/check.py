@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from datakit.errors import UsageError
 from datakit.io import IMAGE_EXTENSIONS, probe_image
 from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels
 from datakit.parallel import map_ordered
@@ -107,6 +108,8 @@ def check_dataset(
     ``bad_samples``: a bad-samples file written while training; the samples it lists are
     reported as unreadable (with the reason recorded then) without being read again.
     """
+    if not isinstance(src, (str, os.PathLike, list, tuple)):
+        raise UsageError(f"check_dataset takes a path (a folder, a table, a zip or a pack), got {type(src).__name__}")
     report = CheckReport()
     options = dict(file_column=file_column, label_column=label_column, split_column=split_column,
                    encoding=encoding, include_hidden=include_hidden)  # fmt: skip

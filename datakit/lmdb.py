@@ -98,10 +98,26 @@ class PackWriteError(PackError):
 
     def __init__(self, path: str | os.PathLike, committed: int, exc: BaseException) -> None:
         self.path, self.committed = Path(path), committed
+        why = f"{type(exc).__name__}: {exc}"
+        free = _free_bytes(path)
+        if free is not None and free < 16 << 20 and "No space" not in why:
+            why += f"; {free >> 10} KiB free on its disk"  # LMDB reports a full disk as an I/O error
         super().__init__(
-            f"{path}: writing failed after {committed} committed samples ({type(exc).__name__}: {exc}); "
+            f"{path}: writing failed after {committed} committed samples ({why}); "
             "free space or fix the cause, then run the same command with --resume"
         )
+
+
+def _free_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes free to this user on the filesystem holding ``path`` (or its nearest existing parent)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 _META_MAGIC = 0xBEEFC0DE

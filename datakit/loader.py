@@ -147,7 +147,8 @@ class EpochTiming:
     used on the machine (all processes) over the same span, ``own_cpu_s`` the part the loop's
     process and its workers used, ``loop_cpu_s`` the part the loop's process used alone;
     ``queued_s`` is how long the loading processes were ready to run but waited for a CPU (a
-    decoder starved by other processes wants a whole core though it got less)."""
+    decoder starved by other processes wants a whole core though it got less); ``wait_cpu_s``
+    the CPU the loop's process used inside ``next()`` (without workers, the loading itself)."""
 
     epoch: int
     num_workers: int
@@ -159,6 +160,7 @@ class EpochTiming:
     own_cpu_s: float | None = None
     loop_cpu_s: float | None = None
     queued_s: float = 0.0
+    wait_cpu_s: float | None = None
 
     @property
     def wait_fraction(self) -> float | None:
@@ -235,9 +237,13 @@ def next_num_workers(t: EpochTiming, cpus: int, max_workers: int, *, threshold: 
     if t.cpu_busy_s is not None:
         busy = t.cpu_busy_s / t.total_s  # cores busy on average, whoever uses them
         own = (t.own_cpu_s if t.own_cpu_s is not None else t.cpu_busy_s) / t.total_s
-        # without workers the loop's process loads too (a share f of the time): all of it counts as loading
-        loop = t.loop_cpu_s / t.total_s if w > 0 and t.loop_cpu_s is not None else 0.0
-        loading = max(own - loop, 0.0)
+        if w == 0 and t.wait_cpu_s is not None:
+            loading = t.wait_cpu_s / t.total_s  # the loop's process loads inside next(); its step is the rest
+            loop = max(own - loading, 0.0)
+        else:
+            # without a measure of the loading inside next(), all of the process's CPU counts as loading
+            loop = t.loop_cpu_s / t.total_s if w > 0 and t.loop_cpu_s is not None else 0.0
+            loading = max(own - loop, 0.0)
         free = max(cpus - max(0.0, busy - own) - loop, loading + 0.5)
         # cores one loading process would keep busy while loading: what it used, and what it waited for
         wanted = loading + t.queued_s / t.total_s
@@ -311,8 +317,9 @@ class Loader:
         with _chosen_workers() if self._tuned else contextlib.nullcontext():
             it = iter(dl)
         first = cpu0 = own0 = None
+        cpu = time.process_time
         while True:
-            t0 = clock()
+            t0, c0 = clock(), cpu()
             try:
                 batch = next(it)
             except StopIteration:
@@ -323,8 +330,10 @@ class Loader:
             t.batches += 1
             if first is None:
                 first, t.first_batch_s, cpu0, own0 = t1, t1 - t0, _cpu_busy_seconds(), _own_cpu_seconds(dl)
+                t.wait_cpu_s = 0.0
             else:
                 t.wait_s += t1 - t0
+                t.wait_cpu_s += cpu() - c0
                 t.total_s = t1 - first
             yield batch
         if first is not None:

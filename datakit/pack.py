@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import numpy as np
+
 from datakit.errors import PackError, SampleError, UsageError
 from datakit.io import _jpeg_size, decode_image, encode_image, image_format, probe_image
 from datakit.labels import ClassMap
@@ -114,6 +116,8 @@ def _read_again(ds: ImageDataset, i: int, crc: int) -> tuple[bytes | None, str |
     except (SampleError, OSError) as exc:
         name = ds.name(i)
         return None, str(exc) if name in str(exc) else f"{name}: {exc}"
+    if value is None and not os.path.lexists(ds.name(i)):
+        return None, f"{ds.name(i)}: deleted while it was being packed"
     if value is None or zlib.crc32(value) != crc:
         return None, f"{ds.name(i)}: changed while it was being packed; pack again when nothing writes to it"
     return value, None
@@ -142,6 +146,8 @@ def _read_ahead(ds: ImageDataset, first: int, hi: int, progress: list[int], stop
                 return
         if stop.is_set():
             return
+        if not _regular(ds.name(i)):
+            continue  # opening a named pipe would take its data from the worker that reads it
         try:
             fd = os.open(ds.name(i), os.O_RDONLY)
         except OSError:
@@ -200,9 +206,12 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool) -> tup
     if kind == "foreign":
         why = "--overwrite replaces only a datakit pack or an empty folder" if overwrite else "pick another OUT"
         raise UsageError(f"{out}: exists and holds other files than a datakit pack; not touching it, {why}")
-    out.mkdir(parents=True, exist_ok=True)
-    had_lock = (out / LOCK_NAME).exists()
-    lock = PackLock(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        had_lock = (out / LOCK_NAME).exists()
+        lock = PackLock(out)
+    except OSError as exc:  # a full disk or a read-only place, before anything was written
+        raise PackWriteError(out, 0, exc) from None
     try:
         if kind in ("missing", "empty"):
             return lock, None
@@ -239,6 +248,15 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool) -> tup
 
 # ---------------------------------------------------------------------------------------------
 # the job
+
+
+def _fingerprint(ds: ImageDataset) -> str:
+    """A dataset object as the metadata records its source: its kind, size and a checksum of every
+    sample's name and target, so that --resume refuses another dataset of the same size and classes."""
+    crc = zlib.crc32(np.asarray(ds.targets, dtype="<i8").tobytes())
+    for i in range(len(ds)):
+        crc = zlib.crc32(ds.name(i).encode("utf-8", "surrogateescape") + b"\n", crc)
+    return f"{type(ds).__name__} of {len(ds)} samples (names and targets crc32 {crc:08x})"
 
 
 def _short_name(ds: ImageDataset, i: int) -> str:
@@ -300,6 +318,9 @@ def pack_lmdb(
         raise UsageError(f"quality must be 1..100, got {quality}")
     out = Path(out)
     sh = parse_shard(shard)
+    if not isinstance(src, (str, os.PathLike, ImageDataset)):
+        raise UsageError(f"pack_lmdb takes a path or a datakit dataset (open_dataset), got {type(src).__name__}; "
+                         "pack the dataset it is made of (shard= packs a part)")  # fmt: skip
     ds = src if isinstance(src, ImageDataset) else open_source(src, labels=labels, split=split,
                                                                 remap_labels=remap_labels)  # fmt: skip
     n_total = len(ds)
@@ -308,7 +329,7 @@ def pack_lmdb(
     split_names = table.split_names if table is not None and split is None else []
     split_ids = {s: k + 1 for k, s in enumerate(split_names)}
     class_map = getattr(ds, "class_map", None) or ClassMap(tuple(ds.classes))
-    source = os.path.abspath(src) if not isinstance(src, ImageDataset) else repr(src)
+    source = os.path.abspath(src) if not isinstance(src, ImageDataset) else _fingerprint(src)
     options = {"max_size": max_size, "quality": quality if max_size else None, "split": split,
                "shard": [sh[0], sh[1]], "labels": os.path.abspath(labels) if labels else None}  # fmt: skip
     meta = {

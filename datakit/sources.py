@@ -1,6 +1,8 @@
 """The samples of every source, read lazily, without torch: what :mod:`datakit.datasets` makes
 into ``torch.utils.data.Dataset`` classes, and what the command-line tools (pack-lmdb, stats,
 check, preview) use as they are, so that they start without importing torch (over a second).
+A full-size JPEG decode (stats, preview, ``pack-lmdb --max-size``) still loads torchvision's
+decoder, the fastest here, when it first runs; validation and reading bytes never do.
 
 A dataset holds only what indexes its samples, in numpy arrays (file names as one UTF-8 blob
 plus offsets), never lists of Python objects: with fork-started DataLoader workers, touching

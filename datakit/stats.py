@@ -140,6 +140,10 @@ def compute_stats(
     """
     from datakit.sources import ImageDataset, open_source
 
+    if not isinstance(dataset_or_src, (str, os.PathLike, list, tuple, ImageDataset)):
+        kind = type(dataset_or_src).__name__
+        raise UsageError(f"compute_stats takes a path or a datakit dataset (open_dataset), got {kind}; "
+                         "give the dataset it is made of (sample= reads a part)")  # fmt: skip
     ds = dataset_or_src if isinstance(dataset_or_src, ImageDataset) else open_source(dataset_or_src)
     n = len(ds)
     order = "BGR" if getattr(ds, "mode", "rgb") == "bgr" else "RGB"

@@ -101,7 +101,7 @@ def test_doctor_cli_json_and_usage(class_folder: Path, capsys):
 
 
 SMALL_SHM = r"""
-import logging, sys
+import logging, sys, time
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -113,7 +113,7 @@ class Big(Dataset):  # 2 MiB samples: batches of 2 need (2 workers x 4 + 2) x 4 
 if sys.argv[1] == "raw":
     loader = DataLoader(Big(), batch_size=2, num_workers=2, prefetch_factor=4, persistent_workers=True)
     for batch in loader:
-        pass
+        time.sleep(0.5)  # a slow first step: the workers fill every prefetch slot, as they do in training
     print("raw survived")
 else:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

@@ -323,11 +323,11 @@ def test_opencv_one_thread_in_workers_without_fork_deadlock(tmp_path: Path, cont
 # how long the loop waits for data, and re-tuning num_workers from it
 
 
-def timing(workers, wait_ms, interval_ms, *, busy=None, own=None, loop=None, queued=0.0, batches=11):
+def timing(workers, wait_ms, interval_ms, *, busy=None, own=None, loop=None, queued=0.0, wait_cpu=None, batches=11):
     n = batches - 1
     cores = lambda x: None if x is None else x * interval_ms * n / 1000  # noqa: E731
     return EpochTiming(0, workers, batches, wait_ms * n / 1000, interval_ms * n / 1000, 0.5, cores(busy), cores(own),
-                       cores(loop), cores(queued))  # fmt: skip
+                       cores(loop), cores(queued), cores(wait_cpu))  # fmt: skip
 
 
 def test_next_num_workers_decisions():
@@ -342,6 +342,10 @@ def test_next_num_workers_decisions():
     assert next_num_workers(timing(2, 30, 50, busy=0.1), cpus=2, max_workers=5) == 5
     # our two decoding workers fill both cores: unchanged
     assert next_num_workers(timing(2, 30, 50, busy=2.0, own=1.9), cpus=2, max_workers=8) == 2
+    # no workers, and the step itself computes on the CPU (0.88 core): the loading inside next() took 0.32 core
+    # while the loop waited 32% of the time, so one worker gets a whole core (all 1.2 as loading would give none)
+    assert next_num_workers(timing(0, 32, 100, busy=1.2, own=1.2, wait_cpu=0.32), cpus=2, max_workers=8) == 1
+    assert next_num_workers(timing(0, 32, 100, busy=1.2, own=1.2), cpus=2, max_workers=8) == 0
     # one decoding worker uses a core, the loop's process a fifth of the other: a second worker still
     # gets 80% of a core (counting the loop's share as loading would stop at one)
     assert next_num_workers(timing(1, 40, 50, busy=1.2, own=1.2, loop=0.2), cpus=2, max_workers=8) == 2
@@ -384,6 +388,7 @@ def test_wait_fraction_and_autotune_for_real(caplog):
         assert (first.epoch, first.num_workers, first.batches) == (0, 0, 10)
         assert first.wait_fraction > 0.5 and loader.wait_fraction == first.wait_fraction
         assert 0 <= first.loop_cpu_s <= first.own_cpu_s and first.queued_s >= 0  # no workers: the loop's process alone
+        assert 0 <= first.wait_cpu_s <= first.loop_cpu_s + 0.01  # loading inside next(): sleeps, little CPU
         expected = next_num_workers(first, usable_cpus(), loader.max_workers)
         assert loader.num_workers == expected
         for _ in loader:

@@ -160,6 +160,18 @@ def test_a_file_changed_after_validation_never_enters_the_pack(class_folder: Pat
     report = pack_lmdb(class_folder, tmp_path / "a.lmdb", workers=0, skip_bad=True)
     assert report.count == 11
     assert report.skipped == [f"{victim}: changed while it was being packed; pack again when nothing writes to it"]
+    gone = class_folder / "cat" / "图片_1.png"
+
+    def then_delete(ds, i, **kw):
+        result = validate(ds, i, **kw)
+        if ds.name(i) == str(gone):
+            gone.unlink()
+        return result
+
+    monkeypatch.setattr(pack_module, "_prepare", then_delete)
+    report = pack_lmdb(class_folder, tmp_path / "b.lmdb", workers=0, skip_bad=True)
+    assert report.skipped == [f"{gone}: deleted while it was being packed",
+                              f"{victim}: truncated JPEG (no end-of-image marker)"]  # fmt: skip
     names = [name for _, _, name in values(tmp_path / "a.lmdb")]
     assert len(names) == 11 and "dog/图片_2.jpg" not in names and "dog/图片_3.png" in names
 
@@ -333,6 +345,88 @@ def test_second_writer_refused_while_the_first_runs(class_folder: Path, tmp_path
     assert verify_lmdb(out) == [] and len(open_dataset(out)) == 13
     assert lmdb_info(out)["source"] == str(class_folder)
     assert open_dataset(out).read(12) == real
+
+
+def test_a_named_pipe_in_the_source_is_read_by_its_worker_only(class_folder: Path, tmp_path: Path):
+    # the cold-cache read-ahead opens the files ahead of the workers (it reaches the last one first): opening
+    # the pipe would take its data, and the worker would wait for more forever
+    fifo = class_folder / "鸟" / "管道.jpg"
+    real = (class_folder / "鸟" / "图片_0.jpg").read_bytes()
+    names = [*sorted(p.relative_to(class_folder).as_posix() for p in class_folder.rglob("*.*")), "鸟/管道.jpg"]
+    os.mkfifo(fifo)
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\n" + "".join(f"{n},{n.split('/')[0]}\n" for n in names), encoding="utf-8")
+    out = tmp_path / "pipe.lmdb"
+    proc = subprocess.Popen(_cli(str(class_folder), str(out), "--labels", str(table), "--workers", "2", "-q"))
+    try:
+        _feed_fifo(fifo, real, proc)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ds = open_dataset(out)
+    assert len(ds) == 13 and ds.name(12).endswith(":鸟/管道.jpg") and ds.read(12) == real
+
+
+def test_resume_refuses_another_dataset_object_of_the_same_shape(class_folder: Path, tmp_path: Path):
+    twin = tmp_path / "twin"
+    for p in class_folder.rglob("*.*"):
+        (twin / p.relative_to(class_folder)).parent.mkdir(parents=True, exist_ok=True)
+        (twin / p.relative_to(class_folder)).write_bytes(p.read_bytes())
+    imwrite(twin / "cat" / "图片_1.png", synthetic_image(40, 40, seed=99))  # same names and classes, other pixels
+    out = tmp_path / "obj.lmdb"
+
+    def stop_after_six(done, total, nbytes):
+        if done == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(open_dataset(class_folder), out, workers=0, commit_every=4, progress=stop_after_six)
+    assert read_meta(out)["count"] == 6
+    source = read_meta(out)["source"]
+    assert source.startswith("FolderDataset of 12 samples (names and targets crc32 ")
+    with pytest.raises(UsageError, match="was packed with a different source"):
+        pack_lmdb(open_dataset(twin), out, resume=True)
+    report = pack_lmdb(open_dataset(class_folder), out, resume=True)
+    assert (report.count, report.resumed_from) == (12, 6) and verify_lmdb(out) == []
+
+
+def test_what_pack_stats_and_check_do_not_take_is_named(class_folder: Path, tmp_path: Path):
+    from torch.utils.data import Subset
+
+    from datakit.check import check_dataset
+    from datakit.stats import compute_stats
+
+    part = Subset(open_dataset(class_folder), [0, 1])
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(part, tmp_path / "s.lmdb")
+    assert str(e.value) == ("pack_lmdb takes a path or a datakit dataset (open_dataset), got Subset; pack the "
+                            "dataset it is made of (shard= packs a part)")  # fmt: skip
+    with pytest.raises(UsageError, match=r"^compute_stats takes a path or a datakit dataset \(open_dataset\), got "
+                       "Subset; give the dataset it is made of"):  # fmt: skip
+        compute_stats(part)
+    with pytest.raises(UsageError, match=r"^check_dataset takes a path \(a folder, a table, a zip or a pack\), "
+                       "got FolderDataset$"):  # fmt: skip
+        check_dataset(open_dataset(class_folder))
+    assert not (tmp_path / "s.lmdb").exists()
+
+
+def test_no_space_for_the_lock_is_one_line(class_folder: Path, tmp_path: Path, monkeypatch, capsys):
+    import errno
+
+    import datakit.pack as pack_module
+
+    def full(out):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pack_module, "PackLock", full)
+    out = tmp_path / "full.lmdb"
+    assert main(["pack-lmdb", str(class_folder), str(out)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"datakit pack-lmdb: error: {out}: writing failed after 0 committed samples (OSError: [Errno 28] No space "
+        "left on device); free space or fix the cause, then run the same command with --resume"
+    )
 
 
 def test_interrupted_before_anything_was_committed_resumes(class_folder: Path, tmp_path: Path):
