@@ -447,9 +447,7 @@ class InfiniteLoader:
 class WorkerInit:
     """The ``worker_init_fn`` create_loader installs: :func:`seed_worker`, OpenCV to one thread
     (its thread pool, inherited across fork or multiplied by the workers, deadlocks or
-    oversubscribes the CPUs), batches shared by file name (the ``file_system`` strategy: the loop
-    then maps a batch by name instead of fetching its file descriptor from the worker over a
-    socket, about a millisecond less per batch), then the user's own ``worker_init_fn``."""
+    oversubscribes the CPUs), then the user's own ``worker_init_fn``."""
 
     def __init__(self, user: Callable[[int], None] | None = None) -> None:
         self.user = user
@@ -462,8 +460,6 @@ class WorkerInit:
             # 0, not 1: after fork, resizing the inherited pool to 1 waits forever on a condition
             # variable the parent's (now absent) idle threads were waiting on; 0 leaves it alone
             cv2.setNumThreads(0)
-        if "file_system" in torch.multiprocessing.get_all_sharing_strategies():
-            torch.multiprocessing.set_sharing_strategy("file_system")  # this worker's, not the loop's
         if self.user is not None:
             self.user(worker_id)
 

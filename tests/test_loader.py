@@ -285,26 +285,6 @@ def test_bad_samples_file_refuses_foreign_files(tmp_path: Path):
         read_bad_samples(tmp_path / "z.json")
 
 
-class Strategy(Dataset):
-    """Each sample: a pixel block and the sharing strategy of the process that made it."""
-
-    def __len__(self) -> int:
-        return 4
-
-    def __getitem__(self, i: int):
-        return torch.full((3, 8, 8), i, dtype=torch.uint8), torch.multiprocessing.get_sharing_strategy()
-
-
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_workers_share_batches_by_name_and_the_loop_keeps_its_strategy(context: str):
-    before = torch.multiprocessing.get_sharing_strategy()
-    loader = create_loader(Strategy(), 2, num_workers=2, train=False, multiprocessing_context=context)
-    batches = list(loader)
-    assert [s for _, names in batches for s in names] == ["file_system"] * 4
-    assert [int(t) for images, _ in batches for t in images[:, 0, 0, 0]] == [0, 1, 2, 3]
-    assert torch.multiprocessing.get_sharing_strategy() == before  # the loop's own is not changed
-
-
 CV2_WORKERS = r"""
 import sys, time
 import cv2, numpy as np
