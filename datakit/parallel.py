@@ -10,6 +10,7 @@ and CUDA not initialised in this process), spawn elsewhere (macOS, Windows, or a
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -66,8 +67,33 @@ def resolve_workers(workers: int | None, items: int, *, per_worker: int = 1) -> 
     return max(0, min(wanted, items // max(1, per_worker)))
 
 
-def _init(fn: Callable[..., Any], has_dataset: bool, dataset: Any, initializer, initargs) -> None:
+def _die_with_parent(parent: int) -> None:
+    """End this worker when the process that started it ends, however it ends.
+
+    A pool's workers outlive a parent killed with SIGKILL: they go on decoding, then print a
+    BrokenPipeError traceback per result into the terminal. Linux sends them SIGTERM instead
+    (``PR_SET_PDEATHSIG``); a parent gone before that was set is caught by its changed PID.
+    """
+    if os.getppid() != parent:  # started by a fork server, or the parent is already gone
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        return
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # gone between the two checks
+            os._exit(1)
+
+
+def _init(fn: Callable[..., Any], has_dataset: bool, dataset: Any, initializer, initargs, parent: int) -> None:
     global _FN, _DATASET, _HAS_DATASET
+    _die_with_parent(parent)
     _FN, _DATASET, _HAS_DATASET = fn, dataset, has_dataset
     if initializer is not None:
         initializer(*initargs)
@@ -141,7 +167,7 @@ def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, prog
     if chunksize is None:
         chunksize = max(1, min(64, total // (4 * n)))
     ctx = mp.get_context(start_method())
-    pool = ctx.Pool(n, initializer=_init, initargs=(fn, has_dataset, ds, initializer, tuple(initargs)))
+    pool = ctx.Pool(n, initializer=_init, initargs=(fn, has_dataset, ds, initializer, tuple(initargs), os.getpid()))
     try:
         for k, (ok, result) in enumerate(pool.imap(_call, todo, chunksize=chunksize), 1):
             if not ok:

@@ -297,6 +297,48 @@ def test_sigkill_then_resume_is_identical(photos: Path, tmp_path: Path, moment: 
     assert verify_lmdb(out) == [] and lmdb_info(out)["count"] == 240
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_end_with_a_killed_pack_and_print_nothing(photos: Path, tmp_path: Path):
+    out = tmp_path / "orphans.lmdb"
+    err = tmp_path / "stderr.txt"
+    with open(err, "wb") as stderr:
+        proc = subprocess.Popen(_cli(str(photos), str(out), "--max-size", "160", "--workers", "2", "-q"),
+                                stderr=stderr)  # fmt: skip
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None and len(_children(proc.pid)) < 2:
+            time.sleep(0.01)
+        workers = _children(proc.pid)
+        assert len(workers) >= 2, "the pack's workers never started"
+        _kill_when(proc, lambda: (_meta_or_none(out) or {}).get("count") is not None)
+        deadline = time.time() + 10
+        while time.time() < deadline and any(_state(w) not in (None, "Z") for w in workers):
+            time.sleep(0.05)
+    assert [w for w in workers if _state(w) not in (None, "Z")] == []  # the orphans did not go on decoding
+    time.sleep(0.2)
+    assert err.read_text(errors="replace") == ""  # no BrokenPipeError tracebacks
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def _feed_fifo(fifo: Path, data: bytes, reader: subprocess.Popen, timeout: float = 60) -> None:
     """Write ``data`` into ``fifo`` once ``reader`` opens it; never block on a reader that died or never came."""
     deadline = time.time() + timeout
