@@ -346,10 +346,7 @@ def _cv2_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
 _TV = None  # (torch, the decode_jpeg operator, RGB mode, GRAY mode) once loaded; False if unavailable
 
 
-def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
-    """Full-size JPEG decode through torchvision's libjpeg-turbo operator, which measures about
-    1.3x faster than ``cv2.imdecode`` on the same bytes (identical pixels). None when it is
-    unavailable or refuses the data, so the caller falls back to OpenCV."""
+def _load_torchvision_jpeg() -> bool:
     global _TV
     if _TV is None:
         try:
@@ -360,7 +357,14 @@ def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
             _TV = (torch, torch.ops.image.decode_jpeg, tio.ImageReadMode.RGB.value, tio.ImageReadMode.GRAY.value)
         except Exception:
             _TV = False
-    if not _TV:
+    return bool(_TV)
+
+
+def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
+    """Full-size JPEG decode through torchvision's libjpeg-turbo operator, which measures about
+    1.3x faster than ``cv2.imdecode`` on the same bytes (identical pixels). None when it is
+    unavailable or refuses the data, so the caller falls back to OpenCV."""
+    if not _load_torchvision_jpeg():
         return None
     torch, decode, rgb, gray = _TV
     try:
@@ -455,6 +459,11 @@ def decode_image(
     if not strict:
         img = _decode(raw, buf, fmt, mode, max_size, name)
     else:
+        # the decoders imported first: what an import prints (warnings, -X importtime) is not the image's
+        import cv2  # noqa: F401
+
+        if fmt == "JPEG" and mode != "unchanged" and not max_size:
+            _load_torchvision_jpeg()  # a full-size decode goes through it
         with _c_messages() as messages:
             try:
                 img = _decode(raw, buf, fmt, mode, max_size, name)

@@ -158,3 +158,16 @@ def test_cli_preview(samples: Path, tmp_path: Path, capsys):
     with Image.open(out) as im:
         assert im.size[0] == 8 * 160 and im.size[1] > 2 * 160
     assert "classes: 0 cat, 1 coffee, 2 太空" in capsys.readouterr().out
+
+
+def test_what_an_import_prints_is_not_taken_for_a_damaged_image(samples: Path):
+    # the strict decode reads what C libraries print to fd 2: the decoders' own first import (here with
+    # -X importtime, which prints a line per module) must happen outside that window
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "datakit.cli", "check", str(samples / "images")],
+                         capture_output=True, text=True, cwd=root, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout
+    assert out.stdout.splitlines()[-1] == "24 samples checked, 0 problems"
