@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from torch.utils.data import Dataset
 
 from datakit import sources
 from datakit.errors import SampleError
-from datakit.labels import LabelTable, StringArray
+from datakit.labels import StringArray
 from datakit.sources import IMG_EXTENSIONS, read_bad_samples
 
 __all__ = [
@@ -59,25 +59,7 @@ class LmdbDataset(sources.LmdbDataset, ImageDataset):
     __doc__ = sources.LmdbDataset.__doc__
 
 
-def open_dataset(
-    src: str | os.PathLike | Sequence[str | os.PathLike],
-    *,
-    labels: str | os.PathLike | LabelTable | None = None,
-    split: str | None = None,
-    transform: Callable | None = None,
-    target_transform: Callable | None = None,
-    mode: str = "rgb",
-    on_error: str | Callable = "raise",
-    cache: str | None = None,
-    remap_labels: bool = False,
-    root: str | os.PathLike | None = None,
-    file_column: str | None = None,
-    label_column: str | None = None,
-    split_column: str | None = None,
-    encoding: str | None = None,
-    include_hidden: bool = False,
-    **kwargs,
-) -> ImageDataset:
+def open_dataset(src: str | os.PathLike | Sequence[str | os.PathLike], **options) -> ImageDataset:
     """Open any image source as a lazy map-style dataset of ``(image, target)``.
 
     ``src`` may be a folder of class sub-folders (ImageFolder's classes and order), a folder
@@ -100,10 +82,8 @@ def open_dataset(
             (default: the table's own folder).
         file_column, label_column, split_column, encoding, include_hidden: how to read the
             table; see :func:`~datakit.labels.read_labels`.
+        target_transform: called on the class index.
+
+    The arguments are those of :func:`datakit.sources.open_source`, which checks their names.
     """
-    return sources.open_source(
-        src, kinds=sys.modules[__name__], labels=labels, split=split, transform=transform,
-        target_transform=target_transform, mode=mode, on_error=on_error, cache=cache, remap_labels=remap_labels,
-        root=root, file_column=file_column, label_column=label_column, split_column=split_column, encoding=encoding,
-        include_hidden=include_hidden, **kwargs,
-    )  # fmt: skip
+    return sources.open_source(src, kinds=sys.modules[__name__], **options)
