@@ -111,7 +111,8 @@ class Big(Dataset):  # 2 MiB samples: batches of 2 need (2 workers x 4 + 2) x 4 
     def __getitem__(self, i): return np.full((1024, 1024, 2), i % 251, np.uint8), i
 
 if sys.argv[1] == "raw":
-    loader = DataLoader(Big(), batch_size=2, num_workers=2, prefetch_factor=4, persistent_workers=True)
+    # timeout: when the failed write happens in a worker's queue feeder thread, a plain loader waits for ever
+    loader = DataLoader(Big(), batch_size=2, num_workers=2, prefetch_factor=4, persistent_workers=True, timeout=20)
     for batch in loader:
         time.sleep(0.5)  # a slow first step: the workers fill every prefetch slot, as they do in training
     print("raw survived")
@@ -148,5 +149,5 @@ def test_real_small_tmpfs_loader_adapts_instead_of_bus_error(tmp_path: Path):
         "/dev/shm has 16 MiB free, 2 workers x prefetch_factor 4 batches of 4.0 MiB need 40 MiB: using num_workers=1, "
         "prefetch_factor=1; give it more (docker run --shm-size=8g, or a larger tmpfs)"
     )
-    raw = run("raw")  # the attack: the same loader as a plain DataLoader
+    raw = run("raw")  # the attack: the same loader as a plain DataLoader (bus error, lost batch or a hang)
     assert raw.returncode != 0 and "raw survived" not in raw.stdout
