@@ -29,6 +29,7 @@ __all__ = [
     "atomic_output",
     "check_output",
     "decode_image",
+    "decode_jpeg_region",
     "discard",
     "encode_image",
     "header_size",
@@ -518,6 +519,70 @@ def _decode(
     if mode == "rgb" and not flags & getattr(cv2, "IMREAD_COLOR_RGB", 0):
         img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
     return img
+
+
+_REGION = None  # datakit._jpegregion once imported; False when it was not built
+
+
+def region_decoder_available() -> bool:
+    """Whether the compiled JPEG region decoder (``datakit._jpegregion``) was built: it needs
+    libjpeg-turbo's headers when the package is installed. Without it the pipelines decode
+    whole images at the DCT scale the crop needs."""
+    global _REGION
+    if _REGION is None:
+        try:
+            from datakit import _jpegregion
+
+            _REGION = _jpegregion
+        except ImportError:
+            _REGION = False
+    return bool(_REGION)
+
+
+_REGION_ORDER = {"rgb": 0, "bgr": 1, "gray": 2}
+
+
+def decode_jpeg_region(
+    data: bytes, mode: str, scale: int, box: tuple[int, int, int, int], *, name: str | os.PathLike | None = None
+) -> np.ndarray | None:
+    """Rows ``top:bottom`` and columns ``left:right`` (``box``, in the image scaled by 1/``scale``,
+    whose sides are ``ceil(side / scale)``) of a JPEG, decoding only the rows down to ``bottom``
+    and, of those, only the iMCU columns that hold the box: the pixels equal those of the whole
+    image decoded at that scale and then cropped. ``mode``: ``"rgb"``, ``"bgr"`` or ``"gray"``.
+
+    None when the region decoder was not built or the image is one it leaves to
+    :func:`decode_image` (CMYK, an EXIF orientation other than 1, not a JPEG) or that libjpeg
+    refuses: the caller decodes it the ordinary way, which raises the usual errors. A truncated
+    file and one over the pixel budget raise :class:`ImageDecodeError` here too.
+    """
+    if mode not in _REGION_ORDER or not region_decoder_available() or image_format(data) != "JPEG":
+        return None
+    top, left, bottom, right = box
+    info = _jpeg_size(data)
+    if info is None:
+        return None
+    h, w = info[0], info[1]
+    if h * w > _default_budget():
+        raise _over_budget(name, h, w, _default_budget())
+    if b"\xff\xd9" not in data[-4096:]:
+        raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
+    sh, sw = -(-h // scale), -(-w // scale)
+    if not (0 <= top < bottom <= sh and 0 <= left < right <= sw):
+        raise ValueError(f"box {box} is not inside the {sw}x{sh} image at 1/{scale}")
+    # One more pixel on every side than asked: libjpeg's upsampling at the edge of a decoded band
+    # repeats the edge instead of reading the neighbour, so the band's own edge pixels may differ.
+    t, lft = max(0, top - 1), max(0, left - 1)
+    b, r = min(sh, bottom + 1), min(sw, right + 1)
+    try:
+        got = _REGION.decode_region(data, scale, t, lft, b - t, r - lft, _REGION_ORDER[mode])
+    except ValueError:
+        return None  # libjpeg's own error: the ordinary decoders say what is wrong, in their words
+    if got is None:
+        return None
+    pixels, rows, band, channels, offset = got
+    img = np.frombuffer(pixels, np.uint8).reshape(rows, band, channels)
+    img = img[top - t : bottom - t, offset + left - lft : offset + right - lft]
+    return img[:, :, 0] if mode == "gray" else img
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:

@@ -464,6 +464,13 @@ def _factor(need_h: float, need_w: float, th: int, tw: int) -> int:
     return 1
 
 
+def _scaled_box(i: int, j: int, ch: int, cw: int, sh: int, sw: int, f: int) -> tuple[int, int, int, int]:
+    """The crop (top ``i``, left ``j``, ``ch`` x ``cw`` full-size pixels) in an image decoded at
+    1/``f`` whose sides are ``sh`` x ``sw``: (top, left, bottom, right), never empty."""
+    y0, x0 = min(sh - 1, i // f), min(sw - 1, j // f)
+    return y0, x0, max(y0 + 1, min(sh, round((i + ch) / f))), max(x0 + 1, min(sw, round((j + cw) / f)))
+
+
 def _jpeg_header(data: bytes, mode: str) -> tuple[int, int] | None:
     from datakit.io import _jpeg_size, image_format
 
@@ -532,7 +539,7 @@ class TrainPipeline(Compose):
         return self.norm(chw) if self.norm else chw
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
-        from datakit.io import decode_image
+        from datakit.io import decode_image, decode_jpeg_region
 
         header = _jpeg_header(data, mode)
         if header is None:
@@ -541,15 +548,15 @@ class TrainPipeline(Compose):
         th, tw = self.crop.size
         i, j, ch, cw = self.crop.get_params(h, w)
         f = _factor(ch, cw, th, tw)
-        img, rotated = _decode_scaled(data, mode, name, h, w, f)
-        if rotated:  # EXIF rotation: draw again on the upright sides
-            i, j, ch, cw = self.crop.get_params(img.shape[0] * f, img.shape[1] * f)
-        y0, x0 = min(img.shape[0] - 1, i // f), min(img.shape[1] - 1, j // f)
-        y1, x1 = (
-            max(y0 + 1, min(img.shape[0], round((i + ch) / f))),
-            max(x0 + 1, min(img.shape[1], round((j + cw) / f))),
-        )
-        out = _resize(img[y0:y1, x0:x1], th, tw, self.crop.interpolation)
+        box = _scaled_box(i, j, ch, cw, -(-h // f), -(-w // f), f)
+        region = decode_jpeg_region(data, mode, f, box, name=name)  # only the crop's pixels
+        if region is None:  # not built, or an image it leaves to the whole-image decoders
+            img, rotated = _decode_scaled(data, mode, name, h, w, f)
+            if rotated:  # EXIF rotation: draw again on the upright sides
+                i, j, ch, cw = self.crop.get_params(img.shape[0] * f, img.shape[1] * f)
+            y0, x0, y1, x1 = _scaled_box(i, j, ch, cw, img.shape[0], img.shape[1], f)
+            region = img[y0:y1, x0:x1]
+        out = _resize(region, th, tw, self.crop.interpolation)
         if torch.rand(1).item() < self.flip.p:
             import cv2
 

@@ -169,14 +169,24 @@ def test_train_pipeline_decodes_only_what_the_crop_needs(tmp_path, monkeypatch):
     from datakit.io import encode_image
 
     data = encode_image(synthetic_image(1600, 2400), ".jpg", 92, mode="rgb")
-    pipe = train_pipeline(224, scale=(0.6, 0.6), ratio=(4 / 3, 4 / 3), normalize=False)  # 1752x1314 crops
-    seen = []
-    real = dio.decode_image
-    monkeypatch.setattr(dio, "decode_image", lambda *a, **k: seen.append(k.get("max_size")) or real(*a, **k))
+    pipe = train_pipeline(224, scale=(0.6, 0.6), ratio=(4 / 3, 4 / 3), normalize=False)  # 1753x1315 crops
+    torch.manual_seed(5)
+    i, j, ch, cw = pipe.crop.get_params(1600, 2400)
+    assert (ch, cw) == (1315, 1753)
+    regions, wholes = [], []
+    real_region, real_whole = dio.decode_jpeg_region, dio.decode_image
+    monkeypatch.setattr(dio, "decode_jpeg_region", lambda *a, **k: regions.append(a[2:4]) or real_region(*a, **k))
+    monkeypatch.setattr(dio, "decode_image", lambda *a, **k: wholes.append(k.get("max_size")) or real_whole(*a, **k))
     torch.manual_seed(5)
     fast = pipe.from_bytes(data, "rgb", "big.jpg")
+    # at 1/4 scale (the crop still 438x328 there), only the crop's rows and columns
+    assert regions == [(4, (i // 4, j // 4, round((i + ch) / 4), round((j + cw) / 4)))] and wholes == []
+    monkeypatch.setattr(dio, "_REGION", False)  # the region decoder not built: the whole image at 1/4
+    torch.manual_seed(5)
+    fallback = pipe.from_bytes(data, "rgb", "big.jpg")
+    assert wholes == [600]  # 2400 / 4
+    assert torch.equal(fast, fallback)
     monkeypatch.undo()
-    assert seen == [600]  # 2400 / 4: decoded at 1/4 scale, the crop still 438x328 there
     torch.manual_seed(5)
     slow = pipe(dio.decode_image(data, "rgb"))  # the same draws on the fully decoded image
     assert fast.shape == slow.shape == (3, 224, 224) and fast.dtype == torch.uint8

@@ -1,0 +1,174 @@
+"""The JPEG region decoder (datakit._jpegregion): the crop's pixels, exactly, for less work."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import datakit.io as dio
+from datakit.errors import ImageDecodeError
+from datakit.io import decode_image, decode_jpeg_region, encode_image, region_decoder_available
+from datakit.testing import synthetic_image
+from datakit.transforms import train_pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADERS = Path("/usr/include/jpeglib.h").exists()
+needs_region = pytest.mark.skipif(not region_decoder_available(), reason="datakit._jpegregion was not built")
+
+SAMPLING = {
+    "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,
+    "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
+    "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+    "411": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_411,
+    "440": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_440,
+}
+
+
+def _photo(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    small = (rng.random((h // 8 + 1, w // 8 + 1, 3)) * 255).astype(np.uint8)
+    img = cv2.resize(small, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
+    return np.clip(img + rng.integers(-20, 20, img.shape), 0, 255).astype(np.uint8)
+
+
+def _jpeg(img: np.ndarray, sampling: str, progressive: bool = False, restart: int = 0) -> bytes:
+    params = [cv2.IMWRITE_JPEG_QUALITY, 90, cv2.IMWRITE_JPEG_SAMPLING_FACTOR, SAMPLING[sampling]]
+    params += [cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive), cv2.IMWRITE_JPEG_RST_INTERVAL, restart]
+    return cv2.imencode(".jpg", img, params)[1].tobytes()
+
+
+def test_the_region_decoder_is_built_where_libjpeg_turbo_headers_are():
+    if not HEADERS:
+        pytest.skip("no /usr/include/jpeglib.h: the package installs without the region decoder")
+    assert region_decoder_available()
+    from datakit import _jpegregion
+
+    assert _jpegregion.LIBJPEG_VERSION >= 62
+
+
+@needs_region
+@pytest.mark.parametrize("sampling", list(SAMPLING))
+@pytest.mark.parametrize("progressive", [False, True])
+def test_region_equals_the_whole_image_decoded_then_cropped(sampling: str, progressive: bool):
+    # The attack: boxes on iMCU edges, of one pixel, touching every border, at every scale and
+    # chroma subsampling, progressive or not: any upsampling edge effect would show here.
+    rng = np.random.default_rng(len(sampling) * 7 + progressive)
+    for trial in range(12):
+        h, w = (int(v) for v in rng.integers(17, 420, 2))
+        data = _jpeg(_photo(h, w, rng), sampling, progressive, restart=3 if trial % 4 == 0 else 0)
+        for f in (1, 2, 4, 8):
+            sh, sw = -(-h // f), -(-w // f)
+            for mode in ("rgb", "bgr", "gray"):
+                whole = decode_image(data, mode, max_size=max(sh, sw) if f > 1 else None)
+                assert whole.shape[:2] == (sh, sw)
+                y0, x0 = int(rng.integers(0, sh)), int(rng.integers(0, sw))
+                boxes = [
+                    (y0, x0, int(rng.integers(y0 + 1, sh + 1)), int(rng.integers(x0 + 1, sw + 1))),
+                    (0, 0, sh, sw),
+                    (sh - 1, sw - 1, sh, sw),
+                    (min(16 // f, sh - 1), min(16 // f, sw - 1), sh, min(sw, 16 // f + 1)),
+                ]
+                for t, left, b, r in boxes:
+                    got = decode_jpeg_region(data, mode, f, (t, left, b, r))
+                    assert got is not None and got.dtype == np.uint8
+                    assert np.array_equal(got, whole[t:b, left:r]), (sampling, progressive, f, mode, (t, left, b, r))
+
+
+@needs_region
+def test_region_of_a_gray_jpeg_in_every_mode():
+    gray = cv2.cvtColor(_photo(200, 300, np.random.default_rng(3)), cv2.COLOR_BGR2GRAY)
+    data = cv2.imencode(".jpg", gray)[1].tobytes()
+    for mode, shape in (("rgb", (50, 70, 3)), ("bgr", (50, 70, 3)), ("gray", (50, 70))):
+        got = decode_jpeg_region(data, mode, 2, (10, 20, 60, 90))
+        assert got.shape == shape
+        assert np.array_equal(got, decode_image(data, mode, max_size=150)[10:60, 20:90])
+
+
+def _exif_rotated(orientation: int) -> bytes:
+    im = Image.fromarray(synthetic_image(120, 200))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=90, exif=exif.tobytes())
+    return buf.getvalue()
+
+
+@needs_region
+def test_images_it_leaves_to_the_whole_image_decoders():
+    assert decode_jpeg_region(_exif_rotated(6), "rgb", 1, (0, 0, 10, 10)) is None  # EXIF rotation
+    assert decode_jpeg_region(_exif_rotated(3), "rgb", 1, (0, 0, 10, 10)) is None
+    assert decode_jpeg_region(_exif_rotated(1), "rgb", 1, (0, 0, 10, 10)).shape == (10, 10, 3)
+    cmyk = io.BytesIO()
+    Image.new("CMYK", (40, 30), (10, 20, 30, 40)).save(cmyk, "JPEG")
+    assert decode_jpeg_region(cmyk.getvalue(), "rgb", 1, (0, 0, 10, 10)) is None
+    png = encode_image(synthetic_image(30, 40), ".png")
+    assert decode_jpeg_region(png, "rgb", 1, (0, 0, 10, 10)) is None
+    assert decode_jpeg_region(_exif_rotated(1), "unchanged", 1, (0, 0, 10, 10)) is None
+
+
+@needs_region
+def test_bad_jpegs_raise_what_the_whole_image_decoder_raises(tmp_path: Path):
+    data = encode_image(synthetic_image(300, 400), ".jpg", 90)
+    cut = data[: len(data) // 2]  # a half-copied file: the box lies in the part that is there
+    with pytest.raises(ImageDecodeError) as e:
+        decode_jpeg_region(cut, "rgb", 1, (0, 0, 8, 8), name="数据/half.jpg")
+    assert str(e.value) == "数据/half.jpg: truncated JPEG (no end-of-image marker)"
+    damaged = data[:700] + bytes(range(256)) * 8 + data[700 + 2048 :]  # entropy data overwritten, same length
+    whole = decode_image(damaged, "rgb")  # libjpeg decodes around the damage (strict=True would refuse it)
+    assert np.array_equal(decode_jpeg_region(damaged, "rgb", 1, (100, 50, 200, 300)), whole[100:200, 50:300])
+    header_only = data[:200] + b"\xff\xd9"
+    assert decode_jpeg_region(header_only, "rgb", 1, (0, 0, 8, 8)) is None  # no frame: the decoders say why
+    big = bytearray(data)
+    sof = big.index(b"\xff\xc0")
+    big[sof + 5 : sof + 9] = (30000).to_bytes(2, "big") + (30000).to_bytes(2, "big")
+    with pytest.raises(ImageDecodeError) as e:
+        decode_jpeg_region(bytes(big), "rgb", 8, (0, 0, 8, 8), name="bomb.jpg")
+    assert str(e.value).startswith("bomb.jpg: 30000x30000 = 900000000 pixels, over the limit of 89478485")
+    with pytest.raises(ValueError) as e:
+        decode_jpeg_region(data, "rgb", 2, (0, 0, 151, 10))
+    assert str(e.value) == "box (0, 0, 151, 10) is not inside the 200x150 image at 1/2"
+
+
+@needs_region
+def test_pipeline_output_is_the_same_with_or_without_the_region_decoder(monkeypatch):
+    rng = np.random.default_rng(9)
+    files = [
+        _jpeg(_photo(int(h), int(w), rng), sampling, progressive)
+        for sampling in SAMPLING
+        for progressive in (False, True)
+        for h, w in [rng.integers(60, 900, 2)]
+    ]
+    files.append(_exif_rotated(6))
+    pipe = train_pipeline(64)
+    for mode in ("rgb", "bgr"):
+        torch.manual_seed(1)
+        fast = [pipe.from_bytes(d, mode) for d in files]
+        monkeypatch.setattr(dio, "_REGION", False)
+        torch.manual_seed(1)
+        whole = [pipe.from_bytes(d, mode) for d in files]
+        monkeypatch.undo()
+        assert all(torch.equal(a, b) for a, b in zip(fast, whole))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C toolchain to prove the build survives losing it")
+def test_the_package_builds_without_a_c_compiler(tmp_path: Path):
+    # the attack: a machine with no compiler (or no libjpeg headers): the build must go on without the extension
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "datakit", tmp_path / "datakit", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    env = dict(os.environ, CC="false", LDSHARED="false")
+    run = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert 'warning: build_ext: building extension "datakit._jpegregion" failed' in run.stderr
+    assert not list((tmp_path / "datakit").glob("_jpegregion*.so"))
