@@ -13,6 +13,7 @@ from datakit.cli import main
 from datakit.doctor import (
     check_cpus,
     check_cuda,
+    check_jpeg_region,
     check_open_files,
     check_opencv,
     check_sharing_strategy,
@@ -74,6 +75,11 @@ def test_limits_cpus_cuda_opencv_versions():
     assert [f.status for f in check_cuda(True, "0,1", 2, "spawn")] == ["ok", "ok"]
     assert [f.status for f in check_cuda(False, None, None, "fork")] == ["ok", "ok"]
     assert check_opencv(8, "fork").status == "info" and check_opencv(1, "fork").status == "ok"
+    assert check_jpeg_region(True).status == "ok"
+    missing = check_jpeg_region(False)
+    assert missing.status == "warn" and missing.fix.startswith(
+        "install libjpeg-turbo's headers (Debian: libjpeg62-turbo-dev"
+    )
     v = check_versions({"torch": "2.14.1+cu130", "torchvision": "0.28.0"})
     assert v.status == "fail" and v.fix == "pip install torchvision==0.29.* (matching torch 2.14.1+cu130)"
     assert check_versions({"torch": "2.14.1", "torchvision": "0.29.1", "lmdb": None}).status == "ok"
@@ -90,7 +96,7 @@ def test_doctor_cli_json_and_usage(class_folder: Path, capsys):
     rc = main(["doctor", str(class_folder), "--json", "--workers", "2", "--batch-size", "8"])
     out = json.loads(capsys.readouterr().out)
     assert [f["check"] for f in out["findings"]] == ["shm", "open-files", "sharing-strategy", "cpus", "cuda-fork",
-                                                     "cuda-visible-devices", "opencv", "versions", "read-speed"]  # fmt: skip
+                                                     "cuda-visible-devices", "opencv", "jpeg-region", "versions", "read-speed"]  # fmt: skip
     assert rc == (0 if out["ok"] else 1) and out["ok"] == doctor(class_folder, num_workers=2, batch_size=8).ok
     assert out["findings"][0]["data"]["batch_bytes"] == 8 * 3 * 224 * 224
     with pytest.raises(SystemExit) as e:

@@ -14,6 +14,8 @@ from torchvision.transforms import v2
 from datakit.datasets import open_dataset
 from datakit.testing import synthetic_image
 from datakit.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     BGRToRGB,
     CenterCrop,
     Compose,
@@ -67,6 +69,36 @@ def test_normalize_contiguous_uint8_matches_torchvision(shape):
     caffe_mean, caffe_std = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
     torch.testing.assert_close(Normalize(caffe_mean, caffe_std)(x), T.Normalize(caffe_mean, caffe_std)(x.float()))
     assert x.dtype == torch.uint8  # the input is left as it was
+
+
+def test_normalize_reuses_a_batch_buffer_only_when_nobody_holds_it():
+    import pickle
+
+    norm, ref = Normalize(IMAGENET_MEAN, IMAGENET_STD), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    x, y = (torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8) for _ in range(2))
+    expected = ref(x.float() / 255)
+    first = norm(x).data_ptr()  # let go of at once
+    # the attack: each way a caller can still hold a batch's memory, then more batches than the pool has
+    holds = {
+        "tensor": lambda t: t,
+        "slice": lambda t: t[1:],
+        "numpy": lambda t: t.numpy(),
+        "view": lambda t: t.view(-1),
+        "permuted": lambda t: t.permute(0, 2, 3, 1),
+    }
+    for name, hold in holds.items():
+        a = norm(x)
+        assert a.data_ptr() == first, name  # nobody held it: reused
+        kept = hold(a)
+        del a
+        for _ in range(4):
+            b = norm(y)
+            assert b.data_ptr() != first, name
+            torch.testing.assert_close(b, ref(y.float() / 255))
+            del b
+        assert np.allclose(np.asarray(kept), np.asarray(hold(expected)), atol=1e-6), name
+        del kept
+    assert len(norm._pool) == 2 and pickle.loads(pickle.dumps(norm))._pool == []
 
 
 def test_normalize_scales_and_warns():

@@ -17,8 +17,10 @@ contender, in one run, images/s after the first batch (best of --passes passes):
    (train_pipeline(normalize=True)), the slower way it is measured against;
 4. datakit from an LMDB pack, and from a pack made with --max-size 512;
 5. decode only (full-size decode of every image in the same workers): the machine's limit;
-6. decode only, at the DCT scale each random crop needs (same draws, no resize): the limit of
-   any pipeline on the same decoder for this crop distribution;
+6. decode only, at the DCT scale each random crop needs (same draws, no resize), the whole
+   image and, with the region decoder, only the crop's rows and columns (what train_pipeline
+   decodes): the limits of any pipeline on the same decoder for this crop distribution (row 3
+   also runs with the region decoder switched off, so the two are compared in one run);
 7. decode only, everything at 1/8 scale: the floor that reading the entropy-coded data sets
    for any pipeline that decodes every file.
 """
@@ -38,9 +40,10 @@ from torchvision import datasets, transforms
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import v2
 
+import datakit.io as dio
 from datakit.datasets import open_dataset
 from datakit.io import decode_image as dk_decode
-from datakit.io import read_bytes
+from datakit.io import decode_jpeg_region, read_bytes, region_decoder_available
 from datakit.loader import create_loader
 from datakit.pack import pack_lmdb
 from datakit.transforms import (
@@ -49,6 +52,7 @@ from datakit.transforms import (
     _decode_scaled,
     _factor,
     _jpeg_header,
+    _scaled_box,
     train_pipeline,
 )
 
@@ -73,10 +77,11 @@ class DecodeOnly(Dataset):
 
 class DecodeAtCropScale(Dataset):
     """Draw the crop as train_pipeline does and decode at the DCT scale it needs, nothing else:
-    the limit for this crop distribution of any pipeline built on the same decoder."""
+    the whole image (``region=False``), or only the crop's rows and columns (``region=True``,
+    what train_pipeline decodes): the limits for this crop distribution."""
 
-    def __init__(self, files: list[str]) -> None:
-        self.files, self.pipe = files, train_pipeline(SIZE)
+    def __init__(self, files: list[str], region: bool = False) -> None:
+        self.files, self.pipe, self.region = files, train_pipeline(SIZE), region
 
     def __len__(self) -> int:
         return len(self.files)
@@ -89,7 +94,13 @@ class DecodeAtCropScale(Dataset):
             return 0
         h, w = header
         _, _, ch, cw = self.pipe.crop.get_params(h, w)
-        _decode_scaled(data, "rgb", None, h, w, _factor(ch, cw, SIZE, SIZE))
+        f = _factor(ch, cw, SIZE, SIZE)
+        if self.region:
+            i, j, _, _ = self.pipe.crop.get_params(h, w)  # the same number of draws as the pipeline
+            box = _scaled_box(i, j, ch, cw, -(-h // f), -(-w // f), f)
+            if decode_jpeg_region(data, "rgb", f, box) is not None:
+                return 0
+        _decode_scaled(data, "rgb", None, h, w, f)
         return 0
 
 
@@ -141,6 +152,12 @@ def run_set(root: Path, work: Path, workers: int, bs: int, images: int, packs: b
     if not full:
         return out
     out[ROW_UINT8] = run(create_loader(folder, bs, num_workers=workers, seed=0))
+    if region_decoder_available():  # the same loader with the region decoder switched off
+        dio._REGION = False
+        try:
+            out[ROW_WHOLE] = run(create_loader(folder, bs, num_workers=workers, seed=0))
+        finally:
+            dio._REGION = None
     in_workers = open_dataset(root, transform=train_pipeline(SIZE, normalize=True))
     out["3. datakit, float32 normalised in the workers"] = run(
         create_loader(in_workers, bs, num_workers=workers, seed=0)
@@ -156,6 +173,8 @@ def run_set(root: Path, work: Path, workers: int, bs: int, images: int, packs: b
     files = [str(p) for p in sorted(root.rglob("*")) if p.suffix.lower() in (".jpg", ".jpeg", ".png")]
     out[ROW_DECODE] = run(DataLoader(DecodeOnly(files), collate_fn=_count, **dl))
     out[ROW_CROP_SCALE] = run(DataLoader(DecodeAtCropScale(files), collate_fn=_count, **dl))
+    if region_decoder_available():
+        out[ROW_REGION] = run(DataLoader(DecodeAtCropScale(files, region=True), collate_fn=_count, **dl))
     # max_size=1: every JPEG at 1/8 scale, where the IDCT is next to free and what is left is
     # reading the entropy-coded data: no pipeline that decodes each file can go faster
     out["7. decode only, all at 1/8 scale (entropy-decoding floor)"] = run(
@@ -169,6 +188,8 @@ ROW_DEFAULT = "3. datakit default: create_loader(device='cpu'), normalised float
 ROW_UINT8 = "3. datakit, uint8 batches (normalised on the GPU)"
 ROW_DECODE = "5. decode only (full size)"
 ROW_CROP_SCALE = "6. decode only, at the scale each crop needs"
+ROW_REGION = "6. decode only the crop's region, at that scale"
+ROW_WHOLE = "3. datakit, uint8, whole image at the crop's scale (no region decoder)"
 
 
 def default_path_comparison(root: Path, workers: int = 2, batch_size: int = 8, epochs: float = 3.0) -> dict:
