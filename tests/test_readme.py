@@ -124,7 +124,7 @@ def test_wheel_the_readme_builds_installs_and_runs(tmp_path: Path):
     assert "--no-deps" in wheel_line.split() and "-w dist" in wheel_line
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "dist",
-                                                              "__pycache__", ".*cache", "demo-out", "bench-data"))  # fmt: skip
+                                                              "__pycache__", ".*cache", "demo-out", "bench-data", "*.so"))  # fmt: skip
     env = _env(tmp_path)
     env["PYTHONPATH"] = ""
     # offline: the build backend of this environment instead of a downloaded one
@@ -137,6 +137,8 @@ def test_wheel_the_readme_builds_installs_and_runs(tmp_path: Path):
         names = zf.namelist()
         entry_points = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "datakit/cli.py" in names and "datakit/datasets.py" in names
+    compiled = [n for n in names if n.startswith("datakit/_jpegregion") and n.endswith(".so")]
+    assert len(compiled) == (1 if Path("/usr/include/jpeglib.h").exists() else 0)  # built where it can be
     assert not any(n.startswith(("tests/", "samples/", "tools/")) for n in names)
     assert "datakit = datakit.cli:main" in entry_points
     assert "unzip-gbk = datakit.cli:unzip_gbk_main" in entry_points
@@ -145,8 +147,10 @@ def test_wheel_the_readme_builds_installs_and_runs(tmp_path: Path):
     proc = subprocess.run(install, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     env["PYTHONPATH"] = str(target)
-    probe = "import datakit, datakit.cli; print(datakit.__file__); datakit.cli.main(['--version'])"
+    probe = ("import datakit, datakit.cli, datakit.io; print(datakit.__file__); "
+             "print(datakit.io.region_decoder_available()); datakit.cli.main(['--version'])")  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].startswith(str(target))
-    assert re.fullmatch(r"datakit \d+\.\d+\.\d+", proc.stdout.splitlines()[1])
+    assert proc.stdout.splitlines()[1] == str(bool(compiled))
+    assert re.fullmatch(r"datakit \d+\.\d+\.\d+", proc.stdout.splitlines()[2])
