@@ -47,16 +47,20 @@ static unsigned long read32(const JOCTET *p, int little) {
                         (unsigned long)p[3];
 }
 
-/* The EXIF orientation of IFD0 (1 when there is none or it cannot be read). */
-static int exif_orientation(j_decompress_ptr cinfo) {
+/* 1 when no EXIF segment asks for a rotation, else 0: every APP1 that starts with "Exif" (whatever
+ * its two padding bytes) is read, and one that cannot be read counts as a rotation, since the
+ * whole-image decoders may read it differently; such images are left to them. */
+static int exif_upright(j_decompress_ptr cinfo) {
     jpeg_saved_marker_ptr m;
     for (m = cinfo->marker_list; m != NULL; m = m->next) {
         const JOCTET *d = m->data;
         unsigned long n = m->data_length, ifd;
         unsigned count, k;
         int little;
-        if (m->marker != JPEG_APP0 + 1 || n < 14 || memcmp(d, "Exif\0\0", 6) != 0)
+        if (m->marker != JPEG_APP0 + 1 || n < 4 || memcmp(d, "Exif", 4) != 0)
             continue;
+        if (n < 14)
+            return 0;
         d += 6;
         n -= 6;
         if (d[0] == 'I' && d[1] == 'I')
@@ -64,19 +68,18 @@ static int exif_orientation(j_decompress_ptr cinfo) {
         else if (d[0] == 'M' && d[1] == 'M')
             little = 0;
         else
-            return 1;
+            return 0;
         ifd = read32(d + 4, little);
-        if (ifd + 2 > n)
-            return 1;
+        if (ifd > n || n - ifd < 2)
+            return 0;
         count = read16(d + ifd, little);
         for (k = 0; k < count; k++) {
             unsigned long e = ifd + 2 + 12UL * k;
-            if (e + 12 > n)
-                break;
-            if (read16(d + e, little) == 0x0112)
-                return (int)read16(d + e + 8, little);
+            if (e > n || n - e < 12)
+                return 0;
+            if (read16(d + e, little) == 0x0112 && read16(d + e + 8, little) != 1)
+                return 0;
         }
-        return 1;
     }
     return 1;
 }
@@ -92,7 +95,9 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     PyThreadState *volatile released = NULL;
     JDIMENSION xoff, band;
     volatile JDIMENSION rows_done = 0;
-    int channels, orientation;
+    int channels;
+    unsigned long margin_x, margin_y, ext_top, ext_left, ext_right, skip_rows;
+    JSAMPLE *volatile scratch = NULL;
     (void)self;
 
     if (!PyArg_ParseTuple(args, "y*ikkkki", &view, &scale, &top, &left, &height, &width, &order))
@@ -111,6 +116,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     if (setjmp(err.jump)) {
         if (released != NULL)
             PyEval_RestoreThread(released);
+        PyMem_Free(scratch);
         if (created)
             jpeg_destroy_decompress(&cinfo);
         Py_XDECREF(out);
@@ -123,8 +129,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     jpeg_mem_src(&cinfo, (const unsigned char *)view.buf, (unsigned long)view.len);
     jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
-    orientation = exif_orientation(&cinfo);
-    if (orientation != 1 || cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK ||
+    if (!exif_upright(&cinfo) || cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK ||
         (cinfo.num_components != 1 && cinfo.num_components != 3)) {
         jpeg_destroy_decompress(&cinfo);
         PyBuffer_Release(&view);
@@ -134,8 +139,10 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned)scale;
     jpeg_start_decompress(&cinfo);
-    if (top + height > cinfo.output_height || left + width > cinfo.output_width) {
-        char msg[160];
+    /* compared without sums, which could wrap */
+    if (top >= cinfo.output_height || height > cinfo.output_height - top || left >= cinfo.output_width ||
+        width > cinfo.output_width - left) {
+        char msg[200];
         snprintf(msg, sizeof msg, "rectangle %lux%lu at (%lu, %lu) outside the %ux%u image at 1/%d", height, width,
                  top, left, cinfo.output_height, cinfo.output_width, scale);
         jpeg_destroy_decompress(&cinfo);
@@ -143,12 +150,29 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, msg);
         return NULL;
     }
-    xoff = (JDIMENSION)left;
-    band = (JDIMENSION)width;
-    if (left != 0 || width != cinfo.output_width)
+    /* Upsampling reads the chroma samples beside a pixel; at the edge of a decoded band libjpeg
+     * repeats the edge instead. So the band reaches one iMCU past the rectangle on the left and
+     * right, and decoding starts one iMCU row above it (rows below are read as context anyway):
+     * the rectangle's pixels are then those of the whole image. */
+    margin_x = (unsigned long)cinfo.max_h_samp_factor * (unsigned long)cinfo.min_DCT_scaled_size;
+    margin_y = (unsigned long)cinfo.max_v_samp_factor * (unsigned long)cinfo.min_DCT_scaled_size;
+    ext_left = left > margin_x ? left - margin_x : 0;
+    ext_right = cinfo.output_width - (left + width) > margin_x ? left + width + margin_x : cinfo.output_width;
+    ext_top = top > margin_y ? top - margin_y : 0;
+    xoff = (JDIMENSION)ext_left;
+    band = (JDIMENSION)(ext_right - ext_left);
+    if (xoff != 0 || band != cinfo.output_width)
         jpeg_crop_scanline(&cinfo, &xoff, &band);
     channels = cinfo.output_components;
+    skip_rows = top - ext_top;
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)height * band * channels);
+    if (out != NULL && skip_rows > 0) {
+        scratch = PyMem_Malloc((size_t)band * channels);
+        if (scratch == NULL) {
+            Py_CLEAR(out);
+            PyErr_NoMemory();
+        }
+    }
     if (out == NULL) {
         jpeg_destroy_decompress(&cinfo);
         PyBuffer_Release(&view);
@@ -158,9 +182,15 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         JSAMPLE *base = (JSAMPLE *)PyByteArray_AS_STRING(out);
         size_t stride = (size_t)band * channels;
         JDIMENSION got = 1;
+        unsigned long context = 0;
         released = PyEval_SaveThread(); /* libjpeg's errors longjmp back above, which takes the GIL again */
-        if (top > 0)
-            jpeg_skip_scanlines(&cinfo, (JDIMENSION)top);
+        if (ext_top > 0)
+            jpeg_skip_scanlines(&cinfo, (JDIMENSION)ext_top);
+        while (context < skip_rows && got > 0) {
+            JSAMPROW row = scratch;
+            got = jpeg_read_scanlines(&cinfo, &row, 1);
+            context += got;
+        }
         while (rows_done < height && got > 0) {
             JSAMPROW row = base + stride * rows_done;
             got = jpeg_read_scanlines(&cinfo, &row, 1);
@@ -169,6 +199,8 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         PyEval_RestoreThread(released);
         released = NULL;
     }
+    PyMem_Free(scratch);
+    scratch = NULL;
     if (rows_done < height) {
         jpeg_destroy_decompress(&cinfo);
         Py_DECREF(out);

@@ -543,7 +543,12 @@ _REGION_ORDER = {"rgb": 0, "bgr": 1, "gray": 2}
 
 
 def decode_jpeg_region(
-    data: bytes, mode: str, scale: int, box: tuple[int, int, int, int], *, name: str | os.PathLike | None = None
+    data: bytes | bytearray | memoryview,
+    mode: str,
+    scale: int,
+    box: tuple[int, int, int, int],
+    *,
+    name: str | os.PathLike | None = None,
 ) -> np.ndarray | None:
     """Rows ``top:bottom`` and columns ``left:right`` (``box``, in the image scaled by 1/``scale``,
     whose sides are ``ceil(side / scale)``) of a JPEG, decoding only the rows down to ``bottom``
@@ -555,33 +560,32 @@ def decode_jpeg_region(
     refuses: the caller decodes it the ordinary way, which raises the usual errors. A truncated
     file and one over the pixel budget raise :class:`ImageDecodeError` here too.
     """
-    if mode not in _REGION_ORDER or not region_decoder_available() or image_format(data) != "JPEG":
+    if mode not in _REGION_ORDER or not region_decoder_available():
         return None
-    top, left, bottom, right = box
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    if image_format(data) != "JPEG":
+        return None
+    if b"\xff\xd9" not in data[-4096:]:
+        raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
     info = _jpeg_size(data)
-    if info is None:
-        return None
+    if info is None or not info[0] or not info[1]:
+        return None  # no usable frame header: the whole-image decoders say what is wrong
     h, w = info[0], info[1]
     if h * w > _default_budget():
         raise _over_budget(name, h, w, _default_budget())
-    if b"\xff\xd9" not in data[-4096:]:
-        raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
+    top, left, bottom, right = box
     sh, sw = -(-h // scale), -(-w // scale)
     if not (0 <= top < bottom <= sh and 0 <= left < right <= sw):
         raise ValueError(f"box {box} is not inside the {sw}x{sh} image at 1/{scale}")
-    # One more pixel on every side than asked: libjpeg's upsampling at the edge of a decoded band
-    # repeats the edge instead of reading the neighbour, so the band's own edge pixels may differ.
-    t, lft = max(0, top - 1), max(0, left - 1)
-    b, r = min(sh, bottom + 1), min(sw, right + 1)
     try:
-        got = _REGION.decode_region(data, scale, t, lft, b - t, r - lft, _REGION_ORDER[mode])
+        got = _REGION.decode_region(data, scale, top, left, bottom - top, right - left, _REGION_ORDER[mode])
     except ValueError:
         return None  # libjpeg's own error: the ordinary decoders say what is wrong, in their words
     if got is None:
         return None
     pixels, rows, band, channels, offset = got
-    img = np.frombuffer(pixels, np.uint8).reshape(rows, band, channels)
-    img = img[top - t : bottom - t, offset + left - lft : offset + right - lft]
+    img = np.frombuffer(pixels, np.uint8).reshape(rows, band, channels)[:, offset : offset + right - left]
     return img[:, :, 0] if mode == "gray" else img
 
 

@@ -497,7 +497,7 @@ def _jpeg_header(data: bytes, mode: str) -> tuple[int, int] | None:
     if mode == "unchanged" or image_format(data) != "JPEG":
         return None
     info = _jpeg_size(data)
-    return (info[0], info[1]) if info else None
+    return (info[0], info[1]) if info and info[0] and info[1] else None  # 0: the decoders refuse it, naming it
 
 
 def _decode_scaled(data: bytes, mode: str, name: str, h: int, w: int, f: int) -> tuple[np.ndarray, bool]:
