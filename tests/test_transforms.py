@@ -71,8 +71,10 @@ def test_normalize_contiguous_uint8_matches_torchvision(shape):
     assert x.dtype == torch.uint8  # the input is left as it was
 
 
-def test_normalize_reuses_a_batch_buffer_only_when_nobody_holds_it():
+def test_normalize_reuses_a_batch_buffer_only_when_nobody_holds_it(monkeypatch):
     import pickle
+
+    from datakit import transforms
 
     norm, ref = Normalize(IMAGENET_MEAN, IMAGENET_STD), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
     x, y = (torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8) for _ in range(2))
@@ -99,6 +101,10 @@ def test_normalize_reuses_a_batch_buffer_only_when_nobody_holds_it():
         assert np.allclose(np.asarray(kept), np.asarray(hold(expected)), atol=1e-6), name
         del kept
     assert len(norm._pool) == 2 and pickle.loads(pickle.dumps(norm))._pool == []
+    big = Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    monkeypatch.setattr(transforms, "_POOL_BYTES", 2 * x.numel() * 4)  # room for two such batches
+    kept = [big(x) for _ in range(4)]
+    assert [t.data_ptr() for t in kept[:2]] == [a.ctypes.data for a in big._pool] and len(big._pool) == 2
 
 
 def test_normalize_scales_and_warns():
