@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -79,3 +82,38 @@ def test_detection_collate_boxes_stay_valid():
     assert targets[1]["boxes"].shape == (0, 4)
     with pytest.raises(ValueError, match="sample 0 target must be a dict with 'boxes'"):
         detection_collate()([(a, 1)])
+
+
+def _resident_pages(t: torch.Tensor) -> tuple[int, int]:
+    """(resident, total) pages of a tensor's memory, from mincore(2)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    addr, n = t.data_ptr(), t.numel() * t.element_size()
+    pages = -(-n // mmap.PAGESIZE)
+    vec = (ctypes.c_ubyte * pages)()
+    assert libc.mincore(addr, pages * mmap.PAGESIZE, vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec), pages
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
+def test_a_fresh_shared_batch_is_populated_in_one_call_and_left_as_it_was(monkeypatch):
+    import platform
+
+    from datakit import collate
+
+    if tuple(int(x) for x in re.findall(r"\d+", platform.release())[:2]) < (5, 14):
+        pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
+    fresh = torch.empty(0, dtype=torch.uint8)
+    out = fresh.new(fresh._typed_storage()._new_shared(8 * 3 * 224 * 224, device=fresh.device)).resize_(8, 3, 224, 224)
+    resident, pages = _resident_pages(out)
+    assert resident <= 1 and pages == 294  # nothing backs it until it is written (but a page the allocator touched)
+    collate._prefault(out)
+    assert _resident_pages(out) == (294, 294)
+    assert int(out.sum()) == 0  # backed, not written
+    monkeypatch.setattr(collate, "_madvise", False)  # no madvise (another OS): nothing happens, nothing breaks
+    other = fresh.new(fresh._typed_storage()._new_shared(out.numel(), device=fresh.device))
+    collate._prefault(other)
+    assert _resident_pages(other)[0] <= 1
