@@ -153,7 +153,7 @@ def show_pipeline(samples: Path) -> int:
          "a short run of tools/bench_loader.py; 24 tiny photos only show the mechanics, "
          "docs/benchmarks.md has the real comparison")  # fmt: skip
     sys.stdout.flush()
-    cmd = [sys.executable, str(ROOT / "tools" / "bench_loader.py"), "--src", str(samples / "images"),
+    cmd = [sys.executable, str(ROOT / "tools" / "bench_loader.py"), "--src", str(samples.resolve() / "images"),
            "--epochs", "4", "--no-lmdb", "--json"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT / "tools")
     if proc.returncode != 0:
