@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml setup.py datakit/_jpegregion.c constraints.txt
+$(STAMP): $(BIN)/python pyproject.toml datakit/_jpegregion.c constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $(STAMP)
