@@ -29,11 +29,13 @@ __all__ = [
     "EpochTiming",
     "InfiniteLoader",
     "Loader",
+    "PerSampleSeed",
     "SampleIndex",
     "WorkerInit",
     "create_loader",
     "next_num_workers",
     "plan_shared_memory",
+    "sample_seed",
     "raise_open_file_limit",
     "seed_everything",
     "seed_worker",
@@ -77,8 +79,9 @@ def seed_worker(worker_id: int) -> None:
 class SampleIndex(int):
     """A sample index that carries the sampler's ``seed`` and ``epoch`` to the dataset.
 
-    A dataset substituting a bad sample draws the replacement from (seed, epoch, index); the
-    worker reading it cannot know the epoch otherwise (persistent workers hold a copy of the
+    A dataset substituting a bad sample draws the replacement from (seed, epoch, index), and
+    :class:`PerSampleSeed` seeds the sample's augmentations from them; the worker reading it
+    cannot know the epoch otherwise (persistent workers hold a copy of the
     dataset made before the first epoch). It is an ``int`` everywhere else.
     """
 
@@ -94,11 +97,75 @@ class SampleIndex(int):
         return SampleIndex, (int(self), self.seed, self.epoch)
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """A 64-bit seed for one sample of one epoch (splitmix64 of the three): what
+    :class:`PerSampleSeed` seeds ``random``, NumPy and torch with before reading the sample."""
+    x = (seed * 0x9E3779B97F4A7C15 + (epoch + 1) * 0xBF58476D1CE4E5B9 + (index + 1) * 0x94D049BB133111EB) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _seed_sample(index) -> None:
+    s = sample_seed(index.seed, index.epoch, int(index))
+    torch.default_generator.manual_seed(s)  # the CPU generator only: nothing here touches CUDA
+    random.seed(s)
+    np.random.seed(s & 0xFFFFFFFF)
+
+
+class PerSampleSeed(Dataset):
+    """``dataset`` with ``random``, NumPy's global state and torch's CPU generator seeded from
+    (seed, epoch, index) before each sample is read, so random augmentations depend on the sample
+    and the epoch alone: the same whatever ``num_workers`` (and when re-tuning changes it), and
+    the same after ``InfiniteLoader.load_state_dict()`` as in an uninterrupted run.
+    ``create_loader(..., seed=...)`` wraps the dataset in it; the seed and epoch come with each
+    index from :class:`EpochSampler` (a :class:`SampleIndex`; a plain ``int`` is read as it is).
+
+    Batches are read through ``__getitems__``: in the main process (``num_workers=0``) the
+    caller's random states are saved once per batch and put back after it, so the training
+    loop's own random numbers are not changed by loading.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.inner = dataset
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        if isinstance(index, SampleIndex):
+            _seed_sample(index)
+        return self.inner[index]
+
+    def __getitems__(self, indices: list) -> list:
+        if torch.utils.data.get_worker_info() is not None:
+            return [self[i] for i in indices]
+        saved = torch.default_generator.get_state(), random.getstate(), np.random.get_state()
+        try:
+            return [self[i] for i in indices]
+        finally:
+            torch.default_generator.set_state(saved[0])
+            random.setstate(saved[1])
+            np.random.set_state(saved[2])
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "inner":  # never the inner __getitems__, nor during unpickling
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"PerSampleSeed({self.inner!r})"
+
+
 class EpochSampler(Sampler[int]):
     """Sample order that depends only on (seed, epoch): shuffled or not, optionally one shard of
     ``world`` (rank ``rank``) padded to equal length like ``DistributedSampler``, and able to
     start an epoch part-way (``skip``) so a restarted job continues with the exact next batch.
-    With ``tag``, indices are :class:`SampleIndex` (for datasets that substitute bad samples)."""
+    With ``tag``, indices are :class:`SampleIndex` (for datasets that substitute bad samples, and
+    for :class:`PerSampleSeed`)."""
 
     def __init__(self, n: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world: int = 1,
                  tag: bool = False) -> None:  # fmt: skip
@@ -299,6 +366,12 @@ class Loader:
         self._tuned = False
 
     @property
+    def dataset(self) -> Dataset:
+        """The dataset as given to :func:`create_loader` (not the :class:`PerSampleSeed` around it)."""
+        ds = self.loader.dataset
+        return ds.inner if isinstance(ds, PerSampleSeed) else ds
+
+    @property
     def wait_fraction(self) -> float | None:
         """Share of the time the loop waited for data, over the current (or last) epoch so far."""
         return self.timing.wait_fraction if self.timing is not None else None
@@ -351,7 +424,7 @@ class Loader:
             log.info("epoch %d: %d batches; the loop waited for data %.0f%% of the time (%.1f of %.1f ms per batch, "
                      "num_workers=%d)%s", t.epoch, t.batches, 100 * f, 1000 * t.wait_s / (t.batches - 1), 1000 * per,
                      t.num_workers, ": input-bound" if f > 0.1 else "")  # fmt: skip
-        merge = getattr(self.loader.dataset, "merge_bad_samples", None)
+        merge = getattr(self.dataset, "merge_bad_samples", None)
         if callable(merge):
             merge()
         if self.autotune and f is not None:
@@ -655,6 +728,7 @@ def create_loader(
     shuffle = dataloader_kwargs.pop("shuffle", train)
     # a dataset that substitutes bad samples draws the replacement from (seed, epoch, index)
     tag = callable(getattr(dataset, "on_error", "raise")) or getattr(dataset, "on_error", "raise") != "raise"
+    tag = tag or seed is not None  # a seeded loader seeds each sample: PerSampleSeed below
     if sampler is None:
         if seed is None and not shard and not infinite and not tag:
             sampler = None
@@ -691,7 +765,7 @@ def create_loader(
             kw["num_workers"] = workers
         if workers > 0:
             kw.update(persistent_workers=dataloader_kwargs.get("persistent_workers", True), prefetch_factor=prefetch)
-        return DataLoader(dataset, **kw)
+        return DataLoader(PerSampleSeed(dataset) if seed is not None else dataset, **kw)
 
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)
     out = InfiniteLoader(loader) if infinite else loader
@@ -703,15 +777,9 @@ def _device_plan(device, normalize) -> Callable | None:
     they arrive on ``device`` (the CPU by default), normalised. Bad values raise here."""
     if device is None and normalize is None:
         return None
-    from datakit.errors import UsageError
-    from datakit.prefetch import DeviceLoader, resolve_normalize
+    from datakit.prefetch import DeviceLoader, check_device, resolve_normalize
 
     stats = resolve_normalize(True if normalize is None else normalize)
     mean, std = stats if stats is not None else (None, None)
-    try:
-        dev = torch.device("cpu" if device is None else device)
-    except (RuntimeError, TypeError) as exc:
-        raise UsageError(f"device={device!r}: {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device={str(device)!r} but CUDA is not available here; pass device='cpu'")
+    dev = check_device("cpu" if device is None else device)
     return lambda loader: DeviceLoader(loader, dev, mean, std)

@@ -9,11 +9,12 @@ and normalised on the GPU; on the CPU, a uint8 batch is normalised in one table-
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["CUDAPrefetcher", "DeviceLoader", "resolve_normalize"]
+__all__ = ["CUDAPrefetcher", "DeviceLoader", "check_device", "resolve_normalize"]
 
 
 class CUDAPrefetcher:
@@ -22,19 +23,24 @@ class CUDAPrefetcher:
     The first tensor of a batch whose dtype is uint8 and which has 4 dimensions is taken as the
     images: converted to float, scaled by 1/255 when ``mean``/``std`` are on the 0-1 scale,
     normalised, and made ``channels_last`` when asked. Every other tensor (nested in tuples,
-    lists or dicts) is moved as it is. Memory stays safe across streams: each tensor is marked
-    with ``record_stream`` for the stream that uses it.
+    lists or dicts) is moved as it is. ``convert=False`` moves the images as uint8 too (what
+    ``create_loader(..., device="cuda", normalize=False)`` asks for). Memory stays safe across
+    streams: each tensor is marked with ``record_stream`` for the stream that uses it.
 
     It drops in for the loader (``len``, ``sampler``, ``dataset``, ``batch_size`` are forwarded),
     and without CUDA it passes batches through unchanged.
     """
 
     def __init__(self, loader, device: str | torch.device = "cuda", mean: Sequence[float] | None = None,
-                 std: Sequence[float] | None = None, channels_last: bool = False) -> None:  # fmt: skip
+                 std: Sequence[float] | None = None, channels_last: bool = False,
+                 convert: bool = True) -> None:  # fmt: skip
         self.loader = loader
         self.device = torch.device(device)
         self.enabled = self.device.type == "cuda" and torch.cuda.is_available()
         self.channels_last = channels_last
+        self.convert = convert
+        if not convert and mean is not None:
+            raise ValueError("convert=False keeps uint8 images, which cannot be normalised: drop mean and std")
         self.mean = self.std = None
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
@@ -61,6 +67,8 @@ class CUDAPrefetcher:
             t = obj.to(self.device, non_blocking=True)
             if not state["images_done"] and obj.dtype == torch.uint8 and obj.ndim == 4:
                 state["images_done"] = True
+                if not self.convert:
+                    return t.contiguous(memory_format=torch.channels_last) if self.channels_last else t
                 if obj.shape[-1] in (1, 3) and obj.shape[1] not in (1, 3):
                     t = t.permute(0, 3, 1, 2)  # NHWC uint8 batches (stacked numpy images) to NCHW
                 t = t.float()
@@ -114,6 +122,29 @@ class CUDAPrefetcher:
             self._record(batch, current)
             nxt = self._preload(it)
             yield batch
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch.device that batches can be loaded onto here; a UsageError naming
+    what is wrong otherwise (a malformed name, no CUDA, a GPU index this machine lacks)."""
+    from datakit.errors import UsageError
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UsageError(f"device={device!r}: {exc}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"device={str(device)!r}: datakit loads onto 'cpu' or 'cuda' devices")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"device={str(device)!r} but CUDA is not available here; pass device='cpu'")
+        count = torch.cuda.device_count()  # does not start CUDA
+        if dev.index is not None and dev.index >= count:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            seen = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+            raise UsageError(f"device={str(device)!r} but CUDA sees {count} GPU{'s' if count != 1 else ''}{seen}: "
+                             f"use cuda:0 to cuda:{count - 1}")  # fmt: skip
+    return dev
 
 
 def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
@@ -198,14 +229,8 @@ class DeviceLoader:
 
     def __init__(self, loader, device: str | torch.device = "cpu", mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None, channels_last: bool = False) -> None:  # fmt: skip
-        from datakit.errors import UsageError
-
         self.loader = loader
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise UsageError(f"device={str(device)!r} but CUDA is not available here; pass device='cpu'")
-        if self.device.type not in ("cpu", "cuda"):
-            raise UsageError(f"device={str(device)!r}: datakit loads onto 'cpu' or 'cuda' devices")
+        self.device = check_device(device)
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
         self.mean, self.std, self.channels_last = mean, std, channels_last
@@ -215,6 +240,7 @@ class DeviceLoader:
             from datakit.transforms import Normalize
 
             self._cpu_norm = Normalize(mean, std)
+        self._cpus: int | None = None
         self._state = loader.state_dict() if self.infinite else None
         self._gen = None
 
@@ -229,11 +255,22 @@ class DeviceLoader:
             for batch in self.loader:
                 yield None, batch
 
+    def _spare_threads(self) -> int:
+        """Threads for normalising a batch: 1, plus the CPUs that neither the loop nor the
+        workers use (none on a machine the workers fill), at most 4."""
+        if self._cpus is None:
+            from datakit.parallel import usable_cpus
+
+            self._cpus = usable_cpus()
+        workers = getattr(self.loader, "num_workers", 0) or 0  # re-read: re-tuning changes it
+        return max(1, min(4, self._cpus - workers))
+
     def _cpu(self, batch):
         images = _find_images(batch)
         if images is not None:
             out = images
             if self._cpu_norm is not None:
+                self._cpu_norm.threads = self._spare_threads()
                 out = self._cpu_norm(images)
             if self.channels_last:
                 out = out.contiguous(memory_format=torch.channels_last)
@@ -245,7 +282,9 @@ class DeviceLoader:
     def _generate(self):
         source = self._source()
         if self.device.type == "cuda":
-            pre = CUDAPrefetcher(source, self.device, self.mean, self.std, self.channels_last)
+            pre = CUDAPrefetcher(
+                source, self.device, self.mean, self.std, self.channels_last, convert=self.mean is not None
+            )  # normalize=False: uint8, as on the CPU
             for state, batch in pre:
                 self._state = state["state"] if state else None
                 yield batch

@@ -154,6 +154,8 @@ class Normalize:
         self._warned = False
         self._luts: list[np.ndarray] | None = None
         self._pool: list[np.ndarray] = []  # batch buffers handed out, reused once nobody holds them
+        self.threads = 1  # for uint8 CPU batches: DeviceLoader raises it where cores are idle
+        self._executor = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.ndim < 3:
@@ -201,9 +203,24 @@ class Normalize:
         out = self._buffer(tuple(x.shape)) if x.ndim == 4 else torch.empty(x.shape, dtype=torch.float32)
         c, h, w = x.shape[-3:]
         src, dst = x.numpy().reshape(-1, c, h, w), out.numpy().reshape(-1, c, h, w)
-        for k in range(src.shape[0]):
-            for j in range(c):
-                cv2.LUT(src[k, j], self._luts[j], dst=dst[k, j])
+        luts = self._luts
+
+        def planes(lo: int, hi: int) -> None:
+            for k in range(lo, hi):
+                for j in range(c):
+                    cv2.LUT(src[k, j], luts[j], dst=dst[k, j])  # releases the GIL
+
+        n, threads = src.shape[0], min(self.threads, src.shape[0])
+        if threads <= 1:
+            planes(0, n)
+            return out
+        if self._executor is None or self._executor._max_workers != threads:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(threads, thread_name_prefix="datakit-normalize")
+        cuts = [n * t // threads for t in range(threads + 1)]
+        for f in [self._executor.submit(planes, cuts[t], cuts[t + 1]) for t in range(threads)]:
+            f.result()
         return out
 
     def _buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
@@ -220,7 +237,7 @@ class Normalize:
             return torch.from_numpy(arr)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pool": []}  # buffers stay in the process that made them
+        return {**self.__dict__, "_pool": [], "_executor": None}  # buffers and threads stay in this process
 
     def _check_scale(self, x: torch.Tensor) -> None:
         hi = float(x.max()) if x.numel() else 0.0

@@ -94,6 +94,58 @@ def test_infinite_loader_resumes_with_exact_next_batch():
     assert isinstance(resumed, InfiniteLoader) and resumed.state_dict() == {"epoch": 2, "step": 3} and len(resumed) == 3
 
 
+def _draws(loader, epochs=1):
+    """{(epoch, index): (random, NumPy, torch) draws made while reading that sample}"""
+    out = {}
+    for epoch in range(epochs):
+        for idx, r, n, t in loader:
+            for k, i in enumerate(idx.tolist()):
+                out[epoch, i] = (float(r[k]), float(n[k]), float(t[k]))
+    return out
+
+
+def test_a_seeded_loader_augments_each_sample_the_same_whatever_the_workers():
+    ref = _draws(create_loader(Indexed(12), 4, num_workers=0, seed=5), epochs=2)
+    assert len(ref) == 24 and len(set(ref.values())) == 24  # every sample and epoch draws differently
+    assert ref[0, 3] != ref[1, 3]
+    for kw in ({"num_workers": 1}, {"num_workers": 2}, {"num_workers": 2, "multiprocessing_context": "spawn"}):
+        assert _draws(create_loader(Indexed(12), 4, seed=5, **kw), epochs=2) == ref, kw
+    assert _draws(create_loader(Indexed(12), 4, num_workers=0, seed=6)) != {k: v for k, v in ref.items() if k[0] == 0}
+    # torch's Subset reads batches through __getitems__: the seeding must not be bypassed
+    sub = torch.utils.data.Subset(Indexed(12), list(range(12)))
+    assert _draws(create_loader(sub, 4, num_workers=0, seed=5), epochs=2) == ref
+    assert create_loader(sub, 4, num_workers=0, seed=5).dataset is sub
+
+
+def test_loading_in_the_main_process_leaves_the_loops_random_state_alone():
+    def loop_draws(load: bool):
+        seed_everything(11)
+        if load:
+            for _ in create_loader(Indexed(8), 4, num_workers=0, seed=1):
+                pass
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    assert loop_draws(True) == loop_draws(False)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_gives_the_same_augmentations_as_an_uninterrupted_run(workers: int):
+    def make():
+        return create_loader(Indexed(10), 3, num_workers=workers, seed=1, infinite=True)
+
+    def draws(b):
+        return [b[0].tolist(), b[1].tolist(), b[2].tolist(), b[3].tolist()]
+
+    ref = make()
+    expected = [draws(next(ref)) for _ in range(8)]
+    run = make()
+    got = [draws(next(run)) for _ in range(4)]
+    resumed = make()
+    resumed.load_state_dict(run.state_dict())
+    got += [draws(next(resumed)) for _ in range(4)]
+    assert got == expected
+
+
 def test_epoch_sampler_shards_cover_everything():
     parts = [list(EpochSampler(10, seed=3, rank=r, world=3)) for r in range(3)]
     assert all(len(p) == 4 for p in parts)

@@ -186,11 +186,13 @@ def test_bad_values_refused_before_any_worker_starts(class_folder):
             create_loader(ds, 4, num_workers="auto", device="cuda")
 
 
-def test_infinite_loader_on_device_resumes_with_the_exact_next_batch(class_folder):
-    ds = open_dataset(class_folder, transform=eval_pipeline(16, 18))  # images that depend on the sample only
+@pytest.mark.parametrize("workers", [0, 2])
+def test_infinite_loader_on_device_resumes_with_the_exact_next_batch(class_folder, workers: int):
+    # random crops, flips and TrivialAugmentWide: the resumed run must redraw exactly the same ones
+    ds = open_dataset(class_folder, transform=train_pipeline(16, augment=[v2.TrivialAugmentWide()]))
 
     def make():
-        return create_loader(ds, 4, num_workers=0, seed=2, infinite=True, device="cpu")
+        return create_loader(ds, 4, num_workers=workers, seed=2, infinite=True, device="cpu")
 
     ref = make()
     expected = [next(ref)[0] for _ in range(7)]  # 3 batches per epoch: crosses two epoch boundaries
@@ -203,6 +205,30 @@ def test_infinite_loader_on_device_resumes_with_the_exact_next_batch(class_folde
     got += [next(resumed)[0] for _ in range(3)]
     assert all(torch.equal(a, b) for a, b in zip(got, expected)) and len(got) == 7
     assert got[0].dtype == torch.float32 and len(resumed) == 3
+
+
+class _Workers(list):
+    num_workers = 0
+
+
+def test_cpu_normalisation_spreads_over_idle_cores_with_the_same_values(monkeypatch):
+    x = torch.randint(0, 256, (7, 3, 20, 30), dtype=torch.uint8)
+    one, three = Normalize(*IMAGENET), Normalize(*IMAGENET)
+    three.threads = 3
+    got = three(x)
+    assert torch.equal(got, one(x)) and three._executor._max_workers == 3
+    torch.testing.assert_close(got, T.Normalize(*IMAGENET)(x.float() / 255))
+    monkeypatch.setattr("datakit.parallel.usable_cpus", lambda: 16)
+    source = _Workers([(x, 0)])
+    dl = DeviceLoader(source, "cpu", *IMAGENET)
+    spare = []
+    for workers in (0, 10, 14, 15, 16, 20):
+        source.num_workers = workers
+        spare.append(dl._spare_threads())
+    assert spare == [4, 4, 2, 1, 1, 1]  # the loop's core and the workers' are never taken
+    source.num_workers = 12
+    ((out, _),) = list(dl)
+    assert torch.equal(out, one(x)) and dl._cpu_norm._executor._max_workers == 4
 
 
 def test_structure_kept_and_only_the_images_converted():
