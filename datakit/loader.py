@@ -330,6 +330,31 @@ def _chosen_workers():
         yield
 
 
+@contextlib.contextmanager
+def _heap_frozen(starting_workers: bool):
+    """While workers fork, every object of this process is moved out of the garbage collector's
+    reach (``gc.freeze``) and put back afterwards. Otherwise a forked worker's first collection
+    frees the garbage it inherited, and when that holds a CUDA tensor (a batch caught in a
+    reference cycle) the worker calls into CUDA, which cannot work after fork: it dies with
+    "CUDA error: initialization error" before reading a sample. It also spares the workers
+    copying the parent's pages to update reference counts. Where the program froze objects
+    itself, the garbage is collected here instead, and its frozen objects stay frozen."""
+    if not starting_workers:
+        yield
+        return
+    import gc
+
+    if gc.get_freeze_count():
+        gc.collect()
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _unwrap_worker_error(exc: Exception) -> Exception:
     """A datakit error raised in a worker, with the message it had there: DataLoader re-raises it
     with the worker's whole traceback in the message, which buries the one line that matters."""
@@ -387,7 +412,7 @@ class Loader:
             sampler.skip = skip
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter
-        with _chosen_workers() if self._tuned else contextlib.nullcontext():
+        with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
             it = iter(dl)
         first = cpu0 = own0 = None
         cpu = time.process_time

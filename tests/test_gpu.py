@@ -6,6 +6,7 @@ Every test here is marked ``gpu`` and skips without CUDA, except the ones that n
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import os
 import subprocess
@@ -201,3 +202,30 @@ def test_select_gpus_before_cuda_starts_takes_effect():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"chosen": ["0"], "n": 1, "found": {"cuda-visible-devices": ["ok", "CUDA_VISIBLE_DEVICES '0'"]}}
+
+
+class CollectingImages(Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        if torch.utils.data.get_worker_info() is not None:
+            gc.collect()  # what any allocation in a worker may set off
+        return torch.full((3, 8, 8), i, dtype=torch.uint8), i
+
+
+@pytest.mark.gpu
+def test_workers_fork_safely_while_cuda_batches_wait_in_garbage_cycles():
+    gc.disable()  # the cycle below stays uncollected until the workers have forked
+    try:
+        source = DataLoader(Distinct(), batch_size=8, pin_memory=True)
+        batch = next(iter(CUDAPrefetcher(source, "cuda", mean=MEAN, std=STD)))  # record_stream'ed tensors
+        cycle = [batch]
+        cycle.append(cycle)
+        del cycle, batch
+        got = list(create_loader(CollectingImages(), 4, train=False, num_workers=2, device="cuda",
+                                 multiprocessing_context="fork"))  # fmt: skip
+    finally:
+        gc.enable()
+    assert [t.cpu().tolist() for _, t in got] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    torch.testing.assert_close(got[1][0][0].cpu(), _expected(torch.full((1, 3, 8, 8), 4, dtype=torch.uint8))[0])

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import logging
 import os
@@ -144,6 +145,43 @@ def test_resume_gives_the_same_augmentations_as_an_uninterrupted_run(workers: in
     resumed.load_state_dict(run.state_dict())
     got += [draws(next(resumed)) for _ in range(4)]
     assert got == expected
+
+
+class Canary:
+    """Writes its process id to ``path`` when freed in a process other than the one that made it;
+    it refers to itself, so only the garbage collector frees it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.pid, self.me = path, os.getpid(), self
+
+    def __del__(self) -> None:
+        if os.getpid() != self.pid:
+            with open(self.path, "a") as f:
+                f.write(f"{os.getpid()}\n")
+
+
+class CollectsInWorkers(Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        if torch.utils.data.get_worker_info() is not None:
+            gc.collect()  # what any allocation in a worker may set off
+        return i
+
+
+def test_forked_workers_never_free_the_garbage_they_inherit(tmp_path: Path):
+    # freeing a CUDA tensor caught in a cycle there kills the worker ("CUDA error: initialization error")
+    freed = tmp_path / "freed-in-a-worker"
+    gc.disable()  # keep this process from collecting the canary before the workers fork
+    try:
+        Canary(freed)
+        loader = create_loader(CollectsInWorkers(), 2, num_workers=2, multiprocessing_context="fork")
+        assert sorted(sum((b.tolist() for b in loader), [])) == [0, 1, 2, 3]
+    finally:
+        gc.enable()
+    assert gc.collect() >= 1 and not freed.exists()  # freed here, where it was made, and nowhere else
+    assert gc.get_freeze_count() == 0
 
 
 def test_epoch_sampler_shards_cover_everything():
