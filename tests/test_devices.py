@@ -16,7 +16,8 @@ def _restore_env(monkeypatch):
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
 
 
-def test_select_by_string_and_list():
+def test_select_by_string_and_list(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # as in a fresh process, on any machine
     assert select_gpus("1") == ["1"]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
