@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -185,6 +186,24 @@ def test_forked_workers_never_free_the_garbage_they_inherit(tmp_path: Path):
     gc.collect()
     assert canary() is None and not freed.exists()  # freed here, where it was made, and nowhere else
     assert gc.get_freeze_count() == frozen
+
+
+def _receivers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "datakit-receive"]
+
+
+def test_batches_from_workers_are_received_on_a_thread_that_ends_with_the_epoch():
+    loader = create_loader(Indexed(40), 4, num_workers=2, seed=0)
+    it = iter(loader)
+    got = [next(it)[0].tolist() for _ in range(3)]
+    assert _receivers() == ["datakit-receive"]
+    it.close()  # the loop leaves the epoch early
+    assert _receivers() == []
+    assert sorted(sum(batches(loader), [])) == list(range(40))  # the next epoch is whole
+    assert _receivers() == [] and len(got) == 3
+    assert _draws(loader) != {} and _receivers() == []
+    # without workers, or with a pinning loader's own thread, there is none
+    assert next(iter(create_loader(Indexed(8), 4, num_workers=0))) is not None and _receivers() == []
 
 
 def test_epoch_sampler_shards_cover_everything():
