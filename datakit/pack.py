@@ -326,7 +326,8 @@ def pack_lmdb(
     n_total = len(ds)
     lo, hi = sh[0] * n_total // sh[1], (sh[0] + 1) * n_total // sh[1]
     table = getattr(ds, "table", None)
-    split_names = table.split_names if table is not None and split is None else []
+    one_split = split is not None or getattr(ds, "split", None) is not None  # by path, or a dataset opened so
+    split_names = table.split_names if table is not None and not one_split else []
     split_ids = {s: k + 1 for k, s in enumerate(split_names)}
     class_map = getattr(ds, "class_map", None) or ClassMap(tuple(ds.classes))
     source = os.path.abspath(src) if not isinstance(src, ImageDataset) else _fingerprint(src)

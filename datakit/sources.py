@@ -493,6 +493,7 @@ class TableDataset(ImageDataset):
     ) -> None:
         table = table.select(split)
         self.table = table
+        self.split = split  # its rows are this split alone (a pack of it records no splits)
         self.class_map = class_map or table.class_map(remap=remap_labels)
         root = table.path.parent if root is None else root
         self.root = os.fspath(root)

@@ -75,6 +75,13 @@ def test_labels_splits_and_class_map(samples: Path, tmp_path: Path):
     assert len(open_dataset(out, split="val")) == 3
     with pytest.raises(UsageError, match=r"no split 'dev'; the pack's splits are 'train', 'val', 'test'"):
         open_dataset(out, split="dev")
+    # one split, by path or as a dataset object: the same pack (its samples are that split alone)
+    by_path, by_object = tmp_path / "p.lmdb", tmp_path / "o.lmdb"
+    pack_lmdb(samples / "images", by_path, labels=samples / "labels.xlsx", split="val", workers=1)
+    pack_lmdb(open_dataset(samples / "images", labels=samples / "labels.xlsx", split="val"), by_object, workers=1)
+    for pack in (by_path, by_object):
+        info = lmdb_info(pack)
+        assert (info["count"], info["splits"], "split_counts" in info) == (3, [], False), pack
 
 
 def test_map_grows_from_tiny_map(class_folder: Path, tmp_path: Path):
