@@ -335,8 +335,9 @@ class _Receiver:
     loop: receiving one (unpickling it, fetching each shared-memory file descriptor from its
     worker, mapping it) then overlaps with the training step instead of adding to it. At most
     one batch waits here, so the batches in shared memory stay within what
-    :func:`plan_shared_memory` counts (the loop's and the one arriving). Errors, worker
-    failures and timeouts reach the loop from ``next()`` as they would have directly."""
+    :func:`plan_shared_memory` counts (the loop's and the one arriving); the batch the loop let
+    go of is freed on the thread too (unmapping its shared memory). Errors, worker failures and
+    timeouts reach the loop from ``next()`` as they would have directly."""
 
     def __init__(self, it: Iterator) -> None:
         import queue
@@ -350,8 +351,13 @@ class _Receiver:
         self._thread.start()
 
     def _run(self) -> None:
+        # references to the batch handed out last and the one before it: when the loop takes the
+        # next, it has let go of the one before, whose shared memory is then unmapped and freed
+        # here rather than in the loop (unless the loop kept it)
+        kept: list = [None, None]
         while True:
-            self._slot.acquire()
+            self._slot.acquire()  # the loop took the last batch
+            kept[0] = None
             if self._stop:
                 return
             try:
@@ -360,8 +366,11 @@ class _Receiver:
                 item = (False, None)
             except BaseException as exc:  # handed to the loop, raised there
                 item = (False, exc)
+            ok = item[0]
+            kept[0], kept[1] = kept[1], item[1] if ok else None
             self._queue.put(item)
-            if not item[0]:
+            del item
+            if not ok:
                 return
 
     def __iter__(self) -> _Receiver:

@@ -202,6 +202,15 @@ def test_batches_from_workers_are_received_on_a_thread_that_ends_with_the_epoch(
     assert sorted(sum(batches(loader), [])) == list(range(40))  # the next epoch is whole
     assert _receivers() == [] and len(got) == 3
     assert _draws(loader) != {} and _receivers() == []
+    # a batch the loop let go of is freed by that thread once the loop takes the next one; a batch
+    # the loop keeps stays whole
+    it = iter(create_loader(Indexed(40), 4, num_workers=2, seed=0, train=False))
+    first = next(it)
+    gone, kept = weakref.ref(first[0]), next(it)
+    del first
+    next(it)
+    assert gone() is None and kept[0].tolist() == [4, 5, 6, 7]
+    it.close()
     # without workers, or with a pinning loader's own thread, there is none
     assert next(iter(create_loader(Indexed(8), 4, num_workers=0))) is not None and _receivers() == []
 
