@@ -166,12 +166,17 @@ print(json.dumps({"n": n, "found": found, "refused": refused, "ok": report.ok}))
 """
 
 
+def _in_a_fresh_process(script: str) -> dict:
+    """What ``script`` prints last, as JSON, run where CUDA has not started and no GPU is chosen."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.gpu
 def test_doctor_and_select_gpus_on_a_started_cuda():
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    proc = subprocess.run([sys.executable, "-c", _AFTER_START], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _in_a_fresh_process(_AFTER_START)
     n = out["n"]
     listed = ",".join(str(i) for i in range(n + 1))
     assert out["found"]["cuda-fork"] == ["fail", "CUDA is initialised in this process and workers start by fork: a worker "
@@ -197,10 +202,7 @@ print(json.dumps({"chosen": chosen, "n": torch.cuda.device_count(), "found": fou
 
 @pytest.mark.gpu
 def test_select_gpus_before_cuda_starts_takes_effect():
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    proc = subprocess.run([sys.executable, "-c", _BEFORE_START], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _in_a_fresh_process(_BEFORE_START)
     assert out == {"chosen": ["0"], "n": 1, "found": {"cuda-visible-devices": ["ok", "CUDA_VISIBLE_DEVICES '0'"]}}
 
 
