@@ -11,6 +11,7 @@ import random
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -343,11 +344,14 @@ class _Receiver:
         import queue
         import threading
 
+        _stop_receivers_at_exit()
         self._it = it
         self._slot = threading.Semaphore(1)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="datakit-receive", daemon=True)
+        _RECEIVERS.add(self)
+        _THREADS.add(self._thread)
         self._thread.start()
 
     def _run(self) -> None:
@@ -385,12 +389,48 @@ class _Receiver:
             raise StopIteration
         raise value
 
-    def close(self) -> None:
-        """Stop after the batch being received, if any: the DataLoader's iterator is free for the
-        next epoch once this returns."""
+    def close(self, wait: bool = True) -> None:
+        """Stop after the batch being received, if any; with ``wait``, return once the thread has
+        ended (the DataLoader's iterator is then free for the next epoch)."""
         self._stop = True
         self._slot.release()
-        self._thread.join()
+        if wait:
+            self.join()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; whether it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+_RECEIVERS: weakref.WeakSet[_Receiver] = weakref.WeakSet()
+_THREADS: weakref.WeakSet = weakref.WeakSet()  # a thread outlives its receiver while it lets go of the iterator
+_AT_EXIT: list[bool] = []
+
+
+def _stop_receivers_at_exit() -> None:
+    if not _AT_EXIT:
+        import atexit
+
+        atexit.register(_stop_receivers)  # after torch's own exit hook was registered: runs before it
+        _AT_EXIT.append(True)
+
+
+def _stop_receivers() -> None:
+    """At exit, before the interpreter tears down: a receiving thread still inside torch's
+    iterator (the loop left an epoch early, or Ctrl-C), or still shutting the iterator's workers
+    down as it lets go of it, would be stopped in the middle of C++ code and abort the process
+    ("terminate called without an active exception"). Each is stopped and waited for; one held by
+    a slow or stuck batch gets its workers shut down, which ends it."""
+    for r in list(_RECEIVERS):
+        r.close(wait=False)
+        if not r.join(2.0):
+            shutdown = getattr(r._it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            r.join(10.0)
+    for thread in list(_THREADS):  # ended receivers whose thread is still freeing the iterator
+        thread.join(10.0)
 
 
 @contextlib.contextmanager
@@ -452,6 +492,7 @@ class Loader:
         self.timing: EpochTiming | None = None
         self.history: list[EpochTiming] = []
         self._tuned = False
+        self._receiver: _Receiver | None = None
 
     @property
     def dataset(self) -> Dataset:
@@ -475,6 +516,9 @@ class Loader:
             sampler.skip = skip
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter
+        if self._receiver is not None:  # the last epoch's thread may still be inside the iterator
+            self._receiver.join()
+            self._receiver = None
         with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
             it = iter(dl)
         # batches from workers are received (unpickled, their shared memory fetched from the
@@ -505,7 +549,10 @@ class Loader:
                 yield batch
         finally:
             if receiver is not None:
-                receiver.close()
+                # leaving early (break, an error, Ctrl-C) does not wait for the batch being
+                # received, which may be a slow one: the next epoch waits for it instead
+                receiver.close(wait=False)
+                self._receiver = receiver
         if first is not None:
             own1, loop1, queued1 = _own_cpu_seconds(dl)
             t.own_cpu_s, t.loop_cpu_s, t.queued_s = own1 - own0[0], loop1 - own0[1], queued1 - own0[2]
@@ -537,6 +584,9 @@ class Loader:
         """Rebuild the DataLoader with ``num_workers`` (between epochs); the old workers stop."""
         if self._rebuild is None:
             raise ValueError("set_num_workers needs a loader made by create_loader")
+        if self._receiver is not None:  # out of the old iterator before its workers stop
+            self._receiver.join()
+            self._receiver = None
         old = self.loader
         with _chosen_workers():
             self.loader = self._rebuild(num_workers)

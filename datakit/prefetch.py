@@ -129,20 +129,22 @@ def check_device(device: str | torch.device) -> torch.device:
     what is wrong otherwise (a malformed name, no CUDA, a GPU index this machine lacks)."""
     from datakit.errors import UsageError
 
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise UsageError(f"device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise UsageError(f"device={device!r}: {exc}") from None
+    except (RuntimeError, TypeError, ValueError, OverflowError) as exc:
+        raise UsageError(f"device={device!r}: {str(exc).splitlines()[0]}") from None
     if dev.type not in ("cpu", "cuda"):
         raise UsageError(f"device={str(device)!r}: datakit loads onto 'cpu' or 'cuda' devices")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageError(f"device={str(device)!r} but CUDA is not available here; pass device='cpu'")
+            raise UsageError(f"device={str(dev)!r} but CUDA is not available here; pass device='cpu'")
         count = torch.cuda.device_count()  # does not start CUDA
         if dev.index is not None and dev.index >= count:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             seen = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
-            raise UsageError(f"device={str(device)!r} but CUDA sees {count} GPU{'s' if count != 1 else ''}{seen}: "
+            raise UsageError(f"device={str(dev)!r} but CUDA sees {count} GPU{'s' if count != 1 else ''}{seen}: "
                              f"use cuda:0 to cuda:{count - 1}")  # fmt: skip
     return dev
 

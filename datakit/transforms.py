@@ -239,6 +239,11 @@ class Normalize:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_pool": [], "_executor": None}  # buffers and threads stay in this process
 
+    def __setstate__(self, state: dict) -> None:
+        # a Normalize saved by an earlier version (in a pickled pipeline) lacks the newer attributes
+        defaults = {"_warned": False, "_luts": None, "_pool": [], "threads": 1, "_executor": None}
+        self.__dict__.update({**defaults, **state})
+
     def _check_scale(self, x: torch.Tensor) -> None:
         hi = float(x.max()) if x.numel() else 0.0
         if self.scale255 and hi <= 1.0 + 1e-6 and x.numel() > 16:

@@ -44,6 +44,15 @@ def test_a_gpu_index_the_machine_lacks_is_refused_with_the_count(monkeypatch):
     assert check_device("cuda:1") == torch.device("cuda", 1)
     with pytest.raises(UsageError, match=r"^device='mps': datakit loads onto 'cpu' or 'cuda' devices$"):
         check_device("mps")
+    assert check_device(1) == torch.device("cuda", 1)
+    with pytest.raises(UsageError, match=r"^device='cuda:5' but CUDA sees 2 GPUs"):
+        check_device(5)  # an int is a GPU index, named as such
+    for bad in (True, 1.5, ["cpu"]):
+        with pytest.raises(UsageError) as err:
+            check_device(bad)
+        assert str(err.value) == f"device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {bad!r}"
+    with pytest.raises(UsageError, match=r"^device=1180591620717411303424: Overflow when unpacking long long$"):
+        check_device(2**70)
 
 
 @pytest.mark.gpu

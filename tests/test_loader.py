@@ -197,8 +197,7 @@ def test_batches_from_workers_are_received_on_a_thread_that_ends_with_the_epoch(
     it = iter(loader)
     got = [next(it)[0].tolist() for _ in range(3)]
     assert _receivers() == ["datakit-receive"]
-    it.close()  # the loop leaves the epoch early
-    assert _receivers() == []
+    it.close()  # the loop leaves the epoch early: the thread ends once its batch is in
     assert sorted(sum(batches(loader), [])) == list(range(40))  # the next epoch is whole
     assert _receivers() == [] and len(got) == 3
     assert _draws(loader) != {} and _receivers() == []
@@ -211,8 +210,82 @@ def test_batches_from_workers_are_received_on_a_thread_that_ends_with_the_epoch(
     next(it)
     assert gone() is None and kept[0].tolist() == [4, 5, 6, 7]
     it.close()
-    # without workers, or with a pinning loader's own thread, there is none
+    for _ in range(100):  # it ends once the batch it was receiving is in
+        if not _receivers():
+            break
+        time.sleep(0.02)
+    assert _receivers() == []
+    # without workers there is none
     assert next(iter(create_loader(Indexed(8), 4, num_workers=0))) is not None and _receivers() == []
+
+
+class SlowOnce(Dataset):
+    """Sample 13 takes 4 s the first time it is read (a stuck network read)."""
+
+    def __init__(self, flag: Path) -> None:
+        self.flag = flag
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> int:
+        if int(i) == 13 and not self.flag.exists():
+            self.flag.touch()
+            time.sleep(4)
+        return int(i)
+
+
+def test_leaving_an_epoch_early_does_not_wait_for_a_slow_batch(tmp_path: Path):
+    loader = create_loader(SlowOnce(tmp_path / "slept"), 4, num_workers=1, seed=0, train=False)
+    it = iter(loader)
+    assert [next(it).tolist() for _ in range(3)][-1] == [8, 9, 10, 11]
+    time.sleep(0.5)  # the receiving thread is now waiting for samples 12-15
+    t = time.perf_counter()
+    it.close()  # what break (or Ctrl-C) does to the loop's generator
+    assert time.perf_counter() - t < 1.0
+    assert sorted(sum((b.tolist() for b in loader), [])) == list(range(40))  # the next epoch is whole
+    assert _receivers() == []
+
+
+_CTRL_C = r"""
+import os, signal, threading, time
+from torch.utils.data import Dataset
+from datakit.loader import create_loader
+
+class Stuck(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        if int(i) == 13:
+            time.sleep(60)  # a read that hangs
+        return int(i)
+
+if __name__ == "__main__":
+    loader = create_loader(Stuck(), 4, num_workers=1, seed=0, train=False)
+    for k, batch in enumerate(loader):
+        if k == 1:
+            break
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    t = time.perf_counter()
+    try:
+        for batch in loader:
+            pass
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.perf_counter() - t:.0f} s", flush=True)
+"""
+
+
+def test_ctrl_c_while_a_batch_hangs_stops_and_the_program_exits_cleanly(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text(_CTRL_C)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    took = time.perf_counter() - t
+    # no "terminate called without an active exception" abort from the receiving thread at exit
+    assert (proc.returncode, proc.stdout) == (0, "interrupted after 1 s\n"), proc.stderr[-2000:]
+    assert took < 30
 
 
 def test_epoch_sampler_shards_cover_everything():

@@ -207,6 +207,16 @@ def test_infinite_loader_on_device_resumes_with_the_exact_next_batch(class_folde
     assert got[0].dtype == torch.float32 and len(resumed) == 3
 
 
+def test_a_normalize_pickled_by_an_earlier_version_still_works():
+    # pipelines saved with torch.save hold a Normalize whose state lacks the newer attributes
+    current = Normalize(*IMAGENET)
+    state = {k: v for k, v in current.__dict__.items() if k not in ("threads", "_executor", "_pool", "_luts")}
+    old = Normalize.__new__(Normalize)
+    old.__setstate__(state)
+    x = torch.randint(0, 256, (2, 3, 4, 5), dtype=torch.uint8)
+    assert torch.equal(old(x), current(x)) and torch.equal(old(x[0]), current(x[0])) and old.threads == 1
+
+
 class _Workers(list):
     num_workers = 0
 
