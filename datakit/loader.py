@@ -110,11 +110,24 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return x ^ (x >> 31)
 
 
-def _seed_sample(index) -> None:
-    s = sample_seed(index.seed, index.epoch, int(index))
+def _seed_sample(index, salt: int = 0) -> None:
+    s = sample_seed(index.seed, index.epoch, int(index)) ^ salt
     torch.default_generator.manual_seed(s)  # the CPU generator only: nothing here touches CUDA
     random.seed(s)
     np.random.seed(s & 0xFFFFFFFF)
+
+
+_COLLATE_SALT = 0x5EED_C011_A7E0_0001  # a batch's collate draws: apart from its first sample's
+
+
+def _rng_state() -> tuple:
+    return torch.default_generator.get_state(), random.getstate(), np.random.get_state()
+
+
+def _set_rng_state(state: tuple) -> None:
+    torch.default_generator.set_state(state[0])
+    random.setstate(state[1])
+    np.random.set_state(state[2])
 
 
 class PerSampleSeed(Dataset):
@@ -125,13 +138,15 @@ class PerSampleSeed(Dataset):
     ``create_loader(..., seed=...)`` wraps the dataset in it; the seed and epoch come with each
     index from :class:`EpochSampler` (a :class:`SampleIndex`; a plain ``int`` is read as it is).
 
-    Batches are read through ``__getitems__``: in the main process (``num_workers=0``) the
-    caller's random states are saved once per batch and put back after it, so the training
-    loop's own random numbers are not changed by loading.
+    Batches are read through ``__getitems__``, which then seeds the collate function's draws
+    (MixUp, CutMix) from the batch's first sample. In the main process (``num_workers=0``) the
+    caller's random states are saved once per batch and put back by :class:`SeededCollate` once
+    the batch is collated, so the training loop's own random numbers are not changed by loading.
     """
 
     def __init__(self, dataset: Dataset) -> None:
         self.inner = dataset
+        self._saved: tuple | None = None  # the caller's random states while a batch is read here
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -142,15 +157,27 @@ class PerSampleSeed(Dataset):
         return self.inner[index]
 
     def __getitems__(self, indices: list) -> list:
-        if torch.utils.data.get_worker_info() is not None:
-            return [self[i] for i in indices]
-        saved = torch.default_generator.get_state(), random.getstate(), np.random.get_state()
+        main = torch.utils.data.get_worker_info() is None
+        saved = _rng_state() if main else None
         try:
-            return [self[i] for i in indices]
-        finally:
-            torch.default_generator.set_state(saved[0])
-            random.setstate(saved[1])
-            np.random.set_state(saved[2])
+            out = [self[i] for i in indices]
+            if indices and isinstance(indices[0], SampleIndex):
+                _seed_sample(indices[0], _COLLATE_SALT)
+        except BaseException:
+            if saved is not None:
+                _set_rng_state(saved)
+            raise
+        self._saved = saved
+        return out
+
+    def restore(self) -> None:
+        """Put back the caller's random states saved by the last ``__getitems__`` in this process."""
+        saved, self._saved = self._saved, None
+        if saved is not None:
+            _set_rng_state(saved)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_saved": None}
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name == "inner":  # never the inner __getitems__, nor during unpickling
@@ -159,6 +186,20 @@ class PerSampleSeed(Dataset):
 
     def __repr__(self) -> str:
         return f"PerSampleSeed({self.inner!r})"
+
+
+class SeededCollate:
+    """``collate_fn`` after which the random states :class:`PerSampleSeed` saved in the main
+    process are put back (``num_workers=0``); in workers it is ``collate_fn`` as it is."""
+
+    def __init__(self, collate_fn: Callable, dataset: PerSampleSeed) -> None:
+        self.collate_fn, self.dataset = collate_fn, dataset
+
+    def __call__(self, batch):
+        try:
+            return self.collate_fn(batch)
+        finally:
+            self.dataset.restore()
 
 
 class EpochSampler(Sampler[int]):
@@ -892,6 +933,9 @@ def create_loader(
     if seed is not None:
         generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)  # distinct worker seeds per rank
     worker_init = WorkerInit(dataloader_kwargs.pop("worker_init_fn", None))
+    seeded = PerSampleSeed(dataset) if seed is not None else None
+    if seeded is not None:
+        collate_fn = SeededCollate(collate_fn, seeded)
     kwargs = dict(
         batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers, drop_last=drop_last,
         pin_memory=_is_cuda(device), worker_init_fn=worker_init, generator=generator,
@@ -912,7 +956,7 @@ def create_loader(
             kw["num_workers"] = workers
         if workers > 0:
             kw.update(persistent_workers=dataloader_kwargs.get("persistent_workers", True), prefetch_factor=prefetch)
-        return DataLoader(PerSampleSeed(dataset) if seed is not None else dataset, **kw)
+        return DataLoader(seeded if seeded is not None else dataset, **kw)
 
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)
     out = InfiniteLoader(loader) if infinite else loader

@@ -120,11 +120,29 @@ def test_a_seeded_loader_augments_each_sample_the_same_whatever_the_workers():
     assert create_loader(sub, 4, num_workers=0, seed=5).dataset is sub
 
 
+def mixup(batch):
+    """A collate function that draws, as MixUp and CutMix do."""
+    idx = torch.tensor([int(b[0]) for b in batch])
+    return idx, float(np.random.beta(1.0, 1.0)), float(torch.rand(1)), random.random()
+
+
+def test_a_seeded_loader_seeds_the_collate_functions_draws_too():
+    def run(**kw):
+        return [(b[0].tolist(), b[1:]) for b in create_loader(Indexed(12), 4, seed=3, collate_fn=mixup, **kw)]
+
+    ref = run(num_workers=0)
+    assert len({d for _, d in ref}) == 3  # different draws for every batch
+    for kw in ({"num_workers": 1}, {"num_workers": 2}, {"num_workers": 2, "multiprocessing_context": "spawn"}):
+        assert run(**kw) == ref, kw
+
+
 def test_loading_in_the_main_process_leaves_the_loops_random_state_alone():
     def loop_draws(load: bool):
         seed_everything(11)
         if load:
             for _ in create_loader(Indexed(8), 4, num_workers=0, seed=1):
+                pass
+            for _ in create_loader(Indexed(8), 4, num_workers=0, seed=1, collate_fn=mixup):
                 pass
         return random.random(), float(np.random.rand()), float(torch.rand(1))
 
