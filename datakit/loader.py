@@ -376,10 +376,11 @@ class _Receiver:
     """Takes batches from a worker DataLoader's iterator on a thread of its own, one ahead of the
     loop: receiving one (unpickling it, fetching each shared-memory file descriptor from its
     worker, mapping it) then overlaps with the training step instead of adding to it. At most
-    one batch waits here, so the batches in shared memory stay within what
-    :func:`plan_shared_memory` counts (the loop's and the one arriving); the batch the loop let
-    go of is freed on the thread too (unmapping its shared memory). Errors, worker failures and
-    timeouts reach the loop from ``next()`` as they would have directly."""
+    one batch waits here (the one arriving, in :func:`plan_shared_memory`'s count), and the batch
+    the loop let go of is freed on the thread too, right after the loop takes the next (until
+    then the two overlap for a moment: one batch more than the count, within its 10% margin of
+    free space for batches under a tenth of it). Errors, worker failures and timeouts reach the
+    loop from ``next()`` as they would have directly."""
 
     def __init__(self, it: Iterator) -> None:
         import queue
