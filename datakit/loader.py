@@ -3,6 +3,7 @@ sharding, and an infinite loader that resumes mid-epoch with the exact next batc
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import math
@@ -386,7 +387,6 @@ class _Receiver:
         import queue
         import threading
 
-        _stop_receivers_at_exit()
         self._it = it
         self._slot = threading.Semaphore(1)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -447,15 +447,6 @@ class _Receiver:
 
 _RECEIVERS: weakref.WeakSet[_Receiver] = weakref.WeakSet()
 _THREADS: weakref.WeakSet = weakref.WeakSet()  # a thread outlives its receiver while it lets go of the iterator
-_AT_EXIT: list[bool] = []
-
-
-def _stop_receivers_at_exit() -> None:
-    if not _AT_EXIT:
-        import atexit
-
-        atexit.register(_stop_receivers)  # after torch's own exit hook was registered: runs before it
-        _AT_EXIT.append(True)
 
 
 def _stop_receivers() -> None:
@@ -473,6 +464,9 @@ def _stop_receivers() -> None:
             r.join(10.0)
     for thread in list(_THREADS):  # ended receivers whose thread is still freeing the iterator
         thread.join(10.0)
+
+
+atexit.register(_stop_receivers)  # registered after torch's own exit hook (imported above): runs before it
 
 
 @contextlib.contextmanager
@@ -536,6 +530,11 @@ class Loader:
         self._tuned = False
         self._receiver: _Receiver | None = None
 
+    def _join_receiver(self) -> None:
+        if self._receiver is not None:
+            self._receiver.join()
+            self._receiver = None
+
     @property
     def dataset(self) -> Dataset:
         """The dataset as given to :func:`create_loader` (not the :class:`PerSampleSeed` around it)."""
@@ -558,9 +557,7 @@ class Loader:
             sampler.skip = skip
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter
-        if self._receiver is not None:  # the last epoch's thread may still be inside the iterator
-            self._receiver.join()
-            self._receiver = None
+        self._join_receiver()  # the last epoch's thread may still be inside the iterator
         with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
             it = iter(dl)
         # batches from workers are received (unpickled, their shared memory fetched from the
@@ -626,9 +623,7 @@ class Loader:
         """Rebuild the DataLoader with ``num_workers`` (between epochs); the old workers stop."""
         if self._rebuild is None:
             raise ValueError("set_num_workers needs a loader made by create_loader")
-        if self._receiver is not None:  # out of the old iterator before its workers stop
-            self._receiver.join()
-            self._receiver = None
+        self._join_receiver()  # out of the old iterator before its workers stop
         old = self.loader
         with _chosen_workers():
             self.loader = self._rebuild(num_workers)
