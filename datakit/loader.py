@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from datakit.prefetch import DeviceLoader
 
 __all__ = [
+    "EpochBatches",
     "EpochSampler",
     "EpochTiming",
     "InfiniteLoader",
@@ -223,9 +224,11 @@ class EpochSampler(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def indices(self) -> list[int]:
+    def indices(self, epoch: int | None = None) -> list[int]:
+        """This rank's sample order in ``epoch`` (default: the epoch set)."""
+        epoch = self.epoch if epoch is None else epoch
         if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed + self.epoch)
+            g = torch.Generator().manual_seed(self.seed + epoch)
             order = torch.randperm(self.n, generator=g).tolist()
         else:
             order = list(range(self.n))
@@ -235,15 +238,68 @@ class EpochSampler(Sampler[int]):
             order = order[self.rank :: self.world]
         return order
 
-    def __iter__(self) -> Iterator[int]:
-        order = self.indices()
-        skip, self.skip = self.skip, 0
+    def epoch_order(self, epoch: int, skip: int = 0) -> list[int]:
+        """The indices of ``epoch`` from position ``skip`` on, tagged as :meth:`__iter__` tags them;
+        the sampler's own epoch and skip are neither read nor changed."""
+        order = self.indices(epoch)[skip:]
         if self.tag:
-            return (SampleIndex(i, self.seed, self.epoch) for i in order[skip:])
-        return iter(order[skip:])
+            return [SampleIndex(i, self.seed, epoch) for i in order]
+        return order
+
+    def __iter__(self) -> Iterator[int]:
+        skip, self.skip = self.skip, 0
+        return iter(self.epoch_order(self.epoch, skip))
 
     def __len__(self) -> int:
         return self.per_rank
+
+
+class EpochBatches(Sampler[list]):
+    """The batches of one epoch after another, without end: what the workers of a loader made by
+    :func:`create_loader` read, so that they go on to the next epoch's first batches while the
+    training loop finishes this one (torch's DataLoader prefetches within an epoch only, and
+    each epoch would start with empty queues). Each epoch's order comes from ``sampler``
+    (:meth:`EpochSampler.epoch_order`), cut into batches of ``batch_size``, the last one kept or
+    dropped per epoch as ``drop_last`` says. An iteration starts at ``start`` (epoch, samples to
+    skip); ``len`` is the batches of one whole epoch, what :class:`Loader` hands out per epoch."""
+
+    def __init__(self, sampler: EpochSampler, batch_size: int, drop_last: bool) -> None:
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+        self.start = (0, 0)
+
+    def count(self, skip: int = 0) -> int:
+        """Batches in an epoch started ``skip`` samples in."""
+        left = max(0, len(self.sampler) - skip)
+        return left // self.batch_size if self.drop_last else -(-left // self.batch_size)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __iter__(self) -> Iterator[list]:
+        epoch, skip = self.start
+        if self.count() == 0:
+            return  # no epoch holds a batch: nothing to go on to
+        bs = self.batch_size
+        while True:
+            order = self.sampler.epoch_order(epoch, skip)
+            end = len(order) - len(order) % bs if self.drop_last else len(order)
+            for k in range(0, end, bs):
+                yield order[k : k + bs]
+            epoch, skip = epoch + 1, 0
+
+
+class _StreamingDataLoader(DataLoader):
+    """A DataLoader whose workers read :class:`EpochBatches` (``stream``): its one iterator runs
+    on from epoch to epoch, and :class:`Loader` takes ``len(stream)`` batches from it per epoch.
+    Everything else (``sampler``, ``batch_size``, ``drop_last``, ``len``) reads as usual."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.stream = EpochBatches(self.sampler, self.batch_size, self.drop_last)
+
+    @property
+    def _index_sampler(self):
+        return self.stream
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,7 +584,11 @@ class Loader:
         self.timing: EpochTiming | None = None
         self.history: list[EpochTiming] = []
         self._tuned = False
-        self._receiver: _Receiver | None = None
+        self._receiver: _Receiver | None = None  # a receiving thread left to end on its own
+        # the iterator over a _StreamingDataLoader's batches that reads on into the next epoch,
+        # and the (epoch, skip) its next batch belongs to
+        self._feed: Iterator | None = None
+        self._feed_at: tuple[int, int] | None = None
 
     def _join_receiver(self) -> None:
         if self._receiver is not None:
@@ -546,29 +606,60 @@ class Loader:
         """Share of the time the loop waited for data, over the current (or last) epoch so far."""
         return self.timing.wait_fraction if self.timing is not None else None
 
+    def _open(self, dl: DataLoader) -> Iterator:
+        """The DataLoader's iterator; with workers, batches are received (unpickled, their shared
+        memory fetched from the worker and mapped: 1-3 ms each) on a thread while the step runs
+        (a pinning loader's own thread does this already)."""
+        with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
+            it = iter(dl)
+        return _Receiver(it) if dl.num_workers > 0 and not dl.pin_memory else it
+
+    def _drop_feed(self, wait: bool) -> None:
+        """Stop reading ahead from the batch stream (see :meth:`_feed_from`)."""
+        feed, self._feed, self._feed_at = self._feed, None, None
+        if isinstance(feed, _Receiver):
+            feed.close(wait=wait)
+            if not wait:
+                self._receiver = feed  # joined before the DataLoader's iterator is used again
+
+    def _feed_from(self, dl: _StreamingDataLoader, epoch: int, skip: int) -> Iterator:
+        """The iterator over the loader's batch stream, standing at (``epoch``, ``skip``): the one
+        that went on from the last epoch when that is where it stands (its workers have been
+        reading this epoch's first batches already), else restarted there."""
+        if self._feed is not None and self._feed_at == (epoch, skip):
+            return self._feed
+        self._drop_feed(wait=True)
+        self._join_receiver()
+        dl.stream.start = (epoch, skip)
+        self._feed = self._open(dl)
+        return self._feed
+
     def _iterate(self, epoch: int, skip: int = 0) -> Iterator:
         dl = self.loader
         sampler = dl.sampler
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
-        if skip:
-            if not isinstance(sampler, EpochSampler):
-                raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
-            sampler.skip = skip
+        if skip and not isinstance(sampler, EpochSampler):
+            raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter
-        self._join_receiver()  # the last epoch's thread may still be inside the iterator
-        with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
-            it = iter(dl)
-        # batches from workers are received (unpickled, their shared memory fetched from the
-        # worker and mapped: 1-3 ms each) on a thread while the step runs; a pinning loader's
-        # own thread does this already
-        receiver = _Receiver(it) if dl.num_workers > 0 and not dl.pin_memory else None
-        it = receiver if receiver is not None else it
+        stream = isinstance(dl, _StreamingDataLoader)
+        if stream:
+            left = dl.stream.count(skip)
+            it = self._feed_from(dl, epoch, skip) if left else iter(())
+            own = None
+        else:
+            left = -1  # until the iterator ends
+            if skip:
+                sampler.skip = skip
+            self._join_receiver()  # the last epoch's thread may still be inside the iterator
+            it = self._open(dl)
+            own = it if isinstance(it, _Receiver) else None
         first = cpu0 = own0 = None
         cpu = time.process_time
+        complete = False
         try:
-            while True:
+            while left != 0:
                 t0, c0 = clock(), cpu()
                 try:
                     batch = next(it)
@@ -577,6 +668,7 @@ class Loader:
                 except DatakitError as exc:
                     raise _unwrap_worker_error(exc) from None
                 t1 = clock()
+                left -= 1
                 t.batches += 1
                 if first is None:
                     first, t.first_batch_s, cpu0, own0 = t1, t1 - t0, _cpu_busy_seconds(), _own_cpu_seconds(dl)
@@ -586,12 +678,18 @@ class Loader:
                     t.wait_cpu_s += cpu() - c0
                     t.total_s = t1 - first
                 yield batch
+            complete = True
         finally:
-            if receiver is not None:
-                # leaving early (break, an error, Ctrl-C) does not wait for the batch being
-                # received, which may be a slow one: the next epoch waits for it instead
-                receiver.close(wait=False)
-                self._receiver = receiver
+            # leaving early (break, an error, Ctrl-C) does not wait for the batch being received,
+            # which may be a slow one: the next epoch waits for it instead
+            if own is not None:
+                own.close(wait=False)
+                self._receiver = own
+            elif stream and it is self._feed:
+                if complete and left == 0:
+                    self._feed_at = (epoch + 1, 0)  # read on into the next epoch meanwhile
+                else:
+                    self._drop_feed(wait=False)
         if first is not None:
             own1, loop1, queued1 = _own_cpu_seconds(dl)
             t.own_cpu_s, t.loop_cpu_s, t.queued_s = own1 - own0[0], loop1 - own0[1], queued1 - own0[2]
@@ -623,15 +721,25 @@ class Loader:
         """Rebuild the DataLoader with ``num_workers`` (between epochs); the old workers stop."""
         if self._rebuild is None:
             raise ValueError("set_num_workers needs a loader made by create_loader")
+        self._drop_feed(wait=True)
         self._join_receiver()  # out of the old iterator before its workers stop
         old = self.loader
         with _chosen_workers():
             self.loader = self._rebuild(num_workers)
         self._tuned = True
-        it = getattr(old, "_iterator", None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()  # persistent workers would otherwise live until garbage collection
-            old._iterator = None
+        _stop_workers(old)  # persistent workers would otherwise live until garbage collection
+
+    def close(self) -> None:
+        """Stop reading ahead into the next epoch and stop the workers (the next epoch starts
+        them again). Dropping the loader does the same."""
+        self._drop_feed(wait=True)
+        self._join_receiver()
+        _stop_workers(self.loader)
+
+    def __del__(self) -> None:
+        feed = getattr(self, "_feed", None)
+        if isinstance(feed, _Receiver):
+            feed.close(wait=False)  # its thread ends, letting go of the DataLoader's iterator
 
     def __iter__(self):
         it = self._iterate(self.epoch)
@@ -645,6 +753,14 @@ class Loader:
         if name == "loader":
             raise AttributeError(name)
         return getattr(self.loader, name)
+
+
+def _stop_workers(dl: DataLoader) -> None:
+    """Shut down the persistent workers of ``dl``, if it has any running."""
+    it = getattr(dl, "_iterator", None)
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
+        dl._iterator = None
 
 
 class InfiniteLoader:
@@ -914,13 +1030,10 @@ def create_loader(
     tag = callable(getattr(dataset, "on_error", "raise")) or getattr(dataset, "on_error", "raise") != "raise"
     tag = tag or seed is not None  # a seeded loader seeds each sample: PerSampleSeed below
     if sampler is None:
-        if seed is None and not shard and not infinite and not tag:
-            sampler = None
-        else:
-            if seed is None and not shard and not infinite:
-                base = int(torch.randint(2**31 - 1, ()))  # unseeded: a fresh order every run, as before
-            sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
-    per_rank = len(sampler) if sampler is not None else len(dataset)
+        if seed is None and not shard and not infinite:
+            base = int(torch.randint(2**31 - 1, ()))  # unseeded: a fresh order every run
+        sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
+    per_rank = len(sampler)
     if drop_last is None:
         drop_last = train and per_rank % batch_size == 1 and per_rank > 1
         if drop_last:
@@ -936,10 +1049,7 @@ def create_loader(
         batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers, drop_last=drop_last,
         pin_memory=_is_cuda(device), worker_init_fn=worker_init, generator=generator,
     )  # fmt: skip
-    if sampler is not None:
-        kwargs["sampler"] = sampler
-    else:
-        kwargs["shuffle"] = shuffle
+    kwargs["sampler"] = sampler
     kwargs.update(dataloader_kwargs)
 
     def build(workers: int) -> DataLoader:  # also called between epochs when re-tuning
@@ -950,9 +1060,12 @@ def create_loader(
             prefetch = dataloader_kwargs.get("prefetch_factor") or 4
             workers, prefetch = _fit_environment(dataset, batch_size, workers, prefetch)
             kw["num_workers"] = workers
+        persistent = workers > 0 and dataloader_kwargs.get("persistent_workers", True)
         if workers > 0:
-            kw.update(persistent_workers=dataloader_kwargs.get("persistent_workers", True), prefetch_factor=prefetch)
-        return DataLoader(seeded if seeded is not None else dataset, **kw)
+            kw.update(persistent_workers=persistent, prefetch_factor=prefetch)
+        # workers that stay read on into the next epoch (EpochBatches) from the sampler set up here
+        cls = _StreamingDataLoader if persistent and isinstance(kw.get("sampler"), EpochSampler) else DataLoader
+        return cls(seeded if seeded is not None else dataset, **kw)
 
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)
     out = InfiniteLoader(loader) if infinite else loader

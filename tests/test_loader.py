@@ -210,15 +210,101 @@ def _receivers() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name == "datakit-receive"]
 
 
-def test_batches_from_workers_are_received_on_a_thread_that_ends_with_the_epoch():
+def _receivers_end(timeout: float = 20.0) -> list[str]:
+    """The receiving threads left once those that are ending (letting go of a loader's workers,
+    this test's or an earlier test's) have ended."""
+    deadline = time.monotonic() + timeout
+    while _receivers() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _receivers()
+
+
+class Marking(Dataset):
+    """Leaves a file named epoch-index for each sample read (a seeded loader's indices carry the epoch)."""
+
+    def __init__(self, root: Path, n: int = 40) -> None:
+        self.root, self.n = root, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        (self.root / f"{i.epoch}-{int(i)}").touch()
+        return int(i)
+
+
+def _read(root: Path, epoch: int, settle: float = 0.5, timeout: float = 20.0) -> list[int]:
+    """The samples of ``epoch`` read so far, once no more have been read for ``settle`` seconds."""
+    seen, since, deadline = None, time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = sorted(int(p.name.split("-")[1]) for p in root.glob(f"{epoch}-*"))
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since > settle:
+            break
+        time.sleep(0.05)
+    return seen
+
+
+def test_workers_read_on_into_the_next_epoch_while_the_loop_finishes_this_one(tmp_path: Path):
+    assert _receivers_end() == []
+    loader = create_loader(Marking(tmp_path), 4, num_workers=2, seed=0, train=False)
+    assert [b.tolist() for b in loader] == [list(range(k, k + 4)) for k in range(0, 40, 4)]
+    # the next epoch's first batches are read with no one asking: 2 workers x 4 batches in
+    # flight, plus the one the receiving thread holds for the loop
+    assert _read(tmp_path, 1) == list(range(36)) and _receivers() == ["datakit-receive"]
+    assert _read(tmp_path, 2) == []
+    assert [b.tolist() for b in loader] == [list(range(k, k + 4)) for k in range(0, 40, 4)]
+    assert _read(tmp_path, 2) == list(range(36))
+    # closing stops the reading ahead and the workers; the next epoch starts them again, whole
+    pids = [w.pid for w in loader.loader._iterator._workers]
+    loader.close()
+    assert _receivers_end() == [] and loader.loader._iterator is None
+    assert not any(os.path.exists(f"/proc/{pid}") and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+                   for pid in pids)  # fmt: skip
+    assert sum((b.tolist() for b in loader), []) == list(range(40))
+    # leaving an epoch early drops what was read for what would have followed it; a loader
+    # that is dropped lets its thread and workers go
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1, 2, 3]
+    it.close()
+    assert _receivers_end() == []
+    assert [b.tolist() for b in loader][0] == [0, 1, 2, 3] and _receivers() == ["datakit-receive"]
+    del loader, it
+    assert _receivers_end() == []
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resume_or_a_new_epoch_number_restarts_the_stream_where_asked(workers: int):
+    def run(loader, skip_to: tuple[int, int] | None = None, n: int = 7):
+        inf = InfiniteLoader(loader)
+        if skip_to is not None:
+            inf.load_state_dict({"epoch": skip_to[0], "step": skip_to[1]})
+        return [next(inf)[0].tolist() for _ in range(n)], inf.state_dict()
+
+    # 4 batches an epoch (the last holding 2 samples): 7 batches cross into the next epoch
+    straight, state = run(create_loader(Indexed(14), 4, num_workers=workers, seed=3, drop_last=False))
+    assert state == {"epoch": 1, "step": 3} and [len(b) for b in straight] == [4, 4, 4, 2, 4, 4, 4]
+    resumed, _ = run(create_loader(Indexed(14), 4, num_workers=workers, seed=3, drop_last=False), (1, 1), 2)
+    assert resumed == straight[4 + 1 : 4 + 3]
+    # a Loader told to start another epoch than the one it read on into
+    loader = create_loader(Indexed(14), 4, num_workers=workers, seed=3, drop_last=False)
+    first = batches(loader)
+    loader.epoch = 0
+    assert batches(loader) == first == straight[:4]
+    second = batches(loader)
+    assert second[:3] == straight[4:] and sorted(sum(second, [])) == list(range(14))
+
+
+def test_batches_from_workers_are_received_on_a_thread():
+    assert _receivers_end() == []
     loader = create_loader(Indexed(40), 4, num_workers=2, seed=0)
     it = iter(loader)
     got = [next(it)[0].tolist() for _ in range(3)]
     assert _receivers() == ["datakit-receive"]
     it.close()  # the loop leaves the epoch early: the thread ends once its batch is in
+    assert _receivers_end() == [] and len(got) == 3
     assert sorted(sum(batches(loader), [])) == list(range(40))  # the next epoch is whole
-    assert _receivers() == [] and len(got) == 3
-    assert _draws(loader) != {} and _receivers() == []
     # a batch the loop let go of is freed by that thread once the loop takes the next one; a batch
     # the loop keeps stays whole
     it = iter(create_loader(Indexed(40), 4, num_workers=2, seed=0, train=False))
@@ -228,11 +314,8 @@ def test_batches_from_workers_are_received_on_a_thread_that_ends_with_the_epoch(
     next(it)
     assert gone() is None and kept[0].tolist() == [4, 5, 6, 7]
     it.close()
-    for _ in range(100):  # it ends once the batch it was receiving is in
-        if not _receivers():
-            break
-        time.sleep(0.02)
-    assert _receivers() == []
+    del loader
+    assert _receivers_end() == []
     # without workers there is none
     assert next(iter(create_loader(Indexed(8), 4, num_workers=0))) is not None and _receivers() == []
 
@@ -262,7 +345,8 @@ def test_leaving_an_epoch_early_does_not_wait_for_a_slow_batch(tmp_path: Path):
     it.close()  # what break (or Ctrl-C) does to the loop's generator
     assert time.perf_counter() - t < 1.0
     assert sorted(sum((b.tolist() for b in loader), [])) == list(range(40))  # the next epoch is whole
-    assert _receivers() == []
+    loader.close()
+    assert _receivers_end() == []
 
 
 _CTRL_C = r"""
