@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from datakit.errors import DatakitError
+from datakit.errors import DatakitError, UsageError
 
 if TYPE_CHECKING:
     from datakit.prefetch import DeviceLoader
@@ -584,16 +584,18 @@ class Loader:
         self.timing: EpochTiming | None = None
         self.history: list[EpochTiming] = []
         self._tuned = False
-        self._receiver: _Receiver | None = None  # a receiving thread left to end on its own
+        self._pending: list[_Receiver] = []  # receiving threads of epochs left, to be joined
+        self._generation = 0  # of the epoch iteration now running: a newer one supersedes it
         # the iterator over a _StreamingDataLoader's batches that reads on into the next epoch,
         # and the (epoch, skip) its next batch belongs to
         self._feed: Iterator | None = None
         self._feed_at: tuple[int, int] | None = None
 
-    def _join_receiver(self) -> None:
-        if self._receiver is not None:
-            self._receiver.join()
-            self._receiver = None
+    def _join_pending(self) -> None:
+        """Stop and wait for the receiving threads of earlier epochs (an epoch left early, or one
+        superseded by a newer iteration): the DataLoader's iterator is then free."""
+        while self._pending:
+            self._pending.pop().close(wait=True)
 
     @property
     def dataset(self) -> Dataset:
@@ -620,21 +622,29 @@ class Loader:
         if isinstance(feed, _Receiver):
             feed.close(wait=wait)
             if not wait:
-                self._receiver = feed  # joined before the DataLoader's iterator is used again
+                self._pending.append(feed)  # joined before the DataLoader's iterator is used again
 
     def _feed_from(self, dl: _StreamingDataLoader, epoch: int, skip: int) -> Iterator:
         """The iterator over the loader's batch stream, standing at (``epoch``, ``skip``): the one
         that went on from the last epoch when that is where it stands (its workers have been
         reading this epoch's first batches already), else restarted there."""
-        if self._feed is not None and self._feed_at == (epoch, skip):
-            return self._feed
-        self._drop_feed(wait=True)
-        self._join_receiver()
-        dl.stream.start = (epoch, skip)
-        self._feed = self._open(dl)
+        if self._feed is None or self._feed_at != (epoch, skip):
+            self._drop_feed(wait=True)
+            self._join_pending()
+            dl.stream.start = (epoch, skip)
+            self._feed = self._open(dl)
+        self._feed_at = None  # in use: where it stands is known again when the epoch ends
         return self._feed
 
+    def _superseded(self, gen: int, epoch: int) -> UsageError | None:
+        if gen == self._generation:
+            return None
+        return UsageError(f"the iterator of epoch {epoch} was superseded by a newer iter(loader): a loader serves "
+                          "one epoch at a time; finish or close the first, or make a second loader")  # fmt: skip
+
     def _iterate(self, epoch: int, skip: int = 0) -> Iterator:
+        self._generation += 1
+        gen = self._generation
         dl = self.loader
         sampler = dl.sampler
         if hasattr(sampler, "set_epoch"):
@@ -652,15 +662,19 @@ class Loader:
             left = -1  # until the iterator ends
             if skip:
                 sampler.skip = skip
-            self._join_receiver()  # the last epoch's thread may still be inside the iterator
+            self._join_pending()  # the last epoch's thread may still be inside the iterator
             it = self._open(dl)
             own = it if isinstance(it, _Receiver) else None
+            if own is not None:
+                self._pending.append(own)  # a newer iteration stops it before resetting the iterator
         first = cpu0 = own0 = None
         cpu = time.process_time
-        complete = False
         try:
             while left != 0:
                 t0, c0 = clock(), cpu()
+                superseded = self._superseded(gen, epoch)
+                if superseded is not None:
+                    raise superseded
                 try:
                     batch = next(it)
                 except StopIteration:
@@ -669,6 +683,8 @@ class Loader:
                     raise _unwrap_worker_error(exc) from None
                 t1 = clock()
                 left -= 1
+                if left == 0 and stream:
+                    self._feed_at = (epoch + 1, 0)  # the last batch: the feed reads on into the next epoch
                 t.batches += 1
                 if first is None:
                     first, t.first_batch_s, cpu0, own0 = t1, t1 - t0, _cpu_busy_seconds(), _own_cpu_seconds(dl)
@@ -678,18 +694,16 @@ class Loader:
                     t.wait_cpu_s += cpu() - c0
                     t.total_s = t1 - first
                 yield batch
-            complete = True
         finally:
             # leaving early (break, an error, Ctrl-C) does not wait for the batch being received,
-            # which may be a slow one: the next epoch waits for it instead
+            # which may be a slow one: the next epoch waits for it instead; a superseded iteration
+            # leaves everything to the one that superseded it
             if own is not None:
                 own.close(wait=False)
-                self._receiver = own
-            elif stream and it is self._feed:
-                if complete and left == 0:
-                    self._feed_at = (epoch + 1, 0)  # read on into the next epoch meanwhile
-                else:
-                    self._drop_feed(wait=False)
+            elif stream and it is self._feed and gen == self._generation and left != 0:
+                self._drop_feed(wait=False)
+        if gen != self._generation:
+            return
         if first is not None:
             own1, loop1, queued1 = _own_cpu_seconds(dl)
             t.own_cpu_s, t.loop_cpu_s, t.queued_s = own1 - own0[0], loop1 - own0[1], queued1 - own0[2]
@@ -722,7 +736,7 @@ class Loader:
         if self._rebuild is None:
             raise ValueError("set_num_workers needs a loader made by create_loader")
         self._drop_feed(wait=True)
-        self._join_receiver()  # out of the old iterator before its workers stop
+        self._join_pending()  # out of the old iterator before its workers stop
         old = self.loader
         with _chosen_workers():
             self.loader = self._rebuild(num_workers)
@@ -733,7 +747,7 @@ class Loader:
         """Stop reading ahead into the next epoch and stop the workers (the next epoch starts
         them again). Dropping the loader does the same."""
         self._drop_feed(wait=True)
-        self._join_receiver()
+        self._join_pending()
         _stop_workers(self.loader)
 
     def __del__(self) -> None:

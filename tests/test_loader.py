@@ -213,6 +213,7 @@ def _receivers() -> list[str]:
 def _receivers_end(timeout: float = 20.0) -> list[str]:
     """The receiving threads left once those that are ending (letting go of a loader's workers,
     this test's or an earlier test's) have ended."""
+    gc.collect()  # loaders caught in reference cycles (a traceback held by pytest.raises, say)
     deadline = time.monotonic() + timeout
     while _receivers() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -294,6 +295,34 @@ def test_a_resume_or_a_new_epoch_number_restarts_the_stream_where_asked(workers:
     assert batches(loader) == first == straight[:4]
     second = batches(loader)
     assert second[:3] == straight[4:] and sorted(sum(second, [])) == list(range(14))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_newer_iteration_supersedes_an_unfinished_one_which_then_refuses(workers: int, persistent: bool):
+    kw = dict(num_workers=workers, seed=0, train=False, **({"persistent_workers": persistent} if workers else {}))
+    loader = create_loader(Indexed(40), 4, **kw)
+    whole = [list(range(k, k + 4)) for k in range(0, 40, 4)]
+    assert batches(loader) == whole  # epoch 0; with workers, they read on into epoch 1
+    held = iter(loader)
+    assert [next(held)[0].tolist() for _ in range(2)] == whole[:2]
+    loader.epoch = 1  # epoch 1 again, from its start, while `held` is half-way through it
+    assert batches(loader) == whole
+    msg = ("the iterator of epoch 1 was superseded by a newer iter(loader): a loader serves one epoch at a time; "
+           "finish or close the first, or make a second loader")  # fmt: skip
+    with pytest.raises(UsageError) as err:
+        next(held)
+    assert str(err.value) == msg
+    # two iterators at once (zip(loader, loader)): the first refuses rather than share batches
+    a, b = iter(loader), iter(loader)
+    assert next(a)[0].tolist() == next(b)[0].tolist() == whole[0]
+    with pytest.raises(UsageError, match="the iterator of epoch 2 was superseded"):
+        next(a)
+    assert [x[0].tolist() for x in b] == whole[1:] and batches(loader) == whole
+    # an iteration that handed out its last batch but was never told the epoch ended
+    last = [x[0].tolist() for _, x in zip(range(10), loader)]
+    assert last == whole and batches(loader) == whole and loader.history[-1].epoch == 6
+    loader.close()
 
 
 def test_batches_from_workers_are_received_on_a_thread():
