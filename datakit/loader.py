@@ -461,6 +461,7 @@ class _Receiver:
             self._slot.acquire()  # the loop took the last batch
             kept[0] = None
             if self._stop:
+                self._let_go()
                 return
             try:
                 item = (True, next(self._it))
@@ -473,6 +474,23 @@ class _Receiver:
             self._queue.put(item)
             del item
             if not ok:
+                return
+
+    def _let_go(self, patience: float = 2.0) -> None:
+        """With the ``file_system`` sharing strategy, receive and free the batches still in flight
+        before letting go of the iterator: each is a file in /dev/shm that nothing else would
+        remove until the process ends (with file descriptors, the kernel frees them)."""
+        import torch.multiprocessing as tmp
+
+        it = self._it
+        if tmp.get_sharing_strategy() != "file_system" or not getattr(it, "_tasks_outstanding", 0):
+            return
+        it._sampler_iter = iter(())  # no new batches are asked for; the next iteration resets it
+        deadline = time.monotonic() + patience
+        while it._tasks_outstanding and time.monotonic() < deadline:
+            try:
+                it._next_data()
+            except Exception:  # StopIteration, or a worker's error: nothing more will come
                 return
 
     def __iter__(self) -> _Receiver:
@@ -586,16 +604,28 @@ class Loader:
         self._tuned = False
         self._pending: list[_Receiver] = []  # receiving threads of epochs left, to be joined
         self._generation = 0  # of the epoch iteration now running: a newer one supersedes it
+        self._ended_by = "iter"  # what superseded the last: a newer iteration, close() or set_num_workers()
         # the iterator over a _StreamingDataLoader's batches that reads on into the next epoch,
         # and the (epoch, skip) its next batch belongs to
         self._feed: Iterator | None = None
         self._feed_at: tuple[int, int] | None = None
 
-    def _join_pending(self) -> None:
+    def _end_receiver(self, r: _Receiver, patience: float) -> None:
+        """Stop ``r`` and wait for its thread. A batch in transit that has not come within
+        ``patience`` seconds (a stuck read, perhaps of a batch no one will ask for) ends with the
+        workers of its iterator; the next iteration starts new ones."""
+        r.close(wait=False)
+        if r.join(patience):
+            return
+        _abandon(r._it, r)
+        if getattr(self.loader, "_iterator", None) is r._it:
+            self.loader._iterator = None
+
+    def _join_pending(self, patience: float = 5.0) -> None:
         """Stop and wait for the receiving threads of earlier epochs (an epoch left early, or one
         superseded by a newer iteration): the DataLoader's iterator is then free."""
         while self._pending:
-            self._pending.pop().close(wait=True)
+            self._end_receiver(self._pending.pop(), patience)
 
     @property
     def dataset(self) -> Dataset:
@@ -616,13 +646,21 @@ class Loader:
             it = iter(dl)
         return _Receiver(it) if dl.num_workers > 0 and not dl.pin_memory else it
 
-    def _drop_feed(self, wait: bool) -> None:
-        """Stop reading ahead from the batch stream (see :meth:`_feed_from`)."""
+    def _drop_feed(self, wait: bool, patience: float = 5.0) -> None:
+        """Stop reading ahead from the batch stream (see :meth:`_feed_from`); with ``wait``, until
+        its thread has ended (:meth:`_end_receiver`)."""
         feed, self._feed, self._feed_at = self._feed, None, None
         if isinstance(feed, _Receiver):
-            feed.close(wait=wait)
-            if not wait:
+            if wait:
+                self._end_receiver(feed, patience)
+            else:
+                feed.close(wait=False)
                 self._pending.append(feed)  # joined before the DataLoader's iterator is used again
+
+    def _supersede(self, cause: str) -> None:
+        """An iteration in progress, if any, is over: resumed, it refuses (``cause`` says why)."""
+        self._generation += 1
+        self._ended_by = cause
 
     def _feed_from(self, dl: _StreamingDataLoader, epoch: int, skip: int) -> Iterator:
         """The iterator over the loader's batch stream, standing at (``epoch``, ``skip``): the one
@@ -639,11 +677,14 @@ class Loader:
     def _superseded(self, gen: int, epoch: int) -> UsageError | None:
         if gen == self._generation:
             return None
+        if self._ended_by != "iter":
+            return UsageError(f"the iterator of epoch {epoch} was ended by {self._ended_by}; start the epoch again "
+                              "with iter(loader)")  # fmt: skip
         return UsageError(f"the iterator of epoch {epoch} was superseded by a newer iter(loader): a loader serves "
                           "one epoch at a time; finish or close the first, or make a second loader")  # fmt: skip
 
     def _iterate(self, epoch: int, skip: int = 0) -> Iterator:
-        self._generation += 1
+        self._supersede("iter")
         gen = self._generation
         dl = self.loader
         sampler = dl.sampler
@@ -735,8 +776,9 @@ class Loader:
         """Rebuild the DataLoader with ``num_workers`` (between epochs); the old workers stop."""
         if self._rebuild is None:
             raise ValueError("set_num_workers needs a loader made by create_loader")
-        self._drop_feed(wait=True)
-        self._join_pending()  # out of the old iterator before its workers stop
+        self._supersede("set_num_workers()")  # an epoch in progress ends here (autotune calls it after one)
+        self._drop_feed(wait=True, patience=2.5)  # its workers stop: a stuck batch is not waited for
+        self._join_pending(patience=2.5)  # out of the old iterator before its workers stop
         old = self.loader
         with _chosen_workers():
             self.loader = self._rebuild(num_workers)
@@ -746,8 +788,9 @@ class Loader:
     def close(self) -> None:
         """Stop reading ahead into the next epoch and stop the workers (the next epoch starts
         them again). Dropping the loader does the same."""
-        self._drop_feed(wait=True)
-        self._join_pending()
+        self._supersede("loader.close()")
+        self._drop_feed(wait=True, patience=2.5)  # its workers stop: a stuck batch is not waited for
+        self._join_pending(patience=2.5)
         _stop_workers(self.loader)
 
     def __del__(self) -> None:
@@ -767,6 +810,27 @@ class Loader:
         if name == "loader":
             raise AttributeError(name)
         return getattr(self.loader, name)
+
+
+def _abandon(it, receiver: _Receiver | None = None) -> None:
+    """Stop the workers of a DataLoader iterator whose batch in transit will not be waited for:
+    terminated at once (torch's own shutdown would wait 5 s for a stuck one), without its
+    SIGCHLD handler taking that for a failure in the main thread. A ``receiver`` waiting in the
+    iterator sees the workers gone within torch's status check (5 s), passes that on as an
+    error no one takes, and ends; then the iterator is shut down."""
+    from torch.utils.data import _utils
+
+    if getattr(it, "_worker_pids_set", False):
+        _utils.signal_handling._remove_worker_pids(id(it))
+        it._worker_pids_set = False
+    for w in getattr(it, "_workers", []):
+        if w.is_alive():
+            w.terminate()
+    if receiver is not None:
+        receiver.join(15.0)
+    shutdown = getattr(it, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def _stop_workers(dl: DataLoader) -> None:
@@ -791,20 +855,26 @@ class InfiniteLoader:
         self.epoch = 0
         self.step = 0
         self._it = None
+        self._gen: int | None = None
 
     def _start_epoch(self) -> None:
         self._it = self.loader._iterate(self.epoch, self.step * self.loader.loader.batch_size)
+        self._gen = None  # the Loader's generation once the epoch has started (on the first next())
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        if self._it is None:
+        if self._it is None or (self._gen is not None and self._gen != self.loader._generation):
+            # not started, or its epoch was ended from outside (loader.close() to free the workers
+            # during an evaluation, set_num_workers(), another iteration): go on from where it is
             self._start_epoch()
         while True:
             try:
                 batch = next(self._it)
                 self.step += 1
+                if self._gen is None:
+                    self._gen = self.loader._generation
                 return batch
             except StopIteration:
                 self.epoch += 1
@@ -1078,7 +1148,10 @@ def create_loader(
         if workers > 0:
             kw.update(persistent_workers=persistent, prefetch_factor=prefetch)
         # workers that stay read on into the next epoch (EpochBatches) from the sampler set up here
-        cls = _StreamingDataLoader if persistent and isinstance(kw.get("sampler"), EpochSampler) else DataLoader
+        # (training only: an evaluation loader's next pass comes a training epoch later, and reading
+        # it ahead would take CPU from the training workers)
+        stream = train and persistent and isinstance(kw.get("sampler"), EpochSampler)
+        cls = _StreamingDataLoader if stream else DataLoader
         return cls(seeded if seeded is not None else dataset, **kw)
 
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)

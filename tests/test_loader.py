@@ -249,7 +249,7 @@ def _read(root: Path, epoch: int, settle: float = 0.5, timeout: float = 20.0) ->
 
 def test_workers_read_on_into_the_next_epoch_while_the_loop_finishes_this_one(tmp_path: Path):
     assert _receivers_end() == []
-    loader = create_loader(Marking(tmp_path), 4, num_workers=2, seed=0, train=False)
+    loader = create_loader(Marking(tmp_path), 4, num_workers=2, seed=0, shuffle=False)
     assert [b.tolist() for b in loader] == [list(range(k, k + 4)) for k in range(0, 40, 4)]
     # the next epoch's first batches are read with no one asking: 2 workers x 4 batches in
     # flight, plus the one the receiving thread holds for the loop
@@ -300,7 +300,7 @@ def test_a_resume_or_a_new_epoch_number_restarts_the_stream_where_asked(workers:
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("persistent", [True, False])
 def test_a_newer_iteration_supersedes_an_unfinished_one_which_then_refuses(workers: int, persistent: bool):
-    kw = dict(num_workers=workers, seed=0, train=False, **({"persistent_workers": persistent} if workers else {}))
+    kw = dict(num_workers=workers, seed=0, shuffle=False, **({"persistent_workers": persistent} if workers else {}))
     loader = create_loader(Indexed(40), 4, **kw)
     whole = [list(range(k, k + 4)) for k in range(0, 40, 4)]
     assert batches(loader) == whole  # epoch 0; with workers, they read on into epoch 1
@@ -323,6 +323,120 @@ def test_a_newer_iteration_supersedes_an_unfinished_one_which_then_refuses(worke
     last = [x[0].tolist() for _, x in zip(range(10), loader)]
     assert last == whole and batches(loader) == whole and loader.history[-1].epoch == 6
     loader.close()
+
+
+def test_an_evaluation_loader_does_not_read_its_next_pass_ahead(tmp_path: Path):
+    loader = create_loader(Marking(tmp_path), 4, num_workers=2, seed=0, train=False)
+    assert sum((b.tolist() for b in loader), []) == list(range(40))
+    assert _read(tmp_path, 1) == [] and _read(tmp_path, 0) == list(range(40))
+    loader.close()
+
+
+class StuckInEpoch1(Dataset):
+    """Sample 0 of epoch 1 never arrives (a hung network read)."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i):
+        if int(i) == 0 and i.epoch == 1:
+            time.sleep(600)
+        return int(i)
+
+
+@pytest.mark.parametrize("how", ["close", "set_num_workers", "another epoch"])
+def test_a_stuck_batch_read_ahead_does_not_hold_up_close_retuning_or_a_restart(how: str):
+    loader = create_loader(StuckInEpoch1(), 4, num_workers=2, seed=0, shuffle=False)
+    assert sum((b.tolist() for b in loader), []) == list(range(16))  # epoch 1 is being read ahead
+    time.sleep(0.3)
+    t = time.perf_counter()
+    if how == "close":
+        loader.close()
+        assert loader.loader._iterator is None
+    elif how == "set_num_workers":
+        loader.set_num_workers(1)
+    else:
+        loader.epoch = 2  # epoch 1 is skipped: its stuck batch is not needed
+        assert next(iter(loader)).tolist() == [0, 1, 2, 3]
+    assert time.perf_counter() - t < 15  # 2.5-5 s of patience, then its workers are stopped
+    loader.epoch = 3
+    assert sum((b.tolist() for b in loader), []) == list(range(16))
+    loader.close()
+    assert _receivers_end() == []
+
+
+def test_closing_or_retuning_mid_epoch_ends_the_epoch_and_an_infinite_loader_goes_on_exactly():
+    def make():
+        return create_loader(Indexed(40), 4, num_workers=2, seed=0, infinite=True)
+
+    ref = make()
+    expected = [next(ref)[0].tolist() for _ in range(24)]
+    inf = make()
+    got = [next(inf)[0].tolist() for _ in range(3)]
+    inf.loader.close()  # free the workers during a long evaluation, say
+    got += [next(inf)[0].tolist() for _ in range(9)]  # across the epoch boundary
+    inf.loader.set_num_workers(1)
+    got += [next(inf)[0].tolist() for _ in range(12)]
+    assert got == expected and inf.state_dict() == {"epoch": 2, "step": 4}
+    # a finite loader's epoch left suspended and then closed refuses to go on, in one line
+    loader = create_loader(Indexed(40), 4, num_workers=2, seed=0)
+    it = iter(loader)
+    next(it)
+    loader.close()
+    with pytest.raises(UsageError) as err:
+        next(it)
+    assert (
+        str(err.value) == "the iterator of epoch 0 was ended by loader.close(); start the epoch again with iter(loader)"
+    )
+    del err
+    ref.loader.close()
+    loader.close()
+
+
+_FILE_SYSTEM = r"""
+import os
+import torch
+import torch.multiprocessing as tmp
+from torch.utils.data import Dataset
+from datakit.loader import create_loader
+
+class Big(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.full((64, 64, 16), float(i))
+
+def shm():
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("torch_"))
+
+if __name__ == "__main__":
+    tmp.set_sharing_strategy("file_system")  # what create_loader chooses under a low open-file limit
+    before = shm()
+    for k in range(3):
+        loader = create_loader(Big(), 4, num_workers=2, seed=k)
+        for epoch in range(2):
+            for batch in loader:
+                pass
+        del batch
+        if k == 1:
+            loader.set_num_workers(1)  # what re-tuning does between epochs
+            for batch in loader:
+                pass
+            del batch
+        loader.close()
+    print(len(set(shm()) - set(before)))
+"""
+
+
+def test_batches_read_ahead_leave_nothing_in_dev_shm_with_the_file_system_strategy(tmp_path: Path):
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    script = tmp_path / "fs.py"
+    script.write_text(_FILE_SYSTEM)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr[-2000:]
 
 
 def test_batches_from_workers_are_received_on_a_thread():

@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2400, help="JPEGs in the CPU-bound set")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3, help="epochs per policy in part 2")
+    parser.add_argument("--repeat", type=int, default=5, help="epochs per policy in part 2")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "datakit-bench")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
