@@ -266,6 +266,7 @@ class EpochBatches(Sampler[list]):
     def __init__(self, sampler: EpochSampler, batch_size: int, drop_last: bool) -> None:
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
         self.start = (0, 0)
+        self.endless = False  # set by Loader while it starts its iterator
 
     def count(self, skip: int = 0) -> int:
         """Batches in an epoch started ``skip`` samples in."""
@@ -276,15 +277,22 @@ class EpochBatches(Sampler[list]):
         return self.count()
 
     def __iter__(self) -> Iterator[list]:
-        epoch, skip = self.start
-        if self.count() == 0:
-            return  # no epoch holds a batch: nothing to go on to
+        if self.endless:
+            return self._batches(*self.start, endless=True)
+        # the DataLoader iterated directly (handed to code that expects one): one epoch, the
+        # sampler's, as torch's own batch sampler would give
+        skip, self.sampler.skip = self.sampler.skip, 0
+        return self._batches(self.sampler.epoch, skip, endless=False)
+
+    def _batches(self, epoch: int, skip: int, endless: bool) -> Iterator[list]:
         bs = self.batch_size
         while True:
             order = self.sampler.epoch_order(epoch, skip)
             end = len(order) - len(order) % bs if self.drop_last else len(order)
             for k in range(0, end, bs):
                 yield order[k : k + bs]
+            if not endless or self.count() == 0:
+                return  # one epoch asked for, or no epoch holds a batch: nothing to go on to
             epoch, skip = epoch + 1, 0
 
 
@@ -532,10 +540,7 @@ def _stop_receivers() -> None:
     for r in list(_RECEIVERS):
         r.close(wait=False)
         if not r.join(2.0):
-            shutdown = getattr(r._it, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
-            r.join(10.0)
+            _abandon(r._it, r)
     for thread in list(_THREADS):  # ended receivers whose thread is still freeing the iterator
         thread.join(10.0)
 
@@ -609,6 +614,7 @@ class Loader:
         # and the (epoch, skip) its next batch belongs to
         self._feed: Iterator | None = None
         self._feed_at: tuple[int, int] | None = None
+        self._feed_batches: Iterator | None = None  # the batch iterator the feed's DataLoader iterator reads
 
     def _end_receiver(self, r: _Receiver, patience: float) -> None:
         """Stop ``r`` and wait for its thread. A batch in transit that has not come within
@@ -625,7 +631,8 @@ class Loader:
         """Stop and wait for the receiving threads of earlier epochs (an epoch left early, or one
         superseded by a newer iteration): the DataLoader's iterator is then free."""
         while self._pending:
-            self._end_receiver(self._pending.pop(), patience)
+            self._end_receiver(self._pending[-1], patience)
+            self._pending.pop()  # only once ended: a Ctrl-C while waiting leaves it to the next call
 
     @property
     def dataset(self) -> Dataset:
@@ -642,8 +649,17 @@ class Loader:
         """The DataLoader's iterator; with workers, batches are received (unpickled, their shared
         memory fetched from the worker and mapped: 1-3 ms each) on a thread while the step runs
         (a pinning loader's own thread does this already)."""
-        with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
-            it = iter(dl)
+        try:
+            with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
+                it = iter(dl)
+        except BaseException:
+            # interrupted (Ctrl-C) while torch reset its iterator for the epoch: that iterator's
+            # bookkeeping is half done and would give the wrong batches; the next epoch starts anew
+            broken = getattr(dl, "_iterator", None)
+            if broken is not None:
+                _abandon(broken)
+                dl._iterator = None
+            raise
         return _Receiver(it) if dl.num_workers > 0 and not dl.pin_memory else it
 
     def _drop_feed(self, wait: bool, patience: float = 5.0) -> None:
@@ -651,11 +667,10 @@ class Loader:
         its thread has ended (:meth:`_end_receiver`)."""
         feed, self._feed, self._feed_at = self._feed, None, None
         if isinstance(feed, _Receiver):
+            feed.close(wait=False)
+            self._pending.append(feed)  # joined before the DataLoader's iterator is used again
             if wait:
-                self._end_receiver(feed, patience)
-            else:
-                feed.close(wait=False)
-                self._pending.append(feed)  # joined before the DataLoader's iterator is used again
+                self._join_pending(patience)
 
     def _supersede(self, cause: str) -> None:
         """An iteration in progress, if any, is over: resumed, it refuses (``cause`` says why)."""
@@ -666,11 +681,18 @@ class Loader:
         """The iterator over the loader's batch stream, standing at (``epoch``, ``skip``): the one
         that went on from the last epoch when that is where it stands (its workers have been
         reading this epoch's first batches already), else restarted there."""
-        if self._feed is None or self._feed_at != (epoch, skip):
+        it = getattr(dl, "_iterator", None)
+        # (the DataLoader iterated directly in between resets the iterator the feed reads from)
+        same = it is not None and getattr(it, "_sampler_iter", None) is self._feed_batches
+        if self._feed is None or self._feed_at != (epoch, skip) or not same:
             self._drop_feed(wait=True)
             self._join_pending()
-            dl.stream.start = (epoch, skip)
-            self._feed = self._open(dl)
+            dl.stream.start, dl.stream.endless = (epoch, skip), True
+            try:
+                self._feed = self._open(dl)
+            finally:
+                dl.stream.endless = False
+            self._feed_batches = getattr(dl._iterator, "_sampler_iter", None)
         self._feed_at = None  # in use: where it stands is known again when the epoch ends
         return self._feed
 
@@ -877,6 +899,11 @@ class InfiniteLoader:
                     self._gen = self.loader._generation
                 return batch
             except StopIteration:
+                if self.step == 0 and len(self.loader) == 0:
+                    dl = self.loader.loader
+                    raise UsageError(f"an epoch holds no batch ({len(dl.sampler or dl.dataset)} samples, batch_size "
+                                     f"{dl.batch_size}, drop_last={dl.drop_last}): an infinite loader would wait "
+                                     "for ever") from None  # fmt: skip
                 self.epoch += 1
                 self.step = 0
                 self._start_epoch()
@@ -1109,15 +1136,17 @@ def create_loader(
             raise ValueError("distributed=True but no torch.distributed process group is initialised")
     base = 0 if seed is None else seed
     sampler = dataloader_kwargs.pop("sampler", None)
+    own_sampler = sampler is not None  # iterated as it is: never read on into the next epoch
     shuffle = dataloader_kwargs.pop("shuffle", train)
     # a dataset that substitutes bad samples draws the replacement from (seed, epoch, index)
     tag = callable(getattr(dataset, "on_error", "raise")) or getattr(dataset, "on_error", "raise") != "raise"
     tag = tag or seed is not None  # a seeded loader seeds each sample: PerSampleSeed below
-    if sampler is None:
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset)  # it orders itself: no sampler
+    if sampler is None and not iterable:
         if seed is None and not shard and not infinite:
             base = int(torch.randint(2**31 - 1, ()))  # unseeded: a fresh order every run
         sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
-    per_rank = len(sampler)
+    per_rank = len(sampler) if sampler is not None else len(dataset)
     if drop_last is None:
         drop_last = train and per_rank % batch_size == 1 and per_rank > 1
         if drop_last:
@@ -1133,7 +1162,8 @@ def create_loader(
         batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers, drop_last=drop_last,
         pin_memory=_is_cuda(device), worker_init_fn=worker_init, generator=generator,
     )  # fmt: skip
-    kwargs["sampler"] = sampler
+    if sampler is not None:
+        kwargs["sampler"] = sampler
     kwargs.update(dataloader_kwargs)
 
     def build(workers: int) -> DataLoader:  # also called between epochs when re-tuning
@@ -1150,7 +1180,7 @@ def create_loader(
         # workers that stay read on into the next epoch (EpochBatches) from the sampler set up here
         # (training only: an evaluation loader's next pass comes a training epoch later, and reading
         # it ahead would take CPU from the training workers)
-        stream = train and persistent and isinstance(kw.get("sampler"), EpochSampler)
+        stream = train and persistent and not own_sampler and isinstance(kw.get("sampler"), EpochSampler)
         cls = _StreamingDataLoader if stream else DataLoader
         return cls(seeded if seeded is not None else dataset, **kw)
 

@@ -439,6 +439,89 @@ def test_batches_read_ahead_leave_nothing_in_dev_shm_with_the_file_system_strate
     assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr[-2000:]
 
 
+_CTRL_C_RESTART = r"""
+import os, signal, sys, threading, time
+import torch
+from torch.utils.data import Dataset
+from datakit.loader import create_loader
+
+class Slow(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if torch.utils.data.get_worker_info() is not None:
+            time.sleep(0.15)  # 0.6 s a batch in the workers
+        return int(i)
+
+if __name__ == "__main__":
+    ref = create_loader(Slow(), 4, num_workers=0, seed=0)
+    expected = {}
+    for e in (0, 2, 3):
+        ref.epoch = e
+        expected[e] = [b.tolist() for b in ref]
+    loader = create_loader(Slow(), 4, num_workers=2, seed=0)
+    for b in loader:  # epoch 0; the workers read on into epoch 1
+        pass
+    loader.epoch = 3  # another epoch: the stream restarts, and Ctrl-C comes while it does
+    threading.Timer(float(sys.argv[1]), os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        for b in loader:
+            pass
+        print("not interrupted")
+    except KeyboardInterrupt:
+        pass
+    for e in (2, 3, 0):
+        loader.epoch = e
+        print(e, [b.tolist() for b in loader] == expected[e], flush=True)
+"""
+
+
+@pytest.mark.parametrize("after", [0.05, 0.3, 0.8])
+def test_ctrl_c_while_the_stream_restarts_leaves_the_loader_exact(tmp_path: Path, after: float):
+    script = tmp_path / "notebook.py"
+    script.write_text(_CTRL_C_RESTART)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, str(script), str(after)], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, "2 True\n3 True\n0 True\n"), proc.stderr[-2000:]
+
+
+def test_the_dataloader_inside_iterated_directly_gives_one_epoch_and_the_loader_stays_exact():
+    def make():
+        return create_loader(Indexed(14), 4, num_workers=2, seed=1)
+
+    ref = make()
+    epochs = [batches(ref) for _ in range(3)]
+    loader = make()
+    assert batches(loader) == epochs[0]  # the workers read on into epoch 1
+    direct = [b[0].tolist() for b in loader.loader]  # what code expecting a DataLoader does
+    assert len(direct) == len(loader.loader) == 4 and sorted(sum(direct, [])) == list(range(14))
+    assert batches(loader) == epochs[1] and batches(loader) == epochs[2]
+    loader.close()
+    ref.close()
+
+
+def test_an_iterable_dataset_is_loaded_without_a_sampler():
+    class Stream(torch.utils.data.IterableDataset):
+        def __len__(self) -> int:
+            return 8
+
+        def __iter__(self):
+            return iter(range(8))
+
+    assert [b.tolist() for b in create_loader(Stream(), 4, train=False, num_workers=0)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize(("n", "drop_last"), [(0, False), (3, True)])
+def test_an_infinite_loader_without_a_batch_in_an_epoch_says_so(n: int, drop_last: bool):
+    inf = create_loader(Indexed(n), 4, num_workers=0, seed=0, infinite=True, drop_last=drop_last)
+    with pytest.raises(UsageError) as err:
+        next(inf)
+    assert str(err.value) == (f"an epoch holds no batch ({n} samples, batch_size 4, drop_last={drop_last}): an "
+                              "infinite loader would wait for ever")  # fmt: skip
+
+
 def test_batches_from_workers_are_received_on_a_thread():
     assert _receivers_end() == []
     loader = create_loader(Indexed(40), 4, num_workers=2, seed=0)
