@@ -304,10 +304,17 @@ class _StreamingDataLoader(DataLoader):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.stream = EpochBatches(self.sampler, self.batch_size, self.drop_last)
+        self.owner: weakref.ref | None = None  # the Loader reading the stream, told before a direct iteration
 
     @property
     def _index_sampler(self):
         return self.stream
+
+    def __iter__(self):
+        loader = self.owner() if self.owner is not None and not self.stream.endless else None
+        if loader is not None:
+            loader._release("iterating loader.loader directly")  # its thread must be out of the iterator first
+        return super().__iter__()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -672,6 +679,13 @@ class Loader:
             if wait:
                 self._join_pending(patience)
 
+    def _release(self, cause: str) -> None:
+        """Someone else iterates the DataLoader inside: the epoch in progress ends, and the feed
+        stops reading (its thread leaves the DataLoader's iterator before that resets it)."""
+        self._supersede(cause)
+        self._drop_feed(wait=True)
+        self._join_pending()
+
     def _supersede(self, cause: str) -> None:
         """An iteration in progress, if any, is over: resumed, it refuses (``cause`` says why)."""
         self._generation += 1
@@ -688,6 +702,7 @@ class Loader:
             self._drop_feed(wait=True)
             self._join_pending()
             dl.stream.start, dl.stream.endless = (epoch, skip), True
+            dl.owner = weakref.ref(self)
             try:
                 self._feed = self._open(dl)
             finally:
