@@ -238,17 +238,16 @@ class EpochSampler(Sampler[int]):
             order = order[self.rank :: self.world]
         return order
 
-    def epoch_order(self, epoch: int, skip: int = 0) -> list[int]:
-        """The indices of ``epoch`` from position ``skip`` on, tagged as :meth:`__iter__` tags them;
-        the sampler's own epoch and skip are neither read nor changed."""
-        order = self.indices(epoch)[skip:]
-        if self.tag:
-            return [SampleIndex(i, self.seed, epoch) for i in order]
-        return order
+    def tagged(self, indices: list[int], epoch: int) -> list[int]:
+        """``indices`` of ``epoch`` as :meth:`__iter__` gives them (:class:`SampleIndex` with ``tag``)."""
+        return [SampleIndex(i, self.seed, epoch) for i in indices] if self.tag else indices
 
     def __iter__(self) -> Iterator[int]:
         skip, self.skip = self.skip, 0
-        return iter(self.epoch_order(self.epoch, skip))
+        order = self.indices()[skip:]
+        if self.tag:
+            return (SampleIndex(i, self.seed, self.epoch) for i in order)
+        return iter(order)
 
     def __len__(self) -> int:
         return self.per_rank
@@ -259,7 +258,7 @@ class EpochBatches(Sampler[list]):
     :func:`create_loader` read, so that they go on to the next epoch's first batches while the
     training loop finishes this one (torch's DataLoader prefetches within an epoch only, and
     each epoch would start with empty queues). Each epoch's order comes from ``sampler``
-    (:meth:`EpochSampler.epoch_order`), cut into batches of ``batch_size``, the last one kept or
+    (:meth:`EpochSampler.indices`), cut into batches of ``batch_size``, the last one kept or
     dropped per epoch as ``drop_last`` says. An iteration starts at ``start`` (epoch, samples to
     skip); ``len`` is the batches of one whole epoch, what :class:`Loader` hands out per epoch."""
 
@@ -287,10 +286,10 @@ class EpochBatches(Sampler[list]):
     def _batches(self, epoch: int, skip: int, endless: bool) -> Iterator[list]:
         bs = self.batch_size
         while True:
-            order = self.sampler.epoch_order(epoch, skip)
+            order = self.sampler.indices(epoch)[skip:]
             end = len(order) - len(order) % bs if self.drop_last else len(order)
             for k in range(0, end, bs):
-                yield order[k : k + bs]
+                yield self.sampler.tagged(order[k : k + bs], epoch)  # one batch at a time: no epoch of objects
             if not endless or self.count() == 0:
                 return  # one epoch asked for, or no epoch holds a batch: nothing to go on to
             epoch, skip = epoch + 1, 0
@@ -621,7 +620,6 @@ class Loader:
         # and the (epoch, skip) its next batch belongs to
         self._feed: Iterator | None = None
         self._feed_at: tuple[int, int] | None = None
-        self._feed_batches: Iterator | None = None  # the batch iterator the feed's DataLoader iterator reads
 
     def _end_receiver(self, r: _Receiver, patience: float) -> None:
         """Stop ``r`` and wait for its thread. A batch in transit that has not come within
@@ -671,20 +669,19 @@ class Loader:
 
     def _drop_feed(self, wait: bool, patience: float = 5.0) -> None:
         """Stop reading ahead from the batch stream (see :meth:`_feed_from`); with ``wait``, until
-        its thread has ended (:meth:`_end_receiver`)."""
+        its thread and those of earlier epochs have ended (:meth:`_end_receiver`)."""
         feed, self._feed, self._feed_at = self._feed, None, None
         if isinstance(feed, _Receiver):
             feed.close(wait=False)
             self._pending.append(feed)  # joined before the DataLoader's iterator is used again
-            if wait:
-                self._join_pending(patience)
+        if wait:
+            self._join_pending(patience)
 
     def _release(self, cause: str) -> None:
         """Someone else iterates the DataLoader inside: the epoch in progress ends, and the feed
         stops reading (its thread leaves the DataLoader's iterator before that resets it)."""
         self._supersede(cause)
         self._drop_feed(wait=True)
-        self._join_pending()
 
     def _supersede(self, cause: str) -> None:
         """An iteration in progress, if any, is over: resumed, it refuses (``cause`` says why)."""
@@ -695,25 +692,19 @@ class Loader:
         """The iterator over the loader's batch stream, standing at (``epoch``, ``skip``): the one
         that went on from the last epoch when that is where it stands (its workers have been
         reading this epoch's first batches already), else restarted there."""
-        it = getattr(dl, "_iterator", None)
-        # (the DataLoader iterated directly in between resets the iterator the feed reads from)
-        same = it is not None and getattr(it, "_sampler_iter", None) is self._feed_batches
-        if self._feed is None or self._feed_at != (epoch, skip) or not same:
+        if self._feed is None or self._feed_at != (epoch, skip):
             self._drop_feed(wait=True)
-            self._join_pending()
             dl.stream.start, dl.stream.endless = (epoch, skip), True
             dl.owner = weakref.ref(self)
             try:
                 self._feed = self._open(dl)
             finally:
                 dl.stream.endless = False
-            self._feed_batches = getattr(dl._iterator, "_sampler_iter", None)
         self._feed_at = None  # in use: where it stands is known again when the epoch ends
         return self._feed
 
-    def _superseded(self, gen: int, epoch: int) -> UsageError | None:
-        if gen == self._generation:
-            return None
+    def _ended(self, epoch: int) -> UsageError:
+        """What a superseded epoch iterator raises when resumed."""
         if self._ended_by != "iter":
             return UsageError(f"the iterator of epoch {epoch} was ended by {self._ended_by}; start the epoch again "
                               "with iter(loader)")  # fmt: skip
@@ -750,9 +741,8 @@ class Loader:
         try:
             while left != 0:
                 t0, c0 = clock(), cpu()
-                superseded = self._superseded(gen, epoch)
-                if superseded is not None:
-                    raise superseded
+                if gen != self._generation:
+                    raise self._ended(epoch)
                 try:
                     batch = next(it)
                 except StopIteration:
@@ -814,8 +804,7 @@ class Loader:
         if self._rebuild is None:
             raise ValueError("set_num_workers needs a loader made by create_loader")
         self._supersede("set_num_workers()")  # an epoch in progress ends here (autotune calls it after one)
-        self._drop_feed(wait=True, patience=2.5)  # its workers stop: a stuck batch is not waited for
-        self._join_pending(patience=2.5)  # out of the old iterator before its workers stop
+        self._drop_feed(wait=True, patience=2.5)  # out of the old iterator before its workers stop
         old = self.loader
         with _chosen_workers():
             self.loader = self._rebuild(num_workers)
@@ -827,7 +816,6 @@ class Loader:
         them again). Dropping the loader does the same."""
         self._supersede("loader.close()")
         self._drop_feed(wait=True, patience=2.5)  # its workers stop: a stuck batch is not waited for
-        self._join_pending(patience=2.5)
         _stop_workers(self.loader)
 
     def __del__(self) -> None:

@@ -217,6 +217,8 @@ class Normalize:
         if self._executor is None or self._executor._max_workers != threads:
             from concurrent.futures import ThreadPoolExecutor
 
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)  # the count changed (re-tuning): its threads end
             self._executor = ThreadPoolExecutor(threads, thread_name_prefix="datakit-normalize")
         cuts = [n * t // threads for t in range(threads + 1)]
         for f in [self._executor.submit(planes, cuts[t], cuts[t + 1]) for t in range(threads)]:
