@@ -482,7 +482,9 @@ def _register_lmdb(sub) -> None:
                    help="re-encode (JPEG) images whose longer side exceeds N pixels (N >= 1)")  # fmt: skip
     p.add_argument("--quality", type=int_range(1, 100), default=90, metavar="Q",
                    help="JPEG quality 1-100 when re-encoding (default 90)")  # fmt: skip
-    p.add_argument("--workers", type=_workers, metavar="N", help="reader processes (default: usable CPUs; 0: none)")
+    p.add_argument("--workers", type=_workers, metavar="N",
+                   help="readers: threads for plain files, processes for zips and packs "
+                        "(default: usable CPUs; 0: none)")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue an interrupted pack")
     p.add_argument("--overwrite", action="store_true", help="replace an existing pack")
     p.add_argument("--shard", type=_shard, metavar="I/N", help="pack only the I-th of N parts (0-based)")

@@ -369,11 +369,15 @@ class LmdbWriter:
         meta: the metadata (``format``, ``version``, ``classes`` ...); ``count`` is maintained here.
         resume: continue the samples already committed (their records are read back once).
         lock: a :class:`PackLock` already held on ``path`` (else one is taken here).
+        background: the commits :meth:`add` makes are written by a thread of the writer's own while
+            the caller goes on (one at a time; the next waits for it). ``count`` then counts what is
+            written so far, a failed write is raised by the next call, and :meth:`commit`,
+            :meth:`finish` and leaving the ``with`` block wait for it.
     """
 
     def __init__(self, path: str | os.PathLike, meta: dict, *, resume: bool = False, lock: PackLock | None = None,
                  commit_bytes: int = 64 << 20, commit_every: int = 5000, commit_seconds: float = 2.0,
-                 map_size: int = INITIAL_MAP_SIZE) -> None:  # fmt: skip
+                 map_size: int = INITIAL_MAP_SIZE, background: bool = False) -> None:  # fmt: skip
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._own_lock = lock is None
@@ -384,6 +388,9 @@ class LmdbWriter:
         self._index = bytearray()  # every sample's record, packed: the index, built as samples come
         self.count = 0
         self.env = None
+        self._background = background
+        self._thread: threading.Thread | None = None  # the write in flight (background), with its result
+        self._written: tuple[int, dict, BaseException | None] | None = None
         try:
             data = self.path / "data.mdb"
             if data.is_file() and data.stat().st_size > 0:
@@ -428,7 +435,7 @@ class LmdbWriter:
 
         ``crc32`` of ``value`` may come precomputed (by a worker process); it is computed here otherwise.
         """
-        i = self.count + len(self._pending) // 3
+        i = self.count + self._in_flight + len(self._pending) // 3
         crc = zlib.crc32(value) if crc32 is None else crc32
         rec = _RECORD_STRUCT.pack(target, height, width, crc, split, 0, len(value))
         self._index += rec
@@ -440,7 +447,47 @@ class LmdbWriter:
             or len(self._pending) // 3 >= self.commit_every
             or time.monotonic() - self._last_commit >= self.commit_seconds
         ):
-            self.commit()
+            self._flush(wait=not self._background)
+
+    @property
+    def _in_flight(self) -> int:
+        """Samples of the write in flight (background), not counted yet."""
+        return 0 if self._thread is None else self._written[0]  # type: ignore[index]
+
+    def _flush(self, wait: bool, **extra) -> None:
+        self._join()
+        n = len(self._pending) // 3
+        meta = dict(self.meta, **extra, count=self.count + n, complete=False)  # what this commit stores
+        items = self._pending
+        self._pending, self._pending_bytes = [], 0
+        self._last_commit = time.monotonic()
+        if wait:
+            self._write(items, meta)
+            self.count, self.meta = self.count + n, meta
+            return
+        self.meta = dict(self.meta, **extra)  # the caller may go on changing it while the write runs
+        self._written = (n, meta, None)
+
+        def write() -> None:
+            try:
+                self._write(items, meta)
+            except BaseException as exc:  # raised by the next call, in the caller's thread
+                self._written = (n, meta, exc)
+
+        self._thread = threading.Thread(target=write, name="datakit-lmdb-commit", daemon=True)
+        self._thread.start()
+
+    def _join(self) -> None:
+        """Wait for the write in flight; count its samples, or raise its error."""
+        if self._thread is None:
+            return
+        self._thread.join()
+        n, meta, exc = self._written  # type: ignore[misc]
+        self._thread = self._written = None
+        if exc is not None:
+            raise exc
+        self.count += n
+        self.meta = dict(self.meta, count=self.count)
 
     def _write(self, items: list[tuple[bytes, bytes]], meta: dict) -> None:
         lmdb = _lmdb()
@@ -460,13 +507,7 @@ class LmdbWriter:
 
     def commit(self, **extra) -> None:
         """Write what is pending, with the metadata (updated by ``extra``) counting it."""
-        n = len(self._pending) // 3
-        meta = dict(self.meta, **extra, count=self.count + n, complete=False)
-        self._write(self._pending, meta)
-        self.count += n
-        self.meta = meta
-        self._pending, self._pending_bytes = [], 0
-        self._last_commit = time.monotonic()
+        self._flush(wait=True, **extra)
 
     def finish(self, **extra) -> None:
         """Commit what is pending, write the checksummed index and mark the pack complete."""
@@ -478,6 +519,9 @@ class LmdbWriter:
         self.env.sync(True)
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()  # its samples are committed or, on its error, not: the pack is whole either way
+            self._thread = self._written = None
         if self.env is not None:
             self.env.close()
             self.env = None

@@ -74,13 +74,12 @@ def parse_shard(spec: str | tuple[int, int] | None) -> tuple[int, int]:
 Result = tuple[int, "bytes | None", int, int, int, "str | None", int]
 
 
-def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int = 90, local: bool = False) -> Result:
-    """In a worker: read, validate and (re)encode sample ``i``.
+def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int = 90) -> Result:
+    """In a worker (a thread for plain files, else a process): read, validate and (re)encode sample ``i``.
 
     Returns (index, value, height, width, bytes read, error, crc32 of value): the checksum is
-    taken here, off the writing process, which has one core's work to do already. A ``local``
-    file kept verbatim comes back without its bytes (value None): the writing process reads it
-    again from the page cache, which costs it a third of receiving the bytes from a worker.
+    taken here, off the writing thread. The value is the very bytes validated: a file that changes
+    afterwards does not change what is packed.
     """
     try:
         data = ds.read(i)
@@ -101,26 +100,11 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
         else:
             # validation: the format's structure and, for a JPEG, its entropy-coded data decoded at 1/8 scale
             h, w = probe_image(data, ds.name(i))
-            value = None if local and _regular(ds.name(i)) else data
-        return i, value, h, w, len(data), None, zlib.crc32(data if value is None else value)
+            value = data
+        return i, value, h, w, len(data), None, zlib.crc32(value)
     except (SampleError, ValueError, OSError, KeyError) as exc:
         name = ds.name(i)
         return i, None, 0, 0, 0, str(exc) if name in str(exc) else f"{name}: {exc}", 0
-
-
-def _read_again(ds: ImageDataset, i: int, crc: int) -> tuple[bytes | None, str | None]:
-    """The bytes of a local file a worker validated, read again by the writing process, or the
-    error that says it changed (or went) in between: nothing unvalidated enters the pack."""
-    try:
-        value = ds.read(i) if _regular(ds.name(i)) else None
-    except (SampleError, OSError) as exc:
-        name = ds.name(i)
-        return None, str(exc) if name in str(exc) else f"{name}: {exc}"
-    if value is None and not os.path.lexists(ds.name(i)):
-        return None, f"{ds.name(i)}: deleted while it was being packed"
-    if value is None or zlib.crc32(value) != crc:
-        return None, f"{ds.name(i)}: changed while it was being packed; pack again when nothing writes to it"
-    return value, None
 
 
 def _regular(path: str) -> bool:
@@ -280,7 +264,7 @@ def pack_lmdb(
     skip_bad: bool = False,
     bad_samples: str | os.PathLike | None = None,
     remap_labels: bool = False,
-    commit_bytes: int = 64 << 20,
+    commit_bytes: int = 8 << 20,
     commit_every: int = 5000,
     commit_seconds: float = 2.0,
     map_size: int = INITIAL_MAP_SIZE,
@@ -289,13 +273,15 @@ def pack_lmdb(
     """Pack any source :func:`~datakit.datasets.open_dataset` accepts into an LMDB pack at ``out``.
 
     Workers read and validate every image (a JPEG is entropy-decoded at 1/8 scale) and, with
-    ``max_size``, re-encode it; this process writes them in order. Without ``max_size`` the original
+    ``max_size``, re-encode it; this process writes them in order (its commits from a thread of
+    their own, while reading goes on). Without ``max_size`` the original
     bytes are stored verbatim. The pack is resumable from its creation: metadata is committed
     at once, then every ``commit_seconds`` (or ``commit_bytes``/``commit_every``).
 
     Args:
         max_size: re-encode (JPEG, ``quality``) images whose longer side exceeds this.
-        workers: reader processes (default: usable CPUs).
+        workers: readers (default: usable CPUs): threads of this process for plain files, whose reads
+            and decoder release the GIL; processes for a zip's members or another pack's samples.
         resume: continue an interrupted pack of the same source and options.
         overwrite: replace an existing datakit pack (never a file or a folder holding anything else).
         shard: ``"I/N"``: pack only the I-th of N contiguous parts (``open_dataset`` reads shards as one).
@@ -354,7 +340,8 @@ def pack_lmdb(
     writer = None
     try:
         writer = LmdbWriter(out, meta, resume=existing is not None, lock=lock, commit_bytes=commit_bytes,
-                            commit_every=commit_every, commit_seconds=commit_seconds, map_size=map_size)  # fmt: skip
+                            commit_every=commit_every, commit_seconds=commit_seconds, map_size=map_size,
+                            background=True)  # fmt: skip
         with writer:
             report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, split_ids, table, progress,
                            known)  # fmt: skip
@@ -409,11 +396,13 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
     t0 = time.perf_counter()
     bad: list[str] = []
     local = _local_files(ds)
-    work = partial(_prepare, max_size=max_size, quality=quality, local=local)
+    # plain files are read and validated by threads of this process (the decoder and the reads release
+    # the GIL): no worker processes to start, no bytes through a pipe and none read twice
+    work = partial(_prepare, max_size=max_size, quality=quality)
     known = known or {}
     listed = sorted(i for i in known if first <= i < hi)  # skipped in order, without being read
     todo = [i for i in range(first, hi) if i not in known]
-    results: Iterable[Result] = map_ordered(work, todo, workers=workers, dataset=ds, per_worker=16)
+    results: Iterable[Result] = map_ordered(work, todo, workers=workers, dataset=ds, per_worker=16, threads=local)
     results = _with_known(results, listed, known, hi)
     done, stop = [first], threading.Event()
     if local and hasattr(os, "posix_fadvise"):
@@ -421,8 +410,6 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
     try:
         for i, value, h, w, nin, err, crc in results:
             done[0] = i
-            if value is None and err is None:
-                value, err = _read_again(ds, i, crc)
             if err is not None:
                 if skip_bad:
                     report.skipped.append(err)

@@ -9,10 +9,12 @@ and CUDA not initialised in this process), spawn elsewhere (macOS, Windows, or a
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 __all__ = ["map_ordered", "resolve_workers", "start_method", "usable_cpus"]
@@ -122,6 +124,7 @@ def map_ordered(
     chunksize: int | None = None,
     per_worker: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    threads: bool = False,
 ) -> Iterator[T]:
     """Yield ``fn(i)`` (or ``fn(dataset, i)`` when ``dataset`` is given) for each index, in order.
 
@@ -139,12 +142,17 @@ def map_ordered(
         chunksize: indices sent to a worker at a time (default: balance about 4 chunks per worker).
         per_worker: start no more than one worker per this many indices.
         progress: called as ``progress(done, total)`` after each result.
+        threads: run ``fn`` in ``workers`` threads of this process instead of processes: for work
+            spent in code that releases the GIL (file reads, OpenCV and zlib calls), where a
+            result's bytes then need no pipe, and the dataset is shared (it must be thread-safe).
     """
     todo = list(indices)
     total = len(todo)
     n = resolve_workers(workers, total, per_worker=per_worker)
     has_dataset = dataset is not _NO_DATASET
     ds = dataset if has_dataset else None
+    if threads and n > 1:
+        return _threaded(fn, todo, n, has_dataset, ds, initializer, initargs, progress)
     if n <= 1:
         return _serial(fn, todo, has_dataset, ds, initializer, initargs, progress)
     return _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, progress)
@@ -158,6 +166,51 @@ def _serial(fn, todo, has_dataset, ds, initializer, initargs, progress) -> Itera
         yield fn(ds, i) if has_dataset else fn(i)
         if progress is not None:
             progress(k, total)
+
+
+def _threaded(fn, todo, n, has_dataset, ds, initializer, initargs, progress) -> Iterator[Any]:
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    if initializer is not None:
+        initializer(*initargs)
+    total = len(todo)
+    call = partial(fn, ds) if has_dataset else fn
+    chunk = 8  # indices per task: a task's hand-over costs as much as a small sample's work
+
+    def run(part: list) -> list:
+        out = []
+        for i in part:
+            try:
+                out.append((True, call(i)))
+            except Exception as exc:  # raised in order, after the results before it
+                out.append((False, exc))
+                break
+        return out
+
+    parts = (todo[k : k + chunk] for k in range(0, total, chunk))
+    pool = ThreadPoolExecutor(n, thread_name_prefix="datakit-map")
+    pending: deque = deque()
+    try:
+        for part in itertools.islice(parts, 4 * n):  # read ahead of the caller: bounded
+            pending.append(pool.submit(run, part))
+        k = 0
+        while pending:
+            results = pending.popleft().result()
+            for part in itertools.islice(parts, 1):
+                pending.append(pool.submit(run, part))
+            for ok, result in results:
+                if not ok:
+                    raise result
+                yield result
+                k += 1
+                if progress is not None:
+                    progress(k, total)
+    finally:
+        # stopped early: the calls not started are dropped, the few running ones end on their own
+        for f in pending:
+            f.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, progress) -> Iterator[Any]:

@@ -18,7 +18,7 @@ from datakit.cli import main
 from datakit.datasets import LmdbDataset, open_dataset
 from datakit.errors import PackError, UsageError
 from datakit.io import imwrite
-from datakit.lmdb import LmdbReader, close_pack, lmdb_info, read_meta, verify_lmdb
+from datakit.lmdb import LmdbReader, PackWriteError, close_pack, lmdb_info, read_meta, verify_lmdb
 from datakit.pack import pack_lmdb
 from datakit.testing import synthetic_image
 
@@ -149,38 +149,29 @@ def test_corrupt_sources_refused_or_skipped(class_folder: Path, tmp_path: Path):
     assert lmdb_info(tmp_path / "b.lmdb")["skipped"] == report.skipped
 
 
-def test_a_file_changed_after_validation_never_enters_the_pack(class_folder: Path, tmp_path: Path, monkeypatch):
-    # the writer reads a validated local file again: a file rewritten in between is refused, not packed unvalidated
+def test_the_bytes_validated_are_the_bytes_packed(class_folder: Path, tmp_path: Path, monkeypatch):
+    # a file rewritten or deleted right after its validation: the pack holds what was validated, never
+    # the new (unvalidated) bytes, with the checksum of what it holds
     import datakit.pack as pack_module
 
-    victim = class_folder / "dog" / "图片_2.jpg"
+    victim, gone = class_folder / "dog" / "图片_2.jpg", class_folder / "cat" / "图片_1.png"
+    originals = {str(p): p.read_bytes() for p in (victim, gone)}
     validate = pack_module._prepare
 
-    def then_rewrite(ds, i, **kw):
+    def then_change(ds, i, **kw):
         result = validate(ds, i, **kw)
-        assert result[1] is None  # a local file verbatim: validated, its bytes not sent back
         if ds.name(i) == str(victim):
             victim.write_bytes(victim.read_bytes()[:300])
-        return result
-
-    monkeypatch.setattr(pack_module, "_prepare", then_rewrite)
-    report = pack_lmdb(class_folder, tmp_path / "a.lmdb", workers=0, skip_bad=True)
-    assert report.count == 11
-    assert report.skipped == [f"{victim}: changed while it was being packed; pack again when nothing writes to it"]
-    gone = class_folder / "cat" / "图片_1.png"
-
-    def then_delete(ds, i, **kw):
-        result = validate(ds, i, **kw)
-        if ds.name(i) == str(gone):
+        elif ds.name(i) == str(gone):
             gone.unlink()
         return result
 
-    monkeypatch.setattr(pack_module, "_prepare", then_delete)
-    report = pack_lmdb(class_folder, tmp_path / "b.lmdb", workers=0, skip_bad=True)
-    assert report.skipped == [f"{gone}: deleted while it was being packed",
-                              f"{victim}: truncated JPEG (no end-of-image marker)"]  # fmt: skip
-    names = [name for _, _, name in values(tmp_path / "a.lmdb")]
-    assert len(names) == 11 and "dog/图片_2.jpg" not in names and "dog/图片_3.png" in names
+    monkeypatch.setattr(pack_module, "_prepare", then_change)
+    report = pack_lmdb(class_folder, tmp_path / "a.lmdb", workers=2)
+    assert report.count == 12 and report.skipped == []
+    assert verify_lmdb(tmp_path / "a.lmdb") == []
+    stored = {name: value for value, _, name in values(tmp_path / "a.lmdb")}
+    assert stored["dog/图片_2.jpg"] == originals[str(victim)] and stored["cat/图片_1.png"] == originals[str(gone)]
 
 
 def test_shards_read_as_one(class_folder: Path, tmp_path: Path):
@@ -304,6 +295,35 @@ def test_sigkill_then_resume_is_identical(photos: Path, tmp_path: Path, moment: 
     assert verify_lmdb(out) == [] and lmdb_info(out)["count"] == 240
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_threaded_pack_interrupted_mid_write_resumes_identical(photos: Path, tmp_path: Path, sig: int):
+    # verbatim plain files: reader threads, commits written by the writer's thread while reading goes on
+    ref = tmp_path / "ref.lmdb"
+    pack_lmdb(photos, ref, workers=1)
+    out = tmp_path / "cut.lmdb"
+    opts = ["--workers", "2", "--commit-every", "2", "-q"]
+    proc = subprocess.Popen(_cli(str(photos), str(out), *opts), stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and (_meta_or_none(out) or {}).get("count", 0) < 30:
+        time.sleep(0.002)
+    assert proc.poll() is None, "packing finished before it could be interrupted"
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    if sig == signal.SIGINT:
+        assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted\n")
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    meta = read_meta(out)
+    assert meta["complete"] is False and 30 <= meta["count"] < 240
+    assert verify_lmdb(out) == [f"{out}: incomplete pack ({meta['count']} of 240 samples)"]  # and nothing else wrong
+    resumed = subprocess.run(_cli(str(photos), str(out), *opts, "--resume"), capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert values(out) == values(ref)
+    assert verify_lmdb(out) == [] and lmdb_info(out)["count"] == 240
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -319,10 +339,17 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_end_with_a_killed_pack_and_print_nothing(photos: Path, tmp_path: Path):
+    # plain files are read by threads; a zip's members by worker processes, which must not outlive the pack
+    import zipfile
+
+    src = tmp_path / "photos.zip"
+    with zipfile.ZipFile(src, "w") as z:
+        for p in sorted(photos.rglob("*.jpg")):
+            z.write(p, p.relative_to(photos).as_posix())
     out = tmp_path / "orphans.lmdb"
     err = tmp_path / "stderr.txt"
     with open(err, "wb") as stderr:
-        proc = subprocess.Popen(_cli(str(photos), str(out), "--max-size", "160", "--workers", "2", "-q"),
+        proc = subprocess.Popen(_cli(str(src), str(out), "--max-size", "160", "--workers", "2", "-q"),
                                 stderr=stderr)  # fmt: skip
         deadline = time.time() + 60
         while time.time() < deadline and proc.poll() is None and len(_children(proc.pid)) < 2:
@@ -527,3 +554,44 @@ def test_commits_on_a_time_interval(tmp_path: Path):
         w.add(b"x", 0, 1, 1, "x")
         assert w.count == 1  # committed at once: the interval had passed
     assert read_meta(tmp_path / "fast")["count"] == 1 and read_meta(tmp_path / "slow")["count"] == 0
+
+
+def test_background_commits_count_once_written_and_a_failed_write_is_raised_next(tmp_path: Path, monkeypatch):
+    import threading
+
+    from datakit.labels import ClassMap
+    from datakit.lmdb import LmdbWriter
+
+    out = tmp_path / "bg"
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a",)).to_json()}
+    real, gate = LmdbWriter._write, threading.Event()
+
+    def held(self, items, m):
+        if threading.current_thread().name == "datakit-lmdb-commit":
+            assert gate.wait(30)
+        return real(self, items, m)
+
+    monkeypatch.setattr(LmdbWriter, "_write", held)
+    with LmdbWriter(out, meta, commit_every=2, commit_seconds=3600, background=True) as w:
+        w.add(b"a", 0, 1, 1, "a")
+        w.add(b"b", 0, 1, 1, "b")  # a commit is due: its write is held in the writer's thread
+        w.meta["skipped"] = ["x: bad"]  # the caller goes on changing the metadata meanwhile
+        w.add(b"c", 0, 1, 1, "c")
+        assert w.count == 0  # not written yet, not counted
+        gate.set()
+        w.commit()  # waits for the write in flight, then writes "c"
+        assert w.count == 3 and w.meta["count"] == 3 and w.meta["skipped"] == ["x: bad"]
+
+        def disk_full(self, items, m):
+            raise PackWriteError(self.path, self.count, lmdb.DiskError("mdb_txn_commit: No space left on device"))
+
+        monkeypatch.setattr(LmdbWriter, "_write", disk_full)
+        w.add(b"d", 0, 1, 1, "d")
+        w.add(b"e", 0, 1, 1, "e")  # its write fails in the writer's thread
+        with pytest.raises(PackWriteError) as e:
+            w.commit()
+        assert str(e.value).startswith(f"{out}: writing failed after 3 committed samples (DiskError: ")
+        assert w.count == 3
+    monkeypatch.undo()
+    assert read_meta(out)["count"] == 3 and read_meta(out)["skipped"] == ["x: bad"]
+    assert [v for v, _, _ in values(out)] == [b"a", b"b", b"c"]

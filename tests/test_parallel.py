@@ -58,6 +58,34 @@ def test_worker_error_raised_in_order_and_early_stop():
             os.kill(pid, 0)
 
 
+def test_threads_ordered_errors_in_order_and_early_stop():
+    import threading
+
+    data = list(range(300, 0, -1))
+    calls: list[tuple[int, int]] = []
+    names: set[str] = set()
+
+    def square(ds, i):
+        names.add(threading.current_thread().name)
+        return _square_plus(ds, i)
+
+    out = list(map_ordered(square, range(300), workers=2, dataset=data, threads=True,
+                           progress=lambda d, t: calls.append((d, t))))  # fmt: skip
+    assert [r[:2] for r in out] == [(i, data[i] * data[i]) for i in range(300)]
+    assert {r[2] for r in out} == {os.getpid()} and names == {"datakit-map_0", "datakit-map_1"}
+    assert calls == [(k, 300) for k in range(1, 301)]
+    got = []
+    with pytest.raises(SampleError, match=r"^sample 3: negative$"):
+        for r in map_ordered(_square_plus, range(104), workers=2, dataset=[1, 2, 3, -4] + [1] * 100, threads=True):
+            got.append(r[0])
+    assert got == [0, 1, 2]
+    done: list[int] = []
+    it = map_ordered(lambda i: done.append(i) or i, range(10_000), workers=2, threads=True)
+    assert next(it) == 0
+    it.close()  # the calls not started are dropped: the reading ahead is bounded
+    assert 1 <= len(done) <= 8 * 8 and not any(t.name.startswith("datakit-map") for t in threading.enumerate())
+
+
 def test_resolve_workers():
     assert resolve_workers(3, 1000) == 3
     assert resolve_workers(8, 100, per_worker=16) == 6
