@@ -720,6 +720,17 @@ def discard(path: str | os.PathLike) -> None:
         pass
 
 
+def _reduced_gray_shape(data: bytes, factor: int) -> tuple[int, ...] | None:
+    """The shape of a JPEG decoded in gray at 1/``factor`` (EXIF orientation applied); None where
+    OpenCV cannot decode it (the caller goes the ordinary way, which names the problem)."""
+    import cv2
+
+    flag = {8: cv2.IMREAD_REDUCED_GRAYSCALE_8, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
+            2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 1: cv2.IMREAD_GRAYSCALE}[factor]  # fmt: skip
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
+    return None if img is None else img.shape
+
+
 def probe_image(
     data: bytes, name: str | os.PathLike | None = None, *, strict: bool = False, max_pixels: int | None = None
 ) -> tuple[int, int]:
@@ -734,9 +745,14 @@ def probe_image(
     kw = {"name": name, "strict": strict, "max_pixels": max_pixels}
     if info is not None:
         h, w, _ = info
+        fast = not strict and max_pixels is None and h * w <= _default_budget() and b"\xff\xd9" in data[-4096:]
         for factor in (8, 4, 2):
             # a square image reads the same either way; a nearly square one may need a finer scale to tell
-            rh, rw = decode_image(data, "gray", -(-max(h, w) // factor), **kw).shape[:2]
+            # what decode_image would do, directly (at the scale it would choose)
+            shape = _reduced_gray_shape(data, reduction_factor(h, w, -(-max(h, w) // factor))) if fast else None
+            if shape is None:
+                shape = decode_image(data, "gray", -(-max(h, w) // factor), **kw).shape
+            rh, rw = shape[:2]
             up, side = (-(-h // factor), -(-w // factor)), (-(-w // factor), -(-h // factor))
             if (rh, rw) == up and (up != side or h == w):
                 return h, w
