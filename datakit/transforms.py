@@ -386,11 +386,27 @@ def _cv2_flag(interpolation: str, shrink: float) -> int:
     return {"bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}[interpolation]
 
 
+def _antialiased(img: np.ndarray, h: int, w: int, interpolation: str) -> torch.Tensor | None:
+    """A uint8 HWC (or 2-D) image shrunk 2x or more with torchvision's own antialiased filter, as a
+    contiguous CHW tensor: the same pixels as ``v2.Resize(antialias=True)``, at a third of the cost
+    of OpenCV's area filter. None where the OpenCV path applies (less than 2x, other filters)."""
+    if interpolation not in ("bilinear", "bicubic") or img.dtype != np.uint8:
+        return None
+    if max(img.shape[0] / h, img.shape[1] / w) < 2:
+        return None
+    x = torch.from_numpy(img if img.ndim == 3 else img[:, :, None]).permute(2, 0, 1)[None]
+    return torch.nn.functional.interpolate(x, size=(h, w), mode=interpolation, antialias=True)[0]
+
+
 def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear") -> np.ndarray:
     import cv2
 
     if img.shape[0] == h and img.shape[1] == w:
         return img
+    chw = _antialiased(img, h, w, interpolation)
+    if chw is not None:
+        out = chw.permute(1, 2, 0).numpy()
+        return out if img.ndim == 3 else out[:, :, 0]
     shrink = max(img.shape[0] / h, img.shape[1] / w)
     out = cv2.resize(img, (w, h), interpolation=_cv2_flag(interpolation, shrink))
     return out if out.ndim == img.ndim else out[:, :, None]
@@ -601,6 +617,9 @@ class TrainPipeline(Compose):
                 i, j, ch, cw = self.crop.get_params(img.shape[0] * f, img.shape[1] * f)
             y0, x0, y1, x1 = _scaled_box(i, j, ch, cw, img.shape[0], img.shape[1], f)
             region = img[y0:y1, x0:x1]
+        chw = None if region.shape[:2] == (th, tw) else _antialiased(region, th, tw, self.crop.interpolation)
+        if chw is not None:  # shrunk 2x or more: CHW already, flipped as such
+            return self._finish(torch.flip(chw, [2]) if torch.rand(1).item() < self.flip.p else chw)
         out = _resize(region, th, tw, self.crop.interpolation)
         if torch.rand(1).item() < self.flip.p:
             import cv2

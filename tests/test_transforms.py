@@ -155,10 +155,40 @@ def test_resize_crop_flip_keep_uint8():
 
 def test_resize_close_to_torchvision_antialias():
     img = synthetic_image(200, 300)
-    ours = torch.from_numpy(Resize((100, 150))(img)).permute(2, 0, 1).float()
-    ref = v2.functional.resize(torch.from_numpy(img).permute(2, 0, 1), [100, 150], antialias=True).float()
-    # INTER_AREA (box) against torchvision's antialiased bilinear (triangle) on a noisy image
-    assert (ours - ref).abs().mean() < 3.5
+    chw = torch.from_numpy(img).permute(2, 0, 1)
+    for size in ([100, 150], [60, 140], [99, 149]):
+        ours = torch.from_numpy(Resize(tuple(size))(img)).permute(2, 0, 1)
+        # shrunk 2x or more: torchvision's own antialiased filter, the very same pixels
+        assert torch.equal(ours, v2.functional.resize(chw, size, antialias=True))
+    ours = torch.from_numpy(Resize((150, 200))(img)).permute(2, 0, 1).float()
+    ref = v2.functional.resize(chw, [150, 200], antialias=True).float()
+    # less than 2x: OpenCV's bilinear, whose support still covers every source pixel
+    assert 0 < (ours - ref).abs().mean() < 3.5
+
+
+def test_train_pipeline_crops_shrunk_2x_or_more_are_torchvision_pixels():
+    from datakit.io import decode_image, encode_image
+
+    img = synthetic_image(1000, 1400, seed=3)
+    data = encode_image(img, ".jpg", 90)
+    pipe = train_pipeline(224, scale=(0.5, 1.0), ratio=(0.75, 0.75))  # tall crops: 2x or more at 1/2 scale
+    half = torch.from_numpy(decode_image(data, "rgb", 700)).permute(2, 0, 1)  # the image at 1/2, as decoded
+    assert half.shape == (3, 500, 700)
+    shrunk = 0
+    for seed in range(40):
+        torch.manual_seed(seed)
+        out = pipe.from_bytes(data, "rgb", "tall.jpg")
+        torch.manual_seed(seed)
+        i, j, ch, cw = pipe.crop.get_params(1000, 1400)
+        flip = torch.rand(1).item() < 0.5
+        y0, x0, y1, x1 = i // 2, j // 2, round((i + ch) / 2), round((j + cw) / 2)
+        if min(ch, cw) / 2 < 224 or max(y1 - y0, x1 - x0) < 448:
+            continue
+        ref = v2.functional.resize(half[:, y0:y1, x0:x1], [224, 224], antialias=True)
+        assert torch.equal(out, torch.flip(ref, [2]) if flip else ref), seed
+        assert out.is_contiguous()
+        shrunk += 1
+    assert shrunk >= 10
 
 
 def test_random_resized_crop_same_distribution_as_torchvision():
