@@ -383,8 +383,11 @@ class LmdbWriter:
         self._own_lock = lock is None
         self.lock = lock or PackLock(self.path)
         self.commit_bytes, self.commit_every, self.commit_seconds = commit_bytes, commit_every, commit_seconds
-        self._pending: list[tuple[bytes, bytes]] = []
-        self._pending_bytes = 0
+        # every sample added and not yet known to be on disk, in order, as (index, value, record, name):
+        # one append per sample and nothing removed before its commit is confirmed, so that a Ctrl-C at
+        # any moment leaves this list and ``count`` telling the truth between them (see _upto)
+        self._pending: list[tuple[int, bytes, bytes, bytes]] = []
+        self._pending_bytes = 0  # added since the last commit began
         self._index = bytearray()  # every sample's record, packed: the index, built as samples come
         self.count = 0
         self.env = None
@@ -435,66 +438,85 @@ class LmdbWriter:
 
         ``crc32`` of ``value`` may come precomputed (by a worker process); it is computed here otherwise.
         """
-        i = self.count + self._in_flight + len(self._pending) // 3
+        i = self._upto()
         crc = zlib.crc32(value) if crc32 is None else crc32
         rec = _RECORD_STRUCT.pack(target, height, width, crc, split, 0, len(value))
         self._index += rec
-        self._pending += [(_image_key(i), value), (_record_key(i), rec),
-                          (_name_key(i), name.encode("utf-8", "surrogateescape"))]  # fmt: skip
+        self._pending.append((i, value, rec, name.encode("utf-8", "surrogateescape")))
         self._pending_bytes += len(value)
         if (
             self._pending_bytes >= self.commit_bytes
-            or len(self._pending) // 3 >= self.commit_every
+            or len(self._pending) - self._handed >= self.commit_every
             or time.monotonic() - self._last_commit >= self.commit_seconds
         ):
             self._flush(wait=not self._background)
 
+    def _upto(self) -> int:
+        """The count of samples added: committed ones and those still pending (or in flight)."""
+        return self._pending[-1][0] + 1 if self._pending else self.count
+
     @property
-    def _in_flight(self) -> int:
-        """Samples of the write in flight (background), not counted yet."""
-        return 0 if self._thread is None else self._written[0]  # type: ignore[index]
+    def _handed(self) -> int:
+        """Pending samples handed to the write in flight (background)."""
+        return 0 if self._written is None else self._written[0]
 
     def _flush(self, wait: bool, **extra) -> None:
         self._join()
-        n = len(self._pending) // 3
-        meta = dict(self.meta, **extra, count=self.count + n, complete=False)  # what this commit stores
-        items = self._pending
-        self._pending, self._pending_bytes = [], 0
+        items = list(self._pending)  # a snapshot: the caller may go on adding while it is written
+        meta = dict(self.meta, **extra, count=self._upto(), complete=False)  # what this commit stores
+        self._pending_bytes = 0
         self._last_commit = time.monotonic()
         if wait:
             self._write(items, meta)
-            self.count, self.meta = self.count + n, meta
+            self._confirm(meta)
             return
         self.meta = dict(self.meta, **extra)  # the caller may go on changing it while the write runs
-        self._written = (n, meta, None)
+        self._written = (len(items), meta, None)
 
         def write() -> None:
             try:
                 self._write(items, meta)
             except BaseException as exc:  # raised by the next call, in the caller's thread
-                self._written = (n, meta, exc)
+                self._written = (len(items), meta, exc)
 
         self._thread = threading.Thread(target=write, name="datakit-lmdb-commit", daemon=True)
-        self._thread.start()
+        self._thread.start()  # interrupted before it started, it counts as not written (see _join)
+
+    def _confirm(self, meta: dict) -> None:
+        # count first, then the samples it covers leave the list (however often this runs): interrupted
+        # in between, they are written again (the same keys, the same values), never lost
+        self.count = max(self.count, meta["count"])
+        if self._pending:
+            del self._pending[: max(0, self.count - self._pending[0][0])]
+        self.meta = dict(self.meta, count=self.count) if self._background else meta
 
     def _join(self) -> None:
         """Wait for the write in flight; count its samples, or raise its error."""
         if self._thread is None:
+            self._written = None
+            return
+        if self._thread.ident is None:  # never started: nothing written, its samples are still pending
+            self._thread = self._written = None
             return
         self._thread.join()
-        n, meta, exc = self._written  # type: ignore[misc]
-        self._thread = self._written = None
+        _, meta, exc = self._written  # type: ignore[misc]
         if exc is not None:
+            self._thread = self._written = None
             raise exc
-        self.count += n
-        self.meta = dict(self.meta, count=self.count)
+        self._confirm(meta)
+        self._thread = self._written = None
 
-    def _write(self, items: list[tuple[bytes, bytes]], meta: dict) -> None:
+    def _write(self, items: list[tuple[int, bytes, bytes, bytes]], meta: dict,
+               extra: list[tuple[bytes, bytes]] = ()) -> None:  # fmt: skip
         lmdb = _lmdb()
         while True:
             try:
                 with self.env.begin(write=True) as txn:
-                    for k, v in items:
+                    for i, value, rec, name in items:
+                        txn.put(_image_key(i), value)
+                        txn.put(_record_key(i), rec)
+                        txn.put(_name_key(i), name)
+                    for k, v in extra:
                         txn.put(k, v)
                     txn.put(META_KEY, _encode_meta(meta))
                 return
@@ -514,12 +536,12 @@ class LmdbWriter:
         self.commit()
         index = bytes(self._index)
         meta = dict(self.meta, **extra, count=self.count, complete=True, index_crc32=zlib.crc32(index))
-        self._write([(INDEX_KEY, index)], meta)
+        self._write([], meta, [(INDEX_KEY, index)])
         self.meta = meta
         self.env.sync(True)
 
     def close(self) -> None:
-        if self._thread is not None:
+        if self._thread is not None and self._thread.ident is not None:
             self._thread.join()  # its samples are committed or, on its error, not: the pack is whole either way
             self._thread = self._written = None
         if self.env is not None:

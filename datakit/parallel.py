@@ -13,6 +13,8 @@ import itertools
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -168,38 +170,58 @@ def _serial(fn, todo, has_dataset, ds, initializer, initargs, progress) -> Itera
             progress(k, total)
 
 
+class _Part:
+    """Indices handed to a thread, and their results once ``done`` is set."""
+
+    __slots__ = ("indices", "results", "done")
+
+    def __init__(self, indices: list) -> None:
+        self.indices, self.results, self.done = indices, [], threading.Event()
+
+
 def _threaded(fn, todo, n, has_dataset, ds, initializer, initargs, progress) -> Iterator[Any]:
+    import queue
     from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
 
     if initializer is not None:
         initializer(*initargs)
     total = len(todo)
     call = partial(fn, ds) if has_dataset else fn
-    chunk = 8  # indices per task: a task's hand-over costs as much as a small sample's work
+    chunk = 8  # indices per part: a part's hand-over costs as much as a small sample's work
+    tasks: queue.SimpleQueue = queue.SimpleQueue()
+    stopped = threading.Event()
 
-    def run(part: list) -> list:
-        out = []
-        for i in part:
-            try:
-                out.append((True, call(i)))
-            except Exception as exc:  # raised in order, after the results before it
-                out.append((False, exc))
-                break
-        return out
+    def work() -> None:
+        while (part := tasks.get()) is not None:
+            if stopped.is_set():
+                continue  # the caller went away: the parts still queued are dropped
+            for i in part.indices:
+                try:
+                    part.results.append((True, call(i)))
+                except Exception as exc:  # raised in order, after the results before it
+                    part.results.append((False, exc))
+                    break
+            part.done.set()
 
-    parts = (todo[k : k + chunk] for k in range(0, total, chunk))
-    pool = ThreadPoolExecutor(n, thread_name_prefix="datakit-map")
+    # daemon threads: one stuck in a read (a named pipe nobody writes, a hung network mount) keeps
+    # neither Ctrl-C nor the interpreter's exit waiting for it
+    threads = [threading.Thread(target=work, name=f"datakit-map_{k}", daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    parts = (_Part(todo[k : k + chunk]) for k in range(0, total, chunk))
     pending: deque = deque()
     try:
         for part in itertools.islice(parts, 4 * n):  # read ahead of the caller: bounded
-            pending.append(pool.submit(run, part))
+            tasks.put(part)
+            pending.append(part)
         k = 0
         while pending:
-            results = pending.popleft().result()
-            for part in itertools.islice(parts, 1):
-                pending.append(pool.submit(run, part))
-            for ok, result in results:
+            part = pending.popleft()
+            part.done.wait()
+            for nxt in itertools.islice(parts, 1):
+                tasks.put(nxt)
+                pending.append(nxt)
+            for ok, result in part.results:
                 if not ok:
                     raise result
                 yield result
@@ -207,10 +229,12 @@ def _threaded(fn, todo, n, has_dataset, ds, initializer, initargs, progress) -> 
                 if progress is not None:
                     progress(k, total)
     finally:
-        # stopped early: the calls not started are dropped, the few running ones end on their own
-        for f in pending:
-            f.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        stopped.set()
+        for _ in threads:
+            tasks.put(None)
+        deadline = time.monotonic() + 2.0  # the parts running end within it; a stuck read is left behind
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, progress) -> Iterator[Any]:

@@ -445,6 +445,40 @@ def test_a_named_pipe_in_the_source_is_read_by_its_worker_only(class_folder: Pat
     assert len(ds) == 13 and ds.name(12).endswith(":鸟/管道.jpg") and ds.read(12) == real
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_ends_a_pack_whose_reader_waits_on_a_named_pipe(tmp_path: Path, workers: str):
+    # nobody writes the pipe: its reader waits in open() for ever, as `cat` would; Ctrl-C must still end the
+    # pack at once, with one line, whether the reader is this process's main thread or one of its threads
+    src = tmp_path / "src"
+    for k in range(40):  # enough samples for reader threads (16 per worker at least)
+        (src / f"c{k % 2}").mkdir(parents=True, exist_ok=True)
+        imwrite(src / f"c{k % 2}" / f"图片_{k:02d}.jpg", synthetic_image(48, 64, seed=k), quality=90)
+    names = [*sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg")), "c1/管道.jpg"]
+    os.mkfifo(src / "c1" / "管道.jpg")
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\n" + "".join(f"{n},{n.split('/')[0]}\n" for n in names), encoding="utf-8")
+    out = tmp_path / "stuck.lmdb"
+    proc = subprocess.Popen(_cli(str(src), str(out), "--labels", str(table), "--workers", workers, "-q"),
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and _meta_or_none(out) is None:
+            time.sleep(0.01)
+        time.sleep(1.5)  # the 40 files before the pipe are read: its reader waits in open()
+        assert proc.poll() is None
+        t0 = time.time()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted\n")
+        assert time.time() - t0 < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert read_meta(out)["count"] == 40  # what was read before Ctrl-C is kept
+    assert verify_lmdb(out) == [f"{out}: incomplete pack (40 of 41 samples)"]
+
+
 def test_resume_refuses_another_dataset_object_of_the_same_shape(class_folder: Path, tmp_path: Path):
     twin = tmp_path / "twin"
     for p in class_folder.rglob("*.*"):
@@ -595,3 +629,42 @@ def test_background_commits_count_once_written_and_a_failed_write_is_raised_next
     monkeypatch.undo()
     assert read_meta(out)["count"] == 3 and read_meta(out)["skipped"] == ["x: bad"]
     assert [v for v, _, _ in values(out)] == [b"a", b"b", b"c"]
+
+
+def test_ctrl_c_as_a_background_commit_starts_loses_no_sample(tmp_path: Path, monkeypatch):
+    import threading
+
+    from datakit.io import encode_image
+    from datakit.labels import ClassMap
+    from datakit.lmdb import LmdbWriter
+
+    out = tmp_path / "cut"
+    jpegs = [encode_image(synthetic_image(8, 8, seed=k), ".jpg", 90) for k in range(6)]
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a",)).to_json()}
+    real_start, hit = threading.Thread.start, []
+
+    def start(self):
+        if self.name == "datakit-lmdb-commit" and not hit:
+            hit.append(self)
+            raise KeyboardInterrupt  # lands after the commit's thread was made, before it ran
+        return real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt), LmdbWriter(out, meta, commit_every=3, background=True) as w:
+        for k in range(5):
+            w.add(jpegs[k], 0, 8, 8, f"s{k}")
+    assert len(hit) == 1
+    monkeypatch.undo()
+    # leaving the with block on Ctrl-C wrote the three samples read, counted once
+    assert read_meta(out)["count"] == 3
+    assert [(v, n) for v, _, n in values(out)] == [(jpegs[k], f"s{k}") for k in range(3)]
+    with LmdbWriter(out, read_meta(out), resume=True, commit_every=2, background=True) as w:
+        assert w.count == 3
+        for k in range(3, 6):
+            w.add(jpegs[k], 0, 8, 8, f"s{k}")
+        w._join()
+        w._confirm(w.meta)  # confirming twice drops nothing more
+        assert w.count == 5 and [p[0] for p in w._pending] == [5]
+        w.finish()
+    assert [(v, n) for v, _, n in values(out)] == [(jpegs[k], f"s{k}") for k in range(6)]
+    assert verify_lmdb(out) == []
