@@ -513,7 +513,7 @@ def _decode(
         except Exception as exc:
             what = f"{fmt} data is corrupt or truncated" if fmt else "not a recognised image format"
             head = raw[:8]
-            why = re.sub(r"<[\w.]+ object at 0x[0-9a-f]+>", "the data", str(exc))  # no run-to-run address
+            why = re.sub(r" ?<[\w.]+ object at 0x[0-9a-f]+>", "", str(exc))  # no run-to-run address
             raise ImageDecodeError(f"{_describe(name)}: {what} (starts with {head!r}; {why})") from None
         return img
     if mode == "rgb" and not flags & getattr(cv2, "IMREAD_COLOR_RGB", 0):

@@ -104,6 +104,8 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
         return i, value, h, w, len(data), None, zlib.crc32(value)
     except (SampleError, ValueError, OSError, KeyError) as exc:
         name = ds.name(i)
+        if isinstance(exc, OSError) and exc.strerror:  # "name: No such file or directory", as the other lines
+            return i, None, 0, 0, 0, f"{name}: {exc.strerror}", 0
         return i, None, 0, 0, 0, str(exc) if name in str(exc) else f"{name}: {exc}", 0
 
 

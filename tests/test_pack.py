@@ -174,6 +174,28 @@ def test_the_bytes_validated_are_the_bytes_packed(class_folder: Path, tmp_path: 
     assert stored["dog/图片_2.jpg"] == originals[str(victim)] and stored["cat/图片_1.png"] == originals[str(gone)]
 
 
+def test_a_file_gone_before_it_is_read_or_not_an_image_is_one_plain_line(class_folder: Path, tmp_path: Path,
+                                                                         monkeypatch):  # fmt: skip
+    import datakit.pack as pack_module
+
+    gone, junk = class_folder / "dog" / "图片_2.jpg", class_folder / "cat" / "图片_0.jpg"
+    junk.write_bytes(b"junk data, not an image")
+    validate = pack_module._prepare
+
+    def delete_first(ds, i, **kw):
+        if ds.name(i) == str(gone):
+            gone.unlink()
+        return validate(ds, i, **kw)
+
+    monkeypatch.setattr(pack_module, "_prepare", delete_first)
+    report = pack_lmdb(class_folder, tmp_path / "a.lmdb", workers=2, skip_bad=True)
+    assert report.count == 10
+    assert report.skipped == [
+        f"{junk}: not a recognised image format (starts with b'junk dat'; cannot identify image file)",
+        f"{gone}: No such file or directory",
+    ]
+
+
 def test_shards_read_as_one(class_folder: Path, tmp_path: Path):
     for i in range(3):
         pack_lmdb(class_folder, tmp_path / f"shard-{i}.lmdb", shard=f"{i}/3", workers=1)
