@@ -379,7 +379,8 @@ def _cv2_flag(interpolation: str, shrink: float) -> int:
     if interpolation == "nearest-exact":
         return cv2.INTER_NEAREST_EXACT
     if interpolation in ("area", "box") or shrink >= 2:
-        # Shrinking 2x or more: the area (box) filter, antialiased like torchvision's antialias=True.
+        # Shrinking 2x or more (uint8 bilinear and bicubic go through _antialiased before this): the
+        # area (box) filter, antialiased like torchvision's antialias=True.
         return cv2.INTER_AREA
     # Less than 2x (or enlarging): the filter's own support still covers every source pixel, at a
     # seventh of the area filter's cost for such fractional factors.
