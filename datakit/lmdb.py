@@ -418,7 +418,14 @@ class LmdbWriter:
         self._last_commit = time.monotonic()
 
     def _load_records(self, meta: dict) -> None:
-        n = int(meta.get("count", 0))
+        with self.env.begin() as txn:
+            stored = _decode_meta(txn.get(META_KEY), self.path)
+        # the pack's own count, whatever the caller's metadata says: samples above it would be orphaned
+        if stored is None:
+            raise PackError(f"{self.path}: no datakit metadata; nothing to resume")
+        if stored.get("complete"):
+            raise PackError(f"{self.path}: a complete pack; nothing to resume (write a new pack to add samples)")
+        n = int(stored.get("count", 0))
         with self.env.begin() as txn:
             for i in range(n):
                 raw = txn.get(_record_key(i))

@@ -395,6 +395,8 @@ def _antialiased(img: np.ndarray, h: int, w: int, interpolation: str) -> torch.T
         return None
     if max(img.shape[0] / h, img.shape[1] / w) < 2:
         return None
+    if any(st < 0 for st in img.strides):  # a flipped view (img[..., ::-1]): torch takes none
+        img = np.ascontiguousarray(img)
     x = torch.from_numpy(img if img.ndim == 3 else img[:, :, None]).permute(2, 0, 1)[None]
     return torch.nn.functional.interpolate(x, size=(h, w), mode=interpolation, antialias=True)[0]
 
@@ -406,7 +408,7 @@ def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear") ->
         return img
     chw = _antialiased(img, h, w, interpolation)
     if chw is not None:
-        out = chw.permute(1, 2, 0).numpy()
+        out = chw.permute(1, 2, 0).contiguous().numpy()  # HWC in memory too, as OpenCV's drawing wants it
         return out if img.ndim == 3 else out[:, :, 0]
     shrink = max(img.shape[0] / h, img.shape[1] / w)
     out = cv2.resize(img, (w, h), interpolation=_cv2_flag(interpolation, shrink))

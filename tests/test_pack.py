@@ -690,3 +690,26 @@ def test_ctrl_c_as_a_background_commit_starts_loses_no_sample(tmp_path: Path, mo
         w.finish()
     assert [(v, n) for v, _, n in values(out)] == [(jpegs[k], f"s{k}") for k in range(6)]
     assert verify_lmdb(out) == []
+
+
+def test_a_writer_resumes_from_the_packs_own_count_and_refuses_a_complete_pack(tmp_path: Path):
+    from datakit.io import encode_image
+    from datakit.labels import ClassMap
+    from datakit.lmdb import LmdbWriter
+
+    out = tmp_path / "p"
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a",)).to_json()}
+    jpegs = [encode_image(synthetic_image(8, 8, seed=k), ".jpg", 90) for k in range(5)]
+    with LmdbWriter(out, meta, commit_every=1) as w:
+        for k in range(3):
+            w.add(jpegs[k], 0, 8, 8, f"s{k}")
+    with LmdbWriter(out, dict(meta, count=0), resume=True) as w:  # the caller's count is wrong: the pack's wins
+        assert w.count == 3
+        for k in range(3, 5):
+            w.add(jpegs[k], 0, 8, 8, f"s{k}")
+        w.finish()
+    assert [n for _, _, n in values(out)] == [f"s{k}" for k in range(5)] and verify_lmdb(out) == []
+    with pytest.raises(PackError) as e:
+        LmdbWriter(out, read_meta(out), resume=True)
+    assert str(e.value) == f"{out}: a complete pack; nothing to resume (write a new pack to add samples)"
+    assert read_meta(out)["complete"] is True and verify_lmdb(out) == []  # left as it was

@@ -160,6 +160,11 @@ def test_resize_close_to_torchvision_antialias():
         ours = torch.from_numpy(Resize(tuple(size))(img)).permute(2, 0, 1)
         # shrunk 2x or more: torchvision's own antialiased filter, the very same pixels
         assert torch.equal(ours, v2.functional.resize(chw, size, antialias=True))
+    for view in (img[..., ::-1], img[:, ::-1], img[::-1]):  # flipped views (BGR to RGB): negative strides
+        out = Resize((60, 140))(view)
+        assert out.flags["C_CONTIGUOUS"]  # HWC in memory, as OpenCV's drawing functions want it
+        ref = v2.functional.resize(torch.from_numpy(view.copy()).permute(2, 0, 1), [60, 140], antialias=True)
+        assert torch.equal(torch.from_numpy(out).permute(2, 0, 1), ref)
     ours = torch.from_numpy(Resize((150, 200))(img)).permute(2, 0, 1).float()
     ref = v2.functional.resize(chw, [150, 200], antialias=True).float()
     # less than 2x: OpenCV's bilinear, whose support still covers every source pixel
