@@ -367,7 +367,8 @@ class LmdbWriter:
     Args:
         path: the pack folder (created if missing).
         meta: the metadata (``format``, ``version``, ``classes`` ...); ``count`` is maintained here.
-        resume: continue the samples already committed (their records are read back once).
+        resume: continue the samples already committed (the pack's own count; their records are read
+            back once). A complete pack is refused.
         lock: a :class:`PackLock` already held on ``path`` (else one is taken here).
         background: the commits :meth:`add` makes are written by a thread of the writer's own while
             the caller goes on (one at a time; the next waits for it). ``count`` then counts what is
