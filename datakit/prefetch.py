@@ -10,6 +10,7 @@ and normalised on the GPU; on the CPU, a uint8 batch is normalised in one table-
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -214,6 +215,43 @@ def _replace(obj, old: torch.Tensor, new: torch.Tensor):
     return obj
 
 
+def _source(loader, infinite: bool):
+    # each batch travels with the loader's state right after it, so the state handed out
+    # is that of the last batch the caller got, whatever is held ahead
+    if infinite:
+        while True:
+            batch = next(loader)
+            yield {"state": loader.state_dict()}, batch
+    else:
+        for batch in loader:
+            yield None, batch
+
+
+def _device_batches(owner, loader, infinite, device, mean, std, channels_last):
+    """The batches of a :class:`DeviceLoader` (``owner()``), holding no reference to it across a
+    yield: an infinite one keeps this generator, and the two would otherwise live until a garbage
+    collection, its workers with them."""
+    source = _source(loader, infinite)
+    if device.type == "cuda":
+        pre = CUDAPrefetcher(source, device, mean, std, channels_last, convert=mean is not None)
+        for state, batch in pre:  # normalize=False: uint8, as on the CPU
+            dl = owner()
+            if dl is None:
+                return
+            dl._state = state["state"] if state else None
+            del dl
+            yield batch
+    else:
+        for state, batch in source:
+            dl = owner()
+            if dl is None:
+                return
+            dl._state = state["state"] if state else None
+            out = dl._cpu(batch)
+            del dl
+            yield out
+
+
 class DeviceLoader:
     """Wraps a loader (finite, or an :class:`~datakit.loader.InfiniteLoader`) and yields its
     batches on ``device``, the images (the first uint8 NCHW tensor of a batch) converted to
@@ -246,17 +284,6 @@ class DeviceLoader:
         self._state = loader.state_dict() if self.infinite else None
         self._gen = None
 
-    def _source(self):
-        # each batch travels with the loader's state right after it, so the state handed out
-        # is that of the last batch the caller got, whatever is held ahead
-        if self.infinite:
-            while True:
-                batch = next(self.loader)
-                yield {"state": self.loader.state_dict()}, batch
-        else:
-            for batch in self.loader:
-                yield None, batch
-
     def _spare_threads(self) -> int:
         """Threads for normalising a batch: 1, plus the CPUs that neither the loop nor the
         workers use (none on a machine the workers fill), at most 4."""
@@ -281,19 +308,9 @@ class DeviceLoader:
             batch = _replace(batch, images, out)
         return batch
 
-    def _generate(self):
-        source = self._source()
-        if self.device.type == "cuda":
-            pre = CUDAPrefetcher(
-                source, self.device, self.mean, self.std, self.channels_last, convert=self.mean is not None
-            )  # normalize=False: uint8, as on the CPU
-            for state, batch in pre:
-                self._state = state["state"] if state else None
-                yield batch
-        else:
-            for state, batch in source:
-                self._state = state["state"] if state else None
-                yield self._cpu(batch)
+    def _generate(self, owner=None):
+        return _device_batches(owner or (lambda: self), self.loader, self.infinite, self.device, self.mean, self.std,
+                               self.channels_last)  # fmt: skip
 
     def __iter__(self):
         if self.infinite:
@@ -304,7 +321,9 @@ class DeviceLoader:
         if not self.infinite:
             raise TypeError("iterate a finite DeviceLoader with for or iter()")
         if self._gen is None:
-            self._gen = self._generate()
+            # held here and referring back only weakly: dropping this loader ends it and its workers at
+            # once, not at the next garbage collection
+            self._gen = self._generate(weakref.ref(self))
         return next(self._gen)
 
     def __len__(self) -> int:
