@@ -72,7 +72,8 @@ def test_threads_ordered_errors_in_order_and_early_stop():
     out = list(map_ordered(square, range(300), workers=2, dataset=data, threads=True,
                            progress=lambda d, t: calls.append((d, t))))  # fmt: skip
     assert [r[:2] for r in out] == [(i, data[i] * data[i]) for i in range(300)]
-    assert {r[2] for r in out} == {os.getpid()} and names == {"datakit-map_0", "datakit-map_1"}
+    # in this process, on the pool's threads (which of the two takes which part is the scheduler's choice)
+    assert {r[2] for r in out} == {os.getpid()} and names and names <= {"datakit-map_0", "datakit-map_1"}
     assert calls == [(k, 300) for k in range(1, 301)]
     got = []
     with pytest.raises(SampleError, match=r"^sample 3: negative$"):
@@ -82,8 +83,8 @@ def test_threads_ordered_errors_in_order_and_early_stop():
     done: list[int] = []
     it = map_ordered(lambda i: done.append(i) or i, range(10_000), workers=2, threads=True)
     assert next(it) == 0
-    it.close()  # the calls not started are dropped: the reading ahead is bounded
-    assert 1 <= len(done) <= 8 * 8 and not any(t.name.startswith("datakit-map") for t in threading.enumerate())
+    it.close()  # the parts not started are dropped: at most 8 were queued ahead, and one more for the first
+    assert 1 <= len(done) <= 9 * 8 and not any(t.name.startswith("datakit-map") for t in threading.enumerate())
 
 
 def test_resolve_workers():
