@@ -725,9 +725,7 @@ def _reduced_gray_shape(data: bytes, factor: int) -> tuple[int, ...] | None:
     OpenCV cannot decode it (the caller goes the ordinary way, which names the problem)."""
     import cv2
 
-    flag = {8: cv2.IMREAD_REDUCED_GRAYSCALE_8, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
-            2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 1: cv2.IMREAD_GRAYSCALE}[factor]  # fmt: skip
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), _cv2_flags("gray", "JPEG", factor, 1))
     return None if img is None else img.shape
 
 

@@ -410,7 +410,7 @@ class LmdbWriter:
                 if info["map_size"] < 2 * used:
                     self.env.set_mapsize(2 * used)
                 if resume:
-                    self._load_records(meta)
+                    self._load_records()
             self.meta = dict(meta, count=self.count, complete=False)
             self._write([], self.meta)  # committed now: from here on the pack is resumable
         except BaseException:
@@ -418,16 +418,15 @@ class LmdbWriter:
             raise
         self._last_commit = time.monotonic()
 
-    def _load_records(self, meta: dict) -> None:
+    def _load_records(self) -> None:
         with self.env.begin() as txn:
             stored = _decode_meta(txn.get(META_KEY), self.path)
-        # the pack's own count, whatever the caller's metadata says: samples above it would be orphaned
-        if stored is None:
-            raise PackError(f"{self.path}: no datakit metadata; nothing to resume")
-        if stored.get("complete"):
-            raise PackError(f"{self.path}: a complete pack; nothing to resume (write a new pack to add samples)")
-        n = int(stored.get("count", 0))
-        with self.env.begin() as txn:
+            # the pack's own count, whatever the caller's metadata says: samples above it would be orphaned
+            if stored is None:
+                raise PackError(f"{self.path}: no datakit metadata; nothing to resume")
+            if stored.get("complete"):
+                raise PackError(f"{self.path}: a complete pack; nothing to resume (write a new pack to add samples)")
+            n = int(stored.get("count", 0))
             for i in range(n):
                 raw = txn.get(_record_key(i))
                 if raw is None or len(raw) != RECORD.itemsize:

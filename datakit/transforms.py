@@ -620,7 +620,7 @@ class TrainPipeline(Compose):
                 i, j, ch, cw = self.crop.get_params(img.shape[0] * f, img.shape[1] * f)
             y0, x0, y1, x1 = _scaled_box(i, j, ch, cw, img.shape[0], img.shape[1], f)
             region = img[y0:y1, x0:x1]
-        chw = None if region.shape[:2] == (th, tw) else _antialiased(region, th, tw, self.crop.interpolation)
+        chw = _antialiased(region, th, tw, self.crop.interpolation)
         if chw is not None:  # shrunk 2x or more: CHW already, flipped as such
             return self._finish(torch.flip(chw, [2]) if torch.rand(1).item() < self.flip.p else chw)
         out = _resize(region, th, tw, self.crop.interpolation)
