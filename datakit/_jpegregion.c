@@ -84,10 +84,25 @@ static int exif_upright(j_decompress_ptr cinfo) {
     return 1;
 }
 
-static PyObject *decode_region(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    int scale, order;
-    unsigned long top, left, height, width;
+static void release(Py_buffer *owner) {
+    if (owner != NULL)
+        PyBuffer_Release(owner);
+}
+
+static int check_args(int scale, unsigned long height, unsigned long width, int order) {
+    if ((scale != 1 && scale != 2 && scale != 4 && scale != 8) || height == 0 || width == 0 || order < 0 ||
+        order > 2) {
+        PyErr_SetString(PyExc_ValueError, "scale must be 1, 2, 4 or 8, order 0, 1 or 2, and the rectangle not empty");
+        return 0;
+    }
+    return 1;
+}
+
+/* The rectangle of buf[0:len] (decode_region's arguments); owner: released (PyBuffer_Release) on
+ * every return when not NULL. */
+static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *owner, int scale, unsigned long top,
+                             unsigned long left, unsigned long height, unsigned long width, int order,
+                             unsigned long min_left) {
     struct jpeg_decompress_struct cinfo;
     error_mgr err;
     PyObject *volatile out = NULL;
@@ -98,16 +113,6 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     int channels;
     unsigned long margin_x, margin_y, ext_top, ext_left, ext_right, skip_rows;
     JSAMPLE *volatile scratch = NULL;
-    (void)self;
-
-    if (!PyArg_ParseTuple(args, "y*ikkkki", &view, &scale, &top, &left, &height, &width, &order))
-        return NULL;
-    if ((scale != 1 && scale != 2 && scale != 4 && scale != 8) || height == 0 || width == 0 ||
-        order < 0 || order > 2) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "scale must be 1, 2, 4 or 8, order 0, 1 or 2, and the rectangle not empty");
-        return NULL;
-    }
 
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = on_error;
@@ -120,19 +125,19 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         if (created)
             jpeg_destroy_decompress(&cinfo);
         Py_XDECREF(out);
-        PyBuffer_Release(&view);
+        release(owner);
         PyErr_SetString(PyExc_ValueError, err.message);
         return NULL;
     }
     jpeg_create_decompress(&cinfo);
     created = 1;
-    jpeg_mem_src(&cinfo, (const unsigned char *)view.buf, (unsigned long)view.len);
+    jpeg_mem_src(&cinfo, buf, (unsigned long)len);
     jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
     if (!exif_upright(&cinfo) || cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK ||
         (cinfo.num_components != 1 && cinfo.num_components != 3)) {
         jpeg_destroy_decompress(&cinfo);
-        PyBuffer_Release(&view);
+        release(owner);
         Py_RETURN_NONE;
     }
     cinfo.out_color_space = order == 2 ? JCS_GRAYSCALE : order == 1 ? JCS_EXT_BGR : JCS_RGB;
@@ -146,7 +151,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         snprintf(msg, sizeof msg, "rectangle %lux%lu at (%lu, %lu) outside the %ux%u image at 1/%d", height, width,
                  top, left, cinfo.output_height, cinfo.output_width, scale);
         jpeg_destroy_decompress(&cinfo);
-        PyBuffer_Release(&view);
+        release(owner);
         PyErr_SetString(PyExc_ValueError, msg);
         return NULL;
     }
@@ -157,6 +162,8 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     margin_x = (unsigned long)cinfo.max_h_samp_factor * (unsigned long)cinfo.min_DCT_scaled_size;
     margin_y = (unsigned long)cinfo.max_v_samp_factor * (unsigned long)cinfo.min_DCT_scaled_size;
     ext_left = left > margin_x ? left - margin_x : 0;
+    if (ext_left < min_left) /* a band edge there, as at the image's edge */
+        ext_left = min_left;
     ext_right = cinfo.output_width - (left + width) > margin_x ? left + width + margin_x : cinfo.output_width;
     ext_top = top > margin_y ? top - margin_y : 0;
     xoff = (JDIMENSION)ext_left;
@@ -175,7 +182,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     }
     if (out == NULL) {
         jpeg_destroy_decompress(&cinfo);
-        PyBuffer_Release(&view);
+        release(owner);
         return NULL;
     }
     {
@@ -204,19 +211,670 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     if (rows_done < height) {
         jpeg_destroy_decompress(&cinfo);
         Py_DECREF(out);
-        PyBuffer_Release(&view);
+        release(owner);
         PyErr_SetString(PyExc_ValueError, "the decoder stopped before the rectangle's last row");
         return NULL;
     }
     jpeg_abort_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
-    PyBuffer_Release(&view);
+    release(owner);
     return Py_BuildValue("(NIIiI)", out, (unsigned)height, (unsigned)band, channels, (unsigned)(left - xoff));
+}
+
+static PyObject *decode_region(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int scale, order;
+    unsigned long top, left, height, width;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "y*ikkkki", &view, &scale, &top, &left, &height, &width, &order))
+        return NULL;
+    if (!check_args(scale, height, width, order)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    return region_core((const unsigned char *)view.buf, (size_t)view.len, &view, scale, top, left, height, width,
+                       order, 0);
+}
+
+/* ---- Entropy index: decoding a crop without reading the entropy-coded data around it ----------
+ *
+ * A baseline JPEG's entropy-coded data is one bit stream: to decode an MCU, libjpeg reads every bit
+ * before it. jpeg_index() reads the image once (jpeg_read_coefficients) and records, at every
+ * g-th MCU of every MCU row, where its bits start (byte offset of the scan data and bit phase) and
+ * the DC predictors there. With that, decode_indexed() builds a smaller JPEG holding only the MCU
+ * rows and columns around a rectangle: each of its rows starts after a restart marker (DC
+ * predictors 0, byte aligned), with one made-up MCU whose DC values set the predictors to those
+ * recorded and whose length puts the next bit at the recorded phase, followed by the original
+ * bytes of the row's MCUs, copied as they are. The rectangle is then decoded from that JPEG as
+ * decode_region does; it lies one MCU inside the copied ones on every side, so upsampling sees the
+ * same neighbours, and its pixels are those of the whole image.
+ *
+ * jpeg_index(data) -> bytes | None   (None: progressive, arithmetic, restart intervals, 12-bit,
+ *                                     several scans, corrupt data or any doubt: not indexed)
+ * decode_indexed(data, index, scale, top, left, height, width, order) -> as decode_region | None
+ */
+
+#define INDEX_MAGIC "DKJ1"
+#define INDEX_HEAD 48
+#define INDEX_POINT 12
+
+static const unsigned char zigzag[64] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,
+    41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,
+    30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+
+typedef struct {
+    unsigned short code[256];
+    unsigned char len[256]; /* 0: not in the table */
+} hcodes;
+
+static int make_codes(const JHUFF_TBL *t, hcodes *h) {
+    unsigned code = 0;
+    int k = 0, l, i;
+    memset(h, 0, sizeof *h);
+    if (t == NULL)
+        return 0;
+    for (l = 1; l <= 16; l++) {
+        for (i = 0; i < t->bits[l]; i++) {
+            if (k >= 256 || h->len[t->huffval[k]] != 0)
+                return 0;
+            h->code[t->huffval[k]] = (unsigned short)code;
+            h->len[t->huffval[k]] = (unsigned char)l;
+            k++;
+            code++;
+        }
+        code <<= 1;
+    }
+    return 1;
+}
+
+static int nbits(int v) {
+    if (v < 0)
+        v = -v;
+    return v ? 32 - __builtin_clz((unsigned)v) : 0;
+}
+
+static void put32(unsigned char *p, unsigned long v) {
+    p[0] = v & 0xFF;
+    p[1] = (v >> 8) & 0xFF;
+    p[2] = (v >> 16) & 0xFF;
+    p[3] = (v >> 24) & 0xFF;
+}
+static unsigned long get32(const unsigned char *p) {
+    return (unsigned long)p[0] | ((unsigned long)p[1] << 8) | ((unsigned long)p[2] << 16) | ((unsigned long)p[3] << 24);
+}
+static void put16(unsigned char *p, unsigned v) {
+    p[0] = v & 0xFF;
+    p[1] = (v >> 8) & 0xFF;
+}
+static unsigned get16(const unsigned char *p) { return p[0] | (p[1] << 8); }
+
+/* The layout jpeg_index and decode_indexed agree on, from a header read up to the scan. */
+typedef struct {
+    int ncomp, order[MAX_COMPS_IN_SCAN]; /* components in scan order (index into comp_info) */
+    int mcu_blocks[MAX_COMPS_IN_SCAN]; /* blocks of each component in an MCU */
+    unsigned mcus_x, mcus_y, mcu_w, mcu_h;
+    hcodes dc[MAX_COMPS_IN_SCAN], ac[MAX_COMPS_IN_SCAN];
+} layout;
+
+static int read_layout(j_decompress_ptr cinfo, layout *lay) {
+    int i;
+    if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->restart_interval != 0 ||
+        cinfo->comps_in_scan != cinfo->num_components || (cinfo->num_components != 1 && cinfo->num_components != 3))
+        return 0;
+    lay->ncomp = cinfo->comps_in_scan;
+    for (i = 0; i < lay->ncomp; i++) {
+        jpeg_component_info *c = cinfo->cur_comp_info[i];
+        lay->order[i] = c->component_index;
+        lay->mcu_blocks[i] = cinfo->comps_in_scan == 1 ? 1 : c->h_samp_factor * c->v_samp_factor;
+        if (!make_codes(cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no], &lay->dc[i]) ||
+            !make_codes(cinfo->ac_huff_tbl_ptrs[c->ac_tbl_no], &lay->ac[i]) || lay->ac[i].len[0] == 0)
+            return 0;
+    }
+    if (lay->ncomp == 1) { /* not interleaved: one block an MCU */
+        jpeg_component_info *c = cinfo->cur_comp_info[0];
+        if (c->h_samp_factor != cinfo->max_h_samp_factor || c->v_samp_factor != cinfo->max_v_samp_factor)
+            return 0;
+        lay->mcu_w = lay->mcu_h = 8;
+    } else {
+        lay->mcu_w = 8 * cinfo->max_h_samp_factor;
+        lay->mcu_h = 8 * cinfo->max_v_samp_factor;
+    }
+    lay->mcus_x = (cinfo->image_width + lay->mcu_w - 1) / lay->mcu_w;
+    lay->mcus_y = (cinfo->image_height + lay->mcu_h - 1) / lay->mcu_h;
+    return lay->mcus_x < 65536 && lay->mcus_y < 65536;
+}
+
+/* The index's spacing: at most 17 points a row, and no closer than 4 MCUs. */
+static unsigned spacing(unsigned mcus_x) { return mcus_x / 16 > 4 ? mcus_x / 16 : 4; }
+
+static PyObject *jpeg_index(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    struct jpeg_decompress_struct cinfo;
+    error_mgr err;
+    volatile int created = 0;
+    PyThreadState *volatile released = NULL;
+    layout lay;
+    unsigned char *volatile out = NULL;
+    unsigned long long *volatile bitpos = NULL;
+    size_t scan_start, npoints = 0;
+    volatile size_t outlen = 0;
+    unsigned g, per_row;
+    volatile int ok = 0;
+    PyObject *result;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.output_message = on_message;
+    err.message[0] = '\0';
+    if (setjmp(err.jump)) {
+        if (released != NULL)
+            PyEval_RestoreThread(released);
+        PyMem_RawFree(out);
+        PyMem_RawFree(bitpos);
+        if (created)
+            jpeg_destroy_decompress(&cinfo);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE; /* libjpeg refuses it: the ordinary decoders say why */
+    }
+    jpeg_create_decompress(&cinfo);
+    created = 1;
+    jpeg_mem_src(&cinfo, (const unsigned char *)view.buf, (unsigned long)view.len);
+    released = PyEval_SaveThread();
+    jpeg_read_header(&cinfo, TRUE);
+    scan_start = (size_t)(cinfo.src->next_input_byte - (const JOCTET *)view.buf);
+    /* under 4 MCUs a side there is little to skip, and libjpeg-turbo upsamples bands that narrow
+     * differently from a whole row */
+    if (read_layout(&cinfo, &lay) && lay.mcus_x >= 4 && lay.mcus_y >= 4) {
+        const unsigned char *data = (const unsigned char *)view.buf;
+        size_t len = (size_t)view.len;
+        jvirt_barray_ptr *coefs = jpeg_read_coefficients(&cinfo);
+        unsigned long long bits = 0;
+        int pred[MAX_COMPS_IN_SCAN] = {0}, fail = cinfo.err->num_warnings != 0;
+        unsigned mx, my;
+        size_t p = 0;
+        g = spacing(lay.mcus_x);
+        per_row = (lay.mcus_x + g - 1) / g;
+        npoints = (size_t)per_row * lay.mcus_y + 1;
+        outlen = INDEX_HEAD + INDEX_POINT * npoints;
+        out = PyMem_RawMalloc(outlen);
+        bitpos = PyMem_RawMalloc(sizeof(unsigned long long) * npoints);
+        if (out == NULL || bitpos == NULL)
+            fail = 1;
+        for (my = 0; my < lay.mcus_y && !fail; my++) {
+            JBLOCKARRAY rows[MAX_COMPS_IN_SCAN];
+            int ci;
+            for (ci = 0; ci < lay.ncomp; ci++) {
+                jpeg_component_info *c = cinfo.comp_info + lay.order[ci];
+                int v = lay.ncomp == 1 ? 1 : c->v_samp_factor;
+                rows[ci] = (*cinfo.mem->access_virt_barray)((j_common_ptr)&cinfo, coefs[lay.order[ci]],
+                                                           (JDIMENSION)my * v, (JDIMENSION)v, FALSE);
+            }
+            for (mx = 0; mx < lay.mcus_x && !fail; mx++) {
+                if (mx % g == 0) {
+                    unsigned char *pt = out + INDEX_HEAD + INDEX_POINT * p;
+                    memset(pt, 0, INDEX_POINT);
+                    for (ci = 0; ci < lay.ncomp; ci++)
+                        put16(pt + 6 + 2 * ci, (unsigned)(pred[ci] & 0xFFFF));
+                    bitpos[p++] = bits;
+                }
+                for (ci = 0; ci < lay.ncomp; ci++) {
+                    jpeg_component_info *c = cinfo.comp_info + lay.order[ci];
+                    int h = lay.ncomp == 1 ? 1 : c->h_samp_factor, v = lay.ncomp == 1 ? 1 : c->v_samp_factor, by, bx;
+                    const hcodes *dc = &lay.dc[ci], *ac = &lay.ac[ci];
+                    for (by = 0; by < v; by++)
+                        for (bx = 0; bx < h; bx++) {
+                            const JCOEF *blk = rows[ci][by][(JDIMENSION)mx * h + bx];
+                            int diff = blk[0] - pred[ci], s = nbits(diff), run = 0, k;
+                            pred[ci] = blk[0];
+                            if (s > 11 || dc->len[s] == 0) {
+                                fail = 1;
+                                break;
+                            }
+                            bits += dc->len[s] + s;
+                            {
+                                /* the nonzero coefficients in zigzag order, as a bit mask */
+                                unsigned long long nz = 0;
+                                int last = 0;
+                                for (k = 1; k < 64; k++)
+                                    nz |= (unsigned long long)(blk[zigzag[k]] != 0) << k;
+                                while (nz) {
+                                    int at = __builtin_ctzll(nz), coef = blk[zigzag[at]], sym;
+                                    run = at - last - 1;
+                                    last = at;
+                                    nz &= nz - 1;
+                                    while (run > 15) {
+                                        if (ac->len[0xF0] == 0)
+                                            fail = 1;
+                                        bits += ac->len[0xF0];
+                                        run -= 16;
+                                    }
+                                    s = nbits(coef);
+                                    sym = (run << 4) | s;
+                                    if (s > 10 || ac->len[sym] == 0)
+                                        fail = 1;
+                                    bits += ac->len[sym] + s;
+                                }
+                                if (last < 63)
+                                    bits += ac->len[0];
+                            }
+                        }
+                }
+            }
+        }
+        if (!fail) {
+            /* the final point: the scan's end */
+            unsigned char *pt = out + INDEX_HEAD + INDEX_POINT * p;
+            memset(pt, 0, INDEX_POINT);
+            bitpos[p++] = bits;
+            /* bit positions to offsets in the stuffed data; the scan must end at a marker there */
+            {
+                size_t pos = scan_start, q;
+                unsigned long long d = 0;
+                for (q = 0; q < p && !fail; q++) {
+                    unsigned long long want = bitpos[q] >> 3;
+                    while (d < want && !fail) {
+                        if (pos + 1 >= len)
+                            fail = 1;
+                        else if (data[pos] == 0xFF) {
+                            if (data[pos + 1] != 0x00)
+                                fail = 1;
+                            pos += 2;
+                        } else
+                            pos++;
+                        d++;
+                    }
+                    if (pos > 0xFFFFFFFFUL)
+                        fail = 1;
+                    put32(out + INDEX_HEAD + INDEX_POINT * q, (unsigned long)pos);
+                    out[INDEX_HEAD + INDEX_POINT * q + 4] = (unsigned char)(bitpos[q] & 7);
+                }
+                if (!fail && (bits & 7)) { /* the last, partial byte */
+                    if (pos + 1 >= len || (data[pos] == 0xFF && data[pos + 1] != 0x00))
+                        fail = 1;
+                    else
+                        pos += data[pos] == 0xFF ? 2 : 1;
+                }
+                if (!fail && !(pos + 1 < len && data[pos] == 0xFF && data[pos + 1] != 0x00))
+                    fail = 1;
+            }
+        }
+        if (!fail && cinfo.err->num_warnings == 0 && len <= 0xFFFFFFFFUL && len >= scan_start + 8) {
+            memcpy(out, INDEX_MAGIC, 4);
+            put32(out + 4, (unsigned long)len);
+            put32(out + 8, (unsigned long)scan_start);
+            put16(out + 12, lay.mcus_x);
+            put16(out + 14, lay.mcus_y);
+            put16(out + 16, g);
+            put16(out + 18, per_row);
+            out[20] = (unsigned char)lay.ncomp;
+            out[21] = (unsigned char)lay.mcu_w;
+            out[22] = (unsigned char)lay.mcu_h;
+            out[23] = 0;
+            memcpy(out + 24, data + scan_start, 8); /* a fingerprint: the scan's first and the file's last bytes */
+            memcpy(out + 32, data + len - 8, 8);
+            memset(out + 40, 0, INDEX_HEAD - 40);
+            ok = 1;
+        }
+    }
+    PyEval_RestoreThread(released);
+    released = NULL;
+    jpeg_abort_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    PyBuffer_Release(&view);
+    PyMem_RawFree(bitpos);
+    if (!ok) {
+        PyMem_RawFree(out);
+        Py_RETURN_NONE;
+    }
+    result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)outlen);
+    PyMem_RawFree(out);
+    return result;
+}
+
+/* A bit writer with JPEG's byte stuffing. */
+typedef struct {
+    unsigned char *p;
+    unsigned acc;
+    int n; /* bits pending in acc, fewer than 8 */
+} bitw;
+
+static void emit(bitw *w, unsigned b) {
+    *w->p++ = (unsigned char)b;
+    if (b == 0xFF)
+        *w->p++ = 0;
+}
+
+static void put_bits(bitw *w, unsigned v, int len) {
+    while (len > 0) {
+        int take = len < 8 - w->n ? len : 8 - w->n;
+        w->acc = (w->acc << take) | ((v >> (len - take)) & ((1u << take) - 1));
+        w->n += take;
+        len -= take;
+        if (w->n == 8) {
+            emit(w, w->acc & 0xFF);
+            w->acc = 0;
+            w->n = 0;
+        }
+    }
+}
+
+static void pad_bits(bitw *w) {
+    if (w->n > 0)
+        put_bits(w, 0xFF, 8 - w->n);
+}
+
+/* Extra AC symbols (run << 4 | size, positive values) whose bits, added to a block, make any
+ * length modulo 8: plan[e] lists them for e extra bits mod 8; 0 when not reachable. */
+typedef struct {
+    int count[8];
+    unsigned char sym[8][8];
+} tuning;
+
+static int make_tuning(const hcodes *ac, tuning *t) {
+    int e, step, changed = 1, pos[8];
+    for (e = 0; e < 8; e++)
+        t->count[e] = -1;
+    t->count[0] = 0;
+    pos[0] = 0;
+    for (step = 0; step < 8 && changed; step++) {
+        int from;
+        changed = 0;
+        for (from = 0; from < 8; from++) {
+            int sym;
+            if (t->count[from] != step)
+                continue;
+            for (sym = 1; sym < 256; sym++) {
+                int r = sym >> 4, s = sym & 15, to;
+                if (s == 0 || s > 10 || r > 3 || ac->len[sym] == 0 || pos[from] + r + 1 > 62)
+                    continue;
+                to = (from + ac->len[sym] + s) & 7;
+                if (t->count[to] != -1)
+                    continue;
+                t->count[to] = step + 1;
+                memcpy(t->sym[to], t->sym[from], (size_t)step);
+                t->sym[to][step] = (unsigned char)sym;
+                pos[to] = pos[from] + r + 1;
+                changed = 1;
+            }
+        }
+    }
+    for (e = 0; e < 8; e++)
+        if (t->count[e] < 0)
+            return 0;
+    return 1;
+}
+
+static void put_dc(bitw *w, const hcodes *dc, int diff) {
+    int s = nbits(diff);
+    put_bits(w, dc->code[s], dc->len[s]);
+    if (s)
+        put_bits(w, (unsigned)(diff < 0 ? diff + (1 << s) - 1 : diff), s);
+}
+
+static PyObject *decode_indexed(PyObject *self, PyObject *args) {
+    Py_buffer view, iview;
+    int scale, order, ci, ok = 0;
+    unsigned long top, left, height, width;
+    struct jpeg_decompress_struct cinfo;
+    error_mgr err;
+    volatile int created = 0;
+    layout lay;
+    tuning tune;
+    const unsigned char *data, *idx;
+    size_t len, scan_start, pos;
+    volatile size_t sos_at = 0, sof_at = 0;
+    unsigned mcus_x, mcus_y, g, per_row, r0, r1, a, b, c0, c1, row;
+    unsigned long y0f, y1f, x0f, x1f, syn_w, syn_h, dx, dy;
+    unsigned char *buf = NULL;
+    size_t cap;
+    bitw w;
+    int dummy_bits;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "y*y*ikkkki", &view, &iview, &scale, &top, &left, &height, &width, &order))
+        return NULL;
+    PyBuffer_Release(&iview); /* a bytes object: held by the caller */
+    if (!check_args(scale, height, width, order)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    data = (const unsigned char *)view.buf;
+    len = (size_t)view.len;
+    idx = (const unsigned char *)iview.buf;
+    if ((size_t)iview.len < INDEX_HEAD || memcmp(idx, INDEX_MAGIC, 4) != 0 || get32(idx + 4) != len ||
+        get32(idx + 8) + 8 > len || memcmp(idx + 24, data + get32(idx + 8), 8) != 0 ||
+        memcmp(idx + 32, data + len - 8, 8) != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the index is not one of this JPEG");
+        return NULL;
+    }
+    scan_start = get32(idx + 8);
+    mcus_x = get16(idx + 12);
+    mcus_y = get16(idx + 14);
+    g = get16(idx + 16);
+    per_row = get16(idx + 18);
+    if (g == 0 || per_row != (mcus_x + g - 1) / g ||
+        (size_t)iview.len != INDEX_HEAD + INDEX_POINT * ((size_t)per_row * mcus_y + 1)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the index is not one of this JPEG");
+        return NULL;
+    }
+
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.output_message = on_message;
+    if (setjmp(err.jump)) {
+        if (created)
+            jpeg_destroy_decompress(&cinfo);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    jpeg_create_decompress(&cinfo);
+    created = 1;
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
+    jpeg_read_header(&cinfo, TRUE);
+    if ((size_t)(cinfo.src->next_input_byte - data) == scan_start && read_layout(&cinfo, &lay) &&
+        lay.mcus_x == mcus_x && lay.mcus_y == mcus_y && lay.ncomp == idx[20] && lay.mcu_w == idx[21] &&
+        lay.mcu_h == idx[22] && exif_upright(&cinfo) && cinfo.jpeg_color_space != JCS_CMYK &&
+        cinfo.jpeg_color_space != JCS_YCCK && make_tuning(&lay.ac[0], &tune))
+        ok = 1;
+    for (ci = 0; ok && ci < lay.ncomp; ci++) /* the made-up MCU codes any DC value and an EOB */
+        ok = lay.dc[ci].len[0] != 0;
+    if (ok) {
+        unsigned long oh = (cinfo.image_height + scale - 1) / scale, ow = (cinfo.image_width + scale - 1) / scale;
+        if (top >= oh || height > oh - top || left >= ow || width > ow - left) {
+            jpeg_destroy_decompress(&cinfo);
+            PyBuffer_Release(&view);
+            PyErr_Format(PyExc_ValueError, "rectangle %lux%lu at (%lu, %lu) outside the %lux%lu image at 1/%d", height,
+                         width, top, left, oh, ow, scale);
+            return NULL;
+        }
+    }
+    if (!ok) {
+        jpeg_destroy_decompress(&cinfo);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    /* the marker segments up to the scan: the frame header to patch, the scan header to precede */
+    pos = 2;
+    while (pos + 4 <= scan_start) {
+        unsigned m;
+        if (data[pos] != 0xFF) {
+            ok = 0;
+            break;
+        }
+        m = data[pos + 1];
+        if (m == 0xFF) {
+            pos++;
+            continue;
+        }
+        if (m == 0xC0 || m == 0xC1)
+            sof_at = pos;
+        if (m == 0xDA) {
+            sos_at = pos;
+            break;
+        }
+        pos += 2 + ((size_t)data[pos + 2] << 8 | data[pos + 3]);
+    }
+    if (!ok || sof_at == 0 || sos_at == 0) {
+        jpeg_destroy_decompress(&cinfo);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+
+    /* the MCU rows and columns to copy: one MCU beyond the rectangle on every side */
+    y0f = top * scale;
+    y1f = (top + height) * scale;
+    x0f = left * scale;
+    x1f = (left + width) * scale;
+    if (y1f > cinfo.image_height)
+        y1f = cinfo.image_height;
+    if (x1f > cinfo.image_width)
+        x1f = cinfo.image_width;
+    r0 = (unsigned)(y0f / lay.mcu_h);
+    r0 = r0 > 0 ? r0 - 1 : 0;
+    r1 = (unsigned)((y1f + lay.mcu_h - 1) / lay.mcu_h) + 1;
+    r1 = r1 < mcus_y ? r1 : mcus_y;
+    c0 = (unsigned)(x0f / lay.mcu_w);
+    c0 = c0 > 0 ? c0 - 1 : 0;
+    a = c0 / g * g;
+    c1 = (unsigned)((x1f + lay.mcu_w - 1) / lay.mcu_w) + 1;
+    b = (c1 + g - 1) / g * g;
+    b = b < mcus_x ? b : mcus_x;
+    syn_w = b < mcus_x ? (unsigned long)(1 + b - a) * lay.mcu_w : lay.mcu_w + cinfo.image_width - (unsigned long)a * lay.mcu_w;
+    syn_h = r1 < mcus_y ? (unsigned long)(r1 - r0) * lay.mcu_h : cinfo.image_height - (unsigned long)r0 * lay.mcu_h;
+    if (syn_w > 65535 || syn_h > 65535) { /* a frame header's fields are 16 bits */
+        jpeg_destroy_decompress(&cinfo);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    dy = (unsigned long)r0 * lay.mcu_h / scale;
+    dx = (unsigned long)a * lay.mcu_w / scale; /* the made-up column is one MCU to the left */
+    jpeg_destroy_decompress(&cinfo);
+    created = 0;
+
+    cap = sos_at + 6 + (scan_start - sos_at) + 2;
+    for (row = r0; row < r1; row++) {
+        const unsigned char *pa = idx + INDEX_HEAD + INDEX_POINT * ((size_t)row * per_row + a / g);
+        const unsigned char *pb = b < mcus_x ? idx + INDEX_HEAD + INDEX_POINT * ((size_t)row * per_row + b / g)
+                                             : idx + INDEX_HEAD + INDEX_POINT * ((size_t)(row + 1) * per_row);
+        unsigned long oa = get32(pa), ob = get32(pb);
+        for (ci = 0; ci < lay.ncomp; ci++) /* the made-up MCU's DC value needs its size's code */
+            if (lay.dc[ci].len[nbits((short)get16(pa + 6 + 2 * ci))] == 0) {
+                PyBuffer_Release(&view);
+                Py_RETURN_NONE;
+            }
+        if (ob < oa || ob >= len || oa < scan_start || pa[4] > 7 || pb[4] > 7 || (oa == ob && pb[4] < pa[4])) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "the index is not one of this JPEG");
+            return NULL;
+        }
+        cap += (ob - oa) + 2 * 400 + 8; /* the made-up MCU (stuffed at worst), padding, a marker */
+    }
+    buf = PyMem_Malloc(cap);
+    if (buf == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    {
+        PyThreadState *ts = PyEval_SaveThread();
+        unsigned char *o = buf;
+        size_t restart = (size_t)(1 + b - a);
+        memcpy(o, data, sos_at);
+        /* frame header: height, then width */
+        o[sof_at + 5] = (unsigned char)(syn_h >> 8);
+        o[sof_at + 6] = (unsigned char)syn_h;
+        o[sof_at + 7] = (unsigned char)(syn_w >> 8);
+        o[sof_at + 8] = (unsigned char)syn_w;
+        o += sos_at;
+        *o++ = 0xFF, *o++ = 0xDD, *o++ = 0, *o++ = 4, *o++ = (unsigned char)(restart >> 8), *o++ = (unsigned char)restart;
+        memcpy(o, data + sos_at, scan_start - sos_at);
+        o += scan_start - sos_at;
+        w.p = o;
+        w.acc = 0;
+        w.n = 0;
+        for (row = r0; row < r1; row++) {
+            const unsigned char *pa = idx + INDEX_HEAD + INDEX_POINT * ((size_t)row * per_row + a / g);
+            const unsigned char *pb = b < mcus_x ? idx + INDEX_HEAD + INDEX_POINT * ((size_t)row * per_row + b / g)
+                                                 : idx + INDEX_HEAD + INDEX_POINT * ((size_t)(row + 1) * per_row);
+            unsigned long oa = get32(pa), ob = get32(pb);
+            int pha = pa[4] & 7, phb = pb[4] & 7, e, k;
+            if (row > r0) {
+                pad_bits(&w);
+                *w.p++ = 0xFF;
+                *w.p++ = (unsigned char)(0xD0 + ((row - r0 - 1) & 7));
+            }
+            /* the made-up MCU: its length first, then its bits */
+            dummy_bits = 0;
+            for (ci = 0; ci < lay.ncomp; ci++) {
+                int nblocks = lay.mcu_blocks[ci];
+                int pred = (short)get16(pa + 6 + 2 * ci), s = nbits(pred);
+                dummy_bits += lay.dc[ci].len[s] + s + (nblocks - 1) * lay.dc[ci].len[0] + nblocks * lay.ac[ci].len[0];
+            }
+            e = (pha - dummy_bits) & 7;
+            for (ci = 0; ci < lay.ncomp; ci++) {
+                int nblocks = lay.mcu_blocks[ci], blk;
+                int pred = (short)get16(pa + 6 + 2 * ci);
+                for (blk = 0; blk < nblocks; blk++) {
+                    put_dc(&w, &lay.dc[ci], blk == 0 ? pred : 0);
+                    if (ci == 0 && blk == 0)
+                        for (k = 0; k < tune.count[e]; k++) {
+                            int sym = tune.sym[e][k], s = sym & 15;
+                            put_bits(&w, lay.ac[0].code[sym], lay.ac[0].len[sym]);
+                            put_bits(&w, (1u << s) - 1, s);
+                        }
+                    put_bits(&w, lay.ac[ci].code[0], lay.ac[ci].len[0]);
+                }
+            }
+            /* the row's own bits, from the recorded phase on */
+            if (oa == ob) {
+                put_bits(&w, (data[oa] >> (8 - phb)) & ((1u << (phb - pha)) - 1), phb - pha);
+            } else {
+                size_t from = oa;
+                if (pha) {
+                    emit(&w, ((w.acc << (8 - w.n)) | (data[oa] & (0xFFu >> pha))) & 0xFF);
+                    w.acc = 0;
+                    w.n = 0;
+                    from = oa + (data[oa] == 0xFF ? 2 : 1);
+                }
+                if (ob > from) {
+                    memcpy(w.p, data + from, ob - from);
+                    w.p += ob - from;
+                }
+                if (phb)
+                    put_bits(&w, data[ob] >> (8 - phb), phb);
+            }
+        }
+        pad_bits(&w);
+        *w.p++ = 0xFF;
+        *w.p++ = 0xD9;
+        PyEval_RestoreThread(ts);
+        {
+            PyObject *got;
+            size_t n = (size_t)(w.p - buf);
+            /* the band never takes in the made-up column: beside the image's left edge the upsampling
+             * repeats the edge, as it does in the whole image */
+            got = region_core(buf, n, NULL, scale, top - dy, left + (unsigned long)lay.mcu_w / scale - dx, height, width,
+                              order, (unsigned long)lay.mcu_w / scale);
+            PyMem_Free(buf);
+            PyBuffer_Release(&view);
+            return got;
+        }
+    }
 }
 
 static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
      "decode_region(data, scale, top, left, height, width, order) -> (pixels, rows, band, channels, offset) | None"},
+    {"jpeg_index", jpeg_index, METH_VARARGS, "jpeg_index(data) -> bytes | None"},
+    {"decode_indexed", decode_indexed, METH_VARARGS,
+     "decode_indexed(data, index, scale, top, left, height, width, order) -> as decode_region | None"},
     {NULL, NULL, 0, NULL},
 };
 

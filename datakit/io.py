@@ -549,6 +549,7 @@ def decode_jpeg_region(
     box: tuple[int, int, int, int],
     *,
     name: str | os.PathLike | None = None,
+    index: bytes | None = None,
 ) -> np.ndarray | None:
     """Rows ``top:bottom`` and columns ``left:right`` (``box``, in the image scaled by 1/``scale``,
     whose sides are ``ceil(side / scale)``) of a JPEG, decoding only the rows down to ``bottom``
@@ -559,6 +560,11 @@ def decode_jpeg_region(
     :func:`decode_image` (CMYK, an EXIF orientation other than 1, not a JPEG) or that libjpeg
     refuses: the caller decodes it the ordinary way, which raises the usual errors. A truncated
     file and one over the pixel budget raise :class:`ImageDecodeError` here too.
+
+    ``index``: this JPEG's :func:`jpeg_entropy_index`. With it, only the entropy-coded data of
+    the MCUs around the box is read, not every row above it and the whole width of its rows: the
+    same pixels, 1.15x faster on photo-sized JPEGs and 1.6x on 2000-4000 px ones (see
+    docs/benchmarks.md). An index of another file raises ``ValueError``.
     """
     if mode not in _REGION_ORDER or not region_decoder_available():
         return None
@@ -578,8 +584,12 @@ def decode_jpeg_region(
     sh, sw = -(-h // scale), -(-w // scale)
     if not (0 <= top < bottom <= sh and 0 <= left < right <= sw):
         raise ValueError(f"box {box} is not inside the {sw}x{sh} image at 1/{scale}")
+    got = None
+    if index is not None:
+        got = _decode_indexed(data, index, scale, (top, left, bottom - top, right - left), mode, name)
     try:
-        got = _REGION.decode_region(data, scale, top, left, bottom - top, right - left, _REGION_ORDER[mode])
+        if got is None:
+            got = _REGION.decode_region(data, scale, top, left, bottom - top, right - left, _REGION_ORDER[mode])
     except ValueError:
         return None  # libjpeg's own error: the ordinary decoders say what is wrong, in their words
     if got is None:
@@ -587,6 +597,40 @@ def decode_jpeg_region(
     pixels, rows, band, channels, offset = got
     img = np.frombuffer(pixels, np.uint8).reshape(rows, band, channels)[:, offset : offset + right - left]
     return img[:, :, 0] if mode == "gray" else img
+
+
+def _decode_indexed(data: bytes, index: bytes, scale: int, rect: tuple[int, int, int, int], mode: str, name):
+    """decode_indexed's answer, None when it leaves the image to decode_region (or libjpeg refuses
+    the data); an index of another file is the caller's mistake and raises."""
+    if not hasattr(_REGION, "decode_indexed"):  # an extension built before the index existed
+        return None
+    if not isinstance(index, (bytes, bytearray, memoryview)):
+        raise TypeError(f"index must be the bytes jpeg_entropy_index returned, not {type(index).__name__}")
+    try:
+        return _REGION.decode_indexed(data, bytes(index), scale, *rect, _REGION_ORDER[mode])
+    except ValueError as e:
+        if "index" in str(e):
+            raise ValueError(f"{_describe(name)}: {e}") from None
+        return None
+
+
+def jpeg_entropy_index(data: bytes | bytearray | memoryview) -> bytes | None:
+    """Where each MCU row's entropy-coded data starts in a baseline JPEG (every few MCUs, with the
+    DC predictors there): pass it to :func:`decode_jpeg_region` as ``index`` to decode a crop
+    without reading the data around it.
+
+    About 2-4% of the file's size. Building it reads all of the image's entropy-coded data and
+    its coefficients once: about 3x a decode at 1/8 scale, so it pays back only for an image
+    decoded many times (an index kept with the file, a pack, a cache). None for a JPEG it does not
+    cover: progressive or arithmetic-coded, with restart markers, 12-bit, not one interleaved scan,
+    under 4x4 MCUs, or with any corrupt data; the region decoder then reads the whole stream as
+    before. None too when the region decoder was not built.
+    """
+    if not region_decoder_available() or not hasattr(_REGION, "jpeg_index"):
+        return None
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    return _REGION.jpeg_index(data)
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:

@@ -1,0 +1,148 @@
+"""The entropy index (jpeg_entropy_index + decode_jpeg_region(index=...)): a crop decoded from
+the MCUs around it alone has exactly the pixels of the whole image decoded and cropped."""
+
+from __future__ import annotations
+
+import io
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from datakit.io import decode_image, decode_jpeg_region, jpeg_entropy_index, region_decoder_available
+
+pytestmark = pytest.mark.skipif(not region_decoder_available(), reason="datakit._jpegregion was not built")
+
+SAMPLING = {
+    "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,
+    "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
+    "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+    "411": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_411,
+    "440": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_440,
+}
+
+
+def _photo(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    small = (rng.random((h // 8 + 1, w // 8 + 1, 3)) * 255).astype(np.uint8)
+    img = cv2.resize(small, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
+    return np.clip(img + rng.integers(-20, 20, img.shape), 0, 255).astype(np.uint8)
+
+
+def _jpeg(img: np.ndarray, sampling: str = "420", quality: int = 90, optimize: bool = False, **extra) -> bytes:
+    params = [cv2.IMWRITE_JPEG_QUALITY, quality, cv2.IMWRITE_JPEG_OPTIMIZE, int(optimize)]
+    if img.ndim == 3:
+        params += [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, SAMPLING[sampling]]
+    for key, value in extra.items():
+        params += [getattr(cv2, key), value]
+    return cv2.imencode(".jpg", img, params)[1].tobytes()
+
+
+def _boxes(sh: int, sw: int, rng: np.random.Generator) -> list[tuple[int, int, int, int]]:
+    y0, x0 = int(rng.integers(0, sh)), int(rng.integers(0, sw))
+    return [
+        (y0, x0, int(rng.integers(y0 + 1, sh + 1)), int(rng.integers(x0 + 1, sw + 1))),
+        (0, 0, sh, sw),
+        (0, 0, 1, 1),
+        (sh - 1, sw - 1, sh, sw),
+        (y0, 0, sh, max(1, sw // 3)),  # the left edge, where the copied columns start at the image's
+        (0, x0, max(1, sh // 3), sw),  # the top and right edges
+    ]
+
+
+def _check(data: bytes, h: int, w: int, rng: np.random.Generator, modes=("rgb", "bgr", "gray")) -> None:
+    index = jpeg_entropy_index(data)
+    assert index is not None
+    for f in (1, 2, 4, 8):
+        sh, sw = -(-h // f), -(-w // f)
+        for mode in modes:
+            whole = decode_image(data, mode, max_size=max(sh, sw) if f > 1 else None)
+            for t, left, b, r in _boxes(sh, sw, rng):
+                got = decode_jpeg_region(data, mode, f, (t, left, b, r), index=index)
+                assert got is not None
+                np.testing.assert_array_equal(got, whole[t:b, left:r], err_msg=f"1/{f} {mode} {(t, left, b, r)}")
+
+
+@pytest.mark.parametrize("sampling", list(SAMPLING))
+@pytest.mark.parametrize("optimize", [False, True])
+def test_an_indexed_crop_equals_the_whole_image_decoded_then_cropped(sampling: str, optimize: bool):
+    # The attack: every chroma subsampling, standard and optimised Huffman tables, boxes touching
+    # each border (where the made-up column and the image's own edge meet), every DCT scale.
+    rng = np.random.default_rng(len(sampling) * 3 + optimize)
+    for _ in range(4):
+        h, w = int(rng.integers(70, 400)), int(rng.integers(130, 400))
+        _check(_jpeg(_photo(h, w, rng), sampling, int(rng.integers(40, 101)), optimize), h, w, rng)
+
+
+def test_an_indexed_crop_of_a_gray_jpeg_and_of_pillows_encoder_equals_the_whole_image():
+    rng = np.random.default_rng(5)
+    img = _photo(131, 257, rng)
+    _check(_jpeg(img[:, :, 0], optimize=True), 131, 257, rng, modes=("gray", "rgb"))
+    for subsampling in (0, 1, 2):
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, "JPEG", quality=85, subsampling=subsampling, optimize=subsampling == 1)
+        _check(buf.getvalue(), 131, 257, rng, modes=("rgb",))
+
+
+def test_the_index_covers_a_baseline_jpeg_and_its_size_follows_the_mcus():
+    rng = np.random.default_rng(1)
+    data = _jpeg(_photo(300, 400, rng))  # 4:2:0: 25 x 19 MCUs of 16 px, a point every 4 MCUs
+    index = jpeg_entropy_index(data)
+    assert index[:4] == b"DKJ1"
+    assert len(index) == 48 + 12 * (7 * 19 + 1) == 1656
+    assert jpeg_entropy_index(bytearray(data)) == index
+
+
+def test_no_index_for_jpegs_it_does_not_cover():
+    rng = np.random.default_rng(2)
+    img = _photo(120, 160, rng)
+    full = _jpeg(img)
+    corrupt = bytearray(full)
+    corrupt[len(full) // 2 : len(full) // 2 + 40] = bytes(range(40))  # entropy data libjpeg decodes around
+    png = cv2.imencode(".png", img)[1].tobytes()
+    assert jpeg_entropy_index(_jpeg(img, IMWRITE_JPEG_PROGRESSIVE=1)) is None
+    assert jpeg_entropy_index(_jpeg(img, IMWRITE_JPEG_RST_INTERVAL=2)) is None
+    assert jpeg_entropy_index(_jpeg(img[:40, :60])) is None  # under 4x4 MCUs
+    assert jpeg_entropy_index(full[: len(full) // 2]) is None  # truncated in its scan
+    assert jpeg_entropy_index(bytes(corrupt)) is None
+    assert jpeg_entropy_index(png) is None
+    assert jpeg_entropy_index(b"") is None
+    assert jpeg_entropy_index(full) is not None
+
+
+def test_an_index_of_another_file_is_refused_naming_the_file():
+    rng = np.random.default_rng(3)
+    a = _jpeg(_photo(200, 240, rng))
+    b = _jpeg(_photo(200, 240, rng))
+    index = jpeg_entropy_index(a)
+    for bad in (index, jpeg_entropy_index(b)[:-12], index[:20], b"DKJ1" + bytes(60)):
+        with pytest.raises(ValueError) as e:
+            decode_jpeg_region(b, "rgb", 2, (0, 0, 10, 10), name="标注/图片.jpg", index=bad)
+        assert str(e.value) == "标注/图片.jpg: the index is not one of this JPEG"
+    with pytest.raises(TypeError) as e:
+        decode_jpeg_region(a, "rgb", 2, (0, 0, 10, 10), index="DKJ1")
+    assert str(e.value) == "index must be the bytes jpeg_entropy_index returned, not str"
+    with pytest.raises(ValueError) as e:
+        decode_jpeg_region(a, "rgb", 2, (0, 0, 101, 10), index=index)
+    assert str(e.value) == "box (0, 0, 101, 10) is not inside the 120x100 image at 1/2"
+
+
+def test_a_tampered_index_never_reads_outside_the_data():
+    # The attack: random bytes written over the index's points (offsets, phases, predictors). The
+    # decoder may refuse, fall back or give wrong pixels for a forged index, but must not crash.
+    rng = np.random.default_rng(4)
+    data = _jpeg(_photo(256, 320, rng))
+    index = jpeg_entropy_index(data)
+    outcomes = set()
+    for _ in range(400):
+        forged = bytearray(index)
+        for _ in range(int(rng.integers(1, 6))):
+            at = int(rng.integers(48, len(forged)))
+            forged[at] = int(rng.integers(0, 256))
+        try:
+            got = decode_jpeg_region(data, "rgb", int(rng.choice([1, 2, 4, 8])), (0, 0, 16, 16), index=bytes(forged))
+            outcomes.add("pixels" if got is not None else "none")
+        except ValueError as e:
+            assert str(e) == "<bytes>: the index is not one of this JPEG"
+            outcomes.add("refused")
+    assert "refused" in outcomes and "pixels" in outcomes
