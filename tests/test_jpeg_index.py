@@ -4,6 +4,7 @@ the MCUs around it alone has exactly the pixels of the whole image decoded and c
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -146,3 +147,17 @@ def test_a_tampered_index_never_reads_outside_the_data():
             assert str(e) == "<bytes>: the index is not one of this JPEG"
             outcomes.add("refused")
     assert "refused" in outcomes and "pixels" in outcomes
+
+
+def test_the_example_in_docs_io_runs_as_written(monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "io.md").read_text(encoding="utf-8")
+    block = text.split("```python\nfrom datakit.io import decode_jpeg_region, jpeg_entropy_index\n", 1)[1]
+    code = "from datakit.io import decode_jpeg_region, jpeg_entropy_index\n" + block.split("```", 1)[0]
+    monkeypatch.chdir(root)
+    scope: dict = {}
+    exec(compile(code, "docs/io.md", "exec"), scope)
+    assert scope["index"] is not None
+    assert scope["crop"].shape == (80, 100, 3)
+    plain = decode_jpeg_region(scope["data"], "rgb", 1, (10, 20, 90, 120))
+    np.testing.assert_array_equal(scope["crop"], plain)
