@@ -38,6 +38,14 @@ static void on_error(j_common_ptr cinfo) {
 /* warnings (corrupt data that libjpeg decodes around) are not printed, as with torchvision's decoder */
 static void on_message(j_common_ptr cinfo) { (void)cinfo; }
 
+static struct jpeg_error_mgr *init_errors(error_mgr *err) {
+    struct jpeg_error_mgr *pub = jpeg_std_error(&err->pub);
+    pub->error_exit = on_error;
+    pub->output_message = on_message;
+    err->message[0] = '\0';
+    return pub;
+}
+
 static unsigned read16(const JOCTET *p, int little) { return little ? p[0] | (p[1] << 8) : (p[0] << 8) | p[1]; }
 
 static unsigned long read32(const JOCTET *p, int little) {
@@ -114,10 +122,7 @@ static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *ow
     unsigned long margin_x, margin_y, ext_top, ext_left, ext_right, skip_rows;
     JSAMPLE *volatile scratch = NULL;
 
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.output_message = on_message;
-    err.message[0] = '\0';
+    cinfo.err = init_errors(&err);
     if (setjmp(err.jump)) {
         if (released != NULL)
             PyEval_RestoreThread(released);
@@ -367,10 +372,7 @@ static PyObject *jpeg_index(PyObject *self, PyObject *args) {
 
     if (!PyArg_ParseTuple(args, "y*", &view))
         return NULL;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.output_message = on_message;
-    err.message[0] = '\0';
+    cinfo.err = init_errors(&err);
     if (setjmp(err.jump)) {
         if (released != NULL)
             PyEval_RestoreThread(released);
@@ -665,9 +667,7 @@ static PyObject *decode_indexed(PyObject *self, PyObject *args) {
         return NULL;
     }
 
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.output_message = on_message;
+    cinfo.err = init_errors(&err);
     if (setjmp(err.jump)) {
         if (created)
             jpeg_destroy_decompress(&cinfo);

@@ -10,24 +10,11 @@ import cv2
 import numpy as np
 import pytest
 from PIL import Image
+from test_region import SAMPLING, _photo
 
 from datakit.io import decode_image, decode_jpeg_region, jpeg_entropy_index, region_decoder_available
 
 pytestmark = pytest.mark.skipif(not region_decoder_available(), reason="datakit._jpegregion was not built")
-
-SAMPLING = {
-    "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,
-    "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
-    "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
-    "411": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_411,
-    "440": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_440,
-}
-
-
-def _photo(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
-    small = (rng.random((h // 8 + 1, w // 8 + 1, 3)) * 255).astype(np.uint8)
-    img = cv2.resize(small, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.int16)
-    return np.clip(img + rng.integers(-20, 20, img.shape), 0, 255).astype(np.uint8)
 
 
 def _jpeg(img: np.ndarray, sampling: str = "420", quality: int = 90, optimize: bool = False, **extra) -> bytes:
