@@ -625,12 +625,16 @@ def jpeg_entropy_index(data: bytes | bytearray | memoryview) -> bytes | None:
     decoded many times (an index kept with the file, a pack, a cache). None for a JPEG it does not
     cover: progressive or arithmetic-coded, with restart markers, 12-bit, not one interleaved scan,
     under 4x4 MCUs, or with any corrupt data; the region decoder then reads the whole stream as
-    before. None too when the region decoder was not built.
+    before. None too when the region decoder was not built. A header over the pixel budget
+    raises :class:`ImageDecodeError`, as the decoders do.
     """
     if not region_decoder_available() or not hasattr(_REGION, "jpeg_index"):
         return None
     if not isinstance(data, bytes):
         data = bytes(data)
+    info = _jpeg_size(data)
+    if info and info[0] * info[1] > _default_budget():  # its coefficients would be held whole
+        raise _over_budget(None, info[0], info[1], _default_budget())
     return _REGION.jpeg_index(data)
 
 

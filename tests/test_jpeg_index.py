@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 from test_region import SAMPLING, _photo
 
+from datakit.errors import ImageDecodeError
 from datakit.io import decode_image, decode_jpeg_region, jpeg_entropy_index, region_decoder_available
 
 pytestmark = pytest.mark.skipif(not region_decoder_available(), reason="datakit._jpegregion was not built")
@@ -148,3 +149,15 @@ def test_the_example_in_docs_io_runs_as_written(monkeypatch):
     assert scope["crop"].shape == (80, 100, 3)
     plain = decode_jpeg_region(scope["data"], "rgb", 1, (10, 20, 90, 120))
     np.testing.assert_array_equal(scope["crop"], plain)
+
+
+def test_a_header_over_the_pixel_budget_is_refused_before_any_coefficient_is_held():
+    data = bytearray(cv2.imencode(".jpg", np.zeros((64, 64, 3), np.uint8))[1].tobytes())
+    sof = data.find(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = b"\xff\xff\xff\xff"  # 65535 x 65535 in the frame header
+    with pytest.raises(ImageDecodeError) as e:
+        jpeg_entropy_index(bytes(data))
+    assert str(e.value) == (
+        "<bytes>: 65535x65535 = 4294836225 pixels, over the limit of 89478485 (a decompression bomb?; "
+        "raise it with max_pixels= or the DATAKIT_MAX_PIXELS environment variable)"
+    )
