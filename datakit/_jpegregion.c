@@ -264,11 +264,6 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
 #define INDEX_HEAD 48
 #define INDEX_POINT 12
 
-static const unsigned char zigzag[64] = {
-    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,
-    41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,
-    30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
-
 typedef struct {
     unsigned short code[256];
     unsigned char len[256]; /* 0: not in the table */
@@ -354,6 +349,196 @@ static int read_layout(j_decompress_ptr cinfo, layout *lay) {
 /* The index's spacing: at most 17 points a row, and no closer than 4 MCUs. */
 static unsigned spacing(unsigned mcus_x) { return mcus_x / 16 > 4 ? mcus_x / 16 : 4; }
 
+/* Reading the entropy-coded data without decoding it: Huffman symbols and the lengths of their
+ * extra bits, nothing else. It gives the index its bit positions and DC predictors at a fraction
+ * of the cost of jpeg_read_coefficients, which also stores every coefficient of the image. */
+#define LOOK 9
+
+typedef struct {
+    unsigned short look[1 << LOOK]; /* (length << 8) | symbol for codes of up to LOOK bits; 0: longer */
+    long maxcode[18];               /* the largest code of each length, -1: none */
+    int valoff[17];                 /* huffval index of a code of that length, less the code */
+    unsigned char huffval[256];
+} htab;
+
+static int make_htab(const JHUFF_TBL *t, htab *h) {
+    long code = 0;
+    int k = 0, l, i;
+    memset(h->look, 0, sizeof h->look);
+    if (t == NULL)
+        return 0;
+    for (l = 1; l <= 16; l++) {
+        h->valoff[l] = k - (int)code;
+        for (i = 0; i < t->bits[l]; i++) {
+            if (k >= 256)
+                return 0;
+            h->huffval[k] = t->huffval[k];
+            if (l <= LOOK) {
+                int fill = 1 << (LOOK - l), f;
+                for (f = 0; f < fill; f++)
+                    h->look[(code << (LOOK - l)) | f] = (unsigned short)((l << 8) | t->huffval[k]);
+            }
+            k++;
+            code++;
+        }
+        h->maxcode[l] = t->bits[l] ? code - 1 : -1;
+        if (code > (1L << l)) /* more codes than the length allows */
+            return 0;
+        code <<= 1;
+    }
+    h->maxcode[17] = 0x7FFFFFFFL; /* no code longer than 16 bits: a sentinel */
+    return 1;
+}
+
+typedef struct {
+    const unsigned char *p, *end;
+    unsigned long long acc; /* the next bits, most significant first */
+    int n;                  /* how many of acc's bits are data */
+    int marker;             /* a marker (or the data's end) was reached: zeros follow */
+    unsigned long long avail, used; /* bits of entropy-coded data loaded, and used */
+} bitr;
+
+static void fill(bitr *r) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (!r->marker && r->end - r->p >= 9) { /* no 0xFF among the next 8 bytes: take them at once */
+        unsigned long long x;
+        memcpy(&x, r->p, 8);
+        x = ~x;
+        if (!((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL)) {
+            int nb = (64 - r->n) >> 3, rest = 64 - r->n - 8 * nb;
+            x = __builtin_bswap64(~x) >> r->n;
+            r->acc |= x & ~((1ULL << rest) - 1);
+            r->n += 8 * nb;
+            r->p += nb;
+            r->avail += 8 * (unsigned)nb;
+            return;
+        }
+    }
+#endif
+    while (r->n <= 56) {
+        unsigned b = 0;
+        if (!r->marker) {
+            if (r->p + 1 >= r->end)
+                r->marker = 1;
+            else if (r->p[0] != 0xFF) {
+                b = *r->p++;
+                r->avail += 8;
+            } else if (r->p[1] == 0x00) {
+                b = 0xFF;
+                r->p += 2;
+                r->avail += 8;
+            } else
+                r->marker = 1;
+        }
+        r->acc |= (unsigned long long)b << (56 - r->n);
+        r->n += 8;
+    }
+}
+
+static inline void skip(bitr *r, int l) {
+    r->acc <<= l;
+    r->n -= l;
+    r->used += (unsigned)l;
+}
+
+/* one Huffman symbol; -1: no such code. At least 16 bits must be in acc. */
+static inline int symbol(bitr *r, const htab *t) {
+    unsigned e = t->look[r->acc >> (64 - LOOK)];
+    int l;
+    if (e) {
+        skip(r, (int)(e >> 8));
+        return (int)(e & 0xFF);
+    }
+    for (l = LOOK + 1; l <= 16; l++) {
+        long code = (long)(r->acc >> (64 - l));
+        if (code <= t->maxcode[l]) {
+            skip(r, l);
+            return t->huffval[t->valoff[l] + code];
+        }
+    }
+    return -1;
+}
+
+/* Walk the scan: at every g-th MCU of every row, the bit position and the DC predictors. */
+static int scan_points(const unsigned char *data, size_t len, size_t scan_start, j_decompress_ptr cinfo,
+                       const layout *lay, unsigned g, unsigned long long *bitpos, unsigned char *points,
+                       size_t *count) {
+    htab dc[MAX_COMPS_IN_SCAN], ac[MAX_COMPS_IN_SCAN];
+    int blocks[MAX_COMPS_IN_SCAN], pred[MAX_COMPS_IN_SCAN] = {0};
+    bitr r = {data + scan_start, data + len, 0, 0, 0, 0, 0};
+    unsigned mx, my;
+    size_t p = 0;
+    int ci;
+    for (ci = 0; ci < lay->ncomp; ci++) {
+        jpeg_component_info *c = cinfo->cur_comp_info[ci];
+        if (!make_htab(cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no], &dc[ci]) ||
+            !make_htab(cinfo->ac_huff_tbl_ptrs[c->ac_tbl_no], &ac[ci]))
+            return 0;
+        blocks[ci] = lay->mcu_blocks[ci];
+    }
+    for (my = 0; my < lay->mcus_y; my++)
+        for (mx = 0; mx < lay->mcus_x; mx++) {
+            if (mx % g == 0) {
+                unsigned char *pt = points + INDEX_POINT * p;
+                memset(pt, 0, INDEX_POINT);
+                for (ci = 0; ci < lay->ncomp; ci++)
+                    put16(pt + 6 + 2 * ci, (unsigned)(pred[ci] & 0xFFFF));
+                bitpos[p++] = r.used;
+            }
+            for (ci = 0; ci < lay->ncomp; ci++) {
+                const htab *d = &dc[ci], *a = &ac[ci];
+                int b;
+                for (b = 0; b < blocks[ci]; b++) {
+                    int s, k;
+                    if (r.n < 32)
+                        fill(&r);
+                    s = symbol(&r, d);
+                    if (s < 0 || s > 11)
+                        return 0;
+                    if (s) {
+                        int v = (int)(r.acc >> (64 - s));
+                        if (v < (1 << (s - 1)))
+                            v -= (1 << s) - 1;
+                        skip(&r, s);
+                        pred[ci] += v;
+                    }
+                    for (k = 1; k < 64;) {
+                        int rs, run;
+                        if (r.n < 32)
+                            fill(&r);
+                        rs = symbol(&r, a);
+                        if (rs < 0)
+                            return 0;
+                        run = rs >> 4;
+                        s = rs & 15;
+                        if (s) {
+                            if (s > 10 || k + run > 63)
+                                return 0;
+                            k += run + 1;
+                            skip(&r, s);
+                        } else if (run == 15) {
+                            if (k + 16 > 63)
+                                return 0;
+                            k += 16;
+                        } else if (run == 0)
+                            break;
+                        else
+                            return 0; /* EOBn: only in progressive scans */
+                    }
+                }
+            }
+            if (r.used > r.avail)
+                return 0; /* past the data's end */
+        }
+    {
+        unsigned char *pt = points + INDEX_POINT * p;
+        memset(pt, 0, INDEX_POINT);
+        bitpos[p++] = r.used;
+    }
+    *count = p;
+    return 1;
+}
+
 static PyObject *jpeg_index(PyObject *self, PyObject *args) {
     Py_buffer view;
     struct jpeg_decompress_struct cinfo;
@@ -394,10 +579,7 @@ static PyObject *jpeg_index(PyObject *self, PyObject *args) {
     if (read_layout(&cinfo, &lay) && lay.mcus_x >= 4 && lay.mcus_y >= 4) {
         const unsigned char *data = (const unsigned char *)view.buf;
         size_t len = (size_t)view.len;
-        jvirt_barray_ptr *coefs = jpeg_read_coefficients(&cinfo);
-        unsigned long long bits = 0;
-        int pred[MAX_COMPS_IN_SCAN] = {0}, fail = cinfo.err->num_warnings != 0;
-        unsigned mx, my;
+        int fail = cinfo.err->num_warnings != 0;
         size_t p = 0;
         g = spacing(lay.mcus_x);
         per_row = (lay.mcus_x + g - 1) / g;
@@ -405,74 +587,10 @@ static PyObject *jpeg_index(PyObject *self, PyObject *args) {
         outlen = INDEX_HEAD + INDEX_POINT * npoints;
         out = PyMem_RawMalloc(outlen);
         bitpos = PyMem_RawMalloc(sizeof(unsigned long long) * npoints);
-        if (out == NULL || bitpos == NULL)
+        if (out == NULL || bitpos == NULL ||
+            !scan_points(data, len, scan_start, &cinfo, &lay, g, bitpos, out + INDEX_HEAD, &p))
             fail = 1;
-        for (my = 0; my < lay.mcus_y && !fail; my++) {
-            JBLOCKARRAY rows[MAX_COMPS_IN_SCAN];
-            int ci;
-            for (ci = 0; ci < lay.ncomp; ci++) {
-                jpeg_component_info *c = cinfo.comp_info + lay.order[ci];
-                int v = lay.ncomp == 1 ? 1 : c->v_samp_factor;
-                rows[ci] = (*cinfo.mem->access_virt_barray)((j_common_ptr)&cinfo, coefs[lay.order[ci]],
-                                                           (JDIMENSION)my * v, (JDIMENSION)v, FALSE);
-            }
-            for (mx = 0; mx < lay.mcus_x && !fail; mx++) {
-                if (mx % g == 0) {
-                    unsigned char *pt = out + INDEX_HEAD + INDEX_POINT * p;
-                    memset(pt, 0, INDEX_POINT);
-                    for (ci = 0; ci < lay.ncomp; ci++)
-                        put16(pt + 6 + 2 * ci, (unsigned)(pred[ci] & 0xFFFF));
-                    bitpos[p++] = bits;
-                }
-                for (ci = 0; ci < lay.ncomp; ci++) {
-                    jpeg_component_info *c = cinfo.comp_info + lay.order[ci];
-                    int h = lay.ncomp == 1 ? 1 : c->h_samp_factor, v = lay.ncomp == 1 ? 1 : c->v_samp_factor, by, bx;
-                    const hcodes *dc = &lay.dc[ci], *ac = &lay.ac[ci];
-                    for (by = 0; by < v; by++)
-                        for (bx = 0; bx < h; bx++) {
-                            const JCOEF *blk = rows[ci][by][(JDIMENSION)mx * h + bx];
-                            int diff = blk[0] - pred[ci], s = nbits(diff), run = 0, k;
-                            pred[ci] = blk[0];
-                            if (s > 11 || dc->len[s] == 0) {
-                                fail = 1;
-                                break;
-                            }
-                            bits += dc->len[s] + s;
-                            {
-                                /* the nonzero coefficients in zigzag order, as a bit mask */
-                                unsigned long long nz = 0;
-                                int last = 0;
-                                for (k = 1; k < 64; k++)
-                                    nz |= (unsigned long long)(blk[zigzag[k]] != 0) << k;
-                                while (nz) {
-                                    int at = __builtin_ctzll(nz), coef = blk[zigzag[at]], sym;
-                                    run = at - last - 1;
-                                    last = at;
-                                    nz &= nz - 1;
-                                    while (run > 15) {
-                                        if (ac->len[0xF0] == 0)
-                                            fail = 1;
-                                        bits += ac->len[0xF0];
-                                        run -= 16;
-                                    }
-                                    s = nbits(coef);
-                                    sym = (run << 4) | s;
-                                    if (s > 10 || ac->len[sym] == 0)
-                                        fail = 1;
-                                    bits += ac->len[sym] + s;
-                                }
-                                if (last < 63)
-                                    bits += ac->len[0];
-                            }
-                        }
-                }
-            }
-        }
         if (!fail) {
-            /* the final point: the scan's end */
-            unsigned char *pt = out + INDEX_HEAD + INDEX_POINT * p;
-            memset(pt, 0, INDEX_POINT);
-            bitpos[p++] = bits;
             /* bit positions to offsets in the stuffed data; the scan must end at a marker there */
             {
                 size_t pos = scan_start, q;
@@ -495,7 +613,7 @@ static PyObject *jpeg_index(PyObject *self, PyObject *args) {
                     put32(out + INDEX_HEAD + INDEX_POINT * q, (unsigned long)pos);
                     out[INDEX_HEAD + INDEX_POINT * q + 4] = (unsigned char)(bitpos[q] & 7);
                 }
-                if (!fail && (bits & 7)) { /* the last, partial byte */
+                if (!fail && (bitpos[p - 1] & 7)) { /* the last, partial byte */
                     if (pos + 1 >= len || (data[pos] == 0xFF && data[pos + 1] != 0x00))
                         fail = 1;
                     else

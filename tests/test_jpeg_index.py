@@ -161,3 +161,32 @@ def test_a_header_over_the_pixel_budget_is_refused_before_any_coefficient_is_hel
         "<bytes>: 65535x65535 = 4294836225 pixels, over the limit of 89478485 (a decompression bomb?; "
         "raise it with max_pixels= or the DATAKIT_MAX_PIXELS environment variable)"
     )
+
+
+def test_bits_flipped_in_the_scan_give_no_index_or_one_that_decodes_what_libjpeg_decodes():
+    # The attack: single bits flipped in the entropy-coded data. A flip in a code changes where
+    # every later block starts, and the scan no longer ends at its marker: no index. A flip in a
+    # coefficient's extra bits keeps every position and changes the pixels (and, in a DC value,
+    # every later predictor): the index must follow and give the pixels libjpeg gives.
+    rng = np.random.default_rng(6)
+    data = _jpeg(_photo(96, 128, rng))
+    scan = data.find(b"\xff\xda")
+    scan += 2 + int.from_bytes(data[scan + 2 : scan + 4], "big")
+    outcomes = {"none": 0, "same": 0}
+    for _ in range(300):
+        bad = bytearray(data)
+        at = int(rng.integers(scan, len(data) - 2))
+        if bad[at] == 0xFF or bad[at - 1] == 0xFF:
+            continue  # the byte stuffing is the marker test's business
+        bad[at] ^= 1 << int(rng.integers(0, 8))
+        if bad[at] == 0xFF:
+            continue
+        index = jpeg_entropy_index(bytes(bad))
+        if index is None:
+            outcomes["none"] += 1
+            continue
+        for box in ((0, 0, 96, 128), (40, 50, 70, 90), (80, 0, 96, 30)):
+            want = decode_jpeg_region(bytes(bad), "rgb", 1, box)
+            np.testing.assert_array_equal(decode_jpeg_region(bytes(bad), "rgb", 1, box, index=index), want)
+        outcomes["same"] += 1
+    assert outcomes["none"] > 20 and outcomes["same"] > 20, outcomes
