@@ -214,22 +214,33 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_close_all, after_in_child=_forget_all)
 
 
-def _open_env(key: str, live: bool):
-    """The read environment of pack folder ``key`` in this process (opened on first use)."""
-    global _PID
+def process_env(key: str, opener: Callable[[], object]):
+    """This process's LMDB environment of folder ``key``, opened with ``opener`` on first use;
+    closed before a fork and never used by the forked child, which opens its own."""
     if os.getpid() != _PID:  # fork without the hooks (os.fork from C): nothing inherited is used
         _forget_all()
     env = _ENVS.get(key)
     if env is None:
+        with _LOCK:
+            env = _ENVS.get(key)
+            if env is None:
+                env = _ENVS[key] = opener()
+    return env
+
+
+def _open_env(key: str, live: bool):
+    """The read environment of pack folder ``key`` in this process (opened on first use)."""
+
+    def opener():
         check_data_file(key)
         lock = live and os.access(os.path.join(key, "lock.mdb"), os.W_OK)
         with _lmdb_errors(key, "opening"):
             # a pack still being written is read with LMDB's reader table, so the writer does not
             # reuse pages a reader still sees; a finished pack needs no lock (and may be read-only)
-            env = _lmdb().open(key, readonly=True, lock=lock, readahead=False, meminit=False, subdir=True,
-                               max_readers=1024, create=False)  # fmt: skip
-        _ENVS[key] = env
-    return env
+            return _lmdb().open(key, readonly=True, lock=lock, readahead=False, meminit=False, subdir=True,
+                                max_readers=1024, create=False)  # fmt: skip
+
+    return process_env(key, opener)
 
 
 def _txn(key: str, live: bool):

@@ -9,6 +9,7 @@ torch's generator, which DataLoader seeds differently in every worker.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import warnings
@@ -579,6 +580,14 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
     return steps
 
 
+def _index_cache(where):
+    if where is None:
+        return None
+    from datakit.indexcache import IndexCache
+
+    return where if isinstance(where, IndexCache) else IndexCache(where)
+
+
 class TrainPipeline(Compose):
     """Random resized crop, flip, augmentations, CHW (and normalisation): see :func:`train_pipeline`.
 
@@ -589,8 +598,9 @@ class TrainPipeline(Compose):
     """
 
     def __init__(self, size, scale, ratio, hflip, mean, std, normalize, interpolation="bilinear",
-                 augment=None) -> None:  # fmt: skip
+                 augment=None, index_cache=None) -> None:  # fmt: skip
         self.crop = RandomResizedCrop(size, scale, ratio, interpolation)
+        self.index_cache = _index_cache(index_cache)
         self.flip = RandomHorizontalFlip(hflip)
         self.augment = _check_augment(augment, self.crop.size)
         self.norm = Normalize(mean, std) if normalize else None
@@ -613,7 +623,8 @@ class TrainPipeline(Compose):
         i, j, ch, cw = self.crop.get_params(h, w)
         f = _factor(ch, cw, th, tw)
         box = _scaled_box(i, j, ch, cw, -(-h // f), -(-w // f), f)
-        region = decode_jpeg_region(data, mode, f, box, name=name)  # only the crop's pixels
+        index = self.index_cache.index(data, name) if self.index_cache is not None else None
+        region = decode_jpeg_region(data, mode, f, box, name=name, index=index)  # only the crop's pixels
         if region is None:  # not built, or an image it leaves to the whole-image decoders
             img, rotated = _decode_scaled(data, mode, name, h, w, f)
             if rotated:  # EXIF rotation: draw again on the upright sides
@@ -659,7 +670,7 @@ def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float
                    ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
                    interpolation="bilinear", augment: Sequence[Callable] | Callable | None = None,
                    mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                   normalize: bool = False) -> TrainPipeline:  # fmt: skip
+                   normalize: bool = False, index_cache: str | os.PathLike | None = None) -> TrainPipeline:  # fmt: skip
     """ImageNet-style training input: random resized crop, horizontal flip, ``augment``, uint8 CHW.
 
     Used as a dataset's transform it decodes JPEGs only at the resolution the crop needs. The
@@ -675,8 +686,12 @@ def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float
             torchvision v2 transforms that accept uint8 (``TrivialAugmentWide``, ``RandAugment``,
             ``AutoAugment``, ``AugMix``, ``ColorJitter``, ``RandomErasing``, ...). Each is tried once
             here, so one that refuses uint8 fails now, naming itself.
+        index_cache: a folder (created if missing) where each JPEG's entropy index is kept, built
+            the first time the image is read: from the second epoch on, each crop is decoded from
+            the MCUs around it alone (:mod:`datakit.indexcache`). The same pixels; the first epoch
+            is slower, the later ones faster (docs/benchmarks.md). Shared by all workers and runs.
     """
-    return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize, interpolation, augment)
+    return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize, interpolation, augment, index_cache)
 
 
 def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *, interpolation="bilinear",

@@ -114,6 +114,14 @@ def measure(loader, images: int, post=None, passes: int = 1) -> float:
     return max(_measure(loader, images, post) for _ in range(passes))
 
 
+def first_epoch(loader) -> float:
+    """images/s of one whole epoch, timed from the start of the workers."""
+    done, t = 0, time.perf_counter()
+    for batch in loader:
+        done += len(batch[0])
+    return done / (time.perf_counter() - t)
+
+
 def _measure(loader, images: int, post=None) -> float:
     it = iter(loader)
     next(it)
@@ -169,6 +177,15 @@ def run_set(root: Path, work: Path, workers: int, bs: int, images: int, packs: b
             out[ROW_WHOLE] = run(create_loader(folder, bs, num_workers=workers, seed=0))
         finally:
             dio._REGION = None
+    # the entropy-index cache: one epoch from worker start on an empty cache (every index built
+    # then), against the same for the loader without it; then the later epochs, measured as above
+    cache_dir = work / "index-cache"
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    cached = open_dataset(root, transform=train_pipeline(SIZE, index_cache=cache_dir))
+    out[ROW_FIRST] = first_epoch(create_loader(folder, bs, num_workers=workers, seed=0))
+    cached_loader = create_loader(cached, bs, num_workers=workers, seed=0)
+    out[ROW_CACHE_FIRST] = first_epoch(cached_loader)
+    out[ROW_CACHE] = run(cached_loader)
     in_workers = open_dataset(root, transform=train_pipeline(SIZE, normalize=True))
     out["3. datakit, float32 normalised in the workers"] = run(
         create_loader(in_workers, bs, num_workers=workers, seed=0)
@@ -202,6 +219,9 @@ ROW_DECODE = "5. decode only (full size)"
 ROW_CROP_SCALE = "6. decode only, at the scale each crop needs"
 ROW_REGION = "6. decode only the crop's region, at that scale"
 ROW_WHOLE = "3. datakit, uint8, whole image at the crop's scale (no region decoder)"
+ROW_FIRST = "3. datakit, uint8: the first epoch, from worker start"
+ROW_CACHE_FIRST = "3. datakit, uint8, index_cache: the first epoch (building every index)"
+ROW_CACHE = "3. datakit, uint8, index_cache: the later epochs"
 
 
 def default_path_comparison(root: Path, workers: int = 2, batch_size: int = 8, epochs: float = 3.0) -> dict:

@@ -1,0 +1,123 @@
+"""Entropy indexes of JPEGs kept on disk, shared by every worker and reused from epoch to epoch.
+
+An index (:func:`datakit.io.jpeg_entropy_index`) lets a random crop be decoded from the MCUs
+around it alone, but building one reads the whole file once. ``train_pipeline(...,
+index_cache=DIR)`` builds each image's index the first time the image is read, in whichever
+worker reads it, and stores it in an LMDB environment in ``DIR``; every later epoch (and every
+later run with the same folder) decodes its crops with it.
+
+Entries are keyed by the sample's name, its byte length and the CRC-32 of its bytes, so a file
+changed in place gets a new entry, never the old one's index; each entry carries the CRC-32 of
+the index itself, and a damaged one is built again. An image no index covers (progressive,
+restart markers, ...) is remembered as such and decoded the ordinary way. A cache that cannot be
+opened or written says so once per process and the pipeline goes on without it: the cache only
+ever changes the speed, never the pixels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import warnings
+import zlib
+from pathlib import Path
+
+from datakit.io import jpeg_entropy_index
+
+_MAP_SIZE = 1 << 40  # address space only: the data file grows as entries are written
+_BROKEN: set[str] = set()  # caches this process gave up on (said once)
+
+
+class IndexCache:
+    """The entropy indexes of the JPEGs a pipeline reads, in the LMDB environment at ``path``.
+
+    Created (with its parents) here, in the process that builds the pipeline, so that a path
+    that cannot be written fails at once; opened lazily in each process that reads, so it
+    pickles as its path and survives both fork and spawn workers.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        p = Path(self.path)
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"index_cache {self.path}: exists and is not a folder")
+        if p.is_dir() and any(p.iterdir()) and not (p / "data.mdb").is_file():
+            raise ValueError(f"index_cache {self.path}: a folder with other files in it; give an empty or new folder")
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"index_cache {self.path}: cannot create it ({e.strerror})") from None
+        if not os.access(self.path, os.W_OK | os.X_OK):
+            raise ValueError(f"index_cache {self.path}: not writable")
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+
+    def __repr__(self) -> str:
+        return f"IndexCache({self.path!r})"
+
+    def _env(self):
+        from datakit.lmdb import process_env
+
+        def opener():
+            import lmdb
+
+            env = lmdb.open(self.path, map_size=_MAP_SIZE, subdir=True, sync=False, readahead=False,
+                            meminit=False, max_readers=1024, max_dbs=0)  # fmt: skip
+            env.reader_check()  # slots of readers killed while reading
+            return env
+
+        return process_env(self.path, opener)
+
+    def _give_up(self, doing: str, exc: BaseException) -> None:
+        if self.path not in _BROKEN:
+            _BROKEN.add(self.path)
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warnings.warn(
+                f"index_cache {self.path}: {doing} failed ({type(exc).__name__}: {msg}); going on without it "
+                "(the same pixels, decoded without the index); delete the folder to start it afresh",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def index(self, data: bytes, name: str | os.PathLike | None = None) -> bytes | None:
+        """``data``'s entropy index: from the cache, else built now and stored. None when no index
+        covers this JPEG or the cache is unusable in this process."""
+        if self.path in _BROKEN:
+            return None
+        import lmdb
+
+        key = _key(data, name)
+        try:
+            env = self._env()
+            with env.begin() as txn:
+                value = txn.get(key)
+        except lmdb.Error as e:
+            self._give_up("reading", e)
+            return None
+        if value is not None:
+            if not value:
+                return None  # known: no index covers it
+            if _valid(value):  # else damaged: built again below
+                return bytes(value[4:])
+        index = jpeg_entropy_index(data)
+        value = b"" if index is None else struct.pack("<I", zlib.crc32(index)) + index
+        try:
+            with env.begin(write=True) as txn:
+                txn.put(key, value)
+        except lmdb.Error as e:
+            self._give_up("writing", e)
+        return index
+
+
+def _valid(value: bytes) -> bool:
+    return len(value) > 4 and struct.unpack_from("<I", value)[0] == zlib.crc32(memoryview(value)[4:])
+
+
+def _key(data: bytes, name: str | os.PathLike | None) -> bytes:
+    who = os.fspath(name).encode("utf-8", "surrogateescape") if name is not None else b""
+    return hashlib.sha1(who).digest()[:16] + struct.pack("<QI", len(data), zlib.crc32(data))

@@ -1,0 +1,251 @@
+"""train_pipeline(index_cache=...): the entropy indexes kept on disk change the speed, never the
+pixels, whatever happens to the files, the cache or the processes that share it."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import lmdb
+import numpy as np
+import pytest
+import torch
+from test_region import _photo
+
+import datakit.indexcache as indexcache
+import datakit.io as dio
+from datakit import create_loader, open_dataset
+from datakit.indexcache import IndexCache
+from datakit.io import region_decoder_available
+from datakit.transforms import train_pipeline
+
+pytestmark = pytest.mark.skipif(not region_decoder_available(), reason="datakit._jpegregion was not built")
+
+
+def _write(path: Path, img: np.ndarray, **params) -> Path:
+    flags = [cv2.IMWRITE_JPEG_QUALITY, 90]
+    for key, value in params.items():
+        flags += [getattr(cv2, key), value]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(cv2.imencode(".jpg", img, flags)[1].tobytes())
+    return path
+
+
+def _folder(root: Path, n: int = 12, seed: int = 0) -> list[Path]:
+    rng = np.random.default_rng(seed)
+    return [
+        _write(
+            root / f"类{k % 2}" / f"照片_{k}.jpg", _photo(int(rng.integers(240, 520)), int(rng.integers(240, 520)), rng)
+        )
+        for k in range(n)
+    ]
+
+
+@pytest.fixture
+def builds(monkeypatch) -> list[int]:
+    """The number of indexes built, as the cache builds them."""
+    count = [0]
+    build = indexcache.jpeg_entropy_index
+
+    def counting(data):
+        count[0] += 1
+        return build(data)
+
+    monkeypatch.setattr(indexcache, "jpeg_entropy_index", counting)
+    return count
+
+
+def _crops(pipe, files: list[Path], epoch: int) -> list[torch.Tensor]:
+    out = []
+    for k, p in enumerate(files):
+        torch.manual_seed(1000 * epoch + k)
+        out.append(pipe.from_bytes(p.read_bytes(), name=str(p)))
+    return out
+
+
+def _assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert len(a) == len(b)
+    for k, (x, y) in enumerate(zip(a, b)):
+        assert torch.equal(x, y), f"sample {k}"
+
+
+def test_crops_with_the_cache_equal_those_without_and_each_index_is_built_once(tmp_path, builds, monkeypatch):
+    files = _folder(tmp_path / "data")
+    used = []
+    decode = dio.decode_jpeg_region
+
+    def spy(*args, index=None, **kw):
+        used.append(index is not None)
+        return decode(*args, index=index, **kw)
+
+    monkeypatch.setattr(dio, "decode_jpeg_region", spy)
+    plain, cached = train_pipeline(224), train_pipeline(224, index_cache=tmp_path / "cache")
+    for epoch in range(3):
+        _assert_same(_crops(cached, files, epoch), _crops(plain, files, epoch))
+        assert builds[0] == len(files)  # all in the first epoch, none after
+    assert used.count(True) == 3 * len(files) and used.count(False) == 3 * len(files)
+    assert sorted(os.listdir(tmp_path / "cache")) == ["data.mdb", "lock.mdb"]
+
+
+def test_a_file_changed_in_place_gets_its_own_index_not_the_old_one(tmp_path, builds):
+    (p,) = _folder(tmp_path / "data", n=1)
+    cached = train_pipeline(224, index_cache=tmp_path / "cache")
+    _crops(cached, [p], 0)
+    rng = np.random.default_rng(9)
+    _write(p, _photo(480, 400, rng))  # the same name, other pixels
+    _assert_same(_crops(cached, [p], 1), _crops(train_pipeline(224), [p], 1))
+    assert builds[0] == 2
+    # the same length (padded after the end-of-image marker), other pixels: the CRC tells them apart
+    old = p.read_bytes()
+    img = cv2.imdecode(np.frombuffer(old, np.uint8), cv2.IMREAD_COLOR)
+    other = next(
+        o
+        for q in range(89, 0, -1)
+        if len(o := cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, q])[1].tobytes()) < len(old)
+    )
+    assert 0 < len(old) - len(other) < 4000
+    p.write_bytes(other + bytes(len(old) - len(other)))
+    _assert_same(_crops(cached, [p], 2), _crops(train_pipeline(224), [p], 2))
+    assert builds[0] == 3
+
+
+def test_a_damaged_entry_is_built_again(tmp_path, builds):
+    files = _folder(tmp_path / "data", n=3)
+    cache = tmp_path / "cache"
+    cached = train_pipeline(224, index_cache=cache)
+    _crops(cached, files, 0)
+    indexcache_close(cache)
+    with lmdb.open(str(cache), map_size=1 << 30) as env, env.begin(write=True) as txn:
+        for key, value in list(txn.cursor()):
+            damaged = bytearray(value)
+            damaged[60] ^= 0x40  # a DC predictor of the first point, past the checksum and the header
+            txn.put(key, bytes(damaged))
+    _assert_same(_crops(cached, files, 1), _crops(train_pipeline(224), files, 1))
+    assert builds[0] == 6
+
+
+def indexcache_close(cache: Path) -> None:
+    """Close this process's environment of the cache, as before opening it with py-lmdb directly."""
+    from datakit.lmdb import _close_env
+
+    _close_env(str(cache))
+
+
+def test_a_jpeg_no_index_covers_is_remembered_and_decoded_the_ordinary_way(tmp_path, builds):
+    rng = np.random.default_rng(3)
+    files = [_write(tmp_path / "progressive.jpg", _photo(300, 360, rng), IMWRITE_JPEG_PROGRESSIVE=1),
+             _write(tmp_path / "restarts.jpg", _photo(300, 360, rng), IMWRITE_JPEG_RST_INTERVAL=4)]  # fmt: skip
+    cached = train_pipeline(224, index_cache=tmp_path / "cache")
+    for epoch in range(2):
+        _assert_same(_crops(cached, files, epoch), _crops(train_pipeline(224), files, epoch))
+    assert builds[0] == 2
+
+
+def test_bad_cache_folders_are_refused_naming_them(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError) as e:
+        train_pipeline(224, index_cache=tmp_path / "file")
+    assert str(e.value) == f"index_cache {tmp_path / 'file'}: exists and is not a folder"
+    with pytest.raises(ValueError) as e:
+        train_pipeline(224, index_cache=tmp_path / "other")
+    assert (
+        str(e.value)
+        == f"index_cache {tmp_path / 'other'}: a folder with other files in it; give an empty or new folder"
+    )
+    with pytest.raises(ValueError) as e:
+        train_pipeline(224, index_cache=tmp_path / "file" / "below")
+    assert str(e.value) == f"index_cache {tmp_path / 'file' / 'below'}: cannot create it (Not a directory)"
+    assert not (tmp_path / "other" / "data.mdb").exists()
+
+
+def test_an_unreadable_cache_warns_once_and_the_pixels_are_the_same(tmp_path, builds):
+    files = _folder(tmp_path / "data", n=4)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "data.mdb").write_bytes(b"not an lmdb file" * 512)
+    cached = train_pipeline(224, index_cache=cache)
+    with pytest.warns(RuntimeWarning) as caught:
+        got = _crops(cached, files, 0)
+    _assert_same(got, _crops(train_pipeline(224), files, 0))
+    assert len(caught) == 1
+    assert str(caught[0].message).startswith(f"index_cache {cache}: reading failed (InvalidError: ")
+    assert str(caught[0].message).endswith(
+        "going on without it (the same pixels, decoded without the index); delete the folder to start it afresh"
+    )
+    assert builds[0] == 0
+    indexcache._BROKEN.discard(str(cache))
+
+
+def test_the_cache_pickles_as_its_path(tmp_path):
+    pipe = train_pipeline(224, index_cache=tmp_path / "cache")
+    back = pickle.loads(pickle.dumps(pipe))
+    assert isinstance(back.index_cache, IndexCache)
+    assert back.index_cache.path == str(tmp_path / "cache")
+    assert pickle.loads(pickle.dumps(pipe.index_cache)).__dict__ == {"path": str(tmp_path / "cache")}
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_share_the_cache_and_batches_equal_those_without_it(tmp_path, context):
+    _folder(tmp_path / "data", n=16)
+    cache = tmp_path / "cache"
+
+    def batches(pipe):
+        ds = open_dataset(tmp_path / "data", transform=pipe)
+        loader = create_loader(ds, 4, num_workers=2, seed=7, multiprocessing_context=context)
+        return [[x for x, _ in loader] for _ in range(2)]
+
+    want = batches(train_pipeline(224))
+    got = batches(train_pipeline(224, index_cache=cache))
+    for epoch in range(2):
+        _assert_same(got[epoch], want[epoch])
+    indexcache_close(cache)  # the main process read samples too (create_loader's first-batch check)
+    with lmdb.open(str(cache), readonly=True, lock=False) as env:
+        assert env.stat()["entries"] == 16
+
+
+def test_a_writer_killed_mid_write_leaves_a_cache_the_next_run_reads(tmp_path):
+    # The attack: a process filling the cache is sent SIGKILL while it writes; the next run must
+    # open the cache, read what was committed and add the rest.
+    files = _folder(tmp_path / "data", n=40, seed=4)
+    cache = tmp_path / "cache"
+    script = (
+        "import sys, itertools\n"
+        "from datakit.indexcache import IndexCache\n"
+        "c = IndexCache(sys.argv[1]); files = sys.argv[2:]\n"
+        "print('ready', flush=True)\n"
+        "for k in itertools.count():\n"
+        "    p = files[k % len(files)]\n"
+        "    c.index(open(p, 'rb').read() + bytes([k % 7]) * (k // len(files)), p)\n"  # ever new keys
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(cache), *map(str, files)], stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"ready\n"
+    import time
+
+    time.sleep(1.0)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    cached = train_pipeline(224, index_cache=cache)
+    _assert_same(_crops(cached, files, 0), _crops(train_pipeline(224), files, 0))
+    indexcache_close(cache)
+    with lmdb.open(str(cache), readonly=True, lock=False) as env:
+        assert env.stat()["entries"] >= 40
+
+
+def test_the_example_in_docs_loader_runs_as_written(tmp_path, monkeypatch):
+    text = (Path(__file__).resolve().parents[1] / "docs" / "loader.md").read_text(encoding="utf-8")
+    line = '  pipe = train_pipeline(224, index_cache="runs/index-cache")\n'
+    assert "  ```python\n" + line + "  ```\n" in text
+    monkeypatch.chdir(tmp_path)
+    (p,) = _folder(tmp_path / "data", n=1)
+    scope: dict = {"train_pipeline": train_pipeline}
+    exec(line.strip(), scope)
+    assert scope["pipe"].index_cache.path == str(tmp_path / "runs" / "index-cache")
+    _assert_same(_crops(scope["pipe"], [p], 0), _crops(train_pipeline(224), [p], 0))
+    assert sorted(os.listdir(tmp_path / "runs" / "index-cache")) == ["data.mdb", "lock.mdb"]
