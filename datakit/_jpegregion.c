@@ -245,7 +245,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
 /* ---- Entropy index: decoding a crop without reading the entropy-coded data around it ----------
  *
  * A baseline JPEG's entropy-coded data is one bit stream: to decode an MCU, libjpeg reads every bit
- * before it. jpeg_index() reads the image once (jpeg_read_coefficients) and records, at every
+ * before it. jpeg_index() reads the scan once (Huffman symbols only, scan_points) and records, at every
  * g-th MCU of every MCU row, where its bits start (byte offset of the scan data and bit phase) and
  * the DC predictors there. With that, decode_indexed() builds a smaller JPEG holding only the MCU
  * rows and columns around a rectangle: each of its rows starts after a restart marker (DC

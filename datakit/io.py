@@ -563,7 +563,7 @@ def decode_jpeg_region(
 
     ``index``: this JPEG's :func:`jpeg_entropy_index`. With it, only the entropy-coded data of
     the MCUs around the box is read, not every row above it and the whole width of its rows: the
-    same pixels, 1.16-1.19x faster for random resized crops of photo-sized JPEGs and 1.35-1.47x
+    same pixels, 1.15-1.19x faster for random resized crops of photo-sized JPEGs and 1.35-1.49x
     of 2000-4000 px ones (``tools/bench_index.py``). An index of another file raises
     ``ValueError``.
     """
@@ -620,11 +620,12 @@ def jpeg_entropy_index(data: bytes | bytearray | memoryview) -> bytes | None:
     DC predictors there): pass it to :func:`decode_jpeg_region` as ``index`` to decode a crop
     without reading the data around it.
 
-    About 2-4% of the file's size. Building it reads all of the image's entropy-coded data and
-    its coefficients once: about 3x a decode at 1/8 scale, so it pays back only for an image
-    decoded many times (an index kept with the file, a pack, a cache). None for a JPEG it does not
-    cover: progressive or arithmetic-coded, with restart markers, 12-bit, not one interleaved scan,
-    under 4x4 MCUs, or with any corrupt data; the region decoder then reads the whole stream as
+    About 2-4% of the file's size. Building it reads the Huffman symbols of the whole scan once
+    (no coefficient is decoded or stored): about 1.2x a decode at 1/8 scale, so it pays back for
+    an image decoded many times (``train_pipeline(..., index_cache=DIR)`` keeps it between
+    epochs). None for a JPEG it does not cover: progressive or arithmetic-coded, with restart
+    markers, 12-bit, not one interleaved scan, under 4x4 MCUs, or whose scan does not end exactly
+    at its closing marker (corrupt data); the region decoder then reads the whole stream as
     before. None too when the region decoder was not built. A header over the pixel budget
     raises :class:`ImageDecodeError`, as the decoders do.
     """
@@ -633,7 +634,7 @@ def jpeg_entropy_index(data: bytes | bytearray | memoryview) -> bytes | None:
     if not isinstance(data, bytes):
         data = bytes(data)
     info = _jpeg_size(data)
-    if info and info[0] * info[1] > _default_budget():  # its coefficients would be held whole
+    if info and info[0] * info[1] > _default_budget():  # what every decoder here refuses
         raise _over_budget(None, info[0], info[1], _default_budget())
     return _REGION.jpeg_index(data)
 

@@ -151,7 +151,7 @@ def test_the_example_in_docs_io_runs_as_written(monkeypatch):
     np.testing.assert_array_equal(scope["crop"], plain)
 
 
-def test_a_header_over_the_pixel_budget_is_refused_before_any_coefficient_is_held():
+def test_a_header_over_the_pixel_budget_is_refused_as_the_decoders_refuse_it():
     data = bytearray(cv2.imencode(".jpg", np.zeros((64, 64, 3), np.uint8))[1].tobytes())
     sof = data.find(b"\xff\xc0")
     data[sof + 5 : sof + 9] = b"\xff\xff\xff\xff"  # 65535 x 65535 in the frame header
