@@ -25,6 +25,7 @@ from pathlib import Path
 
 from datakit.io import jpeg_entropy_index
 
+MARKER = "INDEX_CACHE"  # the file that makes a folder one of these caches
 _MAP_SIZE = 1 << 40  # address space only: the data file grows as entries are written
 _BROKEN: set[str] = set()  # caches this process gave up on (said once)
 
@@ -42,10 +43,16 @@ class IndexCache:
         p = Path(self.path)
         if p.exists() and not p.is_dir():
             raise ValueError(f"index_cache {self.path}: exists and is not a folder")
-        if p.is_dir() and any(p.iterdir()) and not (p / "data.mdb").is_file():
-            raise ValueError(f"index_cache {self.path}: a folder with other files in it; give an empty or new folder")
+        if p.is_dir() and any(p.iterdir()) and not (p / MARKER).is_file():
+            # an LMDB pack, a dataset, anything else: never written into
+            raise ValueError(f"index_cache {self.path}: a folder with other files in it and no {MARKER}; "
+                             "give an empty or new folder")  # fmt: skip
         try:
             p.mkdir(parents=True, exist_ok=True)
+            if not (p / MARKER).is_file():
+                tmp = p / f".{MARKER}.{os.getpid()}"
+                tmp.write_text("datakit entropy-index cache, format 1: delete this folder to reset it\n")
+                os.replace(tmp, p / MARKER)
         except OSError as e:
             raise ValueError(f"index_cache {self.path}: cannot create it ({e.strerror})") from None
         if not os.access(self.path, os.W_OK | os.X_OK):
@@ -71,7 +78,7 @@ class IndexCache:
             env.reader_check()  # slots of readers killed while reading
             return env
 
-        return process_env(self.path, opener)
+        return process_env(os.path.realpath(self.path), opener)
 
     def _give_up(self, doing: str, exc: BaseException) -> None:
         if self.path not in _BROKEN:

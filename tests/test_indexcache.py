@@ -89,7 +89,7 @@ def test_crops_with_the_cache_equal_those_without_and_each_index_is_built_once(t
         _assert_same(_crops(cached, files, epoch), _crops(plain, files, epoch))
         assert builds[0] == len(files)  # all in the first epoch, none after
     assert used.count(True) == 3 * len(files) and used.count(False) == 3 * len(files)
-    assert sorted(os.listdir(tmp_path / "cache")) == ["data.mdb", "lock.mdb"]
+    assert sorted(os.listdir(tmp_path / "cache")) == ["INDEX_CACHE", "data.mdb", "lock.mdb"]
 
 
 def test_a_file_changed_in_place_gets_its_own_index_not_the_old_one(tmp_path, builds):
@@ -133,7 +133,7 @@ def indexcache_close(cache: Path) -> None:
     """Close this process's environment of the cache, as before opening it with py-lmdb directly."""
     from datakit.lmdb import _close_env
 
-    _close_env(str(cache))
+    _close_env(os.path.realpath(cache))
 
 
 def test_a_jpeg_no_index_covers_is_remembered_and_decoded_the_ordinary_way(tmp_path, builds):
@@ -157,18 +157,28 @@ def test_bad_cache_folders_are_refused_naming_them(tmp_path):
         train_pipeline(224, index_cache=tmp_path / "other")
     assert (
         str(e.value)
-        == f"index_cache {tmp_path / 'other'}: a folder with other files in it; give an empty or new folder"
+        == f"index_cache {tmp_path / 'other'}: a folder with other files in it and no INDEX_CACHE; give an empty or new folder"
     )
     with pytest.raises(ValueError) as e:
         train_pipeline(224, index_cache=tmp_path / "file" / "below")
     assert str(e.value) == f"index_cache {tmp_path / 'file' / 'below'}: cannot create it (Not a directory)"
     assert not (tmp_path / "other" / "data.mdb").exists()
+    pack = tmp_path / "pack"  # an LMDB folder that is not a cache: a pack, never written into
+    with lmdb.open(str(pack), map_size=1 << 20) as env, env.begin(write=True) as txn:
+        txn.put(b"k", b"v")
+    with pytest.raises(ValueError) as e:
+        train_pipeline(224, index_cache=pack)
+    assert (
+        str(e.value)
+        == f"index_cache {pack}: a folder with other files in it and no INDEX_CACHE; give an empty or new folder"
+    )
 
 
 def test_an_unreadable_cache_warns_once_and_the_pixels_are_the_same(tmp_path, builds):
     files = _folder(tmp_path / "data", n=4)
     cache = tmp_path / "cache"
     cache.mkdir()
+    (cache / "INDEX_CACHE").write_text("")
     (cache / "data.mdb").write_bytes(b"not an lmdb file" * 512)
     cached = train_pipeline(224, index_cache=cache)
     with pytest.warns(RuntimeWarning) as caught:
@@ -248,4 +258,4 @@ def test_the_example_in_docs_loader_runs_as_written(tmp_path, monkeypatch):
     exec(line.strip(), scope)
     assert scope["pipe"].index_cache.path == str(tmp_path / "runs" / "index-cache")
     _assert_same(_crops(scope["pipe"], [p], 0), _crops(train_pipeline(224), [p], 0))
-    assert sorted(os.listdir(tmp_path / "runs" / "index-cache")) == ["data.mdb", "lock.mdb"]
+    assert sorted(os.listdir(tmp_path / "runs" / "index-cache")) == ["INDEX_CACHE", "data.mdb", "lock.mdb"]
