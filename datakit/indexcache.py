@@ -23,6 +23,7 @@ import warnings
 import zlib
 from pathlib import Path
 
+from datakit.errors import ImageDecodeError
 from datakit.io import jpeg_entropy_index
 
 MARKER = "INDEX_CACHE"  # the file that makes a folder one of these caches
@@ -111,7 +112,10 @@ class IndexCache:
                 return None  # known: no index covers it
             if _valid(value):  # else damaged: built again below
                 return bytes(value[4:])
-        index = jpeg_entropy_index(data)
+        try:
+            index = jpeg_entropy_index(data)
+        except ImageDecodeError:
+            return None  # over the pixel budget: the decoder refuses it next, naming the file
         value = b"" if index is None else struct.pack("<I", zlib.crc32(index)) + index
         try:
             with env.begin(write=True) as txn:

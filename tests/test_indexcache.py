@@ -20,6 +20,7 @@ from test_region import _photo
 import datakit.indexcache as indexcache
 import datakit.io as dio
 from datakit import create_loader, open_dataset
+from datakit.errors import ImageDecodeError
 from datakit.indexcache import IndexCache
 from datakit.io import region_decoder_available
 from datakit.transforms import train_pipeline
@@ -259,3 +260,13 @@ def test_the_example_in_docs_loader_runs_as_written(tmp_path, monkeypatch):
     assert scope["pipe"].index_cache.path == str(tmp_path / "runs" / "index-cache")
     _assert_same(_crops(scope["pipe"], [p], 0), _crops(train_pipeline(224), [p], 0))
     assert sorted(os.listdir(tmp_path / "runs" / "index-cache")) == ["INDEX_CACHE", "data.mdb", "lock.mdb"]
+
+
+def test_a_jpeg_over_the_pixel_budget_is_refused_naming_the_file_with_the_cache_too(tmp_path):
+    data = bytearray(cv2.imencode(".jpg", np.zeros((64, 64, 3), np.uint8))[1].tobytes())
+    sof = data.find(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = b"\xff\xff\xff\xff"  # 65535 x 65535 in the frame header
+    pipe = train_pipeline(224, index_cache=tmp_path / "cache")
+    with pytest.raises(ImageDecodeError) as e:
+        pipe.from_bytes(bytes(data), name="大图/炸弹.jpg")
+    assert str(e.value).startswith("大图/炸弹.jpg: 65535x65535 = 4294836225 pixels, over the limit of ")
