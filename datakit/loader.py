@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from datakit.errors import DatakitError, UsageError
 
@@ -295,7 +296,61 @@ class EpochBatches(Sampler[list]):
             epoch, skip = epoch + 1, 0
 
 
-class _StreamingDataLoader(DataLoader):
+class _BalancedIter(_MultiProcessingDataLoaderIter):
+    """torch's iterator over worker processes, except that each batch goes to the worker with the
+    fewest samples handed out and not yet received, where torch hands batches out in turn. In
+    turn, an epoch of 200 samples in batches of 64 gives one of two workers 128 samples and the
+    other 72, every epoch (the short last batch always lands on the same one), and a worker that
+    drew cheap samples waits for the other; the batches still come back in order, and with the
+    same samples in each."""
+
+    def _reset(self, loader, first_iter: bool = False) -> None:
+        self._pending = [0] * self._num_workers  # samples handed to each worker, not yet received
+        self._sizes: dict[int, tuple[int, int]] = {}  # task index -> (worker, samples)
+        super()._reset(loader, first_iter)
+
+    def _get_data(self):
+        idx, data = super()._get_data()
+        if isinstance(idx, int) and idx in self._sizes:  # not the acknowledgement of a reset
+            worker, n = self._sizes.pop(idx)
+            self._pending[worker] -= n
+        return idx, data
+
+    def _try_put_index(self) -> None:
+        if not getattr(self, "_in_order", True):
+            return super()._try_put_index()  # out of order, torch already hands out by free capacity
+        if self._tasks_outstanding >= self._prefetch_factor * self._num_workers:
+            raise AssertionError("Number of outstanding tasks exceeded maximum allowed tasks")
+        try:
+            index = self._next_index()
+        except StopIteration:
+            return
+        active = [w for w in range(self._num_workers) if self._workers_status[w]]
+        if not active:
+            return
+        worker = min(active, key=lambda w: (self._pending[w], w))
+        n = len(index) if isinstance(index, (list, tuple)) else 1
+        self._index_queues[worker].put((self._send_idx, index))
+        self._task_info[self._send_idx] = (worker,)
+        self._sizes[self._send_idx] = (worker, n)
+        self._pending[worker] += n
+        if hasattr(self, "_workers_num_tasks"):
+            self._workers_num_tasks[worker] += 1
+        self._tasks_outstanding += 1
+        self._send_idx += 1
+
+
+class _BalancedDataLoader(DataLoader):
+    """A DataLoader whose workers are given batches by :class:`_BalancedIter`."""
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        self.check_worker_number_rationality()
+        return _BalancedIter(self)
+
+
+class _StreamingDataLoader(_BalancedDataLoader):
     """A DataLoader whose workers read :class:`EpochBatches` (``stream``): its one iterator runs
     on from epoch to epoch, and :class:`Loader` takes ``len(stream)`` batches from it per epoch.
     Everything else (``sampler``, ``batch_size``, ``drop_last``, ``len``) reads as usual."""
@@ -1184,7 +1239,7 @@ def create_loader(
         # (training only: an evaluation loader's next pass comes a training epoch later, and reading
         # it ahead would take CPU from the training workers)
         stream = train and persistent and not own_sampler and isinstance(kw.get("sampler"), EpochSampler)
-        cls = _StreamingDataLoader if stream else DataLoader
+        cls = _StreamingDataLoader if stream else _BalancedDataLoader
         return cls(seeded if seeded is not None else dataset, **kw)
 
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)

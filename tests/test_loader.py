@@ -325,6 +325,43 @@ def test_a_newer_iteration_supersedes_an_unfinished_one_which_then_refuses(worke
     loader.close()
 
 
+class WhichWorker(Dataset):
+    """Returns its index and the id of the worker that loaded it."""
+
+    def __len__(self) -> int:
+        return 200
+
+    def __getitem__(self, i):
+        return int(i), torch.utils.data.get_worker_info().id
+
+
+def _workers_of(loader, k: int) -> list[list[int]]:
+    """[worker, samples] of the first ``k`` batches (a batch is made by one worker)."""
+    out = []
+    for _, (idx, worker) in zip(range(k), loader):
+        assert set(worker.tolist()) == {worker[0].item()}
+        out.append([worker[0].item(), len(idx)])
+    return out
+
+
+def test_batches_go_to_the_worker_with_the_fewest_samples_outstanding_not_in_turn():
+    # 200 samples in batches of 64: 64, 64, 64, 8 each epoch. torch hands batches to its workers
+    # in turn, so the short one lands on the same worker every epoch
+    torch_dl = torch.utils.data.DataLoader(WhichWorker(), 64, num_workers=2, prefetch_factor=4,
+                                           persistent_workers=True)  # fmt: skip
+    assert _workers_of(torch_dl, 4) + _workers_of(torch_dl, 4) == [[0, 64], [1, 64], [0, 64], [1, 8]] * 2
+    # datakit's workers read on across the epoch boundary: 8 batches handed out at once (2 workers
+    # x prefetch_factor 4), each to the worker with the fewest samples not yet received, 200 each
+    # where in turn would give 256 and 144
+    loader = create_loader(WhichWorker(), 64, num_workers=2, seed=0, shuffle=False)
+    got = _workers_of(InfiniteLoader(loader), 8)
+    assert got == [[0, 64], [1, 64], [0, 64], [1, 8], [1, 64], [0, 64], [1, 64], [0, 8]]
+    # the batches themselves, and their order, are what they were
+    loader.epoch = 0
+    assert [b[0].tolist() for b in loader] == [list(range(k, min(k + 64, 200))) for k in range(0, 200, 64)]
+    loader.close()
+
+
 def test_an_evaluation_loader_does_not_read_its_next_pass_ahead(tmp_path: Path):
     loader = create_loader(Marking(tmp_path), 4, num_workers=2, seed=0, train=False)
     assert sum((b.tolist() for b in loader), []) == list(range(40))
