@@ -238,7 +238,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--photos", choices=("leaves", "samples", "both"), default="both",
                         help="generated scenes (nothing from samples/), crops of samples/, or both")  # fmt: skip
-    parser.add_argument("--n", type=int, default=2000, help="photo-sized JPEGs (320-640 px) per photo set")
+    parser.add_argument("--n", type=int, default=2000, help="photo-sized JPEGs (320-640 px) per photo set; 0 to skip")
     parser.add_argument("--large", type=int, default=200, help="large JPEGs (2000-4000 px) per photo set; 0 to skip")
     parser.add_argument("--src", type=Path, help="use this class folder instead of generated sets")
     parser.add_argument("--epochs", type=float, default=1.0, help="images measured per contender, in epochs")
@@ -260,8 +260,9 @@ def main() -> None:
         kinds = ["leaves", "samples"] if args.photos == "both" else [args.photos]
         for kind in kinds:
             make = makers[kind]
-            sets.append((f"{args.n} {kind} photos, 320-640 px", make(args.data / f"{kind}-small", args.n, 320, 640),
-                         args.batch_size, args.epochs))  # fmt: skip
+            if args.n:
+                sets.append((f"{args.n} {kind} photos, 320-640 px", make(args.data / f"{kind}-small", args.n, 320, 640),
+                             args.batch_size, args.epochs))  # fmt: skip
             if args.large:
                 sets.append((f"{args.large} large {kind} photos, 2000-4000 px",
                              make(args.data / f"{kind}-large", args.large, 2000, 4000, quality=90),
