@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
-from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+from torch.utils.data.dataloader import _DatasetKind, _MultiProcessingDataLoaderIter
 
 from datakit.errors import DatakitError, UsageError
 
@@ -298,7 +298,8 @@ class EpochBatches(Sampler[list]):
 
 class _BalancedIter(_MultiProcessingDataLoaderIter):
     """torch's iterator over worker processes, except that each batch goes to the worker with the
-    fewest samples handed out and not yet received, where torch hands batches out in turn. In
+    fewest samples handed out and not yet received, where torch hands batches out in turn (as
+    here for an iterable dataset, whose batches are what each worker's stream holds). In
     turn, an epoch of 200 samples in batches of 64 gives one of two workers 128 samples and the
     other 72, every epoch (the short last batch always lands on the same one), and a worker that
     drew cheap samples waits for the other; the batches still come back in order, and with the
@@ -317,8 +318,10 @@ class _BalancedIter(_MultiProcessingDataLoaderIter):
         return idx, data
 
     def _try_put_index(self) -> None:
-        if not getattr(self, "_in_order", True):
-            return super()._try_put_index()  # out of order, torch already hands out by free capacity
+        if not getattr(self, "_in_order", True) or self._dataset_kind == _DatasetKind.Iterable:
+            # out of order, torch already hands out by free capacity; an iterable dataset's batch
+            # is whatever the worker's own stream holds next, so in turn keeps the order fixed
+            return super()._try_put_index()
         if self._tasks_outstanding >= self._prefetch_factor * self._num_workers:
             raise AssertionError("Number of outstanding tasks exceeded maximum allowed tasks")
         try:
@@ -1178,6 +1181,10 @@ def create_loader(
     elif num_workers == "auto":
         from datakit.tuning import tune_num_workers
 
+        if not hasattr(dataset, "__len__"):
+            raise ValueError(f"num_workers='auto' measures loading over the dataset, and this "
+                             f"{type(dataset).__name__} has no len(); give num_workers=N")  # fmt: skip
+
         num_workers = tune_num_workers(dataset, batch_size, collate_fn=collate_fn, device=device).best
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}")
@@ -1204,9 +1211,9 @@ def create_loader(
         if seed is None and not shard and not infinite:
             base = int(torch.randint(2**31 - 1, ()))  # unseeded: a fresh order every run
         sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
-    per_rank = len(sampler) if sampler is not None else len(dataset)
-    if drop_last is None:
-        drop_last = train and per_rank % batch_size == 1 and per_rank > 1
+    per_rank = len(sampler) if sampler is not None else (len(dataset) if hasattr(dataset, "__len__") else None)
+    if drop_last is None:  # a stream of unknown length: its last batch cannot be known ahead
+        drop_last = train and per_rank is not None and per_rank % batch_size == 1 and per_rank > 1
         if drop_last:
             log.info("drop_last=True: the last training batch would hold 1 sample, which breaks BatchNorm")
     generator = None

@@ -550,6 +550,33 @@ def test_an_iterable_dataset_is_loaded_without_a_sampler():
     assert [b.tolist() for b in create_loader(Stream(), 4, train=False, num_workers=0)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
+class SlowSecondWorker(torch.utils.data.IterableDataset):
+    """Each worker streams its own samples (worker w: 100 * w + k); worker 1 is slow."""
+
+    def __iter__(self):
+        w = torch.utils.data.get_worker_info().id
+        for k in range(40):
+            if w == 1:
+                time.sleep(0.01)
+            yield 100 * w + k
+
+
+def test_an_iterable_datasets_batches_come_from_its_workers_in_turn_whatever_their_speed():
+    # each worker's stream decides what its batches hold: handed out by load, the fast worker
+    # would take more batches and the order would depend on timing
+    got = [b.tolist() for b in create_loader(SlowSecondWorker(), 4, train=False, num_workers=2)]
+    assert got == [[100 * w + k for k in range(b, b + 4)] for b in range(0, 40, 4) for w in (0, 1)]
+
+
+def test_an_iterable_dataset_without_a_len_loads_but_cannot_be_measured_for_num_workers():
+    loader = create_loader(SlowSecondWorker(), 20, num_workers=1)  # training: no last batch to foresee
+    assert [b.tolist() for b in loader] == [list(range(20)), list(range(20, 40))]
+    with pytest.raises(ValueError) as err:
+        create_loader(SlowSecondWorker(), 4)
+    assert str(err.value) == ("num_workers='auto' measures loading over the dataset, and this SlowSecondWorker "
+                              "has no len(); give num_workers=N")  # fmt: skip
+
+
 @pytest.mark.parametrize(("n", "drop_last"), [(0, False), (3, True)])
 def test_an_infinite_loader_without_a_batch_in_an_epoch_says_so(n: int, drop_last: bool):
     inf = create_loader(Indexed(n), 4, num_workers=0, seed=0, infinite=True, drop_last=drop_last)
