@@ -344,10 +344,15 @@ class _BalancedIter(_MultiProcessingDataLoaderIter):
 
 
 class _BalancedDataLoader(DataLoader):
-    """A DataLoader whose workers are given batches by :class:`_BalancedIter`."""
+    """A DataLoader whose workers are given batches by :class:`_BalancedIter` when ``balance``:
+    only where every sample is seeded from (seed, epoch, index) (:class:`PerSampleSeed`), so that
+    which worker makes a batch changes nothing in it. Without that, a worker's draws go on from
+    its own seed, and handing out in turn is what keeps a run repeatable."""
+
+    balance = True
 
     def _get_iterator(self):
-        if self.num_workers == 0:
+        if self.num_workers == 0 or not self.balance:
             return super()._get_iterator()
         self.check_worker_number_rationality()
         return _BalancedIter(self)
@@ -1166,8 +1171,11 @@ def create_loader(
     - Before workers start: OpenCV at one thread in each (:class:`WorkerInit`), the open-file
       limit raised, and fewer batches in flight when /dev/shm cannot hold them (:func:`plan_shared_memory`).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int of at least 1, got {batch_size!r}")
+    if "batch_sampler" in dataloader_kwargs:
+        raise ValueError("create_loader makes the batches itself (order, sharding, resuming): give sampler= and "
+                         "batch_size instead of batch_sampler=")  # fmt: skip
     on_device = _device_plan(device, normalize)  # checked before any worker is measured or started
     if collate_fn is None:
         from datakit.collate import stack_collate
@@ -1245,9 +1253,13 @@ def create_loader(
         # workers that stay read on into the next epoch (EpochBatches) from the sampler set up here
         # (training only: an evaluation loader's next pass comes a training epoch later, and reading
         # it ahead would take CPU from the training workers)
-        stream = train and persistent and not own_sampler and isinstance(kw.get("sampler"), EpochSampler)
+        # (and in order: out of order, one epoch's batches would mix with the next one's)
+        ours = not own_sampler and isinstance(kw.get("sampler"), EpochSampler)
+        stream = train and persistent and ours and kw.get("in_order", True)
         cls = _StreamingDataLoader if stream else _BalancedDataLoader
-        return cls(seeded if seeded is not None else dataset, **kw)
+        dl = cls(seeded if seeded is not None else dataset, **kw)
+        dl.balance = seeded is not None and ours  # every index tagged, every sample seeded from it
+        return dl
 
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)
     out = InfiniteLoader(loader) if infinite else loader

@@ -362,6 +362,53 @@ def test_batches_go_to_the_worker_with_the_fewest_samples_outstanding_not_in_tur
     loader.close()
 
 
+class SlowFifth(Dataset):
+    """Returns its index and the id of the worker that loaded it; sample 5 is slow."""
+
+    def __len__(self) -> int:
+        return 80
+
+    def __getitem__(self, i):
+        if int(i) == 5:
+            time.sleep(0.3)
+        return int(i), torch.utils.data.get_worker_info().id
+
+
+@pytest.mark.parametrize("how", ["own sampler", "no seed"])
+def test_without_per_sample_seeds_batches_are_handed_out_in_turn_so_runs_repeat(how: str):
+    # a worker's draws then go on from its own seed: which worker makes a batch decides its
+    # augmentations, and only handing out in turn makes that independent of timing
+    kw = {"sampler": torch.utils.data.SequentialSampler(range(80)), "seed": 0} if how == "own sampler" else {}
+    loader = create_loader(SlowFifth(), 4, num_workers=2, shuffle=False, **kw)
+    for _ in range(2):
+        assert [b[1][0].item() for b in loader] == [0, 1] * 10
+    loader.close()
+
+
+def test_a_training_loader_out_of_order_keeps_each_epoch_whole():
+    # in_order=False: batches come as they are made, so reading on into the next epoch would mix them
+    # (sample 5 is slow: the batches after it come first)
+    loader = create_loader(SlowFifth(), 4, num_workers=2, seed=0, shuffle=False, in_order=False)
+    for _ in range(3):
+        got = sum(batches(loader), [])
+        assert sorted(got) == list(range(80)) and got != list(range(80))
+    loader.close()
+
+
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [({"batch_size": None}, "batch_size must be an int of at least 1, got None"),
+     ({"batch_size": 0}, "batch_size must be an int of at least 1, got 0"),
+     ({"batch_size": 4, "batch_sampler": [[0, 1]]},
+      "create_loader makes the batches itself (order, sharding, resuming): give sampler= and batch_size instead of "
+      "batch_sampler=")],
+)  # fmt: skip
+def test_bad_batch_arguments_are_refused_in_one_line(kw: dict, msg: str):
+    with pytest.raises(ValueError) as err:
+        create_loader(Indexed(8), num_workers=0, **kw)
+    assert str(err.value) == msg
+
+
 def test_an_evaluation_loader_does_not_read_its_next_pass_ahead(tmp_path: Path):
     loader = create_loader(Marking(tmp_path), 4, num_workers=2, seed=0, train=False)
     assert sum((b.tolist() for b in loader), []) == list(range(40))
