@@ -973,6 +973,12 @@ class InfiniteLoader:
                 self.epoch += 1
                 self.step = 0
                 self._start_epoch()
+            except BaseException:
+                # the epoch's iterator ended with the error (a dead worker, a bad sample, Ctrl-C):
+                # the next call starts it again at this step, rather than taking that end for the
+                # end of the epoch and skipping the rest
+                self._it = None
+                raise
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -409,6 +409,37 @@ def test_bad_batch_arguments_are_refused_in_one_line(kw: dict, msg: str):
     assert str(err.value) == msg
 
 
+class SlowDraws(Dataset):
+    """Its index and a draw made in the worker, a little slowly."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i):
+        time.sleep(0.02)
+        return int(i), float(torch.rand(()))
+
+
+def test_an_infinite_loader_goes_on_at_the_batch_a_killed_worker_took_down():
+    import signal
+
+    ref = create_loader(SlowDraws(), 4, num_workers=0, seed=0, infinite=True)
+    want = [next(ref)[1].tolist() for _ in range(14)]
+    inf = create_loader(SlowDraws(), 4, num_workers=2, seed=0, infinite=True)
+    got, errors = [], []
+    while len(got) < 14 and len(errors) < 5:
+        try:
+            got.append(next(inf)[1].tolist())
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        if len(got) == 4 and not errors:
+            os.kill(inf.loader.loader._iterator._workers[1].pid, signal.SIGKILL)  # a worker this test started
+    # the error is raised, then the same epoch goes on from the batch it took down: nothing skipped
+    assert len(errors) >= 1 and all("DataLoader worker (pid" in e for e in errors)
+    assert got == want
+    inf.loader.close()
+
+
 def test_an_evaluation_loader_does_not_read_its_next_pass_ahead(tmp_path: Path):
     loader = create_loader(Marking(tmp_path), 4, num_workers=2, seed=0, train=False)
     assert sum((b.tolist() for b in loader), []) == list(range(40))
