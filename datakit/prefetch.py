@@ -324,7 +324,16 @@ class DeviceLoader:
             # held here and referring back only weakly: dropping this loader ends it and its workers at
             # once, not at the next garbage collection
             self._gen = self._generate(weakref.ref(self))
-        return next(self._gen)
+        try:
+            return next(self._gen)
+        except BaseException:
+            # the generator ended with the error (a dead worker, a bad sample, Ctrl-C) and would
+            # only stop from now on: the next call starts again after the last batch handed out,
+            # which the loader then reads again from the one that failed
+            self._gen = None
+            if self._state is not None:
+                self.loader.load_state_dict(self._state)
+            raise
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -420,12 +420,13 @@ class SlowDraws(Dataset):
         return int(i), float(torch.rand(()))
 
 
-def test_an_infinite_loader_goes_on_at_the_batch_a_killed_worker_took_down():
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_an_infinite_loader_goes_on_at_the_batch_a_killed_worker_took_down(device: str | None):
     import signal
 
     ref = create_loader(SlowDraws(), 4, num_workers=0, seed=0, infinite=True)
     want = [next(ref)[1].tolist() for _ in range(14)]
-    inf = create_loader(SlowDraws(), 4, num_workers=2, seed=0, infinite=True)
+    inf = create_loader(SlowDraws(), 4, num_workers=2, seed=0, infinite=True, device=device)
     got, errors = [], []
     while len(got) < 14 and len(errors) < 5:
         try:
