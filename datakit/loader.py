@@ -717,6 +717,12 @@ class Loader:
         """The DataLoader's iterator; with workers, batches are received (unpickled, their shared
         memory fetched from the worker and mapped: 1-3 ms each) on a thread while the step runs
         (a pinning loader's own thread does this already)."""
+        old = getattr(dl, "_iterator", None)
+        if old is not None and any(not w.is_alive() for w in getattr(old, "_workers", ())):
+            # a worker died (killed, out of memory) and was reported: torch's persistent iterator
+            # would only report it again at every start; new workers instead
+            _abandon(old)
+            dl._iterator = None
         try:
             with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
                 it = iter(dl)
