@@ -6,7 +6,10 @@ DataLoader's pin-memory thread pins that one buffer.
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -77,23 +80,32 @@ def _stack_images(images: Sequence) -> torch.Tensor:
     first = images[0]
     tensors = [torch.from_numpy(x) for x in images] if isinstance(first, np.ndarray) else list(images)
     shape = (len(tensors), *tensors[0].shape)
+    out = None
     if torch.utils.data.get_worker_info() is not None:
-        numel = int(np.prod(shape))
-        storage = tensors[0]._typed_storage()._new_shared(numel, device=tensors[0].device)
-        out = tensors[0].new(storage).resize_(*shape)
-        _prefault(out)
+        if _SLOTS is not None and tensors[0].device.type == "cpu":
+            out = _SLOTS.take(shape, tensors[0].dtype)
+        if out is None:
+            numel = int(np.prod(shape))
+            storage = tensors[0]._typed_storage()._new_shared(numel, device=tensors[0].device)
+            out = tensors[0].new(storage).resize_(*shape)
+            _prefault(out)
     elif tensors[0].device.type == "cpu":
         out = host_empty(shape, tensors[0].dtype)
     else:
         out = torch.empty(shape, dtype=tensors[0].dtype, device=tensors[0].device)
-    if all(_hwc_view(t) for t in tensors):
+    views = [_hwc_view(t) for t in tensors]
+    if any(views) and all(t.dtype == out.dtype and t.device.type == "cpu" for t in tensors):
         # CHW views of HWC pixels (what the pipelines return): split the channels straight into
-        # the batch's planes, 8-10x faster than a strided copy of the transposition.
+        # the batch's planes, 8-10x faster than a strided copy of the transposition. Crops the
+        # pipeline shrank 2x or more come CHW already and are copied as they are.
         import cv2
 
         planes = out.numpy()
-        for k, t in enumerate(tensors):
-            cv2.split(t.permute(1, 2, 0).numpy(), list(planes[k]))
+        for k, (t, view) in enumerate(zip(tensors, views)):
+            if view:
+                cv2.split(t.permute(1, 2, 0).numpy(), list(planes[k]))
+            else:
+                out[k].copy_(t)
         return out
     return torch.stack(tensors, 0, out=out)
 
@@ -196,3 +208,223 @@ def detection_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
         return images, targets
 
     return collate
+
+
+# ---------------------------------------------------------------------------------------------
+# batch slots: a worker's shared-memory batches used again once the main process lets go of them
+
+
+class _BatchSlots:
+    """A worker's shared-memory batch buffers (at most ``capacity``), filled again once the main
+    process has let go of the batch that was in them, instead of a fresh segment per batch
+    (created, its pages zeroed, its descriptor passed through a socket, mapped and freed again).
+
+    One shared ``flags`` array says which slot is free (0) or holds the batch with that sequence
+    number. Only this worker turns 0 into a number (:meth:`take`), only the main process turns its
+    batch's number back into 0 (when the last tensor over the batch is gone), so no slot is
+    written while anything in the main process can still read it. A batch the main process
+    keeps simply keeps its slot; with every slot kept, a fresh segment is used as before.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.token = int.from_bytes(os.urandom(8), "little") >> 1  # this worker's slots, told apart from any other's
+        self.flags = torch.zeros(capacity, dtype=torch.int64).share_memory_()
+        self.storages: list[torch.UntypedStorage | None] = [None] * capacity
+        self.told = [False] * capacity  # the main process has the slot's storage already
+        self.flags_told = False
+        self.seq = 0
+        self.pending: list[tuple[torch.Tensor, int, int]] = []  # (batch tensor, slot, seq) of this collate call
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+        """An uninitialised tensor of ``shape`` in a free slot, or None (none free, none left)."""
+        nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+        if nbytes == 0:
+            return None
+        flags = self.flags.numpy()
+        fits = (k for k, st in enumerate(self.storages) if st is not None and flags[k] == 0 and st.nbytes() >= nbytes)
+        k = next(fits, None)
+        if k is None:
+            k = next((k for k, st in enumerate(self.storages) if st is None), None)
+            if k is None:
+                return None
+            st = torch.UntypedStorage._new_shared(nbytes)
+            self.storages[k], self.told[k] = st, False
+            out = torch.empty(0, dtype=torch.uint8).set_(st, 0, (nbytes,))
+            _prefault(out)
+        self.seq += 1
+        flags[k] = self.seq
+        out = torch.empty(0, dtype=dtype).set_(self.storages[k], 0, shape)
+        self.pending.append((out, k, self.seq))
+        return out
+
+    def begin(self) -> None:
+        """A collate call starts: slots taken by one that failed were never sent, so they are free."""
+        flags = self.flags.numpy()
+        for _, k, seq in self.pending:
+            if flags[k] == seq:
+                flags[k] = 0
+        self.pending.clear()
+
+    def wrap(self, batch):
+        """The collated ``batch`` with each slot's tensor replaced by a :class:`_SlotBatch`, which the
+        main process unpickles as a tensor over its mapping of the slot. A slot's tensor is sent so
+        only where it is in the batch once, as itself, beside nothing else that could reach its
+        memory (a view, an array over it, an object this cannot see into); otherwise the batch goes
+        through torch's own sharing as before and the slot is left to it for good."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return batch
+        found: list = []
+        seen_ok = _scan(batch, found)
+        out = batch
+        for t, k, seq in pending:
+            lo, hi = t.untyped_storage().data_ptr(), t.untyped_storage().data_ptr() + t.untyped_storage().nbytes()
+            hits = [x for x in found if lo <= _address(x) < hi]
+            if seen_ok and len(hits) == 1 and hits[0] is t:
+                flags = None
+                if not self.flags_told:
+                    flags, self.flags_told = self.flags, True
+                storage = None
+                if not self.told[k]:
+                    storage, self.told[k] = self.storages[k], True
+                out = _replace_once(out, t, _SlotBatch(self.token, k, seq, storage, flags, tuple(t.shape), t.dtype))
+            else:
+                self.storages[k] = None  # the batch keeps this memory; the slot gets a new one when needed
+        return out
+
+
+_SLOTS: _BatchSlots | None = None  # set in a worker of create_loader (use_batch_slots)
+
+
+def use_batch_slots(capacity: int) -> None:
+    """In a DataLoader worker: batch stacks by :func:`stack_collate` reuse up to ``capacity``
+    shared-memory buffers (0: a fresh one per batch). Only for loaders whose collate function is
+    wrapped in :class:`SlotCollate` (create_loader's), which sends them."""
+    global _SLOTS
+    _SLOTS = _BatchSlots(capacity) if capacity > 0 else None
+    if _SLOTS is not None:
+        import multiprocessing.util
+
+        # the worker ends with os._exit: let go of the slots first, or under the file_system
+        # sharing strategy their files in /dev/shm outlive it
+        multiprocessing.util.Finalize(None, use_batch_slots, (0,), exitpriority=0)
+
+
+class SlotCollate:
+    """``collate_fn`` whose stacked batches travel in the worker's batch slots (see
+    :class:`_BatchSlots`); everywhere else, and for what it does not stack, ``collate_fn`` as it is."""
+
+    def __init__(self, collate_fn: Callable) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, batch):
+        slots = _SLOTS
+        if slots is None:
+            return self.collate_fn(batch)
+        slots.begin()
+        return slots.wrap(self.collate_fn(batch))
+
+    def __getattr__(self, name: str):
+        if name == "collate_fn":
+            raise AttributeError(name)
+        return getattr(self.collate_fn, name)
+
+    def __repr__(self) -> str:
+        return f"SlotCollate({self.collate_fn!r})"
+
+
+_LEAVES = (int, float, bool, str, bytes, type(None), np.generic)
+
+
+def _scan(obj, found: list) -> bool:
+    """Collect every tensor and array in ``obj`` (lists, tuples, dicts); False where something
+    else could hold one."""
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        found.append(obj)
+        return not (isinstance(obj, np.ndarray) and obj.dtype == object)
+    if isinstance(obj, (list, tuple)):
+        return all([_scan(x, found) for x in obj])
+    if isinstance(obj, dict):
+        return all([_scan(k, found) and _scan(v, found) for k, v in obj.items()])
+    return isinstance(obj, _LEAVES)
+
+
+def _address(x) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.untyped_storage().data_ptr() if x.device.type == "cpu" else -1
+    return x.__array_interface__["data"][0] if x.size else -1
+
+
+def _replace_once(obj, old: torch.Tensor, new):
+    if obj is old:
+        return new
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)._make(_replace_once(x, old, new) for x in obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_replace_once(x, old, new) for x in obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _replace_once(v, old, new)) for k, v in obj.items())
+    return obj
+
+
+class _SlotBatch:
+    """A batch in a worker's slot, as sent: the slot's storage and the flags only the first time."""
+
+    def __init__(self, token, slot, seq, storage, flags, shape, dtype) -> None:
+        self.args = (token, slot, seq, storage, flags, shape, dtype, os.getpid())
+
+    def __reduce__(self):
+        return _rebuild_slot, self.args
+
+
+_SLOT_STORAGES: dict[tuple[int, int], torch.UntypedStorage] = {}  # main process: (token, slot) -> mapping
+_SLOT_FLAGS: dict[int, tuple[torch.Tensor, int]] = {}  # token -> (the worker's flags, its pid)
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _rebuild_slot(token, slot, seq, storage, flags, shape, dtype, pid) -> torch.Tensor:
+    """In the main process: the batch as a tensor over this process's mapping of the slot, kept
+    between batches. Its memory is owned by an array made for this batch alone; when the last
+    tensor or view over it goes, the slot is marked free for the worker."""
+    with _REGISTRY_LOCK:
+        if flags is not None:
+            _forget([t for t, (_, p) in _SLOT_FLAGS.items() if not _alive(p)])
+            _SLOT_FLAGS[token] = (flags, pid)
+        if storage is not None:
+            _SLOT_STORAGES[(token, slot)] = storage
+        st, flags = _SLOT_STORAGES[(token, slot)], _SLOT_FLAGS[token][0]
+    nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+    owner = torch.empty(0, dtype=torch.uint8).set_(st, 0, (st.nbytes(),)).numpy()[:nbytes]
+    weakref.finalize(owner, _free_slot, flags.numpy(), slot, seq)
+    return torch.from_numpy(owner).view(dtype).view(shape)
+
+
+def _free_slot(flags: np.ndarray, slot: int, seq: int) -> None:
+    if flags[slot] == seq:
+        flags[slot] = 0
+
+
+def _forget(tokens) -> None:
+    """Drop the main process's mappings of these workers' slots (batches still held keep theirs)."""
+    for token in tokens:
+        _SLOT_FLAGS.pop(token, None)
+        for key in [key for key in _SLOT_STORAGES if key[0] == token]:
+            del _SLOT_STORAGES[key]
+
+
+def forget_slots(pids) -> None:
+    """The loader has shut these workers down: drop the mappings of their slots."""
+    pids = set(pids)
+    with _REGISTRY_LOCK:
+        _forget([t for t, (_, p) in _SLOT_FLAGS.items() if p in pids])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

@@ -952,8 +952,9 @@ def _text_kind(path: Path, text: str, sep: str | None, file_column: str | None) 
     if suffix == ".tsv":
         return "table", "\t"
     if suffix == ".csv":
-        if "," not in first and ";" in first:
-            return "table", ";"
+        for delim in ("\t", ";"):  # Excel's "Unicode text" saved as .csv; a locale's semicolons
+            if "," not in first and delim in first:
+                return "table", delim
         return "table", ","
     for delim in ("\t", ",", ";"):  # .txt/.lst: Excel's Unicode text is a tab-separated table with a header
         if delim in first and any(_norm(v) in keys for v in first.split(delim)):
@@ -1048,8 +1049,21 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
     if "" in svals:
         blank = svals.index("")
         scodes = np.where(scodes == blank, -1, scodes)
+    # only values of the rows kept: a skipped row (",", as Excel saves an empty one) names no class
+    labels, lcodes = _used(list(labels), lcodes)
+    svals, scodes = _used(svals, scodes)
     return _Part(sheet, files, list(labels), lcodes.astype(np.int32), svals, scodes.astype(np.int32),
                  lines.astype(np.int32), fname, lname)  # fmt: skip
+
+
+def _used(values: list, codes: np.ndarray) -> tuple[list, np.ndarray]:
+    """``values`` cut to those some code points at (codes -1 stay -1), the codes renumbered."""
+    used = np.zeros(len(values) + 1, bool)
+    used[codes] = True  # -1 marks the extra last entry
+    if used[:-1].all():
+        return values, codes
+    renumber = np.append(np.cumsum(used[:-1]) - 1, -1)
+    return [v for v, u in zip(values, used[:-1]) if u], renumber[codes].astype(codes.dtype)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data.dataloader import _DatasetKind, _MultiProcessingDataLoaderIter
 
-from datakit.errors import DatakitError, UsageError
+from datakit.collate import SlotCollate, forget_slots
+from datakit.errors import UsageError
 
 if TYPE_CHECKING:
     from datakit.prefetch import DeviceLoader
@@ -120,6 +121,18 @@ def _seed_sample(index, salt: int = 0) -> None:
     np.random.seed(s & 0xFFFFFFFF)
 
 
+_SEEDED: list = [None]  # the index PerSampleSeed seeded for last, in this process
+
+
+def reseed(index) -> None:
+    """Seed again as :class:`PerSampleSeed` did before ``index`` was read, if it did: a dataset
+    that replaces a bad sample then augments the replacement with the draws an uninterrupted
+    read would make (not shifted by those the bad sample took before it failed, which a worker
+    that already knows it as bad does not take)."""
+    if _SEEDED[0] is index:
+        _seed_sample(index)
+
+
 _COLLATE_SALT = 0x5EED_C011_A7E0_0001  # a batch's collate draws: apart from its first sample's
 
 
@@ -156,6 +169,7 @@ class PerSampleSeed(Dataset):
 
     def __getitem__(self, index):
         if isinstance(index, SampleIndex):
+            _SEEDED[0] = index
             _seed_sample(index)
         return self.inner[index]
 
@@ -305,6 +319,17 @@ class _BalancedIter(_MultiProcessingDataLoaderIter):
     drew cheap samples waits for the other; the batches still come back in order, and with the
     same samples in each."""
 
+    def __init__(self, loader) -> None:
+        self._balance = loader.balance
+        super().__init__(loader)
+
+    def _shutdown_workers(self) -> None:
+        pids = [w.pid for w in getattr(self, "_workers", [])]
+        try:
+            super()._shutdown_workers()
+        finally:
+            forget_slots(pids)  # their batch slots: mapped here no longer (batches still held keep theirs)
+
     def _reset(self, loader, first_iter: bool = False) -> None:
         self._pending = [0] * self._num_workers  # samples handed to each worker, not yet received
         self._sizes: dict[int, tuple[int, int]] = {}  # task index -> (worker, samples)
@@ -318,7 +343,7 @@ class _BalancedIter(_MultiProcessingDataLoaderIter):
         return idx, data
 
     def _try_put_index(self) -> None:
-        if not getattr(self, "_in_order", True) or self._dataset_kind == _DatasetKind.Iterable:
+        if not self._balance or not getattr(self, "_in_order", True) or self._dataset_kind == _DatasetKind.Iterable:
             # out of order, torch already hands out by free capacity; an iterable dataset's batch
             # is whatever the worker's own stream holds next, so in turn keeps the order fixed
             return super()._try_put_index()
@@ -352,7 +377,7 @@ class _BalancedDataLoader(DataLoader):
     balance = True
 
     def _get_iterator(self):
-        if self.num_workers == 0 or not self.balance:
+        if self.num_workers == 0:
             return super()._get_iterator()
         self.check_worker_number_rationality()
         return _BalancedIter(self)
@@ -643,14 +668,21 @@ def _heap_frozen(starting_workers: bool):
 
 
 def _unwrap_worker_error(exc: Exception) -> Exception:
-    """A datakit error raised in a worker, with the message it had there: DataLoader re-raises it
-    with the worker's whole traceback in the message, which buries the one line that matters."""
+    """An error raised in a worker, with the message it had there: DataLoader re-raises it with
+    the worker's whole traceback in the message, which buries the one line that matters. Left as
+    it is where the type cannot be made again from its message (KeyError quotes it, others take
+    other arguments)."""
     msg = str(exc)
-    marker = f"\n{type(exc).__module__}.{type(exc).__qualname__}: "
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    marker = f"\n{name}: "
     k = msg.rfind(marker)
-    if not msg.startswith("Caught ") or k < 0:
+    if not msg.startswith("Caught ") or k < 0 or issubclass(cls, KeyError):
         return exc
-    return type(exc)(msg[k + len(marker) :].rstrip("\n"))
+    try:
+        return cls(msg[k + len(marker) :].rstrip("\n"))
+    except Exception:
+        return exc
 
 
 class Loader:
@@ -816,8 +848,11 @@ class Loader:
                     batch = next(it)
                 except StopIteration:
                     break
-                except DatakitError as exc:
-                    raise _unwrap_worker_error(exc) from None
+                except Exception as exc:
+                    unwrapped = _unwrap_worker_error(exc)
+                    if unwrapped is exc:
+                        raise
+                    raise unwrapped from None
                 t1 = clock()
                 left -= 1
                 if left == 0 and stream:
@@ -1007,15 +1042,19 @@ class InfiniteLoader:
 
 
 class WorkerInit:
-    """The ``worker_init_fn`` create_loader installs: :func:`seed_worker`, OpenCV to one thread
-    (its thread pool, inherited across fork or multiplied by the workers, deadlocks or
-    oversubscribes the CPUs), then the user's own ``worker_init_fn``."""
+    """The ``worker_init_fn`` create_loader installs: :func:`seed_worker`, the worker's batch
+    slots (``slots`` shared-memory batches used again, :func:`datakit.collate.use_batch_slots`),
+    OpenCV to one thread (its thread pool, inherited across fork or multiplied by the workers,
+    deadlocks or oversubscribes the CPUs), then the user's own ``worker_init_fn``."""
 
-    def __init__(self, user: Callable[[int], None] | None = None) -> None:
-        self.user = user
+    def __init__(self, user: Callable[[int], None] | None = None, slots: int = 0) -> None:
+        self.user, self.slots = user, slots
 
     def __call__(self, worker_id: int) -> None:
+        from datakit.collate import use_batch_slots
+
         seed_worker(worker_id)
+        use_batch_slots(self.slots)
         os.environ["OPENCV_FOR_THREADS_NUM"] = "1"  # read when cv2 is first imported (spawned workers)
         cv2 = sys.modules.get("cv2")
         if cv2 is not None:
@@ -1107,10 +1146,13 @@ def _max_workers() -> int:
     return max(1, min(top, mem // _PER_WORKER_BYTES)) if mem is not None else top
 
 
-def _fit_environment(dataset: Dataset, batch_size: int, num_workers: int, prefetch_factor: int) -> tuple[int, int]:
-    """The safe fixes create_loader applies before starting workers; returns what fits /dev/shm."""
+def _fit_environment(dataset: Dataset, batch_size: int, num_workers: int,
+                     prefetch_factor: int) -> tuple[int, int, int]:  # fmt: skip
+    """The safe fixes create_loader applies before starting workers; returns what fits /dev/shm:
+    ``(num_workers, prefetch_factor, batch slots per worker)``. A worker keeps two slots more than
+    it has batches in flight (the loop holds one or two while they come), where that fits too."""
     if num_workers == 0:
-        return num_workers, prefetch_factor
+        return num_workers, prefetch_factor, 0
     limits = raise_open_file_limit()
     if limits is not None and limits[0] < 4096:
         import torch.multiprocessing as tmp
@@ -1122,15 +1164,16 @@ def _fit_environment(dataset: Dataset, batch_size: int, num_workers: int, prefet
                         "sharing strategy; raise it with `ulimit -n 65536`", limits[0], limits[1])  # fmt: skip
     free = shm_free_bytes()
     if free is None or free > 64 << 30:  # plenty: not worth reading a sample to find out
-        return num_workers, prefetch_factor
+        return num_workers, prefetch_factor, prefetch_factor + 2
     try:
         per_sample = _sample_bytes(dataset[0]) if len(dataset) else 0
     except Exception:  # the workers will name the problem with its sample; this is only an estimate
-        return num_workers, prefetch_factor
+        return num_workers, prefetch_factor, prefetch_factor
     w, p, msg = plan_shared_memory(per_sample * batch_size, num_workers, prefetch_factor, free)
     if msg:
         log.warning(msg)
-    return w, p
+    roomy = per_sample * batch_size * w * (p + 2) <= 0.9 * free
+    return w, p, (p + 2 if roomy else p)
 
 
 def _is_cuda(device) -> bool:
@@ -1239,13 +1282,13 @@ def create_loader(
     generator = None
     if seed is not None:
         generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)  # distinct worker seeds per rank
-    worker_init = WorkerInit(dataloader_kwargs.pop("worker_init_fn", None))
+    user_init = dataloader_kwargs.pop("worker_init_fn", None)
     seeded = PerSampleSeed(dataset) if seed is not None else None
     if seeded is not None:
         collate_fn = SeededCollate(collate_fn, seeded)
     kwargs = dict(
-        batch_size=batch_size, collate_fn=collate_fn, num_workers=num_workers, drop_last=drop_last,
-        pin_memory=_is_cuda(device), worker_init_fn=worker_init, generator=generator,
+        batch_size=batch_size, collate_fn=SlotCollate(collate_fn), num_workers=num_workers, drop_last=drop_last,
+        pin_memory=_is_cuda(device), worker_init_fn=WorkerInit(user_init), generator=generator,
     )  # fmt: skip
     if sampler is not None:
         kwargs["sampler"] = sampler
@@ -1257,8 +1300,8 @@ def create_loader(
         kw.pop("prefetch_factor", None)
         if workers > 0:
             prefetch = dataloader_kwargs.get("prefetch_factor") or 4
-            workers, prefetch = _fit_environment(dataset, batch_size, workers, prefetch)
-            kw["num_workers"] = workers
+            workers, prefetch, slots = _fit_environment(dataset, batch_size, workers, prefetch)
+            kw.update(num_workers=workers, worker_init_fn=WorkerInit(user_init, slots))
         persistent = workers > 0 and dataloader_kwargs.get("persistent_workers", True)
         if workers > 0:
             kw.update(persistent_workers=persistent, prefetch_factor=prefetch)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import torch
 
+from datakit.transforms import on_255_scale
+
 __all__ = ["CUDAPrefetcher", "DeviceLoader", "check_device", "resolve_normalize"]
 
 
@@ -48,7 +50,7 @@ class CUDAPrefetcher:
         if mean is not None:
             m = torch.as_tensor(mean, dtype=torch.float32)
             s = torch.as_tensor(std, dtype=torch.float32)
-            if m.max() <= 1.0:  # 0-1 statistics: compare with uint8 pixels on their own scale
+            if not on_255_scale(m, s):  # 0-1 statistics: compare with uint8 pixels on their own scale
                 m, s = m * 255, s * 255
             self.mean, self.std = m.view(1, -1, 1, 1), s.view(1, -1, 1, 1)
             if self.enabled:

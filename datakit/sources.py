@@ -201,11 +201,14 @@ class ImageDataset:
                     raise
         # the seed and epoch travel with the index (create_loader's sampler), so the choice
         # does not depend on which worker reads it, nor on an interruption in between
+        from datakit.loader import reseed
+
         tried = []
         for j in self._substitutes(i, getattr(index, "seed", 0), getattr(index, "epoch", 0)):
             if j in self.bad:
                 continue
             tried.append(j)
+            reseed(index)  # a seeded loader: the draws of a read that never met the bad one
             try:
                 img = self.decode(j, None, fused)
             except SampleError as exc:

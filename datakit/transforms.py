@@ -136,6 +136,12 @@ class ToTensor:
         return f"ToTensor(bgr={self.bgr})"
 
 
+def on_255_scale(mean, std) -> bool:
+    """Whether statistics are on the 0-255 scale: a mean above 1, or a std above 1 (no std of
+    0-1 data reaches 1; ``([0, 0, 0], [255, 255, 255])`` is pixels / 255)."""
+    return bool(torch.as_tensor(mean).max() > 1.0 or torch.as_tensor(std).max() > 1.0)
+
+
 class Normalize:
     """``(x - mean) / std`` per channel on CHW or NCHW tensors.
 
@@ -150,7 +156,7 @@ class Normalize:
         self.std = torch.as_tensor(std, dtype=torch.float32)
         if (self.std <= 0).any():
             raise ValueError(f"std must be positive, got {list(std)}")
-        self.scale255 = bool(self.mean.max() > 1.0)
+        self.scale255 = on_255_scale(self.mean, self.std)
         self.inplace = inplace
         self._warned = False
         self._luts: list[np.ndarray] | None = None
@@ -521,6 +527,9 @@ class RandomHorizontalFlip:
         return f"RandomHorizontalFlip(p={self.p})"
 
 
+_NEAREST = ("nearest", "nearest-exact")  # never blend pixels: not even by decoding at a reduced DCT scale
+
+
 def _factor(need_h: float, need_w: float, th: int, tw: int) -> int:
     """The largest JPEG DCT scale (8, 4, 2) at which a region still holds the target's pixels."""
     for f in (8, 4, 2):
@@ -621,7 +630,7 @@ class TrainPipeline(Compose):
         h, w = header
         th, tw = self.crop.size
         i, j, ch, cw = self.crop.get_params(h, w)
-        f = _factor(ch, cw, th, tw)
+        f = _factor(ch, cw, th, tw) if self.crop.interpolation not in _NEAREST else 1
         box = _scaled_box(i, j, ch, cw, -(-h // f), -(-w // f), f)
         index = self.index_cache.index(data, name) if self.index_cache is not None else None
         region = decode_jpeg_region(data, mode, f, box, name=name, index=index)  # only the crop's pixels
@@ -662,7 +671,8 @@ class EvalPipeline(Compose):
             return self(decode_image(data, mode, name=name))
         h, w = header
         short = self.resize.size
-        img, _ = _decode_scaled(data, mode, name, h, w, _factor(min(h, w), min(h, w), short, short))
+        f = _factor(min(h, w), min(h, w), short, short) if self.resize.interpolation not in _NEAREST else 1
+        img, _ = _decode_scaled(data, mode, name, h, w, f)
         return self(img)
 
 

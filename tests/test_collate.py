@@ -42,6 +42,33 @@ def test_stack_collate_chw_views_of_hwc_pixels(dtype, workers):
     assert out[0].sum().item() == 4 * 7 * 5 and out[1].sum().item() == 0
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stack_collate_views_mixed_with_chw_tensors(workers):
+    # what train_pipeline gives: most crops CHW views of HWC pixels, those shrunk 2x or more plain
+    # CHW tensors (contiguous, or flipped), and a user's own strided tensor among them
+    rng = np.random.default_rng(1)
+    hwc = [rng.integers(0, 256, (6, 9, 3), dtype=np.uint8) for _ in range(5)]
+    samples = [
+        torch.from_numpy(hwc[0]).permute(2, 0, 1),
+        torch.from_numpy(np.ascontiguousarray(hwc[1].transpose(2, 0, 1))),
+        torch.flip(torch.from_numpy(hwc[2]).permute(2, 0, 1).contiguous(), [2]),
+        torch.from_numpy(hwc[3]).permute(2, 0, 1),
+        torch.from_numpy(np.ascontiguousarray(hwc[4].transpose(2, 1, 0))).transpose(1, 2),  # C x W x H, transposed
+    ]
+    expected = torch.stack([s.contiguous() for s in samples])
+
+    class Mixed(torch.utils.data.Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return samples[i], i
+
+    images, targets = next(iter(DataLoader(Mixed(), batch_size=5, num_workers=workers, collate_fn=stack_collate)))
+    assert images.shape == (5, 3, 6, 9) and images.is_contiguous() and targets.tolist() == [0, 1, 2, 3, 4]
+    assert torch.equal(images, expected)
+
+
 def test_stack_collate_names_mismatched_samples():
     batch = [(np.zeros((4, 5, 3), np.uint8), 0), (np.zeros((4, 5, 3), np.uint8), 1), (np.zeros((6, 5, 3), np.uint8), 2)]
     with pytest.raises(ValueError) as e:
@@ -117,3 +144,68 @@ def test_a_fresh_shared_batch_is_populated_in_one_call_and_left_as_it_was(monkey
     other = fresh.new(fresh._typed_storage()._new_shared(out.numel(), device=fresh.device))
     collate._prefault(other)
     assert _resident_pages(other)[0] <= 1
+
+
+class _Numbered(torch.utils.data.Dataset):
+    """Sample i: a CHW view of HWC pixels all equal to i % 251 (what the pipelines return)."""
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.from_numpy(np.full((8, 6, 3), i % 251, np.uint8)).permute(2, 0, 1), i
+
+
+def _expected(targets: torch.Tensor) -> torch.Tensor:
+    return (targets % 251).to(torch.uint8)[:, None, None, None].expand(-1, 3, 8, 6)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_batch_slots_are_used_again_and_never_under_a_batch_still_held(context):
+    import datakit.collate as collate
+    from datakit.loader import create_loader
+
+    loader = create_loader(_Numbered(), 4, num_workers=2, seed=0, multiprocessing_context=context)
+    held, arrays, views, addresses = [], [], [], set()
+    for epoch in range(3):
+        for k, (images, targets) in enumerate(loader):
+            assert torch.equal(images, _expected(targets))
+            addresses.add(images.data_ptr())
+            if epoch == 1 and k < 3:
+                held.append((images, targets))  # the tensor itself
+            elif epoch == 1 and k < 6:
+                arrays.append((images.numpy(), targets))  # an array over it, the tensor dropped
+            elif epoch == 1 and k < 8:
+                views.append((images[1:3, 2], targets[1:3]))  # a view of part of it
+    # 30 batches through at most 2 x (4 + 2) slots, 8 of them kept: the rest went round again
+    assert len(addresses) <= 12 + 8 and len(collate._SLOT_FLAGS) == 2
+    for images, targets in held:
+        assert torch.equal(images, _expected(targets))
+    for array, targets in arrays:
+        assert np.array_equal(array, _expected(targets).numpy())
+    for view, targets in views:
+        assert torch.equal(view, _expected(targets)[:, 2])
+    pids = {pid for _, pid in collate._SLOT_FLAGS.values()}
+    loader.close()  # its workers stop: their slots are mapped here no longer
+    assert len(pids) == 2 and not any(pid in pids for _, pid in collate._SLOT_FLAGS.values())
+    assert not collate._SLOT_STORAGES
+    for images, targets in held:  # the batches still held keep their memory
+        assert torch.equal(images, _expected(targets))
+
+
+def test_batch_slots_left_alone_when_the_collate_also_returns_a_view_of_the_batch():
+    from datakit.loader import create_loader
+
+    def with_first(batch):
+        images, targets = stack_collate(batch)
+        return images, targets, images[0]  # a second way to reach the slot's memory
+
+    loader = create_loader(_Numbered(), 4, num_workers=2, seed=0, collate_fn=with_first)
+    kept = []
+    for _ in range(3):
+        for _images, targets, first in loader:
+            kept.append((first, targets))  # the view kept, the batch dropped
+    assert len(kept) == 30
+    for first, targets in kept:
+        assert torch.equal(first, _expected(targets)[0])
+    loader.close()

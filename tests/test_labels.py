@@ -9,6 +9,7 @@ from openpyxl import Workbook
 
 from datakit.datasets import TableDataset, open_dataset
 from datakit.errors import UsageError
+from datakit.io import imwrite
 from datakit.labels import (
     ClassMap,
     CodedColumn,
@@ -636,3 +637,31 @@ def test_class_map_roundtrip(tmp_path: Path):
     assert ClassMap.from_labels(["b", "a", "b"]).encode(["a", "b"]).tolist() == [0, 1]
     with pytest.raises(LabelError, match=r"labels: integer labels are \{0, 1, 2, 10\}, not 0..3"):
         ClassMap.from_labels(["10", "2", 0, 1.0])
+
+
+@pytest.mark.parametrize("labels", [("cat", "dog"), ("1", "0")])
+@pytest.mark.parametrize("split", [False, True])
+def test_rows_left_empty_name_no_class_and_no_split(tmp_path: Path, labels, split):
+    # Excel saves an empty row of a 2-column sheet as "," (",," with a split column)
+    (tmp_path / "img").mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        imwrite(tmp_path / "img" / name, synthetic_image(8, 8), mode="rgb")
+    head, empty = ("file,label,split\n", ",,\n") if split else ("file,label\n", ",\n")
+    end = ",train" if split else ""
+    text = head + f"a.jpg,{labels[0]}{end}\n" + empty + " , \n" + f"b.jpg,{labels[1]}{end}\n" + empty
+    (tmp_path / "t.csv").write_text(text, encoding="utf-8")
+    table = read_labels(tmp_path / "t.csv")
+    assert table.problems() == [] and table.split_names == (["train"] if split else [])
+    ds = open_dataset(tmp_path / "img", labels=tmp_path / "t.csv")
+    assert ds.classes == sorted(labels) and [ds.classes[t] for t in ds.targets] == list(labels)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_a_tab_separated_csv_is_read_as_such(tmp_path: Path, encoding):
+    # what Excel's "Unicode text" gives (UTF-16 with BOM, tabs), saved under a .csv name
+    (tmp_path / "img").mkdir()
+    for name in ("图1.jpg", "图2.jpg"):
+        imwrite(tmp_path / "img" / name, synthetic_image(8, 8), mode="rgb")
+    (tmp_path / "t.csv").write_text("文件名\t标签\n图1.jpg\t猫\n图2.jpg\t狗\n", encoding=encoding)
+    ds = open_dataset(tmp_path / "img", labels=tmp_path / "t.csv")
+    assert ds.classes == ["狗", "猫"] and [ds.classes[t] for t in ds.targets] == ["猫", "狗"]

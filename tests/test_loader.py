@@ -1115,3 +1115,58 @@ def test_check_and_pack_read_the_bad_samples_file(tmp_path: Path, capsys):
         main(["pack-lmdb", str(other), str(tmp_path / "y.lmdb"), "--skip-bad", "--bad-samples", str(report), "-q"]) == 2
     )
     assert f"{report}: lists samples of a dataset of 40, this one has 39" in capsys.readouterr().err
+
+
+class _Raises(Dataset):
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise self.exc
+        return torch.zeros(3, 4, 4), i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_errors_from_a_worker_reach_the_loop_with_their_own_type_and_one_line(workers):
+    for exc in (ValueError("sample 5 is odd"), SampleError("sample 5: 'x.jpg' is truncated"), OSError("disk gone")):
+        loader = create_loader(_Raises(exc), 4, num_workers=workers, train=False)
+        with pytest.raises(type(exc)) as e:
+            list(loader)
+        assert type(e.value) is type(exc) and str(e.value) == str(exc)
+    # a KeyError's message is its key, quoted: left as DataLoader gives it (and still a KeyError)
+    loader = create_loader(_Raises(KeyError("k")), 4, num_workers=2, train=False)
+    with pytest.raises(KeyError) as e:
+        list(loader)
+    assert "Caught KeyError in DataLoader worker process" in str(e.value)
+
+
+@pytest.mark.parametrize("policy", ["substitute", "skip"])
+def test_a_bad_jpeg_s_substitute_is_augmented_alike_however_the_run_met_it(tmp_path: Path, policy: str):
+    # the crop is drawn from the JPEG header before the truncated data fails to decode: a process
+    # meeting the file for the first time must not augment the substitute with shifted draws
+    from datakit.datasets import open_dataset
+    from datakit.io import encode_image, imwrite
+    from datakit.testing import synthetic_image
+    from datakit.transforms import train_pipeline
+
+    (tmp_path / "c").mkdir()
+    for i in range(12):
+        imwrite(tmp_path / "c" / f"{i:02d}.jpg", synthetic_image(40, 48, seed=i), mode="rgb")
+    (tmp_path / "c" / "05.jpg").write_bytes(encode_image(synthetic_image(40, 48), ".jpg")[:-300])
+
+    def make(workers=0):
+        ds = open_dataset(tmp_path, transform=train_pipeline(16), on_error=policy, max_bad_fraction=0.2)
+        return create_loader(ds, 4, num_workers=workers, seed=1, infinite=True)
+
+    ref = make()
+    expected = [next(ref)[0] for _ in range(9)]  # three epochs of three batches, in one process
+    for workers in (0, 2):
+        for step in (1, 3, 4, 7):
+            resumed = make(workers)  # a fresh process's view: the bad file not yet met
+            resumed.load_state_dict({"epoch": step // 3, "step": step % 3})
+            got = [next(resumed)[0] for _ in range(9 - step)]
+            assert all(torch.equal(a, b) for a, b in zip(got, expected[step:])), (workers, step)

@@ -381,3 +381,33 @@ def test_train_pipeline_nearest_only_copies_pixels(fused):
     torch.manual_seed(0)
     blended = bilinear(img).permute(1, 2, 0).reshape(-1, 3).tolist()
     assert len({tuple(c) for c in blended}) > 2
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "nearest-exact"])
+def test_nearest_modes_never_blend_a_jpeg_s_pixels(interpolation):
+    # decoding at a reduced DCT scale averages 8x8 blocks: the nearest modes decode at full size
+    from datakit.io import decode_image, encode_image
+
+    blocks = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0]], np.uint8)
+    grid = np.random.default_rng(0).integers(0, 4, (43, 43))
+    img = np.ascontiguousarray(blocks[grid].repeat(3, 0).repeat(3, 1))  # 129 x 129, 3-pixel blocks
+    data = encode_image(img, ".jpg", quality=100)
+    full = {tuple(p) for p in decode_image(data, "rgb").reshape(-1, 3)}
+    torch.manual_seed(0)
+    for pipe in (train_pipeline(16, interpolation=interpolation), eval_pipeline(16, interpolation=interpolation)):
+        for _ in range(20):
+            out = pipe.from_bytes(data)
+            assert out.shape == (3, 16, 16)
+            assert {tuple(p) for p in out.permute(1, 2, 0).reshape(-1, 3).tolist()} <= full
+
+
+def test_statistics_with_a_std_above_1_are_on_the_255_scale():
+    # mmdetection's YOLOv3 config: mean 0, std 255, i.e. pixels / 255
+    from datakit.loader import create_loader
+
+    x = torch.tensor([0, 51, 255], dtype=torch.uint8).view(1, 3, 1, 1).expand(1, 3, 2, 2).contiguous()
+    assert Normalize([0, 0, 0], [255, 255, 255])(x)[0, :, 0, 0].tolist() == [0.0, 0.20000000298023224, 1.0]
+    loader = create_loader([(x[0], 0)], 1, train=False, num_workers=0, normalize=([0, 0, 0], [255, 255, 255]))
+    assert next(iter(loader))[0][0, :, 0, 0].tolist() == [0.0, 0.20000000298023224, 1.0]
+    # a std of 1 with 0-1 means stays on the 0-1 scale, as before
+    assert Normalize([0, 0, 0], [1, 1, 1])(x)[0, :, 0, 0].tolist() == [0.0, 0.20000000298023224, 1.0]
