@@ -115,6 +115,36 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
     return None
 
 
+def _exif_turned(data: bytes) -> bool:
+    """Whether a JPEG's EXIF orientation (the first APP1 "Exif" segment's tag 0x0112) is one of
+    5-8, which swap the sides when the decoders turn the image upright. Read from the segments
+    before the scan, without decoding; False without one (or one that cannot be read)."""
+    i, n = 2, len(data)
+    while i + 4 < n:
+        if data[i] != 0xFF:
+            return False
+        marker = data[i + 1]
+        if marker == 0xFF:
+            i += 1
+            continue
+        if marker == 0xDA or marker == 0xD9:
+            return False
+        size = int.from_bytes(data[i + 2 : i + 4], "big")
+        if marker == 0xE1 and data[i + 4 : i + 8] == b"Exif":
+            tiff = data[i + 10 : i + 2 + size]
+            order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
+            if order is None or len(tiff) < 8:
+                return False
+            ifd = int.from_bytes(tiff[4:8], order)
+            count = int.from_bytes(tiff[ifd : ifd + 2], order)
+            for e in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
+                if int.from_bytes(tiff[e : e + 2], order) == 0x0112:
+                    return int.from_bytes(tiff[e + 8 : e + 10], order) in (5, 6, 7, 8)
+            return False
+        i += 2 + size
+    return False
+
+
 def _gif_size(data: bytes) -> tuple[int, int] | None:
     """The larger of the logical screen and the first frame (which may exceed the screen)."""
     if len(data) < 13:

@@ -17,7 +17,7 @@ import torch
 
 from datakit.transforms import on_255_scale
 
-__all__ = ["CUDAPrefetcher", "DeviceLoader", "check_device", "resolve_normalize"]
+__all__ = ["CUDAPrefetcher", "DeviceLoader", "channels_first", "check_device", "resolve_normalize"]
 
 
 class CUDAPrefetcher:
@@ -72,7 +72,7 @@ class CUDAPrefetcher:
                 state["images_done"] = True
                 if not self.convert:
                     return t.contiguous(memory_format=torch.channels_last) if self.channels_last else t
-                if obj.shape[-1] in (1, 3) and obj.shape[1] not in (1, 3):
+                if channels_first(obj, None if self.mean is None else self.mean.shape[1]) is not obj:
                     t = t.permute(0, 3, 1, 2)  # NHWC uint8 batches (stacked numpy images) to NCHW
                 t = t.float()
                 if self.mean is not None:
@@ -186,6 +186,22 @@ def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
     if min(std) <= 0:
         raise UsageError(f"normalize: std must be positive, got {std}")
     return mean, std
+
+
+def channels_first(images: torch.Tensor, channels: int | None = None) -> torch.Tensor:
+    """A 4-D batch of images as N x C x H x W: one stacked from HWC arrays (N x H x W x C, what
+    ``default_collate`` makes of them) is permuted (a view). ``channels``: how many there are
+    (the statistics'), else 1, 3 or 4. Where dimension 1 and dimension 3 could both be the
+    channels (a 3-pixel-high crop of an RGB image), it refuses rather than guess."""
+    from datakit.errors import UsageError
+
+    known = (channels,) if channels else (1, 3, 4)
+    first, last = images.shape[1] in known, images.shape[3] in known
+    if first and last:
+        raise UsageError(f"a batch of images of shape {tuple(images.shape)}: its channels could be dimension 1 "
+                         "or 3; make the images C x H x W in the transform (datakit.transforms.HWCToCHW), so "
+                         "that batches are N x C x H x W")  # fmt: skip
+    return images.permute(0, 3, 1, 2) if last else images
 
 
 def _find_images(obj):
@@ -302,7 +318,7 @@ class DeviceLoader:
             out = images
             if self._cpu_norm is not None:
                 self._cpu_norm.threads = self._spare_threads()
-                out = self._cpu_norm(images)
+                out = self._cpu_norm(channels_first(images, len(self.mean)).contiguous())
             if self.channels_last:
                 out = out.contiguous(memory_format=torch.channels_last)
             if self._cpu_norm is not None:

@@ -616,6 +616,11 @@ class TrainPipeline(Compose):
         steps = [self.crop, self.flip, HWCToCHW(), *self.augment] + ([self.norm] if self.norm else [])
         super().__init__(steps)
 
+    def _factor(self, ch: int, cw: int) -> int:
+        """The DCT scale a crop of ``ch`` x ``cw`` is decoded at (1 for the nearest modes)."""
+        th, tw = self.crop.size
+        return _factor(ch, cw, th, tw) if self.crop.interpolation not in _NEAREST else 1
+
     def _finish(self, chw: torch.Tensor) -> torch.Tensor:
         for t in self.augment:
             chw = t(chw)
@@ -627,17 +632,27 @@ class TrainPipeline(Compose):
         header = _jpeg_header(data, mode)
         if header is None:
             return self(decode_image(data, mode, name=name))
+        from datakit.io import _exif_turned
+
         h, w = header
+        turned = h != w and _exif_turned(data)  # EXIF orientation 5-8: the crop is drawn on the upright sides
+        if turned:
+            h, w = w, h
         th, tw = self.crop.size
         i, j, ch, cw = self.crop.get_params(h, w)
-        f = _factor(ch, cw, th, tw) if self.crop.interpolation not in _NEAREST else 1
-        box = _scaled_box(i, j, ch, cw, -(-h // f), -(-w // f), f)
-        index = self.index_cache.index(data, name) if self.index_cache is not None else None
-        region = decode_jpeg_region(data, mode, f, box, name=name, index=index)  # only the crop's pixels
+        f = self._factor(ch, cw)
+        region = None
+        if not turned:  # the region decoder leaves turned images to the whole-image decoders
+            box = _scaled_box(i, j, ch, cw, -(-h // f), -(-w // f), f)
+            index = self.index_cache.index(data, name) if self.index_cache is not None else None
+            region = decode_jpeg_region(data, mode, f, box, name=name, index=index)  # only the crop's pixels
         if region is None:  # not built, or an image it leaves to the whole-image decoders
-            img, rotated = _decode_scaled(data, mode, name, h, w, f)
-            if rotated:  # EXIF rotation: draw again on the upright sides
+            img, rotated = _decode_scaled(data, mode, name, *header, f)
+            if rotated != turned:  # the decoder read the orientation otherwise: draw on the sides it gave
                 i, j, ch, cw = self.crop.get_params(img.shape[0] * f, img.shape[1] * f)
+                if self._factor(ch, cw) < f:  # and decode again if that crop needs more pixels
+                    f = self._factor(ch, cw)
+                    img, _ = _decode_scaled(data, mode, name, *header, f)
             y0, x0, y1, x1 = _scaled_box(i, j, ch, cw, img.shape[0], img.shape[1], f)
             region = img[y0:y1, x0:x1]
         chw = _antialiased(region, th, tw, self.crop.interpolation)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -293,3 +294,23 @@ def test_dropping_an_infinite_device_loader_ends_its_workers_without_a_garbage_c
         assert workers & {p.pid for p in mp.active_children()} == set()
     finally:
         gc.enable()
+
+
+def test_cpu_batches_of_hwc_images_are_normalised_channels_first_and_ambiguous_ones_refused():
+    from datakit.errors import UsageError
+    from datakit.loader import create_loader
+    from datakit.transforms import IMAGENET_MEAN, IMAGENET_STD, Normalize
+
+    rng = np.random.default_rng(0)
+    hwc = [rng.integers(0, 256, (5, 6, 3), dtype=np.uint8) for _ in range(4)]  # what Resize/CenterCrop give
+    images, _ = next(iter(create_loader([(x, 0) for x in hwc], 4, train=False, num_workers=0, device="cpu")))
+    expected = Normalize(IMAGENET_MEAN, IMAGENET_STD)(torch.from_numpy(np.stack(hwc)).permute(0, 3, 1, 2).contiguous())
+    assert images.shape == (4, 3, 5, 6) and images.is_contiguous() and torch.equal(images, expected)
+    flat = [rng.integers(0, 256, (3, 6, 3), dtype=np.uint8) for _ in range(4)]  # 3 rows high: CHW or HWC?
+    loader = create_loader([(x, 0) for x in flat], 4, train=False, num_workers=0, device="cpu")
+    with pytest.raises(UsageError) as e:
+        next(iter(loader))
+    assert str(e.value) == (
+        "a batch of images of shape (4, 3, 6, 3): its channels could be dimension 1 or 3; make the images "
+        "C x H x W in the transform (datakit.transforms.HWCToCHW), so that batches are N x C x H x W"
+    )

@@ -411,3 +411,43 @@ def test_statistics_with_a_std_above_1_are_on_the_255_scale():
     assert next(iter(loader))[0][0, :, 0, 0].tolist() == [0.0, 0.20000000298023224, 1.0]
     # a std of 1 with 0-1 means stays on the 0-1 scale, as before
     assert Normalize([0, 0, 0], [1, 1, 1])(x)[0, :, 0, 0].tolist() == [0.0, 0.20000000298023224, 1.0]
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 5, 6, 7, 8])
+def test_an_exif_turned_jpeg_is_cropped_once_at_a_scale_that_holds_the_crop(monkeypatch, orientation):
+    # the crop is drawn on the upright sides before decoding: orientations 5-8 swap them
+    import io as _io
+
+    import datakit.transforms as dt
+    from datakit.io import _exif_turned, decode_image
+
+    im = Image.fromarray(np.random.default_rng(0).integers(0, 256, (700, 1000, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = _io.BytesIO()
+    im.save(buf, "JPEG", quality=90, exif=exif.tobytes())
+    data = buf.getvalue()
+    upright = decode_image(data, "rgb").shape[:2]
+    assert _exif_turned(data) == (orientation >= 5) and upright == ((1000, 700) if orientation >= 5 else (700, 1000))
+    draws, scales = [], []
+    get_params = dt.RandomResizedCrop.get_params
+    monkeypatch.setattr(
+        dt.RandomResizedCrop,
+        "get_params",
+        lambda self, h, w: draws.append((h, w, get_params(self, h, w))) or draws[-1][2],
+    )
+    decode_scaled = dt._decode_scaled
+    monkeypatch.setattr(dt, "_decode_scaled", lambda *a: scales.append(a[-1]) or decode_scaled(*a))
+    import datakit.io as dio
+
+    region = dio.decode_jpeg_region
+    monkeypatch.setattr(dio, "decode_jpeg_region", lambda *a, **k: scales.append(a[2]) or region(*a, **k))
+    pipe = train_pipeline(112)
+    torch.manual_seed(0)
+    for _ in range(40):
+        draws.clear(), scales.clear()
+        assert pipe.from_bytes(data).shape == (3, 112, 112)
+        ((h, w, (_, _, ch, cw)),) = draws  # one draw, on the upright sides
+        assert (h, w) == upright
+        f = scales[-1]  # what the region decoder (upright files) or the whole-image one decoded at
+        assert min(ch, cw) / f >= 112 and (f == 8 or min(ch, cw) / (2 * f) < 112)  # the smallest that holds it
