@@ -226,6 +226,12 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool) -> tup
                     f"{out}: was packed with a different {key} ({existing.get(key)!r}, now {meta[key]!r}); "
                     "resume only the same job, or use --overwrite"
                 )
+        if "source_names" in existing and existing["source_names"] != meta["source_names"]:
+            # a file renamed, moved to another class, added or removed: the samples already packed
+            # would no longer be the source's first ones
+            raise UsageError(f"{out}: the source's files or labels changed since this pack began (names and targets "
+                             f"{existing['source_names']} when it began, {meta['source_names']} now); resume only "
+                             "the same files, or use --overwrite")  # fmt: skip
         return lock, existing
     except BaseException:
         lock.close()
@@ -236,13 +242,18 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool) -> tup
 # the job
 
 
-def _fingerprint(ds: ImageDataset) -> str:
-    """A dataset object as the metadata records its source: its kind, size and a checksum of every
-    sample's name and target, so that --resume refuses another dataset of the same size and classes."""
+def _names_crc(ds: ImageDataset) -> int:
+    """CRC-32 of every sample's target and name, in order."""
     crc = zlib.crc32(np.asarray(ds.targets, dtype="<i8").tobytes())
     for i in range(len(ds)):
         crc = zlib.crc32(ds.name(i).encode("utf-8", "surrogateescape") + b"\n", crc)
-    return f"{type(ds).__name__} of {len(ds)} samples (names and targets crc32 {crc:08x})"
+    return crc
+
+
+def _fingerprint(ds: ImageDataset) -> str:
+    """A dataset object as the metadata records its source: its kind, size and a checksum of every
+    sample's name and target, so that --resume refuses another dataset of the same size and classes."""
+    return f"{type(ds).__name__} of {len(ds)} samples (names and targets crc32 {_names_crc(ds):08x})"
 
 
 def _short_name(ds: ImageDataset, i: int) -> str:
@@ -323,7 +334,8 @@ def pack_lmdb(
                "shard": [sh[0], sh[1]], "labels": os.path.abspath(labels) if labels else None}  # fmt: skip
     meta = {
         "format": FORMAT, "version": VERSION, "count": 0, "complete": False, "source": source,
-        "source_samples": n_total, "planned": hi - lo, "first_source_index": lo, "options": options,
+        "source_samples": n_total, "source_names": f"crc32 {_names_crc(ds):08x}", "planned": hi - lo,
+        "first_source_index": lo, "options": options,
         "classes": class_map.to_json(), "splits": split_names, "checksum": "crc32",
         "encoding": f"JPEG quality {quality}, longer side <= {max_size}" if max_size else "original bytes",
         "record_dtype": RECORD.descr, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -19,7 +19,7 @@ from datakit.datasets import LmdbDataset, open_dataset
 from datakit.errors import PackError, UsageError
 from datakit.io import imwrite
 from datakit.lmdb import LmdbReader, PackWriteError, close_pack, lmdb_info, read_meta, verify_lmdb
-from datakit.pack import pack_lmdb
+from datakit.pack import _names_crc, pack_lmdb
 from datakit.testing import synthetic_image
 
 
@@ -713,3 +713,34 @@ def test_a_writer_resumes_from_the_packs_own_count_and_refuses_a_complete_pack(t
         LmdbWriter(out, read_meta(out), resume=True)
     assert str(e.value) == f"{out}: a complete pack; nothing to resume (write a new pack to add samples)"
     assert read_meta(out)["complete"] is True and verify_lmdb(out) == []  # left as it was
+
+
+@pytest.mark.parametrize("change", ["moved to another class", "renamed", "replaced by another"])
+def test_resume_refuses_a_source_folder_whose_files_changed(class_folder: Path, tmp_path: Path, change: str):
+    # same count and classes, but the samples already packed are no longer the source's first ones
+    out = tmp_path / "p.lmdb"
+
+    def stop_after_six(done, total, nbytes):
+        if done == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(class_folder, out, workers=0, commit_every=4, progress=stop_after_six)
+    began = read_meta(out)["source_names"]
+    if change == "moved to another class":
+        (class_folder / "cat" / "图片_0.jpg").rename(class_folder / "鸟" / "图片_9.jpg")
+    elif change == "renamed":
+        (class_folder / "cat" / "图片_0.jpg").rename(class_folder / "cat" / "图片_9.jpg")
+    else:
+        (class_folder / "cat" / "图片_0.jpg").unlink()
+        imwrite(class_folder / "dog" / "图片_9.jpg", synthetic_image(20, 20))
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, out, resume=True)
+    now = f"crc32 {_names_crc(open_dataset(class_folder)):08x}"
+    assert began != now and str(e.value) == (
+        f"{out}: the source's files or labels changed since this pack began (names and targets {began} when it "
+        f"began, {now} now); resume only the same files, or use --overwrite"
+    )
+    assert read_meta(out)["count"] == 6  # nothing written
+    report = pack_lmdb(class_folder, out, overwrite=True)
+    assert report.count == 12 and verify_lmdb(out) == []
