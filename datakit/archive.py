@@ -394,7 +394,9 @@ class _Tree:
 
     def __init__(self, root: Path) -> None:
         self.root = os.path.realpath(root)
-        self.fd = os.open(root, _DIR_FLAGS)
+        # the target itself is the user's choice: a link there (data -> /mnt/big/data) is followed,
+        # as it is anywhere above it; below it, nothing is
+        self.fd = os.open(root, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
         self._open: dict[tuple[str, ...], int] = {}
 
     def folder(self, parts: list[str], create: bool = True) -> int:
@@ -515,6 +517,8 @@ def unzip(
             dest_path.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise UsageError(f"{dest}: cannot be made a folder (a file is in the way)") from None
+        except OSError as exc:
+            raise UsageError(f"{dest}: cannot be made a folder ({exc.strerror})") from None
         free = shutil.disk_usage(dest_path).free
         if total > free:
             raise ArchiveError(f"{archive}: refused, members need {total} bytes but only {free} are free in {dest}")

@@ -434,6 +434,33 @@ def test_existing_link_in_the_target_is_never_written_through(tmp_path: Path):
     assert list(victim.iterdir()) == [] and (out / "其他.txt").read_bytes() == b"x"
 
 
+def test_a_target_that_is_a_link_is_followed_as_the_folders_above_it_are(tmp_path: Path):
+    # -d data, with data -> /mnt/big/data: the user's own choice, as -d data/sub through it is
+    real = tmp_path / "big"
+    (real / "sub").mkdir(parents=True)
+    (tmp_path / "data").symlink_to(real)
+    (real / "sub" / "inner").symlink_to(tmp_path / "elsewhere")  # below the target: never followed
+    (tmp_path / "elsewhere").mkdir()
+    z = write_zip(tmp_path / "a.zip", [gbk("猫.jpg", b"cat"), gbk("inner/狗.jpg", b"dog")])
+    for dest in (tmp_path / "data" / "sub", tmp_path / "data"):
+        report = unzip(z, dest, overwrite=True)
+        assert (real / dest.relative_to(tmp_path / "data") / "猫.jpg").read_bytes() == b"cat"
+    assert report.problems == [] and (real / "inner" / "狗.jpg").read_bytes() == b"dog"
+    report = unzip(z, tmp_path / "data" / "sub", overwrite=True)
+    assert report.problems == [
+        f"{z}: member 'inner/狗.jpg': 'inner' is a symbolic link; nothing is written through links"
+    ]
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_target_that_cannot_be_made_is_one_line(tmp_path: Path, capsys):
+    z = write_zip(tmp_path / "a.zip", [gbk("猫.jpg", b"cat")])
+    target = "/proc/datakit-no-such-folder"
+    assert unzip_gbk_main([str(z), "-d", target]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"unzip-gbk: error: {target}: cannot be made a folder (") and err.count("\n") == 1
+
+
 def test_ratio_budget_covers_many_members_under_1mib(tmp_path: Path):
     zeros = bytes((1 << 20) - 1)
     z = write_zip(tmp_path / "many.zip", [gbk(f"零/{i:04d}.bin", zeros) for i in range(300)])
