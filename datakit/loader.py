@@ -7,6 +7,8 @@ import atexit
 import contextlib
 import logging
 import math
+import multiprocessing
+import multiprocessing.context
 import os
 import random
 import sys
@@ -1065,6 +1067,36 @@ class WorkerInit:
             self.user(worker_id)
 
 
+class _SpawnedWorker(multiprocessing.context.SpawnProcess):
+    """A spawned DataLoader worker that ends as a forked one does: once its loop is over and the
+    ``multiprocessing`` finalizers have run, by ``os._exit``. Otherwise a spawned process tears
+    its interpreter down, which stops every thread still inside C++ by unwinding it (the queue's
+    feeder thread sharing a batch's memory, a thread the user's ``worker_init_fn`` started), and
+    C++ answers that with "terminate called without an active exception": the worker dies by
+    SIGABRT after its last batch and the loop raises "DataLoader worker (pid ...) is killed by
+    signal: Aborted"."""
+
+    def _bootstrap(self, parent_sentinel=None):
+        code = super()._bootstrap(parent_sentinel)
+        os._exit(code)
+
+
+class _SpawnContext(multiprocessing.context.SpawnContext):
+    Process = _SpawnedWorker
+
+
+def worker_context(context):
+    """The ``multiprocessing_context`` create_loader gives its DataLoader for the one asked for:
+    spawn (by name, as a context, or the default start method) starts :class:`_SpawnedWorker`
+    processes; anything else is passed on as it is."""
+    name = context
+    if context is None:
+        name = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    elif type(context) is multiprocessing.context.SpawnContext:
+        name = "spawn"
+    return _SpawnContext() if name == "spawn" else context
+
+
 def raise_open_file_limit() -> tuple[int, int] | None:
     """Raise the soft open-file limit to the hard one; returns (soft, hard) after, None where
     there is no such limit. Each shared tensor in flight between workers holds a descriptor."""
@@ -1305,6 +1337,9 @@ def create_loader(
         persistent = workers > 0 and dataloader_kwargs.get("persistent_workers", True)
         if workers > 0:
             kw.update(persistent_workers=persistent, prefetch_factor=prefetch)
+            kw["multiprocessing_context"] = worker_context(kw.get("multiprocessing_context"))
+        else:  # how workers start means nothing without them (DataLoader refuses it)
+            kw.pop("multiprocessing_context", None)
         # workers that stay read on into the next epoch (EpochBatches) from the sampler set up here
         # (training only: an evaluation loader's next pass comes a training epoch later, and reading
         # it ahead would take CPU from the training workers)

@@ -985,6 +985,53 @@ def test_opencv_one_thread_in_workers_without_fork_deadlock(tmp_path: Path, cont
     )  # the main process keeps its threads
 
 
+BUSY_WORKERS = """
+import multiprocessing, sys, threading, torch
+from torch.utils.data import Dataset
+from datakit.loader import create_loader
+
+def busy():
+    a = torch.ones(128, 128)
+    while True:
+        a @ a  # C++ that lets go of the GIL and takes it back
+
+def start_busy(worker_id):
+    threading.Thread(target=busy, daemon=True).start()
+
+class Numbers(Dataset):
+    def __len__(self): return 8
+    def __getitem__(self, i): return torch.full((3, 4, 4), i, dtype=torch.uint8)
+
+if __name__ == "__main__":
+    context = {"spawn-context": multiprocessing.get_context("spawn")}.get(sys.argv[1], sys.argv[1])
+    loader = create_loader(Numbers(), 2, num_workers=2, train=False, multiprocessing_context=context,
+                           worker_init_fn=start_busy)
+    for _ in range(3):
+        print(sum(int(b[:, 0, 0, 0].sum()) for b in loader))
+    loader.close()
+    print("closed")
+"""
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "spawn-context"])
+def test_workers_with_a_thread_inside_cpp_end_without_abort(tmp_path: Path, context: str):
+    # The attack: a spawned worker tears its interpreter down at exit, which unwinds any thread
+    # still in C++ (here the user's; in the wild the queue's feeder thread sharing a batch) and
+    # C++ aborts: "terminate called without an active exception", the loop then raises
+    # "DataLoader worker (pid ...) is killed by signal: Aborted".
+    script = tmp_path / "busy_workers.py"
+    script.write_text(BUSY_WORKERS)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, str(script), context], env=env, capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "28\n28\n28\nclosed\n", "")
+
+
+def test_a_start_method_without_workers_is_ignored():
+    data = [torch.full((3, 2, 2), k, dtype=torch.uint8) for k in range(6)]
+    loader = create_loader(data, 4, num_workers=0, train=False, multiprocessing_context="spawn")
+    assert [b[:, 0, 0, 0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5]]
+
+
 # ---------------------------------------------------------------------------------------------
 # how long the loop waits for data, and re-tuning num_workers from it
 
