@@ -1258,6 +1258,9 @@ def create_loader(
     - Before workers start: OpenCV at one thread in each (:class:`WorkerInit`), the open-file
       limit raised, and fewer batches in flight when /dev/shm cannot hold them (:func:`plan_shared_memory`).
     """
+    if isinstance(dataset, (str, bytes, os.PathLike)):  # a str is a sequence too: of its characters
+        raise UsageError(f"create_loader takes a dataset, not a path: create_loader(open_dataset({str(dataset)!r}, "
+                         "transform=train_pipeline(224)), ...)")  # fmt: skip
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int of at least 1, got {batch_size!r}")
     if "batch_sampler" in dataloader_kwargs:

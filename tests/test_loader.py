@@ -1026,6 +1026,15 @@ def test_workers_with_a_thread_inside_cpp_end_without_abort(tmp_path: Path, cont
     assert (out.returncode, out.stdout, out.stderr) == (0, "28\n28\n28\nclosed\n", "")
 
 
+@pytest.mark.parametrize("path", ["data/train", Path("data/train")])
+def test_a_path_instead_of_a_dataset_is_refused(path):
+    # a str is a sequence: without the check, its characters were the samples
+    with pytest.raises(UsageError) as e:
+        create_loader(path, 4, num_workers=0)
+    assert str(e.value) == ("create_loader takes a dataset, not a path: "
+                            "create_loader(open_dataset('data/train', transform=train_pipeline(224)), ...)")  # fmt: skip
+
+
 def test_a_start_method_without_workers_is_ignored():
     data = [torch.full((3, 2, 2), k, dtype=torch.uint8) for k in range(6)]
     loader = create_loader(data, 4, num_workers=0, train=False, multiprocessing_context="spawn")
