@@ -719,7 +719,8 @@ def lmdb_info(path: str | os.PathLike) -> dict:
     info = {k: v for k, v in r.meta.items() if k not in ("record_dtype", "meta_crc32")}
     rec = r.records
     classes = r.class_map.classes
-    info["class_counts"] = {classes[t]: int(c) for t, c in zip(*np.unique(rec["target"], return_counts=True))}
+    counts = np.bincount(rec["target"], minlength=len(classes)) if len(rec) else np.zeros(len(classes), np.int64)
+    info["class_counts"] = {name: int(c) for name, c in zip(classes, counts)}  # every class, those without samples too
     if r.meta.get("splits"):
         names = ["-"] + r.meta["splits"]
         info["split_counts"] = {names[s]: int(c) for s, c in zip(*np.unique(rec["split"], return_counts=True))}

@@ -208,6 +208,16 @@ def test_shards_read_as_one(class_folder: Path, tmp_path: Path):
         pack_lmdb(class_folder, tmp_path / "x.lmdb", shard="3/3")
 
 
+def test_info_counts_the_classes_a_shard_has_no_sample_of(class_folder: Path, tmp_path: Path, capsys):
+    out = tmp_path / "one.lmdb"
+    assert main(["pack-lmdb", str(class_folder), str(out), "--shard", "0/12", "--workers", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["class_counts"] == {"cat": 1, "dog": 0, "鸟": 0}
+    assert main(["info", str(out)]) == 0
+    assert capsys.readouterr().out.endswith("class  samples\n-----  -------\ncat    1\ndog    0\n鸟     0\n")
+
+
 def test_cli_pack_info_and_errors(class_folder: Path, tmp_path: Path, capsys):
     out = tmp_path / "c.lmdb"
     assert main(["pack-lmdb", str(class_folder), str(out), "--workers", "1"]) == 0
