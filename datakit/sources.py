@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -397,6 +398,7 @@ def scan_class_folders(
     if not classes:
         _warn_outside(root, outside)
         raise LabelError(f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=)")
+    _refuse_unicode_twins(root, classes)
     files, targets = [], []
     for idx, cls in enumerate(classes):
         found: list[tuple[str, list[str]]] = []  # (folder, image names), sorted as os.walk's tuples are
@@ -434,6 +436,23 @@ def scan_class_folders(
             "%s: hidden folders %s count as classes (as in ImageFolder); remove them if unintended", root, hidden
         )
     return classes, files, targets
+
+
+def _unicode_form(name: str) -> str:
+    return next((f for f in ("NFC", "NFD") if unicodedata.is_normalized(f, name)), "mixed")
+
+
+def _refuse_unicode_twins(root: str, classes: list[str]) -> None:
+    """Two class folders whose names differ only in Unicode form (``café`` typed on Windows is
+    NFC, the same name copied from macOS is NFD) look the same but would be two classes."""
+    forms: dict[str, list[str]] = {}
+    for name in classes:
+        forms.setdefault(unicodedata.normalize("NFC", name), []).append(name)
+    for same in forms.values():
+        if len(same) > 1:
+            named = " and ".join(f"{n!r} ({_unicode_form(n)}: {ascii(n)})" for n in same)
+            raise LabelError(f"{root}: class folders {named} are one name in two Unicode forms and would be "
+                             "two classes; rename one to the other's form")  # fmt: skip
 
 
 def _warn_outside(root: str, outside: list[str]) -> None:
@@ -619,6 +638,7 @@ class ZipDataset(ImageDataset):
         classes = sorted({p[0] for _, p in keep})
         if not classes:
             raise LabelError(f"{self.path}: no class folders with images inside the archive")
+        _refuse_unicode_twins(self.path, classes)
         lookup = {c: k for k, c in enumerate(classes)}
         # ImageFolder's order: directories sorted by path (os.walk's tuples sorted), then file names
         keep.sort(key=lambda e: (lookup[e[1][0]], os.sep.join(e[1][:-1]), e[1][-1]))

@@ -257,3 +257,44 @@ def test_zip_counts_the_files_a_folder_counts(tmp_path: Path):
     ]
     assert zipped.targets.tolist() == folder.targets.tolist()
     assert len(open_dataset(archive, extensions=(".gif",))) == 2
+
+
+def test_class_folders_named_alike_in_two_unicode_forms_are_refused(tmp_path: Path, capsys):
+    # The attack: 'café' typed on Windows (NFC) and the same folder copied from macOS (NFD) look
+    # the same in every listing but were two classes, their images split between them.
+    import unicodedata
+
+    import cv2
+
+    from datakit.cli import main
+
+    root = tmp_path / "data"
+    for name in (unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café"), "dog"):
+        (root / name).mkdir(parents=True)
+        cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))[1].tofile(str(root / name / "0.jpg"))
+    nfd, nfc = unicodedata.normalize("NFD", "café"), unicodedata.normalize("NFC", "café")
+    want = (f"{root}: class folders '{nfd}' (NFD: 'cafe\\u0301') and '{nfc}' (NFC: 'caf\\xe9') are one name in two "
+            "Unicode forms and would be two classes; rename one to the other's form")  # fmt: skip
+    with pytest.raises(LabelError) as err:
+        open_dataset(root)
+    assert str(err.value) == want
+    assert main(["check", str(root)]) == 1
+    assert capsys.readouterr().err == f"datakit check: error: {want}\n"
+    shutil.rmtree(root / unicodedata.normalize("NFD", "café"))
+    assert open_dataset(root).classes == ["café", "dog"]
+
+
+def test_a_zip_with_class_folders_in_two_unicode_forms_is_refused(tmp_path: Path):
+    import unicodedata
+
+    import cv2
+
+    jpg = cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+    nfd, nfc = unicodedata.normalize("NFD", "café"), unicodedata.normalize("NFC", "café")
+    path = tmp_path / "data.zip"
+    entries = [ZipEntry(f"{name}/{k}.jpg".encode(), jpg, utf8_flag=True) for k, name in enumerate((nfc, nfd))]
+    path.write_bytes(build_zip(entries))
+    with pytest.raises(LabelError) as err:
+        open_dataset(path)
+    assert str(err.value) == (f"{path}: class folders '{nfd}' (NFD: 'cafe\\u0301') and '{nfc}' (NFC: 'caf\\xe9') are "
+                              "one name in two Unicode forms and would be two classes; rename one to the other's form")  # fmt: skip
