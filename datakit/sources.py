@@ -438,6 +438,10 @@ def scan_class_folders(
     return classes, files, targets
 
 
+def _other_forms(name: str) -> list[str]:
+    return [o for o in (unicodedata.normalize(f, name) for f in ("NFC", "NFD")) if o != name]
+
+
 def _unicode_form(name: str) -> str:
     return next((f for f in ("NFC", "NFD") if unicodedata.is_normalized(f, name)), "mixed")
 
@@ -530,10 +534,20 @@ class TableDataset(ImageDataset):
             self._probe_root()
 
     def path(self, index: int) -> str:
-        """Where sample ``index`` lives: a path on disk, or the member name inside the zip."""
+        """Where sample ``index`` lives: a path on disk, or the member name inside the zip. A name
+        the table writes in one Unicode form (NFC, as typed on Windows) finds the file or member
+        named in the other (NFD, as macOS writes names), when only that one is there."""
+        name = self.files[index]
         if self.zip is not None:
-            return self.files[index].lstrip("/")
-        return resolve_path(self.files[index], self.root)
+            name = name.lstrip("/")
+            if not name.isascii() and name not in self.zip:
+                name = next((o for o in _other_forms(name) if o in self.zip), name)
+            return name
+        path = resolve_path(name, self.root)
+        if not name.isascii() and not os.path.exists(path):
+            others = (resolve_path(o, self.root) for o in _other_forms(name))
+            path = next((o for o in others if os.path.exists(o)), path)
+        return path
 
     def name(self, index: int) -> str:
         path = self.path(index)

@@ -298,3 +298,33 @@ def test_a_zip_with_class_folders_in_two_unicode_forms_is_refused(tmp_path: Path
         open_dataset(path)
     assert str(err.value) == (f"{path}: class folders '{nfd}' (NFD: 'cafe\\u0301') and '{nfc}' (NFC: 'caf\\xe9') are "
                               "one name in two Unicode forms and would be two classes; rename one to the other's form")  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["folder", "zip"])
+def test_a_table_typed_in_nfc_finds_files_named_in_nfd(tmp_path: Path, where: str):
+    # The attack: labels typed on Windows (NFC) for images copied from macOS (NFD names): the
+    # files are there, look the same, and were reported missing (and "not in the table").
+    import unicodedata
+
+    import cv2
+
+    from datakit.check import check_dataset
+
+    nfd = unicodedata.normalize("NFD", "café/é_1.jpg")
+    pixels = {0: 40, 1: 200}
+    encoded = {k: cv2.imencode(".png", np.full((8, 8, 3), v, np.uint8))[1].tobytes() for k, v in pixels.items()}
+    names = [nfd, "狗/2.jpg"]
+    if where == "folder":
+        root = tmp_path / "images"
+        for k, n in enumerate(names):
+            (root / n).parent.mkdir(parents=True, exist_ok=True)
+            (root / n).write_bytes(encoded[k])
+    else:
+        root = tmp_path / "images.zip"
+        root.write_bytes(build_zip([ZipEntry(n.encode(), encoded[k], utf8_flag=True) for k, n in enumerate(names)]))
+    table = tmp_path / "labels.csv"
+    table.write_text(f"file,label\n{unicodedata.normalize('NFC', nfd)},cat\n狗/2.jpg,dog\n", encoding="utf-8")
+    ds = open_dataset(root, labels=table)
+    assert [int(ds[k][0][0, 0, 0]) for k in range(2)] == [40, 200] and ds.targets.tolist() == [0, 1]
+    report = check_dataset(root, labels=table)
+    assert report.problems == [] and report.samples == 2
