@@ -512,6 +512,7 @@ def test_closing_or_retuning_mid_epoch_ends_the_epoch_and_an_infinite_loader_goe
 
 _FILE_SYSTEM = r"""
 import os
+import sys
 import torch
 import torch.multiprocessing as tmp
 from torch.utils.data import Dataset
@@ -531,7 +532,7 @@ if __name__ == "__main__":
     tmp.set_sharing_strategy("file_system")  # what create_loader chooses under a low open-file limit
     before = shm()
     for k in range(3):
-        loader = create_loader(Big(), 4, num_workers=2, seed=k)
+        loader = create_loader(Big(), 4, num_workers=2, seed=k, multiprocessing_context=sys.argv[1])
         for epoch in range(2):
             for batch in loader:
                 pass
@@ -546,13 +547,14 @@ if __name__ == "__main__":
 """
 
 
-def test_batches_read_ahead_leave_nothing_in_dev_shm_with_the_file_system_strategy(tmp_path: Path):
+@pytest.mark.parametrize("context", ["fork", "spawn"])  # spawned workers end by os._exit too
+def test_batches_read_ahead_leave_nothing_in_dev_shm_with_the_file_system_strategy(tmp_path: Path, context: str):
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm")
     script = tmp_path / "fs.py"
     script.write_text(_FILE_SYSTEM)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, str(script), context], capture_output=True, text=True, env=env, timeout=300)
     assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr[-2000:]
 
 
