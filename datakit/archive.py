@@ -374,14 +374,17 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLL
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def _temp_name(name: str) -> str:
-    """The temporary name a member is written under: readable when it fits, hashed when not."""
-    tmp = f".{name}{_PART}"
+def _temp_name(name: str, m: ZipMember) -> str:
+    """The temporary name a member is written under: readable when it fits, hashed when not,
+    tagged with the member's CRC-32 and size, so that the part an interrupted run left of this
+    member (and nothing else) is what the next run removes."""
+    tag = f"{zlib.crc32(f'{m.crc}:{m.file_size}'.encode()):08x}"
+    tmp = f".{name}.{tag}{_PART}"
     if len(os.fsencode(tmp)) <= _NAME_MAX:
         return tmp
     import hashlib
 
-    return f".{hashlib.sha1(os.fsencode(name)).hexdigest()[:20]}{_PART}"
+    return f".{hashlib.sha1(os.fsencode(name)).hexdigest()[:20]}.{tag}{_PART}"
 
 
 class _Tree:
@@ -527,6 +530,7 @@ def unzip(
         infos = zf.infolist()
         dirs: list[tuple[list[str], ZipMember]] = []
         links: list[tuple[ZipMember, str]] = []
+        paths = {rel for rel, _ in map(safe_relpath, (m.name for m in members)) if rel is not None}
         try:
             for m in members:
                 rel, note = safe_relpath(m.name)
@@ -566,7 +570,7 @@ def unzip(
                             raise _Refused(f"{dest_path / rel} exists and differs; not overwritten (use --overwrite)")
                         if stat.S_ISDIR(st.st_mode):
                             raise _Refused(f"{dest_path / rel} is a folder; not replaced by a file")
-                    _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress)
+                    _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths)
                     report.extracted.append(rel)
                 except _Refused as exc:
                     report.problems.append(f"{label}: {exc}")
@@ -614,12 +618,17 @@ def _extract_file(
     budget: _Budget,
     archive: str,
     progress: Callable[[int], None] | None,
+    rel: str,
+    members: set[str],
 ) -> None:
-    tmp = _temp_name(name)
-    try:
-        os.unlink(tmp, dir_fd=fd)  # left by an interrupted run
-    except FileNotFoundError:
-        pass
+    tmp = _temp_name(name, m)
+    if "/".join([*rel.split("/")[:-1], tmp]) in members:  # the archive has a member of that name: untouched
+        tmp = f".{os.urandom(8).hex()}{_PART}"
+    else:
+        try:
+            os.unlink(tmp, dir_fd=fd)  # left by an interrupted run
+        except FileNotFoundError:
+            pass
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=fd)
     written = 0
     try:

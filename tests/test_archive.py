@@ -244,7 +244,13 @@ def test_no_overwrite_and_rerun_finishes(gbk_zip: Path, tmp_path: Path):
     (out / "训练").mkdir(parents=True)
     (out / "训练" / "狗 02.png").write_bytes(b"dog")  # identical: counts as done
     (out / "说明文件.txt").write_bytes(b"user's own edit")  # differs: kept
-    (out / "训练" / ".猫_01.jpg.unzip-part").write_bytes(b"cat-by")  # left by an interrupted run
+    from datakit.archive import _temp_name, read_members
+
+    cat = next(m for m in read_members(gbk_zip)[0] if m.name == "训练/猫_01.jpg")
+    assert (
+        _temp_name("猫_01.jpg", cat) == f".猫_01.jpg.{zlib.crc32(f'{cat.crc}:{cat.file_size}'.encode()):08x}.unzip-part"
+    )
+    (out / "训练" / _temp_name("猫_01.jpg", cat)).write_bytes(b"cat-by")  # left by an interrupted run
     report = unzip(gbk_zip, out)
     assert report.unchanged == ["训练/狗 02.png"] and report.extracted == ["训练/猫_01.jpg"]
     assert report.problems == [
@@ -254,6 +260,26 @@ def test_no_overwrite_and_rerun_finishes(gbk_zip: Path, tmp_path: Path):
     assert unzip(gbk_zip, out, overwrite=True).ok
     assert tree(out)["说明文件.txt"] == "标签说明".encode("gbk")
     assert not any(p.name.endswith(".unzip-part") for p in out.rglob("*"))
+
+
+def test_members_and_files_named_like_temporary_parts_are_kept(tmp_path: Path):
+    # The attack: a member named '.a.unzip-part' (the temporary name 'a' was written under) was
+    # deleted as an interrupted run's leftover when 'a' came next, and the run still said ok.
+    from datakit.archive import _temp_name, read_members
+
+    first = write_zip(tmp_path / "probe.zip", [ZipEntry(name=b"a", data=b"other")])
+    tag_name = _temp_name("a", read_members(first)[0][0])
+    entries = [
+        ZipEntry(name=n.encode(), data=f"precious {k}".encode()) for k, n in enumerate([".a.unzip-part", tag_name])
+    ]
+    z = write_zip(tmp_path / "t.zip", [*entries, ZipEntry(name=b"a", data=b"other")])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".b.unzip-part").write_bytes(b"the user's own")
+    report = unzip(z, out)
+    assert report.ok and report.extracted == [".a.unzip-part", tag_name, "a"]
+    assert tree(out) == {".a.unzip-part": b"precious 0", tag_name: b"precious 1", "a": b"other",
+                         ".b.unzip-part": b"the user's own"}  # fmt: skip
 
 
 def test_interrupted_write_leaves_no_partial_file(gbk_zip: Path, tmp_path: Path, monkeypatch):
