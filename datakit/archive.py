@@ -598,6 +598,71 @@ def unzip(
     return report
 
 
+class _Inflating:
+    """A bzip2 or LZMA member read ``n`` bytes at most per call. zipfile inflates only deflate in
+    bounded steps: it hands each chunk of bzip2 or LZMA data to the decompressor whole, and 900
+    bytes of bzip2 inflate to 1.2 GB in that one call, before any size check can stop them. The
+    member's raw bytes are read as if stored, inflated here with ``max_length``, and checked
+    against its CRC-32 at the end, as zipfile checks it."""
+
+    def __init__(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+        import copy
+
+        raw = copy.copy(info)
+        raw.compress_type, raw.file_size, raw.CRC = zipfile.ZIP_STORED, info.compress_size, None
+        self.raw = zf.open(raw)
+        self.info = info
+        self.crc = 0
+        self.done = False
+        if info.compress_type == zipfile.ZIP_BZIP2:
+            import bz2
+
+            self.d = bz2.BZ2Decompressor()
+        else:  # LZMA in a zip: a 4-byte header (version, size of the properties), then the properties
+            import lzma
+
+            head = self.raw.read(4)
+            if len(head) < 4:
+                raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+            props = self.raw.read(struct.unpack("<H", head[2:])[0])
+            filters = [lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)]  # as zipfile does
+            self.d = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters)
+
+    def read(self, n: int) -> bytes:
+        out = b""
+        while not out and not self.done:
+            if self.d.eof:
+                self.done = True
+                break
+            data = self.raw.read(_CHUNK) if self.d.needs_input else b""
+            if self.d.needs_input and not data:
+                if self.info.compress_type == zipfile.ZIP_BZIP2:
+                    raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+                self.done = True  # LZMA may end without a marker: its data is all there is
+                break
+            try:
+                out = self.d.decompress(data, n)
+            except Exception as exc:  # OSError from bz2, LZMAError: damaged data
+                raise zipfile.BadZipFile(f"compressed data is damaged ({exc})") from None
+        self.crc = zlib.crc32(out, self.crc)
+        if self.done and self.crc != self.info.CRC:
+            raise zipfile.BadZipFile(f"Bad CRC-32 for file {self.info.filename!r}")
+        return out
+
+    def __enter__(self) -> _Inflating:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.raw.close()
+
+
+def _open_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
+    """A member's data as a file to ``read(n)`` from, never inflating much past ``n`` at once."""
+    if info.compress_type in (zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
+        return _Inflating(zf, info)
+    return zf.open(info)  # stored, or deflate: zipfile bounds each step by n
+
+
 def _explain(exc: BaseException) -> str:
     text = str(exc)
     if "Bad CRC-32" in text:
@@ -632,7 +697,7 @@ def _extract_file(
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=fd)
     written = 0
     try:
-        with zf.open(info) as src, open(out, "wb") as dst:
+        with _open_member(zf, info) as src, open(out, "wb") as dst:
             while chunk := src.read(_CHUNK):
                 written += len(chunk)
                 if written > m.file_size:
@@ -724,7 +789,7 @@ def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> byte
     """A member's bytes, inflated one chunk at a time: ``zf.read`` inflates the whole stream
     before cutting it to the declared size, so a lying member would fill memory first."""
     out = bytearray()
-    with zf.open(info) as f:
+    with _open_member(zf, info) as f:
         while len(out) < size and (chunk := f.read(min(_CHUNK, size - len(out)))):
             out += chunk
         if len(out) == size and f.read(1):  # defensive: never more than declared

@@ -11,6 +11,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from datakit.archive import ArchiveError, ZipReader, detect_encoding, read_members, safe_relpath, unzip
@@ -807,3 +808,63 @@ def test_accuracy_on_the_name_corpus():
                     total += 1
     assert wrong == 0
     assert right / total >= 0.95
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_bzip2_and_lzma_members_extract_and_read_exactly(tmp_path: Path, method: int):
+    rng = np.random.default_rng(0)
+    big = bytes(range(256)) * 12 + rng.integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()  # over one read
+    small = "标签说明".encode("gbk")
+    z = tmp_path / "m.zip"
+    with zipfile.ZipFile(z, "w", compression=method) as zw:
+        zw.writestr("data/big.bin", big)
+        zw.writestr("cls/x.txt", small)
+    report = unzip(z, tmp_path / "out")
+    assert report.ok and report.extracted == ["data/big.bin", "cls/x.txt"]
+    assert tree(tmp_path / "out") == {"cls/x.txt": small, "data/big.bin": big}
+    assert ZipReader(z).read("data/big.bin") == big
+    data = bytearray(z.read_bytes())
+    data[zipfile.ZipFile(z).getinfo("cls/x.txt").header_offset + 30 + len("cls/x.txt") + 12] ^= 0xFF
+    z.write_bytes(bytes(data))  # damaged compressed data: one line, never a traceback
+    why = "Invalid data stream" if method == zipfile.ZIP_BZIP2 else "Corrupt input data"
+    assert unzip(z, tmp_path / "again").problems == [f"{z}: member 'cls/x.txt': compressed data is damaged ({why})"]
+
+
+_BOMB = """
+import sys
+from datakit.archive import ZipReader, unzip
+report = unzip(sys.argv[1], sys.argv[2])
+try:
+    ZipReader(sys.argv[1]).read("bomb.bin")
+except Exception as exc:
+    print(type(exc).__name__, exc)
+print(report.problems)
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))  # this process's own peak
+print(int(peak.split()[1]) // 1024 < 200)
+"""
+
+
+def test_a_bzip2_bomb_under_the_ratio_check_is_stopped_without_inflating(tmp_path: Path):
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("the peak memory is read from /proc")
+    # The attack: 300 MiB of zeros in bzip2 take about 250 bytes; declared as 1000 bytes the member
+    # is below the size where the ratio is checked, and zipfile inflated each chunk of bzip2 data
+    # whole: the 300 MiB were in memory before any size check ran (2.5 GB from a 1 KB archive).
+    import bz2
+
+    payload = bz2.compress(b"\0" * (300 << 20), 9)
+    name = b"bomb.bin"
+    local = struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 46, 0, 12, 0, 0x21, 0, len(payload), 1000, len(name), 0)
+    central = struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 0x031E, 46, 0, 12, 0, 0x21, 0, len(payload), 1000,
+                          len(name), 0, 0, 0, 0, 0o100644 << 16, 0) + name  # fmt: skip
+    body = local + name + payload
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, len(central), len(body), 0)
+    z = tmp_path / "bomb.zip"
+    z.write_bytes(body + central + end)
+    script = tmp_path / "bomb.py"
+    script.write_text(_BOMB)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, str(script), str(z), str(tmp_path / "out")], capture_output=True,
+                         text=True, env=env, timeout=120)  # fmt: skip
+    stopped = f"{z}: member 'bomb.bin': inflates past its declared size of 1000 bytes; stopped"
+    assert out.stdout.splitlines() == [f"ArchiveError {stopped}", str([stopped]), "True"], out.stderr[-2000:]
