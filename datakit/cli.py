@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import json
 import os
 import re
 import statistics
@@ -66,7 +65,9 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], file=No
 
 
 def _print_json(obj: object) -> None:
-    print(json.dumps(obj, ensure_ascii=False, indent=2))
+    from datakit.filenames import json_text
+
+    print(json_text(obj, indent=2))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -831,6 +832,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     every_rank = getattr(func, "every_rank", None)
     if world > 1 and rank != 0 and not (every_rank and every_rank(args)):
         return 0  # a job with no share to split: rank 0 does it alone (two ranks extracting or writing would race)
+    _tolerate_names(sys.stdout, sys.stderr)
     stdout = sys.stdout
     created = False
     tag = f" (rank {rank})" if rank else ""
@@ -865,6 +867,21 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
             import torch.distributed as dist
 
             dist.destroy_process_group()
+
+
+def _tolerate_names(stdout, stderr) -> None:
+    """A file name that is not UTF-8 (Latin-1 from an old system) holds lone surrogates, which a
+    strict stream cannot write (stdout to a file or a pipe is strict): stdout then writes the bytes
+    the name has on disk, as ``ls`` does, and stderr escapes them; never a UnicodeEncodeError."""
+    for stream, errors in ((stdout, "surrogateescape"), (stderr, "backslashreplace")):
+        if getattr(stream, "errors", None) != "strict" or not hasattr(stream, "reconfigure"):
+            continue
+        if errors == "surrogateescape" and codecs.lookup(stream.encoding).name != "utf-8":
+            errors = "backslashreplace"  # a name's bytes mean nothing in another encoding
+        try:
+            stream.reconfigure(errors=errors)
+        except (ValueError, OSError):
+            pass
 
 
 def build_parser() -> argparse.ArgumentParser:

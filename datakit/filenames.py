@@ -10,11 +10,13 @@ host that wrote the archive. When the two best distinct readings are close, the 
 
 from __future__ import annotations
 
+import json
+import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["CANDIDATES", "EncodingGuess", "decodes", "guess_encoding"]
+__all__ = ["CANDIDATES", "EncodingGuess", "decodes", "guess_encoding", "json_text"]
 
 # (codec, the host family that writes it: "dos" for DOS/Windows OEM code pages, "unix", or "any")
 CANDIDATES = (
@@ -318,3 +320,15 @@ def decodes(raw: bytes, enc: str) -> bool:
 _SIMPLIFIED = frozenset(_HANZI_COMMON)
 _TRADITIONAL = frozenset(_HANZI_COMMON_TRAD)
 _KOREAN = frozenset(_HANGUL_COMMON)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(obj, **kw) -> str:
+    """``json.dumps(obj, ensure_ascii=False, **kw)`` that can be written as UTF-8 whatever the file
+    names in it: a name that is not UTF-8 (Latin-1 from an old system) comes from the filesystem
+    with lone surrogates (surrogateescape), which UTF-8 cannot encode; they are written as JSON
+    escapes instead, so the text reads back the same. Text without them is unchanged."""
+    text = json.dumps(obj, ensure_ascii=False, **kw)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -304,7 +304,9 @@ def _decode_meta(raw: bytes | None, path: Path) -> dict | None:
 
 
 def _dump_meta(meta: dict) -> bytes:
-    return json.dumps(meta, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+    from datakit.filenames import json_text
+
+    return json_text(meta, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _encode_meta(meta: dict) -> bytes:

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import PackError, SampleError, UsageError
+from datakit.filenames import json_text
 from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
     EXCEL_SUFFIXES,
@@ -247,7 +248,7 @@ class ImageDataset:
             # one append-only file per process: a line is written whole, and no process waits on another
             parts = self._parts_dir()
             parts.mkdir(parents=True, exist_ok=True)
-            line = json.dumps({"index": i, "name": name, "reason": reason}, ensure_ascii=False) + "\n"
+            line = json_text({"index": i, "name": name, "reason": reason}) + "\n"
             with open(parts / f"{os.getpid()}.jsonl", "a", encoding="utf-8") as f:
                 f.write(line)
             known |= {e["index"] for e in self._read_parts()}
@@ -299,7 +300,7 @@ class ImageDataset:
         self.bad_samples.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.bad_samples.with_name(f".{self.bad_samples.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+            tmp.write_text(json_text(data, indent=1), encoding="utf-8")
             os.replace(tmp, self.bad_samples)
         finally:
             discard(tmp)

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import cv2
 import lmdb
 import numpy as np
 import pytest
@@ -754,3 +755,28 @@ def test_resume_refuses_a_source_folder_whose_files_changed(class_folder: Path, 
     assert read_meta(out)["count"] == 6  # nothing written
     report = pack_lmdb(class_folder, out, overwrite=True)
     assert report.count == 12 and verify_lmdb(out) == []
+
+
+def test_names_that_are_not_utf8_are_packed_skipped_and_listed(tmp_path: Path, capsys):
+    # The attack: a Latin-1 file name from an old system (b'caf\xe9'), on an empty file: the
+    # skip record could not be written as UTF-8 and the pack died at 0 samples, unresumable.
+    src = tmp_path / "src"
+    (src / "c").mkdir(parents=True)
+    good = cv2.imencode(".png", np.full((4, 4, 3), 9, np.uint8))[1].tobytes()
+    for name, data in ((b"caf\xe9_ok.png", good), (b"z_ok.png", good), (b"caf\xe9_bad.png", b"")):
+        with open(os.path.join(os.fsencode(src / "c"), name), "wb") as f:
+            f.write(data)
+    out = tmp_path / "out.lmdb"
+    assert main(["pack-lmdb", str(src), str(out), "--skip-bad", "--workers", "1", "--quiet"]) == 0
+    bad = os.fsdecode(os.path.join(os.fsencode(src / "c"), b"caf\xe9_bad.png"))
+    assert capsys.readouterr().err == f"skipped: {bad}: empty file (0 bytes)\n".replace("\udce9", "\\udce9")
+    ds = open_dataset(out)
+    assert [ds.name(i) for i in range(len(ds))] == [f"{out}:c/caf\udce9_ok.png", f"{out}:c/z_ok.png"]
+    assert [int(ds[i][0][0, 0, 0]) for i in range(len(ds))] == [9, 9]
+    assert main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["skipped"] == [f"{bad}: empty file (0 bytes)"]
+    # the bad-samples file written while training holds such a name too
+    folder = open_dataset(src, on_error="skip", max_bad_fraction=0.5, bad_samples=tmp_path / "bad.json")
+    [folder[i] for i in range(len(folder))]
+    assert folder.merge_bad_samples() == tmp_path / "bad.json"
+    assert [e["name"] for e in json.loads((tmp_path / "bad.json").read_text(encoding="utf-8"))["bad"]] == [bad]
