@@ -233,7 +233,9 @@ class ClassMap:
         return cls(tuple(obj["classes"]), tuple(src) if src is not None else None)
 
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1), encoding="utf-8")
+        from datakit.filenames import json_text
+
+        Path(path).write_text(json_text(self.to_json(), indent=1), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ClassMap:
@@ -265,8 +267,9 @@ class LabelTable:
 
     ``files`` is a :class:`StringArray`; ``labels``, ``splits`` and ``sheets`` are
     :class:`CodedColumn` s; ``rows`` an int32 array. ``class_values`` holds the labels of the
-    whole table (every sheet), so one split's class map agrees with the others'. A table stands
-    for its file where a path is expected (``os.fspath(table)``).
+    whole table (every sheet read, hidden ones only with ``include_hidden``), so one split's class
+    map agrees with the others'. A table stands for its file where a path is expected
+    (``os.fspath(table)``).
     """
 
     path: Path
@@ -423,7 +426,8 @@ class LabelTable:
 
 
 def _duplicates(files: StringArray) -> list[tuple[int, int]]:
-    """(row, first row with the same name) for every repeated name.
+    """(row, first row with the same name) for every repeated name, names compared as paths
+    (:func:`_path_spans`: ``./a.jpg``, ``a//b/../a.jpg`` and ``.\\a.jpg`` all name ``a.jpg``).
 
     A cheap key per name, sorted, shows at once when no name repeats (the usual case). Otherwise
     the rows whose key another row shares are hashed in full, grouped in order of first appearance,
@@ -434,19 +438,68 @@ def _duplicates(files: StringArray) -> list[tuple[int, int]]:
     n = len(files)
     if n < 2:
         return []
-    starts, lens = files.offsets[:-1], files.offsets[1:] - files.offsets[:-1]
-    keys = span_keys(files.data, starts, lens)
+    data, starts, lens = _path_spans(files)
+    keys = span_keys(data, starts, lens)
     ordered = np.sort(keys)
     if not (ordered[1:] == ordered[:-1]).any():
         return []
     codes, _ = pd.factorize(keys)
     rows = np.flatnonzero(np.bincount(codes)[codes] > 1)
-    codes, _ = pd.factorize(hash_spans(files.data, starts[rows], lens[rows], two=False)[0])
+    codes, _ = pd.factorize(hash_spans(data, starts[rows], lens[rows], two=False)[0])
     # codes appear in order, so a group's first row is where the running maximum first reaches it
     firsts = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]])
     again = np.flatnonzero(firsts[codes] != np.arange(len(rows)))
     later, first = rows[again].tolist(), rows[firsts[codes[again]]].tolist()
-    return [(i, f) for i, f in zip(later, first) if files[i] == files[f]]
+
+    def span(i: int) -> bytes:
+        return data[starts[i] : starts[i] + lens[i]].tobytes()
+
+    return [(i, f) for i, f in zip(later, first) if span(i) == span(f)]
+
+
+_DOT, _SLASH, _BACKSLASH = ord("."), ord("/"), ord("\\")
+
+
+def _path_spans(files: StringArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(buffer, starts, lengths) of every name as the path it names: ``\\`` read as ``/``, then
+    ``posixpath.normpath`` (``./a.jpg``, ``x/../a.jpg``, ``a//b.jpg`` become ``a.jpg``, ``a.jpg``,
+    ``a/b.jpg``). Names that need it are found on the bytes; only those are rewritten, in Python."""
+    import posixpath
+
+    data = files.data
+    starts = files.offsets[:-1].copy()
+    lens = files.offsets[1:] - starts
+    while True:  # a leading "./" (the common way a list spells every name) is skipped without Python
+        lead = np.flatnonzero(lens >= 3)  # not ".//a" nor "./\\a", which would become "/a"
+        at = starts[lead]
+        after = data[at + 2]
+        lead = lead[(data[at] == _DOT) & (data[at + 1] == _SLASH) & (after != _SLASH) & (after != _BACKSLASH)]
+        if not len(lead):
+            break
+        starts[lead] += 2
+        lens[lead] -= 2
+    # what posixpath.normpath may change: "\\", "//", "./" (also "../"), a name ending in "/" or "."
+    slash = data == _SLASH
+    mark = data == _BACKSLASH
+    mark[:-1] |= (slash[:-1] | (data[:-1] == _DOT)) & slash[1:]
+    pos = np.flatnonzero(mark)
+    row = np.searchsorted(files.offsets, pos, side="right") - 1
+    suspect = np.zeros(len(lens), bool)
+    suspect[row[pos >= starts[row]]] = True  # not in a "./" skipped above
+    ends = np.flatnonzero(lens > 0)
+    last = data[starts[ends] + lens[ends] - 1]
+    suspect[ends[(last == _SLASH) | (last == _DOT)]] = True
+    rows = np.flatnonzero(suspect)
+    if not len(rows):
+        return data, starts, lens
+    extra, at = [], int(len(data))
+    for i in rows.tolist():
+        name = data[starts[i] : starts[i] + lens[i]].tobytes().replace(b"\\", b"/")
+        name = posixpath.normpath(name) if name else name
+        extra.append(name)
+        starts[i], lens[i] = at, len(name)
+        at += len(name)
+    return np.concatenate([data, np.frombuffer(b"".join(extra), np.uint8)]), starts, lens
 
 
 def resolve_path(name: str, root: str | os.PathLike) -> str:
@@ -855,6 +908,13 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         missing = [s for s in wanted if s not in names]
         if missing:
             raise LabelError(f"{path}: no sheet {missing[0]!r}; the sheets are {', '.join(map(repr, names))}")
+    # a hidden sheet is read, for its rows and its labels, only with include_hidden: naming it alone would
+    # give its split a class map the other splits (read without it) do not share
+    asked = [*(wanted or ()), *([split] if split is not None else [])]
+    hidden = next((s for s in meta if not s.visible and s.worksheet and s.name in asked), None)
+    if hidden is not None and not include_hidden:
+        raise LabelError(f"{path}: sheet {hidden.name!r} is hidden; pass include_hidden=True (--include-hidden) to "
+                         "read it")  # fmt: skip
     parts: list[_Part] = []
     other_values: list[str] = []
     hidden_left: list[str] = []
@@ -864,9 +924,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             if chosen:
                 notes.append(f"{path}: sheet {sh.name!r} skipped (a chart, not a table)")
             continue
-        if not sh.visible and not include_hidden and (wanted is None or sh.name not in wanted):
-            if chosen:
-                hidden_left.append(sh.name)
+        if not sh.visible and not include_hidden:
+            hidden_left.append(sh.name)  # left out of the class map too, whichever sheets are read
             continue
         try:
             grid = _sheet_grid(wb, sh.name, engine)
@@ -1148,7 +1207,9 @@ def read_labels(
             common ones (file, filename, path, image, 文件名, 图片... / label, class, 标签, 类别...).
         encoding: the encoding of a text table; by default detected (UTF-8, UTF-8 with BOM,
             UTF-16 with BOM, GBK/GB18030, Big5), refusing to guess when GBK and Big5 are too close.
-        include_hidden: read hidden sheets too (they are left out, with a note, by default).
+        include_hidden: read hidden sheets too. By default they are left out, rows and labels alike,
+            with a note, and naming one (``sheets=``, ``split=``) is refused: its split would get a
+            class map the other splits do not share.
         remap_labels: integer labels that are not ``0..C-1`` are not a problem (they will be remapped).
         validate: raise on problems (``False`` returns the readable rows; see :meth:`LabelTable.problems`).
         engine: ``"calamine"`` (default when installed) or ``"openpyxl"`` for workbooks.

@@ -389,7 +389,51 @@ def test_hidden_sheet_left_out_unless_asked(tmp_path: Path):
     assert t.split_names == ["train", "val"]
     assert t.notes[-1] == f"{path}: hidden sheet 'old' not read (include_hidden=True reads them)"
     assert read_labels(path, include_hidden=True).split_names == ["train", "val", "old"]
-    assert read_labels(path, split="old").files.tolist() == ["z.jpg"]  # named: read
+    assert read_labels(path, split="old", include_hidden=True).files.tolist() == ["z.jpg"]
+
+
+def jpeg(path: Path) -> None:
+    import cv2
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(cv2.imencode(".jpg", np.full((8, 8, 3), 90, np.uint8))[1].tobytes())
+
+
+def test_a_hidden_sheet_never_gives_the_splits_two_class_maps(tmp_path: Path, caplog, capsys):
+    # The attack: a hidden 'val' sheet holds a class the visible 'train' sheet lacks. --split train
+    # left it out (cat=0) while --split val read it and the others' labels (ant=0, cat=1), with no note.
+    from datakit.cli import main
+
+    train = [["file", "label"], ["f0.jpg", "cat"], ["f1.jpg", "dog"], ["f2.jpg", "cat"]]
+    val = [["file", "label"], ["f4.jpg", "ant"], ["f5.jpg", "cat"], ["f6.jpg", "dog"]]
+    path = book(tmp_path / "l.xlsx", {"train": train, "val": val}, hidden=("val",))
+    for name in ("f0", "f1", "f2", "f4", "f5", "f6"):
+        jpeg(tmp_path / "img" / f"{name}.jpg")
+    note = f"{path}: hidden sheet 'val' not read (include_hidden=True reads them)"
+    refusal = f"{path}: sheet 'val' is hidden; pass include_hidden=True (--include-hidden) to read it"
+    for split in (None, "train"):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="datakit"):
+            t = read_labels(path, split=split)
+        assert t.class_map().classes == ("cat", "dog") and t.targets(t.class_map()).tolist() == [0, 1, 0]
+        assert t.notes == [note] and caplog.messages == [note]
+    for how in ({"split": "val"}, {"sheets": "val"}, {"sheets": ["train", "val"]}):
+        with pytest.raises(LabelError) as e:
+            read_labels(path, **how)
+        assert str(e.value) == refusal
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "img", labels=path, split="val")
+    assert str(e.value) == refusal
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--split", "val"]) == 1
+    assert capsys.readouterr().err == f"datakit check: error: {refusal}\n"
+    # with include_hidden every split reads the same sheets, so cat is 1 in both
+    for split, targets in (("train", [1, 2, 1]), ("val", [0, 1, 2])):
+        t = read_labels(path, split=split, include_hidden=True)
+        assert t.class_map().classes == ("ant", "cat", "dog") and t.targets(t.class_map()).tolist() == targets
+        assert t.notes == []
+        ds = open_dataset(tmp_path / "img", labels=path, split=split, include_hidden=True)
+        assert ds.classes == ["ant", "cat", "dog"] and ds.targets.tolist() == targets
 
 
 @pytest.mark.parametrize("engine", ["calamine", "openpyxl"])
@@ -590,6 +634,49 @@ def test_duplicates_found_exactly(tmp_path: Path):
         f"{path}, line 3001: file 'dir/x1.jpg' is listed again (first at line 2)",
         f"{path}, line 3002: file 'dir/40.jpg' is listed again (first at line 41)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [("./a.jpg", "a.jpg"), ("a.jpg", "./a.jpg"), ("x/../a.jpg", "a.jpg"), (".\\a.jpg", "a.jpg"),
+     ("sub//a.jpg", "sub/a.jpg"), ("sub\\a.jpg", "./sub/./a.jpg"), ("././a.jpg", ".//a.jpg")],
+)  # fmt: skip
+def test_one_file_spelled_two_ways_is_listed_again(tmp_path: Path, first: str, again: str):
+    # The attack: './a.jpg' cat and 'a.jpg' dog name one image; it was packed twice, once per label.
+    path = tmp_path / "labels.csv"
+    path.write_text(f"file,label\n{first},cat\n{again},dog\nb.jpg,dog\n", encoding="utf-8")
+    want = f"{path}, line 3: file {again!r} is listed again (first at line 2)"
+    assert read_labels(path, validate=False).problems() == [want]
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == want
+
+
+def test_names_of_different_files_are_not_listed_again(tmp_path: Path):
+    path = tmp_path / "labels.csv"
+    rows = ["a.jpg", "sub/a.jpg", "../a.jpg", "/a.jpg", "a.jpg.", "x/./../c/a.jpg", "b/a.jpg"]
+    path.write_text("file,label\n" + "".join(f"{n},cat\n" for n in rows), encoding="utf-8")
+    assert read_labels(path).files.tolist() == rows  # stored as written
+    path.write_text("file,label\n" + "".join(f"{n},cat\n" for n in rows + ["b\\..\\sub\\a.jpg"]), encoding="utf-8")
+    assert read_labels(path, validate=False).problems() == [
+        f"{path}, line 9: file 'b/../sub/a.jpg' is listed again (first at line 3)"
+    ]
+
+
+def test_check_and_pack_refuse_one_image_listed_under_two_spellings(tmp_path: Path, capsys):
+    from datakit.cli import main
+
+    for name in ("a", "b"):
+        jpeg(tmp_path / "img" / f"{name}.jpg")
+    xlsx = book(tmp_path / "l.xlsx", {"train": [["file", "label"], [".\\a.jpg", "cat"], ["b.jpg", "dog"],
+                                                ["a.jpg", "dog"]]})  # fmt: skip
+    want = f"{xlsx}, sheet 'train', row 4: file 'a.jpg' is listed again (first at sheet 'train', row 2)"
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "img"), "--labels", str(xlsx), "--workers", "1"]) == 1
+    assert capsys.readouterr().err.splitlines() == [want]
+    assert main(["pack-lmdb", str(tmp_path / "img"), str(tmp_path / "out.lmdb"), "--labels", str(xlsx), "-q"]) == 1
+    assert capsys.readouterr().err == f"datakit pack-lmdb: error: {want}\n"
+    assert not (tmp_path / "out.lmdb").exists()
 
 
 # ---------------------------------------------------------------------------------------------

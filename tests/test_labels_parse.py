@@ -182,6 +182,22 @@ def test_duplicates_exact_when_cheap_keys_collide():
     assert _duplicates(StringArray([*names, names[7], names[3], names[7]])) == [(50, 7), (51, 3), (52, 7)]
 
 
+def test_duplicates_compare_names_as_the_paths_they_name():
+    """Against plain Python: two names repeat when posixpath.normpath, after \\ is read as /, makes them
+    equal (./a.jpg, x/../a.jpg, a//b.jpg); the numpy prefilter that picks the names to rewrite misses none."""
+    import posixpath
+
+    rng = random.Random(7)
+    pieces = ["a", "b", ".", "..", "/", "\\", "//", "./", "x.jpg", "类"]
+    for _ in range(3000):
+        names = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(2, 9))]
+        paths = [posixpath.normpath(n.replace("\\", "/")) for n in names]
+        want = [(i, paths.index(p)) for i, p in enumerate(paths) if paths.index(p) != i]
+        assert _duplicates(StringArray(names)) == want, names
+    names = ["./d/1.jpg", "d/2.jpg", "d//1.jpg", ".//d/2.jpg", "./\\d/1.jpg", "d/1.jpg/.", "./e/../d/2.jpg"]
+    assert _duplicates(StringArray(names)) == [(2, 0), (3, 1), (4, 0), (5, 0), (6, 1)]
+
+
 @pytest.mark.parametrize(
     "values",
     [["cat", "dog", "cat", ""], ["aaaaaaaaa", "aaaaaaaaaa", "aaaaaaaaa"], ["类别_12", "类别_1", "类别_12"],
