@@ -320,6 +320,12 @@ def pack_lmdb(
     if not isinstance(src, (str, os.PathLike, ImageDataset)):
         raise UsageError(f"pack_lmdb takes a path or a datakit dataset (open_dataset), got {type(src).__name__}; "
                          "pack the dataset it is made of (shard= packs a part)")  # fmt: skip
+    if labels is None and not isinstance(src, ImageDataset) and os.path.isdir(src):
+        real_src, real_out = os.path.realpath(src), os.path.realpath(out)
+        if real_out != real_src and real_out.startswith(real_src.rstrip(os.sep) + os.sep):
+            raise UsageError(f"{out}: inside the source folder {src}, whose every later scan (--resume, check, "
+                             "open_dataset) would read it as a class folder; put OUT outside the source (moved "
+                             "there, a started pack resumes)")  # fmt: skip
     ds = src if isinstance(src, ImageDataset) else open_source(src, labels=labels, split=split,
                                                                 remap_labels=remap_labels)  # fmt: skip
     n_total = len(ds)

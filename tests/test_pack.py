@@ -780,3 +780,16 @@ def test_names_that_are_not_utf8_are_packed_skipped_and_listed(tmp_path: Path, c
     [folder[i] for i in range(len(folder))]
     assert folder.merge_bad_samples() == tmp_path / "bad.json"
     assert [e["name"] for e in json.loads((tmp_path / "bad.json").read_text(encoding="utf-8"))["bad"]] == [bad]
+
+
+def test_a_pack_inside_its_source_folder_is_refused_before_anything_is_written(class_folder: Path, capsys):
+    # The attack: `pack-lmdb data data/train.lmdb`, killed: every later scan of data/ (--resume,
+    # check) met train.lmdb as a class folder without images, and the pack could never be finished.
+    out = class_folder / "train.lmdb"
+    assert main(["pack-lmdb", str(class_folder), str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        f"datakit pack-lmdb: error: {out}: inside the source folder {class_folder}, whose every later scan (--resume, "
+        "check, open_dataset) would read it as a class folder; put OUT outside the source (moved there, a started "
+        "pack resumes)\n"
+    )
+    assert not out.exists() and open_dataset(class_folder).classes == ["cat", "dog", "鸟"]
