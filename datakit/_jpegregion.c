@@ -987,7 +987,81 @@ static PyObject *decode_indexed(PyObject *self, PyObject *args) {
     }
 }
 
+/* The first warning libjpeg gives on the whole entropy-coded data ("Corrupt JPEG data: premature end
+ * of data segment", "... extraneous bytes before marker 0xd9"): the data is decoded at 1/8 scale,
+ * which still reads every bit of it, and nothing is printed. Returns the message, "" when there is
+ * none, or None where libjpeg refuses the data (the ordinary decoders then say why). */
+typedef struct {
+    error_mgr base;
+    char first[JMSG_LENGTH_MAX];
+} warning_mgr;
+
+static void on_warning(j_common_ptr cinfo, int level) {
+    warning_mgr *err = (warning_mgr *)cinfo->err;
+    if (level < 0) {
+        if (err->base.pub.num_warnings == 0)
+            (*cinfo->err->format_message)(cinfo, err->first);
+        err->base.pub.num_warnings++;
+    }
+}
+
+static PyObject *jpeg_warning(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    struct jpeg_decompress_struct cinfo;
+    warning_mgr err;
+    PyThreadState *volatile released = NULL; /* volatile: changed between setjmp and a longjmp */
+    JSAMPLE *volatile row = NULL;
+    volatile int created = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    cinfo.err = init_errors(&err.base);
+    err.base.pub.emit_message = on_warning;
+    err.first[0] = '\0';
+    if (setjmp(err.base.jump)) {
+        if (released != NULL)
+            PyEval_RestoreThread(released);
+        PyMem_RawFree((void *)row);
+        if (created)
+            jpeg_destroy_decompress(&cinfo);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    jpeg_create_decompress(&cinfo);
+    created = 1;
+    jpeg_mem_src(&cinfo, (const unsigned char *)view.buf, (unsigned long)view.len);
+    released = PyEval_SaveThread();
+    jpeg_read_header(&cinfo, TRUE);
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = 8;
+    cinfo.dct_method = JDCT_IFAST;
+    cinfo.do_fancy_upsampling = FALSE;
+    if (cinfo.jpeg_color_space == JCS_YCbCr || cinfo.jpeg_color_space == JCS_GRAYSCALE)
+        cinfo.out_color_space = JCS_GRAYSCALE; /* no colour conversion: only the data is wanted */
+    jpeg_start_decompress(&cinfo);
+    row = PyMem_RawMalloc((size_t)cinfo.output_width * cinfo.output_components + 1);
+    if (row == NULL) {
+        PyEval_RestoreThread(released);
+        jpeg_destroy_decompress(&cinfo);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW rows[1] = {(JSAMPROW)row};
+        if (jpeg_read_scanlines(&cinfo, rows, 1) != 1)
+            break; /* the data ran out: libjpeg warned and filled the rest */
+    }
+    jpeg_finish_decompress(&cinfo);
+    PyEval_RestoreThread(released);
+    released = NULL;
+    PyMem_RawFree((void *)row);
+    jpeg_destroy_decompress(&cinfo);
+    PyBuffer_Release(&view);
+    return PyUnicode_DecodeLatin1(err.first, (Py_ssize_t)strlen(err.first), NULL);
+}
+
 static PyMethodDef methods[] = {
+    {"jpeg_warning", jpeg_warning, METH_VARARGS, "jpeg_warning(data) -> str | None"},
     {"decode_region", decode_region, METH_VARARGS,
      "decode_region(data, scale, top, left, height, width, order) -> (pixels, rows, band, channels, offset) | None"},
     {"jpeg_index", jpeg_index, METH_VARARGS, "jpeg_index(data) -> bytes | None"},

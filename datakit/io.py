@@ -569,6 +569,31 @@ def region_decoder_available() -> bool:
     return bool(_REGION)
 
 
+def jpeg_damage(data: bytes) -> str | None:
+    """The first warning libjpeg gives on a JPEG's data (``Corrupt JPEG data: premature end of
+    data segment``), which the decoders otherwise decode around, printing it to stderr: the data
+    is decoded at 1/8 scale by the compiled decoder, nothing is printed, no lock is taken (as the
+    captured strict decode needs). ``""`` for clean data; None where that decoder was not built or
+    libjpeg refuses the data (the decoders then say why)."""
+    if not region_decoder_available() or not hasattr(_REGION, "jpeg_warning"):
+        return None
+    return _REGION.jpeg_warning(data)
+
+
+def validate_image(data: bytes, name: str | os.PathLike | None = None) -> tuple[int, int]:
+    """The upright (height, width) of an encoded image, refusing it where :func:`probe_image`
+    does and also, for a JPEG, where libjpeg only warns (:func:`jpeg_damage`): what ``pack-lmdb``
+    and ``verify`` accept, the same JPEGs ``datakit check`` accepts."""
+    if image_format(data) == "JPEG":
+        damage = jpeg_damage(data)
+        if damage:
+            raise ImageDecodeError(f"{_describe(name)}: damaged JPEG data: {damage}")
+        info = _jpeg_size(data) if damage == "" else None
+        if info is not None and info[0] * info[1] <= _default_budget() and not _exif_turned(data):
+            return info[0], info[1]  # every bit of its data decoded above; no rotation to tell
+    return probe_image(data, name)
+
+
 _REGION_ORDER = {"rgb": 0, "bgr": 1, "gray": 2}
 
 

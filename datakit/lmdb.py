@@ -742,7 +742,7 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
     targets within the classes, split ids within the splits, and that the pack holds exactly
     ``count`` samples and nothing else.
     """
-    from datakit.io import probe_image
+    from datakit.io import validate_image
 
     try:
         r = LmdbReader(path, allow_incomplete=True)
@@ -780,7 +780,7 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
             problems.append(f"{r.path}: key {key} ({name}): checksum mismatch, the stored bytes were altered")
             continue
         try:
-            size = probe_image(value, name)
+            size = validate_image(value, name)
             if size != (int(rec[i]["height"]), int(rec[i]["width"])):
                 problems.append(f"{r.path}: key {key} ({name}): decodes to {size}, "
                                 f"recorded {(int(rec[i]['height']), int(rec[i]['width']))}")  # fmt: skip

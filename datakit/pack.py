@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import PackError, SampleError, UsageError
-from datakit.io import _jpeg_size, decode_image, encode_image, image_format, probe_image
+from datakit.io import _jpeg_size, decode_image, encode_image, image_format, jpeg_damage, validate_image
 from datakit.labels import ClassMap
 from datakit.lmdb import (
     FORMAT,
@@ -85,6 +85,8 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
         data = ds.read(i)
         if max_size:
             name = ds.name(i)
+            if image_format(data) == "JPEG" and jpeg_damage(data):
+                validate_image(data, name)  # refused as check refuses it, naming the damage
             img = decode_image(data, "rgb", max_size, name=name)
             h, w = img.shape[:2]
             value = data
@@ -99,7 +101,8 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
                 value = encode_image(img, ".jpg", quality, mode="rgb")
         else:
             # validation: the format's structure and, for a JPEG, its entropy-coded data decoded at 1/8 scale
-            h, w = probe_image(data, ds.name(i))
+            # (what libjpeg only warns about included, as datakit check reports it)
+            h, w = validate_image(data, ds.name(i))
             value = data
         return i, value, h, w, len(data), None, zlib.crc32(value)
     except (SampleError, ValueError, OSError, KeyError) as exc:

@@ -18,7 +18,7 @@ import pytest
 from datakit.cli import main
 from datakit.datasets import LmdbDataset, open_dataset
 from datakit.errors import PackError, UsageError
-from datakit.io import imwrite
+from datakit.io import imwrite, jpeg_damage, probe_image, region_decoder_available
 from datakit.lmdb import LmdbReader, PackWriteError, close_pack, lmdb_info, read_meta, verify_lmdb
 from datakit.pack import _names_crc, pack_lmdb
 from datakit.testing import synthetic_image
@@ -793,3 +793,56 @@ def test_a_pack_inside_its_source_folder_is_refused_before_anything_is_written(c
         "pack resumes)\n"
     )
     assert not out.exists() and open_dataset(class_folder).classes == ["cat", "dog", "鸟"]
+
+
+def _damaged_jpegs(folder: Path) -> dict[str, str]:
+    """A good JPEG and two that libjpeg decodes around, printing a warning: what check reports."""
+    rng = np.random.default_rng(0)
+    img = cv2.GaussianBlur(rng.integers(0, 256, (400, 600, 3), dtype=np.uint8), (5, 5), 0)
+    good = cv2.imencode(".jpg", img)[1].tobytes()
+    mid = bytearray(good)
+    mid[len(good) // 2 : len(good) // 2 + 50] = rng.integers(0, 256, 50, dtype=np.uint8).tobytes()
+    early = bytearray(good)
+    at = early.find(b"\xff\xda")
+    early[at + 20 : at + 24] = b"\xff\xd9\x00\x00"
+    folder.mkdir(parents=True)
+    for name, data in (("good.jpg", good), ("garbage_mid.jpg", mid), ("early_eoi.jpg", early)):
+        (folder / name).write_bytes(bytes(data))
+    return {
+        "early_eoi.jpg": "damaged JPEG data: Corrupt JPEG data: premature end of data segment",
+        "garbage_mid.jpg": "damaged JPEG data: Corrupt JPEG data: 90 extraneous bytes before marker 0xd9",
+    }
+
+
+@pytest.mark.skipif(not region_decoder_available(), reason="needs the compiled JPEG decoder")
+@pytest.mark.parametrize("max_size", [None, 100])
+def test_pack_refuses_the_jpegs_check_calls_damaged_naming_them_and_prints_nothing_else(tmp_path, capfd, max_size):
+    # The attack: JPEGs with garbage in their data or an early end: check said unreadable, while
+    # pack-lmdb packed them and verify passed, and libjpeg's bare warnings reached stderr.
+    damaged = _damaged_jpegs(tmp_path / "src" / "c")
+    src, out = tmp_path / "src", tmp_path / "out.lmdb"
+    size = ["--max-size", str(max_size)] if max_size else []
+    assert main(["check", str(src), "--quiet"]) == 1
+    want = [f"unreadable: {src / 'c' / n}: {why}" for n, why in sorted(damaged.items())]
+    assert capfd.readouterr().err.splitlines() == want
+    assert main(["pack-lmdb", str(src), str(out), "--workers", "2", "--quiet", *size]) == 1
+    assert capfd.readouterr().err.splitlines()[1:] == [f"{src / 'c' / n}: {why}" for n, why in sorted(damaged.items())]
+    assert main(["pack-lmdb", str(src), str(out), "--resume", "--skip-bad", "--workers", "2", "--quiet", *size]) == 0
+    assert capfd.readouterr().err.splitlines() == [f"skipped: {src / 'c' / n}: {w}" for n, w in sorted(damaged.items())]
+    assert [open_dataset(out).name(0)] == [f"{out}:c/good.jpg"]
+
+
+@pytest.mark.skipif(not region_decoder_available(), reason="needs the compiled JPEG decoder")
+def test_verify_reports_a_damaged_jpeg_an_older_pack_holds(tmp_path, monkeypatch, capfd):
+    import datakit.pack as pack
+
+    damaged = _damaged_jpegs(tmp_path / "src" / "c")
+    monkeypatch.setattr(pack, "validate_image", probe_image)  # packed as before: warnings not refused
+    pack_lmdb(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
+    monkeypatch.undo()
+    capfd.readouterr()
+    problems = verify_lmdb(tmp_path / "out.lmdb")
+    out = tmp_path / "out.lmdb"
+    assert problems == [f"{out}: key i{k:010d}: c/{n}: {w}" for k, (n, w) in enumerate(sorted(damaged.items()))]
+    assert capfd.readouterr().err == ""
+    assert jpeg_damage(b"junk") is None and jpeg_damage((tmp_path / "src" / "c" / "good.jpg").read_bytes()) == ""
