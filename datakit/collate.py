@@ -6,6 +6,7 @@ DataLoader's pin-memory thread pins that one buffer.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -77,8 +78,19 @@ def _as_chw(img) -> torch.Tensor:
 def _stack_images(images: Sequence) -> torch.Tensor:
     """Stack into one buffer with one copy; inside a DataLoader worker that buffer is allocated in
     shared memory (as default_collate does), so sending it to the main process copies nothing."""
-    first = images[0]
-    tensors = [torch.from_numpy(x) for x in images] if isinstance(first, np.ndarray) else list(images)
+    tensors = [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in images]
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:  # promoted as torch.stack and default_collate do, never cast into the first's
+        try:
+            common = functools.reduce(torch.promote_types, dtypes)
+        except RuntimeError:  # uint16 and uint8, for one: torch promotes no unsigned type but uint8
+            groups: dict[str, list[int]] = {}
+            for i, t in enumerate(tensors):
+                groups.setdefault(str(t.dtype).removeprefix("torch."), []).append(i)
+            shown = "; ".join(f"samples {_ranges(ix)}: {d}" for d, ix in groups.items())
+            raise ValueError(f"cannot stack images of dtypes torch does not promote into one batch ({shown}); "
+                             "convert them to one dtype in the transform") from None  # fmt: skip
+        tensors = [t.to(common) for t in tensors]
     shape = (len(tensors), *tensors[0].shape)
     out = None
     if torch.utils.data.get_worker_info() is not None:

@@ -148,6 +148,17 @@ def _set_rng_state(state: tuple) -> None:
     np.random.set_state(state[2])
 
 
+def _untouched_rng(fn: Callable, *args):
+    """``fn(*args)`` with torch's, NumPy's and ``random``'s global states as they were before: a
+    sample read for the loader's own sake (an estimate of its size) leaves the caller's draws
+    alone, so that a model built after create_loader gets the same weights whatever the workers."""
+    state = _rng_state()
+    try:
+        return fn(*args)
+    finally:
+        _set_rng_state(state)
+
+
 class PerSampleSeed(Dataset):
     """``dataset`` with ``random``, NumPy's global state and torch's CPU generator seeded from
     (seed, epoch, index) before each sample is read, so random augmentations depend on the sample
@@ -712,6 +723,7 @@ class Loader:
         self._tuned = False
         self._pending: list[_Receiver] = []  # receiving threads of epochs left, to be joined
         self._generation = 0  # of the epoch iteration now running: a newer one supersedes it
+        self._told_epoch: int | None = None  # the epoch last given to sampler.set_epoch
         self._ended_by = "iter"  # what superseded the last: a newer iteration, close() or set_num_workers()
         # the iterator over a _StreamingDataLoader's batches that reads on into the next epoch,
         # and the (epoch, skip) its next batch belongs to
@@ -821,6 +833,7 @@ class Loader:
         sampler = dl.sampler
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
+            self._told_epoch = epoch
         if skip and not isinstance(sampler, EpochSampler):
             raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
         t = self.timing = EpochTiming(epoch, dl.num_workers)
@@ -930,6 +943,9 @@ class Loader:
             feed.close(wait=False)  # its thread ends, letting go of the DataLoader's iterator
 
     def __iter__(self):
+        told = getattr(self.loader.sampler, "epoch", None)
+        if type(told) is int and told != self._told_epoch and (self._told_epoch is not None or told != 0):
+            self.epoch = told  # the loop called sampler.set_epoch(e) itself (DDP's idiom): that epoch, as asked
         it = self._iterate(self.epoch)
         self.epoch += 1
         return it
@@ -1198,7 +1214,7 @@ def _fit_environment(dataset: Dataset, batch_size: int, num_workers: int,
     if free is None or free > 64 << 30:  # plenty: not worth reading a sample to find out
         return num_workers, prefetch_factor, prefetch_factor + 2
     try:
-        per_sample = _sample_bytes(dataset[0]) if len(dataset) else 0
+        per_sample = _sample_bytes(_untouched_rng(dataset.__getitem__, 0)) if len(dataset) else 0
     except Exception:  # the workers will name the problem with its sample; this is only an estimate
         return num_workers, prefetch_factor, prefetch_factor
     w, p, msg = plan_shared_memory(per_sample * batch_size, num_workers, prefetch_factor, free)
@@ -1283,7 +1299,8 @@ def create_loader(
             raise ValueError(f"num_workers='auto' measures loading over the dataset, and this "
                              f"{type(dataset).__name__} has no len(); give num_workers=N")  # fmt: skip
 
-        num_workers = tune_num_workers(dataset, batch_size, collate_fn=collate_fn, device=device).best
+        tuned = _untouched_rng(lambda: tune_num_workers(dataset, batch_size, collate_fn=collate_fn, device=device))
+        num_workers = tuned.best
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}")
     rank, world = 0, 1
@@ -1318,7 +1335,8 @@ def create_loader(
     if seed is not None:
         generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)  # distinct worker seeds per rank
     user_init = dataloader_kwargs.pop("worker_init_fn", None)
-    seeded = PerSampleSeed(dataset) if seed is not None else None
+    # per sample where there are indices; an iterable dataset orders and draws itself, its workers seeded (WorkerInit)
+    seeded = PerSampleSeed(dataset) if seed is not None and not iterable else None
     if seeded is not None:
         collate_fn = SeededCollate(collate_fn, seeded)
     kwargs = dict(

@@ -209,3 +209,20 @@ def test_batch_slots_left_alone_when_the_collate_also_returns_a_view_of_the_batc
     for first, targets in kept:
         assert torch.equal(first, _expected(targets)[0])
     loader.close()
+
+
+def test_stack_collate_promotes_mixed_dtypes_instead_of_casting_into_the_first():
+    # The attack: a uint8 sample first, then an int32 one holding 1000: the batch took the first's
+    # dtype and the 1000 came out as 232; float64 after float32 lost its digits.
+    ints = stack_collate([(np.zeros((1, 2, 2), np.uint8), 0), (torch.full((1, 2, 2), 1000, dtype=torch.int32), 1)])
+    assert ints[0].dtype == torch.int32 and ints[0][:, 0, 0, 0].tolist() == [0, 1000]
+    floats = stack_collate([(torch.ones(1, 2, 2), 0), (np.full((1, 2, 2), 1 + 1e-9), 1)])
+    assert floats[0].dtype == torch.float64 and floats[0][1, 0, 0, 0].item() == 1 + 1e-9
+    mixed = stack_collate([(torch.ones(1, 2, 2), 0), (np.zeros((1, 2, 2), np.uint8), 1)])  # a tensor, then an array
+    assert mixed[0].dtype == torch.float32 and mixed[0][:, 0, 0, 0].tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError) as e:
+        stack_collate(
+            [(np.zeros((2, 2), np.uint8), 0), (np.zeros((2, 2), np.uint16), 1), (np.zeros((2, 2), np.uint8), 2)]
+        )
+    assert str(e.value) == ("cannot stack images of dtypes torch does not promote into one batch (samples 0, 2: uint8; "
+                            "samples 1: uint16); convert them to one dtype in the transform")  # fmt: skip

@@ -1228,3 +1228,64 @@ def test_a_bad_jpeg_s_substitute_is_augmented_alike_however_the_run_met_it(tmp_p
             resumed.load_state_dict({"epoch": step // 3, "step": step % 3})
             got = [next(resumed)[0] for _ in range(9 - step)]
             assert all(torch.equal(a, b) for a, b in zip(got, expected[step:])), (workers, step)
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """A stream that draws from NumPy in its workers (a shard reader with augmentations)."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        k, m = (info.id, info.num_workers) if info else (0, 1)
+        for i in range(k, 10, m):
+            yield int(np.random.randint(1 << 30)), i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterable_dataset_loads_with_seed(workers: int):
+    # seed= wrapped every dataset for per-sample seeds, and an iterable one has no indices:
+    # "object of type '_Stream' has no len()"
+    runs = [list(create_loader(_Stream(), 4, num_workers=workers, seed=3)) for _ in range(2)]
+    assert sorted(i for _, y in runs[0] for i in y.tolist()) == list(range(10))
+    if workers:  # the workers are seeded from seed= (in the main process the stream draws as the caller does)
+        assert [x.tolist() for x, _ in runs[0]] == [x.tolist() for x, _ in runs[1]]
+
+
+class _Drawing(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.rand(3, 2, 2), random.random()
+
+
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_making_a_loader_leaves_the_callers_random_state_alone(workers, monkeypatch):
+    # The attack: with workers, create_loader read sample 0 in the process (to size /dev/shm
+    # batches) and its random crop drew from torch's generator: a model built after it got other
+    # weights than with num_workers=0, on machines with less than 64 GiB of /dev/shm.
+    import datakit.loader as dl
+
+    monkeypatch.setattr(dl, "shm_free_bytes", lambda: 1 << 30)  # under 64 GiB: a sample is read to size batches
+    seed_everything(0)
+    want = (torch.rand(2).tolist(), random.random(), np.random.rand())
+    seed_everything(0)
+    loader = create_loader(_Drawing(), 4, num_workers=workers, seed=0)
+    assert (torch.rand(2).tolist(), random.random(), np.random.rand()) == want
+    loader.close()
+
+
+def test_sampler_set_epoch_called_by_the_loop_is_the_epoch_served():
+    # The attack: a job resumed at epoch 3 with DDP's idiom (loader.sampler.set_epoch(epoch)) got
+    # epoch 0's order and draws, silently, since the loader told the sampler its own count.
+    data = list(range(12))
+    ref = create_loader(data, 4, num_workers=0, seed=5)
+    orders = {}
+    for e in range(6):
+        orders[e] = [b.tolist() for b in ref]
+    loader = create_loader(data, 4, num_workers=0, seed=5)
+    for epoch in (3, 4):
+        loader.sampler.set_epoch(epoch)
+        assert [b.tolist() for b in loader] == orders[epoch]
+    assert [b.tolist() for b in loader] == orders[5]  # and on from there without set_epoch
+    loader.epoch = 1
+    assert [b.tolist() for b in loader] == orders[1]
