@@ -52,10 +52,12 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 def _size2(size: int | Sequence[int]) -> tuple[int, int]:
     """``size`` as (height, width)."""
-    if isinstance(size, int):
-        return size, size
-    if len(size) != 2:
+    if isinstance(size, int) and not isinstance(size, bool):
+        size = (size, size)
+    if isinstance(size, (str, bytes)) or not hasattr(size, "__len__") or len(size) != 2:
         raise ValueError(f"size must be an int or (height, width), got {size!r}")
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in size):
+        raise ValueError(f"size must be at least 1 pixel a side, got {tuple(size)!r}")
     return int(size[0]), int(size[1])
 
 
@@ -426,6 +428,7 @@ class Resize:
     """Resize a uint8 HWC array: an int sets the shorter side (aspect kept), a pair sets (h, w)."""
 
     def __init__(self, size: int | Sequence[int], interpolation="bilinear") -> None:
+        _size2(size)  # refused now, not at the first image
         self.size = size
         self.interpolation = _interpolation(interpolation)
 
@@ -476,15 +479,17 @@ class RandomResizedCrop:
         self.interpolation = _interpolation(interpolation)
         if scale[0] > scale[1] or ratio[0] > ratio[1]:
             raise ValueError(f"scale and ratio must be (min, max), got {scale} and {ratio}")
+        if not (scale[0] > 0 and ratio[0] > 0 and math.isfinite(scale[1]) and math.isfinite(ratio[1])):
+            raise ValueError(f"scale and ratio must be positive and finite, got {scale} and {ratio}")
         self.scale, self.ratio = scale, ratio
-        self._log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+        self._log_ratio = torch.log(torch.tensor(ratio))  # float32, as torchvision has it: the same draws
 
     def get_params(self, height: int, width: int) -> tuple[int, int, int, int]:
         """(top, left, h, w) of the crop, drawn exactly as torchvision draws it."""
         area = height * width
         for _ in range(10):
             target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1]).item()
-            aspect = math.exp(torch.empty(1).uniform_(*self._log_ratio).item())
+            aspect = torch.exp(torch.empty(1).uniform_(self._log_ratio[0], self._log_ratio[1])).item()
             w = int(round(math.sqrt(target_area * aspect)))
             h = int(round(math.sqrt(target_area / aspect)))
             if 0 < w <= width and 0 < h <= height:

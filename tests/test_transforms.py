@@ -451,3 +451,41 @@ def test_an_exif_turned_jpeg_is_cropped_once_at_a_scale_that_holds_the_crop(monk
         assert (h, w) == upright
         f = scales[-1]  # what the region decoder (upright files) or the whole-image one decoded at
         assert min(ch, cw) / f >= 112 and (f == 8 or min(ch, cw) / (2 * f) < 112)  # the smallest that holds it
+
+
+def test_crops_are_torchvisions_boxes_on_large_images_too():
+    # The attack: ratios drawn in float64 (math.log/math.exp) where torchvision draws in float32:
+    # about 1 draw in 2000 on a 4000 x 6000 photo rounded a side one pixel otherwise, moving the box.
+    from torchvision.transforms import RandomResizedCrop as TVCrop
+
+    from datakit.transforms import RandomResizedCrop
+
+    crop = RandomResizedCrop(224)
+    for seed in (1063, 8241, 8890, *range(300)):
+        torch.manual_seed(seed)
+        ours = crop.get_params(4000, 6000)
+        torch.manual_seed(seed)
+        assert ours == tuple(TVCrop.get_params(torch.empty(1, 4000, 6000), (0.08, 1.0), (3 / 4, 4 / 3))), seed
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: train_pipeline(0), "size must be at least 1 pixel a side, got (0, 0)"),
+        (lambda: train_pipeline((224, -5)), "size must be at least 1 pixel a side, got (224, -5)"),
+        (lambda: eval_pipeline(224, 0), "size must be at least 1 pixel a side, got (0, 0)"),
+        (
+            lambda: train_pipeline(224, ratio=(0, 1)),
+            "scale and ratio must be positive and finite, got (0.08, 1.0) and (0, 1)",
+        ),
+        (
+            lambda: train_pipeline(224, scale=(0.0, 1.0)),
+            "scale and ratio must be positive and finite, got (0.0, 1.0) and (0.75, 1.3333333333333333)",
+        ),
+    ],
+)
+def test_bad_pipeline_arguments_are_refused_at_construction(make, message):
+    # they built, then failed on the first image inside a worker: ZeroDivisionError, an OpenCV assertion
+    with pytest.raises(ValueError) as e:
+        make()
+    assert str(e.value) == message
