@@ -179,6 +179,7 @@ def check_data_file(path: str | os.PathLike) -> None:
 
 _ENVS: dict[str, object] = {}
 _TXNS: dict[str, object] = {}
+_ENV_IDS: dict[str, tuple] = {}  # each environment's data.mdb (device, inode) and the pack's creation
 _LOCK = threading.RLock()
 _PID = os.getpid()
 
@@ -197,6 +198,7 @@ def _close_all() -> None:
                 env.close()
         _TXNS.clear()
         _ENVS.clear()
+        _ENV_IDS.clear()
     finally:
         _LOCK.release()
 
@@ -206,6 +208,7 @@ def _forget_all() -> None:
     global _PID, _LOCK
     _TXNS.clear()
     _ENVS.clear()
+    _ENV_IDS.clear()
     _PID = os.getpid()
     _LOCK = threading.RLock()
 
@@ -233,12 +236,16 @@ def _open_env(key: str, live: bool):
 
     def opener():
         check_data_file(key)
+        ident = _identity(key)
         lock = live and os.access(os.path.join(key, "lock.mdb"), os.W_OK)
         with _lmdb_errors(key, "opening"):
             # a pack still being written is read with LMDB's reader table, so the writer does not
             # reuse pages a reader still sees; a finished pack needs no lock (and may be read-only)
-            return _lmdb().open(key, readonly=True, lock=lock, readahead=False, meminit=False, subdir=True,
-                                max_readers=1024, create=False)  # fmt: skip
+            env = _lmdb().open(key, readonly=True, lock=lock, readahead=False, meminit=False, subdir=True,
+                               max_readers=1024, create=False)  # fmt: skip
+            with env.begin(buffers=False) as txn:
+                _ENV_IDS[key] = (ident, _creation(txn.get(META_KEY)))
+        return env
 
     return process_env(key, opener)
 
@@ -270,9 +277,29 @@ def _close_env(key: str) -> None:
             _forget_all()
             return
         _drop_txn(key)
+        _ENV_IDS.pop(key, None)
         env = _ENVS.pop(key, None)
         if env is not None:
             env.close()
+
+
+def _creation(raw: bytes | None) -> tuple | None:
+    """What tells one pack from another written at the same path: when and from what it was
+    made (a new file may get the inode the replaced one had)."""
+    try:
+        meta = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return (meta.get("created"), meta.get("source"), meta.get("source_names")) if isinstance(meta, dict) else None
+
+
+def _identity(key: str) -> tuple[int, int] | None:
+    """(device, inode) of the pack's data.mdb: another file once the pack is re-packed in place."""
+    try:
+        st = os.stat(os.path.join(key, "data.mdb"))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _key(path: str | os.PathLike) -> str:
@@ -601,6 +628,7 @@ class LmdbReader:
             raise PackError(f"{self.path}: not an LMDB pack (no data.mdb)")
         self.records = np.zeros(0, RECORD)
         self.meta: dict = {}
+        self._ident: tuple | None = None  # the data.mdb and pack the records were read from
         self._live = True
         self._load()
         self._live = not self.meta.get("complete")
@@ -612,8 +640,11 @@ class LmdbReader:
     def _load(self) -> None:
         with _LOCK, _lmdb_errors(self.path):
             _drop_txn(self._key)  # a fresh snapshot
+            if not self.meta:  # opened anew: this process may still have an earlier file of that path open
+                _close_env(self._key)
             try:
                 txn = _txn(self._key, self._live)
+                self._ident = _ENV_IDS.get(self._key)
                 meta = _decode_meta(txn.get(META_KEY), self.path)
                 if meta is None:
                     raise PackError(f"{self.path}: not a datakit pack (no metadata record)")
@@ -673,6 +704,10 @@ class LmdbReader:
                             f"{n_classes} classes; run `datakit verify {self.path}` and re-pack")  # fmt: skip
         return records
 
+    def _replaced(self) -> PackError:
+        return PackError(f"{self.path}: the pack was replaced (packed again) since this dataset read its labels; "
+                         "open it again")  # fmt: skip
+
     def refresh(self) -> int:
         """Re-read a pack that is being written: the samples committed since; returns the count."""
         if self._live:
@@ -687,7 +722,10 @@ class LmdbReader:
         """The stored bytes of sample ``i``."""
         with _LOCK:
             try:
-                value = _txn(self._key, self._live).get(_image_key(i))
+                txn = _txn(self._key, self._live)
+                if _ENV_IDS.get(self._key) != self._ident:
+                    raise self._replaced()
+                value = txn.get(_image_key(i))
             except PackError:
                 raise
             except Exception as exc:

@@ -325,3 +325,31 @@ def test_a_failing_commit_is_one_line_and_keeps_what_was_committed(tmp_path: Pat
                             "left on device); free space or fix the cause, then run the same command with --resume")  # fmt: skip
     assert isinstance(e.value, PackError) and e.value.committed == 2
     assert read_meta(path)["count"] == 2
+
+
+def test_a_pack_packed_again_in_place_is_read_anew_and_an_old_dataset_refuses(tmp_path: Path):
+    # The attack (a notebook): open a pack, read it, pack another source into the same path with
+    # --overwrite, open it again: the new dataset had the old length and labels over the new
+    # file's images (this process still had the replaced file's environment).
+    from datakit.errors import SampleError
+
+    src_a, src_b, out = tmp_path / "a", tmp_path / "b", tmp_path / "same.lmdb"
+    for root, names in ((src_a, {"a": 3}), (src_b, {"a": 2, "b": 7})):
+        for cls, n in names.items():
+            (root / cls).mkdir(parents=True)
+            for k in range(n):
+                pixels = np.full((8, 8, 3), (100 if root == src_b and cls == "b" else 0) + k, np.uint8)
+                (root / cls / f"{k}.png").write_bytes(encode_image(pixels, ".png"))
+    assert main(["pack-lmdb", str(src_a), str(out), "--quiet"]) == 0
+    old = open_dataset(out)
+    assert [int(old[i][0][0, 0, 0]) for i in range(3)] == [0, 1, 2]
+    cmd = [sys.executable, "-m", "datakit.cli", "pack-lmdb", str(src_b), str(out), "--overwrite", "--quiet"]
+    assert subprocess.run(cmd, timeout=120).returncode == 0  # another process: this one keeps its environment
+    new = open_dataset(out)
+    assert len(new) == 9 and new.classes == ["a", "b"]
+    assert [(int(new[i][0][0, 0, 0]), new.classes[new[i][1]]) for i in (0, 1, 2, 8)] == [
+        (0, "a"), (1, "a"), (100, "b"), (106, "b")]  # fmt: skip
+    with pytest.raises(SampleError) as e:
+        old[0]
+    assert str(e.value) == (f"sample 0: {out}: the pack was replaced (packed again) since this dataset read its "
+                            "labels; open it again")  # fmt: skip
