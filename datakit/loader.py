@@ -1267,7 +1267,8 @@ def create_loader(
       with ``normalize`` (default: ImageNet statistics; a preset name, ``(mean, std)``, a
       :class:`~datakit.stats.Stats`, or False to keep uint8). On CUDA the uint8 batch is copied
       from pinned memory on a side stream and normalised on the GPU; on the CPU it is normalised
-      in one table-lookup pass. Float images are moved as they are. ``normalize`` without
+      in one table-lookup pass. Float images are moved as they are (refused when ``normalize`` was
+      given; a warning when in 0..1). ``normalize`` without
       ``device`` means the CPU. Without either, batches are what the collate function builds.
     - ``autotune`` (default: when ``num_workers="auto"``): after each epoch, more workers when the
       loop waited for data and CPUs were idle (:func:`next_num_workers`); ``loader.wait_fraction``.
@@ -1387,4 +1388,4 @@ def _device_plan(device, normalize) -> Callable | None:
     stats = resolve_normalize(True if normalize is None else normalize)
     mean, std = stats if stats is not None else (None, None)
     dev = check_device("cpu" if device is None else device)
-    return lambda loader: DeviceLoader(loader, dev, mean, std)
+    return lambda loader: DeviceLoader(loader, dev, mean, std, explicit=normalize is not None and normalize is not True)

@@ -10,8 +10,9 @@ and normalised on the GPU; on the CPU, a uint8 batch is normalised in one table-
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -245,11 +246,58 @@ def _source(loader, infinite: bool):
             yield None, batch
 
 
-def _device_batches(owner, loader, infinite, device, mean, std, channels_last):
+def _first_tensor(obj, want: Callable[[torch.Tensor], bool]) -> torch.Tensor | None:
+    if isinstance(obj, torch.Tensor):
+        return obj if want(obj) else None
+    if isinstance(obj, dict):
+        obj = obj.values()
+    elif not isinstance(obj, (list, tuple)):
+        return None
+    return next((t for t in (_first_tensor(v, want) for v in obj) if t is not None), None)
+
+
+def check_images(batch, explicit: bool) -> None:
+    """Before a loader's first batch is normalised: images ``normalize=`` cannot apply to are
+    refused (when it was asked for) or named in a warning (the default statistics), never passed
+    on as they are without a word. Float images (a transform made them float) are moved as they
+    are; uint8 images without a channel dimension cannot be normalised per channel."""
+    from datakit.errors import UsageError
+
+    if _find_images(batch) is not None:
+        return
+    images = _first_tensor(batch, lambda t: t.ndim == 4 and t.is_floating_point())
+    if images is not None:
+        what = f"the images are {str(images.dtype).removeprefix('torch.')} already (a transform made them float)"
+        if explicit:
+            raise UsageError(f"{what}; normalize= normalises uint8 images: return uint8 from the transform "
+                             "(train_pipeline and eval_pipeline do) or pass normalize=False")  # fmt: skip
+        if images.numel() and float(images.min()) >= 0 and float(images.max()) <= 1:
+            warnings.warn(f"{what}, in 0..1: they reach the model as they are, not normalised; return uint8 from "
+                          "the transform to have them normalised, or normalise them there", stacklevel=3)  # fmt: skip
+        return
+    flat = _first_tensor(batch, lambda t: t.ndim == 3 and t.dtype == torch.uint8)
+    if flat is not None:
+        raise UsageError(f"a batch of uint8 images of shape {tuple(flat.shape)} has no channel dimension, so "
+                         "normalize= cannot apply per channel: make each image C x H x W in the transform "
+                         "(datakit.transforms.HWCToCHW), or pass normalize=False")  # fmt: skip
+
+
+def _checked(source, explicit: bool):
+    first = True
+    for item in source:
+        if first:
+            check_images(item[1], explicit)
+            first = False
+        yield item
+
+
+def _device_batches(owner, loader, infinite, device, mean, std, channels_last, explicit=False):
     """The batches of a :class:`DeviceLoader` (``owner()``), holding no reference to it across a
     yield: an infinite one keeps this generator, and the two would otherwise live until a garbage
     collection, its workers with them."""
     source = _source(loader, infinite)
+    if mean is not None:
+        source = _checked(source, explicit)
     if device.type == "cuda":
         pre = CUDAPrefetcher(source, device, mean, std, channels_last, convert=mean is not None)
         for state, batch in pre:  # normalize=False: uint8, as on the CPU
@@ -286,8 +334,10 @@ class DeviceLoader:
     """
 
     def __init__(self, loader, device: str | torch.device = "cpu", mean: Sequence[float] | None = None,
-                 std: Sequence[float] | None = None, channels_last: bool = False) -> None:  # fmt: skip
+                 std: Sequence[float] | None = None, channels_last: bool = False,
+                 explicit: bool = False) -> None:  # fmt: skip
         self.loader = loader
+        self.explicit = explicit  # the statistics were asked for (normalize=), not the default
         self.device = check_device(device)
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
@@ -328,7 +378,7 @@ class DeviceLoader:
 
     def _generate(self, owner=None):
         return _device_batches(owner or (lambda: self), self.loader, self.infinite, self.device, self.mean, self.std,
-                               self.channels_last)  # fmt: skip
+                               self.channels_last, self.explicit)  # fmt: skip
 
     def __iter__(self):
         if self.infinite:

@@ -314,3 +314,38 @@ def test_cpu_batches_of_hwc_images_are_normalised_channels_first_and_ambiguous_o
         "a batch of images of shape (4, 3, 6, 3): its channels could be dimension 1 or 3; make the images "
         "C x H x W in the transform (datakit.transforms.HWCToCHW), so that batches are N x C x H x W"
     )
+
+
+class _Images(torch.utils.data.Dataset):
+    def __init__(self, make):
+        self.make = make
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.make(i), i
+
+
+def test_normalize_never_passes_images_it_cannot_apply_to_without_a_word():
+    # The attack: float images (ToTensor in the transform) with normalize="cifar10", and grayscale
+    # H x W uint8 images: both reached the model unnormalised, silently.
+    from datakit.errors import UsageError
+    from datakit.loader import create_loader
+
+    floats = _Images(lambda i: torch.full((3, 4, 4), 0.5))
+    with pytest.raises(UsageError) as e:
+        next(iter(create_loader(floats, 2, num_workers=0, train=False, device="cpu", normalize="cifar10")))
+    assert str(e.value) == ("the images are float32 already (a transform made them float); normalize= normalises "
+                            "uint8 images: return uint8 from the transform (train_pipeline and eval_pipeline do) or "
+                            "pass normalize=False")  # fmt: skip
+    with pytest.warns(UserWarning, match=r"^the images are float32 already \(a transform made them float\), in 0\.\.1: "
+                      "they reach the model as they are, not normalised"):  # fmt: skip
+        x, _ = next(iter(create_loader(floats, 2, num_workers=0, train=False, device="cpu")))
+    assert x.dtype == torch.float32 and x.flatten().tolist() == [0.5] * 96
+    gray = _Images(lambda i: torch.full((4, 4), i, dtype=torch.uint8))
+    with pytest.raises(UsageError) as e:
+        next(iter(create_loader(gray, 2, num_workers=0, train=False, device="cpu", normalize=([0.5], [0.25]))))
+    assert str(e.value).startswith("a batch of uint8 images of shape (2, 4, 4) has no channel dimension, so normalize=")
+    x, _ = next(iter(create_loader(gray, 2, num_workers=0, train=False, device="cpu", normalize=False)))
+    assert x.dtype == torch.uint8
