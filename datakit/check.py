@@ -69,6 +69,8 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     alone = labels is None and path is not None and path.is_file() and path.suffix.lower() in TABLE_SUFFIXES
     if labels is None and not alone:
         return open_source(src, split=split)
+    if labels is not None and path is not None and ((path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"):
+        return open_source(src, labels=labels, split=split)  # refused there: a pack holds its own labels
     table = (
         labels
         if isinstance(labels, LabelTable)

@@ -806,6 +806,11 @@ def open_source(
     path = Path(src)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
+    pack = path.is_dir() and (path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"
+    given = [name for name, v in (("labels", labels), ("root", root), ("remap_labels", remap_labels)) if v]
+    if pack and given:  # a pack holds its labels: a table beside it would be silently ignored
+        raise UsageError(f"{path}: an LMDB pack holds its own labels; {', '.join(given)} cannot change them "
+                         "(pack the table: datakit pack-lmdb FOLDER OUT --labels TABLE)")  # fmt: skip
     table_options = dict(split=split, file_column=file_column, label_column=label_column, split_column=split_column,
                          encoding=encoding, include_hidden=include_hidden, remap_labels=remap_labels)  # fmt: skip
     table = labels if isinstance(labels, LabelTable) else (read_labels(labels, **table_options) if labels else None)

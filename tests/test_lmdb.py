@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from datakit.cli import main
 from datakit.datasets import open_dataset
-from datakit.errors import PackError
+from datakit.errors import PackError, UsageError
 from datakit.io import encode_image
 from datakit.labels import ClassMap
 from datakit.lmdb import (
@@ -353,3 +353,17 @@ def test_a_pack_packed_again_in_place_is_read_anew_and_an_old_dataset_refuses(tm
         old[0]
     assert str(e.value) == (f"sample 0: {out}: the pack was replaced (packed again) since this dataset read its "
                             "labels; open it again")  # fmt: skip
+
+
+def test_a_table_given_with_a_pack_is_refused_not_ignored(tmp_path: Path, capsys):
+    out = tmp_path / "p.lmdb"
+    write_pack(out, 4, classes=2)
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\n图/0.jpg,x\n", encoding="utf-8")
+    want = (f"{out}: an LMDB pack holds its own labels; labels cannot change them (pack the table: datakit "
+            "pack-lmdb FOLDER OUT --labels TABLE)")  # fmt: skip
+    with pytest.raises(UsageError) as e:
+        open_dataset(out, labels=table)
+    assert str(e.value) == want
+    assert main(["check", str(out), "--labels", str(table)]) == 2
+    assert capsys.readouterr().err == f"datakit check: error: {want}\n"
