@@ -286,6 +286,8 @@ class LabelTable:
     notes: list[str] = field(default_factory=list)
     read_problems: list[tuple[tuple[int, int], str]] = field(default_factory=list)
     sheet_orders: tuple[int, ...] = ()  # each sheet's place in the workbook, to sort problems
+    # problems found on the whole table when these are some of its rows (None: found on these rows)
+    table_problems: list[tuple[tuple[int, int], str]] | None = None
 
     def __len__(self) -> int:
         return len(self.files)
@@ -360,10 +362,14 @@ class LabelTable:
 
     def problems(self, remap: bool = False) -> list[str]:
         """Every problem of the table, one line each with its sheet and row (or line), in table order:
-        blank files or labels, duplicate files, mixed integer and name labels, integer labels
+        blank files or labels, duplicate files (read with a split: also those listed in another split),
+        labels that are one name in two Unicode forms, mixed integer and name labels, integer labels
         outside ``0..C-1`` (unless ``remap``), empty splits, missing columns, undecodable rows."""
         found = list(self.read_problems)
-        found += self._duplicate_problems()
+        if self.table_problems is not None:
+            found += self.table_problems
+        else:
+            found += self._duplicate_problems() + self._twin_problems()
         if self.kind == "mixed":
             found.append(((1 << 30, 0), self._mixed_problem()))
         elif self.kind == "int" and not remap:
@@ -415,14 +421,72 @@ class LabelTable:
         sheet = self.sheets[i]
         return f"sheet {sheet!r}, row {int(self.rows[i])}" if sheet else f"line {int(self.rows[i])}"
 
-    def _duplicate_problems(self) -> list[tuple[tuple[int, int], str]]:
+    def _duplicate_problems(self, keep: np.ndarray | None = None) -> list[tuple[tuple[int, int], str]]:
+        """Every file listed again; with ``keep`` (a mask of rows), those where either listing is kept."""
         out = []
-        orders = (*self.sheet_orders, 0)
         for i, first in _duplicates(self.files):
-            key = (orders[int(self.sheets.codes[i])], int(self.rows[i]))
+            if keep is not None and not (keep[i] or keep[first]):
+                continue
             text = f"{self.where(i)}: file {self.files[i]!r} is listed again (first at {self._short(first)})"
-            out.append((key, text))
+            out.append((self._key(i), text))
         return out
+
+    def _first_rows(self) -> dict[str, int]:
+        """{label text: the first row holding it} for the name labels of the table."""
+        if self.kind == "int" or not len(self):
+            return {}
+        codes, first = np.unique(self.labels.codes, return_index=True)
+        return {str(self.labels.values[c]): int(i) for c, i in zip(codes.tolist(), first.tolist()) if c >= 0}
+
+    def _key(self, i: int) -> tuple[int, int]:
+        """Where row ``i`` sorts among the problems: its sheet's place in the workbook, then its row."""
+        return ((*self.sheet_orders, 0)[int(self.sheets.codes[i])], int(self.rows[i]))
+
+    def _twin_problems(self) -> list[tuple[tuple[int, int], str]]:
+        """Labels that are one name in two Unicode forms (``café`` typed on Windows is NFC, the same
+        name copied from macOS is NFD): they look the same but would be two classes."""
+        if self.kind == "int" or all(unicodedata.is_normalized("NFC", str(v)) for v in self.labels.values):
+            return []
+        out = []
+        for same in _groups(self._first_rows(), lambda v: unicodedata.normalize("NFC", v)):
+            named = " and ".join(f"{v!r} ({_unicode_form(v)}: {ascii(v)}) first at {self._short(i)}" for v, i in same)
+            count = "two" if len(same) == 2 else str(len(same))
+            out.append((self._key(same[-1][1]), f"{self.path}: labels {named} are one name in {count} Unicode "
+                        f"forms and would be {count} classes; write them in one form"))  # fmt: skip
+        return out
+
+    def _case_notes(self) -> list[str]:
+        """A note for labels that differ only in letter case (``bird``, ``Bird``): some datasets mean them
+        as classes of their own, so they are not refused, but each is a class."""
+        if self.kind == "int":
+            return []
+        folded = {unicodedata.normalize("NFC", str(v)).casefold() for v in self.labels.values}
+        if len(folded) == len(self.labels.values):
+            return []
+        out = []
+        rows = self._first_rows()
+        nfc: dict[str, tuple[str, int]] = {}  # one name per Unicode form: twins are a problem of their own
+        for v, i in rows.items():
+            nfc.setdefault(unicodedata.normalize("NFC", v), (v, i))
+        for same in _groups(dict(nfc.values()), lambda v: unicodedata.normalize("NFC", v).casefold()):
+            named = ", ".join(f"{v!r} (first at {self._short(i)})" for v, i in same[:-1])
+            v, i = same[-1]
+            out.append(f"{self.path}: labels {named} and {v!r} (first at {self._short(i)}) differ only in letter "
+                       f"case: they are {len(same)} classes")  # fmt: skip
+        return out
+
+
+def _unicode_form(name: str) -> str:
+    return next((f for f in ("NFC", "NFD") if unicodedata.is_normalized(f, name)), "mixed")
+
+
+def _groups(first_rows: dict[str, int], key) -> list[list[tuple[str, int]]]:
+    """The labels (with their first rows) that share ``key`` with another, each group in table order,
+    the groups in the order of their second label's first row."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for v, i in sorted(first_rows.items(), key=lambda item: item[1]):
+        groups.setdefault(key(v), []).append((v, i))
+    return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[1][1])
 
 
 def _duplicates(files: StringArray) -> list[tuple[int, int]]:
@@ -674,6 +738,7 @@ class _Part:
     file_column: str = ""
     label_column: str = ""
     order: int = 0
+    chosen: bool = True  # False: a sheet not asked for, read for its labels and to compare its files
 
 
 def _part_from_lists(sheet: str, files: list[str], labels: list[str], splits: list[str], rows: list[int],
@@ -890,8 +955,9 @@ def _column_letter(col: int) -> str:
 
 def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | None, include_hidden: bool,
                    file_column: str | None, label_column: str | None, split_column: str | None, engine: str,
-                   problems: list, notes: list) -> tuple[list[_Part], list[str]]:  # fmt: skip
-    """(parts of the sheets read, label values of the other recognised sheets for the class map)."""
+                   problems: list, notes: list) -> list[_Part]:  # fmt: skip
+    """The parts of every recognised sheet, in workbook order; those of the sheets not asked for are not
+    ``chosen``: they give the class map their labels, and their files are compared with the chosen rows."""
     _check_container(path)
     try:
         meta, wb = _workbook_sheets(path, engine)
@@ -916,7 +982,6 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         raise LabelError(f"{path}: sheet {hidden.name!r} is hidden; pass include_hidden=True (--include-hidden) to "
                          "read it")  # fmt: skip
     parts: list[_Part] = []
-    other_values: list[str] = []
     hidden_left: list[str] = []
     for order, sh in enumerate(meta):
         chosen = wanted is None or sh.name in wanted
@@ -941,10 +1006,11 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              "a pivot table)")  # fmt: skip
             continue
         if not chosen:
-            if head.lcol is not None:
-                sink: list = []
-                other_values += _parse_grid(grid, head, sheet=sh.name, where=where, problems=sink, order=order,
-                                            split_column=split_column).labels  # fmt: skip
+            if head.lcol is not None:  # its problems are its own split's, not reported here
+                other = _parse_grid(grid, head, sheet=sh.name, where=where, problems=[], order=order,
+                                    split_column=split_column)  # fmt: skip
+                other.order, other.chosen = order, False
+                parts.append(other)
             continue
         if head.lcol is None:
             shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
@@ -976,7 +1042,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     if hidden_left:
         notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
                      f"{', '.join(map(repr, hidden_left))} not read (include_hidden=True reads them)")  # fmt: skip
-    if not parts and not problems:
+    if not any(p.chosen for p in parts) and not problems:
         grids = []
         for sh in meta:
             if sh.worksheet and (sh.visible or include_hidden) and (wanted is None or sh.name in wanted):
@@ -987,7 +1053,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                                 if len(grids) > 1 else "")))  # fmt: skip
         else:
             problems.append(((0, 0), f"{path}: no visible sheet to read (include_hidden=True reads hidden ones)"))
-    return parts, other_values
+    return parts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1142,8 +1208,7 @@ def _excel_engine(engine: str | None) -> str:
         return "openpyxl"
 
 
-def _join(path: Path, parts: list[_Part], other_values: list[str], problems: list, notes: list,
-          encoding: str | None) -> LabelTable:  # fmt: skip
+def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding: str | None) -> LabelTable:
     label_index: dict[str, int] = {}
     split_index: dict[str, int] = {}
     lcodes, scodes, sheet_codes = [], [], []
@@ -1161,7 +1226,7 @@ def _join(path: Path, parts: list[_Part], other_values: list[str], problems: lis
     cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
     files = StringArray.concat([p.files for p in parts]) if parts else StringArray()
     labels = list(label_index)
-    values = tuple(dict.fromkeys(labels + other_values))
+    values = tuple(labels)
     is_int = [_is_int_text(v) for v in values]
     kind = "empty" if not values else "int" if all(is_int) else "mixed" if any(is_int) else "name"
     label_col = CodedColumn([_int_of(v) for v in labels] if kind == "int" else labels, cat(lcodes, np.int32))
@@ -1200,9 +1265,10 @@ def read_labels(
             list (``.txt``/``.lst``: ``path label`` per line, as PaddleClas and mmpretrain write
             them; the label is the last field, ``#`` comments and blank lines are skipped).
         sheets: only these sheets (a name or a list).
-        split: only the rows of this split: a workbook reads only that sheet (the others give
-            just their labels, so every split gets the same class map); a text table keeps the
-            rows whose split column holds it.
+        split: only the rows of this split: a workbook keeps only that sheet's rows (the others
+            give their labels, so every split gets the same class map, and their files are compared
+            with this split's, so an image listed in another split too is a problem of either);
+            a text table keeps the rows whose split column holds it, likewise.
         file_column, label_column, split_column: the column names, when they are not among the
             common ones (file, filename, path, image, 文件名, 图片... / label, class, 标签, 类别...).
         encoding: the encoding of a text table; by default detected (UTF-8, UTF-8 with BOM,
@@ -1226,30 +1292,33 @@ def read_labels(
     suffix = path.suffix.lower()
     problems: list[tuple[tuple[int, int], str]] = []
     notes: list[str] = []
-    other_values: list[str] = []
     enc = None
     if suffix in EXCEL_SUFFIXES:
         wanted = [sheets] if isinstance(sheets, str) else (list(sheets) if sheets is not None else None)
-        parts, other_values = _read_workbook(path, sheets=wanted, split=split, include_hidden=include_hidden,
-                                             file_column=file_column, label_column=label_column,
-                                             split_column=split_column, engine=_excel_engine(engine),
-                                             problems=problems, notes=notes)  # fmt: skip
+        parts = _read_workbook(path, sheets=wanted, split=split, include_hidden=include_hidden,
+                               file_column=file_column, label_column=label_column, split_column=split_column,
+                               engine=_excel_engine(engine), problems=problems, notes=notes)  # fmt: skip
     elif suffix in TEXT_SUFFIXES:
         parts, enc = _read_text(path, path.read_bytes(), encoding=encoding, sep=sep, file_column=file_column,
                                 label_column=label_column, split_column=split_column, problems=problems,
                                 notes=notes)  # fmt: skip
     else:
         raise LabelError(f"{path}: not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)")
+    whole = _join(path, parts, problems, notes, enc)  # every sheet read, also those not asked for
+    notes += whole._case_notes()
     for note in notes:
         log.warning("%s", note)
-    table = _join(path, parts, other_values, problems, notes, enc)
-    if not len(table) and not problems:
+    keep = np.concatenate([np.full(len(p.files), p.chosen) for p in parts]) if parts else np.zeros(0, bool)
+    if not keep.any() and not problems:
         problems.append(((0, 0), f"{path}: the table holds no rows"))
-    if split is not None and len(table):
-        if split in table.splits.values:
-            table = _keep_problems(table.select(split), table)
+    if split is not None and keep.any():
+        code = whole.splits.values.index(split) if split in whole.splits.values else -2
+        in_split = keep & (whole.splits.codes == code)
+        if in_split.any():
+            keep = in_split
         elif not problems:
-            table.select(split)  # raises, naming the splits there are
+            whole._take(np.flatnonzero(keep)).select(split)  # raises, naming the splits there are
+    table = whole if keep.all() else _part_of(whole, keep)
     if validate:
         found = table.problems(remap=remap_labels)
         if found:
@@ -1257,9 +1326,14 @@ def read_labels(
     return table
 
 
-def _keep_problems(selected: LabelTable, whole: LabelTable) -> LabelTable:
-    selected.read_problems = whole.read_problems
-    return selected
+def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:
+    """The rows ``keep`` (a mask) of ``whole``, keeping its read problems and its problems that span the
+    whole table: a file listed in another split too (an image in train and val), labels that are one
+    name in two Unicode forms (the class map is the whole table's)."""
+    part = whole._take(np.flatnonzero(keep))
+    part.read_problems = whole.read_problems
+    part.table_problems = whole._duplicate_problems(keep) + whole._twin_problems()
+    return part
 
 
 def _summary(path: Path, found: list[str]) -> str:

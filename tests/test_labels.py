@@ -679,6 +679,114 @@ def test_check_and_pack_refuse_one_image_listed_under_two_spellings(tmp_path: Pa
     assert not (tmp_path / "out.lmdb").exists()
 
 
+def test_an_image_in_two_sheets_is_refused_whichever_split_is_asked_for(tmp_path: Path, capsys):
+    # The attack: 0.jpg is 'a' in train and 'b' in val. Only the whole workbook found it; --split val, --split
+    # train, pack-lmdb --split and open_dataset(split=) read the other sheet for its labels alone and took it.
+    from datakit.cli import main
+
+    for i in range(6):
+        jpeg(tmp_path / "img" / f"{i}.jpg")
+    train = [["文件名", "标签"], *([f"{i}.jpg", lab] for i, lab in enumerate("aabbc"))]
+    val = [["文件名", "标签"], ["0.jpg", "b"], ["5.jpg", "c"]]
+    path = book(tmp_path / "l.xlsx", {"train": train, "val": val})
+    want = f"{path}, sheet 'val', row 2: file '0.jpg' is listed again (first at sheet 'train', row 2)"
+    for how in ({}, {"split": "train"}, {"split": "val"}, {"sheets": "val"}, {"sheets": ["train"]}):
+        with pytest.raises(LabelError) as e:
+            read_labels(path, **how)
+        assert str(e.value) == want
+        assert read_labels(path, validate=False, **how).problems() == [want]
+    val_only = read_labels(path, split="val", validate=False)
+    assert val_only.files.tolist() == ["0.jpg", "5.jpg"] and val_only.class_map().classes == ("a", "b", "c")
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "img", labels=path, split="val")
+    assert str(e.value) == want
+    capsys.readouterr()
+    for split in ("val", "train"):
+        args = ["check", str(tmp_path / "img"), "--labels", str(path), "--split", split, "--workers", "1", "-q"]
+        assert main(args) == 1
+        assert capsys.readouterr().err.splitlines() == [want]
+    out = tmp_path / "val.lmdb"
+    assert main(["pack-lmdb", str(tmp_path / "img"), str(out), "--labels", str(path), "--split", "val", "-q"]) == 1
+    assert capsys.readouterr().err == f"datakit pack-lmdb: error: {want}\n"
+    assert not out.exists()
+
+
+def test_an_image_in_two_splits_of_a_split_column_is_refused_for_either(tmp_path: Path):
+    path = tmp_path / "labels.csv"
+    rows = ["a.jpg,cat,train", "b.jpg,dog,train", "a.jpg,dog,val", "c.jpg,cat,val", "a.jpg,cat,val", "c.jpg,cat,val"]
+    path.write_text("file,label,split\n" + "".join(f"{r}\n" for r in rows), encoding="utf-8")
+    across = [
+        f"{path}, line 4: file 'a.jpg' is listed again (first at line 2)",
+        f"{path}, line 6: file 'a.jpg' is listed again (first at line 2)",
+    ]
+    within_val = f"{path}, line 7: file 'c.jpg' is listed again (first at line 5)"
+    assert read_labels(path, validate=False).problems() == [*across, within_val]
+    assert read_labels(path, split="val", validate=False).problems() == [*across, within_val]
+    train = read_labels(path, split="train", validate=False)
+    assert train.files.tolist() == ["a.jpg", "b.jpg"] and train.problems() == across
+    with pytest.raises(LabelError) as e:
+        read_labels(path, split="train")
+    assert str(e.value) == "\n".join([f"{path}: 2 problems:", *(f"  {p}" for p in across)])
+    # a selected split's own rows, selected again, are checked on their own (what TableDataset does)
+    assert train.select("train").problems() == []
+
+
+NFC, NFD = "caf\xe9", "cafe\u0301"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_labels_in_two_unicode_forms_are_refused(tmp_path: Path, fmt: str):
+    # The attack: 'café' typed on Windows (NFC) and pasted from macOS (NFD) became two classes, check said nothing.
+    path = write_table(tmp_path, fmt, [("0.jpg", NFC), ("1.jpg", "dog"), ("2.jpg", NFD), ("3.jpg", NFC)])
+    short = lambda r: where(path, fmt, r).split(", ", 1)[1]  # noqa: E731
+    want = (
+        f"{path}: labels 'caf\xe9' (NFC: 'caf\\xe9') first at {short(0)} and 'cafe\u0301' (NFD: 'cafe\\u0301') "
+        f"first at {short(2)} are one name in two Unicode forms and would be two classes; write them in one form"
+    )
+    assert read_labels(path, validate=False).problems() == [want]
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == want
+
+
+def test_labels_in_two_unicode_forms_in_two_sheets_are_refused_for_either_split(tmp_path: Path, capsys):
+    from datakit.cli import main
+
+    for i in range(4):
+        jpeg(tmp_path / "img" / f"{i}.jpg")
+    train = [["file", "label"], ["0.jpg", "dog"], ["1.jpg", NFC]]
+    val = [["file", "label"], ["2.jpg", "dog"], ["3.jpg", NFD]]
+    path = book(tmp_path / "l.xlsx", {"train": train, "val": val})
+    want = (
+        f"{path}: labels 'caf\xe9' (NFC: 'caf\\xe9') first at sheet 'train', row 3 and 'cafe\u0301' "
+        "(NFD: 'cafe\\u0301') first at sheet 'val', row 3 are one name in two Unicode forms and would be two "
+        "classes; write them in one form"
+    )
+    for split in (None, "train", "val"):
+        with pytest.raises(LabelError) as e:
+            read_labels(path, split=split)
+        assert str(e.value) == want
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--split", "train", "--workers", "1"]) == 1
+    assert want in capsys.readouterr().err.splitlines()
+
+
+def test_labels_differing_in_case_are_classes_with_a_note(tmp_path: Path, caplog):
+    path = tmp_path / "labels.csv"
+    rows = [("0.jpg", "bird"), ("1.jpg", "cat"), ("2.jpg", "Bird"), ("3.jpg", "BIRD"), ("4.jpg", "Cat")]
+    path.write_text("file,label\n" + "".join(f"{f},{lab}\n" for f, lab in rows), encoding="utf-8")
+    with caplog.at_level("WARNING", logger="datakit"):
+        t = read_labels(path)
+    notes = [
+        f"{path}: labels 'bird' (first at line 2), 'Bird' (first at line 4) and 'BIRD' (first at line 5) differ "
+        "only in letter case: they are 3 classes",
+        f"{path}: labels 'cat' (first at line 3) and 'Cat' (first at line 6) differ only in letter case: they are "
+        "2 classes",
+    ]
+    assert t.notes == notes and caplog.messages == notes and t.problems() == []
+    assert t.class_map().classes == ("BIRD", "Bird", "Cat", "bird", "cat")
+
+
 # ---------------------------------------------------------------------------------------------
 # the committed samples and the table-alone path
 
