@@ -679,6 +679,33 @@ class ZipDataset(ImageDataset):
 # LMDB packs
 
 
+def _check_shards(readers: list) -> None:
+    """Shards read as one dataset are each pack once, and all of each sharded source: a shard
+    given twice doubles its samples, a missing one drops them, silently otherwise."""
+    seen: dict[str, object] = {}
+    groups: dict[tuple, dict[int, object]] = {}
+    for r in readers:
+        real = os.path.realpath(r.path)
+        if real in seen:
+            raise PackError(f"{r.path}: given twice (as {seen[real]}); each pack is read once")
+        seen[real] = r.path
+        shard = (r.meta.get("options") or {}).get("shard") or [0, 1]
+        i, n = int(shard[0]), int(shard[1])
+        if n <= 1:
+            continue  # a whole pack: packs of the same classes may be read together
+        group = groups.setdefault((r.meta.get("source"), r.meta.get("source_names"), n), {})
+        if i in group:
+            raise PackError(f"{r.path}: shard {i}/{n} of {r.meta.get('source')}, as {group[i]} is; each shard is "
+                            "read once")  # fmt: skip
+        group[i] = r.path
+    for (source, _, n), got in groups.items():
+        missing = [f"{i}/{n}" for i in range(n) if i not in got]
+        if missing:
+            have = ", ".join(f"{i}/{n} ({got[i]})" for i in sorted(got))
+            raise PackError(f"shard {', '.join(missing)} of {source} is not among the packs given ({have}): its "
+                            "samples would be missing; give every shard")  # fmt: skip
+
+
 class LmdbDataset(ImageDataset):
     """One pack, or several shards read as one dataset, decoded lazily through :mod:`datakit.io`.
 
@@ -696,6 +723,7 @@ class LmdbDataset(ImageDataset):
         for r in self.readers[1:]:
             if r.meta["classes"] != first.meta["classes"]:
                 raise PackError(f"{r.path}: its classes differ from {first.path}'s; these are not shards of one pack")
+        _check_shards(self.readers)
         self.split = split
         self.follow_seconds = follow_seconds
         self._checked = time.monotonic()

@@ -128,7 +128,8 @@ def test_bench_cli_on_a_pack_with_workers(tmp_path: Path):
                            "--seconds", "0.3", "--batch-size", "8", "--size", "16"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr and "recommended: num_workers=" in proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "recommended: num_workers=" in proc.stdout
 
 
 def test_flipped_byte_in_index_is_refused(tmp_path: Path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -846,3 +847,24 @@ def test_verify_reports_a_damaged_jpeg_an_older_pack_holds(tmp_path, monkeypatch
     assert problems == [f"{out}: key i{k:010d}: c/{n}: {w}" for k, (n, w) in enumerate(sorted(damaged.items()))]
     assert capfd.readouterr().err == ""
     assert jpeg_damage(b"junk") is None and jpeg_damage((tmp_path / "src" / "c" / "good.jpg").read_bytes()) == ""
+
+
+def test_shards_missing_or_given_twice_are_refused(class_folder: Path, tmp_path: Path):
+    # The attack: part-[02].lmdb (the middle shard missing) read as 8 samples, part-0 twice as
+    # 8 duplicated ones, and check said 0 problems
+    parts = [tmp_path / f"part-{i}.lmdb" for i in range(3)]
+    for i, p in enumerate(parts):
+        pack_lmdb(class_folder, p, shard=f"{i}/3", workers=1)
+    with pytest.raises(PackError) as e:
+        open_dataset([parts[0], parts[2]])
+    assert str(e.value) == (f"shard 1/3 of {class_folder} is not among the packs given (0/3 ({parts[0]}), 2/3 "
+                            f"({parts[2]})): its samples would be missing; give every shard")  # fmt: skip
+    with pytest.raises(PackError) as e:
+        open_dataset([parts[0], parts[1], parts[2], parts[0]])
+    assert str(e.value) == f"{parts[0]}: given twice (as {parts[0]}); each pack is read once"
+    copy = tmp_path / "copy-of-1.lmdb"
+    shutil.copytree(parts[1], copy)
+    with pytest.raises(PackError) as e:
+        open_dataset([*parts, copy])
+    assert str(e.value) == f"{copy}: shard 1/3 of {class_folder}, as {parts[1]} is; each shard is read once"
+    assert len(open_dataset(str(tmp_path / "part-*.lmdb"))) == 12
