@@ -636,10 +636,17 @@ class ZipDataset(ImageDataset):
         )
         self.extensions = _extensions(extensions)
         images = []
+        seen: set[str] = set()
         for m in self.zip.members:
-            if not _is_image(m.name, self.extensions):
+            if not _is_image(m.name, self.extensions) or m.is_dir or m.is_symlink:
                 continue
             parts = [p for p in m.name.split("/") if p not in ("", ".")]
+            if parts and (parts[0] == "__MACOSX" or parts[-1].startswith("._")):
+                continue  # macOS's AppleDouble metadata beside each file, never an image
+            if "/".join(parts) in seen:
+                raise ArchiveError(f"{self.path}: member {m.name!r} is in the archive twice: which copy is the "
+                                   "image cannot be told")  # fmt: skip
+            seen.add("/".join(parts))
             if ".." in parts or m.name.startswith("/") or m.name[1:2] == ":":
                 raise ArchiveError(
                     f"{self.path}: member {m.name!r}: refused: a '..' component or an absolute name "

@@ -328,3 +328,30 @@ def test_a_table_typed_in_nfc_finds_files_named_in_nfd(tmp_path: Path, where: st
     assert [int(ds[k][0][0, 0, 0]) for k in range(2)] == [40, 200] and ds.targets.tolist() == [0, 1]
     report = check_dataset(root, labels=table)
     assert report.problems == [] and report.samples == 2
+
+
+def test_a_zip_from_macos_finder_reads_as_its_folder(tmp_path: Path):
+    # The attack: Finder puts __MACOSX/data/cat/._0.png beside data/cat/0.png: the wrapping folder
+    # was no longer one, and every image's class became 'data'
+    import cv2
+
+    png = cv2.imencode(".png", np.zeros((4, 4, 3), np.uint8))[1].tobytes()
+    names = ["data/cat/0.png", "data/dog/1.png", "__MACOSX/data/cat/._0.png", "data/dog/._1.png"]
+    z = tmp_path / "mac.zip"
+    z.write_bytes(build_zip([ZipEntry(n.encode(), png if "._" not in n else b"\x00\x05\x16\x07") for n in names]))
+    ds = open_dataset(z)
+    assert ds.classes == ["cat", "dog"] and [ds.name(i) for i in range(len(ds))] == [
+        f"{z}:data/cat/0.png", f"{z}:data/dog/1.png"]  # fmt: skip
+
+
+def test_a_zip_holding_one_image_name_twice_is_refused(tmp_path: Path):
+    import cv2
+
+    from datakit.errors import ArchiveError
+
+    a, b = (cv2.imencode(".png", np.full((4, 4, 3), v, np.uint8))[1].tobytes() for v in (0, 255))
+    z = tmp_path / "twice.zip"
+    z.write_bytes(build_zip([ZipEntry(b"cat/0.png", a), ZipEntry(b"dog/1.png", a), ZipEntry(b"cat/0.png", b)]))
+    with pytest.raises(ArchiveError) as e:
+        open_dataset(z)
+    assert str(e.value) == f"{z}: member 'cat/0.png' is in the archive twice: which copy is the image cannot be told"
