@@ -99,6 +99,23 @@ class BGRToRGB:
         return "BGRToRGB()"
 
 
+def _refuse_chw(img: np.ndarray, who: str) -> None:
+    """An array laid out C x H x W already (1-4 first, more than 4 last) would be transposed into
+    nonsense (224 x 3 x 224) without a word."""
+    if img.ndim == 3 and img.shape[0] <= 4 and img.shape[2] > 4:
+        raise ValueError(f"{who} expects an H x W x C array, and {tuple(img.shape)} looks C x H x W already; "
+                         "pass it on as it is (torch.from_numpy)")  # fmt: skip
+
+
+def _bgr_to_rgb(t: torch.Tensor) -> torch.Tensor:
+    """BGR(A) CHW to RGB(A): the colour channels reversed, alpha (a fourth) left last."""
+    if t.shape[0] == 3:
+        return t.flip(0)
+    if t.shape[0] == 4:
+        return t[[2, 1, 0, 3]]
+    return t
+
+
 class HWCToCHW:
     """uint8 HWC numpy to a uint8 CHW tensor: layout only, no dtype change, no scaling."""
 
@@ -106,6 +123,7 @@ class HWCToCHW:
         _check_hwc(img, "HWCToCHW")
         if img.ndim == 2:
             img = img[:, :, None]
+        _refuse_chw(img, "HWCToCHW")
         return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
 
     def __repr__(self) -> str:
@@ -127,7 +145,7 @@ class ToTensor:
         _check_hwc(img, "ToTensor")
         t = HWCToCHW()(img)
         if self.bgr:
-            t = t.flip(0)
+            t = _bgr_to_rgb(t)
         if img.dtype == np.uint8:
             return t.to(torch.float32).div_(255)
         if img.dtype == np.uint16:
@@ -288,12 +306,20 @@ class ToDtype:
         return t.to(self.image_dtype)
 
     def target(self, y) -> torch.Tensor:
-        return torch.as_tensor(y).to(self.target_dtype)
+        t = torch.as_tensor(y, dtype=torch.float64) if isinstance(y, (float, np.floating)) else torch.as_tensor(y)
+        if t.is_floating_point() and not self.target_dtype.is_floating_point:
+            whole = torch.isfinite(t) & (t == t.round())
+            if not bool(whole.all()):
+                bad = t[~whole].flatten()[0].item()
+                dtype = str(self.target_dtype).removeprefix("torch.")
+                raise ValueError(f"ToDtype: label {bad} is not a whole number, not a class index; as {dtype} it "
+                                 "would be cut, silently")  # fmt: skip
+        return t.to(self.target_dtype)
 
     def __call__(self, x):
         if isinstance(x, tuple) and len(x) == 2:
             return self.image(x[0]), self.target(x[1])
-        if isinstance(x, (int, np.integer, float)) or (isinstance(x, torch.Tensor) and x.ndim <= 1):
+        if isinstance(x, (int, float, np.integer, np.floating)) or (isinstance(x, torch.Tensor) and x.ndim <= 1):
             return self.target(x)
         return self.image(x)
 
@@ -307,7 +333,11 @@ class OneHot:
         self.num_classes, self.dtype = num_classes, dtype
 
     def __call__(self, y) -> torch.Tensor:
-        t = torch.as_tensor(y, dtype=torch.int64)
+        raw = torch.as_tensor(y)
+        if raw.dtype == torch.bool or (raw.is_floating_point() and not bool((raw == raw.round()).all())):
+            raise ValueError(f"OneHot({self.num_classes}): labels must be class indices (integers), got "
+                             f"{raw.tolist()} ({str(raw.dtype).removeprefix('torch.')})")  # fmt: skip
+        t = raw.to(torch.int64)
         if (t < 0).any() or (t >= self.num_classes).any():
             raise ValueError(f"OneHot({self.num_classes}): label {t.tolist()} outside 0..{self.num_classes - 1}")
         return torch.nn.functional.one_hot(t, self.num_classes).to(self.dtype)
@@ -358,10 +388,9 @@ def tensor_to_cv2(t: torch.Tensor) -> np.ndarray:
 
 
 def cv2_to_tensor(img: np.ndarray) -> torch.Tensor:
-    """An OpenCV BGR HWC uint8 array to an RGB CHW uint8 tensor."""
+    """An OpenCV BGR (or BGRA) HWC uint8 array to an RGB (or RGBA) CHW uint8 tensor."""
     _check_hwc(img, "cv2_to_tensor")
-    t = HWCToCHW()(img)
-    return t.flip(0).contiguous() if t.shape[0] == 3 else t
+    return _bgr_to_rgb(HWCToCHW()(img)).contiguous()
 
 
 # ---------------------------------------------------------------------------------------------

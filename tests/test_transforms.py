@@ -489,3 +489,30 @@ def test_bad_pipeline_arguments_are_refused_at_construction(make, message):
     with pytest.raises(ValueError) as e:
         make()
     assert str(e.value) == message
+
+
+def test_label_and_channel_conversions_never_change_values_silently():
+    # The attack: ToDtype cut 2.9 to class 2, OneHot took 1.5 and True as class 1, ToTensor(bgr=True)
+    # and cv2_to_tensor put BGRA in ARGB or BGRA order, HWCToCHW made (224, 3, 224) of a CHW array.
+    from datakit.transforms import HWCToCHW, OneHot, ToDtype, ToTensor, cv2_to_tensor
+
+    with pytest.raises(ValueError) as e:
+        ToDtype()(2.9)
+    assert (
+        str(e.value)
+        == "ToDtype: label 2.9 is not a whole number, not a class index; as int64 it would be cut, silently"
+    )
+    assert ToDtype()(np.float32(2.0)).item() == 2 and ToDtype()(torch.tensor([1.0, 3.0])).tolist() == [1, 3]
+    for bad, shown in ((1.5, "1.5 (float32)"), (True, "True (bool)")):
+        with pytest.raises(ValueError) as e:
+            OneHot(3)(bad)
+        assert str(e.value) == f"OneHot(3): labels must be class indices (integers), got {shown}"
+    assert OneHot(3)(2.0).tolist() == [0.0, 0.0, 1.0]
+    bgra = np.array([[[10, 20, 30, 255]]], np.uint8)
+    assert (ToTensor(bgr=True)(bgra) * 255).round().flatten().tolist() == [30.0, 20.0, 10.0, 255.0]
+    assert cv2_to_tensor(bgra).flatten().tolist() == [30, 20, 10, 255]
+    with pytest.raises(ValueError) as e:
+        HWCToCHW()(np.zeros((3, 224, 224), np.uint8))
+    assert str(e.value) == ("HWCToCHW expects an H x W x C array, and (3, 224, 224) looks C x H x W already; pass it "
+                            "on as it is (torch.from_numpy)")  # fmt: skip
+    assert HWCToCHW()(np.zeros((2, 500, 3), np.uint8)).shape == (3, 2, 500)  # a thin strip is still H x W x C
