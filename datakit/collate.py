@@ -159,10 +159,24 @@ def _ranges(ix: list[int]) -> str:
 
 
 def _pad_images(images: Sequence, size_divisor: int, pad_value: float):
+    if not images:
+        raise ValueError("cannot pad an empty batch: the dataset or sampler gave no samples")
     chw = [_as_chw(x) for x in images]
     channels = {t.shape[0] for t in chw}
     if len(channels) > 1:
-        raise ValueError(f"cannot pad images with different channel counts into one batch: {sorted(channels)}")
+        raise ValueError(f"cannot pad images with different channel counts into one batch: {sorted(channels)} "
+                         "(arrays are read H x W x C, tensors C x H x W)")  # fmt: skip
+    dtypes = {t.dtype for t in chw}
+    if len(dtypes) > 1:  # promoted, never cast into the first's (stack_collate does the same)
+        common = functools.reduce(torch.promote_types, dtypes)
+        chw = [t.to(common) for t in chw]
+    dtype = chw[0].dtype
+    if not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        if pad_value != int(pad_value) or not info.min <= pad_value <= info.max:
+            name = str(dtype).removeprefix("torch.")
+            raise ValueError(f"pad_value={pad_value} does not fit {name} images ({info.min}..{info.max}, whole "
+                             "numbers): it would be written as another value")  # fmt: skip
     h = max(t.shape[1] for t in chw)
     w = max(t.shape[2] for t in chw)
     if size_divisor > 1:
@@ -188,8 +202,14 @@ def pad_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
         raise ValueError(f"size_divisor must be at least 1, got {size_divisor}")
 
     def collate(batch: Sequence):
+        bare = [b for b in batch if isinstance(b, (torch.Tensor, np.ndarray))]
+        if bare and len(bare) != len(batch):
+            raise ValueError("pad_collate: samples mix bare images and (image, target) pairs")
+        if bare:  # images without targets: an image is not a sequence of (image, target)
+            images, sizes, mask = _pad_images(list(batch), size_divisor, pad_value)
+            return images, None, sizes, mask
         images, sizes, mask = _pad_images([b[0] for b in batch], size_divisor, pad_value)
-        targets = default_collate([b[1] for b in batch]) if len(batch[0]) > 1 else None
+        targets = default_collate([b[1] for b in batch]) if batch and len(batch[0]) > 1 else None
         return images, targets, sizes, mask
 
     return collate

@@ -226,3 +226,23 @@ def test_stack_collate_promotes_mixed_dtypes_instead_of_casting_into_the_first()
         )
     assert str(e.value) == ("cannot stack images of dtypes torch does not promote into one batch (samples 0, 2: uint8; "
                             "samples 1: uint16); convert them to one dtype in the transform")  # fmt: skip
+
+
+def test_pad_collate_never_changes_values_silently():
+    # The attack: a uint8 image then a float one of 0.5s gave a uint8 batch of zeros; pad_value=-1
+    # padded uint8 with 255; bare (3, 4, 5) tensors were split into image channel 0 and "targets".
+    collate = pad_collate(size_divisor=4)
+    images, targets, sizes, mask = collate([(np.zeros((2, 2, 1), np.uint8), 0), (torch.full((1, 3, 3), 0.5), 1)])
+    assert images.dtype == torch.float32 and images[1, 0, :3, :3].flatten().tolist() == [0.5] * 9
+    assert targets.tolist() == [0, 1] and sizes.tolist() == [[2, 2], [3, 3]] and images.shape == (2, 1, 4, 4)
+    with pytest.raises(ValueError) as e:
+        pad_collate(pad_value=-1)([(np.zeros((2, 2, 3), np.uint8), 0)])
+    assert (
+        str(e.value)
+        == "pad_value=-1 does not fit uint8 images (0..255, whole numbers): it would be written as another value"
+    )
+    bare = pad_collate(size_divisor=1)([torch.ones(3, 4, 5), torch.ones(3, 2, 2)])
+    assert bare[0].shape == (2, 3, 4, 5) and bare[1] is None and bare[2].tolist() == [[4, 5], [2, 2]]
+    with pytest.raises(ValueError) as e:
+        pad_collate()([])
+    assert str(e.value) == "cannot pad an empty batch: the dataset or sampler gave no samples"
