@@ -9,6 +9,7 @@ and normalised on the GPU; on the CPU, a uint8 batch is normalised in one table-
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 import weakref
@@ -184,8 +185,10 @@ def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
     mean, std = [float(m) for m in mean], [float(s) for s in std]
     if len(mean) != len(std) or not mean:
         raise UsageError(f"normalize: mean and std need one value per channel, got {mean} and {std}")
-    if min(std) <= 0:
-        raise UsageError(f"normalize: std must be positive, got {std}")
+    if min(std) <= 0 or not all(map(math.isfinite, std)):
+        raise UsageError(f"normalize: std must be positive and finite, got {std}")
+    if not all(map(math.isfinite, mean)):
+        raise UsageError(f"normalize: mean must be finite, got {mean}")
     return mean, std
 
 

@@ -174,8 +174,10 @@ class Normalize:
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
         self.mean = torch.as_tensor(mean, dtype=torch.float32)
         self.std = torch.as_tensor(std, dtype=torch.float32)
-        if (self.std <= 0).any():
-            raise ValueError(f"std must be positive, got {list(std)}")
+        if not (torch.isfinite(self.mean).all() and torch.isfinite(self.std).all()) or (self.std <= 0).any():
+            raise ValueError(
+                f"mean must be finite and std positive and finite, got mean {list(mean)} and std {list(std)}"
+            )
         self.scale255 = on_255_scale(self.mean, self.std)
         self.inplace = inplace
         self._warned = False
@@ -198,6 +200,9 @@ class Normalize:
         c = x.shape[-3]
         if c != len(self.mean):
             raise ValueError(f"Normalize has {len(self.mean)} channel statistics but the input has {c} channels")
+        if not (x.dtype == torch.uint8 or x.is_floating_point()):
+            raise TypeError(f"Normalize expects uint8 or float images, got {str(x.dtype).removeprefix('torch.')}: "
+                            "convert them first (ToDtype)")  # fmt: skip
         if x.dtype == torch.uint8:
             # (x / 255 - mean) / std as one multiply-add over the converted pixels
             if x.device.type == "cpu" and x.is_contiguous():

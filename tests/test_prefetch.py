@@ -176,8 +176,12 @@ def test_bad_values_refused_before_any_worker_starts(class_folder):
         UsageError, match=r"^normalize: mean and std need one value per channel, got \[0.5, 0.5\] and \[0.2\]$"
     ):
         create_loader(ds, 4, num_workers=0, normalize=([0.5, 0.5], [0.2]))
-    with pytest.raises(UsageError, match=r"^normalize: std must be positive, got \[0.0\]$"):
+    with pytest.raises(UsageError, match=r"^normalize: std must be positive and finite, got \[0.0\]$"):
         create_loader(ds, 4, num_workers=0, normalize=([0.5], [0.0]))
+    with pytest.raises(UsageError, match=r"^normalize: std must be positive and finite, got \[nan\]$"):
+        create_loader(ds, 4, num_workers=0, normalize=([0.5], [float("nan")]))
+    with pytest.raises(UsageError, match=r"^normalize: mean must be finite, got \[inf\]$"):
+        create_loader(ds, 4, num_workers=0, normalize=([float("inf")], [0.2]))
     with pytest.raises(UsageError, match=r"^normalize must be True, a preset name, \(mean, std\) or Stats, got 3$"):
         create_loader(ds, 4, num_workers=0, normalize=3)
     with pytest.raises(UsageError, match=r"^device='gpu': "):

@@ -516,3 +516,14 @@ def test_label_and_channel_conversions_never_change_values_silently():
     assert str(e.value) == ("HWCToCHW expects an H x W x C array, and (3, 224, 224) looks C x H x W already; pass it "
                             "on as it is (torch.from_numpy)")  # fmt: skip
     assert HWCToCHW()(np.zeros((2, 500, 3), np.uint8)).shape == (3, 2, 500)  # a thin strip is still H x W x C
+
+
+def test_normalize_refuses_statistics_and_dtypes_it_cannot_use():
+    from datakit.transforms import Normalize
+
+    with pytest.raises(ValueError) as e:
+        Normalize([0.5], [float("nan")])
+    assert str(e.value) == "mean must be finite and std positive and finite, got mean [0.5] and std [nan]"
+    with pytest.raises(TypeError) as e:
+        Normalize([0.5], [0.25])(torch.zeros(1, 2, 2, dtype=torch.int32))
+    assert str(e.value) == "Normalize expects uint8 or float images, got int32: convert them first (ToDtype)"
