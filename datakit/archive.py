@@ -821,6 +821,7 @@ class ZipReader:
         self.max_ratio = float(max_ratio)
         members, self.encoding = read_members(self.path, encoding)
         self.members = [m for m in members if not m.is_dir and not m.is_symlink]
+        self.links = [m for m in members if m.is_symlink]  # read as the member they name, where one does
         self._by_name = {m.name: m.index for m in self.members}
         self._by_index = {m.index: m for m in members}
         self._zf: zipfile.ZipFile | None = None

@@ -637,9 +637,15 @@ class ZipDataset(ImageDataset):
         self.extensions = _extensions(extensions)
         images = []
         seen: set[str] = set()
-        for m in self.zip.members:
-            if not _is_image(m.name, self.extensions) or m.is_dir or m.is_symlink:
+        regular = {m.name: m.index for m in self.zip.members}
+        for m in [*self.zip.members, *self.zip.links]:
+            if not _is_image(m.name, self.extensions) or m.is_dir:
                 continue
+            index = m.index
+            if m.is_symlink:  # as unzip-gbk makes it and a folder scan follows it: the image it names
+                index = _link_target(self.zip, m, regular)
+                if index is None:
+                    continue
             parts = [p for p in m.name.split("/") if p not in ("", ".")]
             if parts and (parts[0] == "__MACOSX" or parts[-1].startswith("._")):
                 continue  # macOS's AppleDouble metadata beside each file, never an image
@@ -652,7 +658,7 @@ class ZipDataset(ImageDataset):
                     f"{self.path}: member {m.name!r}: refused: a '..' component or an absolute name "
                     "would escape the archive's folders (as unzip refuses it)"
                 )
-            images.append((m.index, parts))
+            images.append((index, parts))
         strip = 0
         if images and all(len(p) >= 3 for _, p in images) and len({p[0] for _, p in images}) == 1:
             strip = 1  # one wrapping folder, as when a folder is zipped
@@ -684,6 +690,24 @@ class ZipDataset(ImageDataset):
 
 # ---------------------------------------------------------------------------------------------
 # LMDB packs
+
+
+def _link_target(zip, m, regular: dict[str, int]) -> int | None:
+    """The index of the regular member a symlink member names (relative to its folder, inside the
+    archive), or None: a link out of the archive, to nothing, or to another link is left out, as
+    unzip-gbk refuses to make it or the extracted folder's scan cannot follow it."""
+    import posixpath
+
+    if m.file_size > 4096:
+        return None
+    try:
+        link = zip.read_index(m.index).decode("utf-8")
+    except (UnicodeDecodeError, ValueError, OSError):
+        return None
+    if link.startswith("/") or link[1:2] == ":":
+        return None
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(m.name), link))
+    return None if target.startswith("../") or target == ".." else regular.get(target)
 
 
 def _check_shards(readers: list) -> None:

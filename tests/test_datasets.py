@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -355,3 +356,31 @@ def test_a_zip_holding_one_image_name_twice_is_refused(tmp_path: Path):
     with pytest.raises(ArchiveError) as e:
         open_dataset(z)
     assert str(e.value) == f"{z}: member 'cat/0.png' is in the archive twice: which copy is the image cannot be told"
+
+
+def test_a_zip_with_links_reads_in_place_as_extracted(tmp_path: Path):
+    # The attack: cat/1a.png -> ../dog/0.png was a sample of the extracted folder (a scan follows
+    # links inside its root) but not of the zip read in place: every index after it shifted
+    import stat
+
+    import cv2
+
+    from datakit.archive import unzip
+
+    png = {n: cv2.imencode(".png", np.full((4, 4, 3), k * 40, np.uint8))[1].tobytes() for k, n in enumerate(
+        ["cat/0.png", "cat/2.png", "dog/0.png", "dog/1.png"])}  # fmt: skip
+    link = (stat.S_IFLNK | 0o777) << 16
+    entries = [ZipEntry(n.encode(), d) for n, d in png.items()] + [
+        ZipEntry(b"cat/1a.png", b"../dog/0.png", external_attr=link, made_by=3 << 8 | 20),
+        ZipEntry(b"cat/9.png", b"../../outside.png", external_attr=link, made_by=3 << 8 | 20),  # out: left out
+        ZipEntry(b"dog/5.png", b"missing.png", external_attr=link, made_by=3 << 8 | 20),  # to nothing: left out
+    ]
+    z = tmp_path / "links.zip"
+    z.write_bytes(build_zip(entries))
+    unzip(z, tmp_path / "out")
+    inplace, folder = open_dataset(z), open_dataset(tmp_path / "out")
+    assert [inplace.name(i).split(":", 1)[1] for i in range(len(inplace))] == [
+        os.path.relpath(folder.name(i), tmp_path / "out") for i in range(len(folder))] == [
+        "cat/0.png", "cat/1a.png", "cat/2.png", "dog/0.png", "dog/1.png"]  # fmt: skip
+    assert [int(inplace[i][0][0, 0, 0]) for i in range(5)] == [int(folder[i][0][0, 0, 0]) for i in range(5)]
+    assert inplace.targets.tolist() == folder.targets.tolist() == [0, 0, 0, 1, 1]
