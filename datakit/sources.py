@@ -37,6 +37,7 @@ from datakit.labels import (
     LabelError,
     LabelTable,
     StringArray,
+    _unicode_form,
     read_labels,
     resolve_path,
 )
@@ -443,10 +444,6 @@ def _other_forms(name: str) -> list[str]:
     return [o for o in (unicodedata.normalize(f, name) for f in ("NFC", "NFD")) if o != name]
 
 
-def _unicode_form(name: str) -> str:
-    return next((f for f in ("NFC", "NFD") if unicodedata.is_normalized(f, name)), "mixed")
-
-
 def _refuse_unicode_twins(root: str, classes: list[str]) -> None:
     """Two class folders whose names differ only in Unicode form (``café`` typed on Windows is
     NFC, the same name copied from macOS is NFD) look the same but would be two classes."""
@@ -557,6 +554,12 @@ class TableDataset(ImageDataset):
     def read(self, index: int) -> bytes:
         if self.zip is not None:
             return self.zip.read(self.path(index))
+        name = self.files[index]
+        try:  # the name as written first: no lookup of its other Unicode form on every read
+            return read_bytes(resolve_path(name, self.root))
+        except FileNotFoundError:
+            if name.isascii():
+                raise
         return read_bytes(self.path(index))
 
     def exists(self, index: int) -> bool:
