@@ -427,7 +427,13 @@ class LabelTable:
         for i, first in _duplicates(self.files):
             if keep is not None and not (keep[i] or keep[first]):
                 continue
-            text = f"{self.where(i)}: file {self.files[i]!r} is listed again (first at {self._short(first)})"
+            name, before = self.files[i], self.files[first]
+            if _unicode_form(name) != _unicode_form(before) and not name.isascii():
+                form = f"{_unicode_form(name)}: {ascii(name)}"
+                text = (f"{self.where(i)}: file {name!r} ({form}) is listed again in another Unicode form "
+                        f"(first at {self._short(first)}, {_unicode_form(before)})")  # fmt: skip
+            else:
+                text = f"{self.where(i)}: file {name!r} is listed again (first at {self._short(first)})"
             out.append((self._key(i), text))
         return out
 
@@ -553,17 +559,33 @@ def _path_spans(files: StringArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     ends = np.flatnonzero(lens > 0)
     last = data[starts[ends] + lens[ends] - 1]
     suspect[ends[(last == _SLASH) | (last == _DOT)]] = True
+    nfd = _not_nfc(files)
+    suspect[nfd] = True
     rows = np.flatnonzero(suspect)
     if not len(rows):
         return data, starts, lens
     extra, at = [], int(len(data))
+    nfd = set(nfd.tolist())
     for i in rows.tolist():
         name = data[starts[i] : starts[i] + lens[i]].tobytes().replace(b"\\", b"/")
         name = posixpath.normpath(name) if name else name
+        if i in nfd:  # one name in its composed form: 'café' typed on Windows and copied from macOS
+            text = unicodedata.normalize("NFC", name.decode("utf-8", "surrogateescape"))
+            name = text.encode("utf-8", "surrogateescape")
         extra.append(name)
         starts[i], lens[i] = at, len(name)
         at += len(name)
     return np.concatenate([data, np.frombuffer(b"".join(extra), np.uint8)]), starts, lens
+
+
+def _not_nfc(files: StringArray) -> np.ndarray:
+    """The rows whose names are not in Unicode's composed form (NFC): names copied from macOS (NFD).
+    One check of the whole buffer first: a table of NFC names (ASCII, Chinese) costs one C call."""
+    data = files.data
+    if not len(data) or unicodedata.is_normalized("NFC", data.tobytes().decode("utf-8", "surrogateescape")):
+        return np.zeros(0, np.int64)
+    rows = np.unique(np.searchsorted(files.offsets, np.flatnonzero(data >= 0x80), side="right") - 1)
+    return np.asarray([i for i in rows.tolist() if not unicodedata.is_normalized("NFC", files[i])], np.int64)
 
 
 def resolve_path(name: str, root: str | os.PathLike) -> str:

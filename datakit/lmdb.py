@@ -69,6 +69,16 @@ def _name_key(i: int) -> bytes:
     return b"n%010d" % i
 
 
+def names_crc32(txn, count: int) -> int:
+    """The CRC-32 of samples 0 .. count-1's stored names, each as its 4-byte little-endian length
+    then its bytes (a missing name counts as length 0xFFFFFFFF): what ``names_crc32`` records."""
+    crc = 0
+    for i in range(count):
+        raw = txn.get(_name_key(i))
+        crc = zlib.crc32(struct.pack("<I", 0xFFFFFFFF if raw is None else len(raw)) + (raw or b""), crc)
+    return crc
+
+
 def _lmdb():
     import lmdb
 
@@ -582,7 +592,10 @@ class LmdbWriter:
         """Commit what is pending, write the checksummed index and mark the pack complete."""
         self.commit()
         index = bytes(self._index)
-        meta = dict(self.meta, **extra, count=self.count, complete=True, index_crc32=zlib.crc32(index))
+        with self.env.begin() as txn:
+            names = names_crc32(txn, self.count)
+        meta = dict(self.meta, **extra, count=self.count, complete=True, index_crc32=zlib.crc32(index),
+                    names_crc32=names)  # fmt: skip
         self._write([], meta, [(INDEX_KEY, index)])
         self.meta = meta
         self.env.sync(True)
@@ -776,8 +789,9 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
     """Re-check everything a pack promises; the problems, one line each (empty: all good).
 
     The metadata's and the index's checksums (when the reader opens it), the index against every
-    per-sample record, every value's CRC-32 and length, that it decodes to its recorded size,
-    targets within the classes, split ids within the splits, and that the pack holds exactly
+    per-sample record, every value's CRC-32 and length, that it decodes to its recorded size, the
+    names' CRC-32 (packs that record it), targets within the classes, split ids within the splits,
+    and that the pack holds exactly
     ``count`` samples and nothing else.
     """
     from datakit.io import validate_image
@@ -826,5 +840,15 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
             problems.append(f"{r.path}: key {key}: {exc}")
         if progress:
             progress(i + 1, n)
+    if "names_crc32" in meta:
+        try:
+            with _LOCK, _lmdb_errors(r.path):
+                names = names_crc32(_txn(r._key, r._live), n)
+        except PackError as exc:
+            problems.append(str(exc))
+        else:
+            if names != meta["names_crc32"]:
+                problems.append(f"{r.path}: the stored sample names were altered (names_crc32 mismatch); images "
+                                "and labels are checked separately; pack it again to restore the names")  # fmt: skip
     r.close()
     return problems

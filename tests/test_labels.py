@@ -652,6 +652,22 @@ def test_one_file_spelled_two_ways_is_listed_again(tmp_path: Path, first: str, a
     assert str(e.value) == want
 
 
+def test_one_file_listed_in_two_unicode_forms_is_listed_again(tmp_path: Path):
+    # The attack: 'café/1.jpg' typed on Windows (NFC) and copied from macOS (NFD) name one image, which a
+    # table finds under either form; it was packed twice.
+    nfc, nfd = "caf\u00e9/1.jpg", "cafe\u0301/1.jpg"
+    path = tmp_path / "labels.csv"
+    path.write_text(f"file,label\n{nfc},cat\nb.jpg,dog\n.\\{nfd},dog\n图/二.jpg,cat\n", encoding="utf-8")
+    want = (f"{path}, line 4: file './{nfd}' (NFD: './cafe\\u0301/1.jpg') is listed again in another "
+            "Unicode form (first at line 2, NFC)")  # fmt: skip
+    assert read_labels(path, validate=False).problems() == [want]
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == want
+    path.write_text(f"file,label\n{nfd},cat\ncafe/1.jpg,dog\n图/二.jpg,cat\n", encoding="utf-8")  # one form each
+    assert read_labels(path).files.tolist() == [nfd, "cafe/1.jpg", "图/二.jpg"]
+
+
 def test_names_of_different_files_are_not_listed_again(tmp_path: Path):
     path = tmp_path / "labels.csv"
     rows = ["a.jpg", "sub/a.jpg", "../a.jpg", "/a.jpg", "a.jpg.", "x/./../c/a.jpg", "b/a.jpg"]

@@ -155,6 +155,23 @@ def test_flipped_byte_in_a_record_caught_by_verify(tmp_path: Path):
     assert verify_lmdb(out) == [f"{out}: key i0000000003 (图/3.jpg): the index disagrees with the sample's record"]
 
 
+def test_names_checksummed_and_a_flipped_name_byte_caught_by_verify(tmp_path: Path):
+    out = tmp_path / "names.lmdb"
+    write_pack(out, 5, classes=2)
+    names = [get(out, f"n{i:010d}".encode()) for i in range(5)]
+    assert names[3] == "图/3.jpg".encode()
+    crc = 0
+    for raw in names:
+        crc = zlib.crc32(len(raw).to_bytes(4, "little") + raw, crc)
+    assert json.loads(get(out, b"__meta__"))["names_crc32"] == crc
+    assert verify_lmdb(out) == []
+    put(out, b"n0000000003", "图/4.jpg".encode())  # one byte off: a name that is still a valid name
+    assert verify_lmdb(out) == [f"{out}: the stored sample names were altered (names_crc32 mismatch); images and "
+                                "labels are checked separately; pack it again to restore the names"]  # fmt: skip
+    ds = open_dataset(out)  # the images and labels are intact and still read
+    assert len(ds) == 5 and ds.targets.tolist() == [0, 1, 0, 1, 0]
+
+
 def test_version1_pack_still_read_and_its_bad_target_refused(tmp_path: Path):
     out = tmp_path / "v1.lmdb"
     values = write_pack(out, 6, classes=3)
