@@ -146,8 +146,10 @@ def _han_score(ch: str, enc: str) -> float:
     return 0.0
 
 
-def _char_score(ch: str, enc: str) -> float:
-    """How plausible the non-ASCII ``ch`` is in a file name read as ``enc`` (1 common .. -2 garbage)."""
+def _char_score(ch: str, enc: str, table: bool = False) -> float:
+    """How plausible the non-ASCII ``ch`` is in a file name read as ``enc`` (1 common .. -2 garbage).
+    ``table``: a text table's cell, where the candidates are UTF-8, GBK and Big5 (no DOS code page):
+    Greek letters are a script, not mojibake, and kana read as UTF-8 are Japanese."""
     o = ord(ch)
     cat = unicodedata.category(ch)
     if cat in ("Cc", "Co", "Cn", "Cs", "Cf"):
@@ -158,7 +160,7 @@ def _char_score(ch: str, enc: str) -> float:
     if script == "han":
         return _han_score(ch, enc)
     if script == "kana":
-        return 1.0 if enc == "cp932" else 0.0
+        return 1.0 if enc == "cp932" or (table and enc == "utf-8") else 0.0
     if script == "hangul":
         if enc not in ("cp949", "utf-8"):
             return 0.0
@@ -166,7 +168,7 @@ def _char_score(ch: str, enc: str) -> float:
     if script == "cyrillic":
         return _RU_SCORE.get(ch.lower(), 0.1)
     if script == "greek":
-        return -0.5  # the Greek letters of CP437/CP866 appear only as mojibake in these archives
+        return 0.6 if table else -0.5  # the Greek letters of CP437/CP866 appear only as mojibake in archives
     if script == "latin":
         return next((value for value, letters in _LATIN_TIERS if ch in letters), 0.0)
     if 0xFF01 <= o <= 0xFF5E or 0x3000 <= o <= 0x303F:
@@ -222,13 +224,16 @@ def _cjk_in_latin(name: str) -> int:
     return count
 
 
-def score(names: list[str], enc: str, host: str | None = None) -> float:
-    """Mean plausibility per non-ASCII character of ``names`` read as ``enc`` (higher is better)."""
+def score(names: list[str], enc: str, host: str | None = None, table: bool = False) -> float:
+    """Mean plausibility per non-ASCII character of ``names`` read as ``enc`` (higher is better);
+    ``table`` as for :func:`_char_score`."""
     chars = [c for n in names for c in n if ord(c) >= 0x80]
     if not chars:
         return 1.0
-    total = sum(_char_score(c, enc) for c in chars)
+    total = sum(_char_score(c, enc, table) for c in chars)
     total -= sum(_word_penalties(n)[0] + 1.5 * _cjk_in_latin(n) for n in names)
+    if table:  # a whole cell of accented Latin letters alone ('è', 'ţ'): two legacy bytes, not a label
+        total -= sum(0.8 * len(n) for n in names if n and all(_script(c) == "latin" and ord(c) >= 0x80 for c in n))
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}
     if letters:

@@ -609,32 +609,7 @@ class TextEncoding:
     reason: str
 
 
-_CANDIDATES = ("gb18030", "big5")
 _SAMPLE = 1 << 20
-
-
-def _char_score(ch: str, enc: str) -> float:
-    """How plausible ``ch`` is in a label table decoded with ``enc`` (1 common .. -2 garbage)."""
-    o = ord(ch)
-    cat = unicodedata.category(ch)
-    if cat in ("Cc", "Co", "Cn", "Cs"):
-        return -2.0
-    if 0x4E00 <= o <= 0x9FFF:
-        if enc == "gb18030":
-            try:
-                lead = ch.encode("gb2312")[0]
-            except UnicodeEncodeError:
-                return 0.0  # GBK's extension: traditional and rare characters
-            return 1.0 if lead <= 0xD7 else 0.5  # GB2312 level 1 (the 3755 commonest) or level 2
-        lead = ch.encode("big5")[0]
-        return 1.0 if 0xA4 <= lead <= 0xC6 else 0.3  # Big5 frequent characters, else less frequent
-    if 0xFF01 <= o <= 0xFF5E or 0x3000 <= o <= 0x303F or 0x2010 <= o <= 0x2027:
-        return 0.5  # full-width forms, CJK and general punctuation: common in both
-    if 0xFF61 <= o <= 0xFF9F or 0x2500 <= o <= 0x259F or 0x3040 <= o <= 0x30FF:
-        return -1.0  # half-width katakana, box drawing, kana: what mojibake looks like here
-    if 0x0370 <= o <= 0x04FF or cat.startswith("S"):
-        return -1.0
-    return -0.5
 
 
 def _cut(raw: bytes, limit: int) -> bytes:
@@ -664,40 +639,46 @@ def detect_text_encoding(raw: bytes) -> TextEncoding:
     sample = _cut(raw, _SAMPLE)
     if sample.isascii():
         return TextEncoding("utf-8", 1.0, "ASCII")
-    try:
-        sample.decode("utf-8")
-        return TextEncoding("utf-8", 1.0, "valid UTF-8")
-    except UnicodeDecodeError:
-        pass
-    scores: dict[str, float] = {}
-    texts: dict[str, str] = {}
-    for enc in _CANDIDATES:
-        try:
-            text = sample.decode(enc)
-        except UnicodeDecodeError:
-            continue
-        chars = {c for c in set(text) if ord(c) >= 0x80}
-        scores[enc] = sum(_char_score(c, enc) for c in chars) / max(1, len(chars))
-        texts[enc] = text
-    if not scores:
+    return _most_plausible(sample)
+
+
+_CELL_SPLIT = re.compile(rb"[\r\n,;\t\"/\\]+")
+
+
+def _most_plausible(sample: bytes) -> TextEncoding:
+    """UTF-8, GBK (GB18030) or Big5, whichever reads the sample's non-ASCII cells most plausibly,
+    scored as file names are (:func:`datakit.filenames.score` with ``table=True``).
+
+    Valid UTF-8 is not taken on trust: a few Chinese labels in GBK can be valid UTF-8 by chance
+    (猫 and 牛, C3 A8 and C5 A3, read as ``è`` and ``ţ``); it only starts with a head start (the
+    scorer's bonus for valid multi-byte UTF-8). Readings too close to call are refused, naming each.
+    """
+    from datakit.filenames import AMBIGUITY_MARGIN, MAX_SCORED, score
+
+    cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample) if not c.isascii()))
+    cells = cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
+    readings: dict[str, list[str]] = {}
+    for enc in ("utf-8", "gbk", "gb18030", "big5"):
+        if (enc != "gb18030" or "gbk" not in readings) and decodes(sample, enc):
+            readings[enc] = [c.decode(enc) for c in cells]
+    if not readings:
         raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it")
+    scores = {enc: score(names, "gbk" if enc == "gb18030" else enc, table=True) for enc, names in readings.items()}
     ranked = sorted(scores, key=lambda e: -scores[e])
     best = ranked[0]
-    second = scores[ranked[1]] if len(ranked) > 1 else -2.0
-    margin = scores[best] - second
-    confidence = max(0.0, min(1.0, margin / 2 + (0.5 if scores[best] >= 0.8 else 0.0)))
-    if scores[best] >= 0.5 and margin >= 0.25:
-        name = "gbk" if best == "gb18030" and decodes(sample, "gbk") else best
-        shown = ", ".join(f"{e} {s:.2f}" for e, s in scores.items())
-        return TextEncoding(name, confidence, f"characters most plausible as {name} (scores: {shown})")
-    readings = "; ".join(f"as {_label(e)} it reads {_excerpt(texts[e])!r}" for e in ranked)
-    raise LabelError(
-        f"cannot tell the encoding apart: {readings}; pass encoding='gbk' or encoding='big5' (--encoding) to say which"
-    )
+    margin = scores[best] - (scores[ranked[1]] if len(ranked) > 1 else -2.0)
+    shown = ", ".join(f"{e} {v:.2f}" for e, v in scores.items())
+    if margin >= AMBIGUITY_MARGIN:
+        why = "valid UTF-8" if best == "utf-8" else f"characters most plausible as {best}"
+        return TextEncoding(best, min(1.0, margin), f"{why} (scores: {shown})" if len(scores) > 1 else why)
+    close = [e for e in ranked if scores[best] - scores[e] < AMBIGUITY_MARGIN]
+    said = "; ".join(f"as {_label(e)} it reads {', '.join(dict.fromkeys(readings[e][:4]))!r}" for e in close)
+    options = " or ".join(f"encoding='{e}'" for e in close)
+    raise LabelError(f"cannot tell the encoding apart: {said}; pass {options} (--encoding) to say which")
 
 
 def _label(enc: str) -> str:
-    return "GBK" if enc == "gb18030" else "Big5"
+    return {"gb18030": "GB18030", "gbk": "GBK", "utf-8": "UTF-8"}.get(enc, "Big5")
 
 
 def _excerpt(text: str) -> str:

@@ -216,17 +216,48 @@ def test_utf16_without_bom(tmp_path: Path):
 
 
 def test_undecided_encoding_names_the_candidates(tmp_path: Path):
-    """Two GBK characters that are also two valid Big5 characters: refuse rather than guess."""
+    """Three GBK characters that are also three valid, as plausible Big5 characters: refuse rather than guess."""
     path = tmp_path / "l.csv"
-    path.write_bytes("file,label\na.jpg,猫\nb.jpg,狗\n".encode("gbk"))
+    path.write_bytes("file,label\na.jpg,棒\nb.jpg,列\nc.jpg,秽\n".encode("gbk"))
     with pytest.raises(LabelError) as e:
         read_labels(path)
     assert str(e.value) == (
-        f"{path}: cannot tell the encoding apart: as GBK it reads '猫, 狗'; as Big5 it reads '癡, 僩'; "
+        f"{path}: cannot tell the encoding apart: as GBK it reads '棒, 列, 秽'; as Big5 it reads '堵, 蹈, 韶'; "
         "pass encoding='gbk' or encoding='big5' (--encoding) to say which"
     )
-    assert read_labels(path, encoding="gbk").labels.tolist() == ["猫", "狗"]
-    assert read_labels(path, encoding="big5").labels.tolist() == ["癡", "僩"]  # forced means forced
+    assert read_labels(path, encoding="gbk").labels.tolist() == ["棒", "列", "秽"]
+    assert read_labels(path, encoding="big5").labels.tolist() == ["堵", "蹈", "韶"]  # forced means forced
+
+
+def test_gbk_table_that_is_valid_utf8_read_as_gbk(tmp_path: Path):
+    """The attack: 猫 and 牛 in GBK (C3 A8, C5 A3) are valid UTF-8 ('è', 'ţ'). Read as UTF-8, the classes
+    came out ['è', 'ţ'], in the other order than the same table's in .xlsx: every cat trained as a cow."""
+    rows = [["file", "label"], ["1.jpg", "猫"], ["2.jpg", "牛"], ["3.jpg", "猫"]]
+    text = "".join(",".join(r) + "\r\n" for r in rows)
+    assert text.encode("gbk").decode("utf-8").splitlines()[1] == "1.jpg,è"
+    (tmp_path / "gbk.csv").write_bytes(text.encode("gbk"))
+    book(tmp_path / "t.xlsx", {"Sheet": rows})
+    for name in ("gbk.csv", "t.xlsx"):
+        t = read_labels(tmp_path / name)
+        assert (t.class_map().classes, t.targets(t.class_map()).tolist()) == (("牛", "猫"), [1, 0, 1]), name
+    assert read_labels(tmp_path / "gbk.csv").encoding == "gbk"
+    assert detect_text_encoding(text.encode("gbk")).reason == (
+        "characters most plausible as gbk (scores: utf-8 -0.00, gbk 0.85, big5 0.70)"
+    )
+    (tmp_path / "gbk.csv").write_bytes("file,label\n1.jpg,猫\n2.jpg,牛\n".encode("gbk"))
+    assert read_labels(tmp_path / "gbk.csv", encoding="utf-8").labels.tolist() == ["è", "ţ"]  # forced means forced
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [["猫", "牛"], ["кошка", "собака"], ["café", "crème", "forêt"], ["Müller", "Straße"], ["γάτα", "σκύλος"],
+     ["ねこ", "いぬ"], ["고양이", "개"], ["niño", "león"], ["貓", "狗"]],
+)  # fmt: skip
+def test_utf8_tables_in_every_script_stay_utf8(tmp_path: Path, labels: list[str]):
+    path = tmp_path / "l.csv"
+    path.write_bytes(("file,label\n" + "".join(f"{i}.jpg,{v}\n" for i, v in enumerate(labels))).encode("utf-8"))
+    t = read_labels(path)
+    assert (t.encoding, t.labels.tolist()) == ("utf-8", labels)
 
 
 def test_big5_not_read_as_gbk(tmp_path: Path):
