@@ -233,9 +233,17 @@ class ClassMap:
         return cls(tuple(obj["classes"]), tuple(src) if src is not None else None)
 
     def save(self, path: str | os.PathLike) -> None:
+        """Write the map as JSON, atomically: a kill leaves the old file or the new one, never half of it."""
         from datakit.filenames import json_text
 
-        Path(path).write_text(json_text(self.to_json(), indent=1), encoding="utf-8")
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")  # one writer at a time (a pack's holds its lock)
+        try:
+            tmp.write_text(json_text(self.to_json(), indent=1), encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ClassMap:

@@ -178,9 +178,18 @@ def _pack_state(out: Path, had_lock: bool) -> tuple[str, dict | None]:
     return ("datakit" if meta.get("format") == FORMAT else "other"), meta
 
 
+def _restore_classes(out: Path, class_map: ClassMap) -> None:
+    try:
+        if ClassMap.load(out / "classes.json") == class_map:
+            return
+    except (OSError, ValueError, KeyError, TypeError):  # missing, or cut short by a kill
+        pass
+    class_map.save(out / "classes.json")
+
+
 def _clear_pack(out: Path) -> None:
     """Remove a pack's files (the lock file stays: this process holds it)."""
-    for name in ("data.mdb", "lock.mdb", "classes.json"):
+    for name in ("data.mdb", "lock.mdb", "classes.json", ".classes.json.tmp"):
         try:
             (out / name).unlink()
         except FileNotFoundError:
@@ -354,7 +363,10 @@ def pack_lmdb(
     lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite)
     if existing is not None:
         if existing.get("complete"):
-            lock.close()
+            try:  # killed after completing, before classes.json was written: the pack's own map restores it
+                _restore_classes(out, ClassMap.from_json(existing["classes"]))
+            finally:
+                lock.close()
             return PackReport(out, existing["count"], existing["count"], list(existing.get("skipped", [])))
         meta["skipped"] = existing.get("skipped", [])
         meta["created"] = existing.get("created", meta["created"])

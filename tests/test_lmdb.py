@@ -155,6 +155,31 @@ def test_flipped_byte_in_a_record_caught_by_verify(tmp_path: Path):
     assert verify_lmdb(out) == [f"{out}: key i0000000003 (图/3.jpg): the index disagrees with the sample's record"]
 
 
+def test_a_flipped_byte_in_an_image_is_refused_when_read_not_decoded_to_other_pixels(tmp_path: Path, capsys):
+    # The attack: one byte of a stored JPEG flipped in data.mdb. verify caught it, but ds[1] decoded it to other
+    # pixels (mean difference 36) and `datakit stats` averaged them, exit 0.
+    from datakit.errors import SampleError
+
+    out = tmp_path / "flip.lmdb"
+    values = write_pack(out, 4, classes=2)
+    bad = bytearray(values[1])
+    bad[len(bad) // 2] ^= 0x10
+    put(out, b"i0000000001", bytes(bad))
+    ds = open_dataset(out)
+    assert ds.read(0) == values[0] and ds[2][1] == 0
+    want = (f"{out}: sample 1 (图/1.jpg) fails its checksum: the stored bytes were altered; "
+            f"run `datakit verify {out}` and re-pack")  # fmt: skip
+    with pytest.raises(PackError) as e:
+        ds.read(1)
+    assert str(e.value) == want
+    with pytest.raises(SampleError) as e:
+        ds[1]
+    assert str(e.value) == f"sample 1: {want}"
+    capsys.readouterr()
+    assert main(["stats", str(out), "-q"]) == 1
+    assert want in capsys.readouterr().err
+
+
 def test_names_checksummed_and_a_flipped_name_byte_caught_by_verify(tmp_path: Path):
     out = tmp_path / "names.lmdb"
     write_pack(out, 5, classes=2)
@@ -170,6 +195,24 @@ def test_names_checksummed_and_a_flipped_name_byte_caught_by_verify(tmp_path: Pa
                                 "labels are checked separately; pack it again to restore the names"]  # fmt: skip
     ds = open_dataset(out)  # the images and labels are intact and still read
     assert len(ds) == 5 and ds.targets.tolist() == [0, 1, 0, 1, 0]
+
+
+def test_verify_names_a_renamed_key(tmp_path: Path):
+    # The attack: one byte of the key n0000000004 changed to n0000000094: the entry count stayed right, the name
+    # of sample 4 became '#4', and verify said 0 problems.
+    out = tmp_path / "keys.lmdb"
+    write_pack(out, 6, classes=2)
+    close_pack(out)
+    env = lmdb.open(str(out))
+    with env.begin(write=True) as txn:
+        txn.put(b"n0000000094", txn.pop(b"n0000000004"))
+    env.close()
+    assert verify_lmdb(out) == [
+        f"{out}: holds a key that is no sample's: b'n0000000094'",
+        f"{out}: sample 4 has no name (key n0000000004)",
+        f"{out}: the stored sample names were altered (names_crc32 mismatch); images and labels are checked "
+        "separately; pack it again to restore the names",
+    ]
 
 
 def test_version1_pack_still_read_and_its_bad_target_refused(tmp_path: Path):

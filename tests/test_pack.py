@@ -108,6 +108,24 @@ def test_existing_output_refused_resumed_or_overwritten(class_folder: Path, tmp_
         pack_lmdb(class_folder, out, resume=True, overwrite=True)
 
 
+def test_classes_json_cut_by_a_kill_after_completion_is_restored_by_resume(class_folder: Path, tmp_path: Path):
+    # The attack: a kill between marking the pack complete and writing classes.json left it missing or cut short
+    # ('{"clas'); --resume said "packed 12 images", exit 0, and never wrote it again.
+    out = tmp_path / "o.lmdb"
+    pack_lmdb(class_folder, out, workers=1)
+    whole = (out / "classes.json").read_text(encoding="utf-8")
+    assert json.loads(whole) == {"classes": ["cat", "dog", "鸟"]}
+    for damage in ('{"clas', None):
+        if damage is None:
+            (out / "classes.json").unlink()
+        else:
+            (out / "classes.json").write_text(damage, encoding="utf-8")
+        (out / ".classes.json.tmp").write_text('{"cl', encoding="utf-8")  # the kill's own leftover
+        assert pack_lmdb(class_folder, out, workers=1, resume=True).count == 12
+        assert (out / "classes.json").read_text(encoding="utf-8") == whole
+        assert not (out / ".classes.json.tmp").exists()
+
+
 def test_overwrite_never_replaces_a_file_or_a_foreign_folder(class_folder: Path, tmp_path: Path):
     note = tmp_path / "notes.txt"
     note.write_text("mine")
