@@ -336,16 +336,33 @@ def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ra
             f"({_size(packed)} -> {_size(total)}), over the limit of {max_ratio:.0f}:1 "
             "(zip bomb?; raise it with --max-ratio)"
         )
-    spans = sorted(
-        ((m.header_offset, m.header_offset + 30 + len(m.raw_name) + m.compress_size, m) for m in members),
-        key=lambda s: s[:2],
-    )
-    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
-        if start < end and a.compress_size and b.compress_size:
+    spans = sorted(_local_spans(archive, members), key=lambda s: s[:2])
+    last_end, last = -1, None
+    for start, end, m in spans:  # against every member before it, not only the one just before
+        if start < last_end:
             raise ArchiveError(
-                f"{archive}: refused, members {a.name!r} and {b.name!r} overlap in the file (a zip bomb technique)"
+                f"{archive}: refused, members {last.name!r} and {m.name!r} overlap in the file (a zip bomb technique)"
             )
+        if end > last_end:
+            last_end, last = end, m
     return total
+
+
+def _local_spans(archive: str, members: list[ZipMember]) -> list[tuple[int, int, ZipMember]]:
+    """(start, end, member): the bytes each member takes in the file, from its local header to the end
+    of its data, measured with the local header's own name and extra-field lengths (which the central
+    directory need not repeat: a second member's header hidden in the first's extra field is inside)."""
+    out = []
+    with open(archive, "rb") as f:
+        for m in members:
+            f.seek(m.header_offset)
+            head = f.read(30)
+            if len(head) == 30 and head[:4] == b"PK\x03\x04":
+                nlen, elen = struct.unpack_from("<HH", head, 26)
+            else:  # not a local header: reading the member fails on its own, naming it
+                nlen, elen = len(m.raw_name), 0
+            out.append((m.header_offset, m.header_offset + 30 + nlen + elen + m.compress_size, m))
+    return out
 
 
 def _mtime(m: ZipMember) -> float | None:

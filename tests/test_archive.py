@@ -361,6 +361,49 @@ def test_cli_extract_and_exit_codes(gbk_zip: Path, tmp_path: Path, capsys):
     assert e.value.code == 2
 
 
+def _local(name: bytes, data: bytes, extra: bytes = b"") -> bytes:
+    return struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0x5821, zlib.crc32(data), len(data), len(data),
+                       len(name), len(extra)) + name + extra  # fmt: skip
+
+
+def _raw_zip(body: bytes, entries: list[tuple[bytes, bytes, int]]) -> bytes:
+    """``body`` (local headers and data) with a central directory of (name, data, header offset) entries."""
+    cd = b"".join(
+        struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0x5821, zlib.crc32(d), len(d), len(d),
+                    len(n), 0, 0, 0, 0, 0, off) + n  # fmt: skip
+        for n, d, off in entries
+    )
+    return body + cd + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(cd), len(body), 0)
+
+
+def test_overlapping_members_refused_however_hidden(tmp_path: Path, capsys):
+    # The attacks: (1) b's local header hidden inside a's local extra field, so both read the same data: the check
+    # measured a member as 30 + name + data and missed it; (2) overlapping members with an empty one between
+    # them in the file: the check compared neighbours only and skipped pairs with an empty member. Either way
+    # the bytes are written once per member (a 180 KB archive wrote 400 MiB).
+    payload = bytes(range(256)) * 16
+    hdr_b = _local(b"b", payload)
+    pad = bytes(len(payload) + 200)  # longer than the data: the old measure of a ended before b began
+    extra = struct.pack("<HH", 0xCAFE, len(pad) + len(hdr_b)) + pad + hdr_b  # b's header ends a's extra field
+    hdr_a = _local(b"a", payload, extra)
+    hidden = _raw_zip(hdr_a + payload, [(b"a", payload, 0), (b"b", payload, len(hdr_a) - len(hdr_b))])
+    hdr_e = _local(b"e", b"")
+    inner = hdr_e + _local(b"b", payload)
+    hdr_a = _local(b"a", inner + payload)
+    between = _raw_zip(hdr_a + inner + payload, [(b"a", inner + payload, 0), (b"e", b"", len(hdr_a)),
+                                                 (b"b", payload, len(hdr_a) + len(hdr_e))])  # fmt: skip
+    for name, raw, pair in (("hidden.zip", hidden, "'a' and 'b'"), ("between.zip", between, "'a' and 'e'")):
+        z = tmp_path / name
+        z.write_bytes(raw)
+        assert zipfile.ZipFile(z).read("b") == payload  # what an extractor that does not check writes
+        capsys.readouterr()
+        assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 1
+        assert capsys.readouterr().err == (
+            f"unzip-gbk: error: {z}: refused, members {pair} overlap in the file (a zip bomb technique)\n"
+        )
+        assert not (tmp_path / "out").exists()
+
+
 def test_cli_bomb_and_truncated_are_data_errors(tmp_path: Path, capsys):
     z = write_zip(tmp_path / "bomb.zip", [gbk("全零数据.bin", bytes(20 << 20))])
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "o")]) == 1
