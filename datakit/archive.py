@@ -418,6 +418,16 @@ class _Tree:
         # as it is anywhere above it; below it, nothing is
         self.fd = os.open(root, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
         self._open: dict[tuple[str, ...], int] = {}
+        try:  # one extraction into a folder at a time: two would remove each other's parts
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise ArchiveError(f"{root}: another extraction into this folder is running; wait for it to finish, "
+                               "then run this again (what it wrote counts as done)") from None  # fmt: skip
+        except (ImportError, OSError):
+            pass  # no flock here (or on this filesystem): as before
 
     def folder(self, parts: list[str], create: bool = True) -> int:
         """A descriptor of the folder ``parts`` below the root, made if ``create``; valid until the next call."""
@@ -473,6 +483,11 @@ def _lstat(name: str, fd: int) -> os.stat_result | None:
         return os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
+
+
+def _is_dir(name: str, fd: int) -> bool:
+    st = _lstat(name, fd)
+    return st is not None and stat.S_ISDIR(st.st_mode)
 
 
 def _same_file(fd: int, name: str, m: ZipMember) -> bool:
@@ -533,6 +548,7 @@ def unzip(
         members, guess = read_members(archive, encoding, zf=zf)
         report = ExtractReport(encoding=guess)
         total = _check_budget(archive, members, max_total, max_ratio)
+        made = [p for p in [dest_path.absolute(), *dest_path.absolute().parents] if not os.path.lexists(p)]
         try:
             dest_path.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -541,6 +557,11 @@ def unzip(
             raise UsageError(f"{dest}: cannot be made a folder ({exc.strerror})") from None
         free = shutil.disk_usage(dest_path).free
         if total > free:
+            for p in made:  # an archive refused leaves nothing behind, not even the folders made for it
+                try:
+                    p.rmdir()
+                except OSError:
+                    break
             raise ArchiveError(f"{archive}: refused, members need {total} bytes but only {free} are free in {dest}")
         tree = _Tree(dest_path)
         budget = _Budget(min(max_total, total))
@@ -587,7 +608,7 @@ def unzip(
                             raise _Refused(f"{dest_path / rel} exists and differs; not overwritten (use --overwrite)")
                         if stat.S_ISDIR(st.st_mode):
                             raise _Refused(f"{dest_path / rel} is a folder; not replaced by a file")
-                    _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths)
+                    _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths, overwrite)
                     report.extracted.append(rel)
                 except _Refused as exc:
                     report.problems.append(f"{label}: {exc}")
@@ -606,6 +627,9 @@ def unzip(
                 t = _mtime(m)
                 try:
                     fd = tree.folder(parts[:-1], create=False)
+                    if m.unix_mode is not None and stat.S_IMODE(m.unix_mode) and _is_dir(parts[-1], fd):
+                        # the folder's own mode, as unzip restores it, never locking its owner out
+                        os.chmod(parts[-1], stat.S_IMODE(m.unix_mode) & 0o777 | 0o700, dir_fd=fd)
                     if t is not None:
                         os.utime(parts[-1], (t, t), dir_fd=fd, follow_symlinks=False)
                 except (_Refused, OSError):
@@ -702,6 +726,7 @@ def _extract_file(
     progress: Callable[[int], None] | None,
     rel: str,
     members: set[str],
+    overwrite: bool = True,
 ) -> None:
     tmp = _temp_name(name, m)
     if "/".join([*rel.split("/")[:-1], tmp]) in members:  # the archive has a member of that name: untouched
@@ -731,13 +756,31 @@ def _extract_file(
             t = _mtime(m)
             if t is not None:
                 os.utime(dst.fileno(), (t, t))
-        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        _put_in_place(tmp, name, fd, overwrite, rel)
     except BaseException:
         try:
             os.unlink(tmp, dir_fd=fd)
         except OSError:
             pass
         raise
+
+
+def _put_in_place(tmp: str, name: str, fd: int, overwrite: bool, rel: str) -> None:
+    """Rename the complete part into place; without ``overwrite`` by a hard link, which fails if a file
+    of that name appeared meanwhile (another program writing into the folder), then the part goes."""
+    if overwrite:
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        return
+    try:
+        os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+    except FileExistsError:
+        raise _Refused(f"{rel} appeared while it was written and differs; not overwritten (use --overwrite)") from None
+    except OSError:  # no hard links on this filesystem (FAT, some network shares): a rename, checked first
+        if _lstat(name, fd) is not None:
+            raise _Refused(f"{rel} appeared while it was written; not overwritten (use --overwrite)") from None
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        return
+    os.unlink(tmp, dir_fd=fd)
 
 
 _MAX_LINK = 4096

@@ -224,6 +224,16 @@ def _cjk_in_latin(name: str) -> int:
     return count
 
 
+def _parts(names: list[str]):
+    """Each folder name, file stem and cell of ``names``: a whole one made of accented Latin letters alone
+    (``è``, ``ţ``, ``èţ``) is two legacy bytes read as UTF-8 (猫 and 牛 in GBK), not a name anyone gives."""
+    for n in names:
+        for part in n.split("/"):
+            stem = part.rsplit(".", 1)[0] if "." in part[1:] else part
+            if stem:
+                yield stem
+
+
 def score(names: list[str], enc: str, host: str | None = None, table: bool = False) -> float:
     """Mean plausibility per non-ASCII character of ``names`` read as ``enc`` (higher is better);
     ``table`` as for :func:`_char_score`."""
@@ -232,8 +242,7 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
         return 1.0
     total = sum(_char_score(c, enc, table) for c in chars)
     total -= sum(_word_penalties(n)[0] + 1.5 * _cjk_in_latin(n) for n in names)
-    if table:  # a whole cell of accented Latin letters alone ('è', 'ţ'): two legacy bytes, not a label
-        total -= sum(0.8 * len(n) for n in names if n and all(_script(c) == "latin" and ord(c) >= 0x80 for c in n))
+    total -= sum(0.8 * len(p) for p in _parts(names) if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p))
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}
     if letters:

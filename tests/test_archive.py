@@ -368,9 +368,12 @@ def _local(name: bytes, data: bytes, extra: bytes = b"") -> bytes:
 
 def _raw_zip(body: bytes, entries: list[tuple[bytes, bytes, int]]) -> bytes:
     """``body`` (local headers and data) with a central directory of (name, data, header offset) entries."""
+    fmt = "<4sHHHHHHIIIHHHHHII"
     cd = b"".join(
-        struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0x5821, zlib.crc32(d), len(d), len(d),
-                    len(n), 0, 0, 0, 0, 0, off) + n  # fmt: skip
+        struct.pack(
+            fmt, b"PK\x01\x02", 20, 20, 0, 0, 0, 0x5821, zlib.crc32(d), len(d), len(d), len(n), 0, 0, 0, 0, 0, off
+        )
+        + n
         for n, d, off in entries
     )
     return body + cd + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(cd), len(body), 0)
@@ -529,6 +532,75 @@ def test_a_target_that_cannot_be_made_is_one_line(tmp_path: Path, capsys):
     assert unzip_gbk_main([str(z), "-d", target]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"unzip-gbk: error: {target}: cannot be made a folder (") and err.count("\n") == 1
+
+
+def test_a_second_extraction_into_the_same_folder_waits_its_turn(tmp_path: Path, capsys):
+    # The attack: one archive extracted twice at once (a retried job): each removed the other's part file as if
+    # an interrupted run had left it, and one renamed the other's half-written part into place.
+    z = write_zip(tmp_path / "a.zip", [gbk("猫/1.jpg", b"cat" * 1000)])
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               "fd = os.open(sys.argv[1], os.O_RDONLY)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+                               "print('held', flush=True)\ntime.sleep(60)", str(out)],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        capsys.readouterr()
+        assert unzip_gbk_main([str(z), "-d", str(out)]) == 1
+        assert capsys.readouterr().err == (f"unzip-gbk: error: {out}: another extraction into this folder is running; "
+                                           "wait for it to finish, then run this again (what it wrote counts as "
+                                           "done)\n")  # fmt: skip
+        assert list(out.iterdir()) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    assert unzip_gbk_main([str(z), "-d", str(out)]) == 0
+    assert tree(out) == {"猫/1.jpg": b"cat" * 1000}
+
+
+def test_a_file_that_appears_while_a_member_is_written_is_not_replaced(tmp_path: Path):
+    from datakit.archive import _put_in_place, _Refused
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        (tmp_path / ".a.part").write_bytes(b"member")
+        (tmp_path / "a").write_bytes(b"someone else's")
+        with pytest.raises(_Refused) as e:
+            _put_in_place(".a.part", "a", fd, False, "x/a")
+        assert str(e.value) == "x/a appeared while it was written and differs; not overwritten (use --overwrite)"
+        assert (tmp_path / "a").read_bytes() == b"someone else's"
+        _put_in_place(".a.part", "a", fd, True, "x/a")
+        assert (tmp_path / "a").read_bytes() == b"member" and not (tmp_path / ".a.part").exists()
+        (tmp_path / ".b.part").write_bytes(b"b")
+        _put_in_place(".b.part", "b", fd, False, "x/b")
+        assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+    finally:
+        os.close(fd)
+
+
+def test_folder_modes_restored_and_nothing_made_for_an_archive_refused_for_space(tmp_path: Path, monkeypatch):
+    import datakit.archive as archive
+
+    z = write_zip(tmp_path / "a.zip", [ZipEntry(b"priv/", mode=0o40700), ZipEntry(b"priv/a.txt", b"a"),
+                                       ZipEntry(b"ro/", mode=0o40555), ZipEntry(b"ro/b.txt", b"b")])  # fmt: skip
+    unzip(z, tmp_path / "out")
+    assert {n: oct(os.stat(tmp_path / "out" / n).st_mode & 0o777) for n in ("priv", "ro")} == {
+        "priv": "0o700",
+        "ro": "0o755",  # never locking its owner out: unzip restores r-x, datakit keeps the owner's w
+    }
+    monkeypatch.setattr(archive.shutil, "disk_usage", lambda p: shutil_usage(0))
+    with pytest.raises(ArchiveError) as e:
+        unzip(z, tmp_path / "new" / "deep" / "target")
+    assert str(e.value) == (f"{z}: refused, members need 2 bytes but only 0 are free in "
+                            f"{tmp_path / 'new' / 'deep' / 'target'}")  # fmt: skip
+    assert not (tmp_path / "new").exists()
+
+
+def shutil_usage(free: int):
+    import collections
+
+    return collections.namedtuple("usage", "total used free")(1 << 30, (1 << 30) - free, free)
 
 
 def test_ratio_budget_covers_many_members_under_1mib(tmp_path: Path):
