@@ -828,6 +828,17 @@ def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column
     )
 
 
+# what a missing or failed cell becomes when a table is exported: Excel's error values, pandas' markers
+_EXCEL_ERRORS = frozenset({"#N/A", "#N/A N/A", "#NA", "#VALUE!", "#REF!", "#DIV/0!", "#NUM!", "#NAME?", "#NULL!",
+                           "#SPILL!", "#CALC!", "#GETTING_DATA"})  # fmt: skip
+_NOT_A_LABEL = _EXCEL_ERRORS | {"NaN", "nan", "<NA>"}
+
+
+def _marker_problem(file: str, label: str) -> str:
+    what = "an Excel error value" if label in _EXCEL_ERRORS else "a missing-value marker"
+    return f"file {file!r} has no label (the cell holds {label!r}, {what}, not a class name)"
+
+
 def _parse_grid(
     grid: Sequence[Sequence[object]], head: _Header, *, sheet: str, where: str, problems: list,
     order: int, split_column: str | None, cell_note=None,
@@ -844,6 +855,11 @@ def _parse_grid(
         lab = row[lcol] if lcol is not None and lcol < len(row) else None
         rownum = r + 1
         if _blank(f) and _blank(lab):
+            note = cell_note(rownum, fcol) if cell_note is not None else None
+            if note is None and lcol is not None and cell_note is not None:
+                note = cell_note(rownum, lcol)
+            if note:  # formulas without saved values read as empty: the row is there, its values are not
+                problems.append(((order, rownum), f"{where}, row {rownum}: {note}"))
             continue  # empty rows are absent, not errors
         if _blank(f) or _blank(lab):
             col = fcol if _blank(f) else lcol
@@ -854,6 +870,9 @@ def _parse_grid(
                 problems.append(((order, rownum), f"{where}, row {rownum}: label {_text(lab)!r} has no file name"))
             else:
                 problems.append(((order, rownum), f"{where}, row {rownum}: file {_text(f)!r} has no label"))
+            continue
+        if _text(lab) in _NOT_A_LABEL:
+            problems.append(((order, rownum), f"{where}, row {rownum}: {_marker_problem(_text(f), _text(lab))}"))
             continue
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
@@ -913,6 +932,47 @@ def _check_container(path: Path) -> None:
         raise LabelError(f"{path}: not an .xlsx workbook (it is not a zip container); save it from Excel as .xlsx")
 
 
+def _sheet_member(z, sheet: str) -> str | None:
+    """The zip member holding ``sheet``'s XML in an .xlsx opened as ``z``."""
+    import html
+
+    book = z.read("xl/workbook.xml").decode("utf-8")
+    rels = z.read("xl/_rels/workbook.xml.rels").decode("utf-8")
+    rid = None
+    for m in re.finditer(r"<(?:\w+:)?sheet\b([^>]*)/?>", book):
+        attrs = m.group(1)
+        name = re.search(r'\bname="([^"]*)"', attrs)
+        if name and html.unescape(name.group(1)) == sheet:
+            rid = re.search(r'\br:id="([^"]*)"|\bid="([^"]*)"', attrs)
+            rid = rid and (rid.group(1) or rid.group(2))
+            break
+    target = None
+    for m in re.finditer(r"<Relationship\b([^>]*)/?>", rels):
+        if re.search(rf'\bId="{re.escape(rid or "")}"', m.group(1)):
+            target = re.search(r'\bTarget="([^"]*)"', m.group(1)).group(1)
+    if target is None:
+        return None
+    return target.lstrip("/") if target.startswith("/") else "xl/" + target
+
+
+def _declared_rows(path: Path, sheet: str) -> int:
+    """The last row the sheet's ``<dimension>`` declares (0 when it has none): rows past what the reader
+    gave are rows whose every cell read as empty (formulas without saved values among them)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            target = _sheet_member(z, sheet)
+            if target is None:
+                return 0
+            with z.open(target) as f:
+                head = f.read(4096).decode("utf-8", "ignore")
+    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
+        return 0
+    m = re.search(r'<(?:\w+:)?dimension\b[^>]*\bref="[A-Z]*\d*:?[A-Z]*(\d+)"', head)
+    return int(m.group(1)) if m else 0
+
+
 def _formula_cells(path: Path, sheet: str) -> dict[tuple[int, int], str]:
     """{(row, column index): formula} for the cells of ``sheet`` that hold a formula without a saved value."""
     import html
@@ -920,23 +980,9 @@ def _formula_cells(path: Path, sheet: str) -> dict[tuple[int, int], str]:
 
     try:
         with zipfile.ZipFile(path) as z:
-            book = z.read("xl/workbook.xml").decode("utf-8")
-            rels = z.read("xl/_rels/workbook.xml.rels").decode("utf-8")
-            rid = None
-            for m in re.finditer(r"<(?:\w+:)?sheet\b([^>]*)/?>", book):
-                attrs = m.group(1)
-                name = re.search(r'\bname="([^"]*)"', attrs)
-                if name and html.unescape(name.group(1)) == sheet:
-                    rid = re.search(r'\br:id="([^"]*)"|\bid="([^"]*)"', attrs)
-                    rid = rid and (rid.group(1) or rid.group(2))
-                    break
-            target = None
-            for m in re.finditer(r"<Relationship\b([^>]*)/?>", rels):
-                if re.search(rf'\bId="{re.escape(rid or "")}"', m.group(1)):
-                    target = re.search(r'\bTarget="([^"]*)"', m.group(1)).group(1)
+            target = _sheet_member(z, sheet)
             if target is None:
                 return {}
-            target = target.lstrip("/") if target.startswith("/") else "xl/" + target
             xml = z.read(target).decode("utf-8")
     except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
         return {}
@@ -1045,6 +1091,12 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
 
         part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order,
                            split_column=split_column, cell_note=cell_note)  # fmt: skip
+        if _declared_rows(path, sh.name) > len(grid):  # trailing rows read as empty: formulas without values?
+            cell_note(0, 0)  # loads the sheet's formula cells
+            for row in sorted({r for r, _ in formulas or {} if r > len(grid)}):
+                note = cell_note(row, head.fcol) or (cell_note(row, head.lcol) if head.lcol is not None else None)
+                if note:
+                    problems.append(((order, row), f"{where}, row {row}: {note}"))
         if not len(part.files) and not any(p[0][0] == order for p in problems):
             problems.append(((order, head.at + 1), f"{where}: an empty split (a header at row {head.at + 1}, "
                              "no rows under it)"))  # fmt: skip
@@ -1164,6 +1216,14 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
     files = StringArray.from_buffer(data, offsets)
     labels, lcodes, lvalid = cols.coded(lcol)
     lines = cols.lines
+    marked = [k for k, v in enumerate(labels) if str(v) in _NOT_A_LABEL]
+    if marked:  # '#N/A' or 'nan' where a label should be: the cell was empty or an error where it was made
+        hit = np.isin(lcodes, marked) & lvalid
+        for i in np.flatnonzero(hit & fvalid):
+            line = int(lines[i])
+            problems.append(((0, line), f"{path}, line {line}: {_marker_problem(files[int(i)], labels[lcodes[i]])}"))
+        lvalid = lvalid & ~hit
+        fvalid = fvalid & ~hit
     one_blank = fvalid ^ lvalid
     for i in np.flatnonzero(one_blank):
         line = int(lines[i])

@@ -699,6 +699,49 @@ def test_one_file_listed_in_two_unicode_forms_is_listed_again(tmp_path: Path):
     assert read_labels(path).files.tolist() == [nfd, "cafe/1.jpg", "图/二.jpg"]
 
 
+def test_excel_errors_and_missing_markers_are_not_class_names_in_any_format(tmp_path: Path):
+    # The attack: a label column filled by VLOOKUP holds #N/A where nothing matched. The .xlsx refused that row;
+    # the same sheet saved as CSV by Excel ('#N/A') or by pandas (na_rep='NaN') trained a class '#N/A' / 'NaN'.
+    for marker, what in (("#N/A", "an Excel error value"), ("#DIV/0!", "an Excel error value"),
+                         ("NaN", "a missing-value marker"), ("nan", "a missing-value marker")):  # fmt: skip
+        for sep, ext in ((",", "csv"), ("\t", "tsv")):
+            path = tmp_path / f"l.{ext}"
+            path.write_text(sep.join(["file", "label"]) + "\n" + "".join(
+                sep.join(r) + "\n" for r in (["a.jpg", "cat"], ["b.jpg", marker], ["c.jpg", "dog"])), encoding="utf-8")  # fmt: skip
+            want = f"{path}, line 3: file 'b.jpg' has no label (the cell holds {marker!r}, {what}, not a class name)"
+            assert read_labels(path, validate=False).problems() == [want]
+            assert read_labels(path, validate=False).class_map().classes == ("cat", "dog")
+    xlsx = book(tmp_path / "l.xlsx", {"train": [["file", "label"], ["a.jpg", "cat"], ["b.jpg", "#N/A"]]})
+    want = f"{xlsx}, sheet 'train', row 3: file 'b.jpg' has no label"
+    assert read_labels(xlsx, validate=False).problems() == [want]  # calamine reads the error cell as empty
+    assert read_labels(xlsx, validate=False, engine="openpyxl").problems() == [
+        f"{want} (the cell holds '#N/A', an Excel error value, not a class name)"
+    ]
+
+
+def test_rows_made_only_of_formulas_without_values_are_named_not_dropped(tmp_path: Path):
+    # The attack: a 'val' sheet whose rows copy a master sheet by formula (=master!A2), as a script writes them
+    # with openpyxl (no saved values): rows whose file and label cells were both formulas vanished as empty rows.
+    path = tmp_path / "l.xlsx"
+    wb = Workbook()
+    master = wb.active
+    master.title = "master"
+    for row in (["file", "label"], ["0.jpg", "cat"], ["1.jpg", "dog"], ["2.jpg", "cat"]):
+        master.append(row)
+    val = wb.create_sheet("val")
+    for row in (["file", "label"], ["9.jpg", "cat"], ["=master!A2", "=master!B2"], ["8.jpg", "dog"],
+                ["=master!A3", "=master!B3"]):  # fmt: skip
+        val.append(row)
+    wb.save(path)
+    note = "with no saved value; open the file in Excel and save it, so the values are stored"
+    assert read_labels(path, split="val", validate=False).problems() == [
+        f"{path}, sheet 'val', row 3: cell A3 holds a formula (=master!A2) {note}",
+        f"{path}, sheet 'val', row 5: cell A5 holds a formula (=master!A3) {note}",
+    ]
+    with pytest.raises(LabelError, match="row 3: cell A3 holds a formula"):
+        read_labels(path, split="val")
+
+
 def test_names_of_different_files_are_not_listed_again(tmp_path: Path):
     path = tmp_path / "labels.csv"
     rows = ["a.jpg", "sub/a.jpg", "../a.jpg", "/a.jpg", "a.jpg.", "x/./../c/a.jpg", "b/a.jpg"]
