@@ -18,7 +18,7 @@ import numpy as np
 
 from datakit.errors import UsageError
 from datakit.io import IMAGE_EXTENSIONS, probe_image
-from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels
+from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels, spelled_twice
 from datakit.parallel import map_ordered
 from datakit.sources import ImageDataset, TableDataset, open_source
 
@@ -78,6 +78,7 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     )
     report.notes += table.notes
     report.problems += table.problems(remap=remap_labels)
+    report.problems += spelled_twice(table, (root or Path(table.path).parent) if alone else src)
     class_map = table.class_map(remap=remap_labels, strict=False)  # go on reading images whatever the labels
     return TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
 

@@ -296,6 +296,8 @@ class LabelTable:
     sheet_orders: tuple[int, ...] = ()  # each sheet's place in the workbook, to sort problems
     # problems found on the whole table when these are some of its rows (None: found on these rows)
     table_problems: list[tuple[tuple[int, int], str]] | None = None
+    # the whole table these rows are part of (a split read alone), for problems only the root shows
+    whole: LabelTable | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -594,6 +596,34 @@ def _not_nfc(files: StringArray) -> np.ndarray:
         return np.zeros(0, np.int64)
     rows = np.unique(np.searchsorted(files.offsets, np.flatnonzero(data >= 0x80), side="right") - 1)
     return np.asarray([i for i in rows.tolist() if not unicodedata.is_normalized("NFC", files[i])], np.int64)
+
+
+def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
+    """One file listed under an absolute path and again relative to ``root`` (``/data/img/a.jpg`` and
+    ``a.jpg``), which only the root tells apart: one line each, as :meth:`LabelTable.problems` words
+    a file listed again. Tables without absolute names (the usual case) cost one look at the bytes."""
+    table = table.whole or table
+    files = table.files
+    if not len(files):
+        return []
+    data, first = files.data, files.offsets[:-1]
+    nonempty = first < files.offsets[1:]
+    starts = first[nonempty]
+    lead = data[starts]
+    absolute = (lead == _SLASH) | (lead == _BACKSLASH)
+    two = starts[files.offsets[1:][nonempty] - starts >= 2]
+    drive = len(two) > 0 and bool((data[two + 1] == ord(":")).any())
+    if not absolute.any() and not drive:
+        return []
+    seen: dict[str, int] = {}
+    out = []
+    for i, name in enumerate(files):
+        key = os.path.normpath(resolve_path(name, root))
+        j = seen.setdefault(key, i)
+        if j != i and os.path.isabs(name.replace("\\", "/")) != os.path.isabs(files[j].replace("\\", "/")):
+            out.append(f"{table.where(i)}: file {name!r} is listed again (first at {table._short(j)} as "
+                       f"{files[j]!r}: both name {key})")  # fmt: skip
+    return out
 
 
 def resolve_path(name: str, root: str | os.PathLike) -> str:
@@ -1404,6 +1434,7 @@ def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:
     part = whole._take(np.flatnonzero(keep))
     part.read_problems = whole.read_problems
     part.table_problems = whole._duplicate_problems(keep) + whole._twin_problems()
+    part.whole = whole
     return part
 
 

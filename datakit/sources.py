@@ -14,6 +14,7 @@ with workers started by fork or spawn.
 
 from __future__ import annotations
 
+import copy
 import glob
 import json
 import logging
@@ -40,6 +41,7 @@ from datakit.labels import (
     _unicode_form,
     read_labels,
     resolve_path,
+    spelled_twice,
 )
 from datakit.lmdb import LmdbReader
 
@@ -515,11 +517,18 @@ class TableDataset(ImageDataset):
         probe: bool = True,
         **kwargs,
     ) -> None:
+        root = table.path.parent if root is None else root
+        twice = spelled_twice(table, root) if probe else []  # probe=False: `check` reports them itself
+        if twice:
+            shown = twice[0] if len(twice) == 1 else f"{len(twice)} files listed twice:\n  " + "\n  ".join(twice)
+            raise LabelError(shown)
         table = table.select(split)
+        if table.whole is not None:  # checked: the rest of the table need not travel to the workers
+            table = copy.copy(table)
+            table.whole = None
         self.table = table
         self.split = split  # its rows are this split alone (a pack of it records no splits)
         self.class_map = class_map or table.class_map(remap=remap_labels)
-        root = table.path.parent if root is None else root
         self.root = os.fspath(root)
         self.zip = None
         if os.path.isfile(root) and self.root.lower().endswith(".zip"):

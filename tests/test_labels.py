@@ -742,6 +742,28 @@ def test_rows_made_only_of_formulas_without_values_are_named_not_dropped(tmp_pat
         read_labels(path, split="val")
 
 
+def test_one_file_listed_by_absolute_and_relative_path_is_listed_again(tmp_path: Path, capsys):
+    # The attack: b.jpg in train and, as /abs/root/b.jpg, in val with another label: a leak only the root shows.
+    from datakit.cli import main
+
+    for name in ("b", "c", "d"):
+        jpeg(tmp_path / "img" / f"{name}.jpg")
+    path = tmp_path / "labels.csv"
+    path.write_text(f"file,label,split\nb.jpg,cat,train\n{tmp_path / 'img' / 'b.jpg'},dog,val\nc.jpg,cat,val\n"
+                    "d.jpg,dog,train\n", encoding="utf-8")  # fmt: skip
+    want = (f"{path}, line 3: file '{tmp_path / 'img' / 'b.jpg'}' is listed again (first at line 2 as 'b.jpg': "
+            f"both name {tmp_path / 'img' / 'b.jpg'})")  # fmt: skip
+    for split in (None, "train", "val"):
+        with pytest.raises(LabelError) as e:
+            open_dataset(tmp_path / "img", labels=path, split=split)
+        assert str(e.value) == want
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--workers", "1"]) == 1
+    assert capsys.readouterr().err.splitlines() == [want]
+    path.write_text(f"file,label\n{tmp_path / 'img' / 'b.jpg'},cat\nc.jpg,dog\n", encoding="utf-8")
+    assert len(open_dataset(tmp_path / "img", labels=path)) == 2  # an absolute name alone is fine
+
+
 def test_names_of_different_files_are_not_listed_again(tmp_path: Path):
     path = tmp_path / "labels.csv"
     rows = ["a.jpg", "sub/a.jpg", "../a.jpg", "/a.jpg", "a.jpg.", "x/./../c/a.jpg", "b/a.jpg"]
