@@ -614,8 +614,12 @@ def unzip(
                     report.problems.append(f"{label}: {exc}")
                 except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
                     report.problems.append(f"{label}: {_explain(exc)}")
+            last = {rel: m.index for m in members if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
             for m, rel in links:
                 label = f"{archive}: member {m.name!r}"
+                if last.get(rel, m.index) > m.index:  # a later member of the same name wins, as between files
+                    report.notes.append(f"{label}: a later member has the same name; the link is not made")
+                    continue
                 try:
                     _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label)
                 except _Refused as exc:
@@ -823,20 +827,25 @@ def _extract_symlink(
 
 
 def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: ExtractReport, archive: str) -> None:
-    """Remove any link that a later link made resolve outside the target (``a -> b/..``, then ``b -> .``)."""
+    """Remove any link that a later link made resolve outside the target (``a -> b/..``, then ``b -> .``),
+    and any that leads to nothing (``nosuch/../../cat/1.png``, ``1.png/``): the folder's scan would
+    list it as an image it cannot read, where the zip read in place has no such sample."""
     made = [(m, rel) for m, rel in links if rel in set(report.extracted)]
     changed = True
     while changed:
         changed = False
         for m, rel in list(made):
             full = os.path.join(tree.root, *rel.split("/"))
+            why = None
             if not _inside(os.path.realpath(full), tree.root):
+                why = "symlink resolves outside the target through other links; removed"
+            elif not os.path.exists(full):  # what a folder scan would list as a file it cannot read
+                why = f"symlink to {os.readlink(full)!r} leads to nothing inside the target; removed"
+            if why:
                 parts = rel.split("/")
                 os.unlink(parts[-1], dir_fd=tree.folder(parts[:-1], create=False))
                 report.extracted.remove(rel)
-                report.problems.append(
-                    f"{archive}: member {m.name!r}: symlink resolves outside the target through other links; removed"
-                )
+                report.problems.append(f"{archive}: member {m.name!r}: {why}")
                 made.remove((m, rel))
                 changed = True
 
@@ -855,6 +864,23 @@ def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> byte
         if len(out) == size and f.read(1):  # defensive: never more than declared
             raise zipfile.BadZipFile(f"inflates past its declared size of {size} bytes; stopped")
     return bytes(out)
+
+
+def _prefixes(path: str, is_dir: bool) -> list[str]:
+    """The folders ``path`` implies (and itself, for a folder member)."""
+    parts = path.split("/")
+    return ["/".join(parts[:k]) for k in range(1, len(parts) + (1 if is_dir else 0))]
+
+
+def member_path(name: str) -> str:
+    """The path a member name (or a table's name for one) spells: ``\\`` read as ``/``, ``.`` and empty
+    parts dropped, ``x/..`` resolved, a leading ``/`` dropped."""
+    import posixpath
+
+    name = name.replace("\\", "/")
+    if "//" not in name and "./" not in name and not name.startswith("/") and not name.endswith((".", "/")):
+        return name  # the usual name, as it is
+    return posixpath.normpath("/" + name).lstrip("/")
 
 
 class ZipReader:
@@ -882,17 +908,78 @@ class ZipReader:
         members, self.encoding = read_members(self.path, encoding)
         self.members = [m for m in members if not m.is_dir and not m.is_symlink]
         self.links = [m for m in members if m.is_symlink]  # read as the member they name, where one does
-        self._by_name = {m.name: m.index for m in self.members}
+        # by the path each name spells (``./cat/1.png``, ``cat//1.png`` and ``cat/1.png`` are one), as on disk
+        self._by_name = {member_path(m.name): m.index for m in self.members}
+        # names stored twice (a file added again: the first copy stays): which copy is meant cannot be told
+        self.twice: set[str] = set()
+        if len(self._by_name) < len(self.members):
+            seen: set[str] = set()
+            self.twice = {p for p in map(member_path, (m.name for m in self.members)) if p in seen or seen.add(p)}
         self._by_index = {m.index: m for m in members}
+        self._links = {member_path(m.name): m for m in self.links}
+        self._all, self._folder_set = members, None
         self._zf: zipfile.ZipFile | None = None
         self._pid = -1
+
+    def _resolve(self, m: ZipMember) -> int | str | None:
+        """Where the symlink member ``m`` leads: a regular member's index, a folder's path, or None."""
+        folders = self._folders()
+        name = member_path(m.name)
+        for _ in range(8):
+            if m.file_size > _MAX_LINK:
+                return None
+            try:
+                link = self.read_index(m.index).decode("utf-8")
+            except (UnicodeDecodeError, ValueError, OSError):
+                return None
+            if link.startswith("/") or link[1:2] == ":" or "\x00" in link:
+                return None
+            parts = name.split("/")[:-1]
+            for part in link.replace("\\", "/").split("/"):
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    if not parts or "/".join(parts) not in folders:
+                        return None  # out of the archive, or back out of a folder that is not there
+                    parts.pop()
+                    continue
+                if parts and "/".join(parts) not in folders:
+                    return None  # through a file, a link or nothing: the kernel stops there too
+                parts.append(part)
+            target = "/".join(parts)
+            if target in self._by_name:
+                return None if link.endswith("/") else self._by_name[target]  # 'a.png/': a folder, which it is not
+            nxt = self._links.get(target)
+            if nxt is None:
+                return target if target in folders else None  # a folder (link_folder), or nothing
+            m, name = nxt, target
+        return None
+
+    def link_target(self, m: ZipMember) -> int | None:
+        """The index of the regular member the symlink member ``m`` leads to inside the archive, as the
+        extracted folder's links resolve: relative to the link's folder, through other links (a chain,
+        8 at most), every folder on the way one the archive has. None for a link out of the archive,
+        to nothing, to a folder, or through a folder that is not there (a dangling link on disk)."""
+        found = self._resolve(m)
+        return found if isinstance(found, int) else None
+
+    def link_folder(self, m: ZipMember) -> str | None:
+        """The folder (its path inside the archive) the symlink member ``m`` leads to, or None."""
+        found = self._resolve(m)
+        return found if isinstance(found, str) else None
+
+    def _folders(self) -> set[str]:
+        if self._folder_set is None:
+            self._folder_set = {p for m in self._all for p in _prefixes(member_path(m.name), m.is_dir)}
+        return self._folder_set
 
     def names(self) -> list[str]:
         """Decoded names of the file members, in archive order."""
         return [m.name for m in self.members]
 
     def __contains__(self, name: str) -> bool:
-        return name in self._by_name
+        name = member_path(name)
+        return name in self._by_name or (name in self._links and self.link_target(self._links[name]) is not None)
 
     def __len__(self) -> int:
         return len(self.members)
@@ -934,10 +1021,17 @@ class ZipReader:
 
     def read(self, name: str) -> bytes:
         """The bytes of the member with decoded name ``name``."""
-        try:
-            index = self._by_name[name.replace("\\", "/")]
-        except KeyError:
-            raise KeyError(f"{self.path}: no member named {name!r}") from None
+        name = member_path(name)
+        index = self._by_name.get(name)
+        if index is None and name in self._links:  # a link: the image it names, as in the extracted folder
+            index = self.link_target(self._links[name])
+            if index is None:
+                raise KeyError(f"{self.path}: member {name!r} is a link that leads to no image inside the archive")
+        if index is None:
+            raise KeyError(f"{self.path}: no member named {name!r}")
+        if name in self.twice:
+            raise ArchiveError(f"{self.path}: member {name!r} is in the archive twice: which copy is the image "
+                               "cannot be told")  # fmt: skip
         return self.read_index(index)
 
     def close(self) -> None:

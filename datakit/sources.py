@@ -371,10 +371,6 @@ def _is_image(name: str, extensions: tuple[str, ...] = IMG_EXTENSIONS) -> bool:
     return name.lower().endswith(extensions)
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def scan_class_folders(
     root: str | os.PathLike, extensions: Sequence[str] | str | None = None
 ) -> tuple[list[str], list[str], list[int]]:
@@ -382,25 +378,22 @@ def scan_class_folders(
     every sub-folder is a class (sorted by name), files whose name ends in one of ``extensions``
     (any case; default :data:`IMG_EXTENSIONS`, ImageFolder's list) found recursively, in the same order.
 
-    Links are followed only while they stay inside ``root``: a link (folder or file) whose real
-    target lies outside it is skipped with a warning naming it, and a link back to a folder
-    already being walked (``x -> .``) is not walked twice, so a scan never leaves its root and
-    always ends.
+    Links are followed wherever they lead, as ImageFolder follows them (``train/cat -> /pool/cats``),
+    and a link back to a folder already being walked (``x -> .``) is not walked twice, so a scan always
+    ends. A link to nothing (or through a file) that ends in an image extension is a sample, as in
+    ImageFolder, so the indices stay ImageFolder's; reading it fails, naming it.
     """
     root = os.fspath(root)
     extensions = _extensions(extensions)
-    real_root = os.path.realpath(root)
-    outside: list[str] = []
 
-    def stays_inside(entry: os.DirEntry) -> bool:
-        if entry.is_symlink() and not _inside(os.path.realpath(entry.path), real_root):
-            outside.append(entry.path)
+    def is_dir(entry: os.DirEntry) -> bool:
+        try:
+            return entry.is_dir()
+        except OSError:  # a link through a file ('a.png/'): not a folder
             return False
-        return True
 
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and stays_inside(e))
+    classes = sorted(e.name for e in os.scandir(root) if is_dir(e))
     if not classes:
-        _warn_outside(root, outside)
         raise LabelError(f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=)")
     _refuse_unicode_twins(root, classes)
     files, targets = [], []
@@ -416,11 +409,9 @@ def scan_class_folders(
             seen.add(real)
             names = []
             for e in os.scandir(folder):
-                if not stays_inside(e):
-                    continue
-                if e.is_dir():
+                if is_dir(e):
                     todo.append(e.path)
-                elif _is_image(e.name, extensions) and e.is_file():
+                elif _is_image(e.name, extensions):  # a broken link too, as ImageFolder lists it
                     names.append(e.name)
             found.append((folder, sorted(names)))
         n = 0
@@ -433,7 +424,6 @@ def scan_class_folders(
             hint = "; pass extensions= to count others" if extensions == IMG_EXTENSIONS else ""
             raise LabelError(f"{root}: class folder {cls!r} holds no images (no file ending in "
                              f"{' '.join(extensions)}{hint})")  # fmt: skip
-    _warn_outside(root, outside)
     hidden = [c for c in classes if c.startswith(".")]
     if hidden:
         log.warning(
@@ -457,16 +447,6 @@ def _refuse_unicode_twins(root: str, classes: list[str]) -> None:
             named = " and ".join(f"{n!r} ({_unicode_form(n)}: {ascii(n)})" for n in same)
             raise LabelError(f"{root}: class folders {named} are one name in two Unicode forms and would be "
                              "two classes; rename one to the other's form")  # fmt: skip
-
-
-def _warn_outside(root: str, outside: list[str]) -> None:
-    if outside:
-        if len(outside) == 1:
-            log.warning("%s: link %s leads outside the dataset folder; skipped", root, outside[0])
-        else:
-            log.warning(
-                "%s: links %s and %d more lead outside the dataset folder; skipped", root, outside[0], len(outside) - 1
-            )
 
 
 class FolderDataset(ImageDataset):
@@ -546,7 +526,9 @@ class TableDataset(ImageDataset):
         named in the other (NFD, as macOS writes names), when only that one is there."""
         name = self.files[index]
         if self.zip is not None:
-            name = name.lstrip("/")
+            from datakit.archive import member_path
+
+            name = member_path(name)
             if not name.isascii() and name not in self.zip:
                 name = next((o for o in _other_forms(name) if o in self.zip), name)
             return name
@@ -589,7 +571,9 @@ class TableDataset(ImageDataset):
 
     def encoded_size(self) -> int:
         if self.zip is not None:
-            sizes = {m.name: m.file_size for m in self.zip.members}
+            from datakit.archive import member_path
+
+            sizes = {member_path(m.name): m.file_size for m in self.zip.members}
             return sum(sizes.get(self.path(i), 0) for i in range(len(self)))
         return sum(os.path.getsize(p) for p in map(self.path, range(len(self))) if os.path.exists(p))
 
@@ -649,13 +633,12 @@ class ZipDataset(ImageDataset):
         self.extensions = _extensions(extensions)
         images = []
         seen: set[str] = set()
-        regular = {m.name: m.index for m in self.zip.members}
         for m in [*self.zip.members, *self.zip.links]:
             if not _is_image(m.name, self.extensions) or m.is_dir:
                 continue
             index = m.index
             if m.is_symlink:  # as unzip-gbk makes it and a folder scan follows it: the image it names
-                index = _link_target(self.zip, m, regular)
+                index = self.zip.link_target(m)
                 if index is None:
                     continue
             parts = [p for p in m.name.split("/") if p not in ("", ".")]
@@ -674,6 +657,7 @@ class ZipDataset(ImageDataset):
         strip = 0
         if images and all(len(p) >= 3 for _, p in images) and len({p[0] for _, p in images}) == 1:
             strip = 1  # one wrapping folder, as when a folder is zipped
+        images += self._through_folder_links(images, strip + 1)
         keep = [(i, p[strip:]) for i, p in images if len(p) - strip >= 2]
         classes = sorted({p[0] for _, p in keep})
         if not classes:
@@ -689,6 +673,25 @@ class ZipDataset(ImageDataset):
         self._sizes = None
         super().__init__(targets, classes, **kwargs)
 
+    def _through_folder_links(self, images: list[tuple[int, list[str]]], top: int) -> list[tuple[int, list[str]]]:
+        """The images a folder scan of the extracted archive finds through links to folders
+        (``cat/more -> ../dog``: dog's images again, under cat/more), each folder walked once per
+        class as the scan walks it (a link back into its own class folder adds nothing); ``top`` is the
+        number of leading parts that name a class folder (2 under one wrapping folder)."""
+        out = []
+        for m in self.zip.links:
+            folder = self.zip.link_folder(m)
+            if folder is None:
+                continue
+            link = [p for p in m.name.split("/") if p not in ("", ".")]
+            target = folder.split("/")
+            if len(link) > top and target[:top] == link[:top]:
+                continue  # inside its own class folder: walked already
+            for index, parts in images:
+                if parts[: len(target)] == target and len(parts) > len(target):
+                    out.append((index, link + parts[len(target) :]))
+        return out
+
     def name(self, index: int) -> str:
         return f"{self.path}:{self.prefix}{self.files[index]}"
 
@@ -702,24 +705,6 @@ class ZipDataset(ImageDataset):
 
 # ---------------------------------------------------------------------------------------------
 # LMDB packs
-
-
-def _link_target(zip, m, regular: dict[str, int]) -> int | None:
-    """The index of the regular member a symlink member names (relative to its folder, inside the
-    archive), or None: a link out of the archive, to nothing, or to another link is left out, as
-    unzip-gbk refuses to make it or the extracted folder's scan cannot follow it."""
-    import posixpath
-
-    if m.file_size > 4096:
-        return None
-    try:
-        link = zip.read_index(m.index).decode("utf-8")
-    except (UnicodeDecodeError, ValueError, OSError):
-        return None
-    if link.startswith("/") or link[1:2] == ":":
-        return None
-    target = posixpath.normpath(posixpath.join(posixpath.dirname(m.name), link))
-    return None if target.startswith("../") or target == ".." else regular.get(target)
 
 
 def _check_shards(readers: list) -> None:

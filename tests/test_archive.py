@@ -470,10 +470,13 @@ def test_link_to_dot_then_link_below_it(tmp_path: Path):
     out = tmp_path / "out"
     report = unzip(z, out)
     # files first, then links: x/y/f.txt makes a real folder x, so the link x is refused, not followed,
-    # and esc is made in real folders x/x/x/x, where its target is out/outside: inside
-    assert report.problems == [f"{z}: member 'x': {out / 'x'} exists and differs; not overwritten (use --overwrite)"]
-    assert tree(out) == {"x/y/f.txt": b"f"} and links_under(out) == {"x/x/x/x/esc": "../../../../outside"}
-    assert os.path.realpath(out / "x/x/x/x/esc") == str(out / "outside")
+    # and esc is made in real folders x/x/x/x, where its target is out/outside: inside, but nothing is there,
+    # so it is removed (a folder scan would list it as an image it cannot read)
+    assert report.problems == [
+        f"{z}: member 'x': {out / 'x'} exists and differs; not overwritten (use --overwrite)",
+        f"{z}: member 'x/x/x/x/esc': symlink to '../../../../outside' leads to nothing inside the target; removed",
+    ]
+    assert tree(out) == {"x/y/f.txt": b"f"} and links_under(out) == {}
     z2 = write_zip(tmp_path / "c2.zip", [gbk("x", symlink_to=b"."), gbk("x/x/x/x/esc", symlink_to=b"in.txt")])
     out2 = tmp_path / "out2"
     report = unzip(z2, out2)
@@ -750,28 +753,111 @@ def test_zip_dataset_refuses_escaping_names_and_bombs(tmp_path: Path):
         ZipDataset(z3, max_member_size=1000, max_ratio=1e9)[1]
 
 
-def test_folder_dataset_never_leaves_its_root_through_a_link(tmp_path: Path, caplog):
+def test_folder_dataset_follows_links_as_imagefolder_does_and_always_ends(tmp_path: Path, capsys):
+    # The attack: train/外 -> ../outside (a class kept elsewhere, as split folders are often made) was skipped with
+    # a log line, so every class after it had another index than ImageFolder's; a broken link too.
+    from torchvision.datasets import ImageFolder
+
+    from datakit.cli import main
     from datakit.datasets import open_dataset
     from datakit.io import imwrite
     from datakit.testing import synthetic_image
 
     outside = tmp_path / "outside"
     outside.mkdir()
-    imwrite(outside / "secret.png", synthetic_image(8, 8))
+    imwrite(outside / "3.png", synthetic_image(8, 8))
     root = tmp_path / "数据"
     (root / "猫").mkdir(parents=True)
     (root / "狗").mkdir()
     imwrite(root / "猫" / "1.png", synthetic_image(8, 8))
     imwrite(root / "狗" / "2.png", synthetic_image(8, 8))
     (root / "猫" / "loop").symlink_to(".")  # x -> . : walked once, the scan ends
-    (root / "猫" / "out").symlink_to(outside)  # leaves the root: skipped
-    (root / "狗" / "same.png").symlink_to(root / "猫" / "1.png")  # stays inside: followed
-    (root / "外").symlink_to(outside)  # a class folder outside the root: skipped
-    with caplog.at_level("WARNING", logger="datakit"):
-        ds = open_dataset(root)
-    assert ds.classes == ["狗", "猫"]
-    assert [ds.files[i] for i in range(len(ds))] == ["狗/2.png", "狗/same.png", "猫/1.png"]
-    assert f"{root}: links {root / '外'} and 1 more lead outside the dataset folder; skipped" in caplog.messages
+    (root / "猫" / "out").symlink_to(outside)
+    (root / "狗" / "same.png").symlink_to(root / "猫" / "1.png")
+    (root / "狗" / "gone.png").symlink_to(tmp_path / "nothing.png")  # broken: a sample that fails, named
+    (root / "外").symlink_to(outside)  # a class folder kept elsewhere
+    ds = open_dataset(root)
+    assert ds.classes == ["外", "狗", "猫"]
+    assert [ds.files[i] for i in range(len(ds))] == ["外/3.png", "狗/2.png", "狗/gone.png", "狗/same.png", "猫/1.png",
+                                                     "猫/out/3.png"]  # fmt: skip
+    (root / "猫" / "loop").unlink()  # ImageFolder walks a loop until the path is too long
+    tv = ImageFolder(str(root))
+    assert [(os.path.relpath(p, root), t) for p, t in tv.samples] == [
+        (ds.files[i], int(ds.targets[i])) for i in range(len(ds))
+    ]
+    with pytest.raises(ValueError, match=r"sample 2: .*gone\.png"):
+        ds[2]
+    capsys.readouterr()
+    assert main(["check", str(root), "--workers", "1"]) == 1
+    assert "gone.png" in capsys.readouterr().err
+
+
+def _png(value: int) -> bytes:
+    from datakit.io import encode_image
+
+    return encode_image(np.full((4, 4, 3), value, np.uint8), ".png")
+
+
+def _samples(ds) -> list[tuple[str, str, int]]:
+    return [(ds.files[i], ds.classes[int(ds.targets[i])], int(ds[i][0][0, 0, 0])) for i in range(len(ds))]
+
+
+@pytest.mark.parametrize(
+    ("links", "want"),
+    [
+        ([("cat2", b"cat")], [("cat/1.png", "cat", 10), ("cat2/1.png", "cat2", 10), ("dog/2.png", "dog", 50)]),
+        ([("cat/more", b"../dog")], [("cat/1.png", "cat", 10), ("cat/more/2.png", "cat", 50), ("dog/2.png", "dog", 50)]),
+        ([("dog/l1.png", b"l2.png"), ("dog/l2.png", b"../cat/1.png")],
+         [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50), ("dog/l1.png", "dog", 10), ("dog/l2.png", "dog", 10)]),
+        ([("dog/l.png", b"nosuch/../../cat/1.png")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        ([("dog/l.png", b"../cat/1.png/")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        ([("cat/again", b".")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+    ],
+)  # fmt: skip
+def test_a_zip_read_in_place_gives_the_samples_of_the_folder_it_extracts_to(tmp_path: Path, links, want):
+    # The attack: links to a class folder, to a folder inside a class, chains of links and links to nothing made
+    # the zip read in place and the extracted folder differ in classes and samples (every later index shifted).
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "d.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)),
+                                       *(gbk(n, symlink_to=t) for n, t in links)])  # fmt: skip
+    unzip(z, tmp_path / "out")
+    assert _samples(open_dataset(tmp_path / "out")) == want
+    assert _samples(open_dataset(z)) == want
+
+
+def test_zip_with_a_table_reads_what_the_folder_does(tmp_path: Path):
+    # The attacks: a table writing ./cat/1.png or dog/../dog/2.png, a member stored as ./cat/1.png, a table naming a
+    # link member: the folder read them all, the zip in place refused; a name stored twice was read as its last copy.
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "d.zip", [gbk("./cat/1.png", _png(10)), gbk("dog//2.png", _png(50)),
+                                       gbk("dog/3.png", symlink_to=b"../cat/1.png")])  # fmt: skip
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\n./cat/1.png,cat\ndog/../dog/2.png,dog\ndog/3.png,dog\n", encoding="utf-8")
+    unzip(z, tmp_path / "out")
+    got = [(int(x[0, 0, 0]), y) for x, y in open_dataset(z, labels=table)]
+    assert got == [(int(x[0, 0, 0]), y) for x, y in open_dataset(tmp_path / "out", labels=table)] == [
+        (10, 0), (50, 1), (10, 1)]  # fmt: skip
+    twice = write_zip(tmp_path / "twice.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)),
+                                               gbk("cat/1.png", _png(200))])  # fmt: skip
+    table.with_name("t2.csv").write_text("file,label\ncat/1.png,cat\ndog/2.png,dog\n", encoding="utf-8")
+    ds = open_dataset(twice, labels=table.with_name("t2.csv"))
+    with pytest.raises(ValueError) as e:
+        ds[0]
+    assert str(e.value) == (f"sample 0: {twice}: member 'cat/1.png' is in the archive twice: which copy is the image "
+                            f"cannot be told ({table.with_name('t2.csv')}, line 2)")  # fmt: skip
+
+
+def test_a_link_then_a_later_file_of_the_same_name_the_file_wins(tmp_path: Path):
+    # The attack: cat/2.png as a link, then again as a real image: links are made last, so with --overwrite the
+    # earlier link replaced the later file (two files: the later wins).
+    z = write_zip(tmp_path / "lt.zip", [gbk("cat/1.png", _png(10)), gbk("cat/2.png", symlink_to=b"1.png"),
+                                        gbk("cat/2.png", _png(99))])  # fmt: skip
+    report = unzip(z, tmp_path / "out", overwrite=True)
+    assert report.notes[-1] == f"{z}: member 'cat/2.png': a later member has the same name; the link is not made"
+    assert not (tmp_path / "out" / "cat" / "2.png").is_symlink()
+    assert (tmp_path / "out" / "cat" / "2.png").read_bytes() == _png(99)
 
 
 # --- honest name decoding -------------------------------------------------------------------------
