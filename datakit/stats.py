@@ -145,6 +145,11 @@ def compute_stats(
         raise UsageError(f"compute_stats takes a path or a datakit dataset (open_dataset), got {kind}; "
                          "give the dataset it is made of (sample= reads a part)")  # fmt: skip
     ds = dataset_or_src if isinstance(dataset_or_src, ImageDataset) else open_source(dataset_or_src)
+    if getattr(ds, "mode", "rgb") == "unchanged":  # channels in the file's order, 16-bit values: not 0-255 RGB
+        raise UsageError(
+            "compute_stats counts 8-bit pixels in RGB (or BGR, gray) order; this dataset was opened "
+            "with mode='unchanged' (channels and bit depth as stored): open it with mode='rgb'"
+        )
     n = len(ds)
     order = "BGR" if getattr(ds, "mode", "rgb") == "bgr" else "RGB"
     idx = np.arange(n)

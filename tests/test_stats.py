@@ -66,6 +66,25 @@ def test_bgr_dataset_reports_order(class_folder: Path):
     assert st.order == "BGR" and np.allclose(st.mean, rgb.mean[::-1])
 
 
+def test_unchanged_mode_refused_not_counted_in_the_wrong_order_or_depth(tmp_path: Path):
+    # The attack: mode="unchanged" gave BGR channels labelled RGB, counted only the 16-bit values under 256, and
+    # failed with a bare broadcasting error when RGBA met RGB.
+    import cv2
+
+    from datakit.errors import UsageError
+
+    (tmp_path / "x").mkdir()
+    deep = np.zeros((10, 10, 3), np.uint16)
+    deep[5:] = 60000
+    cv2.imwrite(str(tmp_path / "x" / "deep.png"), deep)
+    with pytest.raises(UsageError) as e:
+        compute_stats(open_dataset(tmp_path, mode="unchanged"), workers=0)
+    assert str(e.value) == ("compute_stats counts 8-bit pixels in RGB (or BGR, gray) order; this dataset was opened "
+                            "with mode='unchanged' (channels and bit depth as stored): open it with mode='rgb'")  # fmt: skip
+    s = compute_stats(open_dataset(tmp_path), workers=0)  # RGB: 16 bits read as 8, as every decoder here does
+    assert (s.pixels, [round(m, 6) for m in s.mean]) == (100, [round(0.5 * (60000 >> 8) / 255, 6)] * 3)
+
+
 def test_presets():
     assert PRESETS["cifar10"]["std"] == (0.2470, 0.2435, 0.2616)
     assert PRESETS["imagenet_caffe"]["std"] == (1.0, 1.0, 1.0)
