@@ -791,6 +791,11 @@ class LmdbDataset(ImageDataset):
         self._checked = time.monotonic()
         return len(self.targets)
 
+    def _image(self, index: int):
+        if index >= len(self.targets) and not self.complete:  # a worker's copy behind the writer: catch up
+            self.refresh()
+        return super()._image(index)
+
     def __len__(self) -> int:
         if not self.readers[0].complete and time.monotonic() - self._checked >= self.follow_seconds:
             self.refresh()

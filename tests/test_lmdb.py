@@ -322,6 +322,49 @@ def test_reader_follows_a_pack_being_written(tmp_path: Path):
     assert read_meta(out)["complete"] is True
 
 
+def test_a_workers_copy_follows_the_writer_past_its_length(tmp_path: Path):
+    # The attack: persistent DataLoader workers keep the dataset they were given; after ds.refresh() in the main
+    # process the sampler asked a worker for sample 60 of its 60 and training stopped on an IndexError.
+    import pickle
+
+    out = tmp_path / "live.lmdb"
+    writer = """
+        import sys
+        from datakit.io import encode_image
+        from datakit.labels import ClassMap
+        from datakit.lmdb import LmdbWriter
+        from datakit.testing import synthetic_image
+        meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a", "b")).to_json(), "planned": 10}
+        with LmdbWriter(sys.argv[1], meta, commit_every=5) as w:
+            for i in range(10):
+                w.add(encode_image(synthetic_image(8, 8, seed=i), ".png", mode="rgb"), i % 2, 8, 8, f"s{i}")
+                if w.count == i + 1:
+                    print(w.count, flush=True)
+                    sys.stdin.readline()
+            w.finish()
+    """
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(writer), str(out)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "5"
+        ds = open_dataset(out, allow_incomplete=True, follow_seconds=3600)
+        worker_copy = pickle.loads(pickle.dumps(ds))
+        assert len(worker_copy) == 5
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "10"
+        assert ds.refresh() == 10
+        img, target = worker_copy[7]
+        assert target == 1 and img.shape == (8, 8, 3) and len(worker_copy) == 10
+        with pytest.raises(IndexError, match="sample index 10 out of range for a dataset of 10"):
+            worker_copy[10]
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+    finally:
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+
+
 def test_lmdb_range_declared():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"lmdb>=1.4,<4"' in text
