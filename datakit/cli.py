@@ -79,7 +79,10 @@ def parse_bytes(text: str) -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 500M or 10G)")
-    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
+    value = int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -238,6 +241,13 @@ _UNZIP_EXAMPLE = """\
 """
 
 
+def _shown(name: str) -> str:
+    """``name`` as one line: control characters (newline, tab, escape...) written as ``\\n``-style escapes."""
+    if name.isprintable():
+        return name
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in name)
+
+
 def _warn_ambiguous(archive: Path, guess) -> None:
     if guess.ambiguous:
         print(
@@ -269,8 +279,8 @@ def cmd_unzip(args: argparse.Namespace) -> int:
             _print_json(out)
             return 0
         print(f"encoding: {guess.encoding} ({guess.reason})")
-        rows = [
-            [m.file_size, "{:04d}-{:02d}-{:02d} {:02d}:{:02d}".format(*m.date_time[:5]), m.name, m.name_source]
+        rows = [  # a name's control characters escaped: a newline in a name must not forge a row
+            [m.file_size, "{:04d}-{:02d}-{:02d} {:02d}:{:02d}".format(*m.date_time[:5]), _shown(m.name), m.name_source]
             for m in members
         ]
         print_table(["size", "modified", "name", "name from"], rows)

@@ -18,6 +18,7 @@ import copy
 import glob
 import json
 import logging
+import operator
 import os
 import shutil
 import sys
@@ -189,6 +190,11 @@ class ImageDataset:
             raise SampleError(f"sample {index}: {exc}") from exc
 
     def _image(self, index: int) -> tuple[int, np.ndarray]:
+        if not isinstance(index, (int, np.integer)):
+            try:  # a 0-d integer tensor, anything with __index__; never a float (1.7 read sample 1)
+                index = operator.index(index)
+            except TypeError:
+                raise TypeError(f"sample index must be an integer, got {type(index).__name__} {index!r}") from None
         n = len(self)
         if not -n <= index < n:
             raise IndexError(f"sample index {index} out of range for a dataset of {n}")
@@ -792,7 +798,8 @@ class LmdbDataset(ImageDataset):
         return len(self.targets)
 
     def _image(self, index: int):
-        if index >= len(self.targets) and not self.complete:  # a worker's copy behind the writer: catch up
+        behind = isinstance(index, (int, np.integer)) and index >= len(self.targets) and not self.complete
+        if behind:  # a worker's copy behind the writer: catch up
             self.refresh()
         return super()._image(index)
 

@@ -346,6 +346,20 @@ def test_cli_list(gbk_zip: Path, capsys):
     assert "训练/猫_01.jpg" in out and "450" in out and out.rstrip().endswith("3 files, 461 bytes")
 
 
+def test_cli_list_escapes_control_characters_and_sizes_must_be_positive(tmp_path: Path, capsys):
+    # The attacks: a newline in a name forged a listing row ('../../etc/passwd'); --max-total 0 was accepted when
+    # parsed and every archive then refused as "over the limit of 0".
+    z = write_zip(tmp_path / "n.zip", [ZipEntry(b"a.txt\n    9999  2024-05-17 10:30  ../../etc/passwd", b"x")])
+    assert unzip_gbk_main([str(z), "-l"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 5 and rows[3].startswith("1     2024-05-17 10:30  a.txt\\n    9999  2024-05-17 10:30  ../..")
+    for size in ("0", "0.5"):
+        with pytest.raises(SystemExit) as e:
+            unzip_gbk_main([str(z), "--max-total", size])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.endswith(f"error: argument --max-total: must be at least 1 byte, got '{size}'\n")
+
+
 def test_cli_extract_and_exit_codes(gbk_zip: Path, tmp_path: Path, capsys):
     out = tmp_path / "解压"
     assert main(["unzip", str(gbk_zip), "-d", str(out), "-q"]) == 0

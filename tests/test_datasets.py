@@ -162,6 +162,12 @@ def test_bad_sources(tmp_path: Path, class_folder: Path):
         open_dataset(class_folder, split="train")
     with pytest.raises(IndexError, match="sample index 12 out of range for a dataset of 12"):
         open_dataset(class_folder)[12]
+    ds = open_dataset(class_folder)
+    for bad, shown in ((1.7, "float 1.7"), ("1", "str '1'"), (None, "NoneType None")):  # 1.7 read sample 1
+        with pytest.raises(TypeError) as e:
+            ds[bad]
+        assert str(e.value) == f"sample index must be an integer, got {shown}"
+    assert ds[np.int64(3)][1] == ds[torch.tensor(3)][1] == ds[3][1]
 
 
 def _parity_folder(root: Path) -> Path:
