@@ -246,11 +246,13 @@ class EpochSampler(Sampler[int]):
         self.n, self.shuffle, self.seed, self.rank, self.world = n, shuffle, seed, rank, world
         self.tag = tag
         self.epoch = 0
+        self.asked: int | None = None  # the epoch a caller of set_epoch asked for, until the loader serves it
         self.skip = 0
         self.per_rank = math.ceil(n / world) if world > 1 else n
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        """Serve ``epoch`` next: what a loop calling it itself (DDP's idiom) asks for, whatever came before."""
+        self.epoch = self.asked = epoch
 
     def indices(self, epoch: int | None = None) -> list[int]:
         """This rank's sample order in ``epoch`` (default: the epoch set)."""
@@ -682,9 +684,12 @@ def _heap_frozen(starting_workers: bool):
 
 def _unwrap_worker_error(exc: Exception) -> Exception:
     """An error raised in a worker, with the message it had there: DataLoader re-raises it with
-    the worker's whole traceback in the message, which buries the one line that matters. Left as
-    it is where the type cannot be made again from its message (KeyError quotes it, others take
-    other arguments)."""
+    the worker's whole traceback in the message, which buries the one line that matters. The
+    traceback stays, as the cause of an error not datakit's own (the user's file and line). Left
+    as it is where the type cannot be made again from its message (KeyError quotes it, others
+    take other arguments)."""
+    from datakit.errors import DatakitError
+
     msg = str(exc)
     cls = type(exc)
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
@@ -693,9 +698,17 @@ def _unwrap_worker_error(exc: Exception) -> Exception:
     if not msg.startswith("Caught ") or k < 0 or issubclass(cls, KeyError):
         return exc
     try:
-        return cls(msg[k + len(marker) :].rstrip("\n"))
+        out = cls(msg[k + len(marker) :].rstrip("\n"))
     except Exception:
         return exc
+    if not issubclass(cls, DatakitError):  # the user's own error: where it was raised, shown above it
+        out.__cause__ = WorkerTraceback(msg.rstrip("\n"))
+    return out
+
+
+class WorkerTraceback(Exception):
+    """The traceback of an error raised in a DataLoader worker, as the cause of the one-line error the
+    loop gets: a traceback printed shows the worker's file and line first."""
 
 
 class Loader:
@@ -831,7 +844,10 @@ class Loader:
         gen = self._generation
         dl = self.loader
         sampler = dl.sampler
-        if hasattr(sampler, "set_epoch"):
+        if isinstance(sampler, EpochSampler):
+            sampler.epoch, sampler.asked = epoch, None  # the loader's own telling: not a caller's request
+            self._told_epoch = epoch
+        elif hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
             self._told_epoch = epoch
         if skip and not isinstance(sampler, EpochSampler):
@@ -867,7 +883,7 @@ class Loader:
                     unwrapped = _unwrap_worker_error(exc)
                     if unwrapped is exc:
                         raise
-                    raise unwrapped from None
+                    raise unwrapped from unwrapped.__cause__  # the worker's traceback, or nothing
                 t1 = clock()
                 left -= 1
                 if left == 0 and stream:
@@ -943,9 +959,14 @@ class Loader:
             feed.close(wait=False)  # its thread ends, letting go of the DataLoader's iterator
 
     def __iter__(self):
-        told = getattr(self.loader.sampler, "epoch", None)
-        if type(told) is int and told != self._told_epoch and (self._told_epoch is not None or told != 0):
-            self.epoch = told  # the loop called sampler.set_epoch(e) itself (DDP's idiom): that epoch, as asked
+        sampler = self.loader.sampler
+        if isinstance(sampler, EpochSampler):
+            if sampler.asked is not None:  # the loop called sampler.set_epoch(e) itself (DDP's idiom): as asked
+                self.epoch = sampler.asked
+        else:
+            told = getattr(sampler, "epoch", None)
+            if type(told) is int and told != self._told_epoch and (self._told_epoch is not None or told != 0):
+                self.epoch = told  # a sampler of the caller's own, whose set_epoch was called
         it = self._iterate(self.epoch)
         self.epoch += 1
         return it
@@ -1065,12 +1086,14 @@ class WorkerInit:
     OpenCV to one thread (its thread pool, inherited across fork or multiplied by the workers,
     deadlocks or oversubscribes the CPUs), then the user's own ``worker_init_fn``."""
 
-    def __init__(self, user: Callable[[int], None] | None = None, slots: int = 0) -> None:
-        self.user, self.slots = user, slots
+    def __init__(self, user: Callable[[int], None] | None = None, slots: int = 0, rank_salt: int = 0) -> None:
+        self.user, self.slots, self.rank_salt = user, slots, rank_salt
 
     def __call__(self, worker_id: int) -> None:
         from datakit.collate import use_batch_slots
 
+        if self.rank_salt:  # this rank's workers apart from the other ranks' (torch gave them the same seeds)
+            torch.manual_seed((torch.initial_seed() + 1_000_003 * self.rank_salt) % 2**63)
         seed_worker(worker_id)
         use_batch_slots(self.slots)
         os.environ["OPENCV_FOR_THREADS_NUM"] = "1"  # read when cv2 is first imported (spawned workers)
@@ -1291,6 +1314,16 @@ def create_loader(
     if autotune is None:
         autotune = num_workers == "auto"
     env = os.environ.get("DATAKIT_NUM_WORKERS")
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon and env is None:  # a multiprocessing.Pool worker, for one
+        if num_workers == "auto":
+            num_workers, autotune = 0, False  # the only number that can run here
+            log.info("num_workers='auto' in a daemonic process, which cannot start workers: 0")
+        elif isinstance(num_workers, int) and num_workers > 0:
+            raise UsageError(f"num_workers={num_workers}: this process is daemonic (a multiprocessing.Pool "
+                             "worker, for one), and a daemonic process cannot start DataLoader workers; use "
+                             "num_workers=0 here")  # fmt: skip
     if env is not None:
         num_workers = int(env)
     elif num_workers == "auto":
@@ -1304,6 +1337,8 @@ def create_loader(
         num_workers = tuned.best
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}")
+    if distributed not in ("auto", True, False) or not isinstance(distributed, (str, bool)):
+        raise UsageError(f"distributed must be 'auto', True or False, got {distributed!r}")
     rank, world = 0, 1
     shard = False
     if distributed:
@@ -1316,6 +1351,13 @@ def create_loader(
         elif distributed is True:
             raise ValueError("distributed=True but no torch.distributed process group is initialised")
     base = 0 if seed is None else seed
+    if shard and isinstance(dataset, torch.utils.data.IterableDataset):
+        what = (f"{type(dataset).__name__} (an IterableDataset) orders itself: the loader cannot give each of "
+                f"the {world} ranks its share; its __iter__ must split the stream by torch.distributed.get_rank(), "
+                "or every rank reads all of it")  # fmt: skip
+        if distributed is True:
+            raise UsageError(f"distributed=True: {what}; or pass distributed=False once it does")
+        log.warning("%s", what)
     sampler = dataloader_kwargs.pop("sampler", None)
     own_sampler = sampler is not None  # iterated as it is: never read on into the next epoch
     shuffle = dataloader_kwargs.pop("shuffle", train)
@@ -1324,8 +1366,9 @@ def create_loader(
     tag = tag or seed is not None  # a seeded loader seeds each sample: PerSampleSeed below
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)  # it orders itself: no sampler
     if sampler is None and not iterable:
-        if seed is None and not shard and not infinite:
-            base = int(torch.randint(2**31 - 1, ()))  # unseeded: a fresh order every run
+        if seed is None and not shard and not infinite:  # unseeded: a fresh order every run (one under
+            # seed_everything), read off the caller's generator without moving it: a model made next is the same
+            base = _untouched_rng(lambda: int(torch.randint(2**31 - 1, ())))
         sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
     per_rank = len(sampler) if sampler is not None else (len(dataset) if hasattr(dataset, "__len__") else None)
     if drop_last is None:  # a stream of unknown length: its last batch cannot be known ahead
@@ -1336,13 +1379,16 @@ def create_loader(
     if seed is not None:
         generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)  # distinct worker seeds per rank
     user_init = dataloader_kwargs.pop("worker_init_fn", None)
+    # unseeded on several ranks: torch gives worker k the same seed on every rank (it shares the base seed
+    # across the process group), so the k-th samples of all ranks would draw the same augmentations
+    salt = rank if seed is None and world > 1 else 0
     # per sample where there are indices; an iterable dataset orders and draws itself, its workers seeded (WorkerInit)
     seeded = PerSampleSeed(dataset) if seed is not None and not iterable else None
     if seeded is not None:
         collate_fn = SeededCollate(collate_fn, seeded)
     kwargs = dict(
         batch_size=batch_size, collate_fn=SlotCollate(collate_fn), num_workers=num_workers, drop_last=drop_last,
-        pin_memory=_is_cuda(device), worker_init_fn=WorkerInit(user_init), generator=generator,
+        pin_memory=_is_cuda(device), worker_init_fn=WorkerInit(user_init, rank_salt=salt), generator=generator,
     )  # fmt: skip
     if sampler is not None:
         kwargs["sampler"] = sampler
@@ -1355,7 +1401,7 @@ def create_loader(
         if workers > 0:
             prefetch = dataloader_kwargs.get("prefetch_factor") or 4
             workers, prefetch, slots = _fit_environment(dataset, batch_size, workers, prefetch)
-            kw.update(num_workers=workers, worker_init_fn=WorkerInit(user_init, slots))
+            kw.update(num_workers=workers, worker_init_fn=WorkerInit(user_init, slots, rank_salt=salt))
         persistent = workers > 0 and dataloader_kwargs.get("persistent_workers", True)
         if workers > 0:
             kw.update(persistent_workers=persistent, prefetch_factor=prefetch)

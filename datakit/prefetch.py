@@ -425,6 +425,14 @@ class DeviceLoader:
     def epoch(self) -> int:
         return self._state["epoch"] if self.infinite else self.loader.epoch
 
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        """The epoch the next pass serves (``loader.epoch = 3``, a job resumed), as on the loader it wraps."""
+        if self.infinite:
+            self.load_state_dict({"epoch": int(value), "step": 0})
+        else:
+            self.loader.epoch = int(value)
+
     @property
     def step(self) -> int:
         return self._state["step"] if self.infinite else self.loader.step

@@ -4,6 +4,7 @@ import collections
 import gc
 import json
 import logging
+import multiprocessing
 import os
 import random
 import re
@@ -779,16 +780,42 @@ import torch.distributed as dist
 from torch.utils.data import Dataset
 from datakit.loader import create_loader
 
+import numpy as np, torch
+from datakit.errors import UsageError
+from datakit.loader import seed_everything
+
 class Idx(Dataset):
     def __len__(self): return 11
     def __getitem__(self, i): return i
 
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"],
-                        rank=int(os.environ["RANK"]), world_size=2)
+class Draw(Dataset):
+    def __len__(self): return 8
+    def __getitem__(self, i): return int(np.random.randint(1 << 30))
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self): return iter(range(4))
+
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"], rank=rank, world_size=2)
 train = create_loader(Idx(), 2, num_workers=0, seed=5)
 epochs = [[int(i) for b in train for i in b] for _ in range(2)]
 evaluation = create_loader(Idx(), 4, train=False, num_workers=0)
-print(json.dumps({"epochs": epochs, "eval": [int(i) for b in evaluation for i in b]}))
+peeked = create_loader(Idx(), 2, num_workers=0, seed=5)
+if rank == 0:
+    next(iter(peeked))  # a rank-0 look at one batch
+again = []
+for e in range(2):
+    peeked.sampler.set_epoch(e)
+    again.append([int(i) for b in peeked for i in b])
+seed_everything(0)  # the documented unseeded set-up, on every rank
+draws = sorted(int(d) for b in create_loader(Draw(), 2, num_workers=2, shuffle=False) for d in b)
+try:
+    create_loader(Stream(), 2, num_workers=0, distributed=True)
+    stream = "accepted"
+except UsageError as exc:
+    stream = str(exc)
+print(json.dumps({"epochs": epochs, "eval": [int(i) for b in evaluation for i in b], "again": again,
+                  "draws": draws, "stream": stream}))
 dist.destroy_process_group()
 """
 
@@ -810,6 +837,37 @@ def test_two_gloo_ranks_get_disjoint_shards():
         assert len(set(a) & set(b)) <= 1  # 11 samples on 2 ranks: one padded repeat, as DistributedSampler
     assert r0["epochs"][0] != r0["epochs"][1]  # set_epoch reshuffles
     assert r0["eval"] == r1["eval"] == list(range(11))  # evaluation stays whole
+    # a rank that looked at a batch first and one that did not serve one permutation's shards after set_epoch
+    assert r0["again"] == r0["epochs"] and r1["again"] == r1["epochs"]
+    # unseeded: torch gave worker k the same seed on every rank, so the k-th samples drew the same augmentations
+    assert len(set(r0["draws"]) & set(r1["draws"])) == 0
+    assert r0["stream"] == (
+        "distributed=True: Stream (an IterableDataset) orders itself: the loader cannot give each of the 2 ranks "
+        "its share; its __iter__ must split the stream by torch.distributed.get_rank(), or every rank reads all "
+        "of it; or pass distributed=False once it does"
+    )
+
+
+def _pool_loader(_):
+    loader = create_loader(list(range(6)), 2, seed=0)  # num_workers="auto" in a daemonic process
+    return loader.num_workers, sorted(int(i) for b in loader for i in b)
+
+
+def test_loader_choices_the_caller_could_get_wrong():
+    # The attacks: distributed="false" sharded an evaluation loader, distributed=1 was ignored; num_workers="auto"
+    # in a multiprocessing.Pool worker died on torch's bare AssertionError; create_loader(seed=None) moved the
+    # caller's generator, so the model made next had other weights.
+    for bad in ("false", 1, "yes", None):
+        with pytest.raises(UsageError) as e:
+            create_loader(Indexed(4), 2, num_workers=0, distributed=bad)
+        assert str(e.value) == f"distributed must be 'auto', True or False, got {bad!r}"
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.map(_pool_loader, [0]) == [(0, list(range(6)))]
+    torch.manual_seed(3)
+    want = torch.rand(3).tolist()
+    torch.manual_seed(3)
+    create_loader(list(range(6)), 2, num_workers=0)
+    assert torch.rand(3).tolist() == want
 
 
 def test_seed_everything():
@@ -1195,6 +1253,9 @@ def test_errors_from_a_worker_reach_the_loop_with_their_own_type_and_one_line(wo
         with pytest.raises(type(exc)) as e:
             list(loader)
         assert type(e.value) is type(exc) and str(e.value) == str(exc)
+        if workers and not isinstance(exc, SampleError):  # the user's own: the worker's file and line stay shown
+            cause = str(e.value.__cause__)
+            assert cause.startswith("Caught ") and "in __getitem__\n    raise self.exc" in cause, cause
     # a KeyError's message is its key, quoted: left as DataLoader gives it (and still a KeyError)
     loader = create_loader(_Raises(KeyError("k")), 4, num_workers=2, train=False)
     with pytest.raises(KeyError) as e:
@@ -1289,3 +1350,14 @@ def test_sampler_set_epoch_called_by_the_loop_is_the_epoch_served():
     assert [b.tolist() for b in loader] == orders[5]  # and on from there without set_epoch
     loader.epoch = 1
     assert [b.tolist() for b in loader] == orders[1]
+    # The attack: one look at a batch (next(iter(loader)), as a rank-0 sanity check does) and set_epoch(0) served
+    # epoch 1, since 0 was what the loader had told the sampler: ranks that looked and ranks that did not
+    # sharded different permutations, and samples went missing or twice per epoch.
+    for device in (None, "cpu"):
+        peeked = create_loader(data, 4, num_workers=0, seed=5, device=device)
+        next(iter(peeked))
+        for epoch in (0, 1, 1, 2):
+            peeked.sampler.set_epoch(epoch)
+            assert [b.tolist() for b in peeked] == orders[epoch]
+        peeked.epoch = 4  # also through the device loader: it had no setter
+        assert [b.tolist() for b in peeked] == orders[4]
