@@ -506,8 +506,27 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
         lines.append(line)
     for k, row in enumerate(rows[:_HEADER_SCAN]):
         if is_header(row):
-            return Columns.from_rows(rows[k + 1 :], lines[k + 1 :], row, lines[k], None)
-    return Columns.from_rows(rows, lines, None, 0, rows[0] if rows else None)
+            return _fitting(rows[k + 1 :], lines[k + 1 :], row, lines[k], None, delim, "the header")
+    return _fitting(rows, lines, None, 0, rows[0] if rows else None, delim, "the first row")
+
+
+def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, header_line: int,
+             first_row: list[str] | None, delim: str, what: str) -> Columns:  # fmt: skip
+    """Columns of the rows that fit the header's (or first row's) width; a row with more filled fields
+    (an unquoted delimiter in a name: ``c,1.jpg,cat``) is a problem of its line, not a shifted row."""
+    width = len(header if header is not None else first_row or [])
+    keep, kept, bad = [], [], []
+    for row, line in zip(rows, lines):
+        if width and any(row[width:]):
+            shown = delim.join(row) if delim != "\t" else "\\t".join(row)
+            bad.append((line, f"{len(row)} fields where {what} has {width} ({shown!r}); quote a name that holds "
+                        f"{delim!r}"))  # fmt: skip
+            continue
+        keep.append(row)
+        kept.append(line)
+    out = Columns.from_rows(keep, kept, header, header_line, first_row)
+    out.bad += bad
+    return out
 
 
 def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:

@@ -211,3 +211,18 @@ def test_coded_values_in_order_of_first_appearance(values: list[str]):
     distinct, codes, valid = cols.coded(0)
     assert distinct == list(dict.fromkeys(values))
     assert [distinct[c] for c in codes] == values and valid.tolist() == [bool(v) for v in values]
+
+
+def test_a_row_wider_than_the_header_is_a_problem_not_a_phantom_class(tmp_path: Path):
+    # The attack: an unquoted comma in a file name (c,1.jpg) read as file 'c', label '1.jpg': a phantom class
+    # that shifted every real class index.
+    path = tmp_path / "l.csv"
+    path.write_text('file,label\na.jpg,cat\nc,1.jpg,cat\n"d,2.jpg",dog\nb.jpg,dog,\n', encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [f"{path}, line 3: 3 fields where the header has 2 ('c,1.jpg,cat'); quote a name that "
+                            "holds ','"]  # fmt: skip
+    assert t.files.tolist() == ["a.jpg", "d,2.jpg", "b.jpg"] and t.class_map().classes == ("cat", "dog")
+    path.write_text("a.jpg\tcat\nc\t1.jpg\tcat\nb.jpg\tdog\n", encoding="utf-8")  # no header: the first row's width
+    assert read_labels(path, validate=False).problems() == [
+        f"{path}, line 2: 3 fields where the first row has 2 ('c\\\\t1.jpg\\\\tcat'); quote a name that holds '\\t'"
+    ]
