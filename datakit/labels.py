@@ -796,7 +796,10 @@ def _codes(values: list[str]) -> tuple[list[str], np.ndarray]:
 
 
 def _header_index(row: Sequence[object], keys: set[str]) -> bool:
-    return any(_norm(v) in keys for v in row if not _blank(v))
+    """Whether ``row`` is a header: a known column name in it, and no image file name (a data row of a
+    table without a header whose class is called ``image`` or ``name`` is not one)."""
+    cells = [v for v in row if not _blank(v)]
+    return any(_norm(v) in keys for v in cells) and not any(_looks_like_file(v) for v in cells)
 
 
 def _find_column(header: Sequence[object], wanted: str | None, known: Sequence[str]) -> int | None:

@@ -226,3 +226,15 @@ def test_a_row_wider_than_the_header_is_a_problem_not_a_phantom_class(tmp_path: 
     assert read_labels(path, validate=False).problems() == [
         f"{path}, line 2: 3 fields where the first row has 2 ('c\\\\t1.jpg\\\\tcat'); quote a name that holds '\\t'"
     ]
+
+
+def test_a_data_row_whose_class_is_a_column_name_is_not_the_header(tmp_path: Path):
+    # The attack: a table without a header whose classes include 'image': that row was taken as the header, the
+    # rows above it vanished and the columns swapped, without a problem.
+    path = tmp_path / "l.csv"
+    path.write_text("a.jpg,text\nb.jpg,image\nc.jpg,table\nd.jpg,text\n", encoding="utf-8")
+    t = read_labels(path)
+    assert t.files.tolist() == ["a.jpg", "b.jpg", "c.jpg", "d.jpg"] and t.rows.tolist() == [1, 2, 3, 4]
+    assert t.class_map().classes == ("image", "table", "text")
+    path.write_text("image,label\nb.jpg,image\n", encoding="utf-8")  # a real header still is one
+    assert read_labels(path).labels.tolist() == ["image"]
