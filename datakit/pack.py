@@ -7,7 +7,9 @@ through :class:`~datakit.lmdb.LmdbWriter`. The format itself lives in :mod:`data
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import sys
 import threading
 import time
 import zlib
@@ -31,6 +33,7 @@ from datakit.lmdb import (
     LmdbWriter,
     PackLock,
     PackWriteError,
+    close_pack,
     read_meta,
 )
 from datakit.parallel import map_ordered
@@ -196,8 +199,11 @@ def _clear_pack(out: Path) -> None:
             pass
 
 
-def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool) -> tuple[PackLock, dict | None]:
-    """Take the lock on ``out`` and decide where to start: the existing metadata to resume, or None."""
+def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool,
+                 keep: bool = False) -> tuple[PackLock, dict | None]:  # fmt: skip
+    """Take the lock on ``out`` and decide where to start: the existing metadata to resume, or None.
+    With ``keep``, an existing readable pack that ``overwrite`` replaces is left as it is (the new one
+    is built beside it): the metadata returned is then ``{"replace": True}``."""
     kind = _classify(out)
     if kind == "file":
         raise UsageError(f"{out}: is a file, not a pack folder; pick another OUT (--overwrite replaces only packs)")
@@ -220,6 +226,8 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool) -> tup
             raise UsageError(f"{out}: holds an LMDB environment that is not a datakit pack; not touching it, "
                              "pick another OUT")  # fmt: skip
         if overwrite:
+            if keep and state == "datakit":
+                return lock, {"replace": True}
             _clear_pack(out)
             return lock, None
         if not resume:
@@ -360,12 +368,29 @@ def pack_lmdb(
         "writer": f"datakit {__import__('datakit').__version__}", "skipped": [],
     }  # fmt: skip
     known = _known_bad(ds, bad_samples) if bad_samples is not None else {}
-    lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite)
+    lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite, keep=True)
+    target, part_lock = out, None
+    if existing is not None and existing.get("replace"):
+        # --overwrite of a pack: the new one is built beside it and swapped in when complete, so a kill
+        # at any moment leaves the old pack whole; a part left by such a kill is resumed when it is this job's
+        target = _part_path(out)
+        try:
+            try:
+                part_lock, existing = _open_output(target, meta, resume=True, overwrite=False)
+            except (UsageError, PackError):
+                part_lock, existing = _open_output(target, meta, resume=False, overwrite=True)
+        except BaseException:
+            lock.close()
+            raise
     if existing is not None:
         if existing.get("complete"):
             try:  # killed after completing, before classes.json was written: the pack's own map restores it
-                _restore_classes(out, ClassMap.from_json(existing["classes"]))
+                _restore_classes(target, ClassMap.from_json(existing["classes"]))
+                if target != out:
+                    _swap_in(target, out)
             finally:
+                if part_lock is not None:
+                    part_lock.close()
                 lock.close()
             return PackReport(out, existing["count"], existing["count"], list(existing.get("skipped", [])))
         meta["skipped"] = existing.get("skipped", [])
@@ -374,19 +399,58 @@ def pack_lmdb(
     lmdb_error = __import__("lmdb").Error
     writer = None
     try:
-        writer = LmdbWriter(out, meta, resume=existing is not None, lock=lock, commit_bytes=commit_bytes,
-                            commit_every=commit_every, commit_seconds=commit_seconds, map_size=map_size,
-                            background=True)  # fmt: skip
+        writer = LmdbWriter(target, meta, resume=existing is not None, lock=part_lock or lock,
+                            commit_bytes=commit_bytes, commit_every=commit_every, commit_seconds=commit_seconds,
+                            map_size=map_size, background=True)  # fmt: skip
         with writer:
             report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, split_ids, table, progress,
                            known)  # fmt: skip
-            class_map.save(out / "classes.json")
+            class_map.save(target / "classes.json")
+        if target != out:
+            _swap_in(target, out)
+            report.path = out
     except (OSError, lmdb_error) as exc:
         # a full disk or an I/O error outside a commit (LmdbWriter reports its own): what was committed stays
-        raise PackWriteError(out, writer.count if writer is not None else 0, exc) from None
+        raise PackWriteError(target, writer.count if writer is not None else 0, exc) from None
     finally:
+        if part_lock is not None:
+            part_lock.close()
         lock.close()
     return report
+
+
+def _part_path(out: Path) -> Path:
+    """Where ``--overwrite`` builds the pack that replaces ``out``: a hidden folder beside it."""
+    return out.parent / f".{out.name}.overwrite-part"
+
+
+def _swap_in(part: Path, out: Path) -> None:
+    """Put the complete pack ``part`` in place of ``out`` in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``: ``out`` is the old pack or the new one at every moment), then remove the
+    old one; where the kernel cannot exchange, two renames."""
+    close_pack(out)
+    close_pack(part)
+    if not _exchange(part, out):
+        old = out.parent / f".{out.name}.overwrite-old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(out, old)
+        os.rename(part, out)
+        part = old
+    shutil.rmtree(part, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
 def _with_known(results: Iterable[Result], listed: list[int], known: dict[int, str], hi: int):

@@ -348,6 +348,27 @@ def test_sigkill_then_resume_is_identical(photos: Path, tmp_path: Path, moment: 
 
 
 @pytest.mark.slow
+def test_overwrite_killed_midway_leaves_the_old_pack_whole_and_resumes(photos: Path, tmp_path: Path, class_folder):
+    # The attack: --overwrite deleted the old pack first and built in its place; a kill -9 part-way left an
+    # incomplete pack (or none at all), and the complete old one was gone.
+    out = tmp_path / "train.lmdb"
+    pack_lmdb(class_folder, out, workers=1)
+    old = values(out)
+    ref = tmp_path / "ref.lmdb"
+    pack_lmdb(photos, ref, max_size=160, workers=1)
+    opts = ["--max-size", "160", "--workers", "1", "--commit-every", "7", "-q", "--overwrite"]
+    part = tmp_path / ".train.lmdb.overwrite-part"
+    proc = subprocess.Popen(_cli(str(photos), str(out), *opts))
+    _kill_when(proc, lambda: (_meta_or_none(part) or {}).get("count", 0) >= 30)
+    assert values(out) == old and verify_lmdb(out) == [] and lmdb_info(out)["count"] == 12  # the old one, whole
+    assert len(open_dataset(out)) == 12
+    again = subprocess.run(_cli(str(photos), str(out), *opts), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert values(out) == values(ref) and verify_lmdb(out) == [] and lmdb_info(out)["count"] == 240
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".train")) == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_threaded_pack_interrupted_mid_write_resumes_identical(photos: Path, tmp_path: Path, sig: int):
     # verbatim plain files: reader threads, commits written by the writer's thread while reading goes on
