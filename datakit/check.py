@@ -195,13 +195,14 @@ def _process_group() -> tuple[int, int]:
 
 
 def _not_in_table(ds: TableDataset, src: str | os.PathLike, report: CheckReport) -> None:
-    on_disk = set()
+    on_disk: dict[str, str] = {}  # compared absolute (a table may name files by absolute paths), shown as walked
     for dirpath, _, names in os.walk(src):
         for n in names:
             if n.lower().endswith(IMAGE_EXTENSIONS):
-                on_disk.add(os.path.normcase(os.path.normpath(os.path.join(dirpath, n))))
-    named = {os.path.normcase(os.path.normpath(ds.path(i))) for i in range(len(ds))}
-    for extra in sorted(on_disk - named):
+                shown = os.path.normpath(os.path.join(dirpath, n))
+                on_disk[os.path.normcase(os.path.abspath(shown))] = shown
+    named = {os.path.normcase(os.path.abspath(ds.path(i))) for i in range(len(ds))}
+    for extra in sorted(on_disk[k] for k in on_disk.keys() - named):
         report.problems.append(f"not in the table: {extra}")
 
 

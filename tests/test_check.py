@@ -136,6 +136,19 @@ def test_cli_check_exit_codes(class_folder: Path, tmp_path: Path, capsys):
     assert main(["check", str(tmp_path / "none")]) == 2
 
 
+def test_check_a_table_of_absolute_paths_beside_a_relative_folder(tmp_path: Path, capsys, monkeypatch):
+    # The attack: `datakit check img --labels abs.csv`, the table naming the images by absolute path: every image
+    # was reported "not in the table", exit 1.
+    (tmp_path / "img").mkdir()
+    for name in ("a", "b"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "img" / f"{name}.jpg")
+    (tmp_path / "abs.csv").write_text(f"file,label\n{tmp_path / 'img' / 'a.jpg'},cat\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["check", "img", "--labels", "abs.csv", "--workers", "1"]) == 1
+    assert capsys.readouterr().err.splitlines() == ["not in the table: img/b.jpg"]  # a.jpg is in it
+
+
 def test_cli_preview(samples: Path, tmp_path: Path, capsys):
     out = tmp_path / "预览.png"
     assert (
