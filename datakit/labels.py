@@ -780,6 +780,8 @@ class _Part:
     label_column: str = ""
     order: int = 0
     chosen: bool = True  # False: a sheet not asked for, read for its labels and to compare its files
+    # the split column's value of each line dropped with a problem: with split=, another split's problem is its own
+    dropped_splits: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def _part_from_lists(sheet: str, files: list[str], labels: list[str], splits: list[str], rows: list[int],
@@ -882,6 +884,7 @@ def _parse_grid(
     splits: list[str] = []
     rows: list[int] = []
     fcol, lcol, scol = head.fcol, head.lcol, head.scol
+    dropped: dict[tuple[int, int], str] = {}
     for r in range(head.at + 1, len(grid)):
         row = grid[r]
         f = row[fcol] if fcol < len(row) else None
@@ -894,6 +897,8 @@ def _parse_grid(
             if note:  # formulas without saved values read as empty: the row is there, its values are not
                 problems.append(((order, rownum), f"{where}, row {rownum}: {note}"))
             continue  # empty rows are absent, not errors
+        if (_blank(f) or _blank(lab) or _text(lab) in _NOT_A_LABEL) and scol is not None and scol < len(row):
+            dropped[(order, rownum)] = "" if _blank(row[scol]) else _text(row[scol])
         if _blank(f) or _blank(lab):
             col = fcol if _blank(f) else lcol
             extra = cell_note(rownum, col) if cell_note is not None else None
@@ -910,9 +915,12 @@ def _parse_grid(
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
         s = row[scol] if scol is not None and scol < len(row) else None
-        splits.append(sheet or ("" if _blank(s) else _text(s)))
+        # the split column where the sheet has one (a one-sheet workbook as the CSV it was saved from), else the sheet
+        splits.append(_text(s) if scol is not None and not _blank(s) else sheet)
         rows.append(rownum)
-    return _part_from_lists(sheet, files, labels, splits, rows, head.fname, head.lname)
+    part = _part_from_lists(sheet, files, labels, splits, rows, head.fname, head.lname)
+    part.dropped_splits = dropped
+    return part
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1265,8 +1273,11 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
         else:
             problems.append(((0, line), f"{path}, line {line}: label {labels[lcodes[i]]!r} has no file name"))
     keep = fvalid & lvalid
+    dropped: dict[tuple[int, int], str] = {}
     if scol is not None:
         svals, scodes, _ = cols.coded(scol)
+        for i in np.flatnonzero(~keep):
+            dropped[(0, int(lines[i]))] = str(svals[scodes[i]]) if scodes[i] >= 0 else ""
     else:
         svals, scodes = [], np.full(len(lines), -1, np.int32)
     if not keep.all():
@@ -1281,8 +1292,10 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
     # only values of the rows kept: a skipped row (",", as Excel saves an empty one) names no class
     labels, lcodes = _used(list(labels), lcodes)
     svals, scodes = _used(svals, scodes)
-    return _Part(sheet, files, list(labels), lcodes.astype(np.int32), svals, scodes.astype(np.int32),
+    part = _Part(sheet, files, list(labels), lcodes.astype(np.int32), svals, scodes.astype(np.int32),
                  lines.astype(np.int32), fname, lname)  # fmt: skip
+    part.dropped_splits = dropped
+    return part
 
 
 def _used(values: list, codes: np.ndarray) -> tuple[list, np.ndarray]:
@@ -1408,6 +1421,9 @@ def read_labels(
                                 notes=notes)  # fmt: skip
     else:
         raise LabelError(f"{path}: not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)")
+    if split is not None:  # a split column: another split's blank cell is that split's problem
+        elsewhere = {key for p in parts for key, s in p.dropped_splits.items() if s and s != split}
+        problems[:] = [p for p in problems if p[0] not in elsewhere]
     whole = _join(path, parts, problems, notes, enc)  # every sheet read, also those not asked for
     notes += whole._case_notes()
     for note in notes:

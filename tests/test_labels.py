@@ -764,6 +764,23 @@ def test_one_file_listed_by_absolute_and_relative_path_is_listed_again(tmp_path:
     assert len(open_dataset(tmp_path / "img", labels=path)) == 2  # an absolute name alone is fine
 
 
+def test_a_split_column_works_alike_in_a_workbook_and_a_csv_and_blank_cells_stay_their_splits(tmp_path: Path):
+    # The attacks: a one-sheet .xlsx with a split column put every row in split 'Sheet' (the .csv it was saved from
+    # had train and val); a blank label in a val row refused split='train' of a CSV with a split column.
+    rows = [["file", "label", "split"], ["a.jpg", "cat", "train"], ["b.jpg", "dog", "train"], ["c.jpg", "cat", "val"],
+            ["d.jpg", "", "val"]]  # fmt: skip
+    csv = tmp_path / "t.csv"
+    csv.write_text("".join(",".join(r) + "\n" for r in rows), encoding="utf-8")
+    xlsx = book(tmp_path / "t.xlsx", {"Sheet": [[v or None for v in r] for r in rows]})
+    for path, where in ((csv, "line 5"), (xlsx, "sheet 'Sheet', row 5")):
+        t = read_labels(path, validate=False)
+        assert t.split_names == ["train", "val"]
+        assert t.problems() == [f"{path}, {where}: file 'd.jpg' has no label"]
+        assert read_labels(path, split="train").files.tolist() == ["a.jpg", "b.jpg"]  # val's blank cell is val's
+        with pytest.raises(LabelError, match="file 'd.jpg' has no label"):
+            read_labels(path, split="val")
+
+
 def test_names_of_different_files_are_not_listed_again(tmp_path: Path):
     path = tmp_path / "labels.csv"
     rows = ["a.jpg", "sub/a.jpg", "../a.jpg", "/a.jpg", "a.jpg.", "x/./../c/a.jpg", "b/a.jpg"]
