@@ -177,6 +177,11 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
         raise
     except IsADirectoryError:
         raise ArchiveError(f"{path}: is a directory, not a zip archive") from None
+    except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else
+        raw = exc.object[max(0, exc.start - 8) : exc.end + 8]
+        raise ArchiveError(f"{path}: a member name is flagged UTF-8 but is not UTF-8 (bytes {raw.hex(' ')}): "
+                           "the tool that made the archive set the flag on legacy (GBK?) names; make it again "
+                           "without the flag, or with UTF-8 names") from None  # fmt: skip
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
 

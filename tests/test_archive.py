@@ -360,6 +360,16 @@ def test_cli_list_escapes_control_characters_and_sizes_must_be_positive(tmp_path
         assert capsys.readouterr().err.endswith(f"error: argument --max-total: must be at least 1 byte, got '{size}'\n")
 
 
+def test_gbk_names_flagged_utf8_are_named_not_called_a_truncated_zip(tmp_path: Path, capsys):
+    z = write_zip(tmp_path / "f.zip", [ZipEntry("猫.jpg".encode("gbk") + b"\xff", b"x", utf8_flag=True)])
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"unzip-gbk: error: {z}: a member name is flagged UTF-8 but is not UTF-8 (bytes c3 a8 2e 6a 70 67 ff): "
+        "the tool that made the archive set the flag on legacy (GBK?) names; make it again without the flag, or "
+        "with UTF-8 names\n"
+    )
+
+
 def test_cli_extract_and_exit_codes(gbk_zip: Path, tmp_path: Path, capsys):
     out = tmp_path / "解压"
     assert main(["unzip", str(gbk_zip), "-d", str(out), "-q"]) == 0
