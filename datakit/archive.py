@@ -9,6 +9,7 @@ Unicode Path field, then one encoding chosen for the whole archive.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -24,6 +25,8 @@ from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
 from datakit.filenames import EncodingGuess, decodes, guess_encoding
+
+log = logging.getLogger("datakit")
 
 __all__ = [
     "DEFAULT_MAX_MEMBER",
@@ -911,6 +914,9 @@ class ZipReader:
         self.max_member_size = int(max_member_size)
         self.max_ratio = float(max_ratio)
         members, self.encoding = read_members(self.path, encoding)
+        if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
+            log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= to choose", self.path,
+                        self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip
         self.members = [m for m in members if not m.is_dir and not m.is_symlink]
         self.links = [m for m in members if m.is_symlink]  # read as the member they name, where one does
         # by the path each name spells (``./cat/1.png``, ``cat//1.png`` and ``cat/1.png`` are one), as on disk

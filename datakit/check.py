@@ -68,7 +68,7 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     path = Path(src) if isinstance(src, (str, os.PathLike)) else None
     alone = labels is None and path is not None and path.is_file() and path.suffix.lower() in TABLE_SUFFIXES
     if labels is None and not alone:
-        return open_source(src, split=split)
+        return open_source(src, split=split, encoding=options.get("encoding"))  # a zip's member names
     if labels is not None and path is not None and ((path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"):
         return open_source(src, labels=labels, split=split)  # refused there: a pack holds its own labels
     table = (

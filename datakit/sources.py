@@ -896,6 +896,6 @@ def open_source(
         raise UsageError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
     if path.is_dir():
         return kinds.FolderDataset(path, **common, **kwargs)
-    if suffix == ".zip":
-        return kinds.ZipDataset(path, **common, **kwargs)
+    if suffix == ".zip":  # encoding=: of its member names here, as unzip-gbk --encoding
+        return kinds.ZipDataset(path, **common, **({"encoding": encoding} if encoding else {}), **kwargs)
     raise UsageError(f"{path}: not a dataset source (a folder, a label table, a .zip or an LMDB pack)")

@@ -370,6 +370,21 @@ def test_gbk_names_flagged_utf8_are_named_not_called_a_truncated_zip(tmp_path: P
     )
 
 
+def test_a_zip_read_in_place_warns_of_ambiguous_names_and_takes_encoding(tmp_path: Path, caplog, capsys):
+    # The attack: names that read as cp850 or cp437 were read in place without the warning unzip-gbk gives, and
+    # open_dataset(zip, encoding=) and `datakit check ZIP --encoding` were ignored for them.
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "amb.zip", [ZipEntry("Ærø/1.png".encode("cp850"), _png(1)), ZipEntry(b"x/2.png", _png(2))])
+    with caplog.at_level("WARNING", logger="datakit"):
+        assert open_dataset(z).classes == ["x", "Ærø"]
+    assert f"{z}: names decoded as cp850, but ambiguous: cp850 or cp437; pass encoding= to choose" in caplog.messages
+    assert open_dataset(z, encoding="cp437").classes == ["x", "Ær¢"]
+    capsys.readouterr()
+    assert main(["check", str(z), "--encoding", "cp437", "--workers", "1"]) == 0
+    assert "Ær¢" in capsys.readouterr().out
+
+
 def test_cli_extract_and_exit_codes(gbk_zip: Path, tmp_path: Path, capsys):
     out = tmp_path / "解压"
     assert main(["unzip", str(gbk_zip), "-d", str(out), "-q"]) == 0
