@@ -371,19 +371,36 @@ def read_meta(path: str | os.PathLike) -> dict | None:
 # one writer at a time
 
 
+def _holds(fd: int) -> bool:
+    """Whether this descriptor holds its exclusive flock (taking it is idempotent for the holder)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
 class PackLock:
     """An exclusive ``flock`` on ``OUT/pack.lock`` holding the writer's PID; released on close or death."""
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.path = Path(folder) / LOCK_NAME
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        holder = ""
+        for _ in range(50):  # the holder writes its PID just after taking the lock and clears it just before
+            try:  # letting go: within that instant, look again rather than say "unknown"
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip()
+                if holder:
+                    break
+                time.sleep(0.01)
+        if holder or not _holds(self.fd):
             os.close(self.fd)
             raise PackError(
-                f"{folder}: another process (PID {holder}) is writing this pack; wait for it to finish or stop it"
+                f"{folder}: another process (PID {holder or 'unknown'}) is writing this pack; wait for it to finish "
+                "or stop it"
             ) from None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)

@@ -397,6 +397,30 @@ def test_threaded_pack_interrupted_mid_write_resumes_identical(photos: Path, tmp
     assert verify_lmdb(out) == [] and lmdb_info(out)["count"] == 240
 
 
+def test_a_second_writer_names_the_first_even_in_the_instant_before_it_wrote_its_pid(tmp_path: Path):
+    # The attack: two pack-lmdb at once; the loser read the lock file between the winner's flock and its PID write
+    # and said "PID unknown" (6 races in 40).
+    from datakit.lmdb import PackLock
+
+    out = tmp_path / "o.lmdb"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+                               "print('held', flush=True)\ntime.sleep(0.1)\nos.pwrite(fd, b'4321\\n', 0)\n"
+                               "time.sleep(30)", str(out / "pack.lock")], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(PackError) as e:
+            PackLock(out)
+        assert (
+            str(e.value) == f"{out}: another process (PID 4321) is writing this pack; wait for it to finish or stop it"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    PackLock(out).close()  # free again once it is gone
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
