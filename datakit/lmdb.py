@@ -380,6 +380,22 @@ def _holds(fd: int) -> bool:
         return False
 
 
+def _no_meta(path: Path) -> str:
+    """Why a pack has no metadata: a writer in its first instant (its lock held), or not a datakit pack."""
+    lock = path / LOCK_NAME
+    if lock.exists():
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            held = not _holds(fd)
+            pid = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        if held:
+            return (f"{path}: being created by another process (PID {pid or 'unknown'}), which has not written its "
+                    "metadata yet; open it again in a moment")  # fmt: skip
+    return f"{path}: not a datakit pack (no metadata record)"
+
+
 class PackLock:
     """An exclusive ``flock`` on ``OUT/pack.lock`` holding the writer's PID; released on close or death."""
 
@@ -677,7 +693,7 @@ class LmdbReader:
                 self._ident = _ENV_IDS.get(self._key)
                 meta = _decode_meta(txn.get(META_KEY), self.path)
                 if meta is None:
-                    raise PackError(f"{self.path}: not a datakit pack (no metadata record)")
+                    raise PackError(_no_meta(self.path))
                 self._check_meta(meta)
                 records = self._read_records(txn, meta)
             except BaseException:
