@@ -953,7 +953,10 @@ def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
 def _sheet_grid(wb: object, name: str, engine: str) -> list[list[object]]:
     if engine == "calamine":
         return wb.get_sheet_by_name(name).to_python(skip_empty_area=False)
-    return [list(r) for r in wb[name].iter_rows(values_only=True)]
+    ws = wb[name]
+    if hasattr(ws, "reset_dimensions"):  # read-only: trust the rows, not a <dimension> tag another tool left stale
+        ws.reset_dimensions()
+    return [list(r) for r in ws.iter_rows(values_only=True)]
 
 
 def _check_container(path: Path) -> None:

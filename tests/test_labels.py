@@ -781,6 +781,26 @@ def test_a_split_column_works_alike_in_a_workbook_and_a_csv_and_blank_cells_stay
             read_labels(path, split="val")
 
 
+def test_a_stale_dimension_tag_hides_no_rows_from_either_engine(tmp_path: Path):
+    # The attack: a sheet whose <dimension> says A1:B3 (left stale by a writer) holds 10 rows; the openpyxl engine
+    # (the fallback without calamine) read 2 of them, silently.
+    import re
+    import zipfile
+
+    src = book(tmp_path / "a.xlsx", {"train": [["file", "label"], *([f"{i}.jpg", ["cat", "dog"][i % 2]]
+                                                                    for i in range(10))]})  # fmt: skip
+    stale = tmp_path / "b.xlsx"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(stale, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename.startswith("xl/worksheets/sheet"):
+                data, n = re.subn(rb'<dimension ref="[^"]*"\s*/>', b'<dimension ref="A1:B3"/>', data)
+                assert n == 1
+            zout.writestr(item, data)
+    for engine in ("calamine", "openpyxl"):
+        assert read_labels(stale, engine=engine).files.tolist() == [f"{i}.jpg" for i in range(10)], engine
+
+
 def test_names_of_different_files_are_not_listed_again(tmp_path: Path):
     path = tmp_path / "labels.csv"
     rows = ["a.jpg", "sub/a.jpg", "../a.jpg", "/a.jpg", "a.jpg.", "x/./../c/a.jpg", "b/a.jpg"]
