@@ -415,6 +415,13 @@ def test_a_second_writer_names_the_first_even_in_the_instant_before_it_wrote_its
         assert (
             str(e.value) == f"{out}: another process (PID 4321) is writing this pack; wait for it to finish or stop it"
         )
+        lmdb.open(str(out)).close()  # the writer's first instant: the environment made, no metadata in it yet
+        with pytest.raises(PackError) as e:
+            open_dataset(out, allow_incomplete=True)
+        assert str(e.value) == (
+            f"{out}: being created by another process (PID 4321), which has not written its metadata yet; "
+            "open it again in a moment"
+        )
     finally:
         holder.kill()
         holder.wait()
