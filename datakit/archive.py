@@ -914,6 +914,10 @@ class ZipReader:
         self.max_member_size = int(max_member_size)
         self.max_ratio = float(max_ratio)
         members, self.encoding = read_members(self.path, encoding)
+        if self.encoding.mixed_utf8:
+            log.warning("%s: %d names are UTF-8 and the others are not: no one encoding reads them all; decoded "
+                        "as %s, some names are wrong; pass encoding= to choose", self.path,
+                        self.encoding.mixed_utf8, self.encoding.encoding)  # fmt: skip
         if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
             log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= to choose", self.path,
                         self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip

@@ -249,6 +249,10 @@ def _shown(name: str) -> str:
 
 
 def _warn_ambiguous(archive: Path, guess) -> None:
+    if guess.mixed_utf8:
+        print(f"warning: {archive}: {guess.mixed_utf8} names are UTF-8 and the others are not (written by two "
+              f"tools?): no one encoding reads them all; decoded as {guess.encoding}, some names are wrong; "
+              "pass --encoding to choose", file=sys.stderr)  # fmt: skip
     if guess.ambiguous:
         print(
             f"warning: {archive}: names decoded as {guess.encoding}, but ambiguous: "

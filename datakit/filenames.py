@@ -92,6 +92,9 @@ class EncodingGuess:
     reason: str
     scores: dict[str, float | None] = field(default_factory=dict)
     ambiguous: tuple[str, ...] = ()
+    # names of two encodings in one archive (some valid multi-byte UTF-8, others not): no one encoding
+    # reads them all, so some names come out wrong whichever is chosen (0: not mixed)
+    mixed_utf8: int = 0
 
 
 def _script(ch: str) -> str:
@@ -319,7 +322,15 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
             reason += f" (next: {runner} {scores[runner]:.2f})"
     if same:
         reason += f"; {', '.join(same)} {'reads' if len(same) == 1 else 'read'} them the same"
-    return EncodingGuess(best, reason, scores, tuple([best, *rivals]) if rivals else ())
+    mixed = 0
+    if best != "utf-8" and scores.get("utf-8") is None:
+        mixed = sum(  # multi-byte UTF-8 beside names that are not, each read better so than as the choice
+            1 for n in legacy
+            if decodes(n, "utf-8") and score([n.decode("utf-8")], "utf-8") > score([n.decode(best)], best) + 0.5
+        )  # fmt: skip
+        if mixed:
+            reason += f"; but {mixed} of the {len(legacy)} non-ASCII names are UTF-8 and the rest are not"
+    return EncodingGuess(best, reason, scores, tuple([best, *rivals]) if rivals else (), mixed)
 
 
 def decodes(raw: bytes, enc: str) -> bool:

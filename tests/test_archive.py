@@ -385,6 +385,21 @@ def test_a_zip_read_in_place_warns_of_ambiguous_names_and_takes_encoding(tmp_pat
     assert "Ær¢" in capsys.readouterr().out
 
 
+def test_names_of_two_encodings_in_one_archive_are_warned_about(tmp_path: Path, capsys):
+    # The attack: GBK names and unflagged UTF-8 names in one archive: no encoding reads both, cp866 "won" and every
+    # name came out as box drawings, exit 0, without a word.
+    z = write_zip(tmp_path / "m.zip", [gbk("训练/猫.jpg", b"a"), ZipEntry("训练/狗.jpg".encode(), b"b")])
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: {z}: 1 names are UTF-8 and the others are not (written by two tools?): no one "
+                          "encoding reads them all; decoded as ")  # fmt: skip
+    assert err.rstrip().endswith(", some names are wrong; pass --encoding to choose")
+    plain = write_zip(tmp_path / "g.zip", [gbk("猫/1.jpg", b"a"), gbk("狗/2.jpg", b"b"), gbk("训练/鸟.jpg", b"c")])
+    assert unzip_gbk_main([str(plain), "-d", str(tmp_path / "out2")]) == 0  # 猫 is valid UTF-8 too: no warning
+    assert capsys.readouterr().err == "" and tree(tmp_path / "out2") == {"猫/1.jpg": b"a", "狗/2.jpg": b"b",
+                                                                          "训练/鸟.jpg": b"c"}  # fmt: skip
+
+
 def test_cli_extract_and_exit_codes(gbk_zip: Path, tmp_path: Path, capsys):
     out = tmp_path / "解压"
     assert main(["unzip", str(gbk_zip), "-d", str(out), "-q"]) == 0
