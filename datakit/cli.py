@@ -275,6 +275,7 @@ def cmd_unzip(args: argparse.Namespace) -> int:
                 "encoding": guess.encoding,
                 "reason": guess.reason,
                 "ambiguous": list(guess.ambiguous),
+                "mixed_utf8": guess.mixed_utf8,
                 "members": [
                     {"name": m.name, "size": m.file_size, "compressed": m.compress_size, "name_source": m.name_source}
                     for m in members
@@ -304,7 +305,7 @@ def cmd_unzip(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     if args.json:
         _print_json({"archive": str(archive), "dest": str(args.dest), "encoding": report.encoding.encoding,
-                     "ambiguous": list(report.encoding.ambiguous),
+                     "ambiguous": list(report.encoding.ambiguous), "mixed_utf8": report.encoding.mixed_utf8,
                      "extracted": report.extracted, "unchanged": report.unchanged,
                      "problems": report.problems})  # fmt: skip
     elif not args.quiet:
