@@ -86,8 +86,8 @@ def test_unzip_and_unzip_gbk(gbk_zip: Path, tmp_path: Path):
     proc = subprocess.run([str(exe), str(gbk_zip), "-l", "--json"], capture_output=True, text=True, env=_env())
     assert proc.returncode == 0, proc.stderr
     listing = json.loads(proc.stdout)
-    assert set(listing) == {"archive", "encoding", "reason", "ambiguous", "members"} and listing["encoding"] == "gbk"
-    assert listing["ambiguous"] == []
+    assert set(listing) == {"archive", "encoding", "reason", "ambiguous", "mixed_utf8", "members"}
+    assert listing["encoding"] == "gbk" and listing["ambiguous"] == [] and listing["mixed_utf8"] == 0
     assert [m["name"] for m in listing["members"]] == [
         "猫/图片_0.png",
         "猫/图片_1.png",
