@@ -18,7 +18,7 @@ import numpy as np
 
 from datakit.errors import UsageError
 from datakit.io import IMAGE_EXTENSIONS, probe_image
-from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels, spelled_twice
+from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels, resolve_path, spelled_twice
 from datakit.parallel import map_ordered
 from datakit.sources import ImageDataset, TableDataset, open_source
 
@@ -123,8 +123,9 @@ def check_dataset(
         for i in range(len(ds)):
             if not table_ds.exists(i):
                 missing.add(i)
-                report.problems.append(f"missing: {table_ds.files[i]!r} ({table_ds.where(i)}) not found at "
-                                       f"{table_ds.name(i)}")  # fmt: skip
+                where = table_ds.name(i)
+                what = "is a folder, not an image:" if table_ds.zip is None and os.path.isdir(where) else "not found at"
+                report.problems.append(f"missing: {table_ds.files[i]!r} ({table_ds.where(i)}) {what} {where}")
         if labels is not None and split is None and os.path.isdir(src):
             _not_in_table(table_ds, src, report)  # with one split asked for, the others' files are expected
     listed = _listed_bad(ds, bad_samples, report) if bad_samples is not None else {}
@@ -202,6 +203,7 @@ def _not_in_table(ds: TableDataset, src: str | os.PathLike, report: CheckReport)
                 shown = os.path.normpath(os.path.join(dirpath, n))
                 on_disk[os.path.normcase(os.path.abspath(shown))] = shown
     named = {os.path.normcase(os.path.abspath(ds.path(i))) for i in range(len(ds))}
+    named |= {os.path.normcase(os.path.abspath(resolve_path(f, ds.root))) for f in ds.table.dropped_files}
     for extra in sorted(on_disk[k] for k in on_disk.keys() - named):
         report.problems.append(f"not in the table: {extra}")
 

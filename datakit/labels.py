@@ -298,6 +298,8 @@ class LabelTable:
     table_problems: list[tuple[tuple[int, int], str]] | None = None
     # the whole table these rows are part of (a split read alone), for problems only the root shows
     whole: LabelTable | None = field(default=None, repr=False, compare=False)
+    # files named by rows left out for a problem of their own (a blank label): named, so never "not in the table"
+    dropped_files: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -782,6 +784,7 @@ class _Part:
     chosen: bool = True  # False: a sheet not asked for, read for its labels and to compare its files
     # the split column's value of each line dropped with a problem: with split=, another split's problem is its own
     dropped_splits: dict[tuple[int, int], str] = field(default_factory=dict)
+    dropped_files: list[str] = field(default_factory=list)  # files of rows left out for a problem (no label)
 
 
 def _part_from_lists(sheet: str, files: list[str], labels: list[str], splits: list[str], rows: list[int],
@@ -885,6 +888,7 @@ def _parse_grid(
     rows: list[int] = []
     fcol, lcol, scol = head.fcol, head.lcol, head.scol
     dropped: dict[tuple[int, int], str] = {}
+    named: list[str] = []
     for r in range(head.at + 1, len(grid)):
         row = grid[r]
         f = row[fcol] if fcol < len(row) else None
@@ -899,6 +903,8 @@ def _parse_grid(
             continue  # empty rows are absent, not errors
         if (_blank(f) or _blank(lab) or _text(lab) in _NOT_A_LABEL) and scol is not None and scol < len(row):
             dropped[(order, rownum)] = "" if _blank(row[scol]) else _text(row[scol])
+        if not _blank(f) and (_blank(lab) or _text(lab) in _NOT_A_LABEL):
+            named.append(_text(f).replace("\\", "/"))
         if _blank(f) or _blank(lab):
             col = fcol if _blank(f) else lcol
             extra = cell_note(rownum, col) if cell_note is not None else None
@@ -919,7 +925,7 @@ def _parse_grid(
         splits.append(_text(s) if scol is not None and not _blank(s) else sheet)
         rows.append(rownum)
     part = _part_from_lists(sheet, files, labels, splits, rows, head.fname, head.lname)
-    part.dropped_splits = dropped
+    part.dropped_splits, part.dropped_files = dropped, named
     return part
 
 
@@ -1276,6 +1282,7 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
         else:
             problems.append(((0, line), f"{path}, line {line}: label {labels[lcodes[i]]!r} has no file name"))
     keep = fvalid & lvalid
+    named = [files[int(i)] for i in np.flatnonzero(fvalid & ~keep)]
     dropped: dict[tuple[int, int], str] = {}
     if scol is not None:
         svals, scodes, _ = cols.coded(scol)
@@ -1297,7 +1304,7 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
     svals, scodes = _used(svals, scodes)
     part = _Part(sheet, files, list(labels), lcodes.astype(np.int32), svals, scodes.astype(np.int32),
                  lines.astype(np.int32), fname, lname)  # fmt: skip
-    part.dropped_splits = dropped
+    part.dropped_splits, part.dropped_files = dropped, named
     return part
 
 
@@ -1356,7 +1363,7 @@ def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding:
         sheets=CodedColumn(sheets, cat(sheet_codes, np.int16)), rows=cat([p.rows for p in parts], np.int32),
         file_column=first.file_column if first else "", label_column=first.label_column if first else "",
         kind=kind, class_values=values, encoding=encoding, notes=notes, read_problems=problems,
-        sheet_orders=tuple(orders),
+        sheet_orders=tuple(orders), dropped_files=[f for p in parts for f in p.dropped_files],
     )  # fmt: skip
     return table
 
@@ -1457,6 +1464,7 @@ def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:
     part.read_problems = whole.read_problems
     part.table_problems = whole._duplicate_problems(keep) + whole._twin_problems()
     part.whole = whole
+    part.dropped_files = whole.dropped_files
     return part
 
 

@@ -54,8 +54,7 @@ def test_every_kind_of_problem(class_folder: Path, tmp_path: Path):
         f"missing: 'cat/没有.jpg' ({where}, row 4) not found at {class_folder / 'cat' / '没有.jpg'}",
         f"not in the table: {class_folder / 'cat' / '图片_2.jpg'}",
         f"not in the table: {class_folder / 'cat' / '图片_3.png'}",
-        f"not in the table: {class_folder / 'dog' / '图片_1.png'}",
-        f"not in the table: {class_folder / 'dog' / '图片_2.jpg'}",
+        f"not in the table: {class_folder / 'dog' / '图片_1.png'}",  # 图片_2.jpg is in it, at row 7, without a label
         f"not in the table: {class_folder / 'dog' / '图片_3.png'}",
         f"not in the table: {class_folder / '鸟' / '图片_0.jpg'}",
         f"not in the table: {class_folder / '鸟' / '图片_1.png'}",
@@ -67,7 +66,7 @@ def test_every_kind_of_problem(class_folder: Path, tmp_path: Path):
     assert not report.ok
     # with --remap-labels the integer range is no longer a problem
     remapped = check_dataset(class_folder, labels=labels, workers=1, remap_labels=True)
-    assert not any("integer labels" in p for p in remapped.problems) and len(remapped.problems) == 13
+    assert not any("integer labels" in p for p in remapped.problems) and len(remapped.problems) == 12
 
 
 def test_cli_check_lists_every_table_problem(tmp_path: Path, capsys):
@@ -147,6 +146,22 @@ def test_check_a_table_of_absolute_paths_beside_a_relative_folder(tmp_path: Path
     capsys.readouterr()
     assert main(["check", "img", "--labels", "abs.csv", "--workers", "1"]) == 1
     assert capsys.readouterr().err.splitlines() == ["not in the table: img/b.jpg"]  # a.jpg is in it
+
+
+def test_check_says_a_folder_is_a_folder_and_names_a_row_without_a_label_once(tmp_path: Path, capsys):
+    # The attacks: a row naming a folder was "not found" (it is there: a folder); the file of a row without a label
+    # was also "not in the table" (it is, in that row).
+    (tmp_path / "img" / "sub.jpg").mkdir(parents=True)
+    for name in ("a", "b"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "img" / f"{name}.jpg")
+    table = tmp_path / "t.csv"
+    table.write_text("file,label\na.jpg,cat\nb.jpg,\nsub.jpg,dog\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "img"), "--labels", str(table), "--workers", "1"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{table}, line 3: file 'b.jpg' has no label",
+        f"missing: 'sub.jpg' ({table}, line 4) is a folder, not an image: {tmp_path / 'img' / 'sub.jpg'}",
+    ]
 
 
 def test_cli_preview(samples: Path, tmp_path: Path, capsys):
