@@ -782,6 +782,11 @@ class Loader:
             # would only report it again at every start; new workers instead
             _abandon(old)
             dl._iterator = None
+        elif old is not None and getattr(old, "_tasks_outstanding", 0) > 0 and not _drain(old, 5.0):
+            # batches of an epoch left early still being read: torch's reset would wait for each, however long
+            # a stuck one takes; past 5 s those workers end and new ones start
+            _abandon(old)
+            dl._iterator = None
         try:
             with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
                 it = iter(dl)
@@ -978,6 +983,24 @@ class Loader:
         if name == "loader":
             raise AttributeError(name)
         return getattr(self.loader, name)
+
+
+def _drain(it, patience: float) -> bool:
+    """Receive and drop the batches still outstanding in a persistent DataLoader iterator (those of an
+    epoch left early, which its reset would drop too), for ``patience`` seconds at most; True when none
+    is left, so the reset that follows does not wait."""
+    deadline = time.monotonic() + patience
+    try:
+        while it._tasks_outstanding > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ok, _ = it._try_get_data(timeout=min(left, 1.0))
+            if ok:
+                it._tasks_outstanding -= 1
+        return True
+    except Exception:  # a worker gone: the caller starts new ones
+        return False
 
 
 def _abandon(it, receiver: _Receiver | None = None) -> None:

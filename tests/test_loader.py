@@ -483,6 +483,33 @@ def test_a_stuck_batch_read_ahead_does_not_hold_up_close_retuning_or_a_restart(h
     assert _receivers_end() == []
 
 
+class StuckInEpoch0(Dataset):
+    """Sample 9 of epoch 0 takes 60 s (a hung network read); every other read is instant."""
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, i):
+        if int(i) == 9 and i.epoch == 0:
+            time.sleep(60)
+        return int(i)
+
+
+def test_the_next_epoch_after_one_left_early_does_not_wait_for_its_stuck_batch():
+    # The attack: a loop left epoch 0 after one batch while a worker was stuck in a later batch of it; torch's
+    # reset of its persistent workers waited for that read, so the next epoch began 30-60 s later.
+    loader = create_loader(StuckInEpoch0(), 4, num_workers=2, seed=0, shuffle=False)
+    for batch in loader:
+        assert batch.tolist() == [0, 1, 2, 3]
+        break
+    time.sleep(0.3)
+    t = time.perf_counter()
+    assert sum((b.tolist() for b in loader), []) == list(range(32))  # epoch 1, whole
+    assert time.perf_counter() - t < 20  # 5 s of patience, then new workers, against 60 s
+    loader.close()
+    assert _receivers_end() == []
+
+
 def test_closing_or_retuning_mid_epoch_ends_the_epoch_and_an_infinite_loader_goes_on_exactly():
     def make():
         return create_loader(Indexed(40), 4, num_workers=2, seed=0, infinite=True)
