@@ -620,7 +620,7 @@ def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
     seen: dict[str, int] = {}
     out = []
     for i, name in enumerate(files):
-        key = os.path.normpath(resolve_path(name, root))
+        key = os.path.abspath(resolve_path(name, root))  # the folder may be given relative, the names absolute
         j = seen.setdefault(key, i)
         if j != i and os.path.isabs(name.replace("\\", "/")) != os.path.isabs(files[j].replace("\\", "/")):
             out.append(f"{table.where(i)}: file {name!r} is listed again (first at {table._short(j)} as "
@@ -686,12 +686,16 @@ _CELL_SPLIT = re.compile(rb"[\r\n,;\t\"/\\]+")
 
 
 def _most_plausible(sample: bytes) -> TextEncoding:
-    """UTF-8, GBK (GB18030) or Big5, whichever reads the sample's non-ASCII cells most plausibly,
-    scored as file names are (:func:`datakit.filenames.score` with ``table=True``).
+    """UTF-8, GBK (GB18030) or Big5 for a non-ASCII sample.
 
-    Valid UTF-8 is not taken on trust: a few Chinese labels in GBK can be valid UTF-8 by chance
-    (猫 and 牛, C3 A8 and C5 A3, read as ``è`` and ``ţ``); it only starts with a head start (the
-    scorer's bonus for valid multi-byte UTF-8). Readings too close to call are refused, naming each.
+    Valid UTF-8 is UTF-8 unless its reading looks like legacy bytes: GBK text is valid UTF-8 only by
+    chance, each GBK character then one character of U+0080..U+07FF from whatever block its lead
+    byte picks (猫 and 牛, C3 A8 and C5 A3, read as ``è`` and ``ţ``). So a UTF-8 reading with a real
+    word in it (a run of one script, or letters beside ASCII ones: ``żółw``, ``חתול``, ``café``) is
+    taken; one whose runs mix scripts or are accented letters alone (``èţ``) is read as GBK or
+    Big5; one of single letters standing alone (``è``) is refused when a legacy reading is
+    plausible too. Without valid UTF-8, GBK against Big5 is scored as file names are
+    (:func:`datakit.filenames.score`). Readings too close to call are refused, naming each.
     """
     from datakit.filenames import AMBIGUITY_MARGIN, MAX_SCORED, score
 
@@ -704,17 +708,59 @@ def _most_plausible(sample: bytes) -> TextEncoding:
     if not readings:
         raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it")
     scores = {enc: score(names, "gbk" if enc == "gb18030" else enc, table=True) for enc, names in readings.items()}
-    ranked = sorted(scores, key=lambda e: -scores[e])
+    legacy = [e for e in readings if e != "utf-8"]
+    kind = _utf8_kind(readings["utf-8"]) if "utf-8" in readings else None
+    if kind == "word" or (kind is not None and not legacy):
+        return TextEncoding("utf-8", 1.0, "valid UTF-8")
+    # single letters alone ('è', or 猫 in GBK): refused, naming the readings, unless the legacy ones are garbage
+    plausible = sorted((e for e in legacy if scores[e] >= (0.0 if kind == "single" else 0.5)), key=lambda e: -scores[e])
+    if kind == "single" and plausible:
+        return _too_close(["utf-8", *plausible], readings)
+    if kind == "single":
+        return TextEncoding("utf-8", 1.0, "valid UTF-8")
+    ranked = sorted(legacy, key=lambda e: -scores[e])
     best = ranked[0]
     margin = scores[best] - (scores[ranked[1]] if len(ranked) > 1 else -2.0)
-    shown = ", ".join(f"{e} {v:.2f}" for e, v in scores.items())
-    if margin >= AMBIGUITY_MARGIN:
-        why = "valid UTF-8" if best == "utf-8" else f"characters most plausible as {best}"
-        return TextEncoding(best, min(1.0, margin), f"{why} (scores: {shown})" if len(scores) > 1 else why)
+    shown = ", ".join(f"{e} {scores[e]:.2f}" for e in legacy)
+    lead = "valid UTF-8 that reads as legacy bytes, " if kind else ""
+    if margin >= AMBIGUITY_MARGIN and scores[best] >= 0.5 - (0.0 if kind else 2.5):
+        return TextEncoding(best, min(1.0, margin), f"{lead}characters most plausible as {best} (scores: {shown})")
     close = [e for e in ranked if scores[best] - scores[e] < AMBIGUITY_MARGIN]
-    said = "; ".join(f"as {_label(e)} it reads {', '.join(dict.fromkeys(readings[e][:4]))!r}" for e in close)
-    options = " or ".join(f"encoding='{e}'" for e in close)
+    return _too_close((["utf-8"] if kind else []) + close, readings)
+
+
+def _too_close(encodings: list[str], readings: dict[str, list[str]]) -> TextEncoding:
+    said = "; ".join(f"as {_label(e)} it reads {', '.join(dict.fromkeys(readings[e][:4]))!r}" for e in encodings)
+    options = " or ".join(f"encoding='{e}'" for e in encodings)
     raise LabelError(f"cannot tell the encoding apart: {said}; pass {options} (--encoding) to say which")
+
+
+_RUN = re.compile(r"[^\x00-\x7f]+")
+
+
+def _utf8_kind(cells: list[str]) -> str | None:
+    """How the UTF-8 reading of a table's non-ASCII cells looks: ``"word"`` (some run of non-ASCII
+    characters is a real word), ``"mojibake"`` (every run mixes scripts or is accented Latin alone),
+    ``"single"`` (nothing but single letters standing alone); None without any run."""
+    from datakit.filenames import _script
+
+    kinds = set()
+    for cell in cells:
+        for m in _RUN.finditer(cell):
+            run = m.group()
+            beside = cell[m.start() - 1 : m.start()] + cell[m.end() : m.end() + 1]
+            if any(ord(c) >= 0x800 for c in run) or any(c.isascii() and c.isalpha() for c in beside):
+                return "word"  # CJK, kana, emoji: three bytes and more; or letters beside ASCII ones
+            scripts = {_script(c) if c.isalpha() else unicodedata.category(c)[0] for c in run}
+            if len(run) == 1:
+                kinds.add("single")
+            elif len(scripts) > 1 or scripts == {"latin"}:
+                kinds.add("mojibake")
+            else:
+                return "word"  # a run of one script: Hebrew, Cyrillic, Greek, Arabic
+    if not kinds:
+        return None
+    return "mojibake" if "mojibake" in kinds else "single"
 
 
 def _label(enc: str) -> str:

@@ -695,10 +695,16 @@ def _unwrap_worker_error(exc: Exception) -> Exception:
     name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     marker = f"\n{name}: "
     k = msg.rfind(marker)
-    if not msg.startswith("Caught ") or k < 0 or issubclass(cls, KeyError):
+    if not msg.startswith("Caught ") or k < 0:
         return exc
+    text = msg[k + len(marker) :].rstrip("\n")
     try:
-        out = cls(msg[k + len(marker) :].rstrip("\n"))
+        if issubclass(cls, KeyError):  # its message is its key's repr: the key itself again
+            import ast
+
+            out = cls(ast.literal_eval(text))
+        else:
+            out = cls(text)
     except Exception:
         return exc
     if not issubclass(cls, DatakitError):  # the user's own error: where it was raised, shown above it

@@ -229,29 +229,35 @@ def test_undecided_encoding_names_the_candidates(tmp_path: Path):
     assert read_labels(path, encoding="big5").labels.tolist() == ["堵", "蹈", "韶"]  # forced means forced
 
 
-def test_gbk_table_that_is_valid_utf8_read_as_gbk(tmp_path: Path):
+def test_gbk_table_that_is_valid_utf8_is_not_read_as_utf8(tmp_path: Path):
     """The attack: 猫 and 牛 in GBK (C3 A8, C5 A3) are valid UTF-8 ('è', 'ţ'). Read as UTF-8, the classes
     came out ['è', 'ţ'], in the other order than the same table's in .xlsx: every cat trained as a cow."""
-    rows = [["file", "label"], ["1.jpg", "猫"], ["2.jpg", "牛"], ["3.jpg", "猫"]]
+    rows = [["file", "label"], ["1.jpg", "猫牛"], ["2.jpg", "牛猫"], ["3.jpg", "猫牛"]]
     text = "".join(",".join(r) + "\r\n" for r in rows)
-    assert text.encode("gbk").decode("utf-8").splitlines()[1] == "1.jpg,è"
+    assert text.encode("gbk").decode("utf-8").splitlines()[1] == "1.jpg,èţ"  # runs of accented letters alone
     (tmp_path / "gbk.csv").write_bytes(text.encode("gbk"))
     book(tmp_path / "t.xlsx", {"Sheet": rows})
     for name in ("gbk.csv", "t.xlsx"):
         t = read_labels(tmp_path / name)
-        assert (t.class_map().classes, t.targets(t.class_map()).tolist()) == (("牛", "猫"), [1, 0, 1]), name
+        assert (t.class_map().classes, t.targets(t.class_map()).tolist()) == (("牛猫", "猫牛"), [1, 0, 1]), name
     assert read_labels(tmp_path / "gbk.csv").encoding == "gbk"
-    assert detect_text_encoding(text.encode("gbk")).reason == (
-        "characters most plausible as gbk (scores: utf-8 -0.00, gbk 0.85, big5 0.70)"
-    )
-    (tmp_path / "gbk.csv").write_bytes("file,label\n1.jpg,猫\n2.jpg,牛\n".encode("gbk"))
-    assert read_labels(tmp_path / "gbk.csv", encoding="utf-8").labels.tolist() == ["è", "ţ"]  # forced means forced
+    # single letters alone read either way: refused, naming every reading, UTF-8's too
+    path = tmp_path / "single.csv"
+    path.write_bytes("file,label\n1.jpg,猫\n2.jpg,牛\n".encode("gbk"))
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (f"{path}: cannot tell the encoding apart: as UTF-8 it reads 'è, ţ'; as GBK it reads "
+                            "'猫, 牛'; as Big5 it reads '癡, 籟'; pass encoding='utf-8' or encoding='gbk' or "
+                            "encoding='big5' (--encoding) to say which")  # fmt: skip
+    assert read_labels(path, encoding="gbk").labels.tolist() == ["猫", "牛"]
+    assert read_labels(path, encoding="utf-8").labels.tolist() == ["è", "ţ"]  # forced means forced
 
 
 @pytest.mark.parametrize(
     "labels",
     [["猫", "牛"], ["кошка", "собака"], ["café", "crème", "forêt"], ["Müller", "Straße"], ["γάτα", "σκύλος"],
-     ["ねこ", "いぬ"], ["고양이", "개"], ["niño", "león"], ["貓", "狗"]],
+     ["ねこ", "いぬ"], ["고양이", "개"], ["niño", "león"], ["貓", "狗"], ["żółw", "kůň"], ["חתול", "כלב"],
+     ["قطة", "كلب"], ["🐱", "🐶"], ["Äpfel", "Öl"]],
 )  # fmt: skip
 def test_utf8_tables_in_every_script_stay_utf8(tmp_path: Path, labels: list[str]):
     path = tmp_path / "l.csv"
@@ -742,7 +748,7 @@ def test_rows_made_only_of_formulas_without_values_are_named_not_dropped(tmp_pat
         read_labels(path, split="val")
 
 
-def test_one_file_listed_by_absolute_and_relative_path_is_listed_again(tmp_path: Path, capsys):
+def test_one_file_listed_by_absolute_and_relative_path_is_listed_again(tmp_path: Path, capsys, monkeypatch):
     # The attack: b.jpg in train and, as /abs/root/b.jpg, in val with another label: a leak only the root shows.
     from datakit.cli import main
 
@@ -757,6 +763,10 @@ def test_one_file_listed_by_absolute_and_relative_path_is_listed_again(tmp_path:
         with pytest.raises(LabelError) as e:
             open_dataset(tmp_path / "img", labels=path, split=split)
         assert str(e.value) == want
+    monkeypatch.chdir(tmp_path)  # the folder given relative, as on a command line
+    with pytest.raises(LabelError) as e:
+        open_dataset("img", labels=path)
+    assert str(e.value) == want
     capsys.readouterr()
     assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--workers", "1"]) == 1
     assert capsys.readouterr().err.splitlines() == [want]

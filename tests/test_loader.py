@@ -1283,11 +1283,11 @@ def test_errors_from_a_worker_reach_the_loop_with_their_own_type_and_one_line(wo
         if workers and not isinstance(exc, SampleError):  # the user's own: the worker's file and line stay shown
             cause = str(e.value.__cause__)
             assert cause.startswith("Caught ") and "in __getitem__\n    raise self.exc" in cause, cause
-    # a KeyError's message is its key, quoted: left as DataLoader gives it (and still a KeyError)
+    # a KeyError's message is its key's repr: the same key again, the worker's traceback as its cause
     loader = create_loader(_Raises(KeyError("k")), 4, num_workers=2, train=False)
     with pytest.raises(KeyError) as e:
         list(loader)
-    assert "Caught KeyError in DataLoader worker process" in str(e.value)
+    assert e.value.args == ("k",) and "Caught KeyError in DataLoader worker process" in str(e.value.__cause__)
 
 
 @pytest.mark.parametrize("policy", ["substitute", "skip"])
