@@ -607,7 +607,15 @@ def unzip(
                     fd = tree.folder(parts[:-1])
                     st = _lstat(name, fd)
                     if st is not None:
-                        if _same_file(fd, name, m):
+                        try:
+                            same = _same_file(fd, name, m)
+                        except PermissionError:
+                            if not overwrite:
+                                why = "cannot be read to compare with the member (permission denied)"
+                                msg = f"{dest_path / rel} exists and {why}; not overwritten (use --overwrite)"
+                                raise _Refused(msg) from None
+                            same = False
+                        if same:
                             report.unchanged.append(rel)
                             if progress:
                                 progress(m.file_size)

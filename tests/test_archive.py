@@ -400,6 +400,24 @@ def test_names_of_two_encodings_in_one_archive_are_warned_about(tmp_path: Path, 
                                                                           "训练/鸟.jpg": b"c"}  # fmt: skip
 
 
+def test_a_file_there_that_cannot_be_read_to_compare_is_named_as_such(tmp_path: Path, monkeypatch):
+    # The attack: a re-run over a member extracted write-only (mode 0200), as a user without root's override:
+    # "cannot be written: Permission denied", where it was the read for the comparison that failed.
+    import datakit.archive as archive
+
+    z = write_zip(tmp_path / "a.zip", [gbk("猫.txt", b"cat")])
+    unzip(z, tmp_path / "out")
+
+    def unreadable(*_):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(archive, "_same_file", unreadable)
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [f"{z}: member '猫.txt': {tmp_path / 'out' / '猫.txt'} exists and cannot be read to "
+                               "compare with the member (permission denied); not overwritten (use --overwrite)"]  # fmt: skip
+    assert unzip(z, tmp_path / "out", overwrite=True).extracted == ["猫.txt"]
+
+
 def test_cli_extract_and_exit_codes(gbk_zip: Path, tmp_path: Path, capsys):
     out = tmp_path / "解压"
     assert main(["unzip", str(gbk_zip), "-d", str(out), "-q"]) == 0
