@@ -882,12 +882,6 @@ def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> byte
     return bytes(out)
 
 
-def _prefixes(path: str, is_dir: bool) -> list[str]:
-    """The folders ``path`` implies (and itself, for a folder member)."""
-    parts = path.split("/")
-    return ["/".join(parts[:k]) for k in range(1, len(parts) + (1 if is_dir else 0))]
-
-
 def member_path(name: str) -> str:
     """The path a member name (or a table's name for one) spells: ``\\`` read as ``/``, ``.`` and empty
     parts dropped, ``x/..`` resolved, a leading ``/`` dropped."""
@@ -939,62 +933,94 @@ class ZipReader:
             seen: set[str] = set()
             self.twice = {p for p in map(member_path, (m.name for m in self.members)) if p in seen or seen.add(p)}
         self._by_index = {m.index: m for m in members}
-        self._links = {member_path(m.name): m for m in self.links}
-        self._all, self._folder_set = members, None
+        self._all = members
+        self._tree: dict[str, dict[str, tuple[str, object]]] | None = None
         self._zf: zipfile.ZipFile | None = None
         self._pid = -1
 
-    def _resolve(self, m: ZipMember) -> int | str | None:
-        """Where the symlink member ``m`` leads: a regular member's index, a folder's path, or None."""
-        folders = self._folders()
-        name = member_path(m.name)
-        for _ in range(8):
-            if m.file_size > _MAX_LINK:
-                return None
-            try:
-                link = self.read_index(m.index).decode("utf-8")
-            except (UnicodeDecodeError, ValueError, OSError):
-                return None
-            if link.startswith("/") or link[1:2] == ":" or "\x00" in link:
-                return None
-            parts = name.split("/")[:-1]
-            for part in link.replace("\\", "/").split("/"):
-                if part in ("", "."):
+    def tree(self) -> dict[str, dict[str, tuple[str, object]]]:
+        """The archive as the folder it extracts to: {folder path: {name: ("file", index) | ("dir", None) |
+        ("link", member)}}, folders implied by the members' paths too ("" is the top)."""
+        if self._tree is None:
+            tree: dict[str, dict[str, tuple[str, object]]] = {"": {}}
+
+            def folder(path: str) -> None:
+                parts = path.split("/")
+                for k in range(len(parts)):
+                    parent = "/".join(parts[:k])
+                    entry = tree.setdefault(parent, {}).setdefault(parts[k], ("dir", None))
+                    if entry[0] == "dir":
+                        tree.setdefault("/".join(parts[: k + 1]), {})
+
+            for m in self._all:
+                path = member_path(m.name)
+                if not path or path == ".." or path.startswith("../"):
                     continue
-                if part == "..":
-                    if not parts or "/".join(parts) not in folders:
-                        return None  # out of the archive, or back out of a folder that is not there
-                    parts.pop()
+                if m.is_dir:
+                    folder(path)
                     continue
-                if parts and "/".join(parts) not in folders:
-                    return None  # through a file, a link or nothing: the kernel stops there too
-                parts.append(part)
-            target = "/".join(parts)
-            if target in self._by_name:
-                return None if link.endswith("/") else self._by_name[target]  # 'a.png/': a folder, which it is not
-            nxt = self._links.get(target)
-            if nxt is None:
-                return target if target in folders else None  # a folder (link_folder), or nothing
-            m, name = nxt, target
-        return None
+                parent, _, name = path.rpartition("/")
+                if parent:
+                    folder(parent)
+                tree.setdefault(parent, {})[name] = ("link", m) if m.is_symlink else ("file", m.index)
+            self._tree = tree
+        return self._tree
+
+    def lookup(self, path: str, _depth: int = 0) -> tuple[str, int | str] | None:
+        """What ``path`` inside the archive is, its links followed as the kernel follows them on the
+        extracted folder: ("file", member index), ("dir", its real folder path) or None (nothing there,
+        a path through a file, a link out of the archive or to nothing, a chain of more than 8)."""
+        tree = self.tree()
+        real: list[str] = []
+        parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+        for k, part in enumerate(parts):
+            if part == "..":
+                if not real:
+                    return None  # out of the archive
+                real.pop()
+                continue
+            entry = tree.get("/".join(real), {}).get(part)
+            if entry is None:
+                return None
+            kind, value = entry
+            last = k == len(parts) - 1
+            if kind == "link":
+                link = self._link_text(value)
+                if link is None or _depth >= 8:
+                    return None
+                found = self.lookup("/".join([*real, link]), _depth + 1)
+                if found is None or (found[0] == "file" and (not last or link.endswith("/"))):
+                    return None  # 'a.png/': a folder, which it is not
+                if found[0] == "file":
+                    return found
+                real = found[1].split("/") if found[1] else []
+            elif kind == "file":
+                return ("file", value) if last and not path.endswith("/") else None
+            else:
+                real.append(part)
+        return ("dir", "/".join(real))
+
+    def _link_text(self, m: ZipMember) -> str | None:
+        if m.file_size > _MAX_LINK:
+            return None
+        try:
+            link = self.read_index(m.index).decode("utf-8")
+        except (UnicodeDecodeError, ValueError, OSError):
+            return None
+        if link.startswith("/") or link[1:2] == ":" or "\x00" in link:
+            return None  # unzip-gbk makes no link out of the target
+        return link.replace("\\", "/")
 
     def link_target(self, m: ZipMember) -> int | None:
         """The index of the regular member the symlink member ``m`` leads to inside the archive, as the
-        extracted folder's links resolve: relative to the link's folder, through other links (a chain,
-        8 at most), every folder on the way one the archive has. None for a link out of the archive,
-        to nothing, to a folder, or through a folder that is not there (a dangling link on disk)."""
-        found = self._resolve(m)
-        return found if isinstance(found, int) else None
+        extracted folder's links resolve (:meth:`lookup`); None for a folder, nothing or outside."""
+        found = self.lookup(member_path(m.name))
+        return found[1] if found is not None and found[0] == "file" else None  # type: ignore[return-value]
 
     def link_folder(self, m: ZipMember) -> str | None:
-        """The folder (its path inside the archive) the symlink member ``m`` leads to, or None."""
-        found = self._resolve(m)
-        return found if isinstance(found, str) else None
-
-    def _folders(self) -> set[str]:
-        if self._folder_set is None:
-            self._folder_set = {p for m in self._all for p in _prefixes(member_path(m.name), m.is_dir)}
-        return self._folder_set
+        """The real folder (its path inside the archive) the symlink member ``m`` leads to, or None."""
+        found = self.lookup(member_path(m.name))
+        return found[1] if found is not None and found[0] == "dir" else None  # type: ignore[return-value]
 
     def names(self) -> list[str]:
         """Decoded names of the file members, in archive order."""
@@ -1002,7 +1028,10 @@ class ZipReader:
 
     def __contains__(self, name: str) -> bool:
         name = member_path(name)
-        return name in self._by_name or (name in self._links and self.link_target(self._links[name]) is not None)
+        if name in self._by_name:
+            return True
+        found = self.lookup(name)  # through links, as on the extracted folder
+        return found is not None and found[0] == "file"
 
     def __len__(self) -> int:
         return len(self.members)
@@ -1046,10 +1075,9 @@ class ZipReader:
         """The bytes of the member with decoded name ``name``."""
         name = member_path(name)
         index = self._by_name.get(name)
-        if index is None and name in self._links:  # a link: the image it names, as in the extracted folder
-            index = self.link_target(self._links[name])
-            if index is None:
-                raise KeyError(f"{self.path}: member {name!r} is a link that leads to no image inside the archive")
+        if index is None:  # through links (a link member, or a folder link on the way), as on the extracted folder
+            found = self.lookup(name)
+            index = found[1] if found is not None and found[0] == "file" else None
         if index is None:
             raise KeyError(f"{self.path}: no member named {name!r}")
         if name in self.twice:

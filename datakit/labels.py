@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import posixpath
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
@@ -546,7 +547,6 @@ def _path_spans(files: StringArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     """(buffer, starts, lengths) of every name as the path it names: ``\\`` read as ``/``, then
     ``posixpath.normpath`` (``./a.jpg``, ``x/../a.jpg``, ``a//b.jpg`` become ``a.jpg``, ``a.jpg``,
     ``a/b.jpg``). Names that need it are found on the bytes; only those are rewritten, in Python."""
-    import posixpath
 
     data = files.data
     starts = files.offsets[:-1].copy()
@@ -631,6 +631,8 @@ def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
 def resolve_path(name: str, root: str | os.PathLike) -> str:
     """A table's file name as a path: ``\\`` separators accepted, absolute kept, else under ``root``."""
     name = name.replace("\\", "/")
+    if "/../" in name or name.startswith("../"):  # 'x/../a.jpg' is 'a.jpg', as the table's duplicates count it,
+        name = posixpath.normpath(name)  # also where the folder x is not there
     if name.startswith("/") or re.match(r"^[A-Za-z]:/", name):
         return name
     return os.path.join(os.fspath(root), name)

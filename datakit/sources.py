@@ -639,14 +639,9 @@ class ZipDataset(ImageDataset):
         self.extensions = _extensions(extensions)
         images = []
         seen: set[str] = set()
-        for m in [*self.zip.members, *self.zip.links]:
+        for m in self.zip.members:  # the regular members: refusals, and where the top folder is
             if not _is_image(m.name, self.extensions) or m.is_dir:
                 continue
-            index = m.index
-            if m.is_symlink:  # as unzip-gbk makes it and a folder scan follows it: the image it names
-                index = self.zip.link_target(m)
-                if index is None:
-                    continue
             parts = [p for p in m.name.split("/") if p not in ("", ".")]
             if parts and (parts[0] == "__MACOSX" or parts[-1].startswith("._")):
                 continue  # macOS's AppleDouble metadata beside each file, never an image
@@ -659,44 +654,63 @@ class ZipDataset(ImageDataset):
                     f"{self.path}: member {m.name!r}: refused: a '..' component or an absolute name "
                     "would escape the archive's folders (as unzip refuses it)"
                 )
-            images.append((index, parts))
-        strip = 0
-        if images and all(len(p) >= 3 for _, p in images) and len({p[0] for _, p in images}) == 1:
-            strip = 1  # one wrapping folder, as when a folder is zipped
-        images += self._through_folder_links(images, strip + 1)
-        keep = [(i, p[strip:]) for i, p in images if len(p) - strip >= 2]
-        classes = sorted({p[0] for _, p in keep})
-        if not classes:
+            images.append(parts)
+        top = ""
+        if images and all(len(p) >= 3 for p in images) and len({p[0] for p in images}) == 1:
+            top = images[0][0]  # one wrapping folder, as when a folder is zipped
+        classes, keep = self._scan(top)
+        if not classes or not keep:
             raise LabelError(f"{self.path}: no class folders with images inside the archive")
         _refuse_unicode_twins(self.path, classes)
-        lookup = {c: k for k, c in enumerate(classes)}
-        # ImageFolder's order: directories sorted by path (os.walk's tuples sorted), then file names
-        keep.sort(key=lambda e: (lookup[e[1][0]], os.sep.join(e[1][:-1]), e[1][-1]))
-        self.members = np.array([i for i, _ in keep], dtype=np.int64)
-        self.files = StringArray(["/".join(p) for _, p in keep])
-        self.prefix = images[0][1][0] + "/" if strip else ""
-        targets = np.array([lookup[p[0]] for _, p in keep], dtype=np.int64)
+        self.members = np.array([i for i, _, _ in keep], dtype=np.int64)
+        self.files = StringArray([f for _, f, _ in keep])
+        self.prefix = top + "/" if top else ""
+        targets = np.array([t for _, _, t in keep], dtype=np.int64)
         self._sizes = None
         super().__init__(targets, classes, **kwargs)
 
-    def _through_folder_links(self, images: list[tuple[int, list[str]]], top: int) -> list[tuple[int, list[str]]]:
-        """The images a folder scan of the extracted archive finds through links to folders
-        (``cat/more -> ../dog``: dog's images again, under cat/more), each folder walked once per
-        class as the scan walks it (a link back into its own class folder adds nothing); ``top`` is the
-        number of leading parts that name a class folder (2 under one wrapping folder)."""
-        out = []
-        for m in self.zip.links:
-            folder = self.zip.link_folder(m)
-            if folder is None:
-                continue
-            link = [p for p in m.name.split("/") if p not in ("", ".")]
-            target = folder.split("/")
-            if len(link) > top and target[:top] == link[:top]:
-                continue  # inside its own class folder: walked already
-            for index, parts in images:
-                if parts[: len(target)] == target and len(parts) > len(target):
-                    out.append((index, link + parts[len(target) :]))
-        return out
+    def _scan(self, top: str) -> tuple[list[str], list[tuple[int, str, int]]]:
+        """(classes, [(member index, file path, target)]): the walk :func:`scan_class_folders` makes of the
+        folder unzip-gbk extracts, made on the archive's own tree: links to images and to folders
+        followed as there (chains, ``cat2 -> cat``, ``cat/more -> ../dog``, ``b/up -> ..``), each real
+        folder walked once per class, links to nothing or out of the archive left out (unzip-gbk
+        removes or refuses them)."""
+        tree = self.zip.tree()
+
+        def join(folder: str, name: str) -> str:
+            return f"{folder}/{name}" if folder else name
+
+        def kind(path: str) -> tuple[str, int | str] | None:
+            return self.zip.lookup(path)
+
+        root = kind(top) if top else ("dir", "")
+        if root is None or root[0] != "dir":
+            return [], []
+        at = root[1]
+        classes = sorted(n for n in tree.get(at, {}) if n != "__MACOSX" and (kind(join(at, n)) or ("",))[0] == "dir")
+        keep = []
+        for idx, cls in enumerate(classes):
+            found: list[tuple[str, list[tuple[str, int]]]] = []
+            walked: set[str] = set()
+            todo = [(cls, kind(join(at, cls))[1])]  # (the path shown, its real folder)
+            while todo:
+                shown, real = todo.pop()
+                if real in walked:
+                    continue
+                walked.add(real)
+                files = []
+                for name in tree.get(real, {}):
+                    there = kind(join(real, name))
+                    if there is None:
+                        continue
+                    if there[0] == "dir":
+                        todo.append((f"{shown}/{name}", there[1]))
+                    elif _is_image(name, self.extensions) and not name.startswith("._"):
+                        files.append((name, there[1]))
+                found.append((shown, sorted(files)))
+            for shown, files in sorted(found, key=lambda f: f[0]):  # as the folder scan sorts its paths
+                keep += [(index, f"{shown}/{name}", idx) for name, index in files]
+        return classes, keep
 
     def name(self, index: int) -> str:
         return f"{self.path}:{self.prefix}{self.files[index]}"

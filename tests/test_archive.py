@@ -884,6 +884,11 @@ def _samples(ds) -> list[tuple[str, str, int]]:
         ([("dog/l.png", b"nosuch/../../cat/1.png")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
         ([("dog/l.png", b"../cat/1.png/")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
         ([("cat/again", b".")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        # the docs' own example: cat2 -> cat holds cat's link cat/more too, as the folder scan walks it
+        ([("cat2", b"cat"), ("cat/more", b"../dog")],
+         [("cat/1.png", "cat", 10), ("cat/more/2.png", "cat", 50), ("cat2/1.png", "cat2", 10),
+          ("cat2/more/2.png", "cat2", 50), ("dog/2.png", "dog", 50)]),
+        ([("dog/up", b"..")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50), ("dog/up/cat/1.png", "dog", 10)]),
     ],
 )  # fmt: skip
 def test_a_zip_read_in_place_gives_the_samples_of_the_folder_it_extracts_to(tmp_path: Path, links, want):
@@ -904,13 +909,15 @@ def test_zip_with_a_table_reads_what_the_folder_does(tmp_path: Path):
     from datakit.datasets import open_dataset
 
     z = write_zip(tmp_path / "d.zip", [gbk("./cat/1.png", _png(10)), gbk("dog//2.png", _png(50)),
-                                       gbk("dog/3.png", symlink_to=b"../cat/1.png")])  # fmt: skip
+                                       gbk("dog/3.png", symlink_to=b"../cat/1.png"), gbk("img/sub/4.png", _png(70)),
+                                       gbk("img/d", symlink_to=b"sub")])  # fmt: skip
     table = tmp_path / "labels.csv"
-    table.write_text("file,label\n./cat/1.png,cat\ndog/../dog/2.png,dog\ndog/3.png,dog\n", encoding="utf-8")
+    table.write_text("file,label\n./cat/1.png,cat\ndog/../dog/2.png,dog\ndog/3.png,dog\nimg/d/4.png,dog\n"
+                     "img/nosuch/../sub/4.png,cat\n", encoding="utf-8")  # fmt: skip
     unzip(z, tmp_path / "out")
     got = [(int(x[0, 0, 0]), y) for x, y in open_dataset(z, labels=table)]
     assert got == [(int(x[0, 0, 0]), y) for x, y in open_dataset(tmp_path / "out", labels=table)] == [
-        (10, 0), (50, 1), (10, 1)]  # fmt: skip
+        (10, 0), (50, 1), (10, 1), (70, 1), (70, 0)]  # fmt: skip
     twice = write_zip(tmp_path / "twice.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)),
                                                gbk("cat/1.png", _png(200))])  # fmt: skip
     table.with_name("t2.csv").write_text("file,label\ncat/1.png,cat\ndog/2.png,dog\n", encoding="utf-8")
