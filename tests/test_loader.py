@@ -450,21 +450,24 @@ def test_an_evaluation_loader_does_not_read_its_next_pass_ahead(tmp_path: Path):
     loader.close()
 
 
-class StuckInEpoch1(Dataset):
-    """Sample 0 of epoch 1 never arrives (a hung network read)."""
+class Stuck(Dataset):
+    """``n`` samples; sample ``index`` of epoch ``epoch`` hangs for ``seconds`` (a hung network read)."""
+
+    def __init__(self, n: int, index: int, epoch: int, seconds: float) -> None:
+        self.n, self.index, self.epoch, self.seconds = n, index, epoch, seconds
 
     def __len__(self) -> int:
-        return 16
+        return self.n
 
     def __getitem__(self, i):
-        if int(i) == 0 and i.epoch == 1:
-            time.sleep(600)
+        if int(i) == self.index and i.epoch == self.epoch:
+            time.sleep(self.seconds)
         return int(i)
 
 
 @pytest.mark.parametrize("how", ["close", "set_num_workers", "another epoch"])
 def test_a_stuck_batch_read_ahead_does_not_hold_up_close_retuning_or_a_restart(how: str):
-    loader = create_loader(StuckInEpoch1(), 4, num_workers=2, seed=0, shuffle=False)
+    loader = create_loader(Stuck(16, 0, 1, 600), 4, num_workers=2, seed=0, shuffle=False)  # sample 0 of epoch 1
     assert sum((b.tolist() for b in loader), []) == list(range(16))  # epoch 1 is being read ahead
     time.sleep(0.3)
     t = time.perf_counter()
@@ -483,22 +486,10 @@ def test_a_stuck_batch_read_ahead_does_not_hold_up_close_retuning_or_a_restart(h
     assert _receivers_end() == []
 
 
-class StuckInEpoch0(Dataset):
-    """Sample 9 of epoch 0 takes 60 s (a hung network read); every other read is instant."""
-
-    def __len__(self) -> int:
-        return 32
-
-    def __getitem__(self, i):
-        if int(i) == 9 and i.epoch == 0:
-            time.sleep(60)
-        return int(i)
-
-
 def test_the_next_epoch_after_one_left_early_does_not_wait_for_its_stuck_batch():
     # The attack: a loop left epoch 0 after one batch while a worker was stuck in a later batch of it; torch's
     # reset of its persistent workers waited for that read, so the next epoch began 30-60 s later.
-    loader = create_loader(StuckInEpoch0(), 4, num_workers=2, seed=0, shuffle=False)
+    loader = create_loader(Stuck(32, 9, 0, 60), 4, num_workers=2, seed=0, shuffle=False)  # sample 9 of epoch 0
     for batch in loader:
         assert batch.tolist() == [0, 1, 2, 3]
         break
