@@ -344,16 +344,22 @@ def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ra
             f"({_size(packed)} -> {_size(total)}), over the limit of {max_ratio:.0f}:1 "
             "(zip bomb?; raise it with --max-ratio)"
         )
+    refuse_overlaps(archive, members)
+    return total
+
+
+def refuse_overlaps(archive: str, members: list[ZipMember]) -> None:
+    """Refuse members whose bytes overlap in the file (one compressed stream behind many names: a
+    bomb that no per-member ratio shows), each checked against every member before it."""
     spans = sorted(_local_spans(archive, members), key=lambda s: s[:2])
     last_end, last = -1, None
-    for start, end, m in spans:  # against every member before it, not only the one just before
+    for start, end, m in spans:
         if start < last_end:
             raise ArchiveError(
                 f"{archive}: refused, members {last.name!r} and {m.name!r} overlap in the file (a zip bomb technique)"
             )
         if end > last_end:
             last_end, last = end, m
-    return total
 
 
 def _local_spans(archive: str, members: list[ZipMember]) -> list[tuple[int, int, ZipMember]]:
@@ -916,6 +922,7 @@ class ZipReader:
         self.max_member_size = int(max_member_size)
         self.max_ratio = float(max_ratio)
         members, self.encoding = read_members(self.path, encoding)
+        refuse_overlaps(self.path, members)  # read in place as extracted: one stream behind many names is a bomb
         if self.encoding.mixed_utf8:
             log.warning("%s: %d names are UTF-8 and the others are not: no one encoding reads them all; decoded "
                         "as %s, some names are wrong; pass encoding= to choose", self.path,
