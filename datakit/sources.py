@@ -517,12 +517,15 @@ class TableDataset(ImageDataset):
         self.class_map = class_map or table.class_map(remap=remap_labels)
         self.root = os.fspath(root)
         self.zip = None
+        self.prefix = ""  # a zip's one wrapping folder, when the table's names leave it out
         if os.path.isfile(root) and self.root.lower().endswith(".zip"):
             from datakit.archive import ZipReader
 
             self.zip = ZipReader(root)
         self.files = table.files  # as the table names them, ``/``-separated
         super().__init__(table.targets(self.class_map), self.class_map.classes, **kwargs)
+        if self.zip is not None:
+            self._wrapping_folder()
         if probe:
             self._probe_root()
 
@@ -534,7 +537,7 @@ class TableDataset(ImageDataset):
         if self.zip is not None:
             from datakit.archive import member_path
 
-            name = member_path(name)
+            name = member_path(self.prefix + name)
             if not name.isascii() and name not in self.zip:
                 name = next((o for o in _other_forms(name) if o in self.zip), name)
             return name
@@ -583,14 +586,29 @@ class TableDataset(ImageDataset):
             return sum(sizes.get(self.path(i), 0) for i in range(len(self)))
         return sum(os.path.getsize(p) for p in map(self.path, range(len(self))) if os.path.exists(p))
 
+    def _picks(self) -> list[int]:
+        n = len(self)
+        return sorted({round(k * (n - 1) / 7) for k in range(8)}) if n > 8 else list(range(n))
+
+    def _wrapping_folder(self) -> None:
+        """A zip whose members sit in one wrapping folder (数据集/cat/1.jpg, a zipped folder) while the
+        table names cat/1.jpg: that folder is the root, as :class:`ZipDataset` takes it."""
+        from datakit.archive import member_path
+
+        picks = self._picks()
+        if not picks or any(self.exists(i) for i in picks):
+            return
+        tops = {member_path(m.name).split("/")[0] for m in self.zip.members if "/" in member_path(m.name)}
+        if len(tops) == 1:
+            self.prefix = tops.pop() + "/"
+            if not any(self.exists(i) for i in picks):
+                self.prefix = ""
+
     def _probe_root(self) -> None:
         """Refuse at once, with the likely fix, when none of a spread of the table's files is under the root
         (a table alone naming files relative to another folder), instead of failing at the first sample."""
-        n = len(self)
-        if not n:
-            return
-        picks = sorted({round(k * (n - 1) / 7) for k in range(8)}) if n > 8 else list(range(n))
-        if any(self.exists(i) for i in picks):
+        picks = self._picks()
+        if not picks or any(self.exists(i) for i in picks):
             return
         first = self.files[picks[0]]
         hint = ""

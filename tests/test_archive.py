@@ -931,6 +931,21 @@ def test_zip_with_a_table_reads_what_the_folder_does(tmp_path: Path):
                             f"cannot be told ({table.with_name('t2.csv')}, line 2)")  # fmt: skip
 
 
+def test_a_zipped_folder_with_a_table_naming_files_inside_it(tmp_path: Path, capsys):
+    # The attack: 数据集.zip holds 数据集/cat/1.png (a zipped folder); read alone its wrapping folder is the root,
+    # but with labels= naming cat/1.png it was refused, with no hint and no way to say root= inside a zip.
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "数据集.zip", [gbk("数据集/cat/1.png", _png(10)), gbk("数据集/dog/2.png", _png(50))])
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\ncat/1.png,cat\ndog/2.png,dog\n", encoding="utf-8")
+    ds = open_dataset(z, labels=table)
+    assert [(int(x[0, 0, 0]), y) for x, y in ds] == [(10, 0), (50, 1)]
+    assert ds.name(0) == f"{z}:数据集/cat/1.png"
+    capsys.readouterr()
+    assert main(["check", str(z), "--labels", str(table), "--workers", "1"]) == 0
+
+
 def test_a_link_then_a_later_file_of_the_same_name_the_file_wins(tmp_path: Path):
     # The attack: cat/2.png as a link, then again as a real image: links are made last, so with --overwrite the
     # earlier link replaced the later file (two files: the later wins).
