@@ -684,7 +684,7 @@ def detect_text_encoding(raw: bytes) -> TextEncoding:
     return _most_plausible(sample)
 
 
-_CELL_SPLIT = re.compile(rb"[\r\n,;\t\"/\\]+")
+_CELL_SPLIT = re.compile(r"[\r\n,;\t\"/\\]+")
 
 
 def _most_plausible(sample: bytes) -> TextEncoding:
@@ -701,12 +701,13 @@ def _most_plausible(sample: bytes) -> TextEncoding:
     """
     from datakit.filenames import AMBIGUITY_MARGIN, MAX_SCORED, score
 
-    cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample) if not c.isascii()))
-    cells = cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
     readings: dict[str, list[str]] = {}
     for enc in ("utf-8", "gbk", "gb18030", "big5"):
         if (enc != "gb18030" or "gbk" not in readings) and decodes(sample, enc):
-            readings[enc] = [c.decode(enc) for c in cells]
+            # split into cells after decoding: a backslash byte (0x5C) is also the second byte of some
+            # GBK and Big5 characters (許, 功, 嘰), so splitting the bytes would cut them in two
+            cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample.decode(enc)) if not c.isascii()))
+            readings[enc] = cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
     if not readings:
         raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it")
     scores = {enc: score(names, "gbk" if enc == "gb18030" else enc, table=True) for enc, names in readings.items()}
@@ -927,7 +928,7 @@ def _marker_problem(file: str, label: str) -> str:
 
 def _parse_grid(
     grid: Sequence[Sequence[object]], head: _Header, *, sheet: str, where: str, problems: list,
-    order: int, split_column: str | None, cell_note=None,
+    order: int, split_column: str | None, cell_note=None, notes: list | None = None,
 ) -> _Part:  # fmt: skip
     """Rows under ``head`` as a part; blank files or labels become problems, wholly empty rows vanish."""
     files: list[str] = []
@@ -965,6 +966,10 @@ def _parse_grid(
             continue
         if _text(lab) in _NOT_A_LABEL:
             problems.append(((order, rownum), f"{where}, row {rownum}: {_marker_problem(_text(f), _text(lab))}"))
+            continue
+        if head.at >= 0 and _text(f) == head.fname and _text(lab) == head.lname:
+            if notes is not None:  # the header row again (sheets pasted one under another)
+                notes.append(f"{where}, row {rownum}: the header row again (tables joined?): skipped")
             continue
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
@@ -1188,7 +1193,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                     "Excel and save it, so the values are stored")  # fmt: skip
 
         part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order,
-                           split_column=split_column, cell_note=cell_note)  # fmt: skip
+                           split_column=split_column, cell_note=cell_note, notes=notes)  # fmt: skip
         if _declared_rows(path, sh.name) > len(grid):  # trailing rows read as empty: formulas without values?
             cell_note(0, 0)  # loads the sheet's formula cells
             for row in sorted({r for r, _ in formulas or {} if r > len(grid)}):
@@ -1262,21 +1267,36 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
     if text is not None and text.startswith("\ufeff"):
         text = text[1:]
     if kind == "list":
-        fkeys, lkeys = {_norm(k) for k in FILE_COLUMNS}, {_norm(k) for k in LABEL_COLUMNS}
+        fkeys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
+        lkeys = {_norm(label_column)} if label_column is not None else {_norm(k) for k in LABEL_COLUMNS}
         cols = parse_list(buf, text, lambda row: _norm(row[0]) in fkeys and _norm(row[-1]) in lkeys)
-        part = _list_part(path, cols, problems, file_column, label_column)
+        part = _list_part(path, cols, problems, notes, file_column, label_column)
         return [part], enc
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
     cols = parse_delimited(buf, text, delim, lambda row: _header_index(row, keys))
     return [_table_part(path, cols, delim, problems, notes, file_column, label_column, split_column)], enc
 
 
-def _list_part(path: Path, cols: Columns, problems: list, file_column: str | None, label_column: str | None) -> _Part:
+def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_column: str | None,
+               label_column: str | None) -> _Part:  # fmt: skip
     for line, what in cols.bad:
         problems.append(((0, line), f"{path}, line {line}: {what}"))
-    fcol = file_column or "path"
-    lcol = label_column or "label"
-    return _columns_part(cols, 0, 1, None, "", fcol, lcol, path, problems)
+    if cols.header is not None:
+        fname, lname = _text(cols.header[0]), _text(cols.header[-1])
+    else:
+        fname, lname = "", ""
+        (data, offsets), _ = cols.strings(0)
+        names = StringArray.from_buffer(data, offsets)
+        if len(names) > 1 and not _looks_like_file(names[0]) and _looks_like_file(names[1]):
+            # a header whose names are not known ones (Excel's Unicode text: 图片路径<TAB>类别) is no sample
+            labels, codes, _ = cols.coded(1)
+            shown = ", ".join(repr(v) for v in (names[0], labels[codes[0]] if codes[0] >= 0 else "") if v)
+            problems.append(((0, int(cols.lines[0])), f"{path}, line {int(cols.lines[0])}: {shown} looks like a "
+                             "header (the lines under it name image files), but names no known file column; name "
+                             "it with file_column= (--file-column)"))  # fmt: skip
+            return _part_from_lists("", [], [], [], [], "", "")
+    return _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
+                         path, problems, notes)  # fmt: skip
 
 
 def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: list, file_column: str | None,
@@ -1292,7 +1312,7 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
             problems.append(((0, 0), _no_header_problem(grid, str(path), file_column)))
             return empty
         notes.append(f"{path}: no header line; the first column read as files, the second as labels")
-        return _columns_part(cols, 0, 1, None, "", "", "", path, problems)
+        return _columns_part(cols, 0, 1, None, "", "", "", path, problems, notes)
     head = _locate_header([header_row], file_column, label_column, split_column)
     assert head is not None
     if head.lcol is None:
@@ -1305,14 +1325,15 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
         problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: no split column named "
                          f"{split_column!r} among {shown}"))  # fmt: skip
-    return _columns_part(cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems)
+    return _columns_part(cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes)
 
 
 def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: str, fname: str, lname: str,
-                  path: Path, problems: list) -> _Part:  # fmt: skip
+                  path: Path, problems: list, notes: list) -> _Part:  # fmt: skip
     (data, offsets), fvalid = cols.strings(fcol)
     files = StringArray.from_buffer(data, offsets)
     labels, lcodes, lvalid = cols.coded(lcol)
+    labels = list(labels)
     lines = cols.lines
     marked = [k for k, v in enumerate(labels) if str(v) in _NOT_A_LABEL]
     if marked:  # '#N/A' or 'nan' where a label should be: the cell was empty or an error where it was made
@@ -1323,6 +1344,15 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
         lvalid = lvalid & ~hit
         fvalid = fvalid & ~hit
     one_blank = fvalid ^ lvalid
+    again: list[int] = []
+    if fname and lname in labels:  # the header line again (two tables joined, pandas' to_csv(mode="a"))
+        rows_again = np.flatnonzero((lcodes == labels.index(lname)) & fvalid & lvalid)
+        again = [int(i) for i in rows_again if files[int(i)] == fname.replace("\\", "/")]
+        for i in again:
+            notes.append(f"{path}, line {int(lines[i])}: the header line again (tables joined?): skipped")
+        if again:
+            fvalid, lvalid = fvalid.copy(), lvalid.copy()
+            fvalid[again] = lvalid[again] = False
     for i in np.flatnonzero(one_blank):
         line = int(lines[i])
         if fvalid[i]:
@@ -1335,6 +1365,8 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
     if scol is not None:
         svals, scodes, _ = cols.coded(scol)
         for i in np.flatnonzero(~keep):
+            if i in again:
+                continue
             dropped[(0, int(lines[i]))] = str(svals[scodes[i]]) if scodes[i] >= 0 else ""
     else:
         svals, scodes = [], np.full(len(lines), -1, np.int32)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from datakit import textparse
-from datakit.labels import StringArray, _duplicates, read_labels
+from datakit.labels import LabelError, StringArray, _duplicates, read_labels
 
 
 def python_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,3 +238,62 @@ def test_a_data_row_whose_class_is_a_column_name_is_not_the_header(tmp_path: Pat
     assert t.class_map().classes == ("image", "table", "text")
     path.write_text("image,label\nb.jpg,image\n", encoding="utf-8")  # a real header still is one
     assert read_labels(path).labels.tolist() == ["image"]
+
+
+@pytest.mark.parametrize("python_parser", [False, True])
+def test_the_header_line_again_is_skipped_not_a_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     python_parser: bool):  # fmt: skip
+    # The attack: a CSV appended to with pandas' to_csv(mode="a") repeats its header; that line became a sample
+    # 'file' of class 'label', and 'zebra' got index 2 in train against 1 in a val table written in one go.
+    if python_parser:
+        monkeypatch.setattr(textparse, "_fast_delimited", lambda *args: None)
+    path = tmp_path / "train.csv"
+    path.write_text("file,label\n0.png,cat\n1.png,zebra\nfile,label\n2.png,cat\n3.png,zebra\n", encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.files.tolist() == ["0.png", "1.png", "2.png", "3.png"] and t.rows.tolist() == [2, 3, 5, 6]
+    assert t.class_map().classes == ("cat", "zebra") and t.problems() == []
+    assert t.notes == [f"{path}, line 4: the header line again (tables joined?): skipped"]
+
+
+def test_the_header_row_again_in_a_sheet_is_skipped(tmp_path: Path):
+    openpyxl = pytest.importorskip("openpyxl")
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "train"
+    for row in (("文件名", "标签"), ("a.jpg", "猫"), ("文件名", "标签"), ("b.jpg", "狗")):
+        ws.append(row)
+    path = tmp_path / "l.xlsx"
+    wb.save(path)
+    t = read_labels(path, validate=False)
+    assert t.files.tolist() == ["a.jpg", "b.jpg"] and t.class_map().classes == ("狗", "猫")
+    assert t.notes == [f"{path}, sheet 'train', row 3: the header row again (tables joined?): skipped"]
+
+
+def test_an_unknown_header_of_a_txt_list_is_refused_not_a_sample(tmp_path: Path):
+    # The attack: Excel's Unicode text (UTF-16, tabs) saved as .txt with a header of names datakit does not know:
+    # read as a list, its header became a sample '图片路径' of class '类别'.
+    path = tmp_path / "labels.txt"
+    path.write_bytes("图片路径\t类别\r\n0.png\t猫\r\n1.png\t狗\r\n".encode("utf-16"))
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value).splitlines()[-1].strip() == (
+        f"{path}, line 1: '图片路径', '类别' looks like a header (the lines under it name image files), but names no "
+        "known file column; name it with file_column= (--file-column)"
+    )
+    t = read_labels(path, file_column="图片路径", label_column="类别")
+    assert t.files.tolist() == ["0.png", "1.png"] and t.labels.tolist() == ["猫", "狗"]
+    path.write_text("0.png 猫\n1.png 狗\n", encoding="utf-8")  # a list without a header: its first line a sample
+    assert read_labels(path).files.tolist() == ["0.png", "1.png"]
+
+
+def test_a_backslash_byte_inside_a_legacy_character_does_not_cut_it(tmp_path: Path):
+    # The attack: the encoding guess split the bytes into cells at '\\' (0x5C), also the second byte of 許, 功
+    # (Big5) and 嘰 (GBK): a bare UnicodeDecodeError naming no file.
+    cases = [("猫\\1.png,cat\n狗\\2.png,dog\n", "utf-8", ["猫/1.png", "狗/2.png"]),
+             ("file,label\n許/1.png,功夫\nx/2.png,餐點\n", "big5", ["許/1.png", "x/2.png"]),
+             ("file,label\n嘰/1.png,乗类\n", "gbk", ["嘰/1.png"])]  # fmt: skip
+    for k, (text, enc, files) in enumerate(cases):
+        path = tmp_path / f"{k}.csv"
+        path.write_bytes(text.encode(enc))
+        t = read_labels(path, validate=False)
+        assert (t.encoding, t.files.tolist()) == (enc, files)
