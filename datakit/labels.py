@@ -494,6 +494,27 @@ class LabelTable:
                        f"case: they are {len(same)} classes")  # fmt: skip
         return out
 
+    def _split_notes(self) -> list[str]:
+        """Notes for a split column whose values differ only in letter case or spaces (``train``,
+        ``Train``: two splits, and ``split="train"`` leaves the other's rows out) and for its blank
+        cells (those rows are in no split)."""
+        if not len(self.splits.values) or not len(self):
+            return []
+        out = []
+        codes, first = np.unique(self.splits.codes, return_index=True)
+        rows = {str(self.splits.values[c]): int(i) for c, i in zip(codes.tolist(), first.tolist()) if c >= 0}
+        for same in _groups(rows, lambda v: " ".join(unicodedata.normalize("NFKC", v).casefold().split())):
+            named = ", ".join(f"{v!r} (first at {self._short(i)})" for v, i in same[:-1])
+            v, i = same[-1]
+            out.append(f"{self.path}: split values {named} and {v!r} (first at {self._short(i)}) differ only in "
+                       f"letter case or spaces: they are {len(same)} splits")  # fmt: skip
+        blank = np.flatnonzero(self.splits.codes < 0)
+        if len(blank):
+            shown = ", ".join(self._short(int(i)) for i in blank[:5]) + (", ..." if len(blank) > 5 else "")
+            out.append(f"{self.path}: {len(blank)} row{'s' if len(blank) > 1 else ''} with a blank split cell "
+                       f"({shown}): in no split")  # fmt: skip
+        return out
+
 
 def _unicode_form(name: str) -> str:
     return next((f for f in ("NFC", "NFD") if unicodedata.is_normalized(f, name)), "mixed")
@@ -840,6 +861,10 @@ def _part_from_lists(sheet: str, files: list[str], labels: list[str], splits: li
                      fcol: str, lcol: str) -> _Part:  # fmt: skip
     lv, lc = _codes(labels)
     sv, sc = _codes(splits)
+    if "" in sv:  # a blank split cell: no split (code -1), as in text tables
+        blank = sv.index("")
+        sc = np.where(sc == blank, -1, sc - (sc > blank)).astype(np.int32)
+        sv.remove("")
     return _Part(sheet, StringArray(files), lv, lc, sv, sc, np.asarray(rows, np.int32), fcol, lcol)
 
 
@@ -975,7 +1000,7 @@ def _parse_grid(
         labels.append(_text(lab))
         s = row[scol] if scol is not None and scol < len(row) else None
         # the split column where the sheet has one (a one-sheet workbook as the CSV it was saved from), else the sheet
-        splits.append(_text(s) if scol is not None and not _blank(s) else sheet)
+        splits.append(("" if _blank(s) else _text(s)) if scol is not None else sheet)
         rows.append(rownum)
     part = _part_from_lists(sheet, files, labels, splits, rows, head.fname, head.lname)
     part.dropped_splits, part.dropped_files = dropped, named
@@ -1205,6 +1230,15 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              "no rows under it)"))  # fmt: skip
         part.order = order
         parts.append(part)
+    named = [any(_looks_like_file(f) for f in p.files) for p in parts]
+    if any(named):  # a notes sheet with a 文件名 row (the columns explained) is no split: no row names an image
+        for p, has in zip(parts, named):
+            if not has and len(p.files):
+                if p.chosen:
+                    notes.append(f"{path}: sheet {p.sheet!r} skipped (no row names an image file, as the other "
+                                 "sheets' rows do: notes?)")  # fmt: skip
+                problems[:] = [q for q in problems if q[0][0] != p.order]
+        parts = [p for p, has in zip(parts, named) if has or not len(p.files)]
     if hidden_left:
         notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
                      f"{', '.join(map(repr, hidden_left))} not read (include_hidden=True reads them)")  # fmt: skip
@@ -1515,7 +1549,7 @@ def read_labels(
         elsewhere = {key for p in parts for key, s in p.dropped_splits.items() if s and s != split}
         problems[:] = [p for p in problems if p[0] not in elsewhere]
     whole = _join(path, parts, problems, notes, enc)  # every sheet read, also those not asked for
-    notes += whole._case_notes()
+    notes += whole._case_notes() + whole._split_notes()
     for note in notes:
         log.warning("%s", note)
     keep = np.concatenate([np.full(len(p.files), p.chosen) for p in parts]) if parts else np.zeros(0, bool)

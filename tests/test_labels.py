@@ -1019,3 +1019,26 @@ def test_a_tab_separated_csv_is_read_as_such(tmp_path: Path, encoding):
     (tmp_path / "t.csv").write_text("文件名\t标签\n图1.jpg\t猫\n图2.jpg\t狗\n", encoding=encoding)
     ds = open_dataset(tmp_path / "img", labels=tmp_path / "t.csv")
     assert ds.classes == ["狗", "猫"] and [ds.classes[t] for t in ds.targets] == ["猫", "狗"]
+
+
+def test_a_notes_sheet_explaining_the_columns_is_not_a_split(tmp_path: Path):
+    # The attack: a 说明 sheet documenting the columns has a row starting with 文件名, so it was read as a split:
+    # its description '类别: cat 或 dog' became a third class of every split.
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "说明"
+    for row in (("字段", "含义"), ("文件名", "图片相对 images/ 的路径"), ("标签", "类别: cat 或 dog")):
+        ws.append(row)
+    for name, rows in (("train", [("0.png", "cat"), ("1.png", "dog")]), ("val", [("2.png", "cat")])):
+        ws = wb.create_sheet(name)
+        ws.append(["文件名", "标签"])
+        for r in rows:
+            ws.append(r)
+    path = tmp_path / "l.xlsx"
+    wb.save(path)
+    t = read_labels(path, validate=False)
+    assert t.files.tolist() == ["0.png", "1.png", "2.png"] and t.split_names == ["train", "val"]
+    assert t.class_map().classes == ("cat", "dog")
+    assert t.notes == [f"{path}: sheet '说明' skipped (no row names an image file, as the other sheets' rows do: "
+                       "notes?)"]  # fmt: skip
+    assert read_labels(path, split="train", validate=False).class_map().classes == ("cat", "dog")

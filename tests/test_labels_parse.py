@@ -297,3 +297,26 @@ def test_a_backslash_byte_inside_a_legacy_character_does_not_cut_it(tmp_path: Pa
         path.write_bytes(text.encode(enc))
         t = read_labels(path, validate=False)
         assert (t.encoding, t.files.tolist()) == (enc, files)
+
+
+def test_split_values_apart_only_in_case_and_blank_split_cells_are_noted(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture):  # fmt: skip
+    # The attack: 'Train' for 'train' and a blank split cell: split='train' left those rows out without a word.
+    path = tmp_path / "l.csv"
+    path.write_text("file,label,split\n0.png,cat,train\n1.png,dog,Train\n2.png,dog,\n3.png,cat,val\n", encoding="utf-8")
+    t = read_labels(path, split="train", validate=False)
+    assert t.files.tolist() == ["0.png"]
+    assert t.notes == [
+        f"{path}: split values 'train' (first at line 2) and 'Train' (first at line 3) differ only in letter case "
+        "or spaces: they are 2 splits",
+        f"{path}: 1 row with a blank split cell (line 4): in no split",
+    ]
+    openpyxl = pytest.importorskip("openpyxl")
+    wb = openpyxl.Workbook()
+    for row in (("file", "label", "split"), ("0.png", "cat", "train"), ("1.png", "dog", None)):
+        wb.active.append(row)
+    xlsx = tmp_path / "l.xlsx"
+    wb.save(xlsx)
+    t = read_labels(xlsx, validate=False)  # a blank cell is no split in a sheet too, not the sheet's name
+    assert t.split_names == ["train"] and t.notes == [f"{xlsx}: 1 row with a blank split cell (sheet 'Sheet', "
+                                                      "row 3): in no split"]  # fmt: skip
