@@ -406,7 +406,16 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     if labels:
         from datakit.labels import read_labels
 
-        labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels, **_label_options(args))
+        labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels or args.classes is not None,
+                             **_label_options(args))  # fmt: skip
+    source = src
+    if args.classes is not None:
+        from datakit.sources import open_source
+
+        _existing(args.classes)
+        source = open_source(src, labels=labels, split=args.split, classes=args.classes,
+                             **({"encoding": args.encoding} if args.encoding and labels is None else {}))  # fmt: skip
+        labels = None
     bar = _bar(0, "pack", args.quiet)
 
     def progress(done: int, total: int, nbytes: int) -> None:
@@ -418,7 +427,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
             bar.refresh()
 
     try:
-        report = pack_lmdb(src, out, labels=labels, split=args.split, max_size=args.max_size,
+        report = pack_lmdb(source, out, labels=labels, split=args.split, max_size=args.max_size,
                            quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
                            shard=shard, skip_bad=args.skip_bad, bad_samples=args.bad_samples,
                            remap_labels=args.remap_labels,
@@ -501,6 +510,9 @@ def _register_lmdb(sub) -> None:
     p.add_argument("--workers", type=_workers, metavar="N",
                    help="readers: threads for plain files, processes for zips and packs "
                         "(default: usable CPUs; 0: none)")  # fmt: skip
+    p.add_argument("--classes", metavar="PACK_OR_FILE",
+                   help="index the classes as these do (the training pack, its classes.json, or a .txt of one class "
+                        "per line): for a split kept in a file of its own")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue an interrupted pack")
     p.add_argument("--overwrite", action="store_true", help="replace an existing pack")
     p.add_argument("--shard", type=_shard, metavar="I/N", help="pack only the I-th of N parts (0-based)")

@@ -262,7 +262,9 @@ def _range_message(ints: list[int]) -> str:
     return (
         f"integer labels are {_ranges(ints)}, not 0..{n - 1}; passed on as they are they would index past the "
         f"{n} outputs of a classifier (CUDA: 'device-side assert triggered'). Use remap_labels=True "
-        f"(--remap-labels) to map {lo}..{hi} to 0..{n - 1} in order, or fix the table"
+        f"(--remap-labels) to map {lo}..{hi} to 0..{n - 1} in order, or fix the table; a split kept in a file of "
+        "its own (a val list without some class) takes the training split's classes instead: classes=train.classes "
+        "(pack-lmdb --classes train.lmdb), since remapping it alone would shift its indices"
     )
 
 

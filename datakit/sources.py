@@ -141,6 +141,24 @@ class ImageDataset:
             for entry in self._read_report(self.bad_samples):
                 self.bad[entry["index"]] = (entry["name"], entry["reason"])
 
+    def use_classes(self, classes: Sequence[str], where: str = "") -> None:
+        """Index the targets by ``classes`` (a training split's), not by this source's own classes: a
+        split read from a file of its own (a val table lacking a class) then keeps the same indices."""
+        given = [str(c) for c in classes]
+        if len(set(given)) != len(given):
+            raise UsageError(f"classes= names a class twice: {given!r}")
+        index = {c: i for i, c in enumerate(given)}
+        unknown = [c for c in self.classes if c not in index]
+        if unknown:
+            shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+            raise LabelError(f"{where or type(self).__name__}: class{'es' if len(unknown) > 1 else ''} {shown} "
+                             f"not among the {len(given)} classes given (classes=)")  # fmt: skip
+        to = np.asarray([index[c] for c in self.classes] + [-1], dtype=np.int64)
+        self.targets = to[self.targets]
+        self.classes, self.class_to_idx = given, index
+        if getattr(self, "class_map", None) is not None:  # a table's: what a pack of it records
+            self.class_map = ClassMap(tuple(given))
+
     # what subclasses provide
     def __len__(self) -> int:
         return len(self.targets)
@@ -871,6 +889,44 @@ def _expand_sources(src) -> list[str] | None:
     return None
 
 
+def _is_pack(path: Path) -> bool:
+    return path.is_dir() and (path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"
+
+
+def _is_table(src) -> bool:
+    return isinstance(src, (str, os.PathLike)) and Path(src).suffix.lower() in EXCEL_SUFFIXES + TEXT_SUFFIXES
+
+
+def given_classes(classes) -> list[str]:
+    """The class list ``classes=`` names: a sequence of names, a dataset or :class:`ClassMap` (its
+    ``classes``), an LMDB pack (its ``classes.json``), a ``.json`` file (a list, or a pack's
+    ``{"classes": [...]}``) or a text file of one class per line."""
+    if isinstance(classes, ClassMap) or hasattr(classes, "classes"):
+        return [str(c) for c in classes.classes]
+    if isinstance(classes, (str, os.PathLike)):
+        path = Path(classes)
+        if path.is_dir():
+            path = path / "classes.json"
+        if not path.is_file():
+            raise UsageError(f"classes={os.fspath(classes)!r}: no such file (a pack, a .json or a .txt of class names)")
+        text = path.read_text(encoding="utf-8-sig")
+        if path.suffix.lower() == ".json":
+            try:
+                obj = json.loads(text)
+            except ValueError as exc:
+                raise UsageError(f"{path}: not JSON ({exc})") from None
+            obj = obj.get("classes") if isinstance(obj, dict) else obj
+            if not isinstance(obj, list):
+                raise UsageError(f'{path}: expected a list of class names or {{"classes": [...]}}')
+            return [str(c) for c in obj]
+        return [line.strip() for line in text.splitlines() if line.strip()]
+    if isinstance(classes, Sequence):
+        return [str(c) for c in classes]
+    raise UsageError(
+        f"classes= must be a list of class names, a dataset, a pack or a file, got {type(classes).__name__}"
+    )
+
+
 def open_source(
     src: str | os.PathLike | Sequence[str | os.PathLike],
     *,
@@ -889,12 +945,25 @@ def open_source(
     split_column: str | None = None,
     encoding: str | None = None,
     include_hidden: bool = False,
+    classes: object = None,
     **kwargs,
 ) -> ImageDataset:
     """:func:`datakit.datasets.open_dataset` (which documents the arguments) with the classes of
     ``kinds``: a module holding FolderDataset, TableDataset, ZipDataset and LmdbDataset, this one
     by default (torch-free), :mod:`datakit.datasets` for its torch datasets."""
     kinds = kinds or sys.modules[__name__]
+    if classes is not None:
+        given = given_classes(classes)
+        if remap_labels:
+            raise UsageError("classes= and remap_labels= both number the classes; give one of them")
+        # integer labels are read as they are (a split without class 3 is no gap), then indexed by classes=
+        ds = open_source(src, kinds=kinds, labels=labels, split=split, transform=transform, target_transform=target_transform,
+                         mode=mode, on_error=on_error, cache=cache, remap_labels=labels is not None or _is_table(src),
+                         root=root, file_column=file_column, label_column=label_column, split_column=split_column,
+                         encoding=encoding, include_hidden=include_hidden, **kwargs)  # fmt: skip
+        if ds.classes != given:
+            ds.use_classes(given, where=os.fspath(labels if isinstance(labels, (str, os.PathLike)) else src))
+        return ds
     common = dict(transform=transform, target_transform=target_transform, mode=mode, on_error=on_error, cache=cache)
     shards = _expand_sources(src)
     if shards is not None:
@@ -906,7 +975,7 @@ def open_source(
     path = Path(src)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
-    pack = path.is_dir() and (path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"
+    pack = _is_pack(path)
     given = [name for name, v in (("labels", labels), ("root", root), ("remap_labels", remap_labels)) if v]
     if pack and given:  # a pack holds its labels: a table beside it would be silently ignored
         raise UsageError(f"{path}: an LMDB pack holds its own labels; {', '.join(given)} cannot change them "

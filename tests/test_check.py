@@ -49,7 +49,9 @@ def test_every_kind_of_problem(class_folder: Path, tmp_path: Path):
         f"{where}, row 7: file 'dog/图片_2.jpg' has no label",
         f"{labels}: integer labels are 1..3, not 0..2; passed on as they are they would index past the 3 outputs of "
         "a classifier (CUDA: 'device-side assert triggered'). Use remap_labels=True (--remap-labels) to map 1..3 to "
-        "0..2 in order, or fix the table (first outside: 3 at sheet 'train', row 6)",
+        "0..2 in order, or fix the table; a split kept in a file of its own (a val list without some class) takes the "
+        "training split's classes instead: classes=train.classes (pack-lmdb --classes train.lmdb), since remapping it "
+        "alone would shift its indices (first outside: 3 at sheet 'train', row 6)",
         # then what needs the images
         f"missing: 'cat/没有.jpg' ({where}, row 4) not found at {class_folder / 'cat' / '没有.jpg'}",
         f"not in the table: {class_folder / 'cat' / '图片_2.jpg'}",

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from datakit.cli import build_parser
@@ -363,3 +364,18 @@ def test_two_ranks_pack_one_shard_each(class_folder: Path, tmp_path: Path):
     # without {rank} in OUT, rank 0 packs everything alone and the other rank leaves it be
     r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "all.lmdb", "--workers", "0", "--json")
     assert (r0.returncode, r1.returncode) == (0, 0) and json.loads(r0.stdout)["count"] == 12 and r1.stdout == ""
+
+
+def test_pack_lmdb_classes_gives_a_val_list_the_training_indices(tmp_path: Path):
+    from datakit.datasets import open_dataset
+    from datakit.io import imwrite
+
+    for k in range(9):
+        imwrite(tmp_path / f"{k}.png", np.full((8, 8, 3), k * 20, np.uint8))
+    (tmp_path / "train.txt").write_text("".join(f"{k}.png {k}\n" for k in range(5)), encoding="utf-8")
+    (tmp_path / "val.txt").write_text("5.png 0\n6.png 1\n7.png 2\n8.png 4\n", encoding="utf-8")
+    assert datakit("pack-lmdb", tmp_path / "train.txt", tmp_path / "train.lmdb", "-q").returncode == 0
+    proc = datakit("pack-lmdb", tmp_path / "val.txt", tmp_path / "val.lmdb", "--classes", tmp_path / "train.lmdb", "-q")
+    assert proc.returncode == 0, proc.stderr
+    val = open_dataset(tmp_path / "val.lmdb")
+    assert (val.classes, val.targets.tolist()) == (["0", "1", "2", "3", "4"], [0, 1, 2, 4])

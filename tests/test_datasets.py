@@ -390,3 +390,32 @@ def test_a_zip_with_links_reads_in_place_as_extracted(tmp_path: Path):
         "cat/0.png", "cat/1a.png", "cat/2.png", "dog/0.png", "dog/1.png"]  # fmt: skip
     assert [int(inplace[i][0][0, 0, 0]) for i in range(5)] == [int(folder[i][0][0, 0, 0]) for i in range(5)]
     assert inplace.targets.tolist() == folder.targets.tolist() == [0, 0, 0, 1, 1]
+
+
+def test_a_split_in_a_file_of_its_own_takes_the_training_classes(tmp_path: Path):
+    # The attack: val.txt without class 3 was refused as a gap, and remap_labels=True (as the message said) gave
+    # val's label 4 index 3; a val.csv without 'dog' numbered 'zebra' 1 where train has 2.
+    from datakit.io import imwrite
+    from datakit.labels import LabelError
+
+    for k in range(9):
+        imwrite(tmp_path / f"{k}.png", np.full((8, 8, 3), k * 20, np.uint8))
+    (tmp_path / "train.txt").write_text("".join(f"{k}.png {k}\n" for k in range(5)), encoding="utf-8")
+    (tmp_path / "val.txt").write_text("5.png 0\n6.png 1\n7.png 2\n8.png 4\n", encoding="utf-8")
+    train = open_dataset(tmp_path / "train.txt")
+    val = open_dataset(tmp_path / "val.txt", classes=train.classes)
+    assert (val.classes, val.targets.tolist()) == (["0", "1", "2", "3", "4"], [0, 1, 2, 4])
+    (tmp_path / "train.csv").write_text("file,label\n0.png,cat\n1.png,dog\n2.png,zebra\n", encoding="utf-8")
+    (tmp_path / "val.csv").write_text("file,label\n5.png,cat\n6.png,zebra\n", encoding="utf-8")
+    val = open_dataset(tmp_path / "val.csv", classes=open_dataset(tmp_path / "train.csv"))
+    assert (val.classes, val.targets.tolist(), val[1][1]) == (["cat", "dog", "zebra"], [0, 2], 2)
+    (tmp_path / "classes.txt").write_text("cat\ndog\nzebra\n", encoding="utf-8")
+    assert open_dataset(tmp_path / "val.csv", classes=tmp_path / "classes.txt").targets.tolist() == [0, 2]
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "val.txt", classes=["cat", "dog"])
+    assert (
+        str(e.value) == f"{tmp_path / 'val.txt'}: classes '0', '1', '2', '4' not among the 2 classes given (classes=)"
+    )
+    with pytest.raises(LabelError, match=r"a split kept in a file of its own \(a val list without some class\) takes "
+                                         r"the training split's classes instead: classes=train.classes"):  # fmt: skip
+        open_dataset(tmp_path / "val.txt")

@@ -103,7 +103,9 @@ def test_one_based_labels_refused_then_remapped(tmp_path: Path, fmt: str):
     assert str(e.value) == (
         f"{path}: integer labels are 1..3, not 0..2; passed on as they are they would index past the 3 outputs of a "
         "classifier (CUDA: 'device-side assert triggered'). Use remap_labels=True (--remap-labels) to map 1..3 to "
-        f"0..2 in order, or fix the table (first outside: 3 at {where(path, fmt, 1).split(', ', 1)[1]})"
+        "0..2 in order, or fix the table; a split kept in a file of its own (a val list without some class) takes the "
+        "training split's classes instead: classes=train.classes (pack-lmdb --classes train.lmdb), since remapping it "
+        f"alone would shift its indices (first outside: 3 at {where(path, fmt, 1).split(', ', 1)[1]})"
     )
     assert targets(path, remap=True) == ([0, 2, 1], ("1", "2", "3"))
 
