@@ -957,9 +957,10 @@ def open_source(
         if remap_labels:
             raise UsageError("classes= and remap_labels= both number the classes; give one of them")
         # integer labels are read as they are (a split without class 3 is no gap), then indexed by classes=
+        as_read = labels is not None or _is_table(src)
         ds = open_source(src, kinds=kinds, labels=labels, split=split, transform=transform,
-                         target_transform=target_transform, mode=mode, on_error=on_error, cache=cache, remap_labels=labels is not None or _is_table(src),
-                         root=root, file_column=file_column, label_column=label_column, split_column=split_column,
+                         target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
+                         remap_labels=as_read, root=root, file_column=file_column, label_column=label_column, split_column=split_column,
                          encoding=encoding, include_hidden=include_hidden, **kwargs)  # fmt: skip
         if ds.classes != given:
             ds.use_classes(given, where=os.fspath(labels if isinstance(labels, (str, os.PathLike)) else src))
