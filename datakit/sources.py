@@ -960,8 +960,9 @@ def open_source(
         as_read = labels is not None or _is_table(src)
         ds = open_source(src, kinds=kinds, labels=labels, split=split, transform=transform,
                          target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
-                         remap_labels=as_read, root=root, file_column=file_column, label_column=label_column, split_column=split_column,
-                         encoding=encoding, include_hidden=include_hidden, **kwargs)  # fmt: skip
+                         remap_labels=as_read, root=root, file_column=file_column, label_column=label_column,
+                         split_column=split_column, encoding=encoding, include_hidden=include_hidden,
+                         **kwargs)  # fmt: skip
         if ds.classes != given:
             ds.use_classes(given, where=os.fspath(labels if isinstance(labels, (str, os.PathLike)) else src))
         return ds
