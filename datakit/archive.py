@@ -1073,8 +1073,15 @@ class ZipReader:
         if problem:
             raise ArchiveError(f"{self.path}: member {m.name!r}: {problem}")
         zf = self._file()
+        infos = zf.infolist()
+        zi = infos[index] if index < len(infos) else None
+        if zi is None or (zi.CRC, zi.header_offset, zi.file_size, zi.compress_size) != (
+            m.crc, m.header_offset, m.file_size, m.compress_size
+        ):  # replaced since it was listed (rsync, mv new.zip): the member at this place is another file now
+            raise ArchiveError(f"{self.path}: the archive changed since it was opened (member {m.name!r} is not "
+                               "where it was); open the dataset again")  # fmt: skip
         try:
-            return _read_bounded(zf, zf.infolist()[index], m.file_size)
+            return _read_bounded(zf, zi, m.file_size)
         except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError) as exc:
             raise ArchiveError(f"{self.path}: member {m.name!r}: {_explain(exc)}") from None
 

@@ -1166,3 +1166,24 @@ def test_a_bzip2_bomb_under_the_ratio_check_is_stopped_without_inflating(tmp_pat
                          text=True, env=env, timeout=120)  # fmt: skip
     stopped = f"{z}: member 'bomb.bin': inflates past its declared size of 1000 bytes; stopped"
     assert out.stdout.splitlines() == [f"ArchiveError {stopped}", str([stopped]), "True"], out.stderr[-2000:]
+
+
+def test_an_archive_replaced_after_opening_is_refused_not_read_by_old_places(tmp_path: Path):
+    # The attack: data.zip replaced between epochs (rsync, mv new.zip data.zip): a new worker reopened it by path
+    # and read members by their places in the old listing, so cat/1.bmp gave dog's bytes.
+    def write(order: list[tuple[str, bytes]]) -> None:
+        with zipfile.ZipFile(tmp_path / "new.zip", "w") as zf:
+            for name, data in order:
+                zf.writestr(name, data)
+        os.replace(tmp_path / "new.zip", tmp_path / "data.zip")
+
+    write([("cat/1.bmp", b"cat" * 10), ("dog/1.bmp", b"dog" * 20)])
+    reader = ZipReader(tmp_path / "data.zip")
+    assert reader.read("cat/1.bmp") == b"cat" * 10
+    write([("dog/1.bmp", b"dog" * 20), ("cat/1.bmp", b"cat" * 10)])
+    worker = pickle.loads(pickle.dumps(reader))  # a new worker: opens the path again
+    with pytest.raises(ArchiveError) as e:
+        worker.read("cat/1.bmp")
+    assert str(e.value) == (f"{tmp_path / 'data.zip'}: the archive changed since it was opened (member 'cat/1.bmp' "
+                            "is not where it was); open the dataset again")  # fmt: skip
+    assert ZipReader(tmp_path / "data.zip").read("cat/1.bmp") == b"cat" * 10
