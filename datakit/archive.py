@@ -824,7 +824,7 @@ def _extract_symlink(
 ) -> None:
     if m.file_size > _MAX_LINK:
         raise _Refused(f"symlink target of {m.file_size} bytes is longer than any real path; not created")
-    link = zf.read(info).decode("utf-8", errors="replace")
+    link = _read_bounded(zf, info, m.file_size).decode("utf-8", errors="replace")  # a bomb behind 12 bytes: no
     parts = rel.split("/")
     if os.path.isabs(link) or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
         raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
@@ -951,25 +951,28 @@ class ZipReader:
         if self._tree is None:
             tree: dict[str, dict[str, tuple[str, object]]] = {"": {}}
 
-            def folder(path: str) -> None:
-                parts = path.split("/")
+            def folder(path: str) -> bool:
+                """Make the folders of ``path``; False where a file or link is already in the way."""
+                parts = path.split("/") if path else []
                 for k in range(len(parts)):
-                    parent = "/".join(parts[:k])
-                    entry = tree.setdefault(parent, {}).setdefault(parts[k], ("dir", None))
-                    if entry[0] == "dir":
-                        tree.setdefault("/".join(parts[: k + 1]), {})
+                    entry = tree["/".join(parts[:k])].setdefault(parts[k], ("dir", None))
+                    if entry[0] != "dir":
+                        return False
+                    tree.setdefault("/".join(parts[: k + 1]), {})
+                return True
 
-            for m in self._all:
+            # as unzip-gbk writes them: files and folders in archive order, the first of a name kept (a later
+            # one is refused there), then the links, none over a name already there
+            for m in sorted(self._all, key=lambda m: m.is_symlink):
                 path = member_path(m.name)
-                if not path or path == ".." or path.startswith("../"):
-                    continue
+                if safe_relpath(m.name)[0] is None or not path or path == ".." or path.startswith("../"):
+                    continue  # what unzip-gbk refuses to write ('..', NUL) is not in its folder either
                 if m.is_dir:
                     folder(path)
                     continue
                 parent, _, name = path.rpartition("/")
-                if parent:
-                    folder(parent)
-                tree.setdefault(parent, {})[name] = ("link", m) if m.is_symlink else ("file", m.index)
+                if folder(parent):
+                    tree[parent].setdefault(name, ("link", m) if m.is_symlink else ("file", m.index))
             self._tree = tree
         return self._tree
 
@@ -1014,9 +1017,11 @@ class ZipReader:
             link = self.read_index(m.index).decode("utf-8")
         except (UnicodeDecodeError, ValueError, OSError):
             return None
-        if link.startswith("/") or link[1:2] == ":" or "\x00" in link:
+        if link.startswith("/") or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
             return None  # unzip-gbk makes no link out of the target
-        return link.replace("\\", "/")
+        if "\\" in link:
+            return None  # on the extracted folder a backslash is part of the name: a link to nothing, removed
+        return link
 
     def link_target(self, m: ZipMember) -> int | None:
         """The index of the regular member the symlink member ``m`` leads to inside the archive, as the
@@ -1076,7 +1081,10 @@ class ZipReader:
         infos = zf.infolist()
         zi = infos[index] if index < len(infos) else None
         if zi is None or (zi.CRC, zi.header_offset, zi.file_size, zi.compress_size) != (
-            m.crc, m.header_offset, m.file_size, m.compress_size
+            m.crc,
+            m.header_offset,
+            m.file_size,
+            m.compress_size,
         ):  # replaced since it was listed (rsync, mv new.zip): the member at this place is another file now
             raise ArchiveError(f"{self.path}: the archive changed since it was opened (member {m.name!r} is not "
                                "where it was); open the dataset again")  # fmt: skip

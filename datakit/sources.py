@@ -663,7 +663,7 @@ class ZipDataset(ImageDataset):
         max_ratio: float | None = None,
         **kwargs,
     ) -> None:
-        from datakit.archive import DEFAULT_MAX_MEMBER, DEFAULT_MAX_RATIO, ArchiveError, ZipReader
+        from datakit.archive import DEFAULT_MAX_MEMBER, DEFAULT_MAX_RATIO, ArchiveError, ZipReader, safe_relpath
 
         self.path = os.fspath(path)
         self.zip = ZipReader(
@@ -675,6 +675,11 @@ class ZipDataset(ImageDataset):
         self.extensions = _extensions(extensions)
         images = []
         seen: set[str] = set()
+        for m in self.zip._all:  # a folder or link named with '..' or a NUL: refused as unzip refuses it
+            refused = safe_relpath(m.name)[0] is None and m.name.rstrip("/") not in ("", ".")
+            if refused and (m.is_dir or m.is_symlink):
+                raise ArchiveError(f"{self.path}: member {m.name!r}: {safe_relpath(m.name)[1]} (as unzip "
+                                   "refuses it)")  # fmt: skip
         for m in self.zip.members:  # the regular members: refusals, and where the top folder is
             if not _is_image(m.name, self.extensions) or m.is_dir:
                 continue
@@ -685,6 +690,9 @@ class ZipDataset(ImageDataset):
                 raise ArchiveError(f"{self.path}: member {m.name!r} is in the archive twice: which copy is the "
                                    "image cannot be told")  # fmt: skip
             seen.add("/".join(parts))
+            if "\x00" in m.name:
+                raise ArchiveError(f"{self.path}: member {m.name!r}: refused: the name contains a NUL byte (as "
+                                   "unzip refuses it)")  # fmt: skip
             if ".." in parts or m.name.startswith("/") or m.name[1:2] == ":":
                 raise ArchiveError(
                     f"{self.path}: member {m.name!r}: refused: a '..' component or an absolute name "

@@ -1187,3 +1187,77 @@ def test_an_archive_replaced_after_opening_is_refused_not_read_by_old_places(tmp
     assert str(e.value) == (f"{tmp_path / 'data.zip'}: the archive changed since it was opened (member 'cat/1.bmp' "
                             "is not where it was); open the dataset again")  # fmt: skip
     assert ZipReader(tmp_path / "data.zip").read("cat/1.bmp") == b"cat" * 10
+
+
+@pytest.mark.parametrize(
+    ("extra", "want"),
+    [
+        # a file then a link of the same name: unzip keeps the file (the link is refused), so does the zip in place
+        ([gbk("cat/1.png", symlink_to=b"../dog/2.png")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        # a link cat2 -> cat, then a real cat2/x.png: links are made last, so cat2 is the real folder
+        ([gbk("cat2", symlink_to=b"cat"), gbk("cat2/x.png", _png(99))],
+         [("cat/1.png", "cat", 10), ("cat2/x.png", "cat2", 99), ("dog/2.png", "dog", 50)]),
+        # cat/1.png, then a file named cat: the first is kept
+        ([gbk("cat", b"not an image")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        # a link target with backslashes names nothing on the extracted folder (removed there)
+        ([gbk("dog/x.png", symlink_to=b"..\\cat\\1.png")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        # '1:b.png' is no drive letter: a link to a real file
+        ([gbk("cat/1:b.png", _png(30)), gbk("cat/x.png", symlink_to=b"1:b.png")],
+         [("cat/1.png", "cat", 10), ("cat/1:b.png", "cat", 30), ("cat/x.png", "cat", 30), ("dog/2.png", "dog", 50)]),
+    ],
+)  # fmt: skip
+def test_a_name_stored_twice_or_an_odd_link_reads_as_the_extracted_folder(tmp_path: Path, extra, want):
+    # The attack: the zip read in place took the later of two members of one name (cat/1.png decoding to dog's
+    # pixels, class cat missing) and resolved link texts by other rules than the extracted folder's links.
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "d.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)), *extra])
+    unzip(z, tmp_path / "out")
+    assert _samples(open_dataset(tmp_path / "out")) == want
+    assert _samples(open_dataset(z)) == want
+
+
+@pytest.mark.parametrize(
+    ("member", "why"),
+    [
+        (gbk("../bird", symlink_to=b"cat"), "a '..' component would escape the target folder"),
+        (gbk("../evil/", b""), "a '..' component would escape the target folder"),
+        (gbk("cat/evil\x00.png", _png(1)), "the name contains a NUL byte"),
+    ],
+)
+def test_a_folder_link_or_nul_name_unzip_refuses_is_refused_in_place(tmp_path: Path, member, why):
+    # The attack: link and folder members named with '..' were normalised in place ('../bird' -> 'bird'): a class
+    # 'bird' appeared and every index shifted, where unzip-gbk refuses them.
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "d.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)), member])
+    with pytest.raises(ArchiveError) as e:
+        open_dataset(z)
+    name = member.name.decode("gbk")
+    assert str(e.value) == f"{z}: member {name!r}: refused: {why} (as unzip refuses it)"
+
+
+def test_a_link_member_inflating_past_its_declared_size_is_stopped(tmp_path: Path):
+    # The attack: a link declaring 12 bytes whose data inflates to 1 GiB: extraction read it with ZipFile.read,
+    # which inflates the whole stream first (2 GiB of memory for a 1 KB archive).
+    import resource
+
+    link = zipfile.ZipInfo("cat/x.png")
+    link.create_system, link.external_attr = 3, (0o120777 << 16)
+    with zipfile.ZipFile(tmp_path / "d.zip", "w", zipfile.ZIP_BZIP2) as zf:  # bzip2 inflates all it is given
+        zf.writestr("cat/1.png", _png(10))
+        zf.writestr(link, b"1.png" + b"\0" * (256 << 20))
+    raw = bytearray((tmp_path / "d.zip").read_bytes())
+    # declare 5 bytes in both headers (the local header's size fields at 22, the central one's at 24)
+    at = raw.find(b"PK\x03\x04", raw.find(b"cat/x.png") - 40)
+    struct.pack_into("<I", raw, at + 22, 5)
+    cd = raw.rfind(b"PK\x01\x02")
+    struct.pack_into("<I", raw, cd + 24, 5)
+    (tmp_path / "d.zip").write_bytes(bytes(raw))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report = unzip(tmp_path / "d.zip", tmp_path / "out")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < (128 << 10)  # KiB: under 128 MiB more
+    assert report.problems == [
+        f"{tmp_path / 'd.zip'}: member 'cat/x.png': data does not match its CRC-32 (corrupt, or larger than its "
+        "declared size)"
+    ]
