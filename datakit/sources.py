@@ -705,6 +705,11 @@ class ZipDataset(ImageDataset):
         classes, keep = self._scan(top)
         if not classes or not keep:
             raise LabelError(f"{self.path}: no class folders with images inside the archive")
+        empty = sorted(set(range(len(classes))) - {t for _, _, t in keep})
+        if empty:  # as the extracted folder is refused: a class without samples shifts nothing silently
+            hint = "; pass extensions= to count others" if self.extensions == IMG_EXTENSIONS else ""
+            raise LabelError(f"{self.path}: class folder {(top + '/' if top else '') + classes[empty[0]]!r} holds no "
+                             f"images (no file ending in {' '.join(self.extensions)}{hint})")  # fmt: skip
         _refuse_unicode_twins(self.path, classes)
         self.members = np.array([i for i, _, _ in keep], dtype=np.int64)
         self.files = StringArray([f for _, f, _ in keep])

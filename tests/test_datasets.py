@@ -4,6 +4,7 @@ import logging
 import os
 import pickle
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -263,7 +264,9 @@ def test_zip_counts_the_files_a_folder_counts(tmp_path: Path):
         zipped.name(i).split(":", 1)[1] for i in range(len(zipped))
     ]
     assert zipped.targets.tolist() == folder.targets.tolist()
-    assert len(open_dataset(archive, extensions=(".gif",))) == 2
+    for src in (root, archive):  # a class without .gif files: refused by both, naming it
+        with pytest.raises(LabelError, match=r"class folder '鸟' holds no images \(no file ending in \.gif\)$"):
+            open_dataset(src, extensions=(".gif",))
 
 
 def test_class_folders_named_alike_in_two_unicode_forms_are_refused(tmp_path: Path, capsys):
@@ -419,3 +422,28 @@ def test_a_split_in_a_file_of_its_own_takes_the_training_classes(tmp_path: Path)
     with pytest.raises(LabelError, match=r"a split kept in a file of its own \(a val list without some class\) takes "
                                          r"the training split's classes instead: classes=train.classes"):  # fmt: skip
         open_dataset(tmp_path / "val.txt")
+
+
+def test_a_zip_with_an_empty_class_folder_is_refused_as_the_folder_is(tmp_path: Path):
+    # The attack: a class folder holding no images (or only .gif files) was a class of 0 samples read in place,
+    # and `check` passed, where the extracted folder is refused.
+    import cv2
+
+    from datakit.archive import unzip
+    from datakit.labels import LabelError
+
+    png = cv2.imencode(".png", np.zeros((4, 4, 3), np.uint8))[1].tobytes()
+    z = tmp_path / "a.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("数据集/bird/a.gif", b"GIF89a")
+        zf.writestr("数据集/cat/1.png", png)
+        zf.writestr("数据集/dog/2.png", png)
+    unzip(z, tmp_path / "out")
+    ends = "holds no images (no file ending in .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp; pass extensions= to " \
+           "count others)"  # fmt: skip
+    with pytest.raises(LabelError) as e:
+        open_dataset(z)
+    assert str(e.value) == f"{z}: class folder '数据集/bird' {ends}"
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "out" / "数据集")
+    assert str(e.value) == f"{tmp_path / 'out' / '数据集'}: class folder 'bird' {ends}"
