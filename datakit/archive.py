@@ -10,6 +10,7 @@ Unicode Path field, then one encoding chosen for the whole archive.
 from __future__ import annotations
 
 import logging
+import lzma
 import os
 import re
 import shutil
@@ -634,7 +635,7 @@ def unzip(
                     report.extracted.append(rel)
                 except _Refused as exc:
                     report.problems.append(f"{label}: {exc}")
-                except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
+                except (*_READ_ERRORS, OSError) as exc:
                     report.problems.append(f"{label}: {_explain(exc)}")
             last = {rel: m.index for m in members if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
             for m, rel in links:
@@ -646,7 +647,7 @@ def unzip(
                     _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label)
                 except _Refused as exc:
                     report.problems.append(f"{label}: {exc}")
-                except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
+                except (*_READ_ERRORS, OSError) as exc:
                     report.problems.append(f"{label}: {_explain(exc)}")
             _recheck_links(tree, links, report, archive)
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
@@ -730,7 +731,17 @@ def _open_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
     return zf.open(info)  # stored, or deflate: zipfile bounds each step by n
 
 
+# what reading a damaged member raises: a bad stream, an unknown method, lzma's bad properties, a local
+# header flagged UTF-8 whose name is not
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError, lzma.LZMAError,
+                UnicodeDecodeError)  # fmt: skip
+
+
 def _explain(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "its local header marks the name UTF-8, but the name is not UTF-8 (a damaged or hand-made archive)"
+    if isinstance(exc, lzma.LZMAError):
+        return f"compressed data is damaged (LZMA: {exc})"
     text = str(exc)
     if "Bad CRC-32" in text:
         return "data does not match its CRC-32 (corrupt, or larger than its declared size)"
@@ -1090,7 +1101,7 @@ class ZipReader:
                                "where it was); open the dataset again")  # fmt: skip
         try:
             return _read_bounded(zf, zi, m.file_size)
-        except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError) as exc:
+        except _READ_ERRORS as exc:
             raise ArchiveError(f"{self.path}: member {m.name!r}: {_explain(exc)}") from None
 
     def read(self, name: str) -> bytes:

@@ -1261,3 +1261,40 @@ def test_a_link_member_inflating_past_its_declared_size_is_stopped(tmp_path: Pat
         f"{tmp_path / 'd.zip'}: member 'cat/x.png': data does not match its CRC-32 (corrupt, or larger than its "
         "declared size)"
     ]
+
+
+def _raw_zip(members: list[tuple[bytes, bytes, int, bytes, int]]) -> bytes:
+    """(name, data, method, stored bytes, local header flags) each, headers written by hand."""
+    out, cd = bytearray(), bytearray()
+    for name, data, method, comp, lflags in members:
+        off, crc = len(out), zlib.crc32(data)
+        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 63, lflags, method, 0, 0x21, crc, len(comp), len(data),
+                           len(name), 0) + name + comp  # fmt: skip
+        cd += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 63, 63, 0, method, 0, 0x21, crc, len(comp),
+                          len(data), len(name), 0, 0, 0, 0, 0x20, off) + name  # fmt: skip
+    n = len(members)
+    return bytes(out + cd + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, n, n, len(cd), len(out), 0))
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        # LZMA (method 14) whose properties header is damaged: a traceback, and the members after it lost
+        ((b"cat/2.jpg", b"two", 14, struct.pack("<BBH", 9, 20, 5) + b"\xff" * 5 + bytes(20), 0),
+         "compressed data is damaged (LZMA: Invalid or unsupported options)"),
+        # a local header flagged UTF-8 over a GBK name: a bare codec error that stopped the whole extraction
+        (("猫/2.jpg".encode("gbk"), b"two", 0, b"two", 0x800),
+         "its local header marks the name UTF-8, but the name is not UTF-8 (a damaged or hand-made archive)"),
+    ],
+)  # fmt: skip
+def test_a_damaged_member_is_one_line_and_the_others_are_extracted(tmp_path: Path, capsys, bad, why):
+    name = bad[0].decode("gbk")
+    z = tmp_path / "a.zip"
+    z.write_bytes(_raw_zip([("猫/1.jpg".encode("gbk"), b"one", 0, b"one", 0), bad,
+                            ("猫/3.jpg".encode("gbk"), b"three", 0, b"three", 0)]))  # fmt: skip
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q"]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"{z}: member {name!r}: {why}"]  # -q: the count left out
+    assert sorted(p.name for p in (tmp_path / "out" / "猫").iterdir()) == ["1.jpg", "3.jpg"]
+    with pytest.raises(ArchiveError) as e:
+        ZipReader(z).read(name)
+    assert str(e.value) == f"{z}: member {name!r}: {why}"
