@@ -740,6 +740,8 @@ _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImple
 def _explain(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return "its local header marks the name UTF-8, but the name is not UTF-8 (a damaged or hand-made archive)"
+    if "File name in directory" in str(exc):  # zipfile read the local name otherwise (its UTF-8 flag, its bytes)
+        return "its local header names it otherwise than the central directory does (a damaged or hand-made archive)"
     if isinstance(exc, lzma.LZMAError):
         return f"compressed data is damaged (LZMA: {exc})"
     text = str(exc)

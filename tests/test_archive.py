@@ -1283,8 +1283,10 @@ def _raw_zip(members: list[tuple[bytes, bytes, int, bytes, int]]) -> bytes:
         ((b"cat/2.jpg", b"two", 14, struct.pack("<BBH", 9, 20, 5) + b"\xff" * 5 + bytes(20), 0),
          "compressed data is damaged (LZMA: Invalid or unsupported options)"),
         # a local header flagged UTF-8 over a GBK name: a bare codec error that stopped the whole extraction
-        (("猫/2.jpg".encode("gbk"), b"two", 0, b"two", 0x800),
+        (("狗/2.jpg".encode("gbk"), b"two", 0, b"two", 0x800),
          "its local header marks the name UTF-8, but the name is not UTF-8 (a damaged or hand-made archive)"),
+        (("猫/2.jpg".encode("gbk"), b"two", 0, b"two", 0x800),  # GBK 猫 is valid UTF-8 too: read as another name
+         "its local header names it otherwise than the central directory does (a damaged or hand-made archive)"),
     ],
 )  # fmt: skip
 def test_a_damaged_member_is_one_line_and_the_others_are_extracted(tmp_path: Path, capsys, bad, why):
