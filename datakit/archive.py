@@ -571,6 +571,8 @@ def unzip(
         except OSError as exc:
             raise UsageError(f"{dest}: cannot be made a folder ({exc.strerror})") from None
         free = shutil.disk_usage(dest_path).free
+        if total > free:  # a rerun: the files already there (of their sizes) need no room again
+            total -= _already_there(dest_path, members)
         if total > free:
             for p in made:  # an archive refused leaves nothing behind, not even the folders made for it
                 try:
@@ -735,6 +737,22 @@ def _open_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
 # header flagged UTF-8 whose name is not
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError, lzma.LZMAError,
                 UnicodeDecodeError)  # fmt: skip
+
+
+def _already_there(dest: Path, members: list[ZipMember]) -> int:
+    """The bytes of the regular members whose file is already in ``dest`` with their size."""
+    there = 0
+    for m in members:
+        rel = safe_relpath(m.name)[0] if not (m.is_dir or m.is_symlink) else None
+        if rel is None:
+            continue
+        try:
+            st = os.lstat(dest / rel)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size == m.file_size:
+            there += m.file_size
+    return there
 
 
 def _explain(exc: BaseException) -> str:

@@ -1300,3 +1300,24 @@ def test_a_damaged_member_is_one_line_and_the_others_are_extracted(tmp_path: Pat
     with pytest.raises(ArchiveError) as e:
         ZipReader(z).read(name)
     assert str(e.value) == f"{z}: member {name!r}: {why}"
+
+
+def test_a_rerun_needs_room_only_for_the_files_not_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The attack: re-running a finished (or kill -9'd) extraction on a nearly full disk was refused: the free-space
+    # check counted the files already there and identical.
+    import collections
+    import shutil
+
+    z = tmp_path / "a.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        for i in range(3):
+            zf.writestr(f"cat/{i}.bin", bytes([i]) * 1000)
+    unzip(z, tmp_path / "out")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 500, 500))
+    report = unzip(z, tmp_path / "out")
+    assert (report.extracted, report.unchanged) == ([], ["cat/0.bin", "cat/1.bin", "cat/2.bin"])
+    (tmp_path / "out" / "cat" / "1.bin").unlink()
+    with pytest.raises(ArchiveError) as e:  # one file missing: its 1000 bytes do not fit in 500
+        unzip(z, tmp_path / "out")
+    assert str(e.value) == f"{z}: refused, members need 1000 bytes but only 500 are free in {tmp_path / 'out'}"
