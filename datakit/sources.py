@@ -617,6 +617,7 @@ class TableDataset(ImageDataset):
         if not picks or any(self.exists(i) for i in picks):
             return
         tops = {member_path(m.name).split("/")[0] for m in self.zip.members if "/" in member_path(m.name)}
+        tops.discard("__MACOSX")  # macOS Finder's metadata beside the zipped folder
         if len(tops) == 1:
             self.prefix = tops.pop() + "/"
             if not any(self.exists(i) for i in picks):

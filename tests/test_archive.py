@@ -944,6 +944,10 @@ def test_a_zipped_folder_with_a_table_naming_files_inside_it(tmp_path: Path, cap
     assert ds.name(0) == f"{z}:数据集/cat/1.png"
     capsys.readouterr()
     assert main(["check", str(z), "--labels", str(table), "--workers", "1"]) == 0
+    # zipped by macOS Finder: __MACOSX beside the folder is no second top folder
+    z = write_zip(tmp_path / "mac.zip", [gbk("数据集/cat/1.png", _png(10)), gbk("__MACOSX/数据集/cat/._1.png", b"x"),
+                                         gbk("数据集/dog/2.png", _png(50))])  # fmt: skip
+    assert [(int(x[0, 0, 0]), y) for x, y in open_dataset(z, labels=table)] == [(10, 0), (50, 1)]
 
 
 def test_a_link_then_a_later_file_of_the_same_name_the_file_wins(tmp_path: Path):
