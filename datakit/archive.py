@@ -621,7 +621,7 @@ def unzip(
                         except PermissionError:
                             if not overwrite:
                                 why = "cannot be read to compare with the member (permission denied)"
-                                msg = f"{dest_path / rel} exists and {why}; not overwritten (use --overwrite)"
+                                msg = f"{_printable(dest_path / rel)} exists and {why}; not overwritten (use --overwrite)"
                                 raise _Refused(msg) from None
                             same = False
                         if same:
@@ -630,9 +630,9 @@ def unzip(
                                 progress(m.file_size)
                             continue
                         if not overwrite:
-                            raise _Refused(f"{dest_path / rel} exists and differs; not overwritten (use --overwrite)")
+                            raise _Refused(f"{_printable(dest_path / rel)} exists and differs; not overwritten (use --overwrite)")
                         if stat.S_ISDIR(st.st_mode):
-                            raise _Refused(f"{dest_path / rel} is a folder; not replaced by a file")
+                            raise _Refused(f"{_printable(dest_path / rel)} is a folder; not replaced by a file")
                     _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths, overwrite)
                     report.extracted.append(rel)
                 except _Refused as exc:
@@ -737,6 +737,13 @@ def _open_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
 # header flagged UTF-8 whose name is not
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError, lzma.LZMAError,
                 UnicodeDecodeError)  # fmt: skip
+
+
+def _printable(path: os.PathLike | str) -> str:
+    """A path for a message line: control characters (a newline in a member's name) escaped, as ``-l`` shows
+    them, so a name cannot forge another line or reach the terminal as an escape sequence."""
+    text = os.fspath(path)
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def _already_there(dest: Path, members: list[ZipMember]) -> int:
@@ -871,9 +878,9 @@ def _extract_symlink(
             report.unchanged.append(rel)
             return
         if not overwrite:
-            raise _Refused(f"{Path(tree.root) / rel} exists and differs; not overwritten (use --overwrite)")
+            raise _Refused(f"{_printable(Path(tree.root) / rel)} exists and differs; not overwritten (use --overwrite)")
         if stat.S_ISDIR(st.st_mode):
-            raise _Refused(f"{Path(tree.root) / rel} is a folder; not replaced by a link")
+            raise _Refused(f"{_printable(Path(tree.root) / rel)} is a folder; not replaced by a link")
         os.unlink(name, dir_fd=fd)
     os.symlink(link, name, dir_fd=fd)
     report.extracted.append(rel)

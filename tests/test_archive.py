@@ -1325,3 +1325,16 @@ def test_a_rerun_needs_room_only_for_the_files_not_there(tmp_path: Path, monkeyp
     with pytest.raises(ArchiveError) as e:  # one file missing: its 1000 bytes do not fit in 500
         unzip(z, tmp_path / "out")
     assert str(e.value) == f"{z}: refused, members need 1000 bytes but only 500 are free in {tmp_path / 'out'}"
+
+
+def test_a_control_character_in_a_name_is_escaped_in_every_message(tmp_path: Path, capsys):
+    # The attack: "exists and differs" printed the path raw: a newline in a member's name forged a line of its own.
+    name = "cat/a\nunzip-gbk: error: forged\x1b[31m.png"
+    z = write_zip(tmp_path / "a.zip", [ZipEntry(name.encode(), b"new", utf8_flag=True)])
+    (tmp_path / "out" / "cat").mkdir(parents=True)
+    (tmp_path / "out" / "cat" / "a\nunzip-gbk: error: forged\x1b[31m.png").write_bytes(b"old")
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q"]) == 1
+    shown = "cat/a\\nunzip-gbk: error: forged\\x1b[31m.png"
+    assert capsys.readouterr().err.splitlines() == [
+        f"{z}: member {name!r}: {tmp_path / 'out'}/{shown} exists and differs; not overwritten (use --overwrite)"
+    ]
