@@ -621,7 +621,8 @@ def unzip(
                         except PermissionError:
                             if not overwrite:
                                 why = "cannot be read to compare with the member (permission denied)"
-                                msg = f"{_printable(dest_path / rel)} exists and {why}; not overwritten (use --overwrite)"
+                                shown = _printable(dest_path / rel)
+                                msg = f"{shown} exists and {why}; not overwritten (use --overwrite)"
                                 raise _Refused(msg) from None
                             same = False
                         if same:
@@ -630,7 +631,8 @@ def unzip(
                                 progress(m.file_size)
                             continue
                         if not overwrite:
-                            raise _Refused(f"{_printable(dest_path / rel)} exists and differs; not overwritten (use --overwrite)")
+                            raise _Refused(f"{_printable(dest_path / rel)} exists and differs; not overwritten "
+                                           "(use --overwrite)")  # fmt: skip
                         if stat.S_ISDIR(st.st_mode):
                             raise _Refused(f"{_printable(dest_path / rel)} is a folder; not replaced by a file")
                     _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths, overwrite)
