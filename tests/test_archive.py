@@ -1267,7 +1267,7 @@ def test_a_link_member_inflating_past_its_declared_size_is_stopped(tmp_path: Pat
     ]
 
 
-def _raw_zip(members: list[tuple[bytes, bytes, int, bytes, int]]) -> bytes:
+def _hand_zip(members: list[tuple[bytes, bytes, int, bytes, int]]) -> bytes:
     """(name, data, method, stored bytes, local header flags) each, headers written by hand."""
     out, cd = bytearray(), bytearray()
     for name, data, method, comp, lflags in members:
@@ -1296,7 +1296,7 @@ def _raw_zip(members: list[tuple[bytes, bytes, int, bytes, int]]) -> bytes:
 def test_a_damaged_member_is_one_line_and_the_others_are_extracted(tmp_path: Path, capsys, bad, why):
     name = bad[0].decode("gbk")
     z = tmp_path / "a.zip"
-    z.write_bytes(_raw_zip([("猫/1.jpg".encode("gbk"), b"one", 0, b"one", 0), bad,
+    z.write_bytes(_hand_zip([("猫/1.jpg".encode("gbk"), b"one", 0, b"one", 0), bad,
                             ("猫/3.jpg".encode("gbk"), b"three", 0, b"three", 0)]))  # fmt: skip
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q"]) == 1
     assert capsys.readouterr().err.splitlines() == [f"{z}: member {name!r}: {why}"]  # -q: the count left out
