@@ -1049,19 +1049,37 @@ class InfiniteLoader:
 
     def __init__(self, loader: Loader | DataLoader) -> None:
         self.loader = loader if isinstance(loader, Loader) else Loader(loader)
-        self.epoch = 0
+        self._epoch = 0
         self.step = 0
         self._it = None
         self._gen: int | None = None
 
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        """``loader.epoch = e``: the next batch is the first of epoch ``e`` (what ``state_dict()`` says)."""
+        if type(epoch) is not int and not isinstance(epoch, np.integer) or epoch < 0:
+            raise UsageError(f"epoch must be a whole number >= 0, got {epoch!r}")
+        if (int(epoch), 0) != (self._epoch, self.step):
+            self._epoch, self.step, self._it = int(epoch), 0, None
+
     def _start_epoch(self) -> None:
-        self._it = self.loader._iterate(self.epoch, self.step * self.loader.loader.batch_size)
+        sampler = self.loader.loader.sampler
+        if isinstance(sampler, EpochSampler) and sampler.asked is not None and sampler.asked != self._epoch:
+            self._epoch, self.step = sampler.asked, 0  # the loop called sampler.set_epoch(e): epoch e from its start
+        self._it = self.loader._iterate(self._epoch, self.step * self.loader.loader.batch_size)
         self._gen = None  # the Loader's generation once the epoch has started (on the first next())
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        sampler = self.loader.loader.sampler
+        if isinstance(sampler, EpochSampler) and sampler.asked is not None:
+            self._it = None  # sampler.set_epoch(e) since the last batch: _start_epoch serves epoch e
         if self._it is None or (self._gen is not None and self._gen != self.loader._generation):
             # not started, or its epoch was ended from outside (loader.close() to free the workers
             # during an evaluation, set_num_workers(), another iteration): go on from where it is
@@ -1079,7 +1097,7 @@ class InfiniteLoader:
                     raise UsageError(f"an epoch holds no batch ({len(dl.sampler or dl.dataset)} samples, batch_size "
                                      f"{dl.batch_size}, drop_last={dl.drop_last}): an infinite loader would wait "
                                      "for ever") from None  # fmt: skip
-                self.epoch += 1
+                self._epoch += 1
                 self.step = 0
                 self._start_epoch()
             except BaseException:
@@ -1096,7 +1114,7 @@ class InfiniteLoader:
         return {"epoch": self.epoch, "step": self.step}
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self._epoch, self.step = int(state["epoch"]), int(state["step"])
         self._it = None
 
     def __getattr__(self, name: str):

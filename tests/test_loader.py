@@ -98,6 +98,25 @@ def test_infinite_loader_resumes_with_exact_next_batch():
     assert isinstance(resumed, InfiniteLoader) and resumed.state_dict() == {"epoch": 2, "step": 3} and len(resumed) == 3
 
 
+@pytest.mark.parametrize("how", ["attribute", "set_epoch"])
+def test_an_infinite_loader_told_an_epoch_serves_it_from_its_start(how: str):
+    # The attack: loader.epoch = 3 mid-epoch was ignored for the batches (epoch 0 went on, then epoch 4) while
+    # state_dict() said epoch 3, so a resume from that state diverged from the run; sampler.set_epoch(3) was ignored.
+    ref = create_loader(Indexed(10), 3, num_workers=0, seed=1, infinite=True)
+    ref.load_state_dict({"epoch": 3, "step": 0})
+    expected = [next(ref)[0].tolist() for _ in range(4)]
+    run = create_loader(Indexed(10), 3, num_workers=0, seed=1, infinite=True)
+    next(run)
+    if how == "attribute":
+        run.epoch = 3
+    else:
+        run.sampler.set_epoch(3)
+    assert [next(run)[0].tolist() for _ in range(4)] == expected
+    assert run.state_dict() == {"epoch": 4, "step": 1}
+    with pytest.raises(UsageError, match=r"^epoch must be a whole number >= 0, got -1$"):
+        run.epoch = -1
+
+
 def _draws(loader, epochs=1):
     """{(epoch, index): (random, NumPy, torch) draws made while reading that sample}"""
     out = {}
