@@ -1051,6 +1051,7 @@ class InfiniteLoader:
         self.loader = loader if isinstance(loader, Loader) else Loader(loader)
         self._epoch = 0
         self.step = 0
+        self._offset = 0  # samples of this epoch served before ``step`` counted (a state of another batch size)
         self._it = None
         self._gen: int | None = None
 
@@ -1063,14 +1064,14 @@ class InfiniteLoader:
         """``loader.epoch = e``: the next batch is the first of epoch ``e`` (what ``state_dict()`` says)."""
         if type(epoch) is not int and not isinstance(epoch, np.integer) or epoch < 0:
             raise UsageError(f"epoch must be a whole number >= 0, got {epoch!r}")
-        if (int(epoch), 0) != (self._epoch, self.step):
-            self._epoch, self.step, self._it = int(epoch), 0, None
+        if (int(epoch), 0, 0) != (self._epoch, self.step, self._offset):
+            self._epoch, self.step, self._offset, self._it = int(epoch), 0, 0, None
 
     def _start_epoch(self) -> None:
         sampler = self.loader.loader.sampler
         if isinstance(sampler, EpochSampler) and sampler.asked is not None and sampler.asked != self._epoch:
-            self._epoch, self.step = sampler.asked, 0  # the loop called sampler.set_epoch(e): epoch e from its start
-        self._it = self.loader._iterate(self._epoch, self.step * self.loader.loader.batch_size)
+            self._epoch, self.step, self._offset = sampler.asked, 0, 0  # the loop's set_epoch(e): e from its start
+        self._it = self.loader._iterate(self._epoch, self._offset + self.step * self.loader.loader.batch_size)
         self._gen = None  # the Loader's generation once the epoch has started (on the first next())
 
     def __iter__(self):
@@ -1098,7 +1099,7 @@ class InfiniteLoader:
                                      f"{dl.batch_size}, drop_last={dl.drop_last}): an infinite loader would wait "
                                      "for ever") from None  # fmt: skip
                 self._epoch += 1
-                self.step = 0
+                self.step = self._offset = 0
                 self._start_epoch()
             except BaseException:
                 # the epoch's iterator ended with the error (a dead worker, a bad sample, Ctrl-C):
@@ -1110,11 +1111,36 @@ class InfiniteLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def _shape(self) -> dict:
+        dl = self.loader.loader
+        sampler = dl.sampler
+        world = sampler.world if isinstance(sampler, EpochSampler) else 1
+        return {"batch_size": dl.batch_size, "samples": len(dl.dataset), "world": world}
+
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "step": self.step}
+        """Where the loop is: ``epoch`` and ``step`` (batches served of it), and ``sample`` (its samples served),
+        with the batch size, dataset length and world size they count in."""
+        bs = self.loader.loader.batch_size
+        sample = self._offset + self.step * bs
+        return {"epoch": self.epoch, "step": sample // bs, "sample": sample, **self._shape()}
 
     def load_state_dict(self, state: dict) -> None:
-        self._epoch, self.step = int(state["epoch"]), int(state["step"])
+        """Resume at ``state``: at the same sample of the same epoch, also with another batch size. A state
+        saved for another dataset length or world size is refused (its epoch's order is another)."""
+        shape = self._shape()
+        for key, what in (("samples", "samples"), ("world", "ranks")):
+            if key in state and int(state[key]) != shape[key] and (int(state["step"]) or int(state.get("sample", 0))):
+                raise UsageError(f"the state was saved mid-epoch for {state[key]} {what}, this loader has "
+                                 f"{shape[key]}: that epoch's order is another here, so resuming would serve some "
+                                 f"samples twice and skip others; load {{'epoch': {int(state['epoch']) + 1}, "
+                                 "'step': 0} to go on from the next epoch")  # fmt: skip
+        epoch, step = int(state["epoch"]), int(state["step"])
+        sample = int(state.get("sample", step * state.get("batch_size", shape["batch_size"])))
+        if epoch < 0 or step < 0 or sample < 0:
+            raise UsageError(f"not a loader state: {state!r}")
+        bs = shape["batch_size"]
+        aligned = sample == step * bs
+        self._epoch, self.step, self._offset = epoch, step if aligned else 0, 0 if aligned else sample
         self._it = None
 
     def __getattr__(self, name: str):

@@ -90,12 +90,33 @@ def test_infinite_loader_resumes_with_exact_next_batch():
     run = create_loader(Indexed(10), 3, num_workers=0, seed=1, infinite=True)
     got = [next(run)[0].tolist() for _ in range(5)]
     state = run.state_dict()
-    assert state == {"epoch": 1, "step": 2}
+    assert _at(state) == (1, 2)
     resumed = create_loader(Indexed(10), 3, num_workers=0, seed=1, infinite=True)
     resumed.load_state_dict(state)
     got += [next(resumed)[0].tolist() for _ in range(4)]
     assert got == expected
-    assert isinstance(resumed, InfiniteLoader) and resumed.state_dict() == {"epoch": 2, "step": 3} and len(resumed) == 3
+    assert isinstance(resumed, InfiniteLoader) and _at(resumed.state_dict()) == (2, 3) and len(resumed) == 3
+
+
+def test_a_resume_with_another_batch_size_goes_on_at_the_same_sample():
+    # The attack: the state was {epoch, step} and a resume skipped step x the new batch size: resumed with batch
+    # size 8 instead of 4, 8 samples of the epoch were never served; with 2, 4 were served twice.
+    whole = next(create_loader(Indexed(12), 12, num_workers=0, seed=1, infinite=True))[0].tolist()  # epoch 0
+    run = create_loader(Indexed(12), 4, num_workers=0, seed=1, infinite=True)
+    seen = [i for _ in range(2) for i in next(run)[0].tolist()]
+    state = run.state_dict()
+    assert state == {"epoch": 0, "step": 2, "sample": 8, "batch_size": 4, "samples": 12, "world": 1}
+    for bs in (2, 8):
+        resumed = create_loader(Indexed(12), bs, num_workers=0, seed=1, infinite=True, drop_last=False)
+        resumed.load_state_dict(state)
+        rest = next(resumed)[0].tolist()
+        assert seen + rest[: 12 - len(seen)] == whole[: len(seen) + min(bs, 4)]
+    other = create_loader(Indexed(13), 4, num_workers=0, seed=1, infinite=True)
+    with pytest.raises(UsageError) as e:
+        other.load_state_dict(state)
+    assert str(e.value) == ("the state was saved mid-epoch for 12 samples, this loader has 13: that epoch's order is "
+                            "another here, so resuming would serve some samples twice and skip others; load "
+                            "{'epoch': 1, 'step': 0} to go on from the next epoch")  # fmt: skip
 
 
 @pytest.mark.parametrize("how", ["attribute", "set_epoch"])
@@ -112,7 +133,7 @@ def test_an_infinite_loader_told_an_epoch_serves_it_from_its_start(how: str):
     else:
         run.sampler.set_epoch(3)
     assert [next(run)[0].tolist() for _ in range(4)] == expected
-    assert run.state_dict() == {"epoch": 4, "step": 1}
+    assert _at(run.state_dict()) == (4, 1)
     with pytest.raises(UsageError, match=r"^epoch must be a whole number >= 0, got -1$"):
         run.epoch = -1
 
@@ -305,7 +326,7 @@ def test_a_resume_or_a_new_epoch_number_restarts_the_stream_where_asked(workers:
 
     # 4 batches an epoch (the last holding 2 samples): 7 batches cross into the next epoch
     straight, state = run(create_loader(Indexed(14), 4, num_workers=workers, seed=3, drop_last=False))
-    assert state == {"epoch": 1, "step": 3} and [len(b) for b in straight] == [4, 4, 4, 2, 4, 4, 4]
+    assert _at(state) == (1, 3) and [len(b) for b in straight] == [4, 4, 4, 2, 4, 4, 4]
     resumed, _ = run(create_loader(Indexed(14), 4, num_workers=workers, seed=3, drop_last=False), (1, 1), 2)
     assert resumed == straight[4 + 1 : 4 + 3]
     # a Loader told to start another epoch than the one it read on into
@@ -532,7 +553,7 @@ def test_closing_or_retuning_mid_epoch_ends_the_epoch_and_an_infinite_loader_goe
     got += [next(inf)[0].tolist() for _ in range(9)]  # across the epoch boundary
     inf.loader.set_num_workers(1)
     got += [next(inf)[0].tolist() for _ in range(12)]
-    assert got == expected and inf.state_dict() == {"epoch": 2, "step": 4}
+    assert got == expected and _at(inf.state_dict()) == (2, 4)
     # a finite loader's epoch left suspended and then closed refuses to go on, in one line
     loader = create_loader(Indexed(40), 4, num_workers=2, seed=0)
     it = iter(loader)
@@ -960,7 +981,7 @@ def test_bad_samples_resume_exactly_with_0_and_2_workers(tmp_path: Path, policy:
         run = make()
         got = [ids(next(run)) for _ in range(13)]
         state = run.state_dict()
-        assert state == {"epoch": 1, "step": 3}
+        assert _at(state) == (1, 3)
         del run
         resumed = make()  # knows the bad samples found before the interruption: substitutes them unread
         resumed.load_state_dict(state)
@@ -1108,6 +1129,11 @@ if __name__ == "__main__":
     loader.close()
     print("closed")
 """
+
+
+def _at(state: dict) -> tuple[int, int]:
+    """(epoch, step) of a loader state."""
+    return state["epoch"], state["step"]
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "spawn-context"])
