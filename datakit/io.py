@@ -115,6 +115,30 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
     return None
 
 
+def _jpeg_ends(data: bytes) -> bool:
+    """Whether a JPEG has its end-of-image marker: in its last 4 KB (the usual file), or anywhere after its
+    first scan begins when more follows it (a motion photo's video, padding), which the decoders ignore."""
+    if b"\xff\xd9" in data[-4096:]:
+        return True
+    i, n = 2, len(data)
+    while i + 4 < n:  # to the first start of scan: an EXIF thumbnail before it has an end marker of its own
+        if data[i] != 0xFF:
+            i = data.find(b"\xff", i)
+            if i < 0:
+                return False
+            continue
+        marker = data[i + 1]
+        if marker == 0xFF:
+            i += 1
+        elif marker == 0xD8 or marker == 0x01 or 0xD0 <= marker <= 0xD7:
+            i += 2
+        elif marker == 0xDA:  # in entropy-coded data 0xFF is followed by 0x00 or a restart marker: the first
+            return data.find(b"\xff\xd9", i) >= 0  # FF D9 after the scan begins is the end of the image
+        else:
+            i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return False
+
+
 def _exif_turned(data: bytes) -> bool:
     """Whether a JPEG's EXIF orientation (the first APP1 "Exif" segment's tag 0x0112) is one of
     5-8, which swap the sides when the decoders turn the image upright. Read from the segments
@@ -524,7 +548,7 @@ def _decode(
 
     factor, components = 1, 3
     if fmt == "JPEG":
-        if b"\xff\xd9" not in raw[-4096:]:
+        if not _jpeg_ends(raw):
             raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
         if max_size:
             info = _jpeg_size(raw)
@@ -628,7 +652,7 @@ def decode_jpeg_region(
         data = bytes(data)
     if image_format(data) != "JPEG":
         return None
-    if b"\xff\xd9" not in data[-4096:]:
+    if not _jpeg_ends(data):
         raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
     info = _jpeg_size(data)
     if info is None or not info[0] or not info[1]:
@@ -848,7 +872,7 @@ def probe_image(
     kw = {"name": name, "strict": strict, "max_pixels": max_pixels}
     if info is not None:
         h, w, _ = info
-        fast = not strict and max_pixels is None and h * w <= _default_budget() and b"\xff\xd9" in data[-4096:]
+        fast = not strict and max_pixels is None and h * w <= _default_budget() and _jpeg_ends(data)
         for factor in (8, 4, 2):
             # a square image reads the same either way; a nearly square one may need a finer scale to tell
             # what decode_image would do, directly (at the scale it would choose)

@@ -440,3 +440,30 @@ def test_check_reports_damaged_jpeg(tmp_path: Path, capfd):
     assert len(report.problems) == 1
     assert report.problems[0].startswith(f"unreadable: {bad}: damaged JPEG data: Corrupt JPEG data: ")
     assert capfd.readouterr().err == ""
+
+
+def test_a_jpeg_with_data_after_its_end_decodes_and_a_cut_one_is_refused(tmp_path: Path):
+    # The attack: a motion photo (PXL_*.MP.jpg: a video after the JPEG's end marker) was refused everywhere as
+    # "truncated JPEG", while pack-lmdb packed it and verify passed it.
+    from datakit.io import decode_jpeg_region, encode_image, region_decoder_available
+    from datakit.transforms import train_pipeline
+
+    img = synthetic_image(64, 96, seed=3)
+    jpeg = encode_image(img, ".jpg")
+    thumb = encode_image(img[::8, ::8], ".jpg")  # an EXIF thumbnail: an end marker before the scan
+    app1 = b"\xff\xe1" + (len(thumb) + 8).to_bytes(2, "big") + b"Exif\0\0" + thumb
+    with_thumb = jpeg[:2] + app1 + jpeg[2:]
+    motion = with_thumb + b"\0\0\0\x18ftypmp42" + bytes(1 << 20)
+    path = tmp_path / "PXL_动态.MP.jpg"
+    path.write_bytes(motion)
+    assert np.array_equal(imread(path), decode_image(jpeg, "bgr"))  # imread: BGR, as cv2.imread
+    assert np.array_equal(decode_image(motion, "rgb", max_size=32), decode_image(jpeg, "rgb", max_size=32))
+    region = decode_jpeg_region(jpeg + bytes(1 << 20), "rgb", 1, (8, 8, 40, 40))
+    if region_decoder_available():
+        assert np.array_equal(region, decode_image(jpeg, "rgb")[8:40, 8:40])
+    assert train_pipeline(32).from_bytes(motion).shape == (3, 32, 32)
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(with_thumb[: len(with_thumb) - 200])  # cut in its scan: the thumbnail's end marker is no end
+    with pytest.raises(ImageDecodeError) as e:
+        imread(cut)
+    assert str(e.value) == f"{cut}: truncated JPEG (no end-of-image marker)"
