@@ -436,6 +436,21 @@ def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
     return np.ascontiguousarray(hwc)
 
 
+def _unassociated_alpha(data: bytes) -> bool:
+    """Whether a TIFF is 8-bit RGBA with ordinary (unassociated) alpha, ExtraSamples = 2: as Pillow, GIMP
+    and Photoshop write it. Its colours are stored as they are; OpenCV returns them premultiplied."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            extra = im.tag_v2.get(338) if hasattr(im, "tag_v2") else None
+            return im.mode == "RGBA" and extra in (2, (2,))
+    except Exception:  # not one Pillow reads: OpenCV says what is wrong
+        return False
+
+
 def _pillow_decode(data: bytes, mode: str) -> np.ndarray:
     """Decode with Pillow (GIF, and anything the OpenCV build lacks); BGR order like OpenCV."""
     import io
@@ -559,6 +574,8 @@ def _decode(
         img = _torchvision_jpeg(raw, mode)
         if img is not None:
             return img
+    if fmt == "TIFF" and _unassociated_alpha(raw):
+        return _pillow_decode(raw, mode)  # OpenCV's libtiff RGBA path would multiply the colours by alpha
     flags = _cv2_flags(mode, fmt, factor, components)
     img = cv2.imdecode(buf, flags)
     if img is None:

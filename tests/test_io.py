@@ -467,3 +467,16 @@ def test_a_jpeg_with_data_after_its_end_decodes_and_a_cut_one_is_refused(tmp_pat
     with pytest.raises(ImageDecodeError) as e:
         imread(cut)
     assert str(e.value) == f"{cut}: truncated JPEG (no end-of-image marker)"
+
+
+def test_an_rgba_tiff_keeps_its_colours(tmp_path: Path):
+    # The attack: an RGBA TIFF with ordinary (unassociated) alpha, as Pillow, GIMP and Photoshop write it, came back
+    # with its colours multiplied by alpha in every mode ([50, 25, 13] for [200, 100, 50] at alpha 64).
+    rgba = np.dstack([np.full((8, 8, 3), (200, 100, 50), np.uint8), np.full((8, 8, 1), 64, np.uint8)])
+    buf = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(buf, "TIFF")
+    data = buf.getvalue()
+    assert decode_image(data, "rgb")[0, 0].tolist() == [200, 100, 50]
+    assert decode_image(data, "bgr")[0, 0].tolist() == [50, 100, 200]
+    assert decode_image(data, "unchanged")[0, 0].tolist() == [50, 100, 200, 64]
+    assert decode_image(data, "gray")[0, 0] == np.asarray(Image.fromarray(rgba[..., :3]).convert("L"))[0, 0]
