@@ -243,3 +243,20 @@ def test_import_paths_in_any_order(space_folder: Path, tmp_path: Path):
                               capture_output=True, text=True)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == "2 3 .png\n"
+
+
+def test_a_bgr_dataset_is_shown_in_the_order_its_samples_come_in(tmp_path: Path):
+    # The attack: a mode="bgr" dataset whose transform already gives RGB tensors (ToTensor(bgr=True)) was shown with
+    # its channels swapped: the model got red, the sheet showed blue.
+    from datakit.datasets import open_dataset
+    from datakit.io import imread
+    from datakit.transforms import ToTensor
+
+    red = np.zeros((64, 64, 3), np.uint8)
+    red[..., 0] = 255  # RGB
+    (tmp_path / "data" / "red").mkdir(parents=True)
+    imwrite(tmp_path / "data" / "red" / "r.png", red, mode="rgb")
+    for transform, shown in ((ToTensor(bgr=True), [255, 0, 0]), (None, [255, 0, 0]), (ToTensor(), [0, 0, 255])):
+        out = tmp_path / f"grid{len(list(tmp_path.glob('grid*')))}.png"
+        pv.preview(open_dataset(tmp_path / "data", mode="bgr", transform=transform), out, n=1)
+        assert imread(out, "rgb")[40, 80].tolist() == shown  # ToTensor() on BGR data: the swap shows
