@@ -231,9 +231,22 @@ def detection_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
             if not isinstance(t, dict) or "boxes" not in t:
                 raise ValueError(f"detection_collate: sample {i} target must be a dict with 'boxes', got {type(t)}")
             t = dict(t)
-            t["boxes"] = torch.as_tensor(t["boxes"], dtype=torch.float32).reshape(-1, 4)
+            boxes = torch.as_tensor(t["boxes"], dtype=torch.float32)
+            if boxes.numel() == 0:
+                boxes = boxes.reshape(0, 4)  # no object in the image: [] or an empty array of any shape
+            elif boxes.ndim != 2 or boxes.shape[1] != 4:  # (N, 5) with scores, corner points: never reshaped into boxes
+                raise ValueError(f"detection_collate: sample {i} boxes must be N x 4 (x1, y1, x2, y2), got shape "
+                                 f"{tuple(boxes.shape)}")  # fmt: skip
+            t["boxes"] = boxes
             if "labels" in t:
-                t["labels"] = torch.as_tensor(t["labels"], dtype=torch.int64)
+                labels = torch.as_tensor(t["labels"])
+                if labels.is_floating_point() and not torch.equal(labels, labels.round()):
+                    raise ValueError(f"detection_collate: sample {i} labels must be class indices (whole numbers), "
+                                     f"got {labels.tolist()}")  # fmt: skip
+                if labels.reshape(-1).shape[0] != boxes.shape[0]:
+                    raise ValueError(f"detection_collate: sample {i} has {boxes.shape[0]} boxes and "
+                                     f"{labels.reshape(-1).shape[0]} labels")  # fmt: skip
+                t["labels"] = labels.reshape(-1).to(torch.int64)
             t["img_size"] = sizes[i].clone()
             t["pad_size"] = torch.tensor(images.shape[-2:], dtype=torch.int64)
             targets.append(t)

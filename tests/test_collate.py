@@ -246,3 +246,25 @@ def test_pad_collate_never_changes_values_silently():
     with pytest.raises(ValueError) as e:
         pad_collate()([])
     assert str(e.value) == "cannot pad an empty batch: the dataset or sampler gave no samples"
+
+
+def test_detection_collate_refuses_boxes_and_labels_it_would_reshape():
+    # The attack: 4 boxes with a score column became 5 wrong boxes, 2x2 corner points one box, a label 1.7 class 1.
+    img = torch.zeros(3, 8, 8, dtype=torch.uint8)
+    collate = detection_collate()
+    for boxes, shape in ((torch.ones(4, 5), (4, 5)), (torch.ones(2, 2), (2, 2))):
+        with pytest.raises(ValueError) as e:
+            collate([(img, {"boxes": boxes})])
+        assert str(e.value) == f"detection_collate: sample 0 boxes must be N x 4 (x1, y1, x2, y2), got shape {shape}"
+    with pytest.raises(ValueError) as e:
+        collate(
+            [(img, {"boxes": torch.ones(2, 4), "labels": [1, 2]}), (img, {"boxes": [[0, 0, 1, 1]], "labels": [1.7]})]
+        )
+    assert (
+        str(e.value)
+        == "detection_collate: sample 1 labels must be class indices (whole numbers), got [1.7000000476837158]"
+    )
+    with pytest.raises(ValueError, match=r"^detection_collate: sample 0 has 2 boxes and 1 labels$"):
+        collate([(img, {"boxes": torch.ones(2, 4), "labels": [1]})])
+    _, targets = collate([(img, {"boxes": [], "labels": []}), (img, {"boxes": [[0, 0, 1, 1]], "labels": [3.0]})])
+    assert targets[0]["boxes"].shape == (0, 4) and targets[1]["labels"].tolist() == [3]
