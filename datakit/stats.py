@@ -99,8 +99,10 @@ def _hist_one(ds, i: int, size: tuple[int, int] | None = None) -> np.ndarray:
         interp = cv2.INTER_AREA if h < img.shape[0] or w < img.shape[1] else cv2.INTER_LINEAR
         img = cv2.resize(img, (w, h), interpolation=interp)
     out = np.empty((img.shape[2], 256), dtype=np.int64)
+    rows = max(1, (1 << 23) // max(1, img.shape[1]))  # calcHist counts in float32: exact below 2**24 per bin
     for c in range(img.shape[2]):
-        out[c] = cv2.calcHist([img], [c], None, [256], [0, 256]).ravel().astype(np.int64)
+        out[c] = sum(cv2.calcHist([img[r : r + rows]], [c], None, [256], [0, 256]).ravel().astype(np.int64)
+                     for r in range(0, img.shape[0], rows))  # fmt: skip
     return out
 
 

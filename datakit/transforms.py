@@ -294,7 +294,7 @@ class Normalize:
 
 
 class ToDtype:
-    """Images to ``image_dtype`` (float32 by default, scaled to 0-1 from uint8 when ``scale``) and
+    """Images to ``image_dtype`` (float32 by default, scaled to 0-1 from uint8 or uint16 when ``scale``) and
     targets to ``target_dtype`` (int64: what ``CrossEntropyLoss`` wants; "expected scalar type Long").
 
     Call it on an image tensor, on a target, or on an ``(image, target)`` pair.
@@ -306,8 +306,8 @@ class ToDtype:
 
     def image(self, x) -> torch.Tensor:
         t = x if isinstance(x, torch.Tensor) else HWCToCHW()(x)
-        if self.scale and t.dtype == torch.uint8 and self.image_dtype.is_floating_point:
-            return t.to(self.image_dtype).div_(255)
+        if self.scale and t.dtype in (torch.uint8, torch.uint16) and self.image_dtype.is_floating_point:
+            return t.to(self.image_dtype).div_(255 if t.dtype == torch.uint8 else 65535)  # as v2.ToDtype(scale=True)
         return t.to(self.image_dtype)
 
     def target(self, y) -> torch.Tensor:

@@ -134,3 +134,28 @@ def test_two_gloo_ranks_equal_single_process(class_folder: Path):
         got = json.loads(out)
         assert got["count"] == 12 and got["pixels"] == single.pixels
         assert got["mean"] == single.mean and got["std"] == single.std
+
+
+def test_a_histogram_over_2_to_the_24_pixels_counts_every_pixel():
+    # The attack: OpenCV's calcHist counts in float32: a 20 MP image (under the pixel budget) came out one pixel off.
+    from datakit.stats import _hist_one
+
+    class One:
+        def decode(self, i):
+            img = np.zeros((4097, 4097, 3), np.uint8)
+            img[0, 0] = 255
+            return img
+
+    hist = _hist_one(One(), 0)
+    assert hist[:, 0].tolist() == [4097 * 4097 - 1] * 3 and hist[:, 255].tolist() == [1, 1, 1]
+
+
+def test_to_dtype_scales_16_bit_images_as_torchvision_does():
+    import torch
+    from torchvision.transforms import v2
+
+    from datakit.transforms import ToDtype
+
+    x = torch.tensor([[[0, 32768, 65535]]], dtype=torch.uint16)
+    assert torch.equal(ToDtype().image(x), v2.ToDtype(torch.float32, scale=True)(x))
+    assert ToDtype().image(x).tolist() == [[[0.0, float(torch.tensor(32768 / 65535, dtype=torch.float32)), 1.0]]]
