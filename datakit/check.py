@@ -126,8 +126,11 @@ def check_dataset(
                 where = table_ds.name(i)
                 what = "is a folder, not an image:" if table_ds.zip is None and os.path.isdir(where) else "not found at"
                 report.problems.append(f"missing: {table_ds.files[i]!r} ({table_ds.where(i)}) {what} {where}")
-        if labels is not None and split is None and os.path.isdir(src):
-            _not_in_table(table_ds, src, report)  # with one split asked for, the others' files are expected
+        if split is None:  # with one split asked for, the others' files are expected
+            if table_ds.zip is not None:
+                _not_in_table_zip(table_ds, report)
+            elif os.path.isdir(table_ds.root):  # the folder given, or a table's own folder when it is alone
+                _not_in_table(table_ds, table_ds.root, report)
     listed = _listed_bad(ds, bad_samples, report) if bad_samples is not None else {}
     todo = [i for i in range(len(ds)) if i not in missing and i not in listed]
     sizes = np.zeros((len(ds), 2), dtype=np.int64)
@@ -193,6 +196,23 @@ def _process_group() -> tuple[int, int]:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def _not_in_table_zip(ds: TableDataset, report: CheckReport) -> None:
+    """The images inside a zip (under its wrapping folder, when the table's names leave it out) that the
+    table does not name, as :func:`_not_in_table` for a folder."""
+    from datakit.archive import member_path
+
+    named = {member_path(ds.prefix + f) for f in ds.files} | {
+        member_path(ds.prefix + f) for f in ds.table.dropped_files
+    }
+    for m in ds.zip.members:
+        path = member_path(m.name)
+        parts = path.split("/")
+        if (not path.lower().endswith(IMAGE_EXTENSIONS) or not path.startswith(ds.prefix) or parts[0] == "__MACOSX"
+                or parts[-1].startswith("._") or path in named):  # fmt: skip
+            continue
+        report.problems.append(f"not in the table: {ds.root}:{path}")
 
 
 def _not_in_table(ds: TableDataset, src: str | os.PathLike, report: CheckReport) -> None:

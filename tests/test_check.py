@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 from openpyxl import Workbook
 from PIL import Image
 
@@ -201,3 +202,28 @@ def test_what_an_import_prints_is_not_taken_for_a_damaged_image(samples: Path):
                          capture_output=True, text=True, cwd=root, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout
     assert out.stdout.splitlines()[-1] == "24 samples checked, 0 problems"
+
+
+def test_check_reports_unlisted_images_of_a_zip_and_of_a_table_alone(tmp_path: Path, capsys):
+    # The attack: "not in the table" came only for a folder given with --labels; the same data as a zip read in place
+    # with --labels, or as the table alone (names relative to its folder), passed with 0 problems.
+    import zipfile
+
+    from datakit.cli import main
+    from datakit.io import encode_image
+
+    png = encode_image(np.zeros((4, 4, 3), np.uint8), ".png")
+    data = tmp_path / "data"
+    for name in ("cat/1.png", "dog/2.png", "dog/4.png"):
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_bytes(png)
+    table = data / "labels.csv"
+    table.write_text("file,label\ncat/1.png,cat\ndog/2.png,dog\n", encoding="utf-8")
+    with zipfile.ZipFile(tmp_path / "data.zip", "w") as zf:
+        for name in ("cat/1.png", "dog/2.png", "dog/4.png"):
+            zf.write(data / name, name)
+    for argv, extra in (([str(tmp_path / "data.zip"), "--labels", str(table)], f"{tmp_path / 'data.zip'}:dog/4.png"),
+                        ([str(table)], str(data / "dog" / "4.png"))):  # fmt: skip
+        capsys.readouterr()
+        assert main(["check", *argv, "--workers", "1"]) == 1
+        assert capsys.readouterr().err.splitlines()[0] == f"not in the table: {extra}"
