@@ -782,6 +782,8 @@ def _check_shards(readers: list) -> None:
     given twice doubles its samples, a missing one drops them, silently otherwise."""
     seen: dict[str, object] = {}
     groups: dict[tuple, dict[int, object]] = {}
+    whole: dict[tuple, object] = {}
+    sharded: dict[tuple, dict[int, object]] = {}
     for r in readers:
         real = os.path.realpath(r.path)
         if real in seen:
@@ -789,6 +791,16 @@ def _check_shards(readers: list) -> None:
         seen[real] = r.path
         shard = (r.meta.get("options") or {}).get("shard") or [0, 1]
         i, n = int(shard[0]), int(shard[1])
+        key = (r.meta.get("source"), r.meta.get("source_names"))
+        if key[1] is not None:  # a copy of a pack, or a whole pack beside shards of its source: samples twice
+            other = whole.get(key) if n > 1 else (whole.get(key) or next(iter(sharded.get(key, {}).values()), None))
+            if other is not None:
+                raise PackError(f"{r.path}: holds samples of {r.meta.get('source')} that {other} holds too (a copy "
+                                "of it, or a whole pack beside its shards); each sample is read once")  # fmt: skip
+            if n <= 1:
+                whole[key] = r.path
+            else:
+                sharded.setdefault(key, {})[i] = r.path
         if n <= 1:
             continue  # a whole pack: packs of the same classes may be read together
         group = groups.setdefault((r.meta.get("source"), r.meta.get("source_names"), n), {})

@@ -938,3 +938,15 @@ def test_shards_missing_or_given_twice_are_refused(class_folder: Path, tmp_path:
         open_dataset([*parts, copy])
     assert str(e.value) == f"{copy}: shard 1/3 of {class_folder}, as {parts[1]} is; each shard is read once"
     assert len(open_dataset(str(tmp_path / "part-*.lmdb"))) == 12
+    # the attack: a whole pack beside its backup copy, or beside the shards of its source: every sample twice
+    whole = tmp_path / "train.lmdb"
+    pack_lmdb(class_folder, whole, workers=1)
+    shutil.copytree(whole, tmp_path / "train-backup.lmdb")
+    twice = f"holds samples of {class_folder} that {{}} holds too (a copy of it, or a whole pack beside its shards); " \
+            "each sample is read once"  # fmt: skip
+    with pytest.raises(PackError) as e:
+        open_dataset(str(tmp_path / "train*.lmdb"))
+    assert str(e.value) == f"{whole}: " + twice.format(tmp_path / "train-backup.lmdb")
+    with pytest.raises(PackError) as e:
+        open_dataset([whole, *parts])
+    assert str(e.value) == f"{parts[0]}: " + twice.format(whole)
