@@ -199,8 +199,8 @@ def _clear_pack(out: Path) -> None:
             pass
 
 
-def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool,
-                 keep: bool = False) -> tuple[PackLock, dict | None]:  # fmt: skip
+def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: bool = False,
+                 legacy_names=lambda: None) -> tuple[PackLock, dict | None]:  # fmt: skip
     """Take the lock on ``out`` and decide where to start: the existing metadata to resume, or None.
     With ``keep``, an existing readable pack that ``overwrite`` replaces is left as it is (the new one
     is built beside it): the metadata returned is then ``{"replace": True}``."""
@@ -246,7 +246,13 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool,
                     f"{out}: was packed with a different {key} ({existing.get(key)!r}, now {meta[key]!r}); "
                     "resume only the same job, or use --overwrite"
                 )
-        if "source_names" in existing and existing["source_names"] != meta["source_names"]:
+        if existing.get("splits", []) != meta.get("splits", []) or existing.get("source_splits") != meta.get(
+            "source_splits", existing.get("source_splits")
+        ):  # a row's split changed: the samples packed before would keep the old one
+            raise UsageError(f"{out}: the table's splits changed since this pack began ({existing.get('splits')!r} "
+                             f"then, {meta.get('splits')!r} now, or a row's split); resume only the same table, or "
+                             "use --overwrite")  # fmt: skip
+        if "source_names" in existing and existing["source_names"] not in (meta["source_names"], legacy_names()):
             # a file renamed, moved to another class, added or removed: the samples already packed
             # would no longer be the source's first ones
             raise UsageError(f"{out}: the source's files or labels changed since this pack began (names and targets "
@@ -262,12 +268,24 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool,
 # the job
 
 
-def _names_crc(ds: ImageDataset) -> int:
-    """CRC-32 of every sample's target and name, in order."""
+def _names_crc(ds: ImageDataset, short: bool = False) -> int:
+    """CRC-32 of every sample's target and name, in order; ``short``: the names relative to the source
+    where the dataset has them, so the same folder spelled otherwise (absolute, from another working
+    directory) is the same source."""
     crc = zlib.crc32(np.asarray(ds.targets, dtype="<i8").tobytes())
+    name = (lambda i: _short_name(ds, i)) if short else ds.name
     for i in range(len(ds)):
-        crc = zlib.crc32(ds.name(i).encode("utf-8", "surrogateescape") + b"\n", crc)
+        crc = zlib.crc32(name(i).encode("utf-8", "surrogateescape") + b"\n", crc)
     return crc
+
+
+def _splits_crc(table, split_names: list[str]) -> str | None:
+    """CRC-32 of every row's split, for a pack that records the splits: a resume must not pair the rows packed
+    before with another table's splits."""
+    if table is None or not split_names:
+        return None
+    crc = zlib.crc32("\n".join(str(v) for v in table.splits.values).encode("utf-8", "surrogateescape"))
+    return f"crc32 {zlib.crc32(np.asarray(table.splits.codes, dtype='<i4').tobytes(), crc):08x}"
 
 
 def _fingerprint(ds: ImageDataset) -> str:
@@ -360,15 +378,19 @@ def pack_lmdb(
                "shard": [sh[0], sh[1]], "labels": os.path.abspath(labels) if labels else None}  # fmt: skip
     meta = {
         "format": FORMAT, "version": VERSION, "count": 0, "complete": False, "source": source,
-        "source_samples": n_total, "source_names": f"crc32 {_names_crc(ds):08x}", "planned": hi - lo,
+        "source_samples": n_total, "source_names": f"crc32 {_names_crc(ds, short=True):08x}", "planned": hi - lo,
         "first_source_index": lo, "options": options,
         "classes": class_map.to_json(), "splits": split_names, "checksum": "crc32",
         "encoding": f"JPEG quality {quality}, longer side <= {max_size}" if max_size else "original bytes",
         "record_dtype": RECORD.descr, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "writer": f"datakit {__import__('datakit').__version__}", "skipped": [],
     }  # fmt: skip
+    if split_names:
+        meta["source_splits"] = _splits_crc(table, split_names)
     known = _known_bad(ds, bad_samples) if bad_samples is not None else {}
-    lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite, keep=True)
+    lock, existing = _open_output(
+        out, meta, resume=resume, overwrite=overwrite, keep=True, legacy_names=lambda: f"crc32 {_names_crc(ds):08x}"
+    )  # names as typed: older packs
     target, part_lock = out, None
     if existing is not None and existing.get("replace"):
         # --overwrite of a pack: the new one is built beside it and swapped in when complete, so a kill
