@@ -353,7 +353,13 @@ def pack_lmdb(
         raise UsageError(f"max_size must be at least 1, got {max_size}")
     if not 1 <= quality <= 100:
         raise UsageError(f"quality must be 1..100, got {quality}")
-    out = Path(out)
+    # OUT as the folder it is: "." (a shell inside the pack), a link to the pack (its target is replaced)
+    out = Path(os.path.realpath(out) if os.path.islink(out) else os.path.abspath(out))
+    if overwrite and os.path.ismount(out):  # the new pack is built beside OUT and swapped in: not across a mount
+        raise UsageError(
+            f"{out}: is a mount point; --overwrite builds the new pack beside it and swaps the two, "
+            "which a mount point cannot be: pack into a folder inside it, or empty it and pack again"
+        )
     sh = parse_shard(shard)
     if not isinstance(src, (str, os.PathLike, ImageDataset)):
         raise UsageError(f"pack_lmdb takes a path or a datakit dataset (open_dataset), got {type(src).__name__}; "

@@ -985,3 +985,22 @@ def test_resume_refuses_a_table_whose_splits_changed_and_takes_the_folder_spelle
     monkeypatch.chdir(tmp_path)
     report = pack_lmdb(class_folder, rel, resume=True, workers=0)
     assert (report.resumed_from, report.count) == (4, len(open_dataset(class_folder)))
+
+
+def test_overwrite_of_a_linked_pack_or_of_dot_replaces_the_pack_itself(class_folder: Path, tmp_path: Path,
+                                                                       monkeypatch):  # fmt: skip
+    # The attacks: --overwrite where OUT is a link to a pack made a new folder beside the link (the pack it named
+    # kept the old labels) and left a hidden '.train.lmdb.overwrite-part' link; `pack-lmdb ../photos . --overwrite`
+    # from inside the pack built the new one inside it and failed.
+    real = tmp_path / "store" / "train.lmdb"
+    real.parent.mkdir()
+    pack_lmdb(class_folder, real, workers=1, max_size=8)
+    link = tmp_path / "train.lmdb"
+    link.symlink_to(real, target_is_directory=True)
+    pack_lmdb(class_folder, link, workers=1, overwrite=True)
+    assert link.is_symlink() and read_meta(real)["options"]["max_size"] is None
+    assert sorted(p.name for p in tmp_path.iterdir() if p != class_folder) == ["store", "train.lmdb"]
+    monkeypatch.chdir(real)
+    pack_lmdb(class_folder, ".", workers=1, overwrite=True, max_size=8)
+    assert read_meta(real)["options"]["max_size"] == 8 and not list(real.glob("*overwrite-part*"))
+    assert sorted(p.name for p in real.parent.iterdir()) == ["train.lmdb"]
