@@ -36,7 +36,7 @@ from datakit.lmdb import (
     close_pack,
     read_meta,
 )
-from datakit.parallel import map_ordered
+from datakit.parallel import WorkerDied, map_ordered
 from datakit.sources import ImageDataset, StringArray, open_source
 
 __all__ = ["PackReport", "pack_lmdb", "parse_shard"]
@@ -440,6 +440,11 @@ def pack_lmdb(
     except (OSError, lmdb_error) as exc:
         # a full disk or an I/O error outside a commit (LmdbWriter reports its own): what was committed stays
         raise PackWriteError(target, writer.count if writer is not None else 0, exc) from None
+    except WorkerDied as exc:  # what was committed stays: the same command with --resume goes on
+        again = "the same --overwrite command" if target != out else "the same command with --resume"
+        raise PackError(
+            f"{out}: {exc}; the {writer.count if writer is not None else 0} samples committed stay: run {again}"
+        ) from None
     finally:
         if part_lock is not None:
             part_lock.close()

@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-__all__ = ["map_ordered", "resolve_workers", "start_method", "usable_cpus"]
+from datakit.errors import DataError
+
+__all__ = ["WorkerDied", "map_ordered", "resolve_workers", "start_method", "usable_cpus"]
 
 T = TypeVar("T")
 
@@ -110,6 +112,15 @@ def _call(i: Any) -> tuple[bool, Any]:
         return True, (_FN(_DATASET, i) if _HAS_DATASET else _FN(i))
     except Exception as exc:
         return False, exc
+
+
+def _call_many(chunk: list) -> list[tuple[bool, Any]]:
+    out = []
+    for i in chunk:
+        out.append(_call(i))
+        if not out[-1][0]:
+            break  # the error ends the map: the rest of the chunk is not needed
+    return out
 
 
 _NO_DATASET = object()
@@ -237,6 +248,21 @@ def _threaded(fn, todo, n, has_dataset, ds, initializer, initargs, progress) -> 
             t.join(max(0.0, deadline - time.monotonic()))
 
 
+class WorkerDied(DataError):
+    """A worker process of :func:`map_ordered` ended without finishing its work (killed by a signal)."""
+
+
+def _death(pid: int, exitcode: int, at: int) -> str:
+    how = f"exit status {exitcode}"
+    if exitcode < 0:
+        try:
+            how = f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"killed by signal {-exitcode}"
+    hint = " (out of memory? the kernel's OOM killer sends SIGKILL; use fewer workers)" if exitcode == -9 else ""
+    return f"a worker process (pid {pid}) died, {how}{hint}, while reading item {at} or one after it"
+
+
 def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, progress) -> Iterator[Any]:
     import multiprocessing as mp
 
@@ -246,12 +272,27 @@ def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, prog
     ctx = mp.get_context(start_method())
     pool = ctx.Pool(n, initializer=_init, initargs=(fn, has_dataset, ds, initializer, tuple(initargs), os.getpid()))
     try:
-        for k, (ok, result) in enumerate(pool.imap(_call, todo, chunksize=chunksize), 1):
-            if not ok:
-                raise result
-            yield result
-            if progress is not None:
-                progress(k, total)
+        chunks = [todo[j : j + chunksize] for j in range(0, total, chunksize)]
+        # chunks of one task each: imap's own chunking returns a generator, which cannot wait with a timeout
+        results = pool.imap(_call_many, chunks, chunksize=1)
+        workers = set(pool._pool)
+        k = 0
+        while k < total:
+            try:
+                chunk = results.next(timeout=0.5)
+            except mp.TimeoutError:  # a worker killed (the OOM killer): the pool replaces it, its work is lost
+                workers |= set(pool._pool)
+                dead = next((p for p in workers if p.exitcode is not None), None)
+                if dead is not None:
+                    raise WorkerDied(_death(dead.pid, dead.exitcode, k)) from None
+                continue
+            for ok, result in chunk:
+                if not ok:
+                    raise result
+                k += 1
+                yield result
+                if progress is not None:
+                    progress(k, total)
         pool.close()
     finally:
         # stopped early (break, an exception, Ctrl-C): do not wait for the rest of the work

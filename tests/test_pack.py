@@ -1004,3 +1004,43 @@ def test_overwrite_of_a_linked_pack_or_of_dot_replaces_the_pack_itself(class_fol
     pack_lmdb(class_folder, ".", workers=1, overwrite=True, max_size=8)
     assert read_meta(real)["options"]["max_size"] == 8 and not list(real.glob("*overwrite-part*"))
     assert sorted(p.name for p in real.parent.iterdir()) == ["train.lmdb"]
+
+
+_MAIN_PID = os.getpid()
+
+
+class _KilledAt40:
+    """A zip dataset whose reading worker process is killed (as the OOM killer does) at sample 40, while the
+    file ``marker`` exists."""
+
+    def __new__(cls, path, marker):
+        from datakit.sources import ZipDataset
+
+        class Killed(ZipDataset):
+            def read(self, i):
+                if i == 40 and os.getpid() != _MAIN_PID and os.path.exists(marker):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return super().read(i)
+
+        return Killed(path)
+
+
+def test_a_reading_worker_killed_ends_the_pack_with_a_line_not_a_hang(tmp_path: Path):
+    # The attack: a worker process of the pool killed by SIGKILL (the OOM killer): the pool replaced it, its work was
+    # lost and pack_lmdb waited for ever, printing nothing.
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "a.zip", "w") as zf:
+        for i in range(80):
+            zf.writestr(f"{'ab'[i % 2]}/{i:02d}.png", cv2.imencode(".png", synthetic_image(8, 8, seed=i))[1].tobytes())
+    out, marker = tmp_path / "out.lmdb", tmp_path / "kill"
+    marker.touch()
+    started = time.monotonic()
+    with pytest.raises(PackError) as e:
+        pack_lmdb(_KilledAt40(tmp_path / "a.zip", marker), out, workers=2)
+    assert time.monotonic() - started < 60
+    msg = str(e.value)
+    assert msg.startswith(f"{out}: a worker process (pid ") and msg.endswith("run the same command with --resume")
+    assert "died, killed by SIGKILL (out of memory? the kernel's OOM killer sends SIGKILL; use fewer workers)" in msg
+    marker.unlink()
+    assert pack_lmdb(_KilledAt40(tmp_path / "a.zip", marker), out, resume=True, workers=2).count == 80
