@@ -68,11 +68,20 @@ def test_readme_runs_on_the_samples(tmp_path: Path):
     for lang, line, body in readme_blocks():
         if lang not in RUN:
             continue
+        run_env = env
         if lang == "bash":
             cmd = ["bash", "-c", "set -euo pipefail\n" + body]
-        else:
-            cmd = [sys.executable, "-c", body]
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        else:  # a script of its own, run where workers start by spawn (macOS, Windows): each imports it again
+            script = tmp_path / f"readme_{line}.py"
+            script.write_text(body, encoding="utf-8")
+            site = tmp_path / "spawn-site"
+            site.mkdir(exist_ok=True)
+            (site / "sitecustomize.py").write_text(
+                "import multiprocessing\nmultiprocessing.set_start_method('spawn')\n"
+            )
+            run_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))}
+            cmd = [sys.executable, str(script)]
+        proc = subprocess.run(cmd, cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, (
             f"README.md line {line}: the ```{lang} block exited {proc.returncode}\n{body}\n"
             f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
