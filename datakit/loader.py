@@ -692,9 +692,14 @@ def _unwrap_worker_error(exc: Exception) -> Exception:
 
     msg = str(exc)
     cls = type(exc)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    marker = f"\n{name}: "
-    k = msg.rfind(marker)
+    # the traceback's last line names the type as traceback prints it: without the module for builtins and
+    # for the script's own classes (__main__)
+    # for the script's own classes (__main__; a spawned worker imports the script as __mp_main__)
+    if cls.__module__ in ("builtins", "__main__"):
+        names = [cls.__qualname__, f"__mp_main__.{cls.__qualname__}"]
+    else:
+        names = [f"{cls.__module__}.{cls.__qualname__}"]
+    marker, k = max(((f"\n{n}: ", msg.rfind(f"\n{n}: ")) for n in names), key=lambda mk: mk[1])
     if not msg.startswith("Caught ") or k < 0:
         return exc
     text = msg[k + len(marker) :].rstrip("\n")

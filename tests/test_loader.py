@@ -1424,3 +1424,32 @@ def test_sampler_set_epoch_called_by_the_loop_is_the_epoch_served():
             assert [b.tolist() for b in peeked] == orders[epoch]
         peeked.epoch = 4  # also through the device loader: it had no setter
         assert [b.tolist() for b in peeked] == orders[4]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_an_error_class_of_the_script_itself_reaches_the_loop_as_itself(tmp_path: Path, method: str):
+    # The attack: an exception class defined in the training script (__main__) came as DataLoader's 14-line
+    # "Caught BadRecord in DataLoader worker process 1", where one imported from a module came as itself.
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from datakit import create_loader\n"
+        "class BadRecord(Exception):\n    pass\n"
+        "class Data(torch.utils.data.Dataset):\n"
+        "    def __len__(self):\n        return 8\n"
+        "    def __getitem__(self, i):\n"
+        "        if i == 5:\n            raise BadRecord('record 5 has no label')\n"
+        "        return torch.zeros(2), 0\n"
+        "if __name__ == '__main__':\n"
+        "    try:\n"
+        f"        for _ in create_loader(Data(), 2, num_workers=2, seed=0, multiprocessing_context={method!r}):\n"
+        "            pass\n"
+        "    except BadRecord as exc:\n"
+        "        print(repr(str(exc)))\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.stdout == "'record 5 has no label'\n", proc.stderr[-2000:]
