@@ -173,7 +173,9 @@ def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
         if normalize not in PRESETS:
             raise UsageError(f"normalize={normalize!r}: unknown preset; known: {', '.join(PRESETS)}")
         return list(PRESETS[normalize]["mean"]), list(PRESETS[normalize]["std"])
-    if hasattr(normalize, "mean") and hasattr(normalize, "std"):
+    if isinstance(normalize, dict) and {"mean", "std"} <= normalize.keys():  # a PRESETS entry, JSON of stats
+        mean, std = normalize["mean"], normalize["std"]
+    elif hasattr(normalize, "mean") and hasattr(normalize, "std"):
         mean, std = normalize.mean, normalize.std
     else:
         try:
@@ -182,7 +184,11 @@ def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
             raise UsageError(
                 f"normalize must be True, a preset name, (mean, std) or Stats, got {normalize!r}"
             ) from None
-    mean, std = [float(m) for m in mean], [float(s) for s in std]
+    try:
+        mean, std = [float(m) for m in mean], [float(s) for s in std]
+    except (TypeError, ValueError):  # (0.5, 0.5): two numbers, not two lists of one per channel
+        raise UsageError(f"normalize must be True, a preset name, (mean, std) with one value per channel in each, "
+                         f"or Stats; got {normalize!r}") from None  # fmt: skip
     if len(mean) != len(std) or not mean:
         raise UsageError(f"normalize: mean and std need one value per channel, got {mean} and {std}")
     if min(std) <= 0 or not all(map(math.isfinite, std)):

@@ -358,3 +358,17 @@ def test_normalize_never_passes_images_it_cannot_apply_to_without_a_word():
     assert str(e.value).startswith("a batch of uint8 images of shape (2, 4, 4) has no channel dimension, so normalize=")
     x, _ = next(iter(create_loader(gray, 2, num_workers=0, train=False, device="cpu", normalize=False)))
     assert x.dtype == torch.uint8
+
+
+def test_normalize_takes_a_preset_dict_and_names_itself_when_malformed():
+    # The attack: normalize={"mean": ..., "std": ...} gave "could not convert string to float: 'm'", and (0.5, 0.5)
+    # "'float' object is not iterable", neither naming normalize.
+    from datakit.errors import UsageError
+    from datakit.prefetch import resolve_normalize
+    from datakit.stats import PRESETS
+
+    assert resolve_normalize(PRESETS["cifar10"]) == (list(PRESETS["cifar10"]["mean"]), list(PRESETS["cifar10"]["std"]))
+    with pytest.raises(UsageError) as e:
+        resolve_normalize((0.5, 0.5))
+    assert str(e.value) == ("normalize must be True, a preset name, (mean, std) with one value per channel in each, "
+                            "or Stats; got (0.5, 0.5)")  # fmt: skip
