@@ -29,8 +29,12 @@ def _parse(spec: str | int | Iterable[int | str]) -> list[str]:
         items = [str(s).strip() for s in spec]
     out: list[str] = []
     for item in items:
-        if not (item.isdigit() or _UUID.match(item)):
-            raise ValueError(f"invalid GPU {item!r} in {spec!r}: use indices as nvidia-smi shows them, or UUIDs")
+        digits = item.isascii() and item.isdigit()  # CUDA reads ASCII digits only: '１' (full-width) hides every GPU
+        if not (digits or _UUID.match(item)):
+            raise ValueError(f"invalid GPU {item!r} in {spec!r}: use indices as nvidia-smi shows them (ASCII digits), "
+                             "or UUIDs")  # fmt: skip
+        if digits:
+            item = str(int(item))  # '01' is GPU 1: listed twice as '1,01' is caught below
         if item in out:
             raise ValueError(f"GPU {item} is listed twice in {spec!r}")
         out.append(item)

@@ -54,3 +54,16 @@ def test_importing_torch_first_is_fine():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "True"]
+
+
+def test_full_width_digits_and_one_gpu_twice_are_refused():
+    # The attack: '１' (a full-width digit, as a Chinese input method types it) and '1,01' went into
+    # CUDA_VISIBLE_DEVICES as they were: CUDA reads ASCII digits only, so '１' would hide every GPU.
+    from datakit.devices import select_gpus
+
+    with pytest.raises(ValueError) as e:
+        select_gpus("１")
+    assert str(e.value) == ("invalid GPU '１' in '１': use indices as nvidia-smi shows them (ASCII digits), or "
+                            "UUIDs")  # fmt: skip
+    with pytest.raises(ValueError, match=r"^GPU 1 is listed twice in '1,01'$"):
+        select_gpus("1,01")
