@@ -856,8 +856,11 @@ class Loader:
                           "one epoch at a time; finish or close the first, or make a second loader")  # fmt: skip
 
     def _iterate(self, epoch: int, skip: int = 0) -> Iterator:
+        # the epoch in progress ends here, at iter(loader), not at the new iterator's first batch
         self._supersede("iter")
-        gen = self._generation
+        return self._run(epoch, skip, self._generation)
+
+    def _run(self, epoch: int, skip: int, gen: int) -> Iterator:
         dl = self.loader
         sampler = dl.sampler
         if isinstance(sampler, EpochSampler):
