@@ -369,7 +369,18 @@ def _source(args: argparse.Namespace):
     srcs = [str(_existing(s)) if not any(c in s for c in "*?[") else s for s in args.src]
     if args.labels:
         _existing(args.labels)
+    if len(srcs) > 1:  # several sources are the shards of one pack, nothing else
+        other = next((s for s in srcs if not any(c in s for c in "*?[") and not _is_pack_path(s)), None)
+        if other is not None or args.labels:
+            what = f"{other} is not an LMDB pack" if other is not None else "--labels goes with one source"
+            raise UsageError(f"several SRC are read as the shards of one LMDB pack; {what}: give one folder, table "
+                             "or zip at a time")  # fmt: skip
     return srcs[0] if len(srcs) == 1 else srcs
+
+
+def _is_pack_path(path: str) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / "data.mdb").exists() or p.suffix.lower() == ".lmdb"
 
 
 _PACK_EXAMPLE = """\

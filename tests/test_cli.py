@@ -248,6 +248,9 @@ USAGE = [
     (["check", "{src}", "--workers", "-1"], "datakit check: error: argument --workers: must be >= 0, got -1"),
     (["bench", "{src}", "--workers", "0,x"], "datakit bench: error: argument --workers: expected numbers like 0,1,2,4, got '0,x'"),
     (["bench", "{src}", "--seconds", "0"], "datakit bench: error: argument --seconds: must be a positive number, got 0"),
+    (["check", "{src}", "{samples}", "--labels", "{samples}/labels.xlsx"],  # a traceback in TableDataset before
+     "datakit check: error: several SRC are read as the shards of one LMDB pack; {src} is not an LMDB pack: give one "
+     "folder, table or zip at a time"),
     (["unzip", "{tmp}/a.zip", "--encoding", "nope"],
      "datakit unzip: error: argument --encoding: unknown encoding 'nope': use auto, gbk, big5, cp932, utf-8..."),
 ]  # fmt: skip
