@@ -1590,5 +1590,5 @@ def _summary(path: Path, found: list[str]) -> str:
     head = f"{path}: {len(found)} problems:"
     lines = [f"  {p}" for p in found[:MAX_LISTED]]
     if len(found) > MAX_LISTED:
-        lines.append(f"  ... and {len(found) - MAX_LISTED} more (datakit check --labels {path} lists them all)")
+        lines.append(f"  ... and {len(found) - MAX_LISTED} more (datakit check FOLDER --labels {path} lists them all)")
     return "\n".join([head, *lines])

@@ -166,7 +166,7 @@ def test_many_problems_listed_first_twenty(tmp_path: Path):
     assert lines[0] == f"{path}: 25 problems:"
     assert lines[1] == f"  {path}, line 2: file '0.jpg' has no label"
     assert lines[20] == f"  {path}, line 21: file '19.jpg' has no label"
-    assert lines[21] == f"  ... and 5 more (datakit check --labels {path} lists them all)"
+    assert lines[21] == f"  ... and 5 more (datakit check FOLDER --labels {path} lists them all)"
     assert len(lines) == 22
 
 
