@@ -230,6 +230,10 @@ def _to_hwc_uint8(img) -> np.ndarray:
                 ((t - t.min()) / (t.max() - t.min() + 1e-8)) * 255).to(torch.uint8)  # fmt: skip
         img = t.permute(1, 2, 0).numpy() if t.ndim == 3 and t.shape[0] in (1, 3) else t.numpy()
     img = np.asarray(img)
+    if img.dtype == np.uint16:  # 16-bit (mode="unchanged"): shown on the 8-bit scale
+        img = (img >> 8).astype(np.uint8)
+    elif img.dtype != np.uint8:
+        img = np.clip(img, 0, 255).astype(np.uint8)
     if img.ndim == 2:
         img = np.stack([img] * 3, axis=-1)
     if img.shape[2] == 1:

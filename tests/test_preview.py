@@ -260,3 +260,14 @@ def test_a_bgr_dataset_is_shown_in_the_order_its_samples_come_in(tmp_path: Path)
         out = tmp_path / f"grid{len(list(tmp_path.glob('grid*')))}.png"
         pv.preview(open_dataset(tmp_path / "data", mode="bgr", transform=transform), out, n=1)
         assert imread(out, "rgb")[40, 80].tolist() == shown  # ToTensor() on BGR data: the swap shows
+
+
+def test_a_16_bit_dataset_read_unchanged_is_shown_on_the_8_bit_scale(tmp_path: Path):
+    # The attack: preview of a mode="unchanged" 16-bit dataset raised Pillow's "Cannot handle this data type".
+    from datakit.datasets import open_dataset
+    from datakit.io import imread
+
+    (tmp_path / "data" / "gray").mkdir(parents=True)
+    imwrite(tmp_path / "data" / "gray" / "a.png", np.full((64, 64), 40000, np.uint16))
+    pv.preview(open_dataset(tmp_path / "data", mode="unchanged"), tmp_path / "grid.png", n=1)
+    assert imread(tmp_path / "grid.png", "rgb")[40, 80].tolist() == [40000 >> 8] * 3
