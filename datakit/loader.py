@@ -1395,6 +1395,8 @@ def create_loader(
     if autotune is None:
         autotune = num_workers == "auto"
     env = os.environ.get("DATAKIT_NUM_WORKERS")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise UsageError(f"seed must be a whole number (or None), got {seed!r}")
     import multiprocessing
 
     if multiprocessing.current_process().daemon and env is None:  # a multiprocessing.Pool worker, for one
@@ -1406,6 +1408,8 @@ def create_loader(
                              "worker, for one), and a daemonic process cannot start DataLoader workers; use "
                              "num_workers=0 here")  # fmt: skip
     if env is not None:
+        if not env.strip().isascii() or not env.strip().isdigit():
+            raise UsageError(f"DATAKIT_NUM_WORKERS={env!r}: must be a whole number >= 0 (0: load in this process)")
         num_workers = int(env)
     elif num_workers == "auto":
         from datakit.tuning import tune_num_workers

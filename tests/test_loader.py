@@ -1453,3 +1453,16 @@ def test_an_error_class_of_the_script_itself_reaches_the_loop_as_itself(tmp_path
     )
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.stdout == "'record 5 has no label'\n", proc.stderr[-2000:]
+
+
+def test_a_seed_or_worker_count_of_the_wrong_kind_is_named(monkeypatch):
+    # The attack: seed='0' gave "can only concatenate str (not "int") to str", seed=1.5 "manual_seed expected a long",
+    # DATAKIT_NUM_WORKERS=two "invalid literal for int()".
+    for seed in ("0", 1.5, True):
+        with pytest.raises(UsageError) as e:
+            create_loader(Indexed(4), 2, num_workers=0, seed=seed)
+        assert str(e.value) == f"seed must be a whole number (or None), got {seed!r}"
+    monkeypatch.setenv("DATAKIT_NUM_WORKERS", "two")
+    with pytest.raises(UsageError, match=r"^DATAKIT_NUM_WORKERS='two': must be a whole number >= 0 \(0: load in this "
+                                         r"process\)$"):  # fmt: skip
+        create_loader(Indexed(4), 2)
