@@ -80,6 +80,8 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     report.problems += table.problems(remap=remap_labels)
     report.problems += spelled_twice(table, (root or Path(table.path).parent) if alone else src)
     class_map = table.class_map(remap=remap_labels, strict=False)  # go on reading images whatever the labels
+    if split is not None and not len(table) and report.problems:
+        split = None  # the split asked for has no rows, which a problem says (an empty split): nothing to select
     return TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
 
 

@@ -227,3 +227,19 @@ def test_check_reports_unlisted_images_of_a_zip_and_of_a_table_alone(tmp_path: P
         capsys.readouterr()
         assert main(["check", *argv, "--workers", "1"]) == 1
         assert capsys.readouterr().err.splitlines()[0] == f"not in the table: {extra}"
+
+
+def test_check_of_an_empty_split_reports_it_as_data(tmp_path: Path, capsys):
+    # The attack: `check --split test` where the test sheet holds only its header exited 2 (usage) saying the
+    # table has no sheets, where open_dataset says "an empty split".
+    wb = Workbook()
+    wb.active.title = "train"
+    wb.active.append(["file", "label"])
+    wb.active.append(["a.png", "cat"])
+    wb.create_sheet("test").append(["file", "label"])
+    wb.save(tmp_path / "l.xlsx")
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (4, 4)).save(tmp_path / "img" / "a.png")
+    assert main(["check", str(tmp_path / "img"), "--labels", str(tmp_path / "l.xlsx"), "--split", "test"]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (f"{tmp_path / 'l.xlsx'}, sheet 'test': an empty split (a "
+                                                        "header at row 1, no rows under it)")  # fmt: skip
