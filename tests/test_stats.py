@@ -142,12 +142,9 @@ def test_a_histogram_over_2_to_the_24_pixels_counts_every_pixel():
 
     class One:
         def decode(self, i):
-            img = np.zeros((4097, 4097, 3), np.uint8)
-            img[0, 0] = 255
-            return img
+            return np.zeros((4097, 4097, 3), np.uint8)  # 16785409 pixels: odd, past float32's whole numbers
 
-    hist = _hist_one(One(), 0)
-    assert hist[:, 0].tolist() == [4097 * 4097 - 1] * 3 and hist[:, 255].tolist() == [1, 1, 1]
+    assert _hist_one(One(), 0)[:, 0].tolist() == [4097 * 4097] * 3
 
 
 def test_to_dtype_scales_16_bit_images_as_torchvision_does():
