@@ -85,33 +85,35 @@ def image_format(data: bytes | memoryview) -> str | None:
     return None
 
 
-def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
-    """(height, width, components) from a JPEG's SOF segment, without decoding.
-
-    Bytes that are not a marker between segments are skipped, as libjpeg skips them (with a
-    warning), so a frame header behind garbage is still found.
-    """
+def _segments(data: bytes):
+    """(position, marker) of a JPEG's markers in turn, from after SOI; bytes that are not a marker between
+    segments are skipped, as libjpeg skips them (with a warning). The caller stops at the scan (0xDA)."""
     i, n = 2, len(data)
-    while i + 9 < n:
+    while i + 4 < n:
         if data[i] != 0xFF:
             i = data.find(b"\xff", i)
             if i < 0:
-                return None
+                return
             continue
         marker = data[i + 1]
-        if marker == 0xFF:
+        if marker == 0xFF:  # fill bytes
             i += 1
             continue
-        if marker == 0xD8 or marker == 0x01 or 0xD0 <= marker <= 0xD7:
-            i += 2
-            continue
+        yield i, marker
+        standalone = marker == 0xD8 or marker == 0x01 or 0xD0 <= marker <= 0xD7
+        i += 2 if standalone else 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
+    """(height, width, components) from a JPEG's SOF segment, without decoding; a frame header behind
+    garbage is still found, as libjpeg finds it."""
+    for i, marker in _segments(data):
         if marker in _SOF_MARKERS:
-            h = int.from_bytes(data[i + 5 : i + 7], "big")
-            w = int.from_bytes(data[i + 7 : i + 9], "big")
-            return h, w, data[i + 9]
+            if i + 9 >= len(data):
+                return None
+            return int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big"), data[i + 9]
         if marker == 0xDA:  # start of scan before any frame header: not a valid JPEG
             return None
-        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
     return None
 
 
@@ -120,22 +122,9 @@ def _jpeg_ends(data: bytes) -> bool:
     first scan begins when more follows it (a motion photo's video, padding), which the decoders ignore."""
     if b"\xff\xd9" in data[-4096:]:
         return True
-    i, n = 2, len(data)
-    while i + 4 < n:  # to the first start of scan: an EXIF thumbnail before it has an end marker of its own
-        if data[i] != 0xFF:
-            i = data.find(b"\xff", i)
-            if i < 0:
-                return False
-            continue
-        marker = data[i + 1]
-        if marker == 0xFF:
-            i += 1
-        elif marker == 0xD8 or marker == 0x01 or 0xD0 <= marker <= 0xD7:
-            i += 2
-        elif marker == 0xDA:  # in entropy-coded data 0xFF is followed by 0x00 or a restart marker: the first
+    for i, marker in _segments(data):  # to the first scan: an EXIF thumbnail before it has an end marker of its own
+        if marker == 0xDA:  # in entropy-coded data 0xFF is followed by 0x00 or a restart marker: the first
             return data.find(b"\xff\xd9", i) >= 0  # FF D9 after the scan begins is the end of the image
-        else:
-            i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
     return False
 
 
