@@ -203,16 +203,19 @@ def _process_group() -> tuple[int, int]:
 def _not_in_table_zip(ds: TableDataset, report: CheckReport) -> None:
     """The images inside a zip (under its wrapping folder, when the table's names leave it out) that the
     table does not name, as :func:`_not_in_table` for a folder."""
+    import unicodedata
+
     from datakit.archive import member_path
 
-    named = {member_path(ds.prefix + f) for f in ds.files} | {
-        member_path(ds.prefix + f) for f in ds.table.dropped_files
-    }
+    def key(name: str) -> str:  # a name typed in NFC finds the member stored in NFD (macOS), as reading does
+        return unicodedata.normalize("NFC", member_path(name))
+
+    named = {key(ds.prefix + f) for f in [*ds.files, *ds.table.dropped_files]}
     for m in ds.zip.members:
         path = member_path(m.name)
         parts = path.split("/")
         if (not path.lower().endswith(IMAGE_EXTENSIONS) or not path.startswith(ds.prefix) or parts[0] == "__MACOSX"
-                or parts[-1].startswith("._") or path in named):  # fmt: skip
+                or parts[-1].startswith("._") or key(path) in named):  # fmt: skip
             continue
         report.problems.append(f"not in the table: {ds.root}:{path}")
 
