@@ -180,7 +180,7 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
     except FileNotFoundError:
         raise
     except IsADirectoryError:
-        raise ArchiveError(f"{path}: is a directory, not a zip archive") from None
+        raise UsageError(f"{path}: is a directory, not a zip archive") from None
     except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else
         raw = exc.object[max(0, exc.start - 8) : exc.end + 8]
         raise ArchiveError(f"{path}: a member name is flagged UTF-8 but is not UTF-8 (bytes {raw.hex(' ')}): "

@@ -1530,6 +1530,8 @@ def read_labels(
             sheet and row or line, then a count), or a file that cannot be read as a table.
     """
     path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder, not a label table (.xlsx, .csv, .tsv, .txt)")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such label table")
     suffix = path.suffix.lower()

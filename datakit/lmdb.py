@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import PackError
+from datakit.errors import PackError, UsageError
 from datakit.labels import ClassMap
 
 __all__ = [
@@ -671,6 +671,9 @@ class LmdbReader:
         self._key = _key(self.path)
         self.allow_incomplete = allow_incomplete
         if not (self.path / "data.mdb").is_file():
+            left = self.path.is_dir() and any(p.name in PACK_FILES for p in self.path.iterdir())
+            if self.path.exists() and not left:  # a class folder, a JPEG: the wrong kind of path, not a damaged pack
+                raise UsageError(f"{self.path}: not an LMDB pack (no data.mdb); a pack is the folder pack-lmdb wrote")
             raise PackError(f"{self.path}: not an LMDB pack (no data.mdb)")
         self.records = np.zeros(0, RECORD)
         self.meta: dict = {}

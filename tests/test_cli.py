@@ -251,6 +251,11 @@ USAGE = [
     (["check", "{src}", "{samples}", "--labels", "{samples}/labels.xlsx"],  # a traceback in TableDataset before
      "datakit check: error: several SRC are read as the shards of one LMDB pack; {src} is not an LMDB pack: give one "
      "folder, table or zip at a time"),
+    (["info", "{src}"],  # the wrong kind of path is a usage mistake, not damaged data
+     "datakit info: error: {src}: not an LMDB pack (no data.mdb); a pack is the folder pack-lmdb wrote"),
+    (["unzip", "{src}", "-d", "{tmp}/out"], "datakit unzip: error: {src}: is a directory, not a zip archive"),
+    (["stats", "{src}", "--labels", "{src}"],
+     "datakit stats: error: {src}: is a folder, not a label table (.xlsx, .csv, .tsv, .txt)"),
     (["unzip", "{tmp}/a.zip", "--encoding", "nope"],
      "datakit unzip: error: argument --encoding: unknown encoding 'nope': use auto, gbk, big5, cp932, utf-8..."),
 ]  # fmt: skip
