@@ -120,7 +120,7 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
 def _jpeg_ends(data: bytes) -> bool:
     """Whether a JPEG has its end-of-image marker: in its last 4 KB (the usual file), or anywhere after its
     first scan begins when more follows it (a motion photo's video, padding), which the decoders ignore."""
-    if b"\xff\xd9" in data[-4096:]:
+    if data.endswith(b"\xff\xd9") or b"\xff\xd9" in data[-4096:]:  # the first: most files, at once
         return True
     for i, marker in _segments(data):  # to the first scan: an EXIF thumbnail before it has an end marker of its own
         if marker == 0xDA:  # in entropy-coded data 0xFF is followed by 0x00 or a restart marker: the first
@@ -658,12 +658,20 @@ def decode_jpeg_region(
         data = bytes(data)
     if image_format(data) != "JPEG":
         return None
-    if not _jpeg_ends(data):
-        raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
     info = _jpeg_size(data)
     if info is None or not info[0] or not info[1]:
+        if not _jpeg_ends(data):
+            raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
         return None  # no usable frame header: the whole-image decoders say what is wrong
-    h, w = info[0], info[1]
+    return _decode_region(data, info[0], info[1], mode, scale, box, name, index)
+
+
+def _decode_region(data: bytes, h: int, w: int, mode: str, scale: int, box: tuple[int, int, int, int],
+                   name, index: bytes | None) -> np.ndarray | None:  # fmt: skip
+    """:func:`decode_jpeg_region` for a JPEG whose frame header says ``h`` x ``w`` (the caller has
+    read it and checked ``mode`` and that the decoder is built), without reading the header again."""
+    if not _jpeg_ends(data):
+        raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
     if h * w > _default_budget():
         raise _over_budget(name, h, w, _default_budget())
     top, left, bottom, right = box

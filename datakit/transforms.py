@@ -503,6 +503,24 @@ class CenterCrop:
         return f"CenterCrop({self.size})"
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch() -> tuple[torch.Tensor, torch.Tensor]:
+    """This thread's two one-element tensors (default float dtype, int64) that the crop and flip
+    draws are written into: the numbers torchvision's freshly made ones get from torch's generator
+    (``torch.empty(1).uniform_``, ``torch.randint``, ``torch.rand``), without making a tensor per draw."""
+    pair = getattr(_SCRATCH, "pair", None)
+    if pair is None or pair[0].dtype != torch.get_default_dtype():
+        pair = _SCRATCH.pair = (torch.empty(1), torch.empty(1, dtype=torch.int64))
+    return pair
+
+
+def _coin() -> float:
+    """``torch.rand(1).item()``: a uniform draw in [0, 1) from torch's generator."""
+    return _scratch()[0].uniform_(0.0, 1.0).item()
+
+
 class RandomResizedCrop:
     """torchvision's RandomResizedCrop (same crop distribution) on uint8 HWC arrays: the crop is
     cut first and only the crop is resized, with ``interpolation`` (see :data:`INTERPOLATIONS`)."""
@@ -517,18 +535,21 @@ class RandomResizedCrop:
             raise ValueError(f"scale and ratio must be positive and finite, got {scale} and {ratio}")
         self.scale, self.ratio = scale, ratio
         self._log_ratio = torch.log(torch.tensor(ratio))  # float32, as torchvision has it: the same draws
+        self._log_bounds = tuple(self._log_ratio.tolist())
 
     def get_params(self, height: int, width: int) -> tuple[int, int, int, int]:
         """(top, left, h, w) of the crop, drawn exactly as torchvision draws it."""
         area = height * width
+        real, whole = _scratch()
+        lo, hi = self._log_bounds
         for _ in range(10):
-            target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1]).item()
-            aspect = torch.exp(torch.empty(1).uniform_(self._log_ratio[0], self._log_ratio[1])).item()
+            target_area = area * real.uniform_(self.scale[0], self.scale[1]).item()
+            aspect = real.uniform_(lo, hi).exp_().item()
             w = int(round(math.sqrt(target_area * aspect)))
             h = int(round(math.sqrt(target_area / aspect)))
             if 0 < w <= width and 0 < h <= height:
-                i = torch.randint(0, height - h + 1, size=(1,)).item()
-                j = torch.randint(0, width - w + 1, size=(1,)).item()
+                i = whole.random_(0, height - h + 1).item()  # what torch.randint(0, n, (1,)) draws
+                j = whole.random_(0, width - w + 1).item()
                 return i, j, h, w
         in_ratio = width / height
         if in_ratio < min(self.ratio):
@@ -556,7 +577,7 @@ class RandomHorizontalFlip:
         self.p = p
 
     def __call__(self, img):
-        if torch.rand(1).item() >= self.p:
+        if _coin() >= self.p:
             return img
         if isinstance(img, torch.Tensor):
             return img.flip(-1)
@@ -666,25 +687,26 @@ class TrainPipeline(Compose):
         return self.norm(chw) if self.norm else chw
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
-        from datakit.io import decode_image, decode_jpeg_region
+        from datakit import io as dio
 
+        if not isinstance(data, bytes):
+            data = bytes(data)
         header = _jpeg_header(data, mode)
         if header is None:
-            return self(decode_image(data, mode, name=name))
-        from datakit.io import _exif_turned
-
+            return self(dio.decode_image(data, mode, name=name))
         h, w = header
-        turned = h != w and _exif_turned(data)  # EXIF orientation 5-8: the crop is drawn on the upright sides
+        turned = h != w and dio._exif_turned(data)  # EXIF orientation 5-8: the crop is drawn on the upright sides
         if turned:
             h, w = w, h
         th, tw = self.crop.size
         i, j, ch, cw = self.crop.get_params(h, w)
         f = self._factor(ch, cw)
         region = None
-        if not turned:  # the region decoder leaves turned images to the whole-image decoders
+        if not turned and mode in dio._REGION_ORDER and dio.region_decoder_available():
+            # the region decoder (it leaves turned images to the whole-image decoders): only the crop's pixels
             box = _scaled_box(i, j, ch, cw, -(-h // f), -(-w // f), f)
             index = self.index_cache.index(data, name) if self.index_cache is not None else None
-            region = decode_jpeg_region(data, mode, f, box, name=name, index=index)  # only the crop's pixels
+            region = dio._decode_region(data, h, w, mode, f, box, name, index)
         if region is None:  # not built, or an image it leaves to the whole-image decoders
             img, rotated = _decode_scaled(data, mode, name, *header, f)
             if rotated != turned:  # the decoder read the orientation otherwise: draw on the sides it gave
@@ -696,12 +718,15 @@ class TrainPipeline(Compose):
             region = img[y0:y1, x0:x1]
         chw = _antialiased(region, th, tw, self.crop.interpolation)
         if chw is not None:  # shrunk 2x or more: CHW already, flipped as such
-            return self._finish(torch.flip(chw, [2]) if torch.rand(1).item() < self.flip.p else chw)
+            return self._finish(torch.flip(chw, [2]) if _coin() < self.flip.p else chw)
         out = _resize(region, th, tw, self.crop.interpolation)
-        if torch.rand(1).item() < self.flip.p:
+        if _coin() < self.flip.p:
             import cv2
 
-            out = cv2.flip(out, 1)
+            if out is region:  # not resized: the decoder's pixels, maybe a view into a wider band
+                out = cv2.flip(out, 1)
+            else:  # the resize's own array: mirrored where it is
+                out = cv2.flip(out, 1, dst=out)
         if out.ndim == 2:
             out = out[:, :, None]
         # a CHW view of the HWC pixels: the batch's stack does the one copy (and the transposition)

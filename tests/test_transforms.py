@@ -247,8 +247,9 @@ def test_train_pipeline_decodes_only_what_the_crop_needs(tmp_path, monkeypatch):
     i, j, ch, cw = pipe.crop.get_params(1600, 2400)
     assert (ch, cw) == (1315, 1753)
     regions, wholes = [], []
-    real_region, real_whole = dio.decode_jpeg_region, dio.decode_image
-    monkeypatch.setattr(dio, "decode_jpeg_region", lambda *a, **k: regions.append(a[2:4]) or real_region(*a, **k))
+    real_region, real_whole = dio._decode_region, dio.decode_image
+    # (data, height, width, mode, scale, box, name, index): the frame header read once, by the pipeline
+    monkeypatch.setattr(dio, "_decode_region", lambda *a, **k: regions.append(a[4:6]) or real_region(*a, **k))
     monkeypatch.setattr(dio, "decode_image", lambda *a, **k: wholes.append(k.get("max_size")) or real_whole(*a, **k))
     torch.manual_seed(5)
     fast = pipe.from_bytes(data, "rgb", "big.jpg")
@@ -440,8 +441,8 @@ def test_an_exif_turned_jpeg_is_cropped_once_at_a_scale_that_holds_the_crop(monk
     monkeypatch.setattr(dt, "_decode_scaled", lambda *a: scales.append(a[-1]) or decode_scaled(*a))
     import datakit.io as dio
 
-    region = dio.decode_jpeg_region
-    monkeypatch.setattr(dio, "decode_jpeg_region", lambda *a, **k: scales.append(a[2]) or region(*a, **k))
+    region = dio._decode_region  # (data, height, width, mode, scale, box, name, index)
+    monkeypatch.setattr(dio, "_decode_region", lambda *a, **k: scales.append(a[4]) or region(*a, **k))
     pipe = train_pipeline(112)
     torch.manual_seed(0)
     for _ in range(40):
