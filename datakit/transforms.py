@@ -507,12 +507,13 @@ _SCRATCH = threading.local()
 
 
 def _scratch() -> tuple[torch.Tensor, torch.Tensor]:
-    """This thread's two one-element tensors (default float dtype, int64) that the crop and flip
-    draws are written into: the numbers torchvision's freshly made ones get from torch's generator
-    (``torch.empty(1).uniform_``, ``torch.randint``, ``torch.rand``), without making a tensor per draw."""
+    """This thread's two one-element CPU tensors (default float dtype, int64) that the crop and flip
+    draws are written into: the numbers torchvision's freshly made ones get from torch's CPU
+    generator (``torch.empty(1).uniform_``, ``torch.randint``, ``torch.rand``), which the loader
+    seeds per sample, without making a tensor per draw."""
     pair = getattr(_SCRATCH, "pair", None)
     if pair is None or pair[0].dtype != torch.get_default_dtype():
-        pair = _SCRATCH.pair = (torch.empty(1), torch.empty(1, dtype=torch.int64))
+        pair = _SCRATCH.pair = (torch.empty(1, device="cpu"), torch.empty(1, dtype=torch.int64, device="cpu"))
     return pair
 
 
@@ -536,6 +537,12 @@ class RandomResizedCrop:
         self.scale, self.ratio = scale, ratio
         self._log_ratio = torch.log(torch.tensor(ratio))  # float32, as torchvision has it: the same draws
         self._log_bounds = tuple(self._log_ratio.tolist())
+
+    def __setstate__(self, state: dict) -> None:
+        # a crop pickled by an earlier version (in a saved pipeline) has the tensor only
+        self.__dict__.update(state)
+        if "_log_bounds" not in state:
+            self._log_bounds = tuple(self._log_ratio.tolist())
 
     def get_params(self, height: int, width: int) -> tuple[int, int, int, int]:
         """(top, left, h, w) of the crop, drawn exactly as torchvision draws it."""

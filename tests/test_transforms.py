@@ -528,3 +528,18 @@ def test_normalize_refuses_statistics_and_dtypes_it_cannot_use():
     with pytest.raises(TypeError) as e:
         Normalize([0.5], [0.25])(torch.zeros(1, 2, 2, dtype=torch.int32))
     assert str(e.value) == "Normalize expects uint8 or float images, got int32: convert them first (ToDtype)"
+
+
+def test_a_crop_pickled_by_an_earlier_version_draws_torchvisions_boxes():
+    # an earlier RandomResizedCrop kept the log-ratio tensor only; unpickled now, it draws as before
+    from torchvision.transforms import RandomResizedCrop as TVCrop
+
+    crop = train_pipeline(224).crop
+    state = {k: v for k, v in crop.__dict__.items() if k != "_log_bounds"}
+    old = type(crop).__new__(type(crop))
+    old.__setstate__(state)
+    for seed in range(50):
+        torch.manual_seed(seed)
+        ours = old.get_params(480, 640)
+        torch.manual_seed(seed)
+        assert ours == tuple(TVCrop.get_params(torch.empty(1, 480, 640), (0.08, 1.0), (3 / 4, 4 / 3))), seed
