@@ -37,7 +37,7 @@ from datakit.lmdb import (
     read_meta,
 )
 from datakit.parallel import WorkerDied, map_ordered
-from datakit.sources import ImageDataset, StringArray, open_source
+from datakit.sources import ImageDataset, LmdbDataset, StringArray, open_source
 
 __all__ = ["PackReport", "pack_lmdb", "parse_shard"]
 
@@ -200,10 +200,11 @@ def _clear_pack(out: Path) -> None:
 
 
 def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: bool = False,
-                 legacy_names=lambda: None) -> tuple[PackLock, dict | None]:  # fmt: skip
+                 legacy_names=lambda: None, splits_of: str = "table") -> tuple[PackLock, dict | None]:  # fmt: skip
     """Take the lock on ``out`` and decide where to start: the existing metadata to resume, or None.
     With ``keep``, an existing readable pack that ``overwrite`` replaces is left as it is (the new one
-    is built beside it): the metadata returned is then ``{"replace": True}``."""
+    is built beside it): the metadata returned is then ``{"replace": True}``. ``splits_of``: where the
+    splits come from ("table", or "pack" for a re-pack), as a refused resume names it."""
     kind = _classify(out)
     if kind == "file":
         raise UsageError(f"{out}: is a file, not a pack folder; pick another OUT (--overwrite replaces only packs)")
@@ -249,9 +250,10 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
         if existing.get("splits", []) != meta.get("splits", []) or existing.get("source_splits") != meta.get(
             "source_splits", existing.get("source_splits")
         ):  # a row's split changed: the samples packed before would keep the old one
-            raise UsageError(f"{out}: the table's splits changed since this pack began ({existing.get('splits')!r} "
-                             f"then, {meta.get('splits')!r} now, or a row's split); resume only the same table, or "
-                             "use --overwrite")  # fmt: skip
+            what, row = ("table's", "row") if splits_of == "table" else ("source pack's", "sample")
+            raise UsageError(f"{out}: the {what} splits changed since this pack began ({existing.get('splits')!r} "
+                             f"then, {meta.get('splits')!r} now, or a {row}'s split); resume only the same "
+                             f"{splits_of}, or use --overwrite")  # fmt: skip
         if "source_names" in existing and existing["source_names"] not in (meta["source_names"], legacy_names()):
             # a file renamed, moved to another class, added or removed: the samples already packed
             # would no longer be the source's first ones
@@ -288,6 +290,34 @@ def _splits_crc(table, split_names: list[str]) -> str | None:
     return f"crc32 {zlib.crc32(np.asarray(table.splits.codes, dtype='<i4').tobytes(), crc):08x}"
 
 
+def _pack_splits(ds: LmdbDataset) -> tuple[list[str], np.ndarray]:
+    """The splits of packs read as a source: every pack's split names (the first pack's order, then those it
+    lacks), and each sample's split id among them (0: none), so that a re-pack keeps every sample's split."""
+    names: list[str] = []
+    for r in ds.readers:
+        names += [s for s in r.meta.get("splits") or [] if s not in names]
+    ids = np.zeros(len(ds), np.uint16)
+    for k, r in enumerate(ds.readers):
+        own = r.meta.get("splits") or []
+        local = ds.local[ds.shard == k]
+        stored = r.records["split"][local]
+        bad = np.flatnonzero(stored > len(own))
+        if len(bad):
+            i = int(local[bad[0]])
+            raise PackError(f"{r.path}: sample {i} has split id {int(r.records['split'][i])}, the pack has "
+                            f"{len(own)} splits; run `datakit verify {r.path}` and pack its source again")  # fmt: skip
+        to = np.asarray([0] + [names.index(s) + 1 for s in own], np.uint16)
+        ids[ds.shard == k] = to[stored]
+    return names, ids
+
+
+def _ids_crc(split_names: list[str], ids: np.ndarray) -> str:
+    """CRC-32 of every sample's split, for a re-pack that records the splits: a resume must not pair the samples
+    packed before with the splits of a source pack packed again since."""
+    crc = zlib.crc32("\n".join(split_names).encode("utf-8", "surrogateescape"))
+    return f"crc32 {zlib.crc32(np.asarray(ids, dtype='<u2').tobytes(), crc):08x}"
+
+
 def _fingerprint(ds: ImageDataset) -> str:
     """A dataset object as the metadata records its source: its kind, size and a checksum of every
     sample's name and target, so that --resume refuses another dataset of the same size and classes."""
@@ -295,7 +325,10 @@ def _fingerprint(ds: ImageDataset) -> str:
 
 
 def _short_name(ds: ImageDataset, i: int) -> str:
-    """The sample's name relative to its source where the dataset has one, else its full name."""
+    """The sample's name relative to its source where the dataset has one (a pack's: the name it stores), else
+    its full name."""
+    if isinstance(ds, LmdbDataset):
+        return ds.readers[ds.shard[i]].name(int(ds.local[i]))
     files = getattr(ds, "files", None)
     return files[i] if isinstance(files, StringArray) else ds.name(i)
 
@@ -376,8 +409,17 @@ def pack_lmdb(
     lo, hi = sh[0] * n_total // sh[1], (sh[0] + 1) * n_total // sh[1]
     table = getattr(ds, "table", None)
     one_split = split is not None or getattr(ds, "split", None) is not None  # by path, or a dataset opened so
-    split_names = table.split_names if table is not None and not one_split else []
-    split_ids = {s: k + 1 for k, s in enumerate(split_names)}
+    # the splits the pack records and each source sample's split id among them (a pack of one split records none)
+    split_names, sids, source_splits = [], None, None
+    if not one_split and table is not None and table.split_names:
+        split_names = table.split_names
+        to = {s: k + 1 for k, s in enumerate(split_names)}
+        sids = np.asarray([to.get(v, 0) for v in table.splits.values] + [0], np.uint16)[table.splits.codes]
+        source_splits = _splits_crc(table, split_names)
+    elif not one_split and isinstance(ds, LmdbDataset):  # a re-pack: every sample keeps its pack's split
+        names, ids = _pack_splits(ds)
+        if names:
+            split_names, sids, source_splits = names, ids, _ids_crc(names, ids)
     class_map = getattr(ds, "class_map", None) or ClassMap(tuple(ds.classes))
     source = os.path.abspath(src) if not isinstance(src, ImageDataset) else _fingerprint(src)
     options = {"max_size": max_size, "quality": quality if max_size else None, "split": split,
@@ -391,12 +433,13 @@ def pack_lmdb(
         "record_dtype": RECORD.descr, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "writer": f"datakit {__import__('datakit').__version__}", "skipped": [],
     }  # fmt: skip
-    if split_names:
-        meta["source_splits"] = _splits_crc(table, split_names)
+    if source_splits is not None:
+        meta["source_splits"] = source_splits
     known = _known_bad(ds, bad_samples) if bad_samples is not None else {}
-    lock, existing = _open_output(
-        out, meta, resume=resume, overwrite=overwrite, keep=True, legacy_names=lambda: f"crc32 {_names_crc(ds):08x}"
-    )  # names as typed: older packs
+    name_of = partial(_short_name, ds)
+    lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite, keep=True,
+                                  legacy_names=lambda: f"crc32 {_names_crc(ds):08x}",  # names as typed: older packs
+                                  splits_of="pack" if isinstance(ds, LmdbDataset) else "table")  # fmt: skip
     target, part_lock = out, None
     if existing is not None and existing.get("replace"):
         # --overwrite of a pack: the new one is built beside it and swapped in when complete, so a kill
@@ -424,6 +467,9 @@ def pack_lmdb(
         meta["skipped"] = existing.get("skipped", [])
         meta["created"] = existing.get("created", meta["created"])
         meta["count"] = existing["count"]
+        if isinstance(ds, LmdbDataset) and existing.get("source_names", meta["source_names"]) != meta["source_names"]:
+            # a re-pack begun by an older datakit, which named each sample PACK:NAME: it goes on naming them so
+            name_of, meta["source_names"] = ds.name, existing["source_names"]
     lmdb_error = __import__("lmdb").Error
     writer = None
     try:
@@ -431,7 +477,7 @@ def pack_lmdb(
                             commit_bytes=commit_bytes, commit_every=commit_every, commit_seconds=commit_seconds,
                             map_size=map_size, background=True)  # fmt: skip
         with writer:
-            report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, split_ids, table, progress,
+            report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, sids, name_of, progress,
                            known)  # fmt: skip
             class_map.save(target / "classes.json")
         if target != out:
@@ -520,8 +566,10 @@ def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
 
 
 def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int | None, max_size: int | None,
-          quality: int, skip_bad: bool, split_ids: dict, table, progress,
+          quality: int, skip_bad: bool, sids: np.ndarray | None, name_of: Callable[[int], str], progress,
           known: dict[int, str] | None = None) -> PackReport:  # fmt: skip
+    """Read, validate and write source samples ``lo .. hi-1`` from where the pack stands; ``sids``: each source
+    sample's split id in the pack's splits (None: the pack records none); ``name_of(i)``: the name it stores."""
     start = writer.count
     report = PackReport(writer.path, 0, resumed_from=start, skipped=list(writer.meta["skipped"]))
     first = lo + start + len(report.skipped)
@@ -550,8 +598,7 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
                 bad.append(err)
             if bad:
                 continue  # keep reading to name every bad image, but write nothing past the first
-            sid = split_ids.get(table.splits[i], 0) if split_ids else 0
-            writer.add(value, int(ds.targets[i]), h, w, _short_name(ds, i), sid, crc)
+            writer.add(value, int(ds.targets[i]), h, w, name_of(i), int(sids[i]) if sids is not None else 0, crc)
             report.bytes_in += nin
             report.bytes_out += len(value)
             if progress:

@@ -1044,3 +1044,168 @@ def test_a_reading_worker_killed_ends_the_pack_with_a_line_not_a_hang(tmp_path: 
     assert "died, killed by SIGKILL (out of memory? the kernel's OOM killer sends SIGKILL; use fewer workers)" in msg
     marker.unlink()
     assert pack_lmdb(_KilledAt40(tmp_path / "a.zip", marker), out, resume=True, workers=2).count == 80
+
+
+# ---------------------------------------------------------------------------------------------
+# a pack as the source: its splits, class order and names are the re-pack's
+
+
+def _split_table(folder: Path, table: Path, splits: tuple[str, ...]) -> list[tuple[str, str]]:
+    """A CSV naming every image under ``folder`` with its class folder and a split (``splits`` in turn)."""
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    rows = [(f, splits[k % len(splits)]) for k, f in enumerate(files)]
+    table.write_text("file,label,split\n" + "".join(f"{f},{f.split('/')[0]},{s}\n" for f, s in rows), encoding="utf-8")
+    return rows
+
+
+def _samples(path: Path) -> list[tuple[str, str, str]]:
+    """(stored name, split or '-', class) of every sample of a pack."""
+    r = LmdbReader(path)
+    splits = ["-", *r.meta["splits"]]
+    out = [(r.name(i), splits[int(r.records["split"][i])], r.class_map.classes[int(r.records["target"][i])])
+           for i in range(len(r))]  # fmt: skip
+    r.close()
+    return out
+
+
+def test_a_repack_keeps_every_samples_split_class_order_and_name(class_folder: Path, tmp_path: Path, capsys):
+    # The defect: `pack-lmdb old.lmdb new.lmdb` of a pack with splits wrote every sample with split 0 and no
+    # splits at all: `info` showed none, and `open_dataset(new, split="val")` was refused.
+    table = tmp_path / "labels.csv"
+    rows = _split_table(class_folder, table, ("train", "val", "train", "test"))
+    old, new = tmp_path / "old.lmdb", tmp_path / "new.lmdb"
+    pack_lmdb(open_dataset(class_folder, labels=table, classes=["鸟", "dog", "cat"]), old, workers=1)
+    want = [(f, s, f.split("/")[0]) for f, s in rows]
+    assert _samples(old) == want
+    assert main(["pack-lmdb", str(old), str(new), "--workers", "1", "-q"]) == 0
+    assert _samples(new) == want
+    assert values(new) == values(old)  # the same bytes, records (split ids included) and names, sample for sample
+    info = lmdb_info(new)
+    assert (info["splits"], info["split_counts"]) == (["train", "val", "test"], {"train": 6, "val": 3, "test": 3})
+    assert info["classes"] == {"classes": ["鸟", "dog", "cat"]}
+    assert json.loads((new / "classes.json").read_text(encoding="utf-8")) == {"classes": ["鸟", "dog", "cat"]}
+    assert verify_lmdb(new) == []
+    capsys.readouterr()
+    assert main(["info", str(new)]) == 0
+    assert "  splits: train 6, val 3, test 3" in capsys.readouterr().out.splitlines()
+    val = open_dataset(new, split="val")
+    assert [val.name(i) for i in range(len(val))] == [f"{new}:{f}" for f, s in rows if s == "val"]
+
+
+def test_a_repack_of_shards_or_of_packs_with_other_splits_keeps_each_samples_split(class_folder: Path,
+                                                                                   tmp_path: Path):  # fmt: skip
+    table = tmp_path / "labels.csv"
+    rows = _split_table(class_folder, table, ("train", "val", "train", "test"))
+    whole = tmp_path / "whole.lmdb"
+    pack_lmdb(class_folder, whole, labels=table, workers=1)
+    for i in range(2):
+        pack_lmdb(class_folder, tmp_path / f"part-{i}.lmdb", labels=table, shard=f"{i}/2", workers=1)
+    joined = tmp_path / "joined.lmdb"
+    pack_lmdb(str(tmp_path / "part-*.lmdb"), joined, workers=1)
+    assert values(joined) == values(whole)
+    assert lmdb_info(joined)["split_counts"] == {"train": 6, "val": 3, "test": 3}
+    # two packs whose splits differ (another order, one the other lacks): each sample keeps its split's name
+    other = tmp_path / "other"
+    shutil.copytree(class_folder, other)
+    rows2 = _split_table(other, tmp_path / "other.csv", ("test", "train"))
+    b, both = tmp_path / "b.lmdb", tmp_path / "both.lmdb"
+    pack_lmdb(other, b, labels=tmp_path / "other.csv", workers=1)
+    assert lmdb_info(b)["splits"] == ["test", "train"]
+    pack_lmdb(open_dataset([whole, b]), both, workers=1)
+    assert _samples(both) == [(f, s, f.split("/")[0]) for f, s in rows + rows2]
+    info = lmdb_info(both)
+    assert (info["splits"], info["split_counts"]) == (["train", "val", "test"], {"train": 12, "val": 3, "test": 9})
+    assert verify_lmdb(both) == []
+
+
+def test_split_of_a_pack_source_packs_exactly_that_split_and_an_unknown_one_is_refused(class_folder: Path,
+                                                                                       tmp_path: Path, capsys):  # fmt: skip
+    # The leak to rule out: `pack-lmdb old.lmdb train.lmdb --split train` taking every sample, val and test included.
+    table = tmp_path / "labels.csv"
+    rows = _split_table(class_folder, table, ("train", "val", "train", "test"))
+    old = tmp_path / "old.lmdb"
+    pack_lmdb(class_folder, old, labels=table, workers=1)
+    for split, n in (("train", 6), ("val", 3), ("test", 3)):
+        out = tmp_path / f"{split}.lmdb"
+        assert main(["pack-lmdb", str(old), str(out), "--split", split, "--workers", "1", "-q"]) == 0
+        # a pack of one split holds that split alone and records no splits, as one of a table's splits does
+        assert _samples(out) == [(f, "-", f.split("/")[0]) for f, s in rows if s == split]
+        info = lmdb_info(out)
+        assert (info["count"], info["splits"], "split_counts" in info) == (n, [], False)
+    by_table = tmp_path / "val-from-table.lmdb"
+    pack_lmdb(class_folder, by_table, labels=table, split="val", workers=1)
+    assert values(tmp_path / "val.lmdb") == values(by_table)
+    capsys.readouterr()
+    assert main(["pack-lmdb", str(old), str(tmp_path / "dev.lmdb"), "--split", "dev"]) == 2
+    assert capsys.readouterr().err == (
+        f"datakit pack-lmdb: error: {old}: no split 'dev'; the pack's splits are 'train', 'val', 'test'\n"
+    )
+    assert not (tmp_path / "dev.lmdb").exists()
+    plain = tmp_path / "plain.lmdb"
+    pack_lmdb(class_folder, plain, workers=1)
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(plain, tmp_path / "x.lmdb", split="train")
+    assert str(e.value) == f"{plain}: no split 'train'; the pack's splits are none"
+    assert not (tmp_path / "x.lmdb").exists()
+
+
+def test_a_repack_resumes_with_its_splits_and_refuses_a_source_pack_whose_splits_changed(class_folder: Path,
+                                                                                         tmp_path: Path,
+                                                                                         monkeypatch):  # fmt: skip
+    table = tmp_path / "labels.csv"
+    rows = _split_table(class_folder, table, ("train", "val", "train", "test"))
+    old, whole, part = tmp_path / "old.lmdb", tmp_path / "whole.lmdb", tmp_path / "part.lmdb"
+    pack_lmdb(class_folder, old, labels=table, workers=1)
+    pack_lmdb(old, whole, workers=1)
+
+    def stop_after_four(done, total, nbytes):
+        if done == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(old, part, workers=0, commit_every=2, progress=stop_after_four)
+    monkeypatch.chdir(tmp_path)  # the same source pack, spelled relative to another working directory
+    report = pack_lmdb("old.lmdb", part, resume=True, workers=0)
+    assert (report.resumed_from, report.count) == (4, 12)
+    assert values(part) == values(whole)
+    assert lmdb_info(part)["split_counts"] == {"train": 6, "val": 3, "test": 3}
+    # the source packed again between a kill and --resume, one sample already packed now in another split (the same
+    # files, labels and split names): the samples packed before would keep the old split
+    again = tmp_path / "again.lmdb"
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(old, again, workers=0, commit_every=2, progress=stop_after_four)
+    rows[2] = (rows[2][0], "val")
+    table.write_text("file,label,split\n" + "".join(f"{f},{f.split('/')[0]},{s}\n" for f, s in rows), encoding="utf-8")
+    pack_lmdb(class_folder, old, labels=table, workers=1, overwrite=True)
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(old, again, resume=True)
+    assert str(e.value) == (
+        f"{again}: the source pack's splits changed since this pack began (['train', 'val', 'test'] then, "
+        "['train', 'val', 'test'] now, or a sample's split); resume only the same pack, or use --overwrite"
+    )
+
+
+def test_a_repack_begun_by_the_previous_datakit_resumes_naming_its_samples_as_it_began(class_folder: Path,
+                                                                                       tmp_path: Path,
+                                                                                       monkeypatch):  # fmt: skip
+    # datakit before this fix stored a re-pack's names as PACK:NAME; a re-pack it began and this one resumes must
+    # not mix the two kinds of names
+    import datakit.pack
+
+    old, whole, part = tmp_path / "old.lmdb", tmp_path / "whole.lmdb", tmp_path / "part.lmdb"
+    pack_lmdb(class_folder, old, workers=1)
+
+    def stop_after_four(done, total, nbytes):
+        if done == 4:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(datakit.pack, "_short_name", lambda ds, i: ds.name(i))  # the previous naming
+        pack_lmdb(old, whole, workers=1)
+        with pytest.raises(KeyboardInterrupt):
+            pack_lmdb(old, part, workers=0, commit_every=2, progress=stop_after_four)
+    report = pack_lmdb(old, part, resume=True, workers=0)
+    assert (report.resumed_from, report.count) == (4, 12)
+    assert values(part) == values(whole)
+    assert [name for _, _, name in values(part)] == [f"{old}:{name}" for _, _, name in values(old)]
+    assert read_meta(part)["source_names"] == read_meta(whole)["source_names"] and verify_lmdb(part) == []
