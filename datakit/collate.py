@@ -78,19 +78,7 @@ def _as_chw(img) -> torch.Tensor:
 def _stack_images(images: Sequence) -> torch.Tensor:
     """Stack into one buffer with one copy; inside a DataLoader worker that buffer is allocated in
     shared memory (as default_collate does), so sending it to the main process copies nothing."""
-    tensors = [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in images]
-    dtypes = {t.dtype for t in tensors}
-    if len(dtypes) > 1:  # promoted as torch.stack and default_collate do, never cast into the first's
-        try:
-            common = functools.reduce(torch.promote_types, dtypes)
-        except RuntimeError:  # uint16 and uint8, for one: torch promotes no unsigned type but uint8
-            groups: dict[str, list[int]] = {}
-            for i, t in enumerate(tensors):
-                groups.setdefault(str(t.dtype).removeprefix("torch."), []).append(i)
-            shown = "; ".join(f"samples {_ranges(ix)}: {d}" for d, ix in groups.items())
-            raise ValueError(f"cannot stack images of dtypes torch does not promote into one batch ({shown}); "
-                             "convert them to one dtype in the transform") from None  # fmt: skip
-        tensors = [t.to(common) for t in tensors]
+    tensors = _promoted([torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in images], "stack")
     shape = (len(tensors), *tensors[0].shape)
     out = None
     if torch.utils.data.get_worker_info() is not None:
@@ -158,6 +146,28 @@ def _ranges(ix: list[int]) -> str:
     return ", ".join(map(str, ix[:6])) + (", ..." if len(ix) > 6 else "")
 
 
+def _promoted(tensors: list[torch.Tensor], verb: str) -> list[torch.Tensor]:
+    """``tensors`` in one dtype, promoted as ``torch.stack`` and ``default_collate`` promote them, never
+    cast into the first's; where torch promotes no pair (uint16 and uint8, for one: it promotes no
+    unsigned type but uint8), a ``ValueError`` naming the samples of each dtype (``verb``: stack, pad).
+    Floating dtypes are promoted first, so the outcome does not depend on the samples' order: uint16,
+    uint8 and float32 give float32 in any order (torch promotes them pairwise, and fails on the first
+    two when they come first)."""
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) <= 1:
+        return tensors
+    try:
+        common = functools.reduce(torch.promote_types, sorted(dtypes, key=lambda d: not d.is_floating_point))
+    except RuntimeError:
+        groups: dict[str, list[int]] = {}
+        for i, t in enumerate(tensors):
+            groups.setdefault(str(t.dtype).removeprefix("torch."), []).append(i)
+        shown = "; ".join(f"samples {_ranges(ix)}: {d}" for d, ix in groups.items())
+        raise ValueError(f"cannot {verb} images of dtypes torch does not promote into one batch ({shown}); "
+                         "convert them to one dtype in the transform") from None  # fmt: skip
+    return [t.to(common) for t in tensors]
+
+
 def _pad_images(images: Sequence, size_divisor: int, pad_value: float):
     if not images:
         raise ValueError("cannot pad an empty batch: the dataset or sampler gave no samples")
@@ -166,10 +176,7 @@ def _pad_images(images: Sequence, size_divisor: int, pad_value: float):
     if len(channels) > 1:
         raise ValueError(f"cannot pad images with different channel counts into one batch: {sorted(channels)} "
                          "(arrays are read H x W x C, tensors C x H x W)")  # fmt: skip
-    dtypes = {t.dtype for t in chw}
-    if len(dtypes) > 1:  # promoted, never cast into the first's (stack_collate does the same)
-        common = functools.reduce(torch.promote_types, dtypes)
-        chw = [t.to(common) for t in chw]
+    chw = _promoted(chw, "pad")
     dtype = chw[0].dtype
     if not dtype.is_floating_point:
         info = torch.iinfo(dtype)

@@ -165,8 +165,10 @@ def check_opencv(threads: int | None, start_method: str) -> Finding:
         return Finding("opencv", "info",
                        f"OpenCV uses {threads} threads in this process; with {start_method}-started workers each "
                        "would run as many (and a pool inherited across fork can deadlock)",
-                       "create_loader sets cv2.setNumThreads(1) in every worker; in your own DataLoader pass a "
-                       "worker_init_fn that does", {"threads": threads})  # fmt: skip
+                       "create_loader calls cv2.setNumThreads(0) in every worker (and sets OPENCV_FOR_THREADS_NUM=1 "
+                       "for spawned ones); in your own DataLoader pass a worker_init_fn that calls "
+                       "cv2.setNumThreads(0), not 1 (after fork, resizing the inherited pool to 1 thread can hang), "
+                       "or datakit.loader.WorkerInit()", {"threads": threads})  # fmt: skip
     return Finding("opencv", "ok", f"OpenCV uses {threads} thread", data={"threads": threads})
 
 

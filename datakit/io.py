@@ -814,7 +814,8 @@ def _umask() -> int:
 
 def check_output(path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """``path`` as a ``Path`` when a file may be written there; ``UsageError`` naming it when it
-    exists (and ``overwrite`` is false), is a folder, or its folder does not exist."""
+    exists (and ``overwrite`` is false), is a folder, its folder does not exist, or that folder
+    is one this process may not create files in (its permissions, a read-only file system)."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder; give a file name")
@@ -822,6 +823,8 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         raise UsageError(f"{path}: already exists; pass --overwrite to replace it")
     if not path.parent.is_dir():
         raise UsageError(f"{path.parent}: no such folder to write {path.name} into")
+    if not os.access(path.parent, os.W_OK | os.X_OK):  # written as a new file beside it, then renamed
+        raise UsageError(f"{path.parent}: not writable; cannot write {path.name} into it")
     return path
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from datakit.cli import build_parser
+from datakit.cli import build_parser, main
 from datakit.io import imwrite
 from datakit.stats import compute_stats
 from datakit.testing import ZipEntry, build_zip, synthetic_image
@@ -189,6 +190,89 @@ def test_preview_refuses_overwrite_and_honours_umask(class_folder: Path, tmp_pat
     assert proc.returncode == 0 and proc.stdout == "" and out.read_bytes() != first
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["数据 集", "预览.jpg"]
+
+
+# ---------------------------------------------------------------------------------------------
+# an output that cannot be written: refused before the work, not found after it
+
+
+@pytest.fixture
+def unreadable_folder(tmp_path: Path) -> Path:
+    """Two class folders of files that do not decode: a command that read one would exit 1 naming it."""
+    root = tmp_path / "坏图"
+    for cls in ("cat", "dog"):
+        (root / cls).mkdir(parents=True)
+        for i in range(3):
+            (root / cls / f"{i}.png").write_bytes(b"\x89PNG\r\n\x1a\nnot an image")
+    return root
+
+
+# each command with the option naming its output picture
+WRITERS = {"stats": ["--workers", "0", "--plot"], "preview": ["--out"]}
+
+
+def _tree(root: Path) -> list[tuple[str, bytes | None]]:
+    return sorted((p.relative_to(root).as_posix(), p.read_bytes() if p.is_file() else None) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_the_unreadable_source_is_read_when_the_output_can_be_written(command, unreadable_folder: Path, tmp_path: Path,
+                                                                       capsys):  # fmt: skip
+    # the control for the test below: with an output that can be written, the command reads the
+    # images, and the first one fails (exit 1)
+    assert main([command, str(unreadable_folder), *WRITERS[command], str(tmp_path / "fine.png")]) == 1
+    assert f"{unreadable_folder}{os.sep}cat{os.sep}0.png" in capsys.readouterr().err
+    assert not (tmp_path / "fine.png").exists()
+
+
+UNWRITABLE = [
+    ("a_file/out.png", "{tmp}/a_file: no such folder to write out.png into"),
+    ("no/such/dir/out.png", "{tmp}/no/such/dir: no such folder to write out.png into"),
+    ("a_folder.png", "{tmp}/a_folder.png: is a folder; give a file name"),
+    ("exists.png", "{tmp}/exists.png: already exists; pass --overwrite to replace it"),
+]
+
+
+@pytest.mark.parametrize("command", WRITERS)
+@pytest.mark.parametrize(("name", "message"), UNWRITABLE, ids=[n for n, _ in UNWRITABLE])
+def test_an_output_that_cannot_be_written_is_refused_before_any_image_is_read(
+    command, name, message, unreadable_folder: Path, tmp_path: Path, capsys
+):
+    (tmp_path / "a_file").write_text("a file, not a folder")
+    (tmp_path / "a_folder.png").mkdir()
+    (tmp_path / "exists.png").write_bytes(b"keep me")
+    before = _tree(tmp_path)
+    rc = main([command, str(unreadable_folder), *WRITERS[command], str(tmp_path / name)])
+    out, err = capsys.readouterr()
+    # exit 2, not the exit 1 of the first unreadable image: no image was read
+    assert (rc, out, err) == (2, "", f"datakit {command}: error: {message.format(tmp=tmp_path)}\n")
+    assert _tree(tmp_path) == before  # nothing written, no temporary file left
+
+
+def _in_read_only_folder(folder: Path, *args: object) -> subprocess.CompletedProcess:
+    """``python -m datakit.cli ARGS`` with ``folder`` a read-only bind mount of itself, in a mount
+    namespace of the child's own: no file can be created in it, by root either (chmod would not
+    stop root). Skips where such a mount cannot be made."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        pytest.skip("needs unshare (Linux)")
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97; shift; exec "$@"'
+    cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(folder),
+           sys.executable, "-m", "datakit.cli", *map(str, args)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
+    if proc.returncode == 97:
+        pytest.skip(f"cannot make a read-only mount here: {proc.stderr.strip()}")
+    return proc
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_a_read_only_folder_is_refused_before_any_image_is_read(command, unreadable_folder: Path, tmp_path: Path):
+    # before: the images were read, and (with a source that reads) the write failed at the end with
+    # a traceback: "OSError: [Errno 30] Read-only file system: '.../read-only/.out.png.k3j2x0.tmp'"
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    proc = _in_read_only_folder(folder, command, unreadable_folder, *WRITERS[command], folder / "out.png")
+    one_line_error(proc, 2, f"datakit {command}: error: {folder}: not writable; cannot write out.png into it")
+    assert proc.stdout == "" and list(folder.iterdir()) == []
 
 
 def test_bench_json_schema_and_batch_capped(class_folder: Path):

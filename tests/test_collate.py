@@ -268,3 +268,51 @@ def test_detection_collate_refuses_boxes_and_labels_it_would_reshape():
         collate([(img, {"boxes": torch.ones(2, 4), "labels": [1]})])
     _, targets = collate([(img, {"boxes": [], "labels": []}), (img, {"boxes": [[0, 0, 1, 1]], "labels": [3.0]})])
     assert targets[0]["boxes"].shape == (0, 4) and targets[1]["labels"].tolist() == [3]
+
+
+def _pad_batch(kind: str, images: list) -> list:
+    if kind == "bare":
+        return images
+    if kind == "detection":
+        return [(x, {"boxes": [[0, 0, 1, 1]], "labels": [i]}) for i, x in enumerate(images)]
+    return [(x, i) for i, x in enumerate(images)]
+
+
+PADDERS = {"pad": pad_collate(size_divisor=4), "bare": pad_collate(size_divisor=4), "detection": detection_collate(4)}
+
+
+@pytest.mark.parametrize("kind", PADDERS)
+def test_pad_and_detection_collate_refuse_dtypes_torch_does_not_promote_naming_the_samples(kind):
+    # before: torch's own "RuntimeError: Promotion for uint16, uint32, uint64 types is not supported,
+    # attempted to promote Byte and UInt16", naming no sample
+    images = [np.zeros((2, 2, 3), np.uint16), np.zeros((3, 3, 3), np.uint8), torch.zeros(3, 2, 3, dtype=torch.uint16)]
+    with pytest.raises(ValueError) as e:
+        PADDERS[kind](_pad_batch(kind, images))
+    assert str(e.value) == ("cannot pad images of dtypes torch does not promote into one batch (samples 0, 2: uint16; "
+                            "samples 1: uint8); convert them to one dtype in the transform")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", PADDERS)
+def test_pad_and_detection_collate_promote_mixed_dtypes_as_stack_collate_does(kind):
+    cases = [  # (first, second, the batch's dtype): torch's promotion, never the first sample's dtype
+        (np.full((2, 2, 1), 200, np.uint8), torch.full((1, 3, 3), 0.5), torch.float32),
+        (np.full((2, 2, 1), 200, np.uint8), np.full((3, 3, 1), 1000, np.int32), torch.int32),
+        (np.full((2, 2, 1), 60000, np.uint16), np.full((3, 3, 1), 0.5, np.float32), torch.float32),
+    ]
+    for first, second, dtype in cases:
+        out = PADDERS[kind](_pad_batch(kind, [first, second]))
+        images = out[0]
+        want = [float(np.asarray(first).flat[0]), float(np.asarray(second).flat[0])]
+        assert images.dtype == dtype and images.shape == (2, 1, 4, 4)
+        assert [images[0, 0, 0, 0].item(), images[1, 0, 2, 2].item()] == want
+        assert images[0, 0, 2:, :].eq(0).all()  # the padding
+    # whatever the samples' order (torch.stack promotes pairwise: uint16 then uint8 fails before the float comes)
+    three = [np.full((2, 2, 1), v, t) for v, t in ((60000, np.uint16), (7, np.uint8), (0.5, np.float32))]
+    for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0]):
+        padded = PADDERS[kind](_pad_batch(kind, [three[k] for k in order]))[0]
+        stacked = stack_collate([(three[k], k) for k in order])[0]
+        assert padded.dtype == stacked.dtype == torch.float32
+        assert padded[:, 0, 0, 0].tolist() == stacked[:, 0, 0, 0].tolist() == [[60000.0, 7.0, 0.5][k] for k in order]
+    # stack_collate and the padders say the same of the same dtypes
+    with pytest.raises(ValueError, match=r"^cannot stack images of dtypes torch does not promote into one batch \("):
+        stack_collate([(np.zeros((2, 2), np.uint16), 0), (np.zeros((2, 2), np.uint8), 1)])

@@ -75,6 +75,11 @@ def test_limits_cpus_cuda_opencv_versions():
     assert [f.status for f in check_cuda(True, "0,1", 2, "spawn")] == ["ok", "ok"]
     assert [f.status for f in check_cuda(False, None, None, "fork")] == ["ok", "ok"]
     assert check_opencv(8, "fork").status == "info" and check_opencv(1, "fork").status == "ok"
+    assert check_opencv(8, "fork").fix == (
+        "create_loader calls cv2.setNumThreads(0) in every worker (and sets OPENCV_FOR_THREADS_NUM=1 for spawned "
+        "ones); in your own DataLoader pass a worker_init_fn that calls cv2.setNumThreads(0), not 1 (after fork, "
+        "resizing the inherited pool to 1 thread can hang), or datakit.loader.WorkerInit()"
+    )
     assert check_jpeg_region(True).status == "ok"
     missing = check_jpeg_region(False)
     assert missing.status == "warn" and missing.fix.startswith(
@@ -83,6 +88,25 @@ def test_limits_cpus_cuda_opencv_versions():
     v = check_versions({"torch": "2.14.1+cu130", "torchvision": "0.28.0"})
     assert v.status == "fail" and v.fix == "pip install torchvision==0.29.* (matching torch 2.14.1+cu130)"
     assert check_versions({"torch": "2.14.1", "torchvision": "0.29.1", "lmdb": None}).status == "ok"
+
+
+def test_the_opencv_advice_names_the_call_the_loader_makes(monkeypatch):
+    # before: the advice said create_loader sets cv2.setNumThreads(1); its WorkerInit calls setNumThreads(0)
+    import types
+
+    import datakit.collate
+    import datakit.loader
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "cv2", types.SimpleNamespace(setNumThreads=calls.append))
+    monkeypatch.setattr(datakit.loader, "seed_worker", lambda worker_id: None)  # the test's random state untouched
+    monkeypatch.setattr(datakit.collate, "use_batch_slots", lambda capacity: None)
+    monkeypatch.setenv("OPENCV_FOR_THREADS_NUM", "8")
+    datakit.loader.WorkerInit()(0)
+    assert calls == [0] and os.environ["OPENCV_FOR_THREADS_NUM"] == "1"
+    fix = check_opencv(8, "fork").fix
+    assert f"create_loader calls cv2.setNumThreads({calls[0]}) in every worker" in fix
+    assert "OPENCV_FOR_THREADS_NUM=1" in fix and "setNumThreads(1)" not in fix
 
 
 def test_read_speed_reads_every_image_cold_then_warm(class_folder: Path):
