@@ -564,12 +564,21 @@ class _Receiver:
         self._slot = threading.Semaphore(1)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = False
+        # set when _run has returned: Thread.join() interrupted by Ctrl-C marks the thread ended while it
+        # still runs (CPython releases its state lock on the way out), so the end is told by this instead
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="datakit-receive", daemon=True)
         _RECEIVERS.add(self)
         _THREADS.add(self._thread)
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._receive()
+        finally:
+            self._done.set()
+
+    def _receive(self) -> None:
         # references to the batch handed out last and the one before it: when the loop takes the
         # next, it has let go of the one before, whose shared memory is then unmapped and freed
         # here rather than in the loop (unless the loop kept it)
@@ -632,8 +641,7 @@ class _Receiver:
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the thread to end; whether it has."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._done.wait(timeout)
 
 
 _RECEIVERS: weakref.WeakSet[_Receiver] = weakref.WeakSet()
@@ -788,6 +796,13 @@ class Loader:
         memory fetched from the worker and mapped: 1-3 ms each) on a thread while the step runs
         (a pinning loader's own thread does this already)."""
         old = getattr(dl, "_iterator", None)
+        if old is not None:
+            # a receiving thread still inside the iterator that nothing here holds (a Ctrl-C came between
+            # its start and its hand-over): the reset below would race it for the workers' answers, and
+            # wait forever for the one it took; it is stopped first
+            for r in [r for r in list(_RECEIVERS) if r._it is old and not r._done.is_set()]:
+                self._end_receiver(r, 5.0)
+            old = getattr(dl, "_iterator", None)
         if old is not None and any(not w.is_alive() for w in getattr(old, "_workers", ())):
             # a worker died (killed, out of memory) and was reported: torch's persistent iterator
             # would only report it again at every start; new workers instead

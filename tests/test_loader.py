@@ -1466,3 +1466,32 @@ def test_a_seed_or_worker_count_of_the_wrong_kind_is_named(monkeypatch):
     with pytest.raises(UsageError, match=r"^DATAKIT_NUM_WORKERS='two': must be a whole number >= 0 \(0: load in this "
                                          r"process\)$"):  # fmt: skip
         create_loader(Indexed(4), 2)
+
+
+def test_a_receiver_interrupted_while_joined_is_still_known_to_run():
+    # Thread.join() interrupted by Ctrl-C marks the thread ended while it runs on (CPython releases
+    # its state lock on the way out): the loader then reset the DataLoader's iterator beside the
+    # receiving thread, which took one worker's acknowledgement, and the reset waited forever
+    import signal
+
+    from datakit.loader import _Receiver
+
+    gate = threading.Event()
+
+    def blocked():
+        gate.wait(30)
+        yield 1
+
+    r = _Receiver(blocked())
+    r.close(wait=False)
+    signal.signal(signal.SIGALRM, signal.default_int_handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(KeyboardInterrupt):
+            r.join(5.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert r.join(0.1) is False  # still inside the iterator
+    gate.set()
+    assert r.join(5.0) is True
