@@ -15,13 +15,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import struct
+import sys
 import threading
 import time
+import traceback
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,11 +40,13 @@ __all__ = [
     "PackError",
     "PackLock",
     "PackWriteError",
+    "VerifyReport",
     "check_data_file",
     "close_pack",
     "lmdb_info",
     "read_meta",
     "verify_lmdb",
+    "verify_pack",
 ]
 
 FORMAT = "datakit-lmdb"
@@ -131,56 +137,125 @@ def _free_bytes(path: str | os.PathLike) -> int | None:
 
 
 _META_MAGIC = 0xBEEFC0DE
+_P_META = 0x08  # a page header's flags on a meta page
+_P_INVALID = (1 << 64) - 1  # the root of an empty B-tree
+_MDB_INTEGERKEY = 0x08  # the free DB's flags
+_MDB_DUPFIXED = 0x10
+_DB_FLAGS = 0x7E  # every flag LMDB stores for a database (MDB_REVERSEKEY ... MDB_REVERSEDUP)
+_PAGE_SIZES = (4096, 16384, 65536, 8192, 32768, 2048, 1024, 512)  # the most common first
+# a page header, then MDB_meta: mm_magic, mm_version, mm_address, mm_mapsize, mm_dbs[2] (the free DB, the main DB:
+# md_pad, md_flags, md_depth, then five counts and md_root), mm_last_pg, mm_txnid
+_MDB_META = struct.Struct("<QHHHHIIQQ" + "IHHQQQQQ" * 2 + "QQ")
 
 
-def _meta_page(head: bytes, off: int) -> tuple[int, int, int] | None:
-    """(page size, last page in use, txnid) from the MDB_meta at ``off``, or None if not a meta page.
+def _meta_page(head: bytes, off: int) -> dict | None:
+    """The meta page at ``off`` (its header and ``MDB_meta``), or None where there is no LMDB magic number.
 
-    The layout (lmdb.h / mdb.c, data version 1, 64-bit): a 16-byte page header, then mm_magic,
-    mm_version (u32 each), mm_address, mm_mapsize (8 bytes each), mm_dbs[2] (48 bytes each; the
-    free DB's md_pad holds the page size), mm_last_pg and mm_txnid (8 bytes each).
+    The layout (lmdb.h / mdb.c, 64-bit): a 16-byte page header (mp_pgno, mp_pad, mp_flags, mp_lower, mp_upper),
+    then mm_magic, mm_version (u32 each), mm_address, mm_mapsize (8 bytes each), mm_dbs[2] (48 bytes each; the
+    free DB's md_pad holds the page size), mm_last_pg and mm_txnid (8 bytes each): 152 bytes.
     """
-    if len(head) < off + 152:
+    if len(head) < off + _MDB_META.size:
         return None
-    magic, version = struct.unpack_from("<II", head, off + 16)
-    if magic != _META_MAGIC or version != 1:
+    f = _MDB_META.unpack_from(head, off)
+    if f[5] != _META_MAGIC:
         return None
-    psize = struct.unpack_from("<I", head, off + 40)[0]
-    last_pg, txnid = struct.unpack_from("<QQ", head, off + 136)
-    return psize, last_pg, txnid
+    return {"pgno": f[0], "flags": f[2], "version": f[6], "mapsize": f[8], "psize": f[9], "free_flags": f[10],
+            "free_root": f[16], "main_pad": f[17], "main_flags": f[18], "main_root": f[24], "last_pg": f[25],
+            "txnid": f[26]}  # fmt: skip
+
+
+def _header_problem(pack: Path, size: int, head: bytes) -> str | None:
+    """What is wrong with ``data.mdb`` as its first bytes ``head`` and its ``size`` tell (None: nothing).
+
+    LMDB keeps two meta pages and reads the one with the larger transaction id. Every commit writes
+    the meta page of its id's parity with the id one above the other's, and the pages of a commit are written
+    before its meta page, so in a whole file the two pages agree (page size, even and odd consecutive ids, the
+    older using no more pages than the newer), each page fits its own map, and the file holds every page the newer
+    one uses. A file shorter than that with a sound header is truncated; a header that breaks these rules is
+    damaged (liblmdb would read a wrong snapshot, refuse it as "not an LMDB file", or map past the file's end).
+    """
+    p0 = struct.unpack_from("<I", head, 40)[0] if len(head) >= 44 else 0
+    sizes = ([p0] if p0 in _PAGE_SIZES else []) + [p for p in _PAGE_SIZES if p != p0]
+    at = next((p for p in sizes if _meta_page(head, p) is not None), None)  # meta page 1, even if page 0 lies
+    psize = p0 if p0 in _PAGE_SIZES else at or 4096
+    metas = [_meta_page(head, 0), _meta_page(head, at) if at else None]
+    if size < 2 * psize:
+        return f"{pack}: truncated: {size} bytes, shorter than an LMDB header; copy it again or re-pack"
+    if metas == [None, None]:
+        return f"{pack}: data.mdb is not an LMDB file (no meta page); copy it again or re-pack"
+
+    def damaged(why: str) -> str:
+        return f"{pack}: the LMDB header of data.mdb is damaged ({why}); copy it again or re-pack"
+
+    for k, m in enumerate(metas):
+        if m is None:
+            return damaged(f"meta page {k}: no LMDB magic number")
+    m0, m1 = metas
+    if (m0["version"], m1["version"]) != (1, 1):
+        if m0["version"] == m1["version"]:
+            return None  # another LMDB data version: its layout is not ours to parse; liblmdb checks it
+        return damaged(f"data versions {m0['version']} and {m1['version']} on meta pages 0 and 1")
+    for k, m in enumerate(metas):
+        if m["pgno"] != k or m["flags"] != _P_META:
+            return damaged(f"meta page {k}: its page header is damaged (page {m['pgno']}, flags {m['flags']:#x})")
+    if m0["psize"] != m1["psize"]:
+        return damaged(f"page sizes {m0['psize']} and {m1['psize']} on meta pages 0 and 1")
+    if m0["psize"] not in _PAGE_SIZES or at != psize:
+        return damaged(f"page size {m0['psize']} on both meta pages")
+    t0, t1 = m0["txnid"], m1["txnid"]
+    if (t0, t1) != (0, 0) and not (t0 % 2 == 0 and abs(t1 - t0) == 1):
+        return damaged(f"transaction ids {t0} and {t1} on meta pages 0 and 1, not a pair LMDB writes")
+    for k, m in enumerate(metas):
+        pages = m["last_pg"] + 1
+        if pages < 2 or pages * psize > m["mapsize"]:
+            return damaged(f"meta page {k}: {pages} pages in use, more than its map of {m['mapsize']} bytes holds")
+        for tree in ("main", "free"):
+            root = m[f"{tree}_root"]
+            if root != _P_INVALID and not 2 <= root < pages:
+                return damaged(f"meta page {k}: the {tree} B-tree's root is page {root}, not one of its {pages}")
+        if m["free_flags"] != _MDB_INTEGERKEY or m["main_flags"] & ~_DB_FLAGS:
+            return damaged(f"meta page {k}: database flags {m['free_flags']:#x} and {m['main_flags']:#x}")
+        if m["main_pad"] and not m["main_flags"] & _MDB_DUPFIXED:  # the size of fixed-size values, or 0
+            return damaged(f"meta page {k}: the main database's md_pad is {m['main_pad']}")
+    new = 1 if t1 > t0 else 0
+    need, before = ((metas[k]["last_pg"] + 1) * psize for k in (new, 1 - new))
+    if before > need:
+        return damaged(f"meta page {1 - new}: {before // psize} pages in use, more than the newer meta page {new}'s "
+                       f"{need // psize}")  # fmt: skip
+    if size < need:
+        if size % psize == 0 and size >= before:
+            # a file cut at a page's boundary within the newest commit's pages looks like a newer page whose count
+            # of pages was altered: say both
+            return (f"{pack}: truncated, or its LMDB header damaged: data.mdb holds {size} of the {need} bytes its "
+                    "header says are in use; copy it again or re-pack")  # fmt: skip
+        return f"{pack}: truncated: {size} of {need} bytes; copy it again or re-pack"
+    return None
 
 
 def check_data_file(path: str | os.PathLike) -> None:
-    """Refuse a ``data.mdb`` shorter than what its own meta pages say is in use, before it is mapped.
+    """Refuse a ``data.mdb`` whose LMDB header (its two meta pages) is damaged, or that is shorter than what its
+    header says is in use, before it is mapped.
 
     Mapping a truncated file and reading past its end kills the process with SIGBUS, with no
-    message; this reads the two meta pages at the start of the file instead and compares.
+    message, and a damaged header makes liblmdb read an older snapshot, map past the file's end
+    or call it "not an LMDB file"; this reads the two meta pages at the start of the file instead.
     """
     pack = Path(path)
     data = pack / "data.mdb"
-    try:
-        size = data.stat().st_size
-        with open(data, "rb") as f:
-            head = f.read(4096 + 152)
-            first = _meta_page(head, 0)
-            psize = first[0] if first and first[0] in (1 << k for k in range(9, 17)) else 4096
-            if len(head) < psize + 152:
-                f.seek(psize)
-                head = head[:psize] + f.read(152)
-    except OSError as exc:
-        raise PackError(f"{pack}: cannot read data.mdb ({exc.strerror or exc})") from None
-    metas = [m for m in (first, _meta_page(head, psize) if len(head) >= psize + 152 else None) if m]
-    if not metas:
-        magic = struct.unpack_from("<I", head, 16)[0] if len(head) >= 20 else None
-        if size < 2 * 4096:
-            raise PackError(f"{pack}: truncated: {size} bytes, shorter than an LMDB header; copy it again or re-pack")
-        if magic == _META_MAGIC:
-            return  # another LMDB data version: its layout is not ours to parse; lmdb checks it
-        raise PackError(f"{pack}: data.mdb is not an LMDB file (no meta page); copy it again or re-pack")
-    psize, last_pg, _ = max(metas, key=lambda m: m[2])
-    need = (last_pg + 1) * psize
-    if size < need:
-        raise PackError(f"{pack}: truncated: {size} of {need} bytes; copy it again or re-pack")
+    for attempt in range(2):
+        try:
+            with open(data, "rb") as f:
+                head = f.read(max(_PAGE_SIZES) + _MDB_META.size)
+                size = os.fstat(f.fileno()).st_size  # after the read: a writer grows the file before its meta page
+        except OSError as exc:
+            raise PackError(f"{pack}: cannot read data.mdb ({exc.strerror or exc})") from None
+        problem = _header_problem(pack, size, head)
+        if problem is None:
+            return
+        if attempt == 0:
+            time.sleep(0.05)  # a pack being written: a meta page read while a commit rewrote it; read it again
+    raise PackError(problem)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -837,24 +912,154 @@ def lmdb_info(path: str | os.PathLike) -> dict:
     return info
 
 
-def _key_problems(r: LmdbReader, n: int) -> list[str]:
-    """Every key of the pack in one cursor pass (which also reads every B-tree page): keys that are
-    not a sample's ``i``/``r``/``n`` key below ``n`` nor the metadata or index, and names missing."""
-    problems, seen = [], np.zeros((3, n), bool)
-    kinds = {ord("i"): 0, ord("r"): 1, ord("n"): 2}
+def _is_pack_key(key: bytes, n: int) -> bool:
+    """Whether a pack of ``n`` samples holds ``key``: a sample's ``i``/``r``/``n`` key below ``n``, the metadata or
+    the index."""
+    if len(key) == 11 and key[:1] in (b"i", b"r", b"n") and key[1:].isdigit():
+        return int(key[1:]) < n
+    return key in (META_KEY, INDEX_KEY)
+
+
+def _key_after(key: bytes, n: int) -> bytes | None:
+    """The smallest key a pack of ``n`` samples holds that sorts after ``key`` (None: there is none)."""
+    for fixed in (INDEX_KEY, META_KEY):  # b"__index__" < b"__meta__" < b"i..." < b"n..." < b"r..."
+        if key < fixed:
+            return fixed
+    for prefix in (b"i", b"n", b"r"):
+        if n and key < prefix + b"%010d" % (n - 1):
+            lo, hi = 0, n - 1  # the first sample whose key sorts after ``key``
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if prefix + b"%010d" % mid > key else (mid + 1, hi)
+            return prefix + b"%010d" % lo
+    return None
+
+
+def _lmdb_message(exc: Exception) -> str:
+    """``MDB_PAGE_NOTFOUND: Requested page not found`` from py-lmdb's ``mdb_get: MDB_PAGE_NOTFOUND: ...``."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return re.sub(r"^mdb_\w+: ", "", text)
+
+
+def _walk_keys(r: LmdbReader, n: int) -> tuple[int, list[str], Exception | None]:
+    """Every key of the pack in cursor passes (which also read every B-tree page): how many were read, the keys that
+    are no sample's (10 lines at most), and the first LMDB error met. A transaction that met an error refuses every
+    later read, so past a page that cannot be read the walk goes on in a new one, from the next key the pack should
+    hold."""
+    lmdb = _lmdb()
+    count, strays, error = 0, [], None
+    start: bytes | None = b""
+    while start is not None:
+        last = None
+        try:
+            with _LOCK, _open_env(r._key, r._live).begin() as txn:
+                cursor = txn.cursor()
+                if cursor.set_range(start):
+                    for key in cursor.iternext(keys=True, values=False):
+                        last, count = key, count + 1
+                        if not _is_pack_key(key, n) and len(strays) < 10:
+                            strays.append(f"{r.path}: holds a key that is no sample's: {key!r}")
+            start = None
+        except lmdb.Error as exc:
+            error = error or exc
+            start = _key_after(last if last is not None else start, n)
+    return count, strays, error
+
+
+def _ranges(indices: list[int], most: int = 10) -> str:
+    """``3-5, 9, 12-40`` (the first ``most`` runs, then ``...``)."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return text + (", ..." if len(runs) > most else "")
+
+
+def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
+    """The work of :func:`verify_lmdb`, as it goes: ``("reading", what)`` before LMDB pages are read for ``what`` (a
+    description, or a sample's index), ``("decoding", i)`` before sample ``i``'s image is decoded, ``("count", n)``
+    once the pack is open, and ``("problem", line)``. Raises what :class:`LmdbReader` raises when the pack cannot be
+    opened."""
+    from datakit.io import validate_image
+
+    lmdb = _lmdb()
+    yield "reading", "the pack's metadata and index"
+    r = LmdbReader(path, allow_incomplete=True)
     try:
-        with _LOCK, _lmdb_errors(r.path), _open_env(r._key, r._live).begin() as txn:
-            for key in txn.cursor().iternext(keys=True, values=False):
-                kind = kinds.get(key[0]) if len(key) == 11 and key[1:].isdigit() else None
-                if kind is not None and int(key[1:]) < n:
-                    seen[kind, int(key[1:])] = True
-                elif key not in (META_KEY, INDEX_KEY) and len(problems) < 10:
-                    problems.append(f"{r.path}: holds a key that is no sample's: {key!r}")
-    except PackError as exc:
-        return problems + [str(exc)]
-    for i in np.flatnonzero(~seen[2])[:10].tolist():  # a missing image or record: the per-sample pass says so
-        problems.append(f"{r.path}: sample {i} has no name (key {_name_key(i).decode()})")
-    return problems
+        meta, rec = r.meta, r.records
+        n = len(r)
+        yield "count", n
+        if not r.complete:
+            yield "problem", f"{r.path}: incomplete pack ({meta.get('count')} of {meta.get('planned')} samples)"
+        n_splits = len(meta.get("splits") or [])
+        for i in np.flatnonzero(rec["split"] > n_splits)[:10]:
+            yield "problem", f"{r.path}: sample {i} has split id {int(rec['split'][i])}, the pack has {n_splits} splits"
+        yield "reading", "the B-tree"
+        expected = 3 * n + 1 + (1 if r.complete else 0)
+        with _LOCK, _lmdb_errors(r.path):
+            entries = _open_env(r._key, r._live).stat()["entries"]  # the count the main DB's meta page keeps
+        walked, strays, walk_error = _walk_keys(r, n)
+        if entries != expected:
+            if walk_error is None and walked == expected:
+                yield "problem", (f"{r.path}: the LMDB header of data.mdb is damaged (it counts {entries} entries, the "
+                                  f"B-tree holds {walked}); copy it again or re-pack")  # fmt: skip
+            else:
+                yield "problem", f"{r.path}: holds {entries} entries, expected {expected} for {n} samples"
+        for line in strays:
+            yield "problem", line
+        unreadable: list[int] = []
+        first_error: Exception | None = None
+        names, no_name = 0, 0
+        for i in range(n):
+            yield "reading", i
+            key = _image_key(i).decode()
+            try:
+                with _LOCK:
+                    txn = _txn(r._key, r._live)
+                    value, raw, stored = txn.get(_image_key(i)), txn.get(_record_key(i)), txn.get(_name_key(i))
+            except lmdb.Error as exc:  # a page on the way is damaged: count the sample, go on in a new transaction
+                with _LOCK:
+                    _drop_txn(r._key)
+                unreadable.append(i)
+                first_error = first_error or exc
+                continue
+            length = 0xFFFFFFFF if stored is None else len(stored)  # as names_crc32 counts them
+            names = zlib.crc32(struct.pack("<I", length) + (stored or b""), names)
+            name = stored.decode("utf-8", "surrogateescape") if stored is not None else f"#{i}"
+            if stored is None and no_name < 10:
+                no_name += 1
+                yield "problem", f"{r.path}: sample {i} has no name (key {_name_key(i).decode()})"
+            if value is None:
+                yield "problem", f"{r.path}: no value for sample {i} (key {key})"
+                continue
+            if raw is None or raw != rec[i].tobytes():
+                yield "problem", f"{r.path}: key {key} ({name}): the index disagrees with the sample's record"
+            if zlib.crc32(value) != int(rec[i]["crc32"]) or len(value) != int(rec[i]["nbytes"]):
+                yield "problem", f"{r.path}: key {key} ({name}): checksum mismatch, the stored bytes were altered"
+                continue
+            yield "decoding", i
+            try:
+                size = validate_image(value, name)
+                if size != (int(rec[i]["height"]), int(rec[i]["width"])):
+                    yield "problem", (f"{r.path}: key {key} ({name}): decodes to {size}, "
+                                      f"recorded {(int(rec[i]['height']), int(rec[i]['width']))}")  # fmt: skip
+            except ValueError as exc:
+                yield "problem", f"{r.path}: key {key}: {exc}"
+        if unreadable:
+            which = f"sample{'s' if len(unreadable) > 1 else ''} {_ranges(unreadable)}"
+            yield "problem", (f"{r.path}: {len(unreadable)} of {n} samples cannot be read ({which}: "
+                              f"{_lmdb_message(first_error)}): damaged LMDB pages; pack the source again")  # fmt: skip
+        elif walk_error is not None:
+            yield "problem", (f"{r.path}: walking the keys failed ({_lmdb_message(walk_error)}): damaged LMDB pages; "
+                              "pack the source again")  # fmt: skip
+        if "names_crc32" in meta and not unreadable and names != meta["names_crc32"]:
+            yield "problem", (f"{r.path}: the stored sample names were altered (names_crc32 mismatch); images and "
+                              "labels are checked separately; pack it again to restore the names")  # fmt: skip
+    finally:
+        r.close()
 
 
 def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None) -> list[str]:
@@ -863,65 +1068,165 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
     The metadata's and the index's checksums (when the reader opens it), the index against every
     per-sample record, every value's CRC-32 and length, that it decodes to its recorded size, the
     names' CRC-32 (packs that record it), targets within the classes, split ids within the splits,
-    and that the pack holds exactly
-    ``count`` samples and nothing else.
+    and that the pack holds exactly ``count`` samples and nothing else. Where liblmdb cannot read a
+    part of the B-tree (an ``lmdb.Error``), the check goes on with the rest and one line counts the
+    samples that cannot be read. This runs in this process: a page damaged so that liblmdb crashes
+    kills it; :func:`verify_pack` runs it in a child process and reports that too.
     """
-    from datakit.io import validate_image
+    problems: list[str] = []
+    n = 0
+    steps = _verify_steps(path)
+    try:
+        for kind, what in steps:
+            if kind == "problem":
+                problems.append(what)
+            elif kind == "count":
+                n = what
+            elif kind == "reading" and progress and isinstance(what, int) and what:
+                progress(what, n)
+    except PackError as exc:
+        return problems + [str(exc)]
+    finally:
+        steps.close()
+    if progress and n:
+        progress(n, n)
+    return problems
+
+
+class VerifyReport(NamedTuple):
+    """What :func:`verify_pack` found: the pack's sample count, the problems (one line each), how many samples were
+    checked, and whether the check stopped there because its process crashed (the last problem says where)."""
+
+    samples: int
+    problems: list[str]
+    checked: int
+    crashed: bool = False
+
+
+# run in a fresh interpreter with the caller's import path, so that it imports this very datakit
+_CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); from datakit.lmdb import _verify_child; "
+          "sys.exit(_verify_child(int(sys.argv[2]), sys.argv[3]))")  # fmt: skip
+_CRASHES = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS")
+
+
+def verify_pack(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """:func:`verify_lmdb` in a child process, which tells this one what it reads before it reads it.
+
+    A page damaged so that liblmdb crashes (a node pointing past the file's end: SIGBUS or SIGSEGV) kills the
+    child, not this process: it becomes one problem line naming the pack and what was being read,
+    ``PACK: damaged LMDB data (the reader crashed with SIGBUS while reading sample 12); pack the source again``.
+    What the child found before stays reported. Raises :class:`PackError` or :class:`UsageError` where the pack
+    cannot be opened, as :class:`LmdbReader` does (a crash while opening it is a :class:`PackError`).
+    """
+    import signal
+    import subprocess
+    import tempfile
+
+    if not sys.executable:  # an embedded interpreter that cannot start itself: check in this process
+        r = LmdbReader(path, allow_incomplete=True)
+        r.close()
+        return VerifyReport(len(r), verify_lmdb(path, progress), len(r))
+    problems: list[str] = []
+    n: int | None = None
+    at: tuple[str, object] = ("reading", "the pack's metadata and index")
+    failure: dict | None = None
+    done = False
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile() as err:
+        try:
+            where = json.dumps([os.fspath(p) for p in sys.path if isinstance(p, (str, os.PathLike))])
+            cmd = [sys.executable, "-c", _CHILD, where, str(write_fd), os.fspath(path)]
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    pass_fds=(write_fd,))  # fmt: skip
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        try:
+            with open(read_fd, "rb") as pipe:
+                for line in pipe:
+                    tag, body = line[:1], line[1:].rstrip(b"\n")
+                    if tag == b"#":
+                        at = ("reading", int(body))
+                        if progress and n:
+                            progress(at[1], n)
+                    elif tag == b"~":
+                        at = ("decoding", int(body))
+                    elif tag == b"@":
+                        at = ("reading", json.loads(body))
+                    elif tag == b"!":
+                        problems.append(json.loads(body))
+                    elif tag == b"=":
+                        n = int(body)
+                    elif tag == b"E":
+                        failure = json.loads(body)
+                    elif tag == b".":
+                        done = True
+        finally:
+            if proc.poll() is None and not done and failure is None:
+                proc.kill()  # this process was interrupted (Ctrl-C): the child goes with it
+            rc = proc.wait()
+        err.seek(0)
+        detail = err.read().decode(errors="replace").strip().splitlines()
+    if failure is not None:
+        from datakit import errors
+
+        cls = getattr(errors, failure["type"], None)
+        if not (isinstance(cls, type) and issubclass(cls, errors.DatakitError)):
+            raise RuntimeError(f"{path}: verify's reader failed:\n{failure['traceback']}")
+        if n is None or cls is errors.UsageError:
+            raise cls(failure["message"])  # the pack cannot be opened: as LmdbReader raises it
+        return VerifyReport(n, problems + [failure["message"]], at[1] if isinstance(at[1], int) else 0)
+    if done and rc == 0:
+        if progress and n:
+            progress(n, n)
+        return VerifyReport(n or 0, problems, n or 0)
+    name = signal.Signals(-rc).name if rc < 0 and -rc in signal.valid_signals() else None
+    if name == "SIGINT" or rc == 130:  # Ctrl-C reached the child alone
+        raise KeyboardInterrupt
+    kind, what = at
+    what = f"sample {what}" if isinstance(what, int) else what
+    if name in _CRASHES and kind == "decoding":
+        line = f"{path}: the image decoder crashed with {name} while decoding {what}"
+    elif name in _CRASHES:
+        line = f"{path}: damaged LMDB data (the reader crashed with {name} while reading {what}); pack the source again"
+    else:
+        why = f"was killed by {name}" if name else f"failed (exit {rc}{': ' + detail[-1] if detail else ''})"
+        raise PackError(f"{path}: verify's reader {why} while reading {what}")
+    if n is None:
+        raise PackError(line)
+    checked = at[1] if isinstance(at[1], int) else 0
+    return VerifyReport(n, problems + [line], checked, crashed=True)
+
+
+def _verify_child(fd: int, path: str) -> int:
+    """The child of :func:`verify_pack`: the steps of :func:`verify_lmdb`, each told through ``fd`` before it is
+    taken (``#i`` reading sample i, ``~i`` decoding it, ``@"what"`` reading something else), then the problems
+    (``!"line"``), the sample count (``=n``), an error that stopped it (``E{...}``) and the end (``.``)."""
+
+    def send(line: bytes) -> None:
+        view = memoryview(line + b"\n")
+        while view:
+            view = view[os.write(fd, view) :]
 
     try:
-        r = LmdbReader(path, allow_incomplete=True)
-    except PackError as exc:
-        return [str(exc)]
-    problems = []
-    meta, rec = r.meta, r.records
-    n = len(r)
-    if not r.complete:
-        problems.append(f"{r.path}: incomplete pack ({meta.get('count')} of {meta.get('planned')} samples)")
-    n_splits = len(meta.get("splits") or [])
-    for i in np.flatnonzero(rec["split"] > n_splits)[:10]:
-        problems.append(f"{r.path}: sample {i} has split id {int(rec['split'][i])}, the pack has {n_splits} splits")
-    with _LOCK, _lmdb_errors(r.path):
-        expected = 3 * n + 1 + (1 if r.complete else 0)
-        entries = _open_env(r._key, r._live).stat()["entries"]
-    if entries != expected:
-        problems.append(f"{r.path}: holds {entries} entries, expected {expected} for {n} samples")
-    problems += _key_problems(r, n)
-    for i in range(n):
-        key = _image_key(i).decode()
-        try:
-            with _LOCK, _lmdb_errors(r.path):
-                txn = _txn(r._key, r._live)
-                value, raw = txn.get(_image_key(i)), txn.get(_record_key(i))
-        except PackError as exc:
-            problems.append(str(exc))
-            break
-        if value is None:
-            problems.append(f"{r.path}: no value for sample {i} (key {key})")
-            continue
-        name = r.name(i)
-        if raw is None or raw != rec[i].tobytes():
-            problems.append(f"{r.path}: key {key} ({name}): the index disagrees with the sample's record")
-        if zlib.crc32(value) != int(rec[i]["crc32"]) or len(value) != int(rec[i]["nbytes"]):
-            problems.append(f"{r.path}: key {key} ({name}): checksum mismatch, the stored bytes were altered")
-            continue
-        try:
-            size = validate_image(value, name)
-            if size != (int(rec[i]["height"]), int(rec[i]["width"])):
-                problems.append(f"{r.path}: key {key} ({name}): decodes to {size}, "
-                                f"recorded {(int(rec[i]['height']), int(rec[i]['width']))}")  # fmt: skip
-        except ValueError as exc:
-            problems.append(f"{r.path}: key {key}: {exc}")
-        if progress:
-            progress(i + 1, n)
-    if "names_crc32" in meta:
-        try:
-            with _LOCK, _lmdb_errors(r.path):
-                names = names_crc32(_txn(r._key, r._live), n)
-        except PackError as exc:
-            problems.append(str(exc))
-        else:
-            if names != meta["names_crc32"]:
-                problems.append(f"{r.path}: the stored sample names were altered (names_crc32 mismatch); images "
-                                "and labels are checked separately; pack it again to restore the names")  # fmt: skip
-    r.close()
-    return problems
+        for kind, what in _verify_steps(path):
+            if kind == "reading":
+                send(b"#%d" % what if isinstance(what, int) else b"@" + json.dumps(what).encode())
+            elif kind == "decoding":
+                send(b"~%d" % what)
+            elif kind == "count":
+                send(b"=%d" % what)
+            else:
+                send(b"!" + json.dumps(what).encode())
+        send(b".")
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:  # noqa: BLE001 - told to the parent, which raises it there
+        send(b"E" + json.dumps({"type": type(exc).__name__, "message": str(exc),
+                                "traceback": traceback.format_exc()}).encode())  # fmt: skip
+        return 1
+    return 0

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,7 @@ from torch.utils.data import DataLoader
 from datakit.cli import main
 from datakit.datasets import open_dataset
 from datakit.errors import PackError, UsageError
-from datakit.io import encode_image
+from datakit.io import encode_image, imwrite
 from datakit.labels import ClassMap
 from datakit.lmdb import (
     RECORD,
@@ -471,3 +473,218 @@ def test_a_table_given_with_a_pack_is_refused_not_ignored(tmp_path: Path, capsys
     assert str(e.value) == want
     assert main(["check", str(out), "--labels", str(table)]) == 2
     assert capsys.readouterr().err == f"datakit check: error: {want}\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# damaged LMDB pages: `datakit verify` must report them, never die with a signal
+
+MDB_META = struct.Struct("<QHHHHIIQQ" + "IHHQQQQQ" * 2 + "QQ")  # LMDB 0.9's meta page (64-bit): 152 bytes
+
+
+class MdbFile:
+    """A pack's data.mdb parsed as LMDB 0.9 lays it out (64-bit): the meta pages and the main B-tree's pages,
+    found from the current meta page's root, so that the tests flip bytes at places that do not move."""
+
+    def __init__(self, pack: Path) -> None:
+        self.file = pack / "data.mdb"
+        self.data = bytearray(self.file.read_bytes())
+        self.psize = struct.unpack_from("<I", self.data, 40)[0]  # the free DB's md_pad holds the page size
+        assert self.psize in (4096, 16384, 65536), self.psize
+        self.metas = [MDB_META.unpack_from(self.data, k * self.psize) for k in (0, 1)]
+        self.current = max((0, 1), key=lambda k: self.metas[k][-1])  # the larger mm_txnid
+        self.root = self.metas[self.current][-3]  # the main DB's md_root
+
+    def meta_offset(self, k: int, field: str) -> int:
+        return k * self.psize + {"magic": 16, "psize": 40, "last_pg": 136, "txnid": 144}[field]
+
+    def page(self, pg: int) -> tuple[int, list[tuple[int, int, bytes, int]]]:
+        """(flags, nodes): each node as (offset of its pointer in the file, offset of the node, key, number), the
+        number a branch node's child page or a leaf node's data size."""
+        base = pg * self.psize
+        flags, lower = struct.unpack_from("<HH", self.data, base + 10)
+        nodes = []
+        for ptr in range(base + 16, base + lower, 2):
+            node = base + struct.unpack_from("<H", self.data, ptr)[0]
+            lo, hi, nflags, ksize = struct.unpack_from("<HHHH", self.data, node)
+            number = lo | hi << 16 | (nflags << 32 if flags & 1 else 0)
+            nodes.append((ptr, node, bytes(self.data[node + 8 : node + 8 + ksize]), number))
+        return flags, nodes
+
+    def leaves(self) -> dict[int, list[tuple[int, int, bytes, int]]]:
+        """The main B-tree's leaf pages under a branch root: {page: nodes}."""
+        flags, nodes = self.page(self.root)
+        assert flags & 1 and len(nodes) >= 4, "the pack's B-tree should be a branch root over leaf pages"
+        leaves = {pg: self.page(pg) for _, _, _, pg in nodes}
+        assert all(f & 2 for f, _ in leaves.values())
+        return {pg: n for pg, (_, n) in leaves.items()}
+
+    def leaf_of(self, key: bytes) -> tuple[int, tuple[int, int, bytes, int]]:
+        for pg, nodes in self.leaves().items():
+            for node in nodes:
+                if node[2] == key:
+                    return pg, node
+        raise AssertionError(f"no leaf node of {key!r}")
+
+    def xor(self, offset: int, mask: int = 0xFF) -> None:
+        self.data[offset] ^= mask
+
+    def save(self) -> None:
+        self.file.write_bytes(self.data)
+
+
+def tree_pack(tmp_path: Path, n: int = 40, big: tuple[int, ...] = ()) -> Path:
+    """A pack of ``n`` small real JPEG files (800 bytes each, stored in the leaf pages; those numbered in ``big``
+    6 KB, stored in overflow pages), written in one commit of samples: its B-tree is a branch page over about
+    fifteen leaf pages."""
+    src = tmp_path / "src"
+    for i in range(n):
+        (src / f"c{i % 3}").mkdir(parents=True, exist_ok=True)
+        side = 96 if i in big else 16
+        imwrite(src / f"c{i % 3}" / f"{i:02d}.jpg", synthetic_image(side, side, seed=i), mode="rgb")
+    out = tmp_path / "tree.lmdb"
+    pack_lmdb(src, out, workers=0, commit_seconds=3600)
+    assert verify_lmdb(out) == []
+    return out
+
+
+def verify_cli(pack: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "datakit.cli", "verify", str(pack), *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def crashed(pack: Path, what: str) -> str:
+    """The pattern of verify's line for a reader that died with a signal (SIGBUS past the file's end, SIGSEGV past
+    the map: which one depends on where the damaged number points)."""
+    return (rf"{re.escape(str(pack))}: damaged LMDB data \(the reader crashed with SIG(BUS|SEGV) while reading "
+            rf"{re.escape(what)}\); pack the source again")  # fmt: skip
+
+
+def test_verify_survives_liblmdb_crashing_on_a_sample(tmp_path: Path):
+    # The attack: one byte of the size of a value kept in overflow pages flipped (it now claims 16 MB more): walking
+    # the keys passes, and reading the value makes liblmdb copy past the end of the file. verify died with SIGBUS
+    # (exit -7), no message.
+    out = tree_pack(tmp_path, big=(25,))
+    mdb = MdbFile(out)
+    (node, key, size), = [(node, key, size) for nodes in mdb.leaves().values() for _, node, key, size in nodes
+                          if struct.unpack_from("<H", mdb.data, node + 4)[0] & 1]  # fmt: skip  # F_BIGDATA
+    assert key.startswith(b"i") and size > 4096
+    n = int(key[1:])
+    mdb.xor(node + 2)  # mn_hi: the data size's bits 16..23
+    mdb.save()
+    proc = verify_cli(out)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert re.fullmatch(crashed(out, f"sample {n}"), proc.stderr.strip()), proc.stderr
+    assert proc.stdout == f"{out}: {n} of 40 samples checked before the reader crashed, 1 problems\n"
+    proc = verify_cli(out, "--json")
+    assert proc.returncode == 1 and proc.stderr == ""
+    report = json.loads(proc.stdout)
+    assert report["samples"] == 40 and len(report["problems"]) == 1
+    assert re.fullmatch(crashed(out, f"sample {n}"), report["problems"][0])
+
+
+def test_verify_survives_liblmdb_crashing_on_a_branch_page(tmp_path: Path):
+    # The attack: the root page's pointer to its last node points 64 KB into the page, past the file's end. Opening
+    # the pack never reads that node (its metadata and index are in the first leaf); walking the keys does. verify
+    # died with SIGBUS, no message.
+    out = tree_pack(tmp_path)
+    mdb = MdbFile(out)
+    _, nodes = mdb.page(mdb.root)
+    ptr = nodes[-1][0]
+    struct.pack_into("<H", mdb.data, ptr, 0xFFFE)
+    assert mdb.root * mdb.psize + 0xFFFE > len(mdb.data)
+    mdb.save()
+    proc = verify_cli(out, "-q")
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    assert re.fullmatch(crashed(out, "the B-tree"), proc.stderr.strip()), proc.stderr
+
+
+def test_verify_goes_on_past_an_unreadable_leaf_and_counts_what_cannot_be_read(tmp_path: Path):
+    # The attack: a branch node's child page number made 65535, past the file: liblmdb raises MDB_PAGE_NOTFOUND for
+    # every key under it. verify stopped at the first one (and its later reads failed with MDB_BAD_TXN), so
+    # neither the number of damaged samples nor the damage elsewhere (sample 33's image) was reported.
+    out = tree_pack(tmp_path)
+    mdb = MdbFile(out)
+    lost_page, _ = mdb.leaf_of(b"i0000000010")
+    lost = sorted({int(key[1:]) for _, _, key, _ in mdb.leaves()[lost_page] if key[:1] in b"inr"})
+    assert 10 in lost and 33 not in lost and len(lost) < 10
+    _, (_, node, key, size) = mdb.leaf_of(b"i0000000033")
+    mdb.xor(node + 8 + len(key) + size // 2, 0x10)  # a byte inside sample 33's JPEG: its checksum catches it
+    branch = next(node for _, node, _, child in mdb.page(mdb.root)[1] if child == lost_page)
+    struct.pack_into("<H", mdb.data, branch, 0xFFFF)  # mn_lo: the child page number's low 16 bits
+    mdb.save()
+    ranges = f"{lost[0]}-{lost[-1]}" if lost == list(range(lost[0], lost[-1] + 1)) else None
+    assert ranges, lost  # one leaf's keys are consecutive samples' keys of one kind
+    name33 = LmdbReader(out).name(33)
+    close_pack(out)
+    want = [
+        f"{out}: key i0000000033 ({name33}): checksum mismatch, the stored bytes were altered",
+        f"{out}: {len(lost)} of 40 samples cannot be read (samples {ranges}: MDB_PAGE_NOTFOUND: Requested page not "
+        "found): damaged LMDB pages; pack the source again",
+    ]
+    assert verify_lmdb(out) == want
+    proc = verify_cli(out)
+    assert (proc.returncode, proc.stderr.splitlines()) == (1, want)
+    assert proc.stdout == f"{out}: 40 samples checked, 2 problems\n"
+
+
+def test_a_damaged_meta_page_is_called_damaged_and_a_cut_file_truncated(tmp_path: Path):
+    # The attack: one byte of a meta page (the LMDB header) flipped. The newer page's last page number flipped was
+    # reported as "truncated: 94208 of (over a million terabytes) bytes" (the file is whole), its page size as "truncated"
+    # too, the older page's transaction id made liblmdb read the older snapshot ("incomplete pack"), page 0's
+    # magic number gave liblmdb's "File is not an LMDB file".
+    out = tree_pack(tmp_path)
+    whole = MdbFile(out)
+    cur, old = whole.current, 1 - whole.current
+    size = len(whole.data)
+    mapsize = whole.metas[cur][8]
+    last_pg = whole.metas[cur][-2]
+    txnids = [m[-1] for m in whole.metas]
+    txnids[old] ^= 0xFF00
+    sizes = [4096, 4096]
+    sizes[cur] ^= 0x100
+    header = "{}: the LMDB header of data.mdb is damaged ({}); copy it again or re-pack"
+    attacks = {
+        "last page": (whole.meta_offset(cur, "last_pg") + 5, 0xFF,
+                      f"meta page {cur}: {(last_pg ^ 0xFF << 40) + 1} pages in use, more than its map of {mapsize} "
+                      "bytes holds"),
+        "page size": (whole.meta_offset(cur, "psize") + 1, 0x01, f"page sizes {sizes[0]} and {sizes[1]} on meta pages 0 "
+                      "and 1"),
+        "older txnid": (whole.meta_offset(old, "txnid") + 1, 0xFF,
+                        f"transaction ids {txnids[0]} and {txnids[1]} on meta pages 0 and 1, not a pair LMDB writes"),
+        "magic": (whole.meta_offset(0, "magic"), 0xFF, "meta page 0: no LMDB magic number"),
+        "page header": (0, 0x07, "meta page 0: its page header is damaged (page 7, flags 0x8)"),
+    }  # fmt: skip
+    assert whole.psize == 4096
+    for what, (offset, mask, why) in attacks.items():
+        pack = tmp_path / what.replace(" ", "-")
+        shutil.copytree(out, pack)
+        data = bytearray(whole.data)
+        data[offset] ^= mask
+        (pack / "data.mdb").write_bytes(data)
+        msg = header.format(pack, why)
+        with pytest.raises(PackError) as e:
+            check_data_file(pack)
+        assert str(e.value) == msg, what
+        proc = verify_cli(pack)
+        assert (proc.returncode, proc.stderr.strip(), proc.stdout) == (1, f"datakit verify: error: {msg}", ""), what
+    # the newer page's count of pages made a little larger is what a copy cut within the newest commit's pages
+    # would look like: both are said
+    pack = tmp_path / "last-page-low"
+    shutil.copytree(out, pack)
+    data = bytearray(whole.data)
+    data[whole.meta_offset(cur, "last_pg")] ^= 0x40
+    (pack / "data.mdb").write_bytes(data)
+    assert last_pg ^ 0x40 > last_pg
+    proc = verify_cli(pack)
+    msg = (f"{pack}: truncated, or its LMDB header damaged: data.mdb holds {size} of the {((last_pg ^ 0x40) + 1) * 4096} "
+           "bytes its header says are in use; copy it again or re-pack")  # fmt: skip
+    assert (proc.returncode, proc.stderr.strip()) == (1, f"datakit verify: error: {msg}")
+    # a copy cut short is still called truncated: at a page's boundary, and within a page
+    for cut in (size // 2 // whole.psize * whole.psize, size // 2 + 100):
+        pack = tmp_path / f"cut-{cut}"
+        shutil.copytree(out, pack)
+        with open(pack / "data.mdb", "r+b") as f:
+            f.truncate(cut)
+        proc = verify_cli(pack)
+        msg = f"{pack}: truncated: {cut} of {size} bytes; copy it again or re-pack"
+        assert (proc.returncode, proc.stderr.strip()) == (1, f"datakit verify: error: {msg}")
