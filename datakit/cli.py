@@ -492,22 +492,26 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from datakit.lmdb import LmdbReader, verify_lmdb
+    from datakit.lmdb import verify_pack
 
     path = _existing(args.pack)
-    n = len(LmdbReader(path, allow_incomplete=True))
-    bar = _bar(n, "verify", args.quiet)
-    problems = verify_lmdb(path, progress=(lambda d, t: bar.update(1)) if bar else None)
-    if bar:
-        bar.close()
+    bar = _bar(0, "verify", args.quiet)
+    try:  # in a child process: a page damaged so that liblmdb crashes is one more problem line, not a dead verify
+        report = verify_pack(path, progress=_progress(bar))
+    finally:
+        if bar:
+            bar.close()
     if args.json:
-        _print_json({"pack": str(path), "samples": n, "problems": problems})
+        _print_json({"pack": str(path), "samples": report.samples, "problems": report.problems})
     else:
-        for p in problems:
+        for p in report.problems:
             print(p, file=sys.stderr)
         if not args.quiet:
-            print(f"{path}: {n} samples checked, {len(problems)} problems")
-    return 1 if problems else 0
+            checked = f"{report.samples} samples checked"
+            if report.crashed:
+                checked = f"{report.checked} of {report.samples} samples checked before the reader crashed"
+            print(f"{path}: {checked}, {len(report.problems)} problems")
+    return 1 if report.problems else 0
 
 
 def _register_lmdb(sub) -> None:
