@@ -378,13 +378,14 @@ class LabelTable:
     def problems(self, remap: bool = False) -> list[str]:
         """Every problem of the table, one line each with its sheet and row (or line), in table order:
         blank files or labels, duplicate files (read with a split: also those listed in another split),
-        labels that are one name in two Unicode forms, mixed integer and name labels, integer labels
-        outside ``0..C-1`` (unless ``remap``), empty splits, missing columns, undecodable rows."""
+        labels that are one name in two Unicode forms or that differ only in invisible characters, spaces
+        or character width, mixed integer and name labels, integer labels outside ``0..C-1`` (unless
+        ``remap``), empty splits, missing columns, undecodable rows."""
         found = list(self.read_problems)
         if self.table_problems is not None:
             found += self.table_problems
         else:
-            found += self._duplicate_problems() + self._twin_problems()
+            found += self._duplicate_problems() + self._twin_problems() + self._look_alike_problems()
         if self.kind == "mixed":
             found.append(((1 << 30, 0), self._mixed_problem()))
         elif self.kind == "int" and not remap:
@@ -476,24 +477,53 @@ class LabelTable:
                         f"forms and would be {count} classes; write them in one form"))  # fmt: skip
         return out
 
-    def _case_notes(self) -> list[str]:
-        """A note for labels that differ only in letter case (``bird``, ``Bird``): some datasets mean them
-        as classes of their own, so they are not refused, but each is a class."""
+    def _look_alike_problems(self) -> list[tuple[tuple[int, int], str]]:
+        """Labels that differ only in what does not show: a zero-width character (``猫`` and ``猫\\u200b``,
+        pasted from a web page), full-width letters or spaces (``ｃａｔ``, ``black\\u3000cat``, typed with a
+        Chinese input method), a no-break space, spaces doubled. Nobody means them as two classes, yet
+        they would be two, every index after them shifted. Only the distinct labels are looked at."""
         if self.kind == "int":
             return []
-        folded = {unicodedata.normalize("NFC", str(v)).casefold() for v in self.labels.values}
-        if len(folded) == len(self.labels.values):
+        values = [str(v) for v in self.labels.values]
+        keys = _look_alike_keys(values)
+        if keys is None or len(set(keys)) == len({unicodedata.normalize("NFC", v) for v in values}):
             return []
+        key_of = dict(zip(values, keys))
+        nfc: dict[str, tuple[str, int]] = {}  # one name per Unicode form: twins are a problem of their own
+        for v, i in sorted(self._first_rows().items(), key=lambda item: item[1]):
+            nfc.setdefault(unicodedata.normalize("NFC", v), (v, i))
+        out = []
+        for same in _groups(dict(nfc.values()), key_of.__getitem__):
+            shown = [f"{_with_unseen(v)} first at {self._short(i)}" for v, i in same]
+            count = "two" if len(same) == 2 else str(len(same))
+            out.append((self._key(same[-1][1]), f"{self.path}: labels {', '.join(shown[:-1])} and {shown[-1]} "
+                        "differ only in invisible characters, spaces or character width and would be "
+                        f"{count} classes; write them alike"))  # fmt: skip
+        return out
+
+    def _case_notes(self) -> list[str]:
+        """A note for labels that differ only in letter case (``bird``, ``Bird``): some datasets mean them
+        as classes of their own, so they are not refused, but each is a class. Labels that also look alike
+        (``ｃａｔ``, ``cat``) are a problem of their own: one of them stands for all here."""
+        if self.kind == "int":
+            return []
+        values = [str(v) for v in self.labels.values]
+        keys = _look_alike_keys(values) or values
+        if len({k.casefold() for k in keys}) == len(values):
+            return []
+        key_of = dict(zip(values, keys))
         out = []
         rows = self._first_rows()
-        nfc: dict[str, tuple[str, int]] = {}  # one name per Unicode form: twins are a problem of their own
-        for v, i in rows.items():
-            nfc.setdefault(unicodedata.normalize("NFC", v), (v, i))
-        for same in _groups(dict(nfc.values()), lambda v: unicodedata.normalize("NFC", v).casefold()):
+        alike: dict[str, tuple[str, int]] = {}  # one name per look-alike group
+        for v, i in sorted(rows.items(), key=lambda item: item[1]):
+            alike.setdefault(key_of[v], (v, i))
+        for same in _groups(dict(alike.values()), lambda v: key_of[v].casefold()):
             named = ", ".join(f"{v!r} (first at {self._short(i)})" for v, i in same[:-1])
             v, i = same[-1]
-            out.append(f"{self.path}: labels {named} and {v!r} (first at {self._short(i)}) differ only in letter "
-                       f"case: they are {len(same)} classes")  # fmt: skip
+            case = len({unicodedata.normalize("NFC", w).casefold() for w, _ in same}) == 1
+            how = "letter case" if case else "letter case and in invisible characters, spaces or character width"
+            out.append(f"{self.path}: labels {named} and {v!r} (first at {self._short(i)}) differ only in {how}: "
+                       f"they are {len(same)} classes")  # fmt: skip
         return out
 
     def _split_notes(self) -> list[str]:
@@ -516,6 +546,38 @@ class LabelTable:
             out.append(f"{self.path}: {len(blank)} row{'s' if len(blank) > 1 else ''} with a blank split cell "
                        f"({shown}): in no split")  # fmt: skip
         return out
+
+
+_ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
+_NO_ZERO_WIDTH = dict.fromkeys(map(ord, _ZERO_WIDTH))
+# what the look-alike key changes: a zero-width character, a space that is not one ASCII space between two words
+_UNSEEN = re.compile(f"[{_ZERO_WIDTH}]|[^\\S ]|  |^ | $|\x00 | \x00")
+
+
+def _look_alike(label: str) -> str:
+    """A label as it looks: zero-width characters dropped, then Unicode's compatibility form (NFKC: full-width
+    letters, digits and spaces as ASCII ones, a no-break space as a space), every run of spaces one space."""
+    return " ".join(unicodedata.normalize("NFKC", label.translate(_NO_ZERO_WIDTH)).split())
+
+
+def _look_alike_keys(values: list[str]) -> list[str] | None:
+    """:func:`_look_alike` of each of ``values``; None when it would change none of them, as in most
+    tables (ASCII names, Chinese names): found by two C scans of all the names joined."""
+    joined = "\x00".join(values)
+    if unicodedata.is_normalized("NFKC", joined) and not _UNSEEN.search(joined):
+        return None
+    return [_look_alike(v) for v in values]
+
+
+def _with_unseen(label: str) -> str:
+    """``label`` escaped (``'猫\\u200b'``), then the characters :func:`_look_alike` drops or changes in it,
+    named (three at most): ``'ｃａｔ' (U+FF43 FULLWIDTH LATIN SMALL LETTER C, ...)``."""
+    odd = [c for c in dict.fromkeys(label)
+           if c in _ZERO_WIDTH or (c.isspace() and c != " ") or unicodedata.normalize("NFKC", c) != c]  # fmt: skip
+    if not odd:
+        return repr(label)
+    shown = [f"U+{ord(c):04X} {unicodedata.name(c, '')}".rstrip() for c in odd[:3]]
+    return f"{label!r} ({', '.join(shown)}{', ...' if len(odd) > 3 else ''})"
 
 
 def _unicode_form(name: str) -> str:
@@ -1317,6 +1379,8 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
                label_column: str | None) -> _Part:  # fmt: skip
     for line, what in cols.bad:
         problems.append(((0, line), f"{path}, line {line}: {what}"))
+    if cols.unicode_separators:
+        notes.append(_unicode_separator_note(path, cols.unicode_separators))
     if cols.header is not None:
         fname, lname = _text(cols.header[0]), _text(cols.header[-1])
     else:
@@ -1333,6 +1397,26 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
             return _part_from_lists("", [], [], [], [], "", "")
     return _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
                          path, problems, notes)  # fmt: skip
+
+
+def _unicode_separator_note(path: Path, found: list[tuple[int, str]]) -> str:
+    """The note for list lines whose path and label a Unicode space parts (a full-width space, as a Chinese
+    input method types it): read as a space, as the reader of the list may not."""
+    spaces = dict.fromkeys(c for _, wide in found for c in wide)
+    what = " or ".join(
+        "a full-width space (U+3000, as a Chinese input method types it)" if c == "\u3000"
+        else f"{_article(unicodedata.name(c, 'space').lower())} (U+{ord(c):04X})"
+        for c in spaces
+    )  # fmt: skip
+    n = len(found)
+    shown = ", ".join(f"line {line}" for line, _ in found[:5]) + (", ..." if n > 5 else "")
+    lines, them = (f"{n} lines separate", "them") if n > 1 else ("1 line separates", "it")
+    return (f"{path}: {lines} the path and the label by {what} ({shown}): read as a space; tools that split lines "
+            f"on ASCII spaces (PaddleClas, mmpretrain) will not read {them}")  # fmt: skip
+
+
+def _article(name: str) -> str:
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
 
 
 def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: list, file_column: str | None,
@@ -1577,10 +1661,10 @@ def read_labels(
 def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:
     """The rows ``keep`` (a mask) of ``whole``, keeping its read problems and its problems that span the
     whole table: a file listed in another split too (an image in train and val), labels that are one
-    name in two Unicode forms (the class map is the whole table's)."""
+    name in two Unicode forms or look alike (the class map is the whole table's)."""
     part = whole._take(np.flatnonzero(keep))
     part.read_problems = whole.read_problems
-    part.table_problems = whole._duplicate_problems(keep) + whole._twin_problems()
+    part.table_problems = whole._duplicate_problems(keep) + whole._twin_problems() + whole._look_alike_problems()
     part.whole = whole
     part.dropped_files = whole.dropped_files
     return part

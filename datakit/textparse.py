@@ -20,7 +20,11 @@ __all__ = ["Columns", "gather", "hash_spans", "parse_delimited", "parse_list", "
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 13, 32]] = True
-_LIST_LINE = re.compile(r"(.*?)[ \t]+(\S+)")
+# the spaces that part a list line's fields: ASCII ones, tabs, and the Unicode spaces a keyboard gives (a Chinese
+# input method types U+3000, a web page copies U+00A0), read as the ASCII space they stand for
+_SPACES = "\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"
+_LIST_LINE = re.compile(rf"(.*?)([ \t{_SPACES}]+)(\S+)")
+_UNICODE_SPACE = re.compile(rb"\xc2\xa0|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xaf]|\xe2\x81\x9f|\xe3\x80\x80")  # in UTF-8
 _HEADER_SCAN = 50
 
 
@@ -28,7 +32,9 @@ class Columns:
     """The data rows of a text table, column by column, with their line numbers.
 
     ``header`` is the header row (``None`` when there is none: then ``first_row`` is the first
-    row, and the data start at it); ``bad`` lists ``(line, what)`` for lines that are not rows.
+    row, and the data start at it); ``bad`` lists ``(line, what)`` for lines that are not rows;
+    ``unicode_separators`` lists ``(line, spaces)`` for list lines whose fields a Unicode space parts
+    (a full-width one, U+3000), each with the spaces that are not ASCII.
     """
 
     def __init__(self, lines: np.ndarray, header: list[str] | None, header_line: int,
@@ -38,6 +44,7 @@ class Columns:
         self.header_line = header_line
         self.first_row = first_row
         self.bad: list[tuple[int, str]] = []
+        self.unicode_separators: list[tuple[int, str]] = []
         self._buf: np.ndarray | None = None
         self._backslash = False
         self._spans: list[tuple[np.ndarray, np.ndarray]] = []
@@ -465,6 +472,8 @@ def _list_separators(buf: np.ndarray, low: _LowBytes, starts: np.ndarray, ends: 
 def _fast_list(raw: bytes, is_header: Callable[[list[str]], bool]) -> Columns | None:
     buf = np.frombuffer(raw, dtype=np.uint8)
     low = _LowBytes(buf)
+    if not low.counts[9] and not raw.isascii() and _UNICODE_SPACE.search(raw):
+        return None  # a Unicode space may part a line's fields (the numpy path parts them at ASCII spaces only)
     starts, ends, numbers = _lines(buf, low, comments=b"#" in raw)
     if not len(starts):
         return None
@@ -533,6 +542,7 @@ def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:
     rows: list[list[str]] = []
     lines: list[int] = []
     bad: list[tuple[int, str]] = []
+    odd: list[tuple[int, str]] = []
     header, header_line = None, 0
     for n, line in enumerate(text.split("\n"), 1):
         s = line.strip()
@@ -548,7 +558,10 @@ def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:
             if m is None:
                 bad.append((n, f"{s!r} has no label (expected 'path label')"))
                 continue
-            fields = [m.group(1).strip(), m.group(2)]
+            fields = [m.group(1).strip(), m.group(3)]
+            wide = "".join(c for c in m.group(2) if c not in " \t")
+            if wide:
+                odd.append((n, wide))
         if not rows and header is None and not bad and is_header(fields):
             header, header_line = fields, n
             continue
@@ -556,6 +569,7 @@ def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:
         lines.append(n)
     out = Columns.from_rows(rows, lines, header, header_line, None)
     out.bad = bad
+    out.unicode_separators = odd
     return out
 
 
@@ -571,7 +585,8 @@ def parse_delimited(raw: bytes, text: str | None, delim: str, is_header: Callabl
 
 def parse_list(raw: bytes, text: str | None, is_header: Callable[[list[str]], bool]) -> Columns:
     """A ``path label`` list: one sample per line, the label the last field (after the last tab when
-    there is one, else after the last run of spaces), ``#`` comments and blank lines skipped."""
+    there is one, else after the last run of spaces, a Unicode space such as U+3000 read as one),
+    ``#`` comments and blank lines skipped."""
     return _fast_list(raw, is_header) or _slow_list(_text_of(raw, text), is_header)
 
 

@@ -243,3 +243,41 @@ def test_check_of_an_empty_split_reports_it_as_data(tmp_path: Path, capsys):
     assert main(["check", str(tmp_path / "img"), "--labels", str(tmp_path / "l.xlsx"), "--split", "test"]) == 1
     assert capsys.readouterr().err.splitlines()[0] == (f"{tmp_path / 'l.xlsx'}, sheet 'test': an empty split (a "
                                                         "header at row 1, no rows under it)")  # fmt: skip
+
+
+def test_check_refuses_look_alike_labels(tmp_path: Path, capsys):
+    # The attack: '猫' in one row and '猫' followed by a zero-width space in another were two classes; check
+    # printed both in its class table (they look the same) and exited 0.
+    (tmp_path / "img").mkdir()
+    for name in ("0", "1", "2"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "img" / f"{name}.jpg")
+    path = table(tmp_path / "t.xlsx", [["0.jpg", "猫"], ["1.jpg", "狗"], ["2.jpg", "猫\u200b"]])
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--workers", "1"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{path}: labels '猫' first at sheet 'train', row 2 and '猫\\u200b' (U+200B ZERO WIDTH SPACE) first at sheet "
+        "'train', row 4 differ only in invisible characters, spaces or character width and would be two classes; "
+        "write them alike"
+    ]
+
+
+def test_check_notes_a_list_separated_by_a_full_width_space(tmp_path: Path, capsys, caplog):
+    # The attack: '图片/1.jpg　猫' (the separator typed as a full-width space by a Chinese input method) was refused
+    # as a line without a label; after a name with a space ('a b.jpg　猫') it was split at that space instead.
+    (tmp_path / "图片").mkdir()
+    for name in ("0", "1", "a b"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "图片" / f"{name}.jpg")
+    path = tmp_path / "train.txt"
+    path.write_text("图片/0.jpg 猫\n图片/1.jpg\u3000猫\n图片/a b.jpg\u3000狗\n", encoding="utf-8")
+    note = (f"{path}: 2 lines separate the path and the label by a full-width space (U+3000, as a Chinese input "
+            "method types it) (line 2, line 3): read as a space; tools that split lines on ASCII spaces (PaddleClas, "
+            "mmpretrain) will not read them")  # fmt: skip
+    capsys.readouterr()
+    with caplog.at_level("WARNING", logger="datakit"):  # printed on stderr, as every note of a table
+        assert main(["check", str(path), "--workers", "1"]) == 0
+    captured = capsys.readouterr()
+    assert caplog.messages == [note] and captured.err == ""
+    assert "3 samples checked, 0 problems" in captured.out
+    assert main(["check", str(path), "--workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["notes"] == [note] and out["problems"] == [] and out["class_counts"] == {"all": {"狗": 1, "猫": 2}}

@@ -948,6 +948,123 @@ def test_labels_differing_in_case_are_classes_with_a_note(tmp_path: Path, caplog
     assert t.class_map().classes == ("BIRD", "Bird", "Cat", "bird", "cat")
 
 
+# look-alike labels: one name typed with an invisible character, a full-width letter or an odd space
+
+LOOK_ALIKE_FORMATS = ["xlsx", "csv", "gbk-csv"]
+LOOK_ALIKES = [  # (label, its look-alike, the characters the message names)
+    ("猫", "猫\u200b", "U+200B ZERO WIDTH SPACE"),
+    ("猫", "\ufeff猫", "U+FEFF ZERO WIDTH NO-BREAK SPACE"),
+    ("猫", "猫\u2060", "U+2060 WORD JOINER"),
+    (
+        "cat",
+        "ｃａｔ",
+        "U+FF43 FULLWIDTH LATIN SMALL LETTER C, U+FF41 FULLWIDTH LATIN SMALL LETTER A, "
+        "U+FF54 FULLWIDTH LATIN SMALL LETTER T",
+    ),
+    ("black cat", "black\u3000cat", "U+3000 IDEOGRAPHIC SPACE"),
+    ("black cat", "black\u00a0cat", "U+00A0 NO-BREAK SPACE"),
+    ("black cat", "black  cat", ""),  # two spaces: the message shows them
+    ("猫咪", "猫咪\u00a0\u200c", "U+00A0 NO-BREAK SPACE, U+200C ZERO WIDTH NON-JOINER"),
+]
+
+
+def write_look_alike_table(tmp_path: Path, fmt: str, rows: list[tuple[str, str]]) -> Path:
+    """``rows`` as a workbook written by openpyxl, a UTF-8 CSV or a GBK CSV (as Excel saves one in China)."""
+    if fmt == "xlsx":
+        return write_table(tmp_path, "xlsx", rows)
+    path = tmp_path / "labels.csv"
+    text = "文件名,标签\n" + "".join(f"{f},{lab}\n" for f, lab in rows)
+    path.write_bytes(text.encode("gbk" if fmt == "gbk-csv" else "utf-8"))
+    return path
+
+
+@pytest.mark.parametrize("fmt", LOOK_ALIKE_FORMATS)
+@pytest.mark.parametrize(("label", "twin", "chars"), LOOK_ALIKES)
+def test_look_alike_labels_are_refused(tmp_path: Path, fmt: str, label: str, twin: str, chars: str):
+    # The attack: '猫' in most rows and '猫\u200b' (a zero-width space), 'ｃａｔ' beside 'cat', a no-break or
+    # full-width space inside a name in some: two classes, every class index after them shifted, check said nothing.
+    rows = [("图片/猫咪_0.jpg", label), ("图片/狗_1.jpg", "狗"), ("图片/猫咪_2.jpg", twin), ("图片/猫咪_3.jpg", label)]
+    if fmt == "gbk-csv" and not all(encodable_in(lab, "gbk") for _, lab in rows):
+        pytest.skip("GBK has no such character")
+    path = write_look_alike_table(tmp_path, fmt, rows)
+    t = read_labels(path, validate=False)
+    assert t.labels.tolist() == [label, "狗", twin, label]  # never changed: reported, not silently merged
+    assert t.encoding == ("gbk" if fmt == "gbk-csv" else None if fmt == "xlsx" else "utf-8")
+    first = "sheet 'train', row 2" if fmt == "xlsx" else "line 2"
+    again = "sheet 'train', row 4" if fmt == "xlsx" else "line 4"
+    named = f"{twin!r} ({chars})" if chars else repr(twin)
+    want = (
+        f"{path}: labels {label!r} first at {first} and {named} first at {again} differ only in invisible "
+        "characters, spaces or character width and would be two classes; write them alike"
+    )
+    assert t.problems() == [want] and t.notes == []
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == want
+
+
+def encodable_in(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def test_three_look_alikes_are_one_problem_and_a_split_read_alone_is_refused_too(tmp_path: Path):
+    train = [["文件名", "标签"], ["0.jpg", "猫"], ["1.jpg", "狗"], ["2.jpg", "猫\u200b"]]
+    val = [["文件名", "标签"], ["3.jpg", "狗"], ["4.jpg", "猫\u3000"], ["5.jpg", "猫\u2060"]]
+    path = book(tmp_path / "l.xlsx", {"train": train, "val": val})
+    want = (
+        f"{path}: labels '猫' first at sheet 'train', row 2, '猫\\u200b' (U+200B ZERO WIDTH SPACE) first at sheet "
+        "'train', row 4 and '猫\\u2060' (U+2060 WORD JOINER) first at sheet 'val', row 4 differ only in invisible "
+        "characters, spaces or character width and would be 3 classes; write them alike"
+    )
+    for split in (None, "train", "val"):  # the class map is the whole workbook's: either split is refused
+        assert read_labels(path, split=split, validate=False).problems() == [want]
+        with pytest.raises(LabelError) as e:
+            read_labels(path, split=split)
+        assert str(e.value) == want
+
+
+@pytest.mark.parametrize("fmt", LOOK_ALIKE_FORMATS)
+def test_ordinary_labels_are_not_look_alikes(tmp_path: Path, fmt: str):
+    # Chinese names that share characters, names with and without a space, names apart in one letter, a trailing
+    # no-break or full-width space (stripped from the cell, as any stray space is): no problem, no note
+    names = ["猫", "猫咪", "小猫", "狗", "狗狗", "golden retriever", "goldenretriever", "cafe", "café", "太空", "猫\u3000",
+             "cat", "cat\u00a0", "cat\u3000", "c4t", "ca t", "1号", "一号"]  # fmt: skip
+    if fmt == "gbk-csv":
+        names = [n for n in names if encodable_in(n, "gbk")]
+    rows = [(f"图片/{k}.jpg", n) for k, n in enumerate(names)]
+    path = write_look_alike_table(tmp_path, fmt, rows)
+    t = read_labels(path)
+    assert t.problems() == [] and t.notes == []
+    assert set(t.class_map().classes) == {n.strip() for n in names}
+    ints = write_look_alike_table(tmp_path, fmt, [(f"图片/{k}.jpg", str(k % 10)) for k in range(30)])
+    t = read_labels(ints)
+    assert t.problems() == [] and t.notes == [] and t.class_map().classes == tuple(map(str, range(10)))
+
+
+def test_labels_apart_in_case_stay_a_note_and_their_look_alikes_a_problem(tmp_path: Path):
+    # 'Cat' and 'cat' may be two classes on purpose (a dataset of letters has 'a' and 'A'): a note, as before;
+    # 'ｃａｔ' is never meant as a class of its own: a problem, and named once, not again in the note
+    path = tmp_path / "labels.csv"
+    rows = [("0.jpg", "cat"), ("1.jpg", "Cat"), ("2.jpg", "ｃａｔ"), ("3.jpg", "dog"), ("4.jpg", "ＤＯＧ")]
+    path.write_text("file,label\n" + "".join(f"{f},{lab}\n" for f, lab in rows), encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [
+        f"{path}: labels 'cat' first at line 2 and 'ｃａｔ' (U+FF43 FULLWIDTH LATIN SMALL LETTER C, U+FF41 FULLWIDTH "
+        "LATIN SMALL LETTER A, U+FF54 FULLWIDTH LATIN SMALL LETTER T) first at line 4 differ only in invisible "
+        "characters, spaces or character width and would be two classes; write them alike"
+    ]
+    assert t.notes == [
+        f"{path}: labels 'cat' (first at line 2) and 'Cat' (first at line 3) differ only in letter case: they are "
+        "2 classes",
+        f"{path}: labels 'dog' (first at line 5) and 'ＤＯＧ' (first at line 6) differ only in letter case and in "
+        "invisible characters, spaces or character width: they are 2 classes",
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # the committed samples and the table-alone path
 

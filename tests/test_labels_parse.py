@@ -72,6 +72,9 @@ TABLES = {
     "list_header.txt": "path label\n" + rows("{flat} {lab}\n"),
     "list_one_field.txt": rows("{flat} {n}\n", "{flat}\n", 100),
     "list_control.txt": rows("{flat} {n}\n", "{flat} {n}\x1c\n", 100),
+    "list_ideographic_sep.txt": rows("{f} {n}\n", "{f}\u3000{lab}\n", 7),
+    "list_nbsp_sep.txt": rows("{f} {n}\n", "{f}\u00a0{n}\n", 7),
+    "list_ideographic_sep_spaced.txt": rows("{flat} {n}\n", "x y_{flat}\u3000{lab}\n", 7),
 }
 
 
@@ -320,3 +323,51 @@ def test_split_values_apart_only_in_case_and_blank_split_cells_are_noted(tmp_pat
     t = read_labels(xlsx, validate=False)  # a blank cell is no split in a sheet too, not the sheet's name
     assert t.split_names == ["train"] and t.notes == [f"{xlsx}: 1 row with a blank split cell (sheet 'Sheet', "
                                                       "row 3): in no split"]  # fmt: skip
+
+
+def test_a_full_width_space_between_path_and_label_reads_as_a_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The attack: '图片/1.jpg　猫', the separator typed as a full-width space (U+3000, as a Chinese input method
+    # gives it), was refused as a line without a label; after a name holding a space ('图片/a b.jpg　狗') the
+    # numpy path split the line at that space (when every line has one): file '图片/a', label 'b.jpg　狗', a class
+    # of its own, without a word.
+    text = (
+        "图片/0.jpg 猫\n图片/1 1.jpg\u3000猫\n图片/a b.jpg\u3000狗\n图片/3.jpg  \u3000 狗\n图片/我的\u3000猫.jpg 猫\n"
+    )
+    for encoding in ("utf-8", "gbk"):
+        path = tmp_path / f"{encoding}.txt"
+        path.write_bytes(text.encode(encoding))
+        note = (f"{path}: 3 lines separate the path and the label by a full-width space (U+3000, as a Chinese input "
+                "method types it) (line 2, line 3, line 4): read as a space; tools that split lines on ASCII spaces "
+                "(PaddleClas, mmpretrain) will not read them")  # fmt: skip
+        for paths in ("numpy", "python"):
+            if paths == "python":
+                python_path(monkeypatch)
+            t = read_labels(path, encoding="gbk" if encoding == "gbk" else None)
+            assert t.files.tolist() == [
+                "图片/0.jpg",
+                "图片/1 1.jpg",
+                "图片/a b.jpg",
+                "图片/3.jpg",
+                "图片/我的\u3000猫.jpg",
+            ]
+            assert t.labels.tolist() == ["猫", "猫", "狗", "狗", "猫"] and t.rows.tolist() == [1, 2, 3, 4, 5]
+            assert t.problems() == [] and t.notes == [note]
+        monkeypatch.undo()
+
+
+def test_a_no_break_space_between_path_and_label_reads_as_a_space(tmp_path: Path):
+    path = tmp_path / "l.txt"
+    path.write_text("a.jpg\u00a0cat\nb.jpg dog\n", encoding="utf-8")
+    t = read_labels(path)
+    assert list(zip(t.files.tolist(), t.labels.tolist())) == [("a.jpg", "cat"), ("b.jpg", "dog")]
+    assert t.notes == [f"{path}: 1 line separates the path and the label by a no-break space (U+00A0) (line 1): "
+                       "read as a space; tools that split lines on ASCII spaces (PaddleClas, mmpretrain) will not "
+                       "read it"]  # fmt: skip
+
+
+def test_a_full_width_space_inside_a_tab_separated_list_stays_in_its_field(tmp_path: Path):
+    path = tmp_path / "l.txt"
+    path.write_text("我的\u3000图片.jpg\t金毛\u3000寻回犬\nb.jpg\tpug\n", encoding="utf-8")
+    t = read_labels(path)
+    assert t.files.tolist() == ["我的\u3000图片.jpg", "b.jpg"] and t.labels.tolist() == ["金毛\u3000寻回犬", "pug"]
+    assert t.notes == []
