@@ -570,8 +570,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.to_json())
         return 0 if report.ok else 1
-    for p in report.problems:
-        print(p, file=sys.stderr)
+    if _rank() == 0:  # under torchrun every rank has the whole report, for its exit code; rank 0 says it
+        for p in report.problems:
+            print(p, file=sys.stderr)
     if args.quiet:
         return 0 if report.ok else 1
     classes = sorted({c for counts in report.class_counts.values() for c in counts})

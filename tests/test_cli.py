@@ -438,6 +438,17 @@ def test_two_ranks_check_and_usage_error_said_once(class_folder: Path):
     ]
 
 
+def test_two_ranks_check_prints_each_problem_once(class_folder: Path):
+    # every rank has the whole report (for the exit code); only rank 0 prints its problems
+    (class_folder / "鸟" / "图片_3.png").write_bytes(b"")
+    r0, r1 = _two_ranks("check", class_folder, "--workers", "0")
+    assert (r0.returncode, r1.returncode) == (1, 1)
+    assert (r1.stdout, r1.stderr) == ("", "")
+    problems = [line for line in r0.stderr.splitlines() if line.startswith("unreadable: ")]
+    assert len(problems) == 1 and "图片_3.png" in problems[0], r0.stderr
+    assert r0.stdout.splitlines()[-1] == "12 samples checked, 1 problems"
+
+
 def test_two_ranks_preview_written_once(class_folder: Path, tmp_path: Path):
     out = tmp_path / "grid.png"
     r0, r1 = _two_ranks("preview", class_folder, "--out", out, "--n", "3")
