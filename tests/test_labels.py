@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from openpyxl import Workbook
+from test_labels_parse import encodable
 
 from datakit.datasets import TableDataset, open_dataset
 from datakit.errors import UsageError
@@ -984,7 +985,7 @@ def test_look_alike_labels_are_refused(tmp_path: Path, fmt: str, label: str, twi
     # The attack: '猫' in most rows and '猫\u200b' (a zero-width space), 'ｃａｔ' beside 'cat', a no-break or
     # full-width space inside a name in some: two classes, every class index after them shifted, check said nothing.
     rows = [("图片/猫咪_0.jpg", label), ("图片/狗_1.jpg", "狗"), ("图片/猫咪_2.jpg", twin), ("图片/猫咪_3.jpg", label)]
-    if fmt == "gbk-csv" and not all(encodable_in(lab, "gbk") for _, lab in rows):
+    if fmt == "gbk-csv" and not all(encodable(lab, "gbk") for _, lab in rows):
         pytest.skip("GBK has no such character")
     path = write_look_alike_table(tmp_path, fmt, rows)
     t = read_labels(path, validate=False)
@@ -1001,14 +1002,6 @@ def test_look_alike_labels_are_refused(tmp_path: Path, fmt: str, label: str, twi
     with pytest.raises(LabelError) as e:
         read_labels(path)
     assert str(e.value) == want
-
-
-def encodable_in(text: str, encoding: str) -> bool:
-    try:
-        text.encode(encoding)
-        return True
-    except UnicodeEncodeError:
-        return False
 
 
 def test_three_look_alikes_are_one_problem_and_a_split_read_alone_is_refused_too(tmp_path: Path):
@@ -1034,7 +1027,7 @@ def test_ordinary_labels_are_not_look_alikes(tmp_path: Path, fmt: str):
     names = ["猫", "猫咪", "小猫", "狗", "狗狗", "golden retriever", "goldenretriever", "cafe", "café", "太空", "猫\u3000",
              "cat", "cat\u00a0", "cat\u3000", "c4t", "ca t", "1号", "一号"]  # fmt: skip
     if fmt == "gbk-csv":
-        names = [n for n in names if encodable_in(n, "gbk")]
+        names = [n for n in names if encodable(n, "gbk")]
     rows = [(f"图片/{k}.jpg", n) for k, n in enumerate(names)]
     path = write_look_alike_table(tmp_path, fmt, rows)
     t = read_labels(path)
