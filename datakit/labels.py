@@ -67,7 +67,10 @@ def _blank(v: object) -> bool:
 
 
 def _text(v: object) -> str:
-    """A cell as text: numbers without a spurious ``.0``, stray whitespace stripped."""
+    """A cell as text, as Excel shows it and writes it to CSV: numbers without a spurious ``.0``, booleans as
+    ``TRUE``/``FALSE`` (a workbook's boolean cell reads as Python's ``True``), stray whitespace stripped."""
+    if isinstance(v, (bool, np.bool_)):  # before numbers: a bool is an int
+        return "TRUE" if v else "FALSE"
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     return str(v).strip()
@@ -180,7 +183,8 @@ class ClassMap:
     (``1``, ``"1"``, ``1.0``), the labels are integers and the classes are in numeric order;
     ``0..C-1`` keep their values, any other set (``1..C``, gaps) is refused unless
     ``remap=True``, which maps the sorted values to ``0..C-1``. Otherwise every label is a class
-    name, ordered by code point (Python's ``sorted``, the order torchvision's ImageFolder uses).
+    name, ordered by code point (Python's ``sorted``, the order torchvision's ImageFolder uses). A boolean
+    (a workbook's boolean cell) is the name Excel shows and writes to CSV: ``TRUE`` or ``FALSE``.
     """
 
     classes: tuple[str, ...]

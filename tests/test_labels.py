@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +136,107 @@ def test_mixed_integers_and_names_refused(tmp_path: Path, fmt: str):
         f"{path}: labels mix integers and class names: 1 rows hold integers (first '1' at {short(1)}) and 2 hold "
         f"names (first 'cat' at {short(0)}); make every label a class name, or every label an integer"
     )
+
+
+# Boolean cells: Excel shows a boolean cell as TRUE/FALSE and writes it so to CSV, TSV and its "Unicode text";
+# openpyxl and calamine read it as Python's True/False.
+
+
+def excel_exports(tmp_path: Path, rows: list[tuple[str, bool]]) -> dict[str, Path]:
+    """``rows`` of (file, boolean label) as an .xlsx of boolean cells and as Excel exports that sheet: "CSV UTF-8"
+    (a BOM, CRLF), "Unicode text" (UTF-16, tab-separated, as .txt) and a ``path label`` list."""
+    xlsx = write_table(tmp_path, "xlsx", rows)
+    with zipfile.ZipFile(xlsx) as z:  # really boolean cells, not text
+        assert z.read("xl/worksheets/sheet1.xml").count(b't="b"') == len(rows)
+    shown = [(f, "TRUE" if lab else "FALSE") for f, lab in rows]
+    csv = tmp_path / "labels.csv"
+    csv.write_bytes(("文件名,标签\r\n" + "".join(f"{f},{lab}\r\n" for f, lab in shown)).encode("utf-8-sig"))
+    txt = tmp_path / "unicode.txt"
+    txt.write_bytes(("文件名\t标签\r\n" + "".join(f"{f}\t{lab}\r\n" for f, lab in shown)).encode("utf-16"))
+    lst = tmp_path / "list.txt"
+    lst.write_text("".join(f"{f} {lab}\n" for f, lab in shown), encoding="utf-8")
+    return {"xlsx": xlsx, "csv": csv, "unicode-txt": txt, "list": lst}
+
+
+@pytest.mark.parametrize("engine", ["calamine", "openpyxl"])
+def test_boolean_cells_are_the_classes_excel_writes_to_csv(tmp_path: Path, engine: str):
+    # The attack: a workbook's boolean cells became classes 'True'/'False', the CSV Excel exports from it holds
+    # TRUE/FALSE: the same labels, other class names, depending on the format.
+    rows = [("猫/0.jpg", True), ("猫/1.jpg", False), ("猫/2.jpg", True), ("猫/3.jpg", False), ("猫/4.jpg", False)]
+    paths = excel_exports(tmp_path, rows)
+    for fmt, path in paths.items():
+        t = read_labels(path, engine=engine) if fmt == "xlsx" else read_labels(path)
+        cm = t.class_map()
+        assert (fmt, t.labels.tolist()) == (fmt, ["TRUE", "FALSE", "TRUE", "FALSE", "FALSE"])
+        assert (fmt, t.kind, cm.classes, cm.class_to_idx) == (fmt, "name", ("FALSE", "TRUE"), {"FALSE": 0, "TRUE": 1})
+        assert (fmt, t.targets(cm).tolist()) == (fmt, [1, 0, 1, 0, 0])
+        assert (fmt, t.problems(), t.notes) == (fmt, [], [])
+
+
+def test_a_workbook_train_split_and_a_csv_val_split_share_boolean_classes(tmp_path: Path):
+    # The attack: train kept in a workbook (boolean cells), val in the CSV Excel exported: train's classes were
+    # ['False', 'True'], val's ['FALSE', 'TRUE'], and val with classes=train.classes was refused.
+    root = tmp_path / "图片"
+    make_images(root, ["t0.png", "t1.png", "t2.png", "v0.png", "v1.png"])
+    train_xlsx = write_table(root, "xlsx", [("t0.png", False), ("t1.png", True), ("t2.png", True)], name="train")
+    val_csv = root / "val.csv"
+    val_csv.write_bytes(b"file,label\r\nv0.png,TRUE\r\nv1.png,FALSE\r\n")  # as Excel's "CSV (Comma delimited)"
+    train = open_dataset(root, labels=train_xlsx)
+    val = open_dataset(root, labels=val_csv)
+    assert train.classes == val.classes == ["FALSE", "TRUE"]
+    assert train.class_to_idx == val.class_to_idx == {"FALSE": 0, "TRUE": 1}
+    assert [train[i][1] for i in range(3)] == [0, 1, 1] and [val[i][1] for i in range(2)] == [1, 0]
+    given = open_dataset(root, labels=val_csv, classes=train.classes)
+    assert given.classes == ["FALSE", "TRUE"] and [given[i][1] for i in range(2)] == [1, 0]
+
+
+def test_boolean_and_text_true_in_one_column_are_what_the_csv_gives(tmp_path: Path, caplog):
+    # The attack: a boolean TRUE cell and a text cell 'True' in one sheet were one class 'True' (both read as
+    # 'True'), silently; the CSV of that sheet holds TRUE and True: two classes apart in letter case, with a note.
+    # Now the workbook gives what its CSV gives; a text cell 'TRUE' is the boolean's class, as in the CSV.
+    rows = [("0.jpg", True), ("1.jpg", "True"), ("2.jpg", "TRUE"), ("3.jpg", False)]
+    xlsx = write_table(tmp_path, "xlsx", rows)
+    csv = tmp_path / "labels.csv"
+    csv.write_text("文件名,标签\n0.jpg,TRUE\n1.jpg,True\n2.jpg,TRUE\n3.jpg,FALSE\n", encoding="utf-8")
+    for path, first, second in ((xlsx, "sheet 'train', row 2", "sheet 'train', row 3"), (csv, "line 2", "line 3")):
+        note = (f"{path}: labels 'TRUE' (first at {first}) and 'True' (first at {second}) differ only in letter "
+                "case: they are 2 classes")  # fmt: skip
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="datakit"):
+            t = read_labels(path)
+        assert t.labels.tolist() == ["TRUE", "True", "TRUE", "FALSE"]
+        assert t.class_map().classes == ("FALSE", "TRUE", "True") and t.targets(t.class_map()).tolist() == [1, 2, 1, 0]
+        assert t.notes == [note] and caplog.messages == [note] and t.problems() == []
+
+
+def test_booleans_beside_integers_are_names_in_every_format(tmp_path: Path):
+    rows = [("a.jpg", 1), ("b.jpg", True), ("c.jpg", 0)]
+    xlsx = write_table(tmp_path, "xlsx", rows)
+    csv = tmp_path / "labels.csv"
+    csv.write_text("file,label\na.jpg,1\nb.jpg,TRUE\nc.jpg,0\n", encoding="utf-8")
+    for path, at in ((xlsx, "sheet 'train', row"), (csv, "line")):
+        with pytest.raises(LabelError) as e:
+            read_labels(path)
+        assert str(e.value) == (
+            f"{path}: labels mix integers and class names: 2 rows hold integers (first '1' at {at} 2) and 1 hold "
+            f"names (first 'TRUE' at {at} 3); make every label a class name, or every label an integer"
+        )
+
+
+def test_boolean_split_cells_are_the_splits_the_csv_gives(tmp_path: Path):
+    rows = [["file", "label", "split"], ["a.jpg", "cat", True], ["b.jpg", "dog", False], ["c.jpg", "dog", True]]
+    xlsx = book(tmp_path / "l.xlsx", {"Sheet": rows})
+    csv = tmp_path / "l.csv"
+    csv.write_text("file,label,split\na.jpg,cat,TRUE\nb.jpg,dog,FALSE\nc.jpg,dog,TRUE\n", encoding="utf-8")
+    for path in (xlsx, csv):
+        assert read_labels(path).split_names == ["TRUE", "FALSE"]
+        assert read_labels(path, split="TRUE").files.tolist() == ["a.jpg", "c.jpg"]
+
+
+def test_class_map_from_python_and_numpy_booleans():
+    cm = ClassMap.from_labels([True, False, np.True_, "TRUE"])
+    assert cm.classes == ("FALSE", "TRUE")
+    assert cm.encode([False, True, "TRUE", np.False_, "FALSE"]).tolist() == [0, 1, 1, 0, 0]
 
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if not f.startswith("list")])  # lists: test_list_problems
