@@ -128,34 +128,57 @@ def _jpeg_ends(data: bytes) -> bool:
     return False
 
 
-def _exif_turned(data: bytes) -> bool:
-    """Whether a JPEG's EXIF orientation (the first APP1 "Exif" segment's tag 0x0112) is one of
-    5-8, which swap the sides when the decoders turn the image upright. Read from the segments
-    before the scan, without decoding; False without one (or one that cannot be read)."""
-    i, n = 2, len(data)
-    while i + 4 < n:
-        if data[i] != 0xFF:
-            return False
-        marker = data[i + 1]
-        if marker == 0xFF:
-            i += 1
-            continue
+def _exif_orientation(data: bytes) -> int:
+    """The EXIF orientation (1-8) every datakit path turns a JPEG upright by, read from the segments
+    before the scan without decoding: the Orientation tag of the first APP1 segment that begins
+    ``Exif\\0\\0``, or 1 where that segment has no such tag, cannot be read or gives a value outside
+    1-8. Later segments are never consulted (see :func:`decode_image`)."""
+    for i, marker in _segments(data):
         if marker == 0xDA or marker == 0xD9:
-            return False
-        size = int.from_bytes(data[i + 2 : i + 4], "big")
-        if marker == 0xE1 and data[i + 4 : i + 8] == b"Exif":
-            tiff = data[i + 10 : i + 2 + size]
-            order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
-            if order is None or len(tiff) < 8:
-                return False
-            ifd = int.from_bytes(tiff[4:8], order)
-            count = int.from_bytes(tiff[ifd : ifd + 2], order)
-            for e in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
-                if int.from_bytes(tiff[e : e + 2], order) == 0x0112:
-                    return int.from_bytes(tiff[e + 8 : e + 10], order) in (5, 6, 7, 8)
-            return False
-        i += 2 + size
-    return False
+            return 1
+        if marker != 0xE1 or data[i + 4 : i + 10] != b"Exif\0\0":
+            continue
+        tiff = data[i + 10 : i + 2 + int.from_bytes(data[i + 2 : i + 4], "big")]
+        order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
+        if order is None or len(tiff) < 8:
+            return 1
+        ifd = int.from_bytes(tiff[4:8], order)
+        count = int.from_bytes(tiff[ifd : ifd + 2], order) if ifd + 2 <= len(tiff) else 0
+        for e in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
+            if int.from_bytes(tiff[e : e + 2], order) == 0x0112:
+                kind = int.from_bytes(tiff[e + 2 : e + 4], order)  # SHORT, as written; LONG, as some write it
+                value = int.from_bytes(tiff[e + 8 : e + (12 if kind == 4 else 10)], order)
+                return value if 1 <= value <= 8 else 1
+        return 1
+    return 1
+
+
+def _exif_turned(data: bytes) -> bool:
+    """Whether a JPEG's EXIF orientation (:func:`_exif_orientation`) is one of 5-8, which swap the
+    sides when the image is turned upright."""
+    return _exif_orientation(data) >= 5
+
+
+def _orient(img: np.ndarray, orientation: int) -> np.ndarray:
+    """An image (or a crop of it) as stored, turned upright by its EXIF ``orientation`` as Pillow's
+    ``ImageOps.exif_transpose`` turns it; the array itself for orientation 1."""
+    if orientation == 1:
+        return img
+    import cv2
+
+    if orientation == 2:
+        return cv2.flip(img, 1)
+    if orientation == 3:
+        return cv2.rotate(img, cv2.ROTATE_180)
+    if orientation == 4:
+        return cv2.flip(img, 0)
+    if orientation == 5:
+        return cv2.transpose(img)
+    if orientation == 6:
+        return cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
+    if orientation == 7:
+        return cv2.flip(cv2.transpose(img), -1)
+    return cv2.rotate(img, cv2.ROTATE_90_COUNTERCLOCKWISE)
 
 
 def _gif_size(data: bytes) -> tuple[int, int] | None:
@@ -365,12 +388,21 @@ def _describe(name: str | os.PathLike | None) -> str:
 
 
 def _cv2_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
+    """OpenCV's flags for a decode; a JPEG's pixels come as stored (its EXIF orientation is datakit's to
+    apply: :func:`_exif_orientation`)."""
+    import cv2
+
+    flags = _cv2_mode_flags(mode, fmt, factor, components)
+    return flags | cv2.IMREAD_IGNORE_ORIENTATION if fmt == "JPEG" else flags
+
+
+def _cv2_mode_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
     import cv2
 
     if mode == "unchanged":
         if fmt != "JPEG":
             return cv2.IMREAD_UNCHANGED
-        # IMREAD_UNCHANGED skips the EXIF rotation; JPEG has no alpha, so ask for "any" instead.
+        # JPEG has no alpha: "any" colour and depth, at a reduced scale the colour or gray it is stored in
         if factor > 1:
             mode = "gray" if components == 1 else "bgr"
         else:
@@ -406,13 +438,15 @@ def _load_torchvision_jpeg() -> bool:
 
 def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
     """Full-size JPEG decode through torchvision's libjpeg-turbo operator, which measures about
-    1.3x faster than ``cv2.imdecode`` on the same bytes (identical pixels). None when it is
-    unavailable or refuses the data, so the caller falls back to OpenCV."""
+    1.3x faster than ``cv2.imdecode`` on the same bytes (identical pixels), as stored (no EXIF
+    rotation: the caller applies :func:`_exif_orientation`). None when it is unavailable or refuses
+    the data, so the caller falls back to OpenCV."""
     if not _load_torchvision_jpeg():
         return None
     torch, decode, rgb, gray = _TV
     try:
-        chw = decode(torch.frombuffer(bytearray(raw), dtype=torch.uint8), gray if mode == "gray" else rgb, True).numpy()
+        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        chw = decode(data, gray if mode == "gray" else rgb, False).numpy()  # False: no EXIF rotation
     except Exception:
         return None
     hwc = chw.transpose(1, 2, 0)  # torchvision's CHW result is a view of HWC memory: no copy
@@ -440,8 +474,10 @@ def _unassociated_alpha(data: bytes) -> bool:
         return False
 
 
-def _pillow_decode(data: bytes, mode: str) -> np.ndarray:
-    """Decode with Pillow (GIF, and anything the OpenCV build lacks); BGR order like OpenCV."""
+def _pillow_decode(data: bytes, mode: str, upright: bool = True) -> np.ndarray:
+    """Decode with Pillow (GIF, and anything the OpenCV build lacks); BGR order like OpenCV.
+    ``upright``: turned by its EXIF orientation (False: as stored, for a JPEG, whose orientation
+    datakit applies itself)."""
     import io
 
     import cv2
@@ -449,7 +485,8 @@ def _pillow_decode(data: bytes, mode: str) -> np.ndarray:
 
     with Image.open(io.BytesIO(data)) as im:
         im.seek(0)
-        im = ImageOps.exif_transpose(im)
+        if upright:
+            im = ImageOps.exif_transpose(im)
         if im.mode == "P":
             im = im.convert("RGBA" if "transparency" in im.info else "RGB")
         if mode == "gray":
@@ -496,7 +533,26 @@ def decode_image(
     Raises:
         ImageDecodeError: empty, truncated, damaged (``strict``) or non-image data, or an
             image over the pixel budget.
+
+    A JPEG is turned upright by the EXIF orientation :func:`_exif_orientation` reads (the first
+    ``Exif`` APP1 segment's), whichever decoder runs: each of them is told to leave the pixels as
+    stored, since torchvision's reads the first APP1 segment of any kind and OpenCV's the first
+    Exif segment it can read, which differ where several segments are present.
     """
+    img, orientation = _decode_image(data, mode, max_size, name, max_pixels, strict)
+    return _orient(img, orientation)
+
+
+def _decode_image(
+    data: bytes | bytearray | memoryview | np.ndarray,
+    mode: str,
+    max_size: int | None,
+    name: str | os.PathLike | None,
+    max_pixels: int | None = None,
+    strict: bool = False,
+) -> tuple[np.ndarray, int]:
+    """:func:`decode_image`'s pixels as stored, and the EXIF orientation (1-8) that turns them
+    upright: 1 for formats other than JPEG, which come upright from their decoders."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
@@ -537,7 +593,7 @@ def decode_image(
             raise failed
     if size is None and img.shape[0] * img.shape[1] > limit:  # a format no header parser knows
         raise _over_budget(name, img.shape[0], img.shape[1], limit)
-    return img
+    return img, _exif_orientation(raw) if fmt == "JPEG" else 1
 
 
 def _default_budget() -> int:
@@ -569,7 +625,7 @@ def _decode(
     img = cv2.imdecode(buf, flags)
     if img is None:
         try:
-            img = _pillow_decode(raw, mode)
+            img = _pillow_decode(raw, mode, upright=fmt != "JPEG")
         except Exception as exc:
             what = f"{fmt} data is corrupt or truncated" if fmt else "not a recognised image format"
             head = raw[:8]
@@ -867,12 +923,15 @@ def discard(path: str | os.PathLike) -> None:
 
 
 def _reduced_gray_shape(data: bytes, factor: int) -> tuple[int, ...] | None:
-    """The shape of a JPEG decoded in gray at 1/``factor`` (EXIF orientation applied); None where
-    OpenCV cannot decode it (the caller goes the ordinary way, which names the problem)."""
+    """The shape of a JPEG decoded in gray at 1/``factor`` (EXIF orientation applied, as
+    :func:`decode_image` applies it); None where OpenCV cannot decode it (the caller goes the
+    ordinary way, which names the problem)."""
     import cv2
 
     img = cv2.imdecode(np.frombuffer(data, np.uint8), _cv2_flags("gray", "JPEG", factor, 1))
-    return None if img is None else img.shape
+    if img is None:
+        return None
+    return (img.shape[1], img.shape[0]) if _exif_turned(data) else img.shape
 
 
 def probe_image(

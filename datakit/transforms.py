@@ -612,6 +612,22 @@ def _scaled_box(i: int, j: int, ch: int, cw: int, sh: int, sw: int, f: int) -> t
     return y0, x0, max(y0 + 1, min(sh, round((i + ch) / f))), max(x0 + 1, min(sw, round((j + cw) / f)))
 
 
+def _stored_box(i: int, j: int, ch: int, cw: int, h: int, w: int, orientation: int) -> tuple[int, int, int, int]:
+    """The crop (top ``i``, left ``j``, ``ch`` x ``cw``) of the upright image as the same pixels of
+    the ``h`` x ``w`` image stored under EXIF ``orientation``: (top, left, height, width) there.
+    Turning that crop of the stored pixels upright gives the crop of the upright image."""
+    return {
+        1: (i, j, ch, cw),
+        2: (i, w - j - cw, ch, cw),
+        3: (h - i - ch, w - j - cw, ch, cw),
+        4: (h - i - ch, j, ch, cw),
+        5: (j, i, cw, ch),
+        6: (h - j - cw, i, cw, ch),
+        7: (h - j - cw, w - i - ch, cw, ch),
+        8: (j, w - i - ch, cw, ch),
+    }[orientation]
+
+
 def _jpeg_header(data: bytes, mode: str) -> tuple[int, int] | None:
     from datakit.io import _jpeg_size, image_format
 
@@ -621,13 +637,12 @@ def _jpeg_header(data: bytes, mode: str) -> tuple[int, int] | None:
     return (info[0], info[1]) if info and info[0] and info[1] else None  # 0: the decoders refuse it, naming it
 
 
-def _decode_scaled(data: bytes, mode: str, name: str, h: int, w: int, f: int) -> tuple[np.ndarray, bool]:
-    """Decode at 1/f scale; also says whether EXIF rotation swapped the sides."""
-    from datakit.io import decode_image
+def _decode_scaled(data: bytes, mode: str, name: str, h: int, w: int, f: int) -> np.ndarray:
+    """The pixels of a JPEG whose frame header says ``h`` x ``w`` decoded at 1/f scale, as stored
+    (not turned by its EXIF orientation)."""
+    from datakit.io import _decode_image
 
-    img = decode_image(data, mode, max_size=-(-max(h, w) // f) if f > 1 else None, name=name)
-    expected = (-(-h // f), -(-w // f))
-    return img, img.shape[:2] != expected and h != w
+    return _decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name)[0]
 
 
 def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
@@ -702,27 +717,25 @@ class TrainPipeline(Compose):
         if header is None:
             return self(dio.decode_image(data, mode, name=name))
         h, w = header
-        turned = h != w and dio._exif_turned(data)  # EXIF orientation 5-8: the crop is drawn on the upright sides
-        if turned:
-            h, w = w, h
+        orientation = dio._exif_orientation(data)
         th, tw = self.crop.size
-        i, j, ch, cw = self.crop.get_params(h, w)
+        # the crop is drawn on the upright sides (orientations 5-8 swap them) and cut from the pixels as
+        # stored, on the grid of the scale they are decoded at, where its last row and column may be short:
+        # turned upright first, that short row or column would move to the top or left and the crop with it
+        i, j, ch, cw = self.crop.get_params(*((w, h) if orientation >= 5 else (h, w)))
         f = self._factor(ch, cw)
+        sh, sw = -(-h // f), -(-w // f)
+        y0, x0, y1, x1 = _scaled_box(*_stored_box(i, j, ch, cw, h, w, orientation), sh, sw, f)
         region = None
-        if not turned and mode in dio._REGION_ORDER and dio.region_decoder_available():
+        if orientation == 1 and mode in dio._REGION_ORDER and dio.region_decoder_available():
             # the region decoder (it leaves turned images to the whole-image decoders): only the crop's pixels
-            box = _scaled_box(i, j, ch, cw, -(-h // f), -(-w // f), f)
             index = self.index_cache.index(data, name) if self.index_cache is not None else None
-            region = dio._decode_region(data, h, w, mode, f, box, name, index)
+            region = dio._decode_region(data, h, w, mode, f, (y0, x0, y1, x1), name, index)
         if region is None:  # not built, or an image it leaves to the whole-image decoders
-            img, rotated = _decode_scaled(data, mode, name, *header, f)
-            if rotated != turned:  # the decoder read the orientation otherwise: draw on the sides it gave
-                i, j, ch, cw = self.crop.get_params(img.shape[0] * f, img.shape[1] * f)
-                if self._factor(ch, cw) < f:  # and decode again if that crop needs more pixels
-                    f = self._factor(ch, cw)
-                    img, _ = _decode_scaled(data, mode, name, *header, f)
-            y0, x0, y1, x1 = _scaled_box(i, j, ch, cw, img.shape[0], img.shape[1], f)
-            region = img[y0:y1, x0:x1]
+            img = _decode_scaled(data, mode, name, h, w, f)
+            if img.shape[:2] != (sh, sw):  # a decoder that reads another frame size than the header's
+                return self(dio.decode_image(data, mode, name=name))
+            region = dio._orient(img[y0:y1, x0:x1], orientation)
         chw = _antialiased(region, th, tw, self.crop.interpolation)
         if chw is not None:  # shrunk 2x or more: CHW already, flipped as such
             return self._finish(torch.flip(chw, [2]) if _coin() < self.flip.p else chw)
@@ -758,8 +771,7 @@ class EvalPipeline(Compose):
         h, w = header
         short = self.resize.size
         f = _factor(min(h, w), min(h, w), short, short) if self.resize.interpolation not in _NEAREST else 1
-        img, _ = _decode_scaled(data, mode, name, h, w, f)
-        return self(img)
+        return self(decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name=name))
 
 
 def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float] = (0.08, 1.0),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import rgb_blocks
 from PIL import Image
 
@@ -480,3 +481,171 @@ def test_an_rgba_tiff_keeps_its_colours(tmp_path: Path):
     assert decode_image(data, "bgr")[0, 0].tolist() == [50, 100, 200]
     assert decode_image(data, "unchanged")[0, 0].tolist() == [50, 100, 200, 64]
     assert decode_image(data, "gray")[0, 0] == np.asarray(Image.fromarray(rgba[..., :3]).convert("L"))[0, 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# JPEGs with several APP1 segments: one EXIF orientation, whichever decoder runs
+
+
+def _app1(payload: bytes) -> bytes:
+    return b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def _tiff(orientation: int | None, order: bytes = b"II") -> bytes:
+    """A TIFF header and its IFD0 with one Orientation entry (SHORT), or with none."""
+    end = "little" if order == b"II" else "big"
+    head = order + (42).to_bytes(2, end) + (8).to_bytes(4, end)
+    if orientation is None:
+        return head + bytes(2 + 4)
+    entry = b"".join(v.to_bytes(n, end) for v, n in ((0x0112, 2), (3, 2), (1, 4), (orientation, 2), (0, 2)))
+    return head + (1).to_bytes(2, end) + entry + bytes(4)
+
+
+def _exif(orientation: int | None, order: bytes = b"II") -> bytes:
+    return b"Exif\0\0" + _tiff(orientation, order)
+
+
+_XMP = b"http://ns.adobe.com/xap/1.0/\0<x:xmpmeta xmlns:x='adobe:ns:meta/'/>"
+
+# (APP1 payloads in file order, the orientation datakit applies: the first "Exif\0\0" segment's, 1 where that one
+# has none it can read). What the decoders do by themselves, measured (Pillow 13, torchvision 0.29, OpenCV 5.0):
+# all three take the first segment when it is a readable Exif one; Pillow follows this rule in every case below,
+# OpenCV reads on to the first Exif segment it can read (6 for "no-orientation-then-6" and the two after it), and
+# torchvision reads the first APP1 of any kind, "Exif" or not (1 for "xmp-then-5", 6 for "exif-not-nul-nul").
+EXIF_SEGMENTS = {
+    "6-then-1": ((_exif(6), _exif(1)), 6),
+    "1-then-6": ((_exif(1), _exif(6)), 1),
+    "3-then-6": ((_exif(3), _exif(6)), 3),
+    "8-big-endian-then-6": ((_exif(8, b"MM"), _exif(6)), 8),
+    "6-then-unreadable": ((_exif(6), b"Exif\0\0XX"), 6),
+    "no-orientation-then-6": ((_exif(None), _exif(6)), 1),
+    "bad-byte-order-then-6": ((b"Exif\0\0XX*\0\x08\0\0\0" + bytes(6), _exif(6)), 1),
+    "cut-short-then-7": ((b"Exif\0\0II", _exif(7)), 1),
+    "out-of-range-then-6": ((_exif(9), _exif(6)), 1),
+    "xmp-then-5": ((_XMP, _exif(5)), 5),
+    "exif-not-nul-nul-then-1": ((b"Exif\0\xff" + _tiff(6), _exif(1)), 1),
+}
+
+
+def _with_app1(jpeg: bytes, *payloads: bytes) -> bytes:
+    """``jpeg`` (Pillow's: SOI, then JFIF APP0) with APP1 segments after the APP0, where cameras write them."""
+    assert jpeg[2:4] == b"\xff\xe0"
+    end = 4 + int.from_bytes(jpeg[4:6], "big")
+    return jpeg[:end] + b"".join(_app1(p) for p in payloads) + jpeg[end:]
+
+
+def _stored_jpeg(h: int = 45, w: int = 70) -> bytes:
+    """A 4:2:0 JPEG of a size no scale divides, every pixel different: a wrong turn changes every value."""
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([x * 255 // (w - 1), y * 255 // (h - 1), (x * 7 + y * 13) % 256], -1).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "JPEG", quality=95)
+    return buf.getvalue()
+
+
+# the transposition that turns the pixels as stored upright, as Pillow's exif_transpose picks it
+_UPRIGHT = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+
+def _turned(img: np.ndarray, orientation: int) -> np.ndarray:
+    if orientation == 1:
+        return img
+    if img.ndim == 3:  # Pillow transposes 8-bit images of 1, 3 or 4 channels
+        return np.dstack([_turned(img[..., c], orientation) for c in range(img.shape[2])])
+    return np.asarray(Image.fromarray(img).transpose(_UPRIGHT[orientation]))
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_every_exif_orientation_is_turned_as_pillow_turns_it(orientation):
+    from PIL import ImageOps
+
+    from datakit.io import _exif_orientation
+
+    data = _with_app1(_stored_jpeg(), _exif(orientation))
+    assert _exif_orientation(data) == orientation
+    want = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    assert want.shape == ((70, 45, 3) if orientation >= 5 else (45, 70, 3))
+    np.testing.assert_array_equal(decode_image(data, "rgb"), want)  # Pillow's libjpeg-turbo: the same pixels
+    stored = _stored_jpeg()
+    for mode in ("rgb", "bgr", "gray", "unchanged"):
+        for max_size in (None, 35, 18, 9):  # 1/1, 1/2, 1/4, 1/8
+            got = decode_image(data, mode, max_size)
+            np.testing.assert_array_equal(got, _turned(decode_image(stored, mode, max_size), orientation))
+
+
+@pytest.mark.parametrize("segments, orientation", EXIF_SEGMENTS.values(), ids=EXIF_SEGMENTS.keys())
+def test_a_jpeg_with_several_app1_segments_is_turned_by_one_rule_at_every_scale_and_decoder(
+    monkeypatch, segments, orientation
+):
+    # The attack: two APP1 segments that disagree. torchvision (full-size decodes), OpenCV (reduced ones) and the
+    # EXIF reader datakit draws crops and records sizes by read different segments, so a file came out turned at
+    # 1/2 scale and upright at full size, probe_image (datakit check) gave the turned size and pack-lmdb the
+    # upright one, and the train pipeline cut its crops from pixels turned otherwise than it drew them.
+    import cv2
+    from PIL import ImageOps
+
+    import datakit.io as dio
+    from datakit.pack import _validate
+
+    stored = _stored_jpeg()
+    data = _with_app1(stored, *segments)
+    assert dio._exif_orientation(data) == orientation and dio._exif_turned(data) == (orientation >= 5)
+    upright = (70, 45) if orientation >= 5 else (45, 70)
+    want = {
+        (mode, max_size): _turned(decode_image(stored, mode, max_size), orientation)
+        for mode in ("rgb", "bgr", "gray", "unchanged")
+        for max_size in (None, 35, 18, 9)
+    }
+    for (mode, max_size), pixels in want.items():
+        np.testing.assert_array_equal(decode_image(data, mode, max_size), pixels)
+    np.testing.assert_array_equal(decode_image(data, "rgb", strict=True), want["rgb", None])
+    assert dio.probe_image(data) == dio.probe_image(data, strict=True) == upright  # what datakit check reports
+    assert dio.validate_image(data) == _validate(data, "x.jpg") == upright  # what pack-lmdb records, verify checks
+    # each whole-image decoder datakit may use, told to leave the pixels as stored
+    monkeypatch.setattr(dio, "_torchvision_jpeg", lambda raw, mode: None)  # full size through OpenCV
+    np.testing.assert_array_equal(decode_image(data, "rgb"), want["rgb", None])
+    monkeypatch.setattr(cv2, "imdecode", lambda buf, flags: None)  # what OpenCV cannot decode: Pillow
+    pillow = np.asarray(Image.open(io.BytesIO(stored)).convert("RGB"))
+    np.testing.assert_array_equal(decode_image(data, "rgb"), _turned(pillow, orientation))
+    np.testing.assert_array_equal(decode_image(data, "rgb", 18), _turned(pillow, orientation))  # full size there
+    monkeypatch.undo()
+    # Pillow's exif_transpose reads these files by the same rule
+    np.testing.assert_array_equal(np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data)))), pillow
+                                  if orientation == 1 else _turned(pillow, orientation))  # fmt: skip
+
+
+@pytest.mark.parametrize("segments, orientation", EXIF_SEGMENTS.values(), ids=EXIF_SEGMENTS.keys())
+def test_the_pipelines_turn_a_jpeg_with_several_app1_segments_by_the_same_rule(monkeypatch, segments, orientation):
+    # the same file with the one segment that rule reads gives the same pixels in every pipeline, with the region
+    # decoder (which leaves a file to the whole-image decoders whenever any Exif segment may turn it) and without
+    import datakit.io as dio
+    from datakit.transforms import RandomResizedCrop, _resize, eval_pipeline, train_pipeline
+
+    stored = _stored_jpeg(301, 517)
+    data, one = _with_app1(stored, *segments), _with_app1(stored, _exif(orientation))
+    upright = decode_image(one, "rgb")
+    np.testing.assert_array_equal(decode_image(data, "rgb"), upright)
+    for size in (8, 16, 40, 120):  # crops decoded at 1/8 to 1/1
+        for built in (True, False):
+            if not built:
+                monkeypatch.setattr(dio, "_REGION", False)
+            for seed in range(3):
+                torch.manual_seed(seed)
+                a = train_pipeline(size).from_bytes(data)
+                torch.manual_seed(seed)
+                assert torch.equal(a, train_pipeline(size).from_bytes(one)), (size, built, seed)
+            assert torch.equal(eval_pipeline(size).from_bytes(data), eval_pipeline(size).from_bytes(one))
+            monkeypatch.undo()
+    # at full scale the crop is exactly the upright image's
+    box = (11, 23, 150, 140)  # top, left, height, width of the upright image
+    monkeypatch.setattr(RandomResizedCrop, "get_params", lambda self, h, w: box)
+    got = train_pipeline(120, hflip=0.0).from_bytes(data).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(got, _resize(upright[11:161, 23:163], 120, 120))

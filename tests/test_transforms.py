@@ -247,10 +247,11 @@ def test_train_pipeline_decodes_only_what_the_crop_needs(tmp_path, monkeypatch):
     i, j, ch, cw = pipe.crop.get_params(1600, 2400)
     assert (ch, cw) == (1315, 1753)
     regions, wholes = [], []
-    real_region, real_whole = dio._decode_region, dio.decode_image
+    real_region, real_whole = dio._decode_region, dio._decode_image
     # (data, height, width, mode, scale, box, name, index): the frame header read once, by the pipeline
     monkeypatch.setattr(dio, "_decode_region", lambda *a, **k: regions.append(a[4:6]) or real_region(*a, **k))
-    monkeypatch.setattr(dio, "decode_image", lambda *a, **k: wholes.append(k.get("max_size")) or real_whole(*a, **k))
+    # (data, mode, max_size, name, ...): the whole image, as stored (decode_image turns that upright)
+    monkeypatch.setattr(dio, "_decode_image", lambda *a, **k: wholes.append(a[2]) or real_whole(*a, **k))
     torch.manual_seed(5)
     fast = pipe.from_bytes(data, "rgb", "big.jpg")
     # at 1/4 scale (the crop still 438x328 there), only the crop's rows and columns
@@ -543,3 +544,126 @@ def test_a_crop_pickled_by_an_earlier_version_draws_torchvisions_boxes():
         ours = old.get_params(480, 640)
         torch.manual_seed(seed)
         assert ours == tuple(TVCrop.get_params(torch.empty(1, 480, 640), (0.08, 1.0), (3 / 4, 4 / 3))), seed
+
+
+# ---------------------------------------------------------------------------------------------
+# EXIF orientation: the crop of a turned JPEG decoded at a reduced DCT scale
+
+# the transposition that turns an upright image into the one stored under each EXIF orientation
+# (Pillow's exif_transpose undoes it)
+_STORED = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
+# and the one that turns it upright, as Pillow's exif_transpose picks it
+_UPRIGHT = {**_STORED, 6: Image.Transpose.ROTATE_270, 8: Image.Transpose.ROTATE_90}
+
+
+def _waves(h: int, w: int) -> np.ndarray:
+    """Smooth waves across, down and diagonally (4-6 levels a pixel at their steepest): a crop one
+    scaled pixel off (2-8 pixels) changes the output by 10-45 levels, a DCT-scaled decode by about 1."""
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    waves = [np.sin(2 * np.pi * x / 128), np.sin(2 * np.pi * y / 112), np.sin(2 * np.pi * (x - y) / 160)]
+    return np.stack([np.round(128 + 110 * v) for v in waves], -1).astype(np.uint8)
+
+
+def _stored_jpeg(upright: np.ndarray, orientation: int, subsampling: int) -> bytes:
+    """``upright`` stored as a camera stores it under ``orientation``, with that EXIF tag."""
+    import io
+
+    from PIL import ImageOps
+
+    im = Image.fromarray(upright)
+    if orientation != 1:
+        im = im.transpose(_STORED[orientation])
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=100, subsampling=subsampling, exif=exif.tobytes())
+    data = buf.getvalue()
+    assert np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data)))).shape == upright.shape
+    return data
+
+
+def _upright_box(box, orientation: int, sh: int, sw: int) -> tuple[int, int, int, int]:
+    """A crop (top, left, height, width) of the stored ``sh`` x ``sw`` image as the same pixels of the upright one."""
+    i, j, h, w = box
+    return {
+        1: (i, j, h, w),
+        2: (i, sw - j - w, h, w),
+        3: (sh - i - h, sw - j - w, h, w),
+        4: (sh - i - h, j, h, w),
+        5: (j, i, w, h),
+        6: (j, sh - i - h, w, h),
+        7: (sw - j - w, sh - i - h, w, h),
+        8: (sw - j - w, i, w, h),
+    }[orientation]
+
+
+def _fixed_crop(monkeypatch, box):
+    monkeypatch.setattr(RandomResizedCrop, "get_params", lambda self, h, w: box)
+
+
+@pytest.mark.parametrize("subsampling", [0, 2], ids=["444", "420"])
+@pytest.mark.parametrize("scale", [2, 4, 8])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_turned_crop_at_a_reduced_scale_is_where_it_is_in_the_upright_image(
+    monkeypatch, subsampling, scale, orientation
+):
+    # The attack: a JPEG of 301 x 517 (no multiple of 2, 4, 8 or an MCU) under EXIF orientation 2-8, decoded
+    # at 1/2, 1/4 or 1/8 (libjpeg's ceil(side / scale): the last scaled row and column hold fewer pixels), was
+    # turned upright whole and the crop cut from it as if every scaled pixel held `scale` upright ones from the
+    # top left: where the image was flipped, the short row or column was at the top or left and the crop came
+    # out up to a scaled pixel off (on these crops, mean error 2.3-12.5 levels per crop and up to 46).
+    import io
+
+    from PIL import ImageOps
+    from torchvision.transforms.v2 import functional as F
+
+    out, (uh, uw) = 32, (301, 517)
+    data = _stored_jpeg(_waves(uh, uw), orientation, subsampling)
+    sh, sw = (uh, uw) if orientation < 5 else (uw, uh)
+    reference = torch.from_numpy(np.array(ImageOps.exif_transpose(Image.open(io.BytesIO(data))))).permute(2, 0, 1)
+    pipe = train_pipeline(out, hflip=0.0)
+    # crops of the stored image on the 1/scale grid: cut without rounding at that scale, so the only
+    # difference from the reference is the DCT-scaled decode against the antialiased resize
+    side = out * scale
+    for si, sj in ((0, 0), (sh // scale * scale - side, sw // scale * scale - side), (scale * 3, scale * 5)):
+        box = _upright_box((si, sj, side, side), orientation, sh, sw)
+        assert pipe._factor(box[2], box[3]) == scale
+        _fixed_crop(monkeypatch, box)
+        got = pipe.from_bytes(data).to(torch.int16)
+        want = F.resized_crop(reference, *box, [out, out], antialias=True).to(torch.int16)
+        err = (got - want).abs()
+        # the DCT-scaled decode against Pillow's full decode and the antialiased resize, measured upright
+        # (orientation 1) on these crops: mean <= 0.85, max 7 (0.89 and 8 for the others, each encoded anew)
+        assert err.float().mean() <= 1.0 and err.max() <= 8, (box, err.float().mean().item(), err.max().item())
+
+
+@pytest.mark.parametrize("subsampling", [0, 2], ids=["444", "420"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_turned_crop_is_the_stored_pixels_of_that_crop_turned_upright(subsampling, orientation, monkeypatch):
+    # exact: a crop on the 1/scale grid of the stored image, of the output's size there (nothing resized), is
+    # the pixels of the same file decoded at that scale with its orientation set to 1, cropped and turned upright
+    from datakit.io import decode_image
+
+    out, (uh, uw) = 24, (301, 517)
+    data = _stored_jpeg(_waves(uh, uw), orientation, subsampling)
+    tag = data.index(b"\x01\x12\x00\x03\x00\x00\x00\x01")  # Pillow writes big-endian EXIF: Orientation, SHORT, 1
+    as_stored = data[: tag + 8] + b"\x00\x01" + data[tag + 10 :]
+    sh, sw = (uh, uw) if orientation < 5 else (uw, uh)
+    for scale in (1, 2, 4, 8):
+        stored = decode_image(as_stored, "rgb", -(-max(sh, sw) // scale) if scale > 1 else None)
+        side = out * scale
+        for si, sj in ((0, 0), (sh // scale * scale - side, sw // scale * scale - side), (scale * 3, scale * 5)):
+            box = _upright_box((si, sj, side, side), orientation, sh, sw)
+            _fixed_crop(monkeypatch, box)
+            got = train_pipeline(out, hflip=0.0).from_bytes(data).permute(1, 2, 0).numpy()
+            crop = Image.fromarray(stored[si // scale : si // scale + out, sj // scale : sj // scale + out])
+            want = np.asarray(crop if orientation == 1 else crop.transpose(_UPRIGHT[orientation]))
+            np.testing.assert_array_equal(got, want, err_msg=f"scale {scale}, box {box}")
