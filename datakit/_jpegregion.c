@@ -5,13 +5,15 @@
  * DCT, upsampling and colour conversion (jpeg_crop_scanline). For a random resized crop this is
  * about half of the work of a full decode.
  *
- * decode_region(data, scale, top, left, height, width, order) -> (pixels, rows, band, channels, offset) | None
+ * decode_region(data, scale, top, left, height, width, order[, stored]) -> (pixels, rows, band, channels, offset) | None
  *   top/left/height/width are in the scaled image (libjpeg's ceil(size / scale));
  *   order: 0 RGB, 1 BGR, 2 gray;
  *   pixels: a bytearray of rows x band x channels in that order; the rectangle's first column is
  *   at `offset` inside the band (the band starts on an iMCU boundary).
  *   None: the image is not one this decoder handles the way the full decoders do (CMYK/YCCK, an
  *   EXIF orientation other than 1): decode it the ordinary way.
+ *   stored: 1 decodes the pixels as stored whatever the EXIF orientation says (no None for it): the
+ *   rectangle is then one of the stored image, and the caller turns it upright.
  *   ValueError: libjpeg's message (corrupt data).
  */
 #define PY_SSIZE_T_CLEAN
@@ -110,7 +112,7 @@ static int check_args(int scale, unsigned long height, unsigned long width, int 
  * every return when not NULL. */
 static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *owner, int scale, unsigned long top,
                              unsigned long left, unsigned long height, unsigned long width, int order,
-                             unsigned long min_left) {
+                             unsigned long min_left, int stored) {
     struct jpeg_decompress_struct cinfo;
     error_mgr err;
     PyObject *volatile out = NULL;
@@ -137,9 +139,10 @@ static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *ow
     jpeg_create_decompress(&cinfo);
     created = 1;
     jpeg_mem_src(&cinfo, buf, (unsigned long)len);
-    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
+    if (!stored)
+        jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
-    if (!exif_upright(&cinfo) || cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK ||
+    if ((!stored && !exif_upright(&cinfo)) || cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK ||
         (cinfo.num_components != 1 && cinfo.num_components != 3)) {
         jpeg_destroy_decompress(&cinfo);
         release(owner);
@@ -230,16 +233,17 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     Py_buffer view;
     int scale, order;
     unsigned long top, left, height, width;
+    int stored = 0;
     (void)self;
 
-    if (!PyArg_ParseTuple(args, "y*ikkkki", &view, &scale, &top, &left, &height, &width, &order))
+    if (!PyArg_ParseTuple(args, "y*ikkkki|p", &view, &scale, &top, &left, &height, &width, &order, &stored))
         return NULL;
     if (!check_args(scale, height, width, order)) {
         PyBuffer_Release(&view);
         return NULL;
     }
     return region_core((const unsigned char *)view.buf, (size_t)view.len, &view, scale, top, left, height, width,
-                       order, 0);
+                       order, 0, stored);
 }
 
 /* ---- Entropy index: decoding a crop without reading the entropy-coded data around it ----------
@@ -257,7 +261,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
  *
  * jpeg_index(data) -> bytes | None   (None: progressive, arithmetic, restart intervals, 12-bit,
  *                                     several scans, corrupt data or any doubt: not indexed)
- * decode_indexed(data, index, scale, top, left, height, width, order) -> as decode_region | None
+ * decode_indexed(data, index, scale, top, left, height, width, order[, stored]) -> as decode_region | None
  */
 
 #define INDEX_MAGIC "DKJ1"
@@ -753,10 +757,11 @@ static PyObject *decode_indexed(PyObject *self, PyObject *args) {
     unsigned char *buf = NULL;
     size_t cap;
     bitw w;
-    int dummy_bits;
+    int dummy_bits, stored = 0;
     (void)self;
 
-    if (!PyArg_ParseTuple(args, "y*y*ikkkki", &view, &iview, &scale, &top, &left, &height, &width, &order))
+    if (!PyArg_ParseTuple(args, "y*y*ikkkki|p", &view, &iview, &scale, &top, &left, &height, &width, &order,
+                          &stored))
         return NULL;
     PyBuffer_Release(&iview); /* a bytes object: held by the caller */
     if (!check_args(scale, height, width, order)) {
@@ -795,11 +800,12 @@ static PyObject *decode_indexed(PyObject *self, PyObject *args) {
     jpeg_create_decompress(&cinfo);
     created = 1;
     jpeg_mem_src(&cinfo, data, (unsigned long)len);
-    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
+    if (!stored)
+        jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
     if ((size_t)(cinfo.src->next_input_byte - data) == scan_start && read_layout(&cinfo, &lay) &&
         lay.mcus_x == mcus_x && lay.mcus_y == mcus_y && lay.ncomp == idx[20] && lay.mcu_w == idx[21] &&
-        lay.mcu_h == idx[22] && exif_upright(&cinfo) && cinfo.jpeg_color_space != JCS_CMYK &&
+        lay.mcu_h == idx[22] && (stored || exif_upright(&cinfo)) && cinfo.jpeg_color_space != JCS_CMYK &&
         cinfo.jpeg_color_space != JCS_YCCK && make_tuning(&lay.ac[0], &tune))
         ok = 1;
     for (ci = 0; ok && ci < lay.ncomp; ci++) /* the made-up MCU codes any DC value and an EOB */
@@ -979,7 +985,7 @@ static PyObject *decode_indexed(PyObject *self, PyObject *args) {
             /* the band never takes in the made-up column: beside the image's left edge the upsampling
              * repeats the edge, as it does in the whole image */
             got = region_core(buf, n, NULL, scale, top - dy, left + (unsigned long)lay.mcu_w / scale - dx, height, width,
-                              order, (unsigned long)lay.mcu_w / scale);
+                              order, (unsigned long)lay.mcu_w / scale, 1);
             PyMem_Free(buf);
             PyBuffer_Release(&view);
             return got;
@@ -1063,10 +1069,11 @@ static PyObject *jpeg_warning(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"jpeg_warning", jpeg_warning, METH_VARARGS, "jpeg_warning(data) -> str | None"},
     {"decode_region", decode_region, METH_VARARGS,
-     "decode_region(data, scale, top, left, height, width, order) -> (pixels, rows, band, channels, offset) | None"},
+     "decode_region(data, scale, top, left, height, width, order[, stored]) -> (pixels, rows, band, channels, offset) | "
+     "None"},
     {"jpeg_index", jpeg_index, METH_VARARGS, "jpeg_index(data) -> bytes | None"},
     {"decode_indexed", decode_indexed, METH_VARARGS,
-     "decode_indexed(data, index, scale, top, left, height, width, order) -> as decode_region | None"},
+     "decode_indexed(data, index, scale, top, left, height, width, order[, stored]) -> as decode_region | None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1074,7 +1081,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpegregion", NULL, 
 
 PyMODINIT_FUNC PyInit__jpegregion(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0) {
+    /* STORED: decode_region and decode_indexed take `stored` (extensions built before do not) */
+    if (m != NULL && (PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0 ||
+                      PyModule_AddIntConstant(m, "STORED", 1) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

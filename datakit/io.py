@@ -723,9 +723,13 @@ def decode_jpeg_region(
 
 
 def _decode_region(data: bytes, h: int, w: int, mode: str, scale: int, box: tuple[int, int, int, int],
-                   name, index: bytes | None) -> np.ndarray | None:  # fmt: skip
+                   name, index: bytes | None, stored: bool = False) -> np.ndarray | None:  # fmt: skip
     """:func:`decode_jpeg_region` for a JPEG whose frame header says ``h`` x ``w`` (the caller has
-    read it and checked ``mode`` and that the decoder is built), without reading the header again."""
+    read it and checked ``mode`` and that the decoder is built), without reading the header again.
+    ``stored``: ``box`` is in the pixels as stored whatever the EXIF orientation (the caller turns
+    them upright); None then also from an extension built before it could decode those."""
+    if stored and not getattr(_REGION, "STORED", 0):
+        return None
     if not _jpeg_ends(data):
         raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
     if h * w > _default_budget():
@@ -736,10 +740,11 @@ def _decode_region(data: bytes, h: int, w: int, mode: str, scale: int, box: tupl
         raise ValueError(f"box {box} is not inside the {sw}x{sh} image at 1/{scale}")
     got = None
     if index is not None:
-        got = _decode_indexed(data, index, scale, (top, left, bottom - top, right - left), mode, name)
+        got = _decode_indexed(data, index, scale, (top, left, bottom - top, right - left), mode, name, stored)
     try:
         if got is None:
-            got = _REGION.decode_region(data, scale, top, left, bottom - top, right - left, _REGION_ORDER[mode])
+            rect = (top, left, bottom - top, right - left)
+            got = _REGION.decode_region(data, scale, *rect, _REGION_ORDER[mode], *(True,)[:stored])
     except ValueError:
         return None  # libjpeg's own error: the ordinary decoders say what is wrong, in their words
     if got is None:
@@ -749,7 +754,8 @@ def _decode_region(data: bytes, h: int, w: int, mode: str, scale: int, box: tupl
     return img[:, :, 0] if mode == "gray" else img
 
 
-def _decode_indexed(data: bytes, index: bytes, scale: int, rect: tuple[int, int, int, int], mode: str, name):
+def _decode_indexed(data: bytes, index: bytes, scale: int, rect: tuple[int, int, int, int], mode: str, name,
+                    stored: bool = False):  # fmt: skip
     """decode_indexed's answer, None when it leaves the image to decode_region (or libjpeg refuses
     the data); an index of another file is the caller's mistake and raises."""
     if not hasattr(_REGION, "decode_indexed"):  # an extension built before the index existed
@@ -757,7 +763,7 @@ def _decode_indexed(data: bytes, index: bytes, scale: int, rect: tuple[int, int,
     if not isinstance(index, (bytes, bytearray, memoryview)):
         raise TypeError(f"index must be the bytes jpeg_entropy_index returned, not {type(index).__name__}")
     try:
-        return _REGION.decode_indexed(data, bytes(index), scale, *rect, _REGION_ORDER[mode])
+        return _REGION.decode_indexed(data, bytes(index), scale, *rect, _REGION_ORDER[mode], *(True,)[:stored])
     except ValueError as e:
         if "index" in str(e):
             raise ValueError(f"{_describe(name)}: {e}") from None

@@ -727,10 +727,12 @@ class TrainPipeline(Compose):
         sh, sw = -(-h // f), -(-w // f)
         y0, x0, y1, x1 = _scaled_box(*_stored_box(i, j, ch, cw, h, w, orientation), sh, sw, f)
         region = None
-        if orientation == 1 and mode in dio._REGION_ORDER and dio.region_decoder_available():
-            # the region decoder (it leaves turned images to the whole-image decoders): only the crop's pixels
+        if mode in dio._REGION_ORDER and dio.region_decoder_available():
+            # the region decoder: only the crop's pixels, as stored, turned upright below
             index = self.index_cache.index(data, name) if self.index_cache is not None else None
-            region = dio._decode_region(data, h, w, mode, f, (y0, x0, y1, x1), name, index)
+            region = dio._decode_region(data, h, w, mode, f, (y0, x0, y1, x1), name, index, orientation != 1)
+            if region is not None:
+                region = dio._orient(region, orientation)
         if region is None:  # not built, or an image it leaves to the whole-image decoders
             img = _decode_scaled(data, mode, name, h, w, f)
             if img.shape[:2] != (sh, sw):  # a decoder that reads another frame size than the header's

@@ -625,7 +625,7 @@ def test_a_jpeg_with_several_app1_segments_is_turned_by_one_rule_at_every_scale_
 @pytest.mark.parametrize("segments, orientation", EXIF_SEGMENTS.values(), ids=EXIF_SEGMENTS.keys())
 def test_the_pipelines_turn_a_jpeg_with_several_app1_segments_by_the_same_rule(monkeypatch, segments, orientation):
     # the same file with the one segment that rule reads gives the same pixels in every pipeline, with the region
-    # decoder (which leaves a file to the whole-image decoders whenever any Exif segment may turn it) and without
+    # decoder (which decodes the pixels as stored, turned upright by that rule afterwards) and without
     import datakit.io as dio
     from datakit.transforms import RandomResizedCrop, _resize, eval_pipeline, train_pipeline
 

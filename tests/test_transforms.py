@@ -667,3 +667,44 @@ def test_exif_turned_crop_is_the_stored_pixels_of_that_crop_turned_upright(subsa
             crop = Image.fromarray(stored[si // scale : si // scale + out, sj // scale : sj // scale + out])
             want = np.asarray(crop if orientation == 1 else crop.transpose(_UPRIGHT[orientation]))
             np.testing.assert_array_equal(got, want, err_msg=f"scale {scale}, box {box}")
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_turned_crops_come_from_the_region_decoder_with_the_whole_images_pixels(
+    monkeypatch, orientation, tmp_path
+):
+    # a phone photo (orientation 6 for every portrait shot) is not left to the slower whole-image decoders: the
+    # region decoder decodes the crop of the pixels as stored and the pipeline turns it upright. The pixels are
+    # those of the whole-image path, for crops at every scale, with and without an entropy index
+    import datakit.io as dio
+
+    if not dio.region_decoder_available():
+        pytest.skip("the region decoder is not built")
+    data = _stored_jpeg(_waves(301, 517), orientation, 2)
+    calls = []
+    region = dio._REGION
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(region, name)
+
+        def decode_region(self, *a):
+            calls.append(("region", a[-1] if len(a) == 8 else False))
+            return region.decode_region(*a)
+
+        def decode_indexed(self, *a):
+            calls.append(("indexed", a[-1] if len(a) == 9 else False))
+            return region.decode_indexed(*a)
+
+    for size in (16, 40, 120, 300):  # crops decoded at 1/8 to 1/1
+        for cache in (None, tmp_path / "index"):
+            for seed in range(3):
+                monkeypatch.setattr(dio, "_REGION", False)
+                torch.manual_seed(seed)
+                want = train_pipeline(size, index_cache=cache).from_bytes(data)
+                monkeypatch.setattr(dio, "_REGION", Spy())
+                calls.clear()
+                torch.manual_seed(seed)
+                got = train_pipeline(size, index_cache=cache).from_bytes(data)
+                assert torch.equal(got, want), (size, cache, seed)
+                assert calls == [("indexed" if cache else "region", orientation != 1)], (size, cache, seed)
