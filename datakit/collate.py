@@ -17,7 +17,64 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["detection_collate", "host_empty", "pad_collate", "stack_collate"]
+from datakit.errors import DataError
+
+__all__ = ["CollateError", "detection_collate", "host_empty", "pad_collate", "stack_collate"]
+
+
+class CollateError(DataError):
+    """A batch a collate function refuses, in one line naming the samples at fault.
+
+    Raised as ``CollateError("text ", [positions], " more text", ..., batch=batch)``: the lists are
+    positions in ``batch``, which the message names as such ("batch positions 0, 2"); under
+    :func:`~datakit.loader.create_loader` the loader, which knows what it read, names them by dataset
+    index and file instead ("samples 17, 40"; "sample 5 (cat/x.jpg)"), where ``batch`` holds the
+    samples it read in their order (a collate function that reorders or drops samples before
+    refusing keeps its positions). A plain string works too.
+    """
+
+    def __init__(self, *parts: str | list[int], batch: Sequence | None = None) -> None:
+        self.parts = parts
+        self.batch = batch  # the samples the positions count in; None: the batch the collate function was given
+        super().__init__(self.naming(_positions))
+
+    def naming(self, label: Callable[[list[int], bool], str]) -> str:
+        """The message with each list of positions written by ``label(positions, odd)``; ``odd`` is False
+        for the one group larger than all others (the batch's common case, not a sample to look at)."""
+        sizes = sorted(len(p) for p in self.parts if not isinstance(p, str))
+        common = sizes[-1] if len(sizes) > 1 and sizes[-1] > sizes[-2] else None
+        return "".join(p if isinstance(p, str) else label(p, len(p) != common) for p in self.parts)
+
+
+def _positions(positions: list[int], odd: bool = True) -> str:
+    """Positions in the batch, as a collate function called by a plain DataLoader can name them."""
+    return ("batch positions " if len(positions) > 1 else "batch position ") + _ranges(positions)
+
+
+def _refusing(collate: Callable) -> Callable:
+    """``collate``, whose :class:`CollateError` names the batch it was given as the one its positions count in."""
+
+    @functools.wraps(collate)
+    def refusing(batch: Sequence):
+        try:
+            return collate(batch)
+        except CollateError as exc:
+            if exc.batch is None:
+                exc.batch = batch
+            raise
+
+    return refusing
+
+
+def _grouped(keys: Sequence, what: Callable[[object], str]) -> list[str | list[int]]:
+    """Message parts naming the positions of each distinct key (at most 4 keys): ``positions: what(key)``."""
+    groups: dict = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    parts: list[str | list[int]] = []
+    for n, (k, ix) in enumerate(list(groups.items())[:4]):
+        parts += ["; " if n else "", ix, f": {what(k)}"]
+    return parts
 
 
 _NUMPY_DTYPES = {torch.uint8: np.uint8, torch.float32: np.float32, torch.float16: np.float16,
@@ -121,22 +178,19 @@ def _hwc_view(t: torch.Tensor) -> bool:
     return t.stride() == (1, w * c, c) and not t.requires_grad
 
 
+@_refusing
 def stack_collate(batch: Sequence):
-    """``default_collate``, except that images of different sizes give an error naming the samples
-    (their positions in the batch and shapes) and pointing at :func:`pad_collate`."""
+    """``default_collate``, except that images of different sizes give a :class:`CollateError` naming
+    the samples (by position in the batch; by dataset index and file under create_loader) and their
+    shapes, and pointing at :func:`pad_collate`."""
     if batch and isinstance(batch[0], (tuple, list)) and len(batch[0]) >= 1:
         images = [b[0] for b in batch]
         if isinstance(images[0], (np.ndarray, torch.Tensor)):
             shapes = [tuple(x.shape) for x in images]
             if len(set(shapes)) > 1:
-                groups: dict[tuple, list[int]] = {}
-                for i, s in enumerate(shapes):
-                    groups.setdefault(s, []).append(i)
-                shown = "; ".join(f"samples {_ranges(ix)}: {s}" for s, ix in list(groups.items())[:4])
-                raise ValueError(
-                    f"cannot stack images of different sizes into one batch ({shown}); resize them to one size in "
-                    "the transform, or batch them with datakit.collate.pad_collate()"
-                )
+                raise CollateError("cannot stack images of different sizes into one batch (", *_grouped(shapes, str),
+                                   "); resize them to one size in the transform, or batch them with "
+                                   "datakit.collate.pad_collate()")  # fmt: skip
             rest = default_collate([tuple(b[1:]) for b in batch])
             return [_stack_images(images), *rest]
     return default_collate(batch)
@@ -159,12 +213,10 @@ def _promoted(tensors: list[torch.Tensor], verb: str) -> list[torch.Tensor]:
     try:
         common = functools.reduce(torch.promote_types, sorted(dtypes, key=lambda d: not d.is_floating_point))
     except RuntimeError:
-        groups: dict[str, list[int]] = {}
-        for i, t in enumerate(tensors):
-            groups.setdefault(str(t.dtype).removeprefix("torch."), []).append(i)
-        shown = "; ".join(f"samples {_ranges(ix)}: {d}" for d, ix in groups.items())
-        raise ValueError(f"cannot {verb} images of dtypes torch does not promote into one batch ({shown}); "
-                         "convert them to one dtype in the transform") from None  # fmt: skip
+        names = [str(t.dtype).removeprefix("torch.") for t in tensors]
+        raise CollateError(f"cannot {verb} images of dtypes torch does not promote into one batch (",
+                           *_grouped(names, str), "); convert them to one dtype in the transform",
+                           ) from None  # fmt: skip
     return [t.to(common) for t in tensors]
 
 
@@ -172,10 +224,11 @@ def _pad_images(images: Sequence, size_divisor: int, pad_value: float):
     if not images:
         raise ValueError("cannot pad an empty batch: the dataset or sampler gave no samples")
     chw = [_as_chw(x) for x in images]
-    channels = {t.shape[0] for t in chw}
-    if len(channels) > 1:
-        raise ValueError(f"cannot pad images with different channel counts into one batch: {sorted(channels)} "
-                         "(arrays are read H x W x C, tensors C x H x W)")  # fmt: skip
+    channels = [t.shape[0] for t in chw]
+    if len(set(channels)) > 1:
+        raise CollateError("cannot pad images with different channel counts into one batch (",
+                           *_grouped(channels, lambda c: f"{c} channel{'s' if c != 1 else ''}"),
+                           "; arrays are read H x W x C, tensors C x H x W)")  # fmt: skip
     chw = _promoted(chw, "pad")
     dtype = chw[0].dtype
     if not dtype.is_floating_point:
@@ -208,11 +261,13 @@ def pad_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
     if size_divisor < 1:
         raise ValueError(f"size_divisor must be at least 1, got {size_divisor}")
 
+    @_refusing
     def collate(batch: Sequence):
-        bare = [b for b in batch if isinstance(b, (torch.Tensor, np.ndarray))]
-        if bare and len(bare) != len(batch):
-            raise ValueError("pad_collate: samples mix bare images and (image, target) pairs")
-        if bare:  # images without targets: an image is not a sequence of (image, target)
+        bare = [isinstance(b, (torch.Tensor, np.ndarray)) for b in batch]
+        if any(bare) and not all(bare):
+            raise CollateError("pad_collate: samples mix bare images and (image, target) pairs (",
+                               *_grouped(["a bare image" if b else "a pair" for b in bare], str), ")")  # fmt: skip
+        if any(bare):  # images without targets: an image is not a sequence of (image, target)
             images, sizes, mask = _pad_images(list(batch), size_divisor, pad_value)
             return images, None, sizes, mask
         images, sizes, mask = _pad_images([b[0] for b in batch], size_divisor, pad_value)
@@ -231,28 +286,29 @@ def detection_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
     extras (``scale``, ``orig_size``, ...).
     """
 
+    @_refusing
     def collate(batch: Sequence):
         images, sizes, _ = _pad_images([b[0] for b in batch], size_divisor, pad_value)
         targets = []
         for i, (_, t) in enumerate(batch):
             if not isinstance(t, dict) or "boxes" not in t:
-                raise ValueError(f"detection_collate: sample {i} target must be a dict with 'boxes', got {type(t)}")
+                raise CollateError("detection_collate: ", [i], f" target must be a dict with 'boxes', got {type(t)}")
             t = dict(t)
             boxes = torch.as_tensor(t["boxes"], dtype=torch.float32)
             if boxes.numel() == 0:
                 boxes = boxes.reshape(0, 4)  # no object in the image: [] or an empty array of any shape
             elif boxes.ndim != 2 or boxes.shape[1] != 4:  # (N, 5) with scores, corner points: never reshaped into boxes
-                raise ValueError(f"detection_collate: sample {i} boxes must be N x 4 (x1, y1, x2, y2), got shape "
-                                 f"{tuple(boxes.shape)}")  # fmt: skip
+                raise CollateError("detection_collate: ", [i], " boxes must be N x 4 (x1, y1, x2, y2), got shape "
+                                   f"{tuple(boxes.shape)}")  # fmt: skip
             t["boxes"] = boxes
             if "labels" in t:
                 labels = torch.as_tensor(t["labels"])
                 if labels.is_floating_point() and not torch.equal(labels, labels.round()):
-                    raise ValueError(f"detection_collate: sample {i} labels must be class indices (whole numbers), "
-                                     f"got {labels.tolist()}")  # fmt: skip
+                    raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers), got "
+                                       f"{labels.tolist()}")  # fmt: skip
                 if labels.reshape(-1).shape[0] != boxes.shape[0]:
-                    raise ValueError(f"detection_collate: sample {i} has {boxes.shape[0]} boxes and "
-                                     f"{labels.reshape(-1).shape[0]} labels")  # fmt: skip
+                    raise CollateError("detection_collate: ", [i], f" has {boxes.shape[0]} boxes and "
+                                       f"{labels.reshape(-1).shape[0]} labels")  # fmt: skip
                 t["labels"] = labels.reshape(-1).to(torch.int64)
             t["img_size"] = sizes[i].clone()
             t["pad_size"] = torch.tensor(images.shape[-2:], dtype=torch.int64)

@@ -12,6 +12,7 @@ import multiprocessing.context
 import os
 import random
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -22,9 +23,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import _utils as _torch_data_utils
 from torch.utils.data.dataloader import _DatasetKind, _MultiProcessingDataLoaderIter
 
-from datakit.collate import SlotCollate, forget_slots
+from datakit.collate import CollateError, SlotCollate, forget_slots
 from datakit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -159,7 +161,105 @@ def _untouched_rng(fn: Callable, *args):
         _set_rng_state(state)
 
 
-class PerSampleSeed(Dataset):
+_NOTED = threading.local()  # batch: (dataset, indices) of the batch being read in this thread, until collated
+
+
+class _NotedBatches(Dataset):
+    """``dataset`` read a batch at a time through ``__getitems__``, which notes the batch's indices (in
+    this process and thread) for :class:`_NamingCollate`: an error of the collate function then names
+    the samples by dataset index and file, not by their position in the batch. :func:`create_loader`
+    puts it around every dataset with indices."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.inner = dataset
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        return self.inner[index]
+
+    def __getitems__(self, indices: list) -> list:
+        _NOTED.batch = (self.inner, indices)
+        try:
+            own = getattr(self.inner, "__getitems__", None)  # torch's Subset reads its dataset's way
+            return own(indices) if own else [self.inner[i] for i in indices]
+        except BaseException:
+            _NOTED.batch = None  # no collate call follows to let go of the dataset
+            raise
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "inner":  # never the inner __getitems__, nor during unpickling
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+
+class _NamingCollate:
+    """``collate_fn`` whose :class:`~datakit.collate.CollateError` names the samples by dataset index,
+    and by file where the dataset has ``name(index)`` (datakit's datasets, also inside torch's
+    ``Subset``), from what :class:`_NotedBatches` noted of the batch; otherwise, or for any other
+    error, ``collate_fn`` as it is."""
+
+    def __init__(self, collate_fn: Callable) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, batch):
+        noted, _NOTED.batch = getattr(_NOTED, "batch", None), None
+        try:
+            return self.collate_fn(batch)
+        except CollateError as exc:
+            if noted is None or len(noted[1]) != len(batch) or not _same_samples(exc.batch, batch):
+                raise  # not the batch noted (a collate_fn called by hand), or positions in another list
+            raise type(exc)(exc.naming(_sample_labels(*noted))) from None  # one line, whatever the process
+
+    def __getattr__(self, name: str):
+        if name == "collate_fn":
+            raise AttributeError(name)
+        return getattr(self.collate_fn, name)
+
+    def __repr__(self) -> str:
+        return f"_NamingCollate({self.collate_fn!r})"
+
+
+def _same_samples(refused, batch) -> bool:
+    """Whether the positions of an error about ``refused`` count in ``batch`` (None: the error says nothing
+    else): the same samples in the same order, not a copy the collate function sorted or filtered."""
+    if refused is None or refused is batch:
+        return True
+    return len(refused) == len(batch) and all(a is b for a, b in zip(refused, batch))
+
+
+def _sample_labels(dataset: Dataset, indices: list) -> Callable[[list[int], bool], str]:
+    """What :meth:`CollateError.naming` writes for positions in the batch read from ``indices``: the
+    indices, with the files of the samples that stand out (``odd``)."""
+
+    def label(positions: list[int], odd: bool) -> str:
+        shown = []
+        for p in positions[:6]:
+            name = _sample_name(dataset, indices[p]) if odd else None
+            shown.append(f"{indices[p]}" + (f" ({name})" if name is not None else ""))
+        more = ", ..." if len(positions) > 6 else ""
+        return ("samples " if len(positions) > 1 else "sample ") + ", ".join(shown) + more
+
+    return label
+
+
+def _sample_name(dataset: Dataset, index) -> str | None:
+    """The file, member or key of sample ``index`` where the dataset says (``name(index)``, through
+    torch's ``Subset``); None where it does not."""
+    try:
+        while isinstance(dataset, torch.utils.data.Subset):
+            dataset, index = dataset.dataset, dataset.indices[index]
+        name = getattr(dataset, "name", None)
+        return str(name(index)) if callable(name) else None
+    except Exception:  # a name() of another meaning, or none for this index: the index alone
+        return None
+
+
+class PerSampleSeed(_NotedBatches):
     """``dataset`` with ``random``, NumPy's global state and torch's CPU generator seeded from
     (seed, epoch, index) before each sample is read, so random augmentations depend on the sample
     and the epoch alone: the same whatever ``num_workers`` (and when re-tuning changes it), and
@@ -174,11 +274,8 @@ class PerSampleSeed(Dataset):
     """
 
     def __init__(self, dataset: Dataset) -> None:
-        self.inner = dataset
+        super().__init__(dataset)
         self._saved: tuple | None = None  # the caller's random states while a batch is read here
-
-    def __len__(self) -> int:
-        return len(self.inner)
 
     def __getitem__(self, index):
         if isinstance(index, SampleIndex):
@@ -189,11 +286,13 @@ class PerSampleSeed(Dataset):
     def __getitems__(self, indices: list) -> list:
         main = torch.utils.data.get_worker_info() is None
         saved = _rng_state() if main else None
+        _NOTED.batch = (self.inner, indices)
         try:
             out = [self[i] for i in indices]
             if indices and isinstance(indices[0], SampleIndex):
                 _seed_sample(indices[0], _COLLATE_SALT)
         except BaseException:
+            _NOTED.batch = None
             if saved is not None:
                 _set_rng_state(saved)
             raise
@@ -208,14 +307,6 @@ class PerSampleSeed(Dataset):
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_saved": None}
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or name == "inner":  # never the inner __getitems__, nor during unpickling
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def __repr__(self) -> str:
-        return f"PerSampleSeed({self.inner!r})"
 
 
 class SeededCollate:
@@ -341,6 +432,12 @@ class _BalancedIter(_MultiProcessingDataLoaderIter):
     def _shutdown_workers(self) -> None:
         pids = [w.pid for w in getattr(self, "_workers", [])]
         try:
+            if not getattr(self, "_shutdown", True) and _feeders_stopped(self):
+                # collected in a reference cycle (a caught error's traceback holds the iterator, as in a
+                # notebook): the garbage collector stopped the index queues' feeder threads first, so the
+                # None that tells each worker to exit would never leave this process, and torch would wait
+                # 5 s for each worker before terminating it. They are terminated now instead.
+                _terminate_workers(self)
             super()._shutdown_workers()
         finally:
             forget_slots(pids)  # their batch slots: mapped here no longer (batches still held keep theirs)
@@ -782,9 +879,9 @@ class Loader:
 
     @property
     def dataset(self) -> Dataset:
-        """The dataset as given to :func:`create_loader` (not the :class:`PerSampleSeed` around it)."""
+        """The dataset as given to :func:`create_loader` (not the wrapper around it, :class:`PerSampleSeed`)."""
         ds = self.loader.dataset
-        return ds.inner if isinstance(ds, PerSampleSeed) else ds
+        return ds.inner if isinstance(ds, _NotedBatches) else ds
 
     @property
     def wait_fraction(self) -> float | None:
@@ -1032,20 +1129,34 @@ def _drain(it, patience: float) -> bool:
         return False
 
 
+def _feeders_stopped(it) -> bool:
+    """Whether the feeder thread of any of the iterator's index queues has been told to stop (its
+    ``multiprocessing`` finalizer has run): what a queue put there no longer reaches its worker."""
+    for q in getattr(it, "_index_queues", ()):
+        close = getattr(q, "_close", None)
+        if close is not None and hasattr(close, "still_active") and not close.still_active():
+            return True
+    return False
+
+
+def _terminate_workers(it) -> None:
+    """Terminate the iterator's worker processes at once, without its SIGCHLD handler taking that
+    for a failure in the main thread."""
+    if getattr(it, "_worker_pids_set", False):  # (imported at the top: this also runs as Python shuts down)
+        _torch_data_utils.signal_handling._remove_worker_pids(id(it))
+        it._worker_pids_set = False
+    for w in getattr(it, "_workers", []):
+        if w.is_alive():
+            w.terminate()
+
+
 def _abandon(it, receiver: _Receiver | None = None) -> None:
     """Stop the workers of a DataLoader iterator whose batch in transit will not be waited for:
     terminated at once (torch's own shutdown would wait 5 s for a stuck one), without its
     SIGCHLD handler taking that for a failure in the main thread. A ``receiver`` waiting in the
     iterator sees the workers gone within torch's status check (5 s), passes that on as an
     error no one takes, and ends; then the iterator is shut down."""
-    from torch.utils.data import _utils
-
-    if getattr(it, "_worker_pids_set", False):
-        _utils.signal_handling._remove_worker_pids(id(it))
-        it._worker_pids_set = False
-    for w in getattr(it, "_workers", []):
-        if w.is_alive():
-            w.terminate()
+    _terminate_workers(it)
     if receiver is not None:
         receiver.join(15.0)
     shutdown = getattr(it, "_shutdown_workers", None)
@@ -1486,9 +1597,12 @@ def create_loader(
     seeded = PerSampleSeed(dataset) if seed is not None and not iterable else None
     if seeded is not None:
         collate_fn = SeededCollate(collate_fn, seeded)
+    # a collate error names the samples by dataset index and file, which only the dataset's side knows
+    read = seeded if seeded is not None else dataset if iterable else _NotedBatches(dataset)
     kwargs = dict(
-        batch_size=batch_size, collate_fn=SlotCollate(collate_fn), num_workers=num_workers, drop_last=drop_last,
-        pin_memory=_is_cuda(device), worker_init_fn=WorkerInit(user_init, rank_salt=salt), generator=generator,
+        batch_size=batch_size, collate_fn=SlotCollate(_NamingCollate(collate_fn)), num_workers=num_workers,
+        drop_last=drop_last, pin_memory=_is_cuda(device), worker_init_fn=WorkerInit(user_init, rank_salt=salt),
+        generator=generator,
     )  # fmt: skip
     if sampler is not None:
         kwargs["sampler"] = sampler
@@ -1515,7 +1629,7 @@ def create_loader(
         ours = not own_sampler and isinstance(kw.get("sampler"), EpochSampler)
         stream = train and persistent and ours and kw.get("in_order", True)
         cls = _StreamingDataLoader if stream else _BalancedDataLoader
-        dl = cls(seeded if seeded is not None else dataset, **kw)
+        dl = cls(read, **kw)
         dl.balance = seeded is not None and ours  # every index tagged, every sample seeded from it
         return dl
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from datakit.collate import detection_collate, pad_collate, stack_collate
+from datakit.collate import CollateError, detection_collate, pad_collate, stack_collate
 from datakit.datasets import open_dataset
 
 
@@ -70,13 +70,36 @@ def test_stack_collate_views_mixed_with_chw_tensors(workers):
 
 
 def test_stack_collate_names_mismatched_samples():
+    # called by a plain DataLoader, the collate function knows positions in the batch only, and says so
     batch = [(np.zeros((4, 5, 3), np.uint8), 0), (np.zeros((4, 5, 3), np.uint8), 1), (np.zeros((6, 5, 3), np.uint8), 2)]
-    with pytest.raises(ValueError) as e:
-        stack_collate(batch)
-    assert str(e.value) == (
-        "cannot stack images of different sizes into one batch (samples 0, 1: (4, 5, 3); samples 2: (6, 5, 3)); "
-        "resize them to one size in the transform, or batch them with datakit.collate.pad_collate()"
+    want = (
+        "cannot stack images of different sizes into one batch (batch positions 0, 1: (4, 5, 3); batch position 2: "
+        "(6, 5, 3)); resize them to one size in the transform, or batch them with datakit.collate.pad_collate()"
     )
+    with pytest.raises(CollateError) as e:
+        stack_collate(batch)
+    assert str(e.value) == want and isinstance(e.value, ValueError)
+
+    class Mixed(torch.utils.data.Dataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            return batch[i - 3] if i >= 3 else (np.zeros((1, 1, 3), np.uint8), i)
+
+    for workers in (0, 2):
+        loader = DataLoader(Mixed(), batch_size=3, num_workers=workers, collate_fn=stack_collate)
+        with pytest.raises(CollateError) as e:
+            list(loader)
+        if workers:  # torch's DataLoader: behind the worker's traceback
+            assert str(e.value).endswith(f"CollateError: {want}\n")
+        else:
+            assert str(e.value) == want
+    many = [(np.zeros((2, 2, 3), np.uint8), i) for i in range(8)] + [(np.zeros((3, 2, 3), np.uint8), 8)]
+    with pytest.raises(
+        CollateError, match=r"\(batch positions 0, 1, 2, 3, 4, 5, \.\.\.: \(2, 2, 3\); batch position 8: "
+    ):
+        stack_collate(many)
 
 
 def test_pad_collate_mixed_sizes(class_folder):
@@ -107,7 +130,7 @@ def test_detection_collate_boxes_stay_valid():
     assert targets[0]["img_size"].tolist() == [20, 30] and targets[0]["pad_size"].tolist() == [48, 32]
     assert targets[0]["scale"] == 0.5 and targets[0]["labels"].dtype == torch.int64
     assert targets[1]["boxes"].shape == (0, 4)
-    with pytest.raises(ValueError, match="sample 0 target must be a dict with 'boxes'"):
+    with pytest.raises(CollateError, match="batch position 0 target must be a dict with 'boxes'"):
         detection_collate()([(a, 1)])
 
 
@@ -224,8 +247,8 @@ def test_stack_collate_promotes_mixed_dtypes_instead_of_casting_into_the_first()
         stack_collate(
             [(np.zeros((2, 2), np.uint8), 0), (np.zeros((2, 2), np.uint16), 1), (np.zeros((2, 2), np.uint8), 2)]
         )
-    assert str(e.value) == ("cannot stack images of dtypes torch does not promote into one batch (samples 0, 2: uint8; "
-                            "samples 1: uint16); convert them to one dtype in the transform")  # fmt: skip
+    assert str(e.value) == ("cannot stack images of dtypes torch does not promote into one batch (batch positions 0, 2: "
+                            "uint8; batch position 1: uint16); convert them to one dtype in the transform")  # fmt: skip
 
 
 def test_pad_collate_never_changes_values_silently():
@@ -248,6 +271,19 @@ def test_pad_collate_never_changes_values_silently():
     assert str(e.value) == "cannot pad an empty batch: the dataset or sampler gave no samples"
 
 
+def test_pad_collate_names_the_samples_of_each_channel_count_and_kind():
+    # before: "different channel counts: [1, 3]", naming no sample; bare images among pairs, none either
+    collate = pad_collate(size_divisor=1)
+    with pytest.raises(CollateError) as e:
+        collate([(np.zeros((2, 2, 3), np.uint8), 0), (np.zeros((2, 2), np.uint8), 1), (torch.zeros(3, 2, 2), 2)])
+    assert str(e.value) == ("cannot pad images with different channel counts into one batch (batch positions 0, 2: "
+                            "3 channels; batch position 1: 1 channel; arrays are read H x W x C, tensors C x H x W)")  # fmt: skip
+    with pytest.raises(CollateError) as e:
+        collate([(torch.zeros(3, 2, 2), 0), torch.zeros(3, 2, 2)])
+    assert str(e.value) == ("pad_collate: samples mix bare images and (image, target) pairs (batch position 0: a pair; "
+                            "batch position 1: a bare image)")  # fmt: skip
+
+
 def test_detection_collate_refuses_boxes_and_labels_it_would_reshape():
     # The attack: 4 boxes with a score column became 5 wrong boxes, 2x2 corner points one box, a label 1.7 class 1.
     img = torch.zeros(3, 8, 8, dtype=torch.uint8)
@@ -255,16 +291,19 @@ def test_detection_collate_refuses_boxes_and_labels_it_would_reshape():
     for boxes, shape in ((torch.ones(4, 5), (4, 5)), (torch.ones(2, 2), (2, 2))):
         with pytest.raises(ValueError) as e:
             collate([(img, {"boxes": boxes})])
-        assert str(e.value) == f"detection_collate: sample 0 boxes must be N x 4 (x1, y1, x2, y2), got shape {shape}"
+        assert (
+            str(e.value)
+            == f"detection_collate: batch position 0 boxes must be N x 4 (x1, y1, x2, y2), got shape {shape}"
+        )
     with pytest.raises(ValueError) as e:
         collate(
             [(img, {"boxes": torch.ones(2, 4), "labels": [1, 2]}), (img, {"boxes": [[0, 0, 1, 1]], "labels": [1.7]})]
         )
     assert (
         str(e.value)
-        == "detection_collate: sample 1 labels must be class indices (whole numbers), got [1.7000000476837158]"
+        == "detection_collate: batch position 1 labels must be class indices (whole numbers), got [1.7000000476837158]"
     )
-    with pytest.raises(ValueError, match=r"^detection_collate: sample 0 has 2 boxes and 1 labels$"):
+    with pytest.raises(ValueError, match=r"^detection_collate: batch position 0 has 2 boxes and 1 labels$"):
         collate([(img, {"boxes": torch.ones(2, 4), "labels": [1]})])
     _, targets = collate([(img, {"boxes": [], "labels": []}), (img, {"boxes": [[0, 0, 1, 1]], "labels": [3.0]})])
     assert targets[0]["boxes"].shape == (0, 4) and targets[1]["labels"].tolist() == [3]
@@ -288,8 +327,8 @@ def test_pad_and_detection_collate_refuse_dtypes_torch_does_not_promote_naming_t
     images = [np.zeros((2, 2, 3), np.uint16), np.zeros((3, 3, 3), np.uint8), torch.zeros(3, 2, 3, dtype=torch.uint16)]
     with pytest.raises(ValueError) as e:
         PADDERS[kind](_pad_batch(kind, images))
-    assert str(e.value) == ("cannot pad images of dtypes torch does not promote into one batch (samples 0, 2: uint16; "
-                            "samples 1: uint8); convert them to one dtype in the transform")  # fmt: skip
+    assert str(e.value) == ("cannot pad images of dtypes torch does not promote into one batch (batch positions 0, 2: "
+                            "uint16; batch position 1: uint8); convert them to one dtype in the transform")  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", PADDERS)

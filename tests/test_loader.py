@@ -1319,11 +1319,150 @@ def test_errors_from_a_worker_reach_the_loop_with_their_own_type_and_one_line(wo
         if workers and not isinstance(exc, SampleError):  # the user's own: the worker's file and line stay shown
             cause = str(e.value.__cause__)
             assert cause.startswith("Caught ") and "in __getitem__\n    raise self.exc" in cause, cause
+        loader.close()  # dropped instead, its workers take 5 s each to end when collected, in a later test
     # a KeyError's message is its key's repr: the same key again, the worker's traceback as its cause
     loader = create_loader(_Raises(KeyError("k")), 4, num_workers=2, train=False)
     with pytest.raises(KeyError) as e:
         list(loader)
     assert e.value.args == ("k",) and "Caught KeyError in DataLoader worker process" in str(e.value.__cause__)
+    loader.close()
+
+
+def _two_sizes(tmp_path: Path) -> Path:
+    """A class folder of 8 images, 32 x 24 but for index 5 (图_5.png), 40 x 24; JPEGs and PNGs."""
+    from datakit.io import imwrite
+    from datakit.testing import synthetic_image
+
+    root = tmp_path / "数据 集"
+    (root / "类").mkdir(parents=True)
+    for i in range(8):
+        imwrite(root / "类" / f"图_{i}{'.png' if i % 2 else '.jpg'}", synthetic_image(40 if i == 5 else 32, 24, i),
+                mode="rgb")  # fmt: skip
+    return root
+
+
+def _one_line(exc: BaseException) -> None:
+    """``exc`` is one error of one line: no worker traceback, no chain for the user to read through."""
+    import traceback
+
+    shown = "".join(traceback.format_exception(exc))
+    assert "\n" not in str(exc) and "Caught" not in shown, shown
+    assert "direct cause" not in shown and "During handling" not in shown, shown
+
+
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
+def test_a_batch_of_mixed_sizes_names_the_dataset_index_and_file_of_the_odd_sample(tmp_path: Path, workers, context):
+    # The attack: stack_collate named positions in the batch ("samples 0, 2, 3: ...; samples 1: ..."),
+    # which find no file among a million; and from a worker behind DataLoader's traceback, as a chain.
+    from datakit.collate import CollateError
+    from datakit.datasets import open_dataset
+
+    root = _two_sizes(tmp_path)
+    kw = {"multiprocessing_context": context} if context else {}
+    loader = create_loader(open_dataset(root), 4, num_workers=workers, train=False, **kw)
+    with pytest.raises(CollateError) as e:
+        list(loader)
+    assert str(e.value) == (
+        f"cannot stack images of different sizes into one batch (samples 4, 6, 7: (32, 24, 3); sample 5 "
+        f"({root / '类' / '图_5.png'}): (40, 24, 3)); resize them to one size in the transform, or batch them "
+        "with datakit.collate.pad_collate()"
+    )
+    _one_line(e.value)
+    loader.close()
+
+
+def test_a_subsets_collate_error_names_its_own_indices_and_the_files_behind_them(tmp_path: Path):
+    # random_split's Subset has no name(): the file comes from the dataset inside it
+    from datakit.datasets import open_dataset
+
+    root = _two_sizes(tmp_path)
+    subset = torch.utils.data.Subset(open_dataset(root), [7, 6, 5, 4, 3, 2, 1, 0])
+    with pytest.raises(ValueError) as e:
+        list(create_loader(subset, 4, num_workers=0, train=False))
+    assert f"(samples 0, 1, 3: (32, 24, 3); sample 2 ({root / '类' / '图_5.png'}): (40, 24, 3))" in str(e.value)
+
+
+class _Odd(Dataset):
+    """16 samples for ``collate``: uint8 3 x 8 x 8 tensors but at index 13 (3 x 9 x 8 for stack, uint16 for pad,
+    one channel for pad's channel count, boxes with a score column for detection)."""
+
+    def __init__(self, collate: str) -> None:
+        self.collate = collate
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int):
+        odd = i == 13
+        img = torch.zeros(3, 9 if odd and self.collate == "stack" else 8, 8, dtype=torch.uint8)
+        if odd and self.collate == "dtype":
+            img = img.to(torch.uint16)
+        if odd and self.collate == "channels":
+            img = img[:1]
+        if self.collate == "detection":
+            return img, {"boxes": torch.ones(1, 5 if odd else 4)}
+        return img, i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_collate_error_names_the_dataset_index_of_a_shuffled_sample(workers: int):
+    # a tensor dataset without names: the index alone, found through a shuffled, seeded order
+    from datakit.collate import CollateError, detection_collate, pad_collate
+
+    for collate, fn, odd, rest in [
+        ("stack", None, "sample 13: (3, 9, 8)", ": (3, 8, 8)"),
+        ("dtype", pad_collate(), "sample 13: uint16", ": uint8"),
+        ("channels", pad_collate(), "sample 13: 1 channel", ": 3 channels"),
+        ("detection", detection_collate(), "", ""),
+    ]:
+        loader = create_loader(_Odd(collate), 4, num_workers=workers, seed=3, collate_fn=fn)
+        order = loader.sampler.indices(0)
+        k = order.index(13) // 4 * 4
+        batch = order[k : k + 4]
+        assert batch != sorted(batch)  # positions in the batch are not the indices
+        others = "samples " + ", ".join(str(i) for i in batch if i != 13) + rest
+        shown = "; ".join([odd, others] if batch[0] == 13 else [others, odd])
+        with pytest.raises(CollateError) as e:
+            list(loader)
+        want = {
+            "stack": f"cannot stack images of different sizes into one batch ({shown}); resize them to one size in "
+            "the transform, or batch them with datakit.collate.pad_collate()",
+            "dtype": f"cannot pad images of dtypes torch does not promote into one batch ({shown}); convert them to "
+            "one dtype in the transform",
+            "channels": f"cannot pad images with different channel counts into one batch ({shown}; arrays are read "
+            "H x W x C, tensors C x H x W)",
+            "detection": "detection_collate: sample 13 boxes must be N x 4 (x1, y1, x2, y2), got shape (1, 5)",
+        }[collate]
+        assert str(e.value) == want
+        _one_line(e.value)
+        loader.close()
+
+
+def test_a_collate_error_of_ones_own_collate_fn_names_the_samples_too():
+    # CollateError is how a collate function of one's own names samples: by position when called by hand
+    from datakit.collate import CollateError, stack_collate
+
+    def collate(batch):
+        raise CollateError("my_collate: ", [1], " has no caption")
+
+    with pytest.raises(CollateError, match=r"^my_collate: batch position 1 has no caption$"):
+        collate([0, 1])
+    with pytest.raises(CollateError, match=r"^my_collate: sample 5 has no caption$"):
+        list(create_loader(list(range(8)), 4, num_workers=0, train=False, sampler=[6, 5, 4, 3], collate_fn=collate))
+    # the batch [6, 5, 0, 4], sample 0 the odd one
+    data = [(torch.zeros(2 if i == 0 else 1, 2), i) for i in range(8)]
+    loader = create_loader(data, 4, num_workers=0, train=False, sampler=[6, 5, 0, 4])
+    with pytest.raises(CollateError, match=r"\(samples 6, 5, 4: \(1, 2\); sample 0: \(2, 2\)\)"):
+        list(loader)
+    # reordered or rebuilt before stack_collate refuses it: positions in that list, never indices it does not hold
+    for reordered, shown in [
+        (lambda b: stack_collate(b[::-1]), "batch positions 0, 2, 3: (1, 2); batch position 1: (2, 2)"),
+        (lambda b: stack_collate([(x, y) for x, y in b]), "batch positions 0, 1, 3: (1, 2); batch position 2: (2, 2)"),
+    ]:
+        loader = create_loader(data, 4, num_workers=0, train=False, sampler=[6, 5, 0, 4], collate_fn=reordered)
+        with pytest.raises(CollateError) as e:
+            list(loader)
+        assert f"into one batch ({shown}); resize" in str(e.value)
 
 
 @pytest.mark.parametrize("policy", ["substitute", "skip"])
@@ -1495,3 +1634,38 @@ def test_a_receiver_interrupted_while_joined_is_still_known_to_run():
     assert r.join(0.1) is False  # still inside the iterator
     gate.set()
     assert r.join(5.0) is True
+
+
+class FailsAtNine(Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i):
+        if i == 9:
+            raise ValueError("sample 9 is bad")
+        return torch.zeros(3), i
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_loader_dropped_after_a_worker_error_ends_its_workers_without_waiting_for_them(context, monkeypatch):
+    # The attack: a data error caught in a notebook cell. The traceback holds the iterator in a reference cycle,
+    # so the garbage collector finalizes it, after multiprocessing's finalizers have stopped the index queues'
+    # feeder threads: the None that tells each worker to exit never left the main process, and torch's join
+    # waited its 5 s timeout for each worker before terminating it (10 s of a frozen notebook for 2 workers).
+    joined = []
+    join = multiprocessing.process.BaseProcess.join
+
+    def spy(self, timeout=None):
+        join(self, timeout)
+        joined.append((timeout, self.is_alive()))
+
+    loader = create_loader(FailsAtNine(), 4, num_workers=2, seed=0, multiprocessing_context=context)
+    with pytest.raises(ValueError, match="sample 9 is bad"):
+        for _ in loader:
+            pass
+    workers = list(loader.loader._iterator._workers)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "join", spy)
+    del loader, _
+    gc.collect()
+    assert joined and all(not alive for _, alive in joined), joined  # no join left a worker running at its timeout
+    assert [w.exitcode is not None for w in workers] == [True, True]  # ended, and reaped
