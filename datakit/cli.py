@@ -322,13 +322,14 @@ def cmd_unzip(args: argparse.Namespace) -> int:
 # pack-lmdb, info, verify
 
 
-def _bar(total: int, desc: str, quiet: bool, unit: str = "img"):
-    """A tqdm bar on stderr, or None when quiet, not rank 0, or stderr is not a terminal."""
+def _bar(total: int, desc: str, quiet: bool, unit: str = "img", file=None):
+    """A tqdm bar on stderr (or ``file``, a stream to it), or None when quiet, not rank 0, or stderr is not a
+    terminal."""
     if quiet or _rank() != 0 or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, file=file or sys.stderr, leave=False, dynamic_ncols=True)
 
 
 def _progress(bar) -> Callable[[int, int], None]:
@@ -427,7 +428,12 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         source = open_source(src, labels=labels, split=args.split, classes=args.classes,
                              **({"encoding": args.encoding} if args.encoding and labels is None else {}))  # fmt: skip
         labels = None
-    bar = _bar(0, "pack", args.quiet)
+    term = None
+    if not args.quiet and _rank() == 0 and sys.stderr.isatty():
+        # the bar draws through a descriptor of its own: a reader thread that captures fd 2 for a decoder's
+        # messages (a damaged image, in datakit.pack) would take a frame drawn meanwhile for one of them
+        term = open(os.dup(sys.stderr.fileno()), "w", encoding=sys.stderr.encoding, errors="backslashreplace")  # noqa: SIM115
+    bar = _bar(0, "pack", args.quiet, file=term)
 
     def progress(done: int, total: int, nbytes: int) -> None:
         if bar is not None:
@@ -446,6 +452,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+        if term is not None:
+            term.close()
     for s in report.skipped:
         print(f"skipped: {s}", file=sys.stderr)
     rate = (report.count - report.resumed_from) / max(report.seconds, 1e-9)

@@ -234,8 +234,16 @@ class ClassMap:
 
     @classmethod
     def from_json(cls, obj: dict) -> ClassMap:
+        """The map :meth:`to_json` wrote; ``ValueError`` for anything else (a list, names that are
+        not strings, ``source_values`` that are not integers, one per class)."""
+        classes = obj.get("classes") if isinstance(obj, dict) else None
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise ValueError('not a class map: {"classes": [class names]} expected')
         src = obj.get("source_values")
-        return cls(tuple(obj["classes"]), tuple(src) if src is not None else None)
+        if src is not None and (not isinstance(src, list) or len(src) != len(classes)
+                                or not all(type(v) is int for v in src)):  # fmt: skip
+            raise ValueError('not a class map: "source_values" must be one integer per class')
+        return cls(tuple(classes), tuple(src) if src is not None else None)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the map as JSON, atomically: a kill leaves the old file or the new one, never half of it."""

@@ -12,6 +12,7 @@ alive in a process cannot be opened again in it, and a forked child inherits the
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -110,18 +111,50 @@ def _lmdb_errors(path: str | os.PathLike, doing: str = "reading") -> Iterator[No
 
 
 class PackWriteError(PackError):
-    """Writing failed (a full disk, an I/O error); the ``committed`` samples before stay valid."""
+    """Writing failed (a full disk, an I/O error); the ``committed`` samples before stay valid.
 
-    def __init__(self, path: str | os.PathLike, committed: int, exc: BaseException) -> None:
-        self.path, self.committed = Path(path), committed
+    ``cause``: the error the write met; ``sample``: (index, stored name) of the first sample the failed
+    commit held, None where unknown (named in the message where given here). ``what`` and ``advice`` say it
+    for a caller that knows more (``pack_lmdb --overwrite``, which writes beside the pack it replaces).
+    """
+
+    def __init__(self, path: str | os.PathLike, committed: int, exc: BaseException, *,
+                 sample: tuple[int, str] | None = None, what: str = "writing",
+                 advice: str | None = None) -> None:  # fmt: skip
+        self.path, self.committed, self.cause, self.sample = Path(path), committed, exc, sample
         why = f"{type(exc).__name__}: {exc}"
         free = _free_bytes(path)
         if free is not None and free < 16 << 20 and "No space" not in why:
             why += f"; {free >> 10} KiB free on its disk"  # LMDB reports a full disk as an I/O error
-        super().__init__(
-            f"{path}: writing failed after {committed} committed samples ({why}); "
-            "free space or fix the cause, then run the same command with --resume"
-        )
+        limit = _file_size_limit()
+        if limit is not None and any(os.strerror(e) in why for e in (errno.EFBIG, errno.EIO)):
+            why += f"; this process may write files of {limit} bytes at most (ulimit -f)"  # a short write is EIO
+        at = f", at sample {sample[0]} ({sample[1]})" if sample is not None else ""
+        advice = advice or "free space or fix the cause, then run the same command with --resume"
+        super().__init__(f"{path}: {what} failed after {committed} committed samples ({why}){at}; {advice}")
+
+
+def _file_size_limit() -> int | None:
+    """The largest file this process may write (``RLIMIT_FSIZE``, ``ulimit -f``); None without a limit."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+# the storage refusing a write: a full disk or quota, a file size limit, a read-only filesystem
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def _no_room(exc: BaseException) -> bool:
+    """Whether ``exc`` (an OSError, or a py-lmdb error, which carries the text alone) is the storage refusing
+    a write (:data:`_NO_ROOM`), not a pack that cannot be read."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno in _NO_ROOM
+    return any(os.strerror(e) in str(exc) for e in _NO_ROOM)
 
 
 def _free_bytes(path: str | os.PathLike) -> int | None:
@@ -513,6 +546,14 @@ class PackLock:
 # writing
 
 
+def _write_failed(path: Path, count: int, exc: BaseException, items: list) -> PackWriteError:
+    """The error of a failed commit of ``items``, which knows its first sample (for the pack job's line; this
+    writer's own line names the count alone)."""
+    err = PackWriteError(path, count, exc)
+    err.sample = (items[0][0], items[0][3].decode("utf-8", "surrogateescape")) if items else None
+    return err
+
+
 class LmdbWriter:
     """Appends samples to a pack; each commit stores samples and the new ``count`` together.
 
@@ -558,7 +599,7 @@ class LmdbWriter:
             if data.is_file() and data.stat().st_size > 0:
                 check_data_file(self.path)
             _close_env(_key(self.path))  # this process's reader of it, if any: one open per file
-            with _lmdb_errors(self.path, "opening"):
+            with _lmdb_errors(self.path, "opening"), self._write_errors():
                 # meminit: unused bytes of a page are zeroed, not this process's leftover heap (which
                 # may hold anything the process handled before, pickles included) written to the file
                 self.env = _lmdb().open(str(self.path), map_size=map_size, subdir=True, readahead=False,
@@ -575,6 +616,17 @@ class LmdbWriter:
             self.close()
             raise
         self._last_commit = time.monotonic()
+
+    @contextmanager
+    def _write_errors(self) -> Iterator[None]:
+        """A full disk (a quota, a size limit) met while creating the files: a failed write, not a damaged
+        pack to verify."""
+        try:
+            yield
+        except _lmdb().Error as exc:
+            if not _no_room(exc):
+                raise  # an I/O error reading what is there, say: a pack to verify
+            raise PackWriteError(self.path, self.count, exc) from None
 
     def _load_records(self) -> None:
         with self.env.begin() as txn:
@@ -687,10 +739,13 @@ class LmdbWriter:
                 return
             except lmdb.MapFullError:
                 # the transaction was aborted whole; grow the map and write it again
-                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                try:
+                    self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                except lmdb.Error as exc:  # no room for a larger map (address space, a 32-bit system)
+                    raise _write_failed(self.path, self.count, exc, items) from None
             except lmdb.Error as exc:
                 # a full disk or an I/O error: the transaction was aborted whole, what was committed stays
-                raise PackWriteError(self.path, self.count, exc) from None
+                raise _write_failed(self.path, self.count, exc, items) from None
 
     def commit(self, **extra) -> None:
         """Write what is pending, with the metadata (updated by ``extra``) counting it."""
@@ -780,7 +835,10 @@ class LmdbReader:
             if meta.get("complete"):
                 _close_env(self._key)  # reopened without the reader table on the first read
         self.meta, self.records = meta, records
-        self.class_map = ClassMap.from_json(meta["classes"])
+        try:
+            self.class_map = ClassMap.from_json(meta.get("classes"))
+        except ValueError as e:
+            raise PackError(f"{self.path}: the pack's metadata holds {e}") from None
 
     def _check_meta(self, meta: dict) -> None:
         if meta.get("format") != FORMAT:
@@ -978,6 +1036,89 @@ def _ranges(indices: list[int], most: int = 10) -> str:
     return text + (", ..." if len(runs) > most else "")
 
 
+def _json_kind(value: object) -> str:
+    """``a JSON string`` ... for a value ``json.loads`` returned."""
+    kinds = ((bool, "a JSON boolean"), (str, "a JSON string"), (int, "a JSON number"), (float, "a JSON number"),
+             (list, "a JSON array"), (dict, "a JSON object"))  # fmt: skip
+    return next((name for t, name in kinds if isinstance(value, t)), "JSON null")
+
+
+def _classes_json_problems(r: LmdbReader) -> list[str]:
+    """The problems of the pack's ``classes.json``, one line each (none: an empty list): whether it can be read, is
+    the class map :meth:`ClassMap.save` writes (``{"classes": [names], "source_values": [ints]}``, names once each),
+    is the map the metadata holds, and names a class for every sample's target.
+
+    It is written when the pack completes, so an incomplete pack may lack it; a complete pack written by
+    ``pack-lmdb`` (its metadata names the writer) must hold it. A pack written by :class:`LmdbWriter` alone has
+    none (its metadata holds the classes); one there is checked all the same.
+    """
+    from datakit.filenames import json_text
+
+    f = r.path / "classes.json"
+    packed = "writer" in r.meta
+    again = "; its pack-lmdb command run again with --resume rewrites it" if packed else ""
+    if not os.path.lexists(f):
+        return [f"{f}: missing{again}"] if r.complete and packed else []
+    try:
+        data = f.read_bytes()
+    except OSError as exc:
+        return [f"{f}: cannot be read ({exc.strerror or exc})"]  # a folder, no permission: not for --resume
+    whole = json_text(r.class_map.to_json(), indent=1).encode()  # the text ClassMap.save writes
+    if not data:
+        return [f"{f}: empty (0 bytes){again}"]
+    if len(data) < len(whole) and whole.startswith(data):
+        return [f"{f}: cut short ({len(data)} of {len(whole)} bytes){again}"]
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return [f"{f}: not UTF-8 (byte {exc.start}){again}"]
+    except json.JSONDecodeError as exc:
+        return [f"{f}: not JSON (line {exc.lineno} column {exc.colno}){again}"]
+    if not isinstance(obj, dict):
+        return [f'{f}: {_json_kind(obj)}, not a class map ({{"classes": [...]}}){again}']
+    names = obj.get("classes")
+    if not isinstance(names, list):
+        what = 'no "classes"' if "classes" not in obj else f'its "classes" is {_json_kind(names)}, not a'
+        return [f"{f}: {what} list of class names{again}"]
+    for k, name in enumerate(names):
+        if not isinstance(name, str):
+            return [f"{f}: class {k} is {_json_kind(name)} ({json.dumps(name)}), not a class name{again}"]
+    values = obj.get("source_values")
+    if values is not None and (not isinstance(values, list) or len(values) != len(names)
+                               or not all(isinstance(v, int) and not isinstance(v, bool) for v in values)):  # fmt: skip
+        return [f'{f}: "source_values" is not a list of {len(names)} integers, one per class{again}']
+    problems = []
+    seen: dict[str, list[int]] = {}
+    for k, name in enumerate(names):
+        seen.setdefault(name, []).append(k)
+    twice = [(name, at) for name, at in seen.items() if len(at) > 1]
+    for name, at in twice[:10]:
+        times = "twice" if len(at) == 2 else f"{len(at)} times"
+        shown = " and ".join(", ".join(map(str, at)).rsplit(", ", 1))
+        problems.append(f"{f}: class {name!r} is named {times} (classes {shown}){again}")
+    if len(twice) > 10:
+        problems.append(f"{f}: {len(twice) - 10} more class names are named more than once{again}")
+    ours = list(r.class_map.classes)
+    if len(names) != len(ours):
+        problems.append(f"{f}: names {len(names)} classes, the pack's metadata {len(ours)}{again}")
+    elif names != ours:
+        differ = [k for k, (a, b) in enumerate(zip(names, ours)) if a != b]
+        k = differ[0]
+        more = f" ({len(differ)} classes differ)" if len(differ) > 1 else ""
+        problems.append(f"{f}: class {k} is {names[k]!r}, the pack's metadata says {ours[k]!r}{more}{again}")
+    ours_values = list(r.class_map.source_values) if r.class_map.source_values is not None else None
+    if len(names) == len(ours) and values != ours_values:
+        problems.append(f"{f}: source_values {values or 'none'}, the pack's metadata {ours_values or 'none'}{again}")
+    targets = r.records["target"]
+    past = np.flatnonzero(targets >= len(names))
+    if len(past):
+        i = int(past[0])
+        more = f"; {len(past) - 1} more samples have labels past them" if len(past) > 1 else ""
+        problems.append(f"{r.path}: sample {i} has label {int(targets[i])} but classes.json names {len(names)} "
+                        f"classes{more}")  # fmt: skip
+    return problems
+
+
 def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
     """The work of :func:`verify_lmdb`, as it goes: ``("reading", what)`` before LMDB pages are read for ``what`` (a
     description, or a sample's index), ``("decoding", i)`` before sample ``i``'s image is decoded, ``("count", n)``
@@ -997,6 +1138,8 @@ def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
         n_splits = len(meta.get("splits") or [])
         for i in np.flatnonzero(rec["split"] > n_splits)[:10]:
             yield "problem", f"{r.path}: sample {i} has split id {int(rec['split'][i])}, the pack has {n_splits} splits"
+        for line in _classes_json_problems(r):
+            yield "problem", line
         yield "reading", "the B-tree"
         expected = 3 * n + 1 + (1 if r.complete else 0)
         with _LOCK, _lmdb_errors(r.path):
@@ -1068,7 +1211,8 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
     The metadata's and the index's checksums (when the reader opens it), the index against every
     per-sample record, every value's CRC-32 and length, that it decodes to its recorded size, the
     names' CRC-32 (packs that record it), targets within the classes, split ids within the splits,
-    and that the pack holds exactly ``count`` samples and nothing else. Where liblmdb cannot read a
+    that ``classes.json`` is the metadata's class map (see :func:`_classes_json_problems`), and that
+    the pack holds exactly ``count`` samples and nothing else. Where liblmdb cannot read a
     part of the B-tree (an ``lmdb.Error``), the check goes on with the rest and one line counts the
     samples that cannot be read. This runs in this process: a page damaged so that liblmdb crashes
     kills it; :func:`verify_pack` runs it in a child process and reports that too.

@@ -21,7 +21,17 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import PackError, SampleError, UsageError
-from datakit.io import _jpeg_size, decode_image, encode_image, image_format, jpeg_damage, validate_image
+from datakit.io import (
+    _default_budget,
+    _exif_turned,
+    _jpeg_size,
+    decode_image,
+    encode_image,
+    image_format,
+    jpeg_damage,
+    probe_image,
+    region_decoder_available,
+)
 from datakit.labels import ClassMap
 from datakit.lmdb import (
     FORMAT,
@@ -77,19 +87,32 @@ def parse_shard(spec: str | tuple[int, int] | None) -> tuple[int, int]:
 Result = tuple[int, "bytes | None", int, int, int, "str | None", int]
 
 
+def _validate(data: bytes, name: str) -> tuple[int, int]:
+    """The upright (height, width) of an encoded image, refused where ``datakit check`` refuses it and in its
+    words: check's own strict probe, whose C libraries' messages (libpng's "CRC error", libjpeg's "Corrupt JPEG
+    data") are captured into the error, never printed. A JPEG that libjpeg decodes without a warning
+    (:func:`~datakit.io.jpeg_damage`: no capture, no lock) skips it: the common case stays parallel."""
+    if image_format(data) == "JPEG" and jpeg_damage(data) == "":
+        info = _jpeg_size(data)
+        if info is not None and info[0] * info[1] <= _default_budget() and not _exif_turned(data):
+            return info[0], info[1]  # every bit of its data decoded without a warning; no rotation to tell
+        return probe_image(data, name)  # turned or over the budget: nothing left for libjpeg to warn about
+    return probe_image(data, name, strict=True)
+
+
 def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int = 90) -> Result:
-    """In a worker (a thread for plain files, else a process): read, validate and (re)encode sample ``i``.
+    """In a worker (a thread for plain JPEG files, else a process): read, validate and (re)encode sample ``i``.
 
     Returns (index, value, height, width, bytes read, error, crc32 of value): the checksum is
     taken here, off the writing thread. The value is the very bytes validated: a file that changes
-    afterwards does not change what is packed.
+    afterwards does not change what is packed. The error is the line ``datakit check`` gives the sample.
     """
     try:
         data = ds.read(i)
+        name = ds.name(i)
         if max_size:
-            name = ds.name(i)
-            if image_format(data) == "JPEG" and jpeg_damage(data):
-                validate_image(data, name)  # refused as check refuses it, naming the damage
+            if image_format(data) != "JPEG" or jpeg_damage(data) != "":
+                probe_image(data, name, strict=True)  # refused as check refuses it, in its words
             img = decode_image(data, "rgb", max_size, name=name)
             h, w = img.shape[:2]
             value = data
@@ -103,9 +126,8 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
                 # decoded reduced but still larger than asked: re-encode the reduced pixels
                 value = encode_image(img, ".jpg", quality, mode="rgb")
         else:
-            # validation: the format's structure and, for a JPEG, its entropy-coded data decoded at 1/8 scale
-            # (what libjpeg only warns about included, as datakit check reports it)
-            h, w = validate_image(data, ds.name(i))
+            # validation: the format's structure and its data decoded (a JPEG's at 1/8 scale)
+            h, w = _validate(data, name)
             value = data
         return i, value, h, w, len(data), None, zlib.crc32(value)
     except (SampleError, ValueError, OSError, KeyError) as exc:
@@ -126,6 +148,20 @@ def _regular(path: str) -> bool:
 def _local_files(ds: ImageDataset) -> bool:
     """Whether ``ds.name(i)`` is a plain file path (a folder or a table of files, not a zip or a pack)."""
     return isinstance(getattr(ds, "files", None), StringArray) and getattr(ds, "zip", None) is None
+
+
+def _jpeg_names(files: StringArray) -> bool:
+    """Whether every name ends in .jpg or .jpeg (any case), read from the names' bytes at once."""
+    data = np.concatenate([np.zeros(5, np.uint8), files.data]) | 0x20  # ASCII letters lower-cased
+    ends, lengths = files.offsets[1:] + 5, np.diff(files.offsets)
+
+    def tail(suffix: bytes) -> np.ndarray:
+        hit = lengths >= len(suffix)
+        for k, c in enumerate(suffix):
+            hit &= data[ends - len(suffix) + k] == c
+        return hit
+
+    return bool((tail(b".jpg") | tail(b".jpeg")).all())
 
 
 def _read_ahead(ds: ImageDataset, first: int, hi: int, progress: list[int], stop: threading.Event,
@@ -364,19 +400,22 @@ def pack_lmdb(
 
     Args:
         max_size: re-encode (JPEG, ``quality``) images whose longer side exceeds this.
-        workers: readers (default: usable CPUs): threads of this process for plain files, whose reads
-            and decoder release the GIL; processes for a zip's members or another pack's samples.
+        workers: readers (default: usable CPUs): threads of this process for plain JPEG files, whose reads
+            and decoder release the GIL; processes for other files, a zip's members or another pack's samples
+            (check's strict probe, which captures the C libraries' messages, runs one at a time per process).
+        skip_bad: skip unreadable images (listed in the report and the metadata, each as ``datakit check``
+            words it) instead of failing.
         resume: continue an interrupted pack of the same source and options.
         overwrite: replace an existing datakit pack (never a file or a folder holding anything else).
         shard: ``"I/N"``: pack only the I-th of N contiguous parts (``open_dataset`` reads shards as one).
-        skip_bad: skip unreadable images (listed in the report and the metadata) instead of failing.
         bad_samples: a bad-samples file written while training (``on_error=`` with ``bad_samples=``);
             with ``skip_bad``, the samples it lists are skipped without being read again.
         progress: called as ``progress(done, total, bytes_written)``.
 
     Raises:
         UsageError: existing output without resume/overwrite, a resume of another job, a bad shard.
-        PackError: bad images, another process writing ``out``, a damaged pack, a failed write.
+        PackError: bad images, another process writing ``out``, a damaged pack, a failed write
+            (:class:`~datakit.lmdb.PackWriteError`, whose line says what stays and which command goes on).
     """
     if resume and overwrite:
         raise UsageError("--resume and --overwrite contradict each other; pick one")
@@ -437,65 +476,115 @@ def pack_lmdb(
         meta["source_splits"] = source_splits
     known = _known_bad(ds, bad_samples) if bad_samples is not None else {}
     name_of = partial(_short_name, ds)
-    lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite, keep=True,
-                                  legacy_names=lambda: f"crc32 {_names_crc(ds):08x}",  # names as typed: older packs
-                                  splits_of="pack" if isinstance(ds, LmdbDataset) else "table")  # fmt: skip
-    target, part_lock = out, None
-    if existing is not None and existing.get("replace"):
-        # --overwrite of a pack: the new one is built beside it and swapped in when complete, so a kill
-        # at any moment leaves the old pack whole; a part left by such a kill is resumed when it is this job's
-        target = _part_path(out)
-        try:
+    try:
+        lock, existing = _open_output(out, meta, resume=resume, overwrite=overwrite, keep=True,
+                                      legacy_names=lambda: f"crc32 {_names_crc(ds):08x}",  # names as typed: older
+                                      splits_of="pack" if isinstance(ds, LmdbDataset) else "table")  # fmt: skip
+    except PackWriteError as exc:  # no room for the lock file: nothing of OUT was changed
+        if not overwrite:
+            raise
+        raise PackWriteError(out, 0, exc.cause, advice=f"{out} was left as it was: free space or fix the cause, "
+                             "then run the same command again") from None  # fmt: skip
+    target, part_lock, writer, written = out, None, None, False
+    try:
+        if existing is not None and existing.get("replace"):
+            # --overwrite of a pack: the new one is built beside it and swapped in when complete, so a kill or a
+            # full disk at any moment leaves the old pack whole; a part so left is resumed when it is this job's
+            target = _part_path(out)
             try:
                 part_lock, existing = _open_output(target, meta, resume=True, overwrite=False)
+            except PackWriteError:
+                raise  # no room for its lock: the part, if any, stays as it was
             except (UsageError, PackError):
                 part_lock, existing = _open_output(target, meta, resume=False, overwrite=True)
-        except BaseException:
-            lock.close()
-            raise
-    if existing is not None:
-        if existing.get("complete"):
-            try:  # killed after completing, before classes.json was written: the pack's own map restores it
+        if existing is not None:
+            if existing.get("complete"):
+                # killed after completing, before classes.json was written: the pack's own map restores it
+                written = True
                 _restore_classes(target, ClassMap.from_json(existing["classes"]))
                 if target != out:
                     _swap_in(target, out)
-            finally:
-                if part_lock is not None:
-                    part_lock.close()
-                lock.close()
-            return PackReport(out, existing["count"], existing["count"], list(existing.get("skipped", [])))
-        meta["skipped"] = existing.get("skipped", [])
-        meta["created"] = existing.get("created", meta["created"])
-        meta["count"] = existing["count"]
-        if isinstance(ds, LmdbDataset) and existing.get("source_names", meta["source_names"]) != meta["source_names"]:
-            # a re-pack begun by an older datakit, which named each sample PACK:NAME: it goes on naming them so
-            name_of, meta["source_names"] = ds.name, existing["source_names"]
-    lmdb_error = __import__("lmdb").Error
-    writer = None
-    try:
+                return PackReport(out, existing["count"], existing["count"], list(existing.get("skipped", [])))
+            meta["skipped"] = existing.get("skipped", [])
+            meta["created"] = existing.get("created", meta["created"])
+            meta["count"] = existing["count"]
+            named = existing.get("source_names", meta["source_names"])
+            if isinstance(ds, LmdbDataset) and named != meta["source_names"]:
+                # a re-pack begun by an older datakit, which named each sample PACK:NAME: it goes on naming them so
+                name_of, meta["source_names"] = ds.name, named
         writer = LmdbWriter(target, meta, resume=existing is not None, lock=part_lock or lock,
                             commit_bytes=commit_bytes, commit_every=commit_every, commit_seconds=commit_seconds,
                             map_size=map_size, background=True)  # fmt: skip
         with writer:
             report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, sids, name_of, progress,
-                           known)  # fmt: skip
+                           known, again=_again(out, target, overwrite))  # fmt: skip
+            written = True
             class_map.save(target / "classes.json")
         if target != out:
             _swap_in(target, out)
             report.path = out
-    except (OSError, lmdb_error) as exc:
-        # a full disk or an I/O error outside a commit (LmdbWriter reports its own): what was committed stays
-        raise PackWriteError(target, writer.count if writer is not None else 0, exc) from None
-    except WorkerDied as exc:  # what was committed stays: the same command with --resume goes on
-        again = "the same --overwrite command" if target != out else "the same command with --resume"
-        raise PackError(
-            f"{out}: {exc}; the {writer.count if writer is not None else 0} samples committed stay: run {again}"
-        ) from None
+    except (PackWriteError, OSError, __import__("lmdb").Error) as exc:
+        # a full disk, a quota, a file size limit or an I/O error: what was committed stays
+        if writer is not None:
+            committed = writer.count
+        elif part_lock is not None or target == out:  # what the part or OUT held as it was opened
+            committed = existing.get("count", 0) if existing is not None and "replace" not in existing else 0
+        else:  # the part could not be opened: what an earlier run left in it, if anything
+            committed = _committed(target)
+        if part_lock is not None and not committed and not written:
+            shutil.rmtree(target, ignore_errors=True)  # a part with no sample in it: nothing worth its space
+        raise _write_failure(exc, out, target, committed, overwrite=overwrite, written=written) from None
+    except WorkerDied as exc:  # what was committed stays: the same command goes on from it
+        committed = writer.count if writer is not None else 0
+        raise PackError(f"{out}: {exc}; the {committed} samples committed stay: run {_again(out, target, overwrite)}"
+                        ) from None  # fmt: skip
     finally:
         if part_lock is not None:
             part_lock.close()
         lock.close()
     return report
+
+
+def _committed(path: Path) -> int:
+    """The samples a pack holds by its metadata, 0 where it cannot be read."""
+    try:
+        return int((read_meta(path) or {}).get("count", 0))
+    except (PackError, OSError, ValueError):
+        return 0
+
+
+def _again(out: Path, target: Path, overwrite: bool) -> str:
+    """The command that goes on from the samples a failed pack job committed into ``target``."""
+    if target != out:
+        return "the same --overwrite command"  # it resumes the part it left beside OUT
+    return "the same command with --resume" + (" in place of --overwrite" if overwrite else "")
+
+
+def _write_failure(exc: BaseException, out: Path, target: Path, committed: int, *, overwrite: bool,
+                   written: bool) -> PackWriteError:  # fmt: skip
+    """One line for a write that failed, saying what is true of OUT and what to run: an ``--overwrite`` builds
+    the new pack beside OUT (``target``), so the old one is whole and ``--resume`` (of OUT) is not the way on.
+    ``written``: every sample was written (what failed is classes.json or the swap)."""
+    cause = exc.cause if isinstance(exc, PackWriteError) else exc
+    sample = getattr(exc, "sample", None)
+    if written:
+        sample = None
+    if target == out:
+        advice = f"free space or fix the cause, then run {_again(out, target, overwrite)}"
+        return PackWriteError(out, committed, cause, sample=sample, advice=advice)
+    if written:
+        return PackWriteError(out, committed, cause, what="putting the new pack in place",
+                              advice=f"the new pack is complete in {target} and {out} still holds the old one: "
+                              "fix the cause, then run the same --overwrite command again to swap them")  # fmt: skip
+    if not target.exists():
+        return PackWriteError(out, committed, cause, sample=sample, what="writing the new pack",
+                              advice=f"{out} still holds the old pack, untouched: free space or fix the cause, "
+                              "then run the same --overwrite command again")  # fmt: skip
+    return PackWriteError(out, committed, cause, sample=sample, what="writing the new pack",
+                          advice=f"{out} still holds the old pack, untouched; the {committed} new samples written so "
+                          f"far are kept in {target}: free space (the old pack and the new one need room side by "
+                          "side) or fix the cause, then run the same --overwrite command to go on from them, or "
+                          f"delete {target} to give its space back")  # fmt: skip
 
 
 def _part_path(out: Path) -> Path:
@@ -513,7 +602,11 @@ def _swap_in(part: Path, out: Path) -> None:
         old = out.parent / f".{out.name}.overwrite-old"
         shutil.rmtree(old, ignore_errors=True)
         os.rename(out, old)
-        os.rename(part, out)
+        try:
+            os.rename(part, out)
+        except OSError:
+            os.rename(old, out)  # OUT holds the old pack again, as the error says
+            raise
         part = old
     shutil.rmtree(part, ignore_errors=True)
 
@@ -567,30 +660,38 @@ def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
 
 def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int | None, max_size: int | None,
           quality: int, skip_bad: bool, sids: np.ndarray | None, name_of: Callable[[int], str], progress,
-          known: dict[int, str] | None = None) -> PackReport:  # fmt: skip
+          known: dict[int, str] | None = None,
+          again: str = "the same command with --resume") -> PackReport:  # fmt: skip
     """Read, validate and write source samples ``lo .. hi-1`` from where the pack stands; ``sids``: each source
-    sample's split id in the pack's splits (None: the pack records none); ``name_of(i)``: the name it stores."""
+    sample's split id in the pack's splits (None: the pack records none); ``name_of(i)``: the name it stores;
+    ``again``: the command that goes on once the bad images are fixed."""
     start = writer.count
     report = PackReport(writer.path, 0, resumed_from=start, skipped=list(writer.meta["skipped"]))
     first = lo + start + len(report.skipped)
     t0 = time.perf_counter()
     bad: list[str] = []
     local = _local_files(ds)
-    # plain files are read and validated by threads of this process (the decoder and the reads release
-    # the GIL): no worker processes to start, no bytes through a pipe and none read twice
+    # plain JPEG files are read and validated by threads of this process (the decoder and the reads release
+    # the GIL): no worker processes to start, no bytes through a pipe and none read twice. Other images take
+    # check's strict decode, which captures the C libraries' messages from fd 2, one decode at a time per
+    # process: in processes of their own, they decode in parallel and nothing else writes to their fd 2
+    threads = local and region_decoder_available() and _jpeg_names(ds.files)
     work = partial(_prepare, max_size=max_size, quality=quality)
     known = known or {}
     listed = sorted(i for i in known if first <= i < hi)  # skipped in order, without being read
     todo = [i for i in range(first, hi) if i not in known]
-    results: Iterable[Result] = map_ordered(work, todo, workers=workers, dataset=ds, per_worker=16, threads=local)
+    results: Iterable[Result] = map_ordered(work, todo, workers=workers, dataset=ds, per_worker=16, threads=threads)
     results = _with_known(results, listed, known, hi)
     done, stop = [first], threading.Event()
+    where = getattr(ds, "where", None)
     if local and hasattr(os, "posix_fadvise"):
         threading.Thread(target=_read_ahead, args=(ds, first, hi, done, stop), daemon=True).start()
     try:
         for i, value, h, w, nin, err, crc in results:
             done[0] = i
             if err is not None:
+                if where is not None:
+                    err = f"{err} ({where(i)})"  # the table's sheet and row, as check names them
                 if skip_bad:
                     report.skipped.append(err)
                     writer.meta["skipped"] = list(report.skipped)
@@ -612,7 +713,7 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
         writer.commit()
         raise PackError(
             f"{len(bad)} unreadable images (the pack holds the {writer.count} samples before the first; fix them "
-            "and --resume, or pass --skip-bad):\n" + "\n".join(bad)
+            f"and run {again}, or pass --skip-bad):\n" + "\n".join(bad)
         )
     writer.finish(skipped=report.skipped)
     report.count = writer.count

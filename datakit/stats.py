@@ -10,7 +10,10 @@ leaves out the spread between images, which is why the widely quoted CIFAR-10 st
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -106,6 +109,77 @@ def _hist_one(ds, i: int, size: tuple[int, int] | None = None) -> np.ndarray:
     return out
 
 
+def _ignore_sigint_in_workers(main: int) -> None:
+    """A worker's initializer (also called in the main process when the work runs there): a spawned worker
+    ignores Ctrl-C, which the main process answers for all (see :func:`_ctrl_c_to_main_only`)."""
+    if os.getpid() != main:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _CtrlC:
+    """Where Ctrl-C stands while :func:`_ctrl_c_to_main_only` is in force (one process, its main thread)."""
+
+    active = False  # the handler is installed
+    forking = False  # between this process's at-fork hooks, before and after a worker is forked
+    pressed = False  # Ctrl-C came; raised when it came, or at the next result when it came during a fork
+    hooked = False
+
+
+def _fork_begins() -> None:
+    _CtrlC.forking = _CtrlC.active
+
+
+def _fork_ends() -> None:
+    _CtrlC.forking = False
+
+
+@contextmanager
+def _ctrl_c_to_main_only() -> Iterator[None]:
+    """While workers run: Ctrl-C raises KeyboardInterrupt in this process alone; call :func:`_check_ctrl_c`
+    after each result.
+
+    A terminal sends SIGINT to its whole process group, the workers included, and each would print its own
+    traceback ("Process ForkPoolWorker-1: ... KeyboardInterrupt") around the one line the CLI prints; this
+    process stops them when the exception leaves the map. A forked worker inherits this handler from the
+    first instant, so no moment of its start (the pool's initializer included) raises there. In this process,
+    an exception raised inside an at-fork hook (logging's) is printed as "Exception ignored" and dropped, and
+    the work went on to the end: a Ctrl-C during a fork is kept for the next result instead.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous) or _CtrlC.active:
+        yield  # signals are handled in the main thread alone; SIG_IGN and SIG_DFL print nothing anyway
+        return
+    main = os.getpid()
+
+    def handler(signum, frame) -> None:
+        if os.getpid() != main:
+            return  # a forked worker: the main process stops it
+        _CtrlC.pressed = True
+        if not _CtrlC.forking:
+            previous(signum, frame)  # Python's own handler raises KeyboardInterrupt
+
+    if not _CtrlC.hooked and hasattr(os, "register_at_fork"):
+        # once per process, when first needed: after the hooks of the modules imported by then (logging's), so
+        # those run inside the window (before-fork hooks run last registered first, the others first first)
+        os.register_at_fork(before=_fork_begins, after_in_parent=_fork_ends, after_in_child=_fork_ends)
+        _CtrlC.hooked = True
+    _CtrlC.active, _CtrlC.forking, _CtrlC.pressed = True, False, False
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _CtrlC.active = _CtrlC.forking = False
+    if _CtrlC.pressed:
+        raise KeyboardInterrupt  # pressed during the last fork, after the last result
+
+
+def _check_ctrl_c() -> None:
+    """Raise the Ctrl-C that came while a worker was being forked (see :func:`_ctrl_c_to_main_only`)."""
+    if _CtrlC.pressed:
+        raise KeyboardInterrupt
+
+
 def _all_reduce(hist: np.ndarray, count: int) -> tuple[np.ndarray, int]:
     import torch
     import torch.distributed as dist
@@ -169,8 +243,12 @@ def compute_stats(
             raise UsageError("distributed=True but no torch.distributed process group is initialised")
     mine = idx[rank::world]
     hists = map_ordered(partial(_hist_one, size=size), mine.tolist(), workers=workers, dataset=ds, per_worker=16,
-                        progress=progress)  # fmt: skip
-    per_image: dict[int, np.ndarray] = dict(zip(mine.tolist(), hists))
+                        progress=progress, initializer=_ignore_sigint_in_workers, initargs=(os.getpid(),))  # fmt: skip
+    with _ctrl_c_to_main_only(), closing(hists):  # closed at once on Ctrl-C: its workers stop then, not when collected
+        per_image: dict[int, np.ndarray] = {}
+        for i, h in zip(mine.tolist(), hists):
+            _check_ctrl_c()
+            per_image[i] = h
     if not per_image and world == 1:
         raise DataError("the dataset is empty: no pixels to compute statistics from")
     channels = next(iter(per_image.values())).shape[0] if per_image else 3

@@ -148,6 +148,73 @@ def test_check_data_errors_exit_1_one_line_each(class_folder: Path):
     assert full.returncode == 1 and full.stdout.splitlines()[-1] == "12 samples checked, 2 problems"
 
 
+def _damaged_folder(root: Path, png_name: str, good: int = 40) -> dict[str, str]:
+    """``good`` images (enough for two readers) and the damaged files users have, built for real: a JPEG cut
+    short, a PNG whose IDAT checksum is wrong (libpng prints "CRC error" and OpenCV gives up; Pillow decodes
+    it), an empty file and a text file named .jpg. Returns the reason `datakit check` gives each."""
+    from datakit.io import encode_image
+
+    folder = root / "c"
+    folder.mkdir(parents=True)
+    for k in range(good):
+        img = synthetic_image(24, 32, seed=k)
+        (folder / f"good_{k:02d}.jpg").write_bytes(encode_image(img, ".jpg", 90, mode="rgb"))
+    img = synthetic_image(48, 64, seed=99)
+    jpeg, png = encode_image(img, ".jpg", 90, mode="rgb"), bytearray(encode_image(img, ".png", mode="rgb"))
+    at = png.find(b"IDAT")
+    png[at + 4 + int.from_bytes(png[at - 4 : at], "big")] ^= 0xFF  # the first byte of the chunk's CRC
+    (folder / "truncated.jpg").write_bytes(jpeg[: len(jpeg) // 2])
+    (folder / png_name).write_bytes(bytes(png))
+    (folder / "empty.jpg").write_bytes(b"")
+    (folder / "text.jpg").write_text("hello, not an image\n", encoding="utf-8")
+    return {
+        png_name: "damaged PNG data: libpng error: IDAT: CRC error",
+        "empty.jpg": "empty file (0 bytes)",
+        "text.jpg": "not a recognised image format (starts with b'hello, n'; cannot identify image file)",
+        "truncated.jpg": "truncated JPEG (no end-of-image marker)",
+    }
+
+
+@pytest.mark.parametrize("png_name", ["badcrc.png", "badcrc.jpg"])  # a folder of other images, or of JPEG names
+@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("max_size", [None, "16"])
+def test_pack_skip_bad_says_what_check_says_and_no_library_line(tmp_path: Path, png_name, workers, max_size):
+    # The attack: `pack-lmdb --skip-bad` on the files check calls unreadable printed libpng's bare "libpng error:
+    # IDAT: CRC error" and packed that PNG; it called a cut JPEG "damaged JPEG data: Premature end of JPEG file"
+    # where check says "truncated JPEG (no end-of-image marker)".
+    src, out = tmp_path / "src", tmp_path / "out.lmdb"
+    reasons = _damaged_folder(src, png_name)
+    lines = [f"{src / 'c' / name}: {why}" for name, why in sorted(reasons.items())]
+    check = datakit("check", src, "-q", "--workers", workers)
+    assert (check.returncode, check.stdout, check.stderr.splitlines()) == (1, "", [f"unreadable: {x}" for x in lines])
+    size = ["--max-size", max_size] if max_size else []
+    refused = datakit("pack-lmdb", src, out, "-q", "--workers", workers, *size)
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr.splitlines() == [
+        "datakit pack-lmdb: error: 4 unreadable images (the pack holds the 0 samples before the first; fix them "
+        "and run the same command with --resume, or pass --skip-bad):",
+        *lines,
+    ]
+    skipped = datakit("pack-lmdb", src, out, "-q", "--workers", workers, "--resume", "--skip-bad", *size)
+    assert (skipped.returncode, skipped.stdout) == (0, ""), skipped.stderr
+    assert skipped.stderr.splitlines() == [f"skipped: {x}" for x in lines]  # nothing else: no library's own line
+    assert json.loads(datakit("info", out, "--json").stdout)["count"] == 40
+
+
+def test_pack_skip_bad_names_the_table_row_as_check_does(tmp_path: Path):
+    src, out = tmp_path / "src", tmp_path / "out.lmdb"
+    reasons = _damaged_folder(src, "badcrc.png", good=2)
+    names = ["good_00.jpg", "good_01.jpg", *sorted(reasons)]
+    (src / "labels.csv").write_text("file,label\n" + "".join(f"c/{n},{k % 2}\n" for k, n in enumerate(names)))
+    lines = [
+        f"{src / 'c' / n}: {reasons[n]} ({src / 'labels.csv'}, line {k + 2})" for k, n in enumerate(names) if k > 1
+    ]
+    check = datakit("check", src, "--labels", src / "labels.csv", "-q")
+    assert (check.returncode, check.stderr.splitlines()) == (1, [f"unreadable: {x}" for x in lines])
+    skipped = datakit("pack-lmdb", src, out, "--labels", src / "labels.csv", "-q", "--skip-bad")
+    assert (skipped.returncode, skipped.stderr.splitlines()) == (0, [f"skipped: {x}" for x in lines])
+
+
 def test_stats_json_quiet_and_plot(class_folder: Path, tmp_path: Path):
     single = compute_stats(class_folder, workers=0)
     proc = datakit("stats", class_folder, "--json", "--workers", "2")

@@ -688,3 +688,99 @@ def test_a_damaged_meta_page_is_called_damaged_and_a_cut_file_truncated(tmp_path
         proc = verify_cli(pack)
         msg = f"{pack}: truncated: {cut} of {size} bytes; copy it again or re-pack"
         assert (proc.returncode, proc.stderr.strip()) == (1, f"datakit verify: error: {msg}")
+
+
+@pytest.fixture(scope="module")
+def cli_pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pack of 12 images in three classes (cat 0-3, dog 4-7, 鸟 8-11), made by the real `datakit pack-lmdb`."""
+    root = tmp_path_factory.mktemp("classes")
+    for c, cls in enumerate(["cat", "dog", "鸟"]):
+        (root / "src" / cls).mkdir(parents=True)
+        for i in range(4):
+            imwrite(root / "src" / cls / f"图片_{i}.jpg", synthetic_image(20 + i, 30, seed=c * 10 + i), mode="rgb")
+    out = root / "包.lmdb"
+    proc = subprocess.run([sys.executable, "-m", "datakit.cli", "pack-lmdb", str(root / "src"), str(out), "--workers",
+                           "0", "-q"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+AGAIN = "; its pack-lmdb command run again with --resume rewrites it"
+WHOLE = '{\n "classes": [\n  "cat",\n  "dog",\n  "鸟"\n ]\n}'  # as ClassMap.save writes it
+
+# how classes.json is damaged, and verify's lines: {f} is PACK/classes.json, {p} the pack
+CLASSES_DAMAGE = {
+    "missing": (None, ["{f}: missing" + AGAIN]),
+    "empty": ("", ["{f}: empty (0 bytes)" + AGAIN]),
+    "truncated": (WHOLE[:20], ["{f}: cut short (20 of 46 bytes)" + AGAIN]),
+    "not JSON": ('{"classes": [cat, dog]}', ["{f}: not JSON (line 1 column 14)" + AGAIN]),
+    "not UTF-8": (b'{"classes": ["\xff"]}', ["{f}: not UTF-8 (byte 14)" + AGAIN]),
+    "a folder": ("folder", ["{f}: cannot be read (Is a directory)"]),
+    "a list": ('["cat", "dog", "鸟"]', ['{f}: a JSON array, not a class map ({{"classes": [...]}})' + AGAIN]),
+    "no classes": ('{"names": ["cat", "dog", "鸟"]}', ['{f}: no "classes" list of class names' + AGAIN]),
+    "classes a string": ('{"classes": "cat dog 鸟"}',
+                         ['{f}: its "classes" is a JSON string, not a list of class names' + AGAIN]),
+    "a class a number": ('{"classes": ["cat", 1, "鸟"]}', ["{f}: class 1 is a JSON number (1), not a class name" + AGAIN]),
+    "source_values short": ('{"classes": ["cat", "dog", "鸟"], "source_values": [0, 1]}',
+                            ['{f}: "source_values" is not a list of 3 integers, one per class' + AGAIN]),
+    "source_values added": ('{"classes": ["cat", "dog", "鸟"], "source_values": [4, 5, 6]}',
+                            ["{f}: source_values [4, 5, 6], the pack's metadata none" + AGAIN]),
+    "fewer classes": ('{"classes": ["cat", "dog"]}', [
+        "{f}: names 2 classes, the pack's metadata 3" + AGAIN,
+        "{p}: sample 8 has label 2 but classes.json names 2 classes; 3 more samples have labels past them",
+    ]),
+    "a name twice": ('{"classes": ["cat", "dog", "cat"]}', [
+        "{f}: class 'cat' is named twice (classes 0 and 2)" + AGAIN,
+        "{f}: class 2 is 'cat', the pack's metadata says '鸟'" + AGAIN,
+    ]),
+    "reordered": ('{"classes": ["dog", "cat", "鸟"]}',
+                  ["{f}: class 0 is 'dog', the pack's metadata says 'cat' (2 classes differ)" + AGAIN]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", list(CLASSES_DAMAGE))
+def test_verify_checks_classes_json_against_the_pack(cli_pack: Path, tmp_path: Path, damage: str, capsys):
+    # The attack: classes.json missing, cut short, not JSON, not a class map, or naming other classes than the
+    # pack's labels index (fewer, one twice, reordered): verify read only data.mdb and said 0 problems, exit 0.
+    pack = tmp_path / "包.lmdb"
+    shutil.copytree(cli_pack, pack)
+    f = pack / "classes.json"
+    assert f.read_text(encoding="utf-8") == WHOLE
+    assert main(["verify", str(pack), "-q"]) == 0 and capsys.readouterr().err == ""
+    content, want = CLASSES_DAMAGE[damage]
+    f.unlink()
+    if content == "folder":
+        f.mkdir()
+    elif isinstance(content, bytes):
+        f.write_bytes(content)
+    elif content is not None:
+        f.write_text(content, encoding="utf-8")
+    want = [line.format(f=f, p=pack) for line in want]
+    assert verify_lmdb(pack) == want
+    assert main(["verify", str(pack)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == want
+    assert captured.out == f"{pack}: 12 samples checked, {len(want)} problems\n"
+
+
+def test_verify_takes_classes_json_as_the_pack_writes_it_in_any_layout(cli_pack: Path, tmp_path: Path):
+    pack = tmp_path / "包.lmdb"
+    shutil.copytree(cli_pack, pack)
+    (pack / "classes.json").write_text('{"classes":["cat","dog","鸟"]}', encoding="utf-8")  # compact: the same map
+    assert verify_lmdb(pack) == []
+    proc = verify_cli(pack)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (0, "", f"{pack}: 12 samples checked, 0 problems\n")
+    (pack / "classes.json").unlink()
+    proc = verify_cli(pack, "-q")
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == f"{pack / 'classes.json'}: missing{AGAIN}\n"
+
+
+def test_a_pack_written_by_lmdbwriter_alone_needs_no_classes_json(tmp_path: Path):
+    out = tmp_path / "w.lmdb"
+    write_pack(out, 6, classes=3)  # its metadata holds the classes; only pack-lmdb writes classes.json
+    assert not (out / "classes.json").exists() and verify_lmdb(out) == []
+    ClassMap(("c0", "c1")).save(out / "classes.json")  # one there is checked all the same
+    assert verify_lmdb(out) == [f"{out / 'classes.json'}: names 2 classes, the pack's metadata 3",
+                                f"{out}: sample 2 has label 2 but classes.json names 2 classes; "
+                                "1 more samples have labels past them"]  # fmt: skip

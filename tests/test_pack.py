@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
@@ -20,7 +23,7 @@ from datakit.cli import main
 from datakit.datasets import LmdbDataset, open_dataset
 from datakit.errors import PackError, UsageError
 from datakit.io import imwrite, jpeg_damage, probe_image, region_decoder_available
-from datakit.lmdb import LmdbReader, PackWriteError, close_pack, lmdb_info, read_meta, verify_lmdb
+from datakit.lmdb import LmdbReader, PackLock, PackWriteError, close_pack, lmdb_info, read_meta, verify_lmdb
 from datakit.pack import _names_crc, pack_lmdb
 from datakit.testing import synthetic_image
 
@@ -366,6 +369,174 @@ def test_overwrite_killed_midway_leaves_the_old_pack_whole_and_resumes(photos: P
     assert again.returncode == 0, again.stderr
     assert values(out) == values(ref) and verify_lmdb(out) == [] and lmdb_info(out)["count"] == 240
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".train")) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# a full disk, in a real process: its files cut at RLIMIT_FSIZE (no root, no small filesystem needed)
+
+
+def _noise_folder(root: Path, n: int) -> list[str]:
+    """``n`` JPEGs of noise (which does not compress: about 20 KB each) in two class folders; returns their
+    names as a pack stores them, in order."""
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        img = rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)
+        cv2.imwrite(str(root / f"c{i % 2}" / f"{i:03d}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    return sorted(f"c{i % 2}/{i:03d}.jpg" for i in range(n))
+
+
+def _disk_of(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child may write files of ``limit`` bytes at most, and a write past it fails (EFBIG,
+    or a short write) instead of killing it (SIGXFSZ ignored), as a write to a full disk fails."""
+
+    def cut() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return cut
+
+
+def _cut(limit: int) -> set[str]:
+    """What a commit cut at ``limit`` bytes fails with: LMDB calls a short write an I/O error."""
+    hint = f"; this process may write files of {limit} bytes at most (ulimit -f)"
+    return {f"Error: mdb_txn_commit: {os.strerror(e)}{hint}" for e in (errno.EIO, errno.EFBIG)}
+
+
+def test_overwrite_on_a_full_disk_keeps_the_old_pack_and_says_how_to_go_on(class_folder: Path, tmp_path: Path,
+                                                                           monkeypatch):  # fmt: skip
+    # The attack: the disk filled while --overwrite built the new pack; the line named the hidden part folder and
+    # said "run the same command with --resume", which refuses (another source) or calls the old pack finished.
+    src, out, part = tmp_path / "src", tmp_path / "out.lmdb", tmp_path / ".out.lmdb.overwrite-part"
+    names = _noise_folder(src, 60)
+    pack_lmdb(class_folder, out, workers=1)
+    old = values(out)
+    opts = ["--overwrite", "--workers", "1", "--commit-every", "10"]
+    full = subprocess.run(_cli(str(src), str(out), *opts), capture_output=True, text=True, timeout=300,
+                          preexec_fn=_disk_of(600_000))  # fmt: skip
+    n = read_meta(part)["count"]
+    close_pack(part)
+    assert 0 < n < 60 and (full.returncode, full.stdout) == (1, ""), full.stderr
+    assert full.stderr in {
+        f"datakit pack-lmdb: error: {out}: writing the new pack failed after {n} committed samples ({why}), at "
+        f"sample {n} ({names[n]}); {out} still holds the old pack, untouched; the {n} new samples written so far "
+        f"are kept in {part}: free space (the old pack and the new one need room side by side) or fix the cause, "
+        f"then run the same --overwrite command to go on from them, or delete {part} to give its space back\n"
+        for why in _cut(600_000)
+    }
+    assert values(out) == old and verify_lmdb(out) == []
+    # still full: not even the part's lock file can be written; what the part holds is kept, and said
+    import datakit.pack as pack_module
+
+    def no_room(folder):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pack_module, "PackLock", lambda f: no_room(f) if Path(f) == part else PackLock(f))
+    with pytest.raises(PackWriteError) as e:
+        pack_lmdb(src, out, overwrite=True, workers=1)
+    monkeypatch.undo()
+    assert str(e.value) == (
+        f"{out}: writing the new pack failed after {n} committed samples (OSError: [Errno 28] No space left on "
+        f"device); {out} still holds the old pack, untouched; the {n} new samples written so far are kept in {part}: "
+        "free space (the old pack and the new one need room side by side) or fix the cause, then run the same "
+        f"--overwrite command to go on from them, or delete {part} to give its space back"
+    )
+    again = subprocess.run(_cli(str(src), str(out), *opts), capture_output=True, text=True, timeout=300)
+    assert (again.returncode, again.stderr) == (0, "")
+    assert again.stdout.startswith(f"packed 60 images (resumed after {n}) into {out}: ")
+    assert [name for _, _, name in values(out)] == names and verify_lmdb(out) == [] and not part.exists()
+
+
+@pytest.mark.parametrize("flag", [[], ["--overwrite"]])  # --overwrite of nothing: the pack is built in place
+def test_a_new_pack_on_a_full_disk_says_resume_and_resume_finishes_it(tmp_path: Path, flag: list[str]):
+    src, out = tmp_path / "src", tmp_path / "out.lmdb"
+    names = _noise_folder(src, 60)
+    opts = ["--workers", "1", "--commit-every", "10"]
+    full = subprocess.run(_cli(str(src), str(out), *opts, *flag), capture_output=True, text=True, timeout=300,
+                          preexec_fn=_disk_of(600_000))  # fmt: skip
+    n = read_meta(out)["count"]
+    close_pack(out)
+    again = "the same command with --resume" + (" in place of --overwrite" if flag else "")
+    assert 0 < n < 60 and (full.returncode, full.stdout) == (1, ""), full.stderr
+    assert full.stderr in {
+        f"datakit pack-lmdb: error: {out}: writing failed after {n} committed samples ({why}), at sample {n} "
+        f"({names[n]}); free space or fix the cause, then run {again}\n"
+        for why in _cut(600_000)
+    }
+    with pytest.raises(PackError, match=rf"incomplete pack \({n} of 60 samples\)"):
+        open_dataset(out)  # never read as a whole pack
+    resumed = subprocess.run(_cli(str(src), str(out), *opts, "--resume"), capture_output=True, text=True, timeout=300)
+    assert (resumed.returncode, resumed.stderr) == (0, "")
+    assert resumed.stdout.startswith(f"packed 60 images (resumed after {n}) into {out}: ")
+    assert [name for _, _, name in values(out)] == names and verify_lmdb(out) == []
+
+
+def test_no_room_to_create_a_pack_is_a_failed_write_not_a_damaged_pack(class_folder: Path, tmp_path: Path):
+    # The attack: a disk too full for LMDB's lock file: "opening the pack failed (...); run `datakit verify`,
+    # copy it again or re-pack", of a pack never written.
+    out, part = tmp_path / "new.lmdb", tmp_path / ".new.lmdb.overwrite-part"
+    hint = "this process may write files of 50000 bytes at most (ulimit -f)"  # LMDB's lock file is 65664 bytes
+    full = subprocess.run(_cli(str(class_folder), str(out), "--workers", "1"), capture_output=True, text=True,
+                          timeout=300, preexec_fn=_disk_of(50_000))  # fmt: skip
+    assert (full.returncode, full.stdout, full.stderr) == (1, "", (
+        f"datakit pack-lmdb: error: {out}: writing failed after 0 committed samples (Error: {out}: File too large; "
+        f"{hint}); free space or fix the cause, then run the same command with --resume\n"))  # fmt: skip
+    resumed = subprocess.run(_cli(str(class_folder), str(out), "--workers", "1", "--resume", "-q"),
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert (resumed.returncode, resumed.stderr) == (0, "") and lmdb_info(out)["count"] == 12
+    old = values(out)
+    full = subprocess.run(_cli(str(class_folder), str(out), "--workers", "1", "--overwrite", "--max-size", "8"),
+                          capture_output=True, text=True, timeout=300, preexec_fn=_disk_of(50_000))  # fmt: skip
+    assert (full.returncode, full.stderr) == (1, (
+        f"datakit pack-lmdb: error: {out}: writing the new pack failed after 0 committed samples (Error: {part}: "
+        f"File too large; {hint}); {out} still holds the old pack, untouched: free space or fix the cause, then run "
+        "the same --overwrite command again\n"))  # fmt: skip
+    assert values(out) == old and not part.exists()  # a part with nothing in it is not left behind
+
+
+@pytest.mark.parametrize("how", ["exchange", "renames"])
+def test_a_failed_swap_keeps_the_old_pack_and_the_same_command_swaps(class_folder, tmp_path, monkeypatch, how):
+    import datakit.pack as pack_module
+
+    out, part = tmp_path / "p.lmdb", tmp_path / ".p.lmdb.overwrite-part"
+    pack_lmdb(class_folder, out, workers=1)
+    old = values(out)
+
+    def fail(*args):
+        raise OSError(errno.EIO, "Input/output error")
+
+    if how == "exchange":
+        monkeypatch.setattr(pack_module, "_exchange", fail)
+    else:  # no renameat2: two renames, the second of which fails
+        real = os.rename
+        monkeypatch.setattr(pack_module, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(pack_module.os, "rename", lambda a, b: fail() if Path(a) == part else real(a, b))
+    with pytest.raises(PackWriteError) as e:
+        pack_lmdb(class_folder, out, workers=1, overwrite=True, max_size=8)
+    assert str(e.value) == (
+        f"{out}: putting the new pack in place failed after 12 committed samples (OSError: [Errno 5] Input/output "
+        f"error); the new pack is complete in {part} and {out} still holds the old one: fix the cause, then run the "
+        "same --overwrite command again to swap them"
+    )
+    assert values(out) == old and verify_lmdb(out) == []
+    monkeypatch.undo()
+    report = pack_lmdb(class_folder, out, workers=1, overwrite=True, max_size=8)
+    assert (report.count, report.resumed_from) == (12, 12) and not part.exists()
+    assert read_meta(out)["options"]["max_size"] == 8 and verify_lmdb(out) == []
+
+
+def test_bad_images_met_by_an_overwrite_say_to_run_it_again_not_resume(class_folder: Path, tmp_path: Path):
+    out = tmp_path / "p.lmdb"
+    pack_lmdb(class_folder, out, workers=1)
+    (class_folder / "dog" / "图片_0.jpg").write_bytes(b"")
+    with pytest.raises(PackError) as e:
+        pack_lmdb(class_folder, out, workers=1, overwrite=True)
+    assert str(e.value).splitlines() == [
+        "1 unreadable images (the pack holds the 4 samples before the first; fix them and run the same --overwrite "
+        "command, or pass --skip-bad):",
+        f"{class_folder / 'dog' / '图片_0.jpg'}: empty file (0 bytes)",
+    ]
+    assert lmdb_info(out)["count"] == 12
 
 
 @pytest.mark.slow
@@ -908,7 +1079,7 @@ def test_verify_reports_a_damaged_jpeg_an_older_pack_holds(tmp_path, monkeypatch
     import datakit.pack as pack
 
     damaged = _damaged_jpegs(tmp_path / "src" / "c")
-    monkeypatch.setattr(pack, "validate_image", probe_image)  # packed as before: warnings not refused
+    monkeypatch.setattr(pack, "_validate", probe_image)  # packed as before: warnings not refused
     pack_lmdb(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
     monkeypatch.undo()
     capfd.readouterr()
@@ -1209,3 +1380,21 @@ def test_a_repack_begun_by_the_previous_datakit_resumes_naming_its_samples_as_it
     assert values(part) == values(whole)
     assert [name for _, _, name in values(part)] == [f"{old}:{name}" for _, _, name in values(old)]
     assert read_meta(part)["source_names"] == read_meta(whole)["source_names"] and verify_lmdb(part) == []
+
+
+@pytest.mark.parametrize("damaged", ['["cat", "dog"]', '"cat"', "null", '{"classes": [1, 2]}',
+                                     '{"classes": ["0", "1"], "source_values": ["a", "b"]}'])  # fmt: skip
+def test_resume_rewrites_a_classes_json_that_is_json_but_no_class_map(tmp_path, damaged):
+    # the attack: classes.json replaced by JSON of another shape (a bare list, a string, null); the repair that
+    # verify advises, pack-lmdb --resume, crashed with an AttributeError traceback on it
+    src = tmp_path / "src"
+    for cls in ("cat", "dog"):
+        (src / cls).mkdir(parents=True)
+        imwrite(src / cls / "a.jpg", synthetic_image(8, 8))
+    out = tmp_path / "pack"
+    assert main(["pack-lmdb", str(src), str(out)]) == 0
+    want = (out / "classes.json").read_text(encoding="utf-8")
+    (out / "classes.json").write_text(damaged, encoding="utf-8")
+    assert main(["pack-lmdb", str(src), str(out), "--resume"]) == 0
+    assert (out / "classes.json").read_text(encoding="utf-8") == want
+    assert json.loads(want) == {"classes": ["cat", "dog"]}

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +14,9 @@ import pytest
 
 from datakit.cli import main
 from datakit.datasets import open_dataset
-from datakit.io import imread
+from datakit.io import imread, imwrite
 from datakit.stats import PRESETS, Stats, compute_stats
+from datakit.testing import synthetic_image
 
 
 def reference(folder: Path) -> tuple[np.ndarray, np.ndarray, int]:
@@ -156,3 +159,60 @@ def test_to_dtype_scales_16_bit_images_as_torchvision_does():
     x = torch.tensor([[[0, 32768, 65535]]], dtype=torch.uint16)
     assert torch.equal(ToDtype().image(x), v2.ToDtype(torch.float32, scale=True)(x))
     assert ToDtype().image(x).tolist() == [[[0.0, float(torch.tensor(32768 / 65535, dtype=torch.float32)), 1.0]]]
+
+
+def _workers(pid: int) -> dict[int, int]:
+    """The worker processes of process ``pid`` (its children forked from it: the same command line; not a
+    program it runs, such as the ``ldconfig -p`` of torch's import), each with the CPU ticks it has used."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat, cmdline = (entry / "stat").read_text(), (entry / "cmdline").read_bytes()
+            fields = stat[stat.rindex(")") + 2 :].split()  # after "(comm)": state, ppid, ... utime (12), stime
+            if int(fields[1]) == pid and cmdline == Path(f"/proc/{pid}/cmdline").read_bytes():
+                found[int(entry.name)] = int(fields[11]) + int(fields[12])
+        except OSError:  # ended meanwhile
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("moment", ["a-worker-forked", "workers-decoding"])
+def test_ctrl_c_prints_one_line_and_nothing_from_the_workers(tmp_path: Path, moment: str):
+    # The attack: Ctrl-C in a terminal sends SIGINT to the whole process group, the stats' worker processes
+    # included: each printed "Process ForkPoolWorker-1:" and a KeyboardInterrupt traceback (one from inside the
+    # pool's initializer when it came as they started) around the main process's own line. One that came while a
+    # worker was forked was raised in logging's at-fork hook, printed as "Exception ignored" and lost: the stats
+    # ran to the end, exit 0.
+    src = tmp_path / "图片"
+    for i in range(300):
+        (src / f"c{i % 3}").mkdir(parents=True, exist_ok=True)
+        imwrite(src / f"c{i % 3}" / f"{i}.jpg", synthetic_image(24, 32, seed=i), mode="rgb")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    # resized to 1024x1024, 300 images take seconds: the work is still going on when the signal comes
+    cmd = [sys.executable, "-m", "datakit.cli", "stats", str(src), "--workers", "2", "--size", "1024x1024"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+
+    def ready() -> bool:
+        if moment == "a-worker-forked":  # at once: the parent may still be in its at-fork hooks
+            return len(_workers(proc.pid)) >= 1
+        ticks = _workers(proc.pid).values()  # both decoding: the pool is whole
+        return len(ticks) == 2 and min(ticks) >= 2
+
+    try:
+        deadline = time.monotonic() + 120
+        while not ready() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the workers never started"
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the main process and its workers
+        out, err = proc.communicate(timeout=120)  # its end of file: every worker has ended too
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert (proc.returncode, out, err) == (130, "", "datakit stats: interrupted\n")
