@@ -183,17 +183,29 @@ def stack_collate(batch: Sequence):
     """``default_collate``, except that images of different sizes give a :class:`CollateError` naming
     the samples (by position in the batch; by dataset index and file under create_loader) and their
     shapes, and pointing at :func:`pad_collate`."""
+    if batch and isinstance(batch[0], (np.ndarray, torch.Tensor)):  # bare images
+        _same_sizes(batch, "images")
+        return _stack_images(list(batch))
+    if batch and isinstance(batch[0], dict):  # {"image": ..., "label": ...}
+        for key in batch[0]:
+            values = [b.get(key) if isinstance(b, dict) else None for b in batch]
+            if all(isinstance(v, (np.ndarray, torch.Tensor)) for v in values):
+                _same_sizes(values, repr(key))
     if batch and isinstance(batch[0], (tuple, list)) and len(batch[0]) >= 1:
         images = [b[0] for b in batch]
         if isinstance(images[0], (np.ndarray, torch.Tensor)):
-            shapes = [tuple(x.shape) for x in images]
-            if len(set(shapes)) > 1:
-                raise CollateError("cannot stack images of different sizes into one batch (", *_grouped(shapes, str),
-                                   "); resize them to one size in the transform, or batch them with "
-                                   "datakit.collate.pad_collate()")  # fmt: skip
+            _same_sizes(images, "images")
             rest = default_collate([tuple(b[1:]) for b in batch])
             return [_stack_images(images), *rest]
     return default_collate(batch)
+
+
+def _same_sizes(arrays: Sequence, what: str) -> None:
+    shapes = [tuple(x.shape) if isinstance(x, (np.ndarray, torch.Tensor)) else type(x).__name__ for x in arrays]
+    if len(set(shapes)) > 1:
+        raise CollateError(f"cannot stack {what} of different sizes into one batch (", *_grouped(shapes, str),
+                           "); resize them to one size in the transform, or batch them with "
+                           "datakit.collate.pad_collate()")  # fmt: skip
 
 
 def _ranges(ix: list[int]) -> str:
@@ -251,44 +263,58 @@ def _pad_images(images: Sequence, size_divisor: int, pad_value: float):
     return out, sizes, mask
 
 
-def pad_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
-    """A collate function that pads images (HWC arrays or CHW tensors) at the bottom and right to
-    the batch's largest size, rounded up to ``size_divisor``.
+def _divisor(factory: str, size_divisor) -> int:
+    if isinstance(size_divisor, (list, tuple)):  # the batch: the factory itself given as collate_fn
+        raise TypeError(f"{factory} makes a collate function: pass collate_fn={factory}() (with its options), "
+                        f"not {factory}")  # fmt: skip
+    if isinstance(size_divisor, bool) or not isinstance(size_divisor, int) or size_divisor < 1:
+        raise ValueError(f"size_divisor must be a whole number of at least 1, got {size_divisor!r}")
+    return size_divisor
 
-    The batch is ``(images NCHW, targets, sizes N x 2 (h, w), mask N x H x W)``, the mask True
-    on real pixels.
-    """
-    if size_divisor < 1:
-        raise ValueError(f"size_divisor must be at least 1, got {size_divisor}")
 
-    @_refusing
-    def collate(batch: Sequence):
+class _Collate:
+    """A collate function with options that pickles (spawn workers pickle the collate function),
+    whose :class:`CollateError` names the batch it was given as the one its positions count in."""
+
+    def __init__(self, factory: str, size_divisor: int, pad_value: float) -> None:
+        self.size_divisor, self.pad_value = _divisor(factory, size_divisor), pad_value
+
+    def __call__(self, batch: Sequence):
+        try:
+            return self.collate(batch)
+        except CollateError as exc:
+            if exc.batch is None:
+                exc.batch = batch
+            raise
+
+    def collate(self, batch: Sequence):
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{self.name}(size_divisor={self.size_divisor}, pad_value={self.pad_value})"
+
+
+class _PadCollate(_Collate):
+    name = "pad_collate"
+
+    def collate(self, batch: Sequence):
         bare = [isinstance(b, (torch.Tensor, np.ndarray)) for b in batch]
         if any(bare) and not all(bare):
             raise CollateError("pad_collate: samples mix bare images and (image, target) pairs (",
                                *_grouped(["a bare image" if b else "a pair" for b in bare], str), ")")  # fmt: skip
         if any(bare):  # images without targets: an image is not a sequence of (image, target)
-            images, sizes, mask = _pad_images(list(batch), size_divisor, pad_value)
+            images, sizes, mask = _pad_images(list(batch), self.size_divisor, self.pad_value)
             return images, None, sizes, mask
-        images, sizes, mask = _pad_images([b[0] for b in batch], size_divisor, pad_value)
+        images, sizes, mask = _pad_images([b[0] for b in batch], self.size_divisor, self.pad_value)
         targets = default_collate([b[1] for b in batch]) if batch and len(batch[0]) > 1 else None
         return images, targets, sizes, mask
 
-    return collate
 
+class _DetectionCollate(_Collate):
+    name = "detection_collate"
 
-def detection_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
-    """A collate function for detection: samples are ``(image, target dict)`` with ``boxes``
-    (N x 4, pixel coordinates) and ``labels``; returns ``(images NCHW, list of target dicts)``.
-
-    Images are padded at the bottom and right, so boxes stay valid; each target gains
-    ``img_size`` (h, w before padding) and ``pad_size`` (h, w of the batch) and keeps its
-    extras (``scale``, ``orig_size``, ...).
-    """
-
-    @_refusing
-    def collate(batch: Sequence):
-        images, sizes, _ = _pad_images([b[0] for b in batch], size_divisor, pad_value)
+    def collate(self, batch: Sequence):
+        images, sizes, _ = _pad_images([b[0] for b in batch], self.size_divisor, self.pad_value)
         targets = []
         for i, (_, t) in enumerate(batch):
             if not isinstance(t, dict) or "boxes" not in t:
@@ -315,7 +341,28 @@ def detection_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
             targets.append(t)
         return images, targets
 
-    return collate
+
+def pad_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
+    """A collate function that pads images (HWC arrays or CHW tensors) at the bottom and right to
+    the batch's largest size, rounded up to ``size_divisor``.
+
+    The batch is ``(images NCHW, targets, sizes N x 2 (h, w), mask N x H x W)``, the mask True
+    on real pixels. Call it to make the function (``collate_fn=pad_collate()``); it pickles, so
+    spawn workers take it too.
+    """
+    return _PadCollate("pad_collate", size_divisor, pad_value)
+
+
+def detection_collate(size_divisor: int = 32, pad_value: float = 0) -> Callable:
+    """A collate function for detection: samples are ``(image, target dict)`` with ``boxes``
+    (N x 4, pixel coordinates) and ``labels``; returns ``(images NCHW, list of target dicts)``.
+
+    Images are padded at the bottom and right, so boxes stay valid; each target gains
+    ``img_size`` (h, w before padding) and ``pad_size`` (h, w of the batch) and keeps its
+    extras (``scale``, ``orig_size``, ...). Call it to make the function
+    (``collate_fn=detection_collate()``); it pickles, so spawn workers take it too.
+    """
+    return _DetectionCollate("detection_collate", size_divisor, pad_value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1514,10 +1514,13 @@ def create_loader(
         raise ValueError("create_loader makes the batches itself (order, sharding, resuming): give sampler= and "
                          "batch_size instead of batch_sampler=")  # fmt: skip
     on_device = _device_plan(device, normalize)  # checked before any worker is measured or started
-    if collate_fn is None:
-        from datakit.collate import stack_collate
+    from datakit.collate import detection_collate, pad_collate, stack_collate
 
+    if collate_fn is None:
         collate_fn = stack_collate
+    elif collate_fn is pad_collate or collate_fn is detection_collate:  # the factory, not what it makes
+        raise ValueError(f"collate_fn={collate_fn.__name__} makes a collate function: pass "
+                         f"collate_fn={collate_fn.__name__}() (with its options)")  # fmt: skip
     if autotune is None:
         autotune = num_workers == "auto"
     env = os.environ.get("DATAKIT_NUM_WORKERS")

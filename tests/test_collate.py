@@ -355,3 +355,51 @@ def test_pad_and_detection_collate_promote_mixed_dtypes_as_stack_collate_does(ki
     # stack_collate and the padders say the same of the same dtypes
     with pytest.raises(ValueError, match=r"^cannot stack images of dtypes torch does not promote into one batch \("):
         stack_collate([(np.zeros((2, 2), np.uint16), 0), (np.zeros((2, 2), np.uint8), 1)])
+
+
+def test_bare_and_dict_samples_of_different_sizes_are_refused_naming_them():
+    # the attack: samples that are an image alone, or a dict, fell through to default_collate's RuntimeError
+    # ("stack expects each tensor to be equal size ... at entry 0 and ... at entry 5")
+    images = [torch.zeros(3, 8, 8, dtype=torch.uint8) for _ in range(6)]
+    images[5] = torch.zeros(3, 9, 8, dtype=torch.uint8)
+    with pytest.raises(CollateError) as e:
+        stack_collate(images)
+    assert str(e.value) == (
+        "cannot stack images of different sizes into one batch (batch positions 0, 1, 2, 3, 4: (3, 8, 8); batch "
+        "position 5: (3, 9, 8)); resize them to one size in the transform, or batch them with "
+        "datakit.collate.pad_collate()"
+    )
+    with pytest.raises(CollateError) as e:
+        stack_collate([{"image": x, "label": i} for i, x in enumerate(images)])
+    assert str(e.value).startswith(
+        "cannot stack 'image' of different sizes into one batch (batch positions 0, 1, 2, 3, 4: (3, 8, 8); batch "
+        "position 5: (3, 9, 8)); "
+    )
+    same = [torch.full((3, 2, 2), i, dtype=torch.uint8) for i in range(3)]
+    assert torch.equal(stack_collate(same), torch.stack(same))
+    got = stack_collate([{"image": x, "label": i} for i, x in enumerate(same)])
+    assert torch.equal(got["image"], torch.stack(same)) and got["label"].tolist() == [0, 1, 2]
+
+
+def test_the_padding_collate_factories_given_uncalled_say_so():
+    # the attack: collate_fn=pad_collate, as stack_collate is passed; the batch arrived as size_divisor and a
+    # worker raised "'<' not supported between instances of 'list' and 'int'"
+    from datakit.loader import create_loader
+
+    data = [(torch.zeros(3, 4, 4), 0)] * 4
+    for factory in (pad_collate, detection_collate):
+        name = factory.__name__
+        with pytest.raises(TypeError) as e:
+            next(iter(DataLoader(data, batch_size=2, collate_fn=factory)))
+        assert (
+            str(e.value) == f"{name} makes a collate function: pass collate_fn={name}() (with its options), not {name}"
+        )
+        with pytest.raises(ValueError) as e:
+            create_loader(data, 2, num_workers=0, collate_fn=factory)
+        assert (
+            str(e.value) == f"collate_fn={name} makes a collate function: pass collate_fn={name}() (with its options)"
+        )
+        with pytest.raises(ValueError) as e:
+            factory(0)
+        assert str(e.value) == "size_divisor must be a whole number of at least 1, got 0"
+    assert repr(pad_collate(16)) == "pad_collate(size_divisor=16, pad_value=0)"

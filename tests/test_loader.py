@@ -1669,3 +1669,28 @@ def test_a_loader_dropped_after_a_worker_error_ends_its_workers_without_waiting_
     gc.collect()
     assert joined and all(not alive for _, alive in joined), joined  # no join left a worker running at its timeout
     assert [w.exitcode is not None for w in workers] == [True, True]  # ended, and reaped
+
+
+class Sized(Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i):
+        return torch.full((3, 30 + i, 40), i, dtype=torch.uint8), {"boxes": [[0, 0, 4, 4]], "labels": [i % 3]}
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_the_padding_collate_functions_go_to_spawn_workers(context):
+    # the attack: pad_collate() and detection_collate() returned functions defined inside them, which do not
+    # pickle: every spawn loader (the default start method on macOS and Windows) died before its first batch
+    from datakit.collate import detection_collate, pad_collate
+
+    kw = dict(num_workers=2, train=False, multiprocessing_context=context)
+    batches = list(create_loader(Sized(), 4, collate_fn=pad_collate(size_divisor=8), **kw))
+    assert [tuple(b[0].shape) for b in batches] == [(4, 3, 40, 40), (4, 3, 40, 40)]
+    assert batches[1][2].tolist() == [[34, 40], [35, 40], [36, 40], [37, 40]]
+    assert int(batches[1][0][3, 0, 37:].sum()) == 0 and int(batches[1][0][3, 0, :37].float().mean()) == 7
+    images, targets = next(iter(create_loader(Sized(), 4, collate_fn=detection_collate(), **kw)))
+    assert tuple(images.shape) == (4, 3, 64, 64)
+    assert [t["labels"].tolist() for t in targets] == [[0], [1], [2], [0]]
+    assert targets[3]["img_size"].tolist() == [33, 40] and targets[3]["pad_size"].tolist() == [64, 64]
