@@ -254,7 +254,10 @@ def _sample_name(dataset: Dataset, index) -> str | None:
         while isinstance(dataset, torch.utils.data.Subset):
             dataset, index = dataset.dataset, dataset.indices[index]
         name = getattr(dataset, "name", None)
-        return str(name(index)) if callable(name) else None
+        if not callable(name):
+            return None
+        j = getattr(dataset, "replaced", {}).get(index)  # on_error skip/substitute: another sample was read
+        return f"{name(j)}, read in place of unreadable {name(index)}" if j is not None else str(name(index))
     except Exception:  # a name() of another meaning, or none for this index: the index alone
         return None
 

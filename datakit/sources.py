@@ -123,6 +123,7 @@ class ImageDataset:
         self.max_bad_fraction = float(max_bad_fraction)
         self.skipped = 0  # substitutions served by this process
         self.bad: dict[int, tuple[str, str]] = {}  # index -> (name, reason), known in this process
+        self.replaced: dict[int, int] = {}  # bad index -> the index last read in its place, in this process
         self.bad_samples = Path(bad_samples) if bad_samples is not None else None
         self._cache: dict[int, bytes] | None = None
         if cache == "memory":
@@ -244,6 +245,7 @@ class ImageDataset:
                 self._record_bad(j, exc)
                 continue
             self.skipped += 1
+            self.replaced[i] = j
             return j, img
         raise SampleError(
             f"sample {i}: {self.bad[i][0]}: {self.bad[i][1]}; and no readable substitute among samples {tried}"

@@ -1694,3 +1694,28 @@ def test_the_padding_collate_functions_go_to_spawn_workers(context):
     assert tuple(images.shape) == (4, 3, 64, 64)
     assert [t["labels"].tolist() for t in targets] == [[0], [1], [2], [0]]
     assert targets[3]["img_size"].tolist() == [33, 40] and targets[3]["pad_size"].tolist() == [64, 64]
+
+
+def test_a_collate_error_names_the_file_read_in_place_of_an_unreadable_one(tmp_path):
+    # the attack: on_error="skip" reads the next file in place of a corrupt one; the error named the corrupt
+    # file as holding the other one's pixels (sample 10 (dog/02.jpg): (33, 32, 3), where dog/02.jpg is garbage)
+    from datakit.collate import CollateError
+    from datakit.datasets import open_dataset
+    from datakit.io import imwrite
+
+    for c in ("cat", "dog"):
+        (tmp_path / c).mkdir()
+        for k in range(8):
+            imwrite(tmp_path / c / f"{k:02d}.jpg", np.full((33 if (c, k) == ("dog", 3) else 32, 32, 3), 100, np.uint8))
+    (tmp_path / "dog" / "02.jpg").write_bytes(b"\xff\xd8\xff garbage")
+    ds = open_dataset(tmp_path, on_error="skip", max_bad_fraction=0.5)
+    loader = create_loader(ds, 16, num_workers=2, train=False)
+    with pytest.raises(CollateError) as e:
+        list(loader)
+    loader.close()
+    bad, odd = tmp_path / "dog" / "02.jpg", tmp_path / "dog" / "03.jpg"
+    assert str(e.value) == (
+        "cannot stack images of different sizes into one batch (samples 0, 1, 2, 3, 4, 5, ...: (32, 32, 3); "
+        f"samples 10 ({odd}, read in place of unreadable {bad}), 11 ({odd}): (33, 32, 3)); resize them to one "
+        "size in the transform, or batch them with datakit.collate.pad_collate()"
+    )
