@@ -466,7 +466,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         resumed = f" (resumed after {report.resumed_from})" if report.resumed_from else ""
         print(f"packed {report.count} images{resumed} into {report.path}: {report.bytes_in / 2**20:.1f} MB read, "
               f"{report.bytes_out / 2**20:.1f} MB stored, {rate:.0f} images/s"
-              + (f"; {len(report.skipped)} unreadable images skipped" if report.skipped else ""))  # fmt: skip
+              + (f"; {report.skipped_summary} skipped" if report.skipped else ""))  # fmt: skip
     return 0
 
 
@@ -539,7 +539,8 @@ def _register_lmdb(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted pack")
     p.add_argument("--overwrite", action="store_true", help="replace an existing pack")
     p.add_argument("--shard", type=_shard, metavar="I/N", help="pack only the I-th of N parts (0-based)")
-    p.add_argument("--skip-bad", action="store_true", help="skip unreadable images (listed) instead of failing")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="skip unreadable images and missing files (listed) instead of failing")  # fmt: skip
     p.add_argument("--bad-samples", metavar="FILE",
                    help="with --skip-bad: skip, unread, the samples this file from training lists")  # fmt: skip
     p.add_argument("--commit-every", type=_count, default=5000, metavar="N",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from datakit.check import _missing_line
 from datakit.errors import PackError, SampleError, UsageError
 from datakit.io import (
     _default_budget,
@@ -47,7 +48,7 @@ from datakit.lmdb import (
     read_meta,
 )
 from datakit.parallel import WorkerDied, map_ordered
-from datakit.sources import ImageDataset, LmdbDataset, StringArray, open_source
+from datakit.sources import ImageDataset, LmdbDataset, StringArray, TableDataset, open_source
 
 __all__ = ["PackReport", "pack_lmdb", "parse_shard"]
 
@@ -63,6 +64,19 @@ class PackReport:
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
+
+    @property
+    def skipped_summary(self) -> str:
+        """What was skipped, counted as check counts it: "2 missing files and 1 unreadable image"; "" if none."""
+        return _tally(self.skipped)
+
+
+def _tally(lines: list[str]) -> str:
+    """Bad samples' lines counted by kind: the files a table names that are not there (check's ``missing:``
+    lines) apart from the images that cannot be read."""
+    missing = sum(line.startswith("missing: ") for line in lines)
+    counts = [(missing, "missing file"), (len(lines) - missing, "unreadable image")]
+    return " and ".join(f"{n} {what}{'' if n == 1 else 's'}" for n, what in counts if n)
 
 
 def parse_shard(spec: str | tuple[int, int] | None) -> tuple[int, int]:
@@ -403,8 +417,8 @@ def pack_lmdb(
         workers: readers (default: usable CPUs): threads of this process for plain JPEG files, whose reads
             and decoder release the GIL; processes for other files, a zip's members or another pack's samples
             (check's strict probe, which captures the C libraries' messages, runs one at a time per process).
-        skip_bad: skip unreadable images (listed in the report and the metadata, each as ``datakit check``
-            words it) instead of failing.
+        skip_bad: skip unreadable images and the files a table names that are not there (listed in the report
+            and the metadata, each as ``datakit check`` words it) instead of failing.
         resume: continue an interrupted pack of the same source and options.
         overwrite: replace an existing datakit pack (never a file or a folder holding anything else).
         shard: ``"I/N"``: pack only the I-th of N contiguous parts (``open_dataset`` reads shards as one).
@@ -517,7 +531,7 @@ def pack_lmdb(
                             map_size=map_size, background=True)  # fmt: skip
         with writer:
             report = _fill(writer, ds, lo, hi, workers, max_size, quality, skip_bad, sids, name_of, progress,
-                           known, again=_again(out, target, overwrite))  # fmt: skip
+                           known, advice=partial(_bad_advice, out, target, overwrite))  # fmt: skip
             written = True
             class_map.save(target / "classes.json")
         if target != out:
@@ -553,11 +567,26 @@ def _committed(path: Path) -> int:
         return 0
 
 
-def _again(out: Path, target: Path, overwrite: bool) -> str:
-    """The command that goes on from the samples a failed pack job committed into ``target``."""
-    if target != out:
-        return "the same --overwrite command"  # it resumes the part it left beside OUT
-    return "the same command with --resume" + (" in place of --overwrite" if overwrite else "")
+def _again(out: Path, target: Path, overwrite: bool, more: str = "") -> str:
+    """The command that goes on from the samples a failed pack job committed into ``target``; ``more``: options
+    it adds (``--skip-bad``)."""
+    if target != out:  # it resumes the part it left beside OUT
+        return "the same --overwrite command" + (f" with {more}" if more else "")
+    flags = " ".join(["--resume", *([more] if more else [])])
+    return f"the same command with {flags}" + (" in place of --overwrite" if overwrite else "")
+
+
+def _bad_advice(out: Path, target: Path, overwrite: bool, committed: int) -> str:
+    """What is true of OUT once bad images stopped a pack job, and the commands that go on from there: with the
+    images fixed, or leaving them out (``--skip-bad``). An ``--overwrite`` builds the new pack beside OUT
+    (``target``): OUT holds the old one, and the new samples take room in the part until it is deleted."""
+    fixed, left_out = _again(out, target, overwrite), _again(out, target, overwrite, "--skip-bad")
+    if target == out:
+        return (f"the pack holds the {committed} samples before the first; fix them and run {fixed}, or {left_out} "
+                "to leave them out")  # fmt: skip
+    return (f"{out} still holds the old pack, untouched; the {committed} new samples before the first are kept in "
+            f"{target}: fix them and run {fixed} to go on from them, or {left_out} to leave them out, or delete "
+            f"{target} to give its space back")  # fmt: skip
 
 
 def _write_failure(exc: BaseException, out: Path, target: Path, committed: int, *, overwrite: bool,
@@ -660,11 +689,10 @@ def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
 
 def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int | None, max_size: int | None,
           quality: int, skip_bad: bool, sids: np.ndarray | None, name_of: Callable[[int], str], progress,
-          known: dict[int, str] | None = None,
-          again: str = "the same command with --resume") -> PackReport:  # fmt: skip
+          known: dict[int, str] | None = None, *, advice: Callable[[int], str]) -> PackReport:  # fmt: skip
     """Read, validate and write source samples ``lo .. hi-1`` from where the pack stands; ``sids``: each source
     sample's split id in the pack's splits (None: the pack records none); ``name_of(i)``: the name it stores;
-    ``again``: the command that goes on once the bad images are fixed."""
+    ``advice(committed)``: what stays and the commands that go on, when bad images stop the job."""
     start = writer.count
     report = PackReport(writer.path, 0, resumed_from=start, skipped=list(writer.meta["skipped"]))
     first = lo + start + len(report.skipped)
@@ -684,13 +712,17 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
     results = _with_known(results, listed, known, hi)
     done, stop = [first], threading.Event()
     where = getattr(ds, "where", None)
+    table_ds = ds if isinstance(ds, TableDataset) else None
     if local and hasattr(os, "posix_fadvise"):
         threading.Thread(target=_read_ahead, args=(ds, first, hi, done, stop), daemon=True).start()
     try:
         for i, value, h, w, nin, err, crc in results:
             done[0] = i
             if err is not None:
-                if where is not None:
+                missing = _missing_line(table_ds, i) if table_ds is not None and i not in known else None
+                if missing is not None:
+                    err = missing  # a file the table names that is not there (or a folder): check's line for it
+                elif where is not None:
                     err = f"{err} ({where(i)})"  # the table's sheet and row, as check names them
                 if skip_bad:
                     report.skipped.append(err)
@@ -711,10 +743,7 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
             close()
     if bad:
         writer.commit()
-        raise PackError(
-            f"{len(bad)} unreadable images (the pack holds the {writer.count} samples before the first; fix them "
-            f"and run {again}, or pass --skip-bad):\n" + "\n".join(bad)
-        )
+        raise PackError(f"{_tally(bad)} ({advice(writer.count)}):\n" + "\n".join(bad))
     writer.finish(skipped=report.skipped)
     report.count = writer.count
     report.seconds = time.perf_counter() - t0

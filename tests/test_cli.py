@@ -192,7 +192,7 @@ def test_pack_skip_bad_says_what_check_says_and_no_library_line(tmp_path: Path, 
     assert (refused.returncode, refused.stdout) == (1, "")
     assert refused.stderr.splitlines() == [
         "datakit pack-lmdb: error: 4 unreadable images (the pack holds the 0 samples before the first; fix them "
-        "and run the same command with --resume, or pass --skip-bad):",
+        "and run the same command with --resume, or the same command with --resume --skip-bad to leave them out):",
         *lines,
     ]
     skipped = datakit("pack-lmdb", src, out, "-q", "--workers", workers, "--resume", "--skip-bad", *size)
@@ -213,6 +213,97 @@ def test_pack_skip_bad_names_the_table_row_as_check_does(tmp_path: Path):
     assert (check.returncode, check.stderr.splitlines()) == (1, [f"unreadable: {x}" for x in lines])
     skipped = datakit("pack-lmdb", src, out, "--labels", src / "labels.csv", "-q", "--skip-bad")
     assert (skipped.returncode, skipped.stderr.splitlines()) == (0, [f"skipped: {x}" for x in lines])
+
+
+def _jpeg(path: Path, seed: int = 0) -> None:
+    from datakit.io import encode_image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(encode_image(synthetic_image(24, 32, seed=seed), ".jpg", 90, mode="rgb"))
+
+
+def test_pack_names_missing_files_as_check_does_and_counts_them_apart(tmp_path: Path):
+    # The attack: a table naming a folder and a file the disk lacks; check says "missing: ... is a folder, not an
+    # image" and "missing: ... not found at", pack-lmdb said "Is a directory" and "No such file or directory" and
+    # counted both among "2 unreadable images skipped"
+    src, out = tmp_path / "数据", tmp_path / "out.lmdb"
+    _jpeg(src / "猫" / "a.jpg")
+    (src / "猫" / "d.jpg").mkdir()
+    (src / "猫" / "e.jpg").write_bytes(b"")
+    table = src / "lab.csv"
+    table.write_text("file,label\n猫/a.jpg,cat\n猫/d.jpg,cat\n猫/gone.jpg,cat\n猫/e.jpg,cat\n", encoding="utf-8")
+    lines = [
+        f"missing: '猫/d.jpg' ({table}, line 3) is a folder, not an image: {src / '猫' / 'd.jpg'}",
+        f"missing: '猫/gone.jpg' ({table}, line 4) not found at {src / '猫' / 'gone.jpg'}",
+        f"{src / '猫' / 'e.jpg'}: empty file (0 bytes) ({table}, line 5)",
+    ]
+    check = datakit("check", src, "--labels", table, "-q")
+    assert (check.returncode, check.stderr.splitlines()) == (1, [*lines[:2], f"unreadable: {lines[2]}"])
+    refused = datakit("pack-lmdb", src, out, "--labels", table, "-q")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr.splitlines() == [
+        "datakit pack-lmdb: error: 2 missing files and 1 unreadable image (the pack holds the 1 samples before the "
+        "first; fix them and run the same command with --resume, or the same command with --resume --skip-bad to "
+        "leave them out):",
+        *lines,
+    ]
+    skipped = datakit("pack-lmdb", src, out, "--labels", table, "--resume", "--skip-bad")
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stderr.splitlines() == [f"skipped: {x}" for x in lines]
+    assert skipped.stdout.startswith(f"packed 1 images (resumed after 1) into {out}: ")
+    assert skipped.stdout.rstrip().endswith("; 2 missing files and 1 unreadable image skipped")
+    assert json.loads(datakit("info", out, "--json").stdout)["skipped"] == lines
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_pack_refusal_advises_commands_that_work_as_written(tmp_path: Path, overwrite: bool):
+    # The attack: "fix them and run the same command with --resume, or pass --skip-bad"; followed literally,
+    # `pack-lmdb SRC OUT --skip-bad` was refused: OUT "already exists; use --resume ... or --overwrite"
+    src, out = tmp_path / "src", tmp_path / "out.lmdb"
+    for k in range(3):
+        _jpeg(src / "c" / f"a_{k}.jpg", seed=k)
+    (src / "c" / "b_empty.jpg").write_bytes(b"")
+    first = ["--overwrite"] if overwrite else []
+    refused = datakit("pack-lmdb", src, out, "-q", *first)
+    again = " in place of --overwrite" if overwrite else ""
+    assert (refused.returncode, refused.stderr.splitlines()) == (1, [
+        "datakit pack-lmdb: error: 1 unreadable image (the pack holds the 3 samples before the first; fix them and "
+        f"run the same command with --resume{again}, or the same command with --resume --skip-bad{again} to leave "
+        "them out):",
+        f"{src / 'c' / 'b_empty.jpg'}: empty file (0 bytes)",
+    ])  # fmt: skip
+    skipped = datakit("pack-lmdb", src, out, "-q", "--resume", "--skip-bad")
+    assert (skipped.returncode, skipped.stderr) == (0, f"skipped: {src / 'c' / 'b_empty.jpg'}: empty file (0 bytes)\n")
+    info = json.loads(datakit("info", out, "--json").stdout)
+    assert (info["count"], len(info["skipped"])) == (3, 1)
+
+
+def test_pack_overwrite_stopped_by_bad_images_says_where_the_new_samples_are(tmp_path: Path):
+    # The attack: "the pack holds the 4 samples before the first; fix them and run the same --overwrite command"
+    # while OUT still held the old pack of 6 and the 4 new ones sat, never named, in .OUT.overwrite-part
+    src, out, part = tmp_path / "src", tmp_path / "out.lmdb", tmp_path / ".out.lmdb.overwrite-part"
+    for k in range(6):
+        _jpeg(src / "c" / f"{'a' if k < 4 else 'c'}_{k}.jpg", seed=k)
+    assert datakit("pack-lmdb", src, out, "-q").returncode == 0
+    (src / "c" / "b_empty.jpg").write_bytes(b"")
+    refused = datakit("pack-lmdb", src, out, "-q", "--overwrite", "--max-size", "16")
+    assert (refused.returncode, refused.stderr.splitlines()) == (1, [
+        f"datakit pack-lmdb: error: 1 unreadable image ({out} still holds the old pack, untouched; the 4 new samples "
+        f"before the first are kept in {part}: fix them and run the same --overwrite command to go on from them, or "
+        f"the same --overwrite command with --skip-bad to leave them out, or delete {part} to give its space back):",
+        f"{src / 'c' / 'b_empty.jpg'}: empty file (0 bytes)",
+    ])  # fmt: skip
+    info = json.loads(datakit("info", out, "--json").stdout)
+    assert (info["count"], info["options"]["max_size"]) == (6, None)
+    from datakit.lmdb import read_meta
+
+    assert read_meta(part)["count"] == 4
+    skipped = datakit("pack-lmdb", src, out, "--overwrite", "--max-size", "16", "--skip-bad")
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stdout.startswith(f"packed 6 images (resumed after 4) into {out}: ")
+    assert skipped.stdout.rstrip().endswith("; 1 unreadable image skipped") and not part.exists()
+    info = json.loads(datakit("info", out, "--json").stdout)
+    assert (info["count"], info["options"]["max_size"], len(info["skipped"])) == (6, 16, 1)
 
 
 def test_stats_json_quiet_and_plot(class_folder: Path, tmp_path: Path):

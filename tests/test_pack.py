@@ -163,7 +163,10 @@ def test_corrupt_sources_refused_or_skipped(class_folder: Path, tmp_path: Path):
     with pytest.raises(PackError) as e:
         pack_lmdb(class_folder, tmp_path / "a.lmdb", workers=2)
     lines = str(e.value).splitlines()
-    assert lines[0].startswith("1 unreadable images (the pack holds the 6 samples before the first")
+    assert lines[0] == (
+        "1 unreadable image (the pack holds the 6 samples before the first; fix them and run the same command with "
+        "--resume, or the same command with --resume --skip-bad to leave them out):"
+    )
     assert lines[1] == f"{bad}: truncated JPEG (no end-of-image marker)"
     with pytest.raises(PackError, match="incomplete pack"):
         open_dataset(tmp_path / "a.lmdb")
@@ -531,12 +534,14 @@ def test_bad_images_met_by_an_overwrite_say_to_run_it_again_not_resume(class_fol
     (class_folder / "dog" / "图片_0.jpg").write_bytes(b"")
     with pytest.raises(PackError) as e:
         pack_lmdb(class_folder, out, workers=1, overwrite=True)
+    part = tmp_path / ".p.lmdb.overwrite-part"
     assert str(e.value).splitlines() == [
-        "1 unreadable images (the pack holds the 4 samples before the first; fix them and run the same --overwrite "
-        "command, or pass --skip-bad):",
+        f"1 unreadable image ({out} still holds the old pack, untouched; the 4 new samples before the first are kept "
+        f"in {part}: fix them and run the same --overwrite command to go on from them, or the same --overwrite "
+        f"command with --skip-bad to leave them out, or delete {part} to give its space back):",
         f"{class_folder / 'dog' / '图片_0.jpg'}: empty file (0 bytes)",
     ]
-    assert lmdb_info(out)["count"] == 12
+    assert lmdb_info(out)["count"] == 12 and read_meta(part)["count"] == 4
 
 
 @pytest.mark.slow
