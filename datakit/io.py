@@ -147,6 +147,8 @@ def _exif_orientation(data: bytes) -> int:
         for e in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
             if int.from_bytes(tiff[e : e + 2], order) == 0x0112:
                 kind = int.from_bytes(tiff[e + 2 : e + 4], order)  # SHORT, as written; LONG, as some write it
+                if kind not in (3, 4):  # no other type holds an orientation (Pillow reads none either)
+                    return 1
                 value = int.from_bytes(tiff[e + 8 : e + (12 if kind == 4 else 10)], order)
                 return value if 1 <= value <= 8 else 1
         return 1

@@ -649,3 +649,24 @@ def test_the_pipelines_turn_a_jpeg_with_several_app1_segments_by_the_same_rule(m
     monkeypatch.setattr(RandomResizedCrop, "get_params", lambda self, h, w: box)
     got = train_pipeline(120, hflip=0.0).from_bytes(data).permute(1, 2, 0).numpy()
     np.testing.assert_array_equal(got, _resize(upright[11:161, 23:163], 120, 120))
+
+
+@pytest.mark.parametrize("order", [b"II", b"MM"])
+@pytest.mark.parametrize("kind, orientation", [(1, 1), (3, 6), (4, 6), (7, 1)])
+def test_an_orientation_of_another_type_than_short_or_long_counts_as_none(order, kind, orientation):
+    # the attack: Orientation stored as a BYTE: read as a SHORT, a little-endian file turned (6, then the padding
+    # byte 0) and a big-endian one did not (0x0600); Pillow turns neither. SHORT and LONG turn in both byte orders
+    from PIL import ImageOps
+
+    from datakit.io import _exif_orientation
+
+    end = "little" if order == b"II" else "big"
+    value = (6).to_bytes(1, end) + bytes(3) if kind in (1, 7) else (6).to_bytes(2 if kind == 3 else 4, end)
+    value += bytes(4 - len(value))
+    entry = (0x0112).to_bytes(2, end) + kind.to_bytes(2, end) + (1).to_bytes(4, end) + value
+    tiff = order + (42).to_bytes(2, end) + (8).to_bytes(4, end) + (1).to_bytes(2, end) + entry + bytes(4)
+    data = _with_app1(_stored_jpeg(), b"Exif\0\0" + tiff)
+    assert _exif_orientation(data) == orientation
+    pillow = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+    assert pillow.size == ((45, 70) if orientation == 6 else (70, 45))
+    assert decode_image(data, "rgb").shape[:2] == ((70, 45) if orientation == 6 else (45, 70))
