@@ -195,9 +195,41 @@ def stack_collate(batch: Sequence):
         images = [b[0] for b in batch]
         if isinstance(images[0], (np.ndarray, torch.Tensor)):
             _same_sizes(images, "images")
-            rest = default_collate([tuple(b[1:]) for b in batch])
+            rest = [tuple(b[1:]) for b in batch]
+            try:
+                rest = default_collate(rest)
+            except (RuntimeError, TypeError, ValueError):  # torch's own words name "entry N" of what
+                _explain(rest, "target" if len(batch[0]) == 2 else "element", 1)
+                raise
             return [_stack_images(images), *rest]
-    return default_collate(batch)
+    try:
+        return default_collate(batch)
+    except (RuntimeError, TypeError, ValueError):
+        _explain(list(batch), "sample", None)
+        raise
+
+
+def _explain(values: list, what: str, first: int | None) -> None:
+    """Raise a :class:`CollateError` naming the samples where ``values`` (one per sample: tuples of
+    fields numbered from ``first``, dicts, arrays) differ in shape or length, field by field, once
+    default_collate has refused them; nothing when no such difference is found."""
+    if all(isinstance(v, (np.ndarray, torch.Tensor)) for v in values):
+        _same_sizes(values, what)
+    elif all(isinstance(v, dict) for v in values) and values:
+        for key in values[0]:
+            if all(key in v for v in values):
+                _explain([v[key] for v in values], f"{what}[{key!r}]", None)
+    elif all(isinstance(v, (tuple, list)) for v in values) and values:
+        lengths = [len(v) for v in values]
+        if len(set(lengths)) > 1:
+            raise CollateError(f"cannot batch {what}s of different lengths (", *_grouped(lengths, str),
+                               "); a collate function of your own can keep them as lists")  # fmt: skip
+        for k in range(lengths[0]):
+            if first is None:
+                field = f"{what}[{k}]"
+            else:  # a sample's fields after the image: "target" for (image, target), else numbered
+                field = what if lengths[0] == 1 else f"{what} {k + first}"
+            _explain([v[k] for v in values], field, None)
 
 
 def _same_sizes(arrays: Sequence, what: str) -> None:

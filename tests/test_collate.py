@@ -403,3 +403,33 @@ def test_the_padding_collate_factories_given_uncalled_say_so():
             factory(0)
         assert str(e.value) == "size_divisor must be a whole number of at least 1, got 0"
     assert repr(pad_collate(16)) == "pad_collate(size_divisor=16, pad_value=0)"
+
+
+def test_targets_default_collate_refuses_are_named_by_sample():
+    # the attack: masks (or lists, or a third field) of different sizes: torch's RuntimeError named "entry 0"
+    # and "entry 2" of something, with no word of which field
+    img = torch.zeros(3, 4, 4)
+    masks = [(img, torch.zeros(4, 4)), (img, torch.zeros(4, 4)), (img, torch.zeros(5, 4))]
+    with pytest.raises(CollateError) as e:
+        stack_collate(masks)
+    assert str(e.value).startswith(
+        "cannot stack target of different sizes into one batch (batch positions 0, 1: (4, 4); batch position 2: (5, 4))"
+    )
+    dicts = [(img, {"mask": torch.zeros(4, 4), "label": 1}), (img, {"mask": torch.zeros(4, 5), "label": 2})]
+    with pytest.raises(CollateError) as e:
+        stack_collate(dicts)
+    assert str(e.value).startswith("cannot stack target['mask'] of different sizes into one batch (batch position 0: "
+                                   "(4, 4); batch position 1: (4, 5))")  # fmt: skip
+    lists = [(img, [1, 2]), (img, [1, 2, 3])]
+    with pytest.raises(CollateError) as e:
+        stack_collate(lists)
+    assert str(e.value) == ("cannot batch targets of different lengths (batch position 0: 2; batch position 1: 3); "
+                            "a collate function of your own can keep them as lists")  # fmt: skip
+    with pytest.raises(RuntimeError, match="^Could not infer dtype of NoneType$"):  # no size to name: torch's error
+        stack_collate([(img, 1), (img, None)])
+    from datakit.loader import create_loader
+
+    with pytest.raises(CollateError) as e:
+        list(create_loader(masks * 2, 6, num_workers=0, train=False))
+    assert str(e.value).startswith("cannot stack target of different sizes into one batch (samples 0, 1, 3, 4: (4, 4); "
+                                   "samples 2, 5: (5, 4))")  # fmt: skip
