@@ -20,11 +20,11 @@ from datakit.errors import (
     SampleError,
     UsageError,
 )
-from datakit.io import decode_image, encode_image, imread, imwrite
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "decode_image": "io", "encode_image": "io", "imread": "io", "imwrite": "io",
     "unzip": "archive", "detect_encoding": "archive", "ZipReader": "archive",
     "read_labels": "labels", "LabelTable": "labels", "ClassMap": "labels",
     "open_dataset": "datasets", "FolderDataset": "datasets", "TableDataset": "datasets",
@@ -97,6 +97,7 @@ if TYPE_CHECKING:  # what __getattr__ loads on first use, spelled out for type c
     from datakit.check import check_dataset
     from datakit.collate import detection_collate, pad_collate, stack_collate
     from datakit.datasets import FolderDataset, LmdbDataset, TableDataset, ZipDataset, open_dataset
+    from datakit.io import decode_image, encode_image, imread, imwrite
     from datakit.labels import ClassMap, LabelTable, read_labels
     from datakit.lmdb import LmdbReader, LmdbWriter, lmdb_info, verify_lmdb
     from datakit.loader import InfiniteLoader, create_loader, seed_everything, seed_worker

@@ -963,7 +963,11 @@ def _quiet_native_logs() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``datakit COMMAND ...``"""
     _quiet_native_logs()
-    args = build_parser().parse_args(argv)
+    try:  # building the parser loads NumPy (the image formats): a Ctrl-C then is one line too
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("datakit: interrupted", file=sys.stderr)
+        return 130
     return _run(args.func, args, f"datakit {args.command}")
 
 

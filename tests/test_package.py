@@ -72,3 +72,21 @@ def test_datasets_are_torch_datasets_made_of_the_torch_free_sources():
     plain = sources.open_source(ROOT / "samples" / "images")
     assert type(plain) is sources.FolderDataset and not isinstance(plain, Dataset)
     assert plain.read(3) == ds.read(3) and plain[3][1] == ds[3][1]
+
+
+def test_ctrl_c_while_a_command_loads_is_one_line():
+    # the attack: Ctrl-C in the first fraction of a second of `datakit stats ...`, while the parser is built and
+    # NumPy loads: a 20-line traceback ending in KeyboardInterrupt, where a running command prints one line and
+    # exits 130. Here that import itself is interrupted; `import datakit` and `import datakit.cli` load no NumPy
+    code = (
+        "import sys\n"
+        "class Interrupts:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'numpy':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupts())\n"
+        "from datakit.cli import main\n"
+        "sys.exit(main(['stats', 'x']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert (out.returncode, out.stdout, out.stderr) == (130, "", "datakit: interrupted\n")
