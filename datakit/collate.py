@@ -56,14 +56,19 @@ def _refusing(collate: Callable) -> Callable:
 
     @functools.wraps(collate)
     def refusing(batch: Sequence):
-        try:
-            return collate(batch)
-        except CollateError as exc:
-            if exc.batch is None:
-                exc.batch = batch
-            raise
+        return _collated(collate, batch)
 
     return refusing
+
+
+def _collated(collate: Callable, batch: Sequence):
+    """``collate(batch)``; a :class:`CollateError` it raises counts its positions in ``batch``."""
+    try:
+        return collate(batch)
+    except CollateError as exc:
+        if exc.batch is None:
+            exc.batch = batch
+        raise
 
 
 def _grouped(keys: Sequence, what: Callable[[object], str]) -> list[str | list[int]]:
@@ -312,12 +317,7 @@ class _Collate:
         self.size_divisor, self.pad_value = _divisor(factory, size_divisor), pad_value
 
     def __call__(self, batch: Sequence):
-        try:
-            return self.collate(batch)
-        except CollateError as exc:
-            if exc.batch is None:
-                exc.batch = batch
-            raise
+        return _collated(self.collate, batch)
 
     def collate(self, batch: Sequence):
         raise NotImplementedError
