@@ -255,9 +255,12 @@ def _codec(name: str) -> str:
     import codecs
 
     try:
-        return codecs.lookup(name).name
+        info = codecs.lookup(name)
     except LookupError:
-        raise UsageError(f"unknown encoding {name!r}: use 'auto' or a Python codec such as gbk, big5, cp932") from None
+        info = None
+    if info is None or not getattr(info, "_is_text_encoding", True):  # rot13, hex: no bytes-to-text codec
+        raise UsageError(f"unknown encoding {name!r}: use 'auto' or a Python codec such as gbk, big5, cp932")
+    return info.name
 
 
 def _forced(encoding: str, names: list[bytes]) -> EncodingGuess:

@@ -127,7 +127,9 @@ def check_dataset(
             if line is not None:
                 missing.add(i)
                 report.problems.append(line)
-        if split is None:  # with one split asked for, the others' files are expected
+        # with one split asked for, the others' files are expected; and a table none of whose rows could be read
+        # (its problems say why) would list every image as not in it
+        if split is None and len(table_ds.table):
             if table_ds.zip is not None:
                 _not_in_table_zip(table_ds, report)
             elif os.path.isdir(table_ds.root):  # the folder given, or a table's own folder when it is alone
@@ -165,8 +167,8 @@ def check_dataset(
     for name, rows in groups:
         counts = np.bincount(targets[rows], minlength=len(ds.classes))
         report.class_counts[name] = dict(sorted((ds.classes[k], int(c)) for k, c in enumerate(counts) if c))
-    if table_ds is not None and split is None:
-        report.problems += table_ds.table.missing_classes(table_ds.class_map)
+    if table_ds is not None:
+        report.problems += table_ds.table.missing_classes(table_ds.class_map, split)
     if ok.any():
         report.height_range = (int(sizes[ok, 0].min()), int(sizes[ok, 0].max()))
         report.width_range = (int(sizes[ok, 1].min()), int(sizes[ok, 1].max()))

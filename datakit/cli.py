@@ -121,9 +121,12 @@ def _encoding(text: str) -> str:
     if text.lower() == "auto":
         return "auto"
     try:
-        return codecs.lookup(text).name
+        info = codecs.lookup(text)
     except LookupError:
-        raise argparse.ArgumentTypeError(f"unknown encoding {text!r}: use auto, gbk, big5, cp932, utf-8...") from None
+        info = None
+    if info is None or not getattr(info, "_is_text_encoding", True):  # rot13, hex, base64: not for bytes to text
+        raise argparse.ArgumentTypeError(f"unknown encoding {text!r}: use auto, gbk, big5, cp932, utf-8...")
+    return info.name
 
 
 def _extension(*allowed: str) -> Callable[[str], str]:
@@ -356,14 +359,16 @@ def _add_label_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file-column", help="the table's file-name column, when its name is not a common one")
     p.add_argument("--label-column", help="the table's label column, when its name is not a common one")
     p.add_argument("--split-column", help="the table's split column (train/val/test per row)")
-    p.add_argument("--encoding", help="the text table's encoding (utf-8, gbk, big5, utf-16); default: detected")
+    p.add_argument("--encoding", type=_encoding, default="auto",
+                   help="the text table's encoding (utf-8, gbk, big5, utf-16); default: auto, detected")  # fmt: skip
     p.add_argument("--include-hidden", action="store_true", help="read hidden workbook sheets too")
 
 
 def _label_options(args: argparse.Namespace) -> dict:
     """How to read the label table, as ``open_dataset`` and ``read_labels`` take it."""
+    encoding = None if args.encoding == "auto" else args.encoding  # auto: detected
     return {"file_column": args.file_column, "label_column": args.label_column, "split_column": args.split_column,
-            "encoding": args.encoding, "include_hidden": args.include_hidden}  # fmt: skip
+            "encoding": encoding, "include_hidden": args.include_hidden}  # fmt: skip
 
 
 def _source(args: argparse.Namespace):
@@ -425,8 +430,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         from datakit.sources import open_source
 
         _existing(args.classes)
-        source = open_source(src, labels=labels, split=args.split, classes=args.classes,
-                             **({"encoding": args.encoding} if args.encoding and labels is None else {}))  # fmt: skip
+        named = {"encoding": args.encoding} if args.encoding != "auto" and labels is None else {}
+        source = open_source(src, labels=labels, split=args.split, classes=args.classes, **named)
         labels = None
     term = None
     if not args.quiet and _rank() == 0 and sys.stderr.isatty():
@@ -513,7 +518,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         _print_json({"pack": str(path), "samples": report.samples, "problems": report.problems})
     else:
         for p in report.problems:
-            print(p, file=sys.stderr)
+            print(_shown(p), file=sys.stderr)
         if not args.quiet:
             checked = f"{report.samples} samples checked"
             if report.crashed:
@@ -581,12 +586,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
     if _rank() == 0:  # under torchrun every rank has the whole report, for its exit code; rank 0 says it
         for p in report.problems:
-            print(p, file=sys.stderr)
+            print(_shown(p), file=sys.stderr)  # one line each, whatever the file names hold
     if args.quiet:
         return 0 if report.ok else 1
     classes = sorted({c for counts in report.class_counts.values() for c in counts})
     splits = list(report.class_counts)
-    print_table(["class", *splits], [[c, *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes])
+    print_table(["class", *splits], [[_shown(c), *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes])
     if report.height_range:
         print(f"image sizes: height {report.height_range[0]}..{report.height_range[1]}, "
               f"width {report.width_range[0]}..{report.width_range[1]}")  # fmt: skip

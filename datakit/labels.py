@@ -52,7 +52,9 @@ LABEL_COLUMNS = ("label", "labels", "class", "class_name", "classname", "categor
 SPLIT_COLUMNS = ("split", "subset", "set", "划分", "数据集", "劃分", "資料集")
 EXCEL_SUFFIXES = (".xlsx", ".xlsm")
 TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".lst")
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".jfif")
+# every extension datakit decodes (io.IMAGE_EXTENSIONS), and .jfif: a row naming one is an image's row
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm",
+                  ".pbm")  # fmt: skip
 MAX_LISTED = 20  # problems spelled out in one LabelError; the rest are counted
 _INT = re.compile(r"[+-]?\d+(?:\.0*)?")
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
@@ -264,7 +266,7 @@ class ClassMap:
 
 
 def _ranges(ints: list[int]) -> str:
-    if ints == list(range(ints[0], ints[-1] + 1)):
+    if ints[-1] - ints[0] == len(ints) - 1:  # sorted and distinct: no gap (never a list as long as the span)
         return f"{ints[0]}..{ints[-1]}"
     return "{" + ", ".join(map(str, ints[:8])) + (", ..." if len(ints) > 8 else "") + "}"
 
@@ -407,15 +409,16 @@ class LabelTable:
         found.sort(key=lambda p: p[0])
         return [text for _, text in found]
 
-    def missing_classes(self, class_map: ClassMap) -> list[str]:
-        """One line per split that lacks some classes of ``class_map`` (a table-only check)."""
+    def missing_classes(self, class_map: ClassMap, split: str | None = None) -> list[str]:
+        """One line per split that lacks some classes of ``class_map`` (a table-only check); with
+        ``split``, that split's line alone."""
         out = []
         if not self.split_names:
             return out
         targets = self.targets(class_map)
         for code, name in enumerate(self.splits.values):
             rows = self.splits.codes == code
-            if not rows.any():
+            if not rows.any() or (split is not None and name != split):
                 continue
             present = set(np.unique(targets[rows]).tolist())
             absent = [c for i, c in enumerate(class_map.classes) if i not in present]
@@ -880,6 +883,8 @@ def _excerpt(text: str) -> str:
 def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | None, str]:
     """(text, encoding used); strict, with the line of the first undecodable byte. The text is None for
     ASCII read as UTF-8: valid as the bytes are, it is decoded only if the Python parser needs it."""
+    if encoding is not None and encoding.lower() == "auto":
+        encoding = None
     if encoding is None:
         try:
             guess = detect_text_encoding(raw)
@@ -888,9 +893,12 @@ def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | No
         enc = guess.name
     else:
         try:
-            enc = codecs.lookup(encoding).name
+            info = codecs.lookup(encoding)
         except LookupError:
-            raise LabelError(f"{path}: unknown encoding {encoding!r} (try utf-8, gbk, big5, utf-16)") from None
+            info = None
+        if info is None or not getattr(info, "_is_text_encoding", True):  # rot13, hex: no bytes-to-text codec
+            raise UsageError(f"{path}: unknown encoding {encoding!r} (try utf-8, gbk, big5, utf-16)") from None
+        enc = info.name
         if enc in ("utf-8", "utf_8") and raw.startswith(codecs.BOM_UTF8):
             enc = "utf-8-sig"
     dec = "gb18030" if enc in ("gbk", "gb2312") else enc  # GB18030 is GBK's superset: same bytes, same text
@@ -995,6 +1003,15 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
                 lcol = others[0] if len(others) == 1 else None
             scol = _find_column(row, split_column, SPLIT_COLUMNS)
             assert fcol is not None
+            if scol is not None and scol in (fcol, lcol) and split_column is None:
+                scol = None  # a column named like a split column, already taken as the files or the labels
+            for col, what in ((lcol, "label"), (scol, "split")):
+                if col is not None and col == fcol or (what == "split" and col is not None and col == lcol):
+                    other = "file" if col == fcol else "label"
+                    raise UsageError(
+                        f"the {other} column and the {what} column are both {_text(row[col])!r} (column "
+                        f"{_column_letter(col)}); name another with {what}_column= (--{what}-column)"
+                    )
             lname = _text(row[lcol]) if lcol is not None else ""
             return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname)
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
@@ -1039,6 +1056,7 @@ def _parse_grid(
     fcol, lcol, scol = head.fcol, head.lcol, head.scol
     dropped: dict[tuple[int, int], str] = {}
     named: list[str] = []
+    numbers: tuple[int, str] | None = None  # the first file cell that holds a number, not text
     for r in range(head.at + 1, len(grid)):
         row = grid[r]
         f = row[fcol] if fcol < len(row) else None
@@ -1072,12 +1090,18 @@ def _parse_grid(
             if notes is not None:  # the header row again (sheets pasted one under another)
                 notes.append(f"{where}, row {rownum}: the header row again (tables joined?): skipped")
             continue
+        if numbers is None and isinstance(f, (int, float)) and not isinstance(f, bool):
+            numbers = (rownum, _text(f))
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
         s = row[scol] if scol is not None and scol < len(row) else None
         # the split column where the sheet has one (a one-sheet workbook as the CSV it was saved from), else the sheet
         splits.append(("" if _blank(s) else _text(s)) if scol is not None else sheet)
         rows.append(rownum)
+    if numbers is not None and notes is not None:
+        notes.append(f"{where}, row {numbers[0]}: the file name {numbers[1]!r} is a number cell, not text; zeros "
+                     "its format may show before it (00123) are not part of it: if the files are named so, store the "
+                     "column as text")  # fmt: skip
     part = _part_from_lists(sheet, files, labels, splits, rows, head.fname, head.lname)
     part.dropped_splits, part.dropped_files = dropped, named
     return part
@@ -1306,7 +1330,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              "no rows under it)"))  # fmt: skip
         part.order = order
         parts.append(part)
-    named = [any(_looks_like_file(f) for f in p.files) for p in parts]
+    # a sheet asked for by name (sheets=, split=) is a split whatever its rows name
+    named = [p.sheet in asked or any(_looks_like_file(f) for f in p.files) for p in parts]
     if any(named):  # a notes sheet with a 文件名 row (the columns explained) is no split: no row names an image
         for p, has in zip(parts, named):
             if not has and len(p.files):
@@ -1640,7 +1665,13 @@ def read_labels(
                                file_column=file_column, label_column=label_column, split_column=split_column,
                                engine=_excel_engine(engine), problems=problems, notes=notes)  # fmt: skip
     elif suffix in TEXT_SUFFIXES:
-        parts, enc = _read_text(path, path.read_bytes(), encoding=encoding, sep=sep, file_column=file_column,
+        raw = path.read_bytes()
+        if raw.startswith((b"PK\x03\x04", _OLE_MAGIC)):  # a workbook (or a zip) under a text table's name
+            old = raw.startswith(_OLE_MAGIC)
+            kind = "an Excel 97-2003 (.xls) workbook" if old else "a zip archive or an .xlsx workbook"
+            fix = "save it as .xlsx in Excel" if old else "if it is a workbook, name it .xlsx"
+            raise LabelError(f"{path}: {kind}, not {suffix} text; {fix}")
+        parts, enc = _read_text(path, raw, encoding=encoding, sep=sep, file_column=file_column,
                                 label_column=label_column, split_column=split_column, problems=problems,
                                 notes=notes)  # fmt: skip
     else:

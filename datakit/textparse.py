@@ -100,7 +100,7 @@ class Columns:
         longest = lens.max()
         if longest <= 8:  # the value itself, as one 8-byte word, is an exact key
             key = short_keys(self._buf, starts, lens)
-            parts: tuple[np.ndarray, ...] = ()
+            parts: tuple[np.ndarray, ...] = (lens,)  # 'cat' and 'cat\0' share a key: their lengths tell them apart
         elif longest <= 16:  # the first and last eight bytes and the length are the value itself
             head, tail = edge_words(self._buf, starts, lens)
             parts = (head, tail, lens)
@@ -193,8 +193,8 @@ def edge_words(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[n
 
 
 def short_keys(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Spans of at most 8 bytes as exact uint64 keys (the bytes, zero-padded; lengths differ in zeros only
-    when a value ends in NUL bytes, which text never does)."""
+    """Spans of at most 8 bytes as uint64 keys (the bytes, zero-padded): exact but for values that end in NUL
+    bytes, which only their lengths tell apart."""
     return words_at(buf, starts) & _LOW_BYTES[np.minimum(lens, 8)]
 
 
@@ -513,10 +513,24 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
             continue
         rows.append(cells)
         lines.append(line)
+    unclosed = None
+    if rows and last > lines[-1] and any("\n" in c or "\r" in c for c in rows[-1]):
+        # the last record runs over several lines to the end: a quote never closed swallows the rest of the file
+        rest = "".join(text.splitlines(keepends=True)[lines[-1] - 1 :])
+        if rest.count('"') % 2:
+            start = lines.pop()
+            rows.pop()
+            unclosed = (start, f"a quote (\") opened on this line is never closed, so lines {start}-{last} read as "
+                        "one field; close it, or quote no part of the name")  # fmt: skip
     for k, row in enumerate(rows[:_HEADER_SCAN]):
         if is_header(row):
-            return _fitting(rows[k + 1 :], lines[k + 1 :], row, lines[k], None, delim, "the header")
-    return _fitting(rows, lines, None, 0, rows[0] if rows else None, delim, "the first row")
+            out = _fitting(rows[k + 1 :], lines[k + 1 :], row, lines[k], None, delim, "the header")
+            break
+    else:
+        out = _fitting(rows, lines, None, 0, rows[0] if rows else None, delim, "the first row")
+    if unclosed is not None:
+        out.bad.append(unclosed)
+    return out
 
 
 def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, header_line: int,

@@ -1,0 +1,193 @@
+"""Label tables as users get them wrong: each test is an input that once gave wrong classes, a
+traceback or a misleading line, and what datakit says now."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from openpyxl import Workbook
+
+from datakit.check import check_dataset
+from datakit.cli import main
+from datakit.datasets import open_dataset
+from datakit.errors import LabelError, UsageError
+from datakit.labels import IMAGE_SUFFIXES, read_labels
+
+
+def images(folder: Path, *names: str) -> Path:
+    """PNG files (whatever their names end in) of distinct grey levels, in ``folder``."""
+    import cv2
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(names):
+        (folder / name).write_bytes(cv2.imencode(".png", np.full((8, 8, 3), 10 * i, np.uint8))[1].tobytes())
+    return folder
+
+
+def workbook(path: Path, sheets: dict[str, list[list[object]]], header=("文件名", "标签"), formats=None) -> Path:
+    wb = Workbook()
+    for k, (name, rows) in enumerate(sheets.items()):
+        ws = wb.active if k == 0 else wb.create_sheet(name)
+        ws.title = name
+        ws.append(list(header))
+        for r in rows:
+            ws.append(r)
+        for cell, fmt in (formats or {}).get(name, {}).items():
+            ws[cell].number_format = fmt
+    wb.save(path)
+    return path
+
+
+def test_every_extension_datakit_decodes_names_an_image_row():
+    from datakit.io import IMAGE_EXTENSIONS
+
+    assert set(IMAGE_EXTENSIONS) <= set(IMAGE_SUFFIXES)
+
+
+def test_a_sheet_of_ppm_files_is_a_split_not_notes(tmp_path: Path):
+    root = images(tmp_path / "p", "a.jpg", "b.jpg", "c.ppm", "d.ppm")
+    book = workbook(tmp_path / "p.xlsx", {"train": [["a.jpg", "cat"], ["b.jpg", "dog"]],
+                                          "val": [["c.ppm", "cat"], ["d.ppm", "bird"]]})  # fmt: skip
+    ds = open_dataset(root, labels=book)
+    assert len(ds) == 4 and ds.classes == ["bird", "cat", "dog"]
+    val = open_dataset(root, labels=book, split="val")
+    assert [val.name(i) for i in range(len(val))] == [str(root / "c.ppm"), str(root / "d.ppm")]
+    assert list(val.targets) == [1, 0]
+
+
+def test_a_sheet_asked_for_by_name_is_read_whatever_its_files_are_called(tmp_path: Path):
+    book = workbook(tmp_path / "t.xlsx", {"train": [["a.jpg", "cat"], ["b.jpg", "dog"]],
+                                          "val": [["00123", "cat"], ["00124", "dog"]]})  # fmt: skip
+    table = read_labels(book, split="val")
+    assert table.files.tolist() == ["00123", "00124"] and table.labels.tolist() == ["cat", "dog"]
+
+
+def test_check_of_one_split_reports_the_classes_it_lacks(tmp_path: Path, capsys):
+    root = images(tmp_path / "img", "a.png", "b.png", "c.png", "x.png")
+    book = workbook(tmp_path / "s.xlsx", {"train": [["a.png", "cat"], ["b.png", "dog"], ["c.png", "zebra"]],
+                                          "val": [["x.png", "cat"]]})  # fmt: skip
+    report = check_dataset(root, labels=book, split="val", workers=0)
+    assert report.problems == ["split 'val' has no samples of class 'dog', 'zebra'"]
+    assert main(["check", str(root), "--labels", str(book), "--split", "val", "-q"]) == 1
+    assert capsys.readouterr().err == "split 'val' has no samples of class 'dog', 'zebra'\n"
+    assert check_dataset(root, labels=book, split="train", workers=0).problems == []
+
+
+def test_the_label_or_split_column_named_as_the_file_column_is_refused(tmp_path: Path, capsys):
+    root = images(tmp_path / "f", "a.png", "b.png")
+    (tmp_path / "g.csv").write_text("file,label\na.png,cat\nb.png,dog\n")
+    with pytest.raises(UsageError) as e:
+        read_labels(tmp_path / "g.csv", label_column="file")
+    assert str(e.value) == ("the file column and the label column are both 'file' (column A); name another with "
+                            "label_column= (--label-column)")  # fmt: skip
+    assert main(["check", str(root), "--labels", str(tmp_path / "g.csv"), "--split-column", "label"]) == 2
+    assert capsys.readouterr().err == (
+        "datakit check: error: the label column and the split column are both 'label' (column B); name another "
+        "with split_column= (--split-column)\n"
+    )
+
+
+def test_a_split_column_name_taken_by_the_labels_is_not_also_the_split(tmp_path: Path):
+    (tmp_path / "g.csv").write_text("file,split\na.png,cat\nb.png,dog\n")
+    table = read_labels(tmp_path / "g.csv", label_column="split")
+    assert table.labels.tolist() == ["cat", "dog"] and table.split_names == []
+
+
+@pytest.mark.parametrize("big", [10**17, 10**23, 50_000_000])
+def test_huge_integer_labels_are_one_problem_line(tmp_path: Path, big: int):
+    path = tmp_path / "big.csv"
+    path.write_text(f"file,label\na.png,0\nb.png,1\nc.png,{big}\n")
+    problems = read_labels(path, validate=False).problems()
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{path}: integer labels are {{0, 1, {big}}}, not 0..2; ")
+    assert problems[0].endswith(f"(first outside: {big} at line 4)")
+    assert read_labels(path, remap_labels=True).class_map(remap=True).classes == ("0", "1", str(big))
+
+
+def test_encoding_is_checked_when_parsed_and_auto_detects(tmp_path: Path, capsys):
+    root = images(tmp_path / "img", "a.png", "b.png")
+    table = tmp_path / "g.csv"
+    table.write_bytes("file,label\na.png,猫\nb.png,狗\n".encode("gbk"))
+    for bad in ("nope", "rot13", "hex"):
+        with pytest.raises(SystemExit) as e:
+            main(["check", str(root), "--labels", str(table), "--encoding", bad])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.endswith(
+            f"datakit check: error: argument --encoding: unknown encoding {bad!r}: use auto, gbk, big5, cp932, "
+            "utf-8...\n"
+        )
+    assert main(["check", str(root), "--labels", str(table), "--encoding", "auto", "-q"]) == 0
+    assert main(["check", str(root), "--labels", str(table), "--encoding", "gbk", "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".txt"])
+def test_a_workbook_under_a_text_name_is_named_as_one(tmp_path: Path, suffix: str):
+    book = workbook(tmp_path / "g.xlsx", {"train": [["a.png", "cat"]]})
+    wrong = tmp_path / f"wrong{suffix}"
+    wrong.write_bytes(book.read_bytes())
+    with pytest.raises(LabelError) as e:
+        read_labels(wrong)
+    assert (
+        str(e.value)
+        == f"{wrong}: a zip archive or an .xlsx workbook, not {suffix} text; if it is a workbook, name it .xlsx"
+    )
+    old = tmp_path / "old.csv"
+    old.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))
+    with pytest.raises(LabelError) as e:
+        read_labels(old)
+    assert str(e.value) == f"{old}: an Excel 97-2003 (.xls) workbook, not .csv text; save it as .xlsx in Excel"
+
+
+def test_an_unreadable_table_does_not_list_every_image_as_not_in_it(tmp_path: Path):
+    root = images(tmp_path / "img", "a.png", "b.png", "c.png")
+    (tmp_path / "t.csv").write_text("a;b\nx;y\n")
+    report = check_dataset(root, labels=tmp_path / "t.csv", workers=0)
+    assert len(report.problems) == 1 and "no file-name column found" in report.problems[0]
+
+
+def test_an_unclosed_quote_names_its_line(tmp_path: Path):
+    root = images(tmp_path / "img", "a.png", "b.png", "c.png")
+    path = tmp_path / "q.csv"
+    path.write_text('file,label\na.png,"cat\nb.png,dog\nc.png,cat\n')
+    report = check_dataset(root, labels=path, workers=0)
+    assert report.problems == [
+        f'{path}, line 2: a quote (") opened on this line is never closed, so lines 2-4 read as one field; close '
+        "it, or quote no part of the name"
+    ]
+    path.write_text('file,label\na.png,"cat"\n"b.png",dog\nc.png,cat\n')  # quotes closed: as before
+    assert read_labels(path).labels.tolist() == ["cat", "dog", "cat"]
+
+
+def test_check_lines_stay_one_line_each_whatever_the_names_hold(tmp_path: Path, capsys):
+    root = images(tmp_path / "nl", "a.png", "ev\nil.png")
+    path = tmp_path / "nl.csv"
+    path.write_text('file,label\na.png,cat\n"x\ny.png",dog\n')
+    assert main(["check", str(root), "--labels", str(path), "-q"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"missing: 'x\\ny.png' ({path}, line 3) not found at {root}/x\\ny.png",
+        f"not in the table: {root}/ev\\nil.png",
+    ]
+
+
+def test_number_cells_as_file_names_get_a_note(tmp_path: Path, caplog):
+    book = workbook(tmp_path / "n.xlsx", {"train": [[123, "cat"], [7, "dog"]]},
+                    header=("file", "label"), formats={"train": {"A2": "00000", "A3": "00000"}})  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        table = read_labels(book)
+    assert table.files.tolist() == ["123", "7"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{book}, sheet 'train', row 2: the file name '123' is a number cell, not text; zeros its format may show "
+        "before it (00123) are not part of it: if the files are named so, store the column as text"
+    ]
+
+
+def test_labels_that_differ_in_a_trailing_nul_are_two_classes(tmp_path: Path):
+    path = tmp_path / "nul.csv"
+    path.write_bytes(b"file,label\na.png,cat\nb.png,cat\x00\nc.png,cat\n")
+    table = read_labels(path, validate=False)
+    assert table.labels.tolist() == ["cat", "cat\x00", "cat"]
+    assert table.class_map(strict=False).classes == ("cat", "cat\x00")
