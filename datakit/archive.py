@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
-from datakit.filenames import EncodingGuess, decodes, guess_encoding
+from datakit.filenames import EncodingGuess, decode_name, decodes, guess_encoding
 
 log = logging.getLogger("datakit")
 
@@ -186,7 +186,10 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
         raise ArchiveError(f"{path}: a member name is flagged UTF-8 but is not UTF-8 (bytes {raw.hex(' ')}): "
                            "the tool that made the archive set the flag on legacy (GBK?) names; make it again "
                            "without the flag, or with UTF-8 names") from None  # fmt: skip
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except NotImplementedError as exc:  # a member needs a later ZIP version than zipfile reads ("zip file version 6.4")
+        raise ArchiveError(f"{path}: a member needs a newer ZIP format than this reader knows ({exc}); "
+                           "make the archive again with a common zip tool") from None  # fmt: skip
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, OverflowError) as exc:
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
 
 
@@ -221,11 +224,11 @@ def read_members(
             try:
                 name, source = raw.decode("utf-8"), "utf-8 flag"
             except UnicodeDecodeError:
-                name, source = raw.decode(guess.encoding, errors="replace"), guess.encoding
+                name, source = decode_name(raw, guess.encoding), guess.encoding
         elif uname is not None:
             name, source = uname, "unicode path field"
         else:
-            name, source = raw.decode(guess.encoding, errors="replace"), guess.encoding
+            name, source = decode_name(raw, guess.encoding), guess.encoding
         unix = (info.external_attr >> 16) if info.create_system == 3 and info.external_attr >> 16 else None
         members.append(
             ZipMember(
@@ -327,6 +330,7 @@ def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ra
     archive (all declared bytes over all compressed bytes) once it declares 1 MiB or more.
     Returns the declared total.
     """
+    refuse_overlaps(archive, members)  # first: it also refuses compressed sizes the file cannot hold
     files = [m for m in members if not m.is_dir]
     total = sum(m.file_size for m in files)
     packed = sum(m.compress_size for m in files)
@@ -348,7 +352,6 @@ def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ra
             f"({_size(packed)} -> {_size(total)}), over the limit of {max_ratio:.0f}:1 "
             "(zip bomb?; raise it with --max-ratio)"
         )
-    refuse_overlaps(archive, members)
     return total
 
 
@@ -372,14 +375,22 @@ def _local_spans(archive: str, members: list[ZipMember]) -> list[tuple[int, int,
     directory need not repeat: a second member's header hidden in the first's extra field is inside)."""
     out = []
     with open(archive, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         for m in members:
+            if not 0 <= m.header_offset <= size - 30:
+                raise ArchiveError(f"{archive}: member {m.name!r} starts at byte {m.header_offset}, outside the "
+                                   f"{size}-byte file (a damaged or forged directory)")  # fmt: skip
             f.seek(m.header_offset)
             head = f.read(30)
             if len(head) == 30 and head[:4] == b"PK\x03\x04":
                 nlen, elen = struct.unpack_from("<HH", head, 26)
             else:  # not a local header: reading the member fails on its own, naming it
                 nlen, elen = len(m.raw_name), 0
-            out.append((m.header_offset, m.header_offset + 30 + nlen + elen + m.compress_size, m))
+            end = m.header_offset + 30 + nlen + elen + m.compress_size
+            if end > size:  # a size the file cannot hold: it would also shrink every ratio the budget checks
+                raise ArchiveError(f"{archive}: member {m.name!r} declares {m.compress_size} compressed bytes, past "
+                                   f"the end of the {size}-byte file (a damaged or forged directory)")  # fmt: skip
+            out.append((m.header_offset, end, m))
     return out
 
 
@@ -405,6 +416,7 @@ class _Refused(Exception):
 
 _NAME_MAX = 255  # bytes per path component on every common filesystem
 _PART = ".unzip-part"
+_MAX_HOPS = 40  # links one path lookup follows before Linux refuses it (MAXSYMLINKS, ELOOP)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -798,17 +810,15 @@ def _extract_file(
     overwrite: bool = True,
 ) -> None:
     tmp = _temp_name(name, m)
-    if "/".join([*rel.split("/")[:-1], tmp]) in members:  # the archive has a member of that name: untouched
+    # the archive has a member of that name (left untouched), or another extraction (into a folder around
+    # this one, which its lock does not cover) is writing that part now: a name of this run's own
+    if "/".join([*rel.split("/")[:-1], tmp]) in members or not _remove_stale_part(tmp, fd):
         tmp = f".{os.urandom(8).hex()}{_PART}"
-    else:
-        try:
-            os.unlink(tmp, dir_fd=fd)  # left by an interrupted run
-        except FileNotFoundError:
-            pass
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=fd)
+    _flock(out)  # held while the part is written and put in place: it is nobody's leftover
     written = 0
     try:
-        with _open_member(zf, info) as src, open(out, "wb") as dst:
+        with _open_member(zf, info) as src, open(out, "wb", closefd=False) as dst:
             while chunk := src.read(_CHUNK):
                 written += len(chunk)
                 if written > m.file_size:
@@ -825,13 +835,60 @@ def _extract_file(
             t = _mtime(m)
             if t is not None:
                 os.utime(dst.fileno(), (t, t))
+        if not _names(out, tmp, fd):  # removed or replaced meanwhile by a run that could not see this one
+            raise _Refused(f"{rel}: another extraction removed its part file while it was written; nothing was "
+                           "put in place, run this again")  # fmt: skip
         _put_in_place(tmp, name, fd, overwrite, rel)
     except BaseException:
+        if _names(out, tmp, fd):  # never another run's part
+            try:
+                os.unlink(tmp, dir_fd=fd)
+            except OSError:
+                pass
+        raise
+    finally:
+        os.close(out)
+
+
+def _flock(fd: int, wait: bool = False) -> bool | None:
+    """An exclusive lock on ``fd``: True taken, False held by another process, None no flock here."""
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        return True
+    except BlockingIOError:
+        return False
+    except (ImportError, OSError):
+        return None
+
+
+def _names(fd: int, name: str, dir_fd: int) -> bool:
+    """Whether ``name`` in the folder ``dir_fd`` is the file open as ``fd``."""
+    there = _lstat(name, dir_fd)
+    here = os.fstat(fd)
+    return there is not None and (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino)
+
+
+def _remove_stale_part(tmp: str, fd: int) -> bool:
+    """Remove the part ``tmp`` an interrupted run left; False where a running extraction holds it."""
+    try:
+        old = os.open(tmp, os.O_RDONLY | _NOFOLLOW, dir_fd=fd)
+    except FileNotFoundError:
+        return True
+    except OSError:  # not a plain file (a link, a folder): not a part of ours to keep
+        old = None
+    try:
+        if old is not None and _flock(old) is False:
+            return False
         try:
             os.unlink(tmp, dir_fd=fd)
-        except OSError:
+        except FileNotFoundError:
             pass
-        raise
+        return True
+    finally:
+        if old is not None:
+            os.close(old)
 
 
 def _put_in_place(tmp: str, name: str, fd: int, overwrite: bool, rel: str) -> None:
@@ -895,11 +952,17 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
     """Remove any link that a later link made resolve outside the target (``a -> b/..``, then ``b -> .``),
     and any that leads to nothing (``nosuch/../../cat/1.png``, ``1.png/``): the folder's scan would
     list it as an image it cannot read, where the zip read in place has no such sample."""
-    made = [(m, rel) for m, rel in links if rel in set(report.extracted)]
+    extracted = set(report.extracted)
+    made = [(m, rel) for m, rel in links if rel in extracted]
+    removed: set[str] = set()
+    # a removal can only leave links that resolved through the removed one leading to nothing; a resolution
+    # follows at most 40 links, so the passes are few however many links there are
     changed = True
     while changed:
         changed = False
-        for m, rel in list(made):
+        for m, rel in made:
+            if rel in removed:
+                continue
             full = os.path.join(tree.root, *rel.split("/"))
             why = None
             if not _inside(os.path.realpath(full), tree.root):
@@ -909,10 +972,11 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
             if why:
                 parts = rel.split("/")
                 os.unlink(parts[-1], dir_fd=tree.folder(parts[:-1], create=False))
-                report.extracted.remove(rel)
+                removed.add(rel)
                 report.problems.append(f"{archive}: member {m.name!r}: {why}")
-                made.remove((m, rel))
                 changed = True
+    if removed:
+        report.extracted[:] = [rel for rel in report.extracted if rel not in removed]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -985,6 +1049,7 @@ class ZipReader:
         self._by_index = {m.index: m for m in members}
         self._all = members
         self._tree: dict[str, dict[str, tuple[str, object]]] | None = None
+        self._links_read: dict[int, str | None] = {}
         self._zf: zipfile.ZipFile | None = None
         self._pid = -1
 
@@ -1019,10 +1084,12 @@ class ZipReader:
             self._tree = tree
         return self._tree
 
-    def lookup(self, path: str, _depth: int = 0) -> tuple[str, int | str] | None:
+    def lookup(self, path: str, _hops: list[int] | None = None) -> tuple[str, int | str] | None:
         """What ``path`` inside the archive is, its links followed as the kernel follows them on the
         extracted folder: ("file", member index), ("dir", its real folder path) or None (nothing there,
-        a path through a file, a link out of the archive or to nothing, a chain of more than 8)."""
+        a path through a file, a link out of the archive or to nothing, more than 40 links followed in
+        all, where Linux gives up with ELOOP and unzip-gbk removes the link)."""
+        hops = [0] if _hops is None else _hops  # links followed so far in this lookup, nested ones included
         tree = self.tree()
         real: list[str] = []
         parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
@@ -1039,9 +1106,10 @@ class ZipReader:
             last = k == len(parts) - 1
             if kind == "link":
                 link = self._link_text(value)
-                if link is None or _depth >= 8:
+                hops[0] += 1
+                if link is None or hops[0] > _MAX_HOPS:
                     return None
-                found = self.lookup("/".join([*real, link]), _depth + 1)
+                found = self.lookup("/".join([*real, link]), hops)
                 if found is None or (found[0] == "file" and (not last or link.endswith("/"))):
                     return None  # 'a.png/': a folder, which it is not
                 if found[0] == "file":
@@ -1054,6 +1122,11 @@ class ZipReader:
         return ("dir", "/".join(real))
 
     def _link_text(self, m: ZipMember) -> str | None:
+        if m.index not in self._links_read:  # each link member inflated once, however often lookups pass it
+            self._links_read[m.index] = self._read_link_text(m)
+        return self._links_read[m.index]
+
+    def _read_link_text(self, m: ZipMember) -> str | None:
         if m.file_size > _MAX_LINK:
             return None
         try:

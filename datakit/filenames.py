@@ -10,13 +10,51 @@ host that wrote the archive. When the two best distinct readings are close, the 
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["CANDIDATES", "EncodingGuess", "decodes", "guess_encoding", "json_text"]
+__all__ = ["CANDIDATES", "EncodingGuess", "decode_name", "decodes", "guess_encoding", "json_text"]
+
+
+def _windows_bytes(exc: UnicodeError, replace: bool = False) -> tuple[str, int]:
+    """Bytes Python's ``gbk`` and ``big5`` codecs refuse, read as Windows' code pages 936 and 950 (which
+    Chinese Windows writes names in) read them: 0x80, the euro sign, and Big5's ETEN additions (碁 銹 裏 墻,
+    which ``cp950`` decodes). Anything else is refused, or replaced with U+FFFD."""
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    raw, i = exc.object, exc.start
+    if raw[i] == 0x80:
+        return "€", i + 1
+    if exc.encoding == "big5" and i + 1 < len(raw):
+        try:
+            return bytes(raw[i : i + 2]).decode("cp950"), i + 2
+        except UnicodeDecodeError:
+            pass
+    if replace:
+        return "\ufffd", exc.end
+    raise exc
+
+
+codecs.register_error("datakit-windows", _windows_bytes)
+codecs.register_error("datakit-windows-replace", lambda exc: _windows_bytes(exc, replace=True))
+
+
+def _errors(enc: str, replace: bool = False) -> str:
+    """The error handler names in ``enc`` are decoded with."""
+    if codecs.lookup(enc).name in ("gbk", "big5"):
+        return "datakit-windows-replace" if replace else "datakit-windows"
+    return "replace" if replace else "strict"
+
+
+def decode_name(raw: bytes, enc: str) -> str:
+    """A member name's bytes as text in ``enc``, as Windows reads them for GBK and Big5; bytes that are
+    not text in it become U+FFFD."""
+    return raw.decode(enc, _errors(enc, replace=True))
+
 
 # (codec, the host family that writes it: "dos" for DOS/Windows OEM code pages, "unix", or "any")
 CANDIDATES = (
@@ -138,6 +176,8 @@ def _han_score(ch: str, enc: str) -> float:
     if enc == "big5":
         if ch in _TRADITIONAL:
             return 1.0
+        if not _encodes(ch, "big5"):  # an ETEN addition (碁), read as Windows does
+            return 0.2
         return 0.7 if 0xA4 <= ch.encode("big5")[0] <= 0xC6 else 0.2
     if enc == "cp932":
         if ch in _SIMPLIFIED or ch in _TRADITIONAL:
@@ -287,13 +327,14 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     step = max(1, len(legacy) // MAX_SCORED)
     sample = legacy[::step][:MAX_SCORED]  # scoring is Python per character; decoding all is C
     for enc, _ in CANDIDATES:
+        errors = _errors(enc)
         try:
             for n in legacy:
-                n.decode(enc)
+                n.decode(enc, errors)
         except UnicodeDecodeError:
             scores[enc] = None
             continue
-        names = [n.decode(enc) for n in sample]
+        names = [n.decode(enc, errors) for n in sample]
         readings[enc] = tuple(names)
         scores[enc] = score(names, enc, host)
     ranked = sorted((e for e in readings), key=lambda e: -scores[e])
@@ -326,7 +367,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     if best != "utf-8" and scores.get("utf-8") is None:
         mixed = sum(  # multi-byte UTF-8 beside names that are not, each read better so than as the choice
             1 for n in legacy
-            if decodes(n, "utf-8") and score([n.decode("utf-8")], "utf-8") > score([n.decode(best)], best) + 0.5
+            if decodes(n, "utf-8") and score([n.decode("utf-8")], "utf-8") > score([decode_name(n, best)], best) + 0.5
         )  # fmt: skip
         if mixed:
             reason += f"; but {mixed} of the {len(legacy)} non-ASCII names are UTF-8 and the rest are not"
@@ -336,7 +377,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
 def decodes(raw: bytes, enc: str) -> bool:
     """Whether ``raw`` is valid text in ``enc``."""
     try:
-        raw.decode(enc)
+        raw.decode(enc, _errors(enc))
         return True
     except UnicodeDecodeError:
         return False

@@ -1342,3 +1342,140 @@ def test_a_control_character_in_a_name_is_escaped_in_every_message(tmp_path: Pat
     assert capsys.readouterr().err.splitlines() == [
         f"{z}: member {name!r}: {tmp_path / 'out'}/{shown} exists and differs; not overwritten (use --overwrite)"
     ]
+
+
+def _central_entries(data: bytes) -> list[int]:
+    """Offsets of the central directory entries of an archive."""
+    out, i = [], -1
+    while (i := data.find(b"PK\x01\x02", i + 1)) >= 0:
+        out.append(i)
+    return out
+
+
+def test_a_compressed_size_the_file_cannot_hold_is_refused_before_the_ratio_is_read(tmp_path: Path):
+    # 300 MiB of zeros in 300 members, refused for their ratio; one more member whose directory entry claims
+    # 4 GiB of compressed bytes made the whole archive's ratio look harmless, and the bomb was written
+    zeros = bytes((1 << 20) - 1)
+    data = bytearray(
+        build_zip([*(gbk(f"零/{i:04d}.bin", zeros) for i in range(300)), gbk("readme.txt", b"x", method=0)])
+    )
+    last = _central_entries(bytes(data))[-1]
+    struct.pack_into("<I", data, last + 20, 0xFFFFFFF0)
+    z = tmp_path / "lie.zip"
+    z.write_bytes(data)
+    with pytest.raises(ArchiveError) as exc:
+        unzip(z, tmp_path / "out")
+    assert str(exc.value) == (f"{z}: member 'readme.txt' declares 4294967280 compressed bytes, past the end of the "
+                              f"{len(data)}-byte file (a damaged or forged directory)")  # fmt: skip
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ArchiveError) as exc2:
+        ZipReader(z)
+    assert str(exc2.value) == str(exc.value)
+
+
+@pytest.mark.parametrize("offset", [-100, 2**63 + 5])
+def test_a_member_offset_outside_the_file_is_one_line(tmp_path: Path, capsys, offset: int):
+    if offset < 0:  # the end record says the directory starts 100 bytes later: zipfile reads every offset 100 less
+        data = bytearray(build_zip([ZipEntry(name=b"a.txt", data=b"hello", method=0)]))
+        end = data.rfind(b"PK\x05\x06")
+        struct.pack_into("<I", data, end + 16, struct.unpack_from("<I", data, end + 16)[0] + 100)
+    else:  # a ZIP64 extra field giving the member's offset
+        local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, zlib.crc32(b"hello"), 5, 5, 5, 0)
+        extra = struct.pack("<HHQ", 1, 8, offset)
+        central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0x0314, 20, 0, 0, 0, 0x21, zlib.crc32(b"hello"), 5, 5,
+                              5, len(extra), 0, 0, 0, 0, 0xFFFFFFFF) + b"a.txt" + extra  # fmt: skip
+        head = local + b"a.txt" + b"hello"
+        data = head + central + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(head), 0)
+    z = tmp_path / "off.zip"
+    z.write_bytes(data)
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err == (
+        f"unzip-gbk: error: {z}: member 'a.txt' starts at byte {offset}, outside the {len(data)}-byte file "
+        "(a damaged or forged directory)\n"
+    )
+    assert main(["check", str(z)]) == 1
+    assert capsys.readouterr().err.endswith(f"{z}: member 'a.txt' starts at byte {offset}, outside the {len(data)}-byte "
+                                            "file (a damaged or forged directory)\n")  # fmt: skip
+
+
+def test_a_member_of_a_later_zip_version_is_one_line(tmp_path: Path, capsys):
+    data = bytearray(build_zip([ZipEntry(name=b"a.txt", data=b"hello", method=0)]))
+    (cd,) = _central_entries(bytes(data))
+    struct.pack_into("<H", data, cd + 6, 64)  # version needed to extract: 6.4
+    z = tmp_path / "v64.zip"
+    z.write_bytes(data)
+    for args in (["-l"], ["-d", str(tmp_path / "o")]):
+        assert unzip_gbk_main([str(z), *args]) == 1
+        assert capsys.readouterr().err == (
+            f"unzip-gbk: error: {z}: a member needs a newer ZIP format than this reader knows (zip file version 6.4); "
+            "make the archive again with a common zip tool\n"
+        )
+    assert main(["check", str(z)]) == 1
+    assert "zip file version 6.4" in capsys.readouterr().err
+
+
+def test_a_link_chain_the_kernel_refuses_is_refused_in_place_too(tmp_path: Path):
+    # l0 -> l1/l1, l1 -> l2/l2, ... l7 -> '.': resolving l0 follows 2^8 links, past Linux's 40 (ELOOP), so
+    # unzip-gbk removes l0-l2; read in place they were kept, and every lookup read each link again (hours)
+    links = [ZipEntry(name=f"l{i}".encode(), symlink_to=f"l{i + 1}/l{i + 1}".encode()) for i in range(7)]
+    entries = [gbk("cat/1.png", _png(1)), gbk("dog/2.png", _png(2)), *links,
+               ZipEntry(name=b"l7", symlink_to=b".")]  # fmt: skip
+    z = write_zip(tmp_path / "chain.zip", entries)
+    start = time.perf_counter()
+    reader = ZipReader(z)
+    kept_in_place = sorted(m.name for m in reader.links if reader.link_folder(m) is not None)
+    assert time.perf_counter() - start < 30
+    report = unzip(z, tmp_path / "out")
+    on_disk = sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_symlink())
+    assert kept_in_place == on_disk == ["l3", "l4", "l5", "l6", "l7"]
+    assert [p.split(": ")[1] for p in report.problems] == [f"member 'l{i}'" for i in range(3)]
+
+
+def test_many_links_extract_in_linear_time(tmp_path: Path):
+    n = 6000
+    z = write_zip(tmp_path / "links.zip", [ZipEntry(name=f"l{i:05d}".encode(), symlink_to=b".") for i in range(n)])
+    report = unzip(z, tmp_path / "out")
+    assert report.ok and len(report.extracted) == n
+    assert sorted(os.listdir(tmp_path / "out"))[:2] == ["l00000", "l00001"]
+
+
+def test_a_part_another_running_extraction_holds_is_left_alone(tmp_path: Path):
+    import fcntl
+
+    from datakit.archive import _temp_name
+
+    z = write_zip(tmp_path / "a.zip", [ZipEntry(name=b"big.bin", data=b"x" * 5000)])
+    (m,) = read_members(z)[0]
+    out = tmp_path / "out"
+    out.mkdir()
+    part = out / _temp_name("big.bin", m)
+    part.write_bytes(b"half")  # what another extraction (into a folder around this one) is writing now
+    with open(part, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code = subprocess.run([sys.executable, "-c", "import sys; from datakit.cli import unzip_gbk_main; "
+                               f"sys.exit(unzip_gbk_main([{str(z)!r}, '-d', {str(out)!r}]))"]).returncode  # fmt: skip
+        assert code == 0
+        assert part.read_bytes() == b"half"  # not removed as a leftover
+    assert (out / "big.bin").read_bytes() == b"x" * 5000
+    (out / "big.bin").unlink()
+    assert unzip(z, out).extracted == ["big.bin"]  # nobody holds the part now: a leftover, removed
+    assert not part.exists() and (out / "big.bin").read_bytes() == b"x" * 5000
+
+
+@pytest.mark.parametrize(
+    ("names", "encoding", "want"),
+    [
+        # Chinese Windows (code page 936) writes the euro sign as the single byte 0x80, which Python's gbk refuses:
+        # every name was read as KOI8-R
+        ([b"\xd1\xb5\xc1\xb7/\xc3\xa8.jpg", "验证/狗.jpg".encode("gbk"), "训练/价格100".encode("gbk") + b"\x80.jpg"],
+         "gbk", ["训练/价格100€.jpg", "训练/猫.jpg", "验证/狗.jpg"]),
+        # Taiwanese Windows (code page 950) writes Big5's ETEN additions (碁 裏), which Python's big5 refuses
+        (["訓練/碁盤.jpg".encode("cp950"), "驗證/裏面.jpg".encode("cp950"), "訓練/牆.jpg".encode("big5")],
+         "big5", ["訓練/牆.jpg", "訓練/碁盤.jpg", "驗證/裏面.jpg"]),
+    ],
+)  # fmt: skip
+def test_windows_code_page_bytes_python_codecs_refuse(tmp_path: Path, names, encoding, want):
+    z = write_zip(tmp_path / "w.zip", [ZipEntry(name=n, data=b"x", made_by=0) for n in names])
+    report = unzip(z, tmp_path / "out")
+    assert report.ok and report.encoding.encoding == encoding and report.encoding.ambiguous == ()
+    assert sorted(tree(tmp_path / "out")) == want
