@@ -104,10 +104,12 @@ def _lmdb_errors(path: str | os.PathLike, doing: str = "reading") -> Iterator[No
         yield
     except lmdb.Error as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PackError(
-            f"{path}: {doing} the pack failed ({type(exc).__name__}: {msg}); run `datakit verify {path}`, "
-            "copy it again or re-pack"
-        ) from None
+        advice = (  # verify opens it the same way: pointing there would send the user round in a circle
+            "copy it again (a copy cut short or a damaged disk leaves it so) or re-pack"
+            if doing == "opening"
+            else f"run `datakit verify {path}`, copy it again or re-pack"
+        )
+        raise PackError(f"{path}: {doing} the pack failed ({type(exc).__name__}: {msg}); {advice}") from None
 
 
 class PackWriteError(PackError):
@@ -266,6 +268,38 @@ def _header_problem(pack: Path, size: int, head: bytes) -> str | None:
     return None
 
 
+_SOUND: set[tuple[int, int, int, int]] = set()  # data.mdb files (device, inode, size, mtime) whose tree passed
+_TREE_CHECK = True  # off in verify's reader, a child process that survives liblmdb's crashes and counts what it read
+
+
+def _check_tree(pack: Path, data: Path) -> None:
+    """Refuse a data.mdb whose B-tree pages would send liblmdb outside the file (lmdbpages.py), once per file
+    version in this process and the processes it forks. A pack written meanwhile is not judged on pages a
+    commit was moving."""
+    from datakit.lmdbpages import tree_problem
+
+    def version() -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(data)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    before = version()
+    if before is None or before in _SOUND or not _TREE_CHECK:
+        return
+    try:
+        problem = tree_problem(data)
+    except (OSError, ValueError):
+        return  # unreadable or unmappable here: liblmdb's own open says so
+    if version() != before:
+        return  # a writer committed while the pages were read
+    if problem is not None:
+        raise PackError(f"{pack}: damaged LMDB data ({problem}); copy the pack again (a copy cut short or a damaged "
+                        "disk leaves it so) or re-pack")  # fmt: skip
+    _SOUND.add(before)
+
+
 def check_data_file(path: str | os.PathLike) -> None:
     """Refuse a ``data.mdb`` whose LMDB header (its two meta pages) is damaged, or that is shorter than what its
     header says is in use, before it is mapped.
@@ -285,6 +319,7 @@ def check_data_file(path: str | os.PathLike) -> None:
             raise PackError(f"{pack}: cannot read data.mdb ({exc.strerror or exc})") from None
         problem = _header_problem(pack, size, head)
         if problem is None:
+            _check_tree(pack, data)
             return
         if attempt == 0:
             time.sleep(0.05)  # a pack being written: a meta page read while a commit rewrote it; read it again
@@ -1217,9 +1252,11 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
     samples that cannot be read. This runs in this process: a page damaged so that liblmdb crashes
     kills it; :func:`verify_pack` runs it in a child process and reports that too.
     """
+    global _TREE_CHECK
     problems: list[str] = []
     n = 0
     steps = _verify_steps(path)
+    was, _TREE_CHECK = _TREE_CHECK, False  # what liblmdb cannot read is counted below, not refused at the door
     try:
         for kind, what in steps:
             if kind == "problem":
@@ -1232,6 +1269,7 @@ def verify_lmdb(path: str | os.PathLike, progress: Callable[[int, int], None] | 
         return problems + [str(exc)]
     finally:
         steps.close()
+        _TREE_CHECK = was
     if progress and n:
         progress(n, n)
     return problems
@@ -1348,6 +1386,8 @@ def _verify_child(fd: int, path: str) -> int:
     """The child of :func:`verify_pack`: the steps of :func:`verify_lmdb`, each told through ``fd`` before it is
     taken (``#i`` reading sample i, ``~i`` decoding it, ``@"what"`` reading something else), then the problems
     (``!"line"``), the sample count (``=n``), an error that stopped it (``E{...}``) and the end (``.``)."""
+    global _TREE_CHECK
+    _TREE_CHECK = False
 
     def send(line: bytes) -> None:
         view = memoryview(line + b"\n")

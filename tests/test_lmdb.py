@@ -611,11 +611,15 @@ def test_verify_goes_on_past_an_unreadable_leaf_and_counts_what_cannot_be_read(t
     mdb.xor(node + 8 + len(key) + size // 2, 0x10)  # a byte inside sample 33's JPEG: its checksum catches it
     branch = next(node for _, node, _, child in mdb.page(mdb.root)[1] if child == lost_page)
     struct.pack_into("<H", mdb.data, branch, 0xFFFF)  # mn_lo: the child page number's low 16 bits
+    name33 = LmdbReader(out).name(33)
+    close_pack(out)
     mdb.save()
     ranges = f"{lost[0]}-{lost[-1]}" if lost == list(range(lost[0], lost[-1] + 1)) else None
     assert ranges, lost  # one leaf's keys are consecutive samples' keys of one kind
-    name33 = LmdbReader(out).name(33)
-    close_pack(out)
+    with pytest.raises(PackError) as e:  # a reader refuses it at once, naming the damage
+        LmdbReader(out)
+    assert str(e.value) == (f"{out}: damaged LMDB data (a tree page number 65535 is outside the file); copy the pack "
+                            "again (a copy cut short or a damaged disk leaves it so) or re-pack")  # fmt: skip
     want = [
         f"{out}: key i0000000033 ({name33}): checksum mismatch, the stored bytes were altered",
         f"{out}: {len(lost)} of 40 samples cannot be read (samples {ranges}: MDB_PAGE_NOTFOUND: Requested page not "
@@ -784,3 +788,52 @@ def test_a_pack_written_by_lmdbwriter_alone_needs_no_classes_json(tmp_path: Path
     assert verify_lmdb(out) == [f"{out / 'classes.json'}: names 2 classes, the pack's metadata 3",
                                 f"{out}: sample 2 has label 2 but classes.json names 2 classes; "
                                 "1 more samples have labels past them"]  # fmt: skip
+
+
+_READ_150 = ("import sys; from datakit.datasets import LmdbDataset; from datakit.errors import PackError\n"
+             "try:\n    print(LmdbDataset(sys.argv[1])[int(sys.argv[2])][1])\n"
+             "except PackError as e:\n    print(e, file=sys.stderr); sys.exit(1)\n")  # fmt: skip
+
+
+@pytest.mark.parametrize("key", ["sample", "index"])
+def test_a_damaged_value_size_is_refused_not_a_crash_of_the_users_process(tmp_path: Path, key: str):
+    # The attack: one byte of a value's size flipped (it claims 16 MB more than its overflow pages hold). py-lmdb
+    # touches every page of a value it returns, so reading sample 25 (or opening the pack, for the index) killed
+    # the user's own process with SIGBUS or SIGSEGV; only verify, reading in a child, survived it.
+    out = tree_pack(tmp_path, n=300, big=(25,))
+    mdb = MdbFile(out)
+    big = [(node, k) for nodes in mdb.leaves().values() for _, node, k, _ in nodes
+           if struct.unpack_from("<H", mdb.data, node + 4)[0] & 1]  # fmt: skip  # F_BIGDATA: kept in overflow pages
+    ((node, k),) = [(node, k) for node, k in big if (k[:1] == b"i" if key == "sample" else k == b"__index__")]
+    sample = int(k[1:]) if key == "sample" else 0
+    mdb.xor(node + 2)  # mn_hi: the data size's bits 16..23
+    mdb.save()
+    proc = subprocess.run([sys.executable, "-c", _READ_150, str(out), str(sample)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (1, ""), proc
+    assert proc.stderr == (f"{out}: damaged LMDB data (a value runs past the end of the file: a damaged size); "
+                           "copy the pack again (a copy cut short or a damaged disk leaves it so) or re-pack\n")  # fmt: skip
+
+
+def test_a_value_kept_in_its_leaf_with_a_damaged_size_is_refused(tmp_path: Path):
+    out = tree_pack(tmp_path)
+    mdb = MdbFile(out)
+    (node,) = [node for nodes in mdb.leaves().values() for _, node, k, _ in nodes if k == b"i0000000007"]
+    assert not struct.unpack_from("<H", mdb.data, node + 4)[0] & 1  # in the leaf page itself
+    mdb.xor(node + 1, 0x7F)  # mn_lo's high byte: the value runs past its page
+    mdb.save()
+    proc = subprocess.run([sys.executable, "-c", _READ_150, str(out), "7"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (1, (
+        f"{out}: damaged LMDB data (a value runs past its page: a damaged size); copy the pack again (a copy cut "
+        "short or a damaged disk leaves it so) or re-pack\n")), proc  # fmt: skip
+
+
+def test_a_sound_pack_passes_the_page_check_in_every_shape(tmp_path: Path):
+    from datakit.lmdbpages import tree_problem
+
+    for n, big in ((1, ()), (40, ()), (40, (3, 25, 39)), (300, tuple(range(0, 300, 7)))):
+        out = tree_pack(tmp_path / f"{n}-{len(big)}", n=n, big=big)
+        assert tree_problem(out / "data.mdb") is None
+        assert [LmdbReader(out).get(i)[:2] for i in (0, n - 1)] == [b"\xff\xd8", b"\xff\xd8"]
+        close_pack(out)

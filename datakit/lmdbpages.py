@@ -1,0 +1,124 @@
+"""A check of an LMDB file's B-tree pages before liblmdb reads them.
+
+liblmdb trusts its pages: a damaged page whose node gives a value a size, or an overflow page, past
+the end of data.mdb makes a read touch memory outside the file, and the process dies of SIGBUS or
+SIGSEGV (py-lmdb touches every page of a value as it returns it). :func:`tree_problem` walks the
+current tree once, level by level with NumPy, and checks that every node a read can follow stays
+inside its page and every page it leads to inside the file, of the kind expected there. A pack
+that passes is then read by liblmdb without leaving the file; one that fails is refused in one line.
+
+Format (liblmdb 0.9, 64-bit, what py-lmdb bundles): two meta pages, the one with the larger
+transaction id current; 16-byte page headers (page number, flags, lower/upper or overflow page
+count); node offsets after the header; nodes of 8 bytes (size or child page number, flags, key
+size), then the key, then the value, or the first overflow page's number for a value of its own pages.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+_MAGIC = 0xBEEFC0DE
+_P_BRANCH, _P_LEAF, _P_OVERFLOW, _P_LEAF2 = 0x01, 0x02, 0x04, 0x20
+_F_BIGDATA, _F_SUBDATA, _F_DUPDATA = 0x01, 0x02, 0x04
+_HDR = 16  # page header
+_NODE = 8  # node header
+_NO_PAGE = 0xFFFFFFFFFFFFFFFF  # the root of an empty tree
+
+
+def tree_problem(path: str | os.PathLike) -> str | None:
+    """What is wrong with the main tree of the LMDB file ``path`` (a data.mdb), None when every page a
+    read can reach is sound. Reads the tree's branch and leaf pages and the headers of overflow pages."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 2 * 4096:
+            return None if size == 0 else f"{size} bytes, shorter than LMDB's two meta pages"
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return _check(np.frombuffer(m, np.uint8), size)
+
+
+def _meta(buf: np.ndarray, at: int) -> tuple[int, int, int] | None:
+    """(transaction id, page size, main tree's root) of the meta page at byte ``at``, None if not one."""
+    head = buf[at : at + 160].view(np.uint8)
+    if len(head) < 152 or int(head[16:20].view("<u4")[0]) != _MAGIC:
+        return None
+    psize = int(head[40:44].view("<u4")[0])  # the free tree's md_pad holds the page size
+    return int(head[144:152].view("<u8")[0]), psize, int(head[128:136].view("<u8")[0])
+
+
+def _check(buf: np.ndarray, size: int) -> str | None:
+    first = _meta(buf, 0)
+    if first is None:
+        return "its first page is not an LMDB meta page"
+    second = _meta(buf, first[1]) if 512 <= first[1] <= 65536 else None
+    metas = [m for m in (first, second) if m is not None]
+    _, psize, root = max(metas)
+    if psize < 512 or psize > 65536 or psize & (psize - 1):
+        return f"page size {psize} in its meta page"
+    if root == _NO_PAGE:
+        return None
+    npages = size // psize
+    pages = buf[: npages * psize].reshape(npages, psize)
+    level, seen, depth = np.array([root], np.int64), 0, 0
+    while len(level):
+        depth += 1
+        if depth > 64 or seen > npages:
+            return "its tree has a loop"
+        seen += len(level)
+        if (level < 2).any() or (level >= npages).any():
+            return f"a tree page number {int(level[(level < 2) | (level >= npages)][0])} is outside the file"
+        head = pages[level, :_HDR]
+        flags = head[:, 10].astype(np.int64) | (head[:, 11].astype(np.int64) << 8)
+        lower = head[:, 12].astype(np.int64) | (head[:, 13].astype(np.int64) << 8)
+        upper = head[:, 14].astype(np.int64) | (head[:, 15].astype(np.int64) << 8)
+        kind = flags & (_P_BRANCH | _P_LEAF | _P_OVERFLOW | _P_LEAF2)
+        branch = kind == _P_BRANCH
+        if not (branch | (kind == _P_LEAF)).all():
+            bad = int(level[~(branch | (kind == _P_LEAF))][0])
+            return f"page {bad} is not a tree page where the tree leads, flags {int(flags[level == bad][0]):#x}"
+        if (branch.any() and not branch.all()) or not ((lower >= _HDR) & (lower <= upper) & (upper <= psize)).all():
+            return "a tree page's layout is damaged"
+        counts = (lower - _HDR) // 2
+        n = int(counts.sum())
+        owner = np.repeat(np.arange(len(level)), counts)
+        slot = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+        rows = pages[level]
+        ptr_at = _HDR + 2 * slot
+        node = rows[owner, ptr_at].astype(np.int64) | (rows[owner, ptr_at + 1].astype(np.int64) << 8)
+        if ((node < upper[owner]) | (node + _NODE > psize)).any():
+            return "a node lies outside its page"
+        lo = rows[owner, node].astype(np.int64) | (rows[owner, node + 1].astype(np.int64) << 8)
+        hi = rows[owner, node + 2].astype(np.int64) | (rows[owner, node + 3].astype(np.int64) << 8)
+        nflags = rows[owner, node + 4].astype(np.int64) | (rows[owner, node + 5].astype(np.int64) << 8)
+        ksize = rows[owner, node + 6].astype(np.int64) | (rows[owner, node + 7].astype(np.int64) << 8)
+        keyed = node + _NODE + ksize
+        if branch.all():
+            if (keyed > psize).any():
+                return "a key runs past its page"
+            level = np.unique(lo | (hi << 16) | (nflags << 32))
+            continue
+        if (nflags & (_F_SUBDATA | _F_DUPDATA)).any():
+            return "a node of a kind these packs never hold, a sub-tree"
+        data = lo | (hi << 16)
+        big = (nflags & _F_BIGDATA) != 0
+        if ((keyed + np.where(big, 8, data)) > psize).any():
+            return "a value runs past its page: a damaged size"
+        if big.any():
+            at = keyed[big]
+            o = owner[big]
+            first_page = np.zeros(len(at), np.int64)
+            for b in range(8):  # the overflow page number, little-endian, byte by byte
+                first_page |= rows[o, at + b].astype(np.int64) << (8 * b)
+            if ((first_page < 2) | (first_page >= npages)).any():
+                return "a value's overflow page is outside the file"
+            ohead = pages[first_page, :_HDR]
+            oflags = ohead[:, 10].astype(np.int64) | (ohead[:, 11].astype(np.int64) << 8)
+            count = ohead[:, 12:16].copy().view("<u4")[:, 0].astype(np.int64)
+            if not (oflags & _P_OVERFLOW).all():
+                return "a value leads to a page that is not an overflow page"
+            if ((first_page + count > npages) | (data[big] > count * psize - _HDR)).any():
+                return "a value runs past the end of the file: a damaged size"
+        level = np.zeros(0, np.int64)
+    return None
