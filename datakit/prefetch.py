@@ -211,6 +211,12 @@ def channels_first(images: torch.Tensor, channels: int | None = None) -> torch.T
         raise UsageError(f"a batch of images of shape {tuple(images.shape)}: its channels could be dimension 1 "
                          "or 3; make the images C x H x W in the transform (datakit.transforms.HWCToCHW), so "
                          "that batches are N x C x H x W")  # fmt: skip
+    if channels and not first and not last:  # gray or RGBA images against RGB statistics
+        raise UsageError(
+            f"a batch of images of shape {tuple(images.shape)}: neither dimension 1 (C x H x W) nor dimension 3 "
+            f"(H x W x C) is {channels}, the channels the statistics are for; give the images {channels} channels in "
+            "the transform (gray or RGBA?), or pass statistics for theirs"
+        )
     return images.permute(0, 3, 1, 2) if last else images
 
 
@@ -274,14 +280,21 @@ def check_images(batch, explicit: bool) -> None:
 
     if _find_images(batch) is not None:
         return
-    images = _first_tensor(batch, lambda t: t.ndim == 4 and t.is_floating_point())
+    images = _first_tensor(batch, lambda t: t.ndim == 4 and t.dtype not in (torch.uint8, torch.bool))
     if images is not None:
-        what = f"the images are {str(images.dtype).removeprefix('torch.')} already (a transform made them float)"
+        dtype = str(images.dtype).removeprefix("torch.")
+        kind = "float" if images.is_floating_point() else dtype
+        what = f"the images are {dtype} already (a transform made them {kind}: an augment step's ToDtype?)"
         if explicit:
             raise UsageError(f"{what}; normalize= normalises uint8 images: return uint8 from the transform "
                              "(train_pipeline and eval_pipeline do) or pass normalize=False")  # fmt: skip
-        if images.numel() and float(images.min()) >= 0 and float(images.max()) <= 1:
-            warnings.warn(f"{what}, in 0..1: they reach the model as they are, not normalised; return uint8 from "
+        values = (
+            images if images.is_floating_point() or images.is_signed() else images.to(torch.int64)
+        )  # uint16: no min
+        lo, hi = (float(values.min()), float(values.max())) if images.numel() else (0.0, 0.0)
+        if not images.is_floating_point() or (lo >= 0 and hi <= 255):  # pixel values, not normalised ones
+            scale = "0..1" if hi <= 1 else "0..255"
+            warnings.warn(f"{what}, in {scale}: they reach the model as they are, not normalised; return uint8 from "
                           "the transform to have them normalised, or normalise them there", stacklevel=3)  # fmt: skip
         return
     flat = _first_tensor(batch, lambda t: t.ndim == 3 and t.dtype == torch.uint8)

@@ -345,13 +345,36 @@ def test_normalize_never_passes_images_it_cannot_apply_to_without_a_word():
     floats = _Images(lambda i: torch.full((3, 4, 4), 0.5))
     with pytest.raises(UsageError) as e:
         next(iter(create_loader(floats, 2, num_workers=0, train=False, device="cpu", normalize="cifar10")))
-    assert str(e.value) == ("the images are float32 already (a transform made them float); normalize= normalises "
-                            "uint8 images: return uint8 from the transform (train_pipeline and eval_pipeline do) or "
-                            "pass normalize=False")  # fmt: skip
-    with pytest.warns(UserWarning, match=r"^the images are float32 already \(a transform made them float\), in 0\.\.1: "
-                      "they reach the model as they are, not normalised"):  # fmt: skip
+    assert str(e.value) == ("the images are float32 already (a transform made them float: an augment step's "
+                            "ToDtype?); normalize= normalises uint8 images: return uint8 from the transform "
+                            "(train_pipeline and eval_pipeline do) or pass normalize=False")  # fmt: skip
+    with pytest.warns(UserWarning, match=r"^the images are float32 already \(a transform made them float: an augment "
+                      r"step's ToDtype\?\), in 0\.\.1: they reach the model as they are, not normalised"):  # fmt: skip
         x, _ = next(iter(create_loader(floats, 2, num_workers=0, train=False, device="cpu")))
     assert x.dtype == torch.float32 and x.flatten().tolist() == [0.5] * 96
+    # v2.ToDtype(torch.float32) without scale=True: pixel values 0..255 as floats, and integer images of another kind
+    for image, dtype, scale in ((torch.full((3, 4, 4), 128.0), "float32", "0..255"),
+                                (torch.full((3, 4, 4), 128, dtype=torch.int64), "int64", "0..255"),
+                                (torch.full((3, 4, 4), 1, dtype=torch.uint16), "uint16", "0..1")):  # fmt: skip
+        made = _Images(lambda i, image=image: image)
+        kind = "float" if dtype == "float32" else dtype
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            x, _ = next(iter(create_loader(made, 2, num_workers=0, train=False, device="cpu")))
+        assert [str(r.message) for r in w] == [
+            f"the images are {dtype} already (a transform made them {kind}: an augment step's ToDtype?), in {scale}: "
+            "they reach the model as they are, not normalised; return uint8 from the transform to have them "
+            "normalised, or normalise them there"
+        ]
+        assert x.dtype == image.dtype
+        with pytest.raises(UsageError) as e:
+            next(iter(create_loader(made, 2, num_workers=0, train=False, device="cpu", normalize="imagenet")))
+        assert str(e.value).startswith(f"the images are {dtype} already (a transform made them {kind}: ")
+    normalised = _Images(lambda i: torch.full((3, 4, 4), -1.5))  # normalised in the transform already: no word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x, _ = next(iter(create_loader(normalised, 2, num_workers=0, train=False, device="cpu")))
+    assert x.flatten().tolist() == [-1.5] * 96
     gray = _Images(lambda i: torch.full((4, 4), i, dtype=torch.uint8))
     with pytest.raises(UsageError) as e:
         next(iter(create_loader(gray, 2, num_workers=0, train=False, device="cpu", normalize=([0.5], [0.25]))))
@@ -372,3 +395,23 @@ def test_normalize_takes_a_preset_dict_and_names_itself_when_malformed():
         resolve_normalize((0.5, 0.5))
     assert str(e.value) == ("normalize must be True, a preset name, (mean, std) with one value per channel in each, "
                             "or Stats; got (0.5, 0.5)")  # fmt: skip
+
+
+@pytest.mark.parametrize("channels", [1, 4])
+def test_gray_or_rgba_hwc_images_are_named_as_such_not_by_their_height(channels: int):
+    # The attack: 5 x 6 x 1 (or x 4) HWC arrays with RGB statistics: "Normalize has 3 channel statistics but the
+    # input has 5 channels", the height taken for the channels.
+    from datakit.errors import UsageError
+    from datakit.loader import create_loader
+
+    data = [(np.zeros((5, 6, channels), np.uint8), 0)] * 4
+    with pytest.raises(UsageError) as e:
+        next(iter(create_loader(data, 2, train=False, num_workers=0, device="cpu")))
+    assert str(e.value) == (
+        f"a batch of images of shape (2, 5, 6, {channels}): neither dimension 1 (C x H x W) nor dimension 3 "
+        "(H x W x C) is 3, the channels the statistics are for; give the images 3 channels in the transform (gray "
+        "or RGBA?), or pass statistics for theirs"
+    )
+    x, _ = next(iter(create_loader(data, 2, train=False, num_workers=0, device="cpu", normalize=([0.5] * channels,
+                                                                                                   [0.25] * channels))))  # fmt: skip
+    assert x.shape == (2, channels, 5, 6) and x.dtype == torch.float32
