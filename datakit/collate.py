@@ -326,10 +326,23 @@ class _Collate:
         return f"{self.name}(size_divisor={self.size_divisor}, pad_value={self.pad_value})"
 
 
+def _check_pairs(name: str, batch: Sequence, bare_ok: bool) -> None:
+    """Refuse samples that are not (image, target) pairs (nor bare images, where ``bare_ok``), naming them."""
+    for i, b in enumerate(batch):
+        if bare_ok and isinstance(b, (torch.Tensor, np.ndarray)):
+            continue
+        if not isinstance(b, (tuple, list)) or len(b) < (1 if bare_ok else 2):
+            what = f"a {type(b).__name__}" if not isinstance(b, (tuple, list)) else f"a {type(b).__name__} of {len(b)}"
+            takes = "(image, target) pairs or bare images" if bare_ok else "(image, target) pairs"
+            raise CollateError(f"{name}: ", [i], f" is {what}; {name} takes {takes}: return them from the dataset "
+                               "(for a dict, (sample['image'], sample['label']))")  # fmt: skip
+
+
 class _PadCollate(_Collate):
     name = "pad_collate"
 
     def collate(self, batch: Sequence):
+        _check_pairs(self.name, batch, bare_ok=True)
         bare = [isinstance(b, (torch.Tensor, np.ndarray)) for b in batch]
         if any(bare) and not all(bare):
             raise CollateError("pad_collate: samples mix bare images and (image, target) pairs (",
@@ -346,6 +359,7 @@ class _DetectionCollate(_Collate):
     name = "detection_collate"
 
     def collate(self, batch: Sequence):
+        _check_pairs(self.name, batch, bare_ok=False)
         images, sizes, _ = _pad_images([b[0] for b in batch], self.size_divisor, self.pad_value)
         targets = []
         for i, (_, t) in enumerate(batch):

@@ -433,3 +433,16 @@ def test_targets_default_collate_refuses_are_named_by_sample():
         list(create_loader(masks * 2, 6, num_workers=0, train=False))
     assert str(e.value).startswith("cannot stack target of different sizes into one batch (samples 0, 1, 3, 4: (4, 4); "
                                    "samples 2, 5: (5, 4))")  # fmt: skip
+
+
+@pytest.mark.parametrize("make", [pad_collate, detection_collate])
+def test_dict_samples_are_named_not_a_key_error(make):
+    # The attack: pad_collate() on {"image": ..., "label": ...} samples raised a bare KeyError: 0.
+    name = make.__name__
+    takes = "(image, target) pairs or bare images" if make is pad_collate else "(image, target) pairs"
+    batch = [{"image": torch.zeros(3, 4, 4, dtype=torch.uint8), "label": 0},
+             {"image": torch.zeros(3, 5, 5, dtype=torch.uint8), "label": 1}]  # fmt: skip
+    with pytest.raises(CollateError) as e:
+        make()(batch)
+    assert str(e.value) == (f"{name}: batch position 0 is a dict; {name} takes {takes}: return them from the "
+                            "dataset (for a dict, (sample['image'], sample['label']))")  # fmt: skip
