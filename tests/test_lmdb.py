@@ -811,7 +811,7 @@ def test_a_damaged_value_size_is_refused_not_a_crash_of_the_users_process(tmp_pa
     proc = subprocess.run([sys.executable, "-c", _READ_150, str(out), str(sample)], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert (proc.returncode, proc.stdout) == (1, ""), proc
-    assert proc.stderr == (f"{out}: damaged LMDB data (a value runs past the end of the file: a damaged size); "
+    assert proc.stderr == (f"{out}: damaged LMDB data (a value runs past the end of the file: a damaged size or page number); "
                            "copy the pack again (a copy cut short or a damaged disk leaves it so) or re-pack\n")  # fmt: skip
 
 
