@@ -617,6 +617,8 @@ def _decode(
             if info is not None:
                 factor = reduction_factor(info[0], info[1], max_size)
                 components = info[2]
+    if fmt == "PNG" and raw.rfind(b"IEND\xaeB`\x82") < 0:  # cut short: libpng would print its own line first
+        raise ImageDecodeError(f"{_describe(name)}: truncated PNG (no IEND chunk)")
     if fmt == "JPEG" and factor == 1 and mode != "unchanged":
         img = _torchvision_jpeg(raw, mode)
         if img is not None:
