@@ -11,6 +11,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -755,11 +756,16 @@ def _stop_receivers() -> None:
     ("terminate called without an active exception"). Each is stopped and waited for; one held by
     a slow or stuck batch gets its workers shut down, which ends it."""
     for r in list(_RECEIVERS):
-        r.close(wait=False)
-        if not r.join(2.0):
-            _abandon(r._it, r)
+        try:
+            r.close(wait=False)
+            if not r.join(2.0):
+                _abandon(r._it, r)
+        except Exception:  # noqa: BLE001 - torch's SIGCHLD handler raises here for a worker Ctrl-C ended first
+            with contextlib.suppress(Exception):
+                _abandon(r._it, r)
     for thread in list(_THREADS):  # ended receivers whose thread is still freeing the iterator
-        thread.join(10.0)
+        with contextlib.suppress(Exception):
+            thread.join(10.0)
 
 
 atexit.register(_stop_receivers)  # registered after torch's own exit hook (imported above): runs before it
@@ -788,6 +794,38 @@ def _heap_frozen(starting_workers: bool):
         yield
     finally:
         gc.unfreeze()
+
+
+def _start_method(dl: DataLoader) -> str:
+    ctx = dl.multiprocessing_context
+    if isinstance(ctx, str):
+        return ctx
+    return ctx.get_start_method() if ctx is not None else multiprocessing.get_start_method()
+
+
+@contextlib.contextmanager
+def _sigint_held(method: str | None):
+    """Ctrl-C kept from the workers started meanwhile: it is the main process's to handle (it ends them), and
+    a spawned worker it reached while importing printed a KeyboardInterrupt traceback of its own. A forked
+    worker inherits SIGINT blocked (a Ctrl-C meanwhile reaches this process once the mask is restored); a
+    spawned one starts a fresh program, which keeps only an ignored SIGINT, so it is ignored here while
+    they start (a few milliseconds; in the main thread only, where handlers can be set)."""
+    block = getattr(signal, "pthread_sigmask", None)
+    if method is None or block is None:
+        yield
+        return
+    old_mask = block(signal.SIG_BLOCK, {signal.SIGINT})
+    old_handler = None
+    if method != "fork" and threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGINT)
+        if handler is not None:  # None: a handler set outside Python, which cannot be put back
+            old_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
+        block(signal.SIG_SETMASK, old_mask)
 
 
 def _unwrap_worker_error(exc: Exception) -> Exception:
@@ -914,7 +952,12 @@ class Loader:
             _abandon(old)
             dl._iterator = None
         try:
-            with _chosen_workers() if self._tuned else contextlib.nullcontext(), _heap_frozen(dl.num_workers > 0):
+            starting = dl.num_workers > 0 and getattr(dl, "_iterator", None) is None
+            with (
+                _chosen_workers() if self._tuned else contextlib.nullcontext(),
+                _heap_frozen(dl.num_workers > 0),
+                _sigint_held(_start_method(dl) if starting else None),
+            ):
                 it = iter(dl)
         except BaseException:
             # interrupted (Ctrl-C) while torch reset its iterator for the epoch: that iterator's

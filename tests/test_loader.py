@@ -821,6 +821,50 @@ def test_ctrl_c_while_a_batch_hangs_stops_and_the_program_exits_cleanly(tmp_path
     assert took < 30
 
 
+_CTRL_C_SPAWN = """
+import sys, time
+import torch
+from datakit.loader import create_loader
+
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        time.sleep(0.05)
+        return torch.zeros(3, 8, 8, dtype=torch.uint8), i
+
+if __name__ == "__main__":
+    torch.multiprocessing.set_start_method(sys.argv[1])
+    loader = create_loader(Slow(), 4, num_workers=2, seed=0, train=False)
+    print("ready", flush=True)
+    for batch in loader:
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_ctrl_c_to_the_whole_group_while_workers_start_is_one_traceback(tmp_path: Path, method: str):
+    # The attack: Ctrl-C in a terminal (SIGINT to the whole process group) while spawn workers were starting: each
+    # worker printed a KeyboardInterrupt traceback from importing the main module, and datakit's exit hook failed
+    # with torch's "DataLoader worker (pid N) is killed by signal: Interrupt": 85-140 lines.
+    import signal
+
+    script = tmp_path / "train.py"
+    script.write_text(_CTRL_C_SPAWN)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, str(script), method], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(0.5)  # workers starting (spawn: importing torch), or the first batches (fork)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (1, -signal.SIGINT), err
+    assert err.count("Traceback") == 1 and err.rstrip().endswith("KeyboardInterrupt"), err
+    assert "Exception ignored" not in err, err
+
+
 def test_epoch_sampler_shards_cover_everything():
     parts = [list(EpochSampler(10, seed=3, rank=r, world=3)) for r in range(3)]
     assert all(len(p) == 4 for p in parts)
