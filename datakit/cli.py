@@ -400,7 +400,7 @@ _PACK_EXAMPLE = """\
 def _pack_share(args: argparse.Namespace) -> tuple[str, str | None]:
     """OUT and --shard for this rank: under torchrun an OUT naming ``{rank}`` packs shard RANK/WORLD_SIZE
     into its own file on every rank; any other OUT is packed by rank 0 alone."""
-    out, shard = args.src[1], args.shard
+    out, shard = args.src[-1], args.shard
     if "{rank}" in out:
         if shard is not None:
             raise UsageError("an OUT with {rank} picks each rank's shard itself; drop --shard")
@@ -411,14 +411,15 @@ def _pack_share(args: argparse.Namespace) -> tuple[str, str | None]:
 def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     from datakit.pack import pack_lmdb
 
-    if len(args.src) != 2:
-        raise UsageError(f"pack-lmdb takes SRC and OUT, got {len(args.src)} paths")
-    src = str(_existing(args.src[0]))
+    if len(args.src) < 2:
+        raise UsageError("pack-lmdb takes SRC and OUT, got one path")
+    # several SRC (or a glob, 'part-*.lmdb'): the shards of one pack, joined, as check and stats read them
+    src = _source(argparse.Namespace(src=args.src[:-1], labels=args.labels))
     out, shard = _pack_share(args)
     labels = args.labels
     if labels:
         _existing(labels)
-    elif Path(src).is_file() and Path(src).suffix.lower() in TABLE_SUFFIXES:
+    elif isinstance(src, str) and Path(src).is_file() and Path(src).suffix.lower() in TABLE_SUFFIXES:
         labels, src = src, str(Path(src).parent)  # a table alone: names relative to its folder
     if labels:
         from datakit.labels import read_labels
@@ -426,6 +427,10 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels or args.classes is not None,
                              **_label_options(args))  # fmt: skip
     source = src
+    if isinstance(src, list):  # shards named one by one: the pack they make together
+        from datakit.sources import open_source
+
+        source = open_source(src)
     if args.classes is not None:
         from datakit.sources import open_source
 
@@ -475,20 +480,42 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     return 0
 
 
-cmd_pack_lmdb.every_rank = lambda args: len(args.src) == 2 and "{rank}" in args.src[1]  # type: ignore[attr-defined]
+cmd_pack_lmdb.every_rank = lambda args: len(args.src) >= 2 and "{rank}" in args.src[-1]  # type: ignore[attr-defined]
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     from datakit.lmdb import lmdb_info
 
-    info = lmdb_info(_existing(args.pack))
+    infos = [(path, lmdb_info(path)) for path in _packs(args.pack)]
     if args.json:
-        _print_json(info)
+        _print_json(infos[0][1] if len(infos) == 1 else [info for _, info in infos])
         return 0
+    for path, info in infos:
+        _print_info(path, info, args.quiet)
+    return 0
+
+
+def _packs(names: list[str]) -> list[Path]:
+    """The pack folders named, a glob ('part-*.lmdb') standing for every shard it matches, in order."""
+    import glob
+
+    out = []
+    for name in names:
+        if any(c in name for c in "*?[") and not os.path.lexists(name):
+            found = sorted(glob.glob(name))
+            if not found:
+                raise UsageError(f"{name}: matches nothing")
+            out += [Path(f) for f in found]
+        else:
+            out.append(_existing(name))
+    return out
+
+
+def _print_info(path: Path, info: dict, quiet: bool) -> None:
     state = "complete" if info["complete"] else f"INCOMPLETE ({info['count']} of {info.get('planned')})"
-    print(f"{args.pack}: {info['format']} version {info['version']}, {info['count']} samples, {state}")
-    if args.quiet:
-        return 0
+    print(f"{path}: {info['format']} version {info['version']}, {info['count']} samples, {state}")
+    if quiet:
+        return
     print(f"  source: {info['source']} (shard {info['options']['shard'][0]}/{info['options']['shard'][1]})")
     stored, size = info.get("bytes", 0) / 2**20, info["file_bytes"] / 2**20
     print(f"  values: {info['encoding']}, {stored:.1f} MB in a {size:.1f} MB file; checksums {info['checksum']}")
@@ -501,22 +528,23 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("  splits: " + ", ".join(f"{k} {v}" for k, v in info["split_counts"].items()))
     if info.get("skipped"):
         print(f"  skipped while packing: {len(info['skipped'])}")
-    return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from datakit.lmdb import verify_pack
 
-    path = _existing(args.pack)
-    bar = _bar(0, "verify", args.quiet)
-    try:  # in a child process: a page damaged so that liblmdb crashes is one more problem line, not a dead verify
-        report = verify_pack(path, progress=_progress(bar))
-    finally:
-        if bar:
-            bar.close()
-    if args.json:
-        _print_json({"pack": str(path), "samples": report.samples, "problems": report.problems})
-    else:
+    found, bad = [], False
+    for path in _packs(args.pack):
+        bar = _bar(0, "verify", args.quiet)
+        try:  # in a child process: a page damaged so that liblmdb crashes is one more problem line, not a dead verify
+            report = verify_pack(path, progress=_progress(bar))
+        finally:
+            if bar:
+                bar.close()
+        bad = bad or bool(report.problems)
+        found.append({"pack": str(path), "samples": report.samples, "problems": report.problems})
+        if args.json:
+            continue
         for p in report.problems:
             print(_shown(p), file=sys.stderr)
         if not args.quiet:
@@ -524,12 +552,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
             if report.crashed:
                 checked = f"{report.checked} of {report.samples} samples checked before the reader crashed"
             print(f"{path}: {checked}, {len(report.problems)} problems")
-    return 1 if report.problems else 0
+    if args.json:
+        _print_json(found[0] if len(found) == 1 else found)
+    return 1 if bad else 0
 
 
 def _register_lmdb(sub) -> None:
     p = _command(sub, "pack-lmdb", "pack any dataset into an LMDB file, resumably", _PACK_EXAMPLE)
-    p.add_argument("src", nargs="+", metavar="SRC OUT", help="source (folder, table, zip) and the output pack folder")
+    p.add_argument("src", nargs="+", metavar="SRC [SRC ...] OUT",
+                   help="source (folder, table, zip; several packs or a glob: the shards of one) and the output "
+                        "pack folder")  # fmt: skip
     _add_label_args(p)
     p.add_argument("--max-size", type=_count, metavar="N",
                    help="re-encode (JPEG) images whose longer side exceeds N pixels (N >= 1)")  # fmt: skip
@@ -559,7 +591,8 @@ def _register_lmdb(sub) -> None:
         ("verify", cmd_verify, "re-check every checksum and decode every image", "print only the problems"),
     ):
         q = _command(sub, name, text, examples[name])
-        q.add_argument("pack", help="the pack folder (OUT of pack-lmdb)")
+        q.add_argument("pack", nargs="+", help="the pack folder (OUT of pack-lmdb); several, or a glob "
+                       "('part-*.lmdb'): each in turn")  # fmt: skip
         _add_json_quiet(q, quiet)
         q.set_defaults(func=func)
 

@@ -640,3 +640,38 @@ def test_pack_lmdb_classes_gives_a_val_list_the_training_indices(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     val = open_dataset(tmp_path / "val.lmdb")
     assert (val.classes, val.targets.tolist()) == (["0", "1", "2", "3", "4"], [0, 1, 2, 4])
+
+
+def test_shards_join_and_are_verified_by_a_glob_as_check_reads_them(class_folder: Path, tmp_path: Path, capsys,
+                                                                    monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    # The attack: check 'part-*.lmdb' read the shards as one, but pack-lmdb, verify and info said "part-*.lmdb: no
+    # such file or folder", and pack-lmdb part-0.lmdb part-1.lmdb OUT "takes SRC and OUT, got 3 paths".
+    from datakit.datasets import open_dataset
+
+    monkeypatch.chdir(tmp_path)
+    for i in range(2):
+        assert main(["pack-lmdb", str(class_folder), f"part-{i}.lmdb", "--shard", f"{i}/2", "-q"]) == 0
+    assert main(["pack-lmdb", "part-*.lmdb", "joined.lmdb", "-q"]) == 0
+    assert main(["pack-lmdb", "part-0.lmdb", "part-1.lmdb", "listed.lmdb", "-q"]) == 0
+    whole = open_dataset(class_folder)
+    for out in ("joined.lmdb", "listed.lmdb"):
+        ds = open_dataset(out)
+        assert len(ds) == 12 and ds.classes == whole.classes
+        stored = sorted(ds.name(i).removeprefix(f"{out}:") for i in range(12))
+        assert stored == sorted(whole.name(i).split("数据 集/")[1] for i in range(12))
+    capsys.readouterr()
+    assert main(["verify", "part-*.lmdb"]) == 0
+    assert (
+        capsys.readouterr().out
+        == "part-0.lmdb: 6 samples checked, 0 problems\npart-1.lmdb: 6 samples checked, 0 problems\n"
+    )
+    assert main(["info", "part-*.lmdb", "-q"]) == 0
+    assert capsys.readouterr().out == ("part-0.lmdb: datakit-lmdb version 2, 6 samples, complete\n"
+                                       "part-1.lmdb: datakit-lmdb version 2, 6 samples, complete\n")  # fmt: skip
+    assert main(["verify", "part-*.lmdb", "--json"]) == 0
+    assert [r["pack"] for r in json.loads(capsys.readouterr().out)] == ["part-0.lmdb", "part-1.lmdb"]
+    assert main(["verify", "none-*.lmdb"]) == 2
+    assert capsys.readouterr().err == "datakit verify: error: none-*.lmdb: matches nothing\n"
+    assert main(["pack-lmdb", "part-0.lmdb", str(class_folder), "x.lmdb"]) == 2
+    assert capsys.readouterr().err == (f"datakit pack-lmdb: error: several SRC are read as the shards of one LMDB pack; "
+                                       f"{class_folder} is not an LMDB pack: give one folder, table or zip at a time\n")  # fmt: skip
