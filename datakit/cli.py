@@ -413,9 +413,13 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
 
     if len(args.src) < 2:
         raise UsageError("pack-lmdb takes SRC and OUT, got one path")
-    # several SRC (or a glob, 'part-*.lmdb'): the shards of one pack, joined, as check and stats read them
-    src = _source(argparse.Namespace(src=args.src[:-1], labels=args.labels))
     out, shard = _pack_share(args)
+    # several SRC (or a glob, 'part-*.lmdb'): the shards of one pack, joined, as check and stats read them; a
+    # glob never takes OUT itself ('part-*.lmdb' into part-all.lmdb, run again with --overwrite or --resume)
+    srcs = [p for s in args.src[:-1] for p in (_globbed(s, os.fspath(out)) if _is_glob(s) else [s])]
+    if any(_same_path(s, out) for s in srcs):
+        raise UsageError(f"{out}: is a SRC too; pack into another OUT")
+    src = _source(argparse.Namespace(src=srcs, labels=args.labels))
     labels = args.labels
     if labels:
         _existing(labels)
@@ -486,13 +490,52 @@ cmd_pack_lmdb.every_rank = lambda args: len(args.src) >= 2 and "{rank}" in args.
 def cmd_info(args: argparse.Namespace) -> int:
     from datakit.lmdb import lmdb_info
 
-    infos = [(path, lmdb_info(path)) for path in _packs(args.pack)]
-    if args.json:
-        _print_json(infos[0][1] if len(infos) == 1 else [info for _, info in infos])
+    packs = _packs(args.pack)
+    if len(packs) == 1:  # one pack: its error is the command's
+        info = lmdb_info(packs[0])
+        if args.json:
+            _print_json(info)
+        else:
+            _print_info(packs[0], info, args.quiet)
         return 0
-    for path, info in infos:
-        _print_info(path, info, args.quiet)
-    return 0
+    found, code = [], 0
+    for path in packs:  # each in turn: one that cannot be read does not hide the others
+        try:
+            info = lmdb_info(path)
+        except DatakitError as exc:
+            code = max(code, _said("info", exc))
+            found.append({"pack": str(path), "error": str(exc)})
+            continue
+        found.append(info)
+        if not args.json:
+            _print_info(path, info, args.quiet)
+    if args.json:
+        _print_json(found)
+    return code
+
+
+def _said(command: str, exc: Exception) -> int:
+    """Print an error of one of several packs as the command's own error line; its exit code."""
+    print(_shown(f"datakit {command}: error: {exc}"), file=sys.stderr)
+    return 2 if isinstance(exc, UsageError) else 1
+
+
+def _is_glob(name: str) -> bool:
+    return any(c in name for c in "*?[") and not os.path.lexists(name)
+
+
+def _same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _globbed(pattern: str, out: str) -> list[str]:
+    """The paths ``pattern`` matches, but ``out`` and the folders a pack being written into it keeps beside it."""
+    import glob
+
+    found = [f for f in sorted(glob.glob(pattern)) if not _same_path(f, out) and not Path(f).name.startswith(".")]
+    if not found:
+        raise UsageError(f"{pattern}: matches nothing" + (f" but {out}, the output" if glob.glob(pattern) else ""))
+    return found
 
 
 def _packs(names: list[str]) -> list[Path]:
@@ -533,11 +576,18 @@ def _print_info(path: Path, info: dict, quiet: bool) -> None:
 def cmd_verify(args: argparse.Namespace) -> int:
     from datakit.lmdb import verify_pack
 
-    found, bad = [], False
-    for path in _packs(args.pack):
+    found, bad, code = [], False, 0
+    packs = _packs(args.pack)
+    for path in packs:
         bar = _bar(0, "verify", args.quiet)
         try:  # in a child process: a page damaged so that liblmdb crashes is one more problem line, not a dead verify
             report = verify_pack(path, progress=_progress(bar))
+        except DatakitError as exc:
+            if len(packs) == 1:
+                raise
+            code = max(code, _said("verify", exc))  # each in turn: one that cannot be opened hides no other
+            found.append({"pack": str(path), "error": str(exc)})
+            continue
         finally:
             if bar:
                 bar.close()
@@ -554,7 +604,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"{path}: {checked}, {len(report.problems)} problems")
     if args.json:
         _print_json(found[0] if len(found) == 1 else found)
-    return 1 if bad else 0
+    return max(code, 1 if bad else 0)
 
 
 def _register_lmdb(sub) -> None:

@@ -374,10 +374,10 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     return EncodingGuess(best, reason, scores, tuple([best, *rivals]) if rivals else (), mixed)
 
 
-def decodes(raw: bytes, enc: str) -> bool:
-    """Whether ``raw`` is valid text in ``enc``."""
+def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:
+    """Whether ``raw`` is valid text in ``enc`` (as Windows reads GBK and Big5 names, unless not ``windows``)."""
     try:
-        raw.decode(enc, _errors(enc))
+        raw.decode(enc, _errors(enc) if windows else "strict")
         return True
     except UnicodeDecodeError:
         return False

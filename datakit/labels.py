@@ -803,7 +803,7 @@ def _most_plausible(sample: bytes) -> TextEncoding:
 
     readings: dict[str, list[str]] = {}
     for enc in ("utf-8", "gbk", "gb18030", "big5"):
-        if (enc != "gb18030" or "gbk" not in readings) and decodes(sample, enc):
+        if (enc != "gb18030" or "gbk" not in readings) and decodes(sample, enc, windows=False):
             # split into cells after decoding: a backslash byte (0x5C) is also the second byte of some
             # GBK and Big5 characters (許, 功, 嘰), so splitting the bytes would cut them in two
             cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample.decode(enc)) if not c.isascii()))

@@ -83,6 +83,8 @@ def _check(buf: np.ndarray, size: int) -> str | None:
         if (branch.any() and not branch.all()) or not ((lower >= _HDR) & (lower <= upper) & (upper <= psize)).all():
             return "a tree page's layout is damaged"
         counts = (lower - _HDR) // 2
+        if branch.all() and (counts < 2).any():  # liblmdb asserts a branch has two keys or more, and aborts
+            return f"branch page {int(level[counts < 2][0])} holds {int(counts[counts < 2][0])} keys"
         n = int(counts.sum())
         owner = np.repeat(np.arange(len(level)), counts)
         slot = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)

@@ -805,26 +805,19 @@ def _start_method(dl: DataLoader) -> str:
 
 @contextlib.contextmanager
 def _sigint_held(method: str | None):
-    """Ctrl-C kept from the workers started meanwhile: it is the main process's to handle (it ends them), and
-    a spawned worker it reached while importing printed a KeyboardInterrupt traceback of its own. A forked
-    worker inherits SIGINT blocked (a Ctrl-C meanwhile reaches this process once the mask is restored); a
-    spawned one starts a fresh program, which keeps only an ignored SIGINT, so it is ignored here while
-    they start (a few milliseconds; in the main thread only, where handlers can be set)."""
+    """SIGINT blocked in this thread while workers fork: they inherit the mask and never get Ctrl-C, which is
+    the main process's to handle (it ends them). A Ctrl-C meanwhile is not lost: another thread takes it,
+    and Python runs its handler in the main thread. Spawned workers start a fresh program, which resets
+    the mask; keeping Ctrl-C from them would take an ignored SIGINT, process-wide, which another thread
+    would then discard."""
     block = getattr(signal, "pthread_sigmask", None)
-    if method is None or block is None:
+    if method != "fork" or block is None:
         yield
         return
     old_mask = block(signal.SIG_BLOCK, {signal.SIGINT})
-    old_handler = None
-    if method != "fork" and threading.current_thread() is threading.main_thread():
-        handler = signal.getsignal(signal.SIGINT)
-        if handler is not None:  # None: a handler set outside Python, which cannot be put back
-            old_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
-        if old_handler is not None:
-            signal.signal(signal.SIGINT, old_handler)
         block(signal.SIG_SETMASK, old_mask)
 
 

@@ -675,3 +675,31 @@ def test_shards_join_and_are_verified_by_a_glob_as_check_reads_them(class_folder
     assert main(["pack-lmdb", "part-0.lmdb", str(class_folder), "x.lmdb"]) == 2
     assert capsys.readouterr().err == (f"datakit pack-lmdb: error: several SRC are read as the shards of one LMDB pack; "
                                        f"{class_folder} is not an LMDB pack: give one folder, table or zip at a time\n")  # fmt: skip
+
+
+def test_a_glob_of_shards_never_takes_out_and_one_bad_pack_hides_no_other(class_folder: Path, tmp_path: Path,
+                                                                            capsys, monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    # The attacks: pack-lmdb 'part-*.lmdb' part-all.lmdb --overwrite read part-all.lmdb too (every sample twice,
+    # "complete"), and info/verify of a good pack and a folder that is not one printed nothing for the good one.
+    monkeypatch.chdir(tmp_path)
+    for i in range(2):
+        assert main(["pack-lmdb", str(class_folder), f"part-{i}.lmdb", "--shard", f"{i}/2", "-q"]) == 0
+    assert main(["pack-lmdb", "part-*.lmdb", "part-all.lmdb", "-q"]) == 0
+    assert main(["pack-lmdb", "part-*.lmdb", "part-all.lmdb", "-q", "--overwrite"]) == 0
+    assert main(["pack-lmdb", "part-*.lmdb", "part-all.lmdb", "-q", "--resume"]) == 0
+    assert main(["info", "part-all.lmdb", "-q"]) == 0
+    assert capsys.readouterr().out == "part-all.lmdb: datakit-lmdb version 2, 12 samples, complete\n"
+    assert main(["pack-lmdb", "part-0.lmdb", "part-all.lmdb", "part-all.lmdb"]) == 2
+    assert capsys.readouterr().err == "datakit pack-lmdb: error: part-all.lmdb: is a SRC too; pack into another OUT\n"
+    (tmp_path / "notpack").mkdir()
+    assert main(["info", "part-0.lmdb", "notpack", "-q"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "part-0.lmdb: datakit-lmdb version 2, 6 samples, complete\n"
+    assert out.err == ("datakit info: error: notpack: not an LMDB pack (no data.mdb); a pack is the folder pack-lmdb "
+                       "wrote\n")  # fmt: skip
+    assert main(["verify", "part-0.lmdb", "notpack", "--json"]) == 2
+    out = capsys.readouterr()
+    assert [(r["pack"], r.get("problems"), r.get("error")) for r in json.loads(out.out)] == [
+        ("part-0.lmdb", [], None),
+        ("notpack", None, "notpack: not an LMDB pack (no data.mdb); a pack is the folder pack-lmdb wrote"),
+    ]

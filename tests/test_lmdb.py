@@ -837,3 +837,18 @@ def test_a_sound_pack_passes_the_page_check_in_every_shape(tmp_path: Path):
         assert tree_problem(out / "data.mdb") is None
         assert [LmdbReader(out).get(i)[:2] for i in (0, n - 1)] == [b"\xff\xd8", b"\xff\xd8"]
         close_pack(out)
+
+
+@pytest.mark.parametrize("keys", [0, 1])
+def test_a_branch_page_of_fewer_than_two_keys_is_refused_not_an_abort(tmp_path: Path, keys: int):
+    # The attack: the root branch page's key count (mp_lower) cut to 1 (or 0): liblmdb asserts a branch holds two
+    # keys or more and calls abort(), killing info, check, open_dataset and the training script (SIGABRT).
+    out = tree_pack(tmp_path)
+    mdb = MdbFile(out)
+    struct.pack_into("<H", mdb.data, mdb.root * mdb.psize + 12, 16 + 2 * keys)
+    mdb.save()
+    proc = subprocess.run([sys.executable, "-c", _READ_150, str(out), "0"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (1, (
+        f"{out}: damaged LMDB data (branch page {mdb.root} holds {keys} keys); copy the pack again (a copy cut short "
+        "or a damaged disk leaves it so) or re-pack\n")), proc  # fmt: skip

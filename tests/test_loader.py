@@ -844,10 +844,10 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
-def test_ctrl_c_to_the_whole_group_while_workers_start_is_one_traceback(tmp_path: Path, method: str):
-    # The attack: Ctrl-C in a terminal (SIGINT to the whole process group) while spawn workers were starting: each
-    # worker printed a KeyboardInterrupt traceback from importing the main module, and datakit's exit hook failed
-    # with torch's "DataLoader worker (pid N) is killed by signal: Interrupt": 85-140 lines.
+def test_ctrl_c_to_the_whole_group_while_workers_start_ends_cleanly(tmp_path: Path, method: str):
+    # The attack: Ctrl-C in a terminal (SIGINT to the whole process group) while spawn workers were starting:
+    # datakit's exit hook failed with torch's "DataLoader worker (pid N) is killed by signal: Interrupt" and left
+    # the workers to torch's own hook.
     import signal
 
     script = tmp_path / "train.py"
@@ -861,8 +861,51 @@ def test_ctrl_c_to_the_whole_group_while_workers_start_is_one_traceback(tmp_path
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode in (1, -signal.SIGINT), err
-    assert err.count("Traceback") == 1 and err.rstrip().endswith("KeyboardInterrupt"), err
-    assert "Exception ignored" not in err, err
+    assert "Exception ignored" not in err, err  # the exit hook ends what is left, whatever torch says of the workers
+    if method == "fork":  # workers never see it: the loop's one KeyboardInterrupt
+        assert err.count("Traceback") == 1 and err.rstrip().endswith("KeyboardInterrupt"), err
+    else:  # the main process's, and maybe each spawned worker's own while it imports the script
+        assert err.count("KeyboardInterrupt") >= 1 and "train.py" in err, err
+
+
+_CTRL_C_AT_START = """
+import os, signal, torch
+from datakit.loader import create_loader
+
+MAIN = os.getpid()
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.zeros(3), 0
+
+    def __getstate__(self):  # pickled in the main process while each spawned worker starts: Ctrl-C comes now
+        if os.getpid() == MAIN:
+            os.kill(MAIN, signal.SIGINT)
+        return self.__dict__
+
+if __name__ == "__main__":
+    loader = create_loader(Data(), 4, num_workers=2, multiprocessing_context="spawn", seed=0)
+    try:
+        for epoch in range(2):
+            for batch in loader:
+                pass
+        print("lost")
+    except KeyboardInterrupt:
+        print("interrupted")
+"""
+
+
+def test_ctrl_c_while_spawned_workers_start_is_never_lost(tmp_path: Path):
+    # The attack on the first fix for the test above: SIGINT ignored process-wide while spawn workers started;
+    # the kernel gave the Ctrl-C to another thread of the process, which dropped it, and training went on.
+    script = tmp_path / "train.py"
+    script.write_text(_CTRL_C_AT_START)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.stdout == "interrupted\n", proc.stderr[-2000:]
 
 
 def test_epoch_sampler_shards_cover_everything():
