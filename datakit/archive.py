@@ -255,15 +255,13 @@ def read_members(
 
 
 def _codec(name: str) -> str:
-    import codecs
 
-    try:
-        info = codecs.lookup(name)
-    except LookupError:
-        info = None
-    if info is None or not getattr(info, "_is_text_encoding", True):  # rot13, hex: no bytes-to-text codec
+    from datakit.filenames import text_codec
+
+    codec = text_codec(name)  # None also for rot13, hex: no bytes-to-text codec
+    if codec is None:
         raise UsageError(f"unknown encoding {name!r}: use 'auto' or a Python codec such as gbk, big5, cp932")
-    return info.name
+    return codec
 
 
 def _forced(encoding: str, names: list[bytes]) -> EncodingGuess:

@@ -120,13 +120,12 @@ def _encoding(text: str) -> str:
     """``auto`` or a codec Python knows (gbk, big5, cp932, utf-8-sig, ...)."""
     if text.lower() == "auto":
         return "auto"
-    try:
-        info = codecs.lookup(text)
-    except LookupError:
-        info = None
-    if info is None or not getattr(info, "_is_text_encoding", True):  # rot13, hex, base64: not for bytes to text
+    from datakit.filenames import text_codec
+
+    name = text_codec(text)  # None also for rot13, hex, base64: not bytes to text
+    if name is None:
         raise argparse.ArgumentTypeError(f"unknown encoding {text!r}: use auto, gbk, big5, cp932, utf-8...")
-    return info.name
+    return name
 
 
 def _extension(*allowed: str) -> Callable[[str], str]:
@@ -566,7 +565,7 @@ def _print_info(path: Path, info: dict, quiet: bool) -> None:
         print(f"  sizes: height {info['height_range'][0]}..{info['height_range'][1]}, "
               f"width {info['width_range'][0]}..{info['width_range'][1]}")  # fmt: skip
     print(f"  classes ({len(info['classes']['classes'])}):")
-    print_table(["class", "samples"], list(info["class_counts"].items()))
+    print_table(["class", "samples"], [(_shown(str(k)), v) for k, v in info["class_counts"].items()])
     if info.get("split_counts"):
         print("  splits: " + ", ".join(f"{k} {v}" for k, v in info["split_counts"].items()))
     if info.get("skipped"):
@@ -674,7 +673,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
     classes = sorted({c for counts in report.class_counts.values() for c in counts})
     splits = list(report.class_counts)
-    print_table(["class", *splits], [[_shown(c), *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes])
+    rows = [[_shown(c), *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes]
+    print_table(["class", *map(_shown, splits)], rows)  # names from the table: one line each, no escape sequences
     if report.height_range:
         print(f"image sizes: height {report.height_range[0]}..{report.height_range[1]}, "
               f"width {report.width_range[0]}..{report.width_range[1]}")  # fmt: skip

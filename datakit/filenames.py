@@ -17,7 +17,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["CANDIDATES", "EncodingGuess", "decode_name", "decodes", "guess_encoding", "json_text"]
+__all__ = ["CANDIDATES", "EncodingGuess", "decode_name", "decodes", "guess_encoding", "json_text", "text_codec"]
 
 
 def _windows_bytes(exc: UnicodeError, replace: bool = False) -> tuple[str, int]:
@@ -41,6 +41,19 @@ def _windows_bytes(exc: UnicodeError, replace: bool = False) -> tuple[str, int]:
 
 codecs.register_error("datakit-windows", _windows_bytes)
 codecs.register_error("datakit-windows-replace", lambda exc: _windows_bytes(exc, replace=True))
+
+
+def text_codec(name: str) -> str | None:
+    """Python's name of the codec ``name`` when it turns bytes into text (gbk, utf-8, big5, ...); None for an
+    unknown name and for codecs that do not (rot13, hex, base64) or that no name or table is written in
+    (undefined, punycode)."""
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        return None
+    if not getattr(info, "_is_text_encoding", True) or info.name in ("undefined", "punycode"):
+        return None
+    return info.name
 
 
 def _errors(enc: str, replace: bool = False) -> str:

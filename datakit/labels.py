@@ -79,7 +79,8 @@ def _text(v: object) -> str:
 
 
 def _is_int_text(s: str) -> bool:
-    return _INT.fullmatch(s) is not None
+    # past 4000 digits a label is no class index (and Python refuses to read it as one): a name
+    return len(s) <= 4000 and _INT.fullmatch(s) is not None
 
 
 def _int_of(s: str) -> int:
@@ -892,13 +893,11 @@ def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | No
             raise LabelError(f"{path}: {exc}") from None
         enc = guess.name
     else:
-        try:
-            info = codecs.lookup(encoding)
-        except LookupError:
-            info = None
-        if info is None or not getattr(info, "_is_text_encoding", True):  # rot13, hex: no bytes-to-text codec
-            raise UsageError(f"{path}: unknown encoding {encoding!r} (try utf-8, gbk, big5, utf-16)") from None
-        enc = info.name
+        from datakit.filenames import text_codec
+
+        enc = text_codec(encoding)  # None also for rot13, hex: no bytes-to-text codec
+        if enc is None:
+            raise UsageError(f"{path}: unknown encoding {encoding!r} (try utf-8, gbk, big5, utf-16)")
         if enc in ("utf-8", "utf_8") and raw.startswith(codecs.BOM_UTF8):
             enc = "utf-8-sig"
     dec = "gb18030" if enc in ("gbk", "gb2312") else enc  # GB18030 is GBK's superset: same bytes, same text
@@ -991,7 +990,7 @@ class _Header:
 
 
 def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, label_column: str | None,
-                   split_column: str | None) -> _Header | None:  # fmt: skip
+                   split_column: str | None, where: str = "the table") -> _Header | None:  # fmt: skip
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
     for r, row in enumerate(grid[:50]):  # title rows and leading empty rows may come first
         if _header_index(row, keys):
@@ -999,7 +998,7 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
             lcol = _find_column(row, label_column, LABEL_COLUMNS)
             if lcol is None and label_column is None:
                 others = [i for i, h in enumerate(row) if i != fcol and not _blank(h)]
-                others = [i for i in others if _find_column([row[i]], None, SPLIT_COLUMNS) is None]
+                others = [i for i in others if _find_column([row[i]], split_column, SPLIT_COLUMNS) is None]
                 lcol = others[0] if len(others) == 1 else None
             scol = _find_column(row, split_column, SPLIT_COLUMNS)
             assert fcol is not None
@@ -1009,7 +1008,7 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
                 if col is not None and col == fcol or (what == "split" and col is not None and col == lcol):
                     other = "file" if col == fcol else "label"
                     raise UsageError(
-                        f"the {other} column and the {what} column are both {_text(row[col])!r} (column "
+                        f"{where}: the {other} column and the {what} column are both {_text(row[col])!r} (column "
                         f"{_column_letter(col)}); name another with {what}_column= (--{what}-column)"
                     )
             lname = _text(row[lcol]) if lcol is not None else ""
@@ -1283,8 +1282,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             if chosen:
                 notes.append(f"{path}: sheet {sh.name!r} skipped (unreadable: {type(exc).__name__})")
             continue
-        head = _locate_header(grid, file_column, label_column, split_column)
         where = f"{path}, sheet {sh.name!r}"
+        head = _locate_header(grid, file_column, label_column, split_column, where)
         if head is None:
             if chosen:
                 notes.append(f"{path}: sheet {sh.name!r} skipped (no file and label header: notes, a chart or "
@@ -1330,9 +1329,17 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              "no rows under it)"))  # fmt: skip
         part.order = order
         parts.append(part)
-    # a sheet asked for by name (sheets=, split=) is a split whatever its rows name
-    named = [p.sheet in asked or any(_looks_like_file(f) for f in p.files) for p in parts]
+    # the same sheets read whatever is asked for, so every split gets one class map
+    named = [any(_looks_like_file(f) for f in p.files) for p in parts]
     if any(named):  # a notes sheet with a 文件名 row (the columns explained) is no split: no row names an image
+        notes_read = [p.sheet for p, has in zip(parts, named) if not has and len(p.files)]
+        if sheets is None and split in notes_read:
+            # split= picked a sheet of that name, and it is notes: the split is a split column's value, if any
+            problems.clear()
+            notes.clear()
+            return _read_workbook(path, sheets=None, split=None, include_hidden=include_hidden,
+                                  file_column=file_column, label_column=label_column, split_column=split_column,
+                                  engine=engine, problems=problems, notes=notes)  # fmt: skip
         for p, has in zip(parts, named):
             if not has and len(p.files):
                 if p.chosen:
@@ -1464,13 +1471,15 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
     empty = _part_from_lists("", [], [], [], [], "", "")
     if header_row is None:
         grid = [cols.first_row] if cols.first_row is not None else []
-        head = _locate_header(grid, file_column, label_column, split_column)
+        if not grid and cols.bad:  # every line was a problem of its own (a quote opened on the first, never closed)
+            return empty
+        head = _locate_header(grid, file_column, label_column, split_column, str(path))
         if head is None or head.at >= 0:
             problems.append(((0, 0), _no_header_problem(grid, str(path), file_column)))
             return empty
         notes.append(f"{path}: no header line; the first column read as files, the second as labels")
         return _columns_part(cols, 0, 1, None, "", "", "", path, problems, notes)
-    head = _locate_header([header_row], file_column, label_column, split_column)
+    head = _locate_header([header_row], file_column, label_column, split_column, str(path))
     assert head is not None
     if head.lcol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))

@@ -515,9 +515,16 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
         lines.append(line)
     unclosed = None
     if rows and last > lines[-1] and any("\n" in c or "\r" in c for c in rows[-1]):
-        # the last record runs over several lines to the end: a quote never closed swallows the rest of the file
-        rest = "".join(text.splitlines(keepends=True)[lines[-1] - 1 :])
-        if rest.count('"') % 2:
+        # the last record runs over several lines to the end: a quote never closed swallows the rest of the file,
+        # which a strict reading of that record says (the lines split as the reader splits them)
+        rest = "".join(io.StringIO(text, newline="").readlines()[lines[-1] - 1 :])
+        try:
+            for _ in csv.reader(io.StringIO(rest, newline=""), delimiter=delim, strict=True):
+                pass
+            open_quote = False
+        except csv.Error as exc:
+            open_quote = "unexpected end of data" in str(exc)
+        if open_quote:
             start = lines.pop()
             rows.pop()
             unclosed = (start, f"a quote (\") opened on this line is never closed, so lines {start}-{last} read as "

@@ -58,11 +58,27 @@ def test_a_sheet_of_ppm_files_is_a_split_not_notes(tmp_path: Path):
     assert list(val.targets) == [1, 0]
 
 
-def test_a_sheet_asked_for_by_name_is_read_whatever_its_files_are_called(tmp_path: Path):
+def test_every_split_gets_one_class_map_whatever_split_is_asked_for(tmp_path: Path):
+    # The attack on an earlier fix: a sheet asked for by name was read even where its rows name no image file,
+    # while the same sheet, not asked for, was skipped as notes: --split train gave ('cat', 'dog') and --split
+    # val ('bird', 'cat', 'dog'), so 'cat' had index 0 in one pack and 1 in the other.
     book = workbook(tmp_path / "t.xlsx", {"train": [["a.jpg", "cat"], ["b.jpg", "dog"]],
-                                          "val": [["00123", "cat"], ["00124", "dog"]]})  # fmt: skip
+                                          "val": [["c", "bird"], ["d", "cat"]]})  # fmt: skip
+    assert read_labels(book, split="train").class_map().classes == ("cat", "dog")
+    with pytest.raises(UsageError) as e:
+        read_labels(book, split="val")
+    assert str(e.value) == f"{book}: no split 'val'; the splits are 'train'"
+
+
+def test_a_notes_sheet_named_like_a_split_leaves_the_split_to_the_split_column(tmp_path: Path):
+    # The attack: a data sheet with a split column and a notes sheet called 'val': --split val read the notes
+    # (rows 'file' and 'label', class 'cat or dog') instead of the val rows of the data sheet.
+    book = workbook(tmp_path / "t.xlsx", {
+        "data": [["a.jpg", "cat", "train"], ["b.jpg", "dog", "train"], ["c.jpg", "cat", "val"], ["d.jpg", "dog", "val"]],
+        "val": [["file", "the file name"], ["label", "cat or dog"]],
+    }, header=("file", "label", "split"))  # fmt: skip
     table = read_labels(book, split="val")
-    assert table.files.tolist() == ["00123", "00124"] and table.labels.tolist() == ["cat", "dog"]
+    assert table.files.tolist() == ["c.jpg", "d.jpg"] and table.class_map().classes == ("cat", "dog")
 
 
 def test_check_of_one_split_reports_the_classes_it_lacks(tmp_path: Path, capsys):
@@ -81,19 +97,33 @@ def test_the_label_or_split_column_named_as_the_file_column_is_refused(tmp_path:
     (tmp_path / "g.csv").write_text("file,label\na.png,cat\nb.png,dog\n")
     with pytest.raises(UsageError) as e:
         read_labels(tmp_path / "g.csv", label_column="file")
-    assert str(e.value) == ("the file column and the label column are both 'file' (column A); name another with "
-                            "label_column= (--label-column)")  # fmt: skip
+    assert str(e.value) == (f"{tmp_path / 'g.csv'}: the file column and the label column are both 'file' (column "
+                            "A); name another with label_column= (--label-column)")  # fmt: skip
     assert main(["check", str(root), "--labels", str(tmp_path / "g.csv"), "--split-column", "label"]) == 2
     assert capsys.readouterr().err == (
-        "datakit check: error: the label column and the split column are both 'label' (column B); name another "
-        "with split_column= (--split-column)\n"
+        f"datakit check: error: {tmp_path / 'g.csv'}: the label column and the split column are both 'label' "
+        "(column B); name another with split_column= (--split-column)\n"
     )
+    # the split column named, and no other column: no label column, not a clash with one never named
+    (tmp_path / "f.csv").write_text("file,fold\na.png,cat\n")
+    assert read_labels(tmp_path / "f.csv", split_column="fold", validate=False).problems() == [
+        f"{tmp_path / 'f.csv'}, line 1: no label column found among 'file', 'fold'; name it with label_column= "
+        "(--label-column)"
+    ]
 
 
 def test_a_split_column_name_taken_by_the_labels_is_not_also_the_split(tmp_path: Path):
     (tmp_path / "g.csv").write_text("file,split\na.png,cat\nb.png,dog\n")
     table = read_labels(tmp_path / "g.csv", label_column="split")
     assert table.labels.tolist() == ["cat", "dog"] and table.split_names == []
+
+
+def test_a_label_of_thousands_of_digits_is_a_name_not_a_crash(tmp_path: Path):
+    path = tmp_path / "i.csv"
+    path.write_text("file,label\na.png,0\nb.png," + "9" * 5000 + "\n")
+    (problem,) = read_labels(path, validate=False).problems()
+    assert problem.startswith(f"{path}: labels mix integers and class names: 1 rows hold integers (first '0' at "
+                              "line 2) and 1 hold names")  # fmt: skip
 
 
 @pytest.mark.parametrize("big", [10**17, 10**23, 50_000_000])
@@ -111,7 +141,7 @@ def test_encoding_is_checked_when_parsed_and_auto_detects(tmp_path: Path, capsys
     root = images(tmp_path / "img", "a.png", "b.png")
     table = tmp_path / "g.csv"
     table.write_bytes("file,label\na.png,猫\nb.png,狗\n".encode("gbk"))
-    for bad in ("nope", "rot13", "hex"):
+    for bad in ("nope", "rot13", "hex", "undefined", "punycode"):
         with pytest.raises(SystemExit) as e:
             main(["check", str(root), "--labels", str(table), "--encoding", bad])
         assert e.value.code == 2
@@ -160,6 +190,17 @@ def test_an_unclosed_quote_names_its_line(tmp_path: Path):
     ]
     path.write_text('file,label\na.png,"cat"\n"b.png",dog\nc.png,cat\n')  # quotes closed: as before
     assert read_labels(path).labels.tolist() == ["cat", "dog", "cat"]
+    # closed quotes over lines the reader splits otherwise than str.splitlines (Word's soft break \x0b), and a quote
+    # inside an unquoted field: read as they are, not called unclosed
+    path.write_text('file,label,note\na.png,cat,"from Word\x0bsoft break"\nb.png,dog,"two\nlines"\n', newline="")
+    assert read_labels(path).files.tolist() == ["a.png", "b.png"]
+    path.write_text('file,label,note\na.png,cat,x\nc"x.png,dog,"a\nb"\n', newline="")
+    assert read_labels(path, validate=False).files.tolist() == ["a.png", 'c"x.png']
+    path.write_text('"file,label\na.png,cat\n')  # on the header line: that one line, nothing about a header
+    assert check_dataset(root, labels=path, workers=0).problems == [
+        f'{path}, line 1: a quote (") opened on this line is never closed, so lines 1-2 read as one field; close '
+        "it, or quote no part of the name"
+    ]
 
 
 def test_check_lines_stay_one_line_each_whatever_the_names_hold(tmp_path: Path, capsys):
@@ -171,6 +212,11 @@ def test_check_lines_stay_one_line_each_whatever_the_names_hold(tmp_path: Path, 
         f"missing: 'x\\ny.png' ({path}, line 3) not found at {root}/x\\ny.png",
         f"not in the table: {root}/ev\\nil.png",
     ]
+    # split names head the class table: escaped there too (an escape sequence, a newline)
+    split = tmp_path / "e.csv"
+    split.write_text('file,label,split\na.png,cat,"v\x1b]0;x\x07al"\n"ev\nil.png",dog,"va\nl"\n', newline="")
+    main(["check", str(root), "--labels", str(split)])
+    assert capsys.readouterr().out.splitlines()[0].split() == ["class", "v\\x1b]0;x\\x07al", "va\\nl"]
 
 
 def test_number_cells_as_file_names_get_a_note(tmp_path: Path, caplog):
