@@ -790,9 +790,19 @@ def test_a_pack_written_by_lmdbwriter_alone_needs_no_classes_json(tmp_path: Path
                                 "1 more samples have labels past them"]  # fmt: skip
 
 
-_READ_150 = ("import sys; from datakit.datasets import LmdbDataset; from datakit.errors import PackError\n"
-             "try:\n    print(LmdbDataset(sys.argv[1])[int(sys.argv[2])][1])\n"
-             "except PackError as e:\n    print(e, file=sys.stderr); sys.exit(1)\n")  # fmt: skip
+_READ = ("import sys; from datakit.datasets import LmdbDataset; from datakit.errors import PackError\n"
+         "try:\n    print(LmdbDataset(sys.argv[1])[int(sys.argv[2])][1])\n"
+         "except PackError as e:\n    print(e, file=sys.stderr); sys.exit(1)\n")  # fmt: skip
+
+
+def read_refused(out: Path, sample: int, why: str) -> None:
+    """Reading ``sample`` of the pack in a process of its own, as a training script would: refused with the one
+    line of damaged LMDB data (never a crash of that process)."""
+    proc = subprocess.run([sys.executable, "-c", _READ, str(out), str(sample)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", (
+        f"{out}: damaged LMDB data ({why}); copy the pack again (a copy cut short or a damaged disk leaves it so) or "
+        "re-pack\n")), proc  # fmt: skip
 
 
 @pytest.mark.parametrize("key", ["sample", "index"])
@@ -808,11 +818,7 @@ def test_a_damaged_value_size_is_refused_not_a_crash_of_the_users_process(tmp_pa
     sample = int(k[1:]) if key == "sample" else 0
     mdb.xor(node + 2)  # mn_hi: the data size's bits 16..23
     mdb.save()
-    proc = subprocess.run([sys.executable, "-c", _READ_150, str(out), str(sample)], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert (proc.returncode, proc.stdout) == (1, ""), proc
-    assert proc.stderr == (f"{out}: damaged LMDB data (a value runs past the end of the file: a damaged size or page number); "
-                           "copy the pack again (a copy cut short or a damaged disk leaves it so) or re-pack\n")  # fmt: skip
+    read_refused(out, sample, "a value runs past the end of the file: a damaged size or page number")
 
 
 def test_a_value_kept_in_its_leaf_with_a_damaged_size_is_refused(tmp_path: Path):
@@ -822,11 +828,7 @@ def test_a_value_kept_in_its_leaf_with_a_damaged_size_is_refused(tmp_path: Path)
     assert not struct.unpack_from("<H", mdb.data, node + 4)[0] & 1  # in the leaf page itself
     mdb.xor(node + 1, 0x7F)  # mn_lo's high byte: the value runs past its page
     mdb.save()
-    proc = subprocess.run([sys.executable, "-c", _READ_150, str(out), "7"], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert (proc.returncode, proc.stderr) == (1, (
-        f"{out}: damaged LMDB data (a value runs past its page: a damaged size); copy the pack again (a copy cut "
-        "short or a damaged disk leaves it so) or re-pack\n")), proc  # fmt: skip
+    read_refused(out, 7, "a value runs past its page: a damaged size")
 
 
 def test_a_sound_pack_passes_the_page_check_in_every_shape(tmp_path: Path):
@@ -847,8 +849,4 @@ def test_a_branch_page_of_fewer_than_two_keys_is_refused_not_an_abort(tmp_path: 
     mdb = MdbFile(out)
     struct.pack_into("<H", mdb.data, mdb.root * mdb.psize + 12, 16 + 2 * keys)
     mdb.save()
-    proc = subprocess.run([sys.executable, "-c", _READ_150, str(out), "0"], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert (proc.returncode, proc.stderr) == (1, (
-        f"{out}: damaged LMDB data (branch page {mdb.root} holds {keys} keys); copy the pack again (a copy cut short "
-        "or a damaged disk leaves it so) or re-pack\n")), proc  # fmt: skip
+    read_refused(out, 0, f"branch page {mdb.root} holds {keys} keys")
