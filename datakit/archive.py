@@ -255,7 +255,6 @@ def read_members(
 
 
 def _codec(name: str) -> str:
-
     from datakit.filenames import text_codec
 
     codec = text_codec(name)  # None also for rot13, hex: no bytes-to-text codec
@@ -848,12 +847,12 @@ def _extract_file(
         os.close(out)
 
 
-def _flock(fd: int, wait: bool = False) -> bool | None:
-    """An exclusive lock on ``fd``: True taken, False held by another process, None no flock here."""
+def _flock(fd: int) -> bool | None:
+    """An exclusive lock on ``fd``, not waited for: True taken, False held by another process, None no flock here."""
     try:
         import fcntl
 
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         return False
