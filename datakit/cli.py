@@ -491,7 +491,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     packs = _packs(args.pack)
     if len(packs) == 1:  # one pack: its error is the command's
-        info = lmdb_info(packs[0])
+        info = lmdb_info(_existing(packs[0]))
         if args.json:
             _print_json(info)
         else:
@@ -500,12 +500,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     found, code = [], 0
     for path in packs:  # each in turn: one that cannot be read does not hide the others
         try:
-            info = lmdb_info(path)
+            info = lmdb_info(_existing(path))
         except DatakitError as exc:
             code = max(code, _said("info", exc))
             found.append({"pack": str(path), "error": str(exc)})
             continue
-        found.append(info)
+        found.append({"pack": str(path), **info})
         if not args.json:
             _print_info(path, info, args.quiet)
     if args.json:
@@ -549,7 +549,7 @@ def _packs(names: list[str]) -> list[Path]:
                 raise UsageError(f"{name}: matches nothing")
             out += [Path(f) for f in found]
         else:
-            out.append(_existing(name))
+            out.append(Path(name))  # a missing one is said in its turn, after the packs before it
     return out
 
 
@@ -567,7 +567,7 @@ def _print_info(path: Path, info: dict, quiet: bool) -> None:
     print(f"  classes ({len(info['classes']['classes'])}):")
     print_table(["class", "samples"], [(_shown(str(k)), v) for k, v in info["class_counts"].items()])
     if info.get("split_counts"):
-        print("  splits: " + ", ".join(f"{k} {v}" for k, v in info["split_counts"].items()))
+        print("  splits: " + ", ".join(f"{_shown(str(k))} {v}" for k, v in info["split_counts"].items()))
     if info.get("skipped"):
         print(f"  skipped while packing: {len(info['skipped'])}")
 
@@ -580,7 +580,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for path in packs:
         bar = _bar(0, "verify", args.quiet)
         try:  # in a child process: a page damaged so that liblmdb crashes is one more problem line, not a dead verify
-            report = verify_pack(path, progress=_progress(bar))
+            report = verify_pack(_existing(path), progress=_progress(bar))
         except DatakitError as exc:
             if len(packs) == 1:
                 raise

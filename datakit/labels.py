@@ -50,6 +50,10 @@ FILE_COLUMNS = ("file", "filename", "file_name", "filepath", "file_path", "path"
 LABEL_COLUMNS = ("label", "labels", "class", "class_name", "classname", "category", "target", "标签", "类别", "类",
                  "分类", "类别名", "標籤", "類別", "分類")  # fmt: skip
 SPLIT_COLUMNS = ("split", "subset", "set", "划分", "数据集", "劃分", "資料集")
+# sheet names that are splits whatever their rows name (files without extensions): train/val/test as people write them
+_SPLIT_NAMES = frozenset({"train", "training", "trainset", "val", "valid", "validation", "dev", "test", "testing",
+                          "testset", "训练", "训练集", "验证", "验证集", "测试", "测试集", "訓練", "訓練集", "驗證",
+                          "驗證集", "測試", "測試集"})  # fmt: skip
 EXCEL_SUFFIXES = (".xlsx", ".xlsm")
 TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".lst")
 # every extension datakit decodes (io.IMAGE_EXTENSIONS), and .jfif: a row naming one is an image's row
@@ -998,7 +1002,8 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
             lcol = _find_column(row, label_column, LABEL_COLUMNS)
             if lcol is None and label_column is None:
                 others = [i for i, h in enumerate(row) if i != fcol and not _blank(h)]
-                others = [i for i in others if _find_column([row[i]], split_column, SPLIT_COLUMNS) is None]
+                others = [i for i in others if _find_column([row[i]], None, SPLIT_COLUMNS) is None
+                          and _find_column([row[i]], split_column, SPLIT_COLUMNS) is None]  # fmt: skip
                 lcol = others[0] if len(others) == 1 else None
             scol = _find_column(row, split_column, SPLIT_COLUMNS)
             assert fcol is not None
@@ -1329,8 +1334,16 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              "no rows under it)"))  # fmt: skip
         part.order = order
         parts.append(part)
-    # the same sheets read whatever is asked for, so every split gets one class map
-    named = [any(_looks_like_file(f) for f in p.files) for p in parts]
+    # the same sheets read whatever split= asks for, so every split gets one class map: a sheet is a split when
+    # a row names an image file, when its name is a split's (train, val, 验证...) and no sheet has a split
+    # column, or when sheets= names it
+    by_column = any(p.splits != [p.sheet] and p.splits for p in parts)
+    named = [
+        any(_looks_like_file(f) for f in p.files)
+        or (sheets is not None and p.sheet in wanted)
+        or (not by_column and _norm(p.sheet) in _SPLIT_NAMES)
+        for p in parts
+    ]
     if any(named):  # a notes sheet with a 文件名 row (the columns explained) is no split: no row names an image
         notes_read = [p.sheet for p, has in zip(parts, named) if not has and len(p.files)]
         if sheets is None and split in notes_read:

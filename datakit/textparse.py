@@ -505,6 +505,7 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
     rows: list[list[str]] = []
     lines: list[int] = []
     last = 0
+    raw_last: list[str] = []
     for rec in reader:
         line = last + 1
         last = reader.line_num
@@ -513,22 +514,24 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
             continue
         rows.append(cells)
         lines.append(line)
+        raw_last = rec
     unclosed = None
-    if rows and last > lines[-1] and any("\n" in c or "\r" in c for c in rows[-1]):
-        # the last record runs over several lines to the end: a quote never closed swallows the rest of the file,
-        # which a strict reading of that record says (the lines split as the reader splits them)
+    if rows and any("\n" in c or "\r" in c for c in raw_last):
+        # the last record holds a line break: a quote never closed swallows the rest of the file. The reader
+        # says so only by the record it gives; a closing quote put after the end then closes that field and
+        # adds no record, where after a record that ended it would begin one more
         rest = "".join(io.StringIO(text, newline="").readlines()[lines[-1] - 1 :])
-        try:
-            for _ in csv.reader(io.StringIO(rest, newline=""), delimiter=delim, strict=True):
-                pass
-            open_quote = False
-        except csv.Error as exc:
-            open_quote = "unexpected end of data" in str(exc)
-        if open_quote:
+        rest += "" if rest.endswith(("\n", "\r")) else "\n"
+
+        def records(t: str) -> int:
+            return sum(1 for _ in csv.reader(io.StringIO(t, newline=""), delimiter=delim))
+
+        if records(rest + '"\n') == records(rest):
             start = lines.pop()
             rows.pop()
-            unclosed = (start, f"a quote (\") opened on this line is never closed, so lines {start}-{last} read as "
-                        "one field; close it, or quote no part of the name")  # fmt: skip
+            span = f"lines {start}-{last} read" if last > start else f"line {start} reads"
+            unclosed = (start, f"a quote (\") opened on this line is never closed, so {span} as one field; close it, "
+                        "or quote no part of the name")  # fmt: skip
     for k, row in enumerate(rows[:_HEADER_SCAN]):
         if is_header(row):
             out = _fitting(rows[k + 1 :], lines[k + 1 :], row, lines[k], None, delim, "the header")

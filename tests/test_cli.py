@@ -703,3 +703,8 @@ def test_a_glob_of_shards_never_takes_out_and_one_bad_pack_hides_no_other(class_
         ("part-0.lmdb", [], None),
         ("notpack", None, "notpack: not an LMDB pack (no data.mdb); a pack is the folder pack-lmdb wrote"),
     ]
+    assert main(["info", "part-0.lmdb", "nope.lmdb", "--json"]) == 2  # a missing one, said in its turn
+    out = capsys.readouterr()
+    assert [(r["pack"], r.get("count"), r.get("error")) for r in json.loads(out.out)] == [
+        ("part-0.lmdb", 6, None), ("nope.lmdb", None, "nope.lmdb: no such file or folder")]  # fmt: skip
+    assert out.err == "datakit info: error: nope.lmdb: no such file or folder\n"

@@ -59,15 +59,20 @@ def test_a_sheet_of_ppm_files_is_a_split_not_notes(tmp_path: Path):
 
 
 def test_every_split_gets_one_class_map_whatever_split_is_asked_for(tmp_path: Path):
-    # The attack on an earlier fix: a sheet asked for by name was read even where its rows name no image file,
-    # while the same sheet, not asked for, was skipped as notes: --split train gave ('cat', 'dog') and --split
-    # val ('bird', 'cat', 'dog'), so 'cat' had index 0 in one pack and 1 in the other.
+    # The attacks: a sheet whose files have no extension was read when asked for and skipped as notes when not,
+    # so --split train gave ('cat', 'dog') and --split val ('bird', 'cat', 'dog'): 'cat' had index 0 in one pack
+    # and 1 in the other; and a later fix dropped such a sheet even where sheets= named it. A sheet named as a
+    # split is (or sheets= names) is a split, whatever its rows name.
     book = workbook(tmp_path / "t.xlsx", {"train": [["a.jpg", "cat"], ["b.jpg", "dog"]],
                                           "val": [["c", "bird"], ["d", "cat"]]})  # fmt: skip
-    assert read_labels(book, split="train").class_map().classes == ("cat", "dog")
-    with pytest.raises(UsageError) as e:
-        read_labels(book, split="val")
-    assert str(e.value) == f"{book}: no split 'val'; the splits are 'train'"
+    for how in ({"split": "train"}, {"split": "val"}, {"sheets": "val"}, {"sheets": ["train", "val"]}, {}):
+        assert read_labels(book, **how).class_map().classes == ("bird", "cat", "dog"), how
+    assert read_labels(book, split="val").files.tolist() == ["c", "d"]
+    assert read_labels(book, sheets="val").files.tolist() == ["c", "d"]
+    assert read_labels(book, sheets=["train", "val"]).files.tolist() == ["a.jpg", "b.jpg", "c", "d"]
+    notes = workbook(tmp_path / "n.xlsx", {"train": [["a.jpg", "cat"], ["b.jpg", "dog"]],
+                                           "说明": [["file", "the image's name"], ["label", "cat or dog"]]})  # fmt: skip
+    assert read_labels(notes).class_map().classes == ("cat", "dog")  # a notes sheet of another name: still notes
 
 
 def test_a_notes_sheet_named_like_a_split_leaves_the_split_to_the_split_column(tmp_path: Path):
@@ -109,6 +114,11 @@ def test_the_label_or_split_column_named_as_the_file_column_is_refused(tmp_path:
     assert read_labels(tmp_path / "f.csv", split_column="fold", validate=False).problems() == [
         f"{tmp_path / 'f.csv'}, line 1: no label column found among 'file', 'fold'; name it with label_column= "
         "(--label-column)"
+    ]
+    (tmp_path / "s.csv").write_text("file,split,fold\na.png,train,0\nb.png,val,1\n")  # nor a column named split
+    assert read_labels(tmp_path / "s.csv", split_column="fold", validate=False).problems() == [
+        f"{tmp_path / 's.csv'}, line 1: no label column found among 'file', 'split', 'fold'; name it with "
+        "label_column= (--label-column)"
     ]
 
 
@@ -196,6 +206,16 @@ def test_an_unclosed_quote_names_its_line(tmp_path: Path):
     assert read_labels(path).files.tolist() == ["a.png", "b.png"]
     path.write_text('file,label,note\na.png,cat,x\nc"x.png,dog,"a\nb"\n', newline="")
     assert read_labels(path, validate=False).files.tolist() == ["a.png", 'c"x.png']
+    path.write_text('file,label\na.png,cat\n"b.png" ,"cat\nc.png,dog\n')  # after a stray character: still found
+    assert check_dataset(root, labels=path, workers=0).problems[0] == (
+        f'{path}, line 3: a quote (") opened on this line is never closed, so lines 3-4 read as one field; close '
+        "it, or quote no part of the name"
+    )
+    path.write_text('file,label\na.png,cat\nb.png,"dog\n')  # on the last line alone
+    assert read_labels(path, validate=False).problems() == [
+        f'{path}, line 3: a quote (") opened on this line is never closed, so line 3 reads as one field; close it, '
+        "or quote no part of the name"
+    ]
     path.write_text('"file,label\na.png,cat\n')  # on the header line: that one line, nothing about a header
     assert check_dataset(root, labels=path, workers=0).problems == [
         f'{path}, line 1: a quote (") opened on this line is never closed, so lines 1-2 read as one field; close '
