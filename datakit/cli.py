@@ -429,11 +429,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
 
         labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels or args.classes is not None,
                              **_label_options(args))  # fmt: skip
-    source = src
-    if isinstance(src, list):  # shards named one by one: the pack they make together
-        from datakit.sources import open_source
-
-        source = open_source(src)
+    source = src  # several: the shards of one pack, joined
     if args.classes is not None:
         from datakit.sources import open_source
 

@@ -443,7 +443,10 @@ def _creation(raw: bytes | None) -> tuple | None:
         meta = json.loads(raw) if raw is not None else None
     except ValueError:
         return None
-    return (meta.get("created"), meta.get("source"), meta.get("source_names")) if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    source = meta.get("source")
+    return meta.get("created"), tuple(source) if isinstance(source, list) else source, meta.get("source_names")
 
 
 def _identity(key: str) -> tuple[int, int] | None:

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -384,7 +384,7 @@ def _short_name(ds: ImageDataset, i: int) -> str:
 
 
 def pack_lmdb(
-    src: str | os.PathLike | ImageDataset,
+    src: str | os.PathLike | ImageDataset | Sequence[str | os.PathLike],
     out: str | os.PathLike,
     *,
     labels: str | os.PathLike | None = None,
@@ -447,10 +447,12 @@ def pack_lmdb(
             "which a mount point cannot be: pack into a folder inside it, or empty it and pack again"
         )
     sh = parse_shard(shard)
-    if not isinstance(src, (str, os.PathLike, ImageDataset)):
+    if isinstance(src, (list, tuple)) and src and all(isinstance(p, (str, os.PathLike)) for p in src):
+        src = [os.path.abspath(p) for p in src]  # the shards of one pack, recorded as such: joined, and resumable
+    elif not isinstance(src, (str, os.PathLike, ImageDataset)):
         raise UsageError(f"pack_lmdb takes a path or a datakit dataset (open_dataset), got {type(src).__name__}; "
                          "pack the dataset it is made of (shard= packs a part)")  # fmt: skip
-    if labels is None and not isinstance(src, ImageDataset) and os.path.isdir(src):
+    if labels is None and isinstance(src, (str, os.PathLike)) and os.path.isdir(src):
         real_src, real_out = os.path.realpath(src), os.path.realpath(out)
         if real_out != real_src and real_out.startswith(real_src.rstrip(os.sep) + os.sep):
             raise UsageError(f"{out}: inside the source folder {src}, whose every later scan (--resume, check, "
@@ -474,7 +476,11 @@ def pack_lmdb(
         if names:
             split_names, sids, source_splits = names, ids, _ids_crc(names, ids)
     class_map = getattr(ds, "class_map", None) or ClassMap(tuple(ds.classes))
-    source = os.path.abspath(src) if not isinstance(src, ImageDataset) else _fingerprint(src)
+    source = (
+        (src if isinstance(src, list) else os.path.abspath(src))
+        if not isinstance(src, ImageDataset)
+        else _fingerprint(src)
+    )
     options = {"max_size": max_size, "quality": quality if max_size else None, "split": split,
                "shard": [sh[0], sh[1]], "labels": os.path.abspath(labels) if labels else None}  # fmt: skip
     meta = {

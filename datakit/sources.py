@@ -779,6 +779,20 @@ class ZipDataset(ImageDataset):
 # LMDB packs
 
 
+def _packed_from(source) -> list[str]:
+    """The real paths of the packs a pack's recorded ``source`` names (a path, a glob or a list of them)."""
+    import glob
+
+    names = source if isinstance(source, list) else [source] if isinstance(source, str) else []
+    out = []
+    for name in names:
+        if not isinstance(name, str):
+            continue
+        found = glob.glob(name) if any(c in name for c in "*?[") else [name]
+        out += [os.path.realpath(f) for f in found if f.lower().endswith(".lmdb") or os.path.isdir(f)]
+    return out
+
+
 def _check_shards(readers: list) -> None:
     """Shards read as one dataset are each pack once, and all of each sharded source: a shard
     given twice doubles its samples, a missing one drops them, silently otherwise."""
@@ -786,6 +800,12 @@ def _check_shards(readers: list) -> None:
     groups: dict[tuple, dict[int, object]] = {}
     whole: dict[tuple, object] = {}
     sharded: dict[tuple, dict[int, object]] = {}
+    given = {os.path.realpath(r.path): r.path for r in readers}
+    for r in readers:  # a pack joined from shards, given with them ('part-*.lmdb' after part-all.lmdb was made)
+        for made_from in _packed_from(r.meta.get("source")):
+            if made_from in given and made_from != os.path.realpath(r.path):
+                raise PackError(f"{r.path}: was packed from {given[made_from]}, given too; each sample is read once: "
+                                "give the one or the others")  # fmt: skip
     for r in readers:
         real = os.path.realpath(r.path)
         if real in seen:
@@ -793,7 +813,9 @@ def _check_shards(readers: list) -> None:
         seen[real] = r.path
         shard = (r.meta.get("options") or {}).get("shard") or [0, 1]
         i, n = int(shard[0]), int(shard[1])
-        key = (r.meta.get("source"), r.meta.get("source_names"))
+        source = r.meta.get("source")
+        source = tuple(source) if isinstance(source, list) else source  # shards joined: their paths
+        key = (source, r.meta.get("source_names"))
         if key[1] is not None:  # a copy of a pack, or a whole pack beside shards of its source: samples twice
             other = whole.get(key) if n > 1 else (whole.get(key) or next(iter(sharded.get(key, {}).values()), None))
             if other is not None:
@@ -805,7 +827,7 @@ def _check_shards(readers: list) -> None:
                 sharded.setdefault(key, {})[i] = r.path
         if n <= 1:
             continue  # a whole pack: packs of the same classes may be read together
-        group = groups.setdefault((r.meta.get("source"), r.meta.get("source_names"), n), {})
+        group = groups.setdefault((source, r.meta.get("source_names"), n), {})
         if i in group:
             raise PackError(f"{r.path}: shard {i}/{n} of {r.meta.get('source')}, as {group[i]} is; each shard is "
                             "read once")  # fmt: skip

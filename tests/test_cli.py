@@ -691,6 +691,16 @@ def test_a_glob_of_shards_never_takes_out_and_one_bad_pack_hides_no_other(class_
     assert capsys.readouterr().out == "part-all.lmdb: datakit-lmdb version 2, 12 samples, complete\n"
     assert main(["pack-lmdb", "part-0.lmdb", "part-all.lmdb", "part-all.lmdb"]) == 2
     assert capsys.readouterr().err == "datakit pack-lmdb: error: part-all.lmdb: is a SRC too; pack into another OUT\n"
+    # the same glob spelled from the root: the same shards, so the pack resumes
+    assert main(["pack-lmdb", str(tmp_path / "part-?.lmdb"), "part-all.lmdb", "-q", "--resume"]) == 0
+    # the joined pack beside its shards, under one glob: every sample would be read twice
+    assert main(["pack-lmdb", "part-*.lmdb", "merged.lmdb", "-q"]) == 1
+    assert capsys.readouterr().err == (f"datakit pack-lmdb: error: {tmp_path / 'part-all.lmdb'}: was packed from "
+                                       f"{tmp_path / 'part-0.lmdb'}, given too; each sample is read once: give the one "
+                                       "or the others\n")  # fmt: skip
+    assert main(["check", "part-*.lmdb", "-q"]) == 1
+    assert capsys.readouterr().err.endswith("part-all.lmdb: was packed from part-0.lmdb, given too; each sample is "
+                                            "read once: give the one or the others\n")  # fmt: skip
     (tmp_path / "notpack").mkdir()
     assert main(["info", "part-0.lmdb", "notpack", "-q"]) == 2
     out = capsys.readouterr()
