@@ -1080,8 +1080,9 @@ static PyObject *jpeg_warning(PyObject *self, PyObject *args) {
  * Half-pixel centres (OpenCV's INTER_LINEAR, torch's bilinear with align_corners=False), two taps
  * per axis: for shrinking under 2x and for enlarging. Each needed source row is split into its
  * channels and resized across with weights in 1/16384, kept as int16 in 1/128 of a level (at most
- * 255 * 128); two such rows are blended down with weights in 1/16384 and rounded once. At most 0.51
- * of a level from exact bilinear values, on any content (OpenCV's INTER_LINEAR: 0.75). The AVX2 path and the plain C
+ * 255 * 128); two such rows are blended down with weights in 1/16384 and rounded once. Less than
+ * 0.52 of a level from exact bilinear values on any content (0.5 for the last rounding, 2 x 255/32768
+ * for the weights, 1/256 for the values across; OpenCV's INTER_LINEAR: 0.75). The AVX2 path and the plain C
  * path compute the same integers and give the same bytes. flip: mirrored left to right. */
 
 #define RS_GROUP 8     /* output columns per 16-byte window */
@@ -1393,6 +1394,11 @@ static PyObject *resize_planes(PyObject *self, PyObject *args) {
         return NULL;
     if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0)
         return NULL;
+    if (oh < 1 || ow < 1 || oh > 65535 || ow > 65535) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "resize_planes: an output of %d x %d; each side must be 1-65535", oh, ow);
+        return NULL;
+    }
     int ok = view.itemsize == 1 && (view.format == NULL || strcmp(view.format, "B") == 0) &&
              (view.ndim == 2 || view.ndim == 3);
     Py_ssize_t rows = ok ? view.shape[0] : 0, width = ok ? view.shape[1] : 0;

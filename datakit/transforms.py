@@ -124,7 +124,10 @@ class HWCToCHW:
         if img.ndim == 2:
             img = img[:, :, None]
         _refuse_chw(img, "HWCToCHW")
-        return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+        chw = np.ascontiguousarray(img.transpose(2, 0, 1))
+        if any(st < 0 for st in chw.strides):  # a 1-wide mirrored view counts as contiguous; torch takes none
+            chw = chw.copy()
+        return torch.from_numpy(chw)
 
     def __repr__(self) -> str:
         return "HWCToCHW()"
@@ -468,13 +471,13 @@ def _planes(img: np.ndarray, h: int, w: int, interpolation: str, flip: bool = Fa
     """A uint8 HWC (or 2-D) image shrunk under 2x or enlarged, bilinear, by the compiled resize
     (``datakit._jpegregion.resize_planes``, AVX2): a contiguous CHW tensor, mirrored left to right
     when ``flip``, in about half of OpenCV's time for its resize and the split into planes together,
-    and at most 0.51 of a level from the exact bilinear values (OpenCV's: 0.75). None where it does
+    and less than 0.52 of a level from the exact bilinear values (OpenCV's: 0.75). None where it does
     not apply (another filter, the same size, 2x or more, a turned view, not built, no AVX2)."""
     if img.dtype != np.uint8 or not _plain_bilinear(img.shape[0], img.shape[1], h, w, interpolation):
         return None
     try:
         planes = _resize_kernel()(img, h, w, flip)
-    except ValueError:  # a layout it does not take (a turned or mirrored view, 4 channels)
+    except (ValueError, OverflowError):  # a layout or size it does not take (a turned view, 4 channels)
         return None
     return torch.frombuffer(planes, dtype=torch.uint8).view(img.shape[2] if img.ndim == 3 else 1, h, w)
 
@@ -490,7 +493,9 @@ def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear") ->
         return out if img.ndim == 3 else out[:, :, 0]
     chw = _planes(img, h, w, interpolation)  # the same pixels as the pipelines' from_bytes
     if chw is not None:
-        return cv2.merge(list(chw.numpy())) if img.ndim == 3 else chw[0].numpy()
+        if img.ndim == 2:
+            return chw[0].numpy()
+        return cv2.merge(list(chw.numpy())) if chw.shape[0] > 1 else chw[0].numpy()[:, :, None]
     shrink = max(img.shape[0] / h, img.shape[1] / w)
     out = cv2.resize(img, (w, h), interpolation=_cv2_flag(interpolation, shrink))
     return out if out.ndim == img.ndim else out[:, :, None]
@@ -626,7 +631,7 @@ class RandomHorizontalFlip:
             return img
         if isinstance(img, torch.Tensor):
             return img.flip(-1)
-        return np.ascontiguousarray(img[:, ::-1])
+        return img[:, ::-1].copy()  # a fresh layout: ascontiguousarray keeps a 1-wide view's negative stride
 
     def __repr__(self) -> str:
         return f"RandomHorizontalFlip(p={self.p})"
