@@ -1082,8 +1082,9 @@ static PyObject *jpeg_warning(PyObject *self, PyObject *args) {
  * channels and resized across with weights in 1/16384, kept as int16 in 1/128 of a level (at most
  * 255 * 128); two such rows are blended down with weights in 1/16384 and rounded once. Less than
  * 0.52 of a level from exact bilinear values on any content (0.5 for the last rounding, 2 x 255/32768
- * for the weights, 1/256 for the values across; OpenCV's INTER_LINEAR: 0.75). The AVX2 path and the plain C
- * path compute the same integers and give the same bytes. flip: mirrored left to right. */
+ * for the weights, 1/256 for the values across; OpenCV's INTER_LINEAR: up to 0.81). The AVX2 path
+ * and the plain C path compute the same integers and give the same bytes. flip: mirrored left to
+ * right. */
 
 #define RS_GROUP 8     /* output columns per 16-byte window */
 #define RS_ONE 16384   /* a weight of 1 */
