@@ -820,7 +820,17 @@ class EvalPipeline(Compose):
         h, w = header
         short = self.resize.size
         f = _factor(min(h, w), min(h, w), short, short) if self.resize.interpolation not in _NEAREST else 1
-        return self(decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name=name))
+        img = decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name=name)
+        rh, rw = self.resize.output_size(*img.shape[:2])
+        th, tw = self.center.size
+        chw = _planes(img, rh, rw, self.resize.interpolation) if rh >= th and rw >= tw else None
+        if chw is None:
+            return self(img)
+        # resized straight into planes, then the centre cut: the pixels self(img) gives, without the
+        # round trip through HWC
+        top, left = int(round((rh - th) / 2.0)), int(round((rw - tw) / 2.0))
+        out = chw[:, top : top + th, left : left + tw].contiguous()
+        return self.norm(out) if self.norm else out
 
 
 def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float] = (0.08, 1.0),

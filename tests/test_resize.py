@@ -209,3 +209,20 @@ def test_the_array_transforms_and_the_bytes_path_give_the_same_pixels():
         assert torch.equal(got, via_arrays), seed
         plain = torch.from_numpy(_reference(decoded[i : i + ch, j : j + cw], 224, 224))
         assert torch.equal(got, plain) or torch.equal(got, plain.flip(2)), seed
+
+
+@taken
+@pytest.mark.parametrize("normalize", [False, True])
+def test_the_eval_pipeline_from_bytes_gives_the_array_paths_pixels(normalize):
+    modes = ("rgb", "bgr") if normalize else ("rgb", "gray", "bgr")  # ImageNet's statistics: 3 channels
+    for (h, w), mode in zip(((480, 640), (500, 333), (300, 420)), modes):  # decoded at full scale
+        data = encode_image(synthetic_image(h, w), ".jpg", 95, mode="rgb")
+        pipe = T.eval_pipeline(224, normalize=normalize)
+        got = pipe.from_bytes(data, mode)
+        want = pipe(decode_image(data, mode))
+        assert got.is_contiguous() and got.shape == want.shape == (1 if mode == "gray" else 3, 224, 224)
+        assert torch.equal(got, want), (h, w, mode)
+    # smaller than the crop after the resize: padded, by the array path
+    small = encode_image(synthetic_image(200, 150), ".jpg", 95, mode="rgb")
+    pipe = T.eval_pipeline(224, 224, normalize=normalize)
+    assert torch.equal(pipe.from_bytes(small), pipe(decode_image(small, "rgb")))
