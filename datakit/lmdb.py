@@ -272,11 +272,20 @@ _SOUND: set[tuple[int, int, int, int]] = set()  # data.mdb files (device, inode,
 _TREE_CHECK = True  # off in verify's reader, a child process that survives liblmdb's crashes and counts what it read
 
 
+def _tree_problem(data: Path) -> str | None:
+    """:func:`datakit.lmdbpages.tree_problem` of a data.mdb, None where it cannot be read or mapped here."""
+    from datakit.lmdbpages import tree_problem
+
+    try:
+        return tree_problem(data)
+    except (OSError, ValueError):
+        return None
+
+
 def _check_tree(pack: Path, data: Path) -> None:
     """Refuse a data.mdb whose B-tree pages would send liblmdb outside the file (lmdbpages.py), once per file
     version in this process and the processes it forks. A pack written meanwhile is not judged on pages a
     commit was moving."""
-    from datakit.lmdbpages import tree_problem
 
     def version() -> tuple[int, int, int, int] | None:
         try:
@@ -288,10 +297,7 @@ def _check_tree(pack: Path, data: Path) -> None:
     before = version()
     if before is None or before in _SOUND or not _TREE_CHECK:
         return
-    try:
-        problem = tree_problem(data)
-    except (OSError, ValueError):
-        return  # unreadable or unmappable here: liblmdb's own open says so
+    problem = _tree_problem(data)  # None too where unreadable or unmappable here: liblmdb's own open says so
     if version() != before:
         return  # a writer committed while the pages were read
     if problem is not None:
@@ -1179,6 +1185,10 @@ def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
         for line in _classes_json_problems(r):
             yield "problem", line
         yield "reading", "the B-tree"
+        problem = _tree_problem(r.path / "data.mdb")
+        if problem is not None:  # what opening the pack for training refuses: said here, the rest still read
+            yield "problem", (f"{r.path}: damaged LMDB data ({problem}); copy the pack again (a copy cut short or a "
+                              "damaged disk leaves it so) or re-pack")  # fmt: skip
         expected = 3 * n + 1 + (1 if r.complete else 0)
         with _LOCK, _lmdb_errors(r.path):
             entries = _open_env(r._key, r._live).stat()["entries"]  # the count the main DB's meta page keeps

@@ -559,6 +559,12 @@ def crashed(pack: Path, what: str) -> str:
             rf"{re.escape(what)}\); pack the source again")  # fmt: skip
 
 
+def damaged(pack: Path, why: str) -> str:
+    """The line of damaged LMDB data that opening a pack refuses it with, and that verify reports."""
+    return (f"{pack}: damaged LMDB data ({why}); copy the pack again (a copy cut short or a damaged disk leaves it "
+            "so) or re-pack")  # fmt: skip
+
+
 def test_verify_survives_liblmdb_crashing_on_a_sample(tmp_path: Path):
     # The attack: one byte of the size of a value kept in overflow pages flipped (it now claims 16 MB more): walking
     # the keys passes, and reading the value makes liblmdb copy past the end of the file. verify died with SIGBUS
@@ -571,15 +577,18 @@ def test_verify_survives_liblmdb_crashing_on_a_sample(tmp_path: Path):
     n = int(key[1:])
     mdb.xor(node + 2)  # mn_hi: the data size's bits 16..23
     mdb.save()
+    # what opening the pack refuses, then what reading it did
+    first = damaged(out, "a value runs past the end of the file: a damaged size or page number")
     proc = verify_cli(out)
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
-    assert re.fullmatch(crashed(out, f"sample {n}"), proc.stderr.strip()), proc.stderr
-    assert proc.stdout == f"{out}: {n} of 40 samples checked before the reader crashed, 1 problems\n"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2 and lines[0] == first and re.fullmatch(crashed(out, f"sample {n}"), lines[1]), lines
+    assert proc.stdout == f"{out}: {n} of 40 samples checked before the reader crashed, 2 problems\n"
     proc = verify_cli(out, "--json")
     assert proc.returncode == 1 and proc.stderr == ""
     report = json.loads(proc.stdout)
-    assert report["samples"] == 40 and len(report["problems"]) == 1
-    assert re.fullmatch(crashed(out, f"sample {n}"), report["problems"][0])
+    assert report["samples"] == 40 and len(report["problems"]) == 2 and report["problems"][0] == first
+    assert re.fullmatch(crashed(out, f"sample {n}"), report["problems"][1])
 
 
 def test_verify_survives_liblmdb_crashing_on_a_branch_page(tmp_path: Path):
@@ -595,7 +604,9 @@ def test_verify_survives_liblmdb_crashing_on_a_branch_page(tmp_path: Path):
     mdb.save()
     proc = verify_cli(out, "-q")
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
-    assert re.fullmatch(crashed(out, "the B-tree"), proc.stderr.strip()), proc.stderr
+    first, second = proc.stderr.splitlines()
+    assert first == damaged(out, "a node lies outside its page"), first
+    assert re.fullmatch(crashed(out, "the B-tree"), second), second
 
 
 def test_verify_goes_on_past_an_unreadable_leaf_and_counts_what_cannot_be_read(tmp_path: Path):
@@ -621,6 +632,7 @@ def test_verify_goes_on_past_an_unreadable_leaf_and_counts_what_cannot_be_read(t
     assert str(e.value) == (f"{out}: damaged LMDB data (a tree page number 65535 is outside the file); copy the pack "
                             "again (a copy cut short or a damaged disk leaves it so) or re-pack")  # fmt: skip
     want = [
+        damaged(out, "a tree page number 65535 is outside the file"),
         f"{out}: key i0000000033 ({name33}): checksum mismatch, the stored bytes were altered",
         f"{out}: {len(lost)} of 40 samples cannot be read (samples {ranges}: MDB_PAGE_NOTFOUND: Requested page not "
         "found): damaged LMDB pages; pack the source again",
@@ -628,7 +640,7 @@ def test_verify_goes_on_past_an_unreadable_leaf_and_counts_what_cannot_be_read(t
     assert verify_lmdb(out) == want
     proc = verify_cli(out)
     assert (proc.returncode, proc.stderr.splitlines()) == (1, want)
-    assert proc.stdout == f"{out}: 40 samples checked, 2 problems\n"
+    assert proc.stdout == f"{out}: 40 samples checked, 3 problems\n"
 
 
 def test_a_damaged_meta_page_is_called_damaged_and_a_cut_file_truncated(tmp_path: Path):
@@ -850,3 +862,22 @@ def test_a_branch_page_of_fewer_than_two_keys_is_refused_not_an_abort(tmp_path: 
     struct.pack_into("<H", mdb.data, mdb.root * mdb.psize + 12, 16 + 2 * keys)
     mdb.save()
     read_refused(out, 0, f"branch page {mdb.root} holds {keys} keys")
+
+
+def test_verify_reports_the_damage_that_opening_the_pack_refuses(tmp_path: Path):
+    # The attack: the F_SUBDATA bit set on a value kept in overflow pages. liblmdb still reads the value and its
+    # CRC-32 matches, so verify (whose reader leaves the page check to this one line) said "0 problems" of a pack
+    # that open_dataset, info and training refuse at the door.
+    out = tree_pack(tmp_path, n=300, big=(25,))
+    mdb = MdbFile(out)
+    ((node, k),) = [(node, k) for nodes in mdb.leaves().values() for _, node, k, _ in nodes
+                    if k[:1] == b"i" and struct.unpack_from("<H", mdb.data, node + 4)[0] & 1]  # fmt: skip  # F_BIGDATA
+    struct.pack_into("<H", mdb.data, node + 4, struct.unpack_from("<H", mdb.data, node + 4)[0] | 2)  # F_SUBDATA
+    mdb.save()
+    why = "a node of a kind these packs never hold, a sub-tree"
+    read_refused(out, int(k[1:]), why)
+    line = (f"{out}: damaged LMDB data ({why}); copy the pack again (a copy cut short or a damaged disk leaves it "
+            "so) or re-pack")  # fmt: skip
+    assert line in verify_lmdb(out)
+    proc = verify_cli(out)
+    assert proc.returncode == 1 and line in proc.stderr.splitlines()
