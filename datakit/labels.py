@@ -705,10 +705,16 @@ def _not_nfc(files: StringArray) -> np.ndarray:
     return np.asarray([i for i in rows.tolist() if not unicodedata.is_normalized("NFC", files[i])], np.int64)
 
 
+def _climbs(name: str) -> bool:
+    """Whether a relative name goes up out of the folder it is read under (``../img/a.jpg``)."""
+    return posixpath.normpath(name.replace("\\", "/")).startswith("../")
+
+
 def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
-    """One file listed under an absolute path and again relative to ``root`` (``/data/img/a.jpg`` and
-    ``a.jpg``), which only the root tells apart: one line each, as :meth:`LabelTable.problems` words
-    a file listed again. Tables without absolute names (the usual case) cost one look at the bytes."""
+    """One file listed under two spellings only the root tells apart: an absolute path and a name
+    relative to ``root`` (``/data/img/a.jpg`` and ``a.jpg``), or a name that climbs out of ``root``
+    and back in (``../img/a.jpg`` under ``img``): one line each, as :meth:`LabelTable.problems`
+    words a file listed again. Tables with neither (the usual case) cost one look at the bytes."""
     table = table.whole or table
     files = table.files
     if not len(files):
@@ -720,14 +726,21 @@ def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
     absolute = (lead == _SLASH) | (lead == _BACKSLASH)
     two = starts[files.offsets[1:][nonempty] - starts >= 2]
     drive = len(two) > 0 and bool((data[two + 1] == ord(":")).any())
-    if not absolute.any() and not drive:
+    raw = data.tobytes()
+    up = b"../" in raw or b"..\\" in raw
+    if not absolute.any() and not drive and not up:
         return []
     seen: dict[str, int] = {}
     out = []
     for i, name in enumerate(files):
         key = os.path.abspath(resolve_path(name, root))  # the folder may be given relative, the names absolute
         j = seen.setdefault(key, i)
-        if j != i and os.path.isabs(name.replace("\\", "/")) != os.path.isabs(files[j].replace("\\", "/")):
+        if j == i:
+            continue
+        # two relative names that do not climb out: the table's own check compares them (and reports them)
+        if os.path.isabs(name.replace("\\", "/")) != os.path.isabs(files[j].replace("\\", "/")) or (
+            not os.path.isabs(name.replace("\\", "/")) and (_climbs(name) or _climbs(files[j]))
+        ):
             out.append(f"{table.where(i)}: file {name!r} is listed again (first at {table._short(j)} as "
                        f"{files[j]!r}: both name {key})")  # fmt: skip
     return out
@@ -1338,6 +1351,14 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     # a row names an image file, when its name is a split's (train, val, 验证...) and no sheet has a split
     # column, or when sheets= names it
     by_column = any(p.splits != [p.sheet] and p.splits for p in parts)
+    if by_column and sheets is None and wanted == [split]:
+        # split= picked the sheet of that name, but the sheets here carry a split column, and a sheet with one is
+        # no split of its own: the split is that column's value, in every sheet (as the same rows in one CSV)
+        problems.clear()
+        notes.clear()
+        return _read_workbook(path, sheets=None, split=None, include_hidden=include_hidden, file_column=file_column,
+                              label_column=label_column, split_column=split_column, engine=engine, problems=problems,
+                              notes=notes)  # fmt: skip
     named = [
         any(_looks_like_file(f) for f in p.files)
         or (sheets is not None and p.sheet in wanted)

@@ -1260,3 +1260,44 @@ def test_a_notes_sheet_explaining_the_columns_is_not_a_split(tmp_path: Path):
     assert t.notes == [f"{path}: sheet '说明' skipped (no row names an image file, as the other sheets' rows do: "
                        "notes?)"]  # fmt: skip
     assert read_labels(path, split="train", validate=False).class_map().classes == ("cat", "dog")
+
+
+def test_a_name_that_climbs_out_of_the_folder_and_back_in_is_the_same_file(tmp_path: Path, capsys):
+    # The attack: '../img/a.jpg' under the folder img is img/a.jpg. Its text differs from 'a.jpg', so the table's own
+    # check took them for two files: one image trained as cat and as dog, and `check` said 0 problems.
+    from datakit.cli import main
+
+    for name in ("a", "b"):
+        jpeg(tmp_path / "img" / f"{name}.jpg")
+    path = tmp_path / "l.txt"
+    path.write_text("a.jpg cat\nb.jpg dog\n../img/a.jpg dog\n", encoding="utf-8")
+    want = (f"{path}, line 3: file '../img/a.jpg' is listed again (first at line 1 as 'a.jpg': both name "
+            f"{tmp_path / 'img' / 'a.jpg'})")  # fmt: skip
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "img", labels=path)
+    assert str(e.value) == want
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--workers", "1"]) == 1
+    assert capsys.readouterr().err.splitlines() == [want]
+    # climbing out to another folder names another file: no problem there
+    jpeg(tmp_path / "other" / "a.jpg")
+    path.write_text("a.jpg cat\nb.jpg dog\n../other/a.jpg dog\n", encoding="utf-8")
+    assert open_dataset(tmp_path / "img", labels=path).targets.tolist() == [0, 1, 1]
+
+
+def test_split_names_a_split_column_value_when_the_sheets_named_like_splits_carry_one(tmp_path: Path):
+    # The attack: sheets 'train' and 'val' each with a split column; split='train' read the sheet 'train' alone and
+    # dropped d.jpg (the val sheet's row whose split is train) without a word, where the same rows as a CSV give
+    # a.jpg and d.jpg. A sheet with a split column is no split of its own.
+    make_images(tmp_path / "img", ["a.jpg", "b.jpg", "c.jpg", "d.jpg"])
+    head = ["file", "label", "split"]
+    xlsx = book(tmp_path / "l.xlsx", {"train": [head, ["a.jpg", "cat", "train"], ["b.jpg", "dog", "val"]],
+                                      "val": [head, ["c.jpg", "cat", "val"], ["d.jpg", "dog", "train"]]})  # fmt: skip
+    csv = tmp_path / "l.csv"
+    csv.write_text("file,label,split\na.jpg,cat,train\nb.jpg,dog,val\nc.jpg,cat,val\nd.jpg,dog,train\n",
+                   encoding="utf-8")  # fmt: skip
+    for path in (xlsx, csv):
+        for split, files in (("train", ["a.jpg", "d.jpg"]), ("val", ["b.jpg", "c.jpg"])):
+            ds = open_dataset(tmp_path / "img", labels=path, split=split)
+            assert [Path(ds.name(i)).name for i in range(len(ds))] == files, (path.name, split)
+            assert ds.classes == ["cat", "dog"]
