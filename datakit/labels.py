@@ -60,7 +60,7 @@ TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".lst")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm",
                   ".pbm")  # fmt: skip
 MAX_LISTED = 20  # problems spelled out in one LabelError; the rest are counted
-_INT = re.compile(r"[+-]?\d+(?:\.0*)?")
+_INT = re.compile(r"[+-]?[0-9]+(?:\.0*)?")  # ASCII digits: a full-width "１" is a name, a look-alike of "1"
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
 

@@ -1301,3 +1301,16 @@ def test_split_names_a_split_column_value_when_the_sheets_named_like_splits_carr
             ds = open_dataset(tmp_path / "img", labels=path, split=split)
             assert [Path(ds.name(i)).name for i in range(len(ds))] == files, (path.name, split)
             assert ds.classes == ["cat", "dog"]
+
+
+def test_a_full_width_digit_is_a_look_alike_of_the_digit_not_the_same_class(tmp_path: Path):
+    # The attack: '1' and '１' (full-width) in one integer table were one class 1 without a word: int() reads any
+    # Unicode digit. The docs call full-width digits look-alikes, refused.
+    path = tmp_path / "l.csv"
+    path.write_text("file,label\na.jpg,1\nb.jpg,１\nc.jpg,2\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value).splitlines()[1] == (
+        f"  {path}: labels '1' first at line 2 and '１' (U+FF11 FULLWIDTH DIGIT ONE) first at line 3 differ only in "
+        "invisible characters, spaces or character width and would be two classes; write them alike"
+    )
