@@ -1433,13 +1433,16 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
                label_column: str | None, split_column: str | None, problems: list,
                notes: list) -> tuple[list[_Part], str]:  # fmt: skip
     text, enc = _decode_text(raw, path, encoding)
-    kind, delim = _text_kind(path, text if text is not None else raw[:65536].decode("ascii"), sep, file_column)
     if enc in ("utf-8", "ascii"):
         buf = raw
     elif enc == "utf-8-sig":
         buf = raw[3:]
     else:
         buf = text.encode("utf-8", "surrogateescape")
+    if b"\r" in buf and b"\n" not in buf:  # a classic Mac file: lines end in CR alone
+        buf = buf.replace(b"\r", b"\n")
+        text = text.replace("\r", "\n") if text is not None else None
+    kind, delim = _text_kind(path, text if text is not None else buf[:65536].decode("ascii"), sep, file_column)
     if text is not None and text.startswith("\ufeff"):
         text = text[1:]
     if kind == "list":

@@ -1314,3 +1314,24 @@ def test_a_full_width_digit_is_a_look_alike_of_the_digit_not_the_same_class(tmp_
         f"  {path}: labels '1' first at line 2 and '１' (U+FF11 FULLWIDTH DIGIT ONE) first at line 3 differ only in "
         "invisible characters, spaces or character width and would be two classes; write them alike"
     )
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "gbk"])
+def test_a_list_whose_lines_end_in_cr_alone_reads_as_its_lf_twin(tmp_path: Path, encoding: str):
+    # The attack: a `path label` list saved with classic Mac line endings (CR alone) was read as one line: "none of
+    # 1 files the table names (first 'a.jpg cat\rb.jpg dog\r...')". The CSV reader took them; the list reader now too.
+    lines = ["猫/a.jpg cat", "狗/b.jpg dog", "猫/c.jpg cat", "bad-line-without-label"]
+    lf, cr = tmp_path / "lf.txt", tmp_path / "cr.txt"
+    lf.write_bytes("".join(f"{x}\n" for x in lines).encode(encoding))
+    cr.write_bytes("".join(f"{x}\r" for x in lines).encode(encoding))
+    want = LabelError
+    with pytest.raises(want) as a:
+        read_labels(lf)
+    with pytest.raises(want) as b:
+        read_labels(cr)
+    assert str(b.value) == str(a.value).replace(str(lf), str(cr)) and "line 4" in str(b.value)
+    for path in (lf, cr):
+        path.write_bytes(path.read_bytes().replace("bad-line-without-label".encode(encoding), b""))
+    a, b = read_labels(lf), read_labels(cr)
+    assert b.files.tolist() == a.files.tolist() == ["猫/a.jpg", "狗/b.jpg", "猫/c.jpg"]
+    assert b.targets(b.class_map()).tolist() == a.targets(a.class_map()).tolist() == [0, 1, 0]
