@@ -1,4 +1,5 @@
-"""Builders for real test data: zip archives written byte by byte, and photo-like images.
+"""Builders for real test data: zip archives written byte by byte, and photo-like images; and the
+exact bilinear values a resize is measured against.
 
 Python's ``zipfile`` always flags non-ASCII names as UTF-8, so it cannot write the archives
 that Chinese Windows writes (GBK name bytes, no flag). :func:`build_zip` writes the bytes of
@@ -19,6 +20,7 @@ __all__ = [
     "NAME_CORPUS",
     "TYPICAL_HOST",
     "ZipEntry",
+    "bilinear_exact",
     "build_zip",
     "synthetic_image",
     "unicode_path_extra",
@@ -435,3 +437,23 @@ HELD_OUT_CORPUS: dict[str, list[str]] = {
         "청첩장 디자인.psd",
     ],
 }
+
+
+def bilinear_exact(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    """The exact bilinear values of a resize of ``img`` (H x W or H x W x C) to ``height`` x ``width``,
+    half-pixel centres and edges clamped (OpenCV's INTER_LINEAR, torch's ``align_corners=False``), in
+    float64, C x H x W: what datakit's compiled resize is measured against."""
+    x = img.astype(np.float64)
+    if x.ndim == 2:
+        x = x[:, :, None]
+
+    def taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        f = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+        i = np.minimum(np.floor(f).astype(int), n_in - 1)
+        return i, np.minimum(i + 1, n_in - 1), f - i
+
+    y0, y1, b = taps(x.shape[0], height)
+    x0, x1, a = taps(x.shape[1], width)
+    rows = x[y0] * (1 - b)[:, None, None] + x[y1] * b[:, None, None]
+    out = rows[:, x0] * (1 - a)[None, :, None] + rows[:, x1] * a[None, :, None]
+    return out.transpose(2, 0, 1)

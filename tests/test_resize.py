@@ -11,7 +11,7 @@ import torch
 
 from datakit import transforms as T
 from datakit.io import decode_image, encode_image
-from datakit.testing import synthetic_image
+from datakit.testing import bilinear_exact, synthetic_image
 from datakit.transforms import RandomResizedCrop, _planes, _resize, train_pipeline
 
 try:
@@ -51,22 +51,7 @@ def _reference(img: np.ndarray, oh: int, ow: int) -> np.ndarray:
     return ((down + (1 << 20)) >> 21).astype(np.uint8).transpose(2, 0, 1)
 
 
-def _exact(img: np.ndarray, oh: int, ow: int) -> np.ndarray:
-    """True bilinear values (half-pixel centres, edges clamped) in floating point, CHW."""
-    x = img.astype(np.float64)
-    if x.ndim == 2:
-        x = x[:, :, None]
-
-    def taps(n_in, n_out):
-        f = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
-        i = np.minimum(np.floor(f).astype(int), n_in - 1)
-        return i, np.minimum(i + 1, n_in - 1), f - i
-
-    y0, y1, b = taps(x.shape[0], oh)
-    x0, x1, a = taps(x.shape[1], ow)
-    rows = x[y0] * (1 - b)[:, None, None] + x[y1] * b[:, None, None]
-    out = rows[:, x0] * (1 - a)[None, :, None] + rows[:, x1] * a[None, :, None]
-    return out.transpose(2, 0, 1)
+_exact = bilinear_exact
 
 
 def _noise(h: int, w: int, c: int = 3, seed: int = 0) -> np.ndarray:

@@ -26,24 +26,10 @@ from benchutil import dump_json, interleaved_best, machine, make_leaves_set, pri
 import datakit.transforms as T
 from datakit.datasets import open_dataset
 from datakit.loader import create_loader
+from datakit.testing import bilinear_exact
 from datakit.transforms import train_pipeline
 
 SHAPES = [(250, 250), (300, 300), (420, 380)]
-
-
-def exact(img: np.ndarray, oh: int, ow: int) -> np.ndarray:
-    """Bilinear values in floating point, half-pixel centres, edges clamped: H x W x C."""
-    x = img.astype(np.float64)
-
-    def taps(n_in: int, n_out: int):
-        f = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
-        i = np.minimum(np.floor(f).astype(int), n_in - 1)
-        return i, np.minimum(i + 1, n_in - 1), f - i
-
-    y0, y1, b = taps(x.shape[0], oh)
-    x0, x1, a = taps(x.shape[1], ow)
-    rows = x[y0] * (1 - b)[:, None, None] + x[y1] * b[:, None, None]
-    return rows[:, x0] * (1 - a)[None, :, None] + rows[:, x1] * a[None, :, None]
 
 
 def per_crop(kernel) -> list[list[object]]:
@@ -63,7 +49,7 @@ def per_crop(kernel) -> list[list[object]]:
 
         best = interleaved_best({"opencv": lambda: [opencv() for _ in range(200)],
                                  "compiled": lambda: [compiled() for _ in range(200)]})  # fmt: skip
-        ref = exact(img, 224, 224).transpose(2, 0, 1)
+        ref = bilinear_exact(img, 224, 224)
         ours = np.frombuffer(kernel(img, 224, 224, False), np.uint8).reshape(3, 224, 224)
         theirs = cv2.resize(img, (224, 224), interpolation=cv2.INTER_LINEAR).transpose(2, 0, 1)
         us_o, us_c = best["opencv"] / 200 * 1e6, best["compiled"] / 200 * 1e6
