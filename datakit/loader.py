@@ -384,18 +384,27 @@ class EpochBatches(Sampler[list]):
     training loop finishes this one (torch's DataLoader prefetches within an epoch only, and
     each epoch would start with empty queues). Each epoch's order comes from ``sampler``
     (:meth:`EpochSampler.indices`), cut into batches of ``batch_size``, the last one kept or
-    dropped per epoch as ``drop_last`` says. An iteration starts at ``start`` (epoch, samples to
-    skip); ``len`` is the batches of one whole epoch, what :class:`Loader` hands out per epoch."""
+    dropped per epoch as ``drop_last`` says, or with ``drop_one`` dropped only where it would hold
+    one sample, in a whole epoch and in one resumed part-way alike (a batch of one breaks BatchNorm).
+    An iteration starts at ``start`` (epoch, samples to skip); ``len`` is the batches of one whole
+    epoch, what :class:`Loader` hands out per epoch."""
 
-    def __init__(self, sampler: EpochSampler, batch_size: int, drop_last: bool) -> None:
-        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+    def __init__(self, sampler: EpochSampler, batch_size: int, drop_last: bool, drop_one: bool = False) -> None:
+        self.sampler, self.batch_size, self.drop_last, self.drop_one = sampler, batch_size, drop_last, drop_one
         self.start = (0, 0)
         self.endless = False  # set by Loader while it starts its iterator
 
+    def _served(self, left: int) -> int:
+        """How many of the ``left`` samples of an epoch's order its batches hold."""
+        if self.drop_last:
+            return left - left % self.batch_size
+        if self.drop_one and left % self.batch_size == 1 and len(self.sampler) > 1:
+            return left - 1  # the last batch would hold one sample (an epoch of one sample keeps it)
+        return left
+
     def count(self, skip: int = 0) -> int:
         """Batches in an epoch started ``skip`` samples in."""
-        left = max(0, len(self.sampler) - skip)
-        return left // self.batch_size if self.drop_last else -(-left // self.batch_size)
+        return -(-self._served(max(0, len(self.sampler) - skip)) // self.batch_size)
 
     def __len__(self) -> int:
         return self.count()
@@ -412,7 +421,7 @@ class EpochBatches(Sampler[list]):
         bs = self.batch_size
         while True:
             order = self.sampler.indices(epoch)[skip:]
-            end = len(order) - len(order) % bs if self.drop_last else len(order)
+            end = self._served(len(order))
             for k in range(0, end, bs):
                 yield self.sampler.tagged(order[k : k + bs], epoch)  # one batch at a time: no epoch of objects
             if not endless or self.count() == 0:
@@ -491,6 +500,13 @@ class _BalancedDataLoader(DataLoader):
     its own seed, and handing out in turn is what keeps a run repeatable."""
 
     balance = True
+    epoch_batches: EpochBatches | None = None  # set by create_loader: its batches, one epoch at a time
+
+    @property
+    def _index_sampler(self):
+        if self.epoch_batches is not None:
+            return self.epoch_batches
+        return super()._index_sampler
 
     def _get_iterator(self):
         if self.num_workers == 0:
@@ -504,9 +520,9 @@ class _StreamingDataLoader(_BalancedDataLoader):
     on from epoch to epoch, and :class:`Loader` takes ``len(stream)`` batches from it per epoch.
     Everything else (``sampler``, ``batch_size``, ``drop_last``, ``len``) reads as usual."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, drop_one: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.stream = EpochBatches(self.sampler, self.batch_size, self.drop_last)
+        self.stream = EpochBatches(self.sampler, self.batch_size, self.drop_last and not drop_one, drop_one)
         self.owner: weakref.ref | None = None  # the Loader reading the stream, told before a direct iteration
 
     @property
@@ -1295,6 +1311,9 @@ class InfiniteLoader:
         with the batch size, dataset length and world size they count in."""
         bs = self.loader.loader.batch_size
         sample = self._offset + self.step * bs
+        sampler = self.loader.loader.sampler
+        if isinstance(sampler, EpochSampler):  # the epoch's last batch may be short: never past its samples
+            sample = min(sample, len(sampler))
         return {"epoch": self.epoch, "step": sample // bs, "sample": sample, **self._shape()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -1624,8 +1643,10 @@ def create_loader(
             base = _untouched_rng(lambda: int(torch.randint(2**31 - 1, ())))
         sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
     per_rank = len(sampler) if sampler is not None else (len(dataset) if hasattr(dataset, "__len__") else None)
+    drop_one = False  # training drops a last batch of one sample only: decided for each epoch's rest (resumed too)
     if drop_last is None:  # a stream of unknown length: its last batch cannot be known ahead
-        drop_last = train and per_rank is not None and per_rank % batch_size == 1 and per_rank > 1
+        drop_one = train and per_rank is not None
+        drop_last = drop_one and per_rank % batch_size == 1 and per_rank > 1
         if drop_last:
             log.info("drop_last=True: the last training batch would hold 1 sample, which breaks BatchNorm")
     generator = None
@@ -1670,8 +1691,12 @@ def create_loader(
         # (and in order: out of order, one epoch's batches would mix with the next one's)
         ours = not own_sampler and isinstance(kw.get("sampler"), EpochSampler)
         stream = train and persistent and ours and kw.get("in_order", True)
-        cls = _StreamingDataLoader if stream else _BalancedDataLoader
-        dl = cls(read, **kw)
+        if stream:
+            dl = _StreamingDataLoader(read, drop_one=drop_one, **kw)
+        else:
+            dl = _BalancedDataLoader(read, **kw)
+            if ours and drop_one:  # the batches of one epoch, a resumed one's too, cut as the stream cuts them
+                dl.epoch_batches = EpochBatches(dl.sampler, dl.batch_size, False, drop_one=True)
         dl.balance = seeded is not None and ours  # every index tagged, every sample seeded from it
         return dl
 

@@ -119,6 +119,29 @@ def test_a_resume_with_another_batch_size_goes_on_at_the_same_sample():
                             "{'epoch': 1, 'step': 0} to go on from the next epoch")  # fmt: skip
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resume_with_another_batch_size_drops_a_batch_of_one_and_nothing_else(workers: int):
+    # The attack: 24 samples saved at sample 20 in batches of 4, resumed in batches of 3: the 4 left came as 3 + 1,
+    # a training batch of one (BatchNorm's "Expected more than 1 value per channel"); in batches of 23 (24 % 23 == 1,
+    # so drop_last for the whole loader) the 4 left were dropped without a word.
+    ref = create_loader(Indexed(24), 24, num_workers=0, seed=1, infinite=True)
+    whole, second = next(ref)[0].tolist(), next(ref)[0].tolist()  # epochs 0 and 1
+    run = create_loader(Indexed(24), 4, num_workers=0, seed=1, infinite=True)
+    for _ in range(5):
+        next(run)
+    state = run.state_dict()
+    assert state == {"epoch": 0, "step": 5, "sample": 20, "batch_size": 4, "samples": 24, "world": 1}
+    three = create_loader(Indexed(24), 3, num_workers=workers, seed=1, infinite=True)
+    three.load_state_dict(state)
+    assert [next(three)[0].tolist() for _ in range(2)] == [whole[20:23], second[:3]]  # whole[23:24] dropped
+    many = create_loader(Indexed(24), 23, num_workers=workers, seed=1, infinite=True)
+    many.load_state_dict(state)
+    assert next(many)[0].tolist() == whole[20:24]  # the 4 left: served, not dropped
+    assert many.state_dict() == {"epoch": 0, "step": 1, "sample": 24, "batch_size": 23, "samples": 24, "world": 1}
+    assert next(many)[0].tolist() == second[:23]  # a whole epoch of 24 in 23s: its last batch of one dropped
+    assert next(many)[0].tolist()[:23] != second[:23]
+
+
 @pytest.mark.parametrize("how", ["attribute", "set_epoch"])
 def test_an_infinite_loader_told_an_epoch_serves_it_from_its_start(how: str):
     # The attack: loader.epoch = 3 mid-epoch was ignored for the batches (epoch 0 went on, then epoch 4) while
