@@ -608,6 +608,8 @@ class RandomResizedCrop:
             h, w = height, int(round(height * max(self.ratio)))
         else:
             w, h = width, height
+        # a ratio far from a thin image's rounds a side to 0 (torchvision then fails to resize nothing): one pixel
+        h, w = max(1, h), max(1, w)
         return (height - h) // 2, (width - w) // 2, h, w
 
     def __call__(self, img: np.ndarray) -> np.ndarray:

@@ -211,3 +211,19 @@ def test_the_eval_pipeline_from_bytes_gives_the_array_paths_pixels(normalize):
     small = encode_image(synthetic_image(200, 150), ".jpg", 95, mode="rgb")
     pipe = T.eval_pipeline(224, 224, normalize=normalize)
     assert torch.equal(pipe.from_bytes(small), pipe(decode_image(small, "rgb")))
+
+
+@pytest.mark.parametrize("ratio", [(10.0, 20.0), (0.05, 0.06)])
+def test_a_ratio_far_from_a_thin_images_crops_one_pixel_alike_from_bytes_and_arrays(ratio):
+    # The attack: train_pipeline(7, ratio=(10, 20)) on a 300x1 image: the fallback crop's width rounded to 0, and the
+    # array path raised OpenCV's "!ssize.empty()" where the bytes path returned a crop.
+    for h, w in ((300, 1), (1, 300), (2, 2)):
+        img = np.full((h, w, 3), 90, np.uint8)
+        data = encode_image(img, ".png")
+        pipe = train_pipeline(7, ratio=ratio)
+        torch.manual_seed(0)
+        a = pipe(img)
+        torch.manual_seed(0)
+        b = pipe.from_bytes(data)
+        assert a.shape == b.shape == (3, 7, 7) and torch.equal(a, b) and int(a.min()) == int(a.max()) == 90
+    assert RandomResizedCrop(7, ratio=(10.0, 20.0)).get_params(300, 1) == (149, 0, 1, 1)  # the fallback, not 0 wide
