@@ -7,6 +7,7 @@ DataLoader's pin-memory thread pins that one buffer.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import threading
@@ -240,9 +241,11 @@ def _explain(values: list, what: str, first: int | None) -> None:
 def _same_sizes(arrays: Sequence, what: str) -> None:
     shapes = [tuple(x.shape) if isinstance(x, (np.ndarray, torch.Tensor)) else type(x).__name__ for x in arrays]
     if len(set(shapes)) > 1:
+        advice = ("resize them to one size in the transform, or batch them with datakit.collate.pad_collate()"
+                  if what in ("images", "'image'") else  # pad_collate pads images, not targets
+                  "a collate function of your own can pad them or keep them as lists")  # fmt: skip
         raise CollateError(f"cannot stack {what} of different sizes into one batch (", *_grouped(shapes, str),
-                           "); resize them to one size in the transform, or batch them with "
-                           "datakit.collate.pad_collate()")  # fmt: skip
+                           f"); {advice}")  # fmt: skip
 
 
 def _ranges(ix: list[int]) -> str:
@@ -282,7 +285,7 @@ def _pad_images(images: Sequence, size_divisor: int, pad_value: float):
     dtype = chw[0].dtype
     if not dtype.is_floating_point:
         info = torch.iinfo(dtype)
-        if pad_value != int(pad_value) or not info.min <= pad_value <= info.max:
+        if not math.isfinite(pad_value) or pad_value != int(pad_value) or not info.min <= pad_value <= info.max:
             name = str(dtype).removeprefix("torch.")
             raise ValueError(f"pad_value={pad_value} does not fit {name} images ({info.min}..{info.max}, whole "
                              "numbers): it would be written as another value")  # fmt: skip
@@ -351,7 +354,14 @@ class _PadCollate(_Collate):
             images, sizes, mask = _pad_images(list(batch), self.size_divisor, self.pad_value)
             return images, None, sizes, mask
         images, sizes, mask = _pad_images([b[0] for b in batch], self.size_divisor, self.pad_value)
-        targets = default_collate([b[1] for b in batch]) if batch and len(batch[0]) > 1 else None
+        targets = None
+        if batch and len(batch[0]) > 1:
+            rest = [(b[1],) for b in batch]
+            try:
+                targets = default_collate(rest)[0]
+            except (RuntimeError, TypeError, ValueError):  # torch's own words name "entry N" of what
+                _explain(rest, "target", 1)
+                raise
         return images, targets, sizes, mask
 
 

@@ -435,6 +435,26 @@ def test_targets_default_collate_refuses_are_named_by_sample():
                                    "samples 2, 5: (5, 4))")  # fmt: skip
 
 
+def test_pad_collate_names_the_targets_it_cannot_batch_and_refuses_a_nan_pad():
+    # The attacks: targets of different lengths gave torch's bare "each element in list of batch should be of equal
+    # size"; pad_value=nan on uint8 images gave "cannot convert float NaN to integer".
+    small, tall = torch.zeros(3, 4, 5, dtype=torch.uint8), torch.zeros(3, 6, 5, dtype=torch.uint8)
+    with pytest.raises(CollateError) as e:
+        pad_collate()([(small, torch.tensor([1, 2])), (tall, torch.tensor([1]))])
+    assert str(e.value) == ("cannot stack target of different sizes into one batch (batch position 0: (2,); batch "
+                            "position 1: (1,)); a collate function of your own can pad them or keep them as lists")  # fmt: skip
+    with pytest.raises(CollateError) as e:
+        pad_collate()([(small, [1, 2]), (tall, [1])])
+    assert str(e.value) == ("cannot batch targets of different lengths (batch position 0: 2; batch position 1: 1); "
+                            "a collate function of your own can keep them as lists")  # fmt: skip
+    images, targets, sizes, _ = pad_collate()([(small, 3), (tall, 4)])
+    assert images.shape == (2, 3, 32, 32) and targets.tolist() == [3, 4] and sizes.tolist() == [[4, 5], [6, 5]]
+    with pytest.raises(ValueError) as e:
+        pad_collate(pad_value=float("nan"))([(small, 3), (tall, 4)])
+    assert str(e.value) == ("pad_value=nan does not fit uint8 images (0..255, whole numbers): it would be written as "
+                            "another value")  # fmt: skip
+
+
 @pytest.mark.parametrize("make", [pad_collate, detection_collate])
 def test_dict_samples_are_named_not_a_key_error(make):
     # The attack: pad_collate() on {"image": ..., "label": ...} samples raised a bare KeyError: 0.
