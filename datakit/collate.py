@@ -373,8 +373,12 @@ class _DetectionCollate(_Collate):
         images, sizes, _ = _pad_images([b[0] for b in batch], self.size_divisor, self.pad_value)
         targets = []
         for i, (_, t) in enumerate(batch):
-            if not isinstance(t, dict) or "boxes" not in t:
-                raise CollateError("detection_collate: ", [i], f" target must be a dict with 'boxes', got {type(t)}")
+            if not isinstance(t, dict):
+                raise CollateError("detection_collate: ", [i], " target must be a dict with 'boxes', got "
+                                   f"{type(t).__name__}")  # fmt: skip
+            if "boxes" not in t:
+                raise CollateError("detection_collate: ", [i], " target has no 'boxes' (its keys: "
+                                   f"{', '.join(map(repr, t)) or 'none'})")  # fmt: skip
             t = dict(t)
             boxes = torch.as_tensor(t["boxes"], dtype=torch.float32)
             if boxes.numel() == 0:
@@ -384,7 +388,14 @@ class _DetectionCollate(_Collate):
                                    f"{tuple(boxes.shape)}")  # fmt: skip
             t["boxes"] = boxes
             if "labels" in t:
-                labels = torch.as_tensor(t["labels"])
+                try:
+                    labels = torch.as_tensor(t["labels"])
+                except (TypeError, ValueError, RuntimeError):  # names ('cat'), nested lists of other lengths
+                    raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers), "
+                                       f"got {t['labels']!r}") from None  # fmt: skip
+                if labels.dtype == torch.bool or labels.is_complex() or (labels.numel() and bool((labels < 0).any())):
+                    raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers, 0 "
+                                       f"or more), got {labels.tolist()}")  # fmt: skip
                 if labels.is_floating_point() and not torch.equal(labels, labels.round()):
                     raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers), got "
                                        f"{labels.tolist()}")  # fmt: skip

@@ -130,8 +130,32 @@ def test_detection_collate_boxes_stay_valid():
     assert targets[0]["img_size"].tolist() == [20, 30] and targets[0]["pad_size"].tolist() == [48, 32]
     assert targets[0]["scale"] == 0.5 and targets[0]["labels"].dtype == torch.int64
     assert targets[1]["boxes"].shape == (0, 4)
-    with pytest.raises(CollateError, match="batch position 0 target must be a dict with 'boxes'"):
+    with pytest.raises(CollateError, match="batch position 0 target must be a dict with 'boxes', got int$"):
         detection_collate()([(a, 1)])
+
+
+@pytest.mark.parametrize(
+    "target, why",
+    [
+        ({"boxes": [[0, 0, 1, 1]], "labels": ["cat"]}, "labels must be class indices (whole numbers), got ['cat']"),
+        (
+            {"boxes": [[0, 0, 1, 1]], "labels": [True]},
+            "labels must be class indices (whole numbers, 0 or more), got [True]",
+        ),  # fmt: skip
+        (
+            {"boxes": [[0, 0, 1, 1]], "labels": [-1]},
+            "labels must be class indices (whole numbers, 0 or more), got [-1]",
+        ),  # fmt: skip
+        ({"labels": [1]}, "target has no 'boxes' (its keys: 'labels')"),
+    ],
+)
+def test_detection_collate_names_labels_that_are_no_class_indices(target, why):
+    # The attacks: labels=['cat'] gave numpy's bare "too many dimensions 'str'", True became class 1 and -1 a class,
+    # a dict without boxes was "a dict with 'boxes', got <class 'dict'>".
+    img = torch.zeros(3, 8, 8, dtype=torch.uint8)
+    with pytest.raises(CollateError) as e:
+        detection_collate()([(img, {"boxes": [], "labels": []}), (img, target)])
+    assert str(e.value) == f"detection_collate: batch position 1 {why}"
 
 
 def _resident_pages(t: torch.Tensor) -> tuple[int, int]:
