@@ -60,6 +60,7 @@ TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".lst")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm",
                   ".pbm")  # fmt: skip
 MAX_LISTED = 20  # problems spelled out in one LabelError; the rest are counted
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # a label a number cell could hold
 _INT = re.compile(r"[+-]?[0-9]+(?:\.0*)?")  # ASCII digits: a full-width "１" is a name, a look-alike of "1"
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
@@ -504,21 +505,41 @@ class LabelTable:
         they would be two, every index after them shifted. Only the distinct labels are looked at."""
         if self.kind == "int":
             return []
+        out = self._number_spelling_problems()
         values = [str(v) for v in self.labels.values]
         keys = _look_alike_keys(values)
         if keys is None or len(set(keys)) == len({unicodedata.normalize("NFC", v) for v in values}):
-            return []
+            return out
         key_of = dict(zip(values, keys))
         nfc: dict[str, tuple[str, int]] = {}  # one name per Unicode form: twins are a problem of their own
         for v, i in sorted(self._first_rows().items(), key=lambda item: item[1]):
             nfc.setdefault(unicodedata.normalize("NFC", v), (v, i))
-        out = []
         for same in _groups(dict(nfc.values()), key_of.__getitem__):
             shown = [f"{_with_unseen(v)} first at {self._short(i)}" for v, i in same]
             count = "two" if len(same) == 2 else str(len(same))
             out.append((self._key(same[-1][1]), f"{self.path}: labels {', '.join(shown[:-1])} and {shown[-1]} "
                         "differ only in invisible characters, spaces or character width and would be "
                         f"{count} classes; write them alike"))  # fmt: skip
+        return out
+
+    def _number_spelling_problems(self) -> list[tuple[tuple[int, int], str]]:
+        """Labels that are one number written two ways (``1.5`` and ``1.50``, ``2`` and ``2.0`` beside
+        them): two classes in a text table, one in a workbook's number cells, so the same table would
+        give other classes in another format."""
+        by_value: dict[float, list[tuple[str, int]]] = {}
+        for v, i in self._first_rows().items():
+            text = str(v)
+            if len(text) <= 40 and _NUMBER.fullmatch(text):
+                by_value.setdefault(float(text), []).append((text, i))
+        out = []
+        for same in by_value.values():
+            if len(same) > 1:
+                same.sort(key=lambda vi: vi[1])
+                shown = [f"{v!r} first at {self._short(i)}" for v, i in same]
+                count = "two" if len(same) == 2 else str(len(same))
+                out.append((self._key(same[-1][1]), f"{self.path}: labels {', '.join(shown[:-1])} and {shown[-1]} "
+                            f"are one number written {count} ways and would be {count} classes (a workbook's number "
+                            "cells read them as one); write them alike"))  # fmt: skip
         return out
 
     def _case_notes(self) -> list[str]:

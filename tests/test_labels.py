@@ -1335,3 +1335,20 @@ def test_a_list_whose_lines_end_in_cr_alone_reads_as_its_lf_twin(tmp_path: Path,
     a, b = read_labels(lf), read_labels(cr)
     assert b.files.tolist() == a.files.tolist() == ["猫/a.jpg", "狗/b.jpg", "猫/c.jpg"]
     assert b.targets(b.class_map()).tolist() == a.targets(a.class_map()).tolist() == [0, 1, 0]
+
+
+def test_one_number_written_two_ways_is_refused_as_a_text_table_and_a_workbook_would_differ(tmp_path: Path):
+    # The attack: '1.5' and '1.50' in a CSV were two classes; the same table saved as .xlsx (number cells) gave one,
+    # so the class indices of the same labels depended on the file format.
+    path = tmp_path / "l.csv"
+    path.write_text("file,label\na.jpg,1.5\nb.jpg,1.50\nc.jpg,2.5\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (f"{path}: labels '1.5' first at line 2 and '1.50' first at line 3 are one number written "
+                            "two ways and would be two classes (a workbook's number cells read them as one); write "
+                            "them alike")  # fmt: skip
+    path.write_text("file,label\na.jpg,1.5\nb.jpg,1.5\nc.jpg,2.5\n", encoding="utf-8")
+    xlsx = book(tmp_path / "l.xlsx", {"train": [["file", "label"], ["a.jpg", 1.5], ["b.jpg", 1.50], ["c.jpg", 2.5]]})
+    a, b = read_labels(path), read_labels(xlsx)
+    assert a.class_map().classes == b.class_map().classes == ("1.5", "2.5")
+    assert a.targets(a.class_map()).tolist() == b.targets(b.class_map()).tolist() == [0, 0, 1]
