@@ -539,8 +539,13 @@ class CenterCrop:
                    (max(0, (tw - w) // 2), max(0, tw - w - (tw - w) // 2))] + [(0, 0)] * (img.ndim - 2)  # fmt: skip
             img = np.pad(img, pad)
             h, w = img.shape[:2]
-        top, left = int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
+        top, left = self.corner(h, w)
         return img[top : top + th, left : left + tw]
+
+    def corner(self, h: int, w: int) -> tuple[int, int]:
+        """(top, left) of the centre crop of an image of ``h`` x ``w`` at least the crop's size."""
+        th, tw = self.size
+        return int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
 
     def __repr__(self) -> str:
         return f"CenterCrop({self.size})"
@@ -830,7 +835,7 @@ class EvalPipeline(Compose):
             return self(img)
         # resized straight into planes, then the centre cut: the pixels self(img) gives, without the
         # round trip through HWC
-        top, left = int(round((rh - th) / 2.0)), int(round((rw - tw) / 2.0))
+        top, left = self.center.corner(rh, rw)
         out = chw[:, top : top + th, left : left + tw].contiguous()
         return self.norm(out) if self.norm else out
 
