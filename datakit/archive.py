@@ -51,6 +51,7 @@ DEFAULT_MAX_TOTAL = 100 * 2**30
 DEFAULT_MAX_MEMBER = 1 << 30  # per member read in place: held in memory whole
 _RATIO_MIN_SIZE = 1 << 20  # tiny members compress absurdly well without being bombs
 _CHUNK = 1 << 20
+_Zlib = type(zlib.decompressobj())
 
 
 @dataclass(frozen=True)
@@ -683,11 +684,14 @@ def unzip(
 
 
 class _Inflating:
-    """A bzip2 or LZMA member read ``n`` bytes at most per call. zipfile inflates only deflate in
-    bounded steps: it hands each chunk of bzip2 or LZMA data to the decompressor whole, and 900
-    bytes of bzip2 inflate to 1.2 GB in that one call, before any size check can stop them. The
-    member's raw bytes are read as if stored, inflated here with ``max_length``, and checked
-    against its CRC-32 at the end, as zipfile checks it."""
+    """A deflate, bzip2 or LZMA member read ``n`` bytes at most per call. zipfile hands each chunk
+    of bzip2 or LZMA data to the decompressor whole, and 900 bytes of bzip2 inflate to 1.2 GB in
+    that one call, before any size check can stop them. It bounds deflate, but cuts the stream at
+    the declared size: a stream that runs on past it, with a CRC-32 made for the cut bytes, passed,
+    and one cut short was called a CRC mismatch. The member's raw bytes are read as if stored,
+    inflated here with ``max_length`` (what runs past the declared size is seen by the caller, a
+    stream that ends before its end marker raises ``EOFError``), and checked against its CRC-32 at
+    the end, as zipfile checks it."""
 
     def __init__(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
         import copy
@@ -698,7 +702,9 @@ class _Inflating:
         self.info = info
         self.crc = 0
         self.done = False
-        if info.compress_type == zipfile.ZIP_BZIP2:
+        if info.compress_type == zipfile.ZIP_DEFLATED:
+            self.d = zlib.decompressobj(-15)
+        elif info.compress_type == zipfile.ZIP_BZIP2:
             import bz2
 
             self.d = bz2.BZ2Decompressor()
@@ -713,6 +719,8 @@ class _Inflating:
             self.d = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters)
 
     def read(self, n: int) -> bytes:
+        if isinstance(self.d, _Zlib):
+            return self._inflate(n)
         out = b""
         while not out and not self.done:
             if self.d.eof:
@@ -733,6 +741,24 @@ class _Inflating:
             raise zipfile.BadZipFile(f"Bad CRC-32 for file {self.info.filename!r}")
         return out
 
+    def _inflate(self, n: int) -> bytes:
+        out = b""
+        while not out and not self.done:
+            if self.d.eof:
+                self.done = True
+                break
+            data = self.d.unconsumed_tail or self.raw.read(_CHUNK)
+            try:  # with no input left, what zlib still holds comes out, or nothing: the stream is cut short
+                out = self.d.decompress(data, n)
+            except zlib.error as exc:
+                raise zipfile.BadZipFile(f"compressed data is damaged ({exc})") from None
+            if not data and not out and not self.d.eof:
+                raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        self.crc = zlib.crc32(out, self.crc)
+        if self.done and self.crc != self.info.CRC:
+            raise zipfile.BadZipFile(f"Bad CRC-32 for file {self.info.filename!r}")
+        return out
+
     def __enter__(self) -> _Inflating:
         return self
 
@@ -742,9 +768,9 @@ class _Inflating:
 
 def _open_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
     """A member's data as a file to ``read(n)`` from, never inflating much past ``n`` at once."""
-    if info.compress_type in (zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
+    if info.compress_type in (zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
         return _Inflating(zf, info)
-    return zf.open(info)  # stored, or deflate: zipfile bounds each step by n
+    return zf.open(info)  # stored
 
 
 # what reading a damaged member raises: a bad stream, an unknown method, lzma's bad properties, a local
@@ -785,9 +811,9 @@ def _explain(exc: BaseException) -> str:
         return f"compressed data is damaged (LZMA: {exc})"
     text = str(exc)
     if "Bad CRC-32" in text:
-        return "data does not match its CRC-32 (corrupt, or larger than its declared size)"
+        return "data does not match its CRC-32 (corrupt)"
     if isinstance(exc, EOFError) or "Compressed file ended" in text:
-        return "data is truncated (the archive was cut short)"
+        return "data is truncated (its compressed stream ends before its end marker)"
     if isinstance(exc, OSError) and exc.strerror:
         return f"cannot be written: {exc.strerror}"
     return text or type(exc).__name__

@@ -56,6 +56,12 @@ _SPLIT_NAMES = frozenset({"train", "training", "trainset", "val", "valid", "vali
                           "驗證集", "測試", "測試集"})  # fmt: skip
 EXCEL_SUFFIXES = (".xlsx", ".xlsm")
 TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".lst")
+_TABLE_SUFFIXES = ", ".join((*EXCEL_SUFFIXES, *TEXT_SUFFIXES)[:-1]) + " or " + TEXT_SUFFIXES[-1]
+
+
+class NotATable(UsageError, LabelError):
+    """A path given as a label table that is none (a folder, a ``.json``): a mistake in the call (exit 2),
+    and still a ``LabelError`` to code that catches that."""
 # every extension datakit decodes (io.IMAGE_EXTENSIONS), and .jfif: a row naming one is an image's row
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm",
                   ".pbm")  # fmt: skip
@@ -1719,7 +1725,7 @@ def read_labels(
     """
     path = Path(path)
     if path.is_dir():
-        raise UsageError(f"{path}: is a folder, not a label table (.xlsx, .csv, .tsv, .txt)")
+        raise NotATable(f"{path}: is a folder, not a label table (expected {_TABLE_SUFFIXES})")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such label table")
     suffix = path.suffix.lower()
@@ -1742,7 +1748,7 @@ def read_labels(
                                 label_column=label_column, split_column=split_column, problems=problems,
                                 notes=notes)  # fmt: skip
     else:
-        raise LabelError(f"{path}: not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)")
+        raise NotATable(f"{path}: not a label table (expected {_TABLE_SUFFIXES})")
     if split is not None:  # a split column: another split's blank cell is that split's problem
         elsewhere = {key for p in parts for key, s in p.dropped_splits.items() if s and s != split}
         problems[:] = [p for p in problems if p[0] not in elsewhere]

@@ -497,7 +497,9 @@ USAGE = [
      "datakit info: error: {src}: not an LMDB pack (no data.mdb); a pack is the folder pack-lmdb wrote"),
     (["unzip", "{src}", "-d", "{tmp}/out"], "datakit unzip: error: {src}: is a directory, not a zip archive"),
     (["stats", "{src}", "--labels", "{src}"],
-     "datakit stats: error: {src}: is a folder, not a label table (.xlsx, .csv, .tsv, .txt)"),
+     "datakit stats: error: {src}: is a folder, not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)"),
+    (["check", "{src}", "--labels", "{tmp}/labels.json"],  # exited 1 as bad data where a folder exits 2
+     "datakit check: error: {tmp}/labels.json: not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)"),
     (["unzip", "{tmp}/a.zip", "--encoding", "nope"],
      "datakit unzip: error: argument --encoding: unknown encoding 'nope': use auto, gbk, big5, cp932, utf-8..."),
 ]  # fmt: skip
@@ -506,6 +508,7 @@ USAGE = [
 @pytest.mark.parametrize(("argv", "message"), USAGE, ids=[" ".join(a[:1] + a[2:4]) for a, _ in USAGE])
 def test_usage_errors_exit_2_with_one_line(argv, message, class_folder: Path, samples: Path, tmp_path: Path):
     fill = {"src": class_folder, "tmp": tmp_path, "samples": samples}
+    (tmp_path / "labels.json").write_text('{"a.jpg": 0}')
     proc = datakit(*(a.format(**fill) for a in argv))
     one_line_error(proc, 2, message.format(**fill))
     assert proc.stdout == ""

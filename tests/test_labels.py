@@ -726,8 +726,10 @@ def test_bad_files(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match="no such label table"):
         read_labels(tmp_path / "none.xlsx")
     (tmp_path / "x.json").write_text("{}")
-    with pytest.raises(LabelError, match="not a label table"):
+    with pytest.raises(LabelError, match="not a label table") as e:
         read_labels(tmp_path / "x.json")
+    assert isinstance(e.value, UsageError) and e.value.exit_code == 2
+    assert str(e.value) == f"{tmp_path / 'x.json'}: not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)"
     (tmp_path / "bad.xlsx").write_bytes(b"not a zip")
     with pytest.raises(LabelError, match=r"bad.xlsx: not an .xlsx workbook"):
         read_labels(tmp_path / "bad.xlsx")
