@@ -62,6 +62,8 @@ _TABLE_SUFFIXES = ", ".join((*EXCEL_SUFFIXES, *TEXT_SUFFIXES)[:-1]) + " or " + T
 class NotATable(UsageError, LabelError):
     """A path given as a label table that is none (a folder, a ``.json``): a mistake in the call (exit 2),
     and still a ``LabelError`` to code that catches that."""
+
+
 # every extension datakit decodes (io.IMAGE_EXTENSIONS), and .jfif: a row naming one is an image's row
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm",
                   ".pbm")  # fmt: skip
