@@ -155,6 +155,41 @@ def _exif_orientation(data: bytes) -> int:
     return 1
 
 
+def _container_orientation(data: bytes, fmt: str | None) -> int:
+    """The EXIF orientation OpenCV turns a PNG or WebP by when it decodes them in colour or gray, which
+    ``IMREAD_UNCHANGED`` leaves as stored: the first ``eXIf`` chunk of a PNG (TIFF data, no ``Exif\\0\\0``
+    before it) or ``EXIF`` chunk of a WebP (with or without it), its first IFD's Orientation tag read as
+    OpenCV reads it (the value field's first two bytes, whatever the type); 1 where there is none or it
+    is outside 1-8."""
+    if fmt == "PNG" and b"eXIf" in data:
+        i, want = 8, b"eXIf"
+    elif fmt == "WEBP" and b"EXIF" in data:
+        i, want = 12, b"EXIF"
+    else:
+        return 1
+    while i + 8 <= len(data):  # chunks: PNG length, type, data, CRC; RIFF type, length, data, pad to even
+        if fmt == "PNG":
+            size, tag, at = int.from_bytes(data[i : i + 4], "big"), data[i + 4 : i + 8], i + 8
+        else:
+            tag, size, at = data[i : i + 4], int.from_bytes(data[i + 4 : i + 8], "little"), i + 8
+        if tag == want:
+            tiff = data[at : at + size]
+            if fmt == "WEBP" and tiff.startswith(b"Exif\0\0"):
+                tiff = tiff[6:]
+            order = {b"II*\0": "little", b"MM\0*": "big"}.get(tiff[:4])
+            if order is None:
+                return 1
+            ifd = int.from_bytes(tiff[4:8], order)
+            count = int.from_bytes(tiff[ifd : ifd + 2], order) if ifd + 2 <= len(tiff) else 0
+            for e in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
+                if int.from_bytes(tiff[e : e + 2], order) == 0x0112:
+                    value = int.from_bytes(tiff[e + 8 : e + 10], order)
+                    return value if 1 <= value <= 8 else 1
+            return 1
+        i = at + size + (4 if fmt == "PNG" else size & 1)
+    return 1
+
+
 def _exif_turned(data: bytes) -> bool:
     """Whether a JPEG's EXIF orientation (:func:`_exif_orientation`) is one of 5-8, which swap the
     sides when the image is turned upright."""
@@ -638,6 +673,8 @@ def _decode(
         return img
     if mode == "rgb" and not flags & getattr(cv2, "IMREAD_COLOR_RGB", 0):
         img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    if mode == "unchanged" and fmt in ("PNG", "WEBP"):  # turned as OpenCV turns them in the other modes
+        img = _orient(img, _container_orientation(raw, fmt))
     return img
 
 

@@ -679,3 +679,69 @@ def test_an_orientation_of_another_type_than_short_or_long_counts_as_none(order,
     pillow = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
     assert pillow.size == ((45, 70) if orientation == 6 else (70, 45))
     assert decode_image(data, "rgb").shape[:2] == ((70, 45) if orientation == 6 else (45, 70))
+
+
+def _tiff_orientation(value: int, order: bytes, kind: int = 3) -> bytes:
+    end = "little" if order == b"II" else "big"
+    field = value.to_bytes(2 if kind == 3 else 4, end) + bytes(2 if kind == 3 else 0)
+    entry = (0x0112).to_bytes(2, end) + kind.to_bytes(2, end) + (1).to_bytes(4, end) + field
+    return order + (42).to_bytes(2, end) + (8).to_bytes(4, end) + (1).to_bytes(2, end) + entry + bytes(4)
+
+
+def _png_with_exif(img: np.ndarray, exif: bytes, after_idat: bool = False) -> bytes:
+    import struct
+    import zlib
+
+    b = io.BytesIO()
+    Image.fromarray(img).save(b, "PNG")
+    data = b.getvalue()
+    chunk = struct.pack(">I", len(exif)) + b"eXIf" + exif + struct.pack(">I", zlib.crc32(b"eXIf" + exif))
+    at = data.find(b"IEND" if after_idat else b"IDAT") - 4
+    return data[:at] + chunk + data[at:]
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+@pytest.mark.parametrize("container", ["png", "png, eXIf after IDAT", "webp", "webp, Exif header"])
+def test_unchanged_turns_png_and_webp_as_the_other_modes(container, orientation):
+    # the attack: a phone screenshot saved as PNG with an EXIF orientation came out turned in rgb, bgr and gray
+    # (OpenCV applies it) and as stored in "unchanged" (IMREAD_UNCHANGED ignores it), alpha and all
+    from datakit.io import _orient
+
+    rgba = np.random.default_rng(orientation).integers(0, 256, (6, 10, 4), dtype=np.uint8)
+    tiff = _tiff_orientation(orientation, b"MM" if orientation % 2 else b"II")
+    if container.startswith("png"):
+        data = _png_with_exif(rgba, tiff, after_idat="after" in container)
+    else:
+        b = io.BytesIO()
+        Image.fromarray(rgba).save(
+            b, "WEBP", lossless=True, exact=True, exif=(b"Exif\0\0" if "header" in container else b"") + tiff
+        )
+        data = b.getvalue()
+    got = decode_image(data, "unchanged")
+    np.testing.assert_array_equal(got, _orient(rgba[:, :, [2, 1, 0, 3]], orientation))
+    np.testing.assert_array_equal(decode_image(data, "rgb"), _orient(rgba[:, :, :3], orientation))
+
+
+@pytest.mark.parametrize(
+    ("exif", "container", "orientation"),
+    [
+        (b"Exif\0\0" + _tiff_orientation(6, b"II"), "png", 1),  # libpng refuses an eXIf chunk with that header
+        (_tiff_orientation(6, b"MM", kind=4), "png", 1),  # a big-endian LONG: OpenCV reads its first two bytes, 0
+        (_tiff_orientation(6, b"II", kind=4), "png", 6),
+        (_tiff_orientation(9, b"II"), "webp", 1),
+        (b"II*\0" + bytes(4), "webp", 1),  # no IFD entries
+    ],
+)
+def test_unchanged_reads_a_png_or_webp_orientation_as_opencv_does(exif, container, orientation):
+    from datakit.io import _container_orientation
+
+    rgb = np.random.default_rng(0).integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    if container == "png":
+        data = _png_with_exif(rgb, exif)
+    else:
+        b = io.BytesIO()
+        Image.fromarray(rgb).save(b, "WEBP", lossless=True, exif=exif)
+        data = b.getvalue()
+    assert _container_orientation(data, container.upper()) == orientation
+    assert decode_image(data, "unchanged").shape == ((10, 6, 3) if orientation == 6 else (6, 10, 3))
+    np.testing.assert_array_equal(decode_image(data, "unchanged")[:, :, ::-1], decode_image(data, "rgb"))
