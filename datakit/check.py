@@ -35,6 +35,7 @@ class CheckReport:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     class_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    classes: list[str] = field(default_factory=list)  # every class, in class-index order
     height_range: tuple[int, int] | None = None
     width_range: tuple[int, int] | None = None
 
@@ -127,6 +128,8 @@ def check_dataset(
             if line is not None:
                 missing.add(i)
                 report.problems.append(line)
+        if missing and len(missing) == len(ds):  # none of its files is there, all in another folder: one line
+            table_ds._probe_root(found_only=True)
         # with one split asked for, the others' files are expected; and a table none of whose rows could be read
         # (its problems say why) would list every image as not in it
         if split is None and len(table_ds.table):
@@ -164,9 +167,10 @@ def check_dataset(
             groups.append(("all", splits.codes < 0))
     else:
         groups = [("all", np.ones(len(ds), dtype=bool))]
+    report.classes = list(ds.classes)
     for name, rows in groups:
         counts = np.bincount(targets[rows], minlength=len(ds.classes))
-        report.class_counts[name] = dict(sorted((ds.classes[k], int(c)) for k, c in enumerate(counts) if c))
+        report.class_counts[name] = {ds.classes[k]: int(c) for k, c in enumerate(counts) if c}  # in class order
     if table_ds is not None:
         report.problems += table_ds.table.missing_classes(table_ds.class_map, split)
     if ok.any():

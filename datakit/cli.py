@@ -667,7 +667,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(_shown(p), file=sys.stderr)  # one line each, whatever the file names hold
     if args.quiet:
         return 0 if report.ok else 1
-    classes = sorted({c for counts in report.class_counts.values() for c in counts})
+    counted = {c for counts in report.class_counts.values() for c in counts}
+    classes = [c for c in report.classes if c in counted]  # in class order: 0, 1, 2, ..., 10 for integer labels
     splits = list(report.class_counts)
     rows = [[_shown(c), *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes]
     print_table(["class", *map(_shown, splits)], rows)  # names from the table: one line each, no escape sequences

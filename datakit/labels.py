@@ -1412,7 +1412,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         parts = [p for p, has in zip(parts, named) if has or not len(p.files)]
     if hidden_left:
         notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
-                     f"{', '.join(map(repr, hidden_left))} not read (include_hidden=True reads them)")  # fmt: skip
+                     f"{', '.join(map(repr, hidden_left))} not read "
+                     "(include_hidden=True, --include-hidden, reads them)")  # fmt: skip
     if not any(p.chosen for p in parts) and not problems:
         grids = []
         for sh in meta:
@@ -1423,7 +1424,9 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              + (f" (and no other sheet has one either: {', '.join(repr(n) for n, _ in grids[1:])})"
                                 if len(grids) > 1 else "")))  # fmt: skip
         else:
-            problems.append(((0, 0), f"{path}: no visible sheet to read (include_hidden=True reads hidden ones)"))
+            problems.append(
+                ((0, 0), f"{path}: no visible sheet to read (include_hidden=True, --include-hidden, reads hidden ones)")
+            )
     return parts
 
 

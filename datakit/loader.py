@@ -353,7 +353,7 @@ class EpochSampler(Sampler[int]):
         """This rank's sample order in ``epoch`` (default: the epoch set)."""
         epoch = self.epoch if epoch is None else epoch
         if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed + epoch)
+            g = torch.Generator().manual_seed((self.seed + epoch) % 2**64)  # as torch reads a negative seed
             order = torch.randperm(self.n, generator=g).tolist()
         else:
             order = list(range(self.n))
@@ -904,6 +904,8 @@ class Loader:
         self._generation = 0  # of the epoch iteration now running: a newer one supersedes it
         self._told_epoch: int | None = None  # the epoch last given to sampler.set_epoch
         self._ended_by = "iter"  # what superseded the last: a newer iteration, close() or set_num_workers()
+        self._started: int | None = None  # the epoch the last pass begun by iter(loader) served
+        self._warned_steps = False
         # the iterator over a _StreamingDataLoader's batches that reads on into the next epoch,
         # and the (epoch, skip) its next batch belongs to
         self._feed: Iterator | None = None
@@ -1149,11 +1151,24 @@ class Loader:
         if isinstance(sampler, EpochSampler):
             if sampler.asked is not None:  # the loop called sampler.set_epoch(e) itself (DDP's idiom): as asked
                 self.epoch = sampler.asked
+            elif (
+                sampler.world > 1
+                and self._started is not None
+                and not self._warned_steps
+                and not (self.history and self.history[-1].epoch == self._started)
+            ):  # the last pass was left early: if only some ranks left one (a look at a batch), their counts differ
+                self._warned_steps = True
+                log.warning("the loader's pass over epoch %d ended before its last batch, and this one serves epoch "
+                            "%d: under torch.distributed each of the %d ranks counts its own passes, so a pass that "
+                            "only some ranks began (a look at one batch on rank 0) puts their epochs, and so their "
+                            "shards, out of step; call loader.sampler.set_epoch(epoch) at the start of each epoch",
+                            self._started, self.epoch, sampler.world)  # fmt: skip
         else:
             told = getattr(sampler, "epoch", None)
             if type(told) is int and told != self._told_epoch and (self._told_epoch is not None or told != 0):
                 self.epoch = told  # a sampler of the caller's own, whose set_epoch was called
         it = self._iterate(self.epoch)
+        self._started = self.epoch
         self.epoch += 1
         return it
 
@@ -1320,16 +1335,34 @@ class InfiniteLoader:
         """Resume at ``state``: at the same sample of the same epoch, also with another batch size. A state
         saved for another dataset length or world size is refused (its epoch's order is another)."""
         shape = self._shape()
+
+        def number(key: str, default: int | None = None) -> int:
+            value = state.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise UsageError(f"not a loader state (it needs 'epoch' and 'step', whole numbers >= 0, as "
+                                 f"state_dict() gives them): {state!r}")  # fmt: skip
+            return int(value)
+
+        if not isinstance(state, dict):
+            raise UsageError(f"not a loader state (a dict as state_dict() gives, with 'epoch' and 'step'): {state!r}")
+        epoch, step = number("epoch"), number("step")
+        saved_bs = number("batch_size", shape["batch_size"])
+        sample = number("sample", step * saved_bs)
+        saved = {key: number(key, shape[key]) for key in ("samples", "world")}
+        if isinstance(self.loader.loader.sampler, EpochSampler):
+            saved_len = math.ceil(saved["samples"] / saved["world"])  # the samples of one rank's epoch, padded
+            if sample > saved_len:  # state_dict() never counts past them
+                raise UsageError(f"not a loader state: it says {sample} samples of epoch {epoch} were served, and an "
+                                 f"epoch of {saved['samples']} samples over {saved['world']} rank(s) holds {saved_len} "
+                                 "per rank")  # fmt: skip
+            if saved_len and sample == saved_len:  # the whole epoch was served: the next one begins, in any shape
+                epoch, step, sample = epoch + 1, 0, 0
         for key, what in (("samples", "samples"), ("world", "ranks")):
-            if key in state and int(state[key]) != shape[key] and (int(state["step"]) or int(state.get("sample", 0))):
-                raise UsageError(f"the state was saved mid-epoch for {state[key]} {what}, this loader has "
+            if saved[key] != shape[key] and sample:
+                raise UsageError(f"the state was saved mid-epoch for {saved[key]} {what}, this loader has "
                                  f"{shape[key]}: that epoch's order is another here, so resuming would serve some "
-                                 f"samples twice and skip others; load {{'epoch': {int(state['epoch']) + 1}, "
+                                 f"samples twice and skip others; load {{'epoch': {epoch + 1}, "
                                  "'step': 0} to go on from the next epoch")  # fmt: skip
-        epoch, step = int(state["epoch"]), int(state["step"])
-        sample = int(state.get("sample", step * state.get("batch_size", shape["batch_size"])))
-        if epoch < 0 or step < 0 or sample < 0:
-            raise UsageError(f"not a loader state: {state!r}")
         bs = shape["batch_size"]
         aligned = sample == step * bs
         self._epoch, self.step, self._offset = epoch, step if aligned else 0, 0 if aligned else sample
@@ -1584,6 +1617,12 @@ def create_loader(
     env = os.environ.get("DATAKIT_NUM_WORKERS")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise UsageError(f"seed must be a whole number (or None), got {seed!r}")
+    if seed is not None:
+        seed = int(seed)  # a NumPy integer as the int it is: torch's manual_seed takes no np.int64
+        if not -(2**63) <= seed < 2**64:
+            raise UsageError(
+                f"seed must fit in 64 bits (-2**63 to 2**64 - 1, what torch.manual_seed takes), got {seed}"
+            )
     import multiprocessing
 
     if multiprocessing.current_process().daemon and env is None:  # a multiprocessing.Pool worker, for one
@@ -1632,7 +1671,17 @@ def create_loader(
         log.warning("%s", what)
     sampler = dataloader_kwargs.pop("sampler", None)
     own_sampler = sampler is not None  # iterated as it is: never read on into the next epoch
+    if own_sampler and dataloader_kwargs.get("shuffle"):
+        raise UsageError(f"shuffle=True with sampler={type(sampler).__name__}: the sampler orders the samples itself, "
+                         "so the shuffle would be ignored; give one or the other")  # fmt: skip
     shuffle = dataloader_kwargs.pop("shuffle", train)
+    if own_sampler and shard and not isinstance(sampler, torch.utils.data.DistributedSampler):
+        what = (f"sampler={type(sampler).__name__} is iterated as it is on each of the {world} ranks, so every "
+                "rank reads all of its samples; give a DistributedSampler (or no sampler: the loader shards "
+                "its own)")  # fmt: skip
+        if distributed is True:
+            raise UsageError(f"distributed=True: {what}")
+        log.warning("%s", what)
     # a dataset that substitutes bad samples draws the replacement from (seed, epoch, index)
     tag = callable(getattr(dataset, "on_error", "raise")) or getattr(dataset, "on_error", "raise") != "raise"
     tag = tag or seed is not None  # a seeded loader seeds each sample: PerSampleSeed below
@@ -1651,7 +1700,7 @@ def create_loader(
             log.info("drop_last=True: the last training batch would hold 1 sample, which breaks BatchNorm")
     generator = None
     if seed is not None:
-        generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)  # distinct worker seeds per rank
+        generator = torch.Generator().manual_seed((seed + 1_000_003 * rank) % 2**64)  # distinct worker seeds per rank
     user_init = dataloader_kwargs.pop("worker_init_fn", None)
     # unseeded on several ranks: torch gives worker k the same seed on every rank (it shares the base seed
     # across the process group), so the k-th samples of all ranks would draw the same augmentations

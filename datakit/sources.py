@@ -191,15 +191,17 @@ class ImageDataset:
             for i in range(len(self)):
                 self.load_bytes(i)
 
-    def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None) -> np.ndarray:
+    def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None, *,
+               strict: bool = False) -> np.ndarray:  # fmt: skip
         """Sample ``index``'s image, without transform (or through ``fused``, a transform that
-        decodes the bytes itself); :class:`SampleError` when unreadable."""
+        decodes the bytes itself); :class:`SampleError` when unreadable (with ``strict``, also when
+        the decoder warns of damaged data it filled in, as :func:`~datakit.io.decode_image`)."""
         try:
             data = self.load_bytes(index)
             # no name on the hot path (an LMDB name is a lookup): it is put in only when decoding fails
             if fused is not None:
                 return fused(data, self.mode, None)
-            return decode_image(data, self.mode, max_size)
+            return decode_image(data, self.mode, max_size, strict=strict)
         except ImageDecodeError as exc:
             msg = str(exc)
             if msg.startswith(UNNAMED):
@@ -420,7 +422,9 @@ def scan_class_folders(
 
     classes = sorted(e.name for e in os.scandir(root) if is_dir(e))
     if not classes:
-        raise LabelError(f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=)")
+        raise LabelError(
+            f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=, --labels TABLE)"
+        )
     _refuse_unicode_twins(root, classes)
     files, targets = [], []
     for idx, cls in enumerate(classes):
@@ -592,9 +596,10 @@ class TableDataset(ImageDataset):
         """The sheet and row of sample ``index`` in the label table."""
         return self.table.where(index)
 
-    def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None) -> np.ndarray:
+    def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None, *,
+               strict: bool = False) -> np.ndarray:  # fmt: skip
         try:
-            return super().decode(index, max_size, fused)
+            return super().decode(index, max_size, fused, strict=strict)
         except SampleError as exc:
             raise SampleError(f"{exc} ({self.where(index)})") from exc.__cause__
 
@@ -625,9 +630,10 @@ class TableDataset(ImageDataset):
             if not any(self.exists(i) for i in picks):
                 self.prefix = ""
 
-    def _probe_root(self) -> None:
+    def _probe_root(self, found_only: bool = False) -> None:
         """Refuse at once, with the likely fix, when none of a spread of the table's files is under the root
-        (a table alone naming files relative to another folder), instead of failing at the first sample."""
+        (a table alone naming files relative to another folder), instead of failing at the first sample.
+        ``found_only``: only when another folder holds them (``check`` lists the missing files otherwise)."""
         picks = self._picks()
         if not picks or any(self.exists(i) for i in picks):
             return
@@ -639,10 +645,12 @@ class TableDataset(ImageDataset):
             found = next((d for d in dirs if (d / first).is_file()), None)
             if found is not None:
                 hint = f"; they are under {found}: pass root={os.fspath(found)!r} (CLI: {found} --labels TABLE)"
+        if found_only and not hint:
+            return
         where = f"inside {self.root}" if self.zip is not None else f"under {self.root}"
         raise LabelError(
-            f"{self.table.path}: none of {len(picks)} files the table names (first {first!r}) is {where}; names are "
-            f"relative to the table's folder, or to the folder given with it{hint}"
+            f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first {first!r}) is "
+            f"{where}; names are relative to the table's folder, or to the folder given with it{hint}"
         )
 
 

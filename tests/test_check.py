@@ -281,3 +281,35 @@ def test_check_notes_a_list_separated_by_a_full_width_space(tmp_path: Path, caps
     assert main(["check", str(path), "--workers", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["notes"] == [note] and out["problems"] == [] and out["class_counts"] == {"all": {"狗": 1, "猫": 2}}
+
+
+def test_integer_classes_are_counted_and_shown_in_numeric_order(tmp_path: Path, capsys):
+    # the attack: labels 0..11 came out of check as 0, 1, 10, 11, 2, ...: its counts were sorted as text, where
+    # the dataset, the pack and classes.json number them 0, 1, 2, ..., 11
+    rows = []
+    for i in range(12):
+        Image.fromarray(np.full((8, 8, 3), 10 * i, np.uint8)).save(tmp_path / f"图{i}.png")
+        rows.append([f"图{i}.png", i])
+    labels = table(tmp_path / "labels.xlsx", rows)
+    report = check_dataset(tmp_path, labels=labels)
+    order = [str(i) for i in range(12)]
+    assert report.ok and list(report.class_counts["train"]) == order and report.classes == order
+    assert main(["check", str(tmp_path), "--labels", str(labels)]) == 0
+    shown = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:14]]
+    assert shown == order
+
+
+def test_check_of_a_table_whose_files_are_elsewhere_says_where_in_one_line(samples: Path, tmp_path: Path, capsys):
+    # the attack: `datakit check labels.xlsx` beside the image folder printed 48 lines (24 missing, 24 not in the
+    # table) and no hint, where open_dataset, stats and pack-lmdb refuse in one line naming the folder
+    import shutil
+
+    shutil.copytree(samples, tmp_path / "copy")
+    table = tmp_path / "copy" / "labels.xlsx"
+    assert main(["check", str(table)]) == 1
+    images = tmp_path / "copy" / "images"
+    assert capsys.readouterr().err.splitlines() == [
+        f"datakit check: error: {table}: none of the files the table names (8 looked for, first 'cat/猫_01.jpg') is "
+        f"under {tmp_path / 'copy'}; names are relative to the table's folder, or to the folder given with it; "
+        f"they are under {images}: pass root={str(images)!r} (CLI: {images} --labels TABLE)"
+    ]

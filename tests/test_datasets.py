@@ -154,8 +154,13 @@ def test_bad_sources(tmp_path: Path, class_folder: Path):
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         open_dataset(tmp_path / "nothing")
     (tmp_path / "flat").mkdir()
-    with pytest.raises(LabelError, match="no class sub-folders"):
+    with pytest.raises(LabelError) as e:
         open_dataset(tmp_path / "flat")
+    flat = tmp_path / "flat"
+    assert (
+        str(e.value)
+        == f"{flat}: no class sub-folders (expected {flat}/<class>/<image>, or pass labels=, --labels TABLE)"
+    )
     (tmp_path / "flat" / "empty").mkdir()
     with pytest.raises(LabelError, match="class folder 'empty' holds no images"):
         open_dataset(tmp_path / "flat")

@@ -532,7 +532,7 @@ def test_hidden_sheet_left_out_unless_asked(tmp_path: Path):
     path = book(tmp_path / "l.xlsx", sheets, hidden=("old",))
     t = read_labels(path)
     assert t.split_names == ["train", "val"]
-    assert t.notes[-1] == f"{path}: hidden sheet 'old' not read (include_hidden=True reads them)"
+    assert t.notes[-1] == f"{path}: hidden sheet 'old' not read (include_hidden=True, --include-hidden, reads them)"
     assert read_labels(path, include_hidden=True).split_names == ["train", "val", "old"]
     assert read_labels(path, split="old", include_hidden=True).files.tolist() == ["z.jpg"]
 
@@ -554,7 +554,7 @@ def test_a_hidden_sheet_never_gives_the_splits_two_class_maps(tmp_path: Path, ca
     path = book(tmp_path / "l.xlsx", {"train": train, "val": val}, hidden=("val",))
     for name in ("f0", "f1", "f2", "f4", "f5", "f6"):
         jpeg(tmp_path / "img" / f"{name}.jpg")
-    note = f"{path}: hidden sheet 'val' not read (include_hidden=True reads them)"
+    note = f"{path}: hidden sheet 'val' not read (include_hidden=True, --include-hidden, reads them)"
     refusal = f"{path}: sheet 'val' is hidden; pass include_hidden=True (--include-hidden) to read it"
     for split in (None, "train"):
         caplog.clear()
@@ -1191,8 +1191,8 @@ def test_table_alone_with_wrong_root_says_where(samples: Path):
     with pytest.raises(LabelError) as e:
         open_dataset(samples / "labels.xlsx")  # its names are relative to samples/images
     assert str(e.value) == (
-        f"{samples / 'labels.xlsx'}: none of 8 files the table names (first 'cat/猫_01.jpg') is under {samples}; "
-        f"names are relative to the table's folder, or to the folder given with it; they are under "
+        f"{samples / 'labels.xlsx'}: none of the files the table names (8 looked for, first 'cat/猫_01.jpg') is under "
+        f"{samples}; names are relative to the table's folder, or to the folder given with it; they are under "
         f"{samples / 'images'}: pass root={str(samples / 'images')!r} (CLI: {samples / 'images'} --labels TABLE)"
     )
     assert len(open_dataset(samples / "labels.xlsx", root=samples / "images")) == 24

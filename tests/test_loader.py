@@ -982,8 +982,24 @@ try:
     stream = "accepted"
 except UsageError as exc:
     stream = str(exc)
+import logging
+warned = []
+handler = logging.Handler()
+handler.emit = lambda record: warned.append(record.getMessage())
+logging.getLogger("datakit").addHandler(handler)
+unset = create_loader(Idx(), 2, num_workers=0, seed=5)
+if rank == 0:
+    next(iter(unset))  # a rank-0 look, and no set_epoch in the loop: the ranks' epochs part
+unset_epochs = [[int(i) for b in unset for i in b] for _ in range(2)]
+own = torch.utils.data.RandomSampler(Idx())
+try:
+    create_loader(Idx(), 2, num_workers=0, sampler=own, distributed=True)
+    sampler = "accepted"
+except UsageError as exc:
+    sampler = str(exc)
+create_loader(Idx(), 2, num_workers=0, sampler=own)  # "auto": said, not refused
 print(json.dumps({"epochs": epochs, "eval": [int(i) for b in evaluation for i in b], "again": again,
-                  "draws": draws, "stream": stream}))
+                  "draws": draws, "stream": stream, "unset": unset_epochs, "warned": warned, "sampler": sampler}))
 dist.destroy_process_group()
 """
 
@@ -1014,6 +1030,20 @@ def test_two_gloo_ranks_get_disjoint_shards():
         "its share; its __iter__ must split the stream by torch.distributed.get_rank(), or every rank reads all "
         "of it; or pass distributed=False once it does"
     )
+    # the attack: a rank-0 look and no set_epoch: rank 0 served epoch e + 1 while rank 1 served epoch e, for the
+    # rest of the run (samples never served, others twice), without a word; now said once, on the rank that looked
+    assert r0["unset"][0] == r0["epochs"][1] and r1["unset"] == r1["epochs"]
+    sampler = ("sampler=RandomSampler is iterated as it is on each of the 2 ranks, so every rank reads all of its "
+               "samples; give a DistributedSampler (or no sampler: the loader shards its own)")  # fmt: skip
+    assert r0["sampler"] == r1["sampler"] == f"distributed=True: {sampler}"
+    assert r0["warned"] == [
+        "the loader's pass over epoch 0 ended before its last batch, and this one serves epoch 1: under "
+        "torch.distributed each of the 2 ranks counts its own passes, so a pass that only some ranks began (a look "
+        "at one batch on rank 0) puts their epochs, and so their shards, out of step; call "
+        "loader.sampler.set_epoch(epoch) at the start of each epoch",
+        sampler,
+    ]
+    assert r1["warned"] == [sampler]
 
 
 def _pool_loader(_):
@@ -1829,3 +1859,77 @@ def test_a_collate_error_names_the_file_read_in_place_of_an_unreadable_one(tmp_p
         f"samples 10 ({odd}, read in place of unreadable {bad}), 11 ({odd}): (33, 32, 3)); resize them to one "
         "size in the transform, or batch them with datakit.collate.pad_collate()"
     )
+
+
+def test_seeds_of_every_integer_type_and_size_torch_takes():
+    # the attacks: seed=np.int64(3) passed the check and failed in torch.Generator().manual_seed (TypeError);
+    # seed=2**64 - 1 ran epoch 0 and failed at epoch 1 (seed + epoch overflowed); 2**70 failed with torch's overflow
+    plain = create_loader(Indexed(6), 3, num_workers=0, seed=3)
+    ref = [int(i) for _ in range(2) for b in plain for i in b[0]]
+    loader = create_loader(Indexed(6), 3, num_workers=0, seed=np.int64(3))
+    assert [int(i) for _ in range(2) for b in loader for i in b[0]] == ref
+    big = create_loader(Indexed(6), 3, num_workers=0, seed=2**64 - 1)
+    epochs = [sorted(int(i) for b in big for i in b[0]) for _ in range(3)]
+    assert epochs == [list(range(6))] * 3
+    for bad in (2**64, 2**70, -(2**63) - 1):
+        with pytest.raises(UsageError) as e:
+            create_loader(Indexed(6), 3, num_workers=0, seed=bad)
+        assert (
+            str(e.value) == f"seed must fit in 64 bits (-2**63 to 2**64 - 1, what torch.manual_seed takes), got {bad}"
+        )
+
+
+def test_shuffle_with_a_sampler_is_refused():
+    # the attack: shuffle=True beside sampler=SequentialSampler came out in order, the shuffle dropped silently
+    ds = Indexed(6)
+    with pytest.raises(UsageError) as e:
+        create_loader(ds, 2, num_workers=0, sampler=torch.utils.data.SequentialSampler(ds), shuffle=True)
+    assert str(e.value) == ("shuffle=True with sampler=SequentialSampler: the sampler orders the samples itself, so the "
+                            "shuffle would be ignored; give one or the other")  # fmt: skip
+    loader = create_loader(ds, 2, num_workers=0, sampler=torch.utils.data.SequentialSampler(ds), shuffle=False)
+    assert [b[0].tolist() for b in loader] == [[0, 1], [2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {},
+        {"step": 2},
+        "epoch 1",
+        {"epoch": "1", "step": 0},
+        {"epoch": 1.5, "step": 0},
+        {"epoch": True, "step": 0},
+        {"epoch": -1, "step": 0},
+    ],  # fmt: skip
+)
+def test_what_is_no_loader_state_is_refused_in_one_line(state):
+    # the attack: {} and {"step": 2} gave a bare KeyError 'epoch', a string a TypeError about string indices
+    loader = create_loader(Indexed(12), 4, num_workers=0, seed=1, infinite=True)
+    with pytest.raises(UsageError) as e:
+        loader.load_state_dict(state)
+    if isinstance(state, dict):
+        assert str(e.value) == ("not a loader state (it needs 'epoch' and 'step', whole numbers >= 0, as state_dict() "
+                                f"gives them): {state!r}")  # fmt: skip
+    else:
+        assert str(e.value) == f"not a loader state (a dict as state_dict() gives, with 'epoch' and 'step'): {state!r}"
+
+
+def test_a_state_past_its_epoch_is_refused_and_one_at_its_end_goes_on_from_the_next():
+    # the attacks: {"epoch": 0, "step": 50} for an epoch of 3 batches went on from epoch 1 without a word; a state
+    # saved after a whole epoch, loaded for a dataset one image larger, was refused as "saved mid-epoch"
+    loader = create_loader(Indexed(12), 4, num_workers=0, seed=1, infinite=True)
+    with pytest.raises(UsageError) as e:
+        loader.load_state_dict({"epoch": 0, "step": 50})
+    assert str(e.value) == ("not a loader state: it says 200 samples of epoch 0 were served, and an epoch of 12 "
+                            "samples over 1 rank(s) holds 12 per rank")  # fmt: skip
+    run = create_loader(Indexed(12), 4, num_workers=0, seed=1, infinite=True)
+    for _ in range(3):
+        next(run)
+    state = run.state_dict()
+    assert state == {"epoch": 0, "step": 3, "sample": 12, "batch_size": 4, "samples": 12, "world": 1}
+    larger = create_loader(Indexed(13), 4, num_workers=0, seed=1, infinite=True)
+    larger.load_state_dict(state)
+    fresh = create_loader(Indexed(13), 4, num_workers=0, seed=1, infinite=True)
+    fresh.load_state_dict({"epoch": 1, "step": 0})
+    assert [next(larger)[0].tolist() for _ in range(2)] == [next(fresh)[0].tolist() for _ in range(2)]
+    assert larger.epoch == 1
