@@ -96,7 +96,12 @@ def _hist_one(ds, i: int, size: tuple[int, int] | None = None) -> np.ndarray:
 
     # strict: a JPEG cut short, its end marker put back, decodes with grey filled in (libjpeg's warning on
     # stderr, naming nothing); counted, that grey moves the mean. Refused as check and pack-lmdb refuse it
-    img = ds.decode(int(i), strict=True) if hasattr(ds, "decode") else np.asarray(ds[int(i)][0])
+    from datakit.sources import ImageDataset
+
+    if isinstance(ds, ImageDataset):
+        img = ds.decode(int(i), strict=True)
+    else:
+        img = ds.decode(int(i)) if hasattr(ds, "decode") else np.asarray(ds[int(i)][0])
     if img.ndim == 2:
         img = np.stack([img] * 3, axis=-1)
     if size is not None:

@@ -216,3 +216,22 @@ def test_ctrl_c_prints_one_line_and_nothing_from_the_workers(tmp_path: Path, mom
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert (proc.returncode, out, err) == (130, "", "datakit stats: interrupted\n")
+
+
+def test_a_jpeg_with_grey_filled_in_is_refused_not_counted(tmp_path: Path, capfd):
+    # the attack: a dark JPEG cut to a third, its end marker put back, decodes with grey (about 128) filled in and
+    # libjpeg's bare "Corrupt JPEG data" line on stderr: stats counted it (mean 0.22 where the whole images give
+    # 0.08), while check and pack-lmdb refuse the same file
+    from PIL import Image
+
+    (tmp_path / "a").mkdir()
+    dark = np.random.default_rng(0).integers(0, 40, (200, 200, 3), dtype=np.uint8)
+    Image.fromarray(dark).save(tmp_path / "a" / "whole.jpg", quality=95)
+    data = (tmp_path / "a" / "whole.jpg").read_bytes()
+    (tmp_path / "a" / "cut.jpg").write_bytes(data[: len(data) // 3] + b"\xff\xd9")
+    assert main(["stats", str(tmp_path), "-q"]) == 1
+    err = capfd.readouterr().err.splitlines()
+    assert err == [
+        f"datakit stats: error: sample 0: {tmp_path / 'a' / 'cut.jpg'}: damaged JPEG data: Corrupt JPEG data: "
+        "premature end of data segment"
+    ]
