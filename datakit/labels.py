@@ -1136,6 +1136,11 @@ def _parse_grid(
             if notes is not None:  # the header row again (sheets pasted one under another)
                 notes.append(f"{where}, row {rownum}: the header row again (tables joined?): skipped")
             continue
+        if isinstance(lab, float) and lab.is_integer() and abs(lab) >= 2**53:  # read as a double: no longer exact
+            problems.append(((order, rownum), f"{where}, row {rownum}: label {_text(lab)} is a number cell past "
+                             "2**53, which this reader gives as a 64-bit float, no longer exact (two labels could "
+                             "read as one); store the labels as text, or read with engine='openpyxl'"))  # fmt: skip
+            continue
         if numbers is None and isinstance(f, (int, float)) and not isinstance(f, bool):
             numbers = (rownum, _text(f))
         files.append(_text(f).replace("\\", "/"))

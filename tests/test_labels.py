@@ -1354,3 +1354,38 @@ def test_one_number_written_two_ways_is_refused_as_a_text_table_and_a_workbook_w
     a, b = read_labels(path), read_labels(xlsx)
     assert a.class_map().classes == b.class_map().classes == ("1.5", "2.5")
     assert a.targets(a.class_map()).tolist() == b.targets(b.class_map()).tolist() == [0, 0, 1]
+
+
+def test_integer_labels_past_2_to_the_53_in_number_cells_are_not_merged(tmp_path: Path):
+    # the attack: labels 9007199254740993 and 9007199254740992 in number cells: calamine reads doubles, so both
+    # came out 9007199254740992, one class (the same labels as CSV: two), silently with remap_labels=True
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["file", "label"])
+    for i, lab in enumerate([111, 222, 111, 222]):
+        ws.append([f"{i}.jpg", lab])
+    wb.save(tmp_path / "small.xlsx")
+    path = tmp_path / "big.xlsx"  # the numbers put in the sheet's XML by hand: openpyxl writes them as doubles
+    with zipfile.ZipFile(tmp_path / "small.xlsx") as src, zipfile.ZipFile(path, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "xl/worksheets/sheet1.xml":
+                data = data.replace(b"<v>111</v>", b"<v>9007199254740993</v>").replace(
+                    b"<v>222</v>", b"<v>9007199254740992</v>"
+                )
+            dst.writestr(item, data)
+    with pytest.raises(LabelError) as e:
+        read_labels(path, remap_labels=True, engine="calamine")
+    assert str(e.value).splitlines()[1:3] == [
+        f"  {path}, sheet 'train', row 2: label 9007199254740992 is a number cell past 2**53, which this reader gives "
+        "as a 64-bit float, no longer exact (two labels could read as one); store the labels as text, or read with "
+        "engine='openpyxl'",
+        f"  {path}, sheet 'train', row 3: label 9007199254740992 is a number cell past 2**53, which this reader gives "
+        "as a 64-bit float, no longer exact (two labels could read as one); store the labels as text, or read with "
+        "engine='openpyxl'",
+    ]
+    exact = read_labels(path, remap_labels=True, engine="openpyxl")  # whole numbers read as Python ints: exact
+    assert exact.class_values == ("9007199254740993", "9007199254740992")  # as first met: two classes
