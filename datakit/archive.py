@@ -580,9 +580,12 @@ def unzip(
         try:
             dest_path.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
-            raise UsageError(f"{dest}: cannot be made a folder (a file is in the way)") from None
+            what = "a link to nothing" if os.path.islink(dest_path) else "a file"  # a dangling link is no file
+            raise UsageError(f"{dest}: cannot be made a folder ({what} is in the way)") from None
         except OSError as exc:
             raise UsageError(f"{dest}: cannot be made a folder ({exc.strerror})") from None
+        if not os.access(dest_path, os.W_OK | os.X_OK):  # one line now, not one per member below
+            raise UsageError(f"{dest}: not writable; cannot extract into it")
         free = shutil.disk_usage(dest_path).free
         if total > free:  # a rerun: the files already there (of their sizes) need no room again
             total -= _already_there(dest_path, members)

@@ -83,7 +83,9 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     class_map = table.class_map(remap=remap_labels, strict=False)  # go on reading images whatever the labels
     if split is not None and not len(table) and report.problems:
         split = None  # the split asked for has no rows, which a problem says (an empty split): nothing to select
-    return TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
+    ds = TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
+    ds._every_file = (getattr(table, "whole", None) or table).files  # every split's rows: what "not in the table" means
+    return ds
 
 
 def check_dataset(
@@ -130,9 +132,9 @@ def check_dataset(
                 report.problems.append(line)
         if missing and len(missing) == len(ds):  # none of its files is there, all in another folder: one line
             table_ds._probe_root(found_only=True)
-        # with one split asked for, the others' files are expected; and a table none of whose rows could be read
-        # (its problems say why) would list every image as not in it
-        if split is None and len(table_ds.table):
+        # a table none of whose rows could be read (its problems say why) would list every image as not in it;
+        # with one split asked for, the other splits' files are expected, an image no row of any split names is not
+        if len(table_ds.table):
             if table_ds.zip is not None:
                 _not_in_table_zip(table_ds, report)
             elif os.path.isdir(table_ds.root):  # the folder given, or a table's own folder when it is alone
@@ -225,7 +227,8 @@ def _not_in_table_zip(ds: TableDataset, report: CheckReport) -> None:
     def key(name: str) -> str:  # a name typed in NFC finds the member stored in NFD (macOS), as reading does
         return unicodedata.normalize("NFC", member_path(name))
 
-    named = {key(ds.prefix + f) for f in [*ds.files, *ds.table.dropped_files]}
+    every = getattr(ds, "_every_file", ds.files)  # every split's rows, one split asked for or not
+    named = {key(ds.prefix + f) for f in [*ds.files, *every, *ds.table.dropped_files]}
     for m in ds.zip.members:
         path = member_path(m.name)
         parts = path.split("/")
@@ -243,7 +246,8 @@ def _not_in_table(ds: TableDataset, src: str | os.PathLike, report: CheckReport)
                 shown = os.path.normpath(os.path.join(dirpath, n))
                 on_disk[os.path.normcase(os.path.abspath(shown))] = shown
     named = {os.path.normcase(os.path.abspath(ds.path(i))) for i in range(len(ds))}
-    named |= {os.path.normcase(os.path.abspath(resolve_path(f, ds.root))) for f in ds.table.dropped_files}
+    rows = [*getattr(ds, "_every_file", ds.files), *ds.table.dropped_files]  # every split's rows
+    named |= {os.path.normcase(os.path.abspath(resolve_path(f, ds.root))) for f in rows}
     for extra in sorted(on_disk[k] for k in on_disk.keys() - named):
         report.problems.append(f"not in the table: {extra}")
 

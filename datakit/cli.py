@@ -316,7 +316,8 @@ def cmd_unzip(args: argparse.Namespace) -> int:
             done += f" ({len(report.unchanged)} already there and identical)"
         print(f"{done}; names decoded as {report.encoding.encoding}: {report.encoding.reason}")
         if report.problems:
-            print(f"{len(report.problems)} members not extracted (see above)", file=sys.stderr)
+            n = len(report.problems)
+            print(f"{n} member{'s' if n != 1 else ''} not extracted (see above)", file=sys.stderr)
     return 0 if report.ok else 1
 
 
@@ -471,6 +472,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
                "seconds": round(report.seconds, 3), "images_per_s": round(rate, 1)}  # fmt: skip
     if args.json:
         _print_json(summary)
+    elif not args.quiet and report.resumed_from == report.count and not report.skipped:
+        print(f"{report.path} is complete already ({report.count} images): nothing to pack")
     elif not args.quiet:
         resumed = f" (resumed after {report.resumed_from})" if report.resumed_from else ""
         print(f"packed {report.count} images{resumed} into {report.path}: {report.bytes_in / 2**20:.1f} MB read, "
@@ -701,7 +704,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     ds = open_source(src, labels=args.labels, split=args.split, transform=transform,
                       remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
     result = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite, font=args.font)
-    if result.hint:
+    if result.hint and not args.quiet:  # -q: nothing (the grid is written all the same)
         print(f"datakit preview: {result.hint}", file=sys.stderr)
     if not args.quiet:
         after = {"none": "as decoded", "train": f"after the train pipeline ({args.size} px crops)",
@@ -848,7 +851,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     counts = args.workers or default_candidates()
 
     def report(m) -> None:
-        if not args.json and not args.quiet:
+        if (
+            not args.json and not args.quiet and sys.stderr.isatty()
+        ):  # progress: only to a terminal (the table says it all)
             print(f"  num_workers={m.num_workers}: {m.images_per_s:.0f} images/s", file=sys.stderr)
 
     # raw decodes differ in size: count them instead of stacking them

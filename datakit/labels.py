@@ -64,6 +64,11 @@ class NotATable(UsageError, LabelError):
     and still a ``LabelError`` to code that catches that."""
 
 
+class NotADataset(UsageError, LabelError):
+    """A folder or zip given as a dataset with no class folders in it (and no table): a mistake in the call
+    (exit 2), as any source that is not a dataset, and still a ``LabelError`` to code that catches that."""
+
+
 # every extension datakit decodes (io.IMAGE_EXTENSIONS), and .jfif: a row naming one is an image's row
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm",
                   ".pbm")  # fmt: skip

@@ -6,6 +6,7 @@ through :class:`~datakit.lmdb.LmdbWriter`. The format itself lives in :mod:`data
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -261,15 +262,28 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
     if kind == "foreign":
         why = "--overwrite replaces only a datakit pack or an empty folder" if overwrite else "pick another OUT"
         raise UsageError(f"{out}: exists and holds other files than a datakit pack; not touching it, {why}")
+    place = next(p for p in [out, *out.absolute().parents] if os.path.isdir(p))  # where the pack's folder goes
+    if not os.access(place, os.W_OK | os.X_OK):
+        raise UsageError(f"{place}: not writable; cannot write the pack {out} {'in' if place == out else 'into'} it")
     try:
         out.mkdir(parents=True, exist_ok=True)
         had_lock = (out / LOCK_NAME).exists()
         lock = PackLock(out)
     except OSError as exc:  # a full disk or a read-only place, before anything was written
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise UsageError(f"{out}: cannot be written ({exc.strerror}); pick another OUT") from None
         raise PackWriteError(out, 0, exc) from None
     try:
         if kind in ("missing", "empty"):
-            return lock, None
+            if not {e.name for e in os.scandir(out)} - {LOCK_NAME}:
+                return lock, None
+            # another pack-lmdb made OUT and filled it between the look above and the lock: what is there now
+            # decides, as if it had been there before (never written over without --overwrite)
+            kind = _classify(out)
+            if kind == "foreign":
+                raise UsageError(f"{out}: exists and holds other files than a datakit pack; not touching it, "
+                                 "pick another OUT")  # fmt: skip
+            had_lock = True
         state, existing = _pack_state(out, had_lock)
         if state == "other":
             if not had_lock:

@@ -38,6 +38,7 @@ from datakit.labels import (
     ClassMap,
     LabelError,
     LabelTable,
+    NotADataset,
     StringArray,
     _unicode_form,
     read_labels,
@@ -65,6 +66,13 @@ BAD_SAMPLES_FORMAT = "datakit-bad-samples"
 BAD_SAMPLES_VERSION = 1
 MAX_SUBSTITUTES = 20
 DEFAULT_CACHE_LIMIT = 2 * 2**30
+
+
+def _size_text(n: float) -> str:
+    """Bytes as a message gives them: MiB from 1 MiB up, else KiB, else bytes (never "0 MiB over 0 MiB")."""
+    if n >= 2**20:
+        return f"{n / 2**20:.0f} MiB"
+    return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{int(n)} bytes"
 
 
 class ImageDataset:
@@ -130,8 +138,8 @@ class ImageDataset:
             need = self.encoded_size()
             if need > cache_limit:
                 raise ValueError(
-                    f"cache='memory' needs {need / 2**20:.0f} MiB for {len(self)} encoded images, over the limit of "
-                    f"{cache_limit / 2**20:.0f} MiB; raise cache_limit=, or pack the data with `datakit pack-lmdb`"
+                    f"cache='memory' needs {_size_text(need)} for {len(self)} encoded images, over the limit of "
+                    f"{_size_text(cache_limit)}; raise cache_limit=, or pack the data with `datakit pack-lmdb`"
                 )
             self._cache = {}
         if self.bad_samples is not None and on_error != "raise":
@@ -422,7 +430,7 @@ def scan_class_folders(
 
     classes = sorted(e.name for e in os.scandir(root) if is_dir(e))
     if not classes:
-        raise LabelError(
+        raise NotADataset(
             f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=, --labels TABLE)"
         )
     _refuse_unicode_twins(root, classes)
@@ -715,7 +723,7 @@ class ZipDataset(ImageDataset):
             top = images[0][0]  # one wrapping folder, as when a folder is zipped
         classes, keep = self._scan(top)
         if not classes or not keep:
-            raise LabelError(f"{self.path}: no class folders with images inside the archive")
+            raise NotADataset(f"{self.path}: no class folders with images inside the archive")
         empty = sorted(set(range(len(classes))) - {t for _, _, t in keep})
         if empty:  # as the extracted folder is refused: a class without samples shifts nothing silently
             hint = "; pass extensions= to count others" if self.extensions == IMG_EXTENSIONS else ""
@@ -880,7 +888,10 @@ class LmdbDataset(ImageDataset):
             if self.split is not None:
                 splits = r.meta.get("splits") or []
                 if self.split not in splits:
-                    shown = ", ".join(map(repr, splits)) or "none"
+                    if not splits:
+                        raise UsageError(f"{r.path}: no split {self.split!r}; the pack has no splits (its source "
+                                         "had no split column or sheets)")  # fmt: skip
+                    shown = ", ".join(map(repr, splits))
                     raise UsageError(f"{r.path}: no split {self.split!r}; the pack's splits are {shown}")
                 idx = idx[r.records["split"] == splits.index(self.split) + 1]
             shard_of.append(np.full(len(idx), k, dtype=np.int32))

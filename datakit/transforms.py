@@ -146,6 +146,7 @@ class ToTensor:
         if not isinstance(img, np.ndarray):
             img = pil_to_numpy(img)
         _check_hwc(img, "ToTensor")
+        _refuse_chw(img, "ToTensor")  # named as what the caller called
         t = HWCToCHW()(img)
         if self.bgr:
             t = _bgr_to_rgb(t)

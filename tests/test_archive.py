@@ -1496,3 +1496,22 @@ def test_windows_code_page_bytes_python_codecs_refuse(tmp_path: Path, names, enc
     report = unzip(z, tmp_path / "out")
     assert report.ok and report.encoding.encoding == encoding and report.encoding.ambiguous == ()
     assert sorted(tree(tmp_path / "out")) == want
+
+
+def test_a_target_that_cannot_be_written_is_one_line_and_a_dangling_link_is_named(gbk_zip: Path, tmp_path: Path,
+                                                                                  monkeypatch, capsys):  # fmt: skip
+    # the attacks: a read-only -d printed "folder '训练' cannot be made: Permission denied" once per member, exit 1;
+    # -d naming a link to nothing was "a file is in the way"
+    (tmp_path / "ro").mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if Path(p) == tmp_path / "ro" else real(p, m, **kw))
+    assert unzip_gbk_main([str(gbk_zip), "-d", str(tmp_path / "ro")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"unzip-gbk: error: {tmp_path / 'ro'}: not writable; cannot extract into it"
+    ]
+    assert list((tmp_path / "ro").iterdir()) == []
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    assert unzip_gbk_main([str(gbk_zip), "-d", str(tmp_path / "dangling")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"unzip-gbk: error: {tmp_path / 'dangling'}: cannot be made a folder (a link to nothing is in the way)"
+    ]

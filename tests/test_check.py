@@ -99,9 +99,12 @@ def test_cli_column_and_encoding_options(class_folder: Path, tmp_path: Path, cap
     assert "name it with file_column= (--file-column)" in err
     opts = ["--labels", str(csv), "--file-column", "图", "--label-column", "种类", "--split-column", "折",
             "--encoding", "gbk"]  # fmt: skip
-    assert main(["check", str(class_folder), *opts, "--workers", "1", "--split", "train", "--json"]) == 0
+    # the folder's third class, 鸟, is in no split of the table: not in the table, one split asked for or not
+    assert main(["check", str(class_folder), *opts, "--workers", "1", "--split", "train", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["samples"] == 6 and out["class_counts"] == {"train": {"cat": 3, "dog": 3}}
+    birds = sorted(str(p) for p in (class_folder / "鸟").iterdir())
+    assert out["problems"] == [f"not in the table: {b}" for b in birds]
     assert main(["stats", str(class_folder), *opts, "--workers", "1", "--json", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["count"] == 8
     assert main(["preview", str(class_folder), *opts, "--out", str(tmp_path / "p.png"), "--n", "4", "-q"]) == 0
@@ -313,3 +316,21 @@ def test_check_of_a_table_whose_files_are_elsewhere_says_where_in_one_line(sampl
         f"under {tmp_path / 'copy'}; names are relative to the table's folder, or to the folder given with it; "
         f"they are under {images}: pass root={str(images)!r} (CLI: {images} --labels TABLE)"
     ]
+
+
+def test_check_of_one_split_names_an_image_no_split_names(class_folder: Path, tmp_path: Path):
+    # the attack: with --split train, an image that no sheet names went unreported (the other splits' files are
+    # expected there, and so every file was); without --split it was "not in the table"
+    images = sorted(p.relative_to(class_folder).as_posix() for p in class_folder.rglob("*.*"))
+    wb = Workbook()
+    for k, name in enumerate(["train", "val"]):
+        ws = wb.active if k == 0 else wb.create_sheet()
+        ws.title = name
+        ws.append(["文件名", "标签"])
+        for f in images[k::2][:-1] if name == "val" else images[k::2]:  # val's last image left out of every sheet
+            ws.append([f, f.split("/")[0]])
+    wb.save(tmp_path / "splits.xlsx")
+    unnamed = class_folder / images[1::2][-1]
+    for split in (None, "train"):
+        report = check_dataset(class_folder, labels=tmp_path / "splits.xlsx", split=split)
+        assert report.problems == [f"not in the table: {unnamed}"]

@@ -498,6 +498,9 @@ USAGE = [
     (["unzip", "{src}", "-d", "{tmp}/out"], "datakit unzip: error: {src}: is a directory, not a zip archive"),
     (["stats", "{src}", "--labels", "{src}"],
      "datakit stats: error: {src}: is a folder, not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)"),
+    (["check", "{tmp}/flat"],  # images with no class folders: exited 1 as bad data where a .png source exits 2
+     "datakit check: error: {tmp}/flat: no class sub-folders (expected {tmp}/flat/<class>/<image>, or pass labels=, "
+     "--labels TABLE)"),
     (["check", "{src}", "--labels", "{tmp}/labels.json"],  # exited 1 as bad data where a folder exits 2
      "datakit check: error: {tmp}/labels.json: not a label table (expected .xlsx, .xlsm, .csv, .tsv, .txt or .lst)"),
     (["unzip", "{tmp}/a.zip", "--encoding", "nope"],
@@ -509,6 +512,8 @@ USAGE = [
 def test_usage_errors_exit_2_with_one_line(argv, message, class_folder: Path, samples: Path, tmp_path: Path):
     fill = {"src": class_folder, "tmp": tmp_path, "samples": samples}
     (tmp_path / "labels.json").write_text('{"a.jpg": 0}')
+    (tmp_path / "flat").mkdir()
+    imwrite(tmp_path / "flat" / "1.png", np.zeros((4, 4, 3), np.uint8))
     proc = datakit(*(a.format(**fill) for a in argv))
     one_line_error(proc, 2, message.format(**fill))
     assert proc.stdout == ""

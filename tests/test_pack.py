@@ -1321,7 +1321,8 @@ def test_split_of_a_pack_source_packs_exactly_that_split_and_an_unknown_one_is_r
     pack_lmdb(class_folder, plain, workers=1)
     with pytest.raises(UsageError) as e:
         pack_lmdb(plain, tmp_path / "x.lmdb", split="train")
-    assert str(e.value) == f"{plain}: no split 'train'; the pack's splits are none"
+    assert str(e.value) == (f"{plain}: no split 'train'; the pack has no splits (its source had no split column or "
+                            "sheets)")  # fmt: skip
     assert not (tmp_path / "x.lmdb").exists()
 
 
@@ -1403,3 +1404,51 @@ def test_resume_rewrites_a_classes_json_that_is_json_but_no_class_map(tmp_path, 
     assert main(["pack-lmdb", str(src), str(out), "--resume"]) == 0
     assert (out / "classes.json").read_text(encoding="utf-8") == want
     assert json.loads(want) == {"classes": ["cat", "dog"]}
+
+
+def test_a_pack_finished_between_the_look_at_out_and_the_lock_is_not_written_over(class_folder: Path,
+                                                                                   tmp_path: Path, monkeypatch):  # fmt: skip
+    # the attack: OUT was looked at (missing) before the writer lock was taken; another pack-lmdb that made and
+    # finished OUT in between was then written into as a new pack, without --overwrite (orphan keys, verify failed)
+    import datakit.pack as P
+
+    out = tmp_path / "o.lmdb"
+    real, fired = P.PackLock, []
+    other = tmp_path / "other"
+    for c in ("a", "b"):
+        (other / c).mkdir(parents=True)
+        imwrite(other / c / "1.png", np.full((8, 8, 3), 9, np.uint8))
+
+    def lock(folder):
+        if not fired:
+            fired.append(1)
+            shutil.rmtree(out)  # this run's mkdir undone: the other run finds no OUT, as it would have
+            P.pack_lmdb(other, out, workers=0)
+        return real(folder)
+
+    monkeypatch.setattr(P, "PackLock", lock)
+    with pytest.raises(UsageError) as e:
+        P.pack_lmdb(class_folder, out, workers=0)
+    assert str(e.value) == f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite"
+    assert len(LmdbDataset(out)) == 2  # the other run's pack, whole
+
+
+def test_an_out_that_cannot_be_written_is_a_usage_error_before_any_work(class_folder: Path, tmp_path: Path,
+                                                                        monkeypatch, capsys):  # fmt: skip
+    # the attack: OUT in a folder this user may not write: "writing failed after 0 committed samples
+    # (PermissionError ...); ... run the same command with --resume", exit 1
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == tmp_path else real(p, mode, **kw))
+    assert main(["pack-lmdb", str(class_folder), str(tmp_path / "o.lmdb"), "-q"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"datakit pack-lmdb: error: {tmp_path}: not writable; cannot write the pack {tmp_path / 'o.lmdb'} into it"
+    ]
+    assert not (tmp_path / "o.lmdb").exists()
+
+
+def test_resuming_a_complete_pack_says_so(class_folder: Path, tmp_path: Path, capsys):
+    # it said "packed 12 images (resumed after 12) into ...: 0.0 MB read, 0.0 MB stored, 0 images/s"
+    out = tmp_path / "o.lmdb"
+    assert main(["pack-lmdb", str(class_folder), str(out), "-q"]) == 0
+    assert main(["pack-lmdb", str(class_folder), str(out), "--resume"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{out} is complete already (12 images): nothing to pack"]

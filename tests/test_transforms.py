@@ -518,6 +518,10 @@ def test_label_and_channel_conversions_never_change_values_silently():
     assert str(e.value) == ("HWCToCHW expects an H x W x C array, and (3, 224, 224) looks C x H x W already; pass it "
                             "on as it is (torch.from_numpy)")  # fmt: skip
     assert HWCToCHW()(np.zeros((2, 500, 3), np.uint8)).shape == (3, 2, 500)  # a thin strip is still H x W x C
+    with pytest.raises(ValueError) as e:  # named HWCToCHW, which the caller never called
+        ToTensor()(np.zeros((3, 32, 32), np.uint8))
+    assert str(e.value) == ("ToTensor expects an H x W x C array, and (3, 32, 32) looks C x H x W already; pass it "
+                            "on as it is (torch.from_numpy)")  # fmt: skip
 
 
 def test_normalize_refuses_statistics_and_dtypes_it_cannot_use():
