@@ -1601,6 +1601,10 @@ def create_loader(
                          "transform=train_pipeline(224)), ...)")  # fmt: skip
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int of at least 1, got {batch_size!r}")
+    prefetch = dataloader_kwargs.get("prefetch_factor")
+    if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
+        raise UsageError(f"prefetch_factor must be a whole number >= 1 (batches each worker reads ahead), got "
+                         f"{prefetch!r}")  # fmt: skip
     if "batch_sampler" in dataloader_kwargs:
         raise ValueError("create_loader makes the batches itself (order, sharding, resuming): give sampler= and "
                          "batch_size instead of batch_sampler=")  # fmt: skip

@@ -1933,3 +1933,11 @@ def test_a_state_past_its_epoch_is_refused_and_one_at_its_end_goes_on_from_the_n
     fresh.load_state_dict({"epoch": 1, "step": 0})
     assert [next(larger)[0].tolist() for _ in range(2)] == [next(fresh)[0].tolist() for _ in range(2)]
     assert larger.epoch == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_a_prefetch_factor_that_reads_nothing_ahead_is_refused(bad):
+    # the attack: prefetch_factor=0 with workers was turned into 4 without a word
+    with pytest.raises(UsageError) as e:
+        create_loader(Indexed(4), 2, num_workers=1, prefetch_factor=bad)
+    assert str(e.value) == f"prefetch_factor must be a whole number >= 1 (batches each worker reads ahead), got {bad!r}"
