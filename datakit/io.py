@@ -238,11 +238,12 @@ def _gif_size(data: bytes) -> tuple[int, int] | None:
     return h, w
 
 
-def _tiff_size(data: bytes) -> tuple[int, int] | None:
+def _tiff_tags(data: bytes, wanted: tuple[int, ...]) -> dict[int, int]:
+    """The SHORT or LONG values of the ``wanted`` tags in a TIFF's first IFD (those it holds)."""
     order = "little" if data[:2] == b"II" else "big"
     off = int.from_bytes(data[4:8], order)
     if off + 2 > len(data):
-        return None
+        return {}
     count = int.from_bytes(data[off : off + 2], order)
     tags: dict[int, int] = {}
     for k in range(count):
@@ -250,9 +251,26 @@ def _tiff_size(data: bytes) -> tuple[int, int] | None:
         if e + 12 > len(data):
             break
         tag, typ = int.from_bytes(data[e : e + 2], order), int.from_bytes(data[e + 2 : e + 4], order)
-        if tag in (256, 257):
+        if tag in wanted:
             tags[tag] = int.from_bytes(data[e + 8 : e + 10] if typ == 3 else data[e + 8 : e + 12], order)
+    return tags
+
+
+def _tiff_size(data: bytes) -> tuple[int, int] | None:
+    tags = _tiff_tags(data, (256, 257))
     return (tags[257], tags[256]) if len(tags) == 2 else None
+
+
+def _tiff_tile_over(data: bytes, name, limit: int) -> ImageDecodeError | None:
+    """A TIFF whose tiles (TileWidth x TileLength) pass the pixel budget: libtiff allocates a whole tile
+    to decode any of it, so 16 x 16 pixels stored as one 32768 x 32768 tile take 1 GB (4 GiB at 65536)."""
+    tags = _tiff_tags(data, (322, 323))
+    if len(tags) == 2 and tags[322] * tags[323] > limit:
+        tw, th = tags[322], tags[323]
+        return ImageDecodeError(f"{_describe(name)}: TIFF tiles of {tw}x{th} = {tw * th} pixels, over the limit "
+                                f"of {limit} (a decompression bomb?; raise it with max_pixels= or the "
+                                "DATAKIT_MAX_PIXELS environment variable)")  # fmt: skip
+    return None
 
 
 def _webp_size(data: bytes) -> tuple[int, int] | None:
@@ -355,9 +373,20 @@ def _pillow_size(data: bytes) -> tuple[int, int] | None:
             warnings.simplefilter("ignore")
             with Image.open(io.BytesIO(data)) as im:
                 return im.size[1], im.size[0]
-    except Image.DecompressionBombError as exc:
-        m = re.search(r"\((\d+) pixels", str(exc))
-        return (int(m.group(1)), 1) if m else (2**31, 1)
+    except Image.DecompressionBombError:
+        # Image.open refuses it naming its pixel count only: its format's reader alone gives the sides
+        for ident in Image.ID:
+            factory, accept = Image.OPEN[ident]
+            try:
+                if accept is not None and not accept(data[:16]):
+                    continue
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    im = factory(io.BytesIO(data), "")
+                return im.size[1], im.size[0]
+            except Exception:
+                continue
+        return 2**31, 1
     except Exception:
         return None
 
@@ -511,6 +540,17 @@ def _unassociated_alpha(data: bytes) -> bool:
         return False
 
 
+class _DeepSamples(ValueError):
+    """Pillow's 32-bit samples (mode "F" or "I"), which no 8-bit mode can take without a scale."""
+
+
+def _deep_samples(name, fmt: str | None, dtype: str, mode: str) -> str:
+    return (
+        f"{_describe(name)}: {fmt or 'image'} with {dtype} samples: mode {mode!r} gives 8 bits, and their "
+        "scale is not stored (0-1? 0-65535?); read it with mode='unchanged' (as stored) and scale it yourself"
+    )
+
+
 def _pillow_decode(data: bytes, mode: str, upright: bool = True) -> np.ndarray:
     """Decode with Pillow (GIF, and anything the OpenCV build lacks); BGR order like OpenCV.
     ``upright``: turned by its EXIF orientation (False: as stored, for a JPEG, whose orientation
@@ -526,6 +566,10 @@ def _pillow_decode(data: bytes, mode: str, upright: bool = True) -> np.ndarray:
             im = ImageOps.exif_transpose(im)
         if im.mode == "P":
             im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+        if im.mode in ("F", "I"):  # 32-bit float or integer samples: Pillow's 8-bit conversion clips them
+            if mode != "unchanged":
+                raise _DeepSamples("float32" if im.mode == "F" else "int32")
+            return np.asarray(im)
         if mode == "gray":
             return np.asarray(im.convert("L"))
         if mode in ("bgr", "rgb"):
@@ -608,6 +652,8 @@ def _decode_image(
             )
     if size is not None and size[0] * size[1] > limit:
         raise _over_budget(name, size[0], size[1], limit)
+    if fmt == "TIFF" and (tiles := _tiff_tile_over(raw, name, limit)) is not None:
+        raise tiles
     if not strict:
         img = _decode(raw, buf, fmt, mode, max_size, name)
     else:
@@ -623,6 +669,9 @@ def _decode_image(
                 failed = exc
             else:
                 failed = None
+        # an eXIf chunk libpng cannot read (one that begins "Exif\0\0", as some tools write it) is metadata,
+        # not damaged pixels: its warning (printed without a line end, so repeated on one line) is dropped
+        messages = [m for m in (re.sub(r"(libpng warning: eXIf: invalid\s*)+", "", m).strip() for m in messages) if m]
         if messages:
             what = f"{fmt} data" if fmt else "data"
             raise ImageDecodeError(f"{_describe(name)}: damaged {what}: {'; '.join(messages)}") from failed
@@ -661,10 +710,22 @@ def _decode(
     if fmt == "TIFF" and _unassociated_alpha(raw):
         return _pillow_decode(raw, mode)  # OpenCV's libtiff RGBA path would multiply the colours by alpha
     flags = _cv2_flags(mode, fmt, factor, components)
-    img = cv2.imdecode(buf, flags)
+    try:
+        img = cv2.imdecode(buf, flags)
+    except cv2.error:  # OpenCV's own limits (a side over 2**20, its pixel cap): Pillow below, or a named error
+        img = None
+    if img is None and mode != "unchanged" and fmt == "TIFF":
+        try:
+            deep = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
+        except cv2.error:
+            deep = None
+        if deep is not None and deep.dtype not in (np.uint8, np.uint16):
+            raise ImageDecodeError(_deep_samples(name, fmt, str(deep.dtype), mode))
     if img is None:
         try:
             img = _pillow_decode(raw, mode, upright=fmt != "JPEG")
+        except _DeepSamples as exc:
+            raise ImageDecodeError(_deep_samples(name, fmt, str(exc), mode)) from None
         except Exception as exc:
             what = f"{fmt} data is corrupt or truncated" if fmt else "not a recognised image format"
             head = raw[:8]
@@ -873,12 +934,24 @@ def encode_image(img: np.ndarray, ext: str = ".jpg", quality: int = 95, *, mode:
     if mode == "rgb" and img.ndim == 3 and img.shape[2] in (3, 4):
         img = cv2.cvtColor(img, cv2.COLOR_RGB2BGR if img.shape[2] == 3 else cv2.COLOR_RGBA2BGRA)
     ext = ext.lower() if ext.startswith(".") else "." + ext.lower()
+    deep = (".png", ".tif", ".tiff", ".pgm", ".ppm", ".pnm")  # the formats OpenCV writes 16 bits to
+    if img.dtype != np.uint8 and not (img.dtype == np.uint16 and ext in deep):
+        # OpenCV would write a float 0-1 image as 0 and 1 (black), saturate 16 bits into a JPEG, without a word
+        kinds = "uint8" + (" or uint16" if ext in deep else "")
+        raise ValueError(f"cannot encode a {img.dtype} array as {ext}: it takes {kinds} pixels (scale and convert "
+                         "it first, for example (img * 255).round().astype(np.uint8) for floats in 0-1)")  # fmt: skip
+    if img.size == 0 or (img.ndim == 3 and img.shape[2] not in (1, 3, 4)):
+        raise ValueError(f"cannot encode an array of shape {img.shape} as {ext}: it takes H x W, or H x W x 1, 3 "
+                         "or 4 channels, none of them 0")  # fmt: skip
     params: list[int] = []
     if ext in (".jpg", ".jpeg", ".jpe"):
         params = [cv2.IMWRITE_JPEG_QUALITY, int(quality)]
     elif ext == ".webp":
         params = [cv2.IMWRITE_WEBP_QUALITY, int(quality)]
-    ok, out = cv2.imencode(ext, img, params)
+    try:
+        ok, out = cv2.imencode(ext, img, params)
+    except cv2.error:  # an extension OpenCV does not know, or a layout its writer refuses
+        ok = False
     if not ok:
         raise ValueError(f"cannot encode a {img.dtype} array of shape {img.shape} as {ext}")
     return out.tobytes()
@@ -941,7 +1014,9 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     created meanwhile is never replaced: the final step is a hard link, which fails if it exists).
     """
     path = check_output(path, overwrite=overwrite)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # the temporary name holds the final one, cut so that it stays under the 255 bytes of a name
+    stem = path.name if len(os.fsencode(path.name)) <= 200 else os.fsdecode(os.fsencode(path.name)[:200])
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=path.parent)
     try:
         os.close(fd)
         yield tmp

@@ -745,3 +745,113 @@ def test_unchanged_reads_a_png_or_webp_orientation_as_opencv_does(exif, containe
     assert _container_orientation(data, container.upper()) == orientation
     assert decode_image(data, "unchanged").shape == ((10, 6, 3) if orientation == 6 else (6, 10, 3))
     np.testing.assert_array_equal(decode_image(data, "unchanged")[:, :, ::-1], decode_image(data, "rgb"))
+
+
+def test_opencv_limits_fall_back_or_are_named_never_a_bare_cv2_error(tmp_path: Path):
+    # the attacks: a 1 x 1,100,000 PGM (OpenCV's CV_IO_MAX_IMAGE_WIDTH) and a 173-byte PAM saying 40000 x 40000
+    # raised a bare cv2.error past every handler: datakit check died with a traceback, on_error="skip" too
+    wide = tmp_path / "wide.pgm"
+    row = (np.arange(1_100_000) % 251).astype(np.uint8)
+    wide.write_bytes(b"P5\n1100000 1\n255\n" + row.tobytes())
+    got = imread(wide, "gray")
+    assert got.shape == (1, 1_100_000) and np.array_equal(got[0], row)
+    pam = tmp_path / "pam.jpg"
+    pam.write_bytes(b"P7\nWIDTH 40000\nHEIGHT 40000\nDEPTH 1\nMAXVAL 255\nTUPLTYPE GRAYSCALE\nENDHDR\n" + bytes(64))
+    with pytest.raises(ImageDecodeError) as e:
+        imread(pam, "rgb")
+    assert str(e.value) == (f"{pam}: not a recognised image format (starts with b'P7\\nWIDTH'; cannot identify "
+                            "image file)")  # fmt: skip
+
+
+def test_32_bit_samples_are_refused_in_8_bit_modes_and_kept_in_unchanged(tmp_path: Path):
+    # the attack: a float TIFF in 0-1 came back black (0 and 1) in rgb, with a bare OpenCV warning
+    values = np.linspace(0, 1, 12 * 8, dtype=np.float32).reshape(12, 8)
+    Image.fromarray(values, mode="F").save(tmp_path / "f.tif")
+    for mode in ("rgb", "gray"):
+        with pytest.raises(ImageDecodeError) as e:
+            imread(tmp_path / "f.tif", mode)
+        assert str(e.value) == (f"{tmp_path / 'f.tif'}: TIFF with float32 samples: mode {mode!r} gives 8 bits, and "
+                                "their scale is not stored (0-1? 0-65535?); read it with mode='unchanged' (as stored) "
+                                "and scale it yourself")  # fmt: skip
+    got = imread(tmp_path / "f.tif", "unchanged")
+    assert got.dtype == np.float32 and np.array_equal(got.reshape(12, 8), values)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "ext", "message"),
+    [
+        (np.float32, ".png", "cannot encode a float32 array as .png: it takes uint8 or uint16 pixels"),
+        (np.uint16, ".jpg", "cannot encode a uint16 array as .jpg: it takes uint8 pixels"),
+        (np.int64, ".png", "cannot encode a int64 array as .png: it takes uint8 or uint16 pixels"),
+    ],
+)
+def test_imwrite_refuses_pixels_its_format_would_change(tmp_path: Path, dtype, ext, message):
+    # the attacks: a float image in 0-1 written as PNG read back as 0 and 1 (black); 16 bits into a JPEG saturated;
+    # int64 raised a bare cv2.error
+    img = (np.random.default_rng(0).random((6, 5, 3)) * (1 if dtype == np.float32 else 255)).astype(dtype)
+    with pytest.raises(ValueError) as e:
+        imwrite(tmp_path / f"x{ext}", img)
+    assert str(e.value).startswith(message)
+    assert not list(tmp_path.iterdir())
+    deep = np.arange(30, dtype=np.uint16).reshape(6, 5) * 2000
+    assert np.array_equal(imread(imwrite(tmp_path / "d.png", deep), "unchanged"), deep)
+
+
+def test_imwrite_takes_a_name_as_long_as_the_file_system_does(tmp_path: Path):
+    # the attack: a 250-byte name could not be written: the temporary name around it passed 255 bytes
+    name = "图" * 80 + "x" * 6 + ".png"  # 240 + 6 + 4 = 250 bytes
+    img = np.full((4, 4, 3), 7, np.uint8)
+    out = imwrite(tmp_path / name, img)
+    assert np.array_equal(imread(out), img) and os.listdir(tmp_path) == [name]
+
+
+def test_a_png_exif_chunk_with_an_exif_header_is_no_damage_in_strict_mode():
+    # the attack: libpng's "eXIf: invalid" warning (an eXIf chunk that begins Exif\0\0, as some tools write it)
+    # made strict decoding, and so datakit check, refuse the intact pixels as "damaged PNG data"
+    rgb = np.random.default_rng(0).integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    data = _png_with_exif(rgb, b"Exif\0\0" + _tiff_orientation(6, b"II"))
+    np.testing.assert_array_equal(decode_image(data, "rgb", strict=True), rgb)
+
+
+def test_a_tiff_tile_past_the_pixel_budget_is_refused_before_decoding(tmp_path: Path):
+    # the attack: 16 x 16 pixels stored as one deflate tile of 32768 x 32768 (1 MB of file): the budget counted
+    # 256 pixels, and libtiff allocated the whole tile, 1 GB (4 GiB for a 65536 tile) in every worker
+    import struct
+    import zlib
+
+    side = 64
+    data = zlib.compress(bytes(side * side), 9)
+    entries = [(256, 3, 16), (257, 3, 16), (258, 3, 8), (259, 3, 8), (262, 3, 1), (277, 3, 1), (322, 4, side),
+               (323, 4, side), (324, 4, 0), (325, 4, len(data))]  # fmt: skip
+    start = 8 + 2 + 12 * len(entries) + 4
+    entries[8] = (324, 4, start)
+    ifd = struct.pack("<H", len(entries)) + b"".join(
+        struct.pack("<HHI", t, k, 1) + (struct.pack("<HH", v, 0) if k == 3 else struct.pack("<I", v))
+        for t, k, v in entries
+    )
+    path = tmp_path / "tiles.tif"
+    path.write_bytes(b"II*\0" + struct.pack("<I", 8) + ifd + struct.pack("<I", 0) + data)
+    assert imread(path, "gray", max_pixels=side * side).shape == (16, 16)  # within the budget: read as ever
+    with pytest.raises(ImageDecodeError) as e:
+        imread(path, "gray", max_pixels=1000)
+    assert str(e.value) == (f"{path}: TIFF tiles of 64x64 = 4096 pixels, over the limit of 1000 (a decompression "
+                            "bomb?; raise it with max_pixels= or the DATAKIT_MAX_PIXELS environment variable)")  # fmt: skip
+
+
+def test_a_bomb_only_pillow_reads_the_header_of_is_named_with_its_sides(tmp_path: Path):
+    # the attack: a 30000 x 30000 PNG with a tEXt chunk before IHDR (datakit's parser wants IHDR first) was
+    # reported as "1x900000000 = 900000000 pixels": the sides rebuilt from Pillow's message, which gives the count
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    data = (b"\x89PNG\r\n\x1a\n" + chunk(b"tEXt", b"Comment\0first") +
+            chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 0, 0, 0, 0)) + chunk(b"IEND", b""))  # fmt: skip
+    path = tmp_path / "bomb.png"
+    path.write_bytes(data)
+    with pytest.raises(ImageDecodeError) as e:
+        imread(path, "rgb", max_pixels=10**8)
+    assert str(e.value) == (f"{path}: 30000x30000 = 900000000 pixels, over the limit of 100000000 (a decompression "
+                            "bomb?; raise it with max_pixels= or the DATAKIT_MAX_PIXELS environment variable)")  # fmt: skip
