@@ -530,7 +530,10 @@ def _globbed(pattern: str, out: str) -> list[str]:
     """The paths ``pattern`` matches, but ``out`` and the folders a pack being written into it keeps beside it."""
     import glob
 
-    found = [f for f in sorted(glob.glob(pattern)) if not _same_path(f, out) and not Path(f).name.startswith(".")]
+    from datakit.filenames import natural_key
+
+    found = [f for f in sorted(glob.glob(pattern), key=natural_key)
+             if not _same_path(f, out) and not Path(f).name.startswith(".")]  # fmt: skip
     if not found:
         raise UsageError(f"{pattern}: matches nothing" + (f" but {out}, the output" if glob.glob(pattern) else ""))
     return found
@@ -543,7 +546,9 @@ def _packs(names: list[str]) -> list[Path]:
     out = []
     for name in names:
         if any(c in name for c in "*?[") and not os.path.lexists(name):
-            found = sorted(glob.glob(name))
+            from datakit.filenames import natural_key
+
+            found = sorted(glob.glob(name), key=natural_key)  # train-2 before train-10
             if not found:
                 raise UsageError(f"{name}: matches nothing")
             out += [Path(f) for f in found]
@@ -557,7 +562,8 @@ def _print_info(path: Path, info: dict, quiet: bool) -> None:
     print(f"{path}: {info['format']} version {info['version']}, {info['count']} samples, {state}")
     if quiet:
         return
-    print(f"  source: {info['source']} (shard {info['options']['shard'][0]}/{info['options']['shard'][1]})")
+    shard = (info.get("options") or {}).get("shard") or [0, 1]  # a pack written by LmdbWriter alone has no options
+    print(f"  source: {info.get('source')} (shard {shard[0]}/{shard[1]})")
     stored, size = info.get("bytes", 0) / 2**20, info["file_bytes"] / 2**20
     print(f"  values: {info['encoding']}, {stored:.1f} MB in a {size:.1f} MB file; checksums {info['checksum']}")
     if "height_range" in info:

@@ -411,3 +411,9 @@ def json_text(obj, **kw) -> str:
     escapes instead, so the text reads back the same. Text without them is unchanged."""
     text = json.dumps(obj, ensure_ascii=False, **kw)
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def natural_key(name: str) -> list:
+    """A sort key that orders the numbers in names by value: ``train-2`` before ``train-10`` (the shards a glob
+    matches, in the order they were made), where plain text order puts ``train-10`` first."""
+    return [(0, int(part), part) if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]

@@ -23,7 +23,7 @@ import warnings
 import zlib
 from pathlib import Path
 
-from datakit.errors import ImageDecodeError
+from datakit.errors import ImageDecodeError, PackError
 from datakit.io import jpeg_entropy_index
 
 MARKER = "INDEX_CACHE"  # the file that makes a folder one of these caches
@@ -74,6 +74,12 @@ class IndexCache:
         def opener():
             import lmdb
 
+            from datakit.lmdb import check_data_file
+
+            if os.path.lexists(os.path.join(self.path, "data.mdb")):
+                # a cache cut short (a copy, a full disk) or with a damaged page would make liblmdb read past the
+                # file's end: SIGBUS, the process (every worker) dead without a word. Refused as a pack is
+                check_data_file(self.path)
             env = lmdb.open(self.path, map_size=_MAP_SIZE, subdir=True, sync=False, readahead=False,
                             meminit=False, max_readers=1024, max_dbs=0)  # fmt: skip
             env.reader_check()  # slots of readers killed while reading
@@ -104,7 +110,7 @@ class IndexCache:
             env = self._env()
             with env.begin() as txn:
                 value = txn.get(key)
-        except lmdb.Error as e:
+        except (lmdb.Error, PackError) as e:  # PackError: its data file damaged (check_data_file)
             self._give_up("reading", e)
             return None
         if value is not None:

@@ -868,8 +868,12 @@ def _decode_indexed(data: bytes, index: bytes, scale: int, rect: tuple[int, int,
         return _REGION.decode_indexed(data, bytes(index), scale, *rect, _REGION_ORDER[mode], *(True,)[:stored])
     except ValueError as e:
         if "index" in str(e):
-            raise ValueError(f"{_describe(name)}: {e}") from None
+            raise ForeignIndex(f"{_describe(name)}: {e}") from None
         return None
+
+
+class ForeignIndex(ValueError):
+    """An entropy index that is not the one of the JPEG it was given with."""
 
 
 def jpeg_entropy_index(data: bytes | bytearray | memoryview) -> bytes | None:

@@ -447,7 +447,7 @@ def _creation(raw: bytes | None) -> tuple | None:
     made (a new file may get the inode the replaced one had)."""
     try:
         meta = json.loads(raw) if raw is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):  # damaged: _decode_meta says so
         return None
     if not isinstance(meta, dict):
         return None
@@ -484,12 +484,46 @@ def _decode_meta(raw: bytes | None, path: Path) -> dict | None:
         meta = json.loads(raw)
         if not isinstance(meta, dict):
             raise ValueError("not a JSON object")
+    except RecursionError:  # arrays nested past Python's limit: no metadata datakit writes
+        raise PackError(f"{path}: the metadata record is damaged (nested too deep); copy the pack again or "
+                        "re-pack") from None  # fmt: skip
     except ValueError as exc:
         raise PackError(f"{path}: the metadata record is damaged ({exc}); copy the pack again or re-pack") from None
     crc = meta.pop("meta_crc32", None)
     if crc is not None and crc != zlib.crc32(_dump_meta(meta)):
         raise PackError(f"{path}: the metadata record fails its checksum; copy the pack again or re-pack")
+    if meta.get("format") == FORMAT:
+        wrong = _meta_shape_problem(meta)
+        if wrong:
+            raise PackError(f"{path}: the metadata record is damaged ({wrong}); copy the pack again or re-pack")
     return meta
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _meta_shape_problem(meta: dict) -> str | None:
+    """What in a datakit pack's metadata has a type or value no writer gives it, read as it is read (a count of
+    null, classes as a list, a shard as a string): one phrase, None when nothing is."""
+    for key in ("count", "planned"):
+        if key in meta and not _whole(meta[key]):
+            return f"its {key!r} is {meta[key]!r}, not a whole number"
+    if "classes" in meta and not (isinstance(meta["classes"], dict)
+                                  and isinstance(meta["classes"].get("classes", []), list)):  # fmt: skip
+        return f'its "classes" is {type(meta["classes"]).__name__}, not a class map'
+    if "complete" in meta and not isinstance(meta["complete"], bool):
+        return f'its "complete" is {meta["complete"]!r}, not true or false'
+    if "splits" in meta and not (isinstance(meta["splits"], list) and all(isinstance(x, str) for x in meta["splits"])):
+        return f'its "splits" is {meta["splits"]!r}, not a list of names'
+    options = meta.get("options", {})
+    if not isinstance(options, dict):
+        return f'its "options" is {options!r}, not an object'
+    shard = options.get("shard")
+    if shard is not None and not (isinstance(shard, list) and len(shard) == 2 and all(map(_whole, shard))
+                                  and shard[0] < shard[1]):  # fmt: skip
+        return f"its shard is {shard!r}, not [I, N] with 0 <= I < N"
+    return None
 
 
 def _dump_meta(meta: dict) -> bytes:
@@ -1103,6 +1137,8 @@ def _classes_json_problems(r: LmdbReader) -> list[str]:
     again = "; its pack-lmdb command run again with --resume rewrites it" if packed else ""
     if not os.path.lexists(f):
         return [f"{f}: missing{again}"] if r.complete and packed else []
+    if os.path.exists(f) and not os.path.isdir(f) and not os.path.isfile(f):  # a FIFO would wait for a writer
+        return [f"{f}: cannot be read (not a regular file)"]
     try:
         data = f.read_bytes()
     except OSError as exc:

@@ -32,6 +32,7 @@ from datakit.io import (
     image_format,
     jpeg_damage,
     probe_image,
+    reduction_factor,
     region_decoder_available,
 )
 from datakit.labels import ClassMap
@@ -132,10 +133,7 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
             h, w = img.shape[:2]
             value = data
             if max(h, w) > max_size:
-                import cv2
-
-                s = max_size / max(h, w)
-                img = cv2.resize(img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+                img = _shrunk(data, name, max_size)
                 value, (h, w) = encode_image(img, ".jpg", quality, mode="rgb"), img.shape[:2]
             elif image_format(data) == "JPEG" and max(_jpeg_size(data)[:2]) > max_size:
                 # decoded reduced but still larger than asked: re-encode the reduced pixels
@@ -248,6 +246,33 @@ def _clear_pack(out: Path) -> None:
             (out / name).unlink()
         except FileNotFoundError:
             pass
+
+
+def _shrunk(data: bytes, name: str, max_size: int) -> np.ndarray:
+    """The image with its longer side ``max_size``, RGB, upright: resized (area filter) from the pixels as stored,
+    decoded at the JPEG scale that keeps ``max_size``. At 1/f scale a side that is no multiple of f ends in a
+    pixel covering fewer than f: resized as if the whole decoded image spanned the full sides, every pixel came
+    out up to half a pixel off. Here each decoded pixel counts f source pixels, and the overhang of that short
+    last row and column is cut from the bottom and right, where it is as stored; the result is turned upright."""
+    import cv2
+
+    from datakit.io import _decode_image, _orient
+
+    stored, orientation = _decode_image(data, "rgb", max_size, name)
+    dh, dw = stored.shape[:2]
+    info = _jpeg_size(data) if image_format(data) == "JPEG" else None
+    full_h, full_w = info[:2] if info is not None and info[0] >= dh and info[1] >= dw else (dh, dw)
+    f = reduction_factor(full_h, full_w, max_size) if info is not None else 1
+    if -(-full_h // f) != dh or -(-full_w // f) != dw:  # decoded at another scale than libjpeg's: as it came
+        full_h, full_w, f = dh, dw, 1
+    s = max_size / max(full_h, full_w)
+    th, tw = max(1, round(full_h * s)), max(1, round(full_w * s))
+    # the target's sides span the full image's, as any resize maps them; OpenCV maps by fx/fy themselves when it
+    # is given no size, so the decoded pixels past the full sides fall beyond the target and are cut
+    out = cv2.resize(stored, None, fx=f * tw / full_w, fy=f * th / full_h, interpolation=cv2.INTER_AREA)
+    if out.shape[0] < th or out.shape[1] < tw:  # a side rounded down past the target (a thin image): stretched
+        out = cv2.resize(stored, (tw, th), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(_orient(out[:th, :tw], orientation))
 
 
 def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: bool = False,

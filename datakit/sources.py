@@ -951,7 +951,9 @@ def _expand_sources(src) -> list[str] | None:
         return [os.fspath(s) for s in src]
     s = os.fspath(src)
     if any(ch in s for ch in "*?[") and not os.path.exists(s):
-        found = sorted(glob.glob(s))
+        from datakit.filenames import natural_key
+
+        found = sorted(glob.glob(s), key=natural_key)  # the shards in the order they were made: 2 before 10
         if not found:
             raise UsageError(f"{s}: the pattern matches nothing")
         return found

@@ -781,7 +781,11 @@ class TrainPipeline(Compose):
         if mode in dio._REGION_ORDER and dio.region_decoder_available():
             # the region decoder: only the crop's pixels, as stored, turned upright below
             index = self.index_cache.index(data, name) if self.index_cache is not None else None
-            region = dio._decode_region(data, h, w, mode, f, (y0, x0, y1, x1), name, index, orientation != 1)
+            box = (y0, x0, y1, x1)
+            try:
+                region = dio._decode_region(data, h, w, mode, f, box, name, index, orientation != 1)
+            except dio.ForeignIndex:  # a cached index of another file with this name, length and CRC-32 (forged)
+                region = dio._decode_region(data, h, w, mode, f, box, name, None, orientation != 1)
             if region is not None:
                 region = dio._orient(region, orientation)
         if region is None:  # not built, or an image it leaves to the whole-image decoders

@@ -186,7 +186,7 @@ def test_an_unreadable_cache_warns_once_and_the_pixels_are_the_same(tmp_path, bu
         got = _crops(cached, files, 0)
     _assert_same(got, _crops(train_pipeline(224), files, 0))
     assert len(caught) == 1
-    assert str(caught[0].message).startswith(f"index_cache {cache}: reading failed (InvalidError: ")
+    assert str(caught[0].message).startswith(f"index_cache {cache}: reading failed (PackError: {cache}: ")
     assert str(caught[0].message).endswith(
         "going on without it (the same pixels, decoded without the index); delete the folder to start it afresh"
     )
@@ -270,3 +270,57 @@ def test_a_jpeg_over_the_pixel_budget_is_refused_naming_the_file_with_the_cache_
     with pytest.raises(ImageDecodeError) as e:
         pipe.from_bytes(bytes(data), name="大图/炸弹.jpg")
     assert str(e.value).startswith("大图/炸弹.jpg: 65535x65535 = 4294836225 pixels, over the limit of ")
+
+
+_READ_CACHED = """
+import sys, warnings, torch
+from pathlib import Path
+from datakit.transforms import train_pipeline
+files = sorted(Path(sys.argv[1]).rglob("*.jpg"))
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    crops = []
+    for k, p in enumerate(files):
+        torch.manual_seed(k)
+        crops.append(train_pipeline(224, index_cache=sys.argv[2]).from_bytes(p.read_bytes(), name=str(p)))
+plain = []
+for k, p in enumerate(files):
+    torch.manual_seed(k)
+    plain.append(train_pipeline(224).from_bytes(p.read_bytes(), name=str(p)))
+print(all(torch.equal(a, b) for a, b in zip(crops, plain)))
+print(*sorted({str(w.message).split(" (")[0] for w in seen}), sep="\\n")
+"""
+
+
+@pytest.mark.parametrize("damage", ["cut short", "a page pointer past the end"])
+def test_a_damaged_cache_file_is_said_and_gone_around_not_a_crash(tmp_path, damage):
+    # the attack: a cache's data.mdb cut to 8192 bytes (a copy cut short, a full disk), or one byte of a page
+    # flipped, killed the process with SIGBUS (rc 135, every worker with it): the cache file was mapped unchecked
+    files = _folder(tmp_path / "data", n=6)
+    cache = tmp_path / "cache"
+    cached = train_pipeline(224, index_cache=cache)
+    _crops(cached, files, 0)
+    indexcache_close(cache)
+    data = cache / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    if damage == "cut short":
+        raw = raw[:8192]
+    else:
+        for page in range(2, len(raw) // 4096):  # past the two meta pages: the B-tree's root among them
+            raw[page * 4096 + 13] ^= 0x80  # mp_lower's high byte: its nodes' offsets run past the page
+    data.write_bytes(bytes(raw))
+    out = subprocess.run([sys.executable, "-c", _READ_CACHED, str(tmp_path / "data"), str(cache)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    same, *warned = out.stdout.splitlines()
+    assert same == "True" and warned == [f"index_cache {cache}: reading failed"]
+
+
+def test_an_index_of_another_file_with_the_same_key_is_gone_around(tmp_path, builds, monkeypatch):
+    # the attack: a file replaced by another of the same name, length and CRC-32 (the CRC forged in a comment
+    # segment): the cached index was refused ("the index is not one of this JPEG") and the good sample with it
+    a, b = _folder(tmp_path / "data", n=2)
+    cached = train_pipeline(224, index_cache=tmp_path / "cache")
+    monkeypatch.setattr(indexcache, "_key", lambda data, name: b"one key for every file")
+    _crops(cached, [a], 0)  # a's index stored under the key b will read too
+    _assert_same(_crops(cached, [b], 1), _crops(train_pipeline(224), [b], 1))

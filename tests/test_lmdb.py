@@ -732,6 +732,7 @@ CLASSES_DAMAGE = {
     "not JSON": ('{"classes": [cat, dog]}', ["{f}: not JSON (line 1 column 14)" + AGAIN]),
     "not UTF-8": (b'{"classes": ["\xff"]}', ["{f}: not UTF-8 (byte 14)" + AGAIN]),
     "a folder": ("folder", ["{f}: cannot be read (Is a directory)"]),
+    "a FIFO": ("fifo", ["{f}: cannot be read (not a regular file)"]),  # verify waited for a writer, for ever
     "a list": ('["cat", "dog", "鸟"]', ['{f}: a JSON array, not a class map ({{"classes": [...]}})' + AGAIN]),
     "no classes": ('{"names": ["cat", "dog", "鸟"]}', ['{f}: no "classes" list of class names' + AGAIN]),
     "classes a string": ('{"classes": "cat dog 鸟"}',
@@ -767,6 +768,8 @@ def test_verify_checks_classes_json_against_the_pack(cli_pack: Path, tmp_path: P
     f.unlink()
     if content == "folder":
         f.mkdir()
+    elif content == "fifo":
+        os.mkfifo(f)
     elif isinstance(content, bytes):
         f.write_bytes(content)
     elif content is not None:
@@ -881,3 +884,41 @@ def test_verify_reports_the_damage_that_opening_the_pack_refuses(tmp_path: Path)
     assert line in verify_lmdb(out)
     proc = verify_cli(out)
     assert proc.returncode == 1 and line in proc.stderr.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (lambda m: m.update(count=None), "its 'count' is None, not a whole number"),
+        (lambda m: m.update(classes=["cat", "dog", "鸟"]), 'its "classes" is list, not a class map'),
+        (lambda m: m.update(splits="train"), "its \"splits\" is 'train', not a list of names"),
+        (lambda m: m.update(options=None), 'its "options" is None, not an object'),
+        (lambda m: m["options"].update(shard="0/1"), "its shard is '0/1', not [I, N] with 0 <= I < N"),
+        (lambda m: m["options"].update(shard=[5, 2]), "its shard is [5, 2], not [I, N] with 0 <= I < N"),
+        (lambda m: m.update(complete="false"), "its \"complete\" is 'false', not true or false"),
+        (None, "nested too deep"),
+    ],
+)  # fmt: skip
+def test_metadata_of_the_wrong_shape_is_one_line_everywhere(cli_pack: Path, tmp_path: Path, edit, why, capsys):
+    # the attack: metadata rewritten with its checksum made to match: count null, classes a list, a shard "0/1",
+    # "[" * 100000: tracebacks (TypeError, AttributeError, RecursionError) from open_dataset, info, verify, check,
+    # a bare "invalid literal for int()" naming no pack, or verify passing it
+    from datakit.lmdb import META_KEY, _encode_meta
+
+    pack = tmp_path / "p.lmdb"
+    shutil.copytree(cli_pack, pack)
+    with lmdb.open(str(pack), map_size=1 << 28) as env, env.begin(write=True) as txn:
+        meta = json.loads(txn.get(META_KEY))
+        meta.pop("meta_crc32")
+        if edit is None:
+            txn.put(META_KEY, b"[" * 100_000)
+        else:
+            edit(meta)
+            txn.put(META_KEY, _encode_meta(meta))
+    line = f"{pack}: the metadata record is damaged ({why}); copy the pack again or re-pack"
+    with pytest.raises(PackError) as e:
+        open_dataset(pack)
+    assert str(e.value) == line
+    for cmd in ("info", "verify", "check"):
+        assert main([cmd, str(pack)]) == 1
+        assert capsys.readouterr().err.splitlines() == [f"datakit {cmd}: error: {line}"]

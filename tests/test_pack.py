@@ -1452,3 +1452,47 @@ def test_resuming_a_complete_pack_says_so(class_folder: Path, tmp_path: Path, ca
     assert main(["pack-lmdb", str(class_folder), str(out), "-q"]) == 0
     assert main(["pack-lmdb", str(class_folder), str(out), "--resume"]) == 0
     assert capsys.readouterr().out.splitlines() == [f"{out} is complete already (12 images): nothing to pack"]
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6])
+def test_max_size_keeps_the_geometry_of_sides_no_multiple_of_the_decode_scale(tmp_path: Path, orientation: int):
+    # the attack: 257 x 613 decoded at 1/4 is 65 x 154, its last row covering one source row of four; resized as
+    # if the 65 rows spanned the 257, every row came out up to half a pixel high: a dark band centred on row 50.74
+    # of an area resize of the whole image lay at 50.21
+    from PIL import Image
+
+    from datakit.io import _orient
+
+    src = np.full((257, 613, 3), 255, np.uint8)
+    src[236:252] = 0
+    (tmp_path / "src" / "x").mkdir(parents=True)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(src).save(tmp_path / "src" / "x" / "e.jpg", quality=100, subsampling=0, exif=exif.tobytes())
+    out = tmp_path / "o.lmdb"
+    pack_lmdb(tmp_path / "src", out, max_size=128, quality=100, workers=0)
+    got = open_dataset(out, mode="rgb")[0][0]
+    upright = _orient(src, orientation)
+    h, w = upright.shape[:2]
+    s = 128 / max(h, w)
+    ref = cv2.resize(upright, (round(w * s), round(h * s)), interpolation=cv2.INTER_AREA)
+    assert got.shape == ref.shape
+
+    def centre(img: np.ndarray) -> float:  # of the dark band, along the axis it lies across
+        profile = 255 - img[..., 0].astype(float).mean(axis=1 if orientation != 6 else 0)
+        return float((profile * np.arange(len(profile))).sum() / profile.sum())
+
+    assert abs(centre(got) - centre(ref)) < 0.05
+
+
+def test_eleven_shards_joined_by_a_glob_keep_the_source_order(class_folder: Path, tmp_path: Path):
+    # the attack: a glob sorted as text put shard-10 before shard-2: the joined pack (and the dataset read from
+    # the shards) held the samples in another order than the source's, though each kept its label
+    for i in range(11):
+        pack_lmdb(class_folder, tmp_path / f"shard-{i}.lmdb", shard=f"{i}/11", workers=0)
+    whole = open_dataset(class_folder)
+    ds = open_dataset(str(tmp_path / "shard-*.lmdb"))
+    assert [os.path.basename(ds.name(i)) for i in range(12)] == [os.path.basename(whole.name(i)) for i in range(12)]
+    assert main(["pack-lmdb", str(tmp_path / "shard-*.lmdb"), str(tmp_path / "all.lmdb"), "-q"]) == 0
+    joined = open_dataset(tmp_path / "all.lmdb")
+    assert [os.path.basename(joined.name(i)) for i in range(12)] == [os.path.basename(whole.name(i)) for i in range(12)]
