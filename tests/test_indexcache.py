@@ -115,12 +115,18 @@ def test_a_file_changed_in_place_gets_its_own_index_not_the_old_one(tmp_path, bu
     assert builds[0] == 3
 
 
-def test_a_damaged_entry_is_built_again(tmp_path, builds):
-    files = _folder(tmp_path / "data", n=3)
+def _built_cache(tmp_path: Path, n: int):
+    """``n`` photos, a pipeline with a cache in ``tmp_path / "cache"`` that has read each once, the cache closed."""
+    files = _folder(tmp_path / "data", n=n)
     cache = tmp_path / "cache"
     cached = train_pipeline(224, index_cache=cache)
     _crops(cached, files, 0)
     indexcache_close(cache)
+    return files, cache, cached
+
+
+def test_a_damaged_entry_is_built_again(tmp_path, builds):
+    files, cache, cached = _built_cache(tmp_path, 3)
     with lmdb.open(str(cache), map_size=1 << 30) as env, env.begin(write=True) as txn:
         for key, value in list(txn.cursor()):
             damaged = bytearray(value)
@@ -296,11 +302,7 @@ print(*sorted({str(w.message).split(" (")[0] for w in seen}), sep="\\n")
 def test_a_damaged_cache_file_is_said_and_gone_around_not_a_crash(tmp_path, damage):
     # the attack: a cache's data.mdb cut to 8192 bytes (a copy cut short, a full disk), or one byte of a page
     # flipped, killed the process with SIGBUS (rc 135, every worker with it): the cache file was mapped unchecked
-    files = _folder(tmp_path / "data", n=6)
-    cache = tmp_path / "cache"
-    cached = train_pipeline(224, index_cache=cache)
-    _crops(cached, files, 0)
-    indexcache_close(cache)
+    _, cache, _ = _built_cache(tmp_path, 6)
     data = cache / "data.mdb"
     raw = bytearray(data.read_bytes())
     if damage == "cut short":
