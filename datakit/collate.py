@@ -135,6 +135,9 @@ def _as_chw(img) -> torch.Tensor:
     arr = np.asarray(img)
     if arr.ndim == 2:
         arr = arr[:, :, None]
+    from datakit.transforms import _refuse_chw
+
+    _refuse_chw(arr, "pad_collate")  # (3, 8, 9) read as H x W x C would come out 9 channels, without a word
     return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
 
 
@@ -380,7 +383,17 @@ class _DetectionCollate(_Collate):
                 raise CollateError("detection_collate: ", [i], " target has no 'boxes' (its keys: "
                                    f"{', '.join(map(repr, t)) or 'none'})")  # fmt: skip
             t = dict(t)
-            boxes = torch.as_tensor(t["boxes"], dtype=torch.float32)
+            # torchvision's BoundingBoxes: a tensor whose format (an enum) goes with it
+            fmt = getattr(t["boxes"], "format", None) if isinstance(t["boxes"], torch.Tensor) else None
+            if fmt is not None and getattr(fmt, "name", str(fmt)) != "XYXY":
+                raise CollateError("detection_collate: ", [i], f" boxes are {getattr(fmt, 'name', fmt)}, and the "
+                                   "batch gives (x1, y1, x2, y2) with no format: convert them first "
+                                   "(v2.ConvertBoundingBoxFormat('XYXY'))")  # fmt: skip
+            try:
+                boxes = torch.as_tensor(t["boxes"], dtype=torch.float32)
+            except (TypeError, ValueError, RuntimeError):
+                raise CollateError("detection_collate: ", [i], " boxes must be N x 4 numbers (x1, y1, x2, y2), got "
+                                   f"{t['boxes']!r}") from None  # fmt: skip
             if boxes.numel() == 0:
                 boxes = boxes.reshape(0, 4)  # no object in the image: [] or an empty array of any shape
             elif boxes.ndim != 2 or boxes.shape[1] != 4:  # (N, 5) with scores, corner points: never reshaped into boxes
@@ -396,7 +409,9 @@ class _DetectionCollate(_Collate):
                 if labels.dtype == torch.bool or labels.is_complex() or (labels.numel() and bool((labels < 0).any())):
                     raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers, 0 "
                                        f"or more), got {labels.tolist()}")  # fmt: skip
-                if labels.is_floating_point() and not torch.equal(labels, labels.round()):
+                if labels.is_floating_point() and not (bool(torch.isfinite(labels).all()) and torch.equal(
+                        labels, labels.round()) and (labels.numel() == 0 or float(labels.max()) < 2**62)):  # fmt: skip
+                    # inf or 2.0**70 cast to int64 came out -9223372036854775808, a negative class
                     raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers), got "
                                        f"{labels.tolist()}")  # fmt: skip
                 if labels.reshape(-1).shape[0] != boxes.shape[0]:

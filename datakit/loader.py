@@ -410,12 +410,17 @@ class EpochBatches(Sampler[list]):
         return self.count()
 
     def __iter__(self) -> Iterator[list]:
+        # a generator: nothing is read (the sampler's skip above all) until the first batch is asked for. torch's
+        # worker iterator calls iter() on it twice as it starts and keeps the second: taken at the first call, the
+        # skip of a resumed epoch went with the iterator thrown away, and the epoch started again from its first
+        # sample (persistent_workers=False, or a dataset read one epoch at a time)
         if self.endless:
-            return self._batches(*self.start, endless=True)
+            yield from self._batches(*self.start, endless=True)
+            return
         # the DataLoader iterated directly (handed to code that expects one): one epoch, the
         # sampler's, as torch's own batch sampler would give
         skip, self.sampler.skip = self.sampler.skip, 0
-        return self._batches(self.sampler.epoch, skip, endless=False)
+        yield from self._batches(self.sampler.epoch, skip, endless=False)
 
     def _batches(self, epoch: int, skip: int, endless: bool) -> Iterator[list]:
         bs = self.batch_size
@@ -1616,9 +1621,11 @@ def create_loader(
     elif collate_fn is pad_collate or collate_fn is detection_collate:  # the factory, not what it makes
         raise ValueError(f"collate_fn={collate_fn.__name__} makes a collate function: pass "
                          f"collate_fn={collate_fn.__name__}() (with its options)")  # fmt: skip
-    if autotune is None:
-        autotune = num_workers == "auto"
     env = os.environ.get("DATAKIT_NUM_WORKERS")
+    if autotune is None:  # a number forced by DATAKIT_NUM_WORKERS stays (re-tuning would undo it from epoch 1)
+        autotune = num_workers == "auto" and env is None
+    if isinstance(num_workers, bool):
+        raise UsageError(f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise UsageError(f"seed must be a whole number (or None), got {seed!r}")
     if seed is not None:
@@ -1743,7 +1750,9 @@ def create_loader(
         # it ahead would take CPU from the training workers)
         # (and in order: out of order, one epoch's batches would mix with the next one's)
         ours = not own_sampler and isinstance(kw.get("sampler"), EpochSampler)
-        stream = train and persistent and ours and kw.get("in_order", True)
+        # (and datakit's own datasets only: one of the caller's may read state the loop changes between
+        # epochs, an epoch in an mp.Value, which batches read ahead would take from the epoch before)
+        stream = train and persistent and ours and kw.get("in_order", True) and _reads_on(dataset)
         if stream:
             dl = _StreamingDataLoader(read, drop_one=drop_one, **kw)
         else:
@@ -1756,6 +1765,15 @@ def create_loader(
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)
     out = InfiniteLoader(loader) if infinite else loader
     return on_device(out) if on_device is not None else out
+
+
+def _reads_on(dataset) -> bool:
+    """Whether a training loader may read ``dataset`` on into the next epoch: datakit's own datasets, whose
+    samples depend on the index, the seed and the epoch the sampler hands over, not on anything the loop changes
+    between epochs, and a dataset of the caller's that says the same of itself (``epoch_independent = True``)."""
+    from datakit.sources import ImageDataset
+
+    return isinstance(dataset, ImageDataset) or getattr(dataset, "epoch_independent", False) is True
 
 
 def _device_plan(device, normalize) -> Callable | None:

@@ -147,8 +147,13 @@ def test_detection_collate_boxes_stay_valid():
             "labels must be class indices (whole numbers, 0 or more), got [-1]",
         ),  # fmt: skip
         ({"labels": [1]}, "target has no 'boxes' (its keys: 'labels')"),
+        # inf and 2.0**70 cast to int64 came out -9223372036854775808: a negative class, without a word
+        ({"boxes": [[0, 0, 1, 1]], "labels": [float("inf")]}, "labels must be class indices (whole numbers), got [inf]"),
+        ({"boxes": [[0, 0, 1, 1]], "labels": [2.0**70]},
+         "labels must be class indices (whole numbers), got [1.1805916207174113e+21]"),
+        ({"boxes": "abc"}, "boxes must be N x 4 numbers (x1, y1, x2, y2), got 'abc'"),  # torch's bare TypeError
     ],
-)
+)  # fmt: skip
 def test_detection_collate_names_labels_that_are_no_class_indices(target, why):
     # The attacks: labels=['cat'] gave numpy's bare "too many dimensions 'str'", True became class 1 and -1 a class,
     # a dict without boxes was "a dict with 'boxes', got <class 'dict'>".
@@ -490,3 +495,22 @@ def test_dict_samples_are_named_not_a_key_error(make):
         make()(batch)
     assert str(e.value) == (f"{name}: batch position 0 is a dict; {name} takes {takes}: return them from the "
                             "dataset (for a dict, (sample['image'], sample['label']))")  # fmt: skip
+
+
+def test_detection_collate_refuses_boxes_of_another_format_and_pad_collate_chw_arrays():
+    # the attacks: torchvision BoundingBoxes in CXCYWH came out a plain tensor, read as (x1, y1, x2, y2) from then
+    # on; two (3, 8, 9) arrays (C x H x W already) went through pad_collate as 9-channel images
+    from torchvision import tv_tensors
+
+    img = torch.zeros(3, 8, 8, dtype=torch.uint8)
+    boxes = tv_tensors.BoundingBoxes([[4, 4, 2, 2]], format="CXCYWH", canvas_size=(8, 8))
+    with pytest.raises(CollateError) as e:
+        detection_collate()([(img, {"boxes": boxes, "labels": [1]})])
+    assert str(e.value) == ("detection_collate: batch position 0 boxes are CXCYWH, and the batch gives (x1, y1, x2, "
+                            "y2) with no format: convert them first (v2.ConvertBoundingBoxFormat('XYXY'))")  # fmt: skip
+    xyxy = tv_tensors.BoundingBoxes([[2, 2, 6, 6]], format="XYXY", canvas_size=(8, 8))
+    assert detection_collate()([(img, {"boxes": xyxy, "labels": [1]})])[1][0]["boxes"].tolist() == [[2, 2, 6, 6]]
+    with pytest.raises(ValueError) as e:
+        pad_collate()([(np.zeros((3, 8, 9), np.uint8), 0), (np.zeros((3, 8, 9), np.uint8), 1)])
+    assert str(e.value) == ("pad_collate expects an H x W x C array, and (3, 8, 9) looks C x H x W already; pass it on "
+                            "as it is (torch.from_numpy)")  # fmt: skip

@@ -30,6 +30,8 @@ from datakit.parallel import usable_cpus
 class Indexed(Dataset):
     """Returns its index and three random draws (random, NumPy, torch) made in the worker."""
 
+    epoch_independent = True  # its samples depend on nothing the loop changes: read on into the next epoch
+
     def __init__(self, n: int) -> None:
         self.n = n
 
@@ -117,6 +119,47 @@ def test_a_resume_with_another_batch_size_goes_on_at_the_same_sample():
     assert str(e.value) == ("the state was saved mid-epoch for 12 samples, this loader has 13: that epoch's order is "
                             "another here, so resuming would serve some samples twice and skip others; load "
                             "{'epoch': 1, 'step': 0} to go on from the next epoch")  # fmt: skip
+
+
+class Plain(Indexed):
+    epoch_independent = False  # read one epoch at a time, as torch reads it
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_resume_with_workers_read_one_epoch_at_a_time_goes_on_where_it_stopped(persistent: bool):
+    # the attack: a training loader resumed at sample 20 with workers that read one epoch at a time (persistent_
+    # workers=False) served the epoch again from its first sample: torch's iterator asks its batch sampler for
+    # an iterator twice, and the first, thrown away, had taken the resumed epoch's skip
+    whole = next(create_loader(Plain(24), 24, num_workers=0, seed=1, infinite=True))[0].tolist()
+    state = {"epoch": 0, "step": 5, "sample": 20, "batch_size": 4, "samples": 24, "world": 1}
+    three = create_loader(Plain(24), 3, num_workers=2, seed=1, infinite=True, persistent_workers=persistent)
+    three.load_state_dict(state)
+    assert next(three)[0].tolist() == whole[20:23]
+
+
+def test_a_dataset_of_the_callers_is_read_one_epoch_at_a_time():
+    # the attack: an epoch kept in an mp.Value, set by the loop before each epoch (torch's way to reach persistent
+    # workers): the batches read on into the next epoch carried the epoch before's value, 36 of 64 samples
+    import multiprocessing as mp
+
+    class Shared(Dataset):
+        def __init__(self) -> None:
+            self.epoch = mp.Value("i", 0)
+
+        def __len__(self) -> int:
+            return 32
+
+        def __getitem__(self, i: int):
+            return self.epoch.value, i
+
+    ds = Shared()
+    loader = create_loader(ds, 4, num_workers=2, seed=0)
+    seen = []
+    for e in range(3):
+        ds.epoch.value = e
+        seen.append(sorted({int(v) for b in loader for v in b[0]}))
+    assert seen == [[0], [1], [2]]
+    assert type(loader.loader).__name__ == "_BalancedDataLoader"
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -245,6 +288,8 @@ class Canary:
 
 
 class CollectsInWorkers(Dataset):
+    epoch_independent = True
+
     def __len__(self) -> int:
         return 4
 
@@ -286,6 +331,8 @@ def _receivers_end(timeout: float = 20.0) -> list[str]:
 
 class Marking(Dataset):
     """Leaves a file named epoch-index for each sample read (a seeded loader's indices carry the epoch)."""
+
+    epoch_independent = True
 
     def __init__(self, root: Path, n: int = 40) -> None:
         self.root, self.n = root, n
@@ -392,6 +439,8 @@ def test_a_newer_iteration_supersedes_an_unfinished_one_which_then_refuses(worke
 class WhichWorker(Dataset):
     """Returns its index and the id of the worker that loaded it."""
 
+    epoch_independent = True
+
     def __len__(self) -> int:
         return 200
 
@@ -428,6 +477,8 @@ def test_batches_go_to_the_worker_with_the_fewest_samples_outstanding_not_in_tur
 
 class SlowFifth(Dataset):
     """Returns its index and the id of the worker that loaded it; sample 5 is slow."""
+
+    epoch_independent = True
 
     def __len__(self) -> int:
         return 80
@@ -476,6 +527,8 @@ def test_bad_batch_arguments_are_refused_in_one_line(kw: dict, msg: str):
 class SlowDraws(Dataset):
     """Its index and a draw made in the worker, a little slowly."""
 
+    epoch_independent = True
+
     def __len__(self) -> int:
         return 40
 
@@ -515,6 +568,8 @@ def test_an_evaluation_loader_does_not_read_its_next_pass_ahead(tmp_path: Path):
 
 class Stuck(Dataset):
     """``n`` samples; sample ``index`` of epoch ``epoch`` hangs for ``seconds`` (a hung network read)."""
+
+    epoch_independent = True
 
     def __init__(self, n: int, index: int, epoch: int, seconds: float) -> None:
         self.n, self.index, self.epoch, self.seconds = n, index, epoch, seconds
@@ -601,6 +656,8 @@ from torch.utils.data import Dataset
 from datakit.loader import create_loader
 
 class Big(Dataset):
+    epoch_independent = True
+
     def __len__(self):
         return 40
 
@@ -647,6 +704,8 @@ from torch.utils.data import Dataset
 from datakit.loader import create_loader
 
 class Slow(Dataset):
+    epoch_independent = True
+
     def __len__(self):
         return 16
 
@@ -777,6 +836,8 @@ def test_batches_from_workers_are_received_on_a_thread():
 class SlowOnce(Dataset):
     """Sample 13 takes 4 s the first time it is read (a stuck network read)."""
 
+    epoch_independent = True
+
     def __init__(self, flag: Path) -> None:
         self.flag = flag
 
@@ -809,6 +870,8 @@ from torch.utils.data import Dataset
 from datakit.loader import create_loader
 
 class Stuck(Dataset):
+    epoch_independent = True
+
     def __len__(self):
         return 40
 
@@ -850,6 +913,8 @@ import torch
 from datakit.loader import create_loader
 
 class Slow(torch.utils.data.Dataset):
+    epoch_independent = True
+
     def __len__(self):
         return 64
 
@@ -898,6 +963,8 @@ from datakit.loader import create_loader
 MAIN = os.getpid()
 
 class Data(torch.utils.data.Dataset):
+    epoch_independent = True
+
     def __len__(self):
         return 8
 
@@ -940,6 +1007,13 @@ def test_epoch_sampler_shards_cover_everything():
 def test_num_workers_env_override(monkeypatch):
     monkeypatch.setenv("DATAKIT_NUM_WORKERS", "0")
     assert create_loader(Indexed(4), 2, num_workers=3).num_workers == 0
+    # the attack: with num_workers="auto" the forced 0 held for the first epoch only; re-tuning after it gave 5
+    # workers on 2 CPUs, and a breakpoint in __getitem__ (the documented use) stopped working from epoch 1
+    auto = create_loader(Indexed(4), 2, num_workers="auto")
+    assert auto.num_workers == 0 and auto.autotune is False
+    with pytest.raises(UsageError) as e:
+        create_loader(Indexed(4), 2, num_workers=True)
+    assert str(e.value) == "num_workers must be 'auto' or an int >= 0, got True"
 
 
 DDP = r"""
@@ -953,10 +1027,14 @@ from datakit.errors import UsageError
 from datakit.loader import seed_everything
 
 class Idx(Dataset):
+    epoch_independent = True
+
     def __len__(self): return 11
     def __getitem__(self, i): return i
 
 class Draw(Dataset):
+    epoch_independent = True
+
     def __len__(self): return 8
     def __getitem__(self, i): return int(np.random.randint(1 << 30))
 
@@ -1216,6 +1294,8 @@ from torch.utils.data import Dataset
 from datakit.loader import create_loader
 
 class Threads(Dataset):
+    epoch_independent = True
+
     def __len__(self): return 4
     def __getitem__(self, i):
         cv2.GaussianBlur(np.zeros((512, 512, 3), np.uint8), (9, 9), 0)
@@ -1257,6 +1337,8 @@ def start_busy(worker_id):
     threading.Thread(target=busy, daemon=True).start()
 
 class Numbers(Dataset):
+    epoch_independent = True
+
     def __len__(self): return 8
     def __getitem__(self, i): return torch.full((3, 4, 4), i, dtype=torch.uint8)
 
@@ -1355,6 +1437,8 @@ def test_next_num_workers_decisions():
 class Slow(Dataset):
     """Loading that waits (5 ms a sample, like a network disk) and uses no CPU."""
 
+    epoch_independent = True
+
     def __len__(self) -> int:
         return 40
 
@@ -1437,6 +1521,8 @@ def test_check_and_pack_read_the_bad_samples_file(tmp_path: Path, capsys):
 
 
 class _Raises(Dataset):
+    epoch_independent = True
+
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
 
@@ -1525,6 +1611,8 @@ def test_a_subsets_collate_error_names_its_own_indices_and_the_files_behind_them
 class _Odd(Dataset):
     """16 samples for ``collate``: uint8 3 x 8 x 8 tensors but at index 13 (3 x 9 x 8 for stack, uint16 for pad,
     one channel for pad's channel count, boxes with a score column for detection)."""
+
+    epoch_independent = True
 
     def __init__(self, collate: str) -> None:
         self.collate = collate
@@ -1654,6 +1742,8 @@ def test_an_iterable_dataset_loads_with_seed(workers: int):
 
 
 class _Drawing(Dataset):
+    epoch_independent = True
+
     def __len__(self):
         return 8
 
@@ -1777,6 +1867,8 @@ def test_a_receiver_interrupted_while_joined_is_still_known_to_run():
 
 
 class FailsAtNine(Dataset):
+    epoch_independent = True
+
     def __len__(self) -> int:
         return 64
 
@@ -1812,6 +1904,8 @@ def test_a_loader_dropped_after_a_worker_error_ends_its_workers_without_waiting_
 
 
 class Sized(Dataset):
+    epoch_independent = True
+
     def __len__(self) -> int:
         return 8
 
