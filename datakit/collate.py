@@ -192,6 +192,13 @@ def stack_collate(batch: Sequence):
     """``default_collate``, except that images of different sizes give a :class:`CollateError` naming
     the samples (by position in the batch; by dataset index and file under create_loader) and their
     shapes, and pointing at :func:`pad_collate`."""
+    nones = [
+        i for i, b in enumerate(batch) if b is None or (isinstance(b, (tuple, list)) and any(x is None for x in b))
+    ]
+    if nones:  # torch's own words: "'NoneType' object is not subscriptable", naming no sample
+        raise CollateError("cannot batch None: ", nones, " (a dataset that returns None for a sample it cannot "
+                           "read? datakit's datasets take on_error=; or leave them out in a collate function of "
+                           "your own)")  # fmt: skip
     if batch and isinstance(batch[0], (np.ndarray, torch.Tensor)):  # bare images
         _same_sizes(batch, "images")
         return _stack_images(list(batch))
@@ -210,12 +217,21 @@ def stack_collate(batch: Sequence):
             except (RuntimeError, TypeError, ValueError):  # torch's own words name "entry N" of what
                 _explain(rest, "target" if len(batch[0]) == 2 else "element", 1)
                 raise
-            return [_stack_images(images), *rest]
+            return [_stack_images(images), *(_long_labels(r, [b[k] for b in batch]) for k, r in enumerate(rest, 1))]
     try:
         return default_collate(batch)
     except (RuntimeError, TypeError, ValueError):
         _explain(list(batch), "sample", None)
         raise
+
+
+def _long_labels(collated, values: list):
+    """Class indices as int64, what ``cross_entropy`` takes: a field whose values are integer scalars of another
+    type (NumPy's int32 or uint8, from a dataset of the caller's) came out as that type. Arrays (masks) keep theirs."""
+    if not isinstance(collated, torch.Tensor) or collated.ndim != 1 or collated.dtype in (torch.int64, torch.bool):
+        return collated
+    scalars = all(isinstance(v, np.integer) or (isinstance(v, torch.Tensor) and v.ndim == 0) for v in values)
+    return collated.to(torch.int64) if scalars and not collated.is_floating_point() else collated
 
 
 def _explain(values: list, what: str, first: int | None) -> None:

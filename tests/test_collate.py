@@ -454,7 +454,7 @@ def test_targets_default_collate_refuses_are_named_by_sample():
         stack_collate(lists)
     assert str(e.value) == ("cannot batch targets of different lengths (batch position 0: 2; batch position 1: 3); "
                             "a collate function of your own can keep them as lists")  # fmt: skip
-    with pytest.raises(RuntimeError, match="^Could not infer dtype of NoneType$"):  # no size to name: torch's error
+    with pytest.raises(CollateError, match="^cannot batch None: batch position 1 "):  # torch's bare dtype error before
         stack_collate([(img, 1), (img, None)])
     from datakit.loader import create_loader
 
@@ -514,3 +514,25 @@ def test_detection_collate_refuses_boxes_of_another_format_and_pad_collate_chw_a
         pad_collate()([(np.zeros((3, 8, 9), np.uint8), 0), (np.zeros((3, 8, 9), np.uint8), 1)])
     assert str(e.value) == ("pad_collate expects an H x W x C array, and (3, 8, 9) looks C x H x W already; pass it on "
                             "as it is (torch.from_numpy)")  # fmt: skip
+
+
+def test_a_none_sample_or_target_is_named():
+    # the attack: a dataset returning None for a sample it could not read: "'NoneType' object is not subscriptable"
+    # from inside stack_collate, or torch's default_collate TypeError, naming no sample
+    img = torch.zeros(3, 2, 2)
+    for batch, where in (([(img, 1), None], "batch position 1"), ([(img, None), (img, 1)], "batch position 0")):
+        with pytest.raises(CollateError) as e:
+            stack_collate(batch)
+        assert str(e.value) == (f"cannot batch None: {where} (a dataset that returns None for a sample it cannot "
+                                "read? datakit's datasets take on_error=; or leave them out in a collate function "
+                                "of your own)")  # fmt: skip
+
+
+def test_integer_labels_of_any_type_come_out_int64_and_masks_keep_theirs():
+    # the attack: a dataset returning NumPy int32 or uint8 labels gave int32 or uint8 label batches, and a uint8
+    # target is no class index for cross_entropy; floats (regression targets) and arrays (masks) keep their type
+    img = np.zeros((2, 2, 3), np.uint8)
+    for label in (np.int32(1), np.uint8(2), torch.tensor(3, dtype=torch.int16)):
+        assert stack_collate([(img, label), (img, label)])[1].dtype == torch.int64
+    assert stack_collate([(img, np.float32(0.5))] * 2)[1].dtype == torch.float32
+    assert stack_collate([(img, np.zeros((2, 2), np.uint8))] * 2)[1].dtype == torch.uint8
