@@ -283,8 +283,11 @@ def check_images(batch, explicit: bool) -> None:
     images = _first_tensor(batch, lambda t: t.ndim == 4 and t.dtype not in (torch.uint8, torch.bool))
     if images is not None:
         dtype = str(images.dtype).removeprefix("torch.")
-        kind = "float" if images.is_floating_point() else dtype
-        what = f"the images are {dtype} already (a transform made them {kind}: an augment step's ToDtype?)"
+        if images.dtype == torch.uint16:  # 16 bits: a PNG or TIFF read as stored
+            what = "the images are uint16 (16-bit PNG or TIFF read with mode='unchanged'?)"
+        else:
+            kind = "float" if images.is_floating_point() else dtype
+            what = f"the images are {dtype} already (a transform made them {kind}: an augment step's ToDtype?)"
         if explicit:
             raise UsageError(f"{what}; normalize= normalises uint8 images: return uint8 from the transform "
                              "(train_pipeline and eval_pipeline do) or pass normalize=False")  # fmt: skip
@@ -293,7 +296,7 @@ def check_images(batch, explicit: bool) -> None:
         )  # uint16: no min
         lo, hi = (float(values.min()), float(values.max())) if images.numel() else (0.0, 0.0)
         if not images.is_floating_point() or (lo >= 0 and hi <= 255):  # pixel values, not normalised ones
-            scale = "0..1" if hi <= 1 else "0..255"
+            scale = "0..1" if hi <= 1 else "0..255" if hi <= 255 else f"{lo:g}..{hi:g}"
             warnings.warn(f"{what}, in {scale}: they reach the model as they are, not normalised; return uint8 from "
                           "the transform to have them normalised, or normalise them there", stacklevel=3)  # fmt: skip
         return

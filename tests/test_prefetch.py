@@ -355,21 +355,24 @@ def test_normalize_never_passes_images_it_cannot_apply_to_without_a_word():
     # v2.ToDtype(torch.float32) without scale=True: pixel values 0..255 as floats, and integer images of another kind
     for image, dtype, scale in ((torch.full((3, 4, 4), 128.0), "float32", "0..255"),
                                 (torch.full((3, 4, 4), 128, dtype=torch.int64), "int64", "0..255"),
-                                (torch.full((3, 4, 4), 1, dtype=torch.uint16), "uint16", "0..1")):  # fmt: skip
+                                (torch.full((3, 4, 4), 1, dtype=torch.uint16), "uint16", "0..1"),
+                                # a 16-bit PNG: it said "in 0..255" of values up to 59000, and blamed a ToDtype
+                                (torch.full((3, 4, 4), 59000, dtype=torch.uint16), "uint16", "59000..59000")):  # fmt: skip
         made = _Images(lambda i, image=image: image)
         kind = "float" if dtype == "float32" else dtype
+        what = (f"the images are {dtype} already (a transform made them {kind}: an augment step's ToDtype?)"
+                if dtype != "uint16" else "the images are uint16 (16-bit PNG or TIFF read with mode='unchanged'?)")  # fmt: skip
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             x, _ = next(iter(create_loader(made, 2, num_workers=0, train=False, device="cpu")))
         assert [str(r.message) for r in w] == [
-            f"the images are {dtype} already (a transform made them {kind}: an augment step's ToDtype?), in {scale}: "
-            "they reach the model as they are, not normalised; return uint8 from the transform to have them "
-            "normalised, or normalise them there"
+            f"{what}, in {scale}: they reach the model as they are, not normalised; return uint8 from the transform "
+            "to have them normalised, or normalise them there"
         ]
         assert x.dtype == image.dtype
         with pytest.raises(UsageError) as e:
             next(iter(create_loader(made, 2, num_workers=0, train=False, device="cpu", normalize="imagenet")))
-        assert str(e.value).startswith(f"the images are {dtype} already (a transform made them {kind}: ")
+        assert str(e.value).startswith(f"{what}; ")
     normalised = _Images(lambda i: torch.full((3, 4, 4), -1.5))  # normalised in the transform already: no word
     with warnings.catch_warnings():
         warnings.simplefilter("error")
