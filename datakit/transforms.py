@@ -344,8 +344,9 @@ class OneHot:
     def __call__(self, y) -> torch.Tensor:
         raw = torch.as_tensor(y)
         if raw.dtype == torch.bool or (raw.is_floating_point() and not bool((raw == raw.round()).all())):
+            shown = str(raw.numpy()) if raw.is_floating_point() and raw.dtype != torch.bfloat16 else raw.tolist()
             raise ValueError(f"OneHot({self.num_classes}): labels must be class indices (integers), got "
-                             f"{raw.tolist()} ({str(raw.dtype).removeprefix('torch.')})")  # fmt: skip
+                             f"{shown} ({str(raw.dtype).removeprefix('torch.')})")  # fmt: skip
         t = raw.to(torch.int64)
         if (t < 0).any() or (t >= self.num_classes).any():
             raise ValueError(f"OneHot({self.num_classes}): label {t.tolist()} outside 0..{self.num_classes - 1}")

@@ -505,7 +505,7 @@ def test_label_and_channel_conversions_never_change_values_silently():
         == "ToDtype: label 2.9 is not a whole number, not a class index; as int64 it would be cut, silently"
     )
     assert ToDtype()(np.float32(2.0)).item() == 2 and ToDtype()(torch.tensor([1.0, 3.0])).tolist() == [1, 3]
-    for bad, shown in ((1.5, "1.5 (float32)"), (True, "True (bool)")):
+    for bad, shown in ((1.5, "1.5 (float32)"), (True, "True (bool)"), (2.9, "2.9 (float32)")):  # not 2.9000000953674316
         with pytest.raises(ValueError) as e:
             OneHot(3)(bad)
         assert str(e.value) == f"OneHot(3): labels must be class indices (integers), got {shown}"
