@@ -1773,6 +1773,10 @@ def _reads_on(dataset) -> bool:
     between epochs, and a dataset of the caller's that says the same of itself (``epoch_independent = True``)."""
     from datakit.sources import ImageDataset
 
+    if isinstance(dataset, torch.utils.data.Subset):  # a split of one (random_split): as the one
+        return _reads_on(dataset.dataset)
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        return all(_reads_on(d) for d in dataset.datasets)
     return isinstance(dataset, ImageDataset) or getattr(dataset, "epoch_independent", False) is True
 
 

@@ -160,6 +160,10 @@ def test_a_dataset_of_the_callers_is_read_one_epoch_at_a_time():
         seen.append(sorted({int(v) for b in loader for v in b[0]}))
     assert seen == [[0], [1], [2]]
     assert type(loader.loader).__name__ == "_BalancedDataLoader"
+    from datakit.loader import _reads_on
+
+    assert _reads_on(torch.utils.data.Subset(Indexed(4), [0, 1])) and not _reads_on(torch.utils.data.Subset(ds, [0]))
+    assert not _reads_on(torch.utils.data.ConcatDataset([Indexed(4), ds]))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
