@@ -867,11 +867,13 @@ def _most_plausible(sample: bytes) -> TextEncoding:
     kind = _utf8_kind(readings["utf-8"]) if "utf-8" in readings else None
     if kind == "word" or (kind is not None and not legacy):
         return TextEncoding("utf-8", 1.0, "valid UTF-8")
-    # single letters alone ('è', or 猫 in GBK): refused, naming the readings, unless the legacy ones are garbage
-    plausible = sorted((e for e in legacy if scores[e] >= (0.0 if kind == "single" else 0.5)), key=lambda e: -scores[e])
-    if kind == "single" and plausible:
+    # single letters alone ('è', or 猫 in GBK), or short runs of one script: refused, naming the readings, unless
+    # the legacy ones are garbage
+    weak = kind in ("single", "short")
+    plausible = sorted((e for e in legacy if scores[e] >= (0.0 if weak else 0.5)), key=lambda e: -scores[e])
+    if weak and plausible:
         return _too_close(["utf-8", *plausible], readings)
-    if kind == "single":
+    if weak:
         return TextEncoding("utf-8", 1.0, "valid UTF-8")
     ranked = sorted(legacy, key=lambda e: -scores[e])
     best = ranked[0]
@@ -904,18 +906,39 @@ def _utf8_kind(cells: list[str]) -> str | None:
         for m in _RUN.finditer(cell):
             run = m.group()
             beside = cell[m.start() - 1 : m.start()] + cell[m.end() : m.end() + 1]
-            if any(ord(c) >= 0x800 for c in run) or any(c.isascii() and c.isalpha() for c in beside):
-                return "word"  # CJK, kana, emoji: three bytes and more; or letters beside ASCII ones
+            if any(ord(c) >= 0x800 or ord(c) & 0x3F < 0x21 for c in run):
+                # CJK, kana, emoji: three bytes and more; or a second byte of 0x80-0xA0, which no GB2312 or Big5
+                # character has (their second bytes read as UTF-8 are 0xA1-0xBF): ق, ß, a combining accent, NBSP
+                return "word"
             scripts = {_script(c) if c.isalpha() else unicodedata.category(c)[0] for c in run}
-            if len(run) == 1:
+            if any(c.isascii() and c.isalpha() for c in beside):
+                token = re.search(r"[^\W\d_]*" + re.escape(run) + r"[^\W\d_]*", cell).group()
+                if scripts == {"latin"} and not _unlikely_run(token):
+                    kinds.add("latin")  # accented letters beside ASCII ones: café, żółw
+                else:  # Cyrillic glued to Latin letters (GBK's 小 after an A: "AС"), or a capital after "è" ("èA")
+                    kinds.add("mojibake")
+            elif len(run) == 1:
                 kinds.add("single")
-            elif len(scripts) > 1 or scripts == {"latin"}:
+            elif len(scripts) > 1 or scripts == {"latin"} or _unlikely_run(run):
                 kinds.add("mojibake")
+            elif len(run) < 4:
+                kinds.add("short")  # two or three letters of one script: 学校 in GBK reads as Cyrillic "ѧУ" too
             else:
                 return "word"  # a run of one script: Hebrew, Cyrillic, Greek, Arabic
     if not kinds:
         return None
-    return "mojibake" if "mojibake" in kinds else "single"
+    for kind in ("mojibake", "latin", "short"):  # GBK read as UTF-8 shows somewhere: the words beside it do not count
+        if kind in kinds:
+            return "word" if kind == "latin" else kind
+    return "single"
+
+
+def _unlikely_run(run: str) -> bool:
+    """A run of one script no word is written in: archaic Cyrillic letters (ѧ, Ѽ, ѣ: U+0460-U+048F, where GBK's
+    D1 row lands), or a small letter followed by a capital (аУ)."""
+    if any(0x460 <= ord(c) <= 0x48F for c in run):
+        return True
+    return any(a.islower() and b.isupper() for a, b in zip(run, run[1:]))
 
 
 def _label(enc: str) -> str:
@@ -1465,9 +1488,13 @@ def _text_kind(path: Path, text: str, sep: str | None, file_column: str | None) 
             if "," not in first and delim in first:
                 return "table", delim
         return "table", ","
-    for delim in ("\t", ",", ";"):  # .txt/.lst: Excel's Unicode text is a tab-separated table with a header
-        if delim in first and any(_norm(v) in keys for v in first.split(delim)):
-            return "table", delim
+    # .txt/.lst: Excel's Unicode text is a tab-separated table with a header, maybe under title rows (a title
+    # line alone, "2024年 标注结果", read as the first line of a path-label list made the header a sample too)
+    heads = [s for s in (line.strip() for line in text[:65536].split("\n")) if s and not s.startswith("#")][:10]
+    for line in heads:
+        for delim in ("\t", ",", ";"):
+            if delim in line and any(_norm(v) in keys for v in line.split(delim)):
+                return "table", delim
     return "list", ""
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import codecs
 import struct
 import zipfile
 from pathlib import Path
@@ -1389,3 +1390,33 @@ def test_integer_labels_past_2_to_the_53_in_number_cells_are_not_merged(tmp_path
     ]
     exact = read_labels(path, remap_labels=True, engine="openpyxl")  # whole numbers read as Python ints: exact
     assert exact.class_values == ("9007199254740993", "9007199254740992")  # as first met: two classes
+
+
+def test_gbk_labels_that_happen_to_be_valid_utf8_are_not_read_as_cyrillic(tmp_path: Path):
+    # the attack: a GBK CSV (Chinese Excel's "CSV") with an ASCII header and labels 学校/小学: their bytes are valid
+    # UTF-8 too ("ѧУ", "Сѧ", a run of one script, taken for a word), so the classes came out as Cyrillic and the
+    # targets permuted, check saying 0 problems; the same rows as .xlsx gave 学校 and 小学
+    rows = "filename,label\nIMG_0001.png,学校\nIMG_0002.png,小学\nIMG_0003.png,学校\n"
+    (tmp_path / "gbk.csv").write_bytes(rows.encode("gbk"))
+    t = read_labels(tmp_path / "gbk.csv")
+    assert t.encoding == "gbk" and t.class_values == ("学校", "小学")
+    # too close to call (a capital glued to an ASCII letter, single letters): refused, naming both readings
+    (tmp_path / "close.csv").write_bytes("filename,label\na.png,A小\nb.png,B女\n".encode("gbk"))
+    with pytest.raises(LabelError, match=r"cannot tell the encoding apart: as UTF-8 it reads 'AС, BŮ'; as GBK it "
+                                         r"reads 'A小, B女'"):  # fmt: skip
+        read_labels(tmp_path / "close.csv")
+    # real words of those scripts, in UTF-8, read as they are
+    for words in (("Собака", "кошка"), ("قطة", "كلب"), ("café", "thé")):
+        (tmp_path / "u.csv").write_text(f"filename,label\na.png,{words[0]}\nb.png,{words[1]}\n", encoding="utf-8")
+        u = read_labels(tmp_path / "u.csv")
+        assert u.encoding == "utf-8" and u.class_values == words
+
+
+def test_excel_unicode_text_with_a_title_row_reads_as_its_table(tmp_path: Path):
+    # the attack: Excel's "Unicode Text" (UTF-16, tab-separated) of a sheet with a title row above the header: the
+    # first line alone decided, so the file was read as a path-label list, the title and the header two samples
+    # and their words two more classes; the same sheet as .xlsx or .csv skipped the title
+    text = "2024年 标注结果\r\n文件名\t标签\r\na.png\t猫\r\nb.png\t狗\r\nc.png\t猫\r\n"
+    (tmp_path / "u.txt").write_bytes(codecs.BOM_UTF16_LE + text.encode("utf-16-le"))
+    t = read_labels(tmp_path / "u.txt")
+    assert t.files.tolist() == ["a.png", "b.png", "c.png"] and t.class_values == ("猫", "狗")
