@@ -10,6 +10,7 @@ offsets, labels and splits as small code arrays), never as per-row Python object
 from __future__ import annotations
 
 import codecs
+import datetime
 import json
 import logging
 import math
@@ -91,6 +92,10 @@ def _text(v: object) -> str:
     ``TRUE``/``FALSE`` (a workbook's boolean cell reads as Python's ``True``), stray whitespace stripped."""
     if isinstance(v, (bool, np.bool_)):  # before numbers: a bool is an int
         return "TRUE" if v else "FALSE"
+    if isinstance(v, datetime.datetime):  # a date cell: openpyxl gives a datetime, calamine a date; one text
+        return v.date().isoformat() if v.time() == datetime.time() else v.isoformat(sep=" ")
+    if isinstance(v, (datetime.date, datetime.time)):
+        return v.isoformat()
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     return str(v).strip()

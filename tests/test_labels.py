@@ -1420,3 +1420,21 @@ def test_excel_unicode_text_with_a_title_row_reads_as_its_table(tmp_path: Path):
     (tmp_path / "u.txt").write_bytes(codecs.BOM_UTF16_LE + text.encode("utf-16-le"))
     t = read_labels(tmp_path / "u.txt")
     assert t.files.tolist() == ["a.png", "b.png", "c.png"] and t.class_values == ("猫", "狗")
+
+
+def test_date_label_cells_read_alike_with_either_engine(tmp_path: Path):
+    # the attack: a date cell 2024-01-02 beside a text cell "2024-01-02": calamine (a date) gave one class,
+    # openpyxl (a datetime, "2024-01-02 00:00:00") two, without a note
+    import datetime
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["file", "label"])
+    ws.append(["a.png", datetime.datetime(2024, 1, 2)])
+    ws.append(["b.png", "2024-01-02"])
+    ws.append(["c.png", datetime.datetime(2024, 1, 2, 8, 30)])
+    wb.save(tmp_path / "d.xlsx")
+    for engine in ("calamine", "openpyxl"):
+        t = read_labels(tmp_path / "d.xlsx", engine=engine)
+        assert t.class_values == ("2024-01-02", "2024-01-02 08:30:00"), engine
