@@ -188,7 +188,16 @@ def _missing_line(ds: TableDataset, i: int) -> str | None:
         return None
     where = ds.name(i)
     what = "is a folder, not an image:" if ds.zip is None and os.path.isdir(where) else "not found at"
-    return f"missing: {ds.files[i]!r} ({ds.where(i)}) {what} {where}"
+    line = f"missing: {ds.files[i]!r} ({ds.where(i)}) {what} {where}"
+    if ds.zip is None and what == "not found at":
+        folder, name = os.path.split(where)
+        try:  # C3.PNG in the table, c3.png on disk: names that differ in case only are different files here
+            twin = next((n for n in os.listdir(folder or ".") if n.lower() == name.lower() and n != name), None)
+        except OSError:
+            twin = None
+        if twin is not None:
+            line += f" (there is {twin!r}: the names differ in letter case, which this file system keeps apart)"
+    return line
 
 
 def _listed_bad(ds: ImageDataset, path: str | os.PathLike, report: CheckReport) -> dict[int, str]:

@@ -334,3 +334,18 @@ def test_check_of_one_split_names_an_image_no_split_names(class_folder: Path, tm
     for split in (None, "train"):
         report = check_dataset(class_folder, labels=tmp_path / "splits.xlsx", split=split)
         assert report.problems == [f"not in the table: {unnamed}"]
+
+
+def test_a_missing_file_that_differs_only_in_case_is_said(tmp_path: Path):
+    # the attack: the table said C3.PNG, the disk held c3.png: check printed "missing" and "not in the table" as
+    # two unrelated lines, never that the names differ only in letter case
+    (tmp_path / "img").mkdir()
+    for n in ("a1.png", "c3.png"):
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "img" / n)
+    (tmp_path / "t.csv").write_text("file,label\na1.png,cat\nC3.PNG,dog\n", encoding="utf-8")
+    report = check_dataset(tmp_path / "img", labels=tmp_path / "t.csv")
+    assert report.problems == [
+        f"missing: 'C3.PNG' ({tmp_path / 't.csv'}, line 3) not found at {tmp_path / 'img' / 'C3.PNG'} (there is "
+        "'c3.png': the names differ in letter case, which this file system keeps apart)",
+        f"not in the table: {tmp_path / 'img' / 'c3.png'}",
+    ]
