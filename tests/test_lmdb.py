@@ -130,8 +130,17 @@ def test_bench_cli_on_a_pack_with_workers(tmp_path: Path):
                            "--seconds", "0.3", "--batch-size", "8", "--size", "16"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert "recommended: num_workers=" in proc.stdout
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "32 samples, batch size 8, device cpu, 3 passes of 0.3 s per worker count"
+    assert [row.split()[0] for row in lines[1:-1] if row[:1].isdigit()] == ["0", "1", "2"]
+    # the verdict depends on the machine's load (a busy machine is too noisy to choose): either form is
+    # right, but it is one of the two and names the worker counts it measured
+    verdict = re.fullmatch(r"recommended: num_workers=([012]) \(the fewest workers within 5% of the best median; "
+                           r"all 3 passes agree\)|no recommendation: too noisy to choose between num_workers "
+                           r"([012](, [012])+): the 3 passes pick differently, their spreads overlap; measure again "
+                           r"on a quieter machine or with more passes and seconds", lines[-1])  # fmt: skip
+    assert verdict is not None, lines[-1]
 
 
 def test_flipped_byte_in_index_is_refused(tmp_path: Path):
