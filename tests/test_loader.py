@@ -862,7 +862,7 @@ def test_leaving_an_epoch_early_does_not_wait_for_a_slow_batch(tmp_path: Path):
     time.sleep(0.5)  # the receiving thread is now waiting for samples 12-15
     t = time.perf_counter()
     it.close()  # what break (or Ctrl-C) does to the loop's generator
-    assert time.perf_counter() - t < 1.0
+    assert time.perf_counter() - t < 2.5  # the slow batch needs 3.5 s more
     assert sorted(sum((b.tolist() for b in loader), [])) == list(range(40))  # the next epoch is whole
     loader.close()
     assert _receivers_end() == []
@@ -907,7 +907,8 @@ def test_ctrl_c_while_a_batch_hangs_stops_and_the_program_exits_cleanly(tmp_path
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     took = time.perf_counter() - t
     # no "terminate called without an active exception" abort from the receiving thread at exit
-    assert (proc.returncode, proc.stdout) == (0, "interrupted after 1 s\n"), proc.stderr[-2000:]
+    # the interrupt comes 1 s in; the loop must end then, not when the stuck read would (60 s)
+    assert proc.returncode == 0 and re.fullmatch(r"interrupted after [1-4] s\n", proc.stdout), proc.stderr[-2000:]
     assert took < 30
 
 
