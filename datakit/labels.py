@@ -83,6 +83,14 @@ def _norm(name: object) -> str:
     return re.sub(r"[\s_\-]+", "_", str(name).strip().lower())
 
 
+# columns that name a sample's class too, by number or by name: found beside the label column, they must
+# number the classes as it does, or the table says which to use (label_column=)
+_RIVAL_COLUMNS = frozenset(_norm(k) for k in (
+    *LABEL_COLUMNS, "class_id", "classid", "class_idx", "class_index", "label_id", "labelid", "label_idx",
+    "label_index", "category_id", "categoryid", "category_idx", "target_id", "cls", "cls_id", "类别编号", "类别id",
+    "类别号", "类别序号", "标签编号", "标签id", "類別編號"))  # fmt: skip
+
+
 def _blank(v: object) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
@@ -744,16 +752,15 @@ def _not_nfc(files: StringArray) -> np.ndarray:
     return np.asarray([i for i in rows.tolist() if not unicodedata.is_normalized("NFC", files[i])], np.int64)
 
 
-def _climbs(name: str) -> bool:
-    """Whether a relative name goes up out of the folder it is read under (``../img/a.jpg``)."""
-    return posixpath.normpath(name.replace("\\", "/")).startswith("../")
-
-
 def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
-    """One file listed under two spellings only the root tells apart: an absolute path and a name
-    relative to ``root`` (``/data/img/a.jpg`` and ``a.jpg``), or a name that climbs out of ``root``
-    and back in (``../img/a.jpg`` under ``img``): one line each, as :meth:`LabelTable.problems`
-    words a file listed again. Tables with neither (the usual case) cost one look at the bytes."""
+    """One file listed under two spellings only the file system tells apart: an absolute path and a
+    name relative to ``root`` (``/data/img/a.jpg`` and ``a.jpg``), a name that climbs out of ``root``
+    and back in (``../img/a.jpg`` under ``img``), or two folders one of which is a symbolic link to
+    the other (``link/a.jpg`` and ``img/a.jpg``, a link in ``root``; also the root given through a
+    link beside absolute names): one line each, as :meth:`LabelTable.problems` words a file listed
+    again. Folders are compared by their real paths (links followed); files that are themselves
+    links to others are two files, as they are to ImageFolder. Tables with none of these (the usual
+    case) cost one look at the bytes and one at ``root``'s entries."""
     table = table.whole or table
     files = table.files
     if not len(files):
@@ -767,22 +774,43 @@ def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
     drive = len(two) > 0 and bool((data[two + 1] == ord(":")).any())
     raw = data.tobytes()
     up = b"../" in raw or b"..\\" in raw
-    if not absolute.any() and not drive and not up:
+    linked = _linked_folders(root)
+    if not absolute.any() and not drive and not up and not linked:
         return []
+    spelled = lambda n: unicodedata.normalize("NFC", posixpath.normpath(n.replace("\\", "/")))  # noqa: E731
+    real: dict[str, str] = {}
     seen: dict[str, int] = {}
     out = []
     for i, name in enumerate(files):
-        key = os.path.abspath(resolve_path(name, root))  # the folder may be given relative, the names absolute
+        path = os.path.abspath(resolve_path(name, root))  # the folder may be given relative, the names absolute
+        folder, base = os.path.split(path)
+        if folder not in real:
+            real[folder] = os.path.realpath(folder)
+        key = os.path.join(real[folder], base)
         j = seen.setdefault(key, i)
-        if j == i:
-            continue
-        # two relative names that do not climb out: the table's own check compares them (and reports them)
-        if os.path.isabs(name.replace("\\", "/")) != os.path.isabs(files[j].replace("\\", "/")) or (
-            not os.path.isabs(name.replace("\\", "/")) and (_climbs(name) or _climbs(files[j]))
-        ):
+        # the same spelling (up to \\, ./, x/.. and Unicode form): the table's own check reports it
+        if j != i and spelled(name) != spelled(files[j]):
             out.append(f"{table.where(i)}: file {name!r} is listed again (first at {table._short(j)} as "
                        f"{files[j]!r}: both name {key})")  # fmt: skip
     return out
+
+
+def _linked_folders(root: str | os.PathLike) -> bool:
+    """Whether a folder in ``root`` is a symbolic link to another folder inside ``root``, or to the
+    same folder as another such link: then two relative names can name one file (one look at
+    ``root``'s entries; links deeper down are not looked for)."""
+    try:
+        with os.scandir(root) as it:
+            links = [e.path for e in it if e.is_symlink()]
+        if not links:
+            return False
+        inside = os.path.realpath(root)
+        targets = [os.path.realpath(p) for p in links]
+    except (OSError, ValueError):
+        return False
+    return len(set(targets)) < len(targets) or any(
+        t == inside or t.startswith(inside.rstrip(os.sep) + os.sep) for t in targets
+    )
 
 
 def resolve_path(name: str, root: str | os.PathLike) -> str:
@@ -1017,6 +1045,8 @@ class _Part:
     # the split column's value of each line dropped with a problem: with split=, another split's problem is its own
     dropped_splits: dict[tuple[int, int], str] = field(default_factory=dict)
     dropped_files: list[str] = field(default_factory=list)  # files of rows left out for a problem (no label)
+    # another column naming the class (class_id beside class): its name -> the (label, its value) pairs of the rows
+    rivals: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
 
 
 def _part_from_lists(sheet: str, files: list[str], labels: list[str], splits: list[str], rows: list[int],
@@ -1066,6 +1096,7 @@ class _Header:
     scol: int | None
     fname: str
     lname: str
+    rivals: tuple[tuple[int, str], ...] = ()  # other columns naming the class (column, header), when lcol was found
 
 
 def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, label_column: str | None,
@@ -1092,7 +1123,11 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
                         f"{_column_letter(col)}); name another with {what}_column= (--{what}-column)"
                     )
             lname = _text(row[lcol]) if lcol is not None else ""
-            return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname)
+            rivals: tuple[tuple[int, str], ...] = ()
+            if label_column is None and lcol is not None and _norm(row[lcol]) in _RIVAL_COLUMNS:
+                rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
+                               and not _blank(h) and _norm(h) in _RIVAL_COLUMNS)  # fmt: skip
+            return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals)
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
     if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):
         width = max(i for i, v in enumerate(first) if not _blank(v)) + 1
@@ -1136,6 +1171,7 @@ def _parse_grid(
     dropped: dict[tuple[int, int], str] = {}
     named: list[str] = []
     numbers: tuple[int, str] | None = None  # the first file cell that holds a number, not text
+    rivals: dict[str, set[tuple[str, str]]] = {name: set() for _, name in head.rivals}
     for r in range(head.at + 1, len(grid)):
         row = grid[r]
         f = row[fcol] if fcol < len(row) else None
@@ -1178,6 +1214,9 @@ def _parse_grid(
             numbers = (rownum, _text(f))
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
+        for col, name in head.rivals:
+            if col < len(row) and not _blank(row[col]):
+                rivals[name].add((labels[-1], _text(row[col])))
         s = row[scol] if scol is not None and scol < len(row) else None
         # the split column where the sheet has one (a one-sheet workbook as the CSV it was saved from), else the sheet
         splits.append(("" if _blank(s) else _text(s)) if scol is not None else sheet)
@@ -1187,7 +1226,7 @@ def _parse_grid(
                      "its format may show before it (00123) are not part of it: if the files are named so, store the "
                      "column as text")  # fmt: skip
     part = _part_from_lists(sheet, files, labels, splits, rows, head.fname, head.lname)
-    part.dropped_splits, part.dropped_files = dropped, named
+    part.dropped_splits, part.dropped_files, part.rivals = dropped, named, rivals
     return part
 
 
@@ -1524,10 +1563,46 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
         lkeys = {_norm(label_column)} if label_column is not None else {_norm(k) for k in LABEL_COLUMNS}
         cols = parse_list(buf, text, lambda row: _norm(row[0]) in fkeys and _norm(row[-1]) in lkeys)
         part = _list_part(path, cols, problems, notes, file_column, label_column)
+        if b"#" in buf:
+            _commented_images(path, buf, notes)
         return [part], enc
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
     cols = parse_delimited(buf, text, delim, lambda row: _header_index(row, keys))
     return [_table_part(path, cols, delim, problems, notes, file_column, label_column, split_column)], enc
+
+
+_SUFFIX_ALTERNATIVES = "|".join(s.lstrip(".") for s in IMAGE_SUFFIXES)
+_IMAGE_THEN_WORDS = re.compile(rf"(.*?\.(?:{_SUFFIX_ALTERNATIVES})) +\S", re.I)
+_COMMENTED_IMAGE = re.compile(rf"^[ \t]*(#[^\n]*?\.(?:{_SUFFIX_ALTERNATIVES}))[ \t]+\S[^\n]*$".encode(), re.I | re.M)
+
+
+def _commented_images(path: Path, buf: bytes, notes: list) -> None:
+    """A note for ``#`` lines of a list that read as samples (``#1.jpg 1``): a comment, or a file
+    whose name starts with ``#``, which only ``./#1.jpg`` tells apart."""
+    found = [m for m in _COMMENTED_IMAGE.finditer(buf) if not m.group(1).startswith(b"# ")]
+    if found:
+        line = buf.count(b"\n", 0, found[0].start()) + 1
+        shown = found[0].group(0).strip().decode("utf-8", "replace")
+        more = f" (and {len(found) - 1} more lines like it)" if len(found) > 1 else ""
+        notes.append(f"{path}, line {line}: {shown!r} starts with '#' and is skipped as a comment{more}; a file "
+                     "whose name starts with '#' is written './#...'")  # fmt: skip
+
+
+def _spaced_labels(path: Path, part: _Part, problems: list) -> None:
+    """A problem for each row of a ``path label`` list whose path is an image name and more words
+    (``1.jpg black cat`` read as the file '1.jpg black' labelled 'cat'): a label with a space in it.
+    Names with no space cost one look at the bytes."""
+    files = part.files
+    spaced = np.flatnonzero(files.data == 32)
+    if not len(spaced):
+        return
+    for i in np.unique(np.searchsorted(files.offsets, spaced, side="right") - 1).tolist():
+        name = files[i]
+        if not _looks_like_file(name) and _IMAGE_THEN_WORDS.match(name):
+            line, label = int(part.rows[i]), part.labels[part.label_codes[i]]
+            problems.append(((0, line), f"{path}, line {line}: '{name} {label}' reads as the file {name!r} labelled "
+                             f"{label!r}: a label with a space in it? The label is the last field of a 'path label' "
+                             "line; part the fields with a tab, or write a CSV"))  # fmt: skip
 
 
 def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_column: str | None,
@@ -1542,7 +1617,12 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
         fname, lname = "", ""
         (data, offsets), _ = cols.strings(0)
         names = StringArray.from_buffer(data, offsets)
-        if len(names) > 1 and not _looks_like_file(names[0]) and _looks_like_file(names[1]):
+        if (
+            len(names) > 1
+            and not _looks_like_file(names[0])
+            and _looks_like_file(names[1])
+            and not _IMAGE_THEN_WORDS.match(names[0])
+        ):  # '0.jpg black' of '0.jpg black cat': a spaced label
             # a header whose names are not known ones (Excel's Unicode text: 图片路径<TAB>类别) is no sample
             labels, codes, _ = cols.coded(1)
             shown = ", ".join(repr(v) for v in (names[0], labels[codes[0]] if codes[0] >= 0 else "") if v)
@@ -1550,8 +1630,10 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
                              "header (the lines under it name image files), but names no known file column; name "
                              "it with file_column= (--file-column)"))  # fmt: skip
             return _part_from_lists("", [], [], [], [], "", "")
-    return _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
+    part = _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
                          path, problems, notes)  # fmt: skip
+    _spaced_labels(path, part, problems)
+    return part
 
 
 def _unicode_separator_note(path: Path, found: list[tuple[int, str]]) -> str:
@@ -1602,11 +1684,14 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
         problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: no split column named "
                          f"{split_column!r} among {shown}"))  # fmt: skip
-    return _columns_part(cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes)
+    return _columns_part(
+        cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals
+    )
 
 
 def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: str, fname: str, lname: str,
-                  path: Path, problems: list, notes: list) -> _Part:  # fmt: skip
+                  path: Path, problems: list, notes: list,
+                  rivals: Sequence[tuple[int, str]] = ()) -> _Part:  # fmt: skip
     (data, offsets), fvalid = cols.strings(fcol)
     files = StringArray.from_buffer(data, offsets)
     labels, lcodes, lvalid = cols.coded(lcol)
@@ -1638,6 +1723,11 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
             problems.append(((0, line), f"{path}, line {line}: label {labels[lcodes[i]]!r} has no file name"))
     keep = fvalid & lvalid
     named = [files[int(i)] for i in np.flatnonzero(fvalid & ~keep)]
+    pairs: dict[str, set[tuple[str, str]]] = {}
+    for col, name in rivals:
+        rvals, rcodes, rvalid = cols.coded(col)
+        both = np.unique(np.stack([lcodes[keep & rvalid], rcodes[keep & rvalid]]), axis=1)
+        pairs[name] = {(str(labels[a]), _text(rvals[b])) for a, b in both.T.tolist()}
     dropped: dict[tuple[int, int], str] = {}
     if scol is not None:
         svals, scodes, _ = cols.coded(scol)
@@ -1661,7 +1751,7 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
     svals, scodes = _used(svals, scodes)
     part = _Part(sheet, files, list(labels), lcodes.astype(np.int32), svals, scodes.astype(np.int32),
                  lines.astype(np.int32), fname, lname)  # fmt: skip
-    part.dropped_splits, part.dropped_files = dropped, named
+    part.dropped_splits, part.dropped_files, part.rivals = dropped, named, pairs
     return part
 
 
@@ -1692,6 +1782,35 @@ def _excel_engine(engine: str | None) -> str:
         return "openpyxl"
 
 
+def _class_order(values: Iterable[str]) -> list[str]:
+    """``values`` in the order their classes take (ClassMap's rule: numbers when all are integers)."""
+    values = list(values)
+    return sorted(values, key=_int_of) if values and all(_is_int_text(v) for v in values) else sorted(values)
+
+
+def _rival_problem(path: Path, lname: str, rname: str, pairs: set[tuple[str, str]]) -> str | None:
+    """The problem when the label column ``lname`` and another column naming the class, ``rname``,
+    would give the samples different classes (``pairs``: each row's two values); None when they agree."""
+    fix = "; name the one to use with label_column= (--label-column)"
+    by_label: dict[str, list[str]] = {}
+    by_rival: dict[str, list[str]] = {}
+    for a, b in pairs:
+        by_label.setdefault(a, []).append(b)
+        by_rival.setdefault(b, []).append(a)
+    for one, other, seen in ((lname, rname, by_label), (rname, lname, by_rival)):
+        for v in _class_order(seen):
+            if len(seen[v]) > 1:
+                two = _class_order(seen[v])[:2]
+                return (f"{path}: the columns {lname!r} and {rname!r} both name the class but do not match one to one "
+                        f"({one} {v!r} goes with {other} {two[0]!r} and {two[1]!r}){fix}")  # fmt: skip
+    mine, theirs = _class_order(by_label), _class_order(by_rival)
+    for k, (a, b) in enumerate(zip(mine, theirs)):
+        if by_label[a][0] != b:
+            return (f"{path}: the columns {lname!r} and {rname!r} both name the class but number the classes "
+                    f"differently (class {k} is {a!r} by {lname!r}, {by_rival[b][0]!r} by {rname!r}){fix}")  # fmt: skip
+    return None
+
+
 def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding: str | None) -> LabelTable:
     label_index: dict[str, int] = {}
     split_index: dict[str, int] = {}
@@ -1715,6 +1834,14 @@ def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding:
     kind = "empty" if not values else "int" if all(is_int) else "mixed" if any(is_int) else "name"
     label_col = CodedColumn([_int_of(v) for v in labels] if kind == "int" else labels, cat(lcodes, np.int32))
     first = next((p for p in parts if p.file_column), None)
+    rivals: dict[str, set[tuple[str, str]]] = {}
+    for p in parts:
+        for name, pairs in p.rivals.items():
+            rivals.setdefault(name, set()).update(pairs)
+    for name, pairs in rivals.items():
+        problem = _rival_problem(path, first.label_column if first else "", name, pairs)
+        if problem:
+            problems.append(((0, 0), problem))
     table = LabelTable(
         path=path, files=files, labels=label_col, splits=CodedColumn(list(split_index), cat(scodes, np.int32)),
         sheets=CodedColumn(sheets, cat(sheet_codes, np.int16)), rows=cat([p.rows for p in parts], np.int32),

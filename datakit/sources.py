@@ -980,7 +980,23 @@ def given_classes(classes) -> list[str]:
             path = path / "classes.json"
         if not path.is_file():
             raise UsageError(f"classes={os.fspath(classes)!r}: no such file (a pack, a .json or a .txt of class names)")
-        text = path.read_text(encoding="utf-8-sig")
+        if path.suffix.lower() in EXCEL_SUFFIXES or path.suffix.lower() == ".xls":
+            raise UsageError(f"{path}: a workbook; classes= takes a pack, a .json list or a text file of class "
+                             "names, one per line")  # fmt: skip
+        from datakit.labels import _decode_text
+
+        raw = path.read_bytes()
+        if path.suffix.lower() == ".json":
+            try:
+                text = raw.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                line = raw.count(b"\n", 0, exc.start) + 1
+                raise LabelError(
+                    f"{path}, line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8, which JSON is written in"
+                ) from None
+        else:  # a text file: in any encoding a label table may be in (GBK, Big5, UTF-16), found the same way
+            decoded, enc = _decode_text(raw, path, None)
+            text = (decoded if decoded is not None else raw.decode("ascii")).lstrip("\ufeff")
         if path.suffix.lower() == ".json":
             try:
                 obj = json.loads(text)
@@ -1066,10 +1082,16 @@ def open_source(
     if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
         return kinds.TableDataset(read_labels(path, **table_options), root, split=split, remap_labels=remap_labels,
                             **common, **kwargs)  # fmt: skip
+    if path.is_file() and suffix != ".zip":  # a table of a kind not read (.xls, .json), or no dataset at all
+        from datakit.labels import _TABLE_SUFFIXES
+
+        raise UsageError(f"{path}: not a dataset source (a folder, a label table: {_TABLE_SUFFIXES}, a .zip or an "
+                         "LMDB pack)")  # fmt: skip
     if split is not None:
         raise UsageError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
     if path.is_dir():
         return kinds.FolderDataset(path, **common, **kwargs)
     if suffix == ".zip":  # encoding=: of its member names here, as unzip-gbk --encoding
         return kinds.ZipDataset(path, **common, **({"encoding": encoding} if encoding else {}), **kwargs)
+    # a FIFO, a socket
     raise UsageError(f"{path}: not a dataset source (a folder, a label table, a .zip or an LMDB pack)")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -23,9 +24,9 @@ from datakit.datasets import (
     open_dataset,
 )
 from datakit.errors import UsageError
-from datakit.io import imread
+from datakit.io import imread, imwrite
 from datakit.labels import LabelError
-from datakit.testing import ZipEntry, build_zip
+from datakit.testing import ZipEntry, build_zip, synthetic_image
 
 
 def test_folder_matches_imagefolder(class_folder: Path):
@@ -455,3 +456,44 @@ def test_a_zip_with_an_empty_class_folder_is_refused_as_the_folder_is(tmp_path: 
     with pytest.raises(LabelError) as e:
         open_dataset(tmp_path / "out" / "数据集")
     assert str(e.value) == f"{tmp_path / 'out' / '数据集'}: class folder 'bird' {ends}"
+
+
+@pytest.mark.parametrize("encoding", ["gbk", "big5", "utf-16", "utf-8-sig"])
+def test_a_class_file_in_the_encodings_tables_come_in(tmp_path: Path, encoding: str):
+    # before: a GBK classes.txt gave a bare "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xc3"
+    cat, dog, bird = ("貓", "狗", "鳥") if encoding == "big5" else ("猫", "狗", "鸟")
+    for i in range(2):
+        imwrite(tmp_path / f"{i}.png", synthetic_image(8, 8, seed=i), mode="rgb")
+    (tmp_path / "val.csv").write_text(f"file,label\n0.png,{dog}\n1.png,{cat}\n", encoding=encoding)
+    (tmp_path / "classes.txt").write_text(f"{cat}\n{dog}\n{bird}\n", encoding=encoding)
+    val = open_dataset(tmp_path / "val.csv", classes=tmp_path / "classes.txt")
+    assert (val.classes, val.targets.tolist()) == ([cat, dog, bird], [1, 0])
+
+
+def test_a_class_file_that_cannot_be_read_is_named(tmp_path: Path):
+    from openpyxl import Workbook
+
+    (tmp_path / "val.csv").write_text("file,label\n0.png,cat\n", encoding="utf-8")
+    Workbook().save(tmp_path / "classes.xlsx")
+    with pytest.raises(UsageError) as e:
+        open_dataset(tmp_path / "val.csv", classes=tmp_path / "classes.xlsx")
+    assert str(e.value) == (f"{tmp_path / 'classes.xlsx'}: a workbook; classes= takes a pack, a .json list or a text "
+                            "file of class names, one per line")  # fmt: skip
+    (tmp_path / "classes.json").write_bytes(b'["cat", "\xff"]')
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "val.csv", classes=tmp_path / "classes.json")
+    assert str(e.value) == f"{tmp_path / 'classes.json'}, line 1: byte 0xff is not UTF-8, which JSON is written in"
+    (tmp_path / "classes.txt").write_bytes(b"cat\n\xff\xfe\xfd\n")
+    with pytest.raises(LabelError, match=r"^" + re.escape(str(tmp_path / "classes.txt")) + r"(, line 2)?: "):
+        open_dataset(tmp_path / "val.csv", classes=tmp_path / "classes.txt")
+
+
+@pytest.mark.parametrize("name", ["labels.xls", "labels.json", "photo.jpg"])
+@pytest.mark.parametrize("split", [None, "train"])
+def test_a_file_that_is_no_source_says_which_files_are(tmp_path: Path, name: str, split):
+    # before: with split=, "needs a label table (labels=)", for a file that is one, in a format not read
+    (tmp_path / name).write_bytes(b"{}")
+    with pytest.raises(UsageError) as e:
+        open_dataset(tmp_path / name, split=split)
+    assert str(e.value) == (f"{tmp_path / name}: not a dataset source (a folder, a label table: .xlsx, .xlsm, .csv, "
+                            ".tsv, .txt or .lst, a .zip or an LMDB pack)")  # fmt: skip

@@ -859,6 +859,70 @@ def test_rows_made_only_of_formulas_without_values_are_named_not_dropped(tmp_pat
         read_labels(path, split="val")
 
 
+def _linked_img(tmp_path: Path) -> Path:
+    for name in ("0", "1"):
+        jpeg(tmp_path / "img" / f"{name}.jpg")
+    (tmp_path / "link").symlink_to(tmp_path / "img", target_is_directory=True)
+    return tmp_path / "img"
+
+
+def test_one_file_listed_through_a_linked_folder_and_by_name_is_listed_again(tmp_path: Path, capsys):
+    # before: the same pixels were a cat and a dog, and check said nothing
+    from datakit.cli import main
+
+    img = _linked_img(tmp_path)
+    path = tmp_path / "labels.csv"
+    path.write_text(f"file,label\n{tmp_path / 'link' / '0.jpg'},cat\n0.jpg,dog\n1.jpg,dog\n", encoding="utf-8")
+    want = (f"{path}, line 3: file '0.jpg' is listed again (first at line 2 as '{tmp_path / 'link' / '0.jpg'}': "
+            f"both name {img / '0.jpg'})")  # fmt: skip
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path)
+    assert str(e.value) == want
+    assert main(["check", str(img), "--labels", str(path), "--workers", "0", "-q"]) == 1
+    assert want in capsys.readouterr().err
+    # the root given through the link, the names by the real path
+    path.write_text(f"file,label\n{img / '0.jpg'},cat\n0.jpg,dog\n1.jpg,dog\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "link", labels=path)
+    assert str(e.value) == (f"{path}, line 3: file '0.jpg' is listed again (first at line 2 as '{img / '0.jpg'}': "
+                            f"both name {img / '0.jpg'})")  # fmt: skip
+
+
+def test_two_relative_names_through_a_link_in_the_root_are_listed_again(tmp_path: Path):
+    _linked_img(tmp_path)
+    path = tmp_path / "labels.csv"
+    path.write_text("file,label\nimg/0.jpg,cat\nimg/1.jpg,dog\nlink/1.jpg,cat\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path, labels=path)
+    assert str(e.value) == (f"{path}, line 4: file 'link/1.jpg' is listed again (first at line 3 as 'img/1.jpg': "
+                            f"both name {tmp_path / 'img' / '1.jpg'})")  # fmt: skip
+    # two links to one folder elsewhere
+    (tmp_path / "link").unlink()
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("a", "b"):
+        (root / name).symlink_to(tmp_path / "img", target_is_directory=True)
+    path.write_text("file,label\na/0.jpg,cat\nb/0.jpg,dog\n", encoding="utf-8")
+    with pytest.raises(LabelError, match=r"line 3: file 'b/0\.jpg' is listed again \(first at line 2 as 'a/0\.jpg'"):
+        open_dataset(root, labels=path)
+
+
+def test_a_root_whose_folders_link_to_other_disks_is_no_duplicate(tmp_path: Path):
+    # the usual reason for a link: the images live elsewhere; each file is still named once
+    store = tmp_path / "store"
+    for name in ("0", "1"):
+        jpeg(store / "cats" / f"{name}.jpg")
+        jpeg(store / "dogs" / f"{name}.jpg")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "cats").symlink_to(store / "cats", target_is_directory=True)
+    (root / "dogs").symlink_to(store / "dogs", target_is_directory=True)
+    path = tmp_path / "labels.csv"
+    path.write_text("file,label\ncats/0.jpg,cat\ncats/1.jpg,cat\ndogs/0.jpg,dog\ndogs/1.jpg,dog\n", encoding="utf-8")
+    ds = open_dataset(root, labels=path)
+    assert (len(ds), ds.classes, ds.targets.tolist()) == (4, ["cat", "dog"], [0, 0, 1, 1])
+
+
 def test_one_file_listed_by_absolute_and_relative_path_is_listed_again(tmp_path: Path, capsys, monkeypatch):
     # The attack: b.jpg in train and, as /abs/root/b.jpg, in val with another label: a leak only the root shows.
     from datakit.cli import main
@@ -1438,3 +1502,141 @@ def test_date_label_cells_read_alike_with_either_engine(tmp_path: Path):
     for engine in ("calamine", "openpyxl"):
         t = read_labels(tmp_path / "d.xlsx", engine=engine)
         assert t.class_values == ("2024-01-02", "2024-01-02 08:30:00"), engine
+
+
+# ---------------------------------------------------------------------------------------------
+# two columns that both name the class (target beside class, class_id beside class_name)
+
+
+def _rival_table(tmp_path: Path, fmt: str, header: tuple[str, str, str], rows: list[tuple[str, object, object]],
+                 sheets: int = 1) -> Path:  # fmt: skip
+    if fmt == "csv":
+        path = tmp_path / "labels.csv"
+        path.write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n", encoding="utf-8")
+        return path
+    wb = Workbook()
+    wb.remove(wb.active)
+    per = -(-len(rows) // sheets)
+    for k, name in enumerate(["train", "val"][:sheets]):
+        ws = wb.create_sheet(name)
+        ws.append(list(header))
+        for r in rows[k * per : (k + 1) * per]:
+            ws.append(list(r))
+    path = tmp_path / "labels.xlsx"
+    wb.save(path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+def test_a_target_column_that_numbers_the_classes_otherwise_is_refused(tmp_path: Path, fmt: str):
+    # before: the 'class' column was used and 'target' ignored: dog, the table's class 0, became class 2
+    path = _rival_table(tmp_path, fmt, ("file", "target", "class"), [("a.jpg", 0, "dog"), ("b.jpg", 1, "cat"),
+                                                                     ("c.jpg", 2, "bird")])  # fmt: skip
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}: the columns 'class' and 'target' both name the class but number the classes differently (class 0 "
+        "is 'bird' by 'class', 'dog' by 'target'); name the one to use with label_column= (--label-column)"
+    )
+    by_target = read_labels(path, label_column="target")
+    assert by_target.targets(by_target.class_map()).tolist() == [0, 1, 2]
+    by_class = read_labels(path, label_column="class")
+    assert (by_class.targets(by_class.class_map()).tolist(), by_class.class_map().classes) == (
+        [2, 1, 0], ("bird", "cat", "dog"))  # fmt: skip
+
+
+def test_ids_across_sheets_are_compared_as_one_table(tmp_path: Path):
+    # each sheet alone numbers its classes in name order; together they do not (b is 2, c is 1)
+    rows = [("1.jpg", "a", 0), ("2.jpg", "b", 2), ("3.jpg", "c", 1), ("4.jpg", "a", 0)]
+    path = _rival_table(tmp_path, "xlsx", ("file", "class_name", "class_id"), rows, sheets=2)
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}: the columns 'class_name' and 'class_id' both name the class but number the classes differently "
+        "(class 1 is 'b' by 'class_name', 'c' by 'class_id'); name the one to use with label_column= (--label-column)"
+    )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+def test_columns_that_do_not_match_one_to_one_are_refused(tmp_path: Path, fmt: str):
+    # a fine class and a coarse one: which is meant cannot be told
+    rows = [("1.jpg", "cat", "animal"), ("2.jpg", "dog", "animal"), ("3.jpg", "car", "vehicle")]
+    path = _rival_table(tmp_path, fmt, ("file", "label", "category"), rows)
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}: the columns 'label' and 'category' both name the class but do not match one to one (category "
+        "'animal' goes with label 'cat' and 'dog'); name the one to use with label_column= (--label-column)"
+    )
+    assert read_labels(path, label_column="category").class_map().classes == ("animal", "vehicle")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+@pytest.mark.parametrize("ids", [(0, 1, 2), (1, 2, 3), (10, 20, 30)])
+def test_ids_that_number_the_classes_as_their_names_do_are_accepted(tmp_path: Path, fmt: str, ids):
+    rows = [("a.jpg", "bird", ids[0]), ("b.jpg", "cat", ids[1]), ("c.jpg", "dog", ids[2]), ("d.jpg", "cat", ids[1])]
+    path = _rival_table(tmp_path, fmt, ("file", "class_name", "class_id"), rows)
+    assert read_labels(path).label_column == "class_name"
+    assert targets(path) == ([0, 1, 2, 1], ("bird", "cat", "dog"))
+
+
+def test_the_same_labels_in_two_columns_are_accepted(tmp_path: Path):
+    path = _rival_table(tmp_path, "csv", ("file", "label", "class"), [("a.jpg", 10, 10), ("b.jpg", 2, 2)])
+    assert targets(path, remap=True) == ([1, 0], ("2", "10"))  # numeric order in both: no quarrel
+    path.write_text("file,label,class\na.jpg,1,1\nb.jpg,0,0\n", encoding="utf-8")
+    assert targets(path) == ([1, 0], ("0", "1"))
+
+
+def test_check_names_the_two_columns(tmp_path: Path, capsys):
+    from datakit.cli import main
+
+    root = tmp_path / "imgs"
+    root.mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        imwrite(root / name, synthetic_image(16, 16, seed=1), mode="rgb")
+    path = tmp_path / "labels.csv"
+    path.write_text("file,class_id,class_name\na.jpg,0,zebra\nb.jpg,1,ant\n", encoding="utf-8")
+    assert main(["check", str(root), "--labels", str(path), "--workers", "0"]) == 1
+    assert capsys.readouterr().err == (
+        f"{path}: the columns 'class_name' and 'class_id' both name the class but number the classes differently "
+        "(class 0 is 'ant' by 'class_name', 'zebra' by 'class_id'); name the one to use with label_column= "
+        "(--label-column)\n"
+    )
+    assert main(["check", str(root), "--labels", str(path), "--label-column", "class_id", "--workers", "0"]) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# path-label lists: '#' lines that name images, labels with a space
+
+
+def test_a_commented_line_that_names_an_image_is_noted(tmp_path: Path):
+    # before: '#1.jpg 1' vanished without a word (a comment by the rule, but a sample by its look)
+    path = tmp_path / "train.txt"
+    path.write_text("# a comment, no image\na.jpg 0\n#1.jpg 1\n#2.png 0\nb.jpg 1\n./#3.jpg 1\n", encoding="utf-8")
+    t = read_labels(path)
+    assert t.files.tolist() == ["a.jpg", "b.jpg", "./#3.jpg"]
+    assert t.notes == [f"{path}, line 3: '#1.jpg 1' starts with '#' and is skipped as a comment (and 1 more lines "
+                       "like it); a file whose name starts with '#' is written './#...'"]  # fmt: skip
+    path.write_text("# images.jpg 0 is how a line reads\na.jpg 0\n", encoding="utf-8")  # '# ' is prose
+    assert read_labels(path).notes == []
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_a_label_with_a_space_in_a_list_is_refused(tmp_path: Path, first: bool):
+    # before: '1.jpg black cat' was the file '1.jpg black' labelled 'cat', found missing only when read
+    lines = ["0.jpg dog", "1.jpg black cat", "2.jpg cat"]
+    if first:
+        lines = lines[1:2] + lines[:1] + lines[2:]
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}, line {1 if first else 2}: '1.jpg black cat' reads as the file '1.jpg black' labelled 'cat': a "
+        "label with a space in it? The label is the last field of a 'path label' line; part the fields with a tab, "
+        "or write a CSV"
+    )
+    path.write_text("0.jpg\tdog\n1.jpg\tblack cat\nmy photo.jpg\tcat\n", encoding="utf-8")
+    assert targets(path) == ([2, 0, 1], ("black cat", "cat", "dog"))
+    path.write_text("my photo.jpg cat\nIMG 001.JPG dog\n", encoding="utf-8")  # spaces in names are no labels
+    assert read_labels(path).files.tolist() == ["my photo.jpg", "IMG 001.JPG"]
