@@ -18,9 +18,17 @@ import numpy as np
 
 from datakit.errors import UsageError
 from datakit.io import IMAGE_EXTENSIONS, probe_image
-from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES, LabelTable, read_labels, resolve_path, spelled_twice
+from datakit.labels import (
+    EXCEL_SUFFIXES,
+    TEXT_SUFFIXES,
+    ClassMap,
+    LabelTable,
+    read_labels,
+    resolve_path,
+    spelled_twice,
+)
 from datakit.parallel import map_ordered
-from datakit.sources import ImageDataset, TableDataset, open_source
+from datakit.sources import ImageDataset, TableDataset, given_classes, open_source
 
 __all__ = ["CheckReport", "check_dataset"]
 
@@ -44,7 +52,7 @@ class CheckReport:
         return not self.problems
 
     def to_json(self) -> dict:
-        return {"samples": self.samples, "problems": self.problems, "notes": self.notes,
+        return {"samples": self.samples, "problems": self.problems, "notes": self.notes, "classes": self.classes,
                 "class_counts": self.class_counts, "height_range": self.height_range,
                 "width_range": self.width_range}  # fmt: skip
 
@@ -64,12 +72,17 @@ def _probe(ds: ImageDataset, i: int) -> tuple[int, int, str | None]:
 
 
 def _open_checked(src, labels, split: str | None, remap_labels: bool, root, options: dict,
-                  report: CheckReport) -> ImageDataset:  # fmt: skip
+                  report: CheckReport, classes=None) -> ImageDataset:  # fmt: skip
     """The dataset to read; a table's every problem goes into the report (labels.py finds them)."""
+    given = None
+    if classes is not None:
+        given = given_classes(classes)
+        if remap_labels:
+            raise UsageError("classes= and remap_labels= both number the classes; give one of them")
     path = Path(src) if isinstance(src, (str, os.PathLike)) else None
     alone = labels is None and path is not None and path.is_file() and path.suffix.lower() in TABLE_SUFFIXES
     if labels is None and not alone:
-        return open_source(src, split=split, encoding=options.get("encoding"))  # a zip's member names
+        return open_source(src, split=split, encoding=options.get("encoding"), classes=classes)  # a zip's names
     if labels is not None and path is not None and ((path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"):
         return open_source(src, labels=labels, split=split)  # refused there: a pack holds its own labels
     table = (
@@ -78,9 +91,18 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
         else read_labels(labels if labels is not None else src, split=split, validate=False, **options)
     )
     report.notes += table.notes
-    report.problems += table.problems(remap=remap_labels)
+    # with classes=, integer labels are read as they are (a split without class 3 is no gap), then indexed by them
+    report.problems += table.problems(remap=remap_labels or given is not None)
     report.problems += spelled_twice(table, (root or Path(table.path).parent) if alone else src)
-    class_map = table.class_map(remap=remap_labels, strict=False)  # go on reading images whatever the labels
+    class_map = table.class_map(remap=remap_labels or given is not None, strict=False)  # read on whatever the labels
+    if given is not None:
+        unknown = [c for c in class_map.classes if c not in set(given)]
+        if unknown:
+            shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+            report.problems.append(f"{table.path}: class{'es' if len(unknown) > 1 else ''} {shown} not among the "
+                                   f"{len(given)} classes given (classes=, --classes)")  # fmt: skip
+        else:
+            class_map = ClassMap(tuple(given))
     if split is not None and not len(table) and report.problems:
         split = None  # the split asked for has no rows, which a problem says (an empty split): nothing to select
     ds = TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
@@ -104,6 +126,7 @@ def check_dataset(
     encoding: str | None = None,
     include_hidden: bool = False,
     bad_samples: str | os.PathLike | None = None,
+    classes: object = None,
 ) -> CheckReport:
     """Read every sample of ``src`` (anything :func:`open_dataset` takes) and report what is wrong.
 
@@ -115,13 +138,15 @@ def check_dataset(
     and row); this adds what needs the images: files missing, unreadable, or not in the table.
     ``bad_samples``: a bad-samples file written while training; the samples it lists are
     reported as unreadable (with the reason recorded then) without being read again.
+    ``classes``: the classes to index by, as ``open_dataset``'s ``classes=`` (the training split's,
+    for a split kept in a file of its own); a label not among them is a problem.
     """
     if not isinstance(src, (str, os.PathLike, list, tuple)):
         raise UsageError(f"check_dataset takes a path (a folder, a table, a zip or a pack), got {type(src).__name__}")
     report = CheckReport()
     options = dict(file_column=file_column, label_column=label_column, split_column=split_column,
                    encoding=encoding, include_hidden=include_hidden)  # fmt: skip
-    ds = _open_checked(src, labels, split, remap_labels, root, options, report)
+    ds = _open_checked(src, labels, split, remap_labels, root, options, report, classes)
     table_ds = ds if isinstance(ds, TableDataset) else None
     missing = set()
     if table_ds is not None:

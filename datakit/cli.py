@@ -663,7 +663,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
                                bad_samples=args.bad_samples, distributed=_world() > 1, progress=_progress(bar),
-                               remap_labels=args.remap_labels,
+                               remap_labels=args.remap_labels, classes=args.classes,
                                **_label_options(args))  # fmt: skip
     finally:
         if bar is not None:
@@ -739,6 +739,9 @@ def _register_check(sub) -> None:
     p.add_argument("--workers", type=_workers, metavar="N", help="reader processes (default: usable CPUs; 0: none)")
     p.add_argument("--bad-samples", metavar="FILE",
                    help="report the samples this file from training lists, without reading them")  # fmt: skip
+    p.add_argument("--classes", metavar="PACK_OR_FILE",
+                   help="index the classes as these do (the training pack, its classes.json, or a .txt of one class "
+                        "per line): for a split kept in a file of its own")  # fmt: skip
     _add_json_quiet(p, "no progress bar, no table: only the problems, one per line")
     p.set_defaults(func=cmd_check)
     p = _command(sub, "preview", "a contact sheet of what the model will see", _PREVIEW_EXAMPLE)

@@ -349,3 +349,34 @@ def test_a_missing_file_that_differs_only_in_case_is_said(tmp_path: Path):
         "'c3.png': the names differ in letter case, which this file system keeps apart)",
         f"not in the table: {tmp_path / 'img' / 'c3.png'}",
     ]
+
+
+def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: Path, capsys):
+    # before: check had no --classes, so a val list of classes 4..11 was "not 0..7" (exit 1) whatever was right
+    from datakit.io import imwrite
+    from datakit.testing import synthetic_image
+
+    img = tmp_path / "img"
+    img.mkdir()
+    for i in range(12):
+        imwrite(img / f"{i}.png", synthetic_image(8, 8, seed=i), mode="rgb")
+    (tmp_path / "train.txt").write_text("".join(f"{i}.png {i}\n" for i in range(8)), encoding="utf-8")
+    (tmp_path / "val.txt").write_text("".join(f"{i}.png {i - 4}\n" for i in range(8, 12)), encoding="utf-8")
+    (tmp_path / "classes.txt").write_text("".join(f"{i}\n" for i in range(8)), encoding="utf-8")
+    val = ["check", str(img), "--labels", str(tmp_path / "val.txt"), "--workers", "0", "-q"]
+    assert main(val) == 1  # alone, its labels 4..7 are a gap
+    assert "integer labels are 4..7, not 0..3" in capsys.readouterr().err
+    assert main([*val, "--classes", str(tmp_path / "classes.txt"), "--json"]) == 1  # train's images: not in val
+    out = json.loads(capsys.readouterr().out)
+    assert out["classes"] == [str(i) for i in range(8)]
+    assert out["class_counts"] == {"all": {"4": 1, "5": 1, "6": 1, "7": 1}}
+    assert out["problems"] == [f"not in the table: {img / f'{i}.png'}" for i in range(8)]
+    (tmp_path / "classes.txt").write_text("0\n1\n2\n3\n4\n5\n", encoding="utf-8")
+    assert main([*val, "--classes", str(tmp_path / "classes.txt")]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"{tmp_path / 'val.txt'}: classes '6', '7' not among the 6 classes given (classes=, --classes)"
+    )
+    assert main([*val, "--classes", str(tmp_path / "classes.txt"), "--remap-labels"]) == 2
+    assert capsys.readouterr().err == (
+        "datakit check: error: classes= and remap_labels= both number the classes; give one of them\n"
+    )

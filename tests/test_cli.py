@@ -131,7 +131,8 @@ def test_pack_info_verify_check_json(class_folder: Path, tmp_path: Path):
     check = datakit("check", out, "--json")
     assert check.returncode == 0, check.stderr
     report = json.loads(check.stdout)
-    assert set(report) == {"samples", "problems", "notes", "class_counts", "height_range", "width_range"}
+    assert set(report) == {"samples", "problems", "notes", "classes", "class_counts", "height_range", "width_range"}
+    assert report["classes"] == ["cat", "dog", "鸟"]  # index order
     assert (report["samples"], report["problems"], report["height_range"]) == (12, [], [30, 64])
 
 
