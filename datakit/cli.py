@@ -697,7 +697,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from datakit.sources import open_source
 
     src = _source(args)
-    check_output(args.out, overwrite=args.overwrite)  # before any image is read, not after the work
+    check_output(args.out, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     if args.font is not None and not os.path.isfile(args.font):
         raise UsageError(f"{args.font}: no such font file")
     transform = None
@@ -770,7 +770,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     src = _source(args)
     if args.plot:
-        check_output(args.plot, overwrite=args.overwrite)  # before any image is read, not after the work
+        check_output(args.plot, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     ds = open_source(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
                       **_label_options(args))  # fmt: skip
     bar = _bar(0, "stats", args.quiet)

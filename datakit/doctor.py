@@ -178,7 +178,8 @@ def check_jpeg_region(built: bool) -> Finding:
         return Finding("jpeg-region", "ok", "JPEG region decoder built: train_pipeline decodes only each crop's pixels")
     return Finding("jpeg-region", "warn",
                    "JPEG region decoder not built (no C compiler or no libjpeg-turbo headers at install time): "
-                   "train_pipeline decodes whole images at the crop's scale, about 1.3x slower",
+                   "train_pipeline decodes whole images at the crop's scale and OpenCV resizes them, about 1.3x "
+                   "slower (values may differ by one level from the compiled resize's)",
                    "install libjpeg-turbo's headers (Debian: libjpeg62-turbo-dev, Ubuntu: libjpeg-turbo8-dev, "
                    "Fedora: libjpeg-turbo-devel) and a C compiler, then reinstall datakit")  # fmt: skip
 

@@ -992,19 +992,28 @@ def _umask() -> int:
     return mask
 
 
-def check_output(path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: bool = False) -> Path:
     """``path`` as a ``Path`` when a file may be written there; ``UsageError`` naming it when it
     exists (and ``overwrite`` is false), is a folder, its folder does not exist, or that folder
-    is one this process may not create files in (its permissions, a read-only file system)."""
+    is one this process may not create files in (its permissions, a read-only file system).
+    ``probe``: also make and remove a file there (before long work: what the permissions do not
+    show, as for root in /sys)."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder; give a file name")
     if path.exists() and not overwrite:
-        raise UsageError(f"{path}: already exists; pass --overwrite to replace it")
+        raise UsageError(f"{path}: already exists; pass overwrite=True (--overwrite) to replace it")
     if not path.parent.is_dir():
         raise UsageError(f"{path.parent}: no such folder to write {path.name} into")
     if not os.access(path.parent, os.W_OK | os.X_OK):  # written as a new file beside it, then renamed
         raise UsageError(f"{path.parent}: not writable; cannot write {path.name} into it")
+    if probe:  # os.access says yes to root everywhere (/sys, /proc): a file made and removed tells
+        try:
+            fd, made = tempfile.mkstemp(dir=path.parent, prefix=".datakit-probe-")
+        except OSError:
+            raise UsageError(f"{path.parent}: not writable; cannot write {path.name} into it") from None
+        os.close(fd)
+        discard(made)
     return path
 
 
@@ -1028,13 +1037,14 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
         if overwrite:
             os.replace(tmp, path)
         else:
+            taken = f"{path}: already exists; pass overwrite=True (--overwrite) to replace it"
             try:
                 os.link(tmp, path)
             except FileExistsError:
-                raise UsageError(f"{path}: already exists; pass --overwrite to replace it") from None
+                raise UsageError(taken) from None
             except OSError:  # a file system without hard links: the check above is the best we have
                 if path.exists():
-                    raise UsageError(f"{path}: already exists; pass --overwrite to replace it") from None
+                    raise UsageError(taken) from None
                 os.replace(tmp, path)
     finally:
         discard(tmp)

@@ -65,6 +65,11 @@ class NotATable(UsageError, LabelError):
     and still a ``LabelError`` to code that catches that."""
 
 
+class SheetNotRead(UsageError, LabelError):
+    """A sheet asked for that is not there, or hidden without ``include_hidden``: a mistake in the
+    call (exit 2), as an unknown split is, and still a ``LabelError`` to code that catches that."""
+
+
 class NotADataset(UsageError, LabelError):
     """A folder or zip given as a dataset with no class folders in it (and no table): a mistake in the call
     (exit 2), as any source that is not a dataset, and still a ``LabelError`` to code that catches that."""
@@ -1381,14 +1386,14 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     if wanted is not None:
         missing = [s for s in wanted if s not in names]
         if missing:
-            raise LabelError(f"{path}: no sheet {missing[0]!r}; the sheets are {', '.join(map(repr, names))}")
+            raise SheetNotRead(f"{path}: no sheet {missing[0]!r}; the sheets are {', '.join(map(repr, names))}")
     # a hidden sheet is read, for its rows and its labels, only with include_hidden: naming it alone would
     # give its split a class map the other splits (read without it) do not share
     asked = [*(wanted or ()), *([split] if split is not None else [])]
     hidden = next((s for s in meta if not s.visible and s.worksheet and s.name in asked), None)
     if hidden is not None and not include_hidden:
-        raise LabelError(f"{path}: sheet {hidden.name!r} is hidden; pass include_hidden=True (--include-hidden) to "
-                         "read it")  # fmt: skip
+        raise SheetNotRead(f"{path}: sheet {hidden.name!r} is hidden; pass include_hidden=True (--include-hidden) "
+                           "to read it")  # fmt: skip
     parts: list[_Part] = []
     hidden_left: list[str] = []
     for order, sh in enumerate(meta):
@@ -1480,13 +1485,20 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             return _read_workbook(path, sheets=None, split=None, include_hidden=include_hidden,
                                   file_column=file_column, label_column=label_column, split_column=split_column,
                                   engine=engine, problems=problems, notes=notes)  # fmt: skip
-        for p, has in zip(parts, named):
+        # a header alone, on a sheet not named as a split (说明: a title, then 文件名 | 图片的名字): notes as well
+        bare = [not has and not len(p.files) and p.chosen and not by_column and sheets is None for p, has in
+                zip(parts, named)]  # fmt: skip
+        for p, has, empty in zip(parts, named, bare):
             if not has and len(p.files):
                 if p.chosen:
                     notes.append(f"{path}: sheet {p.sheet!r} skipped (no row names an image file, as the other "
                                  "sheets' rows do: notes?)")  # fmt: skip
                 problems[:] = [q for q in problems if q[0][0] != p.order]
-        parts = [p for p, has in zip(parts, named) if has or not len(p.files)]
+            elif empty:
+                notes.append(f"{path}: sheet {p.sheet!r} skipped (a header and no rows under it, on a sheet not "
+                             "named as a split, beside sheets whose rows name images: notes?)")  # fmt: skip
+                problems[:] = [q for q in problems if q[0][0] != p.order]
+        parts = [p for p, has, empty in zip(parts, named, bare) if has or (not len(p.files) and not empty)]
     if hidden_left:
         notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
                      f"{', '.join(map(repr, hidden_left))} not read "

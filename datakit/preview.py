@@ -284,7 +284,7 @@ def preview(
             raise UsageError(f"{name} must be at least 1, got {value}")
     if out.suffix.lower() not in PREVIEW_EXTENSIONS:
         raise UsageError(f"{out}: cannot tell the picture format; end the name in {', '.join(PREVIEW_EXTENSIONS)}")
-    check_output(out, overwrite=overwrite)
+    check_output(out, overwrite=overwrite, probe=True)
     if font is not None and not os.path.isfile(font):
         raise UsageError(f"{font}: no such font file")
     if len(ds) == 0:

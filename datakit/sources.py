@@ -293,7 +293,12 @@ class ImageDataset:
             known |= {e["index"] for e in self._read_parts()}
         n = len(self)
         if len(known) > self.max_bad_fraction * n:
-            where = f"; listed in {self.bad_samples}" if self.bad_samples is not None else ""
+            where = ""
+            if self.bad_samples is not None:
+                try:  # the file this names holds them now, not only the parts an epoch's end would merge
+                    where = f"; listed in {self.merge_bad_samples()}"
+                except OSError as err:
+                    where = f"; recorded in {self._parts_dir()} (merging them into {self.bad_samples} failed: {err})"
             raise SampleError(
                 f"{len(known)} of {n} samples are unreadable ({len(known) / n:.1%}), more than "
                 f"max_bad_fraction={self.max_bad_fraction:g}: the source looks broken, not a few bad files "
@@ -888,6 +893,11 @@ class LmdbDataset(ImageDataset):
             if self.split is not None:
                 splits = r.meta.get("splits") or []
                 if self.split not in splits:
+                    options = r.meta.get("options")
+                    packed = options.get("split") if isinstance(options, dict) else None
+                    if not splits and isinstance(packed, str):  # pack-lmdb --split: that split alone, no split column
+                        raise UsageError(f"{r.path}: no split {self.split!r}; the pack holds split {packed!r} alone "
+                                         f"(made with --split {packed}): leave out split= (--split)")  # fmt: skip
                     if not splits:
                         raise UsageError(f"{r.path}: no split {self.split!r}; the pack has no splits (its source "
                                          "had no split column or sheets)")  # fmt: skip

@@ -296,7 +296,7 @@ def plot_histogram(stats: Stats, out: str | os.PathLike, *, overwrite: bool = Fa
     out = Path(out)
     if out.suffix.lower() not in PLOT_EXTENSIONS:
         raise UsageError(f"{out}: cannot tell the picture format; end the name in {', '.join(PLOT_EXTENSIONS)}")
-    check_output(out, overwrite=overwrite)
+    check_output(out, overwrite=overwrite, probe=True)
     try:
         import matplotlib
 

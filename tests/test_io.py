@@ -257,7 +257,9 @@ def test_imwrite_without_overwrite_keeps_the_existing_file(tmp_path: Path):
 
     path = tmp_path / "已有.png"
     path.write_bytes(b"mine")
-    with pytest.raises(UsageError, match=r"已有.png: already exists; pass --overwrite to replace it$"):
+    with pytest.raises(
+        UsageError, match=r"已有.png: already exists; pass overwrite=True \(--overwrite\) to replace it$"
+    ):
         imwrite(path, np.zeros((4, 4, 3), np.uint8), overwrite=False)
     assert path.read_bytes() == b"mine" and len(list(tmp_path.iterdir())) == 1
     with pytest.raises(UsageError, match=r"no such folder to write x.png into$"):
@@ -855,3 +857,16 @@ def test_a_bomb_only_pillow_reads_the_header_of_is_named_with_its_sides(tmp_path
         imread(path, "rgb", max_pixels=10**8)
     assert str(e.value) == (f"{path}: 30000x30000 = 900000000 pixels, over the limit of 100000000 (a decompression "
                             "bomb?; raise it with max_pixels= or the DATAKIT_MAX_PIXELS environment variable)")  # fmt: skip
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_an_output_folder_no_file_can_be_made_in_is_refused_before_the_work(tmp_path: Path):
+    # before: as root (os.access says yes everywhere), `stats --plot /proc/x.png` read every image, then failed
+    # with "[Errno 13] Permission denied: '/proc/.x.png.nnpsfoyh.tmp'" (exit 1)
+    from datakit.io import check_output
+
+    with pytest.raises(UsageError) as e:
+        check_output("/proc/x.png", probe=True)
+    assert str(e.value) == "/proc: not writable; cannot write x.png into it"
+    assert check_output(tmp_path / "x.png", probe=True) == tmp_path / "x.png"
+    assert list(tmp_path.iterdir()) == []  # the probe made and removed its file

@@ -510,6 +510,20 @@ def test_notes_sheet_skipped_with_a_note(tmp_path: Path, caplog):
     assert t.notes == [note] and caplog.messages == [note]
 
 
+def test_a_notes_sheet_with_a_header_and_no_rows_is_skipped_with_a_note(tmp_path: Path, caplog):
+    # before: "sheet '说明': an empty split" (exit 1) for a title and the columns explained, nothing under them
+    sheets = {"说明": [["本表说明"], ["文件名", "图片的名字"]], "train": SPLITS["train"], "val": [["file", "label"]]}
+    path = book(tmp_path / "l.xlsx", sheets)
+    with caplog.at_level("WARNING", logger="datakit"):
+        t = read_labels(path, validate=False)
+    note = (f"{path}: sheet '说明' skipped (a header and no rows under it, on a sheet not named as a split, beside "
+            "sheets whose rows name images: notes?)")  # fmt: skip
+    assert t.notes == [note] and caplog.messages == [note]
+    # a split's sheet with a header alone is still an empty split
+    assert t.problems() == [f"{path}, sheet 'val': an empty split (a header at row 1, no rows under it)"]
+    assert t.split_names == ["train"]
+
+
 def test_split_reads_only_its_sheet_with_the_whole_class_map(tmp_path: Path):
     sheets = dict(SPLITS)
     sheets["test"] = [["file", "label"], ["f.jpg", None]]  # broken: must not fail --split val
@@ -571,7 +585,7 @@ def test_a_hidden_sheet_never_gives_the_splits_two_class_maps(tmp_path: Path, ca
         open_dataset(tmp_path / "img", labels=path, split="val")
     assert str(e.value) == refusal
     capsys.readouterr()
-    assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--split", "val"]) == 1
+    assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--split", "val"]) == 2  # as a split not there
     assert capsys.readouterr().err == f"datakit check: error: {refusal}\n"
     # with include_hidden every split reads the same sheets, so cat is 1 in both
     for split, targets in (("train", [1, 2, 1]), ("val", [0, 1, 2])):

@@ -1240,8 +1240,12 @@ def test_too_many_bad_samples_stop_training(tmp_path: Path):
     with pytest.raises(
         SampleError,
         match=r"^3 of 40 samples are unreadable \(7\.5%\), more than max_bad_fraction=0\.05: the source looks broken",
-    ):
+    ) as e:
         list(loader)
+    # the file the message names holds the three (before: an empty list; they were in its .parts only)
+    assert str(e.value).endswith(f"; listed in {tmp_path / 'bad.json'}")
+    listed = json.loads((tmp_path / "bad.json").read_text(encoding="utf-8"))
+    assert (listed["count"], [b["index"] for b in listed["bad"]]) == (3, [3, 17, 30])
     # without a report the count is per process; a lone process still sees all three
     ds = open_dataset(root, on_error="skip", max_bad_fraction=0.05)
     with pytest.raises(

@@ -1324,6 +1324,15 @@ def test_split_of_a_pack_source_packs_exactly_that_split_and_an_unknown_one_is_r
     assert str(e.value) == (f"{plain}: no split 'train'; the pack has no splits (its source had no split column or "
                             "sheets)")  # fmt: skip
     assert not (tmp_path / "x.lmdb").exists()
+    # a pack made with --split holds that split alone (before: "its source had no split column or sheets")
+    for made in (tmp_path / "train.lmdb", by_table):
+        packed = "train" if made.name == "train.lmdb" else "val"
+        assert main(["pack-lmdb", str(made), str(tmp_path / "x.lmdb"), "--split", packed]) == 2
+        assert capsys.readouterr().err == (
+            f"datakit pack-lmdb: error: {made}: no split {packed!r}; the pack holds split {packed!r} alone (made with "
+            f"--split {packed}): leave out split= (--split)\n"
+        )
+    assert not (tmp_path / "x.lmdb").exists()
 
 
 def test_a_repack_resumes_with_its_splits_and_refuses_a_source_pack_whose_splits_changed(class_folder: Path,
