@@ -305,7 +305,14 @@ def safe_relpath(name: str) -> tuple[str | None, str]:
         return None, "refused: the name contains a NUL byte"
     if not parts:
         return None, "refused: the name is empty"
-    return "/".join(parts), "; ".join(notes)
+    out = "/".join(parts)
+    size = len(out.encode("utf-8", "surrogateescape"))
+    if size > _PATH_MAX:  # no path this long opens; deep ones cost time and memory to walk
+        return None, f"refused: the name is {size} bytes, longer than a path may be ({_PATH_MAX})"
+    return out, "; ".join(notes)
+
+
+_PATH_MAX = 4095  # bytes of a path Linux opens (PATH_MAX, 4096 with its NUL)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -405,6 +412,9 @@ def _member_problem(m: ZipMember) -> str | None:
     if m.method not in SUPPORTED_METHODS:
         label = METHOD_NAMES.get(m.method, "unknown")
         return f"compression method {m.method} ({label}) is not supported"
+    if m.method == zipfile.ZIP_STORED and m.compress_size != m.file_size and not m.is_dir:
+        # stored bytes are the content: the two sizes differ only in a damaged or forged archive (Info-ZIP refuses)
+        return f"stored (not compressed), yet declares {m.compress_size} bytes stored and {m.file_size} of content"
     return None
 
 
@@ -606,6 +616,8 @@ def unzip(
             for m in members:
                 rel, note = safe_relpath(m.name)
                 label = f"{archive}: member {m.name!r}"
+                if rel is None and m.is_dir and m.name.replace("\\", "/").strip("/") in ("", "."):
+                    continue  # './': the target folder itself, as the dataset read in place takes it
                 if rel is None:
                     report.problems.append(f"{label}: {note}")
                     continue
@@ -719,7 +731,13 @@ class _Inflating:
                 raise EOFError("Compressed file ended before the end-of-stream marker was reached")
             props = self.raw.read(struct.unpack("<H", head[2:])[0])
             filters = [lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)]  # as zipfile does
-            self.d = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters)
+            try:
+                self.d = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters)
+            except MemoryError:  # a dictionary of up to 4 GiB is declared, and allocated before any data
+                raise zipfile.BadZipFile(
+                    f"its LZMA data asks for a {_size(filters[0].get('dict_size', 0))} "
+                    "dictionary, more memory than this process may take; not read"
+                ) from None
 
     def read(self, n: int) -> bytes:
         if isinstance(self.d, _Zlib):
@@ -737,6 +755,9 @@ class _Inflating:
                 break
             try:
                 out = self.d.decompress(data, n)
+            except MemoryError:  # liblzma allocates the declared dictionary at the first data
+                raise zipfile.BadZipFile("its compressed data asks for more memory than this process may take; "
+                                         "not read") from None  # fmt: skip
             except Exception as exc:  # OSError from bz2, LZMAError: damaged data
                 raise zipfile.BadZipFile(f"compressed data is damaged ({exc})") from None
         self.crc = zlib.crc32(out, self.crc)
@@ -838,7 +859,7 @@ def _extract_file(
     tmp = _temp_name(name, m)
     # the archive has a member of that name (left untouched), or another extraction (into a folder around
     # this one, which its lock does not cover) is writing that part now: a name of this run's own
-    if "/".join([*rel.split("/")[:-1], tmp]) in members or not _remove_stale_part(tmp, fd):
+    if "/".join([*rel.split("/")[:-1], tmp]) in members or not _remove_stale_part(tmp, fd, m.file_size):
         tmp = f".{os.urandom(8).hex()}{_PART}"
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=fd)
     _flock(out)  # held while the part is written and put in place: it is nobody's leftover
@@ -896,16 +917,19 @@ def _names(fd: int, name: str, dir_fd: int) -> bool:
     return there is not None and (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino)
 
 
-def _remove_stale_part(tmp: str, fd: int) -> bool:
-    """Remove the part ``tmp`` an interrupted run left; False where a running extraction holds it."""
-    try:
-        old = os.open(tmp, os.O_RDONLY | _NOFOLLOW, dir_fd=fd)
+def _remove_stale_part(tmp: str, fd: int, size: int) -> bool:
+    """Remove the part ``tmp`` an interrupted run left; False where a running extraction holds it, or
+    where what has its name is no part of a ``size``-byte member (a FIFO, a folder, a link, a longer
+    file: someone else's, left alone; the caller writes under another name)."""
+    try:  # O_NONBLOCK: a FIFO under that name must not hold the run on its open
+        old = os.open(tmp, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
     except FileNotFoundError:
         return True
-    except OSError:  # not a plain file (a link, a folder): not a part of ours to keep
-        old = None
+    except OSError:  # a link, or unreadable: not a part of ours
+        return False
     try:
-        if old is not None and _flock(old) is False:
+        st = os.fstat(old)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > size or _flock(old) is False:
             return False
         try:
             os.unlink(tmp, dir_fd=fd)
@@ -954,6 +978,10 @@ def _extract_symlink(
     parts = rel.split("/")
     if os.path.isabs(link) or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
         raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
+    where = os.path.join(tree.root, *parts[:-1], link)
+    if len(os.fsencode(where)) > _PATH_MAX:  # the kernel resolves no longer path: it could not be checked
+        raise _Refused(f"symlink path of {len(os.fsencode(where))} bytes is longer than a path may be ({_PATH_MAX}); "
+                       "not created")  # fmt: skip
     # resolved on the real filesystem (links made before included), not on the text of the path
     resolved = os.path.realpath(os.path.join(tree.root, *parts[:-1], link))
     if not _inside(resolved, tree.root):
@@ -991,18 +1019,77 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                 continue
             full = os.path.join(tree.root, *rel.split("/"))
             why = None
-            if not _inside(os.path.realpath(full), tree.root):
-                why = "symlink resolves outside the target through other links; removed"
-            elif not os.path.exists(full):  # what a folder scan would list as a file it cannot read
-                why = f"symlink to {os.readlink(full)!r} leads to nothing inside the target; removed"
+            try:
+                if not _inside(os.path.realpath(full), tree.root):
+                    why = "symlink resolves outside the target through other links; removed"
+                elif not os.path.exists(full):  # what a folder scan would list as a file it cannot read
+                    why = f"symlink to {os.readlink(full)!r} leads to nothing inside the target; removed"
+            except OSError as exc:  # a path the kernel will not resolve (too long): it cannot be checked
+                why = f"symlink cannot be resolved ({exc.strerror}); removed"
             if why:
                 parts = rel.split("/")
                 os.unlink(parts[-1], dir_fd=tree.folder(parts[:-1], create=False))
                 removed.add(rel)
                 report.problems.append(f"{archive}: member {m.name!r}: {why}")
                 changed = True
+    # a link already in the folder (an earlier run's, unchanged by this one) may now lead out through a link this
+    # run made (a -> b/../x from before, b -> . now): the new link on its way goes
+    mine = {os.path.join(tree.root, *rel.split("/")): (m, rel) for m, rel in made if rel not in removed}
+    changed = bool(mine)
+    while changed:
+        changed = False
+        for here in _links_under(tree.root):
+            if here in mine:
+                continue
+            end, via = _resolve(here)
+            if end is not None and _inside(end, tree.root):
+                continue
+            for link in via:
+                if link in mine:
+                    m, rel = mine.pop(link)
+                    os.unlink(link)
+                    removed.add(rel)
+                    shown = os.path.relpath(here, tree.root).replace(os.sep, "/")
+                    report.problems.append(f"{archive}: member {m.name!r}: symlink would make {shown!r}, a link "
+                                           "already in the folder, resolve outside the target; removed")  # fmt: skip
+                    changed = True
     if removed:
         report.extracted[:] = [rel for rel in report.extracted if rel not in removed]
+
+
+def _links_under(root: str) -> list[str]:
+    """Every symbolic link in the folder ``root``, links to folders not followed."""
+    out = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        out += [os.path.join(folder, n) for n in (*dirs, *files) if os.path.islink(os.path.join(folder, n))]
+    return out
+
+
+def _resolve(path: str) -> tuple[str | None, list[str]]:
+    """Where the absolute ``path`` leads as the kernel resolves it, and the links it passes on the way;
+    None for the end where more than 40 links are followed (ELOOP)."""
+    todo = [p for p in reversed(path.split("/")) if p]
+    here, via, hops = "/", [], 0
+    while todo:
+        part = todo.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        step = os.path.join(here, part)
+        if not os.path.islink(step):
+            here = step
+            continue
+        hops += 1
+        if hops > _MAX_HOPS:
+            return None, via
+        via.append(step)
+        text = os.readlink(step)
+        if text.startswith("/"):
+            here = "/"
+        todo += [p for p in reversed(text.split("/")) if p]
+    return here, via
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1087,20 +1174,21 @@ class ZipReader:
 
             def folder(path: str) -> bool:
                 """Make the folders of ``path``; False where a file or link is already in the way."""
-                parts = path.split("/") if path else []
-                for k in range(len(parts)):
-                    entry = tree["/".join(parts[:k])].setdefault(parts[k], ("dir", None))
+                here = ""  # the path so far, grown a part at a time (a deep name costs its length, not its square)
+                for part in path.split("/") if path else []:
+                    entry = tree[here].setdefault(part, ("dir", None))
                     if entry[0] != "dir":
                         return False
-                    tree.setdefault("/".join(parts[: k + 1]), {})
+                    here = f"{here}/{part}" if here else part
+                    tree.setdefault(here, {})
                 return True
 
             # as unzip-gbk writes them: files and folders in archive order, the first of a name kept (a later
             # one is refused there), then the links, none over a name already there
             for m in sorted(self._all, key=lambda m: m.is_symlink):
-                path = member_path(m.name)
-                if safe_relpath(m.name)[0] is None or not path or path == ".." or path.startswith("../"):
-                    continue  # what unzip-gbk refuses to write ('..', NUL) is not in its folder either
+                path = safe_relpath(m.name)[0]  # where unzip-gbk writes it ('C:cat/1.jpg' and '/cat/1.jpg': cat/1.jpg)
+                if path is None:
+                    continue  # what unzip-gbk refuses to write ('..', NUL, too long) is not in its folder either
                 if m.is_dir:
                     folder(path)
                     continue
@@ -1118,14 +1206,16 @@ class ZipReader:
         hops = [0] if _hops is None else _hops  # links followed so far in this lookup, nested ones included
         tree = self.tree()
         real: list[str] = []
+        here = ""  # "/".join(real), kept as real changes
         parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
         for k, part in enumerate(parts):
             if part == "..":
                 if not real:
                     return None  # out of the archive
                 real.pop()
+                here = here.rpartition("/")[0]
                 continue
-            entry = tree.get("/".join(real), {}).get(part)
+            entry = tree.get(here, {}).get(part)
             if entry is None:
                 return None
             kind, value = entry
@@ -1140,12 +1230,14 @@ class ZipReader:
                     return None  # 'a.png/': a folder, which it is not
                 if found[0] == "file":
                     return found
-                real = found[1].split("/") if found[1] else []
+                here = found[1]
+                real = here.split("/") if here else []
             elif kind == "file":
                 return ("file", value) if last and not path.endswith("/") else None
             else:
                 real.append(part)
-        return ("dir", "/".join(real))
+                here = f"{here}/{part}" if here else part
+        return ("dir", here)
 
     def _link_text(self, m: ZipMember) -> str | None:
         if m.index not in self._links_read:  # each link member inflated once, however often lookups pass it

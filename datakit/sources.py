@@ -710,19 +710,14 @@ class ZipDataset(ImageDataset):
             parts = [p for p in m.name.split("/") if p not in ("", ".")]
             if parts and (parts[0] == "__MACOSX" or parts[-1].startswith("._")):
                 continue  # macOS's AppleDouble metadata beside each file, never an image
-            if "/".join(parts) in seen:
+            rel, why = safe_relpath(m.name)  # what unzip-gbk writes it as ('/cat/1.jpg', 'C:cat/1.jpg': cat/1.jpg)
+            if rel is None:
+                raise ArchiveError(f"{self.path}: member {m.name!r}: {why} (as unzip refuses it)")
+            if rel in seen:
                 raise ArchiveError(f"{self.path}: member {m.name!r} is in the archive twice: which copy is the "
                                    "image cannot be told")  # fmt: skip
-            seen.add("/".join(parts))
-            if "\x00" in m.name:
-                raise ArchiveError(f"{self.path}: member {m.name!r}: refused: the name contains a NUL byte (as "
-                                   "unzip refuses it)")  # fmt: skip
-            if ".." in parts or m.name.startswith("/") or m.name[1:2] == ":":
-                raise ArchiveError(
-                    f"{self.path}: member {m.name!r}: refused: a '..' component or an absolute name "
-                    "would escape the archive's folders (as unzip refuses it)"
-                )
-            images.append(parts)
+            seen.add(rel)
+            images.append(rel.split("/"))
         top = ""
         if images and all(len(p) >= 3 for p in images) and len({p[0] for p in images}) == 1:
             top = images[0][0]  # one wrapping folder, as when a folder is zipped
@@ -772,8 +767,10 @@ class ZipDataset(ImageDataset):
                     continue
                 walked.add(real)
                 files = []
-                for name in tree.get(real, {}):
-                    there = kind(join(real, name))
+                for name, entry in tree.get(real, {}).items():
+                    # a file or folder of this real folder is what it is; only a link needs the walk from the top
+                    there = kind(join(real, name)) if entry[0] == "link" else (
+                        entry if entry[0] == "file" else ("dir", join(real, name)))  # fmt: skip
                     if there is None:
                         continue
                     if there[0] == "dir":

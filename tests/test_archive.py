@@ -813,12 +813,19 @@ def test_zip_dataset_refuses_escaping_names_and_bombs(tmp_path: Path):
     with pytest.raises(ArchiveError) as exc:
         ZipDataset(z)
     assert str(exc.value) == (
-        f"{z}: member '../../逃逸/x.jpg': refused: a '..' component or an absolute name would escape the "
-        "archive's folders (as unzip refuses it)"
+        f"{z}: member '../../逃逸/x.jpg': refused: a '..' component would escape the target folder (as unzip "
+        "refuses it)"
     )
-    z2 = write_zip(tmp_path / "abs.zip", [gbk("猫/1.jpg", b"x"), gbk("/狗/2.jpg", b"y")])
-    with pytest.raises(ArchiveError, match="member '/狗/2.jpg': refused"):
-        ZipDataset(z2)
+    # an absolute name or a drive letter: read where unzip-gbk writes it, inside (before: refused here, extracted
+    # there, so the zip and its folder were two datasets); '9:cat' is no drive letter
+    z2 = write_zip(tmp_path / "abs.zip", [gbk("猫/1.jpg", b"x"), gbk("/狗/2.jpg", b"y"), gbk("C:鸟/3.jpg", b"z"),
+                                          gbk("9:cat/4.jpg", b"w")])  # fmt: skip
+    ds = ZipDataset(z2)
+    assert (ds.classes, ds.files.tolist()) == (["9:cat", "狗", "猫", "鸟"], ["9:cat/4.jpg", "狗/2.jpg", "猫/1.jpg",
+                                                                          "鸟/3.jpg"])  # fmt: skip
+    deep = write_zip(tmp_path / "deep.zip", [gbk("猫/1.jpg", b"x"), gbk("狗/" + "a/" * 2100 + "2.jpg", b"y")])
+    with pytest.raises(ArchiveError, match=r"refused: the name is 4209 bytes, longer than a path may be \(4095\) "):
+        ZipDataset(deep)
     z3 = write_zip(tmp_path / "bomb.zip", [gbk("猫/1.jpg", bytes(4 << 20)), gbk("狗/2.jpg", b"y")])
     ds = ZipDataset(z3)
     assert ds.classes == ["狗", "猫"]
@@ -913,14 +920,14 @@ def test_zip_with_a_table_reads_what_the_folder_does(tmp_path: Path):
 
     z = write_zip(tmp_path / "d.zip", [gbk("./cat/1.png", _png(10)), gbk("dog//2.png", _png(50)),
                                        gbk("dog/3.png", symlink_to=b"../cat/1.png"), gbk("img/sub/4.png", _png(70)),
-                                       gbk("img/d", symlink_to=b"sub")])  # fmt: skip
+                                       gbk("img/sub/5.png", _png(90)), gbk("img/d", symlink_to=b"sub")])  # fmt: skip
     table = tmp_path / "labels.csv"
-    table.write_text("file,label\n./cat/1.png,cat\ndog/../dog/2.png,dog\ndog/3.png,dog\nimg/d/4.png,dog\n"
+    table.write_text("file,label\n./cat/1.png,cat\ndog/../dog/2.png,dog\ndog/3.png,dog\nimg/d/5.png,dog\n"
                      "img/nosuch/../sub/4.png,cat\n", encoding="utf-8")  # fmt: skip
     unzip(z, tmp_path / "out")
     got = [(int(x[0, 0, 0]), y) for x, y in open_dataset(z, labels=table)]
     assert got == [(int(x[0, 0, 0]), y) for x, y in open_dataset(tmp_path / "out", labels=table)] == [
-        (10, 0), (50, 1), (10, 1), (70, 1), (70, 0)]  # fmt: skip
+        (10, 0), (50, 1), (10, 1), (90, 1), (70, 0)]  # fmt: skip
     twice = write_zip(tmp_path / "twice.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)),
                                                gbk("cat/1.png", _png(200))])  # fmt: skip
     table.with_name("t2.csv").write_text("file,label\ncat/1.png,cat\ndog/2.png,dog\n", encoding="utf-8")
@@ -1515,3 +1522,102 @@ def test_a_target_that_cannot_be_written_is_one_line_and_a_dangling_link_is_name
     assert capsys.readouterr().err.splitlines() == [
         f"unzip-gbk: error: {tmp_path / 'dangling'}: cannot be made a folder (a link to nothing is in the way)"
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# a second run into the same folder, names past a path's length, parts in the way, memory, sizes
+
+
+def test_a_link_from_an_earlier_run_led_out_by_a_new_link_is_stopped(tmp_path: Path):
+    # before: run 1 made b -> c and a -> b/../secret.txt (inside); run 2 (--overwrite) made b -> ., so a led to the
+    # secret.txt beside the target, exit 0
+    (tmp_path / "secret.txt").write_text("OUTSIDE THE TARGET\n", encoding="utf-8")
+    v1 = write_zip(tmp_path / "v1.zip", [gbk("c/"), gbk("secret.txt", b"inside\n"), gbk("b", symlink_to=b"c"),
+                                         gbk("a", symlink_to=b"b/../secret.txt")])  # fmt: skip
+    v2 = write_zip(tmp_path / "v2.zip", [gbk("b", symlink_to=b".")])
+    out = tmp_path / "out"
+    assert unzip(v1, out).problems == []
+    report = unzip(v2, out, overwrite=True)
+    assert report.problems == [f"{v2}: member 'b': symlink would make 'a', a link already in the folder, resolve "
+                               "outside the target; removed"]  # fmt: skip
+    assert not (out / "b").exists() and not os.path.lexists(out / "b")
+    assert not os.path.exists(out / "a")  # a leads to nothing now, never out
+    # a link of the user's own that leads out already is theirs: a run that makes links leaves it alone
+    (tmp_path / "mine").symlink_to(tmp_path / "secret.txt")
+    os.replace(tmp_path / "mine", out / "mine")
+    v3 = write_zip(tmp_path / "v3.zip", [gbk("d", symlink_to=b"c")])
+    assert unzip(v3, out).problems == [] and os.readlink(out / "mine") == str(tmp_path / "secret.txt")
+
+
+def test_names_and_links_longer_than_a_path_are_refused_in_one_line(tmp_path: Path, capsys):
+    # before: a link whose path passed 4096 bytes gave "OSError: [Errno 36] File name too long" as a traceback
+    deep = "/".join(f"d{i:02d}" + "x" * 240 for i in range(17))
+    z = write_zip(tmp_path / "long.zip", [gbk(deep + "/f.txt", b"data"), gbk(deep + "/l.txt", symlink_to=b"f.txt"),
+                                          gbk("ok.txt", b"ok")])  # fmt: skip
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == [f"{z}: member {deep + name!r}: refused: the name is {len(deep) + 6} bytes, longer than a path "
+                       "may be (4095)" for name in ("/f.txt", "/l.txt")]  # fmt: skip
+    assert err[2:] == ["2 members not extracted (see above)"]
+    assert tree(tmp_path / "out") == {"ok.txt": b"ok"}
+
+
+def test_a_fifo_or_a_longer_file_under_a_part_name_is_left_alone(tmp_path: Path):
+    # before: a FIFO named as the member's part hung the run for ever; a file of that name was deleted
+    z = write_zip(tmp_path / "f.zip", [gbk("a.jpg", b"data")])
+    crc = zlib.crc32(b"data")
+    tag = f"{zlib.crc32(f'{crc}:4'.encode()):08x}"
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / f".a.jpg.{tag}.unzip-part")
+    (out / "sub").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "datakit.cli", "unzip", str(z), "-d", str(out), "-q"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "a.jpg").read_bytes() == b"data" and os.path.exists(out / f".a.jpg.{tag}.unzip-part")
+    notes = tmp_path / "out2"
+    notes.mkdir()
+    (notes / f".a.jpg.{tag}.unzip-part").write_text("my own notes\n", encoding="utf-8")  # longer than the member
+    assert unzip(z, notes).problems == []
+    assert (notes / f".a.jpg.{tag}.unzip-part").read_text(encoding="utf-8") == "my own notes\n"
+    assert (notes / "a.jpg").read_bytes() == b"data"
+
+
+def test_an_lzma_dictionary_past_the_memory_limit_is_one_line_and_the_rest_is_read(tmp_path: Path):
+    # before: under `ulimit -v`, a member declaring a 4 GiB LZMA dictionary gave a MemoryError traceback
+    props = bytes([0x5D]) + struct.pack("<I", 0xFFFFFFFF)
+    z = write_zip(tmp_path / "lzma.zip", [gbk("a.txt", struct.pack("<BBH", 9, 20, 5) + props + b"\x00" * 16,
+                                                 method=14), gbk("b.txt", b"fine")])  # fmt: skip
+    code = (
+        "import resource, sys\n"
+        "from datakit.archive import ArchiveError, ZipReader, unzip\n"
+        "size = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), size + (1 << 30)))\n"
+        "r = ZipReader(sys.argv[1])\n"
+        "try:\n    r.read('a.txt')\nexcept ArchiveError as e:\n    print(e)\n"
+        "print(r.read('b.txt'))\n"
+        "print(unzip(sys.argv[1], sys.argv[2]).problems)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(z), str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    why = "its LZMA data asks for a 4.0 GiB dictionary, more memory than this process may take; not read"
+    assert proc.stdout.splitlines() == [f"{z}: member 'a.txt': {why}", "b'fine'", repr([f"{z}: member 'a.txt': {why}"])]
+    assert tree(tmp_path / "out") == {"b.txt": b"fine"}
+
+
+def test_a_stored_member_whose_sizes_differ_is_refused(tmp_path: Path):
+    # before: 100 stored bytes declared as 10 were cut to 10, exit 0 (Info-ZIP: "ucsize 10 <> csize 100")
+    z = write_zip(tmp_path / "s.zip", [gbk("s.bin", b"A" * 100, method=0, declared_size=10), gbk("after.txt", b"x")])
+    report = unzip(z, tmp_path / "out")
+    why = "stored (not compressed), yet declares 100 bytes stored and 10 of content"
+    assert report.problems == [f"{z}: member 's.bin': {why}"] and tree(tmp_path / "out") == {"after.txt": b"x"}
+    with pytest.raises(ArchiveError) as e:
+        ZipReader(z).read("s.bin")
+    assert str(e.value) == f"{z}: member 's.bin': {why}"
+
+
+def test_a_dot_slash_folder_entry_is_the_target_itself(tmp_path: Path):
+    # before: "member './': refused: the name is empty", exit 1, though nothing was at risk
+    z = write_zip(tmp_path / "d.zip", [gbk("./"), gbk("./cat/1.txt", b"x")])
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [] and tree(tmp_path / "out") == {"cat/1.txt": b"x"}
