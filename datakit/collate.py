@@ -381,6 +381,7 @@ class _PadCollate(_Collate):
             except (RuntimeError, TypeError, ValueError):  # torch's own words name "entry N" of what
                 _explain(rest, "target", 1)
                 raise
+            targets = _long_labels(targets, [b[1] for b in batch])  # int64, as stack_collate gives them
         return images, targets, sizes, mask
 
 

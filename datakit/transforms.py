@@ -484,11 +484,31 @@ def _planes(img: np.ndarray, h: int, w: int, interpolation: str, flip: bool = Fa
     return torch.frombuffer(planes, dtype=torch.uint8).view(img.shape[2] if img.ndim == 3 else 1, h, w)
 
 
+def _nearest_index(n_in: int, n_out: int, exact: bool) -> np.ndarray:
+    """The source row (or column) of each of ``n_out`` outputs, as torch's nearest and nearest-exact
+    kernels pick it: a float32 scale, the same roundings (OpenCV's fixed point picks the pixel before
+    where the position falls on a pixel's edge, as 100 * 21 / 300 does)."""
+    if n_out == n_in:
+        return np.arange(n_out)
+    if n_out == 2 * n_in:
+        return np.arange(n_out) >> 1
+    scale = np.float32(n_in) / np.float32(n_out)
+    if exact:
+        src = np.floor(((np.arange(n_out, dtype=np.float64) + 0.5) * np.float64(scale)).astype(np.float32))
+    else:
+        src = np.floor(np.arange(n_out, dtype=np.float32) * scale)
+    return np.minimum(src.astype(np.int64), n_in - 1)
+
+
 def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear") -> np.ndarray:
     import cv2
 
     if img.shape[0] == h and img.shape[1] == w:
         return img
+    if interpolation in _NEAREST:  # pixels picked, none blended: torch's picks
+        exact = interpolation == "nearest-exact"
+        rows, cols = _nearest_index(img.shape[0], h, exact), _nearest_index(img.shape[1], w, exact)
+        return np.ascontiguousarray(img.take(rows, axis=0).take(cols, axis=1))
     chw = _antialiased(img, h, w, interpolation)
     if chw is not None:
         out = chw.permute(1, 2, 0).contiguous().numpy()  # HWC in memory too, as OpenCV's drawing wants it
@@ -834,14 +854,26 @@ class EvalPipeline(Compose):
         short = self.resize.size
         f = _factor(min(h, w), min(h, w), short, short) if self.resize.interpolation not in _NEAREST else 1
         img = decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name=name)
-        rh, rw = self.resize.output_size(*img.shape[:2])
+        if f > 1:
+            from datakit.io import _exif_orientation
+
+            if _exif_orientation(data) >= 5:  # decoded upright: the sides the header gives, swapped
+                h, w = w, h
+        # the sizes torchvision resizes the whole image to, from its full sides; a decode at 1/f covers
+        # ceil(side / f) * f full pixels (its last row and column partly past the edge), so it is resized
+        # in proportion, to a little more than that, and the centre cut taken where the full image has it
+        rh, rw = self.resize.output_size(h, w)
+        sh, sw = img.shape[:2]
+        rh2, rw2 = (round(sh * f * rh / h), round(sw * f * rw / w)) if f > 1 else (rh, rw)
         th, tw = self.center.size
-        chw = _planes(img, rh, rw, self.resize.interpolation) if rh >= th and rw >= tw else None
-        if chw is None:
-            return self(img)
-        # resized straight into planes, then the centre cut: the pixels self(img) gives, without the
-        # round trip through HWC
+        if rh < th or rw < tw:  # padded by the centre crop, as torchvision pads it
+            return self(img) if f == 1 else self(decode_image(data, mode, name=name))
         top, left = self.center.corner(rh, rw)
+        chw = _planes(img, rh2, rw2, self.resize.interpolation)
+        if chw is None:
+            chw = HWCToCHW()(np.ascontiguousarray(_resize(img, rh2, rw2, self.resize.interpolation)))
+        # resized straight into planes where it can be, then the centre cut: the pixels self(img) gives when
+        # the image is decoded whole, without the round trip through HWC
         out = chw[:, top : top + th, left : left + tw].contiguous()
         return self.norm(out) if self.norm else out
 
@@ -861,7 +893,8 @@ def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float
     Args:
         interpolation: ``"bilinear"`` (default), ``"bicubic"``, ``"nearest"``, ``"nearest-exact"``,
             ``"area"``/``"box"``, ``"lanczos"``, or a torchvision ``InterpolationMode``. Shrinking by
-            2x or more uses the area filter (antialiased), except for the nearest modes.
+            2x or more is antialiased: bilinear and bicubic with torchvision's own antialiased kernels,
+            lanczos with OpenCV's area filter; the nearest modes pick pixels as torch picks them.
         augment: transforms applied, in order, to each flipped crop as a uint8 CHW tensor:
             torchvision v2 transforms that accept uint8 (``TrivialAugmentWide``, ``RandAugment``,
             ``AutoAugment``, ``AugMix``, ``ColorJitter``, ``RandomErasing``, ...). Each is tried once

@@ -532,7 +532,11 @@ def test_integer_labels_of_any_type_come_out_int64_and_masks_keep_theirs():
     # the attack: a dataset returning NumPy int32 or uint8 labels gave int32 or uint8 label batches, and a uint8
     # target is no class index for cross_entropy; floats (regression targets) and arrays (masks) keep their type
     img = np.zeros((2, 2, 3), np.uint8)
+    pad = pad_collate()
     for label in (np.int32(1), np.uint8(2), torch.tensor(3, dtype=torch.int16)):
         assert stack_collate([(img, label), (img, label)])[1].dtype == torch.int64
+        assert pad([(img, label), (img, label)])[1].dtype == torch.int64  # before: pad_collate kept int32, uint8
     assert stack_collate([(img, np.float32(0.5))] * 2)[1].dtype == torch.float32
+    assert pad([(img, np.float32(0.5))] * 2)[1].dtype == torch.float32
     assert stack_collate([(img, np.zeros((2, 2), np.uint8))] * 2)[1].dtype == torch.uint8
+    assert pad([(img, np.zeros((2, 2), np.uint8))] * 2)[1].dtype == torch.uint8

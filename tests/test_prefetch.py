@@ -418,3 +418,20 @@ def test_gray_or_rgba_hwc_images_are_named_as_such_not_by_their_height(channels:
     x, _ = next(iter(create_loader(data, 2, train=False, num_workers=0, device="cpu", normalize=([0.5] * channels,
                                                                                                    [0.25] * channels))))  # fmt: skip
     assert x.shape == (2, channels, 5, 6) and x.dtype == torch.float32
+
+
+def test_a_gray_batch_three_pixels_wide_is_not_read_as_rgb():
+    # before: (4, 1, 40, 3) gray C x H x W crops with RGB statistics came out (4, 3, 1, 40): width taken as channels
+    from datakit.errors import UsageError
+    from datakit.loader import create_loader
+
+    data = [(torch.zeros((1, 40, 3), dtype=torch.uint8), 0)] * 4
+    with pytest.raises(UsageError) as e:
+        next(iter(create_loader(data, 4, train=False, num_workers=0, device="cpu")))
+    assert str(e.value) == (
+        "a batch of images of shape (4, 1, 40, 3): 1-channel images (C x H x W) 3 pixels wide, or 3-channel images "
+        "(H x W x C) 1 pixel high? The 3 channels of the statistics fit only the second; make the images C x H x W "
+        "in the transform (datakit.transforms.HWCToCHW), and pass statistics for their channels"
+    )
+    x, _ = next(iter(create_loader(data, 4, train=False, num_workers=0, device="cpu", normalize=([0.5], [0.25]))))
+    assert x.shape == (4, 1, 40, 3) and float(x[0, 0, 0, 0]) == -2.0

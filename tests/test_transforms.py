@@ -712,3 +712,55 @@ def test_exif_turned_crops_come_from_the_region_decoder_with_the_whole_images_pi
                 got = train_pipeline(size, index_cache=cache).from_bytes(data)
                 assert torch.equal(got, want), (size, cache, seed)
                 assert calls == [("indexed" if cache else "region", orientation != 1)], (size, cache, seed)
+
+
+def _bar_centres(chw: torch.Tensor) -> list[float]:
+    """The centres of the bright vertical bars of a 1-row profile, in output pixels."""
+    m = chw[0].float().mean(0).numpy()
+    m = (m - m.min()) / (m.max() - m.min())
+    bright = np.flatnonzero(m > 0.5)
+    runs = np.split(bright, np.flatnonzero(np.diff(bright) > 1) + 1)
+    return [float((r * m[r]).sum() / m[r].sum()) for r in runs]
+
+
+@pytest.mark.parametrize("turned", [False, True])
+def test_eval_from_bytes_keeps_torchvision_geometry_at_a_reduced_scale(turned: bool):
+    # before: decoded at 1/8, the resize took the decode's rounded-up sides (262 x 483 for 2089 x 3860) for the
+    # picture, so the crop was stretched and shifted: 1.8 output pixels at its right edge (0.74 at its left)
+    import io as _io
+
+    from torchvision.io import decode_jpeg
+
+    img = np.full((2089, 3860, 3), 40, np.uint8)
+    for x0 in (1100, 1950, 2750):
+        img[:, x0 : x0 + 60] = 220
+    pil = Image.fromarray(img)
+    buf = _io.BytesIO()
+    if turned:  # stored on its side, EXIF 6 turns it upright: the header's sides are swapped
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        pil.transpose(Image.Transpose.ROTATE_90).save(buf, "JPEG", quality=95, exif=exif.tobytes())
+    else:
+        pil.save(buf, "JPEG", quality=95)
+    data = buf.getvalue()
+    full = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), apply_exif_orientation=True)
+    assert tuple(full.shape) == (3, 2089, 3860)
+    ref = v2.CenterCrop(224)(v2.Resize(256, antialias=True)(full))
+    got = eval_pipeline(224, 256).from_bytes(data, "rgb")
+    assert got.shape == ref.shape == (3, 224, 224)
+    want, have = _bar_centres(ref), _bar_centres(got)
+    assert len(want) == len(have) == 3
+    assert max(abs(a - b) for a, b in zip(want, have)) < 0.45  # under one scaled pixel (8 full, 0.98 output)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+def test_nearest_picks_the_pixels_torchvision_picks(mode: str):
+    # before: OpenCV's fixed point picked the pixel before where a position falls on a pixel's edge: for 21 columns
+    # to 300, output 100 took column 6 where torch takes 7 (100 * 21 / 300 = 7)
+    rng = np.random.default_rng(0)
+    tv_mode = v2.InterpolationMode.NEAREST if mode == "nearest" else v2.InterpolationMode.NEAREST_EXACT
+    for (h, w), (oh, ow) in [((5, 21), (5, 300)), ((4, 3000), (4, 233)), ((37, 250), (111, 99)), ((600, 9), (7, 388))]:
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        want = v2.Resize((oh, ow), interpolation=tv_mode)(torch.from_numpy(img).permute(2, 0, 1))
+        got = Resize((oh, ow), interpolation=mode)(img)
+        assert torch.equal(torch.from_numpy(np.ascontiguousarray(got)).permute(2, 0, 1), want), (h, w, oh, ow)
