@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import lzma
 import os
+import posixpath
 import re
 import shutil
 import stat
@@ -315,6 +316,12 @@ def safe_relpath(name: str) -> tuple[str | None, str]:
 _PATH_MAX = 4095  # bytes of a path Linux opens (PATH_MAX, 4096 with its NUL)
 
 
+def _macos_metadata(name: str) -> bool:
+    """Whether a member is Finder's AppleDouble metadata: under ``__MACOSX/`` or named ``._NAME``."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    return bool(parts) and (parts[0] == "__MACOSX" or parts[-1].startswith("._"))
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -612,8 +619,12 @@ def unzip(
         dirs: list[tuple[list[str], ZipMember]] = []
         links: list[tuple[ZipMember, str]] = []
         paths = {rel for rel, _ in map(safe_relpath, (m.name for m in members)) if rel is not None}
+        macos = 0
         try:
             for m in members:
+                if _macos_metadata(m.name):
+                    macos += 1
+                    continue
                 rel, note = safe_relpath(m.name)
                 label = f"{archive}: member {m.name!r}"
                 if rel is None and m.is_dir and m.name.replace("\\", "/").strip("/") in ("", "."):
@@ -669,6 +680,10 @@ def unzip(
                     report.problems.append(f"{label}: {exc}")
                 except (*_READ_ERRORS, OSError) as exc:
                     report.problems.append(f"{label}: {_explain(exc)}")
+            if macos:
+                report.notes.append(f"{archive}: {macos} member{'s' if macos > 1 else ''} of macOS Finder's metadata "
+                                    "(__MACOSX/..., ._NAME) not extracted: resource forks, no files of the folder "
+                                    "zipped (the zip read in place leaves them out too)")  # fmt: skip
             last = {rel: m.index for m in members if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
             for m, rel in links:
                 label = f"{archive}: member {m.name!r}"
@@ -986,6 +1001,11 @@ def _extract_symlink(
     resolved = os.path.realpath(os.path.join(tree.root, *parts[:-1], link))
     if not _inside(resolved, tree.root):
         raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
+    # a link that climbs out of the target and back in (../../out/cat/1.jpg under out/dog) works only while
+    # the folder keeps its name: renamed or moved, it leads elsewhere; the zip read in place has no such file
+    if posixpath.normpath(posixpath.join(*parts[:-1], link) if parts[:-1] else link).split("/")[0] == "..":
+        raise _Refused(f"symlink to {link!r} leaves the target folder by name and comes back (it would break, or "
+                       "lead elsewhere, once the folder is renamed); not created")  # fmt: skip
     fd = tree.folder(parts[:-1])
     name = parts[-1]
     st = _lstat(name, fd)
@@ -1111,8 +1131,6 @@ def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> byte
 def member_path(name: str) -> str:
     """The path a member name (or a table's name for one) spells: ``\\`` read as ``/``, ``.`` and empty
     parts dropped, ``x/..`` resolved, a leading ``/`` dropped."""
-    import posixpath
-
     name = name.replace("\\", "/")
     if "//" not in name and "./" not in name and not name.startswith("/") and not name.endswith((".", "/")):
         return name  # the usual name, as it is

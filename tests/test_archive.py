@@ -1621,3 +1621,27 @@ def test_a_dot_slash_folder_entry_is_the_target_itself(tmp_path: Path):
     z = write_zip(tmp_path / "d.zip", [gbk("./"), gbk("./cat/1.txt", b"x")])
     report = unzip(z, tmp_path / "out")
     assert report.problems == [] and tree(tmp_path / "out") == {"cat/1.txt": b"x"}
+
+
+def test_the_extracted_folder_is_the_dataset_the_zip_read_in_place_is(tmp_path: Path):
+    # before: Finder's __MACOSX/ and ._1.png were extracted, so the folder had a class '__MACOSX' (cat and dog one
+    # index up) and a '._' sample; a link climbing out of the target by its name and back in made a sample the zip
+    # read in place does not have
+    from datakit.datasets import open_dataset
+
+    out = tmp_path / "out"
+    z = write_zip(tmp_path / "mac.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)),
+                                         gbk("__MACOSX/cat/._1.png", b"\x00\x05\x16\x07"),
+                                         gbk("cat/._1.png", b"\x00\x05\x16\x07"),
+                                         gbk("dog/3.png", symlink_to=b"../../out/cat/1.png")])  # fmt: skip
+    report = unzip(z, out)
+    assert report.notes[-1] == (f"{z}: 2 members of macOS Finder's metadata (__MACOSX/..., ._NAME) not extracted: "
+                                "resource forks, no files of the folder zipped (the zip read in place leaves them "
+                                "out too)")  # fmt: skip
+    assert report.problems == [f"{z}: member 'dog/3.png': symlink to '../../out/cat/1.png' leaves the target folder "
+                               "by name and comes back (it would break, or lead elsewhere, once the folder is "
+                               "renamed); not created"]  # fmt: skip
+    assert tree(out) == {"cat/1.png": _png(10), "dog/2.png": _png(50)} and links_under(out) == {}
+    folder, zipped = open_dataset(out), open_dataset(z)
+    assert folder.classes == zipped.classes == ["cat", "dog"]
+    assert [(int(x[0, 0, 0]), y) for x, y in folder] == [(int(x[0, 0, 0]), y) for x, y in zipped] == [(10, 0), (50, 1)]
