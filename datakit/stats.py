@@ -40,7 +40,8 @@ PRESETS: dict[str, dict] = {
 
 @dataclass
 class Stats:
-    """Per-channel statistics in RGB order (``order``), on the 0-1 and 0-255 scales."""
+    """Per-channel statistics in RGB order (``order``: also ``"BGR"``, or ``"L"`` for a gray
+    dataset's one channel), on the 0-1 and 0-255 scales."""
 
     count: int
     pixels: int
@@ -102,8 +103,8 @@ def _hist_one(ds, i: int, size: tuple[int, int] | None = None) -> np.ndarray:
         img = ds.decode(int(i), strict=True)
     else:
         img = ds.decode(int(i)) if hasattr(ds, "decode") else np.asarray(ds[int(i)][0])
-    if img.ndim == 2:
-        img = np.stack([img] * 3, axis=-1)
+    if img.ndim == 2:  # a gray dataset's one channel; elsewhere a gray image counts as R = G = B
+        img = img[:, :, None] if getattr(ds, "mode", "rgb") == "gray" else np.stack([img] * 3, axis=-1)
     if size is not None:
         w, h = size
         interp = cv2.INTER_AREA if h < img.shape[0] or w < img.shape[1] else cv2.INTER_LINEAR
@@ -234,7 +235,7 @@ def compute_stats(
             "with mode='unchanged' (channels and bit depth as stored): open it with mode='rgb'"
         )
     n = len(ds)
-    order = "BGR" if getattr(ds, "mode", "rgb") == "bgr" else "RGB"
+    order = {"bgr": "BGR", "gray": "L"}.get(getattr(ds, "mode", "rgb"), "RGB")  # L: one gray channel
     idx = np.arange(n)
     if sample is not None and sample < n:
         if sample < 2:
@@ -307,7 +308,8 @@ def plot_histogram(stats: Stats, out: str | os.PathLike, *, overwrite: bool = Fa
     if stats.histogram is None:
         raise UsageError("these statistics carry no histogram to plot (compute them with compute_stats)")
     fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
-    colours = ("tab:red", "tab:green", "tab:blue") if stats.order == "RGB" else ("tab:blue", "tab:green", "tab:red")
+    colours = {"RGB": ("tab:red", "tab:green", "tab:blue"), "L": ("tab:gray",)}.get(
+        stats.order, ("tab:blue", "tab:green", "tab:red"))  # fmt: skip
     for c, name in enumerate(stats.order[: stats.histogram.shape[0]]):
         ax.plot(np.arange(256), stats.histogram[c] / stats.pixels, color=colours[c],
                 label=f"{name}: mean {stats.mean[c]:.4f}, std {stats.std[c]:.4f}")  # fmt: skip

@@ -235,3 +235,17 @@ def test_a_jpeg_with_grey_filled_in_is_refused_not_counted(tmp_path: Path, capfd
         f"datakit stats: error: sample 0: {tmp_path / 'a' / 'cut.jpg'}: damaged JPEG data: Corrupt JPEG data: "
         "premature end of data segment"
     ]
+
+
+def test_a_gray_dataset_has_one_channel_of_statistics_that_normalise_it(class_folder: Path):
+    # before: three equal channels called "RGB", which the loader then refused for the dataset's 1-channel batches
+    from datakit.loader import create_loader
+    from datakit.transforms import eval_pipeline
+
+    st = compute_stats(open_dataset(class_folder, mode="gray"), workers=0)
+    pixels = np.concatenate([imread(p, mode="gray").ravel() for p in sorted(class_folder.rglob("*.*"))])
+    assert (st.order, st.pixels) == ("L", pixels.size)
+    assert st.mean == [pixels.mean() / 255] and st.std == pytest.approx([pixels.std() / 255], rel=1e-12)
+    ds = open_dataset(class_folder, mode="gray", transform=eval_pipeline(16, 20))
+    x, _ = next(iter(create_loader(ds, 4, train=False, num_workers=0, device="cpu", normalize=st)))
+    assert x.shape == (4, 1, 16, 16) and x.dtype.is_floating_point
