@@ -211,15 +211,14 @@ def channels_first(images: torch.Tensor, channels: int | None = None) -> torch.T
         raise UsageError(f"a batch of images of shape {tuple(images.shape)}: its channels could be dimension 1 "
                          "or 3; make the images C x H x W in the transform (datakit.transforms.HWCToCHW), so "
                          "that batches are N x C x H x W")  # fmt: skip
-    if channels and last and not first and images.shape[1] in (1, 3, 4):
-        # (4, 1, 40, 3): 1-channel images 3 pixels wide, or 3-channel images 1 pixel high? Read either way, the
-        # statistics apply; only one reading is right
+    if channels and channels > 1 and last and not first and images.shape[1] == 1:
+        # (4, 1, 40, 3): gray images 3 pixels wide (what a gray pipeline gives), or RGB images 1 pixel high?
+        # Read either way, the statistics apply; the second is all but never meant
         raise UsageError(
-            f"a batch of images of shape {tuple(images.shape)}: {images.shape[1]}-channel images (C x H x W) "
-            f"{images.shape[3]} pixels wide, or {channels}-channel images (H x W x C) {images.shape[1]} pixel"
-            f"{'s' if images.shape[1] > 1 else ''} high? The {channels} channels of the statistics fit only the "
-            "second; make the images C x H x W in the transform (datakit.transforms.HWCToCHW), and pass "
-            "statistics for their channels"
+            f"a batch of images of shape {tuple(images.shape)}: 1-channel images (C x H x W) {images.shape[3]} "
+            f"pixels wide, or {channels}-channel images (H x W x C) 1 pixel high? The {channels} channels of the "
+            "statistics fit only the second; make the images C x H x W in the transform "
+            "(datakit.transforms.HWCToCHW), and pass statistics for their channels"
         )
     if channels and not first and not last:  # gray or RGBA images against RGB statistics
         raise UsageError(
