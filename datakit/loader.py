@@ -1062,6 +1062,7 @@ class Loader:
             if own is not None:
                 self._pending.append(own)  # a newer iteration stops it before resetting the iterator
         first = cpu0 = own0 = None
+        failed = False
         cpu = time.process_time
         try:
             while left != 0:
@@ -1073,6 +1074,7 @@ class Loader:
                 except StopIteration:
                     break
                 except Exception as exc:
+                    failed = True
                     unwrapped = _unwrap_worker_error(exc)
                     if unwrapped is exc:
                         raise
@@ -1096,6 +1098,12 @@ class Loader:
             # leaves everything to the one that superseded it
             if own is not None:
                 own.close(wait=False)
+                if failed and not dl.persistent_workers and own.join(1.0):
+                    # an epoch that failed: its workers go now, not when a garbage collection finds the iterator
+                    # (the error's traceback holds it in a cycle), or each failed epoch would leave its workers
+                    shutdown = getattr(own._it, "_shutdown_workers", None)
+                    if shutdown is not None:
+                        shutdown()
             elif stream and it is self._feed and gen == self._generation and left != 0:
                 self._drop_feed(wait=False)
         if gen != self._generation:
