@@ -28,7 +28,7 @@ from datakit.labels import (
     spelled_twice,
 )
 from datakit.parallel import map_ordered
-from datakit.sources import ImageDataset, TableDataset, given_classes, open_source
+from datakit.sources import ImageDataset, TableDataset, given_classes, open_source, unknown_classes
 
 __all__ = ["CheckReport", "check_dataset"]
 
@@ -96,11 +96,9 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     report.problems += spelled_twice(table, (root or Path(table.path).parent) if alone else src)
     class_map = table.class_map(remap=remap_labels or given is not None, strict=False)  # read on whatever the labels
     if given is not None:
-        unknown = [c for c in class_map.classes if c not in set(given)]
+        unknown = unknown_classes(class_map.classes, given, str(table.path), "classes=, --classes")
         if unknown:
-            shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
-            report.problems.append(f"{table.path}: class{'es' if len(unknown) > 1 else ''} {shown} not among the "
-                                   f"{len(given)} classes given (classes=, --classes)")  # fmt: skip
+            report.problems.append(unknown)
         else:
             class_map = ClassMap(tuple(given))
     if split is not None and not len(table) and report.problems:

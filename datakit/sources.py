@@ -157,11 +157,9 @@ class ImageDataset:
         if len(set(given)) != len(given):
             raise UsageError(f"classes= names a class twice: {given!r}")
         index = {c: i for i, c in enumerate(given)}
-        unknown = [c for c in self.classes if c not in index]
+        unknown = unknown_classes(self.classes, given, where or type(self).__name__, "classes=")
         if unknown:
-            shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
-            raise LabelError(f"{where or type(self).__name__}: class{'es' if len(unknown) > 1 else ''} {shown} "
-                             f"not among the {len(given)} classes given (classes=)")  # fmt: skip
+            raise LabelError(unknown)
         to = np.asarray([index[c] for c in self.classes] + [-1], dtype=np.int64)
         self.targets = to[self.targets]
         self.classes, self.class_to_idx = given, index
@@ -973,6 +971,18 @@ def _is_pack(path: Path) -> bool:
 
 def _is_table(src) -> bool:
     return isinstance(src, (str, os.PathLike)) and Path(src).suffix.lower() in EXCEL_SUFFIXES + TEXT_SUFFIXES
+
+
+def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, option: str) -> str | None:
+    """The line for ``classes`` not among ``given`` (``classes=``), naming up to five; None when all are."""
+    known = set(given)
+    unknown = [c for c in classes if c not in known]
+    if not unknown:
+        return None
+    shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+    return (
+        f"{where}: class{'es' if len(unknown) > 1 else ''} {shown} not among the {len(given)} classes given ({option})"
+    )
 
 
 def given_classes(classes) -> list[str]:

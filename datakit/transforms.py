@@ -853,21 +853,20 @@ class EvalPipeline(Compose):
         h, w = header
         short = self.resize.size
         f = _factor(min(h, w), min(h, w), short, short) if self.resize.interpolation not in _NEAREST else 1
-        img = decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name=name)
-        if f > 1:
-            from datakit.io import _exif_orientation
+        th, tw = self.center.size
+        from datakit.io import _exif_orientation
 
-            if _exif_orientation(data) >= 5:  # decoded upright: the sides the header gives, swapped
-                h, w = w, h
+        if _exif_orientation(data) >= 5:  # decoded upright: the sides the header gives, swapped
+            h, w = w, h
         # the sizes torchvision resizes the whole image to, from its full sides; a decode at 1/f covers
         # ceil(side / f) * f full pixels (its last row and column partly past the edge), so it is resized
         # in proportion, to a little more than that, and the centre cut taken where the full image has it
         rh, rw = self.resize.output_size(h, w)
+        if rh < th or rw < tw:  # padded by the centre crop, as torchvision pads it: the whole image
+            return self(decode_image(data, mode, name=name))
+        img = decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name=name)
         sh, sw = img.shape[:2]
         rh2, rw2 = (round(sh * f * rh / h), round(sw * f * rw / w)) if f > 1 else (rh, rw)
-        th, tw = self.center.size
-        if rh < th or rw < tw:  # padded by the centre crop, as torchvision pads it
-            return self(img) if f == 1 else self(decode_image(data, mode, name=name))
         top, left = self.center.corner(rh, rw)
         chw = _planes(img, rh2, rw2, self.resize.interpolation)
         if chw is None:
