@@ -516,8 +516,7 @@ class _BalancedDataLoader(DataLoader):
     def _get_iterator(self):
         if self.num_workers == 0:
             return super()._get_iterator()
-        self.check_worker_number_rationality()
-        return _BalancedIter(self)
+        return _BalancedIter(self)  # torch's warning of more workers than CPUs was given once, at __init__
 
 
 class _StreamingDataLoader(_BalancedDataLoader):
@@ -1191,6 +1190,11 @@ class Loader:
     def __getattr__(self, name: str):
         if name == "loader":
             raise AttributeError(name)
+        if name in ("state_dict", "load_state_dict"):
+            # an AttributeError still (hasattr() tells an infinite loader by it), with the way to one that resumes
+            from datakit.prefetch import _FINITE
+
+            raise AttributeError(f"{name}() needs create_loader(..., infinite=True): {_FINITE}")
         return getattr(self.loader, name)
 
 
@@ -1340,9 +1344,11 @@ class InfiniteLoader:
         bs = self.loader.loader.batch_size
         sample = self._offset + self.step * bs
         sampler = self.loader.loader.sampler
-        if isinstance(sampler, EpochSampler):  # the epoch's last batch may be short: never past its samples
-            sample = min(sample, len(sampler))
-        return {"epoch": self.epoch, "step": sample // bs, "sample": sample, **self._shape()}
+        step = sample // bs
+        if isinstance(sampler, EpochSampler) and sample >= len(sampler):
+            # the epoch's last batch may be short: never past its samples, and a short batch served counts
+            sample, step = len(sampler), self.step + (self._offset + bs - 1) // bs
+        return {"epoch": self.epoch, "step": step, "sample": sample, **self._shape()}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state``: at the same sample of the same epoch, also with another batch size. A state
@@ -1364,6 +1370,8 @@ class InfiniteLoader:
         saved = {key: number(key, shape[key]) for key in ("samples", "world")}
         if isinstance(self.loader.loader.sampler, EpochSampler):
             saved_len = math.ceil(saved["samples"] / saved["world"])  # the samples of one rank's epoch, padded
+            if "sample" not in state and saved_len < sample < saved_len + saved_bs:
+                sample = saved_len  # the steps of a whole epoch whose last batch was short
             if sample > saved_len:  # state_dict() never counts past them
                 raise UsageError(f"not a loader state: it says {sample} samples of epoch {epoch} were served, and an "
                                  f"epoch of {saved['samples']} samples over {saved['world']} rank(s) holds {saved_len} "

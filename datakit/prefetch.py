@@ -352,6 +352,9 @@ def _device_batches(owner, loader, infinite, device, mean, std, channels_last, e
             yield out
 
 
+_FINITE = "a finite loader's epoch is chosen with loader.epoch = e"
+
+
 class DeviceLoader:
     """Wraps a loader (finite, or an :class:`~datakit.loader.InfiniteLoader`) and yields its
     batches on ``device``, the images (the first uint8 NCHW tensor of a batch) converted to
@@ -442,12 +445,12 @@ class DeviceLoader:
 
     def state_dict(self) -> dict:
         if not self.infinite:
-            raise AttributeError("state_dict() needs create_loader(..., infinite=True)")
+            raise AttributeError(f"state_dict() needs create_loader(..., infinite=True): {_FINITE}")
         return dict(self._state)
 
     def load_state_dict(self, state: dict) -> None:
         if not self.infinite:
-            raise AttributeError("load_state_dict() needs create_loader(..., infinite=True)")
+            raise AttributeError(f"load_state_dict() needs create_loader(..., infinite=True): {_FINITE}")
         self._gen = None  # drop what was held ahead; the loader restarts from the state
         self.loader.load_state_dict(state)
         self._state = self.loader.state_dict()

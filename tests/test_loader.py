@@ -86,6 +86,16 @@ def test_worker_seeds_distinct_and_reproducible():
     assert first != draws(4)
 
 
+def test_more_workers_than_cpus_are_warned_about_once():
+    # the attack: torch's "This DataLoader will create N worker processes" came twice for one loader
+    n = len(os.sched_getaffinity(0)) + 1
+    with pytest.warns(UserWarning) as record:
+        loader = create_loader(Indexed(8), 2, num_workers=n, seed=1)
+        assert len(batches(loader)) == 4
+    told = [str(w.message) for w in record if "worker processes in total" in str(w.message)]
+    assert len(told) == 1 and told[0].startswith(f"This DataLoader will create {n} worker processes in total.")
+
+
 def test_infinite_loader_resumes_with_exact_next_batch():
     ref = create_loader(Indexed(10), 3, num_workers=0, seed=1, infinite=True)
     expected = [next(ref)[0].tolist() for _ in range(9)]  # crosses an epoch boundary (3 batches/epoch + drop)
@@ -2036,6 +2046,37 @@ def test_a_state_past_its_epoch_is_refused_and_one_at_its_end_goes_on_from_the_n
     fresh.load_state_dict({"epoch": 1, "step": 0})
     assert [next(larger)[0].tolist() for _ in range(2)] == [next(fresh)[0].tolist() for _ in range(2)]
     assert larger.epoch == 1
+
+
+def test_a_short_last_batch_counts_as_a_step_and_its_steps_alone_resume_at_the_next_epoch():
+    # the attack: 11 samples in batches of 2, all 6 batches served (the last one of 1): state_dict() said step 5;
+    # {"epoch": 0, "step": 6}, the steps the loop counted, was refused as 12 samples of an epoch of 11
+    run = create_loader(Indexed(11), 2, num_workers=0, seed=1, infinite=True, drop_last=False)
+    served = [next(run)[0].tolist() for _ in range(6)]
+    assert [len(b) for b in served] == [2, 2, 2, 2, 2, 1]
+    assert run.state_dict() == {"epoch": 0, "step": 6, "sample": 11, "batch_size": 2, "samples": 11, "world": 1}
+    expected = next(run)[0].tolist()
+    for state in ({"epoch": 0, "step": 6}, {"epoch": 0, "step": 6, "sample": 11}):
+        resumed = create_loader(Indexed(11), 2, num_workers=0, seed=1, infinite=True, drop_last=False)
+        resumed.load_state_dict(state)
+        assert next(resumed)[0].tolist() == expected
+        assert resumed.state_dict() == {"epoch": 1, "step": 1, "sample": 2, "batch_size": 2, "samples": 11,
+                                        "world": 1}  # fmt: skip
+    with pytest.raises(UsageError) as e:
+        resumed.load_state_dict({"epoch": 0, "step": 7})
+    assert str(e.value) == ("not a loader state: it says 14 samples of epoch 0 were served, and an epoch of 11 "
+                            "samples over 1 rank(s) holds 11 per rank")  # fmt: skip
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_the_state_of_a_finite_loader_names_the_loader_that_has_one(device):
+    # the attack: create_loader(...).state_dict() gave "'DataLoader' object has no attribute 'state_dict'"
+    loader = create_loader(Indexed(4), 2, num_workers=0, device=device)
+    for name in ("state_dict", "load_state_dict"):
+        with pytest.raises(AttributeError) as e:
+            getattr(loader, name)() if name == "state_dict" else loader.load_state_dict({"epoch": 1, "step": 0})
+        assert str(e.value) == (f"{name}() needs create_loader(..., infinite=True): a finite loader's epoch is "
+                                "chosen with loader.epoch = e")  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
