@@ -465,6 +465,24 @@ class _BalancedIter(_MultiProcessingDataLoaderIter):
         self._sizes: dict[int, tuple[int, int]] = {}  # task index -> (worker, samples)
         super()._reset(loader, first_iter)
 
+    def _try_get_data(self, timeout=_torch_data_utils.MP_STATUS_CHECK_INTERVAL):
+        try:
+            return super()._try_get_data(timeout)
+        except (ConnectionError, EOFError) as e:
+            # a worker killed while it handed a batch over: the socket that batch's shared memory
+            # comes through is reset before the process can be seen to have ended, so torch passes
+            # the bare reset on; once it has ended, torch's own message names it
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                dead = [i for i, w in enumerate(self._workers) if self._workers_status[i] and not w.is_alive()]
+                if dead:
+                    for i in dead:
+                        self._mark_worker_as_unavailable(i)
+                    pids = ", ".join(str(self._workers[i].pid) for i in dead)
+                    raise RuntimeError(f"DataLoader worker (pid(s) {pids}) exited unexpectedly") from e
+                time.sleep(0.005)
+            raise
+
     def _get_data(self):
         idx, data = super()._get_data()
         if isinstance(idx, int) and idx in self._sizes:  # not the acknowledgement of a reset

@@ -573,6 +573,32 @@ def test_an_infinite_loader_goes_on_at_the_batch_a_killed_worker_took_down(devic
     inf.loader.close()
 
 
+def test_a_worker_killed_while_handing_a_batch_over_is_named_not_a_bare_connection_reset():
+    # the attack: a worker SIGKILLed while a batch's shared memory came through its socket reached the loop as a
+    # bare "ConnectionResetError: [Errno 104] Connection reset by peer" (the socket is reset before the process
+    # can be seen to have ended); the race is made certain here by resetting the receive the moment it is killed
+    import signal
+
+    loader = create_loader(SlowDraws(), 4, num_workers=2, seed=0)
+    it = iter(loader.loader)
+    next(it)
+    victim = it._workers[0].pid  # a worker this test started
+    get = it._data_queue.get
+
+    def reset(*args, **kwargs):
+        it._data_queue.get = get
+        os.kill(victim, signal.SIGKILL)
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    it._data_queue.get = reset
+    with pytest.raises(RuntimeError) as e:
+        for _ in range(len(loader)):  # batches received ahead are served first
+            next(it)
+    assert re.fullmatch(rf"DataLoader worker \(pid(\(s\))? {victim}\) (exited unexpectedly|is killed by signal: "
+                        r"Killed\. )", str(e.value)), str(e.value)  # fmt: skip
+    it._shutdown_workers()
+
+
 def test_an_evaluation_loader_does_not_read_its_next_pass_ahead(tmp_path: Path):
     loader = create_loader(Marking(tmp_path), 4, num_workers=2, seed=0, train=False)
     assert sum((b.tolist() for b in loader), []) == list(range(40))
