@@ -230,7 +230,7 @@ def read_members(
         elif uname is not None:
             name, source = uname, "unicode path field"
         else:
-            name, source = decode_name(raw, guess.encoding), guess.encoding
+            name, source = guess.decode(raw), "utf-8" if raw in guess.utf8_names else guess.encoding
         unix = (info.external_attr >> 16) if info.create_system == 3 and info.external_attr >> 16 else None
         members.append(
             ZipMember(
@@ -270,6 +270,12 @@ def _forced(encoding: str, names: list[bytes]) -> EncodingGuess:
     bad = sum(1 for n in names if not decodes(n, enc))
     reason = f"forced by the caller; {len(names) - bad} of {len(names)} unflagged names decode"
     return EncodingGuess(enc, reason, {})
+
+
+def mixed_names(guess: EncodingGuess) -> str:
+    """What a guess with names of two encodings says of them."""
+    return (f"{guess.mixed_utf8} names are UTF-8 and the others {guess.encoding} (written by two tools?): each "
+            "is read in its own encoding")  # fmt: skip
 
 
 def detect_encoding(archive: str | os.PathLike) -> EncodingGuess:
@@ -1162,9 +1168,7 @@ class ZipReader:
         members, self.encoding = read_members(self.path, encoding)
         refuse_overlaps(self.path, members)  # read in place as extracted: one stream behind many names is a bomb
         if self.encoding.mixed_utf8:
-            log.warning("%s: %d names are UTF-8 and the others are not: no one encoding reads them all; decoded "
-                        "as %s, some names are wrong; pass encoding= to choose", self.path,
-                        self.encoding.mixed_utf8, self.encoding.encoding)  # fmt: skip
+            log.warning("%s: %s; pass encoding= to read all in one", self.path, mixed_names(self.encoding))
         if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
             log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= to choose", self.path,
                         self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip

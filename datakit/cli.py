@@ -252,9 +252,9 @@ def _shown(name: str) -> str:
 
 def _warn_ambiguous(archive: Path, guess) -> None:
     if guess.mixed_utf8:
-        print(f"warning: {archive}: {guess.mixed_utf8} names are UTF-8 and the others are not (written by two "
-              f"tools?): no one encoding reads them all; decoded as {guess.encoding}, some names are wrong; "
-              "pass --encoding to choose", file=sys.stderr)  # fmt: skip
+        from datakit.archive import mixed_names
+
+        print(f"warning: {archive}: {mixed_names(guess)}; pass --encoding to read all in one", file=sys.stderr)
     if guess.ambiguous:
         print(
             f"warning: {archive}: names decoded as {guess.encoding}, but ambiguous: "

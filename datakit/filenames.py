@@ -143,9 +143,15 @@ class EncodingGuess:
     reason: str
     scores: dict[str, float | None] = field(default_factory=dict)
     ambiguous: tuple[str, ...] = ()
-    # names of two encodings in one archive (some valid multi-byte UTF-8, others not): no one encoding
-    # reads them all, so some names come out wrong whichever is chosen (0: not mixed)
+    # names of two encodings in one archive (some valid multi-byte UTF-8, others not: two tools wrote
+    # into it): no one encoding reads them all, so each UTF-8 name is read as UTF-8 (``utf8_names``,
+    # the raw names) and the others in ``encoding`` (0: not mixed)
     mixed_utf8: int = 0
+    utf8_names: frozenset[bytes] = frozenset()
+
+    def decode(self, raw: bytes) -> str:
+        """``raw``, an unflagged name, read in its encoding."""
+        return raw.decode("utf-8") if raw in self.utf8_names else decode_name(raw, self.encoding)
 
 
 def _script(ch: str) -> str:
@@ -376,15 +382,33 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
             reason += f" (next: {runner} {scores[runner]:.2f})"
     if same:
         reason += f"; {', '.join(same)} {'reads' if len(same) == 1 else 'read'} them the same"
-    mixed = 0
+    guess = EncodingGuess(best, reason, scores, tuple([best, *rivals]) if rivals else ())
     if best != "utf-8" and scores.get("utf-8") is None:
-        mixed = sum(  # multi-byte UTF-8 beside names that are not, each read better so than as the choice
-            1 for n in legacy
-            if decodes(n, "utf-8") and score([n.decode("utf-8")], "utf-8") > score([decode_name(n, best)], best) + 0.5
-        )  # fmt: skip
-        if mixed:
-            reason += f"; but {mixed} of the {len(legacy)} non-ASCII names are UTF-8 and the rest are not"
-    return EncodingGuess(best, reason, scores, tuple([best, *rivals]) if rivals else (), mixed)
+        return _two_encodings(raw_names, hosts, legacy, guess)
+    return guess
+
+
+def _two_encodings(raw_names: list[bytes], hosts: list[int] | None, legacy: list[bytes],
+                   whole: EncodingGuess) -> EncodingGuess:  # fmt: skip
+    """``whole`` (one encoding for all names), or, where multi-byte UTF-8 names stand beside names
+    that are not UTF-8 (two tools wrote into the archive), the others' encoding with each UTF-8
+    name read as UTF-8: the names that read better so than in the others' encoding."""
+
+    def better_as_utf8(n: bytes, enc: str) -> bool:
+        return not decodes(n, enc) or score([n.decode("utf-8")], "utf-8") > score([decode_name(n, enc)], enc) + 0.5
+
+    utf8 = {n for n in legacy if decodes(n, "utf-8", windows=False)}
+    if len(utf8) == len(legacy) or not any(better_as_utf8(n, whole.encoding) for n in utf8):
+        return whole  # every name reads as well in the one encoding (猫 in GBK is valid UTF-8 too, as "è")
+    rest = [i for i, n in enumerate(raw_names) if n not in utf8]
+    others = guess_encoding([raw_names[i] for i in rest], [hosts[i] for i in rest] if hosts else None)
+    enc = others.encoding
+    chosen = frozenset(n for n in utf8 if better_as_utf8(n, enc))
+    if not chosen:
+        return whole
+    reason = (f"{others.reason}; {len(chosen)} of the {len(legacy)} non-ASCII names are UTF-8 (another tool "
+              "wrote them), each read as UTF-8")  # fmt: skip
+    return EncodingGuess(enc, reason, others.scores, others.ambiguous, len(chosen), chosen)
 
 
 def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:

@@ -384,15 +384,29 @@ def test_a_zip_read_in_place_warns_of_ambiguous_names_and_takes_encoding(tmp_pat
     assert "Ær¢" in capsys.readouterr().out
 
 
-def test_names_of_two_encodings_in_one_archive_are_warned_about(tmp_path: Path, capsys):
-    # The attack: GBK names and unflagged UTF-8 names in one archive: no encoding reads both, cp866 "won" and every
-    # name came out as box drawings, exit 0, without a word.
-    z = write_zip(tmp_path / "m.zip", [gbk("训练/猫.jpg", b"a"), ZipEntry("训练/狗.jpg".encode(), b"b")])
+def test_names_of_two_encodings_in_one_archive_are_each_read_in_their_own(tmp_path: Path, capsys, caplog):
+    # The attacks: GBK names and unflagged UTF-8 names in one archive: no encoding reads both, cp866 "won" and every
+    # name came out as box drawings, exit 0, without a word; later warned of, but every name still came out wrong.
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "m.zip", [gbk("训练/猫/1.jpg", b"a"), ZipEntry("训练/狗/2.jpg".encode(), b"b"),
+                                       gbk("训练/狗/3.jpg", b"c"), ZipEntry("训练/鸟/4.jpg".encode(), b"d")])  # fmt: skip
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
-    assert err.startswith(f"warning: {z}: 1 names are UTF-8 and the others are not (written by two tools?): no one "
-                          "encoding reads them all; decoded as ")  # fmt: skip
-    assert err.rstrip().endswith(", some names are wrong; pass --encoding to choose")
+    assert err == (f"warning: {z}: 2 names are UTF-8 and the others gbk (written by two tools?): each is read in "
+                   "its own encoding; pass --encoding to read all in one\n")  # fmt: skip
+    assert tree(tmp_path / "out") == {"训练/猫/1.jpg": b"a", "训练/狗/2.jpg": b"b", "训练/狗/3.jpg": b"c",
+                                      "训练/鸟/4.jpg": b"d"}  # fmt: skip
+    guess = detect_encoding(z)
+    assert (guess.encoding, guess.mixed_utf8) == ("gbk", 2)
+    assert guess.utf8_names == {"训练/狗/2.jpg".encode(), "训练/鸟/4.jpg".encode()}
+    assert guess.reason.endswith("; 2 of the 4 non-ASCII names are UTF-8 (another tool wrote them), each read as UTF-8")
+    with caplog.at_level("WARNING", logger="datakit"):
+        assert open_dataset(z, root="训练").classes == ["狗", "猫", "鸟"]  # read in place: the same names
+    assert f"{z}: 2 names are UTF-8 and the others gbk (written by two tools?): each is read in its own encoding; " \
+           "pass encoding= to read all in one" in caplog.messages  # fmt: skip
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "one"), "--encoding", "gbk"]) == 0  # all in one, as asked
+    assert "训练/狗/2.jpg" not in tree(tmp_path / "one")
     plain = write_zip(tmp_path / "g.zip", [gbk("猫/1.jpg", b"a"), gbk("狗/2.jpg", b"b"), gbk("训练/鸟.jpg", b"c")])
     assert unzip_gbk_main([str(plain), "-d", str(tmp_path / "out2")]) == 0  # 猫 is valid UTF-8 too: no warning
     assert capsys.readouterr().err == "" and tree(tmp_path / "out2") == {"猫/1.jpg": b"a", "狗/2.jpg": b"b",
