@@ -313,7 +313,10 @@ def safe_relpath(name: str) -> tuple[str | None, str]:
     if not parts:
         return None, "refused: the name is empty"
     out = "/".join(parts)
-    size = len(out.encode("utf-8", "surrogateescape"))
+    try:
+        size = len(out.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError as exc:  # a lone surrogate, no undecodable byte (--encoding unicode_escape)
+        return None, f"refused: the name holds U+{ord(out[exc.start]):04X}, which no file name can hold"
     if size > _PATH_MAX:  # no path this long opens; deep ones cost time and memory to walk
         return None, f"refused: the name is {size} bytes, longer than a path may be ({_PATH_MAX})"
     return out, "; ".join(notes)

@@ -142,6 +142,18 @@ def test_safe_relpath():
     assert safe_relpath("C:\\Windows\\x.dll") == ("Windows/x.dll", "drive letter removed; absolute path made relative")
     assert safe_relpath("a/../../x") == (None, "refused: a '..' component would escape the target folder")
     assert safe_relpath("./a//b") == ("a/b", "")
+    assert safe_relpath("a/\udcff.jpg") == ("a/\udcff.jpg", "")  # an undecodable byte: written back as it was
+
+
+def test_a_name_no_file_can_hold_is_refused_and_the_others_extracted(tmp_path: Path, capsys):
+    # the attack: --encoding unicode_escape over a name spelling "\ud800" stopped the whole run at that member:
+    # "unzip-gbk: error: 'utf-8' codec can't encode character '\ud800' ...", nothing else extracted
+    z = write_zip(tmp_path / "u.zip", [ZipEntry(b"cat/\\ud800.jpg", b"a"), ZipEntry(b"cat/ok.jpg", b"b")])
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "--encoding", "unicode_escape"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"{z}: member 'cat/\\ud800.jpg': refused: the name holds U+D800, which no file name can hold\n"
+                   "1 member not extracted (see above)\n")  # fmt: skip
+    assert tree(tmp_path / "out") == {"cat/ok.jpg": b"b"}
 
 
 def test_traversal_and_absolute_members(tmp_path: Path):
