@@ -104,6 +104,7 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     if split is not None and not len(table) and report.problems:
         split = None  # the split asked for has no rows, which a problem says (an empty split): nothing to select
     ds = TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
+    report.problems += ds.linked_twice
     ds._every_file = (getattr(table, "whole", None) or table).files  # every split's rows: what "not in the table" means
     return ds
 

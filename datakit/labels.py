@@ -18,7 +18,7 @@ import os
 import posixpath
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -782,18 +782,49 @@ def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
     linked = _linked_folders(root)
     if not absolute.any() and not drive and not up and not linked:
         return []
-    spelled = lambda n: unicodedata.normalize("NFC", posixpath.normpath(n.replace("\\", "/")))  # noqa: E731
     real: dict[str, str] = {}
-    seen: dict[str, int] = {}
-    out = []
-    for i, name in enumerate(files):
+
+    def where(name: str) -> str:
         path = os.path.abspath(resolve_path(name, root))  # the folder may be given relative, the names absolute
         folder, base = os.path.split(path)
         if folder not in real:
             real[folder] = os.path.realpath(folder)
-        key = os.path.join(real[folder], base)
+        return os.path.join(real[folder], base)
+
+    return _listed_twice(table, where)
+
+
+def zip_spelled_twice(table: LabelTable, reader, prefix: str = "") -> list[str]:
+    """:func:`spelled_twice` for names of members of a zip read in place (``reader``, a
+    :class:`~datakit.archive.ZipReader`; ``prefix``, the wrapping folder the names leave out): two
+    names of one member through a folder link in the archive (``link/a.jpg`` and ``img/a.jpg``), as on
+    the folder unzip-gbk extracts. Nothing to do for an archive without links (the usual case)."""
+    if not reader.links:
+        return []
+    from datakit.archive import member_path
+
+    real: dict[str, str] = {}
+
+    def where(name: str) -> str:
+        folder, base = posixpath.split(member_path(prefix + name))
+        if folder not in real:
+            found = reader.lookup(folder) if folder else ("dir", "")
+            real[folder] = found[1] if found is not None and found[0] == "dir" else folder
+        return f"{reader.path}:{real[folder] + '/' if real[folder] else ''}{base}"
+
+    return _listed_twice(table.whole or table, where)
+
+
+def _listed_twice(table: LabelTable, where: Callable[[str], str]) -> list[str]:
+    """One line for each row naming the file an earlier row names (``where``: the file a name is) under
+    another spelling; the same spelling (up to \\, ./, x/.. and Unicode form) the table's own check reports."""
+    spelled = lambda n: unicodedata.normalize("NFC", posixpath.normpath(n.replace("\\", "/")))  # noqa: E731
+    files = table.files
+    seen: dict[str, int] = {}
+    out = []
+    for i, name in enumerate(files):
+        key = where(name)
         j = seen.setdefault(key, i)
-        # the same spelling (up to \\, ./, x/.. and Unicode form): the table's own check reports it
         if j != i and spelled(name) != spelled(files[j]):
             out.append(f"{table.where(i)}: file {name!r} is listed again (first at {table._short(j)} as "
                        f"{files[j]!r}: both name {key})")  # fmt: skip

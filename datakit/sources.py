@@ -44,6 +44,7 @@ from datakit.labels import (
     read_labels,
     resolve_path,
     spelled_twice,
+    zip_spelled_twice,
 )
 from datakit.lmdb import LmdbReader
 
@@ -520,6 +521,10 @@ class FolderDataset(ImageDataset):
         return [(self.name(i), int(t)) for i, t in enumerate(self.targets)]
 
 
+def _listed(twice: list[str]) -> str:
+    return twice[0] if len(twice) == 1 else f"{len(twice)} files listed twice:\n  " + "\n  ".join(twice)
+
+
 class TableDataset(ImageDataset):
     """Images named by the rows of a label table, found under a folder or inside a zip.
 
@@ -541,8 +546,8 @@ class TableDataset(ImageDataset):
         root = table.path.parent if root is None else root
         twice = spelled_twice(table, root) if probe else []  # probe=False: `check` reports them itself
         if twice:
-            shown = twice[0] if len(twice) == 1 else f"{len(twice)} files listed twice:\n  " + "\n  ".join(twice)
-            raise LabelError(shown)
+            raise LabelError(_listed(twice))
+        whole = table
         table = table.select(split)
         if table.whole is not None:  # checked: the rest of the table need not travel to the workers
             table = copy.copy(table)
@@ -559,8 +564,12 @@ class TableDataset(ImageDataset):
             self.zip = ZipReader(root)
         self.files = table.files  # as the table names them, ``/``-separated
         super().__init__(table.targets(self.class_map), self.class_map.classes, **kwargs)
+        self.linked_twice: list[str] = []  # members listed twice through a folder link of the zip
         if self.zip is not None:
             self._wrapping_folder()
+            self.linked_twice = zip_spelled_twice(whole, self.zip, self.prefix)
+            if self.linked_twice and probe:
+                raise LabelError(_listed(self.linked_twice))
         if probe:
             self._probe_root()
 

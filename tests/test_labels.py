@@ -921,6 +921,33 @@ def test_two_relative_names_through_a_link_in_the_root_are_listed_again(tmp_path
         open_dataset(root, labels=path)
 
 
+def test_one_member_listed_through_a_folder_link_of_a_zip_read_in_place_is_listed_again(tmp_path: Path, capsys):
+    # the attack: a zip with img/0.jpg and a link member "link -> img", a table naming img/0.jpg a cat and
+    # link/0.jpg a dog: the folder unzip-gbk extracts refused it, the zip read in place took both rows
+    import cv2
+
+    from datakit.cli import main
+    from datakit.testing import ZipEntry, build_zip
+
+    shade = [cv2.imencode(".jpg", np.full((8, 8, 3), v, np.uint8))[1].tobytes() for v in (60, 200)]
+    z = tmp_path / "data.zip"
+    z.write_bytes(build_zip([ZipEntry(b"img/0.jpg", shade[0]), ZipEntry(b"img/1.jpg", shade[1]),
+                             ZipEntry(b"link", symlink_to=b"img")]))  # fmt: skip
+    path = tmp_path / "labels.csv"
+    path.write_text("file,label\nimg/0.jpg,cat\nimg/1.jpg,dog\nlink/0.jpg,dog\n", encoding="utf-8")
+    want = (
+        f"{path}, line 4: file 'link/0.jpg' is listed again (first at line 2 as 'img/0.jpg': both name {z}:img/0.jpg)"
+    )
+    with pytest.raises(LabelError) as e:
+        open_dataset(z, labels=path)
+    assert str(e.value) == want
+    assert main(["check", str(z), "--labels", str(path), "--workers", "0", "-q"]) == 1
+    assert want in capsys.readouterr().err
+    path.write_text("file,label\nimg/0.jpg,cat\nlink/1.jpg,dog\n", encoding="utf-8")  # once each: read through the link
+    ds = open_dataset(z, labels=path)
+    assert [ds[i][1] for i in range(2)] == [0, 1] and ds.read(1) == shade[1]
+
+
 def test_a_root_whose_folders_link_to_other_disks_is_no_duplicate(tmp_path: Path):
     # the usual reason for a link: the images live elsewhere; each file is still named once
     store = tmp_path / "store"
