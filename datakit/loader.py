@@ -178,13 +178,21 @@ class _NotedBatches(Dataset):
         return len(self.inner)
 
     def __getitem__(self, index):
-        return self.inner[index]
+        try:
+            return self.inner[index]
+        except StopIteration as exc:
+            raise _stopped(self.inner, [index]) from exc
 
     def __getitems__(self, indices: list) -> list:
         _NOTED.batch = (self.inner, indices)
         try:
             own = getattr(self.inner, "__getitems__", None)  # torch's Subset reads its dataset's way
-            return own(indices) if own else [self.inner[i] for i in indices]
+            if own is None:
+                return [self[i] for i in indices]
+            try:
+                return own(indices)
+            except StopIteration as exc:
+                raise _stopped(self.inner, indices) from exc
         except BaseException:
             _NOTED.batch = None  # no collate call follows to let go of the dataset
             raise
@@ -196,6 +204,19 @@ class _NotedBatches(Dataset):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r})"
+
+
+def _stopped(dataset: Dataset, indices: list) -> RuntimeError:
+    """The error for a StopIteration that reading ``indices`` raised (a transform calling ``next()`` on an
+    empty iterator): passed on, the DataLoader would take it for the end of the epoch and end it early
+    without a word, and an infinite loader would serve the epoch's first batches for ever."""
+    if len(indices) == 1:
+        name = _sample_name(dataset, indices[0])
+        what = f"sample {int(indices[0])}" + (f" ({name})" if name is not None else "")
+    else:
+        what = "a sample of " + _sample_labels(dataset, indices)(list(range(len(indices))), False)
+    return RuntimeError(f"{what}: StopIteration raised while reading it (by the dataset or its transform); "
+                        "passed on, it would end the epoch there without a word")  # fmt: skip
 
 
 class _NamingCollate:
@@ -211,6 +232,9 @@ class _NamingCollate:
         noted, _NOTED.batch = getattr(_NOTED, "batch", None), None
         try:
             return self.collate_fn(batch)
+        except StopIteration as exc:  # as from a sample: the epoch would end there without a word
+            raise RuntimeError("the collate function raised StopIteration; passed on, it would end the epoch "
+                               "there without a word") from exc  # fmt: skip
         except CollateError as exc:
             if noted is None or len(noted[1]) != len(batch) or not _same_samples(exc.batch, batch):
                 raise  # not the batch noted (a collate_fn called by hand), or positions in another list
@@ -285,7 +309,10 @@ class PerSampleSeed(_NotedBatches):
         if isinstance(index, SampleIndex):
             _SEEDED[0] = index
             _seed_sample(index)
-        return self.inner[index]
+        try:
+            return self.inner[index]
+        except StopIteration as exc:
+            raise _stopped(self.inner, [index]) from exc
 
     def __getitems__(self, indices: list) -> list:
         main = torch.utils.data.get_worker_info() is None

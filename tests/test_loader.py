@@ -86,6 +86,44 @@ def test_worker_seeds_distinct_and_reproducible():
     assert first != draws(4)
 
 
+class StopsAt(Dataset):
+    """Its index; reading sample ``at`` raises StopIteration (a transform's ``next()`` on an empty iterator)."""
+
+    def __init__(self, n: int, at: int) -> None:
+        self.n, self.at = n, at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if int(i) == self.at:
+            next(iter([]))
+        return int(i)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("seed", [None, 0])
+def test_a_stop_iteration_from_a_sample_is_an_error_not_the_end_of_the_epoch(workers: int, seed):
+    # the attack: a transform's StopIteration at sample 5 of 8 ended each epoch after 4 samples without a word,
+    # and an infinite loader served the first two batches for ever
+    want = "sample 5: StopIteration raised while reading it (by the dataset or its transform); passed on, it would " \
+           "end the epoch there without a word"  # fmt: skip
+    loader = create_loader(StopsAt(8, 5), 2, num_workers=workers, seed=seed, train=False)
+    with pytest.raises(RuntimeError) as e:
+        batches(loader)
+    assert str(e.value) == want
+    infinite = create_loader(StopsAt(8, 5), 2, num_workers=workers, seed=seed, train=False, infinite=True)
+    assert [next(infinite).tolist() for _ in range(2)] == [[0, 1], [2, 3]]
+    with pytest.raises(RuntimeError) as e:
+        next(infinite)
+    assert str(e.value) == want
+    collate = create_loader(Indexed(4), 2, num_workers=workers, seed=seed, collate_fn=lambda b: next(iter([])))
+    with pytest.raises(RuntimeError) as e:
+        batches(collate)
+    assert str(e.value) == "the collate function raised StopIteration; passed on, it would end the epoch there " \
+                           "without a word"  # fmt: skip
+
+
 def test_more_workers_than_cpus_are_warned_about_once():
     # the attack: torch's "This DataLoader will create N worker processes" came twice for one loader
     n = len(os.sched_getaffinity(0)) + 1
