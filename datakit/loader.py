@@ -1390,10 +1390,23 @@ class InfiniteLoader:
         sample = self._offset + self.step * bs
         sampler = self.loader.loader.sampler
         step = sample // bs
-        if isinstance(sampler, EpochSampler) and sample >= len(sampler):
-            # the epoch's last batch may be short: never past its samples, and a short batch served counts
-            sample, step = len(sampler), self.step + (self._offset + bs - 1) // bs
+        if isinstance(sampler, EpochSampler) and self._served_all(sample):
+            # the whole epoch: its last batch may be short (counted as a step) or dropped (its samples count as
+            # served, so that the state goes on with the next epoch in any shape), never past its samples
+            sample = len(sampler)
+            step = self.step if not self._offset else sample // bs  # resumed in another batch size: in this one
         return {"epoch": self.epoch, "step": step, "sample": sample, **self._shape()}
+
+    def _served_all(self, sample: int) -> bool:
+        """Whether no batch of the epoch is left after ``sample`` of its samples."""
+        dl = self.loader.loader
+        left = len(dl.sampler) - sample
+        if left <= 0:
+            return True
+        batches = getattr(dl, "stream", None) or getattr(dl, "epoch_batches", None)
+        if batches is not None:
+            return batches.count(sample) == 0
+        return bool(dl.drop_last) and left < dl.batch_size
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state``: at the same sample of the same epoch, also with another batch size. A state

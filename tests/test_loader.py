@@ -2132,6 +2132,26 @@ def test_a_short_last_batch_counts_as_a_step_and_its_steps_alone_resume_at_the_n
                             "samples over 1 rank(s) holds 11 per rank")  # fmt: skip
 
 
+@pytest.mark.parametrize(("n", "drop_last"), [(21, None), (23, True)])
+def test_a_whole_epoch_whose_last_batch_was_dropped_goes_on_with_the_next_in_any_shape(n: int, drop_last):
+    # the attack: 21 samples in batches of 4 (the batch of one dropped), or 23 with drop_last=True: after the whole
+    # epoch the state said sample 20 of 21, and a loader of 25 samples refused it as "saved mid-epoch"
+    kw = {} if drop_last is None else {"drop_last": drop_last}
+    run = create_loader(Indexed(n), 4, num_workers=0, seed=1, infinite=True, **kw)
+    for _ in range(len(run)):
+        next(run)
+    state = run.state_dict()
+    assert state == {"epoch": 0, "step": 5, "sample": n, "batch_size": 4, "samples": n, "world": 1}
+    larger = create_loader(Indexed(25), 4, num_workers=0, seed=1, infinite=True)
+    larger.load_state_dict(state)
+    fresh = create_loader(Indexed(25), 4, num_workers=0, seed=1, infinite=True)
+    fresh.load_state_dict({"epoch": 1, "step": 0})
+    assert next(larger)[0].tolist() == next(fresh)[0].tolist() and larger.epoch == 1
+    same = create_loader(Indexed(n), 4, num_workers=0, seed=1, infinite=True, **kw)
+    same.load_state_dict(state)
+    assert next(same)[0].tolist() == next(run)[0].tolist()  # the next epoch's first batch, as the run goes on
+
+
 @pytest.mark.parametrize("device", [None, "cpu"])
 def test_the_state_of_a_finite_loader_names_the_loader_that_has_one(device):
     # the attack: create_loader(...).state_dict() gave "'DataLoader' object has no attribute 'state_dict'"
