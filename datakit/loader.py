@@ -1817,8 +1817,10 @@ def create_loader(
         if workers > 0:
             kw.update(persistent_workers=persistent, prefetch_factor=prefetch)
             kw["multiprocessing_context"] = worker_context(kw.get("multiprocessing_context"))
-        else:  # how workers start means nothing without them (DataLoader refuses it)
+        else:  # how workers start, and how long one may take for a batch, mean nothing without them (DataLoader
+            # refuses both: DATAKIT_NUM_WORKERS=0, set_num_workers(0) or "auto" choosing 0 would fail)
             kw.pop("multiprocessing_context", None)
+            kw.pop("timeout", None)
         # workers that stay read on into the next epoch (EpochBatches) from the sampler set up here
         # (training only: an evaluation loader's next pass comes a training epoch later, and reading
         # it ahead would take CPU from the training workers)

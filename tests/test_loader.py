@@ -124,6 +124,18 @@ def test_a_stop_iteration_from_a_sample_is_an_error_not_the_end_of_the_epoch(wor
                            "without a word"  # fmt: skip
 
 
+def test_a_timeout_means_nothing_without_workers(monkeypatch):
+    # the attack: timeout=60 with set_num_workers(0), or DATAKIT_NUM_WORKERS=0 (the debugging switch), gave torch's
+    # "AssertionError: _SingleProcessDataLoaderIter requires timeout == 0"
+    loader = create_loader(Indexed(8), 2, num_workers=2, seed=0, timeout=60)
+    assert loader.loader.timeout == 60 and len(sum(batches(loader), [])) == 8
+    loader.set_num_workers(0)
+    assert loader.loader.timeout == 0 and sorted(sum(batches(loader), [])) == list(range(8))
+    monkeypatch.setenv("DATAKIT_NUM_WORKERS", "0")
+    alone = create_loader(Indexed(8), 2, num_workers=2, seed=0, timeout=60)
+    assert alone.num_workers == 0 and sorted(sum(batches(alone), [])) == list(range(8))
+
+
 def test_more_workers_than_cpus_are_warned_about_once():
     # the attack: torch's "This DataLoader will create N worker processes" came twice for one loader
     n = len(os.sched_getaffinity(0)) + 1
