@@ -80,7 +80,7 @@ class IndexCache:
                 # a cache cut short (a copy, a full disk) or with a damaged page would make liblmdb read past the
                 # file's end: SIGBUS, the process (every worker) dead without a word. Refused as a pack is
                 check_data_file(self.path)
-            env = lmdb.open(self.path, map_size=_MAP_SIZE, subdir=True, sync=False, readahead=False,
+            env = lmdb.open(os.fsencode(self.path), map_size=_MAP_SIZE, subdir=True, sync=False, readahead=False,
                             meminit=False, max_readers=1024, max_dbs=0)  # fmt: skip
             env.reader_check()  # slots of readers killed while reading
             return env

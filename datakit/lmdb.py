@@ -400,7 +400,7 @@ def _open_env(key: str, live: bool):
         with _lmdb_errors(key, "opening"):
             # a pack still being written is read with LMDB's reader table, so the writer does not
             # reuse pages a reader still sees; a finished pack needs no lock (and may be read-only)
-            env = _lmdb().open(key, readonly=True, lock=lock, readahead=False, meminit=False, subdir=True,
+            env = _lmdb().open(os.fsencode(key), readonly=True, lock=lock, readahead=False, meminit=False, subdir=True,
                                max_readers=1024, create=False)  # fmt: skip
             with env.begin(buffers=False) as txn:
                 _ENV_IDS[key] = (ident, _creation(txn.get(META_KEY)))
@@ -680,7 +680,7 @@ class LmdbWriter:
             with _lmdb_errors(self.path, "opening"), self._write_errors():
                 # meminit: unused bytes of a page are zeroed, not this process's leftover heap (which
                 # may hold anything the process handled before, pickles included) written to the file
-                self.env = _lmdb().open(str(self.path), map_size=map_size, subdir=True, readahead=False,
+                self.env = _lmdb().open(os.fsencode(self.path), map_size=map_size, subdir=True, readahead=False,
                                         meminit=True, max_dbs=0, max_readers=1024)  # fmt: skip
                 info, psize = self.env.info(), self.env.stat()["psize"]
                 used = psize * (info["last_pgno"] + 1)

@@ -54,6 +54,24 @@ def test_pack_and_read_back_bytes(class_folder: Path, tmp_path: Path):
     assert sorted(os.listdir(out)) == ["classes.json", "data.mdb", "lock.mdb", "pack.lock"]
 
 
+def test_a_pack_whose_path_is_not_utf8_is_written_and_read(class_folder: Path, tmp_path: Path):
+    # the attack: a pack named in Latin-1 bytes ('caf\xe9.lmdb', as an old share or archive names folders): packing
+    # failed with "'utf-8' codec can't encode character '\udce9'", left a folder holding only pack.lock that
+    # --resume could not finish; info and open_dataset failed the same way, verify with a traceback
+    out = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.lmdb"))
+    cli = [sys.executable, "-m", "datakit.cli"]
+    run = lambda *args: subprocess.run([*cli, *args], capture_output=True, timeout=300)  # noqa: E731
+    assert run("pack-lmdb", class_folder, out, "-q").returncode == 0
+    verify = run("verify", out)
+    assert (verify.returncode, verify.stdout, verify.stderr) == (0, os.fsencode(out) + b": 12 samples checked, "
+                                                                 b"0 problems\n", b"")  # fmt: skip
+    info = run("info", out)
+    assert info.returncode == 0 and info.stdout.startswith(os.fsencode(out) + b": datakit-lmdb version 2, 12 samples")
+    src, ds = open_dataset(class_folder), open_dataset(out)
+    assert [ds.read(i) for i in range(12)] == [Path(src.name(i)).read_bytes() for i in range(12)]
+    assert [ds[i][1] for i in range(12)] == [src[i][1] for i in range(12)]
+
+
 def test_package_names_still_importable():
     import datakit
 
