@@ -566,19 +566,27 @@ def _holds(fd: int) -> bool:
         return False
 
 
+def _writer(path: Path) -> str | None:
+    """The PID of the process writing the pack now (its lock held; ``"unknown"`` in the instant before it
+    writes its PID), or None."""
+    try:
+        fd = os.open(path / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        if _holds(fd):
+            return None
+        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+    finally:
+        os.close(fd)
+
+
 def _no_meta(path: Path) -> str:
     """Why a pack has no metadata: a writer in its first instant (its lock held), or not a datakit pack."""
-    lock = path / LOCK_NAME
-    if lock.exists():
-        fd = os.open(lock, os.O_RDONLY)
-        try:
-            held = not _holds(fd)
-            pid = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        finally:
-            os.close(fd)
-        if held:
-            return (f"{path}: being created by another process (PID {pid or 'unknown'}), which has not written its "
-                    "metadata yet; open it again in a moment")  # fmt: skip
+    pid = _writer(path)
+    if pid is not None:
+        return (f"{path}: being created by another process (PID {pid}), which has not written its metadata yet; "
+                "open it again in a moment")  # fmt: skip
     return f"{path}: not a datakit pack (no metadata record)"
 
 
@@ -1083,7 +1091,7 @@ def _walk_keys(r: LmdbReader, n: int) -> tuple[int, list[str], Exception | None]
     later read, so past a page that cannot be read the walk goes on in a new one, from the next key the pack should
     hold."""
     lmdb = _lmdb()
-    count, strays, error = 0, [], None
+    count, strays, error, resized = 0, [], None, 0
     start: bytes | None = b""
     while start is not None:
         last = None
@@ -1096,6 +1104,15 @@ def _walk_keys(r: LmdbReader, n: int) -> tuple[int, list[str], Exception | None]
                         if not _is_pack_key(key, n) and len(strays) < 10:
                             strays.append(f"{r.path}: holds a key that is no sample's: {key!r}")
             start = None
+        except lmdb.MapResizedError as exc:  # a writer grew the map since it was opened: adopt its size, walk on
+            resized += 1
+            if resized > 100:
+                error, start = error or exc, None
+                continue
+            with _LOCK:
+                _drop_txn(r._key)  # the map's new size ends every transaction of the environment
+                _open_env(r._key, r._live).set_mapsize(0)
+            start = _key_after(last, n) if last is not None else start
         except lmdb.Error as exc:
             error = error or exc
             start = _key_after(last if last is not None else start, n)
@@ -1213,7 +1230,12 @@ def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
         meta, rec = r.meta, r.records
         n = len(r)
         yield "count", n
-        if not r.complete:
+        writer = None if r.complete else _writer(r.path)
+        if writer is not None:  # what it has committed goes on growing: its samples so far are checked, not its count
+            yield "problem", (f"{r.path}: incomplete pack, being written by PID {writer} ({meta.get('count')} of "
+                              f"{meta.get('planned')} samples committed when verify began, those checked); verify it "
+                              "again once the job has finished")  # fmt: skip
+        elif not r.complete:
             yield "problem", f"{r.path}: incomplete pack ({meta.get('count')} of {meta.get('planned')} samples)"
         n_splits = len(meta.get("splits") or [])
         for i in np.flatnonzero(rec["split"] > n_splits)[:10]:
@@ -1229,6 +1251,8 @@ def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
         with _LOCK, _lmdb_errors(r.path):
             entries = _open_env(r._key, r._live).stat()["entries"]  # the count the main DB's meta page keeps
         walked, strays, walk_error = _walk_keys(r, n)
+        if writer is not None:
+            entries, strays = expected, []  # the samples committed since are more entries and keys, rightly
         if entries != expected:
             if walk_error is None and walked == expected:
                 yield "problem", (f"{r.path}: the LMDB header of data.mdb is damaged (it counts {entries} entries, the "

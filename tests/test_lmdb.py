@@ -333,6 +333,52 @@ def test_reader_follows_a_pack_being_written(tmp_path: Path):
     assert read_meta(out)["complete"] is True
 
 
+def test_verify_of_a_pack_being_written_judges_what_was_committed_not_what_comes_after(tmp_path: Path):
+    # the attack: verify while pack-lmdb wrote and grew LMDB's map: "holds 160 entries, expected 151 for 50
+    # samples" and "walking the keys failed (MDB_MAP_RESIZED ...): damaged LMDB pages; pack the source again"
+    # about a pack that then verified clean
+    from datakit.lmdb import _verify_steps
+
+    out = tmp_path / "live.lmdb"
+    writer = """
+        import sys
+        import numpy as np
+        from datakit.io import encode_image
+        from datakit.labels import ClassMap
+        from datakit.lmdb import LmdbWriter
+        meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a", "b")).to_json(), "planned": 40}
+        noise = np.random.default_rng(0).integers(0, 256, (100, 100, 3), dtype=np.uint8)
+        with LmdbWriter(sys.argv[1], meta, map_size=64 << 10, commit_every=20) as w:
+            for i in range(40):
+                w.add(encode_image(noise, ".png", mode="rgb"), i % 2, 100, 100, f"s{i}")
+                if w.count == i + 1:
+                    print(w.count, flush=True)
+                    sys.stdin.readline()
+            w.finish()
+    """
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(writer), str(out)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "20"
+        steps = _verify_steps(out)
+        assert next(steps) == ("reading", "the pack's metadata and index")
+        seen = list(iter(lambda: next(steps), ("reading", "the B-tree")))  # the pack open at 20 samples
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "40"  # 20 more, the map grown under the open reader
+        seen += list(steps)
+        problems = [v for k, v in seen if k == "problem"]
+        assert problems == [f"{out}: incomplete pack, being written by PID {proc.pid} (20 of 40 samples committed "
+                            "when verify began, those checked); verify it again once the job has finished"]  # fmt: skip
+        assert ("decoding", 19) in seen and ("decoding", 20) not in seen
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+    finally:
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+    assert verify_lmdb(out) == []
+
+
 def test_a_workers_copy_follows_the_writer_past_its_length(tmp_path: Path):
     # The attack: persistent DataLoader workers keep the dataset they were given; after ds.refresh() in the main
     # process the sampler asked a worker for sample 60 of its 60 and training stopped on an IndexError.
