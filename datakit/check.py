@@ -227,13 +227,13 @@ def _missing_line(ds: TableDataset, i: int) -> str | None:
 def _listed_bad(ds: ImageDataset, path: str | os.PathLike, report: CheckReport) -> dict[int, str]:
     """The samples of ``ds`` a bad-samples file lists, as problem texts; entries naming another
     file at that index (the data changed since) are problems of their own."""
-    from datakit.sources import read_bad_samples
+    from datakit.sources import read_bad_samples, same_sample_name
 
     data = read_bad_samples(path)
     listed = {}
     for e in data["bad"]:
         i = e["index"]
-        if 0 <= i < len(ds) and ds.name(i) == e["name"]:
+        if 0 <= i < len(ds) and same_sample_name(ds.name(i), e["name"]):
             listed[i] = f"{e['name']}: {e['reason']} (listed in {path})"
         else:
             report.problems.append(f"{path}: sample {i} is {e['name']!r} there, not in this dataset")

@@ -50,7 +50,7 @@ from datakit.lmdb import (
     read_meta,
 )
 from datakit.parallel import WorkerDied, map_ordered
-from datakit.sources import ImageDataset, LmdbDataset, StringArray, TableDataset, open_source
+from datakit.sources import ImageDataset, LmdbDataset, StringArray, TableDataset, open_source, same_sample_name
 
 __all__ = ["PackReport", "pack_lmdb", "parse_shard"]
 
@@ -331,6 +331,8 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
             raise UsageError(f"{out}: a version {existing.get('version')} pack cannot be resumed by this datakit "
                              "(writes version 2); use --overwrite to pack again")  # fmt: skip
         for key in ("source", "source_samples", "options", "classes"):
+            if key == "source" and isinstance(existing.get(key), str) and same_sample_name(existing[key], meta[key]):
+                continue  # the same folder under another spelling (a link to it, the path through one)
             if existing.get(key) != meta[key]:
                 raise UsageError(
                     f"{out}: was packed with a different {key} ({existing.get(key)!r}, now {meta[key]!r}); "
@@ -726,7 +728,7 @@ def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
     known = {}
     for e in data["bad"]:
         i = e["index"]
-        if not (0 <= i < len(ds) and ds.name(i) == e["name"]):
+        if not (0 <= i < len(ds) and same_sample_name(ds.name(i), e["name"])):
             raise UsageError(f"{path}: sample {i} is {e['name']!r} there, not in this dataset; another source?")
         known[i] = f"{e['name']}: {e['reason']} (listed in {path})"
     return known

@@ -324,7 +324,9 @@ class ImageDataset:
             log.warning("%s: written for a dataset of %s samples, this one has %d; ignored", path,
                         data.get("samples"), len(self))  # fmt: skip
             return []
-        return [e for e in data["bad"] if 0 <= e["index"] < len(self) and self.name(e["index"]) == e["name"]]
+        return [
+            e for e in data["bad"] if 0 <= e["index"] < len(self) and same_sample_name(self.name(e["index"]), e["name"])
+        ]
 
     def merge_bad_samples(self) -> Path | None:
         """Merge what every process recorded into the ``bad_samples`` JSON file (atomically) and
@@ -382,7 +384,45 @@ def read_bad_samples(path: str | os.PathLike) -> dict:
         raise UsageError(
             f"{path}: bad-samples version {data.get('version')!r}; this datakit reads version {BAD_SAMPLES_VERSION}"
         )
+    problem = _bad_samples_problem(data)
+    if problem is not None:
+        raise UsageError(f"{path}: not a datakit bad-samples file ({problem}); write it again by training with "
+                         "bad_samples=, or fix it by hand")  # fmt: skip
     return data
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _bad_samples_problem(data: dict) -> str | None:
+    """What in a bad-samples file is not as it is written (a file edited by hand), or None."""
+    if "samples" in data and not _whole(data["samples"]):
+        return f"'samples' must be a whole number >= 0, got {data['samples']!r}"
+    bad = data.get("bad")
+    if not isinstance(bad, list):
+        return f"'bad' must be a list of samples, got {bad!r}" if "bad" in data else "no 'bad' list"
+    for k, entry in enumerate(bad):
+        if not isinstance(entry, dict):
+            return f"entry {k} of 'bad' must be an object with 'index', 'name' and 'reason', got {entry!r}"
+        for key, ok, what in (("index", _whole, "a whole number >= 0"), ("name", _is_str, "a string"),
+                              ("reason", _is_str, "a string")):  # fmt: skip
+            if key not in entry:
+                return f"entry {k} of 'bad' has no {key!r}"
+            if not ok(entry[key]):
+                return f"entry {k} of 'bad': {key!r} must be {what}, got {entry[key]!r}"
+    return None
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def same_sample_name(a: str, b: str) -> bool:
+    """Whether two names of a sample (``name(i)`` now, and as a bad-samples file recorded it), or of a
+    source, name one file: the same spelling, or the path given another way (relative or absolute,
+    through a link)."""
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1615,6 +1615,57 @@ def test_check_and_pack_read_the_bad_samples_file(tmp_path: Path, capsys):
     assert f"{report}: lists samples of a dataset of 40, this one has 39" in capsys.readouterr().err
 
 
+def test_a_bad_samples_file_matches_its_source_however_spelled_and_a_hand_edited_one_is_one_line(
+    tmp_path: Path, capsys, monkeypatch
+):
+    # the attacks: a file written while training on /abs/path/data, used with `pack-lmdb data ...` from its parent,
+    # was "another source?" (exit 2); a hand-edited file ('bad' missing, an index "3" or 3.0, a string for the
+    # list) ended pack-lmdb and check in a KeyError/TypeError/IndexError traceback
+    from datakit.cli import main
+    from datakit.datasets import open_dataset
+
+    root = bad_folder(tmp_path)
+    report = tmp_path / "bad_samples.json"
+    ds = open_dataset(root, on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    assert len([b for b in create_loader(ds, 4, num_workers=0, seed=0, train=False)]) == 10
+    monkeypatch.chdir(tmp_path)
+    rel = os.path.relpath(root, tmp_path)
+    (tmp_path / "link").symlink_to(root, target_is_directory=True)
+    for src in (rel, "link"):
+        assert main(["pack-lmdb", src, f"{src}.lmdb", "--skip-bad", "--bad-samples", str(report), "--json", "-q",
+                     "--workers", "1"]) == 0  # fmt: skip
+        assert json.loads(capsys.readouterr().out)["count"] == 37
+        assert main(["check", src, "--bad-samples", str(report), "--json", "--workers", "0"]) == 1
+        assert not [p for p in json.loads(capsys.readouterr().out)["problems"] if "not in this dataset" in p]
+    good = json.loads(report.read_text(encoding="utf-8"))
+    edits = [
+        ({"bad": None}, "'bad' must be a list of samples, got None"),
+        ({"bad": "all"}, "'bad' must be a list of samples, got 'all'"),
+        ({"bad": [3]}, "entry 0 of 'bad' must be an object with 'index', 'name' and 'reason', got 3"),
+        ({"bad": [{**good["bad"][0], "index": "3"}]}, "entry 0 of 'bad': 'index' must be a whole number >= 0, got '3'"),
+        ({"bad": [{**good["bad"][0], "index": 3.0}]}, "entry 0 of 'bad': 'index' must be a whole number >= 0, got 3.0"),
+        (
+            {"bad": [{**good["bad"][0], "index": True}]},
+            "entry 0 of 'bad': 'index' must be a whole number >= 0, got True",
+        ),
+        ({"bad": [{"name": "x"}]}, "entry 0 of 'bad' has no 'index'"),
+        ({"samples": "40"}, "'samples' must be a whole number >= 0, got '40'"),
+    ]
+    edited = tmp_path / "edited.json"
+    for change, why in edits:
+        edited.write_text(json.dumps({**good, **change}), encoding="utf-8")
+        want = f"{edited}: not a datakit bad-samples file ({why}); write it again by training with bad_samples=, or fix it by hand\n"
+        assert main(["pack-lmdb", rel, "e.lmdb", "--skip-bad", "--bad-samples", str(edited), "-q"]) == 2
+        assert capsys.readouterr().err == f"datakit pack-lmdb: error: {want}"
+        assert main(["check", rel, "--bad-samples", str(edited), "--workers", "0", "-q"]) == 2
+        assert capsys.readouterr().err == f"datakit check: error: {want}"
+    assert not (tmp_path / "e.lmdb").exists()
+    del good["bad"]
+    edited.write_text(json.dumps(good), encoding="utf-8")
+    assert main(["check", rel, "--bad-samples", str(edited), "--workers", "0", "-q"]) == 2
+    assert "(no 'bad' list)" in capsys.readouterr().err
+
+
 class _Raises(Dataset):
     epoch_independent = True
 

@@ -127,6 +127,13 @@ def test_existing_output_refused_resumed_or_overwritten(class_folder: Path, tmp_
         pack_lmdb(class_folder, out, workers=1, resume=True, max_size=10)
     with pytest.raises(UsageError, match="--resume and --overwrite contradict each other"):
         pack_lmdb(class_folder, out, resume=True, overwrite=True)
+    # the same source through a link to it (the attack: "was packed with a different source", the job lost)
+    link = tmp_path / "link"
+    link.symlink_to(class_folder, target_is_directory=True)
+    assert pack_lmdb(link, out, workers=1, resume=True).count == 12
+    shutil.copytree(class_folder, tmp_path / "copy")
+    with pytest.raises(UsageError, match="was packed with a different source"):
+        pack_lmdb(tmp_path / "copy", out, workers=1, resume=True)
 
 
 def test_classes_json_cut_by_a_kill_after_completion_is_restored_by_resume(class_folder: Path, tmp_path: Path):
