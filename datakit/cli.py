@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import errno
 import os
 import re
 import statistics
@@ -1010,6 +1011,12 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     except ValueError as exc:  # a check in a library not yet given a datakit type: data, not usage
         print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        if exc.errno not in (errno.ENAMETOOLONG, errno.ELOOP) or exc.filename is None:
+            raise
+        # a path given that no file system takes (a name over 255 bytes, links in a loop): a usage mistake
+        print(f"{prog}: error{tag}: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     finally:
         if sys.stdout is not stdout:
             sys.stdout.close()

@@ -992,12 +992,25 @@ def _umask() -> int:
     return mask
 
 
+def check_path_length(path: str | os.PathLike) -> None:
+    """``UsageError`` naming ``path`` when no file system takes it: a part of it longer than a file
+    name may be (255 bytes), or the whole longer than a path may be (4095)."""
+    raw = os.fsencode(path)
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > 255:
+        raise UsageError(f"{path}: a name in it is {longest} bytes, longer than a file name may be (255)")
+    if len(raw) > 4095:
+        raise UsageError(f"{path}: {len(raw)} bytes, longer than a path may be (4095)")
+
+
 def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: bool = False) -> Path:
     """``path`` as a ``Path`` when a file may be written there; ``UsageError`` naming it when it
     exists (and ``overwrite`` is false), is a folder, its folder does not exist, or that folder
-    is one this process may not create files in (its permissions, a read-only file system).
+    is one this process may not create files in (its permissions, a read-only file system), or
+    its name is longer than a file system takes.
     ``probe``: also make and remove a file there (before long work: what the permissions do not
     show, as for root in /sys)."""
+    check_path_length(path)
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder; give a file name")

@@ -27,6 +27,7 @@ from datakit.io import (
     _default_budget,
     _exif_turned,
     _jpeg_size,
+    check_path_length,
     decode_image,
     encode_image,
     image_format,
@@ -288,6 +289,11 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
         why = "--overwrite replaces only a datakit pack or an empty folder" if overwrite else "pick another OUT"
         raise UsageError(f"{out}: exists and holds other files than a datakit pack; not touching it, {why}")
     place = next(p for p in [out, *out.absolute().parents] if os.path.isdir(p))  # where the pack's folder goes
+    for p in out.absolute().parents:  # the folders still to make: a file (or a link to nothing) in the way
+        if p == place:
+            break
+        if os.path.lexists(p):
+            raise UsageError(f"{p}: is a file, not a folder; cannot make the pack {out} under it; pick another OUT")
     if not os.access(place, os.W_OK | os.X_OK):
         raise UsageError(f"{place}: not writable; cannot write the pack {out} {'in' if place == out else 'into'} it")
     try:
@@ -481,6 +487,7 @@ def pack_lmdb(
     if not 1 <= quality <= 100:
         raise UsageError(f"quality must be 1..100, got {quality}")
     # OUT as the folder it is: "." (a shell inside the pack), a link to the pack (its target is replaced)
+    check_path_length(out)
     out = Path(os.path.realpath(out) if os.path.islink(out) else os.path.abspath(out))
     if overwrite and os.path.ismount(out):  # the new pack is built beside OUT and swapped in: not across a mount
         raise UsageError(

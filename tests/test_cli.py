@@ -729,3 +729,25 @@ def test_a_glob_of_shards_never_takes_out_and_one_bad_pack_hides_no_other(class_
     assert [(r["pack"], r.get("count"), r.get("error")) for r in json.loads(out.out)] == [
         ("part-0.lmdb", 6, None), ("nope.lmdb", None, "nope.lmdb: no such file or folder")]  # fmt: skip
     assert out.err == "datakit info: error: nope.lmdb: no such file or folder\n"
+
+
+def test_a_path_no_file_system_takes_is_a_usage_error_in_one_line(class_folder: Path, tmp_path: Path, capsys):
+    # the attacks: a name of 300 bytes as OUT or as SRC gave an "OSError: [Errno 36] File name too long" traceback
+    # (pack-lmdb, info, stats, verify, check, preview); OUT under a file said "writing failed ... run the same
+    # command with --resume", exit 1
+    long = tmp_path / ("a" * 300)
+    for argv in (["info", long], ["stats", long], ["verify", long], ["check", long]):
+        assert main([str(a) for a in argv]) == 2
+        assert capsys.readouterr().err == f"datakit {argv[0]}: error: {long}: File name too long\n"
+    assert main(["pack-lmdb", str(class_folder), f"{long}.lmdb"]) == 2
+    assert capsys.readouterr().err == (f"datakit pack-lmdb: error: {long}.lmdb: a name in it is 305 bytes, longer "
+                                       "than a file name may be (255)\n")  # fmt: skip
+    assert main(["preview", str(class_folder), "--out", f"{long}.png"]) == 2
+    assert capsys.readouterr().err == (f"datakit preview: error: {long}.png: a name in it is 304 bytes, longer than "
+                                       "a file name may be (255)\n")  # fmt: skip
+    (tmp_path / "notes.txt").write_text("x", encoding="utf-8")
+    for out in (tmp_path / "notes.txt" / "o.lmdb", tmp_path / "notes.txt" / "x" / "o.lmdb"):
+        assert main(["pack-lmdb", str(class_folder), str(out)]) == 2
+        assert capsys.readouterr().err == (f"datakit pack-lmdb: error: {tmp_path / 'notes.txt'}: is a file, not a "
+                                           f"folder; cannot make the pack {out} under it; pick another OUT\n")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "数据 集"]
