@@ -289,8 +289,8 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
         why = "--overwrite replaces only a datakit pack or an empty folder" if overwrite else "pick another OUT"
         raise UsageError(f"{out}: exists and holds other files than a datakit pack; not touching it, {why}")
     place = next(p for p in [out, *out.absolute().parents] if os.path.isdir(p))  # where the pack's folder goes
-    for p in out.absolute().parents:  # the folders still to make: a file (or a link to nothing) in the way
-        if p == place:
+    for p in [out, *out.absolute().parents][1:] if place != out else []:  # the folders still to make: a file
+        if p == place:  # (or a link to nothing) in the way
             break
         if os.path.lexists(p):
             raise UsageError(f"{p}: is a file, not a folder; cannot make the pack {out} under it; pick another OUT")

@@ -858,6 +858,11 @@ def _packed_from(source) -> list[str]:
     return out
 
 
+class GivenTwice(UsageError, PackError):
+    """Packs given so that samples would be read twice (a pack twice, a joined pack beside its shards): a
+    usage mistake (exit 2), and a :class:`PackError` as every refusal of the packs given."""
+
+
 def _check_shards(readers: list) -> None:
     """Shards read as one dataset are each pack once, and all of each sharded source: a shard
     given twice doubles its samples, a missing one drops them, silently otherwise."""
@@ -869,12 +874,12 @@ def _check_shards(readers: list) -> None:
     for r in readers:  # a pack joined from shards, given with them ('part-*.lmdb' after part-all.lmdb was made)
         for made_from in _packed_from(r.meta.get("source")):
             if made_from in given and made_from != os.path.realpath(r.path):
-                raise PackError(f"{r.path}: was packed from {given[made_from]}, given too; each sample is read once: "
+                raise GivenTwice(f"{r.path}: was packed from {given[made_from]}, given too; each sample is read once: "
                                 "give the one or the others")  # fmt: skip
     for r in readers:
         real = os.path.realpath(r.path)
         if real in seen:
-            raise PackError(f"{r.path}: given twice (as {seen[real]}); each pack is read once")
+            raise GivenTwice(f"{r.path}: given twice (as {seen[real]}); each pack is read once")
         seen[real] = r.path
         shard = (r.meta.get("options") or {}).get("shard") or [0, 1]
         i, n = int(shard[0]), int(shard[1])

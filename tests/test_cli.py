@@ -705,11 +705,13 @@ def test_a_glob_of_shards_never_takes_out_and_one_bad_pack_hides_no_other(class_
     # the same glob spelled from the root: the same shards, so the pack resumes
     assert main(["pack-lmdb", str(tmp_path / "part-?.lmdb"), "part-all.lmdb", "-q", "--resume"]) == 0
     # the joined pack beside its shards, under one glob: every sample would be read twice
-    assert main(["pack-lmdb", "part-*.lmdb", "merged.lmdb", "-q"]) == 1
+    assert main(["pack-lmdb", "part-*.lmdb", "merged.lmdb", "-q"]) == 2
     assert capsys.readouterr().err == (f"datakit pack-lmdb: error: {tmp_path / 'part-all.lmdb'}: was packed from "
                                        f"{tmp_path / 'part-0.lmdb'}, given too; each sample is read once: give the one "
                                        "or the others\n")  # fmt: skip
-    assert main(["check", "part-*.lmdb", "-q"]) == 1
+    assert main(["stats", "part-0.lmdb", "part-0.lmdb"]) == 2
+    assert capsys.readouterr().err.endswith("part-0.lmdb: given twice (as part-0.lmdb); each pack is read once\n")
+    assert main(["check", "part-*.lmdb", "-q"]) == 2
     assert capsys.readouterr().err.endswith("part-all.lmdb: was packed from part-0.lmdb, given too; each sample is "
                                             "read once: give the one or the others\n")  # fmt: skip
     (tmp_path / "notpack").mkdir()
