@@ -1070,7 +1070,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``datakit COMMAND ...``"""
     _quiet_native_logs()
     try:  # building the parser loads NumPy (the image formats): a Ctrl-C then is one line too
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        listed = next((k for k in ("src", "pack") if isinstance(getattr(args, k, None), list)), None)
+        if extra and listed is not None and not any(e.startswith("-") for e in extra):
+            # paths after the options (`pack-lmdb data --max-size 512 out.lmdb`): argparse takes the paths
+            # before the first option only; the later ones are the same list, in order
+            getattr(args, listed).extend(extra)
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except KeyboardInterrupt:
         print("datakit: interrupted", file=sys.stderr)
         return 130
