@@ -392,19 +392,30 @@ def _two_encodings(raw_names: list[bytes], hosts: list[int] | None, legacy: list
                    whole: EncodingGuess) -> EncodingGuess:  # fmt: skip
     """``whole`` (one encoding for all names), or, where multi-byte UTF-8 names stand beside names
     that are not UTF-8 (two tools wrote into the archive), the others' encoding with each UTF-8
-    name read as UTF-8: the names that read better so than in the others' encoding."""
-
-    def better_as_utf8(n: bytes, enc: str) -> bool:
-        return not decodes(n, enc) or score([n.decode("utf-8")], "utf-8") > score([decode_name(n, enc)], enc) + 0.5
-
+    name read as UTF-8. Only where no one encoding can be right: the others' encoding fails on
+    some of the UTF-8 names, and the names read so are more plausible together than ``whole``
+    reads them. A short legacy name is often valid UTF-8 too (锌 in GBK is "п", 猫 is "è"): in an
+    archive of one encoding it stays in that encoding."""
     utf8 = {n for n in legacy if decodes(n, "utf-8", windows=False)}
-    if len(utf8) == len(legacy) or not any(better_as_utf8(n, whole.encoding) for n in utf8):
-        return whole  # every name reads as well in the one encoding (猫 in GBK is valid UTF-8 too, as "è")
+    if not utf8 or len(utf8) == len(legacy):
+        return whole
     rest = [i for i, n in enumerate(raw_names) if n not in utf8]
+    host = host_family(hosts or [])
     others = guess_encoding([raw_names[i] for i in rest], [hosts[i] for i in rest] if hosts else None)
     enc = others.encoding
-    chosen = frozenset(n for n in utf8 if better_as_utf8(n, enc))
-    if not chosen:
+    if whole.scores.get(enc) is not None:
+        return whole  # the others' encoding reads every name: nothing says two tools wrote them
+
+    def read(n: bytes) -> str:
+        return n.decode("utf-8") if n in chosen else decode_name(n, enc)
+
+    chosen = frozenset(
+        n for n in utf8
+        if not decodes(n, enc) or score([n.decode("utf-8")], "utf-8") > score([decode_name(n, enc)], enc) + 0.5
+    )  # fmt: skip
+    sample = legacy[:: max(1, len(legacy) // MAX_SCORED)][:MAX_SCORED]
+    one = score([decode_name(n, whole.encoding) for n in sample], whole.encoding, host)
+    if not chosen or score([read(n) for n in sample], enc, host) <= one + 0.3:
         return whole
     reason = (f"{others.reason}; {len(chosen)} of the {len(legacy)} non-ASCII names are UTF-8 (another tool "
               "wrote them), each read as UTF-8")  # fmt: skip

@@ -99,6 +99,9 @@ def _die_with_parent(parent: int) -> None:
 
 def _init(fn: Callable[..., Any], has_dataset: bool, dataset: Any, initializer, initargs, parent: int) -> None:
     global _FN, _DATASET, _HAS_DATASET
+    # Ctrl-C reaches the whole process group: the parent stops the pool and says so in one line; a worker
+    # would print its own KeyboardInterrupt traceback ("Process ForkPoolWorker-1: ...") beside it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
     _FN, _DATASET, _HAS_DATASET = fn, dataset, has_dataset
     if initializer is not None:

@@ -419,6 +419,24 @@ def test_names_of_two_encodings_in_one_archive_are_each_read_in_their_own(tmp_pa
            "pass encoding= to read all in one" in caplog.messages  # fmt: skip
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "one"), "--encoding", "gbk"]) == 0  # all in one, as asked
     assert "训练/狗/2.jpg" not in tree(tmp_path / "one")
+    # Japanese: Shift-JIS names beside UTF-8 kana (no legacy encoding decodes the UTF-8 ones)
+    names = [("写真/犬.jpg", "cp932"), ("資料/会議.jpg", "cp932"), ("ねこ/1.jpg", "utf-8"), ("データ/2.jpg", "utf-8")]
+    jp = write_zip(tmp_path / "jp.zip", [ZipEntry(n.encode(e), b"x") for n, e in names])
+    guess = detect_encoding(jp)
+    assert (guess.encoding, guess.mixed_utf8) == ("cp932", 2)
+    assert sorted(m.name for m in read_members(jp)[0]) == sorted(n for n, _ in names)
+
+
+@pytest.mark.parametrize("names", [["锌/1.jpg", "锌/2.jpg", "铜/1.jpg", "铁/1.jpg"], ["写/1.jpg", "写/2.jpg", "读/1.jpg"],
+                                   ["猫/猫a.jpg", "猫/1.jpg", "狗/1.jpg"]])  # fmt: skip
+def test_an_archive_of_one_encoding_stays_in_it_where_short_names_are_valid_utf8_too(tmp_path: Path, names, capsys):
+    # the attack: GBK 锌 (D0 BF) is also UTF-8 "п", 写 is "д", 猫 is "è": per-name reading took them for UTF-8
+    # names of another tool, and one class became two ('п' beside '铜')
+    z = write_zip(tmp_path / "one.zip", [gbk(n, b"x") for n in names])
+    guess = detect_encoding(z)
+    assert (guess.encoding, guess.mixed_utf8, guess.utf8_names) == ("gbk", 0, frozenset())
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 0
+    assert sorted(tree(tmp_path / "out")) == sorted(names) and "warning" not in capsys.readouterr().err
     plain = write_zip(tmp_path / "g.zip", [gbk("猫/1.jpg", b"a"), gbk("狗/2.jpg", b"b"), gbk("训练/鸟.jpg", b"c")])
     assert unzip_gbk_main([str(plain), "-d", str(tmp_path / "out2")]) == 0  # 猫 is valid UTF-8 too: no warning
     assert capsys.readouterr().err == "" and tree(tmp_path / "out2") == {"猫/1.jpg": b"a", "狗/2.jpg": b"b",
