@@ -1394,7 +1394,9 @@ class InfiniteLoader:
             # the whole epoch: its last batch may be short (counted as a step) or dropped (its samples count as
             # served, so that the state goes on with the next epoch in any shape), never past its samples
             sample = len(sampler)
-            step = self.step if not self._offset else sample // bs  # resumed in another batch size: in this one
+            # resumed in another batch size: the batches of this one that cover the epoch, so that the
+            # step alone ({"epoch", "step"}) also goes on with the next epoch
+            step = self.step if not self._offset else -(-sample // bs)
         return {"epoch": self.epoch, "step": step, "sample": sample, **self._shape()}
 
     def _served_all(self, sample: int) -> bool:

@@ -244,7 +244,10 @@ def test_a_resume_with_another_batch_size_drops_a_batch_of_one_and_nothing_else(
     many = create_loader(Indexed(24), 23, num_workers=workers, seed=1, infinite=True)
     many.load_state_dict(state)
     assert next(many)[0].tolist() == whole[20:24]  # the 4 left: served, not dropped
-    assert many.state_dict() == {"epoch": 0, "step": 1, "sample": 24, "batch_size": 23, "samples": 24, "world": 1}
+    assert many.state_dict() == {"epoch": 0, "step": 2, "sample": 24, "batch_size": 23, "samples": 24, "world": 1}
+    alone = create_loader(Indexed(24), 23, num_workers=workers, seed=1, infinite=True)
+    alone.load_state_dict({"epoch": 0, "step": 2})  # the steps alone: the next epoch, not sample 23 again
+    assert alone.state_dict()["epoch"] == 1 and next(alone)[0].tolist() == second[:23]
     assert next(many)[0].tolist() == second[:23]  # a whole epoch of 24 in 23s: its last batch of one dropped
     assert next(many)[0].tolist()[:23] != second[:23]
 
