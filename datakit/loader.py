@@ -233,8 +233,11 @@ class _NamingCollate:
         try:
             return self.collate_fn(batch)
         except StopIteration as exc:  # as from a sample: the epoch would end there without a word
-            raise RuntimeError("the collate function raised StopIteration; passed on, it would end the epoch "
-                               "there without a word") from exc  # fmt: skip
+            which = ""
+            if noted is not None and len(noted[1]) == len(batch):
+                which = " on the batch of " + _sample_labels(*noted)(list(range(len(batch))), False)
+            raise RuntimeError(f"the collate function raised StopIteration{which}; passed on, it would end the "
+                               "epoch there without a word") from exc  # fmt: skip
         except CollateError as exc:
             if noted is None or len(noted[1]) != len(batch) or not _same_samples(exc.batch, batch):
                 raise  # not the batch noted (a collate_fn called by hand), or positions in another list
@@ -1686,6 +1689,11 @@ def create_loader(
     if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
         raise UsageError(f"prefetch_factor must be a whole number >= 1 (batches each worker reads ahead), got "
                          f"{prefetch!r}")  # fmt: skip
+    timeout = dataloader_kwargs.get("timeout", 0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        # checked here even where it is dropped (0 workers): re-tuning may start workers mid-training
+        raise UsageError(f"timeout must be a number of seconds >= 0 (0: wait as long as a batch takes), got "
+                         f"{timeout!r}")  # fmt: skip
     if "batch_sampler" in dataloader_kwargs:
         raise ValueError("create_loader makes the batches itself (order, sharding, resuming): give sampler= and "
                          "batch_size instead of batch_sampler=")  # fmt: skip

@@ -525,7 +525,7 @@ def pack_lmdb(
             split_names, sids, source_splits = names, ids, _ids_crc(names, ids)
     class_map = getattr(ds, "class_map", None) or ClassMap(tuple(ds.classes))
     source = (
-        (src if isinstance(src, list) else os.path.abspath(src))
+        (src if isinstance(src, list) else os.path.realpath(src))  # a link's own folder: re-pointed, it is another
         if not isinstance(src, ImageDataset)
         else _fingerprint(src)
     )

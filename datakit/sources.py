@@ -411,6 +411,8 @@ def _bad_samples_problem(data: dict) -> str | None:
                 return f"entry {k} of 'bad' has no {key!r}"
             if not ok(entry[key]):
                 return f"entry {k} of 'bad': {key!r} must be {what}, got {entry[key]!r}"
+        if "\x00" in entry["name"]:
+            return f"entry {k} of 'bad': 'name' holds a NUL character, which no file name holds: {entry['name']!r}"
     return None
 
 
@@ -422,7 +424,12 @@ def same_sample_name(a: str, b: str) -> bool:
     """Whether two names of a sample (``name(i)`` now, and as a bad-samples file recorded it), or of a
     source, name one file: the same spelling, or the path given another way (relative or absolute,
     through a link)."""
-    return a == b or os.path.realpath(a) == os.path.realpath(b)
+    if a == b:
+        return True
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except ValueError:  # a NUL in a name written by hand: no path
+        return False
 
 
 # ---------------------------------------------------------------------------------------------

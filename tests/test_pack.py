@@ -134,6 +134,16 @@ def test_existing_output_refused_resumed_or_overwritten(class_folder: Path, tmp_
     shutil.copytree(class_folder, tmp_path / "copy")
     with pytest.raises(UsageError, match="was packed with a different source"):
         pack_lmdb(tmp_path / "copy", out, workers=1, resume=True)
+    # packed through a link later pointed at another folder (same names): that folder is another source
+    cur, by_link = tmp_path / "cur", tmp_path / "by-link.lmdb"
+    cur.symlink_to(class_folder, target_is_directory=True)
+    pack_lmdb(cur, by_link, workers=1)
+    assert lmdb_info(by_link)["source"] == str(class_folder)
+    cur.unlink()
+    cur.symlink_to(tmp_path / "copy", target_is_directory=True)
+    for src in (cur, tmp_path / "copy"):
+        with pytest.raises(UsageError, match="was packed with a different source"):
+            pack_lmdb(src, by_link, workers=1, resume=True)
 
 
 def test_classes_json_cut_by_a_kill_after_completion_is_restored_by_resume(class_folder: Path, tmp_path: Path):
