@@ -579,6 +579,25 @@ def test_bad_images_met_by_an_overwrite_say_to_run_it_again_not_resume(class_fol
     assert lmdb_info(out)["count"] == 12 and read_meta(part)["count"] == 4
 
 
+def test_ctrl_c_to_the_whole_group_is_one_line_with_pool_workers(tmp_path: Path):
+    # the attack: Ctrl-C in a terminal (SIGINT to the process group) during `pack-lmdb --max-size` printed
+    # "Process ForkPoolWorker-1:" and sometimes a worker's KeyboardInterrupt traceback beside "interrupted"
+    src = tmp_path / "src"
+    for k in range(400):
+        (src / f"c{k % 2}").mkdir(parents=True, exist_ok=True)
+        imwrite(src / f"c{k % 2}" / f"{k:03d}.jpg", synthetic_image(120, 160, seed=k), quality=90)
+    out = tmp_path / "cut.lmdb"
+    proc = subprocess.Popen(_cli(str(src), str(out), "--max-size", "64", "--workers", "2", "--commit-every", "2",
+                                 "-q"), stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and (_meta_or_none(out) or {}).get("count", 0) < 20:
+        time.sleep(0.002)
+    assert proc.poll() is None, "packing finished before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)  # the group this test started: the packer and its pool
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted\n")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_threaded_pack_interrupted_mid_write_resumes_identical(photos: Path, tmp_path: Path, sig: int):
