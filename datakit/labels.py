@@ -70,6 +70,11 @@ class SheetNotRead(UsageError, LabelError):
     call (exit 2), as an unknown split is, and still a ``LabelError`` to code that catches that."""
 
 
+class ColumnNotFound(UsageError, LabelError):
+    """A column named by the caller (``file_column=``, ``label_column=``, ``split_column=``) that the table does
+    not have: a mistake in the call (exit 2), and still a ``LabelError`` to code that catches that."""
+
+
 class NotADataset(UsageError, LabelError):
     """A folder or zip given as a dataset with no class folders in it (and no table): a mistake in the call
     (exit 2), as any source that is not a dataset, and still a ``LabelError`` to code that catches that."""
@@ -1427,6 +1432,9 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                            "to read it")  # fmt: skip
     parts: list[_Part] = []
     hidden_left: list[str] = []
+    named_missing: list[str] = []  # sheets without the label column the caller named
+    split_missing: list[str] = []  # and without the split column
+    split_found = False
     for order, sh in enumerate(meta):
         chosen = wanted is None or sh.name in wanted
         if not sh.worksheet:
@@ -1445,7 +1453,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
         if head is None:
-            if chosen:
+            if chosen and file_column is None:  # one the caller named is missing: said below, if no sheet has it
                 notes.append(f"{path}: sheet {sh.name!r} skipped (no file and label header: notes, a chart or "
                              "a pivot table)")  # fmt: skip
             continue
@@ -1456,11 +1464,20 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 other.order, other.chosen = order, False
                 parts.append(other)
             continue
+        if split_column is not None and head.scol is None:
+            shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h)) if head.at >= 0 else "no header"
+            split_missing.append(f"{where}, row {head.at + 1}: no split column named {split_column!r} among {shown}")
+        elif split_column is not None:
+            split_found = True
         if head.lcol is None:
             shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
-            what = f"no label column named {label_column!r}" if label_column else "no label column found"
-            problems.append(((order, head.at + 1), f"{where}, row {head.at + 1}: {what} among {shown}; name it with "
-                             "label_column= (--label-column)"))  # fmt: skip
+            if label_column:
+                missing = f"{where}, row {head.at + 1}: no label column named {label_column!r} among {shown}"
+                named_missing.append(missing)
+            else:
+                missing = (f"{where}, row {head.at + 1}: no label column found among {shown}; name it with "
+                           "label_column= (--label-column)")  # fmt: skip
+            problems.append(((order, head.at + 1), missing))
             continue
         if head.at < 0:
             notes.append(f"{where}: no header row; column A read as files, column B as labels")
@@ -1534,15 +1551,23 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
                      f"{', '.join(map(repr, hidden_left))} not read "
                      "(include_hidden=True, --include-hidden, reads them)")  # fmt: skip
+    if split_missing and not split_found:
+        raise ColumnNotFound(split_missing[0])
+    if named_missing and not any(p.chosen for p in parts):
+        raise ColumnNotFound(named_missing[0] + (f" (nor any other sheet: {len(named_missing) - 1} more)"
+                                                 if len(named_missing) > 1 else ""))  # fmt: skip
     if not any(p.chosen for p in parts) and not problems:
         grids = []
         for sh in meta:
             if sh.worksheet and (sh.visible or include_hidden) and (wanted is None or sh.name in wanted):
                 grids.append((sh.name, _sheet_grid(wb, sh.name, engine)))
         if grids:
-            problems.append(((0, 0), _no_header_problem(grids[0][1], f"{path}, sheet {grids[0][0]!r}", file_column)
-                             + (f" (and no other sheet has one either: {', '.join(repr(n) for n, _ in grids[1:])})"
-                                if len(grids) > 1 else "")))  # fmt: skip
+            missing = (_no_header_problem(grids[0][1], f"{path}, sheet {grids[0][0]!r}", file_column)
+                       + (f" (and no other sheet has one either: {', '.join(repr(n) for n, _ in grids[1:])})"
+                          if len(grids) > 1 else ""))  # fmt: skip
+            if file_column is not None:
+                raise ColumnNotFound(missing)
+            problems.append(((0, 0), missing))
         else:
             problems.append(
                 ((0, 0), f"{path}: no visible sheet to read (include_hidden=True, --include-hidden, reads hidden ones)")
@@ -1711,6 +1736,8 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
             return empty
         head = _locate_header(grid, file_column, label_column, split_column, str(path))
         if head is None or head.at >= 0:
+            if file_column is not None:
+                raise ColumnNotFound(_no_header_problem(grid, str(path), file_column))
             problems.append(((0, 0), _no_header_problem(grid, str(path), file_column)))
             return empty
         notes.append(f"{path}: no header line; the first column read as files, the second as labels")
@@ -1719,14 +1746,15 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
     assert head is not None
     if head.lcol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
-        what = f"no label column named {label_column!r}" if label_column else "no label column found"
-        problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: {what} among {shown}; name it "
-                         "with label_column= (--label-column)"))  # fmt: skip
+        if label_column:
+            raise ColumnNotFound(f"{path}, line {cols.header_line}: no label column named {label_column!r} among "
+                                 f"{shown}")  # fmt: skip
+        problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: no label column found among "
+                         f"{shown}; name it with label_column= (--label-column)"))  # fmt: skip
         return empty
     if split_column is not None and head.scol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
-        problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: no split column named "
-                         f"{split_column!r} among {shown}"))  # fmt: skip
+        raise ColumnNotFound(f"{path}, line {cols.header_line}: no split column named {split_column!r} among {shown}")
     return _columns_part(
         cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals
     )

@@ -16,6 +16,7 @@ from datakit.io import imwrite
 from datakit.labels import (
     ClassMap,
     CodedColumn,
+    ColumnNotFound,
     LabelError,
     StringArray,
     detect_text_encoding,
@@ -699,9 +700,20 @@ def test_empty_split_and_missing_column(tmp_path: Path):
     t = read_labels(path, validate=False, label_column="label")
     assert t.problems() == [
         f"{path}, sheet 'test': an empty split (a header at row 1, no rows under it)",
-        f"{path}, sheet 'extra', row 1: no label column named 'label' among 'file', '备注'; name it with "
-        "label_column= (--label-column)",
+        f"{path}, sheet 'extra', row 1: no label column named 'label' among 'file', '备注'",
     ]
+    # named by the caller and on no sheet: a usage mistake, one line (the attack: a note per sheet calling each
+    # "notes, a chart or a pivot table", then a problem that said to pass the option just passed; exit 1)
+    for kw, want in (
+        ({"label_column": "类别"}, f"{path}, sheet 'train', row 1: no label column named '类别' among 'file', 'label' "
+                                  "(nor any other sheet: 2 more)"),
+        ({"file_column": "路径"}, f"{path}, sheet 'train': no file column named '路径'; the first row holds 'file', "
+                                 "'label' (and no other sheet has one either: 'test', 'extra')"),
+        ({"split_column": "fold"}, f"{path}, sheet 'train', row 1: no split column named 'fold' among 'file', 'label'"),
+    ):  # fmt: skip
+        with pytest.raises(ColumnNotFound) as e:
+            read_labels(path, validate=False, **kw)
+        assert str(e.value) == want and isinstance(e.value, UsageError) and e.value.exit_code == 2
 
 
 def test_no_header_anywhere(tmp_path: Path):
@@ -723,10 +735,15 @@ def test_explicit_columns(tmp_path: Path):
     assert (t.files.tolist(), t.labels.tolist(), t.splits.tolist()) == (["a.jpg"], ["x"], ["val"])
     with pytest.raises(LabelError) as e:
         read_labels(path, file_column="pic", label_column="nope")
-    assert str(e.value) == (
-        f"{path}, line 1: no label column named 'nope' among 'id', 'pic', 'kind', 'fold'; name it with "
-        "label_column= (--label-column)"
-    )
+    assert str(e.value) == f"{path}, line 1: no label column named 'nope' among 'id', 'pic', 'kind', 'fold'"
+    assert isinstance(e.value, ColumnNotFound) and e.value.exit_code == 2
+    for kw, want in (({"file_column": "图"}, f"{path}: no file column named '图'; the first row holds 'id', 'pic', "
+                                             "'kind', 'fold'"),
+                     ({"file_column": "pic", "label_column": "kind", "split_column": "折"},
+                      f"{path}, line 1: no split column named '折' among 'id', 'pic', 'kind', 'fold'")):  # fmt: skip
+        with pytest.raises(ColumnNotFound) as e:
+            read_labels(path, **kw)
+        assert str(e.value) == want
 
 
 def test_headerless_csv(tmp_path: Path):
