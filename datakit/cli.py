@@ -143,8 +143,10 @@ def _extension(*allowed: str) -> Callable[[str], str]:
 
 def _wxh(text: str) -> tuple[int, int]:
     m = re.fullmatch(r"(\d+)[xX*](\d+)", text.strip())
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+    if not m:
         raise argparse.ArgumentTypeError(f"size must look like WxH (for example 224x224), got {text!r}")
+    if int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise argparse.ArgumentTypeError(f"size must be at least 1x1 pixels, got {text!r}")
     return int(m.group(1)), int(m.group(2))
 
 

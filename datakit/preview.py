@@ -202,8 +202,9 @@ def find_font(texts: Sequence[str], font: str | os.PathLike | None = None, *, tr
     return CaptionFont(path, index, _missing(_load(path, index, 16), chars_of(texts)))
 
 
-def font_hint(missing: str, platform: str | None = None) -> str:
-    """One line on what to install (or pass) so that the characters ``missing`` can be drawn."""
+def font_hint(missing: str, platform: str | None = None, font: str | os.PathLike | None = None) -> str:
+    """One line on what to install (or pass) so that the characters ``missing`` can be drawn; ``font``: the
+    file the caller gave (``--font``), which lacks them."""
     platform = platform or sys.platform
     chars = "".join(dict.fromkeys(missing))
     shown = chars if len(chars) <= 12 else chars[:12] + "..."
@@ -213,6 +214,8 @@ def font_hint(missing: str, platform: str | None = None) -> str:
         install = f"install a font that has them (on Debian/Ubuntu: sudo apt install {package})"
     else:
         install = "install a font that has them"
+    if font is not None:
+        return f"{font} cannot draw {shown!r}: captions show class numbers; pass --font FILE of a font that has them"
     return f"no installed font can draw {shown!r}: captions show class numbers; {install}, or pass --font FILE"
 
 
@@ -318,7 +321,7 @@ def preview(
         draw.text((x + 4, y + tile + 2), _fit(f"{int(i)}: {label}", face, tile - 8), fill=(255, 255, 255), font=face)
     path = imwrite(out, np.asarray(sheet), mode="rgb", overwrite=overwrite)
     undrawn = tuple(c for c, ok in zip(classes, drawable) if not ok)
-    hint = font_hint("".join(ch for c in undrawn for ch in c if ch in chosen.missing)) if undrawn else None
+    hint = font_hint("".join(ch for c in undrawn for ch in c if ch in chosen.missing), font=font) if undrawn else None
     return Preview(path, len(picks), chosen, undrawn, hint)
 
 

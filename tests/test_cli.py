@@ -488,6 +488,8 @@ USAGE = [
     (["stats", "{src}", "--sample", "1"], "datakit stats: error: argument --sample: must be >= 2, got 1"),
     (["stats", "{src}", "--size", "big"],
      "datakit stats: error: argument --size: size must look like WxH (for example 224x224), got 'big'"),
+    (["stats", "{src}", "--size", "0x224"], "datakit stats: error: argument --size: size must be at least 1x1 pixels, "
+     "got '0x224'"),
     (["check", "{src}", "--workers", "-1"], "datakit check: error: argument --workers: must be >= 0, got -1"),
     (["bench", "{src}", "--workers", "0,x"], "datakit bench: error: argument --workers: expected numbers like 0,1,2,4, got '0,x'"),
     (["bench", "{src}", "--seconds", "0"], "datakit bench: error: argument --seconds: must be a positive number, got 0"),

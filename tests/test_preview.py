@@ -144,6 +144,11 @@ def test_no_font_for_the_names_captions_numbers_and_says_what_to_install(
     out, err = capsys.readouterr()
     assert err == f"datakit preview: {HINT}\n"
     assert out == f"wrote 6 of 6 samples, as decoded, to {tmp_path / 'b.png'}; classes: 0 cat, 1 太空\n"
+    # a font file given that lacks them (the attack: the hint said to pass --font FILE, which the user just did)
+    given = fonts / "DejaVuSans.ttf"
+    assert main(["preview", str(space_folder), "--out", str(tmp_path / "c.png"), "--font", str(given)]) == 0
+    assert capsys.readouterr().err == (f"datakit preview: {given} cannot draw '太空': captions show class numbers; "
+                                       "pass --font FILE of a font that has them\n")  # fmt: skip
 
 
 @needs_fontconfig
