@@ -565,8 +565,13 @@ def _print_info(path: Path, info: dict, quiet: bool) -> None:
     print(f"{path}: {info['format']} version {info['version']}, {info['count']} samples, {state}")
     if quiet:
         return
-    shard = (info.get("options") or {}).get("shard") or [0, 1]  # a pack written by LmdbWriter alone has no options
+    options = info.get("options") or {}  # a pack written by LmdbWriter alone has none
+    shard = options.get("shard") or [0, 1]
     print(f"  source: {info.get('source')} (shard {shard[0]}/{shard[1]})")
+    if options.get("labels") or options.get("split"):  # where the labels came from, and which split was packed
+        taken = [f"labels {options['labels']}"] if options.get("labels") else []
+        taken += [f"split {options['split']!r}"] if options.get("split") else []
+        print(f"  from: {', '.join(_shown(t) for t in taken)}")
     stored, size = info.get("bytes", 0) / 2**20, info["file_bytes"] / 2**20
     print(f"  values: {info['encoding']}, {stored:.1f} MB in a {size:.1f} MB file; checksums {info['checksum']}")
     if "height_range" in info:

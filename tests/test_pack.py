@@ -89,9 +89,12 @@ def test_max_size_reencodes(samples: Path, tmp_path: Path):
     assert lmdb_info(out)["encoding"] == "JPEG quality 80, longer side <= 64"
 
 
-def test_labels_splits_and_class_map(samples: Path, tmp_path: Path):
+def test_labels_splits_and_class_map(samples: Path, tmp_path: Path, capsys):
     out = tmp_path / "s.lmdb"
     pack_lmdb(samples / "images", out, labels=samples / "labels.xlsx", workers=1)
+    assert main(["info", str(out)]) == 0  # where the labels came from, in the text too (not only --json)
+    assert capsys.readouterr().out.splitlines()[1:3] == [f"  source: {os.path.realpath(samples / 'images')} (shard 0/1)",
+                                                         f"  from: labels {samples / 'labels.xlsx'}"]  # fmt: skip
     info = lmdb_info(out)
     assert info["splits"] == ["train", "val", "test"]
     assert info["split_counts"] == {"train": 18, "val": 3, "test": 3}
@@ -101,6 +104,8 @@ def test_labels_splits_and_class_map(samples: Path, tmp_path: Path):
     # one split, by path or as a dataset object: the same pack (its samples are that split alone)
     by_path, by_object = tmp_path / "p.lmdb", tmp_path / "o.lmdb"
     pack_lmdb(samples / "images", by_path, labels=samples / "labels.xlsx", split="val", workers=1)
+    assert main(["info", str(by_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[2] == f"  from: labels {samples / 'labels.xlsx'}, split 'val'"
     pack_lmdb(open_dataset(samples / "images", labels=samples / "labels.xlsx", split="val"), by_object, workers=1)
     for pack in (by_path, by_object):
         info = lmdb_info(pack)
@@ -138,7 +143,7 @@ def test_existing_output_refused_resumed_or_overwritten(class_folder: Path, tmp_
     cur, by_link = tmp_path / "cur", tmp_path / "by-link.lmdb"
     cur.symlink_to(class_folder, target_is_directory=True)
     pack_lmdb(cur, by_link, workers=1)
-    assert lmdb_info(by_link)["source"] == str(class_folder)
+    assert lmdb_info(by_link)["source"] == os.path.realpath(class_folder)
     cur.unlink()
     cur.symlink_to(tmp_path / "copy", target_is_directory=True)
     for src in (cur, tmp_path / "copy"):
@@ -753,7 +758,7 @@ def test_second_writer_refused_while_the_first_runs(class_folder: Path, tmp_path
         _feed_fifo(fifo, real, first)  # let the first writer finish
         assert first.wait(120) == 0
     assert verify_lmdb(out) == [] and len(open_dataset(out)) == 13
-    assert lmdb_info(out)["source"] == str(class_folder)
+    assert lmdb_info(out)["source"] == os.path.realpath(class_folder)
     assert open_dataset(out).read(12) == real
 
 
