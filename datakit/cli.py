@@ -688,7 +688,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     classes = [c for c in report.classes if c in counted]  # in class order: 0, 1, 2, ..., 10 for integer labels
     splits = list(report.class_counts)
     rows = [[_shown(c), *(report.class_counts[s].get(c, 0) for s in splits)] for c in classes]
-    print_table(["class", *map(_shown, splits)], rows)  # names from the table: one line each, no escape sequences
+    if rows:  # none when no sample could be read (a table without rows): no empty table
+        print_table(["class", *map(_shown, splits)], rows)  # names from the table: one line each, no escape sequences
     if report.height_range:
         print(f"image sizes: height {report.height_range[0]}..{report.height_range[1]}, "
               f"width {report.width_range[0]}..{report.width_range[1]}")  # fmt: skip

@@ -767,3 +767,12 @@ def test_paths_after_the_options_are_paths_too(class_folder: Path, tmp_path: Pat
     with pytest.raises(SystemExit) as e:
         main(["info", str(out), "--bogus", "x"])
     assert e.value.code == 2 and capsys.readouterr().err.endswith("datakit: error: unrecognized arguments: --bogus x\n")
+
+
+def test_check_of_a_table_without_rows_prints_no_empty_class_table(class_folder: Path, tmp_path: Path, capsys):
+    # the attack: "class  all / -----  ---" with nothing under it, before "0 samples checked, 1 problems"
+    table = tmp_path / "empty.csv"
+    table.write_text("file,label\n", encoding="utf-8")
+    assert main(["check", str(class_folder), "--labels", str(table), "--workers", "0"]) == 1
+    out, err = capsys.readouterr()
+    assert (out, err) == ("0 samples checked, 1 problems\n", f"{table}: the table holds no rows\n")
