@@ -9,6 +9,7 @@ does not name; then class counts per split and the range of image sizes.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from datakit.labels import (
 )
 from datakit.parallel import map_ordered
 from datakit.sources import ImageDataset, TableDataset, given_classes, open_source, unknown_classes
+
+log = logging.getLogger("datakit")
 
 __all__ = ["CheckReport", "check_dataset"]
 
@@ -106,6 +109,7 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     ds = TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
     report.problems += ds.linked_twice
     ds._every_file = (getattr(table, "whole", None) or table).files  # every split's rows: what "not in the table" means
+    ds._whole_table = getattr(table, "whole", None) or table
     return ds
 
 
@@ -164,12 +168,17 @@ def check_dataset(
                 unlisted = _not_in_table_zip(table_ds)
             elif os.path.isdir(table_ds.root):  # the folder given, or a table's own folder when it is alone
                 unlisted = _not_in_table(table_ds, table_ds.root)
-            if classes is not None and unlisted:
+            whole = getattr(table_ds, "_whole_table", None) or table_ds.table
+            if classes is not None and unlisted and not whole.split_names:
                 # a split kept in a file of its own (--classes: the training split's): the images of the other
-                # splits' files share the folder (PaddleClas' train_list.txt / val_list.txt), expected there
-                report.notes.append(f"{len(unlisted)} images {'inside' if table_ds.zip is not None else 'under'} "
-                                    f"{table_ds.root} are not in {table_ds.table.path} (the other splits' files, "
-                                    "with --classes?); not checked")  # fmt: skip
+                # splits' files share the folder (PaddleClas' train_list.txt / val_list.txt), expected there; a
+                # table with a split column names every split's files, so an image it does not name is a problem
+                note = (
+                    f"{len(unlisted)} images {'inside' if table_ds.zip is not None else 'under'} {table_ds.root} "
+                    f"are not in {table_ds.table.path} (the other splits' files, with --classes?); not checked"
+                )
+                report.notes.append(note)
+                log.warning("note: %s", note)
             else:
                 report.problems += [f"not in the table: {u}" for u in unlisted]
     listed = _listed_bad(ds, bad_samples, report) if bad_samples is not None else {}

@@ -351,7 +351,7 @@ def test_a_missing_file_that_differs_only_in_case_is_said(tmp_path: Path):
     ]
 
 
-def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: Path, capsys):
+def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: Path, capsys, caplog):
     # before: check had no --classes, so a val list of classes 4..11 was "not 0..7" (exit 1) whatever was right
     from datakit.io import imwrite
     from datakit.testing import synthetic_image
@@ -373,8 +373,18 @@ def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: 
     assert out["classes"] == [str(i) for i in range(8)]
     assert out["class_counts"] == {"all": {"4": 1, "5": 1, "6": 1, "7": 1}}
     assert out["problems"] == []
-    assert f"8 images under {img} are not in {tmp_path / 'val.txt'} (the other splits' files, with --classes?); not " \
-           "checked" in out["notes"]  # fmt: skip
+    note = f"8 images under {img} are not in {tmp_path / 'val.txt'} (the other splits' files, with --classes?); not checked"
+    assert note in out["notes"]
+    with caplog.at_level("WARNING", logger="datakit"):
+        assert main([*val[:-1], "--classes", str(tmp_path / "classes.txt")]) == 0  # said on the screen too
+    assert f"note: {note}" in caplog.messages
+    capsys.readouterr()
+    # a table with a split column names every split's files: an image it does not name stays a problem
+    (tmp_path / "all.csv").write_text("file,label,split\n" + "".join(f"{i}.png,{i},{'train' if i < 8 else 'val'}\n"
+                                                                     for i in range(11)), encoding="utf-8")  # fmt: skip
+    whole = ["check", str(img), "--labels", str(tmp_path / "all.csv"), "--split", "val", "--workers", "0", "--json"]
+    assert main([*whole, "--classes", str(tmp_path / "classes.txt")]) == 1
+    assert f"not in the table: {img / '11.png'}" in json.loads(capsys.readouterr().out)["problems"]
     (tmp_path / "classes.txt").write_text("0\n1\n2\n3\n4\n5\n", encoding="utf-8")
     assert main([*val, "--classes", str(tmp_path / "classes.txt")]) == 1
     assert capsys.readouterr().err.splitlines()[0] == (
