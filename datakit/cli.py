@@ -568,8 +568,9 @@ def _print_info(path: Path, info: dict, quiet: bool) -> None:
     options = info.get("options") or {}  # a pack written by LmdbWriter alone has none
     shard = options.get("shard") or [0, 1]
     print(f"  source: {info.get('source')} (shard {shard[0]}/{shard[1]})")
-    if options.get("labels") or options.get("split"):  # where the labels came from, and which split was packed
-        taken = [f"labels {options['labels']}"] if options.get("labels") else []
+    labels = options.get("labels") or info.get("label_table")  # the table of a dataset object given (--classes)
+    if labels or options.get("split"):  # where the labels came from, and which split was packed
+        taken = [f"labels {labels}"] if labels else []
         taken += [f"split {options['split']!r}"] if options.get("split") else []
         print(f"  from: {', '.join(_shown(t) for t in taken)}")
     stored, size = info.get("bytes", 0) / 2**20, info["file_bytes"] / 2**20

@@ -1457,6 +1457,13 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 notes.append(f"{path}: sheet {sh.name!r} skipped (no file and label header: notes, a chart or "
                              "a pivot table)")  # fmt: skip
             continue
+        if split_column is not None and head.at >= 0:  # any sheet's, asked for or not: it holds every split
+            if head.scol is None:
+                shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
+                split_missing.append(f"{where}, row {head.at + 1}: no split column named {split_column!r} among "
+                                     f"{shown}")  # fmt: skip
+            else:
+                split_found = True
         if not chosen:
             if head.lcol is not None:  # its problems are its own split's, not reported here
                 other = _parse_grid(grid, head, sheet=sh.name, where=where, problems=[], order=order,
@@ -1464,11 +1471,6 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 other.order, other.chosen = order, False
                 parts.append(other)
             continue
-        if split_column is not None and head.scol is None:
-            shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h)) if head.at >= 0 else "no header"
-            split_missing.append(f"{where}, row {head.at + 1}: no split column named {split_column!r} among {shown}")
-        elif split_column is not None:
-            split_found = True
         if head.lcol is None:
             shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
             if label_column:

@@ -542,6 +542,8 @@ def pack_lmdb(
     }  # fmt: skip
     if source_splits is not None:
         meta["source_splits"] = source_splits
+    if not labels and isinstance(ds, TableDataset):  # a dataset object given (--classes builds one): its table
+        meta["label_table"] = os.path.abspath(ds.table.path)
     known = _known_bad(ds, bad_samples) if bad_samples is not None else {}
     name_of = partial(_short_name, ds)
     try:

@@ -653,6 +653,8 @@ def test_pack_lmdb_classes_gives_a_val_list_the_training_indices(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     val = open_dataset(tmp_path / "val.lmdb")
     assert (val.classes, val.targets.tolist()) == (["0", "1", "2", "3", "4"], [0, 1, 2, 4])
+    info = datakit("info", tmp_path / "val.lmdb")  # where its labels came from (the attack: nothing said)
+    assert info.stdout.splitlines()[2] == f"  from: labels {tmp_path / 'val.txt'}"
 
 
 def test_shards_join_and_are_verified_by_a_glob_as_check_reads_them(class_folder: Path, tmp_path: Path, capsys,

@@ -714,6 +714,10 @@ def test_empty_split_and_missing_column(tmp_path: Path):
         with pytest.raises(ColumnNotFound) as e:
             read_labels(path, validate=False, **kw)
         assert str(e.value) == want and isinstance(e.value, UsageError) and e.value.exit_code == 2
+    # the split column on one sheet only, the split asked for on another: still read (it was before)
+    two = book(tmp_path / "s.xlsx", {"train": [["file", "label", "split"], ["a.jpg", "cat", "train"]],
+                                     "val": [["file", "label"], ["b.jpg", "dog"]]})  # fmt: skip
+    assert read_labels(two, split="val", split_column="split").files.tolist() == ["b.jpg"]
 
 
 def test_no_header_anywhere(tmp_path: Path):
