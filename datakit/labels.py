@@ -1632,6 +1632,9 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
         fkeys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
         lkeys = {_norm(label_column)} if label_column is not None else {_norm(k) for k in LABEL_COLUMNS}
         cols = parse_list(buf, text, lambda row: _norm(row[0]) in fkeys and _norm(row[-1]) in lkeys)
+        if split_column is not None:
+            raise ColumnNotFound(f"{path}: a list of 'path label' lines has no split column ({split_column!r} "
+                                 "named); its split is the file itself")  # fmt: skip
         part = _list_part(path, cols, problems, notes, file_column, label_column)
         if b"#" in buf:
             _commented_images(path, buf, notes)
@@ -1696,10 +1699,18 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
             # a header whose names are not known ones (Excel's Unicode text: 图片路径<TAB>类别) is no sample
             labels, codes, _ = cols.coded(1)
             shown = ", ".join(repr(v) for v in (names[0], labels[codes[0]] if codes[0] >= 0 else "") if v)
+            named = [(k, v) for k, v in (("file", file_column), ("label", label_column)) if v is not None]
+            if named:  # the caller named a column this header does not have
+                raise ColumnNotFound(f"{path}, line {int(cols.lines[0])}: no {named[0][0]} column named "
+                                     f"{named[0][1]!r} among {shown}")  # fmt: skip
             problems.append(((0, int(cols.lines[0])), f"{path}, line {int(cols.lines[0])}: {shown} looks like a "
                              "header (the lines under it name image files), but names no known file column; name "
                              "it with file_column= (--file-column)"))  # fmt: skip
             return _part_from_lists("", [], [], [], [], "", "")
+    named = [(k, v) for k, v in (("file", file_column), ("label", label_column)) if v is not None]
+    if cols.header is None and named:  # a headerless list: the columns are where they are, nameless
+        raise ColumnNotFound(f"{path}: no header line, so no {named[0][0]} column named {named[0][1]!r}; its lines "
+                             "are 'path label'")  # fmt: skip
     part = _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
                          path, problems, notes)  # fmt: skip
     _spaced_labels(path, part, problems)

@@ -750,6 +750,26 @@ def test_explicit_columns(tmp_path: Path):
         assert str(e.value) == want
 
 
+def test_columns_named_for_a_list_it_does_not_have_are_a_usage_error(tmp_path: Path):
+    # the attack: `--label-column x` (or --file-column, --split-column) on a 'path label' list was ignored without
+    # a word; on a list whose header is not a known one, the message said to pass --file-column, just passed
+    plain = tmp_path / "list.txt"
+    plain.write_text("a.jpg cat\nb.jpg dog\n", encoding="utf-8")
+    headed = tmp_path / "headed.txt"
+    headed.write_text("图片路径\t类别\na.jpg\tcat\n", encoding="utf-8")
+    for path, kw, want in (
+        (plain, {"label_column": "x"}, f"{plain}: no header line, so no label column named 'x'; its lines are 'path label'"),
+        (plain, {"split_column": "fold"}, f"{plain}: a list of 'path label' lines has no split column ('fold' named); "
+                                          "its split is the file itself"),
+        (headed, {"file_column": "路径"}, f"{headed}, line 1: no file column named '路径' among '图片路径', '类别'"),
+    ):  # fmt: skip
+        with pytest.raises(ColumnNotFound) as e:
+            read_labels(path, **kw)
+        assert str(e.value) == want
+    t = read_labels(headed, file_column="图片路径", label_column="类别")  # the columns it has, named: read
+    assert (t.files.tolist(), t.labels.tolist()) == (["a.jpg"], ["cat"])
+
+
 def test_headerless_csv(tmp_path: Path):
     path = tmp_path / "l.csv"
     path.write_text("a.jpg,cat\nb.png,dog\n", encoding="utf-8")
