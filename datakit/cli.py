@@ -1082,10 +1082,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         listed = next((k for k in ("src", "pack") if isinstance(getattr(args, k, None), list)), None)
-        if extra and listed is not None and not any(e.startswith("-") for e in extra):
+        cut = extra.index("--") if "--" in extra else len(extra)  # after "--", a path may start with "-"
+        if extra and listed is not None and not any(e.startswith("-") for e in extra[:cut]):
             # paths after the options (`pack-lmdb data --max-size 512 out.lmdb`): argparse takes the paths
             # before the first option only; the later ones are the same list, in order
-            getattr(args, listed).extend(extra)
+            getattr(args, listed).extend(extra[:cut] + extra[cut + 1 :])
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except KeyboardInterrupt:

@@ -759,13 +759,16 @@ def test_a_path_no_file_system_takes_is_a_usage_error_in_one_line(class_folder: 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "数据 集"]
 
 
-def test_paths_after_the_options_are_paths_too(class_folder: Path, tmp_path: Path, capsys):
+def test_paths_after_the_options_are_paths_too(class_folder: Path, tmp_path: Path, capsys, monkeypatch):
     # the attack: `datakit pack-lmdb SRC --max-size 64 OUT` gave "datakit: error: unrecognized arguments: OUT"
     out = tmp_path / "o.lmdb"
     assert main(["pack-lmdb", str(class_folder), "--max-size", "32", str(out), "-q"]) == 0
     assert main(["info", "--json", str(out)]) == 0
     info = json.loads(capsys.readouterr().out)
     assert (info["count"], info["options"]["max_size"]) == (12, 32)
+    monkeypatch.chdir(tmp_path)  # after "--", a path that starts with "-"
+    assert main(["pack-lmdb", str(class_folder), "-q", "--", "-d.lmdb"]) == 0
+    assert (tmp_path / "-d.lmdb" / "data.mdb").is_file()
     with pytest.raises(SystemExit) as e:
         main(["info", str(out), "--bogus", "x"])
     assert e.value.code == 2 and capsys.readouterr().err.endswith("datakit: error: unrecognized arguments: --bogus x\n")
