@@ -468,7 +468,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         if term is not None:
             term.close()
     for s in report.skipped:
-        print(f"skipped: {s}", file=sys.stderr)
+        print(f"skipped: {_shown(s)}", file=sys.stderr)  # one line, whatever a name or a listed reason holds
     rate = (report.count - report.resumed_from) / max(report.seconds, 1e-9)
     summary = {"out": str(report.path), "count": report.count, "resumed_from": report.resumed_from,
                "skipped": report.skipped, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
@@ -721,7 +721,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
                       remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
     result = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite, font=args.font)
     if result.hint and not args.quiet:  # -q: nothing (the grid is written all the same)
-        print(f"datakit preview: {result.hint}", file=sys.stderr)
+        print(f"datakit preview: {_shown(result.hint)}", file=sys.stderr)
     if not args.quiet:
         after = {"none": "as decoded", "train": f"after the train pipeline ({args.size} px crops)",
                  "eval": f"after the eval pipeline ({args.size} px centre crops)"}[args.transform]  # fmt: skip
