@@ -333,6 +333,29 @@ def test_reader_follows_a_pack_being_written(tmp_path: Path):
     assert read_meta(out)["complete"] is True
 
 
+def _step_writer(out: Path, n: int, sample: str, options: str) -> subprocess.Popen:
+    """A process writing ``n`` samples (``sample``: the arguments of ``add`` before the name, from ``i``) to the pack
+    ``out`` with ``LmdbWriter(out, meta, OPTIONS)``; after each commit it prints the count and waits for a line."""
+    script = f"""
+        import sys
+        import numpy as np
+        from datakit.io import encode_image
+        from datakit.labels import ClassMap
+        from datakit.lmdb import LmdbWriter
+        from datakit.testing import synthetic_image
+        meta = {{"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a", "b")).to_json(), "planned": {n}}}
+        with LmdbWriter(sys.argv[1], meta, {options}) as w:
+            for i in range({n}):
+                w.add({sample}, f"s{{i}}")
+                if w.count == i + 1:
+                    print(w.count, flush=True)
+                    sys.stdin.readline()
+            w.finish()
+    """
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(out)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+
 def test_verify_of_a_pack_being_written_judges_what_was_committed_not_what_comes_after(tmp_path: Path):
     # the attack: verify while pack-lmdb wrote and grew LMDB's map: "holds 160 entries, expected 151 for 50
     # samples" and "walking the keys failed (MDB_MAP_RESIZED ...): damaged LMDB pages; pack the source again"
@@ -340,24 +363,9 @@ def test_verify_of_a_pack_being_written_judges_what_was_committed_not_what_comes
     from datakit.lmdb import _verify_steps
 
     out = tmp_path / "live.lmdb"
-    writer = """
-        import sys
-        import numpy as np
-        from datakit.io import encode_image
-        from datakit.labels import ClassMap
-        from datakit.lmdb import LmdbWriter
-        meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a", "b")).to_json(), "planned": 40}
-        noise = np.random.default_rng(0).integers(0, 256, (100, 100, 3), dtype=np.uint8)
-        with LmdbWriter(sys.argv[1], meta, map_size=64 << 10, commit_every=20) as w:
-            for i in range(40):
-                w.add(encode_image(noise, ".png", mode="rgb"), i % 2, 100, 100, f"s{i}")
-                if w.count == i + 1:
-                    print(w.count, flush=True)
-                    sys.stdin.readline()
-            w.finish()
-    """
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(writer), str(out)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    noise = "np.random.default_rng(0).integers(0, 256, (100, 100, 3), dtype=np.uint8)"
+    proc = _step_writer(out, 40, f"encode_image({noise}, '.png', mode='rgb'), i % 2, 100, 100",
+                        "map_size=64 << 10, commit_every=20")  # fmt: skip
     try:
         assert proc.stdout.readline().strip() == "20"
         steps = _verify_steps(out)
@@ -385,23 +393,8 @@ def test_a_workers_copy_follows_the_writer_past_its_length(tmp_path: Path):
     import pickle
 
     out = tmp_path / "live.lmdb"
-    writer = """
-        import sys
-        from datakit.io import encode_image
-        from datakit.labels import ClassMap
-        from datakit.lmdb import LmdbWriter
-        from datakit.testing import synthetic_image
-        meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a", "b")).to_json(), "planned": 10}
-        with LmdbWriter(sys.argv[1], meta, commit_every=5) as w:
-            for i in range(10):
-                w.add(encode_image(synthetic_image(8, 8, seed=i), ".png", mode="rgb"), i % 2, 8, 8, f"s{i}")
-                if w.count == i + 1:
-                    print(w.count, flush=True)
-                    sys.stdin.readline()
-            w.finish()
-    """
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(writer), str(out)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = _step_writer(out, 10, "encode_image(synthetic_image(8, 8, seed=i), '.png', mode='rgb'), i % 2, 8, 8",
+                        "commit_every=5")  # fmt: skip
     try:
         assert proc.stdout.readline().strip() == "5"
         ds = open_dataset(out, allow_incomplete=True, follow_seconds=3600)
