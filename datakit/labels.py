@@ -1177,11 +1177,14 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
     return None
 
 
-def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column: str | None) -> str:
+def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column: str | None,
+                       label_column: str | None = None) -> str:  # fmt: skip
     first = next((row for row in grid if any(not _blank(v) for v in row)), [])
     shown = ", ".join(repr(_text(v)) for v in first if not _blank(v)) or "nothing"
     if file_column is not None:
         return f"{where}: no file column named {file_column!r}; the first row holds {shown}"
+    if label_column is not None:  # with the label column named, the file column is looked for beside it only
+        return f"{where}: no header with a label column named {label_column!r}; the first row holds {shown}"
     return (
         f"{where}: no file-name column found (looked for {', '.join(FILE_COLUMNS[:6])}, 文件名, 图片, ...); "
         f"the first row holds {shown}; name it with file_column= (--file-column)"
@@ -1453,12 +1456,14 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
         if head is None:
-            if chosen and file_column is None:  # one the caller named is missing: said below, if no sheet has it
+            if chosen and file_column is None and label_column is None:  # one named missing: said below
                 notes.append(f"{path}: sheet {sh.name!r} skipped (no file and label header: notes, a chart or "
                              "a pivot table)")  # fmt: skip
             continue
-        if split_column is not None and head.at >= 0:  # any sheet's, asked for or not: it holds every split
-            if head.scol is None:
+        if split_column is not None:  # any sheet's, asked for or not: it holds every split
+            if head.at < 0:
+                split_missing.append(f"{where}: no header row, so no split column named {split_column!r}")
+            elif head.scol is None:
                 shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
                 split_missing.append(f"{where}, row {head.at + 1}: no split column named {split_column!r} among "
                                      f"{shown}")  # fmt: skip
@@ -1564,10 +1569,10 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             if sh.worksheet and (sh.visible or include_hidden) and (wanted is None or sh.name in wanted):
                 grids.append((sh.name, _sheet_grid(wb, sh.name, engine)))
         if grids:
-            missing = (_no_header_problem(grids[0][1], f"{path}, sheet {grids[0][0]!r}", file_column)
+            missing = (_no_header_problem(grids[0][1], f"{path}, sheet {grids[0][0]!r}", file_column, label_column)
                        + (f" (and no other sheet has one either: {', '.join(repr(n) for n, _ in grids[1:])})"
                           if len(grids) > 1 else ""))  # fmt: skip
-            if file_column is not None:
+            if file_column is not None or label_column is not None:
                 raise ColumnNotFound(missing)
             problems.append(((0, 0), missing))
         else:
@@ -1749,10 +1754,14 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
             return empty
         head = _locate_header(grid, file_column, label_column, split_column, str(path))
         if head is None or head.at >= 0:
-            if file_column is not None:
-                raise ColumnNotFound(_no_header_problem(grid, str(path), file_column))
+            if file_column is not None or label_column is not None:
+                raise ColumnNotFound(_no_header_problem(grid, str(path), file_column, label_column))
             problems.append(((0, 0), _no_header_problem(grid, str(path), file_column)))
             return empty
+        if split_column is not None or file_column is not None or label_column is not None:
+            named = next(f"{k} column named {v!r}" for k, v in (("split", split_column), ("file", file_column),
+                                                                ("label", label_column)) if v is not None)  # fmt: skip
+            raise ColumnNotFound(f"{path}: no header line, so no {named}; its columns are file, label")
         notes.append(f"{path}: no header line; the first column read as files, the second as labels")
         return _columns_part(cols, 0, 1, None, "", "", "", path, problems, notes)
     head = _locate_header([header_row], file_column, label_column, split_column, str(path))

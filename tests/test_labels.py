@@ -770,6 +770,27 @@ def test_columns_named_for_a_list_it_does_not_have_are_a_usage_error(tmp_path: P
     assert (t.files.tolist(), t.labels.tolist()) == (["a.jpg"], ["cat"])
 
 
+def test_columns_named_for_a_headerless_table_are_a_usage_error(tmp_path: Path):
+    # the attacks: a headerless CSV or sheet with --split-column was read without a word; with --label-column alone
+    # the message said to name the file column (exit 1)
+    csv = tmp_path / "l.csv"
+    csv.write_text("a.jpg,cat\nb.png,dog\n", encoding="utf-8")
+    sheet = book(tmp_path / "l.xlsx", {"Sheet1": [["a.jpg", "cat"], ["b.png", "dog"]]})
+    for path, kw, want in (
+        (csv, {"split_column": "fold"}, f"{csv}: no header line, so no split column named 'fold'; its columns are "
+                                        "file, label"),
+        (csv, {"label_column": "x"}, f"{csv}: no header with a label column named 'x'; the first row holds 'a.jpg', "
+                                     "'cat'"),
+        (sheet, {"split_column": "fold"}, f"{sheet}, sheet 'Sheet1': no header row, so no split column named 'fold'"),
+        (sheet, {"label_column": "x"}, f"{sheet}, sheet 'Sheet1': no header with a label column named 'x'; the first "
+                                       "row holds 'a.jpg', 'cat'"),
+    ):  # fmt: skip
+        with pytest.raises(ColumnNotFound) as e:
+            read_labels(path, **kw)
+        assert str(e.value) == want
+    assert read_labels(csv).files.tolist() == read_labels(sheet).files.tolist() == ["a.jpg", "b.png"]
+
+
 def test_headerless_csv(tmp_path: Path):
     path = tmp_path / "l.csv"
     path.write_text("a.jpg,cat\nb.png,dog\n", encoding="utf-8")
