@@ -1182,7 +1182,7 @@ def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column
     first = next((row for row in grid if any(not _blank(v) for v in row)), [])
     shown = ", ".join(repr(_text(v)) for v in first if not _blank(v)) or "nothing"
     if file_column is not None:
-        return f"{where}: no file column named {file_column!r}; the first row holds {shown}"
+        return f"{where}: no file column named {file_column!r} in the first 50 rows; the first row holds {shown}"
     if label_column is not None:  # with the label column named, the file column is looked for beside it only
         return f"{where}: no header with a label column named {label_column!r}; the first row holds {shown}"
     return (

@@ -707,8 +707,8 @@ def test_empty_split_and_missing_column(tmp_path: Path):
     for kw, want in (
         ({"label_column": "类别"}, f"{path}, sheet 'train', row 1: no label column named '类别' among 'file', 'label' "
                                   "(nor any other sheet: 2 more)"),
-        ({"file_column": "路径"}, f"{path}, sheet 'train': no file column named '路径'; the first row holds 'file', "
-                                 "'label' (and no other sheet has one either: 'test', 'extra')"),
+        ({"file_column": "路径"}, f"{path}, sheet 'train': no file column named '路径' in the first 50 rows; the "
+                                 "first row holds 'file', 'label' (and no other sheet has one either: 'test', 'extra')"),
         ({"split_column": "fold"}, f"{path}, sheet 'train', row 1: no split column named 'fold' among 'file', 'label'"),
     ):  # fmt: skip
         with pytest.raises(ColumnNotFound) as e:
@@ -741,7 +741,8 @@ def test_explicit_columns(tmp_path: Path):
         read_labels(path, file_column="pic", label_column="nope")
     assert str(e.value) == f"{path}, line 1: no label column named 'nope' among 'id', 'pic', 'kind', 'fold'"
     assert isinstance(e.value, ColumnNotFound) and e.value.exit_code == 2
-    for kw, want in (({"file_column": "图"}, f"{path}: no file column named '图'; the first row holds 'id', 'pic', "
+    for kw, want in (({"file_column": "图"}, f"{path}: no file column named '图' in the first 50 rows; the first "
+                                             "row holds 'id', 'pic', "
                                              "'kind', 'fold'"),
                      ({"file_column": "pic", "label_column": "kind", "split_column": "折"},
                       f"{path}, line 1: no split column named '折' among 'id', 'pic', 'kind', 'fold'")):  # fmt: skip
