@@ -274,6 +274,9 @@ def _forced(encoding: str, names: list[bytes]) -> EncodingGuess:
 
 def mixed_names(guess: EncodingGuess) -> str:
     """What a guess with names of two encodings says of them."""
+    if not guess.utf8_names:  # one encoding reads them all: whether some are UTF-8 cannot be told
+        return (f"{guess.mixed_utf8} names read better as UTF-8 than as {guess.encoding} (written by two tools?, "
+                f"or by chance); all decoded as {guess.encoding}, some names may be wrong")  # fmt: skip
     return (f"{guess.mixed_utf8} names are UTF-8 and the others {guess.encoding} (written by two tools?): each "
             "is read in its own encoding")  # fmt: skip
 
@@ -1171,7 +1174,7 @@ class ZipReader:
         members, self.encoding = read_members(self.path, encoding)
         refuse_overlaps(self.path, members)  # read in place as extracted: one stream behind many names is a bomb
         if self.encoding.mixed_utf8:
-            log.warning("%s: %s; pass encoding= to read all in one", self.path, mixed_names(self.encoding))
+            log.warning("%s: %s; pass encoding= to choose", self.path, mixed_names(self.encoding))
         if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
             log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= to choose", self.path,
                         self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip

@@ -257,7 +257,7 @@ def _warn_ambiguous(archive: Path, guess) -> None:
     if guess.mixed_utf8:
         from datakit.archive import mixed_names
 
-        print(f"warning: {archive}: {mixed_names(guess)}; pass --encoding to read all in one", file=sys.stderr)
+        print(f"warning: {archive}: {mixed_names(guess)}; pass --encoding to choose", file=sys.stderr)
     if guess.ambiguous:
         print(
             f"warning: {archive}: names decoded as {guess.encoding}, but ambiguous: "

@@ -404,7 +404,7 @@ def _two_encodings(raw_names: list[bytes], hosts: list[int] | None, legacy: list
     others = guess_encoding([raw_names[i] for i in rest], [hosts[i] for i in rest] if hosts else None)
     enc = others.encoding
     if whole.scores.get(enc) is not None:
-        return whole  # the others' encoding reads every name: nothing says two tools wrote them
+        return _suspect(whole, utf8, len(legacy))  # the others' encoding reads every name: one encoding may be right
 
     def read(n: bytes) -> str:
         return n.decode("utf-8") if n in chosen else decode_name(n, enc)
@@ -416,10 +416,23 @@ def _two_encodings(raw_names: list[bytes], hosts: list[int] | None, legacy: list
     sample = legacy[:: max(1, len(legacy) // MAX_SCORED)][:MAX_SCORED]
     one = score([decode_name(n, whole.encoding) for n in sample], whole.encoding, host)
     if not chosen or score([read(n) for n in sample], enc, host) <= one + 0.3:
-        return whole
+        return _suspect(whole, utf8, len(legacy))
     reason = (f"{others.reason}; {len(chosen)} of the {len(legacy)} non-ASCII names are UTF-8 (another tool "
               "wrote them), each read as UTF-8")  # fmt: skip
     return EncodingGuess(enc, reason, others.scores, others.ambiguous, len(chosen), chosen)
+
+
+def _suspect(whole: EncodingGuess, utf8: set[bytes], legacy: int) -> EncodingGuess:
+    """``whole``, saying how many of the names valid as UTF-8 read better so than in its encoding: two tools may
+    have written the archive (cp1251 names beside UTF-8 ones: cp1251 reads both), or a short legacy name is
+    valid UTF-8 by chance (锌 in GBK is "п"). Which, the names cannot tell: all are read in the one encoding,
+    and a warning says some may be wrong (``mixed_utf8``, with no ``utf8_names``)."""
+    enc = whole.encoding
+    n = sum(1 for r in utf8 if score([r.decode("utf-8")], "utf-8") > score([decode_name(r, enc)], enc) + 0.5)
+    if not n:
+        return whole
+    reason = f"{whole.reason}; but {n} of the {legacy} non-ASCII names read better as UTF-8"
+    return EncodingGuess(enc, reason, whole.scores, whole.ambiguous, n)
 
 
 def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:
