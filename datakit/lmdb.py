@@ -481,17 +481,24 @@ def _decode_meta(raw: bytes | None, path: Path) -> dict | None:
     if raw is None:
         return None
     try:
-        meta = json.loads(raw)
+        meta = json.loads(bytes(raw).decode("utf-8"))  # json.loads of bytes would also take UTF-16 and -32
         if not isinstance(meta, dict):
             raise ValueError("not a JSON object")
     except RecursionError:  # arrays nested past Python's limit: no metadata datakit writes
         raise PackError(f"{path}: the metadata record is damaged (nested too deep); copy the pack again or "
+                        "re-pack") from None  # fmt: skip
+    except UnicodeDecodeError:
+        raise PackError(f"{path}: the metadata record is damaged (not UTF-8 text); copy the pack again or "
                         "re-pack") from None  # fmt: skip
     except ValueError as exc:
         raise PackError(f"{path}: the metadata record is damaged ({exc}); copy the pack again or re-pack") from None
     crc = meta.pop("meta_crc32", None)
     if crc is not None and crc != zlib.crc32(_dump_meta(meta)):
         raise PackError(f"{path}: the metadata record fails its checksum; copy the pack again or re-pack")
+    version = meta.get("version")
+    if crc is None and meta.get("format") == FORMAT and version in READABLE_VERSIONS[1:]:  # written with one
+        raise PackError(f"{path}: the metadata record is damaged (no meta_crc32, which every version {version} "
+                        "pack has); copy the pack again or re-pack")  # fmt: skip
     if meta.get("format") == FORMAT:
         wrong = _meta_shape_problem(meta)
         if wrong:
@@ -950,6 +957,9 @@ class LmdbReader:
             if len(index) != n * RECORD.itemsize:
                 raise PackError(f"{self.path}: the index holds {len(index) // RECORD.itemsize} records for "
                                 f"{n} samples; copy the pack again or re-pack")  # fmt: skip
+            if "index_crc32" not in meta and meta.get("version", 1) >= 2:
+                raise PackError(f"{self.path}: the metadata record is damaged (no index_crc32, which every complete "
+                                f"version {meta['version']} pack has); copy the pack again or re-pack")  # fmt: skip
             if "index_crc32" in meta and zlib.crc32(index) != meta["index_crc32"]:
                 raise PackError(f"{self.path}: the index fails its checksum; copy the pack again or re-pack")
             records = np.frombuffer(index, RECORD).copy()

@@ -29,6 +29,8 @@ from datakit.lmdb import (
     LmdbReader,
     LmdbWriter,
     PackWriteError,
+    _dump_meta,
+    _encode_meta,
     check_data_file,
     close_pack,
     lmdb_info,
@@ -932,6 +934,36 @@ def test_verify_reports_the_damage_that_opening_the_pack_refuses(tmp_path: Path)
     assert line in verify_lmdb(out)
     proc = verify_cli(out)
     assert proc.returncode == 1 and line in proc.stderr.splitlines()
+
+
+@pytest.mark.parametrize(
+    "rewrite, why",
+    [
+        (lambda m: json.dumps(m).encode("utf-16"), "not UTF-8 text"),
+        (lambda m: _dump_meta({k: v for k, v in m.items() if k != "meta_crc32"}),
+         "no meta_crc32, which every version 2 pack has"),
+        (lambda m: _encode_meta({k: v for k, v in m.items() if k not in ("meta_crc32", "index_crc32")}),
+         "no index_crc32, which every complete version 2 pack has"),
+    ],
+)  # fmt: skip
+def test_metadata_no_writer_gives_is_refused(cli_pack: Path, tmp_path: Path, rewrite, why, capsys):
+    # the attack: the record re-written as UTF-16 JSON (json.loads takes it), or without the checksums every
+    # version-2 writer puts there (a record whose checksum was lost was read unchecked)
+    from datakit.lmdb import META_KEY
+
+    pack = tmp_path / "p.lmdb"
+    shutil.copytree(cli_pack, pack)
+    with lmdb.open(str(pack), map_size=1 << 28) as env, env.begin(write=True) as txn:
+        meta = json.loads(txn.get(META_KEY))
+        assert meta["version"] == 2 and meta["complete"] is True
+        txn.put(META_KEY, rewrite(meta))
+    line = f"{pack}: the metadata record is damaged ({why}); copy the pack again or re-pack"
+    with pytest.raises(PackError) as e:
+        open_dataset(pack)
+    assert str(e.value) == line
+    for cmd in ("info", "verify"):
+        assert main([cmd, str(pack)]) == 1
+        assert capsys.readouterr().err.splitlines() == [f"datakit {cmd}: error: {line}"]
 
 
 @pytest.mark.parametrize(
