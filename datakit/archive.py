@@ -87,6 +87,11 @@ class ZipMember:
         return self.unix_mode is not None and stat.S_ISLNK(self.unix_mode)
 
     @property
+    def folder_and_link(self) -> bool:
+        """Named as a folder (a trailing '/') with a symbolic link's mode: neither is made, nor read in place."""
+        return self.is_symlink and self.name.replace("\\", "/").endswith("/")
+
+    @property
     def encrypted(self) -> bool:
         return bool(self.flags & 0x1)
 
@@ -177,6 +182,17 @@ def _local_unicode_path(path: str | os.PathLike, info: zipfile.ZipInfo, central_
 
 
 def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None  # zipfile says why below
+    if (
+        mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+    ):  # a FIFO would block, /dev/zero fill memory
+        what = (
+            "a pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+        )
+        raise UsageError(f"{path}: {what}, not a regular file; a zip archive is read from a file")
     try:
         return zipfile.ZipFile(path)
     except FileNotFoundError:
@@ -322,6 +338,11 @@ def safe_relpath(name: str) -> tuple[str | None, str]:
         return None, f"refused: the name holds U+{ord(out[exc.start]):04X}, which no file name can hold"
     if size > _PATH_MAX:  # no path this long opens; deep ones cost time and memory to walk
         return None, f"refused: the name is {size} bytes, longer than a path may be ({_PATH_MAX})"
+    for k, part in enumerate(parts):  # what no file system here can name (the zip read in place leaves it out too)
+        n = len(part.encode("utf-8", "surrogateescape"))
+        if n > _NAME_MAX:
+            what = "the name" if k == len(parts) - 1 else f"folder {'/'.join(parts[: k + 1])!r}"
+            return None, f"refused: {what} is {n} bytes, over the {_NAME_MAX}-byte limit of file names"
     return out, "; ".join(notes)
 
 
@@ -376,7 +397,47 @@ def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ra
             f"({_size(packed)} -> {_size(total)}), over the limit of {max_ratio:.0f}:1 "
             "(zip bomb?; raise it with --max-ratio)"
         )
+    # folders declare no size, yet each takes a block and an inode: 20 names 2000 folders deep make 40,000
+    folders = _count_folders(members)
+    disk = total + _FOLDER_BYTES * folders
+    if disk > max_total:
+        raise ArchiveError(
+            f"{archive}: refused, its {folders} folders take {_size(_FOLDER_BYTES * folders)} on disk (4 KiB each) "
+            f"beside {_size(total)} of files, over the limit of {max_total} bytes (raise it with --max-total if "
+            "this is expected)"
+        )
+    size = os.path.getsize(archive)  # the folders' names are in it, not in the members' compressed bytes
+    if disk >= _RATIO_MIN_SIZE and disk > max_ratio * max(1, size):
+        raise ArchiveError(
+            f"{archive}: refused, its {folders} folders take {_size(_FOLDER_BYTES * folders)} on disk (4 KiB each) "
+            f"beside {_size(total)} of files, from a {_size(size)} archive: {disk / max(1, size):.0f}:1, over "
+            f"the limit of {max_ratio:.0f}:1 (a bomb of folders?; raise it with --max-ratio)"
+        )
     return total
+
+
+_FOLDER_BYTES = 4096  # what a folder takes on disk: one block
+
+
+def _count_folders(members: list[ZipMember], dest: Path | None = None) -> int:
+    """How many folders extraction makes: folder members and every folder above a member, each once;
+    with ``dest``, only those not already there."""
+    ids: dict[tuple[int, str], int] = {}  # (parent's id, name) -> id: linear in the names' lengths
+    paths = {0: ""}
+    made = 0
+    for m in members:
+        rel = safe_relpath(m.name)[0]
+        if rel is None or _macos_metadata(m.name):
+            continue
+        parts = rel.split("/")
+        node = 0
+        for part in parts if m.is_dir else parts[:-1]:
+            child = ids.setdefault((node, part), len(ids) + 1)
+            if dest is not None and child not in paths:
+                paths[child] = f"{paths[node]}/{part}" if node else part
+                made += not os.path.isdir(dest / paths[child])
+            node = child
+    return len(ids) if dest is None else made
 
 
 def refuse_overlaps(archive: str, members: list[ZipMember]) -> None:
@@ -437,11 +498,15 @@ def _member_problem(m: ZipMember) -> str | None:
     return None
 
 
+_FOLDER_AND_LINK = "refused: named as a folder (it ends in '/') but its mode is a symbolic link's"
+
+
 class _Refused(Exception):
     """One member that cannot be written where it asks to be; the message says why."""
 
 
 _NAME_MAX = 255  # bytes per path component on every common filesystem
+_KEPT_DEPTH = 64  # folders this deep keep their descriptors between members; deeper ones are passed through
 _PART = ".unzip-part"
 _MAX_HOPS = 40  # links one path lookup follows before Linux refuses it (MAXSYMLINKS, ELOOP)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -494,23 +559,35 @@ class _Tree:
         if len(self._open) > 256:
             self.close_children()
         fd = self.fd
-        for i, part in enumerate(parts):
-            sub = key[: i + 1]
-            if sub in self._open:
-                fd = self._open[sub]
-                continue
-            if create:
+        passing = -1  # a descriptor of this walk that is not kept: folders deeper than _KEPT_DEPTH (one at a time)
+        try:
+            for i, part in enumerate(parts):
+                sub = key[: i + 1]
+                if sub in self._open:
+                    fd = self._open[sub]
+                    continue
+                if create:
+                    try:
+                        os.mkdir(part, 0o777, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    except OSError as exc:
+                        raise _Refused(f"folder {'/'.join(sub)!r} cannot be made: {exc.strerror}") from None
                 try:
-                    os.mkdir(part, 0o777, dir_fd=fd)
-                except FileExistsError:
-                    pass
+                    fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
-                    raise _Refused(f"folder {'/'.join(sub)!r} cannot be made: {exc.strerror}") from None
-            try:
-                fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                raise _Refused(self._why_not_folder(fd, part, "/".join(sub), exc)) from None
-            self._open[sub] = fd
+                    raise _Refused(self._why_not_folder(fd, part, "/".join(sub), exc)) from None
+                if passing >= 0:
+                    os.close(passing)
+                    passing = -1
+                if i < _KEPT_DEPTH or i == len(parts) - 1:
+                    self._open[sub] = fd
+                else:
+                    passing = fd
+        except BaseException:
+            if passing >= 0:
+                os.close(passing)
+            raise
         return fd
 
     @staticmethod
@@ -616,21 +693,24 @@ def unzip(
         if not os.access(dest_path, os.W_OK | os.X_OK):  # one line now, not one per member below
             raise UsageError(f"{dest}: not writable; cannot extract into it")
         free = shutil.disk_usage(dest_path).free
-        if total > free:  # a rerun: the files already there (of their sizes) need no room again
+        need = total + _FOLDER_BYTES * _count_folders(members)
+        if need > free:  # a rerun: the files and folders already there need no room again
             total -= _already_there(dest_path, members)
-        if total > free:
+            need = total + _FOLDER_BYTES * _count_folders(members, dest_path)
+        if need > free:
             for p in made:  # an archive refused leaves nothing behind, not even the folders made for it
                 try:
                     p.rmdir()
                 except OSError:
                     break
-            raise ArchiveError(f"{archive}: refused, members need {total} bytes but only {free} are free in {dest}")
+            raise ArchiveError(f"{archive}: refused, members need {need} bytes but only {free} are free in {dest}")
         tree = _Tree(dest_path)
         budget = _Budget(min(max_total, total))
         infos = zf.infolist()
         dirs: list[tuple[list[str], ZipMember]] = []
         links: list[tuple[ZipMember, str]] = []
         paths = {rel for rel, _ in map(safe_relpath, (m.name for m in members)) if rel is not None}
+        files_seen: dict[str, ZipMember] = {}
         macos = 0
         try:
             for m in members:
@@ -648,6 +728,8 @@ def unzip(
                     report.notes.append(f"{label}: {note}, written as {rel!r}")
                 parts = rel.split("/")
                 try:
+                    if m.folder_and_link:
+                        raise _Refused(_FOLDER_AND_LINK)
                     if m.is_dir:
                         tree.folder(parts)
                         dirs.append((parts, m))
@@ -660,10 +742,14 @@ def unzip(
                         links.append((m, rel))  # made last: a link never redirects a later member
                         continue
                     name = parts[-1]
-                    if len(os.fsencode(name)) > _NAME_MAX:
-                        raise _Refused(
-                            f"the name is {len(os.fsencode(name))} bytes, over the {_NAME_MAX}-byte limit of file names"
-                        )
+                    first = files_seen.setdefault(rel, m)
+                    if first is not m:  # the name stored twice: one file on disk, whatever --overwrite says
+                        if (first.crc, first.file_size) == (m.crc, m.file_size):
+                            report.notes.append(f"{label}: in the archive twice, the same bytes both times; "
+                                                "written once")  # fmt: skip
+                            continue
+                        raise _Refused("in the archive twice, with other bytes than the first copy; the first copy "
+                                       "is kept (the zip read in place refuses the name)")  # fmt: skip
                     fd = tree.folder(parts[:-1])
                     st = _lstat(name, fd)
                     if st is not None:
@@ -1184,9 +1270,12 @@ class ZipReader:
         self._by_name = {member_path(m.name): m.index for m in self.members}
         # names stored twice (a file added again: the first copy stays): which copy is meant cannot be told
         self.twice: set[str] = set()
-        if len(self._by_name) < len(self.members):
-            seen: set[str] = set()
-            self.twice = {p for p in map(member_path, (m.name for m in self.members)) if p in seen or seen.add(p)}
+        if len(self._by_name) < len(self.members):  # the same bytes twice are one file, as unzip-gbk writes them
+            first: dict[str, ZipMember] = {}
+            for m in self.members:
+                f = first.setdefault(member_path(m.name), m)
+                if (f.crc, f.file_size) != (m.crc, m.file_size):
+                    self.twice.add(member_path(m.name))
         self._by_index = {m.index: m for m in members}
         self._all = members
         self._tree: dict[str, dict[str, tuple[str, object]]] | None = None
@@ -1215,7 +1304,7 @@ class ZipReader:
             # one is refused there), then the links, none over a name already there
             for m in sorted(self._all, key=lambda m: m.is_symlink):
                 path = safe_relpath(m.name)[0]  # where unzip-gbk writes it ('C:cat/1.jpg' and '/cat/1.jpg': cat/1.jpg)
-                if path is None:
+                if path is None or m.folder_and_link:
                     continue  # what unzip-gbk refuses to write ('..', NUL, too long) is not in its folder either
                 if m.is_dir:
                     folder(path)

@@ -720,7 +720,7 @@ def test_folder_modes_restored_and_nothing_made_for_an_archive_refused_for_space
     monkeypatch.setattr(archive.shutil, "disk_usage", lambda p: shutil_usage(0))
     with pytest.raises(ArchiveError) as e:
         unzip(z, tmp_path / "new" / "deep" / "target")
-    assert str(e.value) == (f"{z}: refused, members need 2 bytes but only 0 are free in "
+    assert str(e.value) == (f"{z}: refused, members need 8194 bytes but only 0 are free in "  # 2 files, 2 folders
                             f"{tmp_path / 'new' / 'deep' / 'target'}")  # fmt: skip
     assert not (tmp_path / "new").exists()
 
@@ -768,8 +768,9 @@ def test_members_that_cannot_be_written_are_reported_one_by_one(tmp_path: Path):
     report = unzip(z, out)
     assert report.problems == [
         f"{z}: member 'a/b': 'a' is a file, not a folder",
-        f"{z}: member '{long_dir}/x.txt': folder '{long_dir}' cannot be made: File name too long",
-        f"{z}: member '{'m' * 256}': the name is 256 bytes, over the 255-byte limit of file names",
+        f"{z}: member '{long_dir}/x.txt': refused: folder '{long_dir}' is 270 bytes, over the 255-byte limit of "
+        "file names",
+        f"{z}: member '{'m' * 256}': refused: the name is 256 bytes, over the 255-byte limit of file names",
     ]
     assert tree(out) == {"a": b"file a", "msdos/in.txt": b"in", name_250: b"long", "好.txt": b"ok"}
     assert not any(p.name.endswith(".unzip-part") for p in out.iterdir())
@@ -1696,3 +1697,126 @@ def test_the_extracted_folder_is_the_dataset_the_zip_read_in_place_is(tmp_path: 
     folder, zipped = open_dataset(out), open_dataset(z)
     assert folder.classes == zipped.classes == ["cat", "dog"]
     assert [(int(x[0, 0, 0]), y) for x, y in folder] == [(int(x[0, 0, 0]), y) for x, y in zipped] == [(10, 0), (50, 1)]
+
+
+def test_a_bomb_of_folders_is_refused_before_anything_is_written(tmp_path: Path, capsys):
+    # the attack: 20 folder members 2041 folders deep, 165 KB of zip: 40,820 folders, 160 MB on disk, exit 0
+    # (folders declare no size, and the budget counted files only)
+    z = write_zip(tmp_path / "dirs.zip", [ZipEntry(f"m{i:02d}/".encode() + b"a/" * 2040) for i in range(20)])
+    assert z.stat().st_size == 164942
+    line = (
+        f"{z}: refused, its 40820 folders take 159.5 MiB on disk (4 KiB each) beside 0 bytes of files, from a "
+        "161.1 KiB archive: 1014:1, over the limit of 200:1 (a bomb of folders?; raise it with --max-ratio)"
+    )
+    with pytest.raises(ArchiveError) as e:
+        unzip(z, tmp_path / "out")
+    assert str(e.value) == line
+    assert not (tmp_path / "out").exists()
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == f"unzip-gbk: error: {line}\n"
+    # under --max-total as well, and 300 folders of a dataset beside their files are nothing
+    with pytest.raises(ArchiveError, match=r"its 40820 folders take 159\.5 MiB on disk \(4 KiB each\) beside 0 "
+                                           r"bytes of files, over the limit of 1000000 bytes"):  # fmt: skip
+        unzip(z, tmp_path / "out", max_total=1_000_000, max_ratio=1e9)
+    ok = write_zip(tmp_path / "ok.zip", [gbk(f"类{i}/{i}.png", b"x" * 500, method=0) for i in range(300)])
+    assert len(unzip(ok, tmp_path / "out2").extracted) == 300
+
+
+def test_a_name_no_file_system_holds_is_refused_in_place_as_by_unzip(tmp_path: Path):
+    # the attack: 86 CJK characters are 172 bytes in GBK but 262 in UTF-8: unzip-gbk refused the member, the
+    # zip read in place read it, so the two datasets had different classes
+    from datakit.datasets import open_dataset
+    from datakit.io import encode_image
+
+    png = encode_image(np.zeros((4, 4, 3), np.uint8), ".png")
+    long = "狗" * 86 + ".png"
+    z = write_zip(tmp_path / "long.zip", [gbk("cat/1.png", png), gbk(f"dog/{long}", png), gbk("鸟/1.png", png),
+                                          gbk("目" * 90 + "/x.png", png)])  # fmt: skip
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [
+        f"{z}: member 'dog/{long}': refused: the name is 262 bytes, over the 255-byte limit of file names",
+        f"{z}: member '{'目' * 90}/x.png': refused: folder '{'目' * 90}' is 270 bytes, over the 255-byte limit of "
+        "file names",
+    ]
+    assert safe_relpath(f"dog/{long}") == (
+        None,
+        "refused: the name is 262 bytes, over the 255-byte limit of file names",
+    )
+    assert open_dataset(tmp_path / "out").classes == ["cat", "鸟"]
+    with pytest.raises(ArchiveError) as e:  # read in place, what unzip-gbk refuses is refused, not read
+        open_dataset(z)
+    assert str(e.value) == (f"{z}: member 'dog/{long}': refused: the name is 262 bytes, over the 255-byte limit of "
+                            "file names (as unzip refuses it)")  # fmt: skip
+
+
+def test_a_path_thousands_of_folders_deep_needs_few_descriptors(tmp_path: Path):
+    # the attack: 'a/' * 1100 + 'f.txt' (2205 bytes, under the 4095 a path may be) at `ulimit -n 1024`: "Too
+    # many open files", 1020 folders left behind; every folder of the walk kept its descriptor
+    z = write_zip(tmp_path / "deep.zip", [gbk("a/" * 1100 + "f.txt", b"x"), gbk("ok.txt", b"y")])
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200)); "
+            "from datakit.archive import unzip; r = unzip(sys.argv[1], sys.argv[2], max_ratio=1e6); "
+            "print(r.problems, len(r.extracted))")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, str(z), str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "[] 2\n"
+    assert (tmp_path / "out" / ("a/" * 1100 + "f.txt")).read_bytes() == b"x"
+
+
+def test_a_member_named_as_a_folder_with_a_links_mode_is_refused_in_both_places(tmp_path: Path):
+    # the attack: link 'x' -> dog and link 'x/' -> dog: unzip-gbk made 'x/' a folder (mode 0777 from the link's
+    # bits) and refused the link; the zip read in place read 'x' as the link: classes cat, dog, x
+    from datakit.datasets import open_dataset
+    from datakit.io import encode_image
+
+    png = encode_image(np.zeros((4, 4, 3), np.uint8), ".png")
+    z = write_zip(tmp_path / "l.zip", [gbk("cat/1.png", png), gbk("dog/1.png", png),
+                                       ZipEntry(b"x", symlink_to=b"dog"), ZipEntry(b"x/", symlink_to=b"dog")])  # fmt: skip
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [f"{z}: member 'x/': refused: named as a folder (it ends in '/') but its mode is a "
+                               "symbolic link's"]  # fmt: skip
+    assert os.readlink(tmp_path / "out" / "x") == "dog"
+    assert open_dataset(z).classes == open_dataset(tmp_path / "out").classes == ["cat", "dog", "x"]
+
+
+def test_a_name_stored_twice_is_one_file_or_refused_whatever_overwrite_says(tmp_path: Path):
+    # the attack: cat/1.png stored twice: "1 already there and identical" into an empty folder, "exists and
+    # differs" as if it had been there before, and with --overwrite the later copy silently replaced the first
+    same = write_zip(tmp_path / "same.zip", [gbk("cat/1.png", b"one"), gbk("dog/1.png", b"two"),
+                                             gbk("cat/1.png", b"one")])  # fmt: skip
+    report = unzip(same, tmp_path / "o1")
+    assert (report.extracted, report.unchanged, report.problems) == (["cat/1.png", "dog/1.png"], [], [])
+    assert report.notes == [
+        f"{same}: member 'cat/1.png': in the archive twice, the same bytes both times; written once"
+    ]
+    assert ZipReader(same).read("cat/1.png") == b"one"  # the same bytes: one file in place too
+    other = write_zip(tmp_path / "other.zip", [gbk("cat/1.png", b"one"), gbk("dog/1.png", b"two"),
+                                               gbk("cat/1.png", b"ONE")])  # fmt: skip
+    for overwrite in (False, True):
+        out = tmp_path / f"o-{overwrite}"
+        report = unzip(other, out, overwrite=overwrite)
+        assert report.extracted == ["cat/1.png", "dog/1.png"]
+        assert report.problems == [f"{other}: member 'cat/1.png': in the archive twice, with other bytes than the "
+                                   "first copy; the first copy is kept (the zip read in place refuses the name)"]  # fmt: skip
+        assert (out / "cat" / "1.png").read_bytes() == b"one"
+    with pytest.raises(ArchiveError, match="member 'cat/1.png' is in the archive twice"):
+        ZipReader(other).read("cat/1.png")
+
+
+def test_an_archive_that_is_a_pipe_or_a_device_is_a_usage_error(tmp_path: Path, capsys):
+    # the attack: a FIFO blocked for ever on open; /dev/zero was read to the end (3 GB in 3 s)
+    fifo = tmp_path / "f.zip"
+    os.mkfifo(fifo)
+    assert unzip_gbk_main([str(fifo), "-d", str(tmp_path / "out")]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"unzip-gbk: error: {fifo}: a pipe, not a regular file; a zip archive is read from a file\n"
+    )
+    assert unzip_gbk_main(["/dev/zero", "-l"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "unzip-gbk: error: /dev/zero: a device, not a regular file; a zip archive is read from a file\n"
+    )
+    with pytest.raises(UsageError, match="a pipe, not a regular file"):
+        ZipReader(fifo)
+    assert not (tmp_path / "out").exists()
