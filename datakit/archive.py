@@ -772,8 +772,10 @@ def unzip(
                                            "(use --overwrite)")  # fmt: skip
                         if stat.S_ISDIR(st.st_mode):
                             raise _Refused(f"{_printable(dest_path / rel)} is a folder; not replaced by a file")
-                    _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths, overwrite)
-                    report.extracted.append(rel)
+                    if _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths, overwrite):
+                        report.extracted.append(rel)
+                    else:  # the same file put there meanwhile, by another extraction into a folder around this one
+                        report.unchanged.append(rel)
                 except _Refused as exc:
                     report.problems.append(f"{label}: {exc}")
                 except (*_READ_ERRORS, OSError) as exc:
@@ -968,7 +970,8 @@ def _extract_file(
     rel: str,
     members: set[str],
     overwrite: bool = True,
-) -> None:
+) -> bool:
+    """Write one member; False where the same file appeared meanwhile (nothing replaced)."""
     tmp = _temp_name(name, m)
     # the archive has a member of that name (left untouched), or another extraction (into a folder around
     # this one, which its lock does not cover) is writing that part now: a name of this run's own
@@ -998,7 +1001,7 @@ def _extract_file(
         if not _names(out, tmp, fd):  # removed or replaced meanwhile by a run that could not see this one
             raise _Refused(f"{rel}: another extraction removed its part file while it was written; nothing was "
                            "put in place, run this again")  # fmt: skip
-        _put_in_place(tmp, name, fd, overwrite, rel)
+        return _put_in_place(tmp, name, fd, overwrite, rel, m)
     except BaseException:
         if _names(out, tmp, fd):  # never another run's part
             try:
@@ -1054,22 +1057,29 @@ def _remove_stale_part(tmp: str, fd: int, size: int) -> bool:
             os.close(old)
 
 
-def _put_in_place(tmp: str, name: str, fd: int, overwrite: bool, rel: str) -> None:
+def _put_in_place(tmp: str, name: str, fd: int, overwrite: bool, rel: str, m: ZipMember) -> bool:
     """Rename the complete part into place; without ``overwrite`` by a hard link, which fails if a file
-    of that name appeared meanwhile (another program writing into the folder), then the part goes."""
+    of that name appeared meanwhile (another program writing into the folder), then the part goes.
+    False where what appeared is the member's own bytes (another extraction of the same file)."""
     if overwrite:
         os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
-        return
+        return True
     try:
         os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
     except FileExistsError:
-        raise _Refused(f"{rel} appeared while it was written and differs; not overwritten (use --overwrite)") from None
+        if not _same_file(fd, name, m):
+            raise _Refused(
+                f"{rel} appeared while it was written and differs; not overwritten (use --overwrite)"
+            ) from None
+        os.unlink(tmp, dir_fd=fd)
+        return False
     except OSError:  # no hard links on this filesystem (FAT, some network shares): a rename, checked first
         if _lstat(name, fd) is not None:
             raise _Refused(f"{rel} appeared while it was written; not overwritten (use --overwrite)") from None
         os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
-        return
+        return True
     os.unlink(tmp, dir_fd=fd)
+    return True
 
 
 _MAX_LINK = 4096

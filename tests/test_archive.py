@@ -688,20 +688,28 @@ def test_a_second_extraction_into_the_same_folder_waits_its_turn(tmp_path: Path,
 
 
 def test_a_file_that_appears_while_a_member_is_written_is_not_replaced(tmp_path: Path):
-    from datakit.archive import _put_in_place, _Refused
+    from datakit.archive import ZipMember, _put_in_place, _Refused
+
+    def member(data: bytes) -> ZipMember:
+        return ZipMember(0, b"a", "a", "cp437", len(data), len(data), 0, 0, zlib.crc32(data), (2024, 1, 1, 0, 0, 0),
+                         None, 0)  # fmt: skip
 
     fd = os.open(tmp_path, os.O_RDONLY)
     try:
         (tmp_path / ".a.part").write_bytes(b"member")
         (tmp_path / "a").write_bytes(b"someone else's")
         with pytest.raises(_Refused) as e:
-            _put_in_place(".a.part", "a", fd, False, "x/a")
+            _put_in_place(".a.part", "a", fd, False, "x/a", member(b"member"))
         assert str(e.value) == "x/a appeared while it was written and differs; not overwritten (use --overwrite)"
         assert (tmp_path / "a").read_bytes() == b"someone else's"
-        _put_in_place(".a.part", "a", fd, True, "x/a")
+        assert _put_in_place(".a.part", "a", fd, True, "x/a", member(b"member")) is True
         assert (tmp_path / "a").read_bytes() == b"member" and not (tmp_path / ".a.part").exists()
         (tmp_path / ".b.part").write_bytes(b"b")
-        _put_in_place(".b.part", "b", fd, False, "x/b")
+        assert _put_in_place(".b.part", "b", fd, False, "x/b", member(b"b")) is True
+        assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+        # the same bytes put there meanwhile (another extraction of the same file): done, not "differs"
+        (tmp_path / ".a.part").write_bytes(b"member")
+        assert _put_in_place(".a.part", "a", fd, False, "x/a", member(b"member")) is False
         assert sorted(os.listdir(tmp_path)) == ["a", "b"]
     finally:
         os.close(fd)
