@@ -910,6 +910,13 @@ def _unwrap_worker_error(exc: Exception) -> Exception:
     if not msg.startswith("Caught ") or k < 0:
         return exc
     text = msg[k + len(marker) :].rstrip("\n")
+    from datakit.sources import SAMPLE_NOTE
+
+    lines = text.split("\n")
+    notes = []
+    while len(lines) > 1 and SAMPLE_NOTE.fullmatch(lines[-1]):  # the sample it met (name_sample), printed after it
+        notes.insert(0, lines.pop())
+    text = "\n".join(lines)
     try:
         if issubclass(cls, KeyError):  # its message is its key's repr: the key itself again
             import ast
@@ -921,6 +928,8 @@ def _unwrap_worker_error(exc: Exception) -> Exception:
         return exc
     if not issubclass(cls, DatakitError):  # the user's own error: where it was raised, shown above it
         out.__cause__ = WorkerTraceback(msg.rstrip("\n"))
+    for note in notes:
+        out.add_note(note)
     return out
 
 

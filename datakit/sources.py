@@ -20,6 +20,7 @@ import json
 import logging
 import operator
 import os
+import re
 import shutil
 import sys
 import time
@@ -354,14 +355,33 @@ class ImageDataset:
     def __getitem__(self, index: int):
         index, img = self._image(index)
         target = int(self.targets[index])
-        if self.transform is not None and not hasattr(self.transform, "from_bytes"):
-            img = self.transform(img)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
+        what = "transform"
+        try:
+            if self.transform is not None and not hasattr(self.transform, "from_bytes"):
+                img = self.transform(img)
+            what = "target_transform"
+            if self.target_transform is not None:
+                target = self.target_transform(target)
+        except Exception as exc:  # the user's own error, kept as it is, with the sample it met
+            name_sample(exc, what, index, self.name(index))
+            raise
         return img, target
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} samples, {len(self.classes)} classes)"
+
+
+SAMPLE_NOTE = re.compile(r"\(raised by the dataset's (?:target_)?transform on sample \d+: .*\)")
+
+
+def name_sample(exc: BaseException, what: str, index: int, name: str) -> None:
+    """Add to an error a transform raised a note naming the sample and its file (traceback prints it below the
+    message; a worker's error keeps it, see loader._unwrap_worker_error). Python 3.11 and later."""
+    from datakit.errors import DatakitError
+
+    add = getattr(exc, "add_note", None)
+    if add is not None and not isinstance(exc, DatakitError):
+        add(f"(raised by the dataset's {what} on sample {index}: {name})")
 
 
 def read_bad_samples(path: str | os.PathLike) -> dict:

@@ -126,6 +126,43 @@ def test_a_stop_iteration_from_a_sample_is_an_error_not_the_end_of_the_epoch(wor
                            "would end the epoch there without a word"  # fmt: skip
 
 
+class Refuses:
+    """A transform of the user's that raises ValueError on images 63 rows high."""
+
+    def __call__(self, img):
+        if img.shape[0] == 63:
+            raise ValueError("unexpected image")
+        return torch.from_numpy(np.ascontiguousarray(img[:8, :8]))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="notes (add_note) came with Python 3.11")
+@pytest.mark.parametrize("workers, method", [(0, None), (2, "fork"), (2, "spawn")])
+def test_an_error_of_the_users_transform_names_the_sample_and_file(tmp_path: Path, workers: int, method):
+    # the attack: a transform= of the user's raising ValueError reached the loop as a bare 'unexpected image', with
+    # no sample index and no file (ds[i], 0 workers, and workers alike)
+    from datakit import open_dataset
+    from datakit.io import imwrite
+
+    for i in range(8):
+        (tmp_path / f"c{i % 2}").mkdir(exist_ok=True)
+        imwrite(tmp_path / f"c{i % 2}" / f"图{i}.png", np.full((60 + i, 70, 3), 100, np.uint8))
+    ds = open_dataset(tmp_path, transform=Refuses())
+    note = f"(raised by the dataset's transform on sample 5: {tmp_path / 'c1' / '图3.png'})"
+    with pytest.raises(ValueError) as e:
+        ds[5]
+    assert (type(e.value), str(e.value), e.value.__notes__) == (ValueError, "unexpected image", [note])
+    loader = create_loader(ds, 4, num_workers=workers, seed=0, multiprocessing_context=method)
+    with pytest.raises(ValueError) as e:
+        batches(loader)
+    assert (type(e.value), str(e.value), e.value.__notes__) == (ValueError, "unexpected image", [note])
+    ds.target_transform = lambda t: 1 / 0
+    with pytest.raises(ZeroDivisionError) as e:
+        ds[0]
+    assert e.value.__notes__ == [
+        f"(raised by the dataset's target_transform on sample 0: {tmp_path / 'c0' / '图0.png'})"
+    ]
+
+
 def test_a_timeout_means_nothing_without_workers(monkeypatch):
     # the attack: timeout=60 with set_num_workers(0), or DATAKIT_NUM_WORKERS=0 (the debugging switch), gave torch's
     # "AssertionError: _SingleProcessDataLoaderIter requires timeout == 0"
