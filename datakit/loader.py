@@ -1714,7 +1714,7 @@ def create_loader(
     elif collate_fn is pad_collate or collate_fn is detection_collate:  # the factory, not what it makes
         raise ValueError(f"collate_fn={collate_fn.__name__} makes a collate function: pass "
                          f"collate_fn={collate_fn.__name__}() (with its options)")  # fmt: skip
-    env = os.environ.get("DATAKIT_NUM_WORKERS")
+    env = os.environ.get("DATAKIT_NUM_WORKERS") or None  # empty (`DATAKIT_NUM_WORKERS= python train.py`): unset
     if autotune is None:  # a number forced by DATAKIT_NUM_WORKERS stays (re-tuning would undo it from epoch 1)
         autotune = num_workers == "auto" and env is None
     if isinstance(num_workers, bool):

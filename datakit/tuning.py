@@ -103,7 +103,7 @@ def measure_throughput(dataset: Dataset, batch_size: int, num_workers: int, *, b
     """
     from datakit.loader import create_loader
 
-    env = os.environ.get("DATAKIT_NUM_WORKERS")
+    env = os.environ.get("DATAKIT_NUM_WORKERS") or None  # empty: unset, as create_loader takes it
     if env is not None and env.strip() != str(num_workers):
         raise UsageError(f"DATAKIT_NUM_WORKERS={env} is set, so create_loader would ignore num_workers={num_workers}; "
                          "unset it to measure")  # fmt: skip

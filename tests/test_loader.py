@@ -2033,6 +2033,8 @@ def test_a_seed_or_worker_count_of_the_wrong_kind_is_named(monkeypatch):
     with pytest.raises(UsageError, match=r"^DATAKIT_NUM_WORKERS='two': must be a whole number >= 0 \(0: load in this "
                                          r"process\)$"):  # fmt: skip
         create_loader(Indexed(4), 2)
+    monkeypatch.setenv("DATAKIT_NUM_WORKERS", "")  # `DATAKIT_NUM_WORKERS= python train.py`: unset, not refused
+    assert create_loader(Indexed(4), 2, num_workers=1, seed=0).num_workers == 1
 
 
 def test_a_receiver_interrupted_while_joined_is_still_known_to_run():
