@@ -203,24 +203,53 @@ def check_dataset(
             sizes[i], ok[i] = (h, w), True
     report.samples = len(ds)
     targets = np.asarray(ds.targets, dtype=np.int64)
+    packed = _pack_splits(ds) if table_ds is None else None
     if table_ds is not None and table_ds.table.split_names:
         splits = table_ds.table.splits
-        groups = [(name, splits.codes == code) for code, name in enumerate(splits.values)]
-        groups = [(name, rows) for name, rows in groups if rows.any()]
-        if (splits.codes < 0).any():
-            groups.append(("all", splits.codes < 0))
+        names, codes = splits.values, splits.codes
+    elif packed is not None:  # a pack keeps its source's splits: checked as that source is
+        names, codes = packed
     else:
-        groups = [("all", np.ones(len(ds), dtype=bool))]
+        names, codes = [], np.full(len(ds), -1)
+    groups = [(name, codes == code) for code, name in enumerate(names)]
+    groups = [(name, rows) for name, rows in groups if rows.any()]
+    if (codes < 0).any() or not groups:
+        groups.append(("all", codes < 0))
     report.classes = list(ds.classes)
     for name, rows in groups:
         counts = np.bincount(targets[rows], minlength=len(ds.classes))
         report.class_counts[name] = {ds.classes[k]: int(c) for k, c in enumerate(counts) if c}  # in class order
     if table_ds is not None:
         report.problems += table_ds.table.missing_classes(table_ds.class_map, split)
+    elif packed is not None:  # as the table's missing_classes words it
+        for name, rows in groups:
+            absent = [c for k, c in enumerate(ds.classes) if name != "all" and not (targets[rows] == k).any()]
+            if absent:
+                report.problems.append(f"split {name!r} has no samples of class {', '.join(map(repr, absent))}")
     if ok.any():
         report.height_range = (int(sizes[ok, 0].min()), int(sizes[ok, 0].max()))
         report.width_range = (int(sizes[ok, 1].min()), int(sizes[ok, 1].max()))
     return report
+
+
+def _pack_splits(ds) -> tuple[list[str], np.ndarray] | None:
+    """(split names, each sample's split code, -1 for none) of a pack (or shards) with splits; None otherwise."""
+    from datakit.sources import LmdbDataset
+
+    if not isinstance(ds, LmdbDataset):
+        return None
+    names: list[str] = []
+    codes = np.full(len(ds), -1, dtype=np.int64)
+    for k, r in enumerate(ds.readers):
+        rows = ds.shard[: len(ds)] == k
+        stored = r.records["split"][ds.local[: len(ds)][rows]].astype(np.int64)  # 0: none, s: splits[s - 1]
+        mine = np.full(len(stored), -1, dtype=np.int64)
+        for s, name in enumerate(r.meta.get("splits") or [], start=1):
+            if name not in names:
+                names.append(name)
+            mine[stored == s] = names.index(name)
+        codes[rows] = mine
+    return (names, codes) if names else None
 
 
 def _missing_line(ds: TableDataset, i: int) -> str | None:

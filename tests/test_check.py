@@ -394,3 +394,31 @@ def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: 
     assert capsys.readouterr().err == (
         "datakit check: error: classes= and remap_labels= both number the classes; give one of them\n"
     )
+
+
+def test_a_pack_is_checked_by_split_as_its_source_is(tmp_path: Path, capsys):
+    # the attack: an .xlsx with train (cat, dog) and val (dog, dog) sheets: `check img --labels l.xlsx --split val`
+    # said "split 'val' has no samples of class 'cat'" (exit 1); the pack of it passed, counted as one column "all"
+    img = tmp_path / "img"
+    img.mkdir()
+    for k, name in enumerate(["a.jpg", "b.jpg", "c.jpg", "d.jpg"]):
+        Image.fromarray(np.full((8, 8, 3), 40 * k, np.uint8)).save(img / name)
+    wb = Workbook()
+    wb.active.title = "train"
+    for row in [("file", "label"), ("a.jpg", "cat"), ("b.jpg", "dog")]:
+        wb.active.append(row)
+    val = wb.create_sheet("val")
+    for row in [("file", "label"), ("c.jpg", "dog"), ("d.jpg", "dog")]:
+        val.append(row)
+    wb.save(tmp_path / "l.xlsx")
+    assert main(["pack-lmdb", str(img), str(tmp_path / "p.lmdb"), "--labels", str(tmp_path / "l.xlsx"), "-q"]) == 0
+    capsys.readouterr()
+    for split in (None, "val"):
+        source = check_dataset(img, labels=tmp_path / "l.xlsx", split=split)
+        pack = check_dataset(tmp_path / "p.lmdb", split=split)
+        assert pack.problems == source.problems == ["split 'val' has no samples of class 'cat'"]
+        assert pack.class_counts == source.class_counts
+    assert pack.class_counts == {"val": {"dog": 2}}
+    assert check_dataset(tmp_path / "p.lmdb").class_counts == {"train": {"cat": 1, "dog": 1}, "val": {"dog": 2}}
+    assert main(["check", str(tmp_path / "p.lmdb"), "--split", "val", "-q"]) == 1
+    assert capsys.readouterr().err == "split 'val' has no samples of class 'cat'\n"
