@@ -219,7 +219,7 @@ def check_dataset(
     for name, rows in groups:
         counts = np.bincount(targets[rows], minlength=len(ds.classes))
         report.class_counts[name] = {ds.classes[k]: int(c) for k, c in enumerate(counts) if c}  # in class order
-    if table_ds is not None:
+    if table_ds is not None and table_ds.table.kind != "mixed":  # mixed labels are a problem said: no classes yet
         report.problems += table_ds.table.missing_classes(table_ds.class_map, split)
     elif packed is not None:  # as the table's missing_classes words it
         for name, rows in groups:

@@ -442,12 +442,15 @@ class LabelTable:
             found += self.table_problems
         else:
             found += self._duplicate_problems() + self._twin_problems() + self._look_alike_problems()
+        whole = self.whole or self  # the kind of labels is the whole table's: so are its counts and first rows
         if self.kind == "mixed":
-            found.append(((1 << 30, 0), self._mixed_problem()))
+            found.append(((1 << 30, 0), whole._mixed_problem()))
         elif self.kind == "int" and not remap:
             ints = sorted({_int_of(v) for v in self.class_values})
             if ints != list(range(len(ints))):
-                found.append(((1 << 30, 1), self._range_problem(ints)))
+                found.append(((1 << 30, 1), whole._range_problem(ints)))
+        elif self.kind == "name" and len(whole) and all(_VECTOR.fullmatch(str(v)) for v in whole.labels.values):
+            found.append(((1 << 30, 2), whole._vector_problem()))
         found.sort(key=lambda p: p[0])
         return [text for _, text in found]
 
@@ -483,6 +486,13 @@ class LabelTable:
             f"{self.path}: labels mix integers and class names: {n_int} rows hold integers{first_int} and "
             f"{len(self) - n_int} hold names{first_name}; make every label a class name, or every label an integer"
         )
+
+    def _vector_problem(self) -> str:
+        i = self._first_row([True] * len(self.labels.values))
+        first = f" (first {self.labels[i]!r} at {self._short(i)})" if i is not None else ""
+        return (f"{self.path}: every label is a list of 0s and 1s{first}: multi-label vectors (PaddleClas' "
+                "multi-label lists), while datakit reads one class per image; make each label one class name or "
+                "index")  # fmt: skip
 
     def _range_problem(self, ints: list[int]) -> str:
         outside = [0 <= int(v) < len(ints) for v in self.labels.values]
@@ -2039,6 +2049,9 @@ def read_labels(
         if found:
             raise LabelError(_summary(path, found))
     return table
+
+
+_VECTOR = re.compile(r"[01](?:\s*,\s*[01])+")  # '0,1,0': a one-hot (or multi-hot) vector, not a class name
 
 
 def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:

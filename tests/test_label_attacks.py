@@ -257,3 +257,35 @@ def test_labels_that_differ_in_a_trailing_nul_are_two_classes(tmp_path: Path):
     table = read_labels(path, validate=False)
     assert table.labels.tolist() == ["cat", "cat\x00", "cat"]
     assert table.class_map(strict=False).classes == ("cat", "cat\x00")
+
+
+def test_a_split_of_mixed_or_out_of_range_labels_counts_the_whole_table(tmp_path: Path, capsys):
+    # the attack: with split='train' the labels' kind was judged on the whole table and counted on the split:
+    # "3 rows hold integers (first '0' at line 2) and 0 hold names", naming no row; "first outside" went missing;
+    # check --split train added "split 'train' has no samples of class '1.5'"
+    img = images(tmp_path / "img", "a.jpg", "b.jpg", "c.jpg")
+    (tmp_path / "i.csv").write_text("file,label,split\na.jpg,0,train\nb.jpg,1,train\nc.jpg,1.5,val\n")
+    (tmp_path / "j.csv").write_text("file,label,split\na.jpg,0,train\nb.jpg,1,train\nc.jpg,-1,val\n")
+    mixed = (f"{tmp_path / 'i.csv'}: labels mix integers and class names: 2 rows hold integers (first '0' at line 2) "
+             "and 1 hold names (first '1.5' at line 4); make every label a class name, or every label an integer")  # fmt: skip
+    for split in (None, "train"):
+        with pytest.raises(LabelError) as e:
+            open_dataset(img, labels=tmp_path / "i.csv", split=split)
+        assert str(e.value) == mixed
+        with pytest.raises(LabelError, match=r"\(first outside: -1 at line 4\)$"):
+            open_dataset(img, labels=tmp_path / "j.csv", split=split)
+    assert check_dataset(img, labels=tmp_path / "i.csv", split="train").problems == [mixed]
+
+
+def test_multi_label_vectors_are_refused_not_read_as_class_names(tmp_path: Path):
+    # the attack: a PaddleClas multi-label list ('a.jpg<TAB>0,1,0') was read as three classes named '0,0,1',
+    # '0,1,0', '1,0,0': the vector of class 0 became class 2, without a word
+    img = images(tmp_path / "img", "a.jpg", "b.jpg", "c.jpg")
+    (tmp_path / "ml.txt").write_text("a.jpg\t0,1,0\nb.jpg\t1,0,0\nc.jpg\t0, 0, 1\n")
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=tmp_path / "ml.txt")
+    assert str(e.value) == (f"{tmp_path / 'ml.txt'}: every label is a list of 0s and 1s (first '0,1,0' at line 1): "
+                            "multi-label vectors (PaddleClas' multi-label lists), while datakit reads one class per "
+                            "image; make each label one class name or index")  # fmt: skip
+    (tmp_path / "ok.txt").write_text("a.jpg\t0,1,0\nb.jpg\tcat\nc.jpg\tdog\n")  # one such name among others: a name
+    assert open_dataset(img, labels=tmp_path / "ok.txt").classes == ["0,1,0", "cat", "dog"]
