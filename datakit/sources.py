@@ -1061,9 +1061,18 @@ def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, op
     if not unknown:
         return None
     shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
-    return (
-        f"{where}: class{'es' if len(unknown) > 1 else ''} {shown} not among the {len(given)} classes given ({option})"
-    )
+    line = f"{where}: class{'es' * (len(unknown) > 1)} {shown} not among the {len(given)} classes given ({option})"
+    nfc = {unicodedata.normalize("NFC", g): g for g in given}
+    twins = [(c, nfc[unicodedata.normalize("NFC", c)]) for c in unknown if unicodedata.normalize("NFC", c) in nfc]
+    if twins:  # the same name typed on Windows (NFC) and copied from macOS (NFD): they look alike, they differ
+        c, g = twins[0]
+        line += (f"; {c!r} ({_form(c)}: {ascii(c)}) is {g!r} of the classes given in another Unicode form "
+                 f"({_form(g)}: {ascii(g)}): write both one way")  # fmt: skip
+    return line
+
+
+def _form(s: str) -> str:
+    return "NFC" if unicodedata.is_normalized("NFC", s) else "NFD" if unicodedata.is_normalized("NFD", s) else "mixed"
 
 
 def given_classes(classes) -> list[str]:

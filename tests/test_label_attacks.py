@@ -289,3 +289,20 @@ def test_multi_label_vectors_are_refused_not_read_as_class_names(tmp_path: Path)
                             "image; make each label one class name or index")  # fmt: skip
     (tmp_path / "ok.txt").write_text("a.jpg\t0,1,0\nb.jpg\tcat\nc.jpg\tdog\n")  # one such name among others: a name
     assert open_dataset(img, labels=tmp_path / "ok.txt").classes == ["0,1,0", "cat", "dog"]
+
+
+def test_a_class_given_in_another_unicode_form_is_said_so(tmp_path: Path):
+    # the attack: classes= from folders made on macOS ('café' in NFD) and a CSV typed on Windows (NFC): "class 'café'
+    # not among the 2 classes given", of a list that visibly holds 'café'
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "café")
+    train = images(tmp_path / "tr" / nfd, "1.png").parent
+    images(train / "cafz", "2.png")
+    img = images(tmp_path / "img", "a.png", "b.png")
+    (tmp_path / "v.csv").write_text("file,label\na.png,café\nb.png,cafz\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=tmp_path / "v.csv", classes=open_dataset(train))
+    assert str(e.value) == (f"{tmp_path / 'v.csv'}: class 'café' not among the 2 classes given (classes=); 'café' "
+                            f"(NFC: 'caf\\xe9') is {nfd!r} of the classes given in another Unicode form (NFD: "
+                            "'cafe\\u0301'): write both one way")  # fmt: skip
