@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
+import re
 import shutil
 import stat
 import sys
@@ -427,7 +429,16 @@ def _short_name(ds: ImageDataset, i: int) -> str:
     if isinstance(ds, LmdbDataset):
         return ds.readers[ds.shard[i]].name(int(ds.local[i]))
     files = getattr(ds, "files", None)
-    return files[i] if isinstance(files, StringArray) else ds.name(i)
+    if not isinstance(files, StringArray):
+        return ds.name(i)
+    # one name however the table spells the path: './a.jpg', 'x\\..\\a.jpg' and '/abs/folder/a.jpg' are 'a.jpg'
+    name = files[i].replace("\\", "/")
+    root = getattr(ds, "root", None)
+    if name.startswith("/") and root is not None and getattr(ds, "zip", None) is None:
+        top = os.path.abspath(root).rstrip("/") + "/"
+        if name.startswith(top):
+            name = name[len(top) :]
+    return name if name.startswith("/") or re.match(r"^[A-Za-z]:/", name) else posixpath.normpath(name)
 
 
 def pack_lmdb(

@@ -1078,11 +1078,13 @@ def _form(s: str) -> str:
 def given_classes(classes) -> list[str]:
     """The class list ``classes=`` names: a sequence of names, a dataset or :class:`ClassMap` (its
     ``classes``), an LMDB pack (its ``classes.json``), a ``.json`` file (a list, or a pack's
-    ``{"classes": [...]}``) or a text file of one class per line."""
+    ``{"classes": [...]}``), a text file of one class per line, or a folder of class folders (its classes)."""
     if isinstance(classes, ClassMap) or hasattr(classes, "classes"):
         return [str(c) for c in classes.classes]
     if isinstance(classes, (str, os.PathLike)):
         path = Path(classes)
+        if path.is_dir() and not (path / "classes.json").exists() and not (path / "data.mdb").exists():
+            return list(open_source(path).classes)  # a folder of class folders (the training images): theirs
         if path.is_dir():
             path = path / "classes.json"
         if not path.is_file():

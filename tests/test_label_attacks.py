@@ -306,3 +306,16 @@ def test_a_class_given_in_another_unicode_form_is_said_so(tmp_path: Path):
     assert str(e.value) == (f"{tmp_path / 'v.csv'}: class 'café' not among the 2 classes given (classes=); 'café' "
                             f"(NFC: 'caf\\xe9') is {nfd!r} of the classes given in another Unicode form (NFD: "
                             "'cafe\\u0301'): write both one way")  # fmt: skip
+
+
+def test_classes_given_as_the_training_folder_of_class_folders(tmp_path: Path, capsys):
+    # the attack: `check img --labels val.csv --classes train/` (a folder of class folders) said "classes='train': no
+    # such file", of a folder that is there
+    train = tmp_path / "train"
+    for cls in ("cat", "dog", "鸟"):
+        images(train / cls, "1.png")
+    img = images(tmp_path / "img", "a.png", "b.png")
+    (tmp_path / "val.csv").write_text("file,label\na.png,dog\nb.png,鸟\n", encoding="utf-8")
+    ds = open_dataset(img, labels=tmp_path / "val.csv", classes=train)
+    assert (ds.classes, ds.targets.tolist()) == (["cat", "dog", "鸟"], [1, 2])
+    assert main(["check", str(img), "--labels", str(tmp_path / "val.csv"), "--classes", str(train), "-q"]) == 0

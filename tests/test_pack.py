@@ -1564,3 +1564,27 @@ def test_eleven_shards_joined_by_a_glob_keep_the_source_order(class_folder: Path
     assert main(["pack-lmdb", str(tmp_path / "shard-*.lmdb"), str(tmp_path / "all.lmdb"), "-q"]) == 0
     joined = open_dataset(tmp_path / "all.lmdb")
     assert [os.path.basename(joined.name(i)) for i in range(12)] == [os.path.basename(whole.name(i)) for i in range(12)]
+
+
+def test_a_pack_names_its_samples_one_way_however_the_table_spells_the_paths(tmp_path: Path):
+    # the attack: the same labelling as 'a.jpg', './a.jpg' and '/abs/img/a.jpg' made packs whose samples were named
+    # 'a.jpg', './a.jpg' and '/abs/img/a.jpg' (the machine's path in the pack, three names_crc32)
+    img = tmp_path / "img"
+    (img / "子").mkdir(parents=True)
+    for k, name in enumerate(["a.jpg", "子/b.jpg"]):
+        imwrite(img / name, np.full((8, 8, 3), 60 * k, np.uint8))
+    tables = {
+        "rel": "file,label\na.jpg,cat\n子/b.jpg,dog\n",
+        "dot": "file,label\n./a.jpg,cat\n.\\子\\b.jpg,dog\n",
+        "abs": f"file,label\n{img / 'a.jpg'},cat\n{img / '子' / 'b.jpg'},dog\n",
+    }
+    names = {}
+    for key, text in tables.items():
+        (tmp_path / f"{key}.csv").write_text(text, encoding="utf-8")
+        pack = tmp_path / f"{key}.lmdb"
+        assert main(["pack-lmdb", str(img), str(pack), "--labels", str(tmp_path / f"{key}.csv"), "-q"]) == 0
+        ds = open_dataset(pack)
+        names[key] = ([ds.name(i) for i in range(len(ds))], ds.readers[0].meta["names_crc32"])
+    assert [n for n, _ in names.values()] == [[f"{tmp_path / k}.lmdb:a.jpg", f"{tmp_path / k}.lmdb:子/b.jpg"]
+                                              for k in tables]  # fmt: skip
+    assert len({crc for _, crc in names.values()}) == 1
