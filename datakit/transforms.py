@@ -435,13 +435,13 @@ def _cv2_flag(interpolation: str, shrink: float) -> int:
     return {"bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}[interpolation]
 
 
-def _antialiased(img: np.ndarray, h: int, w: int, interpolation: str) -> torch.Tensor | None:
-    """A uint8 HWC (or 2-D) image shrunk 2x or more with torchvision's own antialiased filter, as a
-    contiguous CHW tensor: the same pixels as ``v2.Resize(antialias=True)``, at a third of the cost
-    of OpenCV's area filter. None where the OpenCV path applies (less than 2x, other filters)."""
+def _antialiased(img: np.ndarray, h: int, w: int, interpolation: str, always: bool = False) -> torch.Tensor | None:
+    """A uint8 HWC (or 2-D) image shrunk 2x or more (``always``: resized at all) with torchvision's own
+    antialiased filter, as a contiguous CHW tensor: the same pixels as ``v2.Resize(antialias=True)``, at a
+    third of the cost of OpenCV's area filter. None where the OpenCV path applies (less than 2x, other filters)."""
     if interpolation not in ("bilinear", "bicubic") or img.dtype != np.uint8:
         return None
-    if max(img.shape[0] / h, img.shape[1] / w) < 2:
+    if max(img.shape[0] / h, img.shape[1] / w) < 2 and not (always and img.shape[:2] != (h, w)):
         return None
     if any(st < 0 for st in img.strides):  # a flipped view (img[..., ::-1]): torch takes none
         img = np.ascontiguousarray(img)
@@ -500,7 +500,7 @@ def _nearest_index(n_in: int, n_out: int, exact: bool) -> np.ndarray:
     return np.minimum(src.astype(np.int64), n_in - 1)
 
 
-def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear") -> np.ndarray:
+def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear", antialias: bool = False) -> np.ndarray:
     import cv2
 
     if img.shape[0] == h and img.shape[1] == w:
@@ -509,7 +509,7 @@ def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear") ->
         exact = interpolation == "nearest-exact"
         rows, cols = _nearest_index(img.shape[0], h, exact), _nearest_index(img.shape[1], w, exact)
         return np.ascontiguousarray(img.take(rows, axis=0).take(cols, axis=1))
-    chw = _antialiased(img, h, w, interpolation)
+    chw = _antialiased(img, h, w, interpolation, antialias)
     if chw is not None:
         out = chw.permute(1, 2, 0).contiguous().numpy()  # HWC in memory too, as OpenCV's drawing wants it
         return out if img.ndim == 3 else out[:, :, 0]
@@ -524,12 +524,16 @@ def _resize(img: np.ndarray, h: int, w: int, interpolation: str = "bilinear") ->
 
 
 class Resize:
-    """Resize a uint8 HWC array: an int sets the shorter side (aspect kept), a pair sets (h, w)."""
+    """Resize a uint8 HWC array: an int sets the shorter side (aspect kept), a pair sets (h, w).
 
-    def __init__(self, size: int | Sequence[int], interpolation="bilinear") -> None:
+    ``antialias=True``: bilinear and bicubic resizes of any factor through torchvision's own kernel,
+    ``v2.Resize``'s pixels (its default); False (the pipelines' crops, for speed): shrinks from 2x on only."""
+
+    def __init__(self, size: int | Sequence[int], interpolation="bilinear", antialias: bool = False) -> None:
         _size2(size)  # refused now, not at the first image
         self.size = size
         self.interpolation = _interpolation(interpolation)
+        self.antialias = bool(antialias)
 
     def output_size(self, h: int, w: int) -> tuple[int, int]:
         if isinstance(self.size, int):
@@ -540,10 +544,10 @@ class Resize:
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
         _check_hwc(img, "Resize")
-        return _resize(img, *self.output_size(*img.shape[:2]), self.interpolation)
+        return _resize(img, *self.output_size(*img.shape[:2]), self.interpolation, self.antialias)
 
     def __repr__(self) -> str:
-        return f"Resize({self.size}, interpolation={self.interpolation!r})"
+        return f"Resize({self.size}, interpolation={self.interpolation!r}, antialias={self.antialias})"
 
 
 class CenterCrop:
@@ -839,8 +843,8 @@ class EvalPipeline(Compose):
     """Resize the shorter side, centre crop, CHW (and normalisation): see :func:`eval_pipeline`;
     :meth:`from_bytes` decodes a JPEG at the smallest DCT scale that keeps the shorter side."""
 
-    def __init__(self, size, resize, mean, std, normalize, interpolation="bilinear") -> None:
-        self.resize, self.center = Resize(resize, interpolation), CenterCrop(size)
+    def __init__(self, size, resize, mean, std, normalize, interpolation="bilinear", antialias=True) -> None:
+        self.resize, self.center = Resize(resize, interpolation, antialias), CenterCrop(size)
         self.norm = Normalize(mean, std) if normalize else None
         super().__init__([self.resize, self.center, HWCToCHW()] + ([self.norm] if self.norm else []))
 
@@ -868,7 +872,9 @@ class EvalPipeline(Compose):
         sh, sw = img.shape[:2]
         rh2, rw2 = (round(sh * f * rh / h), round(sw * f * rw / w)) if f > 1 else (rh, rw)
         top, left = self.center.corner(rh, rw)
-        chw = _planes(img, rh2, rw2, self.resize.interpolation)
+        chw = _antialiased(img, rh2, rw2, self.resize.interpolation, True) if self.resize.antialias else None
+        if chw is None:
+            chw = _planes(img, rh2, rw2, self.resize.interpolation)
         if chw is None:
             chw = HWCToCHW()(np.ascontiguousarray(_resize(img, rh2, rw2, self.resize.interpolation)))
         # resized straight into planes where it can be, then the centre cut: the pixels self(img) gives when
@@ -908,9 +914,14 @@ def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float
 
 def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *, interpolation="bilinear",
                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                  normalize: bool = False) -> EvalPipeline:  # fmt: skip
+                  normalize: bool = False, antialias: bool = True) -> EvalPipeline:  # fmt: skip
     """ImageNet-style evaluation input: shorter side to ``resize``, centre crop ``size``, uint8 CHW
     (float32 normalised with ``normalize=True``); ``interpolation`` as in :func:`train_pipeline`.
+
+    ``antialias=True`` (default) resizes with torchvision's own kernel at any factor: the pixels of
+    ``v2.Compose([v2.Resize(resize), v2.CenterCrop(size)])`` on the decoded image (a JPEG of 512 px or more
+    on its shorter side is decoded at a reduced DCT scale first, which is not). ``False``: plain bilinear under
+    a 2x shrink, as the training crops, about 2x faster and up to 8 levels from torchvision's pixels.
 
     ``resize`` defaults to ``size * 256 / 224`` (rounded down; the longer side of a ``(h, w)``
     crop), the ratio of torchvision's reference recipe: 256 for 224, 146 for 128, so the crop
@@ -919,4 +930,4 @@ def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *,
     if resize is None:
         side = size if isinstance(size, int) else max(size)
         resize = int(side * 256 / 224)
-    return EvalPipeline(size, resize, mean, std, normalize, interpolation)
+    return EvalPipeline(size, resize, mean, std, normalize, interpolation, antialias)

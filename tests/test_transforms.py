@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -764,3 +766,27 @@ def test_nearest_picks_the_pixels_torchvision_picks(mode: str):
         want = v2.Resize((oh, ow), interpolation=tv_mode)(torch.from_numpy(img).permute(2, 0, 1))
         got = Resize((oh, ow), interpolation=mode)(img)
         assert torch.equal(torch.from_numpy(np.ascontiguousarray(got)).permute(2, 0, 1), want), (h, w, oh, ow)
+
+
+@pytest.mark.parametrize("h, w", [(300, 400), (333, 500), (480, 640), (600, 500), (200, 260)])
+def test_eval_pipeline_gives_torchvisions_eval_pixels(tmp_path: Path, h: int, w: int):
+    # the attack: eval_pipeline(224, 256) against v2.Resize(256) + v2.CenterCrop(224) (antialias=True, v2's
+    # default) on a 480x640 photo: up to 8 levels apart, plain bilinear under a 2x shrink
+    from torchvision.transforms import v2
+
+    from datakit.io import imread, imwrite
+    from datakit.transforms import eval_pipeline
+
+    rng = np.random.default_rng(h)
+    img = cv2.GaussianBlur(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), (7, 7), 0)
+    want = v2.Compose([v2.Resize(256), v2.CenterCrop(224)])
+    for suffix in (".png", ".jpg"):  # a JPEG under 512 px is decoded whole (from_bytes), then resized the same
+        path = imwrite(tmp_path / f"x{suffix}", img, mode="rgb")
+        pixels = imread(path, mode="rgb")
+        tv = want(torch.from_numpy(pixels).permute(2, 0, 1))
+        ours = eval_pipeline(224, 256)
+        assert torch.equal(ours(pixels), tv)
+        assert torch.equal(ours.from_bytes(path.read_bytes()), tv)
+    fast = eval_pipeline(224, 256, antialias=False)(pixels).int()  # plain bilinear under 2x, as before
+    plain = v2.Compose([v2.Resize(256, antialias=False), v2.CenterCrop(224)])(torch.from_numpy(pixels).permute(2, 0, 1))
+    assert (fast - plain.int()).abs().max() <= 1
