@@ -215,6 +215,8 @@ def _header_problem(pack: Path, size: int, head: bytes) -> str | None:
     at = next((p for p in sizes if _meta_page(head, p) is not None), None)  # meta page 1, even if page 0 lies
     psize = p0 if p0 in _PAGE_SIZES else at or 4096
     metas = [_meta_page(head, 0), _meta_page(head, at) if at else None]
+    if size == 0 and (pack / LOCK_NAME).is_file():  # created by pack-lmdb, stopped before anything was written
+        return _STOPPED_EARLY.format(path=pack)
     if size < 2 * psize:
         return f"{pack}: truncated: {size} bytes, shorter than an LMDB header; copy it again or re-pack"
     if metas == [None, None]:
@@ -594,7 +596,13 @@ def _no_meta(path: Path) -> str:
     if pid is not None:
         return (f"{path}: being created by another process (PID {pid}), which has not written its metadata yet; "
                 "open it again in a moment")  # fmt: skip
+    if (path / LOCK_NAME).is_file():  # pack-lmdb made it, and was stopped before its first commit
+        return _STOPPED_EARLY.format(path=path)
     return f"{path}: not a datakit pack (no metadata record)"
+
+
+_STOPPED_EARLY = ("{path}: an interrupted pack, stopped before its first commit (no samples in it); run the same "
+                  "pack-lmdb command with --resume, which starts it again, or with --overwrite")  # fmt: skip
 
 
 class PackLock:

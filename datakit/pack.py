@@ -586,6 +586,11 @@ def pack_lmdb(
                 if target != out:
                     _swap_in(target, out)
                 return PackReport(out, existing["count"], existing["count"], list(existing.get("skipped", [])))
+            changed = _changed_after(ds, lo, existing["count"] + len(existing.get("skipped", [])), target)
+            if changed is not None:  # edited since its samples were read: the pack would mix old and new bytes
+                path, when, last = changed
+                raise UsageError(f"{out}: {path} changed after its samples were packed (modified {when}, the pack's "
+                                 f"last commit {last}); resume only the same files, or use --overwrite")  # fmt: skip
             meta["skipped"] = existing.get("skipped", [])
             meta["created"] = existing.get("created", meta["created"])
             meta["count"] = existing["count"]
@@ -624,6 +629,33 @@ def pack_lmdb(
             part_lock.close()
         lock.close()
     return report
+
+
+def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path) -> tuple[str, str, str] | None:
+    """(path, its modification time, the pack's last commit) of the first source file of samples ``lo .. lo+n-1``
+    (a zip read in place: the archive) modified after the pack's last commit (data.mdb's time), None when none
+    is: a file edited while the pack was interrupted. An edit during the run, before the last commit, is not
+    seen here."""
+    try:
+        since = os.stat(target / "data.mdb").st_mtime_ns
+    except OSError:
+        return None
+    archive = getattr(ds, "zip", None)
+    if archive is not None:
+        paths: Iterable[str] = [archive.path]
+    elif _local_files(ds):
+        paths = (ds.name(i) for i in range(lo, min(lo + n, len(ds))))
+    else:
+        return None
+    for path in paths:
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            continue  # gone: the names' checksum says so
+        if mtime > since:
+            stamp = lambda ns: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))  # noqa: E731
+            return path, stamp(mtime), stamp(since)
+    return None
 
 
 def _committed(path: Path) -> int:

@@ -1002,3 +1002,28 @@ def test_metadata_of_the_wrong_shape_is_one_line_everywhere(cli_pack: Path, tmp_
     for cmd in ("info", "verify", "check"):
         assert main([cmd, str(pack)]) == 1
         assert capsys.readouterr().err.splitlines() == [f"datakit {cmd}: error: {line}"]
+
+
+def test_a_pack_stopped_before_its_first_commit_says_resume(class_folder: Path, tmp_path: Path, capsys):
+    # the attack: pack-lmdb killed before its first commit left pack.lock and an empty data.mdb: info said
+    # "truncated: 0 bytes ...; copy it again or re-pack", and without a metadata record "not a datakit pack"
+    pack = tmp_path / "k.lmdb"
+    pack.mkdir()
+    (pack / "pack.lock").touch()
+    (pack / "data.mdb").touch()
+    line = (f"{pack}: an interrupted pack, stopped before its first commit (no samples in it); run the same pack-lmdb "
+            "command with --resume, which starts it again, or with --overwrite")  # fmt: skip
+    for cmd in ("info", "verify"):
+        assert main([cmd, str(pack)]) == 1
+        assert capsys.readouterr().err == f"datakit {cmd}: error: {line}\n"
+    with lmdb.open(str(pack), map_size=1 << 20) as env, env.begin(write=True) as txn:
+        txn.put(b"i0000000000", b"x")  # a first commit without the metadata record
+    with pytest.raises(PackError) as e:
+        open_dataset(pack)
+    assert str(e.value) == line
+    (pack / "pack.lock").unlink()  # not made by pack-lmdb: as before
+    with pytest.raises(PackError, match=r": not a datakit pack \(no metadata record\)$"):
+        open_dataset(pack)
+    (pack / "pack.lock").touch()
+    assert main(["pack-lmdb", str(class_folder), str(pack), "--resume", "-q"]) == 0
+    assert len(open_dataset(pack)) == 12

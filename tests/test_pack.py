@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -1061,6 +1062,37 @@ def test_resume_refuses_a_source_folder_whose_files_changed(class_folder: Path, 
     assert read_meta(out)["count"] == 6  # nothing written
     report = pack_lmdb(class_folder, out, overwrite=True)
     assert report.count == 12 and verify_lmdb(out) == []
+
+
+def test_resume_refuses_a_packed_file_edited_while_the_pack_was_interrupted(class_folder: Path, tmp_path: Path):
+    # the attack: killed after 120 samples, an already-packed JPEG overwritten by another, --resume: exit 0, a pack
+    # mixing the file's old bytes with the rest, unlike a fresh pack of the same folder, and verify passing it
+    out = tmp_path / "p.lmdb"
+
+    def stop_after_six(done, total, nbytes):
+        if done == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(class_folder, out, workers=0, commit_every=3, progress=stop_after_six)
+    assert read_meta(out)["count"] == 6
+    time.sleep(0.05)  # past the clock's tick after the last commit
+    later = class_folder / "鸟" / "图片_2.jpg"  # sample 10: not packed yet, its edit is the pack's
+    imwrite(later, synthetic_image(21, 21, seed=5))
+    assert pack_lmdb(class_folder, tmp_path / "q.lmdb", workers=0, commit_every=3).count == 12  # (a fresh one)
+    edited = class_folder / "cat" / "图片_2.jpg"  # sample 2, packed
+    imwrite(edited, synthetic_image(21, 21, seed=7))
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, out, resume=True, workers=0)
+    assert re.fullmatch(
+        rf"{re.escape(str(out))}: {re.escape(str(edited))} changed after its samples were packed \(modified "
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d, the pack's last commit \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\); resume only the "
+        r"same files, or use --overwrite",
+        str(e.value),
+    )
+    assert read_meta(out)["count"] == 6  # nothing written
+    assert main(["pack-lmdb", str(class_folder), str(out), "--resume", "-q"]) == 2
+    assert pack_lmdb(class_folder, out, overwrite=True).count == 12 and verify_lmdb(out) == []
 
 
 def test_names_that_are_not_utf8_are_packed_skipped_and_listed(tmp_path: Path, capsys):
