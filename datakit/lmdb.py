@@ -903,6 +903,9 @@ class LmdbReader:
         self.allow_incomplete = allow_incomplete
         if not (self.path / "data.mdb").is_file():
             left = self.path.is_dir() and any(p.name in PACK_FILES for p in self.path.iterdir())
+            if self.path.name == "data.mdb" and self.path.is_file():  # the pack's file, not its folder
+                raise UsageError(f"{self.path}: a pack's data file; give the folder that holds it "
+                                 f"({self.path.parent})")  # fmt: skip
             if self.path.exists() and not left:  # a class folder, a JPEG: the wrong kind of path, not a damaged pack
                 raise UsageError(f"{self.path}: not an LMDB pack (no data.mdb); a pack is the folder pack-lmdb wrote")
             raise PackError(f"{self.path}: not an LMDB pack (no data.mdb)")

@@ -1027,3 +1027,11 @@ def test_a_pack_stopped_before_its_first_commit_says_resume(class_folder: Path, 
     (pack / "pack.lock").touch()
     assert main(["pack-lmdb", str(class_folder), str(pack), "--resume", "-q"]) == 0
     assert len(open_dataset(pack)) == 12
+
+
+def test_the_packs_data_file_given_for_the_pack_names_its_folder(cli_pack: Path, capsys):
+    # the attack: `datakit info p.lmdb/data.mdb` said "p.lmdb/data.mdb: not an LMDB pack (no data.mdb)"
+    for cmd in ("info", "verify"):
+        assert main([cmd, str(cli_pack / "data.mdb")]) == 2
+        assert capsys.readouterr().err == (f"datakit {cmd}: error: {cli_pack / 'data.mdb'}: a pack's data file; give "
+                                           f"the folder that holds it ({cli_pack})\n")  # fmt: skip
