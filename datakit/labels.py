@@ -1792,6 +1792,27 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
     )
 
 
+_EXCEL_TEXT = re.compile(r'="((?:[^"]|"")*)"')
+
+
+def _excel_texts(values: list, codes: np.ndarray) -> tuple[list, np.ndarray, int]:
+    """The coded column with each ="TEXT" value read as TEXT (merged with a plain TEXT of the column), and how
+    many rows held one."""
+    out: list = []
+    where: dict[str, int] = {}
+    remap = np.empty(len(values) + 1, dtype=codes.dtype)
+    remap[-1] = -1  # a missing cell stays missing
+    wrapped = np.zeros(len(values) + 1, dtype=bool)
+    for k, v in enumerate(values):
+        m = _EXCEL_TEXT.fullmatch(str(v))
+        text = m.group(1).replace('""', '"').strip() if m else v
+        wrapped[k] = m is not None
+        remap[k] = where.setdefault(text, len(out))
+        if remap[k] == len(out):
+            out.append(text)
+    return out, remap[codes], int(wrapped[codes].sum())
+
+
 def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: str, fname: str, lname: str,
                   path: Path, problems: list, notes: list,
                   rivals: Sequence[tuple[int, str]] = ()) -> _Part:  # fmt: skip
@@ -1800,6 +1821,10 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
     labels, lcodes, lvalid = cols.coded(lcol)
     labels = list(labels)
     lines = cols.lines
+    if any(_EXCEL_TEXT.fullmatch(str(v)) for v in labels):  # ="001": Excel's text formula, 001 in Excel and .xlsx
+        labels, lcodes, count = _excel_texts(labels, lcodes)
+        notes.append(f'{path}: {count} label{"s" * (count > 1)} written as ="..." (the text formula Excel keeps '
+                     "text with) read as the text inside, as Excel shows them")  # fmt: skip
     marked = [k for k, v in enumerate(labels) if str(v) in _NOT_A_LABEL]
     if marked:  # '#N/A' or 'nan' where a label should be: the cell was empty or an error where it was made
         hit = np.isin(lcodes, marked) & lvalid

@@ -319,3 +319,21 @@ def test_classes_given_as_the_training_folder_of_class_folders(tmp_path: Path, c
     ds = open_dataset(img, labels=tmp_path / "val.csv", classes=train)
     assert (ds.classes, ds.targets.tolist()) == (["cat", "dog", "鸟"], [1, 2])
     assert main(["check", str(img), "--labels", str(tmp_path / "val.csv"), "--classes", str(train), "-q"]) == 0
+
+
+def test_excel_text_formulas_in_a_csv_are_read_as_their_text(tmp_path: Path):
+    # the attack: a CSV cell ="001" (Excel's way to keep the leading zeros) was the class name '="001"', where the
+    # same sheet as .xlsx reads 1, and ="10" sorted before ="2"
+    img = images(tmp_path / "img", "a.jpg", "b.jpg", "c.jpg")
+    (tmp_path / "x.csv").write_text('file,label\na.jpg,="0"\nb.jpg,="02"\nc.jpg,1\n')
+    table = read_labels(tmp_path / "x.csv")
+    assert (table.kind, table.class_values) == ("int", ("0", "02", "1"))
+    assert table.notes == [f'{tmp_path / "x.csv"}: 2 labels written as ="..." (the text formula Excel keeps text '
+                           "with) read as the text inside, as Excel shows them"]  # fmt: skip
+    ds = open_dataset(img, labels=tmp_path / "x.csv")
+    assert (ds.classes, ds.targets.tolist()) == (["0", "1", "2"], [0, 2, 1])
+    (tmp_path / "n.csv").write_text(
+        'file,label\na.jpg,="cat"\nb.jpg,cat\nc.jpg,"=""say """"hi"""""""\n'
+    )  # ="say ""hi""": say "hi"
+    ds = open_dataset(img, labels=tmp_path / "n.csv")
+    assert (ds.classes, ds.targets.tolist()) == (["cat", 'say "hi"'], [0, 0, 1])
