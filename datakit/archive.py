@@ -183,7 +183,7 @@ def _local_unicode_path(path: str | os.PathLike, info: zipfile.ZipInfo, central_
 
 def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
     try:
-        mode = os.stat(path).st_mode
+        mode = os.stat(path).st_mode if isinstance(path, (str, bytes, os.PathLike)) else None  # or a file object
     except OSError:
         mode = None  # zipfile says why below
     if (
@@ -338,7 +338,7 @@ def safe_relpath(name: str) -> tuple[str | None, str]:
         return None, f"refused: the name holds U+{ord(out[exc.start]):04X}, which no file name can hold"
     if size > _PATH_MAX:  # no path this long opens; deep ones cost time and memory to walk
         return None, f"refused: the name is {size} bytes, longer than a path may be ({_PATH_MAX})"
-    for k, part in enumerate(parts):  # what no file system here can name (the zip read in place leaves it out too)
+    for k, part in enumerate(parts):  # what no file system here can name (the zip read in place refuses it too)
         n = len(part.encode("utf-8", "surrogateescape"))
         if n > _NAME_MAX:
             what = "the name" if k == len(parts) - 1 else f"folder {'/'.join(parts[: k + 1])!r}"
@@ -407,11 +407,12 @@ def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ra
             "this is expected)"
         )
     size = os.path.getsize(archive)  # the folders' names are in it, not in the members' compressed bytes
-    if disk >= _RATIO_MIN_SIZE and disk > max_ratio * max(1, size):
+    room = _FOLDER_BYTES * folders  # the folders alone against the archive: its files have their own ratios above
+    if room >= _RATIO_MIN_SIZE and room > max_ratio * max(1, size):
         raise ArchiveError(
-            f"{archive}: refused, its {folders} folders take {_size(_FOLDER_BYTES * folders)} on disk (4 KiB each) "
-            f"beside {_size(total)} of files, from a {_size(size)} archive: {disk / max(1, size):.0f}:1, over "
-            f"the limit of {max_ratio:.0f}:1 (a bomb of folders?; raise it with --max-ratio)"
+            f"{archive}: refused, its {folders} folders take {_size(room)} on disk (4 KiB each) beside "
+            f"{_size(total)} of files, from a {_size(size)} archive: {room / max(1, size):.0f}:1, over the limit of "
+            f"{max_ratio:.0f}:1 (a bomb of folders?; raise it with --max-ratio)"
         )
     return total
 
@@ -477,6 +478,31 @@ def _local_spans(archive: str, members: list[ZipMember]) -> list[tuple[int, int,
                                    f"the end of the {size}-byte file (a damaged or forged directory)")  # fmt: skip
             out.append((m.header_offset, end, m))
     return out
+
+
+def same_stored_bytes(archive: str, a: ZipMember, b: ZipMember) -> bool:
+    """Whether two members store the same bytes the same way (method, sizes, CRC-32 and the data itself)."""
+    if (a.method, a.compress_size, a.file_size, a.crc) != (b.method, b.compress_size, b.file_size, b.crc):
+        return False
+    with open(archive, "rb") as f:
+        starts = []
+        for m in (a, b):
+            f.seek(m.header_offset)
+            head = f.read(30)
+            if len(head) < 30 or head[:4] != b"PK\x03\x04":
+                return False
+            nlen, elen = struct.unpack_from("<HH", head, 26)
+            starts.append(m.header_offset + 30 + nlen + elen)
+        left = a.compress_size
+        while left > 0:
+            n = min(left, _CHUNK)
+            f.seek(starts[0] + a.compress_size - left)
+            x = f.read(n)
+            f.seek(starts[1] + a.compress_size - left)
+            if x != f.read(n) or len(x) < n:
+                return False
+            left -= n
+    return True
 
 
 def _mtime(m: ZipMember) -> float | None:
@@ -744,12 +770,12 @@ def unzip(
                     name = parts[-1]
                     first = files_seen.setdefault(rel, m)
                     if first is not m:  # the name stored twice: one file on disk, whatever --overwrite says
-                        if (first.crc, first.file_size) == (m.crc, m.file_size):
+                        if same_stored_bytes(archive, first, m):  # byte for byte, not by a CRC-32 one can forge
                             report.notes.append(f"{label}: in the archive twice, the same bytes both times; "
                                                 "written once")  # fmt: skip
                             continue
-                        raise _Refused("in the archive twice, with other bytes than the first copy; the first copy "
-                                       "is kept (the zip read in place refuses the name)")  # fmt: skip
+                        raise _Refused("in the archive twice, with other bytes than the first copy; not written "
+                                       "(the zip read in place refuses the name)")  # fmt: skip
                     fd = tree.folder(parts[:-1])
                     st = _lstat(name, fd)
                     if st is not None:
@@ -1277,14 +1303,16 @@ class ZipReader:
         self.members = [m for m in members if not m.is_dir and not m.is_symlink]
         self.links = [m for m in members if m.is_symlink]  # read as the member they name, where one does
         # by the path each name spells (``./cat/1.png``, ``cat//1.png`` and ``cat/1.png`` are one), as on disk
-        self._by_name = {member_path(m.name): m.index for m in self.members}
+        self._by_name: dict[str, int] = {}
+        for m in self.members:  # the first copy of a name stored twice, as unzip-gbk writes it
+            self._by_name.setdefault(member_path(m.name), m.index)
         # names stored twice (a file added again: the first copy stays): which copy is meant cannot be told
         self.twice: set[str] = set()
         if len(self._by_name) < len(self.members):  # the same bytes twice are one file, as unzip-gbk writes them
             first: dict[str, ZipMember] = {}
             for m in self.members:
                 f = first.setdefault(member_path(m.name), m)
-                if (f.crc, f.file_size) != (m.crc, m.file_size):
+                if f is not m and not same_stored_bytes(self.path, f, m):
                     self.twice.add(member_path(m.name))
         self._by_index = {m.index: m for m in members}
         self._all = members

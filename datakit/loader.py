@@ -906,13 +906,15 @@ def _unwrap_worker_error(exc: Exception) -> Exception:
         names = [cls.__qualname__, f"__mp_main__.{cls.__qualname__}"]
     else:
         names = [f"{cls.__module__}.{cls.__qualname__}"]
-    marker, k = max(((f"\n{n}: ", msg.rfind(f"\n{n}: ")) for n in names), key=lambda mk: mk[1])
+    # "ValueError: message", or "ValueError" alone for an empty message (its notes, if any, on the next lines)
+    marks = [m for n in names for m in (f"\n{n}: ", f"\n{n}\n")] + [f"\n{n}" for n in names if msg.endswith(f"\n{n}")]
+    marker, k = max(((m, msg.rfind(m)) for m in marks), key=lambda mk: mk[1])
     if not msg.startswith("Caught ") or k < 0:
         return exc
     text = msg[k + len(marker) :].rstrip("\n")
     from datakit.sources import SAMPLE_NOTE
 
-    lines = text.split("\n")
+    lines = ([""] if marker.endswith("\n") else []) + text.split("\n")  # "ValueError\n(note)": no message
     notes = []
     while len(lines) > 1 and SAMPLE_NOTE.fullmatch(lines[-1]):  # the sample it met (name_sample), printed after it
         notes.insert(0, lines.pop())

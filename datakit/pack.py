@@ -431,13 +431,16 @@ def _short_name(ds: ImageDataset, i: int) -> str:
     files = getattr(ds, "files", None)
     if not isinstance(files, StringArray):
         return ds.name(i)
+    if not isinstance(ds, TableDataset):
+        return files[i]  # a folder's own names ('a\\b.png' is a file name on Linux)
     # one name however the table spells the path: './a.jpg', 'x\\..\\a.jpg' and '/abs/folder/a.jpg' are 'a.jpg'
     name = files[i].replace("\\", "/")
-    root = getattr(ds, "root", None)
-    if name.startswith("/") and root is not None and getattr(ds, "zip", None) is None:
-        top = os.path.abspath(root).rstrip("/") + "/"
-        if name.startswith(top):
-            name = name[len(top) :]
+    if name.startswith("/") and ds.zip is None:
+        for top in {os.path.abspath(ds.root), os.path.realpath(ds.root)}:  # the folder as given, or its real path
+            top = top.rstrip("/") + "/"
+            if name.startswith(top):
+                name = name[len(top) :]
+                break
     return name if name.startswith("/") or re.match(r"^[A-Za-z]:/", name) else posixpath.normpath(name)
 
 

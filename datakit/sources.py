@@ -381,6 +381,9 @@ def name_sample(exc: BaseException, what: str, index: int, name: str) -> None:
 
     add = getattr(exc, "add_note", None)
     if add is not None and not isinstance(exc, DatakitError):
+        notes = getattr(exc, "__notes__", None)
+        if notes:  # one exception raised again (a transform's own): the sample it met this time, not every one
+            notes[:] = [n for n in notes if not (isinstance(n, str) and SAMPLE_NOTE.fullmatch(n))]
         add(f"(raised by the dataset's {what} on sample {index}: {name})")
 
 
@@ -761,7 +764,15 @@ class ZipDataset(ImageDataset):
         max_ratio: float | None = None,
         **kwargs,
     ) -> None:
-        from datakit.archive import DEFAULT_MAX_MEMBER, DEFAULT_MAX_RATIO, ArchiveError, ZipReader, safe_relpath
+        from datakit.archive import (
+            DEFAULT_MAX_MEMBER,
+            DEFAULT_MAX_RATIO,
+            ArchiveError,
+            ZipMember,
+            ZipReader,
+            safe_relpath,
+            same_stored_bytes,
+        )
 
         self.path = os.fspath(path)
         self.zip = ZipReader(
@@ -772,7 +783,7 @@ class ZipDataset(ImageDataset):
         )
         self.extensions = _extensions(extensions)
         images = []
-        seen: set[str] = set()
+        seen: dict[str, ZipMember] = {}
         for m in self.zip._all:  # a folder or link named with '..' or a NUL: refused as unzip refuses it
             refused = safe_relpath(m.name)[0] is None and m.name.rstrip("/") not in ("", ".")
             if refused and (m.is_dir or m.is_symlink):
@@ -788,9 +799,11 @@ class ZipDataset(ImageDataset):
             if rel is None:
                 raise ArchiveError(f"{self.path}: member {m.name!r}: {why} (as unzip refuses it)")
             if rel in seen:
+                if same_stored_bytes(self.path, seen[rel], m):  # the same bytes twice: one image, as unzip-gbk writes
+                    continue
                 raise ArchiveError(f"{self.path}: member {m.name!r} is in the archive twice: which copy is the "
                                    "image cannot be told")  # fmt: skip
-            seen.add(rel)
+            seen[rel] = m
             images.append(rel.split("/"))
         top = ""
         if images and all(len(p) >= 3 for p in images) and len({p[0] for p in images}) == 1:
@@ -1084,7 +1097,12 @@ def given_classes(classes) -> list[str]:
     if isinstance(classes, (str, os.PathLike)):
         path = Path(classes)
         if path.is_dir() and not (path / "classes.json").exists() and not (path / "data.mdb").exists():
-            return list(open_source(path).classes)  # a folder of class folders (the training images): theirs
+            try:  # a folder of class folders (the training images): theirs
+                return list(open_source(path).classes)
+            except (LabelError, UsageError) as exc:
+                raise UsageError(f"classes={os.fspath(classes)!r}: a folder, but not one of class folders ({exc}); "
+                                 "classes= takes a pack, a .json or .txt of class names, or the training folder of "
+                                 "class folders") from None  # fmt: skip
         if path.is_dir():
             path = path / "classes.json"
         if not path.is_file():

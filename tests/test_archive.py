@@ -1807,7 +1807,7 @@ def test_a_name_stored_twice_is_one_file_or_refused_whatever_overwrite_says(tmp_
         report = unzip(other, out, overwrite=overwrite)
         assert report.extracted == ["cat/1.png", "dog/1.png"]
         assert report.problems == [f"{other}: member 'cat/1.png': in the archive twice, with other bytes than the "
-                                   "first copy; the first copy is kept (the zip read in place refuses the name)"]  # fmt: skip
+                                   "first copy; not written (the zip read in place refuses the name)"]  # fmt: skip
         assert (out / "cat" / "1.png").read_bytes() == b"one"
     with pytest.raises(ArchiveError, match="member 'cat/1.png' is in the archive twice"):
         ZipReader(other).read("cat/1.png")
@@ -1830,3 +1830,51 @@ def test_an_archive_that_is_a_pipe_or_a_device_is_a_usage_error(tmp_path: Path, 
     with pytest.raises(UsageError, match="a pipe, not a regular file"):
         ZipReader(fifo)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate name")
+def test_copies_of_a_name_are_the_same_only_if_their_stored_bytes_are(tmp_path: Path):
+    # the attack: two copies of cat/1.png of one size and one CRC-32 (forged) but other bytes: unzip-gbk wrote the
+    # first "the same bytes both times", the zip read in place gave the last; the class-folder zip read in place
+    # refused two copies that were the same bytes, which unzip-gbk wrote once
+    from datakit.archive import read_members
+    from datakit.datasets import open_dataset
+    from datakit.io import encode_image
+
+    z = tmp_path / "forged.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("cat/1.png", b"AAAA")
+        zf.writestr("cat/1.png", b"BBBB")
+    raw = bytearray(z.read_bytes())
+    crc_a, crc_b = struct.pack("<I", zlib.crc32(b"AAAA")), struct.pack("<I", zlib.crc32(b"BBBB"))
+    z.write_bytes(bytes(raw).replace(crc_b, crc_a))  # the second copy declares the first's CRC-32 (and size)
+    members, _ = read_members(z)
+    assert [(m.crc, m.file_size) for m in members] == [(zlib.crc32(b"AAAA"), 4)] * 2
+    report = unzip(z, tmp_path / "out")
+    assert (report.extracted, report.problems) == (["cat/1.png"], [
+        f"{z}: member 'cat/1.png': in the archive twice, with other bytes than the first copy; not written (the zip "
+        "read in place refuses the name)"])  # fmt: skip
+    with pytest.raises(ArchiveError, match="member 'cat/1.png' is in the archive twice"):
+        ZipReader(z).read("cat/1.png")
+    png = [encode_image(np.full((4, 4, 3), c, np.uint8), ".png") for c in (0, 255)]
+    same = write_zip(
+        tmp_path / "same.zip", [gbk("cat/1.png", png[0]), gbk("cat/1.png", png[0]), gbk("dog/2.png", png[1])]
+    )
+    assert unzip(same, tmp_path / "o2").extracted == ["cat/1.png", "dog/2.png"]
+    assert len(open_dataset(same)) == len(open_dataset(tmp_path / "o2")) == 2
+    with open(same, "rb") as f:  # a file object, as read_members took before the pipe check
+        assert [m.name for m in read_members(f)[0]] == ["cat/1.png", "cat/1.png", "dog/2.png"]
+
+
+def test_a_few_folders_beside_compressible_files_are_no_bomb(tmp_path: Path):
+    # the attack: 20 class folders of 50 KB of zeros each (3.4 KiB of zip) and one data/blank.bin of 1,048,000 zeros
+    # were refused as "a bomb of folders": the file bytes under the 1 MiB a ratio starts at, counted with the folders
+    masks = tmp_path / "masks.zip"
+    with zipfile.ZipFile(masks, "w", zipfile.ZIP_DEFLATED) as zf:
+        for c in range(20):
+            zf.writestr(f"class{c:02d}/mask.raw", b"\0" * 50_000)
+    assert len(unzip(masks, tmp_path / "m").extracted) == 20
+    blank = tmp_path / "blank.zip"
+    with zipfile.ZipFile(blank, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("data/blank.bin", b"\0" * 1_048_000)
+    assert unzip(blank, tmp_path / "b").extracted == ["data/blank.bin"]

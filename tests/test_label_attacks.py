@@ -319,6 +319,11 @@ def test_classes_given_as_the_training_folder_of_class_folders(tmp_path: Path, c
     ds = open_dataset(img, labels=tmp_path / "val.csv", classes=train)
     assert (ds.classes, ds.targets.tolist()) == (["cat", "dog", "鸟"], [1, 2])
     assert main(["check", str(img), "--labels", str(tmp_path / "val.csv"), "--classes", str(train), "-q"]) == 0
+    (tmp_path / "packs" / "part0").mkdir(parents=True)  # a folder of packs, not of class folders
+    (tmp_path / "packs" / "part0" / "data.mdb").touch()
+    with pytest.raises(UsageError) as e:
+        open_dataset(img, labels=tmp_path / "val.csv", classes=tmp_path / "packs")
+    assert str(e.value).startswith(f"classes={str(tmp_path / 'packs')!r}: a folder, but not one of class folders (")
 
 
 def test_excel_text_formulas_in_a_csv_are_read_as_their_text(tmp_path: Path):

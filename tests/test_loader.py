@@ -135,6 +135,15 @@ class Refuses:
         return torch.from_numpy(np.ascontiguousarray(img[:8, :8]))
 
 
+class RaisesOne:
+    """A transform that raises the same ValueError instance, with no message, every time."""
+
+    error = ValueError()
+
+    def __call__(self, img):
+        raise self.error
+
+
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="notes (add_note) came with Python 3.11")
 @pytest.mark.parametrize("workers, method", [(0, None), (2, "fork"), (2, "spawn")])
 def test_an_error_of_the_users_transform_names_the_sample_and_file(tmp_path: Path, workers: int, method):
@@ -155,6 +164,18 @@ def test_an_error_of_the_users_transform_names_the_sample_and_file(tmp_path: Pat
     with pytest.raises(ValueError) as e:
         batches(loader)
     assert (type(e.value), str(e.value), e.value.__notes__) == (ValueError, "unexpected image", [note])
+    ds.transform = RaisesOne()  # one instance raised again, with an empty message: one note, the latest sample's
+    for i in (0, 1):
+        with pytest.raises(ValueError) as e:
+            ds[i]
+    assert (str(e.value), e.value.__notes__) == ("", [f"(raised by the dataset's transform on sample 1: "
+                                                      f"{tmp_path / 'c0' / '图2.png'})"])  # fmt: skip
+    if workers:
+        with pytest.raises(ValueError) as e:
+            batches(create_loader(ds, 4, num_workers=workers, seed=0, multiprocessing_context=method, train=False))
+        assert (type(e.value), str(e.value)) == (ValueError, "")
+        assert len(e.value.__notes__) == 1 and e.value.__notes__[0].startswith("(raised by the dataset's transform")
+    ds.transform = None
     ds.target_transform = lambda t: 1 / 0
     with pytest.raises(ZeroDivisionError) as e:
         ds[0]

@@ -1620,3 +1620,13 @@ def test_a_pack_names_its_samples_one_way_however_the_table_spells_the_paths(tmp
     assert [n for n, _ in names.values()] == [[f"{tmp_path / k}.lmdb:a.jpg", f"{tmp_path / k}.lmdb:子/b.jpg"]
                                               for k in tables]  # fmt: skip
     assert len({crc for _, crc in names.values()}) == 1
+    # absolute paths through the folder's real path (reached by a link), and a folder's own names kept as they are
+    (tmp_path / "link").symlink_to(img)
+    (tmp_path / "t.csv").write_text(f"file,label\n{img.resolve() / 'a.jpg'},cat\n", encoding="utf-8")
+    pack = tmp_path / "t.lmdb"
+    assert main(["pack-lmdb", str(tmp_path / "link"), str(pack), "--labels", str(tmp_path / "t.csv"), "-q"]) == 0
+    assert open_dataset(pack).readers[0].name(0) == "a.jpg"
+    imwrite(img / "子" / "x\\y.jpg", np.zeros((8, 8, 3), np.uint8))  # a backslash: a file name's character here
+    assert main(["pack-lmdb", str(img), str(tmp_path / "f.lmdb"), "-q"]) == 0
+    f = open_dataset(tmp_path / "f.lmdb").readers[0]
+    assert sorted(f.name(k) for k in range(len(f))) == ["子/b.jpg", "子/x\\y.jpg"]
