@@ -921,7 +921,7 @@ def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *,
     ``antialias=True`` (default) resizes with torchvision's own kernel at any factor: the pixels of
     ``v2.Compose([v2.Resize(resize), v2.CenterCrop(size)])`` on the decoded image (a JPEG of 512 px or more
     on its shorter side is decoded at a reduced DCT scale first, which is not). ``False``: plain bilinear under
-    a 2x shrink, as the training crops, about 2x faster and up to 8 levels from torchvision's pixels.
+    a 2x shrink, as the training crops, about 0.8x the time a sample and up to 8 levels from torchvision's pixels.
 
     ``resize`` defaults to ``size * 256 / 224`` (rounded down; the longer side of a ``(h, w)``
     crop), the ratio of torchvision's reference recipe: 256 for 224, 146 for 128, so the crop
