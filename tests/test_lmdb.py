@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import lmdb
@@ -936,6 +937,18 @@ def test_verify_reports_the_damage_that_opening_the_pack_refuses(tmp_path: Path)
     assert proc.returncode == 1 and line in proc.stderr.splitlines()
 
 
+def with_metadata(pack: Path, copy: Path, rewrite: Callable[[dict], bytes]) -> Path:
+    """A copy of ``pack`` whose metadata record is ``rewrite(its metadata)``."""
+    from datakit.lmdb import META_KEY
+
+    shutil.copytree(pack, copy)
+    with lmdb.open(str(copy), map_size=1 << 28) as env, env.begin(write=True) as txn:
+        meta = json.loads(txn.get(META_KEY))
+        assert meta["version"] == 2 and meta["complete"] is True
+        txn.put(META_KEY, rewrite(meta))
+    return copy
+
+
 @pytest.mark.parametrize(
     "rewrite, why",
     [
@@ -949,14 +962,7 @@ def test_verify_reports_the_damage_that_opening_the_pack_refuses(tmp_path: Path)
 def test_metadata_no_writer_gives_is_refused(cli_pack: Path, tmp_path: Path, rewrite, why, capsys):
     # the attack: the record re-written as UTF-16 JSON (json.loads takes it), or without the checksums every
     # version-2 writer puts there (a record whose checksum was lost was read unchecked)
-    from datakit.lmdb import META_KEY
-
-    pack = tmp_path / "p.lmdb"
-    shutil.copytree(cli_pack, pack)
-    with lmdb.open(str(pack), map_size=1 << 28) as env, env.begin(write=True) as txn:
-        meta = json.loads(txn.get(META_KEY))
-        assert meta["version"] == 2 and meta["complete"] is True
-        txn.put(META_KEY, rewrite(meta))
+    pack = with_metadata(cli_pack, tmp_path / "p.lmdb", rewrite)
     line = f"{pack}: the metadata record is damaged ({why}); copy the pack again or re-pack"
     with pytest.raises(PackError) as e:
         open_dataset(pack)
@@ -983,18 +989,14 @@ def test_metadata_of_the_wrong_shape_is_one_line_everywhere(cli_pack: Path, tmp_
     # the attack: metadata rewritten with its checksum made to match: count null, classes a list, a shard "0/1",
     # "[" * 100000: tracebacks (TypeError, AttributeError, RecursionError) from open_dataset, info, verify, check,
     # a bare "invalid literal for int()" naming no pack, or verify passing it
-    from datakit.lmdb import META_KEY, _encode_meta
-
-    pack = tmp_path / "p.lmdb"
-    shutil.copytree(cli_pack, pack)
-    with lmdb.open(str(pack), map_size=1 << 28) as env, env.begin(write=True) as txn:
-        meta = json.loads(txn.get(META_KEY))
-        meta.pop("meta_crc32")
+    def rewrite(meta: dict) -> bytes:
         if edit is None:
-            txn.put(META_KEY, b"[" * 100_000)
-        else:
-            edit(meta)
-            txn.put(META_KEY, _encode_meta(meta))
+            return b"[" * 100_000
+        meta.pop("meta_crc32")
+        edit(meta)
+        return _encode_meta(meta)
+
+    pack = with_metadata(cli_pack, tmp_path / "p.lmdb", rewrite)
     line = f"{pack}: the metadata record is damaged ({why}); copy the pack again or re-pack"
     with pytest.raises(PackError) as e:
         open_dataset(pack)

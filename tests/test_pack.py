@@ -1033,17 +1033,22 @@ def test_a_writer_resumes_from_the_packs_own_count_and_refuses_a_complete_pack(t
     assert read_meta(out)["complete"] is True and verify_lmdb(out) == []  # left as it was
 
 
-@pytest.mark.parametrize("change", ["moved to another class", "renamed", "replaced by another"])
-def test_resume_refuses_a_source_folder_whose_files_changed(class_folder: Path, tmp_path: Path, change: str):
-    # same count and classes, but the samples already packed are no longer the source's first ones
-    out = tmp_path / "p.lmdb"
+def stopped_after_six(src: Path, out: Path, commit_every: int) -> Path:
+    """``out``, a pack of ``src`` interrupted (Ctrl-C) after six samples, which it committed."""
 
     def stop_after_six(done, total, nbytes):
         if done == 6:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        pack_lmdb(class_folder, out, workers=0, commit_every=4, progress=stop_after_six)
+        pack_lmdb(src, out, workers=0, commit_every=commit_every, progress=stop_after_six)
+    return out
+
+
+@pytest.mark.parametrize("change", ["moved to another class", "renamed", "replaced by another"])
+def test_resume_refuses_a_source_folder_whose_files_changed(class_folder: Path, tmp_path: Path, change: str):
+    # same count and classes, but the samples already packed are no longer the source's first ones
+    out = stopped_after_six(class_folder, tmp_path / "p.lmdb", commit_every=4)
     began = read_meta(out)["source_names"]
     if change == "moved to another class":
         (class_folder / "cat" / "图片_0.jpg").rename(class_folder / "鸟" / "图片_9.jpg")
@@ -1067,14 +1072,7 @@ def test_resume_refuses_a_source_folder_whose_files_changed(class_folder: Path, 
 def test_resume_refuses_a_packed_file_edited_while_the_pack_was_interrupted(class_folder: Path, tmp_path: Path):
     # the attack: killed after 120 samples, an already-packed JPEG overwritten by another, --resume: exit 0, a pack
     # mixing the file's old bytes with the rest, unlike a fresh pack of the same folder, and verify passing it
-    out = tmp_path / "p.lmdb"
-
-    def stop_after_six(done, total, nbytes):
-        if done == 6:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        pack_lmdb(class_folder, out, workers=0, commit_every=3, progress=stop_after_six)
+    out = stopped_after_six(class_folder, tmp_path / "p.lmdb", commit_every=3)
     assert read_meta(out)["count"] == 6
     time.sleep(0.05)  # past the clock's tick after the last commit
     later = class_folder / "鸟" / "图片_2.jpg"  # sample 10: not packed yet, its edit is the pack's
