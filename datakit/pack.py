@@ -132,11 +132,12 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
         if max_size:
             if image_format(data) != "JPEG" or jpeg_damage(data) != "":
                 probe_image(data, name, strict=True)  # refused as check refuses it, in its words
-            img = decode_image(data, "rgb", max_size, name=name)
+            mode = "gray" if _gray(data) else "rgb"  # a gray image stays one (a third of the bytes, and H x W)
+            img = decode_image(data, mode, max_size, name=name)
             h, w = img.shape[:2]
             value = data
             if max(h, w) > max_size:
-                img = _shrunk(data, name, max_size)
+                img = _shrunk(data, name, max_size, mode)
                 value, (h, w) = encode_image(img, ".jpg", quality, mode="rgb"), img.shape[:2]
             elif image_format(data) == "JPEG" and max(_jpeg_size(data)[:2]) > max_size:
                 # decoded reduced but still larger than asked: re-encode the reduced pixels
@@ -251,7 +252,17 @@ def _clear_pack(out: Path) -> None:
             pass
 
 
-def _shrunk(data: bytes, name: str, max_size: int) -> np.ndarray:
+def _gray(data: bytes) -> bool:
+    """Whether an image is stored with one channel (a gray JPEG, a gray PNG without alpha): from its header."""
+    if image_format(data) == "JPEG":
+        info = _jpeg_size(data)
+        return info is not None and info[2] == 1
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 26 and data[12:16] == b"IHDR":
+        return data[25] == 0  # colour type 0: gray
+    return False
+
+
+def _shrunk(data: bytes, name: str, max_size: int, mode: str = "rgb") -> np.ndarray:
     """The image with its longer side ``max_size``, RGB, upright: resized (area filter) from the pixels as stored,
     decoded at the JPEG scale that keeps ``max_size``. At 1/f scale a side that is no multiple of f ends in a
     pixel covering fewer than f: resized as if the whole decoded image spanned the full sides, every pixel came
@@ -261,7 +272,7 @@ def _shrunk(data: bytes, name: str, max_size: int) -> np.ndarray:
 
     from datakit.io import _decode_image, _orient
 
-    stored, orientation = _decode_image(data, "rgb", max_size, name)
+    stored, orientation = _decode_image(data, mode, max_size, name)
     dh, dw = stored.shape[:2]
     info = _jpeg_size(data) if image_format(data) == "JPEG" else None
     full_h, full_w = info[:2] if info is not None and info[0] >= dh and info[1] >= dw else (dh, dw)

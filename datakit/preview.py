@@ -305,10 +305,10 @@ def preview(
     for k, i in enumerate(picks):
         img, target = ds[int(i)]
         rgb = _to_hwc_uint8(img)
-        if ds.mode == "bgr" and isinstance(img, np.ndarray) and rgb.ndim == 3:
-            # an OpenCV image left as read is BGR; a tensor is shown as RGB, torch's order, so one still in BGR
-            # (ToTensor() without bgr=True) shows its swap
-            rgb = rgb[..., ::-1]
+        if ds.mode in ("bgr", "unchanged") and isinstance(img, np.ndarray) and rgb.ndim == 3 and rgb.shape[2] >= 3:
+            # an OpenCV image left as read is BGR (BGRA unchanged: its alpha not drawn); a tensor is shown as RGB,
+            # torch's order, so one still in BGR (ToTensor() without bgr=True) shows its swap
+            rgb = rgb[..., 2::-1]
         h, w = rgb.shape[:2]
         s = tile / max(h, w)
         rgb = cv2.resize(rgb, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)

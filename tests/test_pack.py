@@ -1628,3 +1628,19 @@ def test_a_pack_names_its_samples_one_way_however_the_table_spells_the_paths(tmp
     assert main(["pack-lmdb", str(img), str(tmp_path / "f.lmdb"), "-q"]) == 0
     f = open_dataset(tmp_path / "f.lmdb").readers[0]
     assert sorted(f.name(k) for k in range(len(f))) == ["子/b.jpg", "子/x\\y.jpg"]
+
+
+def test_max_size_keeps_a_gray_image_gray(tmp_path: Path):
+    # the attack: `pack-lmdb --max-size 400` of a gray 800x600 JPEG (and gray PNG) stored a 3-channel JPEG: three
+    # times the pixels, and mode="unchanged" read H x W x 3 where the source gave H x W
+    from PIL import Image
+
+    (tmp_path / "src" / "c").mkdir(parents=True)
+    gray = np.random.default_rng(0).integers(0, 255, (600, 800), np.uint8)
+    Image.fromarray(gray, "L").save(tmp_path / "src" / "c" / "g.jpg")
+    Image.fromarray(gray, "L").save(tmp_path / "src" / "c" / "g.png")
+    Image.fromarray(np.dstack([gray] * 3), "RGB").save(tmp_path / "src" / "c" / "rgb.png")
+    assert main(["pack-lmdb", str(tmp_path / "src"), str(tmp_path / "p.lmdb"), "--max-size", "400", "-q"]) == 0
+    ds = open_dataset(tmp_path / "p.lmdb", mode="unchanged")
+    assert [ds[i][0].shape for i in range(len(ds))] == [(300, 400), (300, 400), (300, 400, 3)]
+    assert [probe_image(ds.read(i))[:2] for i in range(len(ds))] == [(300, 400)] * 3

@@ -276,3 +276,21 @@ def test_a_16_bit_dataset_read_unchanged_is_shown_on_the_8_bit_scale(tmp_path: P
     imwrite(tmp_path / "data" / "gray" / "a.png", np.full((64, 64), 40000, np.uint16))
     pv.preview(open_dataset(tmp_path / "data", mode="unchanged"), tmp_path / "grid.png", n=1)
     assert imread(tmp_path / "grid.png", "rgb")[40, 80].tolist() == [40000 >> 8] * 3
+
+
+def test_an_unchanged_mode_dataset_is_shown_in_its_colours(tmp_path: Path):
+    # the attack: open_dataset(..., mode="unchanged") gives BGR(A) arrays, and the contact sheet showed a red image
+    # blue (only mode="bgr" was turned to RGB)
+    from datakit import open_dataset
+
+    (tmp_path / "src" / "c").mkdir(parents=True)
+    red = np.zeros((64, 64, 3), np.uint8)
+    red[..., 0] = 255
+    Image.fromarray(red).save(tmp_path / "src" / "c" / "a.png")
+    Image.fromarray(np.dstack([red, np.full((64, 64), 255, np.uint8)]), "RGBA").save(tmp_path / "src" / "c" / "b.png")
+    for mode in ("unchanged", "bgr", "rgb"):
+        out = tmp_path / f"{mode}.png"
+        pv.preview(open_dataset(tmp_path / "src", mode=mode), out, n=2, overwrite=True)
+        sheet = np.asarray(Image.open(out).convert("RGB"))
+        tiles = [sheet[60, x] for x in range(sheet.shape[1]) if (sheet[60, x] != 32).any()]
+        assert tiles and all(tuple(t) == (255, 0, 0) for t in tiles), mode
