@@ -234,22 +234,13 @@ def check_dataset(
 
 def _pack_splits(ds) -> tuple[list[str], np.ndarray] | None:
     """(split names, each sample's split code, -1 for none) of a pack (or shards) with splits; None otherwise."""
+    from datakit.pack import _pack_splits as splits_of
     from datakit.sources import LmdbDataset
 
     if not isinstance(ds, LmdbDataset):
         return None
-    names: list[str] = []
-    codes = np.full(len(ds), -1, dtype=np.int64)
-    for k, r in enumerate(ds.readers):
-        rows = ds.shard[: len(ds)] == k
-        stored = r.records["split"][ds.local[: len(ds)][rows]].astype(np.int64)  # 0: none, s: splits[s - 1]
-        mine = np.full(len(stored), -1, dtype=np.int64)
-        for s, name in enumerate(r.meta.get("splits") or [], start=1):
-            if name not in names:
-                names.append(name)
-            mine[stored == s] = names.index(name)
-        codes[rows] = mine
-    return (names, codes) if names else None
+    names, ids = splits_of(ds)  # ids: 0 none, k the k-th name
+    return (names, ids.astype(np.int64) - 1) if names else None
 
 
 def _missing_line(ds: TableDataset, i: int) -> str | None:
