@@ -1003,7 +1003,12 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     try:
         if every_rank is not None and every_rank(args):
             created = _join_process_group()
-        return func(args)
+        code = func(args)
+        if created:  # no rank tears the group down while another still talks in it (gloo aborts at exit then)
+            import torch.distributed as dist
+
+            dist.barrier()
+        return code
     except DatakitError as exc:  # the type decides the exit code: UsageError 2, data errors 1
         if rank == 0 or exc.exit_code != UsageError.exit_code:  # every rank sees the same usage mistake
             print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
@@ -1011,6 +1016,13 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as exc:  # gloo's "Connection closed by peer": another rank stopped (its own line says why)
+        if not created or not any(w in str(exc) for w in ("Connection closed", "Connection reset", "gloo")):
+            raise
+        why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        why = re.sub(r"^\[[^\]]*\]\s*", "", why).split(". ")[0][:200]  # no "[.../gloo/pair.cc:561]", one sentence
+        print(f"{prog}: error{tag}: another rank stopped before this one finished ({why})", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -265,7 +265,13 @@ def compute_stats(
     if world > 1:
         hist, count = _all_reduce(hist, count)
     stats = Stats.from_histogram(hist, count, order)
-    if sample is not None and sample < n and world == 1:
+    if sample is not None and sample < n:
+        if world > 1:  # every rank's images, in the order one process reads them: the same errors as one process
+            import torch.distributed as dist
+
+            parts: list = [None] * world
+            dist.all_gather_object(parts, per_image)
+            per_image = dict(sorted((i, h) for part in parts for i, h in part.items()))
         stats.stderr_mean, stats.stderr_std = _bootstrap(per_image, seed)
     return stats
 

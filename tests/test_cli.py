@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -595,6 +596,26 @@ def test_two_ranks_print_one_json_document(class_folder: Path, tmp_path: Path):
     single = compute_stats(class_folder, workers=0)
     assert (doc["count"], doc["pixels"], doc["mean"], doc["std"]) == (12, single.pixels, single.mean, single.std)
     assert plot.read_bytes()[:4] == b"\x89PNG" and sorted(p.name for p in tmp_path.iterdir()) == ["hist.png", "数据 集"]
+
+
+def test_two_ranks_sampled_stats_are_one_process_s_and_a_rank_stopping_is_one_line(class_folder: Path):
+    # the attack: `torchrun ... stats --sample 50` left out the standard errors one process gives (the bootstrap ran
+    # with one rank only), 2 runs in 8 died at exit ("terminate called without an active exception", exit 1), and
+    # the rank whose peer failed on a bad image printed gloo's traceback
+    args = ("stats", class_folder, "--sample", "8", "--seed", "3", "--json", "--workers", "0")
+    one = subprocess.run([sys.executable, "-m", "datakit.cli", *map(str, args)], capture_output=True, text=True,
+                         env=_env(), timeout=180)  # fmt: skip
+    for _ in range(3):
+        r0, r1 = _two_ranks(*args)
+        assert (r0.returncode, r1.returncode, r0.stderr, r1.stderr) == (0, 0, "", "")
+        assert json.loads(r0.stdout) == json.loads(one.stdout) and "stderr_mean" in json.loads(r0.stdout)
+    bad = class_folder / "鸟" / "图片_3.png"
+    bad.write_bytes(bad.read_bytes()[:100])  # rank 1's share (samples 1, 3, ..., 11)
+    r0, r1 = _two_ranks("stats", class_folder, "--workers", "0")
+    assert (r0.returncode, r1.returncode) == (1, 1)
+    assert r1.stderr.splitlines() == [f"datakit stats: error (rank 1): sample 11: {bad}: truncated PNG (no IEND chunk)"]
+    assert re.fullmatch(r"datakit stats: error: another rank stopped before this one finished \(Connection closed by "
+                        r"peer \[127\.0\.0\.1\]:\d+\)\n", r0.stderr), r0.stderr  # fmt: skip
 
 
 def test_two_ranks_check_and_usage_error_said_once(class_folder: Path):
