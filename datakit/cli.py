@@ -204,6 +204,21 @@ def _world() -> int:
         return 1
 
 
+def _same_command(args: argparse.Namespace) -> None:
+    """Refuse ranks given different commands or options (launched by hand): each would wait for the others in
+    another collective, or blend two sources into one result."""
+    import torch.distributed as dist
+
+    mine = sorted((k, repr(v)) for k, v in vars(args).items() if k != "quiet" and not callable(v))
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    other = next((r for r, theirs in enumerate(every) if theirs != every[0]), None)
+    if other is not None:
+        differ = sorted({k for k, v in set(every[0]) ^ set(every[other])})
+        raise UsageError(f"rank {other} was given another command or options than rank 0 (they differ in "
+                         f"{', '.join(differ)}); give every rank the same command, as torchrun does")  # fmt: skip
+
+
 def _join_process_group() -> bool:
     """Under torchrun (WORLD_SIZE > 1, MASTER_ADDR set), join the ranks with gloo; True if this
     call created the group (the caller then destroys it)."""
@@ -1003,6 +1018,8 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     try:
         if every_rank is not None and every_rank(args):
             created = _join_process_group()
+            if created:
+                _same_command(args)
         code = func(args)
         if created:  # no rank tears the group down while another still talks in it (gloo aborts at exit then)
             import torch.distributed as dist

@@ -571,11 +571,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_ranks(*args: object) -> list[subprocess.CompletedProcess]:
-    """``python -m datakit.cli ARGS`` as torchrun starts it on two ranks (gloo on 127.0.0.1)."""
+def _two_ranks(*args: object, rank1: tuple | None = None) -> list[subprocess.CompletedProcess]:
+    """``python -m datakit.cli ARGS`` as torchrun starts it on two ranks (gloo on 127.0.0.1); ``rank1``: other
+    arguments for rank 1 (ranks launched by hand)."""
     port = str(_free_port())
     procs = [
-        subprocess.Popen([sys.executable, "-m", "datakit.cli", *map(str, args)],
+        subprocess.Popen([sys.executable, "-m", "datakit.cli", *map(str, rank1 if r and rank1 else args)],
                          env=_env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                                   MASTER_PORT=port),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -616,6 +617,19 @@ def test_two_ranks_sampled_stats_are_one_process_s_and_a_rank_stopping_is_one_li
     assert r1.stderr.splitlines() == [f"datakit stats: error (rank 1): sample 11: {bad}: truncated PNG (no IEND chunk)"]
     assert re.fullmatch(r"datakit stats: error: another rank stopped before this one finished \(Connection closed by "
                         r"peer \[127\.0\.0\.1\]:\d+\)\n", r0.stderr), r0.stderr  # fmt: skip
+
+
+def test_ranks_given_other_commands_are_refused(class_folder: Path, tmp_path: Path):
+    # the attack: ranks launched by hand with other sources blended them into one result (exit 0); `stats` on one
+    # rank and `check` on the other waited in two collectives until killed
+    other = tmp_path / "other"
+    shutil.copytree(class_folder, other)
+    for rank1, differ in [(("stats", other, "--size", "32x32"), "size, src"), (("check", class_folder), None)]:
+        r0, r1 = _two_ranks("stats", class_folder, rank1=rank1)
+        assert (r0.returncode, r1.returncode, r1.stderr) == (2, 2, "")
+        assert r0.stderr.startswith("datakit stats: error: rank 1 was given another command or options than rank 0 "
+                                    f"(they differ in {differ or ''}"), r0.stderr  # fmt: skip
+        assert r0.stderr.endswith("); give every rank the same command, as torchrun does\n")
 
 
 def test_two_ranks_check_and_usage_error_said_once(class_folder: Path):
