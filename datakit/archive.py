@@ -367,13 +367,13 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ratio: float) -> int:
+def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ratio: float) -> tuple[int, int]:
     """Refuse an archive whose declared sizes break the budget, before anything is written.
 
     Three limits, none of which can be sidestepped by splitting the payload into many members:
     the declared total, the ratio of each member of 1 MiB or more, and the ratio of the whole
     archive (all declared bytes over all compressed bytes) once it declares 1 MiB or more.
-    Returns the declared total.
+    Returns the declared total and the number of folders extraction makes.
     """
     refuse_overlaps(archive, members)  # first: it also refuses compressed sizes the file cannot hold
     files = [m for m in members if not m.is_dir]
@@ -414,7 +414,7 @@ def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ra
             f"{_size(total)} of files, from a {_size(size)} archive: {room / max(1, size):.0f}:1, over the limit of "
             f"{max_ratio:.0f}:1 (a bomb of folders?; raise it with --max-ratio)"
         )
-    return total
+    return total, folders
 
 
 _FOLDER_BYTES = 4096  # what a folder takes on disk: one block
@@ -707,7 +707,7 @@ def unzip(
     with _open_zip(archive) as zf:
         members, guess = read_members(archive, encoding, zf=zf)
         report = ExtractReport(encoding=guess)
-        total = _check_budget(archive, members, max_total, max_ratio)
+        total, folders = _check_budget(archive, members, max_total, max_ratio)
         made = [p for p in [dest_path.absolute(), *dest_path.absolute().parents] if not os.path.lexists(p)]
         try:
             dest_path.mkdir(parents=True, exist_ok=True)
@@ -719,7 +719,7 @@ def unzip(
         if not os.access(dest_path, os.W_OK | os.X_OK):  # one line now, not one per member below
             raise UsageError(f"{dest}: not writable; cannot extract into it")
         free = shutil.disk_usage(dest_path).free
-        need = total + _FOLDER_BYTES * _count_folders(members)
+        need = total + _FOLDER_BYTES * folders
         if need > free:  # a rerun: the files and folders already there need no room again
             total -= _already_there(dest_path, members)
             need = total + _FOLDER_BYTES * _count_folders(members, dest_path)
