@@ -1079,13 +1079,9 @@ def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, op
     twins = [(c, nfc[unicodedata.normalize("NFC", c)]) for c in unknown if unicodedata.normalize("NFC", c) in nfc]
     if twins:  # the same name typed on Windows (NFC) and copied from macOS (NFD): they look alike, they differ
         c, g = twins[0]
-        line += (f"; {c!r} ({_form(c)}: {ascii(c)}) is {g!r} of the classes given in another Unicode form "
-                 f"({_form(g)}: {ascii(g)}): write both one way")  # fmt: skip
+        line += (f"; {c!r} ({_unicode_form(c)}: {ascii(c)}) is {g!r} of the classes given in another Unicode form "
+                 f"({_unicode_form(g)}: {ascii(g)}): write both one way")  # fmt: skip
     return line
-
-
-def _form(s: str) -> str:
-    return "NFC" if unicodedata.is_normalized("NFC", s) else "NFD" if unicodedata.is_normalized("NFD", s) else "mixed"
 
 
 def given_classes(classes) -> list[str]:
