@@ -1204,7 +1204,8 @@ def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column
 # what a missing or failed cell becomes when a table is exported: Excel's error values, pandas' markers
 _EXCEL_ERRORS = frozenset({"#N/A", "#N/A N/A", "#NA", "#VALUE!", "#REF!", "#DIV/0!", "#NUM!", "#NAME?", "#NULL!",
                            "#SPILL!", "#CALC!", "#GETTING_DATA"})  # fmt: skip
-_NOT_A_LABEL = _EXCEL_ERRORS | {"NaN", "nan", "<NA>"}
+# and what a program writes for a value it did not have: Python's None, SQL's NULL, a database dump's \\N
+_NOT_A_LABEL = _EXCEL_ERRORS | {"NaN", "nan", "<NA>", "None", "NULL", "null", "\\N", "N/A", "n/a"}
 
 
 def _marker_problem(file: str, label: str) -> str:
@@ -1214,7 +1215,7 @@ def _marker_problem(file: str, label: str) -> str:
 
 def _parse_grid(
     grid: Sequence[Sequence[object]], head: _Header, *, sheet: str, where: str, problems: list,
-    order: int, split_column: str | None, cell_note=None, notes: list | None = None,
+    order: int, split_column: str | None, cell_note=None, notes: list | None = None, cell_error=None,
 ) -> _Part:  # fmt: skip
     """Rows under ``head`` as a part; blank files or labels become problems, wholly empty rows vanish."""
     files: list[str] = []
@@ -1231,6 +1232,8 @@ def _parse_grid(
         f = row[fcol] if fcol < len(row) else None
         lab = row[lcol] if lcol is not None and lcol < len(row) else None
         rownum = r + 1
+        if _blank(lab) and not _blank(f) and cell_error is not None:  # calamine reads '#N/A' as empty: the cell's own
+            lab = cell_error(rownum, lcol) or lab
         if _blank(f) and _blank(lab):
             note = cell_note(rownum, fcol) if cell_note is not None else None
             if note is None and lcol is not None and cell_note is not None:
@@ -1378,32 +1381,62 @@ def _declared_rows(path: Path, sheet: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _formula_cells(path: Path, sheet: str) -> dict[tuple[int, int], str]:
-    """{(row, column index): formula} for the cells of ``sheet`` that hold a formula without a saved value."""
-    import html
-    import zipfile
+def _cell_ref(letters: str) -> int:
+    col = 0
+    for ch in letters:
+        col = col * 26 + ord(ch) - 64
+    return col - 1
 
-    try:
-        with zipfile.ZipFile(path) as z:
-            target = _sheet_member(z, sheet)
-            if target is None:
-                return {}
-            xml = z.read(target).decode("utf-8")
-    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
-        return {}
-    out = {}
-    for m in re.finditer(r'<c\b[^>]*\br="([A-Z]+)(\d+)"[^>]*?(?:/>|>(.*?)</c>)', xml, re.S):
-        inner = m.group(3) or ""
-        if "<f" not in inner:
-            continue
-        value = re.search(r"<v>([^<]+)</v>", inner)
-        if value is None:
-            col = 0
-            for ch in m.group(1):
-                col = col * 26 + ord(ch) - 64
-            formula = re.search(r"<f[^>]*>([^<]*)</f>", inner)
-            out[(int(m.group(2)), col - 1)] = html.unescape(formula.group(1)) if formula else ""
-    return out
+
+class _CellNotes:
+    """Why cells of one sheet that Excel shows with a value read as empty: a formula without a saved value, an
+    error value (``#N/A``), a cell under a merged one (only the merged range's first cell holds its value)."""
+
+    def __init__(self, path: Path, sheet: str) -> None:
+        import html
+        import zipfile
+
+        self.formulas: dict[tuple[int, int], str] = {}
+        self.errors: dict[tuple[int, int], str] = {}
+        self.merged: list[tuple[int, int, int, int, str]] = []  # first row, first column, last row, last column
+        try:
+            with zipfile.ZipFile(path) as z:
+                target = _sheet_member(z, sheet)
+                if target is None:
+                    return
+                xml = z.read(target).decode("utf-8")
+        except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
+            return
+        for m in re.finditer(r'<c\b([^>]*?)\br="([A-Z]+)(\d+)"([^>]*?)(?:/>|>(.*?)</c>)', xml, re.S):
+            inner = m.group(5) or ""
+            key = (int(m.group(3)), _cell_ref(m.group(2)))
+            value = re.search(r"<v>([^<]+)</v>", inner)
+            if re.search(r'\bt="e"', m.group(1) + m.group(4)) and value is not None:
+                self.errors[key] = html.unescape(value.group(1))
+            elif "<f" in inner and value is None:
+                formula = re.search(r"<f[^>]*>([^<]*)</f>", inner)
+                self.formulas[key] = html.unescape(formula.group(1)) if formula else ""
+        for m in re.finditer(r'<mergeCell\b[^>]*\bref="([A-Z]+)(\d+):([A-Z]+)(\d+)"', xml):
+            r0, c0, r1, c1 = int(m.group(2)), _cell_ref(m.group(1)), int(m.group(4)), _cell_ref(m.group(3))
+            self.merged.append((r0, c0, r1, c1, f"{m.group(1)}{m.group(2)}:{m.group(3)}{m.group(4)}"))
+
+    def rows(self) -> set[int]:
+        return {r for r, _ in self.formulas} | {r for r, _ in self.errors}
+
+    def __call__(self, row: int, col: int) -> str | None:
+        cell = f"{_column_letter(col)}{row}"
+        f = self.formulas.get((row, col))
+        if f is not None:
+            return (f"cell {cell} holds a formula (={f}) with no saved value; open the file in Excel and save it, "
+                    "so the values are stored")  # fmt: skip
+        e = self.errors.get((row, col))
+        if e is not None:
+            return f"cell {cell} holds {e!r}, an Excel error value, not a name"
+        for r0, c0, r1, c1, ref in self.merged:
+            if r0 <= row <= r1 and c0 <= col <= c1 and (row, col) != (r0, c0):
+                return (f"cell {cell} is part of the merged cell {ref}, whose value only its first cell holds; "
+                        "unmerge the cells and fill the value into every row")  # fmt: skip
+        return None
 
 
 def _column_letter(col: int) -> str:
@@ -1498,23 +1531,26 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             continue
         if head.at < 0:
             notes.append(f"{where}: no header row; column A read as files, column B as labels")
-        formulas: dict | None = None
+        cells: _CellNotes | None = None
 
         def cell_note(row: int, col: int, _name=sh.name) -> str | None:
-            nonlocal formulas
-            if formulas is None:
-                formulas = _formula_cells(path, _name)
-            f = formulas.get((row, col))
-            if f is None:
-                return None
-            return (f"cell {_column_letter(col)}{row} holds a formula (={f}) with no saved value; open the file in "
-                    "Excel and save it, so the values are stored")  # fmt: skip
+            nonlocal cells
+            if cells is None:
+                cells = _CellNotes(path, _name)
+            return cells(row, col)
+
+        def cell_error(row: int, col: int, _name=sh.name) -> str | None:
+            nonlocal cells
+            if cells is None:
+                cells = _CellNotes(path, _name)
+            return cells.errors.get((row, col))
 
         part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order,
-                           split_column=split_column, cell_note=cell_note, notes=notes)  # fmt: skip
+                           split_column=split_column, cell_note=cell_note, notes=notes,
+                           cell_error=cell_error)  # fmt: skip
         if _declared_rows(path, sh.name) > len(grid):  # trailing rows read as empty: formulas without values?
             cell_note(0, 0)  # loads the sheet's formula cells
-            for row in sorted({r for r, _ in formulas or {} if r > len(grid)}):
+            for row in sorted({r for r in cells.rows() if r > len(grid)}):
                 note = cell_note(row, head.fcol) or (cell_note(row, head.lcol) if head.lcol is not None else None)
                 if note:
                     problems.append(((order, row), f"{where}, row {row}: {note}"))
@@ -1637,6 +1673,11 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
         buf = raw[3:]
     else:
         buf = text.encode("utf-8", "surrogateescape")
+    if b"\n\xef\xbb\xbf" in buf:  # a byte-order mark starting a line: files saved with one, joined (copy /b a+b)
+        line = buf.count(b"\n", 0, buf.index(b"\n\xef\xbb\xbf")) + 2
+        notes.append(f"{path}, line {line}: a byte-order mark starts the line (files joined?): read without it")
+        buf = buf.replace(b"\n\xef\xbb\xbf", b"\n")
+        text = text.replace("\n\ufeff", "\n") if text is not None else None
     if b"\r" in buf and b"\n" not in buf:  # a classic Mac file: lines end in CR alone
         buf = buf.replace(b"\r", b"\n")
         text = text.replace("\r", "\n") if text is not None else None
@@ -2049,6 +2090,17 @@ def read_labels(
         parts, enc = _read_text(path, raw, encoding=encoding, sep=sep, file_column=file_column,
                                 label_column=label_column, split_column=split_column, problems=problems,
                                 notes=notes)  # fmt: skip
+    elif suffix == ".xls":  # Excel 97-2003, or the HTML table a web system exports under that name
+        with open(path, "rb") as f:
+            head = f.read(512)
+        if head.startswith(_OLE_MAGIC):
+            raise LabelError(f"{path}: an Excel 97-2003 (.xls) workbook, which datakit does not read; open it in "
+                             "Excel and save it as .xlsx")  # fmt: skip
+        if re.search(rb"<(?:html|table|meta|!doctype)", head.lower()):
+            raise LabelError(f"{path}: a web page (HTML) under an .xls name, as web systems export tables; open it "
+                             "in Excel and save it as .xlsx")  # fmt: skip
+        raise LabelError(f"{path}: not an Excel 97-2003 workbook, nor a table datakit reads (expected "
+                         f"{_TABLE_SUFFIXES}); save it as .xlsx")  # fmt: skip
     else:
         raise NotATable(f"{path}: not a label table (expected {_TABLE_SUFFIXES})")
     if split is not None:  # a split column: another split's blank cell is that split's problem

@@ -35,12 +35,14 @@ from datakit.filenames import json_text
 from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
     EXCEL_SUFFIXES,
+    LABEL_COLUMNS,
     TEXT_SUFFIXES,
     ClassMap,
     LabelError,
     LabelTable,
     NotADataset,
     StringArray,
+    _norm,
     _unicode_form,
     read_labels,
     resolve_path,
@@ -1084,6 +1086,23 @@ def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, op
     return line
 
 
+def _class_lines(path: Path, text: str) -> list[str]:
+    """A text file's class names, one a line in index order; ``#`` lines are comments, as in a label list. A
+    first line that is a label column's name (a column copied with its header) is refused: read as class 0, it
+    would move every class one index on."""
+    names = []
+    for number, line in enumerate(text.splitlines(), 1):
+        name = line.strip()
+        if not name or name.startswith("#"):
+            continue
+        if not names and _norm(name) in {_norm(k) for k in LABEL_COLUMNS}:
+            raise LabelError(f"{path}, line {number}: {name!r} is a column's name (a header copied with the "
+                             "column?), not a class; the file holds one class name a line, class 0 first: remove "
+                             "the line")  # fmt: skip
+        names.append(name)
+    return names
+
+
 def given_classes(classes) -> list[str]:
     """The class list ``classes=`` names: a sequence of names, a dataset or :class:`ClassMap` (its
     ``classes``), an LMDB pack (its ``classes.json``), a ``.json`` file (a list, or a pack's
@@ -1129,7 +1148,7 @@ def given_classes(classes) -> list[str]:
             if not isinstance(obj, list):
                 raise UsageError(f'{path}: expected a list of class names or {{"classes": [...]}}')
             return [str(c) for c in obj]
-        return [line.strip() for line in text.splitlines() if line.strip()]
+        return _class_lines(path, text)
     if isinstance(classes, Sequence):
         return [str(c) for c in classes]
     raise UsageError(

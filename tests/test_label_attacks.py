@@ -342,3 +342,91 @@ def test_excel_text_formulas_in_a_csv_are_read_as_their_text(tmp_path: Path):
     )  # ="say ""hi""": say "hi"
     ds = open_dataset(img, labels=tmp_path / "n.csv")
     assert (ds.classes, ds.targets.tolist()) == (["cat", 'say "hi"'], [0, 0, 1])
+
+
+def test_tables_saved_with_a_byte_order_mark_and_joined_keep_their_classes(tmp_path: Path):
+    # the attack: two CSVs saved by Excel ("CSV UTF-8", or "Unicode text") joined with copy /b: the second header
+    # starts with a byte-order mark, was read as a row labelled '标签', a third class, and moved every index on
+    img = images(tmp_path / "img", "a.jpg", "b.jpg", "c.jpg", "d.jpg")
+    part1 = "文件名,标签\r\na.jpg,猫\r\nb.jpg,狗\r\n"
+    part2 = "文件名,标签\r\nc.jpg,猫\r\nd.jpg,狗\r\n"
+    (tmp_path / "u8.csv").write_bytes(b"\xef\xbb\xbf" + part1.encode() + b"\xef\xbb\xbf" + part2.encode())
+    (tmp_path / "u16.txt").write_bytes(
+        part1.replace(",", "\t").encode("utf-16") + part2.replace(",", "\t").encode("utf-16")
+    )
+    for name in ("u8.csv", "u16.txt"):
+        table = read_labels(tmp_path / name)
+        assert table.notes == [f"{tmp_path / name}, line 4: a byte-order mark starts the line (files joined?): "
+                               "read without it",
+                               f"{tmp_path / name}, line 4: the header line again (tables joined?): skipped"]  # fmt: skip
+        ds = open_dataset(img, labels=tmp_path / name)
+        assert (ds.classes, ds.targets.tolist()) == (["狗", "猫"], [1, 0, 1, 0])
+
+
+def test_a_classes_file_skips_comments_and_refuses_a_header_line(tmp_path: Path):
+    # the attack: a classes .txt starting with '# 类别列表', or with the column's header '类别' copied with it, made
+    # that line class 0 and moved every class one index on
+    img = images(tmp_path / "img", "a.jpg", "b.jpg")
+    (tmp_path / "l.csv").write_text("file,label\na.jpg,猫\nb.jpg,狗\n", encoding="utf-8")
+    (tmp_path / "comment.txt").write_bytes("# 类别列表\r\n鸟\r\n猫\r\n狗\r\n".encode("gbk"))
+    ds = open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "comment.txt")
+    assert (ds.classes, ds.targets.tolist()) == (["鸟", "猫", "狗"], [1, 2])
+    (tmp_path / "header.txt").write_bytes("类别\r\n鸟\r\n猫\r\n狗\r\n".encode("gbk"))
+    want = (f"{tmp_path / 'header.txt'}, line 1: '类别' is a column's name (a header copied with the column?), not "
+            "a class; the file holds one class name a line, class 0 first: remove the line")  # fmt: skip
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "header.txt")
+    assert str(e.value) == want
+    out = tmp_path / "p.lmdb"
+    args = [str(img), str(out), "--labels", str(tmp_path / "l.csv"), "--classes", str(tmp_path / "header.txt"), "-q"]
+    assert main(["pack-lmdb", *args]) == 1
+    assert not out.exists()
+
+
+def test_none_null_and_database_nulls_are_not_class_names(tmp_path: Path):
+    # the attack: f"{path},{label}" with label None, or a database export's NULL and \N, were three classes
+    path = tmp_path / "l.csv"
+    path.write_text("file,label\na.jpg,cat\nb.jpg,None\nc.jpg,NULL\nd.jpg,\\N\ne.jpg,dog\n", encoding="utf-8")
+    table = read_labels(path, validate=False)
+    assert table.problems() == [
+        f"{path}, line {n}: file {f!r} has no label (the cell holds {v!r}, a missing-value marker, not a class name)"
+        for n, f, v in ((3, "b.jpg", "None"), (4, "c.jpg", "NULL"), (5, "d.jpg", "\\N"))
+    ]
+    assert table.class_map().classes == ("cat", "dog")
+
+
+def test_cells_under_a_merged_label_are_named_as_such(tmp_path: Path):
+    # the attack: one label cell merged over each class's rows, as people lay a sheet out: every row but the first
+    # of each was "has no label", where Excel shows them labelled
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    for row in (["文件名", "标签"], ["a.jpg", "猫"], ["b.jpg", None], ["c.jpg", "狗"], ["d.jpg", None]):
+        ws.append(row)
+    ws.merge_cells("B2:B3")
+    ws.merge_cells("B4:B5")
+    wb.save(tmp_path / "m.xlsx")
+    fix = "whose value only its first cell holds; unmerge the cells and fill the value into every row"
+    for engine in ("calamine", "openpyxl"):
+        assert read_labels(tmp_path / "m.xlsx", validate=False, engine=engine).problems() == [
+            f"{tmp_path / 'm.xlsx'}, sheet 'train', row 3: cell B3 is part of the merged cell B2:B3, {fix}",
+            f"{tmp_path / 'm.xlsx'}, sheet 'train', row 5: cell B5 is part of the merged cell B4:B5, {fix}",
+        ]
+
+
+def test_an_xls_file_is_named_for_what_it_is(tmp_path: Path, capsys):
+    # the attack: a real .xls, or the HTML table a web system exports as .xls, was "not a label table" (exit 2)
+    img = images(tmp_path / "img", "a.jpg")
+    (tmp_path / "old.xls").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))
+    (tmp_path / "web.xls").write_text("<html><body><table><tr><td>文件名</td></tr></table></body></html>", "utf-8")
+    assert main(["check", str(img), "--labels", str(tmp_path / "old.xls")]) == 1
+    assert main(["check", str(img), "--labels", str(tmp_path / "web.xls")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"datakit check: error: {tmp_path / 'old.xls'}: an Excel 97-2003 (.xls) workbook, which datakit does not "
+        "read; open it in Excel and save it as .xlsx",
+        f"datakit check: error: {tmp_path / 'web.xls'}: a web page (HTML) under an .xls name, as web systems export "
+        "tables; open it in Excel and save it as .xlsx",
+    ]
