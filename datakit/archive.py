@@ -15,9 +15,11 @@ import os
 import posixpath
 import re
 import shutil
+import signal
 import stat
 import struct
 import sys
+import threading
 import time
 import zipfile
 import zlib
@@ -53,6 +55,17 @@ DEFAULT_MAX_MEMBER = 1 << 30  # per member read in place: held in memory whole
 _RATIO_MIN_SIZE = 1 << 20  # tiny members compress absurdly well without being bombs
 _CHUNK = 1 << 20
 _Zlib = type(zlib.decompressobj())
+
+
+def _link_text(raw: bytes, m: ZipMember) -> str:
+    """A symbolic link member's target, in the encoding its own name was read in: the tool that stored the
+    name as GBK bytes stored the target so too; UTF-8 where the bytes are no text in that encoding but are
+    UTF-8, and for flagged names. Bytes that are no text in either become U+FFFD."""
+    if m.name_source in ("utf-8 flag", "unicode path field", "ascii", "utf-8") or raw.isascii():
+        return raw.decode("utf-8", errors="replace")
+    if not decodes(raw, m.name_source) and decodes(raw, "utf-8", windows=False):
+        return raw.decode("utf-8")  # no text in the names' encoding, and UTF-8 (a tool of another locale wrote it)
+    return decode_name(raw, m.name_source)
 
 
 @dataclass(frozen=True)
@@ -199,6 +212,8 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
         raise
     except IsADirectoryError:
         raise UsageError(f"{path}: is a directory, not a zip archive") from None
+    except PermissionError:
+        raise ArchiveError(f"{path}: cannot be read (permission denied)") from None
     except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else
         raw = exc.object[max(0, exc.start - 8) : exc.end + 8]
         raise ArchiveError(f"{path}: a member name is flagged UTF-8 but is not UTF-8 (bytes {raw.hex(' ')}): "
@@ -778,6 +793,10 @@ def unzip(
                                        "(the zip read in place refuses the name)")  # fmt: skip
                     fd = tree.folder(parts[:-1])
                     st = _lstat(name, fd)
+                    if st is not None and stat.S_ISDIR(st.st_mode):  # --overwrite would not replace it either
+                        mine = any(k.startswith(f"{rel}/") for k in paths)
+                        why = "a folder of the archive's own members" if mine else "a folder"
+                        raise _Refused(f"{_printable(dest_path / rel)} is {why}; not replaced by a file")
                     if st is not None:
                         try:
                             same = _same_file(fd, name, m)
@@ -788,7 +807,10 @@ def unzip(
                                 msg = f"{shown} exists and {why}; not overwritten (use --overwrite)"
                                 raise _Refused(msg) from None
                             same = False
-                        if same:
+                        if same:  # a part left by a run killed between putting it in place and removing it
+                            tmp = _temp_name(name, m)
+                            if "/".join([*parts[:-1], tmp]) not in paths:
+                                _remove_stale_part(tmp, fd, m.file_size)
                             report.unchanged.append(rel)
                             if progress:
                                 progress(m.file_size)
@@ -796,8 +818,6 @@ def unzip(
                         if not overwrite:
                             raise _Refused(f"{_printable(dest_path / rel)} exists and differs; not overwritten "
                                            "(use --overwrite)")  # fmt: skip
-                        if stat.S_ISDIR(st.st_mode):
-                            raise _Refused(f"{_printable(dest_path / rel)} is a folder; not replaced by a file")
                     if _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths, overwrite):
                         report.extracted.append(rel)
                     else:  # the same file put there meanwhile, by another extraction into a folder around this one
@@ -854,7 +874,7 @@ class _Inflating:
 
         raw = copy.copy(info)
         raw.compress_type, raw.file_size, raw.CRC = zipfile.ZIP_STORED, info.compress_size, None
-        self.raw = zf.open(raw)
+        self.raw = _zip_open(zf, raw)
         self.info = info
         self.crc = 0
         self.done = False
@@ -935,7 +955,30 @@ def _open_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
     """A member's data as a file to ``read(n)`` from, never inflating much past ``n`` at once."""
     if info.compress_type in (zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
         return _Inflating(zf, info)
-    return zf.open(info)  # stored
+    return _zip_open(zf, info)  # stored
+
+
+def _zip_open(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
+    """``zf.open(info)``, also for a member whose local header names it otherwise than the central directory
+    where the name came from the local header (a Unicode Path field matching the local name, the writer
+    having changed the central one after: libarchive's ``test_read_format_zip_7075_utf8_paths.zip``)."""
+    try:
+        return zf.open(info)
+    except zipfile.BadZipFile as exc:
+        if "File name in directory" not in str(exc) or zf.filename is None:
+            raise
+        if _local_unicode_path(zf.filename, info, info.extra) is None:
+            raise
+        with open(zf.filename, "rb") as f:
+            f.seek(info.header_offset)
+            head = f.read(30)
+            local = f.read(struct.unpack_from("<H", head, 26)[0])
+        import copy
+
+        same = copy.copy(info)
+        legacy = getattr(zf, "metadata_encoding", None) or "cp437"
+        same.orig_filename = local.decode("utf-8" if same.flag_bits & 0x800 else legacy)
+        return zf.open(same)
 
 
 # what reading a damaged member raises: a bad stream, an unknown method, lzma's bad properties, a local
@@ -1003,10 +1046,16 @@ def _extract_file(
     # this one, which its lock does not cover) is writing that part now: a name of this run's own
     if "/".join([*rel.split("/")[:-1], tmp]) in members or not _remove_stale_part(tmp, fd, m.file_size):
         tmp = f".{os.urandom(8).hex()}{_PART}"
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=fd)
-    _flock(out)  # held while the part is written and put in place: it is nobody's leftover
+    held = _hold_interrupts()  # a Ctrl-C between the part's creation and the try below would leave it behind
+    try:
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=fd)
+    except BaseException:
+        _release_interrupts(held)
+        raise
     written = 0
     try:
+        _release_interrupts(held)  # a Ctrl-C that came meanwhile is raised here, where the part is removed
+        _flock(out)  # held while the part is written and put in place: it is nobody's leftover
         with _open_member(zf, info) as src, open(out, "wb", closefd=False) as dst:
             while chunk := src.read(_CHUNK):
                 written += len(chunk)
@@ -1020,7 +1069,9 @@ def _extract_file(
                 raise zipfile.BadZipFile(f"holds {written} bytes but declares {m.file_size}")
             dst.flush()
             if m.unix_mode is not None and stat.S_IMODE(m.unix_mode):
-                os.fchmod(dst.fileno(), stat.S_IMODE(m.unix_mode) & 0o777)
+                # the owner keeps reading and writing it (0o200, 0o000 stored): a second run compares it, a
+                # training job reads it
+                os.fchmod(dst.fileno(), stat.S_IMODE(m.unix_mode) & 0o777 | 0o600)
             t = _mtime(m)
             if t is not None:
                 os.utime(dst.fileno(), (t, t))
@@ -1037,6 +1088,18 @@ def _extract_file(
         raise
     finally:
         os.close(out)
+
+
+def _hold_interrupts() -> object:
+    """SIGINT blocked in this thread (the main one: where Python raises KeyboardInterrupt); what to restore."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _release_interrupts(held: object) -> None:
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _flock(fd: int) -> bool | None:
@@ -1123,7 +1186,7 @@ def _extract_symlink(
 ) -> None:
     if m.file_size > _MAX_LINK:
         raise _Refused(f"symlink target of {m.file_size} bytes is longer than any real path; not created")
-    link = _read_bounded(zf, info, m.file_size).decode("utf-8", errors="replace")  # a bomb behind 12 bytes: no
+    link = _link_text(_read_bounded(zf, info, m.file_size), m)  # a bomb behind 12 bytes: no
     parts = rel.split("/")
     if os.path.isabs(link) or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
         raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
@@ -1305,7 +1368,20 @@ class ZipReader:
         # by the path each name spells (``./cat/1.png``, ``cat//1.png`` and ``cat/1.png`` are one), as on disk
         self._by_name: dict[str, int] = {}
         for m in self.members:  # the first copy of a name stored twice, as unzip-gbk writes it
-            self._by_name.setdefault(member_path(m.name), m.index)
+            path = member_path(m.name)
+            if ".." not in m.name.replace("\\", "/").split("/"):  # 'cat/../dog/1.png': refused there
+                self._by_name.setdefault(path, m.index)
+        # a name that is also a folder's ('cat/x.png' beside 'cat/x.png/3.png'): which one unzip-gbk wrote, the
+        # archive's order decides (lookup, through the tree)
+        folders: set[str] = set()
+        todo = {n.rpartition("/")[0] for n in self._by_name} | {member_path(m.name) for m in members if m.is_dir}
+        while todo:
+            here = todo.pop()
+            if here and here not in folders:
+                folders.add(here)
+                todo.add(here.rpartition("/")[0])
+        for shadowed in folders & self._by_name.keys():
+            del self._by_name[shadowed]
         # names stored twice (a file added again: the first copy stays): which copy is meant cannot be told
         self.twice: set[str] = set()
         if len(self._by_name) < len(self.members):  # the same bytes twice are one file, as unzip-gbk writes them
@@ -1403,9 +1479,11 @@ class ZipReader:
         if m.file_size > _MAX_LINK:
             return None
         try:
-            link = self.read_index(m.index).decode("utf-8")
-        except (UnicodeDecodeError, ValueError, OSError):
+            link = _link_text(self.read_index(m.index), m)
+        except (ValueError, OSError):
             return None
+        if "\ufffd" in link:
+            return None  # bytes that are no text in the names' encoding: unzip-gbk's link leads to nothing
         if link.startswith("/") or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
             return None  # unzip-gbk makes no link out of the target
         if "\\" in link:

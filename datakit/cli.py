@@ -1126,12 +1126,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def unzip_gbk_main(argv: Sequence[str] | None = None) -> int:
     """``unzip-gbk ARCHIVE [-d DIR] [-l] [--encoding auto|gbk|...]``"""
-    _quiet_native_logs()
-    parser = _Parser(prog="unzip-gbk", description="Extract a zip whose names are GBK (or Big5, CP932...), safely.",
-                     epilog="example:\n" + _UNZIP_EXAMPLE,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    _add_unzip_args(parser)
-    return _run(cmd_unzip, parser.parse_args(argv), "unzip-gbk")
+    try:  # Ctrl-C while the parser is built (it imports the archive code): one line, as for datakit's commands
+        _quiet_native_logs()
+        parser = _Parser(prog="unzip-gbk", description="Extract a zip whose names are GBK (or Big5, CP932...), "
+                         "safely.", epilog="example:\n" + _UNZIP_EXAMPLE,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        _add_unzip_args(parser)
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("unzip-gbk: interrupted", file=sys.stderr)
+        return 130
+    return _run(cmd_unzip, args, "unzip-gbk")
 
 
 if __name__ == "__main__":

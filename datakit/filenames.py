@@ -84,7 +84,7 @@ CANDIDATES = (
     ("koi8_r", "unix"),
 )
 # "version made by" host numbers (APPNOTE 4.4.2): which hosts write OEM code pages
-_OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "big5", "cp932", "cp949"})
+_OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "gb18030", "big5", "cp932", "cp949"})
 _DOS_HOSTS = {0, 6, 11, 14}  # MS-DOS/FAT, OS/2 HPFS, NTFS, VFAT
 _UNIX_HOSTS = {3, 19}  # Unix, OS X
 AMBIGUITY_MARGIN = 0.12
@@ -112,6 +112,22 @@ _HANZI_COMMON = (
     "册规范标准流程方案报价合同协议证明执照营业登记申请审批决定通知公告会议纪要总结汇报年度季月周日早晚春夏秋冬节假日期"
     "红黄蓝绿白黑色彩光影像素尺寸大小高宽长度重量温度颜形状体积面积地址电话邮箱号码账户密码用户名称姓男女老少儿童学生教师"
     "班级成绩分数考试题答案作业练习实验数学语英物理化生历史政治体育美术音信息技术课件讲义复习资料库存货物流快递包裹"
+)
+# people's names, which photos and documents are named after: the common surnames and given-name characters
+_NAMES_SIMPLIFIED = (
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜崔钟谭陆"
+    "汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤伟芳娜敏静丽强磊军洋勇艳杰娟"
+    "涛明超秀霞平刚桂英华玉萍红兰凤梅琳晶燕飞鹏辉宇浩然子轩梓涵欣怡佳琪雨晨思博文俊峰志鑫鸿婷雪倩颖慧嘉豪建国庆春"
+)
+_NAMES_TRADITIONAL = (
+    "陳楊黃趙吳劉張鄭謝許韓馮鄧蕭葉蘇魏呂盧鍾譚陸範賈韋鄒孫馬羅蔣蔡餘閆龍賀顧龔萬錢嚴湯偉芳娜敏靜麗強磊軍洋勇豔傑娟"
+    "濤剛桂華萍蘭鳳琳晶燕飛鵬輝宇浩軒涵欣怡佳琪雨晨思博俊峰誌鑫鴻婷雪倩穎慧嘉豪建國慶"
+)
+# Japanese: the commonest surnames' and given names' kanji, and everyday words of file names
+_KANJI_COMMON = (
+    "佐藤鈴木高橋田中伊渡辺山本村小林加吉松井清水崎森池阿部石川前後岡長坂野上遠斎斉原西太郎次子美恵香奈愛結菜翔輝"
+    "真写画像資料会社東京大阪京都名古屋横浜神戸福岡札幌仙台広島旅行休冬春秋桜猫犬鳥花見和平正健誠直樹智雄幸浩"
+    "宮島谷内藤橋本酒井工菊地武竹千葉北海道沖縄縄県市区町駅店様報告書請求領収書類提出議事録案内予定表"
 )
 _HANZI_COMMON_TRAD = (
     "的一是不了人我在有他這為之大來以個中上們到說國和地也子時道出而要於就下得可你年生自會那後能對著事其裡所去行過家十用"
@@ -162,8 +178,8 @@ def _script(ch: str) -> str:
         return "cyrillic"
     if 0x0370 <= o <= 0x03FF:
         return "greek"
-    if 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF:
-        return "han"
+    if 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x3134F:
+        return "han"  # the unified ideographs, extension A, compatibility, extensions B-G (GB18030's 4-byte ones)
     if 0x3040 <= o <= 0x30FF:
         return "kana"
     if 0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:
@@ -190,6 +206,8 @@ def _han_score(ch: str, enc: str) -> float:
             return 1.0
         if enc == "utf-8":
             return 0.5
+        if not _encodes(ch, "gbk"):  # GB18030's own (䶮, 𠮷): rare characters, in people's names above all
+            return 0.5
         b = ch.encode("gbk")
         return 0.7 if 0xB0 <= b[0] <= 0xD7 else 0.3 if 0xD8 <= b[0] <= 0xF7 else 0.0
     if enc == "big5":
@@ -199,7 +217,7 @@ def _han_score(ch: str, enc: str) -> float:
             return 0.2
         return 0.7 if 0xA4 <= ch.encode("big5")[0] <= 0xC6 else 0.2
     if enc == "cp932":
-        if ch in _SIMPLIFIED or ch in _TRADITIONAL:
+        if ch in _JAPANESE or ch in _SIMPLIFIED or ch in _TRADITIONAL:
             return 1.0
         b = ch.encode("cp932")
         return 0.6 if 0x88 <= b[0] <= 0x98 else 0.3 if b[0] <= 0x9F else 0.1
@@ -352,7 +370,9 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
                 n.decode(enc, errors)
         except UnicodeDecodeError:
             scores[enc] = None
-            continue
+            if enc != "gbk" or not all(decodes(n, "gb18030") for n in legacy):
+                continue
+            enc, errors = "gb18030", "strict"  # GBK's superset: a name with 䶮 or 𠮷 in it (4-byte characters)
         names = [n.decode(enc, errors) for n in sample]
         readings[enc] = tuple(names)
         scores[enc] = score(names, enc, host)
@@ -444,8 +464,9 @@ def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:
         return False
 
 
-_SIMPLIFIED = frozenset(_HANZI_COMMON)
-_TRADITIONAL = frozenset(_HANZI_COMMON_TRAD)
+_SIMPLIFIED = frozenset(_HANZI_COMMON + _NAMES_SIMPLIFIED)
+_TRADITIONAL = frozenset(_HANZI_COMMON_TRAD + _NAMES_TRADITIONAL)
+_JAPANESE = frozenset(_KANJI_COMMON)
 _KOREAN = frozenset(_HANGUL_COMMON)
 
 

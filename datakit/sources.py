@@ -218,7 +218,8 @@ class ImageDataset:
                 msg = self.name(index) + msg[len(UNNAMED) :]
             raise SampleError(f"sample {index}: {msg}") from exc
         except (OSError, LabelError, KeyError, ValueError) as exc:
-            raise SampleError(f"sample {index}: {exc}") from exc
+            text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # KeyError's str is its repr
+            raise SampleError(f"sample {index}: {text}") from exc
 
     def _image(self, index: int) -> tuple[int, np.ndarray]:
         if not isinstance(index, (int, np.integer)):
@@ -535,7 +536,7 @@ def scan_class_folders(
                 targets.append(idx)
                 n += 1
         if not n:
-            hint = "; pass extensions= to count others" if extensions == IMG_EXTENSIONS else ""
+            hint = _OTHER_FILES if extensions == IMG_EXTENSIONS else ""
             raise LabelError(f"{root}: class folder {cls!r} holds no images (no file ending in "
                              f"{' '.join(extensions)}{hint})")  # fmt: skip
     hidden = [c for c in classes if c.startswith(".")]
@@ -772,6 +773,7 @@ class ZipDataset(ImageDataset):
             ArchiveError,
             ZipMember,
             ZipReader,
+            _member_problem,
             safe_relpath,
             same_stored_bytes,
         )
@@ -800,6 +802,9 @@ class ZipDataset(ImageDataset):
             rel, why = safe_relpath(m.name)  # what unzip-gbk writes it as ('/cat/1.jpg', 'C:cat/1.jpg': cat/1.jpg)
             if rel is None:
                 raise ArchiveError(f"{self.path}: member {m.name!r}: {why} (as unzip refuses it)")
+            problem = _member_problem(m)  # never readable, and unzip-gbk writes neither it nor its folder: the
+            if problem:  # classes would differ between the two (the extracted folder lacks a class of it alone)
+                raise ArchiveError(f"{self.path}: member {m.name!r}: {problem} (as unzip refuses it)")
             if rel in seen:
                 if same_stored_bytes(self.path, seen[rel], m):  # the same bytes twice: one image, as unzip-gbk writes
                     continue
@@ -815,7 +820,7 @@ class ZipDataset(ImageDataset):
             raise NotADataset(f"{self.path}: no class folders with images inside the archive")
         empty = sorted(set(range(len(classes))) - {t for _, _, t in keep})
         if empty:  # as the extracted folder is refused: a class without samples shifts nothing silently
-            hint = "; pass extensions= to count others" if self.extensions == IMG_EXTENSIONS else ""
+            hint = _OTHER_FILES if self.extensions == IMG_EXTENSIONS else ""
             raise LabelError(f"{self.path}: class folder {(top + '/' if top else '') + classes[empty[0]]!r} holds no "
                              f"images (no file ending in {' '.join(self.extensions)}{hint})")  # fmt: skip
         _refuse_unicode_twins(self.path, classes)
@@ -1059,6 +1064,9 @@ def _expand_sources(src) -> list[str] | None:
             raise UsageError(f"{s}: the pattern matches nothing")
         return found
     return None
+
+
+_OTHER_FILES = "; remove the folder, or pass extensions= (Python) to count other files"
 
 
 def _is_pack(path: Path) -> bool:

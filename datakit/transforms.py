@@ -330,6 +330,8 @@ class ToDtype:
             return self.image(x[0]), self.target(x[1])
         if isinstance(x, (int, float, np.integer, np.floating)) or (isinstance(x, torch.Tensor) and x.ndim <= 1):
             return self.target(x)
+        if (isinstance(x, np.ndarray) and x.ndim <= 1) or isinstance(x, list):  # labels: no image is 1-D
+            return self.target(x)
         return self.image(x)
 
 

@@ -1127,6 +1127,12 @@ def test_unicode_path_field_checked_against_the_local_header_name(tmp_path: Path
         ("File 2 - ö.txt", "unicode path field"),
         ("File 3 - ä.txt", "unicode path field"),
     ]
+    # and the members are read under those names, extracted and in place (zipfile refused the local name that
+    # differs from the central one)
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [] and tree(tmp_path / "out") == {n: b"data" for n in ("File 1.txt", "File 2 - ö.txt",
+                                                                                       "File 3 - ä.txt")}  # fmt: skip
+    assert ZipReader(z).read("File 3 - ä.txt") == b"data"
 
 
 def test_msdos_directory_attribute(tmp_path: Path):
@@ -1878,3 +1884,100 @@ def test_a_few_folders_beside_compressible_files_are_no_bomb(tmp_path: Path):
     with zipfile.ZipFile(blank, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("data/blank.bin", b"\0" * 1_048_000)
     assert unzip(blank, tmp_path / "b").extracted == ["data/blank.bin"]
+
+
+def test_names_with_gb18030_characters_and_short_japanese_names_decode(tmp_path: Path):
+    # the attack: one name with a character GBK lacks (𠮷, 䶮: people's names) dropped GBK from the candidates and
+    # every name came out as CP1251 or KOI8-R, with no warning; four Japanese surnames read as Korean
+    for k, (names, enc, want) in enumerate(
+        (
+            (["照片/王𠮷.jpg", "照片/李娜.jpg", "照片/张伟.jpg"], "gb18030", "gb18030"),
+            (["照片/王䶮.jpg", "照片/李娜.jpg"], "gb18030", "gb18030"),
+            (["佐藤.pdf", "鈴木.pdf", "伊藤.pdf", "渡辺.pdf"], "cp932", "cp932"),
+            (["陳靜.pdf"], "big5", "big5"),
+        )
+    ):
+        z = write_zip(tmp_path / f"{k}.zip", [ZipEntry(name=n.encode(enc), data=b"x") for n in names])
+        guess = detect_encoding(z)
+        assert (guess.encoding, guess.ambiguous) == (want, ())
+        report = unzip(z, tmp_path / str(k))
+        assert report.problems == [] and sorted(tree(tmp_path / str(k))) == sorted(names)
+
+
+def test_a_table_over_a_zip_reads_what_unzip_writes(tmp_path: Path):
+    # the attack: a table read over a zip in place found 'dog/1.png' in the member 'cat/../dog/1.png' and 'cat/x.png'
+    # in a file member the archive's own folder 'cat/x.png/' stands in place of; unzip-gbk writes neither
+    from datakit.datasets import open_dataset
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(8)
+    z = write_zip(tmp_path / "a.zip", [ZipEntry(name=b"cat/../dog/1.png", data=png), ZipEntry(name=b"dog/2.png", data=png),
+                                      ZipEntry(name=b"cat/x.png/"), ZipEntry(name=b"cat/x.png/3.png", data=png),
+                                      ZipEntry(name=b"cat/x.png", data=png)])  # fmt: skip
+    reader = ZipReader(z)
+    assert "dog/2.png" in reader and "dog/1.png" not in reader and "cat/x.png" not in reader
+    with pytest.raises(KeyError, match="no member named 'dog/1.png'"):
+        reader.read("dog/1.png")
+    report = unzip(z, tmp_path / "out")
+    assert sorted(tree(tmp_path / "out")) == ["cat/x.png/3.png", "dog/2.png"]
+    assert report.problems == [
+        f"{z}: member 'cat/../dog/1.png': refused: a '..' component would escape the target folder",
+        f"{z}: member 'cat/x.png': {tmp_path / 'out' / 'cat' / 'x.png'} is a folder of the archive's own members; "
+        "not replaced by a file",
+    ]
+    (tmp_path / "l.csv").write_text("file,label\ndog/1.png,dog\ndog/2.png,dog\n")
+    from datakit.errors import SampleError
+
+    with pytest.raises(SampleError) as e:
+        open_dataset(z, labels=tmp_path / "l.csv")[0]
+    assert str(e.value) == f"sample 0: {z}: no member named 'dog/1.png' ({tmp_path / 'l.csv'}, line 2)"
+    assert main(["check", str(z), "--labels", str(tmp_path / "l.csv")]) == 1
+
+
+def test_a_symlink_target_is_read_in_the_names_encoding(tmp_path: Path):
+    # the attack: Info-ZIP on a GBK-locale Unix stores the names and the link's target as GBK bytes; the target was
+    # read as UTF-8 ('è��.jpg'), led nothing, and the link was removed
+    z = write_zip(tmp_path / "l.zip", [gbk("猫/猫咪.jpg", b"jpeg", mode=0o100644),
+                                      gbk("猫/最新.jpg", symlink_to="猫咪.jpg".encode("gbk")),
+                                      gbk("狗/小狗.jpg", b"dog", mode=0o100644)])  # fmt: skip
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == []
+    assert os.readlink(tmp_path / "out" / "猫" / "最新.jpg") == "猫咪.jpg"
+    assert ZipReader(z).read("猫/最新.jpg") == b"jpeg"
+
+
+def test_an_unreadable_image_member_is_refused_when_the_zip_is_opened(tmp_path: Path):
+    # the attack: class 'ant' held only an encrypted image: in place the classes were ant, cat, dog; the extracted
+    # folder (unzip-gbk writes neither the member nor its folder) cat, dog: every index one apart
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "s.zip", [ZipEntry(name=b"ant/1.jpg", data=b"x", encrypted=True),
+                                      ZipEntry(name=b"cat/2.jpg", data=b"y"), ZipEntry(name=b"dog/3.jpg", data=b"z")])  # fmt: skip
+    with pytest.raises(ArchiveError) as e:
+        open_dataset(z)
+    assert str(e.value) == (f"{z}: member 'ant/1.jpg': encrypted; datakit does not decrypt (use a tool that asks for "
+                            "the password) (as unzip refuses it)")  # fmt: skip
+
+
+def test_a_member_mode_without_the_owners_read_bit_still_lets_a_second_run_compare(tmp_path: Path):
+    # the attack: a member stored with mode 0o200 was written so; run again (not as root), the file could not be
+    # read to compare, and the run failed with "not overwritten"
+    z = write_zip(tmp_path / "m.zip", [ZipEntry(name=b"secret.txt", data=b"s", mode=0o100200)])
+    assert unzip(z, tmp_path / "out").ok
+    assert os.stat(tmp_path / "out" / "secret.txt").st_mode & 0o777 == 0o600
+    again = unzip(z, tmp_path / "out")
+    assert again.ok and again.unchanged == ["secret.txt"]
+
+
+def test_a_part_left_beside_its_finished_file_is_removed_by_the_next_run(tmp_path: Path):
+    # the attack: a run killed after the part was linked into place and before it was removed left the part; runs
+    # after it found the file identical and left the part for ever
+    from datakit.archive import _temp_name
+
+    z = write_zip(tmp_path / "p.zip", [ZipEntry(name=b"1.jpg", data=b"one"), ZipEntry(name=b"2.jpg", data=b"two")])
+    out = tmp_path / "out"
+    assert unzip(z, out).ok
+    member = read_members(z)[0][0]
+    os.link(out / "1.jpg", out / _temp_name("1.jpg", member))
+    again = unzip(z, out)
+    assert again.ok and sorted(again.unchanged) == ["1.jpg", "2.jpg"]
+    assert sorted(p.name for p in out.iterdir()) == ["1.jpg", "2.jpg"]

@@ -254,7 +254,7 @@ def test_folder_extensions_count_more_only_when_asked(tmp_path: Path):
         open_dataset(root)
     assert str(err.value) == (
         f"{root}: class folder '鸟' holds no images (no file ending in .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff "
-        ".webp; pass extensions= to count others)"
+        ".webp; remove the folder, or pass extensions= (Python) to count other files)"
     )
     assert len(open_dataset(root, extensions=[".pbm", ".png", ".jpg"])) == 4 + 3 + 1
     for bad in ((), ("",), (".",)):

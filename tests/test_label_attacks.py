@@ -430,3 +430,13 @@ def test_an_xls_file_is_named_for_what_it_is(tmp_path: Path, capsys):
         f"datakit check: error: {tmp_path / 'web.xls'}: a web page (HTML) under an .xls name, as web systems export "
         "tables; open it in Excel and save it as .xlsx",
     ]
+
+
+def test_a_gb18030_table_with_characters_gbk_lacks_is_read(tmp_path: Path):
+    # the attack: a GB18030 CSV naming 王䶮.jpg (a character of people's names GBK lacks) raised UnicodeEncodeError
+    # from the encoding guess
+    img = images(tmp_path / "img", "王䶮.jpg", "李娜.jpg")
+    (tmp_path / "l.csv").write_bytes("file,label\n王䶮.jpg,猫\n李娜.jpg,狗\n".encode("gb18030"))
+    ds = open_dataset(img, labels=tmp_path / "l.csv")
+    assert (ds.classes, ds.targets.tolist()) == (["狗", "猫"], [1, 0])
+    assert [Path(ds.name(i)).name for i in range(2)] == ["王䶮.jpg", "李娜.jpg"]

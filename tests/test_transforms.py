@@ -129,6 +129,9 @@ def test_dtypes_and_one_hot():
     img, target = ToDtype()((HWCToCHW()(synthetic_image(4, 4)), 3))
     assert img.dtype == torch.float32 and img.max() <= 1 and target.dtype == torch.int64
     assert ToDtype()(np.int32(2)).dtype == torch.int64
+    for labels in (np.array([1, 2], np.int32), [1, 2]):  # a NumPy array or list of labels was read as an image
+        out = ToDtype()(labels)
+        assert (out.dtype, out.tolist()) == (torch.int64, [1, 2])
     assert OneHot(4)(2).tolist() == [0, 0, 1, 0]
     assert OneHot(3)(torch.tensor([0, 2])).shape == (2, 3)
     with pytest.raises(ValueError, match=r"OneHot\(3\): label \[3\] outside 0..2"):
