@@ -1981,3 +1981,27 @@ def test_a_part_left_beside_its_finished_file_is_removed_by_the_next_run(tmp_pat
     again = unzip(z, out)
     assert again.ok and sorted(again.unchanged) == ["1.jpg", "2.jpg"]
     assert sorted(p.name for p in out.iterdir()) == ["1.jpg", "2.jpg"]
+
+
+def test_ctrl_c_at_any_moment_of_unzip_gbk_leaves_one_line_and_no_part(tmp_path: Path):
+    # the attack: Ctrl-C while unzip-gbk set up printed a KeyboardInterrupt traceback (exit -2), and one arriving
+    # between a part's creation and its write left the empty part behind
+    import signal
+
+    rng = np.random.default_rng(0)
+    z = write_zip(tmp_path / "big.zip", [gbk(f"乙/图_{i:03d}.jpg", rng.bytes(200_000), method=0) for i in range(120)])
+    # "go" once the interpreter runs this code (a Ctrl-C during Python's own start-up is Python's), then as the
+    # installed command: datakit's import (10 ms), the handler, the rest
+    code = "import sys; print('go', flush=True); from datakit._entry import unzip_gbk; sys.exit(unzip_gbk())"
+    for k, delay in enumerate((0.1, 0.3, 0.45, 0.6, 0.8)):
+        out = tmp_path / f"out{k}"
+        proc = subprocess.Popen([sys.executable, "-c", code, str(z), "-d", str(out)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        assert proc.stdout.readline() == "go\n"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode in (0, 130) and "Traceback" not in err, (delay, proc.returncode, err)
+        if proc.returncode == 130:
+            assert err == "unzip-gbk: interrupted\n"
+        assert [p.name for p in out.rglob("*unzip-part")] == [] if out.exists() else True

@@ -149,8 +149,8 @@ def test_wheel_the_readme_builds_installs_and_runs(tmp_path: Path):
     compiled = [n for n in names if n.startswith("datakit/_jpegregion") and n.endswith(".so")]
     assert len(compiled) == (1 if Path("/usr/include/jpeglib.h").exists() else 0)  # built where it can be
     assert not any(n.startswith(("tests/", "samples/", "tools/")) for n in names)
-    assert "datakit = datakit.cli:main" in entry_points
-    assert "unzip-gbk = datakit.cli:unzip_gbk_main" in entry_points
+    assert "datakit = datakit._entry:datakit" in entry_points
+    assert "unzip-gbk = datakit._entry:unzip_gbk" in entry_points
     target = tmp_path / "site"
     install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)]
     proc = subprocess.run(install, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

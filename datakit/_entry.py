@@ -1,0 +1,44 @@
+"""The ``datakit`` and ``unzip-gbk`` commands' entry points: a Ctrl-C while the command's code is still
+being imported ends it with one line and exit 130, as one later does, not with a traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _interrupted_while_starting(prog: str):
+    def handler(signum, frame) -> None:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)  # nothing done yet: nothing to clean up
+
+    return handler
+
+
+def _start(prog: str, name: str) -> int:
+    try:
+        before = signal.signal(signal.SIGINT, _interrupted_while_starting(prog))
+    except ValueError:  # not the main thread: as a plain import
+        before = None
+    try:
+        from datakit import cli
+
+        command = getattr(cli, name)
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
+    try:
+        return command()
+    except KeyboardInterrupt:  # between the handler's end and the command's own
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def datakit() -> int:
+    return _start("datakit", "main")
+
+
+def unzip_gbk() -> int:
+    return _start("unzip-gbk", "unzip_gbk_main")
