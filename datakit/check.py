@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import UsageError
+from datakit.filenames import undecoded_names
 from datakit.io import IMAGE_EXTENSIONS, probe_image
 from datakit.labels import (
     EXCEL_SUFFIXES,
@@ -181,6 +182,13 @@ def check_dataset(
                 log.warning("note: %s", note)
             else:
                 report.problems += [f"not in the table: {u}" for u in unlisted]
+                root = os.fspath(table_ds.root)
+                legacy = table_ds.zip is None and undecoded_names(  # a table's 猫.jpg as GBK bytes on disk
+                    root, [os.path.relpath(u, root) for u in unlisted], [table_ds.files[i] for i in missing]
+                )
+                if legacy:
+                    report.notes.append(legacy)
+                    log.warning("note: %s", legacy)
     listed = _listed_bad(ds, bad_samples, report) if bad_samples is not None else {}
     todo = [i for i in range(len(ds)) if i not in missing and i not in listed]
     sizes = np.zeros((len(ds), 2), dtype=np.int64)

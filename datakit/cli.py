@@ -14,8 +14,10 @@ import codecs
 import errno
 import os
 import re
+import signal
 import statistics
 import sys
+import threading
 import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,8 +68,14 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], file=No
 
 
 def _print_json(obj: object) -> None:
+    import json
+
     from datakit.filenames import json_text
 
+    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("_", "-")
+    if encoding not in ("utf-8", "utf8"):  # Python's backslashreplace would write \xe9, which JSON has not
+        print(json.dumps(obj, ensure_ascii=True, indent=2))
+        return
     print(json_text(obj, indent=2))
 
 
@@ -94,6 +102,12 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def _nonempty_path(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; write . for the current folder")
+    return text
 
 
 def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
@@ -170,7 +184,9 @@ def _shard(text: str) -> str:
 def _existing(path: str) -> Path:
     p = Path(path)
     if not p.exists():
-        raise UsageError(f"{path}: no such file or folder")
+        from datakit.sources import missing_why
+
+        raise UsageError(f"{path}: {missing_why(path)}")
     return p
 
 
@@ -240,7 +256,8 @@ def _add_unzip_args(p: argparse.ArgumentParser) -> None:
     from datakit.archive import DEFAULT_MAX_RATIO, DEFAULT_MAX_TOTAL
 
     p.add_argument("archive", help="the zip archive")
-    p.add_argument("-d", "--dest", default=".", help="folder to extract into (default: the current folder)")
+    p.add_argument("-d", "--dest", default=".", type=_nonempty_path,
+                   help="folder to extract into (default: the current folder)")  # fmt: skip
     p.add_argument(
         "-l", "--list", action="store_true", help="list decoded names, sizes and the encoding; extract nothing"
     )
@@ -265,7 +282,9 @@ def _shown(name: str) -> str:
     """``name`` as one line: control characters (newline, tab, escape...) written as ``\\n``-style escapes."""
     if name.isprintable():
         return name
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in name)
+    # a lone surrogate is a byte of a name that is not UTF-8 on disk: left for stdout to write as that byte,
+    # as ls does (docs/cli.md)
+    return "".join(ch if ch.isprintable() or "\udc80" <= ch <= "\udcff" else ascii(ch)[1:-1] for ch in name)
 
 
 def _warn_ambiguous(archive: Path, guess) -> None:
@@ -778,7 +797,7 @@ def _register_check(sub) -> None:
     p.add_argument("--transform", choices=["none", "train", "eval"], default="none",
                    help="show samples after datakit's train or eval pipeline")  # fmt: skip
     p.add_argument("--size", type=_count, default=224, help="crop size for --transform (default 224)")
-    p.add_argument("--seed", type=int, default=0, help="which random samples to show (default 0)")
+    p.add_argument("--seed", type=int_range(0), default=0, help="which random samples to show (default 0)")
     p.add_argument("--font", metavar="FILE", help="caption font (default: an installed one that draws the class names)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_preview)
@@ -855,7 +874,8 @@ def _register_stats(sub) -> None:
     p.add_argument("--workers", type=_workers, metavar="N", help="decoding processes (default: usable CPUs; 0: none)")
     p.add_argument("--sample", type=int_range(2), metavar="N",
                    help="estimate from N >= 2 random images, with standard errors")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="which random images --sample picks (default 0)")
+    p.add_argument("--seed", type=int_range(0), default=0, metavar="N",
+                   help="which random images --sample picks (default 0)")  # fmt: skip
     p.add_argument("--size", type=_wxh, help="WxH: compute after resizing every image to this size")
     p.add_argument("--plot", type=_extension(*PLOT_EXTENSIONS), metavar="FILE",
                    help=f"write per-channel histograms to this picture ({', '.join(PLOT_EXTENSIONS)}; "
@@ -1002,14 +1022,75 @@ _EXTRA_COMMANDS: list = [_register_lmdb, _register_check, _register_stats, _regi
 # entry points
 
 
+_terminated: list[int] = []  # SIGTERM received (a job scheduler's stop): ended as Ctrl-C ends a command
+
+
+def _on_sigterm(signum, frame) -> None:
+    if os.getpid() != _terminated_pid[0]:  # a forked worker that kept the handler: it ends as it would have
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    _terminated.append(signum)
+    raise KeyboardInterrupt  # the same clean-up as a Ctrl-C: no part file, no lock, no half output left
+
+
+_terminated_pid = [0]
+
+
+def _standard_streams() -> None:
+    """Closed stdout or stderr (``2>&-``): Python makes them None, and every message would fail; they are
+    written to nothing instead, and the command does its work."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
+def _check_environment() -> None:
+    """What would make every command go wrong, refused before any work: a file-system encoding that is not
+    UTF-8 (the C locale with PYTHONUTF8=0), a torchrun RANK outside its WORLD_SIZE."""
+    enc = sys.getfilesystemencoding().lower().replace("_", "-")
+    if os.name == "posix" and enc not in ("utf-8", "utf8"):
+        raise UsageError(f"file names are read as {enc}, not UTF-8 (a C or POSIX locale with PYTHONUTF8=0?), so "
+                         "names that are not ASCII cannot be read or written; use a UTF-8 locale (LC_ALL=C.UTF-8) "
+                         "or PYTHONUTF8=1")  # fmt: skip
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    values = {}
+    for name in names:
+        text = os.environ.get(name)
+        if text is None or text == "":
+            continue
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise UsageError(f"{name}={text!r} is not a whole number (torchrun sets it; unset it to run "
+                             "alone)") from None  # fmt: skip
+    world = values.get("WORLD_SIZE", 1)
+    if world < 1:
+        raise UsageError(f"WORLD_SIZE={world}: a job has at least one process")
+    rank = values.get("RANK", 0)
+    if not 0 <= rank < world:
+        raise UsageError(f"RANK={rank} is outside 0..{world - 1} (WORLD_SIZE={world}): no rank would do the work; "
+                         "unset RANK and WORLD_SIZE to run alone, or launch with torchrun")  # fmt: skip
+
+
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
     """Call ``func(args)`` as this rank should, and turn exceptions into one line and an exit code."""
+    try:
+        _check_environment()
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     rank, world = _rank(), _world()
     every_rank = getattr(func, "every_rank", None)
     if world > 1 and rank != 0 and not (every_rank and every_rank(args)):
         return 0  # a job with no share to split: rank 0 does it alone (two ranks extracting or writing would race)
     _tolerate_names(sys.stdout, sys.stderr)
     stdout = sys.stdout
+    before = None
+    if threading.current_thread() is threading.main_thread():
+        _terminated_pid[0] = os.getpid()
+        before = signal.signal(signal.SIGTERM, _on_sigterm)
     created = False
     tag = f" (rank {rank})" if rank else ""
     if rank != 0:  # the other ranks work, but are silent: no result, no summary, no bar
@@ -1031,6 +1112,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
             print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        if _terminated:
+            print(f"{prog}: terminated", file=sys.stderr)
+            return 128 + 15
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as exc:  # gloo's "Connection closed by peer": another rank stopped (its own line says why)
@@ -1040,9 +1124,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         why = re.sub(r"^\[[^\]]*\]\s*", "", why).split(". ")[0][:200]  # no "[.../gloo/pair.cc:561]", one sentence
         print(f"{prog}: error{tag}: another rank stopped before this one finished ({why})", file=sys.stderr)
         return 1
-    except BrokenPipeError:
+    except BrokenPipeError:  # `datakit check ... | head -1`: the reader went away; the shell's code for it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 128 + 13
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
         return 1
@@ -1059,6 +1143,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         if sys.stdout is not stdout:
             sys.stdout.close()
             sys.stdout = stdout
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+        _terminated.clear()
         if created:
             import torch.distributed as dist
 
@@ -1106,6 +1193,7 @@ def _quiet_native_logs() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``datakit COMMAND ...``"""
+    _standard_streams()
     _quiet_native_logs()
     try:  # building the parser loads NumPy (the image formats): a Ctrl-C then is one line too
         parser = build_parser()
@@ -1126,6 +1214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def unzip_gbk_main(argv: Sequence[str] | None = None) -> int:
     """``unzip-gbk ARCHIVE [-d DIR] [-l] [--encoding auto|gbk|...]``"""
+    _standard_streams()
     try:  # Ctrl-C while the parser is built (it imports the archive code): one line, as for datakit's commands
         _quiet_native_logs()
         parser = _Parser(prog="unzip-gbk", description="Extract a zip whose names are GBK (or Big5, CP932...), "

@@ -12,8 +12,10 @@ function that takes what it measures as arguments (tested without the machine it
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -154,6 +156,58 @@ def check_cuda(
             return out
     value = "unset (every GPU)" if visible_env is None else repr(visible_env)
     out.append(Finding("cuda-visible-devices", "ok", f"CUDA_VISIBLE_DEVICES {value}"))
+    return out
+
+
+_CUDA_ENTRY = re.compile(r"\s*(?:\d+|(?:GPU|MIG)-[0-9a-fA-F][0-9a-fA-F/-]*)\s*")
+
+
+def check_environment(env: Mapping[str, str], usable_cpus: int) -> list[Finding]:
+    """The variables that change what every loader or GPU job does, read as their readers read them:
+    ``DATAKIT_NUM_WORKERS`` (create_loader), ``CUDA_VISIBLE_DEVICES`` (CUDA), ``OMP_NUM_THREADS`` (OpenMP)."""
+    out = []
+    forced = env.get("DATAKIT_NUM_WORKERS") or None  # empty: unset, as create_loader takes it
+    if forced is not None:
+        try:
+            n = int(forced)
+        except ValueError:
+            n = -1
+        if n < 0:
+            out.append(Finding("datakit-num-workers", "fail", f"DATAKIT_NUM_WORKERS={forced!r}: create_loader "
+                               "refuses it (a whole number >= 0)", "unset it, or set a number of workers"))  # fmt: skip
+        elif n > usable_cpus:
+            out.append(Finding("datakit-num-workers", "warn", f"DATAKIT_NUM_WORKERS={n} forces {n} workers in every "
+                               f"create_loader, more than the {usable_cpus} usable CPUs (each loader is slower so)",
+                               "unset it, so that create_loader tunes num_workers"))  # fmt: skip
+        else:
+            out.append(Finding("datakit-num-workers", "info", f"DATAKIT_NUM_WORKERS={n} forces {n} workers in every "
+                               "create_loader (num_workers= and the tuning are not used)"))  # fmt: skip
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        entries = visible.split(",")
+        at = next((k for k, e in enumerate(entries) if not _CUDA_ENTRY.fullmatch(e)), None)
+        if at is not None:  # CUDA reads the list up to its first entry that is no index nor UUID
+            first = entries[at].strip()
+            if not visible.strip():
+                why = "an empty list"
+            elif re.fullmatch(r"-\d+", first):
+                why = f"{first!r} ends the list (a negative index)"
+            else:
+                why = f"{first!r} is neither an index nor a GPU-/MIG- UUID"
+            seen = f"only GPU {','.join(e.strip() for e in entries[:at])} is visible" if at else "CUDA sees no GPU"
+            out.append(Finding("cuda-visible-devices-value", "warn", f"CUDA_VISIBLE_DEVICES={visible!r}: {why}; "
+                               f"CUDA stops reading there: {seen}", "unset it to use every GPU, or list indices or "
+                               "UUIDs: 0,1"))  # fmt: skip
+    threads = env.get("OMP_NUM_THREADS")
+    if threads is not None:
+        try:
+            ok = int(threads) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            out.append(Finding("omp-num-threads", "warn", f"OMP_NUM_THREADS={threads!r} is no positive whole number: "
+                               "OpenMP ignores it (\"Invalid value\") and each process, every loader worker too, "
+                               "starts a thread per core", "set it to 1 for loader workers, or unset it"))  # fmt: skip
     return out
 
 
@@ -341,11 +395,13 @@ def doctor(src: str | os.PathLike | None = None, *, batch_size: int = 64, num_wo
 
     report.findings.append(check_sharing_strategy(tmp.get_sharing_strategy(), limits))
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    report.findings.append(check_cpus(num_workers, affinity, os.cpu_count() or 1, _cgroup_cpu_quota()))
+    cpus = check_cpus(num_workers, affinity, os.cpu_count() or 1, _cgroup_cpu_quota())
+    report.findings.append(cpus)
     start = mp.get_start_method(allow_none=True) or ("fork" if sys.platform.startswith("linux") else "spawn")
     initialized = bool(torch.cuda.is_initialized())
     count = torch.cuda.device_count() if initialized else None
     report.findings += check_cuda(initialized, os.environ.get("CUDA_VISIBLE_DEVICES"), count, start)
+    report.findings += check_environment(os.environ, cpus.data["usable"])
     try:
         import cv2
 

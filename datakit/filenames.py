@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["CANDIDATES", "EncodingGuess", "decode_name", "decodes", "guess_encoding", "json_text", "text_codec"]
@@ -471,6 +473,44 @@ _KOREAN = frozenset(_HANGUL_COMMON)
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def undecoded_names(root: str, names: Sequence[str], wanted: Sequence[str] = ()) -> str | None:
+    """A line for names under ``root`` (relative to it) that a tool wrote as a legacy encoding's bytes: not
+    UTF-8 on disk (lone surrogates in Python), or UTF-8 by chance (图片 in GBK reads as UTF-8 'ͼƬ') but naming,
+    read in that encoding, a file of ``wanted`` (a table's missing files). What they read as, and how to fix
+    them; None when there are none. A GBK archive extracted by ``unzip`` or an old tool leaves such names."""
+    bad = [n for n in names if not n.isascii() and _LONE_SURROGATE.search(n)]
+    found: tuple[str, str] | None = None  # (a name on disk, the encoding it names a wanted file in)
+    wanted = {w.replace("\\", "/") for w in wanted}
+    if wanted:
+        for n in names:
+            if n.isascii():
+                continue
+            raw = os.fsencode(n)
+            enc = next((e for e in _TOOL_ENCODINGS if decodes(raw, e) and decode_name(raw, e) in wanted), None)
+            if enc is not None:
+                found = (n, enc)
+                break
+    if not bad and found is None:
+        return None
+    if found is not None:
+        first, enc = found
+        count = sum(1 for n in names if not n.isascii() and decode_name(os.fsencode(n), enc) in wanted)
+        why = f"{count} name{'s' * (count > 1)} on disk {'are' if count > 1 else 'is'} the table's in {enc} bytes"
+    else:
+        first = bad[0]
+        raw = [os.fsencode(n) for n in bad[:MAX_SCORED]]
+        guess = guess_encoding([b for r in raw for b in r.split(b"/") if not b.isascii()], [0] * len(raw))
+        enc = next((e for e in guess.ambiguous if e in _TOOL_ENCODINGS), guess.encoding)  # a Windows zip's, first
+        why = f"{len(bad)} name{'s' * (len(bad) > 1)} on disk {'are' if len(bad) > 1 else 'is'} not UTF-8"
+    shown = decode_name(os.fsencode(first), enc)
+    return (f"{root}: {why} ({ascii(first)} is {shown!r} in {enc}): extracted by a tool that did not decode the "
+            f"archive's names; extract it again with unzip-gbk, or rename them (convmv -f {enc} -t utf-8 -r "
+            f"--notest {root})")  # fmt: skip
+
+
+_TOOL_ENCODINGS = ("gbk", "gb18030", "big5", "cp932", "cp949")  # what Windows in East Asia writes names in
 
 
 def json_text(obj, **kw) -> str:

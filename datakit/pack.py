@@ -314,7 +314,8 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
         had_lock = (out / LOCK_NAME).exists()
         lock = PackLock(out)
     except OSError as exc:  # a full disk or a read-only place, before anything was written
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        # ENOENT with the parent folder there: a file system that takes no new files (/proc, /sys)
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
             raise UsageError(f"{out}: cannot be written ({exc.strerror}); pick another OUT") from None
         raise PackWriteError(out, 0, exc) from None
     try:
@@ -603,8 +604,9 @@ def pack_lmdb(
             changed = _changed_after(ds, lo, existing["count"] + len(existing.get("skipped", [])), target)
             if changed is not None:  # edited since its samples were read: the pack would mix old and new bytes
                 path, when, last = changed
-                raise UsageError(f"{out}: {path} changed after its samples were packed (modified {when}, the pack's "
-                                 f"last commit {last}); resume only the same files, or use --overwrite")  # fmt: skip
+                raise UsageError(f"{out}: {path} changed after its samples were packed (modified, replaced or "
+                                 f"moved {when}, the pack's last commit {last}); resume only the same files, or use "
+                                 "--overwrite")  # fmt: skip
             meta["skipped"] = existing.get("skipped", [])
             meta["created"] = existing.get("created", meta["created"])
             meta["count"] = existing["count"]
@@ -646,8 +648,9 @@ def pack_lmdb(
 
 
 def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path) -> tuple[str, str, str] | None:
-    """(path, its modification time, the pack's last commit) of the first source file of samples ``lo .. lo+n-1``
-    (a zip read in place: the archive) modified after the pack's last commit (data.mdb's time), None when none
+    """(path, its modification or status time, the pack's last commit) of the first source file of samples
+    ``lo .. lo+n-1`` (a zip read in place: the archive) changed after the pack's last commit (data.mdb's time:
+    edited, or replaced by a file with an older modification time), None when none
     is: a file edited while the pack was interrupted. An edit during the run, before the last commit, is not
     seen here."""
     try:
@@ -663,9 +666,12 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path) -> tuple[str
         return None
     for path in paths:
         try:
-            mtime = os.stat(path).st_mtime_ns
+            st = os.stat(path)
         except OSError:
             continue  # gone: the names' checksum says so
+        # the status time too: a file replaced by `cp -p`, `mv`, `rsync -a`, `tar x` or a re-download with
+        # `curl -R` carries an older modification time, but its status time is when it was put there
+        mtime = max(st.st_mtime_ns, st.st_ctime_ns)
         if mtime > since:
             stamp = lambda ns: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))  # noqa: E731
             return path, stamp(mtime), stamp(since)

@@ -299,5 +299,27 @@ def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, prog
         pool.close()
     finally:
         # stopped early (break, an exception, Ctrl-C): do not wait for the rest of the work
-        pool.terminate()
-        pool.join()
+        _end_pool(pool)
+
+
+_POOL_END_WAIT = 5.0  # seconds a pool's terminate() is given before its workers are killed
+
+
+def _end_pool(pool) -> None:
+    """``pool.terminate()`` and ``join()``, which can wait for ever: a worker that was writing a large result into
+    the full result pipe holds the pipe's lock, and once terminate() stops the thread reading it, terminate()'s own
+    write waits for that lock. After ``_POOL_END_WAIT`` seconds the workers are killed and the pool left behind
+    (its threads are daemons), so the caller's error or Ctrl-C goes on."""
+    import threading
+
+    ender = threading.Thread(target=lambda: (pool.terminate(), pool.join()), name="datakit-pool-end", daemon=True)
+    ender.start()
+    ender.join(_POOL_END_WAIT)
+    if not ender.is_alive():
+        return
+    for proc in list(getattr(pool, "_pool", ())):
+        try:
+            proc.kill()
+            proc.join(1.0)
+        except (OSError, ValueError, AssertionError):
+            pass

@@ -15,6 +15,7 @@ with workers started by fork or spawn.
 from __future__ import annotations
 
 import copy
+import errno
 import glob
 import json
 import logging
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import PackError, SampleError, UsageError
-from datakit.filenames import json_text
+from datakit.filenames import json_text, undecoded_names
 from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
     EXCEL_SUFFIXES,
@@ -544,6 +545,9 @@ def scan_class_folders(
         log.warning(
             "%s: hidden folders %s count as classes (as in ImageFolder); remove them if unintended", root, hidden
         )
+    legacy = undecoded_names(root, files)
+    if legacy:
+        log.warning("%s", legacy)
     return classes, files, targets
 
 
@@ -1066,6 +1070,18 @@ def _expand_sources(src) -> list[str] | None:
     return None
 
 
+def missing_why(path: str | os.PathLike) -> str:
+    """Why ``path`` is not there: nothing has that name, or it is a symbolic link to nothing or in a loop."""
+    if not os.path.islink(path):
+        return "no such file or folder"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link in a loop of links (each leads to another, never to a file or folder)"
+    return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+
+
 _OTHER_FILES = "; remove the folder, or pass extensions= (Python) to count other files"
 
 
@@ -1213,7 +1229,7 @@ def open_source(
         return kinds.LmdbDataset(shards, split=split, **common, **kwargs)
     path = Path(src)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or folder")
+        raise FileNotFoundError(f"{path}: {missing_why(path)}")
     pack = _is_pack(path)
     given = [name for name, v in (("labels", labels), ("root", root), ("remap_labels", remap_labels)) if v]
     if pack and given:  # a pack holds its labels: a table beside it would be silently ignored

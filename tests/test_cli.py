@@ -816,3 +816,128 @@ def test_check_of_a_table_without_rows_prints_no_empty_class_table(class_folder:
     assert main(["check", str(class_folder), "--labels", str(table), "--workers", "0"]) == 1
     out, err = capsys.readouterr()
     assert (out, err) == ("0 samples checked, 1 problems\n", f"{table}: the table holds no rows\n")
+
+
+def _datakit(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    code = "import sys; from datakit._entry import datakit; sys.exit(datakit())"  # as the installed command
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, **kw)  # fmt: skip
+
+
+def test_json_on_a_stdout_that_is_not_utf8_is_json(class_folder: Path):
+    # the attack: PYTHONIOENCODING=ascii made `check --json` write "\u9e1f" as Python's "\x..." escapes: no JSON
+    out = _datakit("check", str(class_folder), "--json", env={"PYTHONIOENCODING": "ascii"})
+    assert out.returncode == 0
+    assert json.loads(out.stdout)["classes"] == ["cat", "dog", "鸟"]
+
+
+def test_closed_streams_and_a_closed_pipe_do_not_fail_the_work(class_folder: Path, tmp_path: Path):
+    # the attack: with stderr closed (2>&-) pack-lmdb stopped with exit 1 and no pack ('NoneType' has no isatty);
+    # `check | true` was exit 1, bad data's code, on good data
+    code = "import sys; from datakit._entry import datakit; sys.exit(datakit())"
+    out = tmp_path / "p.lmdb"
+    done = subprocess.run(f"{sys.executable} -c '{code}' pack-lmdb '{class_folder}' '{out}' 2>&-", shell=True,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and (out / "data.mdb").exists()
+    rows = "\n".join(f"{i}.png,cat" for i in range(3000))  # far more than a pipe holds
+    (tmp_path / "l.csv").write_text(f"file,label\n{rows}\n")
+    piped = subprocess.run(f"{sys.executable} -c '{code}' check '{class_folder}' --labels '{tmp_path / 'l.csv'}' "
+                           "2>/dev/null | true; echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                           capture_output=True, text=True)  # fmt: skip
+    assert piped.stdout.strip() in ("1", "141")  # the table's 3000 missing files are bad data: 1 when all printed
+    rows = "\n".join(f"{c}/图片_{i}{'.png' if i % 2 else '.jpg'},{c}" for c in ("cat", "dog", "鸟") for i in range(4))
+    (tmp_path / "ok.csv").write_text(f"file,label\n{rows}\n", encoding="utf-8")
+    piped = subprocess.run(f"{sys.executable} -c '{code}' check '{class_folder}' --labels '{tmp_path / 'ok.csv'}' "
+                           "--json | true; echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                           capture_output=True, text=True)  # fmt: skip
+    assert piped.stdout.strip() in ("0", "141")
+
+
+def test_an_environment_no_command_can_work_in_is_refused(class_folder: Path, tmp_path: Path):
+    # the attack: PYTHONUTF8=0 under LC_ALL=C (file names read as ASCII) printed a thread's traceback and called
+    # every Chinese file unreadable; RANK=3 with WORLD_SIZE=2 did nothing, silently, with exit 0
+    ascii_fs = _datakit("check", str(class_folder), env={"PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C"})
+    assert ascii_fs.returncode == 2
+    assert ascii_fs.stderr == (
+        "datakit check: error: file names are read as ascii, not UTF-8 (a C or POSIX locale with PYTHONUTF8=0?), "
+        "so names that are not ASCII cannot be read or written; use a UTF-8 locale (LC_ALL=C.UTF-8) or "
+        "PYTHONUTF8=1\n"
+    )
+    rank = _datakit("pack-lmdb", str(class_folder), str(tmp_path / "r.lmdb"), env={"RANK": "3", "WORLD_SIZE": "2"})
+    assert (rank.returncode, rank.stderr) == (2, "datakit pack-lmdb: error: RANK=3 is outside 0..1 (WORLD_SIZE=2): "
+                                              "no rank would do the work; unset RANK and WORLD_SIZE to run alone, or "
+                                              "launch with torchrun\n")  # fmt: skip
+    assert not (tmp_path / "r.lmdb").exists()
+
+
+def test_odd_paths_and_seeds_are_usage_errors_naming_what_is_wrong(class_folder: Path, tmp_path: Path, capsys):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    assert main(["check", str(tmp_path / "a")]) == 2
+    assert main(["stats", str(tmp_path / "gone")]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["stats", str(class_folder), "--sample", "5", "--seed=-1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"datakit check: error: {tmp_path / 'a'}: a symbolic link in a loop of links (each leads to "
+                      "another, never to a file or folder)")  # fmt: skip
+    assert (
+        err[1]
+        == f"datakit stats: error: {tmp_path / 'gone'}: a symbolic link to '{tmp_path / 'nowhere'}', which does not exist"
+    )
+    assert err[-1] == "datakit stats: error: argument --seed: must be >= 0, got -1"
+
+
+def test_sigterm_ends_a_command_as_ctrl_c_does(tmp_path: Path):
+    # the attack: a job scheduler's SIGTERM killed unzip with no line and left a hidden part file behind
+    import signal
+    import time
+
+    rng = np.random.default_rng(0)
+    z = tmp_path / "big.zip"
+    z.write_bytes(build_zip([ZipEntry(name=f"b/{i:04d}.jpg".encode(), data=rng.bytes(300_000), method=0)
+                             for i in range(200)]))  # fmt: skip
+    code = "import sys; print('go', flush=True); from datakit._entry import datakit; sys.exit(datakit())"
+    proc = subprocess.Popen([sys.executable, "-c", code, "unzip", str(z), "-d", str(tmp_path / "out"), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout.readline() == "go\n"
+    deadline = time.monotonic() + 30
+    while not any((tmp_path / "out").rglob("*.jpg")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until it writes
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the extraction ended before the signal came")
+    assert (proc.returncode, err) == (143, "datakit unzip: terminated\n")
+    assert [p.name for p in (tmp_path / "out").rglob("*unzip-part")] == []
+
+
+def test_files_named_in_gbk_bytes_on_disk_are_said_so(tmp_path: Path, capsys, caplog):
+    # the attack: a GBK zip extracted by plain unzip leaves GBK bytes as names (图片 reads as the UTF-8 'ͼƬ', 猫咪
+    # as no UTF-8 at all); check said the table's files were missing and others not in the table, never why
+    import logging
+
+    root = tmp_path / "g"
+    (root / "cat").mkdir(parents=True)
+    png = imwrite(root / "cat" / "plain.png", synthetic_image(8, 8), mode="rgb") or (root / "cat" / "plain.png")
+    data = png.read_bytes()
+    (root / "cat" / os.fsdecode("图片0.png".encode("gbk"))).write_bytes(data)
+    (tmp_path / "l.csv").write_text("file,label\ncat/图片0.png,cat\ncat/plain.png,cat\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        assert main(["check", str(root), "--labels", str(tmp_path / "l.csv")]) == 1
+    err = caplog.text
+    caplog.clear()
+    assert (f"note: {root}: 1 name on disk is the table's in gbk bytes ('cat/\\u037c\\u01ac0.png' is 'cat/图片0.png' "
+            "in gbk): extracted by a tool that did not decode the archive's names; extract it again with unzip-gbk, "
+            f"or rename them (convmv -f gbk -t utf-8 -r --notest {root})") in err  # fmt: skip
+    os.mkdir(os.path.join(os.fsencode(root), "猫咪".encode("gbk")))
+    with open(os.path.join(os.fsencode(root), "猫咪".encode("gbk"), b"1.png"), "wb") as f:
+        f.write(data)
+    with caplog.at_level(logging.WARNING):
+        from datakit.datasets import open_dataset
+
+        assert len(open_dataset(root)) == 3
+    assert (f"{root}: 1 name on disk is not UTF-8 ('\\xe8\\udcdf\\udce4/1.png' is '猫咪/1.png' in gbk): extracted by "
+            "a tool that did not decode the archive's names; extract it again with unzip-gbk, or rename them "
+            f"(convmv -f gbk -t utf-8 -r --notest {root})") in caplog.text  # fmt: skip

@@ -181,3 +181,27 @@ def test_real_small_tmpfs_loader_adapts_instead_of_bus_error(tmp_path: Path):
     )
     raw = run("raw")  # the attack: the same loader as a plain DataLoader (bus error, lost batch or a hang)
     assert raw.returncode != 0 and "raw survived" not in raw.stdout
+
+
+def test_environment_variables_are_read_as_their_readers_read_them():
+    # the attack: DATAKIT_NUM_WORKERS=abc (which create_loader refuses), CUDA_VISIBLE_DEVICES='abc' (no GPU for
+    # CUDA) and OMP_NUM_THREADS=0 (ignored by OpenMP) were all "ok" or unmentioned
+    from datakit.doctor import check_environment
+
+    def seen(**env):
+        return [(f.check, f.status, f.detail) for f in check_environment(env, 2)]
+
+    assert seen() == []
+    assert seen(DATAKIT_NUM_WORKERS="abc") == [("datakit-num-workers", "fail", "DATAKIT_NUM_WORKERS='abc': "
+                                                "create_loader refuses it (a whole number >= 0)")]  # fmt: skip
+    assert seen(DATAKIT_NUM_WORKERS="") == []  # empty: unset, as create_loader reads it
+    assert seen(DATAKIT_NUM_WORKERS="99")[0][1] == "warn"
+    assert seen(DATAKIT_NUM_WORKERS="1")[0][1] == "info"
+    assert seen(CUDA_VISIBLE_DEVICES="0,1") == seen(CUDA_VISIBLE_DEVICES="GPU-8e6a,1") == []
+    assert seen(CUDA_VISIBLE_DEVICES="0,abc,1") == [("cuda-visible-devices-value", "warn", "CUDA_VISIBLE_DEVICES="
+                                                     "'0,abc,1': 'abc' is neither an index nor a GPU-/MIG- UUID; CUDA "
+                                                     "stops reading there: only GPU 0 is visible")]  # fmt: skip
+    assert seen(CUDA_VISIBLE_DEVICES="-1")[0][2] == ("CUDA_VISIBLE_DEVICES='-1': '-1' ends the list (a negative "
+                                                     "index); CUDA stops reading there: CUDA sees no GPU")  # fmt: skip
+    assert seen(OMP_NUM_THREADS="0")[0][:2] == ("omp-num-threads", "warn")
+    assert seen(OMP_NUM_THREADS="4") == []

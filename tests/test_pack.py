@@ -1083,14 +1083,32 @@ def test_resume_refuses_a_packed_file_edited_while_the_pack_was_interrupted(clas
     with pytest.raises(UsageError) as e:
         pack_lmdb(class_folder, out, resume=True, workers=0)
     assert re.fullmatch(
-        rf"{re.escape(str(out))}: {re.escape(str(edited))} changed after its samples were packed \(modified "
-        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d, the pack's last commit \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\); resume only the "
+        rf"{re.escape(str(out))}: {re.escape(str(edited))} changed after its samples were packed \(modified, "
+        r"replaced or moved \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, the pack's last commit \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\); resume only the "
         r"same files, or use --overwrite",
         str(e.value),
     )
     assert read_meta(out)["count"] == 6  # nothing written
     assert main(["pack-lmdb", str(class_folder), str(out), "--resume", "-q"]) == 2
     assert pack_lmdb(class_folder, out, overwrite=True).count == 12 and verify_lmdb(out) == []
+
+
+def test_resume_refuses_a_packed_file_replaced_by_one_with_an_older_time(class_folder: Path, tmp_path: Path):
+    # the attack: the packed file replaced by `cp -p` (or mv, rsync -a, tar x, curl -R) of other bytes whose
+    # modification time is older than the pack: --resume kept the old bytes, exit 0, verify passing it
+    import shutil
+
+    out = stopped_after_six(class_folder, tmp_path / "p.lmdb", commit_every=3)
+    other = tmp_path / "other.jpg"
+    imwrite(other, synthetic_image(21, 21, seed=7))
+    os.utime(other, (1_000_000_000, 1_000_000_000))  # 2001
+    time.sleep(0.05)
+    edited = class_folder / "cat" / "图片_2.jpg"  # sample 2, packed
+    shutil.copy2(other, edited)  # cp -p
+    assert os.stat(edited).st_mtime < os.stat(out / "data.mdb").st_mtime
+    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed")):
+        pack_lmdb(class_folder, out, resume=True, workers=0)
+    assert read_meta(out)["count"] == 6
 
 
 def test_names_that_are_not_utf8_are_packed_skipped_and_listed(tmp_path: Path, capsys):
@@ -1644,3 +1662,12 @@ def test_max_size_keeps_a_gray_image_gray(tmp_path: Path):
     ds = open_dataset(tmp_path / "p.lmdb", mode="unchanged")
     assert [ds[i][0].shape for i in range(len(ds))] == [(300, 400), (300, 400), (300, 400, 3)]
     assert [probe_image(ds.read(i))[:2] for i in range(len(ds))] == [(300, 400)] * 3
+
+
+def test_an_out_on_a_file_system_that_takes_no_files_is_a_usage_error(class_folder: Path, capsys):
+    # the attack: OUT under /proc was "writing failed after 0 committed samples ... free space", exit 1
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc here")
+    assert main(["pack-lmdb", str(class_folder), "/proc/new.lmdb", "-q"]) == 2
+    assert capsys.readouterr().err == ("datakit pack-lmdb: error: /proc/new.lmdb: cannot be written (No such file "
+                                       "or directory); pick another OUT\n")  # fmt: skip

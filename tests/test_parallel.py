@@ -116,3 +116,24 @@ def test_start_method(monkeypatch):
     assert start_method() == "fork"
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert start_method() == "spawn"
+
+
+def _large(i: int) -> bytes:
+    return b"x" * 3_000_000
+
+
+def test_stopping_early_while_workers_send_large_results_never_hangs(monkeypatch):
+    # the attack: pack-lmdb stopped by a full disk while its worker processes sent images back hung for ever in
+    # Pool.terminate() (a worker holding the result pipe's lock, writing into the pipe nobody read any more),
+    # holding the pack's lock; reproduced here in one trial of two to six
+    import time
+
+    monkeypatch.setattr(parallel, "_POOL_END_WAIT", 1.0)
+    start = time.monotonic()
+    for _ in range(6):
+        results = map_ordered(_large, list(range(400)), workers=2, chunksize=4)
+        for k, _r in enumerate(results):
+            if k == 3:
+                break
+        results.close()
+    assert time.monotonic() - start < 6 * 1.0 + 20
