@@ -162,6 +162,21 @@ static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *ow
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned)scale;
     jpeg_start_decompress(&cinfo);
+    /* A progressive file whose scans leave coefficients unrefined (fewer scans than a full set, or cut short
+     * with its end marker kept) is decoded with block smoothing, which reads the blocks two rows and a column
+     * around each: past this decoder's margins, a band's pixels would differ from the whole image's by a few
+     * levels. Such files go to the whole-image decoders (None); complete ones (every coefficient's last bit
+     * read: coef_bits all 0) are decoded without smoothing by every decoder alike. */
+    if (cinfo.progressive_mode && cinfo.do_block_smoothing && cinfo.coef_bits != NULL) {
+        int ci, k;
+        for (ci = 0; ci < cinfo.num_components; ci++)
+            for (k = 0; k < DCTSIZE2; k++)
+                if (cinfo.coef_bits[ci][k] != 0) {
+                    jpeg_destroy_decompress(&cinfo);
+                    release(owner);
+                    Py_RETURN_NONE;
+                }
+    }
     /* compared without sums, which could wrap */
     if (top >= cinfo.output_height || height > cinfo.output_height - top || left >= cinfo.output_width ||
         width > cinfo.output_width - left) {

@@ -120,11 +120,13 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
 def _jpeg_ends(data: bytes) -> bool:
     """Whether a JPEG has its end-of-image marker: in its last 4 KB (the usual file), or anywhere after its
     first scan begins when more follows it (a motion photo's video, padding), which the decoders ignore."""
-    if data.endswith(b"\xff\xd9") or b"\xff\xd9" in data[-4096:]:  # the first: most files, at once
-        return True
-    for i, marker in _segments(data):  # to the first scan: an EXIF thumbnail before it has an end marker of its own
-        if marker == 0xDA:  # in entropy-coded data 0xFF is followed by 0x00 or a restart marker: the first
-            return data.find(b"\xff\xd9", i) >= 0  # FF D9 after the scan begins is the end of the image
+    for i, marker in _segments(data):  # to the first scan: an EXIF thumbnail before it has an end marker of its own,
+        if marker == 0xDA:  # and a COM segment may hold FF D9: only one after the scan begins counts
+            if data.endswith(b"\xff\xd9") and len(data) - 2 > i:  # most files, at once
+                return True
+            # in entropy-coded data 0xFF is followed by 0x00 or a restart marker: FF D9 after the scan begins is the
+            # end of the image (in the last 4 KB first: padding or a little more after it)
+            return data.rfind(b"\xff\xd9", max(i, len(data) - 4096)) >= 0 or data.find(b"\xff\xd9", i) >= 0
     return False
 
 

@@ -170,3 +170,54 @@ def test_region_first_column_of_ordinary_420_jpeg(progressive):
     region = decode_jpeg_region(data, "rgb", 1, (0, 0, h, 1))
     assert region is not None
     np.testing.assert_array_equal(region, full[:, :1])
+
+
+def _photo_jpeg(**save) -> bytes:
+    from PIL import Image
+
+    from datakit.testing import synthetic_image
+
+    b = io.BytesIO()
+    Image.fromarray(synthetic_image(480, 640, seed=3)).save(b, "JPEG", **save)
+    return b.getvalue()
+
+
+def test_a_progressive_file_with_unrefined_coefficients_goes_to_the_whole_image_decoders():
+    # the attack: a progressive JPEG ending after its first scans (valid: libjpeg gives no warning) is decoded with
+    # block smoothing, whose reach passed the region's margins: pixels up to 4 levels from the whole image's
+    import cv2
+
+    src = _photo_jpeg(quality=90, progressive=True)
+    scans = [i for i in range(len(src) - 1) if src[i : i + 2] == b"\xff\xda"]
+    assert len(scans) >= 4
+    for cut in scans[1:4]:
+        assert decode_jpeg_region(src[:cut] + b"\xff\xd9", "rgb", 1, (100, 150, 300, 400)) is None
+    complete = decode_jpeg_region(src, "rgb", 1, (100, 150, 300, 400))  # every coefficient read: the region path
+    whole = cv2.imdecode(np.frombuffer(src, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+    assert complete is not None and np.array_equal(complete, whole[100:300, 150:400])
+
+
+def test_a_truncated_jpeg_with_an_end_marker_in_its_headers_is_an_error_on_every_path():
+    # the attack: a phone photo (an EXIF thumbnail, with its own FF D9, in APP1) cut in its scan: FF D9 in the file's
+    # last 4 KB passed it as whole, and the region decoder filled the crop with gray 128 without a word
+    import torch
+
+    from datakit import io as dio
+    from datakit.io import ImageDecodeError
+    from datakit.transforms import train_pipeline
+
+    thumb = _photo_jpeg(quality=60)[:1500] + b"\xff\xd9"  # a thumbnail's bytes, ending FF D9
+    app1 = b"Exif\x00\x00" + thumb
+    photo = _photo_jpeg(quality=90)
+    data = photo[:2] + b"\xff\xe1" + (len(app1) + 2).to_bytes(2, "big") + app1 + photo[2:]
+    cut = data[: data.index(b"\xff\xda") + 2000]
+    for region in (True, False):
+        region_decoder_available()  # loads it
+        old = dio._REGION
+        dio._REGION = old if region else False
+        try:
+            torch.manual_seed(0)
+            with pytest.raises(ImageDecodeError, match=r"truncated JPEG \(no end-of-image marker\)"):
+                train_pipeline(224).from_bytes(cut, "rgb", "cut.jpg")
+        finally:
+            dio._REGION = old
