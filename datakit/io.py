@@ -127,7 +127,7 @@ def _jpeg_ends(data: bytes) -> bool:
             # in entropy-coded data 0xFF is followed by 0x00 or a restart marker: FF D9 after the scan begins is the
             # end of the image (in the last 4 KB first: padding or a little more after it)
             return data.rfind(b"\xff\xd9", max(i, len(data) - 4096)) >= 0 or data.find(b"\xff\xd9", i) >= 0
-    return False
+    return data.endswith(b"\xff\xd9")  # no scan at all: ended, with nothing to decode (the decoders say so)
 
 
 def _exif_orientation(data: bytes) -> int:
