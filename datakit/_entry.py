@@ -18,8 +18,9 @@ def _interrupted_while_starting(prog: str):
 
 
 def _start(prog: str, name: str) -> int:
-    try:
-        before = signal.signal(signal.SIGINT, _interrupted_while_starting(prog))
+    try:  # SIGINT ignored (a background job of a script): left so
+        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        before = None if ignored else signal.signal(signal.SIGINT, _interrupted_while_starting(prog))
     except ValueError:  # not the main thread: as a plain import
         before = None
     try:

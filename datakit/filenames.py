@@ -206,6 +206,8 @@ def _han_score(ch: str, enc: str) -> float:
     if enc in ("gbk", "gb18030", "utf-8"):
         if ch in _SIMPLIFIED or (enc == "utf-8" and (ch in _TRADITIONAL)):
             return 1.0
+        if ch in _NAMES and (enc == "utf-8" or ch in _NAMES_SIMPLIFIED):
+            return _NAME_SCORE
         if enc == "utf-8":
             return 0.5
         if not _encodes(ch, "gbk"):  # GB18030's own (䶮, 𠮷): rare characters, in people's names above all
@@ -215,12 +217,16 @@ def _han_score(ch: str, enc: str) -> float:
     if enc == "big5":
         if ch in _TRADITIONAL:
             return 1.0
+        if ch in _NAMES and ch in _NAMES_TRADITIONAL:
+            return _NAME_SCORE
         if not _encodes(ch, "big5"):  # an ETEN addition (碁), read as Windows does
             return 0.2
         return 0.7 if 0xA4 <= ch.encode("big5")[0] <= 0xC6 else 0.2
     if enc == "cp932":
         if ch in _JAPANESE or ch in _SIMPLIFIED or ch in _TRADITIONAL:
             return 1.0
+        if ch in _NAMES:
+            return _NAME_SCORE
         b = ch.encode("cp932")
         return 0.6 if 0x88 <= b[0] <= 0x98 else 0.3 if b[0] <= 0x9F else 0.1
     if enc == "cp949":
@@ -466,8 +472,11 @@ def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:
         return False
 
 
-_SIMPLIFIED = frozenset(_HANZI_COMMON + _NAMES_SIMPLIFIED)
-_TRADITIONAL = frozenset(_HANZI_COMMON_TRAD + _NAMES_TRADITIONAL)
+_SIMPLIFIED = frozenset(_HANZI_COMMON)
+_TRADITIONAL = frozenset(_HANZI_COMMON_TRAD)
+# a name's characters count less than the commonest: Korean syllables read as GBK land on some of them (첨부: 梅何)
+_NAMES = frozenset(_NAMES_SIMPLIFIED + _NAMES_TRADITIONAL) - _SIMPLIFIED - _TRADITIONAL
+_NAME_SCORE = 0.85
 _JAPANESE = frozenset(_KANJI_COMMON)
 _KOREAN = frozenset(_HANGUL_COMMON)
 

@@ -792,6 +792,7 @@ class ZipDataset(ImageDataset):
         self.extensions = _extensions(extensions)
         images = []
         seen: dict[str, ZipMember] = {}
+        unreadable: dict[int, str] = {}  # member index: why it can never be read
         for m in self.zip._all:  # a folder or link named with '..' or a NUL: refused as unzip refuses it
             refused = safe_relpath(m.name)[0] is None and m.name.rstrip("/") not in ("", ".")
             if refused and (m.is_dir or m.is_symlink):
@@ -806,9 +807,9 @@ class ZipDataset(ImageDataset):
             rel, why = safe_relpath(m.name)  # what unzip-gbk writes it as ('/cat/1.jpg', 'C:cat/1.jpg': cat/1.jpg)
             if rel is None:
                 raise ArchiveError(f"{self.path}: member {m.name!r}: {why} (as unzip refuses it)")
-            problem = _member_problem(m)  # never readable, and unzip-gbk writes neither it nor its folder: the
-            if problem:  # classes would differ between the two (the extracted folder lacks a class of it alone)
-                raise ArchiveError(f"{self.path}: member {m.name!r}: {problem} (as unzip refuses it)")
+            problem = _member_problem(m)  # never readable: a bad sample when read, unless it is all its class has
+            if problem:
+                unreadable[m.index] = f"{self.path}: member {m.name!r}: {problem}"
             if rel in seen:
                 if same_stored_bytes(self.path, seen[rel], m):  # the same bytes twice: one image, as unzip-gbk writes
                     continue
@@ -822,6 +823,13 @@ class ZipDataset(ImageDataset):
         classes, keep = self._scan(top)
         if not classes or not keep:
             raise NotADataset(f"{self.path}: no class folders with images inside the archive")
+        if unreadable:  # unzip-gbk writes neither such a member nor its folder: a class of them alone would be a
+            readable = {t for i, _, t in keep if i not in unreadable}  # class here, none in the extracted folder
+            lost = sorted({t for _, _, t in keep} - readable)
+            if lost:
+                first = next(unreadable[i] for i, _, t in keep if t == lost[0])
+                raise ArchiveError(f"{first}; and class {classes[lost[0]]!r} has no other image (extracted, it would "
+                                   "be no class at all: the classes would be numbered otherwise)")  # fmt: skip
         empty = sorted(set(range(len(classes))) - {t for _, _, t in keep})
         if empty:  # as the extracted folder is refused: a class without samples shifts nothing silently
             hint = _OTHER_FILES if self.extensions == IMG_EXTENSIONS else ""

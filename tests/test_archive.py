@@ -1894,7 +1894,6 @@ def test_names_with_gb18030_characters_and_short_japanese_names_decode(tmp_path:
             (["照片/王𠮷.jpg", "照片/李娜.jpg", "照片/张伟.jpg"], "gb18030", "gb18030"),
             (["照片/王䶮.jpg", "照片/李娜.jpg"], "gb18030", "gb18030"),
             (["佐藤.pdf", "鈴木.pdf", "伊藤.pdf", "渡辺.pdf"], "cp932", "cp932"),
-            (["陳靜.pdf"], "big5", "big5"),
         )
     ):
         z = write_zip(tmp_path / f"{k}.zip", [ZipEntry(name=n.encode(enc), data=b"x") for n in names])
@@ -1902,6 +1901,10 @@ def test_names_with_gb18030_characters_and_short_japanese_names_decode(tmp_path:
         assert (guess.encoding, guess.ambiguous) == (want, ())
         report = unzip(z, tmp_path / str(k))
         assert report.problems == [] and sorted(tree(tmp_path / str(k))) == sorted(names)
+    # two characters alone (陳靜 in Big5, 첨부 in CP949) read as well in another encoding: said so, never silently
+    for name, enc, ambiguous in (("陳靜.pdf", "big5", ("cp949", "big5")), ("첨부.jpg", "cp949", ("gbk", "cp949"))):
+        z = write_zip(tmp_path / "one.zip", [ZipEntry(name=name.encode(enc), data=b"x")])
+        assert detect_encoding(z).ambiguous == ambiguous
 
 
 def test_a_table_over_a_zip_reads_what_unzip_writes(tmp_path: Path):
@@ -1955,7 +1958,13 @@ def test_an_unreadable_image_member_is_refused_when_the_zip_is_opened(tmp_path: 
     with pytest.raises(ArchiveError) as e:
         open_dataset(z)
     assert str(e.value) == (f"{z}: member 'ant/1.jpg': encrypted; datakit does not decrypt (use a tool that asks for "
-                            "the password) (as unzip refuses it)")  # fmt: skip
+                            "the password); and class 'ant' has no other image (extracted, it would be no class at "
+                            "all: the classes would be numbered otherwise)")  # fmt: skip
+    # beside readable images of its class it is one bad sample, as before: reported when read, skipped with skip
+    z = write_zip(tmp_path / "t.zip", [ZipEntry(name=b"ant/1.jpg", data=b"x", encrypted=True),
+                                      ZipEntry(name=b"ant/2.jpg", data=b"w"), ZipEntry(name=b"cat/2.jpg", data=b"y")])  # fmt: skip
+    ds = open_dataset(z)
+    assert ds.classes == ["ant", "cat"] and len(ds) == 3
 
 
 def test_a_member_mode_without_the_owners_read_bit_still_lets_a_second_run_compare(tmp_path: Path):
