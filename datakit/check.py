@@ -25,12 +25,20 @@ from datakit.labels import (
     TEXT_SUFFIXES,
     ClassMap,
     LabelTable,
+    markers_as_classes,
     read_labels,
     resolve_path,
     spelled_twice,
 )
 from datakit.parallel import map_ordered
-from datakit.sources import ImageDataset, TableDataset, given_classes, open_source, unknown_classes
+from datakit.sources import (
+    ImageDataset,
+    TableDataset,
+    check_header,
+    given_classes,
+    open_source,
+    unknown_classes,
+)
 
 log = logging.getLogger("datakit")
 
@@ -89,17 +97,19 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
         return open_source(src, split=split, encoding=options.get("encoding"), classes=classes)  # a zip's names
     if labels is not None and path is not None and ((path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"):
         return open_source(src, labels=labels, split=split)  # refused there: a pack holds its own labels
-    table = (
-        labels
-        if isinstance(labels, LabelTable)
-        else read_labels(labels if labels is not None else src, split=split, validate=False, **options)
-    )
+    with markers_as_classes(given):  # a class named 'None' that --classes names is a class
+        table = (
+            labels
+            if isinstance(labels, LabelTable)
+            else read_labels(labels if labels is not None else src, split=split, validate=False, **options)
+        )
     report.notes += table.notes
     # with classes=, integer labels are read as they are (a split without class 3 is no gap), then indexed by them
     report.problems += table.problems(remap=remap_labels or given is not None)
     report.problems += spelled_twice(table, (root or Path(table.path).parent) if alone else src)
     class_map = table.class_map(remap=remap_labels or given is not None, strict=False)  # read on whatever the labels
     if given is not None:
+        check_header(given, class_map.classes)
         unknown = unknown_classes(class_map.classes, given, str(table.path), "classes=, --classes")
         if unknown:
             report.problems.append(unknown)

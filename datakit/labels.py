@@ -10,6 +10,8 @@ offsets, labels and splits as small code arrays), never as per-row Python object
 from __future__ import annotations
 
 import codecs
+import contextlib
+import contextvars
 import datetime
 import json
 import logging
@@ -1208,9 +1210,31 @@ _EXCEL_ERRORS = frozenset({"#N/A", "#N/A N/A", "#NA", "#VALUE!", "#REF!", "#DIV/
 _NOT_A_LABEL = _EXCEL_ERRORS | {"NaN", "nan", "<NA>", "None", "NULL", "null", "\\N", "N/A", "n/a"}
 
 
+# class names given with the labels (classes=, --classes): a marker among them is a class ('None', 'nan' as the
+# pinyin of 男), read while markers_as_classes() is active
+_GIVEN_CLASSES: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("given_classes", default=frozenset())
+
+
+@contextlib.contextmanager
+def markers_as_classes(classes: Sequence[str] | None):
+    """While active, a label cell holding a missing-value marker (``None``, ``NULL``, ``nan``...) that ``classes``
+    names is that class, not a missing label."""
+    token = _GIVEN_CLASSES.set(frozenset(str(c) for c in classes or ()))
+    try:
+        yield
+    finally:
+        _GIVEN_CLASSES.reset(token)
+
+
+def _not_a_label(text: str) -> bool:
+    return text in _NOT_A_LABEL and (text in _EXCEL_ERRORS or text not in _GIVEN_CLASSES.get())
+
+
 def _marker_problem(file: str, label: str) -> str:
-    what = "an Excel error value" if label in _EXCEL_ERRORS else "a missing-value marker"
-    return f"file {file!r} has no label (the cell holds {label!r}, {what}, not a class name)"
+    if label in _EXCEL_ERRORS:
+        return f"file {file!r} has no label (the cell holds {label!r}, an Excel error value, not a class name)"
+    return (f"file {file!r} has no label (the cell holds {label!r}, a missing-value marker, not a class name; a class "
+            "really named so is read when classes= (--classes) names it)")  # fmt: skip
 
 
 def _parse_grid(
@@ -1241,9 +1265,9 @@ def _parse_grid(
             if note:  # formulas without saved values read as empty: the row is there, its values are not
                 problems.append(((order, rownum), f"{where}, row {rownum}: {note}"))
             continue  # empty rows are absent, not errors
-        if (_blank(f) or _blank(lab) or _text(lab) in _NOT_A_LABEL) and scol is not None and scol < len(row):
+        if (_blank(f) or _blank(lab) or _not_a_label(_text(lab))) and scol is not None and scol < len(row):
             dropped[(order, rownum)] = "" if _blank(row[scol]) else _text(row[scol])
-        if not _blank(f) and (_blank(lab) or _text(lab) in _NOT_A_LABEL):
+        if not _blank(f) and (_blank(lab) or _not_a_label(_text(lab))):
             named.append(_text(f).replace("\\", "/"))
         if _blank(f) or _blank(lab):
             col = fcol if _blank(f) else lcol
@@ -1255,7 +1279,7 @@ def _parse_grid(
             else:
                 problems.append(((order, rownum), f"{where}, row {rownum}: file {_text(f)!r} has no label"))
             continue
-        if _text(lab) in _NOT_A_LABEL:
+        if _not_a_label(_text(lab)):
             problems.append(((order, rownum), f"{where}, row {rownum}: {_marker_problem(_text(f), _text(lab))}"))
             continue
         if head.at >= 0 and _text(f) == head.fname and _text(lab) == head.lname:
@@ -1866,10 +1890,12 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
         labels, lcodes, count = _excel_texts(labels, lcodes)
         notes.append(f'{path}: {count} label{"s" * (count > 1)} written as ="..." (the text formula Excel keeps '
                      "text with) read as the text inside, as Excel shows them")  # fmt: skip
-    marked = [k for k, v in enumerate(labels) if str(v) in _NOT_A_LABEL]
+    marked = [k for k, v in enumerate(labels) if _not_a_label(str(v))]
+    listed = np.zeros(len(lines), dtype=bool)  # files whose label is a marker: in the table, without a label
     if marked:  # '#N/A' or 'nan' where a label should be: the cell was empty or an error where it was made
         hit = np.isin(lcodes, marked) & lvalid
-        for i in np.flatnonzero(hit & fvalid):
+        listed = hit & fvalid
+        for i in np.flatnonzero(listed):
             line = int(lines[i])
             problems.append(((0, line), f"{path}, line {line}: {_marker_problem(files[int(i)], labels[lcodes[i]])}"))
         lvalid = lvalid & ~hit
@@ -1891,7 +1917,7 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
         else:
             problems.append(((0, line), f"{path}, line {line}: label {labels[lcodes[i]]!r} has no file name"))
     keep = fvalid & lvalid
-    named = [files[int(i)] for i in np.flatnonzero(fvalid & ~keep)]
+    named = [files[int(i)] for i in np.flatnonzero((fvalid | listed) & ~keep)]
     pairs: dict[str, set[tuple[str, str]]] = {}
     for col, name in rivals:
         rvals, rcodes, rvalid = cols.coded(col)

@@ -45,6 +45,7 @@ from datakit.labels import (
     StringArray,
     _norm,
     _unicode_form,
+    markers_as_classes,
     read_labels,
     resolve_path,
     spelled_twice,
@@ -1118,21 +1119,37 @@ def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, op
     return line
 
 
+class _ClassNames(list):
+    """A text file's class names; ``header``: (file, line, name) where the first is a label column's name."""
+
+    header: tuple[Path, int, str] | None = None
+
+
 def _class_lines(path: Path, text: str) -> list[str]:
     """A text file's class names, one a line in index order; ``#`` lines are comments, as in a label list. A
-    first line that is a label column's name (a column copied with its header) is refused: read as class 0, it
-    would move every class one index on."""
-    names = []
+    first line that is a label column's name (a column copied with its header) is marked: :func:`check_header`
+    refuses it unless the labels hold it as a class."""
+    names = _ClassNames()
     for number, line in enumerate(text.splitlines(), 1):
         name = line.strip()
         if not name or name.startswith("#"):
             continue
         if not names and _norm(name) in {_norm(k) for k in LABEL_COLUMNS}:
-            raise LabelError(f"{path}, line {number}: {name!r} is a column's name (a header copied with the "
-                             "column?), not a class; the file holds one class name a line, class 0 first: remove "
-                             "the line")  # fmt: skip
+            names.header = (path, number, name)
         names.append(name)
     return names
+
+
+def check_header(given: Sequence[str], labels: Sequence[str]) -> None:
+    """Refuse a classes file whose first line is a label column's name no label holds: read as class 0, it
+    would move every class one index on. A class really named so (``target``) is one the labels hold."""
+    header = getattr(given, "header", None)
+    if header is None or header[2] in {str(x) for x in labels}:
+        return
+    path, number, name = header
+    raise LabelError(f"{path}, line {number}: {name!r} is a column's name (a header copied with the column?) and no "
+                     "label holds it; the file holds one class name a line, class 0 first: remove the line (a class "
+                     "really named so, with no samples: give the classes as a .json list)")  # fmt: skip
 
 
 def given_classes(classes) -> list[str]:
@@ -1219,13 +1236,15 @@ def open_source(
             raise UsageError("classes= and remap_labels= both number the classes; give one of them")
         # integer labels are read as they are (a split without class 3 is no gap), then indexed by classes=
         as_read = labels is not None or _is_table(src)
-        ds = open_source(src, kinds=kinds, labels=labels, split=split, transform=transform,
-                         target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
-                         remap_labels=as_read, root=root, file_column=file_column, label_column=label_column,
-                         split_column=split_column, encoding=encoding, include_hidden=include_hidden,
-                         **kwargs)  # fmt: skip
+        with markers_as_classes(given):  # a class named 'None' or 'nan' that classes= names is read as a class
+            ds = open_source(src, kinds=kinds, labels=labels, split=split, transform=transform,
+                             target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
+                             remap_labels=as_read, root=root, file_column=file_column, label_column=label_column,
+                             split_column=split_column, encoding=encoding, include_hidden=include_hidden,
+                             **kwargs)  # fmt: skip
+        check_header(given, ds.classes)
         if ds.classes != given:
-            ds.use_classes(given, where=os.fspath(labels if isinstance(labels, (str, os.PathLike)) else src))
+            ds.use_classes(list(given), where=os.fspath(labels if isinstance(labels, (str, os.PathLike)) else src))
         return ds
     common = dict(transform=transform, target_transform=target_transform, mode=mode, on_error=on_error, cache=cache)
     shards = _expand_sources(src)

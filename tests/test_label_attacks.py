@@ -372,8 +372,9 @@ def test_a_classes_file_skips_comments_and_refuses_a_header_line(tmp_path: Path)
     ds = open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "comment.txt")
     assert (ds.classes, ds.targets.tolist()) == (["鸟", "猫", "狗"], [1, 2])
     (tmp_path / "header.txt").write_bytes("类别\r\n鸟\r\n猫\r\n狗\r\n".encode("gbk"))
-    want = (f"{tmp_path / 'header.txt'}, line 1: '类别' is a column's name (a header copied with the column?), not "
-            "a class; the file holds one class name a line, class 0 first: remove the line")  # fmt: skip
+    want = (f"{tmp_path / 'header.txt'}, line 1: '类别' is a column's name (a header copied with the column?) and no "
+            "label holds it; the file holds one class name a line, class 0 first: remove the line (a class really "
+            "named so, with no samples: give the classes as a .json list)")  # fmt: skip
     with pytest.raises(LabelError) as e:
         open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "header.txt")
     assert str(e.value) == want
@@ -381,6 +382,12 @@ def test_a_classes_file_skips_comments_and_refuses_a_header_line(tmp_path: Path)
     args = [str(img), str(out), "--labels", str(tmp_path / "l.csv"), "--classes", str(tmp_path / "header.txt"), "-q"]
     assert main(["pack-lmdb", *args]) == 1
     assert not out.exists()
+    # a class really named as a column ('target', with 'background'): the labels hold it, so it is class 0
+    (tmp_path / "t.csv").write_text("file,label\na.jpg,target\nb.jpg,background\n", encoding="utf-8")
+    (tmp_path / "t.txt").write_text("target\nbackground\n", encoding="utf-8")
+    ds = open_dataset(img, labels=tmp_path / "t.csv", classes=tmp_path / "t.txt")
+    assert (ds.classes, ds.targets.tolist()) == (["target", "background"], [0, 1])
+    assert check_dataset(img, labels=tmp_path / "t.csv", classes=tmp_path / "t.txt").problems == []
 
 
 def test_none_null_and_database_nulls_are_not_class_names(tmp_path: Path):
@@ -389,10 +396,22 @@ def test_none_null_and_database_nulls_are_not_class_names(tmp_path: Path):
     path.write_text("file,label\na.jpg,cat\nb.jpg,None\nc.jpg,NULL\nd.jpg,\\N\ne.jpg,dog\n", encoding="utf-8")
     table = read_labels(path, validate=False)
     assert table.problems() == [
-        f"{path}, line {n}: file {f!r} has no label (the cell holds {v!r}, a missing-value marker, not a class name)"
+        f"{path}, line {n}: file {f!r} has no label (the cell holds {v!r}, a missing-value marker, not a class name; "
+        "a class really named so is read when classes= (--classes) names it)"
         for n, f, v in ((3, "b.jpg", "None"), (4, "c.jpg", "NULL"), (5, "d.jpg", "\\N"))
     ]
     assert table.class_map().classes == ("cat", "dog")
+    # a class really named 'None' (no finding), given with classes=: read as that class, in every command
+    img = images(tmp_path / "img", "a.jpg", "b.jpg")
+    (tmp_path / "n.csv").write_text("file,label\na.jpg,None\nb.jpg,tumor\n", encoding="utf-8")
+    (tmp_path / "classes.txt").write_text("None\ntumor\n", encoding="utf-8")
+    assert check_dataset(img, labels=tmp_path / "n.csv").problems == [
+        f"{tmp_path / 'n.csv'}, line 2: file 'a.jpg' has no label (the cell holds 'None', a missing-value marker, not "
+        "a class name; a class really named so is read when classes= (--classes) names it)"
+    ]  # and a.jpg is not called "not in the table": it is
+    ds = open_dataset(img, labels=tmp_path / "n.csv", classes=tmp_path / "classes.txt")
+    assert (ds.classes, ds.targets.tolist()) == (["None", "tumor"], [0, 1])
+    assert check_dataset(img, labels=tmp_path / "n.csv", classes=tmp_path / "classes.txt").problems == []
 
 
 def test_cells_under_a_merged_label_are_named_as_such(tmp_path: Path):

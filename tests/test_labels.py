@@ -896,13 +896,16 @@ def test_one_file_listed_in_two_unicode_forms_is_listed_again(tmp_path: Path):
 def test_excel_errors_and_missing_markers_are_not_class_names_in_any_format(tmp_path: Path):
     # The attack: a label column filled by VLOOKUP holds #N/A where nothing matched. The .xlsx refused that row;
     # the same sheet saved as CSV by Excel ('#N/A') or by pandas (na_rep='NaN') trained a class '#N/A' / 'NaN'.
-    for marker, what in (("#N/A", "an Excel error value"), ("#DIV/0!", "an Excel error value"),
-                         ("NaN", "a missing-value marker"), ("nan", "a missing-value marker")):  # fmt: skip
+    named = (
+        "a missing-value marker, not a class name; a class really named so is read when classes= (--classes) names it"
+    )
+    for marker, what in (("#N/A", "an Excel error value, not a class name"), ("#DIV/0!", "an Excel error value, not "
+                         "a class name"), ("NaN", named), ("nan", named)):  # fmt: skip
         for sep, ext in ((",", "csv"), ("\t", "tsv")):
             path = tmp_path / f"l.{ext}"
             path.write_text(sep.join(["file", "label"]) + "\n" + "".join(
                 sep.join(r) + "\n" for r in (["a.jpg", "cat"], ["b.jpg", marker], ["c.jpg", "dog"])), encoding="utf-8")  # fmt: skip
-            want = f"{path}, line 3: file 'b.jpg' has no label (the cell holds {marker!r}, {what}, not a class name)"
+            want = f"{path}, line 3: file 'b.jpg' has no label (the cell holds {marker!r}, {what})"
             assert read_labels(path, validate=False).problems() == [want]
             assert read_labels(path, validate=False).class_map().classes == ("cat", "dog")
     xlsx = book(tmp_path / "l.xlsx", {"train": [["file", "label"], ["a.jpg", "cat"], ["b.jpg", "#N/A"]]})
