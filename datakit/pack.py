@@ -604,9 +604,8 @@ def pack_lmdb(
             changed = _changed_after(ds, lo, existing["count"] + len(existing.get("skipped", [])), target)
             if changed is not None:  # edited since its samples were read: the pack would mix old and new bytes
                 path, when, last = changed
-                raise UsageError(f"{out}: {path} changed after its samples were packed (modified, replaced or "
-                                 f"moved {when}, the pack's last commit {last}); resume only the same files, or use "
-                                 "--overwrite")  # fmt: skip
+                raise UsageError(f"{out}: {path} changed after its samples were packed ({when}; the pack's last "
+                                 f"commit {last}); resume only the same files, or use --overwrite")  # fmt: skip
             meta["skipped"] = existing.get("skipped", [])
             meta["created"] = existing.get("created", meta["created"])
             meta["count"] = existing["count"]
@@ -673,8 +672,17 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path) -> tuple[str
         # `curl -R` carries an older modification time, but its status time is when it was put there
         mtime = max(st.st_mtime_ns, st.st_ctime_ns)
         if mtime > since:
-            stamp = lambda ns: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))  # noqa: E731
-            return path, stamp(mtime), stamp(since)
+
+            def stamp(ns: int) -> str:
+                return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns // 10**9)) + f".{ns % 10**9 // 10**6:03d}"
+
+            how = (
+                "modified"
+                if st.st_mtime_ns > since
+                else "its status changed: replaced or moved, or only its "
+                "permissions or owner changed, which the pack cannot tell apart"
+            )
+            return path, f"{how}, {stamp(mtime)}", stamp(since)
     return None
 
 
