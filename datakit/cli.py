@@ -204,6 +204,8 @@ def _rank() -> int:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank()
+    if "MASTER_ADDR" not in os.environ:  # not launched by torchrun (RANK left over in a shell): one process
+        return 0
     try:
         return int(os.environ.get("RANK", "0"))
     except ValueError:
@@ -214,6 +216,8 @@ def _world() -> int:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
+    if "MASTER_ADDR" not in os.environ:
+        return 1
     try:
         return int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
@@ -1055,6 +1059,13 @@ def _check_environment() -> None:
                          "names that are not ASCII cannot be read or written; use a UTF-8 locale (LC_ALL=C.UTF-8) "
                          "or PYTHONUTF8=1")  # fmt: skip
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    if "MASTER_ADDR" not in os.environ:
+        ok = {"RANK": ("", "0"), "WORLD_SIZE": ("", "0", "1")}
+        left = [f"{n}={os.environ[n]}" for n in names[:2] if os.environ.get(n, "") not in ok[n]]
+        if left:  # exported in a shell, or a launcher's leftovers: not a job of several ranks
+            print(f"warning: {' '.join(left)} without MASTER_ADDR: not launched by torchrun; running as one "
+                  "process", file=sys.stderr)  # fmt: skip
+        return
     values = {}
     for name in names:
         text = os.environ.get(name)
@@ -1088,9 +1099,6 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     _tolerate_names(sys.stdout, sys.stderr)
     stdout = sys.stdout
     before = None
-    if threading.current_thread() is threading.main_thread():
-        _terminated_pid[0] = os.getpid()
-        before = signal.signal(signal.SIGTERM, _on_sigterm)
     created = False
     tag = f" (rank {rank})" if rank else ""
     if rank != 0:  # the other ranks work, but are silent: no result, no summary, no bar
@@ -1101,6 +1109,11 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
             created = _join_process_group()
             if created:
                 _same_command(args)
+        # after the join: a SIGTERM while torch waits for the other ranks (in native code, where no Python handler
+        # runs) ends the process at once, as it did
+        if threading.current_thread() is threading.main_thread():
+            _terminated_pid[0] = os.getpid()
+            before = signal.signal(signal.SIGTERM, _on_sigterm)
         code = func(args)
         if created:  # no rank tears the group down while another still talks in it (gloo aborts at exit then)
             import torch.distributed as dist

@@ -863,11 +863,21 @@ def test_an_environment_no_command_can_work_in_is_refused(class_folder: Path, tm
         "so names that are not ASCII cannot be read or written; use a UTF-8 locale (LC_ALL=C.UTF-8) or "
         "PYTHONUTF8=1\n"
     )
-    rank = _datakit("pack-lmdb", str(class_folder), str(tmp_path / "r.lmdb"), env={"RANK": "3", "WORLD_SIZE": "2"})
+    launched = {"RANK": "3", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    rank = _datakit("pack-lmdb", str(class_folder), str(tmp_path / "r.lmdb"), env=launched)
     assert (rank.returncode, rank.stderr) == (2, "datakit pack-lmdb: error: RANK=3 is outside 0..1 (WORLD_SIZE=2): "
                                               "no rank would do the work; unset RANK and WORLD_SIZE to run alone, or "
                                               "launch with torchrun\n")  # fmt: skip
     assert not (tmp_path / "r.lmdb").exists()
+    # RANK=1 WORLD_SIZE=2 left over in a shell, no launcher (no MASTER_ADDR): did nothing, exit 0; now one process
+    alone = _datakit(
+        "pack-lmdb", str(class_folder), str(tmp_path / "a.lmdb"), "-q", env={"RANK": "1", "WORLD_SIZE": "2"}
+    )
+    assert (alone.returncode, alone.stderr) == (0, "warning: RANK=1 WORLD_SIZE=2 without MASTER_ADDR: not launched by "
+                                                "torchrun; running as one process\n")  # fmt: skip
+    from datakit.datasets import open_dataset
+
+    assert len(open_dataset(tmp_path / "a.lmdb")) == 12
 
 
 def test_odd_paths_and_seeds_are_usage_errors_naming_what_is_wrong(class_folder: Path, tmp_path: Path, capsys):

@@ -448,8 +448,8 @@ def test_a_zip_with_an_empty_class_folder_is_refused_as_the_folder_is(tmp_path: 
         zf.writestr("数据集/cat/1.png", png)
         zf.writestr("数据集/dog/2.png", png)
     unzip(z, tmp_path / "out")
-    ends = "holds no images (no file ending in .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp; pass extensions= to " \
-           "count others)"  # fmt: skip
+    ends = "holds no images (no file ending in .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp; remove the folder, " \
+           "or pass extensions= (Python) to count other files)"  # fmt: skip
     with pytest.raises(LabelError) as e:
         open_dataset(z)
     assert str(e.value) == f"{z}: class folder '数据集/bird' {ends}"
