@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import logging
 import math
 import multiprocessing
@@ -28,7 +29,7 @@ from torch.utils.data import _utils as _torch_data_utils
 from torch.utils.data.dataloader import _DatasetKind, _MultiProcessingDataLoaderIter
 
 from datakit.collate import CollateError, SlotCollate, forget_slots
-from datakit.errors import UsageError
+from datakit.errors import DataError, UsageError
 
 if TYPE_CHECKING:
     from datakit.prefetch import DeviceLoader
@@ -1647,6 +1648,51 @@ def _is_cuda(device) -> bool:
     return dev.type == "cuda" and torch.cuda.is_available()
 
 
+def _launched_ranks() -> int:
+    """WORLD_SIZE as a launcher (torchrun: MASTER_ADDR set too) gives it; 1 otherwise."""
+    if "MASTER_ADDR" not in os.environ:
+        return 1
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
+_SHARDED_LOADERS = itertools.count()  # sharded loaders made in this process: the same sequence on every rank
+_RANKS_WAIT = 120.0  # seconds a rank waits for the others to make the same loader before it goes on unchecked
+
+
+def _same_length_on_every_rank(n: int, rank: int, world: int) -> None:
+    """Refuse ranks whose datasets differ in length (a folder still being copied on one node, another copy of
+    the data): each rank shards its own list, so samples would be read twice or never, or the ranks would run
+    different numbers of batches and wait for each other in DDP for ever. Compared through the process group's
+    store, waited for at most ``_RANKS_WAIT`` seconds (a rank that makes no such loader: left unchecked)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 (no store to compare through: a backend without one)
+        return
+    prefix = f"datakit/loader/{next(_SHARDED_LOADERS)}/"
+    keys = [f"{prefix}{r}" for r in range(world)]
+    try:
+        store.set(keys[rank], str(n))
+        store.wait(keys, datetime.timedelta(seconds=_RANKS_WAIT))
+        sizes = [int(store.get(k)) for k in keys]
+    except Exception as exc:  # noqa: BLE001 (the store's timeout or a peer gone: the training itself will say)
+        log.warning("could not compare the dataset's length with the other ranks' (%s); going on unchecked",
+                    str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__)  # fmt: skip
+        return
+    if len(set(sizes)) > 1:
+        shown = ", ".join(f"rank {r}: {s}" for r, s in enumerate(sizes))
+        raise DataError(
+            f"the ranks' datasets differ in length ({shown}): each rank shards its own list, so samples "
+            "would be read twice or never; give every rank the same data (the same files and labels)"
+        )
+
+
 def create_loader(
     dataset: Dataset,
     batch_size: int,
@@ -1767,6 +1813,13 @@ def create_loader(
                 rank, world = dist.get_rank(), dist.get_world_size()
         elif distributed is True:
             raise ValueError("distributed=True but no torch.distributed process group is initialised")
+        elif train and _launched_ranks() > 1:  # torchrun started the ranks, the script has not joined them yet
+            log.warning("WORLD_SIZE=%d (torchrun) but no torch.distributed process group is initialised yet: this "
+                        "loader is not sharded, every rank reads every sample in the same order; make it after "
+                        "torch.distributed.init_process_group (or pass distributed=False to mean it)",
+                        _launched_ranks())  # fmt: skip
+    if shard and hasattr(dataset, "__len__") and not isinstance(dataset, torch.utils.data.IterableDataset):
+        _same_length_on_every_rank(len(dataset), rank, world)
     base = 0 if seed is None else seed
     if shard and isinstance(dataset, torch.utils.data.IterableDataset):
         what = (f"{type(dataset).__name__} (an IterableDataset) orders itself: the loader cannot give each of "

@@ -2328,3 +2328,61 @@ def test_the_workers_of_a_failed_epoch_go_with_it(tmp_path: Path):
             for _batch in loader:
                 pass
         assert {p.pid for p in multiprocessing.active_children()} - before == set()  # none of this epoch's left
+
+
+UNEVEN = r"""
+import os, sys
+import torch.distributed as dist
+from torch.utils.data import Dataset
+from datakit.errors import DataError
+from datakit.loader import create_loader
+
+class Sized(Dataset):
+    def __init__(self, n): self.n = n
+    def __len__(self): return self.n
+    def __getitem__(self, i): return i
+
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['PORT']}", rank=rank, world_size=2)
+create_loader(Sized(10), 2, num_workers=0, seed=0)  # the same length on both: accepted
+try:
+    create_loader(Sized(100 + rank), 4, num_workers=0, seed=0)  # rank 1's folder holds one more file
+    print("accepted")
+except DataError as exc:
+    print(exc)
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_whose_datasets_differ_in_length_are_refused():
+    # the attack: rank 1's folder held one file more (a copy still running on its node): each rank sharded its own
+    # list, and a quarter of the samples were read twice, a quarter never, silently (or DDP waited for ever)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PORT=str(port))
+    procs = [subprocess.Popen([sys.executable, "-c", UNEVEN], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    want = ("the ranks' datasets differ in length (rank 0: 100, rank 1: 101): each rank shards its own list, so "
+            "samples would be read twice or never; give every rank the same data (the same files and labels)\n")  # fmt: skip
+    assert [o for o, _ in outs] == [want, want]
+
+
+def test_a_training_loader_made_before_the_ranks_join_says_it_is_not_sharded(monkeypatch, caplog):
+    # the attack: under torchrun, a loader made before init_process_group gave every rank every sample, silently
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        create_loader(Indexed(4), 2, num_workers=0)
+    assert caplog.messages == [
+        "WORLD_SIZE=2 (torchrun) but no torch.distributed process group is initialised yet: this loader is not "
+        "sharded, every rank reads every sample in the same order; make it after "
+        "torch.distributed.init_process_group (or pass distributed=False to mean it)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        create_loader(Indexed(4), 2, num_workers=0, distributed=False)
+        create_loader(Indexed(4), 2, num_workers=0, train=False)
+    assert caplog.messages == []
