@@ -118,16 +118,17 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
 
 
 def _jpeg_ends(data: bytes) -> bool:
-    """Whether a JPEG has its end-of-image marker: in its last 4 KB (the usual file), or anywhere after its
-    first scan begins when more follows it (a motion photo's video, padding), which the decoders ignore."""
+    """Whether a JPEG has its end-of-image marker: at its end (the usual file), or after its first scan begins
+    when more follows it (a motion photo's video, padding), which the decoders ignore. An FF D9 before the scan
+    (an EXIF thumbnail's own, a comment's bytes) is no end: a file cut in its scan has none after it."""
+    if data.endswith(b"\xff\xd9"):  # most files, at once
+        return True
     for i, marker in _segments(data):  # to the first scan: an EXIF thumbnail before it has an end marker of its own,
         if marker == 0xDA:  # and a COM segment may hold FF D9: only one after the scan begins counts
-            if data.endswith(b"\xff\xd9") and len(data) - 2 > i:  # most files, at once
-                return True
             # in entropy-coded data 0xFF is followed by 0x00 or a restart marker: FF D9 after the scan begins is the
             # end of the image (in the last 4 KB first: padding or a little more after it)
             return data.rfind(b"\xff\xd9", max(i, len(data) - 4096)) >= 0 or data.find(b"\xff\xd9", i) >= 0
-    return data.endswith(b"\xff\xd9")  # no scan at all: ended, with nothing to decode (the decoders say so)
+    return False
 
 
 def _exif_orientation(data: bytes) -> int:
