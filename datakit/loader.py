@@ -1675,7 +1675,9 @@ def _same_length_on_every_rank(n: int, rank: int, world: int) -> None:
         store = dist.distributed_c10d._get_default_store()
     except Exception:  # noqa: BLE001 (no store to compare through: a backend without one)
         return
-    prefix = f"datakit/loader/{next(_SHARDED_LOADERS)}/"
+    # torchrun's restarts keep its store: the attempt's number keeps an earlier attempt's lengths out
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefix = f"datakit/loader/{attempt}/{next(_SHARDED_LOADERS)}/"
     keys = [f"{prefix}{r}" for r in range(world)]
     try:
         store.set(keys[rank], str(n))
