@@ -216,12 +216,9 @@ def _world() -> int:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
-    if "MASTER_ADDR" not in os.environ:
-        return 1
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
+    from datakit.devices import launched_world_size
+
+    return launched_world_size()
 
 
 def _same_command(args: argparse.Namespace) -> None:

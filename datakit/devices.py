@@ -79,3 +79,14 @@ def select_gpus(spec: str | int | Iterable[int | str]) -> list[str]:
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = value
     return devices
+
+
+def launched_world_size() -> int:
+    """WORLD_SIZE as a launcher gives it (torchrun sets MASTER_ADDR too); 1 without one (a RANK or WORLD_SIZE
+    left over in a shell is no job of several ranks)."""
+    if "MASTER_ADDR" not in os.environ:
+        return 1
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1

@@ -29,6 +29,7 @@ from torch.utils.data import _utils as _torch_data_utils
 from torch.utils.data.dataloader import _DatasetKind, _MultiProcessingDataLoaderIter
 
 from datakit.collate import CollateError, SlotCollate, forget_slots
+from datakit.devices import launched_world_size
 from datakit.errors import DataError, UsageError
 
 if TYPE_CHECKING:
@@ -1648,16 +1649,6 @@ def _is_cuda(device) -> bool:
     return dev.type == "cuda" and torch.cuda.is_available()
 
 
-def _launched_ranks() -> int:
-    """WORLD_SIZE as a launcher (torchrun: MASTER_ADDR set too) gives it; 1 otherwise."""
-    if "MASTER_ADDR" not in os.environ:
-        return 1
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
-
-
 _SHARDED_LOADERS = itertools.count()  # sharded loaders made in this process: the same sequence on every rank
 _RANKS_WAIT = 120.0  # seconds a rank waits for the others to make the same loader before it goes on unchecked
 
@@ -1815,11 +1806,11 @@ def create_loader(
                 rank, world = dist.get_rank(), dist.get_world_size()
         elif distributed is True:
             raise ValueError("distributed=True but no torch.distributed process group is initialised")
-        elif train and _launched_ranks() > 1:  # torchrun started the ranks, the script has not joined them yet
+        elif train and launched_world_size() > 1:  # torchrun started the ranks, the script has not joined them yet
             log.warning("WORLD_SIZE=%d (torchrun) but no torch.distributed process group is initialised yet: this "
                         "loader is not sharded, every rank reads every sample in the same order; make it after "
                         "torch.distributed.init_process_group (or pass distributed=False to mean it)",
-                        _launched_ranks())  # fmt: skip
+                        launched_world_size())  # fmt: skip
     if shard and hasattr(dataset, "__len__") and not isinstance(dataset, torch.utils.data.IterableDataset):
         _same_length_on_every_rank(len(dataset), rank, world)
     base = 0 if seed is None else seed

@@ -1246,16 +1246,21 @@ dist.destroy_process_group()
 """
 
 
-def test_two_gloo_ranks_get_disjoint_shards():
+def _two_ranks(script: str) -> list[str]:
+    """What ``script`` printed on each of two gloo ranks (RANK, and PORT for its tcp:// rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, PORT=str(port))
-    procs = [subprocess.Popen([sys.executable, "-c", DDP], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]  # fmt: skip
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    r0, r1 = (json.loads(o) for o, _ in outs)
+    return [o for o, _ in outs]
+
+
+def test_two_gloo_ranks_get_disjoint_shards():
+    r0, r1 = (json.loads(o) for o in _two_ranks(DDP))
     for e in range(2):
         a, b = r0["epochs"][e], r1["epochs"][e]
         assert len(a) == len(b) == 6
@@ -2357,17 +2362,9 @@ dist.destroy_process_group()
 def test_ranks_whose_datasets_differ_in_length_are_refused():
     # the attack: rank 1's folder held one file more (a copy still running on its node): each rank sharded its own
     # list, and a quarter of the samples were read twice, a quarter never, silently (or DDP waited for ever)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PORT=str(port))
-    procs = [subprocess.Popen([sys.executable, "-c", UNEVEN], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]  # fmt: skip
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
     want = ("the ranks' datasets differ in length (rank 0: 100, rank 1: 101): each rank shards its own list, so "
             "samples would be read twice or never; give every rank the same data (the same files and labels)\n")  # fmt: skip
-    assert [o for o, _ in outs] == [want, want]
+    assert _two_ranks(UNEVEN) == [want, want]
 
 
 def test_a_training_loader_made_before_the_ranks_join_says_it_is_not_sharded(monkeypatch, caplog):
