@@ -159,9 +159,15 @@ def _wxh(text: str) -> tuple[int, int]:
     m = re.fullmatch(r"(\d+)[xX*](\d+)", text.strip())
     if not m:
         raise argparse.ArgumentTypeError(f"size must look like WxH (for example 224x224), got {text!r}")
-    if int(m.group(1)) < 1 or int(m.group(2)) < 1:
+    w, h = int(m.group(1)), int(m.group(2))
+    if w < 1 or h < 1:
         raise argparse.ArgumentTypeError(f"size must be at least 1x1 pixels, got {text!r}")
-    return int(m.group(1)), int(m.group(2))
+    from datakit.io import pixel_budget
+
+    if w * h > pixel_budget():  # each image resized to it, in each worker
+        raise argparse.ArgumentTypeError(f"{w}x{h} = {w * h} pixels, over the limit of {pixel_budget()} a decoded "
+                                         "image may have (DATAKIT_MAX_PIXELS)")  # fmt: skip
+    return w, h
 
 
 def _int_list(text: str) -> list[int]:
@@ -463,16 +469,22 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         _existing(labels)
     elif isinstance(src, str) and Path(src).is_file() and Path(src).suffix.lower() in TABLE_SUFFIXES:
         labels, src = src, str(Path(src).parent)  # a table alone: names relative to its folder
-    if labels:
-        from datakit.labels import read_labels
+    given = None
+    if args.classes is not None:
+        from datakit.sources import given_classes
 
-        labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels or args.classes is not None,
-                             **_label_options(args))  # fmt: skip
+        _existing(args.classes)
+        given = given_classes(args.classes)
+    if labels:
+        from datakit.labels import markers_as_classes, read_labels
+
+        with markers_as_classes(given):  # a class named 'None' that --classes names is a class, as check reads it
+            labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels or given is not None,
+                                 **_label_options(args))  # fmt: skip
     source = src  # several: the shards of one pack, joined
     if args.classes is not None:
         from datakit.sources import open_source
 
-        _existing(args.classes)
         named = {"encoding": args.encoding} if args.encoding != "auto" and labels is None else {}
         source = open_source(src, labels=labels, split=args.split, classes=args.classes, **named)
         labels = None
@@ -827,8 +839,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
             bar.close()
     if args.plot and _rank() == 0:
         plot_histogram(st, args.plot, overwrite=args.overwrite)
-    normalize = ("transforms.Normalize(mean=[" + ", ".join(f"{v:.4f}" for v in st.mean) + "], std=["
-                 + ", ".join(f"{v:.4f}" for v in st.std) + "])")  # fmt: skip
+    normalize = f"transforms.Normalize({st.normalize_args()})"
+    flat = st.flat_channels()
+    if flat and _rank() == 0:  # every pixel of a channel the same value: Normalize would divide by zero
+        which = f"channel{'s' * (len(flat) > 1)} {', '.join(flat)}"
+        print(f"warning: std is 0 in {which} (every pixel the same value): normalising divides by zero there; "
+              "leave the channel out, or use std 1 for it", file=sys.stderr)  # fmt: skip
     if args.json:
         _print_json(st.to_json())
         return 0

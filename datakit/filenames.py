@@ -474,9 +474,9 @@ def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:
 
 _SIMPLIFIED = frozenset(_HANZI_COMMON)
 _TRADITIONAL = frozenset(_HANZI_COMMON_TRAD)
-# a name's characters count less than the commonest: Korean syllables read as GBK land on some of them (첨부: 梅何)
+# a name's characters count a little less than the commonest: Korean syllables read as GBK land on some (첨부: 梅何)
 _NAMES = frozenset(_NAMES_SIMPLIFIED + _NAMES_TRADITIONAL) - _SIMPLIFIED - _TRADITIONAL
-_NAME_SCORE = 0.85
+_NAME_SCORE = 0.9
 _JAPANESE = frozenset(_KANJI_COMMON)
 _KOREAN = frozenset(_HANGUL_COMMON)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
 import logging
 import math
 import multiprocessing
@@ -1649,37 +1648,54 @@ def _is_cuda(device) -> bool:
     return dev.type == "cuda" and torch.cuda.is_available()
 
 
-_SHARDED_LOADERS = itertools.count()  # sharded loaders made in this process: the same sequence on every rank
-_RANKS_WAIT = 120.0  # seconds a rank waits for the others to make the same loader before it goes on unchecked
+_SHARDED_SOURCES: dict[str, int] = {}  # sharded loaders made in this process per dataset source
 
 
-def _same_length_on_every_rank(n: int, rank: int, world: int) -> None:
-    """Refuse ranks whose datasets differ in length (a folder still being copied on one node, another copy of
-    the data): each rank shards its own list, so samples would be read twice or never, or the ranks would run
-    different numbers of batches and wait for each other in DDP for ever. Compared through the process group's
-    store, waited for at most ``_RANKS_WAIT`` seconds (a rank that makes no such loader: left unchecked)."""
-    import datetime
+def _source_of(dataset) -> str | None:
+    """What a datakit dataset reads (its kind, folder, table, archive or packs, split): the same string on
+    every rank that reads the same data by the same path; None for other datasets."""
+    from datakit.sources import ImageDataset
+
+    if not isinstance(dataset, ImageDataset):
+        return None
+    table = getattr(getattr(dataset, "table", None), "path", None)
+    packs = [r.path for r in getattr(dataset, "readers", ())]
+    where = getattr(dataset, "root", None) or getattr(dataset, "path", None) or packs
+    return f"{type(dataset).__name__}|{where}|{table}|{getattr(dataset, 'split', None)}"
+
+
+def _same_length_on_every_rank(dataset, rank: int, world: int) -> None:
+    """Refuse ranks whose datasets from one source differ in length (a folder still being copied on one node,
+    another copy of the data at the same path): each rank shards its own list, so samples would be read twice or
+    never, or the ranks would run different numbers of batches and wait for each other in DDP for ever.
+
+    Each rank writes its length into the process group's store under the dataset's source (and how many loaders
+    of that source it made), then compares with the ranks that wrote theirs already, without waiting: of two
+    ranks, the later sees the other's. So a loader made on some ranks only, or loaders made in another order,
+    wait for nothing and compare only like with like. Other datasets than datakit's are not compared."""
+    import hashlib
 
     import torch.distributed as dist
 
+    source = _source_of(dataset)
+    if source is None:
+        return
     try:
         store = dist.distributed_c10d._get_default_store()
     except Exception:  # noqa: BLE001 (no store to compare through: a backend without one)
         return
+    nth = _SHARDED_SOURCES[source] = _SHARDED_SOURCES.get(source, -1) + 1
     # torchrun's restarts keep its store: the attempt's number keeps an earlier attempt's lengths out
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    prefix = f"datakit/loader/{attempt}/{next(_SHARDED_LOADERS)}/"
-    keys = [f"{prefix}{r}" for r in range(world)]
+    prefix = f"datakit/length/{attempt}/{hashlib.sha1(source.encode()).hexdigest()[:16]}/{nth}/"
+    n = len(dataset)
     try:
-        store.set(keys[rank], str(n))
-        store.wait(keys, datetime.timedelta(seconds=_RANKS_WAIT))
-        sizes = [int(store.get(k)) for k in keys]
-    except Exception as exc:  # noqa: BLE001 (the store's timeout or a peer gone: the training itself will say)
-        log.warning("could not compare the dataset's length with the other ranks' (%s); going on unchecked",
-                    str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__)  # fmt: skip
+        store.set(f"{prefix}{rank}", str(n))
+        sizes = {r: int(store.get(f"{prefix}{r}")) for r in range(world) if store.check([f"{prefix}{r}"])}
+    except Exception:  # noqa: BLE001 (a store that cannot say: the training itself will)
         return
-    if len(set(sizes)) > 1:
-        shown = ", ".join(f"rank {r}: {s}" for r, s in enumerate(sizes))
+    if len(set(sizes.values())) > 1:
+        shown = ", ".join(f"rank {r}: {v}" for r, v in sorted(sizes.items()))
         raise DataError(
             f"the ranks' datasets differ in length ({shown}): each rank shards its own list, so samples "
             "would be read twice or never; give every rank the same data (the same files and labels)"
@@ -1808,11 +1824,11 @@ def create_loader(
             raise ValueError("distributed=True but no torch.distributed process group is initialised")
         elif train and launched_world_size() > 1:  # torchrun started the ranks, the script has not joined them yet
             log.warning("WORLD_SIZE=%d (torchrun) but no torch.distributed process group is initialised yet: this "
-                        "loader is not sharded, every rank reads every sample in the same order; make it after "
+                        "loader is not sharded, every rank reads every sample; make it after "
                         "torch.distributed.init_process_group (or pass distributed=False to mean it)",
                         launched_world_size())  # fmt: skip
     if shard and hasattr(dataset, "__len__") and not isinstance(dataset, torch.utils.data.IterableDataset):
-        _same_length_on_every_rank(len(dataset), rank, world)
+        _same_length_on_every_rank(dataset, rank, world)
     base = 0 if seed is None else seed
     if shard and isinstance(dataset, torch.utils.data.IterableDataset):
         what = (f"{type(dataset).__name__} (an IterableDataset) orders itself: the loader cannot give each of "

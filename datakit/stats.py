@@ -67,11 +67,22 @@ class Stats:
             out["stderr_mean"], out["stderr_std"] = self.stderr_mean, self.stderr_std
         return out
 
+    def normalize_args(self) -> str:
+        """``mean=[...], std=[...]`` on the 0-1 scale, four decimals (a value under 0.00005 with its own digits,
+        not as 0.0000, which Normalize would divide by)."""
+
+        def shown(v: float) -> str:
+            return f"{v:.4f}" if v == 0 or abs(v) >= 5e-5 else f"{v:.3g}"
+
+        return f"mean=[{', '.join(map(shown, self.mean))}], std=[{', '.join(map(shown, self.std))}]"
+
     def code(self) -> str:
         """Paste-ready normalisation code."""
-        m = ", ".join(f"{v:.4f}" for v in self.mean)
-        s = ", ".join(f"{v:.4f}" for v in self.std)
-        return f"Normalize(mean=[{m}], std=[{s}])  # 0-1 scale, {self.order}, after ToTensor"
+        return f"Normalize({self.normalize_args()})  # 0-1 scale, {self.order}, after ToTensor"
+
+    def flat_channels(self) -> list[str]:
+        """The channels whose std is 0 (every pixel the same value): normalising them divides by zero."""
+        return [self.order[c] if c < len(self.order) else str(c) for c, v in enumerate(self.std) if v == 0]
 
     @classmethod
     def from_histogram(cls, hist: np.ndarray, count: int, order: str = "RGB") -> Stats:
@@ -109,6 +120,8 @@ def _hist_one(ds, i: int, size: tuple[int, int] | None = None) -> np.ndarray:
         w, h = size
         interp = cv2.INTER_AREA if h < img.shape[0] or w < img.shape[1] else cv2.INTER_LINEAR
         img = cv2.resize(img, (w, h), interpolation=interp)
+        if img.ndim == 2:  # OpenCV drops a one-channel image's channel axis
+            img = img[:, :, None]
     out = np.empty((img.shape[2], 256), dtype=np.int64)
     rows = max(1, (1 << 23) // max(1, img.shape[1]))  # calcHist counts in float32: exact below 2**24 per bin
     for c in range(img.shape[2]):
@@ -234,6 +247,12 @@ def compute_stats(
             "compute_stats counts 8-bit pixels in RGB (or BGR, gray) order; this dataset was opened "
             "with mode='unchanged' (channels and bit depth as stored): open it with mode='rgb'"
         )
+    if size is not None:
+        from datakit.io import pixel_budget
+
+        if size[0] * size[1] > pixel_budget():
+            raise UsageError(f"size {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over the limit of "
+                             f"{pixel_budget()} a decoded image may have (DATAKIT_MAX_PIXELS)")  # fmt: skip
     n = len(ds)
     order = {"bgr": "BGR", "gray": "L"}.get(getattr(ds, "mode", "rgb"), "RGB")  # L: one gray channel
     idx = np.arange(n)
@@ -252,20 +271,24 @@ def compute_stats(
     mine = idx[rank::world]
     hists = map_ordered(partial(_hist_one, size=size), mine.tolist(), workers=workers, dataset=ds, per_worker=16,
                         progress=progress, initializer=_ignore_sigint_in_workers, initargs=(os.getpid(),))  # fmt: skip
+    sampled = sample is not None and sample < n
+    channels = 1 if order == "L" else 3  # known before any image: a rank that gets none sums as many as the others
+    hist = np.zeros((channels, 256), dtype=np.int64)
+    count = 0
+    per_image: dict[int, np.ndarray] = {}  # kept only for the bootstrap: 6 KiB an image, 8 GB for ImageNet
     with _ctrl_c_to_main_only(), closing(hists):  # closed at once on Ctrl-C: its workers stop then, not when collected
-        per_image: dict[int, np.ndarray] = {}
         for i, h in zip(mine.tolist(), hists):
             _check_ctrl_c()
-            per_image[i] = h
-    if not per_image and world == 1:
+            hist += h
+            count += 1
+            if sampled:
+                per_image[i] = h
+    if not count and world == 1:
         raise DataError("the dataset is empty: no pixels to compute statistics from")
-    channels = next(iter(per_image.values())).shape[0] if per_image else 3
-    hist = sum(per_image.values(), np.zeros((channels, 256), dtype=np.int64))
-    count = len(per_image)
     if world > 1:
         hist, count = _all_reduce(hist, count)
     stats = Stats.from_histogram(hist, count, order)
-    if sample is not None and sample < n:
+    if sampled:
         if world > 1:  # every rank's images, in the order one process reads them: the same errors as one process
             import torch.distributed as dist
 
