@@ -249,3 +249,55 @@ def test_a_gray_dataset_has_one_channel_of_statistics_that_normalise_it(class_fo
     ds = open_dataset(class_folder, mode="gray", transform=eval_pipeline(16, 20))
     x, _ = next(iter(create_loader(ds, 4, train=False, num_workers=0, device="cpu", normalize=st)))
     assert x.shape == (4, 1, 16, 16) and x.dtype.is_floating_point
+
+
+GRAY_WORKER = r"""
+import json, os, sys
+import torch.distributed as dist
+from datakit.datasets import open_dataset
+from datakit.stats import compute_stats
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"],
+                        rank=int(os.environ["RANK"]), world_size=2)
+st = compute_stats(open_dataset(sys.argv[1], mode="gray"), workers=0)
+print(json.dumps({"count": st.count, "mean": st.mean, "order": st.order}))
+dist.destroy_process_group()
+"""
+
+
+def test_gray_statistics_with_a_size_and_with_a_rank_that_gets_no_image(tmp_path: Path):
+    # the attacks: a gray dataset with size= raised IndexError (OpenCV drops a one-channel image's axis); under
+    # torchrun a rank that got no image summed three channels against the other's one, and gloo aborted the job
+    root = tmp_path / "g"
+    (root / "a").mkdir(parents=True)
+    imwrite(root / "a" / "1.png", np.full((8, 6), 100, np.uint8))  # one channel: a gray PNG
+    st = compute_stats(open_dataset(root, mode="gray"), workers=0, size=(4, 4))
+    assert (st.order, st.pixels, st.mean) == ("L", 16, [100 / 255])
+    env = dict(os.environ, PORT=str(_free_port()))
+    procs = [subprocess.Popen([sys.executable, "-c", GRAY_WORKER, str(root)], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert [json.loads(o) for o, _ in outs] == [{"count": 1, "mean": [100 / 255], "order": "L"}] * 2
+
+
+def test_a_flat_channel_is_warned_and_tiny_values_keep_their_digits(tmp_path: Path, capsys):
+    # the attack: identical images printed std=[0.0000, ...] with exit 0 (Normalize then divides by zero), and a
+    # std of 3.9e-05 printed as 0.0000
+    root = tmp_path / "f"
+    (root / "a").mkdir(parents=True)
+    for k in range(2):
+        imwrite(root / "a" / f"{k}.png", np.full((4, 4, 3), 7, np.uint8), mode="rgb")
+    assert main(["stats", str(root), "-q", "--workers", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "transforms.Normalize(mean=[0.0275, 0.0275, 0.0275], std=[0.0000, 0.0000, 0.0000])\n"
+    assert err == ("warning: std is 0 in channels R, G, B (every pixel the same value): normalising divides by zero "
+                   "there; leave the channel out, or use std 1 for it\n")  # fmt: skip
+    tiny = Stats(1, 1, [0.5, 0.5, 0.5], [3.92e-05, 0.25, 0.25])
+    assert tiny.normalize_args() == "mean=[0.5000, 0.5000, 0.5000], std=[3.92e-05, 0.2500, 0.2500]"
+    with pytest.raises(SystemExit) as e:
+        main(["stats", str(root), "--size", "30000x30000"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "datakit stats: error: argument --size: 30000x30000 = 900000000 pixels, over the limit of 89478485 a "
+        "decoded image may have (DATAKIT_MAX_PIXELS)"
+    )
