@@ -172,17 +172,25 @@ class Normalize:
     The statistics may be on the 0-1 scale (torchvision) or 0-255 (caffe/mmdetection): uint8
     input is converted to float on the statistics' scale, and float input whose scale does not
     match the statistics (0-1 data with 0-255 means, or the reverse) gives a warning, since the
-    result would be silently wrong.
+    result would be silently wrong. ``scale="auto"`` reads the scale off the values (a mean or std
+    above 1: 0-255); 0-255 statistics of data so dark that every mean and std is at most 1 say so
+    with ``scale=255`` (``scale=1`` for 0-1).
     """
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
+    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False,
+                 scale: str | float = "auto") -> None:  # fmt: skip
         self.mean = torch.as_tensor(mean, dtype=torch.float32)
         self.std = torch.as_tensor(std, dtype=torch.float32)
         if not (torch.isfinite(self.mean).all() and torch.isfinite(self.std).all()) or (self.std <= 0).any():
             raise ValueError(
                 f"mean must be finite and std positive and finite, got mean {list(mean)} and std {list(std)}"
             )
-        self.scale255 = on_255_scale(self.mean, self.std)
+        if isinstance(scale, str) and scale == "auto":
+            self.scale255 = on_255_scale(self.mean, self.std)
+        elif not isinstance(scale, bool) and isinstance(scale, (int, float)) and scale in (1, 255):
+            self.scale255 = scale == 255
+        else:
+            raise ValueError(f"scale must be 'auto', 1 or 255, got {scale!r}")
         self.inplace = inplace
         self._warned = False
         self._luts: list[np.ndarray] | None = None

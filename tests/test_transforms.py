@@ -793,3 +793,15 @@ def test_eval_pipeline_gives_torchvisions_eval_pixels(tmp_path: Path, h: int, w:
     fast = eval_pipeline(224, 256, antialias=False)(pixels).int()  # plain bilinear under 2x, as before
     plain = v2.Compose([v2.Resize(256, antialias=False), v2.CenterCrop(224)])(torch.from_numpy(pixels).permute(2, 0, 1))
     assert (fast - plain.int()).abs().max() <= 1
+
+
+def test_normalize_takes_the_scale_when_the_values_cannot_say_it():
+    # the attack: `datakit stats` of a very dark set gave 0-255 means and stds all under 1; Normalize read them as
+    # 0-1 statistics and a pixel of 1 came out -0.938 instead of 1.058
+    x = torch.tensor([[[0, 1]]] * 3, dtype=torch.uint8)
+    mean, std = [0.472, 0.507, 0.465], [0.499, 0.5, 0.499]
+    assert Normalize(mean, std)(x)[0, 0, 1].item() == pytest.approx((1 / 255 - 0.472) / 0.499, abs=1e-5)  # read as 0-1
+    assert Normalize(mean, std, scale=255)(x)[0, 0, 1].item() == pytest.approx((1 - 0.472) / 0.499, abs=1e-5)
+    assert Normalize([120.0] * 3, [60.0] * 3, scale=1).scale255 is False
+    with pytest.raises(ValueError, match=r"scale must be 'auto', 1 or 255, got 100"):
+        Normalize(mean, std, scale=100)
