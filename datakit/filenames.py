@@ -513,6 +513,9 @@ def undecoded_names(root: str, names: Sequence[str], wanted: Sequence[str] = ())
         guess = guess_encoding([b for r in raw for b in r.split(b"/") if not b.isascii()], [0] * len(raw))
         enc = next((e for e in guess.ambiguous if e in _TOOL_ENCODINGS), guess.encoding)  # a Windows zip's, first
         why = f"{len(bad)} name{'s' * (len(bad) > 1)} on disk {'are' if len(bad) > 1 else 'is'} not UTF-8"
+        if enc not in _TOOL_ENCODINGS:  # no East Asian Windows encoding reads them: no archive tool to blame
+            return (f"{root}: {why} ({ascii(first)}); rename them to UTF-8 (convmv -f ENCODING -t utf-8 -r "
+                    f"--notest {root}, with the encoding they were written in)")  # fmt: skip
     shown = decode_name(os.fsencode(first), enc)
     return (f"{root}: {why} ({ascii(first)} is {shown!r} in {enc}): extracted by a tool that did not decode the "
             f"archive's names; extract it again with unzip-gbk, or rename them (convmv -f {enc} -t utf-8 -r "
