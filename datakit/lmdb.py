@@ -562,6 +562,29 @@ def read_meta(path: str | os.PathLike) -> dict | None:
     return _decode_meta(raw, path)
 
 
+def stored_values(path: str | os.PathLike) -> dict[str, tuple[int, int]]:
+    """{stored name: (crc32, nbytes) of its stored value} of the samples the pack at ``path`` has committed,
+    complete or not ({} where it holds none); a name stored twice keeps its first sample."""
+    path = Path(path)
+    key = _key(path)
+    out: dict[str, tuple[int, int]] = {}
+    with _LOCK, _lmdb_errors(path):
+        try:
+            if not (path / "data.mdb").is_file() or (path / "data.mdb").stat().st_size == 0:
+                return out
+            with _open_env(key, True).begin() as txn:
+                meta = _decode_meta(txn.get(META_KEY), path) or {}
+                for i in range(int(meta.get("count", 0))):
+                    raw_name, raw_record = txn.get(_name_key(i)), txn.get(_record_key(i))
+                    if raw_name is None or raw_record is None or len(raw_record) != RECORD.itemsize:
+                        continue
+                    rec = _RECORD_STRUCT.unpack(raw_record)
+                    out.setdefault(raw_name.decode("utf-8", "surrogateescape"), (rec[3], rec[6]))
+        finally:
+            _close_env(key)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # one writer at a time
 

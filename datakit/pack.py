@@ -51,6 +51,7 @@ from datakit.lmdb import (
     PackWriteError,
     close_pack,
     read_meta,
+    stored_values,
 )
 from datakit.parallel import WorkerDied, map_ordered
 from datakit.sources import ImageDataset, LmdbDataset, StringArray, TableDataset, open_source, same_sample_name
@@ -601,7 +602,8 @@ def pack_lmdb(
                 if target != out:
                     _swap_in(target, out)
                 return PackReport(out, existing["count"], existing["count"], list(existing.get("skipped", [])))
-            changed = _changed_after(ds, lo, existing["count"] + len(existing.get("skipped", [])), target)
+            changed = _changed_after(ds, lo, existing["count"] + len(existing.get("skipped", [])), target, name_of,
+                                     originals=not (existing.get("options") or {}).get("max_size"))  # fmt: skip
             if changed is not None:  # edited since its samples were read: the pack would mix old and new bytes
                 path, when, last = changed
                 raise UsageError(f"{out}: {path} changed after its samples were packed ({when}; the pack's last "
@@ -646,12 +648,16 @@ def pack_lmdb(
     return report
 
 
-def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path) -> tuple[str, str, str] | None:
+def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
+                   name_of: Callable[[int], str] | None = None, *,
+                   originals: bool = False) -> tuple[str, str, str] | None:  # fmt: skip
     """(path, its modification or status time, the pack's last commit) of the first source file of samples
     ``lo .. lo+n-1`` (a zip read in place: the archive) changed after the pack's last commit (data.mdb's time:
     edited, or replaced by a file with an older modification time), None when none
-    is: a file edited while the pack was interrupted. An edit during the run, before the last commit, is not
-    seen here."""
+    is: a file edited while the pack was interrupted. A file whose time moved but whose bytes are the ones its
+    sample stores (``name_of(i)``: the name it was stored under) is the same file (``chmod``, ``touch``, a
+    ``cp -p`` of the same bytes) and passes; ``originals``: the pack stores every image's own bytes, so other
+    bytes are another file, not only a ``chmod``. An edit during the run, before the last commit, is not seen here."""
     try:
         since = os.stat(target / "data.mdb").st_mtime_ns
     except OSError:
@@ -663,7 +669,9 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path) -> tuple[str
         paths = (ds.name(i) for i in range(lo, min(lo + n, len(ds))))
     else:
         return None
-    for path in paths:
+    stored: dict[str, tuple[int, int]] | None = None  # the pack's (crc32, nbytes) by name, read when first needed
+    compared = ""  # "other": its bytes differ from the sample's; "re-encoded": the sample's cannot be compared
+    for k, path in enumerate(paths):
         try:
             st = os.stat(path)
         except OSError:
@@ -671,19 +679,42 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path) -> tuple[str
         # the status time too: a file replaced by `cp -p`, `mv`, `rsync -a`, `tar x` or a re-download with
         # `curl -R` carries an older modification time, but its status time is when it was put there
         mtime = max(st.st_mtime_ns, st.st_ctime_ns)
+        if mtime > since and archive is None and name_of is not None:
+            if stored is None:
+                stored = stored_values(target)
+            value = stored.get(name_of(lo + k))
+            if _same_bytes(path, value):
+                continue  # its time moved, its bytes did not
+            compared = "other" if originals and value is not None else "re-encoded" if value is not None else ""
         if mtime > since:
 
             def stamp(ns: int) -> str:
                 return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns // 10**9)) + f".{ns % 10**9 // 10**6:03d}"
 
-            how = (
-                "modified"
-                if st.st_mtime_ns > since
-                else "its status changed: replaced or moved, or only its "
-                "permissions or owner changed, which the pack cannot tell apart"
-            )
+            if st.st_mtime_ns > since:
+                how = "modified"
+            elif compared == "other":
+                how = "its status changed: replaced or moved, by other bytes than it packed"
+            elif compared == "re-encoded":
+                how = ("its status changed: replaced or moved, or only its permissions or owner changed, which the "
+                       "pack cannot tell apart for an image it stores re-encoded")  # fmt: skip
+            else:
+                how = "its status changed: replaced or moved"
             return path, f"{how}, {stamp(mtime)}", stamp(since)
     return None
+
+
+def _same_bytes(path: str, value: tuple[int, int] | None) -> bool:
+    """Whether file ``path`` holds exactly the bytes (crc32, nbytes) ``value`` a pack stores: False where
+    it cannot be read, or the pack stores none or other bytes (a re-encoded image)."""
+    if value is None:
+        return False
+    try:
+        with open(path, "rb") as f:
+            data = f.read(value[1] + 1)
+    except OSError:
+        return False
+    return len(data) == value[1] and zlib.crc32(data) == value[0]
 
 
 def _committed(path: Path) -> int:

@@ -1107,10 +1107,60 @@ def test_resume_refuses_a_packed_file_replaced_by_one_with_an_older_time(class_f
     shutil.copy2(other, edited)  # cp -p
     assert os.stat(edited).st_mtime < os.stat(out / "data.mdb").st_mtime
     with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (its status "
-                                                   "changed: replaced or moved, or only its permissions or owner "
-                                                   "changed, which the pack cannot tell apart, ")):  # fmt: skip
+                                                   "changed: replaced or moved, by other bytes than it packed, ")):  # fmt: skip
         pack_lmdb(class_folder, out, resume=True, workers=0)
     assert read_meta(out)["count"] == 6
+
+
+@pytest.mark.parametrize("change", ["chmod", "touch", "cp -p of the same bytes"])
+def test_resume_keeps_a_packed_file_whose_time_moved_but_not_its_bytes(class_folder: Path, tmp_path: Path,
+                                                                       change: str):  # fmt: skip
+    # the attack: a chmod, a touch or a copy of the same bytes between a kill and --resume was refused like an
+    # edit, and the only way on was packing everything again; the bytes say the file is the one packed
+    import shutil
+
+    out = stopped_after_six(class_folder, tmp_path / "p.lmdb", commit_every=3)
+    time.sleep(0.05)
+    packed = class_folder / "cat" / "图片_2.jpg"  # sample 2, packed
+    if change == "chmod":
+        packed.chmod(0o600)
+    elif change == "touch":
+        packed.touch()
+    else:
+        shutil.copy2(packed, tmp_path / "copy.jpg")
+        shutil.copy2(tmp_path / "copy.jpg", packed)
+    assert max(os.stat(packed).st_mtime_ns, os.stat(packed).st_ctime_ns) > os.stat(out / "data.mdb").st_mtime_ns
+    assert main(["pack-lmdb", str(class_folder), str(out), "--resume", "-q"]) == 0
+    fresh = tmp_path / "fresh.lmdb"
+    assert pack_lmdb(class_folder, fresh, workers=0).count == 12 and verify_lmdb(out) == []
+    a, b = open_dataset(out), open_dataset(fresh)
+    assert [a.read(i) for i in range(12)] == [b.read(i) for i in range(12)]
+
+
+@pytest.mark.parametrize("change", ["touch", "chmod"])
+def test_resume_refuses_a_touched_file_whose_sample_was_re_encoded(class_folder: Path, tmp_path: Path, change: str):
+    # with --max-size a large image is stored re-encoded: its file's bytes cannot be compared, and a moved time
+    # is refused as before
+    big = class_folder / "cat" / "图片_0.jpg"  # sample 0
+    imwrite(big, synthetic_image(300, 200, seed=3), mode="rgb")
+
+    def stop_after_six(done, total, nbytes):
+        if done == 6:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "p.lmdb"
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(class_folder, out, workers=0, commit_every=3, max_size=64, progress=stop_after_six)
+    time.sleep(0.05)
+    if change == "touch":
+        big.touch()
+        how = "modified"
+    else:
+        big.chmod(0o600)
+        how = ("its status changed: replaced or moved, or only its permissions or owner changed, which the pack "
+               "cannot tell apart for an image it stores re-encoded")  # fmt: skip
+    with pytest.raises(UsageError, match=re.escape(f"{big} changed after its samples were packed ({how}, ")):
+        pack_lmdb(class_folder, out, resume=True, workers=0, max_size=64)
 
 
 def test_names_that_are_not_utf8_are_packed_skipped_and_listed(tmp_path: Path, capsys):
