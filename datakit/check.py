@@ -34,6 +34,7 @@ from datakit.parallel import map_ordered
 from datakit.sources import (
     ImageDataset,
     TableDataset,
+    as_given,
     check_header,
     given_classes,
     open_source,
@@ -110,7 +111,8 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     class_map = table.class_map(remap=remap_labels or given is not None, strict=False)  # read on whatever the labels
     if given is not None:
         check_header(given, class_map.classes)
-        unknown = unknown_classes(class_map.classes, given, str(table.path), "classes=, --classes")
+        mine = as_given(class_map.classes, given) if table.kind == "int" else class_map.classes
+        unknown = unknown_classes(mine, given, str(table.path), "classes=, --classes")
         if unknown:
             report.problems.append(unknown)
         else:

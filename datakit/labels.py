@@ -100,7 +100,8 @@ def _norm(name: object) -> str:
 _RIVAL_COLUMNS = frozenset(_norm(k) for k in (
     *LABEL_COLUMNS, "class_id", "classid", "class_idx", "class_index", "label_id", "labelid", "label_idx",
     "label_index", "category_id", "categoryid", "category_idx", "target_id", "cls", "cls_id", "类别编号", "类别id",
-    "类别号", "类别序号", "标签编号", "标签id", "類別編號"))  # fmt: skip
+    "类别号", "类别序号", "标签编号", "标签id", "類別編號", "label_name", "labelname", "category_name", "class_label",
+    "类别名称", "类别名", "类名", "标签名称", "标签名", "類別名稱"))  # fmt: skip
 
 
 def _blank(v: object) -> bool:
@@ -124,6 +125,12 @@ def _text(v: object) -> str:
 def _is_int_text(s: str) -> bool:
     # past 4000 digits a label is no class index (and Python refuses to read it as one): a name
     return len(s) <= 4000 and _INT.fullmatch(s) is not None
+
+
+def _is_wide_int(s: str) -> bool:
+    """An integer label written in digits other than ASCII ones (full-width ``１２``, typed with an East Asian
+    input method): a name by :func:`_is_int_text`, though nobody means it as one."""
+    return len(s) <= 4000 and not s.isascii() and _INT.fullmatch(unicodedata.normalize("NFKC", s)) is not None
 
 
 def _int_of(s: str) -> int:
@@ -453,6 +460,8 @@ class LabelTable:
                 found.append(((1 << 30, 1), whole._range_problem(ints)))
         elif self.kind == "name" and len(whole) and all(_VECTOR.fullmatch(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 2), whole._vector_problem()))
+        elif self.kind == "name" and len(whole) and all(_is_wide_int(str(v)) for v in whole.labels.values):
+            found.append(((1 << 30, 3), whole._wide_digits_problem()))
         found.sort(key=lambda p: p[0])
         return [text for _, text in found]
 
@@ -495,6 +504,13 @@ class LabelTable:
         return (f"{self.path}: every label is a list of 0s and 1s{first}: multi-label vectors (PaddleClas' "
                 "multi-label lists), while datakit reads one class per image; make each label one class name or "
                 "index")  # fmt: skip
+
+    def _wide_digits_problem(self) -> str:
+        i = self._first_row([True] * len(self.labels.values))
+        first = f" (first {_with_unseen(str(self.labels[i]))} at {self._short(i)})" if i is not None else ""
+        return (f"{self.path}: every label is an integer written in full-width or other non-ASCII digits{first}, "
+                "as an East Asian input method types them: as class names they would sort as text ('１０' before "
+                "'２'), not as the numbers they are; write them in ASCII digits")  # fmt: skip
 
     def _range_problem(self, ints: list[int]) -> str:
         outside = [0 <= int(v) < len(ints) for v in self.labels.values]
@@ -637,23 +653,31 @@ class LabelTable:
         return out
 
 
-_ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
-_NO_ZERO_WIDTH = dict.fromkeys(map(ord, _ZERO_WIDTH))
-# what the look-alike key changes: a zero-width character, a space that is not one ASCII space between two words
-_UNSEEN = re.compile(f"[{_ZERO_WIDTH}]|[^\\S ]|  |^ | $|\x00 | \x00")
+# what does not show: Unicode's default-ignorable code points (zero-width characters, direction marks and
+# embeddings, the soft hyphen, variation selectors, Hangul fillers, tags...), control characters other than
+# whitespace (NUL, DEL, C1), and the blank Braille pattern
+_INVISIBLE = (
+    "\x01-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+)
+_INVISIBLE_RUN = re.compile(f"[{_INVISIBLE}\x00]+")
+# what the look-alike key changes: an invisible character, a space that is not one ASCII space between two words
+# (labels are joined by NUL to be scanned at once: a NUL inside one is counted apart)
+_UNSEEN = re.compile(f"[{_INVISIBLE}]|[^\\S ]|  |^ | $|\x00 | \x00")
 
 
 def _look_alike(label: str) -> str:
-    """A label as it looks: zero-width characters dropped, then Unicode's compatibility form (NFKC: full-width
+    """A label as it looks: invisible characters dropped, then Unicode's compatibility form (NFKC: full-width
     letters, digits and spaces as ASCII ones, a no-break space as a space), every run of spaces one space."""
-    return " ".join(unicodedata.normalize("NFKC", label.translate(_NO_ZERO_WIDTH)).split())
+    return " ".join(unicodedata.normalize("NFKC", _INVISIBLE_RUN.sub("", label)).split())
 
 
 def _look_alike_keys(values: list[str]) -> list[str] | None:
     """:func:`_look_alike` of each of ``values``; None when it would change none of them, as in most
     tables (ASCII names, Chinese names): found by two C scans of all the names joined."""
     joined = "\x00".join(values)
-    if unicodedata.is_normalized("NFKC", joined) and not _UNSEEN.search(joined):
+    if unicodedata.is_normalized("NFKC", joined) and not _UNSEEN.search(joined) and joined.count("\x00") < len(values):
         return None
     return [_look_alike(v) for v in values]
 
@@ -661,8 +685,11 @@ def _look_alike_keys(values: list[str]) -> list[str] | None:
 def _with_unseen(label: str) -> str:
     """``label`` escaped (``'猫\\u200b'``), then the characters :func:`_look_alike` drops or changes in it,
     named (three at most): ``'ｃａｔ' (U+FF43 FULLWIDTH LATIN SMALL LETTER C, ...)``."""
-    odd = [c for c in dict.fromkeys(label)
-           if c in _ZERO_WIDTH or (c.isspace() and c != " ") or unicodedata.normalize("NFKC", c) != c]  # fmt: skip
+    odd = [
+        c
+        for c in dict.fromkeys(label)
+        if _INVISIBLE_RUN.match(c) or (c.isspace() and c != " ") or unicodedata.normalize("NFKC", c) != c
+    ]
     if not odd:
         return repr(label)
     shown = [f"U+{ord(c):04X} {unicodedata.name(c, '')}".rstrip() for c in odd[:3]]
@@ -1240,8 +1267,11 @@ def _marker_problem(file: str, label: str) -> str:
 def _parse_grid(
     grid: Sequence[Sequence[object]], head: _Header, *, sheet: str, where: str, problems: list,
     order: int, split_column: str | None, cell_note=None, notes: list | None = None, cell_error=None,
+    engine: str = "calamine",
 ) -> _Part:  # fmt: skip
-    """Rows under ``head`` as a part; blank files or labels become problems, wholly empty rows vanish."""
+    """Rows under ``head`` as a part; blank files or labels become problems, wholly empty rows vanish.
+    ``engine``: the reader that read the grid (a number past 2**53 is exact in openpyxl's where the sheet holds
+    its digits)."""
     files: list[str] = []
     labels: list[str] = []
     splits: list[str] = []
@@ -1289,7 +1319,8 @@ def _parse_grid(
         if isinstance(lab, float) and lab.is_integer() and abs(lab) >= 2**53:  # read as a double: no longer exact
             problems.append(((order, rownum), f"{where}, row {rownum}: label {_text(lab)} is a number cell past "
                              "2**53, which this reader gives as a 64-bit float, no longer exact (two labels could "
-                             "read as one); store the labels as text, or read with engine='openpyxl'"))  # fmt: skip
+                             "read as one); store the labels as text"
+                             + (", or read with engine='openpyxl'" if engine == "calamine" else "")))  # fmt: skip
             continue
         if numbers is None and isinstance(f, (int, float)) and not isinstance(f, bool):
             numbers = (rownum, _text(f))
@@ -1538,7 +1569,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 split_found = True
         if not chosen:
             if head.lcol is not None:  # its problems are its own split's, not reported here
-                other = _parse_grid(grid, head, sheet=sh.name, where=where, problems=[], order=order,
+                other = _parse_grid(grid, head, sheet=sh.name, where=where, problems=[], order=order, engine=engine,
                                     split_column=split_column)  # fmt: skip
                 other.order, other.chosen = order, False
                 parts.append(other)
@@ -1569,7 +1600,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 cells = _CellNotes(path, _name)
             return cells.errors.get((row, col))
 
-        part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order,
+        part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order, engine=engine,
                            split_column=split_column, cell_note=cell_note, notes=notes,
                            cell_error=cell_error)  # fmt: skip
         if _declared_rows(path, sh.name) > len(grid):  # trailing rows read as empty: formulas without values?
@@ -2044,6 +2075,18 @@ def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding:
         kind=kind, class_values=values, encoding=encoding, notes=notes, read_problems=problems,
         sheet_orders=tuple(orders), dropped_files=[f for p in parts for f in p.dropped_files],
     )  # fmt: skip
+    start = 0
+    for p in parts:  # a total or note row under a sheet's images ('总计 | 2张'): a sample, and its label a class
+        n = len(p.files)
+        end = n
+        while end > 1 and not _looks_like_file(p.files[end - 1]):
+            end -= 1
+        if end < n and n - end <= 3 and _looks_like_file(p.files[0]) and _looks_like_file(p.files[end - 1]):
+            i = start + end
+            problems.append(((p.order, int(table.rows[i])), f"{path}: {table._short(i)}: {table.files[i]!r} names no "
+                             f"image file, unlike the rows above it (a total or a note?): its label "
+                             f"{str(table.labels[i])!r} would be a class; delete the row"))  # fmt: skip
+        start += n
     return table
 
 

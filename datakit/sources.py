@@ -163,10 +163,12 @@ class ImageDataset:
         if len(set(given)) != len(given):
             raise UsageError(f"classes= names a class twice: {given!r}")
         index = {c: i for i, c in enumerate(given)}
-        unknown = unknown_classes(self.classes, given, where or type(self).__name__, "classes=")
+        table = getattr(self, "table", None)
+        mine = as_given(self.classes, given) if table is not None and table.kind == "int" else self.classes
+        unknown = unknown_classes(mine, given, where or type(self).__name__, "classes=")
         if unknown:
             raise LabelError(unknown)
-        to = np.asarray([index[c] for c in self.classes] + [-1], dtype=np.int64)
+        to = np.asarray([index[c] for c in mine] + [-1], dtype=np.int64)
         self.targets = to[self.targets]
         self.classes, self.class_to_idx = given, index
         if getattr(self, "class_map", None) is not None:  # a table's: what a pack of it records
@@ -1102,6 +1104,20 @@ def _is_table(src) -> bool:
     return isinstance(src, (str, os.PathLike)) and Path(src).suffix.lower() in EXCEL_SUFFIXES + TEXT_SUFFIXES
 
 
+def as_given(classes: Sequence[str], given: Sequence[str]) -> list[str]:
+    """A table's integer classes (``'0'``, ``'1'``) written as ``given`` (``classes=``) writes the same integers
+    (``'00'``, ``'01'``: class folders named with zeros in front), where every class given is an integer, each
+    once; ``classes`` unchanged otherwise. The table's labels are integers however they are padded."""
+    from datakit.labels import _int_of, _is_int_text
+
+    if all(c in given for c in classes) or not given or not all(_is_int_text(g) for g in given):
+        return list(classes)
+    by_int = {_int_of(g): g for g in given}
+    if len(by_int) != len(given):
+        return list(classes)
+    return [by_int.get(_int_of(c), c) if c not in given and _is_int_text(c) else c for c in classes]
+
+
 def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, option: str) -> str | None:
     """The line for ``classes`` not among ``given`` (``classes=``), naming up to five; None when all are."""
     known = set(given)
@@ -1152,6 +1168,25 @@ def check_header(given: Sequence[str], labels: Sequence[str]) -> None:
                      "really named so, with no samples: give the classes as a .json list)")  # fmt: skip
 
 
+def _named_classes(names: Sequence[object], where: str) -> list[str]:
+    """A list of class names as text, refusing what no class is called (None, a blank name) and two names that
+    differ only in what does not show (``'dog'``, ``'dog\u200b'``): each would be a class index of its own."""
+    from datakit.labels import _look_alike, _with_unseen
+
+    out = []
+    for k, c in enumerate(names):
+        if c is None or (isinstance(c, str) and not c.strip()):
+            raise UsageError(f"{where}: class {k} is {c!r}, which names no class")
+        out.append(str(c))
+    seen: dict[str, int] = {}
+    for k, c in enumerate(out):
+        j = seen.setdefault(_look_alike(c), k)
+        if j != k and out[j] != c:
+            raise UsageError(f"{where}: classes {j} {_with_unseen(out[j])} and {k} {_with_unseen(c)} differ only in "
+                             "invisible characters, spaces or character width; write them alike")  # fmt: skip
+    return out
+
+
 def given_classes(classes) -> list[str]:
     """The class list ``classes=`` names: a sequence of names, a dataset or :class:`ClassMap` (its
     ``classes``), an LMDB pack (its ``classes.json``), a ``.json`` file (a list, or a pack's
@@ -1196,10 +1231,10 @@ def given_classes(classes) -> list[str]:
             obj = obj.get("classes") if isinstance(obj, dict) else obj
             if not isinstance(obj, list):
                 raise UsageError(f'{path}: expected a list of class names or {{"classes": [...]}}')
-            return [str(c) for c in obj]
+            return _named_classes(obj, str(path))
         return _class_lines(path, text)
     if isinstance(classes, Sequence):
-        return [str(c) for c in classes]
+        return _named_classes(classes, "classes=")
     raise UsageError(
         f"classes= must be a list of class names, a dataset, a pack or a file, got {type(classes).__name__}"
     )

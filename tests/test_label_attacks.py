@@ -459,3 +459,124 @@ def test_a_gb18030_table_with_characters_gbk_lacks_is_read(tmp_path: Path):
     ds = open_dataset(img, labels=tmp_path / "l.csv")
     assert (ds.classes, ds.targets.tolist()) == (["狗", "猫"], [1, 0])
     assert [Path(ds.name(i)).name for i in range(2)] == ["王䶮.jpg", "李娜.jpg"]
+
+
+@pytest.mark.parametrize("mark", ["\u200e", "\u00ad", "\u202a", "\u034f", "\ufe0f", "\u3164", "\u2800", "\x00", "\x7f"])
+@pytest.mark.parametrize("kind", ["csv", "xlsx"])
+def test_labels_that_differ_by_a_mark_that_does_not_show_are_refused(tmp_path: Path, mark: str, kind: str):
+    # the attack: 'cat' and 'cat' + a left-to-right mark (or a soft hyphen, a variation selector, a Hangul filler,
+    # NUL, DEL...) were two classes, every index after them one further, and check said 0 problems
+    img = images(tmp_path / "img", "a.png", "b.png", "c.png")
+    rows = [["a.png", "cat"], ["b.png", "dog"], ["c.png", f"cat{mark}"]]
+    if kind == "csv":
+        path = tmp_path / "l.csv"
+        path.write_text("file,label\n" + "".join(f"{f},{lab}\n" for f, lab in rows), encoding="utf-8-sig")
+        second, third = "line 2", "line 4"
+    elif mark == "\x00":
+        pytest.skip("no workbook cell holds NUL")
+    else:
+        path = workbook(tmp_path / "l.xlsx", {"train": rows}, header=("file", "label"))
+        second, third = "sheet 'train', row 2", "sheet 'train', row 4"
+    name = f"U+{ord(mark):04X} {__import__('unicodedata').name(mark, '')}".rstrip()
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path)
+    assert str(e.value) == (
+        f"{path}: labels 'cat' first at {second} and {f'cat{mark}'!r} ({name}) first at {third} differ only in "
+        "invisible characters, spaces or character width and would be two classes; write them alike"
+    )
+
+
+def test_integer_labels_in_full_width_digits_are_refused_not_sorted_as_text(tmp_path: Path, capsys):
+    # the attack: labels ０..１１ typed with a Chinese input method were class names in text order: '１０' was
+    # class 2, and the same table in ASCII digits made it class 10; check said 0 problems
+    img = images(tmp_path / "img", *(f"{i}.png" for i in range(12)))
+    wide = lambda s: "".join(chr(ord(c) + 0xFEE0) for c in s)  # noqa: E731
+    path = tmp_path / "l.csv"
+    path.write_text("file,label\n" + "".join(f"{i}.png,{wide(str(i))}\n" for i in range(12)), encoding="utf-8")
+    line = (
+        f"{path}: every label is an integer written in full-width or other non-ASCII digits (first '０' (U+FF10 "
+        "FULLWIDTH DIGIT ZERO) at line 2), as an East Asian input method types them: as class names they would sort "
+        "as text ('１０' before '２'), not as the numbers they are; write them in ASCII digits"
+    )
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path)
+    assert str(e.value) == line
+    assert main(["check", str(img), "--labels", str(path)]) == 1
+    assert capsys.readouterr().err == line + "\n"
+    path.write_text("file,label\n" + "".join(f"{i}.png,{i}\n" for i in range(12)), encoding="utf-8")
+    assert open_dataset(img, labels=path).targets.tolist() == list(range(12))  # ASCII: numbers, in their order
+
+
+@pytest.mark.parametrize("kind", ["csv", "xlsx"])
+def test_a_total_row_under_the_images_is_refused_not_a_class(tmp_path: Path, kind: str):
+    # the attack: a sheet ending in '总计 | 2张' (Excel's total row): '2张' became class 0 and moved 猫 and 狗 one up
+    img = images(tmp_path / "img", "0.png", "1.png")
+    rows = [["0.png", "猫"], ["1.png", "狗"], ["总计", "2张"]]
+    if kind == "csv":
+        path = tmp_path / "l.csv"
+        path.write_text("文件名,标签\n" + "".join(f"{f},{lab}\n" for f, lab in rows), encoding="utf-8-sig")
+        where = "line 4"
+    else:
+        path = workbook(tmp_path / "l.xlsx", {"train": rows})
+        where = "sheet 'train', row 4"
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path)
+    assert str(e.value) == (
+        f"{path}: {where}: '总计' names no image file, unlike the rows above it (a total or a note?): its label "
+        "'2张' would be a class; delete the row"
+    )
+    rows.pop()
+    if kind == "csv":
+        path.write_text("文件名,标签\n" + "".join(f"{f},{lab}\n" for f, lab in rows), encoding="utf-8-sig")
+    else:
+        workbook(path, {"train": rows})
+    assert open_dataset(img, labels=path).classes == ["狗", "猫"]
+
+
+@pytest.mark.parametrize("rival", ["类别名称", "label_name", "标签名称", "category_name"])
+def test_a_class_name_column_beside_the_class_ids_is_compared(tmp_path: Path, rival: str):
+    # the attack: 'file,label,label_name' (ids and names that disagree): the ids were read, the names ignored
+    img = images(tmp_path / "img", "0.png", "1.png", "2.png")
+    path = tmp_path / "l.csv"
+    path.write_text(f"file,label,{rival}\n0.png,0,dog\n1.png,1,cat\n2.png,0,dog\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path)
+    assert str(e.value) == (
+        f"{path}: the columns 'label' and {rival!r} both name the class but number the classes differently (class 0 "
+        f"is '0' by 'label', '1' by {rival!r}); name the one to use with label_column= (--label-column)"
+    )
+
+
+def test_integer_labels_match_class_folders_named_with_leading_zeros(tmp_path: Path, capsys):
+    # the attack: --classes train (folders 00, 01, 02) and a val table labelled 00, 01, 02 (read as integers):
+    # "classes '0', '1', '2' not among the 3 classes given", with no way to write the labels otherwise
+    for c in ["00", "01", "02"]:
+        images(tmp_path / "train" / c, f"t{c}.png")
+    img = images(tmp_path / "img", "00.png", "01.png", "02.png")
+    path = tmp_path / "val.csv"
+    path.write_text("file,label\n00.png,02\n01.png,00\n02.png,1\n", encoding="utf-8")
+    ds = open_dataset(img, labels=path, classes=str(tmp_path / "train"))
+    assert ds.classes == ["00", "01", "02"] and ds.targets.tolist() == [2, 0, 1]
+    assert main(["check", str(img), "--labels", str(path), "--classes", str(tmp_path / "train")]) == 0
+    assert capsys.readouterr().out.endswith("3 samples checked, 0 problems\n")
+    out = tmp_path / "p.lmdb"
+    assert main(["pack-lmdb", str(img), str(out), "--labels", str(path), "--classes", str(tmp_path / "train"),
+                 "-q"]) == 0  # fmt: skip
+    packed = open_dataset(out)
+    assert packed.classes == ["00", "01", "02"] and packed.targets.tolist() == [2, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("given", "line"),
+    [
+        (["cat", "dog\u200b", "dog"], "classes=: classes 1 'dog\\u200b' (U+200B ZERO WIDTH SPACE) and 2 'dog' differ "
+         "only in invisible characters, spaces or character width; write them alike"),
+        (["cat", ""], "classes=: class 1 is '', which names no class"),
+        (["cat", None], "classes=: class 1 is None, which names no class"),
+    ],
+)  # fmt: skip
+def test_a_classes_list_with_look_alike_or_blank_names_is_refused(tmp_path: Path, given: list, line: str):
+    images(tmp_path / "img" / "cat", "a.png")
+    with pytest.raises(UsageError) as e:
+        open_dataset(tmp_path / "img", classes=given)
+    assert str(e.value) == line
