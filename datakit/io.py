@@ -82,7 +82,22 @@ def image_format(data: bytes | memoryview) -> str | None:
         return "WEBP"
     if head[:2] in (b"P1", b"P2", b"P3", b"P4", b"P5", b"P6"):
         return "PNM"
+    if head.startswith((b"#?RADIANCE", b"#?RGBE")):
+        return "HDR"  # Radiance: OpenCV decodes it (to float), Pillow does not
     return None
+
+
+def _hdr_size(data: bytes) -> tuple[int, int] | None:
+    """A Radiance HDR's (height, width): text lines up to a blank one, then ``-Y H +X W`` (the first
+    axis the rows')."""
+    end = data.find(b"\n\n", 0, 65536)
+    if end < 0:
+        return None
+    line = data[end + 2 : end + 2 + 64].split(b"\n", 1)[0].split()
+    if len(line) != 4 or line[0][1:] not in (b"X", b"Y") or line[2][1:] not in (b"X", b"Y"):
+        return None
+    a, b = int(line[1]), int(line[3])
+    return (a, b) if line[0][1:] == b"Y" else (b, a)
 
 
 def _segments(data: bytes):
@@ -297,7 +312,7 @@ def _pnm_size(data: bytes) -> tuple[int, int] | None:
 def header_size(data: bytes, fmt: str | None = None) -> tuple[int, int] | None:
     """The (height, width) an image's header declares, read without decoding (microseconds).
 
-    JPEG, PNG, GIF, BMP, TIFF, WebP and PNM headers are parsed here; None when the format is
+    JPEG, PNG, GIF, BMP, TIFF, WebP, PNM and Radiance HDR headers are parsed here; None when the format is
     another one or its header is unreadable. The size is as stored (before EXIF rotation).
     """
     fmt = image_format(data) if fmt is None else fmt
@@ -323,6 +338,8 @@ def header_size(data: bytes, fmt: str | None = None) -> tuple[int, int] | None:
             return _webp_size(data)
         if fmt == "PNM":
             return _pnm_size(data)
+        if fmt == "HDR":
+            return _hdr_size(data)
     except (IndexError, ValueError):
         return None
     return None

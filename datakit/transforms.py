@@ -870,7 +870,8 @@ class EvalPipeline(Compose):
         th, tw = self.center.size
         from datakit.io import _exif_orientation
 
-        if _exif_orientation(data) >= 5:  # decoded upright: the sides the header gives, swapped
+        orientation = _exif_orientation(data)
+        if orientation >= 5:  # decoded upright: the sides the header gives, swapped
             h, w = w, h
         # the sizes torchvision resizes the whole image to, from its full sides; a decode at 1/f covers
         # ceil(side / f) * f full pixels (its last row and column partly past the edge), so it is resized
@@ -882,6 +883,9 @@ class EvalPipeline(Compose):
         sh, sw = img.shape[:2]
         rh2, rw2 = (round(sh * f * rh / h), round(sw * f * rw / w)) if f > 1 else (rh, rw)
         top, left = self.center.corner(rh, rw)
+        if f > 1:  # the part past the edge is at the stored bottom and right: turned upright, maybe top or left
+            top += rh2 - rh if orientation in (3, 4, 7, 8) else 0
+            left += rw2 - rw if orientation in (2, 3, 6, 7) else 0
         chw = _antialiased(img, rh2, rw2, self.resize.interpolation, True) if self.resize.antialias else None
         if chw is None:
             chw = _planes(img, rh2, rw2, self.resize.interpolation)

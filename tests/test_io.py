@@ -870,3 +870,25 @@ def test_an_output_folder_no_file_can_be_made_in_is_refused_before_the_work(tmp_
     assert str(e.value) == "/proc: not writable; cannot write x.png into it"
     assert check_output(tmp_path / "x.png", probe=True) == tmp_path / "x.png"
     assert list(tmp_path.iterdir()) == []  # the probe made and removed its file
+
+
+def test_a_radiance_hdr_declaring_too_many_pixels_is_refused_before_decoding(tmp_path: Path, monkeypatch):
+    # the attack: a 9 MB Radiance HDR declaring 12000x12000, named .jpg: no header parser knew it and Pillow cannot
+    # open it, so OpenCV filled 2 GB of float pixels (3.3 GB unchanged) before the budget refused the result
+    import cv2
+
+    small = cv2.imencode(".hdr", np.full((5, 7, 3), 0.5, np.float32))[1].tobytes()
+    assert header_size(small) == (5, 7)
+    path = tmp_path / "炸弹.jpg"
+    path.write_bytes(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 12000 +X 12000\n" + b"\x02\x02\x2e\xe0" * 64)
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(cv2, "imdecode", no_decode)
+    with pytest.raises(ImageDecodeError) as e:
+        imread(path)
+    assert str(e.value) == (
+        f"{path}: 12000x12000 = 144000000 pixels, over the limit of 89478485 (a decompression bomb?; raise it with "
+        "max_pixels= or the DATAKIT_MAX_PIXELS environment variable)"
+    )
