@@ -836,6 +836,9 @@ def unzip(
                 if last.get(rel, m.index) > m.index:  # a later member of the same name wins, as between files
                     report.notes.append(f"{label}: a later member has the same name; the link is not made")
                     continue
+                if rel in files_seen:  # an earlier file of the name, written by this run: kept, --overwrite or not
+                    report.notes.append(f"{label}: an earlier member has the same name; the link is not made")
+                    continue
                 try:
                     _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label)
                 except _Refused as exc:
@@ -1188,6 +1191,8 @@ def _extract_symlink(
         raise _Refused(f"symlink target of {m.file_size} bytes is longer than any real path; not created")
     link = _link_text(_read_bounded(zf, info, m.file_size), m)  # a bomb behind 12 bytes: no
     parts = rel.split("/")
+    if not link:
+        raise _Refused("a symlink with an empty target, which no link can have; not created")
     if os.path.isabs(link) or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
         raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
     where = os.path.join(tree.root, *parts[:-1], link)

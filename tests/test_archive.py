@@ -17,6 +17,7 @@ import pytest
 
 from datakit.archive import ArchiveError, ZipReader, detect_encoding, read_members, safe_relpath, unzip
 from datakit.cli import main, unzip_gbk_main
+from datakit.datasets import open_dataset
 from datakit.errors import UsageError
 from datakit.testing import ZipEntry, build_zip, unicode_path_extra
 
@@ -1026,6 +1027,32 @@ def test_a_link_then_a_later_file_of_the_same_name_the_file_wins(tmp_path: Path)
     assert report.notes[-1] == f"{z}: member 'cat/2.png': a later member has the same name; the link is not made"
     assert not (tmp_path / "out" / "cat" / "2.png").is_symlink()
     assert (tmp_path / "out" / "cat" / "2.png").read_bytes() == _png(99)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_file_then_a_later_link_of_the_same_name_the_file_stays(tmp_path: Path, overwrite: bool):
+    # The attack: dog/a.png as a real image, then again as a link to ../cat/1.png: links are made last, so with
+    # --overwrite the link replaced the file this same run had written (exit 0): a dog sample became the cat image,
+    # while the zip read in place gave the dog image; without --overwrite the message sent the user to it. The file
+    # stays, as the zip read in place reads it.
+    z = write_zip(tmp_path / "fl.zip", [gbk("cat/1.png", _png(10)), gbk("dog/a.png", _png(99)),
+                                        gbk("dog/a.png", symlink_to=b"../cat/1.png")])  # fmt: skip
+    report = unzip(z, tmp_path / "out", overwrite=overwrite)
+    assert report.problems == []
+    assert report.notes[-1] == f"{z}: member 'dog/a.png': an earlier member has the same name; the link is not made"
+    assert not (tmp_path / "out" / "dog" / "a.png").is_symlink()
+    assert (tmp_path / "out" / "dog" / "a.png").read_bytes() == _png(99)
+    assert _samples(open_dataset(z)) == _samples(open_dataset(tmp_path / "out")) == [
+        ("cat/1.png", "cat", 10), ("dog/a.png", "dog", 99)]  # fmt: skip
+    report = unzip(z, tmp_path / "out", overwrite=overwrite)  # again: the same
+    assert report.problems == [] and (tmp_path / "out" / "dog" / "a.png").read_bytes() == _png(99)
+
+
+def test_a_link_with_an_empty_target_is_named_as_such(tmp_path: Path):
+    z = write_zip(tmp_path / "e.zip", [gbk("cat/1.png", _png(10)), gbk("cat/2.png", symlink_to=b"")])
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [f"{z}: member 'cat/2.png': a symlink with an empty target, which no link can have; "
+                               "not created"]  # fmt: skip
 
 
 # --- honest name decoding -------------------------------------------------------------------------
