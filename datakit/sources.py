@@ -488,6 +488,9 @@ def _is_image(name: str, extensions: tuple[str, ...] = IMG_EXTENSIONS) -> bool:
     return name.lower().endswith(extensions)
 
 
+_SAID_NUMBERED: set[str] = set()  # folders whose numbered classes this process has warned of
+
+
 def scan_class_folders(
     root: str | os.PathLike, extensions: Sequence[str] | str | None = None
 ) -> tuple[list[str], list[str], list[int]]:
@@ -548,6 +551,14 @@ def scan_class_folders(
         log.warning(
             "%s: hidden folders %s count as classes (as in ImageFolder); remove them if unintended", root, hidden
         )
+    numbered = sorted(classes, key=int) if all(c.isascii() and c.isdigit() for c in classes) else classes
+    if numbered != classes and root not in _SAID_NUMBERED:  # '0'..'10': ImageFolder's text order makes 10 class 2
+        _SAID_NUMBERED.add(root)
+        k = next(k for k, (a, b) in enumerate(zip(classes, numbered)) if a != b)
+        log.warning("%s: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder %r "
+                    "is class %d); a label table of the same numbers indexes them by value (%r would be %d): to read "
+                    "one with the other's indices, pass classes=", root, classes[k], k, classes[k],
+                    int(classes[k]))  # fmt: skip
     legacy = undecoded_names(root, files)
     if legacy:
         log.warning("%s", legacy)

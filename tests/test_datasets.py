@@ -497,3 +497,29 @@ def test_a_file_that_is_no_source_says_which_files_are(tmp_path: Path, name: str
         open_dataset(tmp_path / name, split=split)
     assert str(e.value) == (f"{tmp_path / name}: not a dataset source (a folder, a label table: .xlsx, .xlsm, .csv, "
                             ".tsv, .txt or .lst, a .zip or an LMDB pack)")  # fmt: skip
+
+
+def test_class_folders_named_by_numbers_warn_that_a_table_indexes_them_otherwise(tmp_path: Path, caplog):
+    # the attack: folders 0..10 (ImageFolder: '10' is class 2) for training and a val table of labels 0..10
+    # (numbers: 10 is class 10): each read as documented, and every class from 2 on silently another
+    root = tmp_path / "train"
+    for c in range(11):
+        (root / str(c)).mkdir(parents=True)
+        imwrite(root / str(c) / "a.png", synthetic_image(4, 4, seed=c))
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        ds = open_dataset(root)
+        open_dataset(root)  # said once
+    assert ds.classes[:4] == ["0", "1", "10", "2"] and tvd.ImageFolder(root).classes == ds.classes
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{root}: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder '10' is "
+        "class 2); a label table of the same numbers indexes them by value ('10' would be 10): to read one with the "
+        "other's indices, pass classes="
+    ]
+    caplog.clear()
+    padded = tmp_path / "padded"
+    for c in range(11):
+        (padded / f"{c:02d}").mkdir(parents=True)
+        imwrite(padded / f"{c:02d}" / "a.png", synthetic_image(4, 4, seed=c))
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(padded).classes[:3] == ["00", "01", "02"]
+    assert caplog.records == []
