@@ -25,8 +25,10 @@ def _parse(spec: str | int | Iterable[int | str]) -> list[str]:
         items: list[str] = [str(spec)]
     elif isinstance(spec, str):
         items = [s.strip() for s in spec.split(",")] if spec.strip() else []
-    else:
+    elif isinstance(spec, Iterable) and not isinstance(spec, (bytes, set, frozenset, dict)):
         items = [str(s).strip() for s in spec]
+    else:  # None, 1.0, a set (no order)
+        raise ValueError(f"GPU selection must be indices like '0,2' or [0, 2], got {spec!r}")
     out: list[str] = []
     for item in items:
         digits = item.isascii() and item.isdigit()  # CUDA reads ASCII digits only: '１' (full-width) hides every GPU

@@ -320,11 +320,13 @@ class PerSampleSeed(_NotedBatches):
 
     def __getitems__(self, indices: list) -> list:
         main = torch.utils.data.get_worker_info() is None
-        saved = _rng_state() if main else None
+        seeded = bool(indices) and isinstance(indices[0], SampleIndex)  # a sampler of the user's gives ints
+        # only draws seeded here are undone: a user's sampler's batches draw on from the caller's states
+        saved = _rng_state() if main and seeded else None
         _NOTED.batch = (self.inner, indices)
         try:
             out = [self[i] for i in indices]
-            if indices and isinstance(indices[0], SampleIndex):
+            if seeded:
                 _seed_sample(indices[0], _COLLATE_SALT)
         except BaseException:
             _NOTED.batch = None
@@ -1763,6 +1765,11 @@ def create_loader(
     if "batch_sampler" in dataloader_kwargs:
         raise ValueError("create_loader makes the batches itself (order, sharding, resuming): give sampler= and "
                          "batch_size instead of batch_sampler=")  # fmt: skip
+    if not isinstance(train, (bool, np.bool_)):  # 'no' is true
+        raise UsageError(f"train must be True or False, got {train!r}")
+    if seed is not None and dataloader_kwargs.get("generator") is not None:
+        raise UsageError("give seed= or generator=, not both: with seed= the order and every sample's random draws "
+                         "come from the seed, and the generator would change nothing")  # fmt: skip
     on_device = _device_plan(device, normalize)  # checked before any worker is measured or started
     from datakit.collate import detection_collate, pad_collate, stack_collate
 

@@ -67,3 +67,11 @@ def test_full_width_digits_and_one_gpu_twice_are_refused():
                             "UUIDs")  # fmt: skip
     with pytest.raises(ValueError, match=r"^GPU 1 is listed twice in '1,01'$"):
         select_gpus("1,01")
+
+
+@pytest.mark.parametrize("spec", [None, 1.0, {0, 1}])
+def test_select_gpus_refuses_what_is_no_list_of_gpus_in_one_line(spec):
+    # the attack: select_gpus(None) raised "TypeError: 'NoneType' object is not iterable"
+    with pytest.raises(ValueError) as e:
+        select_gpus(spec)
+    assert str(e.value) == f"GPU selection must be indices like '0,2' or [0, 2], got {spec!r}"

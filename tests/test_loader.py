@@ -2396,3 +2396,34 @@ def test_a_training_loader_made_before_the_ranks_join_says_it_is_not_sharded(mon
         create_loader(Indexed(4), 2, num_workers=0, distributed=False)
         create_loader(Indexed(4), 2, num_workers=0, train=False)
     assert caplog.messages == []
+
+
+@pytest.mark.parametrize("sampler", ["sequential", "weighted"])
+def test_seed_with_a_sampler_of_ones_own_in_the_main_process_draws_on_from_batch_to_batch(sampler: str):
+    # the attack: seed=0, sampler= of the user's, num_workers=0 (or DATAKIT_NUM_WORKERS=0 to debug): the caller's
+    # random states were put back after every batch, and the user's sampler gives plain ints, which seed nothing,
+    # so every batch drew the same numbers at the same positions, in every epoch: the same crops and flips
+    from torch.utils.data import SequentialSampler, WeightedRandomSampler
+
+    own = SequentialSampler(range(12)) if sampler == "sequential" else WeightedRandomSampler([1.0] * 12, 12)
+    loader = create_loader(Indexed(12), 4, num_workers=0, seed=0, sampler=own)
+    draws = []
+    for _ in range(2):
+        for idx, a, b, c in loader:
+            assert len(idx) == 4
+            draws += [*a.tolist(), *b.tolist(), *c.tolist()]
+    assert len(draws) == 72 and len(set(draws)) == 72
+
+
+def test_seed_and_generator_together_and_a_train_that_is_no_bool_are_refused():
+    # the attack: seed=0 with generator= gave seed=0's order and draws, the generator silently unused; train="no"
+    # made a training loader (a non-empty string is true)
+    with pytest.raises(UsageError) as e:
+        create_loader(Indexed(8), 4, num_workers=0, seed=0, generator=torch.Generator().manual_seed(5))
+    assert str(e.value) == ("give seed= or generator=, not both: with seed= the order and every sample's random draws "
+                            "come from the seed, and the generator would change nothing")  # fmt: skip
+    with pytest.raises(UsageError) as e:
+        create_loader(Indexed(8), 4, num_workers=0, train="no")
+    assert str(e.value) == "train must be True or False, got 'no'"
+    order = [b[0].tolist() for b in create_loader(Indexed(8), 4, num_workers=0, generator=torch.Generator())]
+    assert sorted(sum(order, [])) == list(range(8))  # a generator alone is torch's own argument, as before
