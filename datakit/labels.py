@@ -498,19 +498,21 @@ class LabelTable:
             f"{len(self) - n_int} hold names{first_name}; make every label a class name, or every label an integer"
         )
 
-    def _vector_problem(self) -> str:
+    def _first_label(self, shown: Callable[[str], str] = repr) -> str:
+        """`` (first LABEL at ROW)`` of the table's first row, "" when it has none."""
         i = self._first_row([True] * len(self.labels.values))
-        first = f" (first {self.labels[i]!r} at {self._short(i)})" if i is not None else ""
-        return (f"{self.path}: every label is a list of 0s and 1s{first}: multi-label vectors (PaddleClas' "
-                "multi-label lists), while datakit reads one class per image; make each label one class name or "
-                "index")  # fmt: skip
+        return f" (first {shown(str(self.labels[i]))} at {self._short(i)})" if i is not None else ""
+
+    def _vector_problem(self) -> str:
+        return (f"{self.path}: every label is a list of 0s and 1s{self._first_label()}: multi-label vectors "
+                "(PaddleClas' multi-label lists), while datakit reads one class per image; make each label one class "
+                "name or index")  # fmt: skip
 
     def _wide_digits_problem(self) -> str:
-        i = self._first_row([True] * len(self.labels.values))
-        first = f" (first {_with_unseen(str(self.labels[i]))} at {self._short(i)})" if i is not None else ""
-        return (f"{self.path}: every label is an integer written in full-width or other non-ASCII digits{first}, "
-                "as an East Asian input method types them: as class names they would sort as text ('１０' before "
-                "'２'), not as the numbers they are; write them in ASCII digits")  # fmt: skip
+        return (f"{self.path}: every label is an integer written in full-width or other non-ASCII digits"
+                f"{self._first_label(_with_unseen)}, as an East Asian input method types them: as class names "
+                "they would sort as text ('１０' before '２'), not as the numbers they are; write them in ASCII "
+                "digits")  # fmt: skip
 
     def _range_problem(self, ints: list[int]) -> str:
         outside = [0 <= int(v) < len(ints) for v in self.labels.values]
