@@ -679,13 +679,19 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
         # the status time too: a file replaced by `cp -p`, `mv`, `rsync -a`, `tar x` or a re-download with
         # `curl -R` carries an older modification time, but its status time is when it was put there
         mtime = max(st.st_mtime_ns, st.st_ctime_ns)
-        if mtime > since and archive is None and name_of is not None:
+        if mtime > since and name_of is not None:
             if stored is None:
                 stored = stored_values(target)
-            value = stored.get(name_of(lo + k))
-            if _same_bytes(path, value):
+            if archive is None:
+                verdict = _compare(stored.get(name_of(lo + k)), partial(_read_file, path))
+            else:  # the archive: every member packed so far, compared until one differs
+                for i in range(lo, min(lo + n, len(ds))):
+                    verdict = _compare(stored.get(name_of(i)), partial(ds.read, i))
+                    if verdict != "same":
+                        break
+            if verdict == "same":
                 continue  # its time moved, its bytes did not
-            compared = "other" if originals and value is not None else "re-encoded" if value is not None else ""
+            compared = ("other" if originals else "re-encoded") if verdict == "differs" else ""
         if mtime > since:
 
             def stamp(ns: int) -> str:
@@ -704,17 +710,22 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
     return None
 
 
-def _same_bytes(path: str, value: tuple[int, int] | None) -> bool:
-    """Whether file ``path`` holds exactly the bytes (crc32, nbytes) ``value`` a pack stores: False where
-    it cannot be read, or the pack stores none or other bytes (a re-encoded image)."""
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _compare(value: tuple[int, int] | None, read: Callable[[], bytes]) -> str:
+    """"same" where ``read()`` gives exactly the bytes (crc32, nbytes) ``value`` a pack stores, "differs" where
+    it gives others (another file, or an image the pack stores re-encoded), "" where there is nothing to compare
+    (the pack stores no sample of that name: skipped) or the source cannot be read."""
     if value is None:
-        return False
+        return ""
     try:
-        with open(path, "rb") as f:
-            data = f.read(value[1] + 1)
-    except OSError:
-        return False
-    return len(data) == value[1] and zlib.crc32(data) == value[0]
+        data = read()
+    except Exception:  # gone, unreadable, a member no longer in the archive: not the bytes packed
+        return ""
+    return "same" if len(data) == value[1] and zlib.crc32(data) == value[0] else "differs"
 
 
 def _committed(path: Path) -> int:

@@ -1163,6 +1163,38 @@ def test_resume_refuses_a_touched_file_whose_sample_was_re_encoded(class_folder:
         pack_lmdb(class_folder, out, resume=True, workers=0, max_size=64)
 
 
+@pytest.mark.parametrize("change", ["touch", "other bytes, an older time"])
+def test_resume_of_a_zip_read_in_place_compares_the_members_packed(class_folder: Path, tmp_path: Path, change: str):
+    # the attack: the archive touched (or copied with cp -p, same bytes) between a kill and --resume was refused as
+    # edited; and one of its packed members rewritten with the same names must still be refused
+    import zipfile
+
+    def write(path: Path, replace: bytes | None = None) -> Path:
+        with zipfile.ZipFile(path, "w") as z:
+            for f in sorted(class_folder.rglob("*.*")):
+                rel = f.relative_to(class_folder).as_posix()
+                z.writestr(rel, replace if replace is not None and rel == "cat/图片_1.png" else f.read_bytes())
+        return path
+
+    archive = write(tmp_path / "a.zip")
+    out = stopped_after_six(archive, tmp_path / "p.lmdb", commit_every=3)
+    time.sleep(0.05)
+    if change == "touch":
+        archive.touch()
+        assert main(["pack-lmdb", str(archive), str(out), "--resume", "-q"]) == 0
+        fresh = tmp_path / "fresh.lmdb"
+        assert pack_lmdb(archive, fresh, workers=0).count == 12 and verify_lmdb(out) == []
+        a, b = open_dataset(out), open_dataset(fresh)
+        assert [a.read(i) for i in range(12)] == [b.read(i) for i in range(12)]
+        return
+    other = cv2.imencode(".png", np.full((50, 50, 3), 7, np.uint8))[1].tobytes()
+    write(archive, replace=other)  # sample 1, packed
+    os.utime(archive, (1_000_000_000, 1_000_000_000))
+    with pytest.raises(UsageError, match=re.escape(f"{archive} changed after its samples were packed (its status "
+                                                   "changed: replaced or moved, by other bytes than it packed, ")):  # fmt: skip
+        pack_lmdb(archive, out, resume=True, workers=0)
+
+
 def test_names_that_are_not_utf8_are_packed_skipped_and_listed(tmp_path: Path, capsys):
     # The attack: a Latin-1 file name from an old system (b'caf\xe9'), on an empty file: the
     # skip record could not be written as UTF-8 and the pack died at 0 samples, unresumable.
