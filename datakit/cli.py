@@ -832,8 +832,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
                       **_label_options(args))  # fmt: skip
     bar = _bar(0, "stats", args.quiet)
     try:
+        # under torchrun every rank runs this: each reads its share
         st = compute_stats(ds, workers=args.workers, sample=args.sample, size=args.size, seed=args.seed,
-                           progress=_progress(bar))  # fmt: skip
+                           distributed="auto", progress=_progress(bar))  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
@@ -1108,7 +1109,11 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     rank, world = _rank(), _world()
     every_rank = getattr(func, "every_rank", None)
     if world > 1 and rank != 0 and not (every_rank and every_rank(args)):
-        return 0  # a job with no share to split: rank 0 does it alone (two ranks extracting or writing would race)
+        # a job with no share to split: rank 0 does it alone (two ranks extracting or writing would race)
+        if not getattr(args, "quiet", False) and "TORCHELASTIC_RUN_ID" not in os.environ:  # a shell's leftovers?
+            print(f"{prog}: rank {rank} of {world}: this command runs on rank 0 alone; nothing to do here (RANK, "
+                  "WORLD_SIZE and MASTER_ADDR are set; unset them to run as one process)", file=sys.stderr)  # fmt: skip
+        return 0
     _tolerate_names(sys.stdout, sys.stderr)
     stdout = sys.stdout
     before = None
@@ -1119,6 +1124,10 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (closed below)
     try:
         if every_rank is not None and every_rank(args):
+            if "TORCHELASTIC_RUN_ID" not in os.environ and world > 1:  # not torchrun: maybe a shell's leftovers
+                where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT', '29500')}"
+                print(f"{prog}: rank {rank} of {world}: waiting for the other ranks at {where} (RANK, WORLD_SIZE and "
+                      "MASTER_ADDR are set; unset them to run as one process)", file=sys.stderr)  # fmt: skip
             created = _join_process_group()
             if created:
                 _same_command(args)

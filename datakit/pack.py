@@ -716,7 +716,7 @@ def _read_file(path: str) -> bytes:
 
 
 def _compare(value: tuple[int, int] | None, read: Callable[[], bytes]) -> str:
-    """"same" where ``read()`` gives exactly the bytes (crc32, nbytes) ``value`` a pack stores, "differs" where
+    """``"same"`` where ``read()`` gives exactly the bytes (crc32, nbytes) ``value`` a pack stores, "differs" where
     it gives others (another file, or an image the pack stores re-encoded), "" where there is nothing to compare
     (the pack stores no sample of that name: skipped) or the source cannot be read."""
     if value is None:

@@ -220,7 +220,7 @@ def compute_stats(
     sample: int | None = None,
     size: tuple[int, int] | None = None,
     seed: int = 0,
-    distributed: str | bool = "auto",
+    distributed: str | bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> Stats:
     """Per-channel mean and std over all pixels of a dataset, exact to float64 rounding.
@@ -231,9 +231,11 @@ def compute_stats(
         workers: decoding processes (default: usable CPUs).
         sample: estimate from this many randomly chosen images and report the standard error.
         size: ``(width, height)``: compute after resizing every image to it.
-        distributed: ``"auto"``: when a ``torch.distributed`` process group is initialised,
-            each rank reads its share and the sums are all-reduced (every rank gets the
-            single-process result).
+        distributed: ``"auto"`` (or ``True``, which requires one): when a ``torch.distributed``
+            process group is initialised, each rank reads its share and the sums are all-reduced
+            (every rank gets the single-process result); every rank must then call it. ``False``
+            (the default): this process reads every image, so a call on rank 0 alone (the usual
+            ``if rank == 0:``) does not wait for ranks that never come.
     """
     from datakit.sources import ImageDataset, open_source
 

@@ -578,12 +578,36 @@ def _two_ranks(*args: object, rank1: tuple | None = None) -> list[subprocess.Com
     procs = [
         subprocess.Popen([sys.executable, "-m", "datakit.cli", *map(str, rank1 if r and rank1 else args)],
                          env=_env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                                  MASTER_PORT=port),
+                                  MASTER_PORT=port, TORCHELASTIC_RUN_ID="test"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r in range(2)
     ]  # fmt: skip
     outs = [p.communicate(timeout=180) for p in procs]
     return [subprocess.CompletedProcess(p.args, p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
+
+
+def test_a_rank_not_started_by_torchrun_says_what_it_waits_for_or_that_it_has_nothing_to_do(class_folder: Path,
+                                                                                              tmp_path: Path):  # fmt: skip
+    # the attack: RANK, WORLD_SIZE and MASTER_ADDR left in a shell: `stats` waited 30 minutes for ranks that never
+    # came, saying nothing; `pack-lmdb` on RANK=1 wrote nothing and exited 0, saying nothing
+    port = str(_free_port())
+    env = _env(RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    out = tmp_path / "p.lmdb"
+    alone = subprocess.run([sys.executable, "-m", "datakit.cli", "pack-lmdb", str(class_folder), str(out)],
+                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert (alone.returncode, alone.stderr) == (0, "datakit pack-lmdb: rank 1 of 2: this command runs on rank 0 alone; "
+                                                "nothing to do here (RANK, WORLD_SIZE and MASTER_ADDR are set; unset "
+                                                "them to run as one process)\n")  # fmt: skip
+    assert not out.exists()
+    proc = subprocess.Popen([sys.executable, "-m", "datakit.cli", "stats", str(class_folder), "-q"],
+                            env=dict(env, RANK="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        first = proc.stderr.readline()
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert first == (f"datakit stats: rank 0 of 2: waiting for the other ranks at 127.0.0.1:{port} (RANK, WORLD_SIZE "
+                     "and MASTER_ADDR are set; unset them to run as one process)\n")  # fmt: skip
 
 
 def test_two_ranks_print_one_json_document(class_folder: Path, tmp_path: Path):

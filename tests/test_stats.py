@@ -111,7 +111,7 @@ import torch.distributed as dist
 from datakit.stats import compute_stats
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"],
                         rank=int(os.environ["RANK"]), world_size=2)
-st = compute_stats(sys.argv[1], workers=1)
+st = compute_stats(sys.argv[1], workers=1, distributed="auto")
 print(json.dumps({"count": st.count, "pixels": st.pixels, "mean": st.mean, "std": st.std}))
 dist.destroy_process_group()
 """
@@ -258,7 +258,7 @@ from datakit.datasets import open_dataset
 from datakit.stats import compute_stats
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"],
                         rank=int(os.environ["RANK"]), world_size=2)
-st = compute_stats(open_dataset(sys.argv[1], mode="gray"), workers=0)
+st = compute_stats(open_dataset(sys.argv[1], mode="gray"), workers=0, distributed="auto")
 print(json.dumps({"count": st.count, "mean": st.mean, "order": st.order}))
 dist.destroy_process_group()
 """
@@ -301,3 +301,34 @@ def test_a_flat_channel_is_warned_and_tiny_values_keep_their_digits(tmp_path: Pa
         "datakit stats: error: argument --size: 30000x30000 = 900000000 pixels, over the limit of 89478485 a "
         "decoded image may have (DATAKIT_MAX_PIXELS)"
     )
+
+
+RANK0_ONLY = r"""
+import json, os, sys
+import torch.distributed as dist
+from datakit.stats import compute_stats
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"],
+                        rank=int(os.environ["RANK"]), world_size=2)
+if dist.get_rank() == 0:
+    st = compute_stats(sys.argv[1], workers=0)
+    print(json.dumps({"count": st.count, "mean": st.mean}))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_stats_on_rank_0_alone_inside_a_process_group_does_not_wait_for_the_others(class_folder: Path):
+    # the attack: `if rank == 0: compute_stats(...)` then a barrier: rank 0's all-reduce met rank 1's barrier and
+    # both waited for the group's timeout (30 minutes by default), then died in gloo
+    env = dict(os.environ, PORT=str(_free_port()))
+    procs = [subprocess.Popen([sys.executable, "-c", RANK0_ONLY, str(class_folder)], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]  # fmt: skip
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs), outs
+    single = compute_stats(class_folder, workers=0)
+    assert json.loads(outs[0][0]) == {"count": 12, "mean": single.mean} and outs[1][0] == ""
