@@ -356,7 +356,7 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
                 continue  # the same folder under another spelling (a link to it, the path through one)
             if existing.get(key) != meta[key]:
                 raise UsageError(
-                    f"{out}: was packed with a different {key} ({existing.get(key)!r}, now {meta[key]!r}); "
+                    f"{out}: was packed {_WHAT[key]} ({existing.get(key)!r}, now {meta[key]!r}); "
                     "resume only the same job, or use --overwrite"
                 )
         if existing.get("splits", []) != meta.get("splits", []) or existing.get("source_splits") != meta.get(
@@ -646,6 +646,10 @@ def pack_lmdb(
             part_lock.close()
         lock.close()
     return report
+
+
+_WHAT = {"source": "from another source", "source_samples": "from another number of source samples",
+         "options": "with other options", "classes": "with other classes"}  # fmt: skip
 
 
 def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,

@@ -129,16 +129,16 @@ def test_existing_output_refused_resumed_or_overwritten(class_folder: Path, tmp_
     assert str(e.value) == f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite"
     assert pack_lmdb(class_folder, out, workers=1, resume=True).count == 12  # complete: nothing to do
     assert pack_lmdb(class_folder, out, workers=1, overwrite=True).count == 12
-    with pytest.raises(UsageError, match="was packed with a different options"):
+    with pytest.raises(UsageError, match="was packed with other options"):
         pack_lmdb(class_folder, out, workers=1, resume=True, max_size=10)
     with pytest.raises(UsageError, match="--resume and --overwrite contradict each other"):
         pack_lmdb(class_folder, out, resume=True, overwrite=True)
-    # the same source through a link to it (the attack: "was packed with a different source", the job lost)
+    # the same source through a link to it (the attack: "was packed from another source", the job lost)
     link = tmp_path / "link"
     link.symlink_to(class_folder, target_is_directory=True)
     assert pack_lmdb(link, out, workers=1, resume=True).count == 12
     shutil.copytree(class_folder, tmp_path / "copy")
-    with pytest.raises(UsageError, match="was packed with a different source"):
+    with pytest.raises(UsageError, match="was packed from another source"):
         pack_lmdb(tmp_path / "copy", out, workers=1, resume=True)
     # packed through a link later pointed at another folder (same names): that folder is another source
     cur, by_link = tmp_path / "cur", tmp_path / "by-link.lmdb"
@@ -148,7 +148,7 @@ def test_existing_output_refused_resumed_or_overwritten(class_folder: Path, tmp_
     cur.unlink()
     cur.symlink_to(tmp_path / "copy", target_is_directory=True)
     for src in (cur, tmp_path / "copy"):
-        with pytest.raises(UsageError, match="was packed with a different source"):
+        with pytest.raises(UsageError, match="was packed from another source"):
             pack_lmdb(src, by_link, workers=1, resume=True)
 
 
@@ -836,7 +836,7 @@ def test_resume_refuses_another_dataset_object_of_the_same_shape(class_folder: P
     assert read_meta(out)["count"] == 6
     source = read_meta(out)["source"]
     assert source.startswith("FolderDataset of 12 samples (names and targets crc32 ")
-    with pytest.raises(UsageError, match="was packed with a different source"):
+    with pytest.raises(UsageError, match="was packed from another source"):
         pack_lmdb(open_dataset(twin), out, resume=True)
     report = pack_lmdb(open_dataset(class_folder), out, resume=True)
     assert (report.count, report.resumed_from) == (12, 6) and verify_lmdb(out) == []
