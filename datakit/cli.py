@@ -1124,7 +1124,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (closed below)
     try:
         if every_rank is not None and every_rank(args):
-            if "TORCHELASTIC_RUN_ID" not in os.environ and world > 1:  # not torchrun: maybe a shell's leftovers
+            if "TORCHELASTIC_RUN_ID" not in os.environ and world > 1 and not getattr(args, "quiet", False):
                 where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT', '29500')}"
                 print(f"{prog}: rank {rank} of {world}: waiting for the other ranks at {where} (RANK, WORLD_SIZE and "
                       "MASTER_ADDR are set; unset them to run as one process)", file=sys.stderr)  # fmt: skip

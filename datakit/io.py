@@ -87,17 +87,15 @@ def image_format(data: bytes | memoryview) -> str | None:
     return None
 
 
+_HDR_SIZE = re.compile(rb"\s*-Y\s*([+-]?\d+)\s*\+X\s*([+-]?\d+)")  # as OpenCV reads it: sscanf "-Y %d +X %d"
+
+
 def _hdr_size(data: bytes) -> tuple[int, int] | None:
-    """A Radiance HDR's (height, width): text lines up to a blank one, then ``-Y H +X W`` (the first
-    axis the rows')."""
+    """A Radiance HDR's (height, width): text lines up to a blank one, then ``-Y H +X W``, read as OpenCV
+    reads it (what follows the two numbers is ignored; other axis orders OpenCV does not decode)."""
     end = data.find(b"\n\n", 0, 65536)
-    if end < 0:
-        return None
-    line = data[end + 2 : end + 2 + 64].split(b"\n", 1)[0].split()
-    if len(line) != 4 or line[0][1:] not in (b"X", b"Y") or line[2][1:] not in (b"X", b"Y"):
-        return None
-    a, b = int(line[1]), int(line[3])
-    return (a, b) if line[0][1:] == b"Y" else (b, a)
+    m = _HDR_SIZE.match(data, end + 2, end + 2 + 4096) if end >= 0 else None
+    return (abs(int(m.group(1))), abs(int(m.group(2)))) if m else None
 
 
 def _segments(data: bytes):

@@ -102,6 +102,11 @@ _RIVAL_COLUMNS = frozenset(_norm(k) for k in (
     "label_index", "category_id", "categoryid", "category_idx", "target_id", "cls", "cls_id", "类别编号", "类别id",
     "类别号", "类别序号", "标签编号", "标签id", "類別編號", "label_name", "labelname", "category_name", "class_label",
     "类别名称", "类别名", "类名", "标签名称", "标签名", "類別名稱"))  # fmt: skip
+# of those, the ones that spell out a class's name: beside class names (an ImageNet WordNet id and its words) they
+# are a description, one to one, sorted otherwise; beside integer ids they are the names the ids stand for
+_NAME_COLUMNS = frozenset(_norm(k) for k in (
+    "label_name", "labelname", "category_name", "class_label", "类别名称", "类别名", "类名", "标签名称", "标签名",
+    "類別名稱"))  # fmt: skip
 
 
 def _blank(v: object) -> bool:
@@ -128,9 +133,11 @@ def _is_int_text(s: str) -> bool:
 
 
 def _is_wide_int(s: str) -> bool:
-    """An integer label written in digits other than ASCII ones (full-width ``１２``, typed with an East Asian
-    input method): a name by :func:`_is_int_text`, though nobody means it as one."""
-    return len(s) <= 4000 and not s.isascii() and _INT.fullmatch(unicodedata.normalize("NFKC", s)) is not None
+    """An integer label written in decimal digits other than ASCII ones (full-width ``１２`` typed with an East
+    Asian input method, Arabic-Indic ``١٢``): a name by :func:`_is_int_text`, though nobody means it as one, and
+    as a name it sorts as text. Circled ``①`` or Roman ``Ⅻ`` numerals are no decimal digits: names."""
+    body = s.lstrip("+-＋－")
+    return 0 < len(body) <= 4000 and not s.isascii() and body.isdecimal()
 
 
 def _int_of(s: str) -> int:
@@ -460,7 +467,7 @@ class LabelTable:
                 found.append(((1 << 30, 1), whole._range_problem(ints)))
         elif self.kind == "name" and len(whole) and all(_VECTOR.fullmatch(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 2), whole._vector_problem()))
-        elif self.kind == "name" and len(whole) and all(_is_wide_int(str(v)) for v in whole.labels.values):
+        elif self.kind == "name" and len(whole) and any(_is_wide_int(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 3), whole._wide_digits_problem()))
         found.sort(key=lambda p: p[0])
         return [text for _, text in found]
@@ -509,8 +516,11 @@ class LabelTable:
                 "name or index")  # fmt: skip
 
     def _wide_digits_problem(self) -> str:
-        return (f"{self.path}: every label is an integer written in full-width or other non-ASCII digits"
-                f"{self._first_label(_with_unseen)}, as an East Asian input method types them: as class names "
+        wide = [_is_wide_int(str(v)) for v in self.labels.values]
+        i = self._first_row(wide)
+        first = f" (first {_with_unseen(str(self.labels[i]))} at {self._short(i)})" if i is not None else ""
+        every = "every label is an integer" if all(wide) else "labels hold integers"
+        return (f"{self.path}: {every} written in full-width or other non-ASCII digits{first}: as class names "
                 "they would sort as text ('１０' before '２'), not as the numbers they are; write them in ASCII "
                 "digits")  # fmt: skip
 
@@ -661,8 +671,8 @@ class LabelTable:
 _INVISIBLE = (
     "\x01-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
     "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
-    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
-)
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+)  # not the tags (U+E0000..: they make England's flag 🏴 other than Scotland's) nor ideographic variation selectors
 _INVISIBLE_RUN = re.compile(f"[{_INVISIBLE}\x00]+")
 # what the look-alike key changes: an invisible character, a space that is not one ASCII space between two words
 # (labels are joined by NUL to be scanned at once: a NUL inside one is counted apart)
@@ -1164,6 +1174,9 @@ def _find_column(header: Sequence[object], wanted: str | None, known: Sequence[s
         if _norm(k) in names:
             return names.index(_norm(k))
     return None
+
+
+_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,5}\s*$")  # a name ending in a file suffix, image or not
 
 
 def _looks_like_file(v: object) -> bool:
@@ -2031,6 +2044,8 @@ def _rival_problem(path: Path, lname: str, rname: str, pairs: set[tuple[str, str
                 two = _class_order(seen[v])[:2]
                 return (f"{path}: the columns {lname!r} and {rname!r} both name the class but do not match one to one "
                         f"({one} {v!r} goes with {other} {two[0]!r} and {two[1]!r}){fix}")  # fmt: skip
+    if _norm(rname) in _NAME_COLUMNS and not all(_is_int_text(a) for a in by_label):
+        return None  # names beside names, one to one: the label column's are read, the others describe them
     mine, theirs = _class_order(by_label), _class_order(by_rival)
     for k, (a, b) in enumerate(zip(mine, theirs)):
         if by_label[a][0] != b:
@@ -2081,9 +2096,9 @@ def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding:
     for p in parts:  # a total or note row under a sheet's images ('总计 | 2张'): a sample, and its label a class
         n = len(p.files)
         end = n
-        while end > 1 and not _looks_like_file(p.files[end - 1]):
+        while end > 1 and not _SUFFIX.search(p.files[end - 1]):  # no '.jpg', '.jp2', '.avif': no file
             end -= 1
-        if end < n and n - end <= 3 and _looks_like_file(p.files[0]) and _looks_like_file(p.files[end - 1]):
+        if end < n and _looks_like_file(p.files[0]) and _looks_like_file(p.files[end - 1]):
             i = start + end
             problems.append(((p.order, int(table.rows[i])), f"{path}: {table._short(i)}: {table.files[i]!r} names no "
                              f"image file, unlike the rows above it (a total or a note?): its label "

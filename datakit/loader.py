@@ -1765,8 +1765,9 @@ def create_loader(
     if "batch_sampler" in dataloader_kwargs:
         raise ValueError("create_loader makes the batches itself (order, sharding, resuming): give sampler= and "
                          "batch_size instead of batch_sampler=")  # fmt: skip
-    if not isinstance(train, (bool, np.bool_)):  # 'no' is true
+    if not (isinstance(train, (bool, np.bool_)) or (isinstance(train, int) and train in (0, 1))):  # 'no' is true
         raise UsageError(f"train must be True or False, got {train!r}")
+    train = bool(train)
     if seed is not None and dataloader_kwargs.get("generator") is not None:
         raise UsageError("give seed= or generator=, not both: with seed= the order and every sample's random draws "
                          "come from the seed, and the generator would change nothing")  # fmt: skip

@@ -688,7 +688,8 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
                 stored = stored_values(target)
             if archive is None:
                 verdict = _compare(stored.get(name_of(lo + k)), partial(_read_file, path))
-            else:  # the archive: every member packed so far, compared until one differs
+            else:  # the archive: every member packed so far, compared until one differs (none packed: the same)
+                verdict = "same"
                 for i in range(lo, min(lo + n, len(ds))):
                     verdict = _compare(stored.get(name_of(i)), partial(ds.read, i))
                     if verdict != "same":
@@ -708,8 +709,9 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
             elif compared == "re-encoded":
                 how = ("its status changed: replaced or moved, or only its permissions or owner changed, which the "
                        "pack cannot tell apart for an image it stores re-encoded")  # fmt: skip
-            else:
-                how = "its status changed: replaced or moved"
+            else:  # a sample skipped as bad (nothing stored), or a source that cannot be read now
+                how = ("its status changed: replaced or moved, or only its permissions or owner changed, which the "
+                       "pack cannot tell apart where it stores no bytes of it to compare")  # fmt: skip
             return path, f"{how}, {stamp(mtime)}", stamp(since)
     return None
 

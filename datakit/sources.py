@@ -491,6 +491,20 @@ def _is_image(name: str, extensions: tuple[str, ...] = IMG_EXTENSIONS) -> bool:
 _SAID_NUMBERED: set[str] = set()  # folders whose numbered classes this process has warned of
 
 
+def _warn_numbered(root: str, classes: list[str]) -> None:
+    """Warn, once per folder or archive, where class folders named by numbers ('0'..'10') are indexed in text
+    order (ImageFolder's: '10' is class 2) otherwise than a label table of the same numbers would index them."""
+    numbered = sorted(classes, key=int) if all(c.isascii() and c.isdigit() for c in classes) else classes
+    if numbered == classes or root in _SAID_NUMBERED:
+        return
+    _SAID_NUMBERED.add(root)
+    k = next(k for k, (a, b) in enumerate(zip(classes, numbered)) if a != b)
+    log.warning("%s: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder %r is "
+                "class %d); a label table of the same numbers indexes them by value (%r would be %d): to read one "
+                "with the other's indices, pass classes=", root, classes[k], k, classes[k],
+                int(classes[k]))  # fmt: skip
+
+
 def scan_class_folders(
     root: str | os.PathLike, extensions: Sequence[str] | str | None = None
 ) -> tuple[list[str], list[str], list[int]]:
@@ -551,14 +565,7 @@ def scan_class_folders(
         log.warning(
             "%s: hidden folders %s count as classes (as in ImageFolder); remove them if unintended", root, hidden
         )
-    numbered = sorted(classes, key=int) if all(c.isascii() and c.isdigit() for c in classes) else classes
-    if numbered != classes and root not in _SAID_NUMBERED:  # '0'..'10': ImageFolder's text order makes 10 class 2
-        _SAID_NUMBERED.add(root)
-        k = next(k for k, (a, b) in enumerate(zip(classes, numbered)) if a != b)
-        log.warning("%s: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder %r "
-                    "is class %d); a label table of the same numbers indexes them by value (%r would be %d): to read "
-                    "one with the other's indices, pass classes=", root, classes[k], k, classes[k],
-                    int(classes[k]))  # fmt: skip
+    _warn_numbered(root, classes)
     legacy = undecoded_names(root, files)
     if legacy:
         log.warning("%s", legacy)
@@ -837,6 +844,7 @@ class ZipDataset(ImageDataset):
         classes, keep = self._scan(top)
         if not classes or not keep:
             raise NotADataset(f"{self.path}: no class folders with images inside the archive")
+        _warn_numbered(self.path, classes)
         if unreadable:  # unzip-gbk writes neither such a member nor its folder: a class of them alone would be a
             readable = {t for i, _, t in keep if i not in unreadable}  # class here, none in the extracted folder
             lost = sorted({t for _, _, t in keep} - readable)
@@ -1164,6 +1172,7 @@ def _class_lines(path: Path, text: str) -> list[str]:
         if not names and _norm(name) in {_norm(k) for k in LABEL_COLUMNS}:
             names.header = (path, number, name)
         names.append(name)
+    _named_classes(names, str(path))  # no name of invisible characters alone, no two that look alike
     return names
 
 
@@ -1182,12 +1191,12 @@ def check_header(given: Sequence[str], labels: Sequence[str]) -> None:
 def _named_classes(names: Sequence[object], where: str) -> list[str]:
     """A list of class names as text, refusing what no class is called (None, a blank name) and two names that
     differ only in what does not show (``'dog'``, ``'dog\u200b'``): each would be a class index of its own."""
-    from datakit.labels import _look_alike, _with_unseen
+    from datakit.labels import _INVISIBLE_RUN, _look_alike, _with_unseen
 
     out = []
     for k, c in enumerate(names):
-        if c is None or (isinstance(c, str) and not c.strip()):
-            raise UsageError(f"{where}: class {k} is {c!r}, which names no class")
+        if c is None or (isinstance(c, str) and not _INVISIBLE_RUN.sub("", c).strip()):
+            raise UsageError(f"{where}: class {k} is {_with_unseen(c) if c else repr(c)}, which names no class")
         out.append(str(c))
     seen: dict[str, int] = {}
     for k, c in enumerate(out):

@@ -599,7 +599,7 @@ def test_a_rank_not_started_by_torchrun_says_what_it_waits_for_or_that_it_has_no
                                                 "nothing to do here (RANK, WORLD_SIZE and MASTER_ADDR are set; unset "
                                                 "them to run as one process)\n")  # fmt: skip
     assert not out.exists()
-    proc = subprocess.Popen([sys.executable, "-m", "datakit.cli", "stats", str(class_folder), "-q"],
+    proc = subprocess.Popen([sys.executable, "-m", "datakit.cli", "stats", str(class_folder)],
                             env=dict(env, RANK="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         first = proc.stderr.readline()

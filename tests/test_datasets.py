@@ -523,3 +523,11 @@ def test_class_folders_named_by_numbers_warn_that_a_table_indexes_them_otherwise
     with caplog.at_level(logging.WARNING, logger="datakit"):
         assert open_dataset(padded).classes[:3] == ["00", "01", "02"]
     assert caplog.records == []
+    archive = shutil.make_archive(str(tmp_path / "train"), "zip", root)  # the same folders zipped: the same warning
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(archive).classes == ds.classes
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{archive}: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder '10' "
+        "is class 2); a label table of the same numbers indexes them by value ('10' would be 10): to read one with "
+        "the other's indices, pass classes="
+    ]

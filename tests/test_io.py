@@ -892,3 +892,14 @@ def test_a_radiance_hdr_declaring_too_many_pixels_is_refused_before_decoding(tmp
         f"{path}: 12000x12000 = 144000000 pixels, over the limit of 89478485 (a decompression bomb?; raise it with "
         "max_pixels= or the DATAKIT_MAX_PIXELS environment variable)"
     )
+
+
+@pytest.mark.parametrize("line", [b"-Y 5 +X 7 x", b"-Y5 +X 7", b"-Y 5 +X 7" + b" " * 70])
+def test_radiance_size_lines_opencv_reads_are_read_alike(line: bytes):
+    # a review's attack: size lines OpenCV decodes (sscanf "-Y %d +X %d": words after, no space, padding) were
+    # refused as corrupt once the header was parsed here
+    import cv2
+
+    small = cv2.imencode(".hdr", np.full((5, 7, 3), 0.5, np.float32))[1].tobytes()
+    data = small.replace(b"-Y 5 +X 7", line, 1)
+    assert header_size(data) == (5, 7) and decode_image(data).shape == (5, 7, 3)

@@ -495,8 +495,8 @@ def test_integer_labels_in_full_width_digits_are_refused_not_sorted_as_text(tmp_
     path.write_text("file,label\n" + "".join(f"{i}.png,{wide(str(i))}\n" for i in range(12)), encoding="utf-8")
     line = (
         f"{path}: every label is an integer written in full-width or other non-ASCII digits (first '０' (U+FF10 "
-        "FULLWIDTH DIGIT ZERO) at line 2), as an East Asian input method types them: as class names they would sort "
-        "as text ('１０' before '２'), not as the numbers they are; write them in ASCII digits"
+        "FULLWIDTH DIGIT ZERO) at line 2): as class names they would sort as text ('１０' before '２'), not as the "
+        "numbers they are; write them in ASCII digits"
     )
     with pytest.raises(LabelError) as e:
         open_dataset(img, labels=path)
@@ -505,6 +505,15 @@ def test_integer_labels_in_full_width_digits_are_refused_not_sorted_as_text(tmp_
     assert capsys.readouterr().err == line + "\n"
     path.write_text("file,label\n" + "".join(f"{i}.png,{i}\n" for i in range(12)), encoding="utf-8")
     assert open_dataset(img, labels=path).targets.tolist() == list(range(12))  # ASCII: numbers, in their order
+    arabic = "".join(chr(0x660 + int(d)) for d in "10")  # Arabic-Indic ١٠, as wrong in text order
+    path.write_text(f"file,label\n0.png,{arabic}\n1.png,cat\n", encoding="utf-8-sig")
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path)
+    assert str(e.value).startswith(f"{path}: labels hold integers written in full-width or other non-ASCII digits "
+                                   f"(first '{arabic}' at line 2)")  # fmt: skip
+    circled = "".join(f"{i}.png,{chr(0x2460 + i)}\n" for i in range(12))  # ① ... ⑫: names, in their own order
+    path.write_text("file,label\n" + circled, encoding="utf-8-sig")
+    assert open_dataset(img, labels=path).targets.tolist() == list(range(12))
 
 
 @pytest.mark.parametrize("kind", ["csv", "xlsx"])
@@ -573,6 +582,7 @@ def test_integer_labels_match_class_folders_named_with_leading_zeros(tmp_path: P
          "only in invisible characters, spaces or character width; write them alike"),
         (["cat", ""], "classes=: class 1 is '', which names no class"),
         (["cat", None], "classes=: class 1 is None, which names no class"),
+        (["cat", "\u3164"], "classes=: class 1 is '\u3164' (U+3164 HANGUL FILLER), which names no class"),
     ],
 )  # fmt: skip
 def test_a_classes_list_with_look_alike_or_blank_names_is_refused(tmp_path: Path, given: list, line: str):
@@ -580,3 +590,41 @@ def test_a_classes_list_with_look_alike_or_blank_names_is_refused(tmp_path: Path
     with pytest.raises(UsageError) as e:
         open_dataset(tmp_path / "img", classes=given)
     assert str(e.value) == line
+
+
+def test_what_the_new_label_checks_leave_alone_and_a_longer_run_of_notes(tmp_path: Path):
+    # a review's attacks on the checks above: an ImageNet table (WordNet id, then its words in label_name) was
+    # refused as rival columns; a last image named .jp2 was taken for a total row; England's and Scotland's flags
+    # (tag characters) were look-alikes; four note rows under the images passed where three were refused
+    img = images(tmp_path / "img", "a.jpg", "b.jpg", "c.jp2")
+    imagenet = tmp_path / "in.csv"
+    imagenet.write_text("file,label,label_name\na.jpg,n01440764,tench\nb.jpg,n01443537,goldfish\n", encoding="utf-8")
+    assert open_dataset(img, labels=imagenet).classes == ["n01440764", "n01443537"]
+    jp2 = tmp_path / "jp2.csv"
+    jp2.write_text("file,label\na.jpg,cat\nb.jpg,dog\nc.jp2,cat\n", encoding="utf-8")
+    assert len(open_dataset(img, labels=jp2)) == 3
+    flags = tmp_path / "flags.csv"
+    england, scotland = (
+        "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f",
+        ("\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"),
+    )
+    flags.write_text(f"file,label\na.jpg,{england}\nb.jpg,{scotland}\n", encoding="utf-8-sig")
+    assert open_dataset(img, labels=flags).classes == [england, scotland]
+    notes = tmp_path / "notes.csv"
+    notes.write_text("file,label\na.jpg,cat\nb.jpg,dog\n总计,2张\n制表人,张三\n日期,2024-01-01\n审核,李四\n",
+                     encoding="utf-8")  # fmt: skip
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=notes)
+    assert str(e.value) == (f"{notes}: line 4: '总计' names no image file, unlike the rows above it (a total or a "
+                            "note?): its label '2张' would be a class; delete the row")  # fmt: skip
+
+
+def test_a_classes_text_file_with_look_alike_names_is_refused(tmp_path: Path):
+    # a review's way around the list check: the same two names in a .txt of class names (YOLO, PaddleClas)
+    images(tmp_path / "img" / "cat", "a.png")
+    names = tmp_path / "classes.txt"
+    names.write_text("cat\ndog\ndog\u200b\n", encoding="utf-8")
+    with pytest.raises(UsageError) as e:
+        open_dataset(tmp_path / "img", classes=str(names))
+    assert str(e.value) == (f"{names}: classes 1 'dog' and 2 'dog\\u200b' (U+200B ZERO WIDTH SPACE) differ only in "
+                            "invisible characters, spaces or character width; write them alike")  # fmt: skip

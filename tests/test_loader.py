@@ -2425,5 +2425,6 @@ def test_seed_and_generator_together_and_a_train_that_is_no_bool_are_refused():
     with pytest.raises(UsageError) as e:
         create_loader(Indexed(8), 4, num_workers=0, train="no")
     assert str(e.value) == "train must be True or False, got 'no'"
+    assert len(create_loader(Indexed(8), 4, num_workers=0, train=1)) == 2  # 0 and 1 as torch scripts write them
     order = [b[0].tolist() for b in create_loader(Indexed(8), 4, num_workers=0, generator=torch.Generator())]
     assert sorted(sum(order, [])) == list(range(8))  # a generator alone is torch's own argument, as before

@@ -1195,6 +1195,29 @@ def test_resume_of_a_zip_read_in_place_compares_the_members_packed(class_folder:
         pack_lmdb(archive, out, resume=True, workers=0)
 
 
+def test_resume_of_a_zip_touched_before_anything_was_packed(class_folder: Path, tmp_path: Path, monkeypatch):
+    # the attack (a review's): killed before the first sample (count 0 committed), the archive touched, --resume:
+    # UnboundLocalError, a traceback, as no member was there to compare
+    import zipfile
+
+    import datakit.pack as pack
+
+    archive = tmp_path / "a.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in sorted(class_folder.rglob("*.*")):
+            z.writestr(f.relative_to(class_folder).as_posix(), f.read_bytes())
+    out = tmp_path / "p.lmdb"
+    with monkeypatch.context() as m:
+        m.setattr(pack, "_fill", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            pack_lmdb(archive, out, workers=0)
+    assert read_meta(out)["count"] == 0
+    time.sleep(0.05)
+    archive.touch()
+    assert main(["pack-lmdb", str(archive), str(out), "--resume", "-q"]) == 0
+    assert len(open_dataset(out)) == 12 and verify_lmdb(out) == []
+
+
 def test_names_that_are_not_utf8_are_packed_skipped_and_listed(tmp_path: Path, capsys):
     # The attack: a Latin-1 file name from an old system (b'caf\xe9'), on an empty file: the
     # skip record could not be written as UTF-8 and the pack died at 0 samples, unresumable.
