@@ -1176,6 +1176,21 @@ def _find_column(header: Sequence[object], wanted: str | None, known: Sequence[s
     return None
 
 
+def _without_dot(files: StringArray, most: float = 0.05) -> list[int]:
+    """The positions of the names with no '.' at all; [] where they are over ``most`` of the names (a table of
+    names without suffixes). A name with a suffix has its dot in its last 6 bytes, looked up in the one buffer
+    for every name at once; the few others are looked at whole."""
+    ends, lens = files.offsets[1:], np.diff(files.offsets)
+    suffixed = np.zeros(len(lens), bool)
+    for back in range(2, 7):  # '.x' .. '.xxxxx'
+        at = np.maximum(ends - back, 0)
+        suffixed |= (lens >= back) & (files.data[at] == ord(".")) if len(files.data) else False
+    rest = np.flatnonzero(~suffixed)
+    if len(rest) > most * len(lens):
+        return []
+    return [int(k) for k in rest if "." not in files[int(k)]]
+
+
 _SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,5}\s*$")  # a name ending in a file suffix, image or not
 
 
@@ -2093,16 +2108,21 @@ def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding:
         sheet_orders=tuple(orders), dropped_files=[f for p in parts for f in p.dropped_files],
     )  # fmt: skip
     start = 0
-    for p in parts:  # a total or note row under a sheet's images ('总计 | 2张'): a sample, and its label a class
+    for p in parts:  # total or note rows among a sheet's images ('总计 | 2张'): samples, and their labels classes
         n = len(p.files)
-        end = n
-        while end > 1 and not _SUFFIX.search(p.files[end - 1]):  # no '.jpg', '.jp2', '.avif': no file
-            end -= 1
-        if end < n and _looks_like_file(p.files[0]) and _looks_like_file(p.files[end - 1]):
-            i = start + end
-            problems.append(((p.order, int(table.rows[i])), f"{path}: {table._short(i)}: {table.files[i]!r} names no "
-                             f"image file, unlike the rows above it (a total or a note?): its label "
-                             f"{str(table.labels[i])!r} would be a class; delete the row"))  # fmt: skip
+        if n > 1 and _looks_like_file(p.files[0]):
+            end = n
+            while end > 1 and not _SUFFIX.search(p.files[end - 1]):  # no '.jpg', '.jp2', '.avif': no file
+                end -= 1
+            # the rows under the last image with no file suffix (a total, who made it, when), else the few between
+            # images that have none at all (a subtotal): among thousands of images, not one in twenty
+            odd = [end] if end < n and _looks_like_file(p.files[end - 1]) else _without_dot(p.files)
+            if odd:
+                for k in odd[:MAX_LISTED]:
+                    i = start + k
+                    problems.append(((p.order, int(table.rows[i])), f"{path}: {table._short(i)}: {table.files[i]!r} "
+                                     "names no image file, unlike the rows around it (a total or a note?): its label "
+                                     f"{str(table.labels[i])!r} would be a class; delete the row"))  # fmt: skip
         start += n
     return table
 

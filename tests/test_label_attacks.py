@@ -531,7 +531,7 @@ def test_a_total_row_under_the_images_is_refused_not_a_class(tmp_path: Path, kin
     with pytest.raises(LabelError) as e:
         open_dataset(img, labels=path)
     assert str(e.value) == (
-        f"{path}: {where}: '总计' names no image file, unlike the rows above it (a total or a note?): its label "
+        f"{path}: {where}: '总计' names no image file, unlike the rows around it (a total or a note?): its label "
         "'2张' would be a class; delete the row"
     )
     rows.pop()
@@ -615,7 +615,7 @@ def test_what_the_new_label_checks_leave_alone_and_a_longer_run_of_notes(tmp_pat
                      encoding="utf-8")  # fmt: skip
     with pytest.raises(LabelError) as e:
         open_dataset(img, labels=notes)
-    assert str(e.value) == (f"{notes}: line 4: '总计' names no image file, unlike the rows above it (a total or a "
+    assert str(e.value) == (f"{notes}: line 4: '总计' names no image file, unlike the rows around it (a total or a "
                             "note?): its label '2张' would be a class; delete the row")  # fmt: skip
 
 
@@ -628,3 +628,22 @@ def test_a_classes_text_file_with_look_alike_names_is_refused(tmp_path: Path):
         open_dataset(tmp_path / "img", classes=str(names))
     assert str(e.value) == (f"{names}: classes 1 'dog' and 2 'dog\\u200b' (U+200B ZERO WIDTH SPACE) differ only in "
                             "invisible characters, spaces or character width; write them alike")  # fmt: skip
+
+
+def test_a_subtotal_row_among_the_images_is_refused_and_names_without_suffixes_are_not(tmp_path: Path):
+    # a review's way around the total-row check: a '小计' row between two groups of images made '5张' a class
+    img = images(tmp_path / "img", *(f"{i}.jpg" for i in range(20)))
+    for i in range(20, 40):
+        images(tmp_path / "more", f"{i}.jpg")  # one grey each (the helper's levels stop at 25 images)
+        (tmp_path / "more" / f"{i}.jpg").rename(img / f"{i}.jpg")
+    rows = [f"{i}.jpg,{'cat' if i < 20 else 'dog'}\n" for i in range(40)]
+    path = tmp_path / "l.csv"
+    path.write_text("file,label\n" + "".join(rows[:20]) + "小计,20张\n" + "".join(rows[20:]), encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path)
+    assert str(e.value) == (f"{path}: line 22: '小计' names no image file, unlike the rows around it (a total or a "
+                            "note?): its label '20张' would be a class; delete the row")  # fmt: skip
+    bare = images(tmp_path / "bare", *(f"{i}.jpg" for i in range(20)), *(f"x{i}" for i in range(5)))
+    bare_rows = [r for i in range(5) for r in (*rows[4 * i : 4 * i + 2], f"x{i},dog\n", *rows[4 * i + 2 : 4 * i + 4])]
+    path.write_text("file,label\n" + "".join(bare_rows), encoding="utf-8")  # a fifth, among the others
+    assert len(open_dataset(bare, labels=path)) == 25  # files of those names, not subtotals
