@@ -162,12 +162,34 @@ def _wxh(text: str) -> tuple[int, int]:
     w, h = int(m.group(1)), int(m.group(2))
     if w < 1 or h < 1:
         raise argparse.ArgumentTypeError(f"size must be at least 1x1 pixels, got {text!r}")
+    _within_budget(w, h, f"{w}x{h}")  # each image resized to it, in each worker
+    return w, h
+
+
+def _within_budget(w: int, h: int, what: str) -> None:
+    """Refuse a size over the pixel budget a decoded image may have (a DATAKIT_MAX_PIXELS that is no number is
+    refused before any work, by :func:`_check_environment`)."""
     from datakit.io import pixel_budget
 
-    if w * h > pixel_budget():  # each image resized to it, in each worker
-        raise argparse.ArgumentTypeError(f"{w}x{h} = {w * h} pixels, over the limit of {pixel_budget()} a decoded "
-                                         "image may have (DATAKIT_MAX_PIXELS)")  # fmt: skip
-    return w, h
+    try:
+        limit = pixel_budget()
+    except UsageError:
+        return
+    if w * h > limit:
+        raise argparse.ArgumentTypeError(f"{what} = {w * h} pixels, over the limit of {limit} a decoded image may "
+                                         "have (DATAKIT_MAX_PIXELS)")  # fmt: skip
+
+
+def _side(lo: int) -> Callable[[str], int]:
+    """An argparse type for the side of a square image (``lo`` and up) whose pixels fit the budget."""
+    whole = int_range(lo)
+
+    def parse(text: str) -> int:
+        n = whole(text)
+        _within_budget(n, n, f"{n}x{n}")
+        return n
+
+    return parse
 
 
 def _int_list(text: str) -> list[int]:
@@ -809,7 +831,7 @@ def _register_check(sub) -> None:
     p.add_argument("--n", type=_count, default=32, help="samples to show (default 32)")
     p.add_argument("--transform", choices=["none", "train", "eval"], default="none",
                    help="show samples after datakit's train or eval pipeline")  # fmt: skip
-    p.add_argument("--size", type=_count, default=224, help="crop size for --transform (default 224)")
+    p.add_argument("--size", type=_side(1), default=224, help="crop size for --transform (default 224)")
     p.add_argument("--seed", type=int_range(0), default=0, help="which random samples to show (default 0)")
     p.add_argument("--font", metavar="FILE", help="caption font (default: an installed one that draws the class names)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
@@ -976,7 +998,7 @@ def _register_bench(sub) -> None:
                    help="worker counts to try, e.g. 0,1,2,4 (default: 0, 1, 2, 4... up to the CPUs)")  # fmt: skip
     p.add_argument("--batch-size", type=_count, metavar="N",
                    help="samples per batch (default 64, or the dataset's size if smaller)")  # fmt: skip
-    p.add_argument("--size", type=int_range(0), default=224, help="crop size of the train pipeline (0: raw decode)")
+    p.add_argument("--size", type=_side(0), default=224, help="crop size of the train pipeline (0: raw decode)")
     p.add_argument("--seconds", type=_positive_float, default=2.0,
                    help="measuring time per worker count and pass (default 2)")  # fmt: skip
     p.add_argument(
@@ -1027,7 +1049,7 @@ def _register_doctor(sub) -> None:
                    help="num_workers of the planned loader (default: the usable CPUs)")  # fmt: skip
     p.add_argument("--prefetch-factor", type=_count, default=4, metavar="N",
                    help="batches each worker prepares ahead (default 4)")  # fmt: skip
-    p.add_argument("--size", type=int_range(0), default=224, metavar="N",
+    p.add_argument("--size", type=_side(0), default=224, metavar="N",
                    help="image side in the batch (default 224; 0: the first image of SRC as it is)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
     p.set_defaults(func=cmd_doctor)
@@ -1067,6 +1089,9 @@ def _standard_streams() -> None:
 def _check_environment() -> None:
     """What would make every command go wrong, refused before any work: a file-system encoding that is not
     UTF-8 (the C locale with PYTHONUTF8=0), a torchrun RANK outside its WORLD_SIZE."""
+    from datakit.io import pixel_budget
+
+    pixel_budget()  # DATAKIT_MAX_PIXELS=abc: one line now, not one "unreadable" line per image later
     enc = sys.getfilesystemencoding().lower().replace("_", "-")
     if os.name == "posix" and enc not in ("utf-8", "utf8"):
         raise UsageError(f"file names are read as {enc}, not UTF-8 (a C or POSIX locale with PYTHONUTF8=0?), so "

@@ -164,7 +164,8 @@ _CUDA_ENTRY = re.compile(r"\s*(?:\d+|(?:GPU|MIG)-[0-9a-fA-F][0-9a-fA-F/-]*)\s*")
 
 def check_environment(env: Mapping[str, str], usable_cpus: int) -> list[Finding]:
     """The variables that change what every loader or GPU job does, read as their readers read them:
-    ``DATAKIT_NUM_WORKERS`` (create_loader), ``CUDA_VISIBLE_DEVICES`` (CUDA), ``OMP_NUM_THREADS`` (OpenMP)."""
+    ``DATAKIT_NUM_WORKERS`` (create_loader), ``DATAKIT_MAX_PIXELS`` (every decode), ``CUDA_VISIBLE_DEVICES``
+    (CUDA), ``OMP_NUM_THREADS`` (OpenMP)."""
     out = []
     forced = env.get("DATAKIT_NUM_WORKERS") or None  # empty: unset, as create_loader takes it
     if forced is not None:
@@ -198,6 +199,16 @@ def check_environment(env: Mapping[str, str], usable_cpus: int) -> list[Finding]
             out.append(Finding("cuda-visible-devices-value", "warn", f"CUDA_VISIBLE_DEVICES={visible!r}: {why}; "
                                f"CUDA stops reading there: {seen}", "unset it to use every GPU, or list indices or "
                                "UUIDs: 0,1"))  # fmt: skip
+    budget = env.get("DATAKIT_MAX_PIXELS")
+    if budget is not None:
+        try:
+            ok = int(budget.replace("_", "")) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            out.append(Finding("datakit-max-pixels", "fail", f"DATAKIT_MAX_PIXELS={budget!r}: every decode refuses "
+                               "it (a positive whole number of pixels)", "unset it, or set the pixel budget a "
+                               "decoded image may have"))  # fmt: skip
     threads = env.get("OMP_NUM_THREADS")
     if threads is not None:
         try:

@@ -983,3 +983,23 @@ def test_names_not_utf8_from_no_archive_tool_are_not_blamed_on_one():
         "--notest d, with the encoding they were written in)"
     )
     assert undecoded_names("d", ["ok.jpg", "猫.jpg"]) is None
+
+
+def test_a_pixel_budget_that_is_no_number_is_one_usage_line_and_sizes_over_it_are_refused(class_folder: Path,
+                                                                                         tmp_path: Path):  # fmt: skip
+    # the attacks: DATAKIT_MAX_PIXELS=abc made every image "unreadable" (exit 1), `verify` call a good pack damaged
+    # and `pack-lmdb` leave an empty pack; `preview --size 100000` asked for 58 GB and died in a traceback
+    out = tmp_path / "p.lmdb"
+    for args in (("check", str(class_folder)), ("pack-lmdb", str(class_folder), str(out)),
+                 ("stats", str(class_folder), "--size", "10x10")):  # fmt: skip
+        proc = _datakit(*args, env={"DATAKIT_MAX_PIXELS": "abc"})
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"datakit {args[0]}: error: DATAKIT_MAX_PIXELS="
+                                                               "'abc': not a positive whole number of pixels\n")  # fmt: skip
+    assert not out.exists()
+    for command in ("preview", "bench"):
+        extra = ("--out", str(tmp_path / "g.png")) if command == "preview" else ()
+        proc = _datakit(command, str(class_folder), *extra, "--size", "100000")
+        assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+            f"datakit {command}: error: argument --size: 100000x100000 = 10000000000 pixels, over the limit of "
+            "89478485 a decoded image may have (DATAKIT_MAX_PIXELS)"
+        )

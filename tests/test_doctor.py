@@ -205,3 +205,6 @@ def test_environment_variables_are_read_as_their_readers_read_them():
                                                      "index); CUDA stops reading there: CUDA sees no GPU")  # fmt: skip
     assert seen(OMP_NUM_THREADS="0")[0][:2] == ("omp-num-threads", "warn")
     assert seen(OMP_NUM_THREADS="4") == []
+    assert seen(DATAKIT_MAX_PIXELS="abc") == [("datakit-max-pixels", "fail", "DATAKIT_MAX_PIXELS='abc': every decode "
+                                               "refuses it (a positive whole number of pixels)")]  # fmt: skip
+    assert seen(DATAKIT_MAX_PIXELS="200_000_000") == []
