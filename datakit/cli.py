@@ -1178,7 +1178,14 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as exc:  # gloo's "Connection closed by peer": another rank stopped (its own line says why)
-        if not created or not any(w in str(exc) for w in ("Connection closed", "Connection reset", "gloo")):
+        text = str(exc)
+        if "DataLoader worker" in text and (_terminated or "signal: Terminated" in text or "signal: Interrupt" in text):
+            # a SIGTERM (or Ctrl-C) sent to the whole process group (timeout, Slurm, systemd): torch's loader saw its
+            # workers die of it before this process's own handler ran
+            stopped = bool(_terminated) or "signal: Terminated" in text
+            print(f"{prog}: {'terminated' if stopped else 'interrupted'}", file=sys.stderr)
+            return 128 + 15 if stopped else 130
+        if not created or not any(w in text for w in ("Connection closed", "Connection reset", "gloo")):
             raise
         why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         why = re.sub(r"^\[[^\]]*\]\s*", "", why).split(". ")[0][:200]  # no "[.../gloo/pair.cc:561]", one sentence

@@ -342,6 +342,9 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
             _clear_pack(out)
             return lock, None
         if not resume:
+            if state == "datakit" and existing and existing.get("complete"):
+                raise UsageError(f"{out}: already exists, a complete pack of {existing.get('count')} samples; use "
+                                 "--overwrite to pack it again")  # fmt: skip
             raise UsageError(f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite")
         if state == "started":
             _clear_pack(out)  # interrupted before anything was committed: start again

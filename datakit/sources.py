@@ -1022,9 +1022,13 @@ class LmdbDataset(ImageDataset):
             idx = np.arange(len(r), dtype=np.int64)
             if self.split is not None:
                 splits = r.meta.get("splits") or []
+                options = r.meta.get("options")
+                packed = options.get("split") if isinstance(options, dict) else None
+                if not splits and packed == self.split:  # pack-lmdb --split val, read as split val: all of it
+                    shard_of.append(np.full(len(idx), k, dtype=np.int32))
+                    local.append(idx)
+                    continue
                 if self.split not in splits:
-                    options = r.meta.get("options")
-                    packed = options.get("split") if isinstance(options, dict) else None
                     if not splits and isinstance(packed, str):  # pack-lmdb --split: that split alone, no split column
                         raise UsageError(f"{r.path}: no split {self.split!r}; the pack holds split {packed!r} alone "
                                          f"(made with --split {packed}): leave out split= (--split)")  # fmt: skip

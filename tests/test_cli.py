@@ -120,8 +120,8 @@ def test_pack_info_verify_check_json(class_folder: Path, tmp_path: Path):
     # the same command again: the pack exists, so it is refused as a usage error, untouched
     before = (out / "data.mdb").stat().st_mtime_ns
     one_line_error(datakit("pack-lmdb", class_folder, out, script=True), 2,
-                   f"datakit pack-lmdb: error: {out}: already exists; use --resume to continue an interrupted pack "
-                   "or --overwrite")  # fmt: skip
+                   f"datakit pack-lmdb: error: {out}: already exists, a complete pack of 12 samples; use --overwrite "
+                   "to pack it again")  # fmt: skip
     assert (out / "data.mdb").stat().st_mtime_ns == before
     info = datakit("info", out, "--json")
     assert info.returncode == 0 and json.loads(info.stdout)["class_counts"] == {"cat": 4, "dog": 4, "鸟": 4}
@@ -1003,3 +1003,20 @@ def test_a_pixel_budget_that_is_no_number_is_one_usage_line_and_sizes_over_it_ar
             f"datakit {command}: error: argument --size: 100000x100000 = 10000000000 pixels, over the limit of "
             "89478485 a decoded image may have (DATAKIT_MAX_PIXELS)"
         )
+
+
+@pytest.mark.parametrize(("signal_name", "code", "line"), [("Terminated", 143, "terminated"),
+                                                           ("Interrupt", 130, "interrupted")])  # fmt: skip
+def test_loader_workers_killed_by_a_group_signal_end_as_the_signal_does(signal_name: str, code: int, line: str,
+                                                                        capsys):  # fmt: skip
+    # the attack: `kill -TERM -- -PGID` (timeout, Slurm, systemd) during `datakit bench`: torch's loader saw its
+    # workers die before this process's handler ran, and printed its RuntimeError as a traceback (sometimes exit 1)
+    import argparse
+
+    from datakit import cli
+
+    def bench(args):
+        raise RuntimeError(f"DataLoader worker (pid 4242) is killed by signal: {signal_name}. ")
+
+    assert cli._run(bench, argparse.Namespace(quiet=True), "datakit bench") == code
+    assert capsys.readouterr().err == f"datakit bench: {line}\n"

@@ -126,7 +126,7 @@ def test_existing_output_refused_resumed_or_overwritten(class_folder: Path, tmp_
     pack_lmdb(class_folder, out, workers=1)
     with pytest.raises(UsageError) as e:
         pack_lmdb(class_folder, out, workers=1)
-    assert str(e.value) == f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite"
+    assert str(e.value) == f"{out}: already exists, a complete pack of 12 samples; use --overwrite to pack it again"
     assert pack_lmdb(class_folder, out, workers=1, resume=True).count == 12  # complete: nothing to do
     assert pack_lmdb(class_folder, out, workers=1, overwrite=True).count == 12
     with pytest.raises(UsageError, match="was packed with other options"):
@@ -1538,15 +1538,17 @@ def test_split_of_a_pack_source_packs_exactly_that_split_and_an_unknown_one_is_r
     assert str(e.value) == (f"{plain}: no split 'train'; the pack has no splits (its source had no split column or "
                             "sheets)")  # fmt: skip
     assert not (tmp_path / "x.lmdb").exists()
-    # a pack made with --split holds that split alone (before: "its source had no split column or sheets")
+    # a pack made with --split holds that split alone (before: "its source had no split column or sheets"); asked
+    # for that split, it is all of it (before: refused as "no split 'train'; the pack holds split 'train' alone")
     for made in (tmp_path / "train.lmdb", by_table):
-        packed = "train" if made.name == "train.lmdb" else "val"
-        assert main(["pack-lmdb", str(made), str(tmp_path / "x.lmdb"), "--split", packed]) == 2
+        packed, other = ("train", "val") if made.name == "train.lmdb" else ("val", "train")
+        assert main(["pack-lmdb", str(made), str(tmp_path / "x.lmdb"), "--split", other]) == 2
         assert capsys.readouterr().err == (
-            f"datakit pack-lmdb: error: {made}: no split {packed!r}; the pack holds split {packed!r} alone (made with "
+            f"datakit pack-lmdb: error: {made}: no split {other!r}; the pack holds split {packed!r} alone (made with "
             f"--split {packed}): leave out split= (--split)\n"
         )
-    assert not (tmp_path / "x.lmdb").exists()
+        assert not (tmp_path / "x.lmdb").exists()
+        assert len(open_dataset(made, split=packed)) == len(open_dataset(made)) > 0
 
 
 def test_a_repack_resumes_with_its_splits_and_refuses_a_source_pack_whose_splits_changed(class_folder: Path,
@@ -1652,7 +1654,7 @@ def test_a_pack_finished_between_the_look_at_out_and_the_lock_is_not_written_ove
     monkeypatch.setattr(P, "PackLock", lock)
     with pytest.raises(UsageError) as e:
         P.pack_lmdb(class_folder, out, workers=0)
-    assert str(e.value) == f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite"
+    assert str(e.value) == f"{out}: already exists, a complete pack of 2 samples; use --overwrite to pack it again"
     assert len(LmdbDataset(out)) == 2  # the other run's pack, whole
 
 
