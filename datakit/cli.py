@@ -437,6 +437,16 @@ def _label_options(args: argparse.Namespace) -> dict:
             "encoding": encoding, "include_hidden": args.include_hidden}  # fmt: skip
 
 
+def _outside_source(out: str, src, what: str) -> None:
+    """Refuse an output file inside a source's class folders: an image written there (a preview, a histogram) is
+    one of its samples to every later scan, and with --overwrite it could replace one."""
+    folder = os.path.dirname(os.path.realpath(out))  # beside the class folders it is no sample; in one it is
+    for s in src if isinstance(src, list) else [src]:
+        if os.path.isdir(s) and not _is_pack_path(s) and folder.startswith(os.path.realpath(s).rstrip(os.sep) + os.sep):
+            raise UsageError(f"{out}: inside the source folder {s}, where every later scan (check, stats, "
+                             f"open_dataset) would read the {what} as one of its images; write it outside")  # fmt: skip
+
+
 def _source(args: argparse.Namespace):
     srcs = [str(_existing(s)) if not any(c in s for c in "*?[") else s for s in args.src]
     if args.labels:
@@ -776,6 +786,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from datakit.sources import open_source
 
     src = _source(args)
+    _outside_source(args.out, src, "contact sheet")
     check_output(args.out, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     if args.font is not None and not os.path.isfile(args.font):
         raise UsageError(f"{args.font}: no such font file")
@@ -849,6 +860,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     src = _source(args)
     if args.plot:
+        _outside_source(args.plot, src, "histogram")
         check_output(args.plot, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     ds = open_source(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
                       **_label_options(args))  # fmt: skip

@@ -1020,3 +1020,20 @@ def test_loader_workers_killed_by_a_group_signal_end_as_the_signal_does(signal_n
 
     assert cli._run(bench, argparse.Namespace(quiet=True), "datakit bench") == code
     assert capsys.readouterr().err == f"datakit bench: {line}\n"
+
+
+def test_a_preview_or_histogram_inside_a_class_folder_is_refused(class_folder: Path):
+    # the attack: `preview SRC --out SRC/cat/1.png --overwrite` replaced a source image with the contact sheet, and
+    # a picture written into a class folder was one more sample of that class to every later scan
+    image = class_folder / "cat" / "图片_1.png"
+    before = image.read_bytes()
+    for args, what, out in ((("preview", "--out"), "contact sheet", image),
+                            (("stats", "--plot"), "histogram", class_folder / "dog" / "h.png")):  # fmt: skip
+        proc = _datakit(args[0], str(class_folder), args[1], str(out), "--overwrite")
+        assert (proc.returncode, proc.stderr) == (2, f"datakit {args[0]}: error: {out}: inside the source folder "
+                                                  f"{class_folder}, where every later scan (check, stats, "
+                                                  f"open_dataset) would read the {what} as one of its images; write "
+                                                  "it outside\n")  # fmt: skip
+    assert image.read_bytes() == before and not (class_folder / "dog" / "h.png").exists()
+    beside = _datakit("preview", str(class_folder), "--out", str(class_folder / "grid.png"), "--n", "2")
+    assert beside.returncode == 0 and (class_folder / "grid.png").exists()  # beside the class folders: no sample
