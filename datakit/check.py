@@ -96,6 +96,9 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     alone = labels is None and path is not None and path.is_file() and path.suffix.lower() in TABLE_SUFFIXES
     if labels is None and not alone:
         return open_source(src, split=split, encoding=options.get("encoding"), classes=classes)  # a zip's names
+    if labels is not None and path is not None and path.is_file() and path.suffix.lower() not in (".zip", ".lmdb"):
+        raise UsageError(f"{path}: a file; with labels= (--labels) the source is the folder or .zip of the images the "
+                         "table names")  # fmt: skip
     if labels is not None and path is not None and ((path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"):
         return open_source(src, labels=labels, split=split)  # refused there: a pack holds its own labels
     with markers_as_classes(given):  # a class named 'None' that --classes names is a class

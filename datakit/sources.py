@@ -1330,6 +1330,9 @@ def open_source(
     if table is not None:
         if root is not None:
             raise UsageError(f"root= is for a label table opened alone; with labels=, {path} is the root")
+        if path.is_file() and suffix != ".zip":  # 'labels.csv --labels labels.xlsx': every file 'missing'
+            raise UsageError(f"{path}: a file; with labels= (--labels) the source is the folder or .zip of the images "
+                             "the table names")  # fmt: skip
         return kinds.TableDataset(table, path, split=split, remap_labels=remap_labels, **common, **kwargs)
     if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
         return kinds.TableDataset(read_labels(path, **table_options), root, split=split, remap_labels=remap_labels,

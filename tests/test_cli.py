@@ -1037,3 +1037,14 @@ def test_a_preview_or_histogram_inside_a_class_folder_is_refused(class_folder: P
     assert image.read_bytes() == before and not (class_folder / "dog" / "h.png").exists()
     beside = _datakit("preview", str(class_folder), "--out", str(class_folder / "grid.png"), "--n", "2")
     assert beside.returncode == 0 and (class_folder / "grid.png").exists()  # beside the class folders: no sample
+
+
+def test_a_table_given_as_the_source_beside_labels_is_a_usage_error(tmp_path: Path):
+    # the attack: `check samples/labels.csv --labels labels.xlsx`: 24 'missing' lines under samples/labels.csv/...
+    # (exit 1, bad data), the table taken for the images' folder
+    src = ROOT / "samples" / "labels.csv"
+    for command in ("check", "stats"):
+        proc = _datakit(command, str(src), "--labels", str(ROOT / "samples" / "labels.xlsx"))
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"datakit {command}: error: {src}: a file; with "
+                                                               "labels= (--labels) the source is the folder or .zip "
+                                                               "of the images the table names\n")  # fmt: skip
