@@ -37,8 +37,18 @@ def _start(prog: str, name: str) -> int:
         return 130
 
 
+_COMMANDS = ("unzip", "check", "stats", "pack-lmdb", "info", "verify", "preview", "bench", "doctor")
+
+
+def prog_of(argv) -> str:
+    """``datakit COMMAND`` as the command's own lines name it (``datakit check: interrupted``), its first word
+    found without argparse; ``datakit`` where there is none."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return f"datakit {word}" if word in _COMMANDS else "datakit"
+
+
 def datakit() -> int:
-    return _start("datakit", "main")
+    return _start(prog_of(sys.argv[1:]), "main")
 
 
 def unzip_gbk() -> int:

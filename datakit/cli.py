@@ -1286,7 +1286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except KeyboardInterrupt:
-        print("datakit: interrupted", file=sys.stderr)
+        from datakit._entry import prog_of
+
+        print(f"{prog_of(sys.argv[1:] if argv is None else argv)}: interrupted", file=sys.stderr)
         return 130
     return _run(args.func, args, f"datakit {args.command}")
 

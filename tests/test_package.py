@@ -89,4 +89,14 @@ def test_ctrl_c_while_a_command_loads_is_one_line():
         "sys.exit(main(['stats', 'x']))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert (out.returncode, out.stdout, out.stderr) == (130, "", "datakit: interrupted\n")
+    assert (out.returncode, out.stdout, out.stderr) == (130, "", "datakit stats: interrupted\n")  # as it ends later
+
+
+def test_an_interrupted_start_names_the_command_as_its_later_lines_do():
+    # the attack: Ctrl-C in the first 0.3 s of `datakit check DIR` printed "datakit: interrupted", where the same
+    # key a second later prints "datakit check: interrupted"
+    from datakit._entry import prog_of
+
+    assert prog_of(["check", "data"]) == "datakit check"
+    assert prog_of(["-q", "pack-lmdb", "a", "b"]) == "datakit pack-lmdb"
+    assert prog_of(["--version"]) == prog_of(["nonsense"]) == prog_of([]) == "datakit"
