@@ -541,6 +541,15 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
                            shard=shard, skip_bad=args.skip_bad, bad_samples=args.bad_samples,
                            remap_labels=args.remap_labels,
                            commit_every=args.commit_every, progress=progress)  # fmt: skip
+    except KeyboardInterrupt:
+        from datakit.pack import _part_path
+
+        part = _part_path(Path(out))
+        if args.overwrite and part.is_dir() and not args.quiet:  # the old pack is whole; the new one so far is kept
+            print(f"{out} still holds the old pack, untouched; the new one so far is kept in {part}: the same "
+                  "--overwrite command goes on from it, or delete it to give its space back",
+                  file=sys.stderr)  # fmt: skip
+        raise
     finally:
         if bar is not None:
             bar.close()

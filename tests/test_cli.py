@@ -1048,3 +1048,21 @@ def test_a_table_given_as_the_source_beside_labels_is_a_usage_error(tmp_path: Pa
         assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"datakit {command}: error: {src}: a file; with "
                                                                "labels= (--labels) the source is the folder or .zip "
                                                                "of the images the table names\n")  # fmt: skip
+
+
+def test_an_interrupted_overwrite_says_where_the_new_pack_so_far_is(class_folder: Path, tmp_path: Path, monkeypatch,
+                                                                    capsys):  # fmt: skip
+    # the attack: Ctrl-C during `pack-lmdb SRC OUT --overwrite` left a hidden 102 MB .OUT.overwrite-part and said
+    # only "interrupted"
+    import datakit.pack as pack
+
+    out = tmp_path / "p.lmdb"
+    assert main(["pack-lmdb", str(class_folder), str(out), "-q"]) == 0
+    monkeypatch.setattr(pack, "_fill", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    capsys.readouterr()
+    assert main(["pack-lmdb", str(class_folder), str(out), "--overwrite"]) == 130
+    part = tmp_path / ".p.lmdb.overwrite-part"
+    assert part.is_dir() and capsys.readouterr().err == (
+        f"{out} still holds the old pack, untouched; the new one so far is kept in {part}: the same --overwrite "
+        "command goes on from it, or delete it to give its space back\ndatakit pack-lmdb: interrupted\n"
+    )
