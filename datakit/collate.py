@@ -211,7 +211,7 @@ def stack_collate(batch: Sequence):
         images = [b[0] for b in batch]
         if isinstance(images[0], (np.ndarray, torch.Tensor)):
             _same_sizes(images, "images")
-            rest = [tuple(b[1:]) for b in batch]
+            rest = _unified([tuple(b[1:]) for b in batch])
             try:
                 rest = default_collate(rest)
             except (RuntimeError, TypeError, ValueError):  # torch's own words name "entry N" of what
@@ -219,10 +219,35 @@ def stack_collate(batch: Sequence):
                 raise
             return [_stack_images(images), *(_long_labels(r, [b[k] for b in batch]) for k, r in enumerate(rest, 1))]
     try:
-        return default_collate(batch)
+        out = default_collate(_unified(list(batch)))
     except (RuntimeError, TypeError, ValueError):
         _explain(list(batch), "sample", None)
         raise
+    if isinstance(out, dict) and all(isinstance(b, dict) for b in batch):  # {"label": np.int32(3)}: int64, as in tuples
+        return {k: _long_labels(v, [b.get(k) for b in batch]) for k, v in out.items()}
+    return out
+
+
+def _unified(values: list) -> list:
+    """``values`` (one per sample, alike in structure: tuples, lists, dicts, tensors, arrays) with the tensors
+    and arrays at each place promoted to one dtype. In a DataLoader worker ``default_collate`` stacks into a
+    shared-memory tensor of the first sample's dtype, so a uint8 mask then an int64 one of 300 came out 44 there
+    and 300 in the main process; promoted first, both give what ``torch.stack`` gives."""
+    if not values:
+        return values
+    first = values[0]
+    if all(isinstance(v, (np.ndarray, torch.Tensor)) for v in values):
+        if len({str(v.dtype) for v in values}) <= 1:
+            return values
+        tensors = [torch.as_tensor(v) if isinstance(v, np.ndarray) else v for v in values]
+        return _promoted(tensors, "batch") if len({t.dtype for t in tensors}) > 1 else tensors
+    if type(first) in (tuple, list) and all(type(v) is type(first) and len(v) == len(first) for v in values):
+        columns = [_unified([v[k] for v in values]) for k in range(len(first))]
+        return [type(first)(row) for row in zip(*columns)] if columns else values
+    if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys() for v in values):
+        columns = {k: _unified([v[k] for v in values]) for k in first}
+        return [type(v)({k: columns[k][i] for k in first}) if type(v) is dict else v for i, v in enumerate(values)]
+    return values
 
 
 def _long_labels(collated, values: list):
@@ -377,7 +402,7 @@ class _PadCollate(_Collate):
         if batch and len(batch[0]) > 1:
             rest = [(b[1],) for b in batch]
             try:
-                targets = default_collate(rest)[0]
+                targets = default_collate(_unified(rest))[0]
             except (RuntimeError, TypeError, ValueError):  # torch's own words name "entry N" of what
                 _explain(rest, "target", 1)
                 raise

@@ -331,6 +331,21 @@ class ToDtype:
                 dtype = str(self.target_dtype).removeprefix("torch.")
                 raise ValueError(f"ToDtype: label {bad} is not a whole number, not a class index; as {dtype} it "
                                  "would be cut, silently")  # fmt: skip
+        if not self.target_dtype.is_floating_point and self.target_dtype != torch.bool and t.numel():
+            info = torch.iinfo(self.target_dtype)
+            if t.is_floating_point():  # 2.0**63 is int64's max + 1 as a double: outside, though not '>' it
+                wide = t.to(torch.float64)
+                outside = (wide < float(info.min)) | (wide >= float(info.max) + 1.0)
+            else:
+                wide = t.to(torch.int64)
+                outside = (wide < info.min) | (wide > info.max)
+            if t.dtype == torch.uint64:  # past int64's range it reads negative: compare as unsigned
+                outside |= t.view(torch.int64) < 0
+            if bool(outside.any()):
+                bad = t[outside].flatten()[0].item()
+                dtype = str(self.target_dtype).removeprefix("torch.")
+                raise ValueError(f"ToDtype: label {bad} is outside {dtype}'s range {info.min}..{info.max}; it would "
+                                 "wrap around, silently")  # fmt: skip
         return t.to(self.target_dtype)
 
     def __call__(self, x):

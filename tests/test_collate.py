@@ -540,3 +540,31 @@ def test_integer_labels_of_any_type_come_out_int64_and_masks_keep_theirs():
     assert pad([(img, np.float32(0.5))] * 2)[1].dtype == torch.float32
     assert stack_collate([(img, np.zeros((2, 2), np.uint8))] * 2)[1].dtype == torch.uint8
     assert pad([(img, np.zeros((2, 2), np.uint8))] * 2)[1].dtype == torch.uint8
+
+
+class _Mixed(torch.utils.data.Dataset):
+    """Two samples whose second fields differ in dtype: a uint8 mask, then an int64 one holding 300."""
+
+    def __init__(self, as_dict: bool) -> None:
+        self.as_dict = as_dict
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int):
+        image = torch.zeros(3, 4, 4, dtype=torch.uint8)
+        mask = torch.full((4, 4), 7, dtype=torch.uint8) if i == 0 else torch.full((4, 4), 300, dtype=torch.int64)
+        label = np.int32(i + 1)
+        return {"image": image, "mask": mask, "label": label} if self.as_dict else (image, mask, label)
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+@pytest.mark.parametrize("workers", [0, 1])
+def test_fields_of_other_dtypes_are_promoted_in_workers_as_in_the_main_process(as_dict: bool, workers: int):
+    # the attack: in a DataLoader worker default_collate stacks into shared memory of the first sample's dtype: a
+    # uint8 mask then an int64 one of 300 came out uint8 44 with workers and int64 300 without; a dict's NumPy
+    # int32 labels stayed int32, where cross_entropy wants int64
+    batch = next(iter(DataLoader(_Mixed(as_dict), batch_size=2, num_workers=workers, collate_fn=stack_collate)))
+    mask, label = (batch["mask"], batch["label"]) if as_dict else (batch[1], batch[2])
+    assert mask.dtype == torch.int64 and mask[:, 0, 0].tolist() == [7, 300]
+    assert label.dtype == torch.int64 and label.tolist() == [1, 2]

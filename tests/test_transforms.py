@@ -828,3 +828,18 @@ def test_eval_from_bytes_centres_the_crop_alike_under_every_exif_orientation(ori
     got = eval_pipeline(224).from_bytes(data, "rgb", "x.jpg").float()
     off = (got - want).mean(dim=(1, 2))
     assert got.shape == (3, 224, 224) and off[:2].abs().max() < 0.25, off
+
+
+@pytest.mark.parametrize(("label", "dtype", "shown"), [(1e20, torch.int64, "1e+20"), (2.0**63, torch.int64, "9.223372036854776e+18"),
+                                                        (300, torch.uint8, "300"), (-1, torch.uint8, "-1"),
+                                                        (200.0, torch.int8, "200.0")])  # fmt: skip
+def test_to_dtype_refuses_a_label_its_dtype_cannot_hold(label, dtype, shown):
+    # the attack: ToDtype()(1e20) gave -9223372036854775808 and uint8 turned 300 into 44, where the docs say none
+    # of these transforms changes a value silently
+    info = torch.iinfo(dtype)
+    name = str(dtype).removeprefix("torch.")
+    with pytest.raises(ValueError) as e:
+        ToDtype(target_dtype=dtype)(label)
+    assert str(e.value) == (f"ToDtype: label {shown} is outside {name}'s range {info.min}..{info.max}; it would wrap "
+                            "around, silently")  # fmt: skip
+    assert ToDtype(target_dtype=dtype)(5).item() == 5
