@@ -950,7 +950,12 @@ class LmdbReader:
                 _close_env(self._key)
             try:
                 txn = _txn(self._key, self._live)
-                self._ident = _ENV_IDS.get(self._key)
+                ident = _ENV_IDS.get(self._key)
+                if self.meta and self._ident is not None and ident != self._ident:
+                    # reopened (after a fork, or another open of the path) on another pack made there since: its
+                    # records must not be joined to the ones read before, nor its samples to this class map
+                    raise self._replaced()
+                self._ident = ident
                 meta = _decode_meta(txn.get(META_KEY), self.path)
                 if meta is None:
                     raise PackError(_no_meta(self.path))
@@ -1023,6 +1028,8 @@ class LmdbReader:
     def refresh(self) -> int:
         """Re-read a pack that is being written: the samples committed since; returns the count."""
         if self._live:
+            if self._ident is not None and _identity(self._key) != self._ident[0]:
+                raise self._replaced()  # the path holds another file now (deleted and packed again, or swapped in)
             self._load()
             self._live = not self.complete
         return len(self.records)

@@ -1037,3 +1037,36 @@ def test_the_packs_data_file_given_for_the_pack_names_its_folder(cli_pack: Path,
         assert main([cmd, str(cli_pack / "data.mdb")]) == 2
         assert capsys.readouterr().err == (f"datakit {cmd}: error: {cli_pack / 'data.mdb'}: a pack's data file; give "
                                            f"the folder that holds it ({cli_pack})\n")  # fmt: skip
+
+
+def _incomplete(out: Path, labels: list[int], created: str) -> None:
+    """An incomplete pack of 20 samples at ``out`` (of 40 planned), its targets ``labels``, made at ``created``."""
+    from datakit.lmdb import LmdbWriter
+
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a", "b")).to_json(), "planned": 40,
+            "created": created}  # fmt: skip
+    w = LmdbWriter(out, meta, commit_every=10)
+    for i in range(20):
+        w.add(bytes([i]) * 100, labels[i], 1, 1, f"s{i}")
+    w.commit()
+    w.lock.close()  # as a killed writer leaves it: no index, not complete
+
+
+@pytest.mark.parametrize("reopened", [False, True])
+def test_a_follower_of_a_pack_deleted_and_packed_again_is_told_so(tmp_path: Path, reopened: bool):
+    # the attack: a reader following an unfinished pack; the pack deleted and packed again at the same path with
+    # other labels, the same bytes: after refresh() the reader kept the old pack's labels for the first samples and
+    # took the new pack's for the rest, with no error (reopened: after a fork or another open of the path); not
+    # reopened, it followed the deleted file for ever
+    out = tmp_path / "p.lmdb"
+    _incomplete(out, [0] * 20, "2026-01-01T00:00:00+0000")
+    ds = open_dataset(out, allow_incomplete=True)
+    assert ds.targets.tolist() == [0] * 20
+    shutil.rmtree(out)
+    _incomplete(out, [1] * 20, "2026-01-01T00:00:05+0000")
+    if reopened:
+        assert open_dataset(out, allow_incomplete=True).targets.tolist() == [1] * 20
+    with pytest.raises(PackError) as e:
+        ds.readers[0].refresh()
+    assert str(e.value) == (f"{out}: the pack was replaced (packed again) since this dataset read its labels; open "
+                            "it again")  # fmt: skip
