@@ -10,8 +10,9 @@ Entries are keyed by the sample's name, its byte length and the CRC-32 of its by
 changed in place gets a new entry, never the old one's index; each entry carries the CRC-32 of
 the index itself, and a damaged one is built again. An image no index covers (progressive,
 restart markers, ...) is remembered as such and decoded the ordinary way. A cache that cannot be
-opened or written says so once per process and the pipeline goes on without it: the cache only
-ever changes the speed, never the pixels.
+opened or written says so once per process and the pipeline goes on without it: the cache
+changes the speed, not the pixels, short of a file crafted to match another's length, CRC-32 and
+scan ends (checksums, not a cryptographic hash: docs/loader.md).
 """
 
 from __future__ import annotations

@@ -525,6 +525,7 @@ def pack_lmdb(
             "which a mount point cannot be: pack into a folder inside it, or empty it and pack again"
         )
     sh = parse_shard(shard)
+    made_out = not os.path.lexists(out)  # OUT is this run's own: nothing of it is left when nothing is packed
     if isinstance(src, (list, tuple)) and src and all(isinstance(p, (str, os.PathLike)) for p in src):
         src = [os.path.abspath(p) for p in src]  # the shards of one pack, recorded as such: joined, and resumable
     elif not isinstance(src, (str, os.PathLike, ImageDataset)):
@@ -626,6 +627,15 @@ def pack_lmdb(
                            known, advice=partial(_bad_advice, out, target, overwrite))  # fmt: skip
             written = True
             class_map.save(target / "classes.json")
+        if report.count == 0 and report.skipped:  # a lost mount, a wrong folder: an empty pack is no result
+            close_pack(target)
+            if target != out or made_out:
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                _clear_pack(target)
+            kept = f"; {out} still holds the old pack, untouched" if target != out else ""
+            raise PackError(f"{out}: every one of the {len(report.skipped)} images was unreadable and skipped "
+                            f"(--skip-bad): nothing packed{kept}; the first: {report.skipped[0]}")  # fmt: skip
         if target != out:
             _swap_in(target, out)
             report.path = out

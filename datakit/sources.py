@@ -138,6 +138,7 @@ class ImageDataset:
         self.skipped = 0  # substitutions served by this process
         self.bad: dict[int, tuple[str, str]] = {}  # index -> (name, reason), known in this process
         self.replaced: dict[int, int] = {}  # bad index -> the index last read in its place, in this process
+        self._allowed: dict[int, bool] = {}  # bad index -> what a callable on_error said of it, in this process
         self.bad_samples = Path(bad_samples) if bad_samples is not None else None
         self._cache: dict[int, bytes] | None = None
         if cache == "memory":
@@ -151,6 +152,13 @@ class ImageDataset:
         if self.bad_samples is not None and on_error != "raise":
             # a dataset is built in the main process (workers get a copy): fold what an earlier
             # run left behind into the file, start the parts afresh, and know those samples as bad
+            where = self.bad_samples.parent
+            is_file = where.exists() and not where.is_dir()
+            if is_file or not os.access(where if where.is_dir() else where.parent, os.W_OK):
+                # its folder a file, or not writable: said now, not at the first bad sample in a worker
+                why = "a file" if is_file else "not writable"
+                raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: cannot be written (its folder "
+                                 f"{os.fspath(where)!r} is {why})")  # fmt: skip
             self.merge_bad_samples()
             shutil.rmtree(self._parts_dir(), ignore_errors=True)
             for entry in self._read_report(self.bad_samples):
@@ -244,8 +252,16 @@ class ImageDataset:
                 return i, self.decode(i, None, fused)
             except SampleError as exc:
                 self._record_bad(i, exc)
-                if callable(self.on_error) and not self.on_error(exc):
-                    raise
+                if callable(self.on_error):
+                    self._allowed[i] = bool(self.on_error(exc))
+                    if not self._allowed[i]:
+                        raise
+        elif callable(self.on_error):  # known bad (read before, or listed by bad_samples=): the handler decides too
+            error = SampleError(f"sample {i}: {self.bad[i][0]}: {self.bad[i][1]}")
+            if i not in self._allowed:
+                self._allowed[i] = bool(self.on_error(error))
+            if not self._allowed[i]:
+                raise error
         # the seed and epoch travel with the index (create_loader's sampler), so the choice
         # does not depend on which worker reads it, nor on an interruption in between
         from datakit.loader import reseed
@@ -350,11 +366,14 @@ class ImageDataset:
             entries[e["index"]] = {"index": e["index"], "name": e["name"], "reason": e["reason"]}
         data = {"format": BAD_SAMPLES_FORMAT, "version": BAD_SAMPLES_VERSION, "dataset": repr(self),
                 "samples": len(self), "count": len(entries), "bad": [entries[k] for k in sorted(entries)]}  # fmt: skip
-        self.bad_samples.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.bad_samples.with_name(f".{self.bad_samples.name}.{os.getpid()}.tmp")
         try:
+            self.bad_samples.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json_text(data, indent=1), encoding="utf-8")
             os.replace(tmp, self.bad_samples)
+        except OSError as exc:  # its folder a file, /proc, a full disk: the report's path, not a temporary name
+            raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: cannot be written "
+                             f"({exc.strerror or type(exc).__name__})") from None  # fmt: skip
         finally:
             discard(tmp)
         return self.bad_samples

@@ -1436,9 +1436,17 @@ def test_handler_policy_in_webdataset_style(tmp_path: Path):
     assert seen == [f"sample 3: {root}/类/003_图.png: empty file (0 bytes)"] and img[0, 0, 0] != 15
     subst = open_dataset(root, on_error="substitute", max_bad_fraction=0.1)
     np.testing.assert_array_equal(img, subst[3][0])  # continuing substitutes as "substitute" does
-    stop = open_dataset(root, on_error=lambda exc: False, max_bad_fraction=0.1)
-    with pytest.raises(SampleError, match=r"^sample 17: .*017_图\.jpg: truncated JPEG \(no end-of-image marker\)$"):
-        stop[17]
+    calls = []
+    stop = open_dataset(root, on_error=lambda exc: calls.append(str(exc)) and False, max_bad_fraction=0.1)
+    for _ in range(2):  # the attack: read again (a loop that catches the error, a later epoch), it was substituted
+        with pytest.raises(SampleError, match=r"^sample 17: .*017_图\.jpg: truncated JPEG \(no end-of-image marker\)$"):
+            stop[17]
+    assert len(calls) == 1  # the handler asked once per sample and process
+    listed = tmp_path / "bad.json"  # a sample an earlier run listed: the handler decides it too, not substituted
+    open_dataset(root, on_error="skip", bad_samples=listed, max_bad_fraction=0.1)[17]
+    again = open_dataset(root, on_error=lambda exc: False, bad_samples=listed, max_bad_fraction=0.1)
+    with pytest.raises(SampleError, match=r"^sample 17: .*017_图\.jpg: truncated JPEG"):
+        again[17]
 
     def reraise(exc):
         raise RuntimeError("stop here") from exc
@@ -2428,3 +2436,19 @@ def test_seed_and_generator_together_and_a_train_that_is_no_bool_are_refused():
     assert len(create_loader(Indexed(8), 4, num_workers=0, train=1)) == 2  # 0 and 1 as torch scripts write them
     order = [b[0].tolist() for b in create_loader(Indexed(8), 4, num_workers=0, generator=torch.Generator())]
     assert sorted(sum(order, [])) == list(range(8))  # a generator alone is torch's own argument, as before
+
+
+def test_a_bad_samples_report_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path):
+    # the attack: bad_samples= under a file, or on /proc: FileExistsError from mkdir, or a FileNotFoundError naming
+    # '/proc/.bad.json.15827.tmp', a temporary name the user never gave
+    from datakit.datasets import open_dataset
+
+    root = bad_folder(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UsageError) as e:
+        open_dataset(root, on_error="skip", bad_samples=tmp_path / "afile" / "bad.json")
+    assert str(e.value) == (f"bad_samples={str(tmp_path / 'afile' / 'bad.json')!r}: cannot be written (its folder "
+                            f"{str(tmp_path / 'afile')!r} is a file)")  # fmt: skip
+    with pytest.raises(UsageError) as e:
+        open_dataset(root, on_error="skip", bad_samples="/proc/bad.json")
+    assert str(e.value) == "bad_samples='/proc/bad.json': cannot be written (No such file or directory)"

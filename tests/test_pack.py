@@ -1780,3 +1780,24 @@ def test_an_out_on_a_file_system_that_takes_no_files_is_a_usage_error(class_fold
     assert main(["pack-lmdb", str(class_folder), "/proc/new.lmdb", "-q"]) == 2
     assert capsys.readouterr().err == ("datakit pack-lmdb: error: /proc/new.lmdb: cannot be written (No such file "
                                        "or directory); pick another OUT\n")  # fmt: skip
+
+
+def test_skip_bad_with_every_image_unreadable_packs_nothing_and_says_so(class_folder: Path, tmp_path: Path, capsys):
+    # the attack: a lost mount (every file empty or junk) with --skip-bad wrote an empty pack, exit 0, and
+    # open_dataset read 0 samples without a word; with --overwrite it would have replaced a good pack
+    src = tmp_path / "lost"
+    for cls in ("a", "b"):
+        (src / cls).mkdir(parents=True)
+        for i in range(3):
+            (src / cls / f"{i}.jpg").write_bytes(b"" if cls == "b" else b"junk\n")
+    out = tmp_path / "p.lmdb"
+    assert main(["pack-lmdb", str(src), str(out), "--skip-bad", "-q"]) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith(f"datakit pack-lmdb: error: {out}: every one of the 6 images was unreadable and skipped "
+                          "(--skip-bad): nothing packed; the first: ")  # fmt: skip
+    assert not out.exists()
+    good = tmp_path / "good.lmdb"
+    pack_lmdb(class_folder, good, workers=0)
+    assert main(["pack-lmdb", str(src), str(good), "--skip-bad", "--overwrite", "-q"]) == 1
+    assert f"nothing packed; {good} still holds the old pack, untouched; " in capsys.readouterr().err
+    assert len(open_dataset(good)) == 12 and not (tmp_path / ".good.lmdb.overwrite-part").exists()
