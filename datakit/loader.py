@@ -1398,7 +1398,10 @@ class InfiniteLoader:
         dl = self.loader.loader
         sampler = dl.sampler
         world = sampler.world if isinstance(sampler, EpochSampler) else 1
-        return {"batch_size": dl.batch_size, "samples": len(dl.dataset), "world": world}
+        shape = {"batch_size": dl.batch_size, "samples": len(dl.dataset), "world": world}
+        if isinstance(sampler, EpochSampler):  # what makes an epoch's order: another seed, another order
+            shape.update(seed=int(sampler.seed), shuffle=bool(sampler.shuffle))
+        return shape
 
     def state_dict(self) -> dict:
         """Where the loop is: ``epoch`` and ``step`` (batches served of it), and ``sample`` (its samples served),
@@ -1455,6 +1458,13 @@ class InfiniteLoader:
                                  "per rank")  # fmt: skip
             if saved_len and sample == saved_len:  # the whole epoch was served: the next one begins, in any shape
                 epoch, step, sample = epoch + 1, 0, 0
+        for key in ("seed", "shuffle"):  # states saved before these were kept: as they were read
+            if key in state and key in shape and state[key] != shape[key] and sample:
+                raise UsageError(f"the state was saved mid-epoch with {key}={state[key]!r}, this loader has "
+                                 f"{key}={shape[key]!r}: that epoch's order is another here, so resuming would serve "
+                                 f"some samples twice and skip others; give the loader seed= as before (an unseeded "
+                                 f"loader draws its order anew each run), or load {{'epoch': {epoch + 1}, 'step': 0}} "
+                                 "to go on from the next epoch")  # fmt: skip
         for key, what in (("samples", "samples"), ("world", "ranks")):
             if saved[key] != shape[key] and sample:
                 raise UsageError(f"the state was saved mid-epoch for {saved[key]} {what}, this loader has "

@@ -237,7 +237,16 @@ def test_a_resume_with_another_batch_size_goes_on_at_the_same_sample():
     run = create_loader(Indexed(12), 4, num_workers=0, seed=1, infinite=True)
     seen = [i for _ in range(2) for i in next(run)[0].tolist()]
     state = run.state_dict()
-    assert state == {"epoch": 0, "step": 2, "sample": 8, "batch_size": 4, "samples": 12, "world": 1}
+    assert state == {
+        "epoch": 0,
+        "step": 2,
+        "sample": 8,
+        "batch_size": 4,
+        "samples": 12,
+        "world": 1,
+        "seed": 1,
+        "shuffle": True,
+    }
     for bs in (2, 8):
         resumed = create_loader(Indexed(12), bs, num_workers=0, seed=1, infinite=True, drop_last=False)
         resumed.load_state_dict(state)
@@ -307,14 +316,32 @@ def test_a_resume_with_another_batch_size_drops_a_batch_of_one_and_nothing_else(
     for _ in range(5):
         next(run)
     state = run.state_dict()
-    assert state == {"epoch": 0, "step": 5, "sample": 20, "batch_size": 4, "samples": 24, "world": 1}
+    assert state == {
+        "epoch": 0,
+        "step": 5,
+        "sample": 20,
+        "batch_size": 4,
+        "samples": 24,
+        "world": 1,
+        "seed": 1,
+        "shuffle": True,
+    }
     three = create_loader(Indexed(24), 3, num_workers=workers, seed=1, infinite=True)
     three.load_state_dict(state)
     assert [next(three)[0].tolist() for _ in range(2)] == [whole[20:23], second[:3]]  # whole[23:24] dropped
     many = create_loader(Indexed(24), 23, num_workers=workers, seed=1, infinite=True)
     many.load_state_dict(state)
     assert next(many)[0].tolist() == whole[20:24]  # the 4 left: served, not dropped
-    assert many.state_dict() == {"epoch": 0, "step": 2, "sample": 24, "batch_size": 23, "samples": 24, "world": 1}
+    assert many.state_dict() == {
+        "epoch": 0,
+        "step": 2,
+        "sample": 24,
+        "batch_size": 23,
+        "samples": 24,
+        "world": 1,
+        "seed": 1,
+        "shuffle": True,
+    }
     alone = create_loader(Indexed(24), 23, num_workers=workers, seed=1, infinite=True)
     alone.load_state_dict({"epoch": 0, "step": 2})  # the steps alone: the next epoch, not sample 23 again
     assert alone.state_dict()["epoch"] == 1 and next(alone)[0].tolist() == second[:23]
@@ -2258,7 +2285,16 @@ def test_a_state_past_its_epoch_is_refused_and_one_at_its_end_goes_on_from_the_n
     for _ in range(3):
         next(run)
     state = run.state_dict()
-    assert state == {"epoch": 0, "step": 3, "sample": 12, "batch_size": 4, "samples": 12, "world": 1}
+    assert state == {
+        "epoch": 0,
+        "step": 3,
+        "sample": 12,
+        "batch_size": 4,
+        "samples": 12,
+        "world": 1,
+        "seed": 1,
+        "shuffle": True,
+    }
     larger = create_loader(Indexed(13), 4, num_workers=0, seed=1, infinite=True)
     larger.load_state_dict(state)
     fresh = create_loader(Indexed(13), 4, num_workers=0, seed=1, infinite=True)
@@ -2273,14 +2309,23 @@ def test_a_short_last_batch_counts_as_a_step_and_its_steps_alone_resume_at_the_n
     run = create_loader(Indexed(11), 2, num_workers=0, seed=1, infinite=True, drop_last=False)
     served = [next(run)[0].tolist() for _ in range(6)]
     assert [len(b) for b in served] == [2, 2, 2, 2, 2, 1]
-    assert run.state_dict() == {"epoch": 0, "step": 6, "sample": 11, "batch_size": 2, "samples": 11, "world": 1}
+    assert run.state_dict() == {
+        "epoch": 0,
+        "step": 6,
+        "sample": 11,
+        "batch_size": 2,
+        "samples": 11,
+        "world": 1,
+        "seed": 1,
+        "shuffle": True,
+    }
     expected = next(run)[0].tolist()
     for state in ({"epoch": 0, "step": 6}, {"epoch": 0, "step": 6, "sample": 11}):
         resumed = create_loader(Indexed(11), 2, num_workers=0, seed=1, infinite=True, drop_last=False)
         resumed.load_state_dict(state)
         assert next(resumed)[0].tolist() == expected
         assert resumed.state_dict() == {"epoch": 1, "step": 1, "sample": 2, "batch_size": 2, "samples": 11,
-                                        "world": 1}  # fmt: skip
+                                        "world": 1, "seed": 1, "shuffle": True}  # fmt: skip
     with pytest.raises(UsageError) as e:
         resumed.load_state_dict({"epoch": 0, "step": 7})
     assert str(e.value) == ("not a loader state: it says 14 samples of epoch 0 were served, and an epoch of 11 "
@@ -2296,7 +2341,16 @@ def test_a_whole_epoch_whose_last_batch_was_dropped_goes_on_with_the_next_in_any
     for _ in range(len(run)):
         next(run)
     state = run.state_dict()
-    assert state == {"epoch": 0, "step": 5, "sample": n, "batch_size": 4, "samples": n, "world": 1}
+    assert state == {
+        "epoch": 0,
+        "step": 5,
+        "sample": n,
+        "batch_size": 4,
+        "samples": n,
+        "world": 1,
+        "seed": 1,
+        "shuffle": True,
+    }
     larger = create_loader(Indexed(25), 4, num_workers=0, seed=1, infinite=True)
     larger.load_state_dict(state)
     fresh = create_loader(Indexed(25), 4, num_workers=0, seed=1, infinite=True)
@@ -2452,3 +2506,28 @@ def test_a_bad_samples_report_that_cannot_be_written_is_one_line_naming_it(tmp_p
     with pytest.raises(UsageError) as e:
         open_dataset(root, on_error="skip", bad_samples="/proc/bad.json")
     assert str(e.value) == "bad_samples='/proc/bad.json': cannot be written (No such file or directory)"
+
+
+def test_a_mid_epoch_state_of_another_seed_or_order_is_refused():
+    # the attack: a state saved mid-epoch with seed=0, loaded into a loader with seed=1 (or unshuffled): accepted,
+    # and the rest of the epoch served some samples twice and others never
+    run = create_loader(Indexed(12), 4, num_workers=0, seed=0, infinite=True)
+    next(run)
+    state = run.state_dict()
+    assert (state["seed"], state["shuffle"]) == (0, True)
+    other = create_loader(Indexed(12), 4, num_workers=0, seed=1, infinite=True)
+    with pytest.raises(UsageError) as e:
+        other.load_state_dict(state)
+    assert str(e.value) == (
+        "the state was saved mid-epoch with seed=0, this loader has seed=1: that epoch's order is another here, so "
+        "resuming would serve some samples twice and skip others; give the loader seed= as before (an unseeded "
+        "loader draws its order anew each run), or load {'epoch': 1, 'step': 0} to go on from the next epoch"
+    )
+    plain = create_loader(Indexed(12), 4, num_workers=0, seed=0, infinite=True, train=False)
+    with pytest.raises(UsageError, match=r"^the state was saved mid-epoch with shuffle=True, this loader has "
+                                         r"shuffle=False"):  # fmt: skip
+        plain.load_state_dict(state)
+    other.load_state_dict({"epoch": 1, "step": 0})  # the next epoch: any order
+    same = create_loader(Indexed(12), 4, num_workers=0, seed=0, infinite=True)
+    same.load_state_dict(state)
+    assert next(same)[0].tolist() == next(run)[0].tolist()
