@@ -181,6 +181,11 @@ class Normalize:
                  scale: str | float = "auto") -> None:  # fmt: skip
         self.mean = torch.as_tensor(mean, dtype=torch.float32)
         self.std = torch.as_tensor(std, dtype=torch.float32)
+        if self.mean.ndim != 1 or self.std.ndim != 1 or len(self.mean) != len(self.std) or not len(self.mean):
+            # one value per channel in each: a bare 0.25, or 3 means with 1 std, broadcast on float input and
+            # failed on uint8 (a table per channel), so the same object worked on one and not the other
+            raise ValueError(f"mean and std must be lists of one value per channel, as many in each, got mean "
+                             f"{mean!r} and std {std!r}")  # fmt: skip
         if not (torch.isfinite(self.mean).all() and torch.isfinite(self.std).all()) or (self.std <= 0).any():
             raise ValueError(
                 f"mean must be finite and std positive and finite, got mean {list(mean)} and std {list(std)}"

@@ -843,3 +843,13 @@ def test_to_dtype_refuses_a_label_its_dtype_cannot_hold(label, dtype, shown):
     assert str(e.value) == (f"ToDtype: label {shown} is outside {name}'s range {info.min}..{info.max}; it would wrap "
                             "around, silently")  # fmt: skip
     assert ToDtype(target_dtype=dtype)(5).item() == 5
+
+
+@pytest.mark.parametrize(("mean", "std"), [([0.5, 0.5, 0.5], 0.25), ([0.5, 0.5, 0.5], [0.25]), (0.5, 0.25),
+                                           ([0.5, 0.5], [0.2, 0.2, 0.2])])  # fmt: skip
+def test_normalize_refuses_statistics_that_are_not_one_value_per_channel(mean, std):
+    # the attack: Normalize([.5, .5, .5], 0.25) worked on float input (broadcast) and raised TypeError on uint8
+    with pytest.raises(ValueError) as e:
+        Normalize(mean, std)
+    assert str(e.value) == (f"mean and std must be lists of one value per channel, as many in each, got mean "
+                            f"{mean!r} and std {std!r}")  # fmt: skip
