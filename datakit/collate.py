@@ -448,6 +448,11 @@ class _DetectionCollate(_Collate):
                 except (TypeError, ValueError, RuntimeError):  # names ('cat'), nested lists of other lengths
                     raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers), "
                                        f"got {t['labels']!r}") from None  # fmt: skip
+                if labels.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch compares none of them
+                    if labels.dtype == torch.uint64 and labels.numel() and bool((labels.view(torch.int64) < 0).any()):
+                        raise CollateError("detection_collate: ", [i], " labels must be class indices, got one past "
+                                           "int64's range")  # fmt: skip
+                    labels = labels.to(torch.int64)
                 if labels.dtype == torch.bool or labels.is_complex() or (labels.numel() and bool((labels < 0).any())):
                     raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers, 0 "
                                        f"or more), got {labels.tolist()}")  # fmt: skip

@@ -568,3 +568,12 @@ def test_fields_of_other_dtypes_are_promoted_in_workers_as_in_the_main_process(a
     mask, label = (batch["mask"], batch["label"]) if as_dict else (batch[1], batch[2])
     assert mask.dtype == torch.int64 and mask[:, 0, 0].tolist() == [7, 300]
     assert label.dtype == torch.int64 and label.tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_detection_labels_of_unsigned_dtypes_are_class_indices(dtype):
+    # the attack: uint16/32/64 labels raised NotImplementedError ("lt_cpu" not implemented for 'UInt32')
+    batch = [(torch.zeros(3, 4, 4, dtype=torch.uint8),
+              {"boxes": torch.tensor([[0.0, 0.0, 1.0, 1.0]]), "labels": torch.tensor([3], dtype=dtype)})]  # fmt: skip
+    labels = detection_collate()(batch)[1][0]["labels"]
+    assert labels.dtype == torch.int64 and labels.tolist() == [3]
