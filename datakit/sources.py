@@ -1037,33 +1037,45 @@ class LmdbDataset(ImageDataset):
 
     def _index(self) -> None:
         shard_of, local = [], []
+        missing: UsageError | None = None  # the first pack without the split asked for
         for k, r in enumerate(self.readers):
             idx = np.arange(len(r), dtype=np.int64)
             if self.split is not None:
-                splits = r.meta.get("splits") or []
-                options = r.meta.get("options")
-                packed = options.get("split") if isinstance(options, dict) else None
-                if not splits and packed == self.split:  # pack-lmdb --split val, read as split val: all of it
-                    shard_of.append(np.full(len(idx), k, dtype=np.int32))
-                    local.append(idx)
-                    continue
-                if self.split not in splits:
-                    if not splits and isinstance(packed, str):  # pack-lmdb --split: that split alone, no split column
-                        raise UsageError(f"{r.path}: no split {self.split!r}; the pack holds split {packed!r} alone "
-                                         f"(made with --split {packed}): leave out split= (--split)")  # fmt: skip
-                    if not splits:
-                        raise UsageError(f"{r.path}: no split {self.split!r}; the pack has no splits (its source "
-                                         "had no split column or sheets)")  # fmt: skip
-                    shown = ", ".join(map(repr, splits))
-                    raise UsageError(f"{r.path}: no split {self.split!r}; the pack's splits are {shown}")
-                idx = idx[r.records["split"] == splits.index(self.split) + 1]
+                try:
+                    idx = self._in_split(r, idx)
+                except UsageError as exc:
+                    if len(self.readers) == 1:
+                        raise
+                    missing = missing or exc  # packs read as one hold the union of their splits
+                    idx = idx[:0]
             shard_of.append(np.full(len(idx), k, dtype=np.int32))
             local.append(idx)
+        if missing is not None and not sum(len(i) for i in local):
+            raise missing  # none holds it
         self.shard = np.concatenate(shard_of)
         self.local = np.concatenate(local)
         self.targets = np.concatenate([r.records["target"][i] for r, i in zip(self.readers, local)]).astype(np.int64)
         self.heights = np.concatenate([r.records["height"][i] for r, i in zip(self.readers, local)])
         self.widths = np.concatenate([r.records["width"][i] for r, i in zip(self.readers, local)])
+
+    def _in_split(self, r, idx: np.ndarray) -> np.ndarray:
+        """The indices ``idx`` of pack ``r`` in the split asked for; ``UsageError`` where the pack has no such
+        split."""
+        splits = r.meta.get("splits") or []
+        options = r.meta.get("options")
+        packed = options.get("split") if isinstance(options, dict) else None
+        if not splits and packed == self.split:  # pack-lmdb --split val, read as split val: all of it
+            return idx
+        if self.split not in splits:
+            if not splits and isinstance(packed, str):  # pack-lmdb --split: that split alone, no split column
+                raise UsageError(f"{r.path}: no split {self.split!r}; the pack holds split {packed!r} alone "
+                                 f"(made with --split {packed}): leave out split= (--split)")  # fmt: skip
+            if not splits:
+                raise UsageError(f"{r.path}: no split {self.split!r}; the pack has no splits (its source had no "
+                                 "split column or sheets)")  # fmt: skip
+            shown = ", ".join(map(repr, splits))
+            raise UsageError(f"{r.path}: no split {self.split!r}; the pack's splits are {shown}")
+        return idx[r.records["split"] == splits.index(self.split) + 1]
 
     @property
     def complete(self) -> bool:

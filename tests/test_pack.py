@@ -1801,3 +1801,22 @@ def test_skip_bad_with_every_image_unreadable_packs_nothing_and_says_so(class_fo
     assert main(["pack-lmdb", str(src), str(good), "--skip-bad", "--overwrite", "-q"]) == 1
     assert f"nothing packed; {good} still holds the old pack, untouched; " in capsys.readouterr().err
     assert len(open_dataset(good)) == 12 and not (tmp_path / ".good.lmdb.overwrite-part").exists()
+
+
+def test_packs_read_as_one_hold_the_union_of_their_splits(class_folder: Path, tmp_path: Path):
+    # the attack: s1 (splits val, train) and s2 (train, test) read together with split='test' were refused
+    # ("s1.lmdb: no split 'test'"), while the same two packed into one gave its 'test' samples
+    import shutil
+
+    a, b = shutil.copytree(class_folder, tmp_path / "a"), shutil.copytree(class_folder, tmp_path / "b")
+    t1, t2 = tmp_path / "t1.csv", tmp_path / "t2.csv"
+    _split_table(a, t1, ("val", "train"))
+    rows2 = _split_table(b, t2, ("train", "test"))
+    s1, s2 = tmp_path / "s1.lmdb", tmp_path / "s2.lmdb"
+    pack_lmdb(a, s1, labels=t1, workers=0)
+    pack_lmdb(b, s2, labels=t2, workers=0)
+    both = open_dataset([str(s1), str(s2)], split="test")
+    assert len(both) == sum(s == "test" for _, s in rows2) == 6
+    assert len(open_dataset([str(s1), str(s2)], split="train")) == 12  # from each
+    with pytest.raises(UsageError, match=r"no split 'dev'; the pack's splits are 'val', 'train'"):
+        open_dataset([str(s1), str(s2)], split="dev")  # in none of them
