@@ -229,19 +229,33 @@ def channels_first(images: torch.Tensor, channels: int | None = None) -> torch.T
     return images.permute(0, 3, 1, 2) if last else images
 
 
+_IMAGE_KEYS = ("image", "images", "img", "imgs", "pixel_values")
+
+
 def _find_images(obj):
-    """The first uint8 tensor with 4 dimensions (the batch's images), depth first, or None."""
+    """The first uint8 tensor with 4 dimensions (the batch's images), depth first, or None. Where the batch
+    names its images (a dict's ``"image"``) or leads with them (a tuple's first field) and they are no uint8
+    batch (float already), None: a uint8 tensor further on is another field (a mask, a target), never to be
+    normalised in their place."""
     if isinstance(obj, torch.Tensor):
         return obj if obj.dtype == torch.uint8 and obj.ndim == 4 else None
     if isinstance(obj, dict):
+        named = next((obj[k] for k in _IMAGE_KEYS if isinstance(obj.get(k), torch.Tensor)), None)
+        if named is not None:
+            return _find_images(named)
         obj = obj.values()
-    elif not isinstance(obj, (list, tuple)):
+    elif not isinstance(obj, (list, tuple)) or _leads_with_float_images(obj):
         return None
     for v in obj:
         found = _find_images(v)
         if found is not None:
             return found
     return None
+
+
+def _leads_with_float_images(fields) -> bool:
+    first = fields[0] if fields else None
+    return isinstance(first, torch.Tensor) and first.ndim == 4 and first.dtype != torch.uint8
 
 
 def _replace(obj, old: torch.Tensor, new: torch.Tensor):

@@ -435,3 +435,31 @@ def test_a_gray_batch_three_pixels_wide_is_not_read_as_rgb():
     )
     x, _ = next(iter(create_loader(data, 4, train=False, num_workers=0, device="cpu", normalize=([0.5], [0.25]))))
     assert x.shape == (4, 1, 40, 3) and float(x[0, 0, 0, 0]) == -2.0
+
+
+def test_a_uint8_target_beside_float_images_is_not_normalised_in_their_place():
+    # the attack: (float images, uint8 3 x H x W targets) through create_loader(device="cpu"): the target was taken
+    # for the images and normalised (2 became -2.08), the float images passed unnormalised and no warning was given;
+    # a dict with "target" before "image" had its target normalised and its uint8 images left as they were
+    from datakit.prefetch import _find_images
+
+    images, target = torch.rand(2, 3, 4, 4), torch.full((2, 3, 4, 4), 2, dtype=torch.uint8)
+    assert _find_images((images, target)) is None and _find_images({"image": images, "mask": target}) is None
+    uint8 = torch.zeros(2, 3, 4, 4, dtype=torch.uint8)
+    assert _find_images({"target": target, "image": uint8}) is uint8
+    assert _find_images((uint8, target)) is uint8
+
+    class Float(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return torch.rand(3, 4, 4), torch.full((3, 4, 4), 2, dtype=torch.uint8)
+
+    from datakit.loader import create_loader
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x, y = next(iter(create_loader(Float(), 2, num_workers=0, train=False, device="cpu")))
+    assert y.dtype == torch.uint8 and y.unique().tolist() == [2] and x.dtype == torch.float32
+    assert any("the images are float32 already" in str(w.message) for w in caught)
