@@ -8,28 +8,46 @@ import signal
 import sys
 
 
-def _interrupted_while_starting(prog: str):
+def _interrupted_while_starting(prog: str, before):
     def handler(signum, frame) -> None:
         sys.stderr.write(f"{prog}: interrupted\n")
         sys.stderr.flush()
         os._exit(130)  # nothing done yet: nothing to clean up
 
+    handler.before = before  # put back by started(), once the command's arguments are read
     return handler
+
+
+def started() -> None:
+    """The command has read its arguments (the imports they need included) and is about to work: Ctrl-C is
+    its own again. Until then a Ctrl-C ends the process at once: NumPy, imported meanwhile, turns one that
+    lands inside its C import into an ImportError ("PyCapsule_Import could not import module datetime")."""
+    try:
+        handler = signal.getsignal(signal.SIGINT)
+        if hasattr(handler, "before"):
+            signal.signal(signal.SIGINT, handler.before)
+    except ValueError:  # not the main thread
+        pass
 
 
 def _start(prog: str, name: str) -> int:
     try:  # SIGINT ignored (a background job of a script): left so
-        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        before = None if ignored else signal.signal(signal.SIGINT, _interrupted_while_starting(prog))
+        current = signal.getsignal(signal.SIGINT)
+        if current is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, _interrupted_while_starting(prog, current))
     except ValueError:  # not the main thread: as a plain import
-        before = None
+        pass
     try:
         from datakit import cli
 
         command = getattr(cli, name)
-    finally:
-        if before is not None:
-            signal.signal(signal.SIGINT, before)
+        # NumPy, which every command loads, loaded here: a Ctrl-C inside its C import comes out of it as an
+        # ImportError ("PyCapsule_Import could not import module datetime"), a traceback, where this handler
+        # ends the process with one line
+        import numpy  # noqa: F401
+    except BaseException:
+        started()
+        raise
     try:
         return command()
     except KeyboardInterrupt:  # between the handler's end and the command's own

@@ -1299,6 +1299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"{prog_of(sys.argv[1:] if argv is None else argv)}: interrupted", file=sys.stderr)
         return 130
+    from datakit._entry import started
+
+    started()  # the arguments read: Ctrl-C is the command's own from here
     return _run(args.func, args, f"datakit {args.command}")
 
 
@@ -1315,6 +1318,9 @@ def unzip_gbk_main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("unzip-gbk: interrupted", file=sys.stderr)
         return 130
+    from datakit._entry import started
+
+    started()  # the arguments read: Ctrl-C is the command's own from here
     return _run(cmd_unzip, args, "unzip-gbk")
 
 

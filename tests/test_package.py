@@ -100,3 +100,26 @@ def test_an_interrupted_start_names_the_command_as_its_later_lines_do():
     assert prog_of(["check", "data"]) == "datakit check"
     assert prog_of(["-q", "pack-lmdb", "a", "b"]) == "datakit pack-lmdb"
     assert prog_of(["--version"]) == prog_of(["nonsense"]) == prog_of([]) == "datakit"
+
+
+def test_ctrl_c_while_numpy_loads_at_a_commands_start_ends_in_one_line():
+    # the attack: Ctrl-C 0.1 s into `unzip-gbk big.zip`, as NumPy loaded for the work: NumPy turned
+    # the KeyboardInterrupt inside its C import into an ImportError ("PyCapsule_Import could not import module
+    # datetime"), a traceback and exit 1. The signal here comes exactly then, from the import itself
+    code = (
+        "import os, signal, sys\n"
+        "class Interrupts:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'numpy':\n"
+        "            try:  # as NumPy's C import does with a KeyboardInterrupt that lands inside it\n"
+        "                os.kill(os.getpid(), signal.SIGINT)\n"
+        "                signal.pause()\n"
+        "            except KeyboardInterrupt:\n"
+        "                raise ImportError('PyCapsule_Import could not import module \"datetime\"') from None\n"
+        "sys.meta_path.insert(0, Interrupts())\n"
+        "from datakit._entry import unzip_gbk\n"
+        "sys.argv = ['unzip-gbk', 'x.zip', '-l']\n"
+        "sys.exit(unzip_gbk())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert (out.returncode, out.stdout, out.stderr) == (130, "", "unzip-gbk: interrupted\n")
