@@ -242,11 +242,18 @@ def _unified(values: list) -> list:
         tensors = [torch.as_tensor(v) if isinstance(v, np.ndarray) else v for v in values]
         return _promoted(tensors, "batch") if len({t.dtype for t in tensors}) > 1 else tensors
     if type(first) in (tuple, list) and all(type(v) is type(first) and len(v) == len(first) for v in values):
-        columns = [_unified([v[k] for v in values]) for k in range(len(first))]
-        return [type(first)(row) for row in zip(*columns)] if columns else values
+        given = [[v[k] for v in values] for k in range(len(first))]
+        columns = [_unified(c) for c in given]
+        if all(a is b for a, b in zip(columns, given)):  # nothing promoted (labels as ints): the samples as they are
+            return values
+        return [type(first)(row) for row in zip(*columns)]
     if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys() for v in values):
-        columns = {k: _unified([v[k] for v in values]) for k in first}
-        return [type(v)({k: columns[k][i] for k in first}) if type(v) is dict else v for i, v in enumerate(values)]
+        given_by_key = {k: [v[k] for v in values] for k in first}
+        columns_by_key = {k: _unified(c) for k, c in given_by_key.items()}
+        if all(columns_by_key[k] is given_by_key[k] for k in first):
+            return values
+        return [type(v)({k: columns_by_key[k][i] for k in first}) if type(v) is dict else v
+                for i, v in enumerate(values)]  # fmt: skip
     return values
 
 
