@@ -378,6 +378,20 @@ class ImageDataset:
             discard(tmp)
         return self.bad_samples
 
+    @property
+    def transform(self) -> Callable | None:
+        """What each sample's image goes through (set at any time; torchvision steps are checked,
+        see :func:`datakit.transforms.check_numpy_transform`)."""
+        return self._transform
+
+    @transform.setter
+    def transform(self, value: Callable | None) -> None:
+        if value is not None:
+            from datakit.transforms import check_numpy_transform
+
+            check_numpy_transform(value)
+        self._transform = value
+
     def __getitem__(self, index: int):
         index, img = self._image(index)
         target = int(self.targets[index])

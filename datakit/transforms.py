@@ -777,6 +777,61 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
     return steps
 
 
+_TV_CONVERTERS = ("ToImage", "ToPILImage", "ToTensor")  # torchvision steps that take a NumPy array in
+_TV_CONTAINERS = ("Compose", "RandomApply", "RandomChoice", "RandomOrder")
+
+
+def _tv_steps(t) -> list | None:
+    """The steps inside a container transform (torchvision's or datakit's Compose, RandomApply,
+    RandomChoice, RandomOrder, an ``nn.Sequential``), in order; None for a single step."""
+    if isinstance(t, torch.nn.Sequential):
+        return list(t)
+    if type(t).__name__ in _TV_CONTAINERS or isinstance(t, Compose):
+        steps = getattr(t, "transforms", None)
+        if isinstance(steps, (list, tuple, torch.nn.ModuleList)):
+            return list(steps)
+    return None
+
+
+def check_numpy_transform(transform) -> None:
+    """Refuse a transform that gives a datakit dataset's uint8 HWC NumPy array to a torchvision
+    step before any ``ToImage()``: v2 steps pass NumPy arrays through untouched (a crop, resize or
+    colour jitter that silently does nothing), v1 steps fail on them at the first sample. A step of
+    the user's own (a function, a ``Lambda``) may convert the array: nothing after it is judged."""
+    from datakit.errors import UsageError
+
+    def walk(t) -> bool:  # True: the array is converted from here on (or may be): stop looking
+        steps = _tv_steps(t)
+        kind = type(t).__name__
+        if steps is not None:
+            if kind == "RandomApply":  # its steps in order, and maybe none of them
+                any(walk(s) for s in steps)
+                return False
+            if kind in ("RandomChoice", "RandomOrder"):  # any one of them may come first
+                converted = [walk(s) for s in steps]
+                return all(converted) if kind == "RandomChoice" else any(converted)
+            return any(walk(s) for s in steps)  # a Compose: in order (any() stops at the first converter)
+        module = type(t).__module__ or ""
+        if module.startswith("datakit."):  # datakit's NumPy steps keep the array; the rest give tensors
+            return not isinstance(t, (Resize, CenterCrop, RandomResizedCrop, RandomHorizontalFlip, BGRToRGB))
+        if not module.startswith("torchvision.transforms") or kind in _TV_CONVERTERS or kind == "Lambda":
+            return True
+        if kind == "Identity":
+            return False
+        v2 = ".v2" in module
+        first = "ToImage()" if v2 else "ToPILImage() or ToTensor()"
+        raise UsageError(
+            f"transform: torchvision's {'v2.' if v2 else 'transforms.'}{kind} comes before any {first}: a datakit "
+            "dataset gives its transform "
+            "a uint8 H x W x 3 NumPy array, which torchvision's v2 transforms pass through untouched (v1 ones refuse "
+            "it); put v2.ToImage() first (transforms.ToPILImage() for v1), or use "
+            "datakit.transforms.train_pipeline(224, augment=[...])"
+        )
+
+    if transform is not None and not hasattr(transform, "from_bytes"):
+        walk(transform)
+
+
 def _index_cache(where):
     if where is None:
         return None

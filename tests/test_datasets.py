@@ -128,6 +128,49 @@ def test_torchvision_v2_transforms(class_folder: Path):
     assert target == 10
 
 
+def test_torchvision_steps_before_to_image_are_refused(class_folder: Path):
+    """v2 steps pass the dataset's NumPy array through untouched (the flip and jitter did nothing,
+    silently); v1 steps fail on it at the first sample. Both are refused when the transform is set."""
+    import torchvision.transforms as T
+
+    from datakit import transforms as dt
+
+    tail = ("a datakit dataset gives its transform a uint8 H x W x 3 NumPy array, which torchvision's v2 transforms "
+            "pass through untouched (v1 ones refuse it); put v2.ToImage() first (transforms.ToPILImage() for v1), "
+            "or use datakit.transforms.train_pipeline(224, augment=[...])")  # fmt: skip
+    refused = [
+        ("v2.RandomHorizontalFlip comes before any ToImage()",
+         v2.Compose([v2.RandomHorizontalFlip(p=1), v2.ColorJitter(brightness=(0.2, 0.2)), v2.ToImage()])),
+        ("transforms.RandomResizedCrop comes before any ToPILImage() or ToTensor()",
+         T.Compose([T.RandomResizedCrop(16), T.ToTensor()])),
+        ("v2.Resize comes before any ToImage()", v2.Resize(16)),  # a single step
+        ("v2.ColorJitter comes before any ToImage()", v2.Compose([dt.RandomResizedCrop(16), v2.ColorJitter(0.2)])),
+        ("v2.RandomResizedCrop comes before any ToImage()", torch.nn.Sequential(v2.RandomResizedCrop(16), v2.ToImage())),
+        ("v2.Normalize comes before any ToImage()",  # ToImage only some of the time
+         v2.Compose([v2.RandomApply([v2.ToImage()]), v2.Normalize([0.5] * 3, [0.5] * 3)])),
+    ]  # fmt: skip
+    for what, tf in refused:
+        with pytest.raises(UsageError) as e:
+            open_dataset(class_folder, transform=tf)
+        assert str(e.value) == f"transform: torchvision's {what}: {tail}"
+    ds = open_dataset(class_folder)
+    with pytest.raises(UsageError, match=r"^transform: torchvision's v2\.Resize comes before any ToImage\(\): "):
+        ds.transform = v2.Resize(16)  # set later: checked as well
+    assert ds.transform is None
+    img = open_dataset(class_folder)[3][0]
+    accepted = [  # a converter first, or a step of the user's own that may convert
+        v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(p=1)]),
+        T.Compose([T.ToPILImage(), T.RandomHorizontalFlip(p=1), T.PILToTensor()]),
+        v2.Compose([v2.Lambda(lambda a: torch.from_numpy(a).permute(2, 0, 1)), v2.RandomHorizontalFlip(p=1)]),
+        v2.Compose([dt.HWCToCHW(), v2.RandomHorizontalFlip(p=1)]),
+        v2.Compose([v2.RandomChoice([v2.ToImage(), v2.ToPILImage()]), v2.PILToTensor(), v2.RandomHorizontalFlip(p=1)]),
+    ]
+    for tf in accepted[:4]:
+        out = open_dataset(class_folder, transform=tf)[3][0]
+        assert torch.equal(torch.as_tensor(np.asarray(out)), torch.from_numpy(img[:, ::-1].copy()).permute(2, 0, 1))
+    open_dataset(class_folder, transform=accepted[4])
+
+
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_workers_fork_and_spawn(samples: Path, start: str):
     ds = open_dataset(samples / "images.zip", transform=v2.Compose([v2.ToImage(), v2.Resize((32, 32))]))
