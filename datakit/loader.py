@@ -1781,7 +1781,7 @@ def create_loader(
     if seed is not None and dataloader_kwargs.get("generator") is not None:
         raise UsageError("give seed= or generator=, not both: with seed= the order and every sample's random draws "
                          "come from the seed, and the generator would change nothing")  # fmt: skip
-    on_device = _device_plan(device, normalize)  # checked before any worker is measured or started
+    on_device = _device_plan(device, normalize, dataset)  # checked before any worker is measured or started
     from datakit.collate import detection_collate, pad_collate, stack_collate
 
     if collate_fn is None:
@@ -1957,14 +1957,43 @@ def _reads_on(dataset) -> bool:
     return isinstance(dataset, ImageDataset) or getattr(dataset, "epoch_independent", False) is True
 
 
-def _device_plan(device, normalize) -> Callable | None:
+def _channel_order(dataset) -> str | None:
+    """The channel order of the images a dataset gives ("RGB", "BGR", "L"), through Subset and
+    ConcatDataset; None when unknown (a dataset of the caller's) or mixed."""
+    if isinstance(dataset, torch.utils.data.Subset):
+        return _channel_order(dataset.dataset)
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        orders = {_channel_order(d) for d in dataset.datasets}
+        return orders.pop() if len(orders) == 1 else None
+    from datakit.sources import ImageDataset
+
+    if isinstance(dataset, ImageDataset):
+        return {"rgb": "RGB", "bgr": "BGR", "gray": "L"}.get(dataset.mode)
+    return None
+
+
+def _stats_order(normalize) -> str | None:
+    """The channel order statistics are given in: RGB for the presets, a Stats' (or its JSON's)
+    ``order``; None for plain (mean, std), taken in the images' own order."""
+    if normalize is None or normalize is True or isinstance(normalize, str):
+        return "RGB"
+    order = normalize.get("order") if isinstance(normalize, dict) else getattr(normalize, "order", None)
+    return order if order in ("RGB", "BGR") else None
+
+
+def _device_plan(device, normalize, dataset=None) -> Callable | None:
     """None when batches stay as collated; otherwise the function that wraps the loader so that
-    they arrive on ``device`` (the CPU by default), normalised. Bad values raise here."""
+    they arrive on ``device`` (the CPU by default), normalised. Bad values raise here. Statistics
+    of a known channel order (the presets: RGB) are put in the order of ``dataset``'s images: a
+    ``mode="bgr"`` dataset's blue plane is normalised with the blue statistics."""
     if device is None and normalize is None:
         return None
     from datakit.prefetch import DeviceLoader, check_device, resolve_normalize
 
     stats = resolve_normalize(True if normalize is None else normalize)
     mean, std = stats if stats is not None else (None, None)
+    given, images = _stats_order(normalize), _channel_order(dataset)
+    if mean is not None and len(mean) == 3 and {given, images} == {"RGB", "BGR"}:
+        mean, std = mean[::-1], std[::-1]
     dev = check_device("cpu" if device is None else device)
     return lambda loader: DeviceLoader(loader, dev, mean, std, explicit=normalize is not None and normalize is not True)

@@ -27,13 +27,13 @@ from datakit.parallel import map_ordered
 __all__ = ["PLOT_EXTENSIONS", "PRESETS", "Stats", "compute_stats", "plot_histogram"]
 
 PRESETS: dict[str, dict] = {
-    "imagenet": {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "scale": "0-1",
+    "imagenet": {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "scale": "0-1", "order": "RGB",
                  "note": "torchvision's ImageNet statistics, for ToTensor + Normalize"},
-    "imagenet_caffe": {"mean": (123.675, 116.28, 103.53), "std": (1.0, 1.0, 1.0), "scale": "0-255",
+    "imagenet_caffe": {"mean": (123.675, 116.28, 103.53), "std": (1.0, 1.0, 1.0), "scale": "0-255", "order": "RGB",
                        "note": "mmdetection/caffe style: 0-255 pixels, mean subtracted, std 1 (RGB order)"},
-    "cifar10": {"mean": (0.4914, 0.4822, 0.4465), "std": (0.2470, 0.2435, 0.2616), "scale": "0-1",
+    "cifar10": {"mean": (0.4914, 0.4822, 0.4465), "std": (0.2470, 0.2435, 0.2616), "scale": "0-1", "order": "RGB",
                 "note": "pixel-weighted; the often quoted std (0.2023, 0.1994, 0.2010) averages per-image stds"},
-    "cifar100": {"mean": (0.5071, 0.4865, 0.4409), "std": (0.2673, 0.2564, 0.2762), "scale": "0-1",
+    "cifar100": {"mean": (0.5071, 0.4865, 0.4409), "std": (0.2673, 0.2564, 0.2762), "scale": "0-1", "order": "RGB",
                  "note": "pixel-weighted; the often quoted std (0.2009, 0.1984, 0.2023) averages per-image stds"},
 }  # fmt: skip
 

@@ -150,6 +150,31 @@ def test_normalize_choices(class_folder):
     assert resolve_normalize(True) == resolve_normalize("imagenet") == IMAGENET
 
 
+def test_statistics_follow_the_channel_order_of_the_images(class_folder):
+    """A mode="bgr" dataset's blue plane is normalised with the blue statistics, and Stats computed
+    in BGR order normalise an RGB dataset's planes by colour; plain (mean, std) are taken as given."""
+    rgb = open_dataset(class_folder, transform=eval_pipeline(24, 28))
+    bgr = open_dataset(class_folder, transform=eval_pipeline(24, 28), mode="bgr")
+    (u8, _), *_ = _uint8_batches(rgb, 4, train=False, num_workers=0)
+    (u8_bgr, _), *_ = _uint8_batches(bgr, 4, train=False, num_workers=0)
+    assert torch.equal(u8_bgr, u8.flip(1))
+
+    def first(ds, **kw):
+        return next(iter(create_loader(ds, 4, train=False, num_workers=0, device="cpu", **kw)))[0]
+
+    expected = T.Normalize(*IMAGENET)(u8.float() / 255)
+    for kw in ({}, {"normalize": True}, {"normalize": "imagenet"}, {"normalize": PRESETS["imagenet"]}):
+        torch.testing.assert_close(first(bgr, **kw), expected.flip(1))
+    torch.testing.assert_close(first(torch.utils.data.Subset(bgr, [0, 1, 2, 3]), normalize=True), expected.flip(1))
+    in_bgr = Stats(count=12, pixels=1, mean=[0.3, 0.4, 0.5], std=[0.3, 0.25, 0.2], order="BGR")
+    in_rgb = T.Normalize([0.5, 0.4, 0.3], [0.2, 0.25, 0.3])(u8.float() / 255)
+    torch.testing.assert_close(first(rgb, normalize=in_bgr), in_rgb)
+    torch.testing.assert_close(first(rgb, normalize=in_bgr.to_json()), in_rgb)  # its JSON, order included
+    torch.testing.assert_close(first(bgr, normalize=in_bgr), in_rgb.flip(1))
+    plain = ([0.3, 0.4, 0.5], [0.3, 0.25, 0.2])
+    torch.testing.assert_close(first(bgr, normalize=plain), T.Normalize(*plain)(u8_bgr.float() / 255))
+
+
 def test_float_pipelines_are_not_normalised_twice(class_folder):
     ds = open_dataset(class_folder, transform=eval_pipeline(24, 28, normalize=True))
     expected = next(iter(create_loader(ds, 4, train=False, num_workers=0)))[0]
