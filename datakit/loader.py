@@ -1781,6 +1781,7 @@ def create_loader(
     if seed is not None and dataloader_kwargs.get("generator") is not None:
         raise UsageError("give seed= or generator=, not both: with seed= the order and every sample's random draws "
                          "come from the seed, and the generator would change nothing")  # fmt: skip
+    _check_same_classes(dataset)
     on_device = _device_plan(device, normalize, dataset)  # checked before any worker is measured or started
     from datakit.collate import detection_collate, pad_collate, stack_collate
 
@@ -1955,6 +1956,39 @@ def _reads_on(dataset) -> bool:
     if isinstance(dataset, torch.utils.data.ConcatDataset):
         return all(_reads_on(d) for d in dataset.datasets)
     return isinstance(dataset, ImageDataset) or getattr(dataset, "epoch_independent", False) is True
+
+
+def _leaves(dataset) -> list:
+    """The datasets a Subset or ConcatDataset reads from, in order."""
+    if isinstance(dataset, torch.utils.data.Subset):
+        return _leaves(dataset.dataset)
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        return [leaf for d in dataset.datasets for leaf in _leaves(d)]
+    return [dataset]
+
+
+def _check_same_classes(dataset) -> None:
+    """Refuse datakit datasets joined in a ConcatDataset (``a + b``) that number their classes
+    differently: one index would be two classes in the batches. A target_transform on them is
+    taken as the caller's own mapping."""
+    from datakit.sources import ImageDataset
+
+    if not isinstance(dataset, torch.utils.data.ConcatDataset):
+        return
+    parts = [d for d in _leaves(dataset) if isinstance(d, ImageDataset)]
+    if any(d.target_transform is not None for d in parts):
+        return
+    first = parts[0].classes if parts else None
+    for k, d in enumerate(parts[1:], 1):
+        if d.classes != first:
+            i = next(i for i in range(max(len(first), len(d.classes)))
+                     if i >= len(first) or i >= len(d.classes) or first[i] != d.classes[i])  # fmt: skip
+            a = repr(first[i]) if i < len(first) else "missing"
+            b = repr(d.classes[i]) if i < len(d.classes) else "missing"
+            raise UsageError(f"the ConcatDataset's datasets number their classes differently: class {i} is {a} in "
+                             f"the first and {b} in dataset {k} ({len(first)} and {len(d.classes)} classes), so one "
+                             "index would be two classes; open each with the same classes=[...] (all of their "
+                             "classes, in one order), or map their targets with target_transform=")  # fmt: skip
 
 
 def _channel_order(dataset) -> str | None:

@@ -2531,3 +2531,32 @@ def test_a_mid_epoch_state_of_another_seed_or_order_is_refused():
     same = create_loader(Indexed(12), 4, num_workers=0, seed=0, infinite=True)
     same.load_state_dict(state)
     assert next(same)[0].tolist() == next(run)[0].tolist()
+
+
+def test_datasets_joined_with_other_classes_are_refused(tmp_path: Path):
+    # the attack: part A has classes 狗, 猫 and part B 狗, 鸟; joined, 猫 and 鸟 trained as one class 1, silently
+    from datakit.datasets import open_dataset
+    from datakit.io import imwrite
+    from datakit.testing import synthetic_image
+    from datakit.transforms import eval_pipeline
+
+    for part, classes in (("A", ["狗", "猫"]), ("B", ["狗", "鸟"])):
+        for c, name in enumerate(classes):
+            (tmp_path / part / name).mkdir(parents=True)
+            imwrite(tmp_path / part / name / f"{c}.png", synthetic_image(16, 16, seed=c), mode="rgb")
+    a, b = (open_dataset(tmp_path / p, transform=eval_pipeline(8, 8)) for p in "AB")
+    with pytest.raises(UsageError) as e:
+        create_loader(a + b, 2, train=False, num_workers=0)
+    assert str(e.value) == (
+        "the ConcatDataset's datasets number their classes differently: class 1 is '猫' in the first and '鸟' in "
+        "dataset 1 (2 and 2 classes), so one index would be two classes; open each with the same classes=[...] "
+        "(all of their classes, in one order), or map their targets with target_transform="
+    )
+    with pytest.raises(UsageError, match=r"^the ConcatDataset's datasets number their classes differently: class 1 "):
+        create_loader(torch.utils.data.ConcatDataset([a, torch.utils.data.Subset(b, [0, 1])]), 2, num_workers=0)
+    every = ["狗", "猫", "鸟"]
+    a, b = (open_dataset(tmp_path / p, transform=eval_pipeline(8, 8), classes=every) for p in "AB")
+    labels = torch.cat([t for _, t in create_loader(a + b, 2, train=False, num_workers=0)])
+    assert labels.tolist() == [0, 1, 0, 2]
+    a, b = (open_dataset(tmp_path / p, transform=eval_pipeline(8, 8), target_transform=int) for p in "AB")
+    assert len(create_loader(a + b, 2, train=False, num_workers=0)) == 2  # a mapping of the caller's own: theirs
