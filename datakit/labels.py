@@ -1315,6 +1315,7 @@ def _parse_grid(
     dropped: dict[tuple[int, int], str] = {}
     named: list[str] = []
     numbers: tuple[int, str] | None = None  # the first file cell that holds a number, not text
+    dates: tuple[int, str] | None = None  # the first label cell that holds a date, not text
     rivals: dict[str, set[tuple[str, str]]] = {name: set() for _, name in head.rivals}
     for r in range(head.at + 1, len(grid)):
         row = grid[r]
@@ -1359,6 +1360,8 @@ def _parse_grid(
             continue
         if numbers is None and isinstance(f, (int, float)) and not isinstance(f, bool):
             numbers = (rownum, _text(f))
+        if dates is None and isinstance(lab, (datetime.date, datetime.time)):
+            dates = (rownum, _text(lab))
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
         for col, name in head.rivals:
@@ -1368,6 +1371,12 @@ def _parse_grid(
         # the split column where the sheet has one (a one-sheet workbook as the CSV it was saved from), else the sheet
         splits.append(("" if _blank(s) else _text(s)) if scol is not None else sheet)
         rows.append(rownum)
+    if dates is not None and notes is not None:  # Excel shows (and saves to CSV) 2024/1/2, which sorts otherwise
+        notes.append(
+            f"{where}, row {dates[0]}: the label {dates[1]!r} is a date cell, read as that ISO text and "
+            "ordered as such; a CSV saved from this workbook holds the date as Excel shows it "
+            "(2024/1/2, say), whose classes sort in another order: store the column as text for one reading"
+        )
     if numbers is not None and notes is not None:
         notes.append(f"{where}, row {numbers[0]}: the file name {numbers[1]!r} is a number cell, not text; zeros "
                      "its format may show before it (00123) are not part of it: if the files are named so, store the "

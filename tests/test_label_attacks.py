@@ -251,6 +251,25 @@ def test_number_cells_as_file_names_get_a_note(tmp_path: Path, caplog):
     ]
 
 
+@pytest.mark.parametrize("engine", ["openpyxl", "calamine"])
+def test_date_cells_as_labels_get_a_note(tmp_path: Path, caplog, engine: str):
+    # the attack: dates shown as 2024/1/2 and 2024/1/10 (a Chinese Excel's format) read as ISO text, in date
+    # order; the CSV Excel saves holds 2024/1/10 and 2024/1/2, in the other order: the same labels, classes swapped
+    import datetime
+
+    d1, d2 = datetime.datetime(2024, 1, 2), datetime.datetime(2024, 1, 10)
+    book = workbook(tmp_path / "d.xlsx", {"train": [["a.png", d1], ["b.png", d2], ["c.png", d1]]},
+                    header=("file", "label"), formats={"train": {"B2": "yyyy/m/d", "B3": "yyyy/m/d"}})  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        table = read_labels(book, engine=engine)
+    assert table.labels.tolist() == ["2024-01-02", "2024-01-10", "2024-01-02"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{book}, sheet 'train', row 2: the label '2024-01-02' is a date cell, read as that ISO text and ordered as "
+        "such; a CSV saved from this workbook holds the date as Excel shows it (2024/1/2, say), whose classes sort "
+        "in another order: store the column as text for one reading"
+    ]
+
+
 def test_labels_that_differ_in_a_trailing_nul_are_two_classes(tmp_path: Path):
     path = tmp_path / "nul.csv"
     path.write_bytes(b"file,label\na.png,cat\nb.png,cat\x00\nc.png,cat\n")
