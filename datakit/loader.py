@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import math
 import multiprocessing
 import multiprocessing.context
 import os
+import pickle
 import random
 import signal
 import sys
@@ -976,6 +978,7 @@ class Loader:
         # and the (epoch, skip) its next batch belongs to
         self._feed: Iterator | None = None
         self._feed_at: tuple[int, int] | None = None
+        self._workers_saw: tuple | None = None  # the transforms the running workers were started with
 
     def _end_receiver(self, r: _Receiver, patience: float) -> None:
         """Stop ``r`` and wait for its thread. A batch in transit that has not come within
@@ -1030,6 +1033,8 @@ class Loader:
             dl._iterator = None
         try:
             starting = dl.num_workers > 0 and getattr(dl, "_iterator", None) is None
+            if starting:
+                self._workers_saw = _transforms_of(self.dataset)
             with (
                 _chosen_workers() if self._tuned else contextlib.nullcontext(),
                 _heap_frozen(dl.num_workers > 0),
@@ -1106,6 +1111,7 @@ class Loader:
             self._told_epoch = epoch
         if skip and not isinstance(sampler, EpochSampler):
             raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
+        self._restart_if_changed(epoch)
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter
         stream = isinstance(dl, _StreamingDataLoader)
@@ -1175,6 +1181,22 @@ class Loader:
             cpu1 = _cpu_busy_seconds()
             t.cpu_busy_s = cpu1 - cpu0 if cpu1 is not None and cpu0 is not None else None
         self._end_epoch(t)
+
+    def _restart_if_changed(self, epoch: int) -> None:
+        """Persistent workers hold the dataset as it was when they started: a transform set or changed
+        since (``ds.transform = train_pipeline(32)``, progressive resizing; augmentations switched off
+        for the last epochs) would be ignored by them, silently. They stop, with what they read ahead,
+        and the epoch starts new ones."""
+        dl = self.loader
+        if self._workers_saw is None or getattr(dl, "_iterator", None) is None and self._feed is None:
+            return
+        if _transforms_of(self.dataset) == self._workers_saw:
+            return
+        log.info("epoch %d: the dataset's transform changed since its workers started; new workers read it", epoch)
+        self._drop_feed(wait=True, patience=2.5)
+        self._join_pending()
+        _stop_workers(dl)
+        self._workers_saw = None
 
     def _end_epoch(self, t: EpochTiming) -> None:
         self.history.append(t)
@@ -1258,6 +1280,25 @@ class Loader:
 
             raise AttributeError(f"{name}() needs create_loader(..., infinite=True): {_FINITE}")
         return getattr(self.loader, name)
+
+
+def _fingerprint(obj) -> tuple:
+    """The object and, where it pickles, its pickled state: a transform changed in place differs too."""
+    if obj is None:
+        return (None,)
+    try:
+        return id(obj), hashlib.blake2b(pickle.dumps(obj, protocol=5), digest_size=16).digest()
+    except Exception:  # a lambda, a handle: the object itself
+        return (id(obj),)
+
+
+def _transforms_of(dataset) -> tuple:
+    """What the workers' copies of ``dataset`` apply: each dataset's transform and target_transform (through
+    Subset and ConcatDataset)."""
+    return tuple(
+        (_fingerprint(getattr(d, "transform", None)), _fingerprint(getattr(d, "target_transform", None)))
+        for d in _leaves(dataset)
+    )
 
 
 def _drain(it, patience: float) -> bool:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import json
 import logging
 import multiprocessing
+import operator
 import os
 import random
 import re
@@ -2560,3 +2562,31 @@ def test_datasets_joined_with_other_classes_are_refused(tmp_path: Path):
     assert labels.tolist() == [0, 1, 0, 2]
     a, b = (open_dataset(tmp_path / p, transform=eval_pipeline(8, 8), target_transform=int) for p in "AB")
     assert len(create_loader(a + b, 2, train=False, num_workers=0)) == 2  # a mapping of the caller's own: theirs
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_transform_changed_between_epochs_reaches_the_persistent_workers(class_folder: Path, context: str):
+    # the attack: progressive resizing (ds.transform = train_pipeline(32) from epoch 1) worked with torch's
+    # DataLoader and was silently ignored by create_loader's persistent workers, which kept the old transform
+    from datakit.datasets import open_dataset
+    from datakit.transforms import train_pipeline
+
+    ds = open_dataset(class_folder, transform=train_pipeline(16))
+    loader = create_loader(ds, 4, num_workers=2, seed=0, multiprocessing_context=context)
+
+    def epoch() -> tuple[set, list]:
+        shapes = {tuple(images.shape[1:]) for images, _ in loader}
+        return shapes, sorted(w.pid for w in loader.loader._iterator._workers)
+
+    shapes, pids = epoch()
+    assert shapes == {(3, 16, 16)}
+    shapes, same = epoch()
+    assert shapes == {(3, 16, 16)} and same == pids  # unchanged: the same workers go on
+    ds.transform = train_pipeline(8)
+    shapes, new = epoch()
+    assert shapes == {(3, 8, 8)} and set(new).isdisjoint(pids)
+    ds.transform.crop.size = (12, 12)  # changed in place
+    assert epoch()[0] == {(3, 12, 12)}
+    ds.target_transform = functools.partial(operator.add, 100)  # picklable: spawn pickles it
+    assert {int(t) for _, labels in loader for t in labels} == {100, 101, 102}
+    loader.close()
