@@ -182,6 +182,21 @@ class ImageDataset:
         if getattr(self, "class_map", None) is not None:  # a table's: what a pack of it records
             self.class_map = ClassMap(tuple(given))
 
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """``(file, class index)`` pairs, as ImageFolder's ``samples`` (the file as :meth:`name` gives it:
+        a path, a zip's member, a pack's key). Built on each access from the compact index."""
+        return [(self.name(i), int(t)) for i, t in enumerate(self.targets)]
+
+    @samples.setter
+    def samples(self, value) -> None:
+        raise AttributeError(
+            "a datakit dataset's samples are read from its compact index and cannot be set; to keep some of "
+            "them, use torch.utils.data.Subset(ds, indices) (create_loader takes it)"
+        )
+
+    imgs = samples  # ImageFolder's older name
+
     # what subclasses provide
     def __len__(self) -> int:
         return len(self.targets)
@@ -645,11 +660,6 @@ class FolderDataset(ImageDataset):
 
     def encoded_size(self) -> int:
         return sum(os.path.getsize(self.name(i)) for i in range(len(self)))
-
-    @property
-    def samples(self) -> list[tuple[str, int]]:
-        """``(path, class index)`` pairs, as ImageFolder's ``samples``."""
-        return [(self.name(i), int(t)) for i, t in enumerate(self.targets)]
 
 
 def _listed(twice: list[str]) -> str:

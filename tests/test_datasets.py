@@ -128,6 +128,22 @@ def test_torchvision_v2_transforms(class_folder: Path):
     assert target == 10
 
 
+def test_every_kind_has_imagefolders_samples_and_imgs(samples: Path):
+    expected = {
+        "folder": (samples / "images", str(samples / "images" / "cat" / "cat 04.jpg")),
+        "table": (samples / "labels.csv", str(samples / "images" / "cat" / "猫_01.jpg")),
+        "zip": (samples / "images.zip", f"{samples / 'images.zip'}:cat/cat 04.jpg"),
+    }
+    for kind, (src, first) in expected.items():
+        ds = open_dataset(src)
+        assert ds.samples[0] == ds.imgs[0] == (first, 0), kind
+        assert [t for _, t in ds.samples] == ds.targets.tolist() and len(ds.samples) == len(ds), kind
+    with pytest.raises(AttributeError) as e:
+        ds.samples = ds.samples[:3]  # ImageFolder's filtering idiom
+    assert str(e.value) == ("a datakit dataset's samples are read from its compact index and cannot be set; to keep "
+                            "some of them, use torch.utils.data.Subset(ds, indices) (create_loader takes it)")  # fmt: skip
+
+
 def test_torchvision_steps_before_to_image_are_refused(class_folder: Path):
     """v2 steps pass the dataset's NumPy array through untouched (the flip and jitter did nothing,
     silently); v1 steps fail on it at the first sample. Both are refused when the transform is set."""
