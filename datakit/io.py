@@ -147,14 +147,16 @@ def _jpeg_ends(data: bytes) -> bool:
 def _exif_orientation(data: bytes) -> int:
     """The EXIF orientation (1-8) every datakit path turns a JPEG upright by, read from the segments
     before the scan without decoding: the Orientation tag of the first APP1 segment that begins
-    ``Exif\\0\\0``, or 1 where that segment has no such tag, cannot be read or gives a value outside
-    1-8. Later segments are never consulted (see :func:`decode_image`)."""
+    ``Exif\\0\\0`` (once or, as some writers leave it, twice), or 1 where that segment has no such tag,
+    cannot be read or gives a value outside 1-8. Later segments are never consulted (see :func:`decode_image`)."""
     for i, marker in _segments(data):
         if marker == 0xDA or marker == 0xD9:
             return 1
         if marker != 0xE1 or data[i + 4 : i + 10] != b"Exif\0\0":
             continue
         tiff = data[i + 10 : i + 2 + int.from_bytes(data[i + 2 : i + 4], "big")]
+        if tiff[:6] == b"Exif\0\0":  # the header written twice (a writer given EXIF that held it): Pillow skips both
+            tiff = tiff[6:]
         order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
         if order is None or len(tiff) < 8:
             return 1

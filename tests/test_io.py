@@ -535,6 +535,10 @@ EXIF_SEGMENTS = {
     "out-of-range-then-6": ((_exif(9), _exif(6)), 1),
     "xmp-then-5": ((_XMP, _exif(5)), 5),
     "exif-not-nul-nul-then-1": ((b"Exif\0\xff" + _tiff(6), _exif(1)), 1),
+    # the header written twice (a writer given EXIF bytes that held it already): Pillow skips both; it was read as
+    # no orientation, the photo left on its side
+    "header-twice-6": ((b"Exif\0\0" + _exif(6),), 6),
+    "header-twice-big-endian-3": ((b"Exif\0\0" + _exif(3, b"MM"),), 3),
 }
 
 
