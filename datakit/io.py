@@ -309,6 +309,27 @@ def _pnm_size(data: bytes) -> tuple[int, int] | None:
     return (int(m.group(2)), int(m.group(1))) if m else None
 
 
+def _pnm_maxval(data: bytes) -> int | None:
+    """The maximum sample value a PGM or PPM header declares (P2, P3, P5, P6), or None."""
+    head = re.sub(rb"#[^\n]*\n", b" ", data[:1024])
+    m = re.match(rb"P[2356]\s+\d+\s+\d+\s+(\d+)", head)
+    return int(m.group(1)) if m else None
+
+
+def _pnm_scaled(deep: np.ndarray, maxval: int, mode: str) -> np.ndarray:
+    """A PGM/PPM's samples as OpenCV gives them (as stored: gray, or BGR) put on the 0-255 scale their
+    ``maxval`` means (value / maxval, rounded; above maxval: 255), in ``mode``'s channels."""
+    import cv2
+
+    wide = deep.astype(np.uint32)
+    img = np.minimum((wide * 510 + maxval) // (2 * maxval), 255).astype(np.uint8)
+    if img.ndim == 2:
+        return img if mode == "gray" else cv2.cvtColor(img, cv2.COLOR_GRAY2RGB if mode == "rgb" else cv2.COLOR_GRAY2BGR)
+    if mode == "gray":
+        return cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if mode == "rgb" else img
+
+
 def header_size(data: bytes, fmt: str | None = None) -> tuple[int, int] | None:
     """The (height, width) an image's header declares, read without decoding (microseconds).
 
@@ -729,6 +750,15 @@ def _decode(
             return img
     if fmt == "TIFF" and _unassociated_alpha(raw):
         return _pillow_decode(raw, mode)  # OpenCV's libtiff RGBA path would multiply the colours by alpha
+    if fmt == "PNM" and mode != "unchanged" and (maxval := _pnm_maxval(raw)) not in (None, 0, 255, 65535):
+        # OpenCV keeps the samples as stored (a white of maxval 100 is 100; of maxval 1000, after its 16-bit
+        # to 8-bit shift, 3): they are scaled by what maxval means, as Pillow scales 8-bit ones
+        try:
+            deep = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
+        except cv2.error:
+            deep = None
+        if deep is not None and deep.dtype in (np.uint8, np.uint16):
+            return _pnm_scaled(deep, maxval, mode)
     flags = _cv2_flags(mode, fmt, factor, components)
     try:
         img = cv2.imdecode(buf, flags)

@@ -907,3 +907,24 @@ def test_radiance_size_lines_opencv_reads_are_read_alike(line: bytes):
     small = cv2.imencode(".hdr", np.full((5, 7, 3), 0.5, np.float32))[1].tobytes()
     data = small.replace(b"-Y 5 +X 7", line, 1)
     assert header_size(data) == (5, 7) and decode_image(data).shape == (5, 7, 3)
+
+
+def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
+    # the attack: a PGM of maxval 100 decoded white as 100, a 16-bit PPM of maxval 1000 as 3 (OpenCV keeps the
+    # samples as stored, then shifts 16-bit ones to 8): every datakit path, stats included, saw a dark image
+    ramp = np.arange(0, 101, dtype=np.uint8).reshape(1, -1)
+    gray = decode_image(b"P5\n101 1\n# a comment\n100\n" + ramp.tobytes(), "gray")
+    np.testing.assert_array_equal(gray, (ramp.astype(np.uint32) * 510 + 100) // 200)  # value * 255 / 100, rounded
+    assert (gray[0, 0], gray[0, 10], gray[0, 100]) == (0, 26, 255)
+    deep = np.stack([np.arange(0, 1001, 10), 1000 - np.arange(0, 1001, 10), np.full(101, 2000)], -1)
+    data = b"P6\n101 1\n1000\n" + deep.astype(">u2").tobytes()  # 16-bit samples, big-endian; 2000 above maxval
+    want = np.minimum((deep * 510 + 1000) // 2000, 255).astype(np.uint8)[None]
+    np.testing.assert_array_equal(decode_image(data, "rgb"), want)
+    np.testing.assert_array_equal(decode_image(data, "bgr"), want[..., ::-1])
+    assert (
+        decode_image(data, "gray").shape == (1, 101) and decode_image(data, "gray")[0, 100] == 105
+    )  # 0.299 * 255 + 0.114 * 255
+    unchanged = decode_image(data, "unchanged")  # as stored: uint16, OpenCV's BGR order
+    assert unchanged.dtype == np.uint16 and unchanged[0, 100].tolist() == [2000, 0, 1000]
+    full = np.full((1, 3, 3), 200, np.uint8)  # maxval 255 and 65535: as before
+    np.testing.assert_array_equal(decode_image(b"P6\n3 1\n255\n" + full.tobytes(), "rgb"), full)
