@@ -153,10 +153,12 @@ class ImageDataset:
             # a dataset is built in the main process (workers get a copy): fold what an earlier
             # run left behind into the file, start the parts afresh, and know those samples as bad
             where = self.bad_samples.parent
-            is_file = where.exists() and not where.is_dir()
-            if is_file or not os.access(where if where.is_dir() else where.parent, os.W_OK):
+            existing = next(a for a in (where, *where.parents) if a.exists() or a == a.parent)  # made when written
+            is_file = existing.exists() and not existing.is_dir()
+            if is_file or not os.access(existing, os.W_OK):
                 # its folder a file, or not writable: said now, not at the first bad sample in a worker
                 why = "a file" if is_file else "not writable"
+                where = existing
                 raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: cannot be written (its folder "
                                  f"{os.fspath(where)!r} is {why})")  # fmt: skip
             self.merge_bad_samples()

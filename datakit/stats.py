@@ -9,6 +9,7 @@ leaves out the spread between images, which is why the widely quoted CIFAR-10 st
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -23,6 +24,8 @@ import numpy as np
 from datakit.errors import DataError, UsageError
 from datakit.io import atomic_output, check_output
 from datakit.parallel import map_ordered
+
+log = logging.getLogger("datakit")
 
 __all__ = ["PLOT_EXTENSIONS", "PRESETS", "Stats", "compute_stats", "plot_histogram"]
 
@@ -262,6 +265,9 @@ def compute_stats(
         if sample < 2:
             raise UsageError(f"sample must be at least 2 to estimate an error, got {sample}")
         idx = np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False))
+    elif sample is not None:
+        log.warning("sample=%d is not fewer than the %d images: every image is read, the statistics are exact "
+                    "(no standard errors)", sample, n)  # fmt: skip
     rank, world = 0, 1
     if distributed:
         import torch.distributed as dist

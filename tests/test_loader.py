@@ -2508,6 +2508,14 @@ def test_a_bad_samples_report_that_cannot_be_written_is_one_line_naming_it(tmp_p
     with pytest.raises(UsageError) as e:
         open_dataset(root, on_error="skip", bad_samples="/proc/bad.json")
     assert str(e.value) == "bad_samples='/proc/bad.json': cannot be written (No such file or directory)"
+    # a folder not made yet is made, as index_cache= makes its own (the documented runs/exp1/bad_samples.json); one
+    # under a file, however deep, is still refused
+    ds = open_dataset(root, on_error="skip", bad_samples=tmp_path / "runs" / "exp1" / "bad.json")
+    assert (tmp_path / "runs" / "exp1" / "bad.json").is_file() and len(ds) == 40
+    with pytest.raises(UsageError) as e:
+        open_dataset(root, on_error="skip", bad_samples=tmp_path / "afile" / "sub" / "bad.json")
+    assert str(e.value) == (f"bad_samples={str(tmp_path / 'afile' / 'sub' / 'bad.json')!r}: cannot be written (its "
+                            f"folder {str(tmp_path / 'afile')!r} is a file)")  # fmt: skip
 
 
 def test_a_mid_epoch_state_of_another_seed_or_order_is_refused():

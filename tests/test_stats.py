@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -61,6 +62,17 @@ def test_resize_and_sample(class_folder: Path):
     assert est.count == 6 and len(est.stderr_mean) == 3 and all(e > 0 for e in est.stderr_std)
     full = compute_stats(class_folder, workers=1)
     assert all(abs(a - b) < 6 * e + 1e-3 for a, b, e in zip(est.mean, full.mean, est.stderr_mean))
+
+
+def test_a_sample_as_large_as_the_dataset_says_the_statistics_are_exact(class_folder: Path, caplog):
+    full = compute_stats(class_folder, workers=1)
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        st = compute_stats(class_folder, sample=5000, workers=1)
+    assert [r.getMessage() for r in caplog.records] == [
+        "sample=5000 is not fewer than the 12 images: every image is read, the statistics are exact (no standard "
+        "errors)"
+    ]
+    assert st.mean == full.mean and st.std == full.std and st.stderr_mean is None
 
 
 def test_bgr_dataset_reports_order(class_folder: Path):
