@@ -10,7 +10,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml datakit/_jpegregion.c constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+	$(BIN)/python -m pip install --quiet --no-cache-dir -c constraints.txt -e ".[test]"
 	touch $(STAMP)
 
 lint: $(STAMP)
