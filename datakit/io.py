@@ -304,16 +304,21 @@ def _webp_size(data: bytes) -> tuple[int, int] | None:
 
 
 def _pnm_size(data: bytes) -> tuple[int, int] | None:
-    head = re.sub(rb"#[^\n]*\n", b" ", data[:1024])  # comments may sit between the numbers
+    head = re.sub(rb"#[^\n]*\n", b" ", data[:65536])  # comments may sit between the numbers
     m = re.match(rb"P[1-6]\s+(\d+)\s+(\d+)", head)
     return (int(m.group(2)), int(m.group(1))) if m else None
 
 
 def _pnm_maxval(data: bytes) -> int | None:
-    """The maximum sample value a PGM or PPM header declares (P2, P3, P5, P6), or None."""
-    head = re.sub(rb"#[^\n]*\n", b" ", data[:1024])
-    m = re.match(rb"P[2356]\s+\d+\s+\d+\s+(\d+)", head)
-    return int(m.group(1)) if m else None
+    """The maximum sample value a PGM or PPM header declares where OpenCV keeps the samples as stored,
+    or None: binary files (P5, P6), and ASCII ones (P2, P3) of 16-bit samples; OpenCV scales ASCII
+    8-bit samples itself."""
+    head = re.sub(rb"#[^\n]*\n", b" ", data[:65536])
+    m = re.match(rb"(P[2356])\s+\d+\s+\d+\s+(\d+)", head)
+    if not m:
+        return None
+    maxval = int(m.group(2))
+    return maxval if m.group(1) in (b"P5", b"P6") or maxval > 255 else None
 
 
 def _pnm_scaled(deep: np.ndarray, maxval: int, mode: str) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import io
 import logging
 import math
 import multiprocessing
@@ -17,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+import types
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -1282,14 +1284,38 @@ class Loader:
         return getattr(self.loader, name)
 
 
+class _Digest(pickle.Pickler):
+    """Pickles a transform for its fingerprint only: functions (lambdas included, which pickle cannot
+    store) and locks count by identity, random generators not at all (the main process drawing from
+    one between epochs changes nothing the workers were given)."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, _LOCK_TYPES)):
+            return int, (id(obj),)
+        if isinstance(obj, (random.Random, np.random.Generator, np.random.RandomState, np.random.BitGenerator,
+                            torch.Generator)):  # fmt: skip
+            return int, (0,)
+        if isinstance(obj, torch.Tensor):  # by value: torch pickles a storage under a key of its address
+            t = obj.detach().cpu().contiguous()
+            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            return tuple, ((str(t.dtype), tuple(t.shape), data),)
+        return NotImplemented
+
+
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+
+
 def _fingerprint(obj) -> tuple:
-    """The object and, where it pickles, its pickled state: a transform changed in place differs too."""
+    """What ``obj`` holds, by its pickled state: the same transform built again, or changed back, is
+    the same; one changed in place is another. Its identity where it cannot be pickled."""
     if obj is None:
         return (None,)
+    buf = io.BytesIO()
     try:
-        return id(obj), hashlib.blake2b(pickle.dumps(obj, protocol=5), digest_size=16).digest()
-    except Exception:  # a lambda, a handle: the object itself
+        _Digest(buf, protocol=5).dump(obj)
+    except Exception:  # a handle, a generator of values: the object itself
         return (id(obj),)
+    return (hashlib.blake2b(buf.getbuffer(), digest_size=16).digest(),)
 
 
 def _transforms_of(dataset) -> tuple:
@@ -2008,28 +2034,45 @@ def _leaves(dataset) -> list:
     return [dataset]
 
 
+def _concats(dataset) -> list:
+    """The ConcatDatasets in ``dataset``: itself, or under Subsets (``random_split(a + b)``) and inside others."""
+    if isinstance(dataset, torch.utils.data.Subset):
+        return _concats(dataset.dataset)
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        return [dataset] + [c for d in dataset.datasets for c in _concats(d)]
+    return []
+
+
+def _maps_targets(d) -> bool:
+    """Whether a dataset's target_transform may map its class indices onto others (a caller's own function);
+    int, datakit's ToDtype and OneHot keep each index's class."""
+    from datakit.transforms import OneHot, ToDtype
+
+    t = d.target_transform
+    return t is not None and t is not int and not isinstance(t, (OneHot, ToDtype))
+
+
 def _check_same_classes(dataset) -> None:
-    """Refuse datakit datasets joined in a ConcatDataset (``a + b``) that number their classes
-    differently: one index would be two classes in the batches. A target_transform on them is
-    taken as the caller's own mapping."""
+    """Refuse datakit datasets joined in a ConcatDataset (``a + b``, also under a Subset) that number their
+    classes differently: one index would be two classes in the batches. A target_transform of the caller's own
+    on a part is taken as that part's mapping."""
     from datakit.sources import ImageDataset
 
-    if not isinstance(dataset, torch.utils.data.ConcatDataset):
-        return
-    parts = [d for d in _leaves(dataset) if isinstance(d, ImageDataset)]
-    if any(d.target_transform is not None for d in parts):
-        return
-    first = parts[0].classes if parts else None
-    for k, d in enumerate(parts[1:], 1):
-        if d.classes != first:
-            i = next(i for i in range(max(len(first), len(d.classes)))
-                     if i >= len(first) or i >= len(d.classes) or first[i] != d.classes[i])  # fmt: skip
-            a = repr(first[i]) if i < len(first) else "missing"
-            b = repr(d.classes[i]) if i < len(d.classes) else "missing"
-            raise UsageError(f"the ConcatDataset's datasets number their classes differently: class {i} is {a} in "
-                             f"the first and {b} in dataset {k} ({len(first)} and {len(d.classes)} classes), so one "
-                             "index would be two classes; open each with the same classes=[...] (all of their "
-                             "classes, in one order), or map their targets with target_transform=")  # fmt: skip
+    for concat in _concats(dataset):
+        parts = [d for d in _leaves(concat) if isinstance(d, ImageDataset) and not _maps_targets(d)]
+        first = parts[0].classes if parts else None
+        for k, d in enumerate(parts[1:], 1):
+            if d.classes != first:
+                i = next(i for i in range(max(len(first), len(d.classes)))
+                         if i >= len(first) or i >= len(d.classes) or first[i] != d.classes[i])  # fmt: skip
+                a = repr(first[i]) if i < len(first) else "missing"
+                b = repr(d.classes[i]) if i < len(d.classes) else "missing"
+                raise UsageError(
+                    f"the ConcatDataset's datasets number their classes differently: class {i} is {a} in the first "
+                    f"and {b} in dataset {k} ({len(first)} and {len(d.classes)} classes), so one index would be two "
+                    "classes; open each with the same classes=[...] (all of their classes, in one order), or map "
+                    "their targets with target_transform="
+                )
 
 
 def _channel_order(dataset) -> str | None:
@@ -2043,6 +2086,10 @@ def _channel_order(dataset) -> str | None:
     from datakit.sources import ImageDataset
 
     if isinstance(dataset, ImageDataset):
+        from datakit.transforms import EvalPipeline, TrainPipeline
+
+        if dataset.transform is not None and not isinstance(dataset.transform, (TrainPipeline, EvalPipeline)):
+            return None  # a transform of the caller's may reorder the channels (BGRToRGB, cv2.cvtColor)
         return {"rgb": "RGB", "bgr": "BGR", "gray": "L"}.get(dataset.mode)
     return None
 

@@ -395,6 +395,11 @@ class ImageDataset:
             discard(tmp)
         return self.bad_samples
 
+    def __setstate__(self, state: dict) -> None:
+        if "transform" in state and "_transform" not in state:  # pickled before transform became a property
+            state["_transform"] = state.pop("transform")
+        self.__dict__.update(state)
+
     @property
     def transform(self) -> Callable | None:
         """What each sample's image goes through (set at any time; torchvision steps are checked,

@@ -805,8 +805,8 @@ def check_numpy_transform(transform) -> None:
         kind = type(t).__name__
         if steps is not None:
             if kind == "RandomApply":  # its steps in order, and maybe none of them
-                any(walk(s) for s in steps)
-                return False
+                converts = any(walk(s) for s in steps)
+                return converts and getattr(t, "p", 0.5) >= 1
             if kind in ("RandomChoice", "RandomOrder"):  # any one of them may come first
                 converted = [walk(s) for s in steps]
                 return all(converted) if kind == "RandomChoice" else any(converted)
@@ -814,6 +814,9 @@ def check_numpy_transform(transform) -> None:
         module = type(t).__module__ or ""
         if module.startswith("datakit."):  # datakit's NumPy steps keep the array; the rest give tensors
             return not isinstance(t, (Resize, CenterCrop, RandomResizedCrop, RandomHorizontalFlip, BGRToRGB))
+        if kind == "Lambda" and module.startswith("torchvision.transforms.v2"):
+            # v2.Lambda(f, torch.Tensor) passes anything not of its types through untouched
+            return any(issubclass(np.ndarray, k) for k in getattr(t, "types", (object,)) if isinstance(k, type))
         if not module.startswith("torchvision.transforms") or kind in _TV_CONVERTERS or kind == "Lambda":
             return True
         if kind == "Identity":

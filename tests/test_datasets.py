@@ -169,6 +169,8 @@ def test_torchvision_steps_before_to_image_are_refused(class_folder: Path):
         with pytest.raises(UsageError) as e:
             open_dataset(class_folder, transform=tf)
         assert str(e.value) == f"transform: torchvision's {what}: {tail}"
+    with pytest.raises(UsageError, match=r"^transform: torchvision's v2\.Resize comes before any ToImage\(\): "):
+        open_dataset(class_folder, transform=v2.Compose([v2.Lambda(torch.flipud, torch.Tensor), v2.Resize(16)]))
     ds = open_dataset(class_folder)
     with pytest.raises(UsageError, match=r"^transform: torchvision's v2\.Resize comes before any ToImage\(\): "):
         ds.transform = v2.Resize(16)  # set later: checked as well
@@ -185,6 +187,16 @@ def test_torchvision_steps_before_to_image_are_refused(class_folder: Path):
         out = open_dataset(class_folder, transform=tf)[3][0]
         assert torch.equal(torch.as_tensor(np.asarray(out)), torch.from_numpy(img[:, ::-1].copy()).permute(2, 0, 1))
     open_dataset(class_folder, transform=accepted[4])
+    open_dataset(class_folder, transform=v2.Compose([v2.RandomApply([v2.ToImage()], p=1.0), v2.Resize(16)]))
+
+
+def test_a_dataset_pickled_before_transform_became_a_property_still_reads(class_folder: Path):
+    ds = open_dataset(class_folder, transform=v2.Compose([v2.ToImage(), v2.Resize((8, 8))]))
+    state = dict(ds.__dict__)
+    state["transform"] = state.pop("_transform")  # what an earlier version pickled
+    old = FolderDataset.__new__(FolderDataset)
+    old.__setstate__(state)
+    assert old[0][0].shape == (3, 8, 8) and old.transform is ds.transform
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])

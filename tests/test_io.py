@@ -926,5 +926,10 @@ def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
     )  # 0.299 * 255 + 0.114 * 255
     unchanged = decode_image(data, "unchanged")  # as stored: uint16, OpenCV's BGR order
     assert unchanged.dtype == np.uint16 and unchanged[0, 100].tolist() == [2000, 0, 1000]
+    # ASCII files: OpenCV scales 8-bit samples itself (truncating), so they are not scaled again; 16-bit ones are
+    ascii8 = decode_image(b"P2\n6 1\n100\n0 1 25 50 99 100\n", "gray")
+    assert ascii8.tolist() == [[0, 2, 63, 127, 252, 255]]
+    ascii16 = decode_image(b"P2\n4 1\n1000\n0 10 500 1000\n", "gray")
+    assert ascii16.tolist() == [[0, 3, 128, 255]]
     full = np.full((1, 3, 3), 200, np.uint8)  # maxval 255 and 65535: as before
     np.testing.assert_array_equal(decode_image(b"P6\n3 1\n255\n" + full.tobytes(), "rgb"), full)

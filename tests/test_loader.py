@@ -2564,12 +2564,21 @@ def test_datasets_joined_with_other_classes_are_refused(tmp_path: Path):
     )
     with pytest.raises(UsageError, match=r"^the ConcatDataset's datasets number their classes differently: class 1 "):
         create_loader(torch.utils.data.ConcatDataset([a, torch.utils.data.Subset(b, [0, 1])]), 2, num_workers=0)
+    with pytest.raises(UsageError, match=r"^the ConcatDataset's datasets number their classes differently: class 1 "):
+        create_loader(torch.utils.data.Subset(a + b, [0, 1, 2, 3]), 2, num_workers=0)  # random_split(a + b)
+    from datakit.transforms import ToDtype
+
+    a.target_transform = ToDtype()  # keeps each index's class: still checked
+    with pytest.raises(UsageError, match=r"^the ConcatDataset's datasets number their classes differently: class 1 "):
+        create_loader(a + b, 2, num_workers=0)
     every = ["狗", "猫", "鸟"]
     a, b = (open_dataset(tmp_path / p, transform=eval_pipeline(8, 8), classes=every) for p in "AB")
     labels = torch.cat([t for _, t in create_loader(a + b, 2, train=False, num_workers=0)])
     assert labels.tolist() == [0, 1, 0, 2]
-    a, b = (open_dataset(tmp_path / p, transform=eval_pipeline(8, 8), target_transform=int) for p in "AB")
-    assert len(create_loader(a + b, 2, train=False, num_workers=0)) == 2  # a mapping of the caller's own: theirs
+    a = open_dataset(tmp_path / "A", transform=eval_pipeline(8, 8))
+    b = open_dataset(tmp_path / "B", transform=eval_pipeline(8, 8), target_transform=functools.partial(operator.add, 2))
+    labels = torch.cat([t for _, t in create_loader(a + b, 2, train=False, num_workers=0)])
+    assert labels.tolist() == [0, 1, 2, 3]  # a mapping of the caller's own on a part: theirs
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
@@ -2590,6 +2599,8 @@ def test_a_transform_changed_between_epochs_reaches_the_persistent_workers(class
     assert shapes == {(3, 16, 16)}
     shapes, same = epoch()
     assert shapes == {(3, 16, 16)} and same == pids  # unchanged: the same workers go on
+    ds.transform = train_pipeline(16)  # built again from a schedule, the same: no restart
+    assert epoch() == ({(3, 16, 16)}, pids)
     ds.transform = train_pipeline(8)
     shapes, new = epoch()
     assert shapes == {(3, 8, 8)} and set(new).isdisjoint(pids)
@@ -2597,4 +2608,35 @@ def test_a_transform_changed_between_epochs_reaches_the_persistent_workers(class
     assert epoch()[0] == {(3, 12, 12)}
     ds.target_transform = functools.partial(operator.add, 100)  # picklable: spawn pickles it
     assert {int(t) for _, labels in loader for t in labels} == {100, 101, 102}
+    loader.close()
+
+
+class _Drawing:
+    """A transform of the caller's own holding a random generator, a lock and a lambda: pickle stores none of the
+    last two, and the main process drawing from the generator between epochs changes nothing the workers hold."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.rng, self.lock, self.to_chw = size, np.random.default_rng(0), threading.Lock(), lambda a: a
+
+    def __call__(self, img):
+        return torch.from_numpy(np.ascontiguousarray(img[: self.size, : self.size])).permute(2, 0, 1)
+
+
+def test_transforms_that_do_not_pickle_or_draw_in_the_main_process_restart_workers_only_when_changed(class_folder):
+    from datakit.datasets import open_dataset
+
+    ds = open_dataset(class_folder, transform=_Drawing(12))
+    loader = create_loader(ds, 4, num_workers=2, seed=0, train=False)
+
+    def epoch() -> tuple[set, list]:
+        shapes = {tuple(images.shape[1:]) for images, _ in loader}
+        return shapes, sorted(w.pid for w in loader.loader._iterator._workers)
+
+    shapes, pids = epoch()
+    assert shapes == {(3, 12, 12)}
+    ds.transform.rng.random(5)  # the loop draws from it between epochs
+    assert epoch() == ({(3, 12, 12)}, pids)
+    ds.transform.size = 8  # changed in place, in a transform pickle cannot store (the lock, the lambda)
+    shapes, new = epoch()
+    assert shapes == {(3, 8, 8)} and set(new).isdisjoint(pids)
     loader.close()

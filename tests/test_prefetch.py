@@ -173,6 +173,11 @@ def test_statistics_follow_the_channel_order_of_the_images(class_folder):
     torch.testing.assert_close(first(bgr, normalize=in_bgr), in_rgb.flip(1))
     plain = ([0.3, 0.4, 0.5], [0.3, 0.25, 0.2])
     torch.testing.assert_close(first(bgr, normalize=plain), T.Normalize(*plain)(u8_bgr.float() / 255))
+    # a transform of the caller's may turn the channels itself: its order is not assumed
+    from datakit.transforms import BGRToRGB, Compose
+
+    turned = open_dataset(class_folder, transform=Compose([BGRToRGB(), eval_pipeline(24, 28)]), mode="bgr")
+    torch.testing.assert_close(first(turned), expected)
 
 
 def test_float_pipelines_are_not_normalised_twice(class_folder):
