@@ -2611,7 +2611,7 @@ def test_a_transform_changed_between_epochs_reaches_the_persistent_workers(class
     loader.close()
 
 
-class _Drawing:
+class _OwnTransform:
     """A transform of the caller's own holding a random generator, a lock and a lambda: pickle stores none of the
     last two, and the main process drawing from the generator between epochs changes nothing the workers hold."""
 
@@ -2625,7 +2625,7 @@ class _Drawing:
 def test_transforms_that_do_not_pickle_or_draw_in_the_main_process_restart_workers_only_when_changed(class_folder):
     from datakit.datasets import open_dataset
 
-    ds = open_dataset(class_folder, transform=_Drawing(12))
+    ds = open_dataset(class_folder, transform=_OwnTransform(12))
     loader = create_loader(ds, 4, num_workers=2, seed=0, train=False)
 
     def epoch() -> tuple[set, list]:
