@@ -2581,6 +2581,12 @@ def test_datasets_joined_with_other_classes_are_refused(tmp_path: Path):
     assert labels.tolist() == [0, 1, 2, 3]  # a mapping of the caller's own on a part: theirs
 
 
+def _shapes_and_workers(loader) -> tuple[set, list]:
+    """One epoch of ``loader``: the image shapes its batches held, and the PIDs of the workers that read them."""
+    shapes = {tuple(images.shape[1:]) for images, _ in loader}
+    return shapes, sorted(w.pid for w in loader.loader._iterator._workers)
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_a_transform_changed_between_epochs_reaches_the_persistent_workers(class_folder: Path, context: str):
     # the attack: progressive resizing (ds.transform = train_pipeline(32) from epoch 1) worked with torch's
@@ -2592,8 +2598,7 @@ def test_a_transform_changed_between_epochs_reaches_the_persistent_workers(class
     loader = create_loader(ds, 4, num_workers=2, seed=0, multiprocessing_context=context)
 
     def epoch() -> tuple[set, list]:
-        shapes = {tuple(images.shape[1:]) for images, _ in loader}
-        return shapes, sorted(w.pid for w in loader.loader._iterator._workers)
+        return _shapes_and_workers(loader)
 
     shapes, pids = epoch()
     assert shapes == {(3, 16, 16)}
@@ -2629,8 +2634,7 @@ def test_transforms_that_do_not_pickle_or_draw_in_the_main_process_restart_worke
     loader = create_loader(ds, 4, num_workers=2, seed=0, train=False)
 
     def epoch() -> tuple[set, list]:
-        shapes = {tuple(images.shape[1:]) for images, _ in loader}
-        return shapes, sorted(w.pid for w in loader.loader._iterator._workers)
+        return _shapes_and_workers(loader)
 
     shapes, pids = epoch()
     assert shapes == {(3, 12, 12)}
