@@ -2596,9 +2596,7 @@ def test_a_transform_changed_between_epochs_reaches_the_persistent_workers(class
 
     ds = open_dataset(class_folder, transform=train_pipeline(16))
     loader = create_loader(ds, 4, num_workers=2, seed=0, multiprocessing_context=context)
-
-    def epoch() -> tuple[set, list]:
-        return _shapes_and_workers(loader)
+    epoch = functools.partial(_shapes_and_workers, loader)
 
     shapes, pids = epoch()
     assert shapes == {(3, 16, 16)}
@@ -2632,9 +2630,7 @@ def test_transforms_that_do_not_pickle_or_draw_in_the_main_process_restart_worke
 
     ds = open_dataset(class_folder, transform=_OwnTransform(12))
     loader = create_loader(ds, 4, num_workers=2, seed=0, train=False)
-
-    def epoch() -> tuple[set, list]:
-        return _shapes_and_workers(loader)
+    epoch = functools.partial(_shapes_and_workers, loader)
 
     shapes, pids = epoch()
     assert shapes == {(3, 12, 12)}
