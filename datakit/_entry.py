@@ -53,6 +53,18 @@ def _start(prog: str, name: str) -> int:
     except KeyboardInterrupt:  # between the handler's end and the command's own
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        _done()
+
+
+def _done() -> None:
+    """The command's work is over: a Ctrl-C now would find Python finalizing, its handler gone, and kill the process
+    with no word (exit -2) after the work was done; it is ignored instead, and the command's own exit code stands."""
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
 
 
 _COMMANDS = ("unzip", "check", "stats", "pack-lmdb", "info", "verify", "preview", "bench", "doctor")

@@ -2041,3 +2041,15 @@ def test_ctrl_c_at_any_moment_of_unzip_gbk_leaves_one_line_and_no_part(tmp_path:
         if proc.returncode == 130:
             assert err == "unzip-gbk: interrupted\n"
         assert [p.name for p in out.rglob("*unzip-part")] == [] if out.exists() else True
+
+
+def test_a_ctrl_c_after_the_work_is_done_leaves_the_commands_exit_code(tmp_path: Path):
+    # the attack: a Ctrl-C landing once unzip-gbk had extracted everything, while Python finalized (its handler
+    # gone), killed the process with no word: exit -2 for a complete extraction
+    z = write_zip(tmp_path / "a.zip", [gbk("乙/图.jpg", b"x" * 100)])
+    code = ("import os, signal, sys; from datakit._entry import unzip_gbk; rc = unzip_gbk(); "
+            "os.kill(os.getpid(), signal.SIGINT); sys.exit(rc)")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, str(z), "-d", str(tmp_path / "out"), "-q"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (tmp_path / "out" / "乙" / "图.jpg").read_bytes() == b"x" * 100
