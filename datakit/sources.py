@@ -81,6 +81,37 @@ def _size_text(n: float) -> str:
     return f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{int(n)} bytes"
 
 
+class SampleList(Sequence):
+    """A dataset's ``(file, class index)`` pairs, made one at a time from its compact index; equal to a
+    list of the same pairs."""
+
+    def __init__(self, dataset: ImageDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = operator.index(index)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"sample index {index} out of range for {len(self)} samples")
+        return self.dataset.name(i), int(self.dataset.targets[i])
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (SampleList, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"SampleList({len(self)} samples)"
+
+
 class ImageDataset:
     """Base of every datakit dataset: ``(image, target)`` samples, decoded lazily.
 
@@ -185,10 +216,11 @@ class ImageDataset:
             self.class_map = ClassMap(tuple(given))
 
     @property
-    def samples(self) -> list[tuple[str, int]]:
+    def samples(self) -> SampleList:
         """``(file, class index)`` pairs, as ImageFolder's ``samples`` (the file as :meth:`name` gives it:
-        a path, a zip's member, a pack's key). Built on each access from the compact index."""
-        return [(self.name(i), int(t)) for i, t in enumerate(self.targets)]
+        a path, a zip's member, a pack's key): a sequence over the compact index, each pair made when
+        it is read (``ds.samples[i]`` costs one pair, not the whole list)."""
+        return SampleList(self)
 
     @samples.setter
     def samples(self, value) -> None:

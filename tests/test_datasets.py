@@ -138,6 +138,13 @@ def test_every_kind_has_imagefolders_samples_and_imgs(samples: Path):
         ds = open_dataset(src)
         assert ds.samples[0] == ds.imgs[0] == (first, 0), kind
         assert [t for _, t in ds.samples] == ds.targets.tolist() and len(ds.samples) == len(ds), kind
+    calls = []
+    name = ds.name
+    ds.name = lambda i: calls.append(i) or name(i)
+    assert ds.samples[5] == ds.imgs[-19] == (name(5), int(ds.targets[5])) and calls == [5, 5]  # one pair each
+    assert ds.samples[:2] == [(name(0), 0), (name(1), 0)] and ds.samples == list(ds.samples)
+    with pytest.raises(IndexError):
+        ds.samples[24]
     with pytest.raises(AttributeError) as e:
         ds.samples = ds.samples[:3]  # ImageFolder's filtering idiom
     assert str(e.value) == ("a datakit dataset's samples are read from its compact index and cannot be set; to keep "
