@@ -1094,10 +1094,11 @@ def _extract_file(
 
 
 def _hold_interrupts() -> object:
-    """SIGINT blocked in this thread (the main one: where Python raises KeyboardInterrupt); what to restore."""
+    """SIGINT and SIGTERM (which the commands end as Ctrl-C) blocked in this thread (the main one: where Python
+    raises KeyboardInterrupt); what to restore."""
     if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _release_interrupts(held: object) -> None:
