@@ -240,3 +240,24 @@ def test_workers_fork_safely_while_cuda_batches_wait_in_garbage_cycles():
         gc.enable()
     assert [t.cpu().tolist() for _, t in got] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     torch.testing.assert_close(got[1][0][0].cpu(), _expected(torch.full((1, 3, 8, 8), 4, dtype=torch.uint8))[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_transform_changed_between_epochs_reaches_the_workers_on_the_cuda_path(class_folder, context):
+    # progressive resizing with the batches normalised on the GPU: the persistent workers restart
+    # with the new transform, and each epoch's batches equal the CPU path's for the same seed
+    ds = open_dataset(class_folder, transform=train_pipeline(16))
+    kw = dict(num_workers=2, seed=0, multiprocessing_context=context)
+    gpu, cpu = create_loader(ds, 4, device="cuda", **kw), create_loader(ds, 4, device="cpu", **kw)
+    for size in (16, 8, 12):
+        if size != 16:
+            ds.transform = train_pipeline(size)
+        got, want = list(gpu), list(cpu)
+        assert len(got) == len(want) == 3
+        for (g, gl), (c, cl) in zip(got, want):
+            assert g.is_cuda and g.dtype == torch.float32 and g.shape == (4, 3, size, size)
+            torch.testing.assert_close(g.cpu(), c, atol=1e-5, rtol=1e-5)
+            assert torch.equal(gl.cpu(), cl)
+    gpu.close()
+    cpu.close()

@@ -150,9 +150,11 @@ def test_normalize_choices(class_folder):
     assert resolve_normalize(True) == resolve_normalize("imagenet") == IMAGENET
 
 
-def test_statistics_follow_the_channel_order_of_the_images(class_folder):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_statistics_follow_the_channel_order_of_the_images(class_folder, device):
     """A mode="bgr" dataset's blue plane is normalised with the blue statistics, and Stats computed
-    in BGR order normalise an RGB dataset's planes by colour; plain (mean, std) are taken as given."""
+    in BGR order normalise an RGB dataset's planes by colour; plain (mean, std) are taken as given,
+    on the CPU path and on the GPU's (the prefetcher normalises there)."""
     rgb = open_dataset(class_folder, transform=eval_pipeline(24, 28))
     bgr = open_dataset(class_folder, transform=eval_pipeline(24, 28), mode="bgr")
     (u8, _), *_ = _uint8_batches(rgb, 4, train=False, num_workers=0)
@@ -160,7 +162,9 @@ def test_statistics_follow_the_channel_order_of_the_images(class_folder):
     assert torch.equal(u8_bgr, u8.flip(1))
 
     def first(ds, **kw):
-        return next(iter(create_loader(ds, 4, train=False, num_workers=0, device="cpu", **kw)))[0]
+        images = next(iter(create_loader(ds, 4, train=False, num_workers=0, device=device, **kw)))[0]
+        assert images.device.type == device and images.dtype == torch.float32
+        return images.cpu()
 
     expected = T.Normalize(*IMAGENET)(u8.float() / 255)
     for kw in ({}, {"normalize": True}, {"normalize": "imagenet"}, {"normalize": PRESETS["imagenet"]}):
