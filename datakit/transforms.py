@@ -843,7 +843,31 @@ def _index_cache(where):
     return where if isinstance(where, IndexCache) else IndexCache(where)
 
 
-class TrainPipeline(Compose):
+class _Pipeline(Compose):
+    """What the two pipelines share: per-sample normalisation that follows the dataset's channel order."""
+
+    def _set_norm(self, mean, std, normalize: bool, order: str | None) -> None:
+        self.norm = Normalize(mean, std) if normalize else None
+        # statistics of a known channel order (the ImageNet defaults: RGB) are reversed for a mode="bgr"
+        # dataset, as create_loader does with the presets; statistics given as plain numbers are taken as given
+        self.stats_order = order
+        bgr = normalize and order == "RGB" and len(self.norm.mean) == 3
+        self._norm_bgr = Normalize(self.norm.mean.flip(0).tolist(), self.norm.std.flip(0).tolist()) if bgr else None
+
+    def _norm_for(self, mode: str):
+        """The normalisation for images of ``mode`` (the dataset's, which :meth:`from_bytes` is given)."""
+        bgr = getattr(self, "_norm_bgr", None)  # None in a pipeline pickled by an earlier version
+        return bgr if mode == "bgr" and bgr is not None else self.norm
+
+    def _whole(self, img, mode: str):
+        """``self(img)`` for an image decoded whole, normalised for ``mode``."""
+        norm = self._norm_for(mode)
+        for t in self.transforms:
+            img = norm(img) if t is self.norm else t(img)
+        return img
+
+
+class TrainPipeline(_Pipeline):
     """Random resized crop, flip, augmentations, CHW (and normalisation): see :func:`train_pipeline`.
 
     Given the encoded bytes (:meth:`from_bytes`, which datasets call when a transform has it),
@@ -853,12 +877,12 @@ class TrainPipeline(Compose):
     """
 
     def __init__(self, size, scale, ratio, hflip, mean, std, normalize, interpolation="bilinear",
-                 augment=None, index_cache=None) -> None:  # fmt: skip
+                 augment=None, index_cache=None, stats_order=None) -> None:  # fmt: skip
         self.crop = RandomResizedCrop(size, scale, ratio, interpolation)
         self.index_cache = _index_cache(index_cache)
         self.flip = RandomHorizontalFlip(hflip)
         self.augment = _check_augment(augment, self.crop.size)
-        self.norm = Normalize(mean, std) if normalize else None
+        self._set_norm(mean, std, normalize, stats_order)
         steps = [self.crop, self.flip, HWCToCHW(), *self.augment] + ([self.norm] if self.norm else [])
         super().__init__(steps)
 
@@ -867,10 +891,11 @@ class TrainPipeline(Compose):
         th, tw = self.crop.size
         return _factor(ch, cw, th, tw) if self.crop.interpolation not in _NEAREST else 1
 
-    def _finish(self, chw: torch.Tensor) -> torch.Tensor:
+    def _finish(self, chw: torch.Tensor, mode: str) -> torch.Tensor:
         for t in self.augment:
             chw = t(chw)
-        return self.norm(chw) if self.norm else chw
+        norm = self._norm_for(mode)
+        return norm(chw) if norm else chw
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
         from datakit import io as dio
@@ -879,7 +904,7 @@ class TrainPipeline(Compose):
             data = bytes(data)
         header = _jpeg_header(data, mode)
         if header is None:
-            return self(dio.decode_image(data, mode, name=name))
+            return self._whole(dio.decode_image(data, mode, name=name), mode)
         h, w = header
         orientation = dio._exif_orientation(data)
         th, tw = self.crop.size
@@ -904,15 +929,15 @@ class TrainPipeline(Compose):
         if region is None:  # not built, or an image it leaves to the whole-image decoders
             img = _decode_scaled(data, mode, name, h, w, f)
             if img.shape[:2] != (sh, sw):  # a decoder that reads another frame size than the header's
-                return self(dio.decode_image(data, mode, name=name))
+                return self._whole(dio.decode_image(data, mode, name=name), mode)
             region = dio._orient(img[y0:y1, x0:x1], orientation)
         flip = _coin() < self.flip.p
         chw = _antialiased(region, th, tw, self.crop.interpolation)
         if chw is not None:  # shrunk 2x or more: CHW already, flipped as such
-            return self._finish(torch.flip(chw, [2]) if flip else chw)
+            return self._finish(torch.flip(chw, [2]) if flip else chw, mode)
         chw = _planes(region, th, tw, self.crop.interpolation, flip)
         if chw is not None:  # bilinear: resized, mirrored and split into planes in one pass
-            return self._finish(chw)
+            return self._finish(chw, mode)
         out = _resize(region, th, tw, self.crop.interpolation)
         if flip:
             import cv2
@@ -924,16 +949,17 @@ class TrainPipeline(Compose):
         if out.ndim == 2:
             out = out[:, :, None]
         # a CHW view of the HWC pixels: the batch's stack does the one copy (and the transposition)
-        return self._finish(torch.from_numpy(out).permute(2, 0, 1))
+        return self._finish(torch.from_numpy(out).permute(2, 0, 1), mode)
 
 
-class EvalPipeline(Compose):
+class EvalPipeline(_Pipeline):
     """Resize the shorter side, centre crop, CHW (and normalisation): see :func:`eval_pipeline`;
     :meth:`from_bytes` decodes a JPEG at the smallest DCT scale that keeps the shorter side."""
 
-    def __init__(self, size, resize, mean, std, normalize, interpolation="bilinear", antialias=True) -> None:
+    def __init__(self, size, resize, mean, std, normalize, interpolation="bilinear", antialias=True,
+                 stats_order=None) -> None:  # fmt: skip
         self.resize, self.center = Resize(resize, interpolation, antialias), CenterCrop(size)
-        self.norm = Normalize(mean, std) if normalize else None
+        self._set_norm(mean, std, normalize, stats_order)
         super().__init__([self.resize, self.center, HWCToCHW()] + ([self.norm] if self.norm else []))
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
@@ -941,7 +967,7 @@ class EvalPipeline(Compose):
 
         header = _jpeg_header(data, mode)
         if header is None or not isinstance(self.resize.size, int):
-            return self(decode_image(data, mode, name=name))
+            return self._whole(decode_image(data, mode, name=name), mode)
         h, w = header
         short = self.resize.size
         f = _factor(min(h, w), min(h, w), short, short) if self.resize.interpolation not in _NEAREST else 1
@@ -956,7 +982,7 @@ class EvalPipeline(Compose):
         # in proportion, to a little more than that, and the centre cut taken where the full image has it
         rh, rw = self.resize.output_size(h, w)
         if rh < th or rw < tw:  # padded by the centre crop, as torchvision pads it: the whole image
-            return self(decode_image(data, mode, name=name))
+            return self._whole(decode_image(data, mode, name=name), mode)
         img = decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name=name)
         sh, sw = img.shape[:2]
         rh2, rw2 = (round(sh * f * rh / h), round(sw * f * rw / w)) if f > 1 else (rh, rw)
@@ -972,7 +998,13 @@ class EvalPipeline(Compose):
         # resized straight into planes where it can be, then the centre cut: the pixels self(img) gives when
         # the image is decoded whole, without the round trip through HWC
         out = chw[:, top : top + th, left : left + tw].contiguous()
-        return self.norm(out) if self.norm else out
+        norm = self._norm_for(mode)
+        return norm(out) if norm else out
+
+
+def _defaults_order(mean, std) -> str | None:
+    """ "RGB" for the default statistics (ImageNet's, in RGB order); None for statistics the caller gave."""
+    return "RGB" if mean is IMAGENET_MEAN and std is IMAGENET_STD else None
 
 
 def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float] = (0.08, 1.0),
@@ -985,7 +1017,9 @@ def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float
     Used as a dataset's transform it decodes JPEGs only at the resolution the crop needs. The
     output stays uint8 (a quarter of float32's bytes through the workers); ``create_loader(...,
     device=...)`` normalises whole batches, on the GPU or on the CPU. ``normalize=True`` gives
-    float32 normalised with ``mean``/``std`` (0-1 scale) per sample, as before.
+    float32 normalised with ``mean``/``std`` (0-1 scale) per sample, as before. The default
+    statistics (ImageNet's, in RGB order) are reversed for a ``mode="bgr"`` dataset's images, as
+    ``create_loader`` does; statistics you give are applied in the order of the dataset's channels.
 
     Args:
         interpolation: ``"bilinear"`` (default), ``"bicubic"``, ``"nearest"``, ``"nearest-exact"``,
@@ -1001,14 +1035,16 @@ def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float
             the MCUs around it alone (:mod:`datakit.indexcache`). The same pixels; the first epoch
             is slower, the later ones faster (docs/benchmarks.md). Shared by all workers and runs.
     """
-    return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize, interpolation, augment, index_cache)
+    order = _defaults_order(mean, std)
+    return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize, interpolation, augment, index_cache, order)
 
 
 def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *, interpolation="bilinear",
                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                   normalize: bool = False, antialias: bool = True) -> EvalPipeline:  # fmt: skip
     """ImageNet-style evaluation input: shorter side to ``resize``, centre crop ``size``, uint8 CHW
-    (float32 normalised with ``normalize=True``); ``interpolation`` as in :func:`train_pipeline`.
+    (float32 normalised with ``normalize=True``, the statistics' order as in :func:`train_pipeline`);
+    ``interpolation`` as in :func:`train_pipeline`.
 
     ``antialias=True`` (default) resizes with torchvision's own kernel at any factor: the pixels of
     ``v2.Compose([v2.Resize(resize), v2.CenterCrop(size)])`` on the decoded image (a JPEG of 512 px or more
@@ -1022,4 +1058,4 @@ def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *,
     if resize is None:
         side = size if isinstance(size, int) else max(size)
         resize = int(side * 256 / 224)
-    return EvalPipeline(size, resize, mean, std, normalize, interpolation, antialias)
+    return EvalPipeline(size, resize, mean, std, normalize, interpolation, antialias, _defaults_order(mean, std))

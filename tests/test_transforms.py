@@ -292,6 +292,35 @@ def test_normalize_true_is_the_uint8_output_normalised():
     torch.testing.assert_close(f32, T.Normalize(mean, std)(u8.float() / 255))
 
 
+@pytest.mark.parametrize("pipeline", ["train", "eval"])
+def test_normalize_true_puts_the_default_statistics_in_a_bgr_dataset_s_order(class_folder, pipeline):
+    # the attack: train_pipeline(normalize=True) on a mode="bgr" dataset normalised its blue plane with
+    # ImageNet's red statistics (create_loader's batches were right); JPEG (decoded at the crop) and PNG alike
+    def make(**kw):
+        return train_pipeline(24, **kw) if pipeline == "train" else eval_pipeline(24, 28, **kw)
+
+    def sample(mode, i, **kw):
+        torch.manual_seed(5)
+        return open_dataset(class_folder, transform=make(**kw), mode=mode)[i][0]
+
+    for i in (0, 1):  # a JPEG and a PNG
+        rgb_u8, bgr_u8 = sample("rgb", i), sample("bgr", i)
+        assert torch.equal(bgr_u8, rgb_u8.flip(0))
+        rgb, bgr = sample("rgb", i, normalize=True), sample("bgr", i, normalize=True)
+        torch.testing.assert_close(rgb, T.Normalize(IMAGENET_MEAN, IMAGENET_STD)(rgb_u8.float() / 255))
+        torch.testing.assert_close(bgr, rgb.flip(0))
+        # statistics given as numbers are applied as given, in the dataset's channel order
+        given = dict(mean=[0.1, 0.5, 0.9], std=[0.2, 0.3, 0.4])
+        torch.testing.assert_close(sample("bgr", i, normalize=True, **given),
+                                   T.Normalize(given["mean"], given["std"])(bgr_u8.float() / 255))  # fmt: skip
+    # an image given to the pipeline directly has no dataset to say its order: the statistics as they are
+    img = synthetic_image(60, 80)
+    direct = eval_pipeline(24, 28, normalize=True)(img)
+    torch.testing.assert_close(
+        direct, T.Normalize(IMAGENET_MEAN, IMAGENET_STD)(eval_pipeline(24, 28)(img).float() / 255)
+    )
+
+
 AUGMENTS = {
     "TrivialAugmentWide": lambda: v2.TrivialAugmentWide(),
     "RandAugment": lambda: v2.RandAugment(num_ops=3, magnitude=12),
