@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -356,12 +357,19 @@ def _device_batches(owner, loader, infinite, device, mean, std, channels_last, e
             del dl
             yield batch
     else:
-        for state, batch in source:
+        source = iter(source)
+        while True:
+            start = time.perf_counter()
+            try:
+                state, batch = next(source)
+            except StopIteration:
+                return
+            waited = time.perf_counter() - start  # how long the loop waited for the workers
             dl = owner()
             if dl is None:
                 return
             dl._state = state["state"] if state else None
-            out = dl._cpu(batch)
+            out = dl._cpu(batch, waited)
             del dl
             yield out
 
@@ -400,6 +408,8 @@ class DeviceLoader:
 
             self._cpu_norm = Normalize(mean, std)
         self._cpus: int | None = None
+        self._threads = 0  # normalising threads used for the last batch (0: none yet)
+        self._norm_s: float | None = None  # the time the last batch's normalisation took
         self._state = loader.state_dict() if self.infinite else None
         self._gen = None
 
@@ -413,13 +423,32 @@ class DeviceLoader:
         workers = getattr(self.loader, "num_workers", 0) or 0  # re-read: re-tuning changes it
         return max(1, min(4, self._cpus - workers))
 
-    def _cpu(self, batch):
+    def _norm_threads(self, waited: float) -> int:
+        """Threads for normalising the next batch: the spare CPUs (:meth:`_spare_threads`) while the
+        loop waits for the workers; while batches are ready before the loop asks for them (it waited
+        under a tenth of a normalisation), the workers are ahead and idle in part, and the loop is what
+        limits: one thread more each batch, up to half the CPUs (at most 4); back down, not under the
+        spare ones, when the loop waits longer than a normalisation takes."""
+        base = self._spare_threads()
+        cap = max(base, min(4, self._cpus // 2))
+        if not self._threads or self._norm_s is None:
+            return base
+        if waited < 0.1 * self._norm_s:
+            return min(cap, max(base, self._threads + 1))
+        if waited > self._norm_s:
+            return max(base, min(cap, self._threads - 1))
+        return min(cap, max(base, self._threads))
+
+    def _cpu(self, batch, waited: float | None = None):
         images = _find_images(batch)
         if images is not None:
             out = images
             if self._cpu_norm is not None:
-                self._cpu_norm.threads = self._spare_threads()
+                start = time.perf_counter()
+                self._threads = self._spare_threads() if waited is None else self._norm_threads(waited)
+                self._cpu_norm.threads = self._threads
                 out = self._cpu_norm(channels_first(images, len(self.mean)).contiguous())
+                self._norm_s = time.perf_counter() - start
             if self.channels_last:
                 out = out.contiguous(memory_format=torch.channels_last)
             if self._cpu_norm is not None:

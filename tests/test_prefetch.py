@@ -5,6 +5,7 @@ create_loader(..., device=..., normalize=...): model-ready batches on the CPU an
 from __future__ import annotations
 
 import collections
+import time
 import warnings
 
 import numpy as np
@@ -283,6 +284,51 @@ def test_cpu_normalisation_spreads_over_idle_cores_with_the_same_values(monkeypa
     source.num_workers = 12
     ((out, _),) = list(dl)
     assert torch.equal(out, one(x)) and dl._cpu_norm._executor._max_workers == 4
+
+
+class _Slow:
+    """Batches that come ``delay`` seconds after the loop asks: workers slower than the loop."""
+
+    num_workers = 16
+
+    def __init__(self, batches, delay: float) -> None:
+        self.batches, self.delay = batches, delay
+
+    def __iter__(self):
+        for b in self.batches:
+            time.sleep(self.delay)
+            yield b
+
+
+def test_cpu_normalisation_takes_more_threads_only_while_the_loop_is_what_limits(monkeypatch):
+    # the attack: on 16 cores with 16 workers the loop normalised on one thread at about 4500 images/s while
+    # the workers made 10000 (docs/benchmarks.md, the GPU machine's CPU row): batches were ready, cores idle
+    monkeypatch.setattr("datakit.parallel.usable_cpus", lambda: 16)
+    x = torch.randint(0, 256, (16, 3, 224, 224), dtype=torch.uint8)  # about 2 ms a normalisation or more
+    want = Normalize(*IMAGENET)(x)
+    ready = _Workers([(x, k) for k in range(6)])
+    ready.num_workers = 16
+    dl = DeviceLoader(ready, "cpu", *IMAGENET)
+    used = []
+    for out, _ in dl:
+        used.append(dl._threads)
+        assert torch.equal(out, want)
+    assert used == [1, 2, 3, 4, 4, 4]  # one spare thread, then one more a batch up to half the CPUs, at most 4
+    slow = DeviceLoader(_Slow([(x, k) for k in range(4)], 0.25), "cpu", *IMAGENET)
+    used = []
+    for out, _ in slow:
+        used.append(slow._threads)
+        assert torch.equal(out, want)
+    assert used == [1, 1, 1, 1]  # the workers are what limits: their cores are left to them
+    # the rule itself: up while batches wait for the loop, down while the loop waits, within [spare, cap]
+    dl._threads, dl._norm_s = 4, 0.002
+    assert [dl._norm_threads(w) for w in (0.0001, 0.001, 0.003)] == [4, 4, 3]
+    dl._threads = 2
+    assert [dl._norm_threads(w) for w in (0.0001, 0.001, 0.003)] == [3, 2, 1]
+    monkeypatch.setattr("datakit.parallel.usable_cpus", lambda: 2)
+    two = DeviceLoader(_Workers([(x, 0)] * 3), "cpu", *IMAGENET)
+    two.loader.num_workers = 2
+    assert [two._threads for _ in two] == [1, 1, 1]  # 2 CPUs, 2 workers: the loop's one thread, as before
 
 
 def test_structure_kept_and_only_the_images_converted():
