@@ -385,11 +385,12 @@ class DeviceLoader:
 
     On CUDA it is a :class:`CUDAPrefetcher` (uint8 copy on a side stream, normalised on the
     GPU). On the CPU a uint8 batch is normalised by :class:`~datakit.transforms.Normalize`: one
-    256-entry table per channel, one pass, on the calling thread, which measured fastest on
-    the CPU (see docs/benchmarks.md). ``len``, ``dataset``, ``sampler``, ``batch_size`` and an
-    infinite loader's ``epoch``, ``step``, ``state_dict()`` and ``load_state_dict()`` are
-    forwarded; the state counts the batches this wrapper has handed out, not the one it holds
-    ahead, so a job resumed from it continues with the exact next batch.
+    256-entry table per channel, one pass, in the calling process, which measured fastest on
+    the CPU (see docs/benchmarks.md), on the threads :meth:`_norm_threads` gives. ``len``,
+    ``dataset``, ``sampler``, ``batch_size`` and an infinite loader's ``epoch``, ``step``,
+    ``state_dict()`` and ``load_state_dict()`` are forwarded; the state counts the batches this
+    wrapper has handed out, not the one it holds ahead, so a job resumed from it continues with
+    the exact next batch.
     """
 
     def __init__(self, loader, device: str | torch.device = "cpu", mean: Sequence[float] | None = None,
