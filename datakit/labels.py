@@ -122,8 +122,11 @@ def _text(v: object) -> str:
         return v.date().isoformat() if v.time() == datetime.time() else v.isoformat(sep=" ")
     if isinstance(v, (datetime.date, datetime.time)):
         return v.isoformat()
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
+    if isinstance(v, float) and math.isfinite(v):
+        if not v.is_integer():  # Excel shows 15 significant digits: a formula's 3.3000000000000003 (=1.1+2.2) is 3.3
+            v = float(format(v, ".15g"))
+        if v.is_integer():
+            v = int(v)
     return str(v).strip()
 
 
@@ -948,6 +951,8 @@ def detect_text_encoding(raw: bytes) -> TextEncoding:
     """
     if raw.startswith(codecs.BOM_UTF8):
         return TextEncoding("utf-8-sig", 1.0, "UTF-8 byte-order mark")
+    if raw.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):  # before UTF-16's: FF FE 00 00 starts with FF FE
+        return TextEncoding("utf-32", 1.0, "UTF-32 byte-order mark")
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return TextEncoding("utf-16", 1.0, "UTF-16 byte-order mark (Excel's Unicode text)")
     head = raw[:4096]
@@ -985,7 +990,16 @@ def _most_plausible(sample: bytes) -> TextEncoding:
             # GBK and Big5 characters (許, 功, 嘰), so splitting the bytes would cut them in two
             cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample.decode(enc)) if not c.isascii()))
             readings[enc] = cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
+    # encodings read only with encoding=, scored as rivals: Korean (CP949/EUC-KR) and Japanese (CP932/Shift-JIS)
+    # tables and Western ones (Windows-1252) decode as GBK too, into characters of their own (고양이: 绊剧捞)
+    rivals: dict[str, list[str]] = {}
+    for enc in _RIVALS:
+        if decodes(sample, enc, windows=False):
+            cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample.decode(enc)) if not c.isascii()))
+            rivals[enc] = cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
+    rival_scores = {enc: score(names, enc, table=True) for enc, names in rivals.items()}
     if not readings:
+        _refuse_rivals([e for e, v in rival_scores.items() if v >= _RIVALS[e]], rivals)
         raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it")
     scores = {enc: score(names, "gbk" if enc == "gb18030" else enc, table=True) for enc, names in readings.items()}
     legacy = [e for e in readings if e != "utf-8"]
@@ -1010,10 +1024,29 @@ def _most_plausible(sample: bytes) -> TextEncoding:
     # and 5 in 128 at the usual one; a few pairs still can)
     evidence = sum(not ch.isascii() for cell in readings[best] for ch in cell)
     need = {1: 0.4, 2: 0.2}.get(evidence, AMBIGUITY_MARGIN) if len(ranked) > 1 else AMBIGUITY_MARGIN
+    # a rival as plausible as the best reading, or nearly: the table may be Korean, Japanese or Western
+    close_rivals = [e for e in rivals if rival_scores[e] >= _RIVALS[e] and rival_scores[e] > scores[best] - need]
+    if close_rivals:
+        readings.update(rivals)
+        close = [e for e in ranked if scores[best] - scores[e] < need]
+        return _too_close([*close, *sorted(close_rivals, key=lambda e: -rival_scores[e])], readings)
     if margin >= need and scores[best] >= 0.5 - (0.0 if kind else 2.5):
         return TextEncoding(best, min(1.0, margin), f"{lead}characters most plausible as {best} (scores: {shown})")
     close = [e for e in ranked if scores[best] - scores[e] < need]
     return _too_close((["utf-8"] if kind else []) + close, readings)
+
+
+# each with the score its reading must reach to count: GBK and Big5 bytes read as CP949 are Hangul syllables
+# too, mostly of the rarer ones (0.75 each), where Korean words are mostly of the common ones (1.0)
+_RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5}
+
+
+def _refuse_rivals(encodings: list[str], readings: dict[str, list[str]]) -> None:
+    """Raise naming what each of ``encodings`` (none of them detected by itself) would read, if any."""
+    if encodings:
+        said = "; ".join(f"as {_label(e)} it reads {', '.join(dict.fromkeys(readings[e][:4]))!r}" for e in encodings)
+        options = " or ".join(f"encoding='{e}'" for e in encodings)
+        raise LabelError(f"not UTF-8, UTF-16, GBK/GB18030 or Big5 text: {said}; pass {options} (--encoding) if so")
 
 
 def _too_close(encodings: list[str], readings: dict[str, list[str]]) -> TextEncoding:
@@ -1072,7 +1105,9 @@ def _unlikely_run(run: str) -> bool:
 
 
 def _label(enc: str) -> str:
-    return {"gb18030": "GB18030", "gbk": "GBK", "utf-8": "UTF-8"}.get(enc, "Big5")
+    names = {"gb18030": "GB18030", "gbk": "GBK", "utf-8": "UTF-8", "big5": "Big5", "cp949": "CP949 (Korean)",
+             "cp932": "CP932 (Japanese)", "cp1252": "Windows-1252"}  # fmt: skip
+    return names.get(enc, enc)
 
 
 def _excerpt(text: str) -> str:
@@ -1115,9 +1150,10 @@ def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | No
                 pass
         return raw.decode(dec), enc
     except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
+        start = exc.start + len(raw) - len(exc.object)  # utf-8-sig counts from after its byte-order mark
+        line = raw.count(b"\n", 0, start) + 1
         hint = "" if encoding is not None else "; pass encoding= (--encoding) to name the right one"
-        raise LabelError(f"{path}, line {line}: byte 0x{raw[exc.start]:02x} is not valid {enc} text{hint}") from None
+        raise LabelError(f"{path}, line {line}: byte 0x{raw[start]:02x} is not valid {enc} text{hint}") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -666,3 +666,72 @@ def test_a_subtotal_row_among_the_images_is_refused_and_names_without_suffixes_a
     bare_rows = [r for i in range(5) for r in (*rows[4 * i : 4 * i + 2], f"x{i},dog\n", *rows[4 * i + 2 : 4 * i + 4])]
     path.write_text("file,label\n" + "".join(bare_rows), encoding="utf-8")  # a fifth, among the others
     assert len(open_dataset(bare, labels=path)) == 25  # files of those names, not subtotals
+
+
+@pytest.mark.parametrize("codec, labels, reading, option", [
+    ("euc-kr", ["고양이", "비행기", "말"], "as CP949 (Korean) it reads '고양이, 비행기, 말'", "encoding='cp949'"),
+    ("shift_jis", ["ねこ", "いぬ", "とり"], "as CP932 (Japanese) it reads 'ねこ, いぬ, とり'", "encoding='cp932'"),
+    ("cp1252", ["crème", "brûlée", "château"], "as Windows-1252 it reads 'crème, brûlée, château'", "encoding='cp1252'"),
+])  # fmt: skip
+def test_korean_japanese_and_western_tables_are_not_read_as_gbk(tmp_path: Path, codec, labels, reading, option):
+    # the attack: these tables decode as GBK too (고양이 as 绊剧捞), and were read so, the classes permuted
+    names = [f"{i}.jpg" for i in range(6)]
+    root = images(tmp_path / "img", *names)
+    table = tmp_path / "labels.csv"
+    table.write_bytes(
+        ("file,label\r\n" + "".join(f"{n},{labels[i % 3]}\r\n" for i, n in enumerate(names))).encode(codec)
+    )
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=table)
+    assert str(err.value).startswith(f"{table}: cannot tell the encoding apart: as GBK it reads ")
+    assert reading in str(err.value) and f"pass encoding='gbk' or {option} (--encoding) to say which" in str(err.value)
+    ds = open_dataset(root, labels=table, encoding=option.split("'")[1])
+    assert ds.classes == sorted(labels) and list(ds.targets) == [sorted(labels).index(labels[i % 3]) for i in range(6)]
+
+
+def test_chinese_tables_beside_the_new_rivals_are_still_read():
+    from datakit.labels import detect_text_encoding
+
+    body = "file,label\r\n0.jpg,{}\r\n1.jpg,{}\r\n2.jpg,{}\r\n"
+    for codec, labels in (("gbk", ("猫", "狗", "鸟")), ("gbk", ("飞机", "汽车", "轮船")), ("gbk", ("合格", "不合格", "良品")),
+                          ("big5", ("貓", "狗", "鳥")), ("big5", ("汽車", "機車", "卡車"))):  # fmt: skip
+        assert detect_text_encoding(body.format(*labels).encode(codec)).name == codec
+
+
+def test_a_formula_s_decimal_is_read_as_excel_shows_it(tmp_path: Path):
+    # the attack: =1.1+2.2 is saved as 3.3000000000000003, which Excel shows and exports as 3.3; it was a 4th class
+    import zipfile
+
+    names = [f"{i}.jpg" for i in range(6)]
+    root = images(tmp_path / "img", *names)
+    plain = workbook(tmp_path / "plain.xlsx", {"train": [[n, v] for n, v in zip(names, [1.1, 2.2, 3.3] * 2)]})
+    book = tmp_path / "labels.xlsx"
+    with zipfile.ZipFile(plain) as zin, zipfile.ZipFile(book, "w", zipfile.ZIP_DEFLATED) as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename == "xl/worksheets/sheet1.xml":
+                old = b'<c r="B7" t="n"><v>3.3</v></c>'
+                assert old in data
+                data = data.replace(old, b'<c r="B7"><f>1.1+2.2</f><v>3.3000000000000003</v></c>')
+            zout.writestr(item, data)
+    csv = tmp_path / "labels.csv"
+    csv.write_text("file,label\n" + "".join(f"{n},{v}\n" for n, v in zip(names, ["1.1", "2.2", "3.3"] * 2)))
+    for table in (book, csv):
+        ds = open_dataset(root, labels=table)
+        assert ds.classes == ["1.1", "2.2", "3.3"] and list(ds.targets) == [0, 1, 2, 0, 1, 2]
+
+
+def test_a_utf32_table_is_read_and_a_bad_byte_behind_a_bom_is_named(tmp_path: Path):
+    root = images(tmp_path / "img", "000.jpg", "001.jpg", "002.jpg")
+    body = "file,label\r\n000.jpg,猫\r\n001.jpg,狗\r\n002.jpg,猫\r\n"
+    wide = tmp_path / "utf32.csv"
+    wide.write_bytes(body.encode("utf-32"))  # with its byte-order mark, which starts like UTF-16's
+    ds = open_dataset(root, labels=wide)
+    assert ds.classes == sorted(["猫", "狗"])
+    assert list(ds.targets) == [ds.classes.index(c) for c in ("猫", "狗", "猫")]
+    mixed = tmp_path / "bom_gbk.csv"
+    mixed.write_bytes(b"\xef\xbb\xbf" + body.encode("gbk"))  # 猫 in GBK is valid UTF-8 (è); 狗 is not
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=mixed)
+    assert str(err.value) == (f"{mixed}, line 3: byte 0xb9 is not valid utf-8-sig text; pass encoding= (--encoding) "
+                              "to name the right one")  # fmt: skip

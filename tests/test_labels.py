@@ -345,7 +345,8 @@ def test_one_or_two_characters_are_too_little_to_tell_big5_from_gbk(tmp_path: Pa
     with pytest.raises(LabelError) as e:
         read_labels(path)
     assert str(e.value) == (f"{path}: cannot tell the encoding apart: as GBK it reads '睫, 公'; as Big5 it reads "
-                            "'豬, 鼠'; pass encoding='gbk' or encoding='big5' (--encoding) to say which")  # fmt: skip
+                            "'豬, 鼠'; as CP949 (Korean) it reads '쌨, 무'; pass encoding='gbk' or encoding='big5' or "
+                            "encoding='cp949' (--encoding) to say which")  # fmt: skip
     assert read_labels(path, encoding="big5").labels.tolist() == ["豬", "鼠", "豬"]
     for a, b in (("豬_1", "鼠_2"), ("1豬", "2鼠")):  # ASCII beside them is no evidence of either
         path.write_bytes(f"file,label\n1.jpg,{a}\n2.jpg,{b}\n".encode("big5"))
@@ -424,9 +425,16 @@ def test_not_any_known_encoding(tmp_path: Path):
     with pytest.raises(LabelError) as e:
         read_labels(path)
     assert str(e.value) == (
-        f"{path}: not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it"
+        f"{path}: not UTF-8, UTF-16, GBK/GB18030 or Big5 text: as Windows-1252 it reads 'café'; pass "
+        "encoding='cp1252' (--encoding) if so"
     )
     assert read_labels(path, encoding="cp1252").labels.tolist() == ["café"]
+    path.write_bytes(b"file,label\na.jpg,\x81\xff\x81,\n")  # no reading at all
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}: not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
