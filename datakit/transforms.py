@@ -853,11 +853,24 @@ class _Pipeline(Compose):
         self.stats_order = order
         bgr = normalize and order == "RGB" and len(self.norm.mean) == 3
         self._norm_bgr = Normalize(self.norm.mean.flip(0).tolist(), self.norm.std.flip(0).tolist()) if bgr else None
+        self._norm_rgb = self.norm  # what _norm_bgr reverses: a norm set later by hand is applied as given
+
+    @property
+    def transforms(self) -> list:
+        """The steps, made from the pipeline's parts as they are now: ``pipe.augment = []`` (augmentations
+        switched off for the last epochs) or ``pipe.norm = None`` holds for every image, JPEG or not."""
+        return self._steps() + ([self.norm] if self.norm is not None else [])
+
+    @transforms.setter
+    def transforms(self, value) -> None:
+        raise AttributeError(f"{type(self).__name__}'s steps are its parts: set crop, flip, augment or norm")
 
     def _norm_for(self, mode: str):
         """The normalisation for images of ``mode`` (the dataset's, which :meth:`from_bytes` is given)."""
         bgr = getattr(self, "_norm_bgr", None)  # None in a pipeline pickled by an earlier version
-        return bgr if mode == "bgr" and bgr is not None else self.norm
+        if mode == "bgr" and bgr is not None and self.norm is getattr(self, "_norm_rgb", None):
+            return bgr
+        return self.norm
 
     def _whole(self, img, mode: str):
         """``self(img)`` for an image decoded whole, normalised for ``mode``."""
@@ -883,8 +896,9 @@ class TrainPipeline(_Pipeline):
         self.flip = RandomHorizontalFlip(hflip)
         self.augment = _check_augment(augment, self.crop.size)
         self._set_norm(mean, std, normalize, stats_order)
-        steps = [self.crop, self.flip, HWCToCHW(), *self.augment] + ([self.norm] if self.norm else [])
-        super().__init__(steps)
+
+    def _steps(self) -> list:
+        return [self.crop, self.flip, HWCToCHW(), *self.augment]
 
     def _factor(self, ch: int, cw: int) -> int:
         """The DCT scale a crop of ``ch`` x ``cw`` is decoded at (1 for the nearest modes)."""
@@ -960,7 +974,9 @@ class EvalPipeline(_Pipeline):
                  stats_order=None) -> None:  # fmt: skip
         self.resize, self.center = Resize(resize, interpolation, antialias), CenterCrop(size)
         self._set_norm(mean, std, normalize, stats_order)
-        super().__init__([self.resize, self.center, HWCToCHW()] + ([self.norm] if self.norm else []))
+
+    def _steps(self) -> list:
+        return [self.resize, self.center, HWCToCHW()]
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
         from datakit.io import decode_image

@@ -321,6 +321,30 @@ def test_normalize_true_puts_the_default_statistics_in_a_bgr_dataset_s_order(cla
     )
 
 
+def test_parts_changed_in_place_hold_for_every_image_jpeg_or_not(class_folder):
+    # the attack: ds.transform.augment = [] (augmentations off for the last epochs) held for the JPEGs, decoded
+    # through the pipeline's parts, and not for the PNGs, which went through the steps listed when it was built
+    ds = open_dataset(class_folder, transform=train_pipeline(24, augment=[v2.RandomErasing(p=1.0, value=0)]))
+    assert all(bool((ds[i][0] == 0).all(0).any()) for i in (0, 1))  # a JPEG and a PNG: erased
+    ds.transform.augment = []
+    for i in (0, 1):
+        torch.manual_seed(i)
+        assert not bool((ds[i][0] == 0).all(0).any())
+    assert [type(t).__name__ for t in ds.transform.transforms] == ["RandomResizedCrop", "RandomHorizontalFlip",
+                                                                    "HWCToCHW"]  # fmt: skip
+    ev = open_dataset(class_folder, transform=eval_pipeline(24, 28, normalize=True))
+    assert ev[0][0].dtype == ev[1][0].dtype == torch.float32
+    ev.transform.norm = None
+    assert ev[0][0].dtype == ev[1][0].dtype == torch.uint8
+    ev.transform.norm = Normalize([0.5] * 3, [0.25] * 3)  # set by hand: applied as given, in a BGR dataset too
+    bgr = open_dataset(class_folder, transform=ev.transform, mode="bgr")
+    u8 = open_dataset(class_folder, transform=eval_pipeline(24, 28), mode="bgr")
+    for i in (0, 1):
+        torch.testing.assert_close(bgr[i][0], T.Normalize([0.5] * 3, [0.25] * 3)(u8[i][0].float() / 255))
+    with pytest.raises(AttributeError, match=r"^EvalPipeline's steps are its parts: set crop, flip, augment or norm$"):
+        ev.transform.transforms = []
+
+
 AUGMENTS = {
     "TrivialAugmentWide": lambda: v2.TrivialAugmentWide(),
     "RandAugment": lambda: v2.RandAugment(num_ops=3, magnitude=12),
