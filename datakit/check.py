@@ -311,6 +311,12 @@ def _process_group() -> tuple[int, int]:
     return 0, 1
 
 
+def _dropped(ds: TableDataset) -> list[str]:
+    """The files of rows left out for a problem of their own (a blank label), in every split: named by the table."""
+    whole = getattr(ds, "_whole_table", None)
+    return [*ds.table.dropped_files, *(whole.dropped_files if whole is not None else [])]
+
+
 def _not_in_table_zip(ds: TableDataset) -> list[str]:
     """The images inside a zip (under its wrapping folder, when the table's names leave it out) that the
     table does not name, as :func:`_not_in_table` for a folder."""
@@ -322,7 +328,7 @@ def _not_in_table_zip(ds: TableDataset) -> list[str]:
         return unicodedata.normalize("NFC", member_path(name))
 
     every = getattr(ds, "_every_file", ds.files)  # every split's rows, one split asked for or not
-    named = {key(ds.prefix + f) for f in [*ds.files, *every, *ds.table.dropped_files]}
+    named = {key(ds.prefix + f) for f in [*ds.files, *every, *_dropped(ds)]}
     out = []
     for m in ds.zip.members:
         path = member_path(m.name)
@@ -342,7 +348,7 @@ def _not_in_table(ds: TableDataset, src: str | os.PathLike) -> list[str]:
                 shown = os.path.normpath(os.path.join(dirpath, n))
                 on_disk[os.path.normcase(os.path.abspath(shown))] = shown
     named = {os.path.normcase(os.path.abspath(ds.path(i))) for i in range(len(ds))}
-    rows = [*getattr(ds, "_every_file", ds.files), *ds.table.dropped_files]  # every split's rows
+    rows = [*getattr(ds, "_every_file", ds.files), *_dropped(ds)]  # every split's rows
     named |= {os.path.normcase(os.path.abspath(resolve_path(f, ds.root))) for f in rows}
     return sorted(on_disk[k] for k in on_disk.keys() - named)
 

@@ -735,3 +735,23 @@ def test_a_utf32_table_is_read_and_a_bad_byte_behind_a_bom_is_named(tmp_path: Pa
         open_dataset(root, labels=mixed)
     assert str(err.value) == (f"{mixed}, line 3: byte 0xb9 is not valid utf-8-sig text; pass encoding= (--encoding) "
                               "to name the right one")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["xlsx", "csv"])
+def test_check_of_one_split_does_not_call_another_split_s_unlabelled_file_unlisted(tmp_path: Path, capsys, kind):
+    # the attack: a val row with a blank label made `check --split train` say "not in the table: .../v.png" (exit
+    # 1), where open_dataset(split="train") opens fine and the blank cell is val's own problem
+    root = images(tmp_path / "img", "a.png", "b.png", "v.png", "w.png")
+    if kind == "xlsx":
+        table = workbook(tmp_path / "s.xlsx", {"train": [["a.png", "cat"], ["b.png", "dog"]],
+                                               "val": [["v.png", None], ["w.png", "cat"]]})  # fmt: skip
+    else:
+        table = tmp_path / "s.csv"
+        table.write_text("file,label,split\na.png,cat,train\nb.png,dog,train\nv.png,,val\nw.png,cat,val\n")
+    assert main(["check", str(root), "--labels", str(table), "--split", "train", "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    assert len(open_dataset(root, labels=table, split="train")) == 2
+    assert main(["check", str(root), "--labels", str(table), "-q"]) == 1  # the whole table: val's blank cell
+    where = "sheet 'val', row 2" if kind == "xlsx" else "line 4"
+    assert capsys.readouterr().err.splitlines() == [f"{table}, {where}: file 'v.png' has no label",
+                                                    "split 'val' has no samples of class 'dog'"]  # fmt: skip
