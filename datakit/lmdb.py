@@ -972,6 +972,19 @@ class LmdbReader:
         except ValueError as e:
             raise PackError(f"{self.path}: the pack's metadata holds {e}") from None
 
+    def check_names(self) -> None:
+        """Raise :class:`PackError` when the stored sample names disagree with the ``names_crc32`` the pack
+        recorded (a pack written before names were checksummed, or one still being written, passes): what a
+        re-pack reads them from, so that the damage is not copied into a pack that then verifies clean."""
+        expected = self.meta.get("names_crc32")
+        if expected is None or not self.complete:
+            return
+        with _LOCK, _lmdb_errors(self.path):
+            found = names_crc32(_txn(self._key, self._live), len(self))
+        if found != expected:
+            raise PackError(f"{self.path}: the stored sample names were altered (names_crc32 mismatch; `datakit "
+                            "verify` says so too); pack the pack's own source again")  # fmt: skip
+
     def _check_meta(self, meta: dict) -> None:
         if meta.get("format") != FORMAT:
             raise PackError(f"{self.path}: format is {meta.get('format')!r}, not {FORMAT!r}")

@@ -545,6 +545,9 @@ def pack_lmdb(
     one_split = split is not None or getattr(ds, "split", None) is not None  # by path, or a dataset opened so
     # the splits the pack records and each source sample's split id among them (a pack of one split records none)
     split_names, sids, source_splits = [], None, None
+    if isinstance(ds, LmdbDataset):  # a re-pack copies the names: altered ones are refused, not given a fresh checksum
+        for reader in ds.readers:
+            reader.check_names()
     if not one_split and table is not None and table.split_names:
         split_names = table.split_names
         to = {s: k + 1 for k, s in enumerate(split_names)}

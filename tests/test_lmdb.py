@@ -209,6 +209,14 @@ def test_names_checksummed_and_a_flipped_name_byte_caught_by_verify(tmp_path: Pa
                                 "labels are checked separately; pack it again to restore the names"]  # fmt: skip
     ds = open_dataset(out)  # the images and labels are intact and still read
     assert len(ds) == 5 and ds.targets.tolist() == [0, 1, 0, 1, 0]
+    # the attack: a re-pack copied the altered name, gave it a fresh checksum, and its pack verified clean
+    again = tmp_path / "again.lmdb"
+    want = (f"{out}: the stored sample names were altered (names_crc32 mismatch; `datakit verify` says so too); pack "
+            "the pack's own source again")  # fmt: skip
+    with pytest.raises(PackError) as e:
+        pack_lmdb(out, again, workers=1)
+    assert str(e.value) == want and not again.exists()
+    assert main(["pack-lmdb", str(out), str(again), "-q"]) == 1 and not again.exists()
 
 
 def test_verify_names_a_renamed_key(tmp_path: Path):
