@@ -1424,8 +1424,8 @@ class ZipReader:
             # one is refused there), then the links, none over a name already there
             for m in sorted(self._all, key=lambda m: m.is_symlink):
                 path = safe_relpath(m.name)[0]  # where unzip-gbk writes it ('C:cat/1.jpg' and '/cat/1.jpg': cat/1.jpg)
-                if path is None or m.folder_and_link:
-                    continue  # what unzip-gbk refuses to write ('..', NUL, too long) is not in its folder either
+                if path is None or m.folder_and_link or _macos_metadata(m.name):
+                    continue  # what unzip-gbk does not write ('..', NUL, too long; Finder's metadata) is not there
                 if m.is_dir:
                     folder(path)
                     continue
@@ -1465,6 +1465,8 @@ class ZipReader:
                 found = self.lookup("/".join([*real, link]), hops)
                 if found is None or (found[0] == "file" and (not last or link.endswith("/"))):
                     return None  # 'a.png/': a folder, which it is not
+                if found[0] == "file" and _member_problem(self._by_index[found[1]]):
+                    return None  # a member unzip-gbk never writes (encrypted, Deflate64): the link leads to nothing
                 if found[0] == "file":
                     return found
                 here = found[1]

@@ -2053,3 +2053,27 @@ def test_a_ctrl_c_after_the_work_is_done_leaves_the_commands_exit_code(tmp_path:
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert (proc.returncode, proc.stderr) == (0, "")
     assert (tmp_path / "out" / "乙" / "图.jpg").read_bytes() == b"x" * 100
+
+
+@pytest.mark.parametrize(
+    ("extra", "want_dog"),
+    [
+        ([gbk("__MACOSX/cat/3.png", _png(90)), gbk("dog/x.png", symlink_to=b"../__MACOSX/cat/3.png")], []),
+        ([gbk("cat/._3.png", _png(90)), gbk("dog/x.png", symlink_to=b"../cat/._3.png")], []),
+        ([gbk("blob.bin", _png(90), encrypted=True), gbk("dog/x.png", symlink_to=b"../blob.bin")], []),
+        ([gbk("blob.bin", _png(90), method=9), gbk("dog/x.png", symlink_to=b"../blob.bin")], []),
+        ([gbk("blob.bin", _png(90)), gbk("dog/x.png", symlink_to=b"../blob.bin")], [("dog/x.png", "dog", 90)]),
+    ],
+)  # fmt: skip
+def test_a_link_to_what_unzip_never_writes_leads_to_nothing_in_place_too(tmp_path: Path, extra, want_dog):
+    # the attack: a link to Finder's metadata (__MACOSX/..., ._NAME) or to an encrypted or Deflate64 member: unzip-gbk
+    # writes none of them, so the link leads to nothing and is removed; read in place it was an extra sample
+    z = write_zip(tmp_path / "d.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)), *extra])
+    unzip(z, tmp_path / "out")
+    want = [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50), *want_dog]
+    assert _samples(open_dataset(tmp_path / "out")) == want
+    assert _samples(open_dataset(z)) == want
+    folder = write_zip(tmp_path / "f.zip", [gbk("cat/1.png", _png(10)), gbk("__MACOSX/m/3.png", _png(90)),
+                                            gbk("dog", symlink_to=b"__MACOSX/m")])  # fmt: skip
+    unzip(folder, tmp_path / "fout")
+    assert _samples(open_dataset(tmp_path / "fout")) == _samples(open_dataset(folder)) == [("cat/1.png", "cat", 10)]
