@@ -562,6 +562,23 @@ def read_meta(path: str | os.PathLike) -> dict | None:
     return _decode_meta(raw, path)
 
 
+def stored_names(path: str | os.PathLike) -> list[str | None]:
+    """The stored names of the samples the pack at ``path`` has committed, complete or not, in order (None
+    where a sample has no name); [] where it holds none."""
+    path = Path(path)
+    key = _key(path)
+    with _LOCK, _lmdb_errors(path):
+        try:
+            if not (path / "data.mdb").is_file() or (path / "data.mdb").stat().st_size == 0:
+                return []
+            with _open_env(key, True).begin() as txn:
+                meta = _decode_meta(txn.get(META_KEY), path) or {}
+                raw = [txn.get(_name_key(i)) for i in range(int(meta.get("count", 0)))]
+        finally:
+            _close_env(key)
+    return [r.decode("utf-8", "surrogateescape") if r is not None else None for r in raw]
+
+
 def stored_values(path: str | os.PathLike) -> dict[str, tuple[int, int]]:
     """{stored name: (crc32, nbytes) of its stored value} of the samples the pack at ``path`` has committed,
     complete or not ({} where it holds none); a name stored twice keeps its first sample."""

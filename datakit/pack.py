@@ -51,6 +51,7 @@ from datakit.lmdb import (
     PackWriteError,
     close_pack,
     read_meta,
+    stored_names,
     stored_values,
 )
 from datakit.parallel import WorkerDied, map_ordered
@@ -622,6 +623,10 @@ def pack_lmdb(
             if isinstance(ds, LmdbDataset) and named != meta["source_names"]:
                 # a re-pack begun by an older datakit, which named each sample PACK:NAME: it goes on naming them so
                 name_of, meta["source_names"] = ds.name, named
+            damaged = _names_damaged(target, lo, hi, len(existing.get("skipped", [])), name_of)
+            if damaged is not None:
+                raise PackError(f"{out}: {damaged}: the part packed so far was altered since it was written; pack "
+                                "it again with --overwrite")  # fmt: skip
         writer = LmdbWriter(target, meta, resume=existing is not None, lock=part_lock or lock,
                             commit_bytes=commit_bytes, commit_every=commit_every, commit_seconds=commit_seconds,
                             map_size=map_size, background=True)  # fmt: skip
@@ -666,6 +671,20 @@ def pack_lmdb(
 
 _WHAT = {"source": "from another source", "source_samples": "from another number of source samples",
          "options": "with other options", "classes": "with other classes"}  # fmt: skip
+
+
+def _names_damaged(target: Path, lo: int, hi: int, skipped: int, name_of: Callable[[int], str]) -> str | None:
+    """What is wrong with the names an interrupted pack stored (None: they are the source's samples ``lo ..``, in
+    order, ``skipped`` of them left out as bad): a name altered on disk would otherwise be finished under a fresh
+    checksum, and the pack verify clean."""
+    i = lo
+    for k, name in enumerate(stored_names(target)):
+        while i < hi and name_of(i) != name and i - lo - k < skipped:
+            i += 1  # a sample skipped as bad: nothing stored for it
+        if i >= hi or name_of(i) != name:
+            return f"sample {k}'s stored name {name!r} is no source sample's in its place"
+        i += 1
+    return None
 
 
 def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,

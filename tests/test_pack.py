@@ -325,6 +325,38 @@ def test_write_failure_keeps_committed_samples_and_resumes(class_folder: Path, t
     assert report.resumed_from == 8 and report.count == 12 and verify_lmdb(out) == []
 
 
+def test_resume_refuses_a_part_whose_stored_names_were_altered(class_folder: Path, tmp_path: Path, monkeypatch):
+    # the attack: a name of the part packed so far altered on disk, then --resume: the pack finished with the altered
+    # name under a fresh checksum and verified clean
+    import datakit.lmdb as dl
+
+    out = tmp_path / "part.lmdb"
+    real, calls = dl.LmdbWriter._write, []
+
+    def disk_full(self, items, meta):
+        calls.append(meta["count"])
+        if len(calls) == 4:
+            raise lmdb.DiskError("mdb_txn_commit: No space left on device")
+        return real(self, items, meta)
+
+    monkeypatch.setattr(dl.LmdbWriter, "_write", disk_full)
+    with pytest.raises(PackError):
+        pack_lmdb(class_folder, out, workers=1, commit_every=4)
+    monkeypatch.undo()
+    dl.close_pack(out)
+    env = lmdb.open(str(out))
+    with env.begin(write=True) as txn:
+        name = txn.get(b"n0000000003")
+        txn.put(b"n0000000003", name.replace("图片".encode(), "图像".encode()))
+    env.close()
+    with pytest.raises(PackError) as e:
+        pack_lmdb(class_folder, out, workers=1, resume=True)
+    altered = name.decode().replace("图片", "图像")
+    assert str(e.value) == (f"{out}: sample 3's stored name {altered!r} is no source sample's in its place: the part "
+                            "packed so far was altered since it was written; pack it again with --overwrite")  # fmt: skip
+    assert pack_lmdb(class_folder, out, workers=1, overwrite=True).count == 12 and verify_lmdb(out) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # real processes: SIGKILL, a second writer
 
