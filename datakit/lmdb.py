@@ -215,7 +215,7 @@ def _header_problem(pack: Path, size: int, head: bytes) -> str | None:
     at = next((p for p in sizes if _meta_page(head, p) is not None), None)  # meta page 1, even if page 0 lies
     psize = p0 if p0 in _PAGE_SIZES else at or 4096
     metas = [_meta_page(head, 0), _meta_page(head, at) if at else None]
-    if size == 0 and (pack / LOCK_NAME).is_file():  # created by pack-lmdb, stopped before anything was written
+    if size == 0 and _stopped_early(pack):  # created by pack-lmdb, stopped before anything was written
         return _STOPPED_EARLY.format(path=pack)
     if size < 2 * psize:
         return f"{pack}: truncated: {size} bytes, shorter than an LMDB header; copy it again or re-pack"
@@ -636,9 +636,15 @@ def _no_meta(path: Path) -> str:
     if pid is not None:
         return (f"{path}: being created by another process (PID {pid}), which has not written its metadata yet; "
                 "open it again in a moment")  # fmt: skip
-    if (path / LOCK_NAME).is_file():  # pack-lmdb made it, and was stopped before its first commit
+    if _stopped_early(path):  # pack-lmdb made it, and was stopped before its first commit
         return _STOPPED_EARLY.format(path=path)
     return f"{path}: not a datakit pack (no metadata record)"
+
+
+def _stopped_early(path: Path) -> bool:
+    """Whether pack-lmdb made ``path`` (its lock file is there) and had not finished: a finished pack has its
+    classes.json, so a copy of one whose data.mdb is cut to nothing is a cut copy, not a pack to resume."""
+    return (path / LOCK_NAME).is_file() and not (path / "classes.json").exists()
 
 
 _STOPPED_EARLY = ("{path}: an interrupted pack, stopped before its first commit (no samples in it); run the same "

@@ -1037,6 +1037,14 @@ def test_a_pack_stopped_before_its_first_commit_says_resume(class_folder: Path, 
     (pack / "pack.lock").touch()
     assert main(["pack-lmdb", str(class_folder), str(pack), "--resume", "-q"]) == 0
     assert len(open_dataset(pack)) == 12
+    # a finished pack's copy whose data.mdb came out empty: classes.json says it was finished, so a cut copy
+    copy = tmp_path / "copy.lmdb"
+    shutil.copytree(pack, copy)
+    os.truncate(copy / "data.mdb", 0)
+    capsys.readouterr()
+    assert main(["info", str(copy)]) == 1
+    assert capsys.readouterr().err == (f"datakit info: error: {copy}: truncated: 0 bytes, shorter than an LMDB header; "
+                                       "copy it again or re-pack\n")  # fmt: skip
 
 
 def test_the_packs_data_file_given_for_the_pack_names_its_folder(cli_pack: Path, capsys):
