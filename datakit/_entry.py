@@ -1,5 +1,6 @@
-"""The ``datakit`` and ``unzip-gbk`` commands' entry points: a Ctrl-C while the command's code is still
-being imported ends it with one line and exit 130, as one later does, not with a traceback."""
+"""The ``datakit`` and ``unzip-gbk`` commands' entry points: a Ctrl-C (or a SIGTERM) while the command's code
+is still being imported ends it with one line and exit 130 (143), as one later does, not with a traceback or
+no word. Python's own start, before this module runs, is not covered."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import sys
 
 def _interrupted_while_starting(prog: str, before):
     def handler(signum, frame) -> None:
-        sys.stderr.write(f"{prog}: interrupted\n")
+        terminated = signum == signal.SIGTERM
+        sys.stderr.write(f"{prog}: {'terminated' if terminated else 'interrupted'}\n")
         sys.stderr.flush()
-        os._exit(130)  # nothing done yet: nothing to clean up
+        os._exit(143 if terminated else 130)  # nothing done yet: nothing to clean up
 
     handler.before = before  # put back by started(), once the command's arguments are read
     return handler
@@ -23,18 +25,20 @@ def started() -> None:
     its own again. Until then a Ctrl-C ends the process at once: NumPy, imported meanwhile, turns one that
     lands inside its C import into an ImportError ("PyCapsule_Import could not import module datetime")."""
     try:
-        handler = signal.getsignal(signal.SIGINT)
-        if hasattr(handler, "before"):
-            signal.signal(signal.SIGINT, handler.before)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if hasattr(handler, "before"):
+                signal.signal(signum, handler.before)
     except ValueError:  # not the main thread
         pass
 
 
 def _start(prog: str, name: str) -> int:
-    try:  # SIGINT ignored (a background job of a script): left so
-        current = signal.getsignal(signal.SIGINT)
-        if current is not signal.SIG_IGN:
-            signal.signal(signal.SIGINT, _interrupted_while_starting(prog, current))
+    try:  # SIGINT ignored (a background job of a script): left so; SIGTERM (a scheduler's stop) says so too
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            current = signal.getsignal(signum)
+            if current is not signal.SIG_IGN:
+                signal.signal(signum, _interrupted_while_starting(prog, current))
     except ValueError:  # not the main thread: as a plain import
         pass
     try:

@@ -1066,3 +1066,17 @@ def test_an_interrupted_overwrite_says_where_the_new_pack_so_far_is(class_folder
         f"{out} still holds the old pack, untouched; the new one so far is kept in {part}: the same --overwrite "
         "command goes on from it, or delete it to give its space back\ndatakit pack-lmdb: interrupted\n"
     )
+
+
+def test_a_sigterm_while_the_command_starts_ends_it_with_one_line():
+    # the attack: a scheduler's SIGTERM before the command had installed its own handler (imports, the parser)
+    # killed it with no word, where Ctrl-C there gave one line; the command below stops there (before started())
+    code = ("import os, signal, sys, time; import datakit.cli as c; from datakit import _entry\n"
+            "def stopped():\n    os.kill(os.getpid(), signal.SIGTERM); time.sleep(30); return 0\n"
+            "c.stopped = stopped\nsys.exit(_entry._start('datakit check', 'stopped'))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (143, "datakit check: terminated\n")
+    ignored = subprocess.run([sys.executable, "-c", "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                              + code.replace("time.sleep(30)", "time.sleep(0.2)")],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (ignored.returncode, ignored.stderr) == (0, "")  # SIGTERM ignored by whoever started it: left so
