@@ -981,22 +981,20 @@ def _most_plausible(sample: bytes) -> TextEncoding:
     plausible too. Without valid UTF-8, GBK against Big5 is scored as file names are
     (:func:`datakit.filenames.score`). Readings too close to call are refused, naming each.
     """
-    from datakit.filenames import AMBIGUITY_MARGIN, MAX_SCORED, score
+    from datakit.filenames import AMBIGUITY_MARGIN, score
 
     readings: dict[str, list[str]] = {}
     for enc in ("utf-8", "gbk", "gb18030", "big5"):
         if (enc != "gb18030" or "gbk" not in readings) and decodes(sample, enc, windows=False):
             # split into cells after decoding: a backslash byte (0x5C) is also the second byte of some
             # GBK and Big5 characters (許, 功, 嘰), so splitting the bytes would cut them in two
-            cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample.decode(enc)) if not c.isascii()))
-            readings[enc] = cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
+            readings[enc] = _scored_cells(sample, enc)
     # encodings read only with encoding=, scored as rivals: Korean (CP949/EUC-KR) and Japanese (CP932/Shift-JIS)
     # tables and Western ones (Windows-1252) decode as GBK too, into characters of their own (고양이: 绊剧捞)
     rivals: dict[str, list[str]] = {}
     for enc in _RIVALS:
         if decodes(sample, enc, windows=False):
-            cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample.decode(enc)) if not c.isascii()))
-            rivals[enc] = cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
+            rivals[enc] = _scored_cells(sample, enc)
     rival_scores = {enc: score(names, enc, table=True) for enc, names in rivals.items()}
     if not readings:
         _refuse_rivals([e for e, v in rival_scores.items() if v >= _RIVALS[e]], rivals)
@@ -1041,17 +1039,29 @@ def _most_plausible(sample: bytes) -> TextEncoding:
 _RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5}
 
 
+def _scored_cells(sample: bytes, enc: str) -> list[str]:
+    """The distinct non-ASCII cells of ``sample`` read as ``enc``, at most ``MAX_SCORED`` of them, evenly spaced."""
+    from datakit.filenames import MAX_SCORED
+
+    cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample.decode(enc)) if not c.isascii()))
+    return cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
+
+
+def _readings_said(encodings: list[str], readings: dict[str, list[str]]) -> tuple[str, str]:
+    """("as GBK it reads '...'; as Big5 it reads '...'", "encoding='gbk' or encoding='big5'")."""
+    said = "; ".join(f"as {_label(e)} it reads {', '.join(dict.fromkeys(readings[e][:4]))!r}" for e in encodings)
+    return said, " or ".join(f"encoding='{e}'" for e in encodings)
+
+
 def _refuse_rivals(encodings: list[str], readings: dict[str, list[str]]) -> None:
     """Raise naming what each of ``encodings`` (none of them detected by itself) would read, if any."""
     if encodings:
-        said = "; ".join(f"as {_label(e)} it reads {', '.join(dict.fromkeys(readings[e][:4]))!r}" for e in encodings)
-        options = " or ".join(f"encoding='{e}'" for e in encodings)
+        said, options = _readings_said(encodings, readings)
         raise LabelError(f"not UTF-8, UTF-16, GBK/GB18030 or Big5 text: {said}; pass {options} (--encoding) if so")
 
 
 def _too_close(encodings: list[str], readings: dict[str, list[str]]) -> TextEncoding:
-    said = "; ".join(f"as {_label(e)} it reads {', '.join(dict.fromkeys(readings[e][:4]))!r}" for e in encodings)
-    options = " or ".join(f"encoding='{e}'" for e in encodings)
+    said, options = _readings_said(encodings, readings)
     raise LabelError(f"cannot tell the encoding apart: {said}; pass {options} (--encoding) to say which")
 
 
