@@ -15,11 +15,9 @@ import os
 import posixpath
 import re
 import shutil
-import signal
 import stat
 import struct
 import sys
-import threading
 import time
 import zipfile
 import zlib
@@ -29,6 +27,7 @@ from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
 from datakit.filenames import EncodingGuess, decode_name, decodes, guess_encoding
+from datakit.parallel import hold_interrupts, release_interrupts
 
 log = logging.getLogger("datakit")
 
@@ -1049,15 +1048,15 @@ def _extract_file(
     # this one, which its lock does not cover) is writing that part now: a name of this run's own
     if "/".join([*rel.split("/")[:-1], tmp]) in members or not _remove_stale_part(tmp, fd, m.file_size):
         tmp = f".{os.urandom(8).hex()}{_PART}"
-    held = _hold_interrupts()  # a Ctrl-C between the part's creation and the try below would leave it behind
+    held = hold_interrupts()  # a Ctrl-C between the part's creation and the try below would leave it behind
     try:
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666, dir_fd=fd)
     except BaseException:
-        _release_interrupts(held)
+        release_interrupts(held)
         raise
     written = 0
     try:
-        _release_interrupts(held)  # a Ctrl-C that came meanwhile is raised here, where the part is removed
+        release_interrupts(held)  # a Ctrl-C that came meanwhile is raised here, where the part is removed
         _flock(out)  # held while the part is written and put in place: it is nobody's leftover
         with _open_member(zf, info) as src, open(out, "wb", closefd=False) as dst:
             while chunk := src.read(_CHUNK):
@@ -1091,19 +1090,6 @@ def _extract_file(
         raise
     finally:
         os.close(out)
-
-
-def _hold_interrupts() -> object:
-    """SIGINT and SIGTERM (which the commands end as Ctrl-C) blocked in this thread (the main one: where Python
-    raises KeyboardInterrupt); what to restore."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-def _release_interrupts(held: object) -> None:
-    if held is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _flock(fd: int) -> bool | None:

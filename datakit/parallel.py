@@ -97,11 +97,46 @@ def _die_with_parent(parent: int) -> None:
             os._exit(1)
 
 
+_HELD = (signal.SIGINT, signal.SIGTERM)  # the commands end on SIGTERM as on Ctrl-C
+
+
+def hold_interrupts() -> object:
+    """SIGINT and SIGTERM held back from this moment to :func:`release_interrupts`: blocked in this thread (the
+    main one, where Python raises KeyboardInterrupt), so that processes forked or spawned meanwhile start with
+    them blocked, and caught by a handler that only notes them, since the kernel gives a signal sent to the
+    process to any thread that does not block it (and Python then runs the handler in the main thread).
+    Returns what to restore (None outside the main thread, where nothing is held)."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return None
+    came: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda signum, frame: came.append(signum)) for sig in _HELD}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_HELD))
+    return mask, handlers, came
+
+
+def release_interrupts(held: object) -> None:
+    """Undo :func:`hold_interrupts`: a signal that came meanwhile goes to the handler that was there before
+    (Ctrl-C: KeyboardInterrupt, raised here)."""
+    if held is None:
+        return
+    mask, handlers, came = held
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending in this thread reaches the noting handler now
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    for sig in dict.fromkeys(came):
+        signal.raise_signal(sig)
+
+
 def _init(fn: Callable[..., Any], has_dataset: bool, dataset: Any, initializer, initargs, parent: int) -> None:
     global _FN, _DATASET, _HAS_DATASET
     # Ctrl-C reaches the whole process group: the parent stops the pool and says so in one line; a worker
     # would print its own KeyboardInterrupt traceback ("Process ForkPoolWorker-1: ...") beside it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a SIGTERM (Pool.terminate(), the parent's death) ends a worker at once, whatever handler the parent had when
+    # it forked (hold_interrupts' would note it and go on)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # started with both held (see _pooled): a SIGTERM is obeyed from here
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent(parent)
     _FN, _DATASET, _HAS_DATASET = fn, dataset, has_dataset
     if initializer is not None:
@@ -273,8 +308,17 @@ def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, prog
     if chunksize is None:
         chunksize = max(1, min(64, total // (4 * n)))
     ctx = mp.get_context(start_method())
-    pool = ctx.Pool(n, initializer=_init, initargs=(fn, has_dataset, ds, initializer, tuple(initargs), os.getpid()))
+    # A Ctrl-C while the pool starts (inside multiprocessing's own bookkeeping, or in a child before _init ignores
+    # it) printed "Exception ignored in: <Finalize object, dead>" beside the one line: held until the pool exists,
+    # and the workers start with it held until they ignore it
+    held = hold_interrupts()
     try:
+        pool = ctx.Pool(n, initializer=_init, initargs=(fn, has_dataset, ds, initializer, tuple(initargs), os.getpid()))
+    except BaseException:
+        release_interrupts(held)
+        raise
+    try:
+        release_interrupts(held)  # one that came meanwhile is raised here, where the pool is ended
         chunks = [todo[j : j + chunksize] for j in range(0, total, chunksize)]
         # chunks of one task each: imap's own chunking returns a generator, which cannot wait with a timeout
         results = pool.imap(_call_many, chunks, chunksize=1)

@@ -137,3 +137,45 @@ def test_stopping_early_while_workers_send_large_results_never_hangs(monkeypatch
                 break
         results.close()
     assert time.monotonic() - start < 6 * 1.0 + 20
+
+
+def _children() -> set[int]:
+    me = os.getpid()
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                out.add(int(entry))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_ctrl_c_inside_the_pools_start_ends_its_workers_and_reaches_the_caller(monkeypatch, method: str):
+    # The attack: Ctrl-C while multiprocessing starts the pool's workers. Raised inside Pool(), it left the workers
+    # it had started running (Pool's own clean-up catches Exception only) and, while a worker was forking, printed
+    # "Exception ignored in: <Finalize object, dead>" beside the command's one line. Held until the pool exists,
+    # it is raised where the pool is ended, and the workers never see it.
+    import multiprocessing.pool
+    import signal
+
+    monkeypatch.setattr(parallel, "start_method", lambda: method)
+    start = multiprocessing.pool.Pool._repopulate_pool_static
+    sent = []
+
+    def repopulate(*args, **kwargs):
+        if not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGINT))  # as the workers start
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(multiprocessing.pool.Pool, "_repopulate_pool_static", staticmethod(repopulate))
+    before = _children()
+    with pytest.raises(KeyboardInterrupt):
+        list(map_ordered(_plain, list(range(400)), workers=2, chunksize=4))
+    assert sent == [None]
+    assert _children() - before == set()
