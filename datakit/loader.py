@@ -1477,7 +1477,15 @@ class InfiniteLoader:
         sample = self._offset + self.step * bs
         sampler = self.loader.loader.sampler
         step = sample // bs
-        if isinstance(sampler, EpochSampler) and self._served_all(sample):
+        whole = isinstance(sampler, EpochSampler) and self._served_all(sample)
+        if sample and not whole and getattr(self.loader.loader, "in_order", True) is False:
+            # batches come as the workers finish them: the count says how many, not which (the resumed loop
+            # would serve some samples twice and skip others)
+            raise UsageError(f"state_dict(): this loader was made with in_order=False, so its batches arrive as "
+                             f"the workers finish them and the {self.step} served of epoch {self.epoch} are not its "
+                             "first ones; a state saved mid-epoch cannot say which were served. Make it with "
+                             "in_order=True (the default) to resume mid-epoch, or save at an epoch's end")  # fmt: skip
+        if whole:
             # the whole epoch: its last batch may be short (counted as a step) or dropped (its samples count as
             # served, so that the state goes on with the next epoch in any shape), never past its samples
             sample = len(sampler)
@@ -1502,19 +1510,21 @@ class InfiniteLoader:
         saved for another dataset length or world size is refused (its epoch's order is another)."""
         shape = self._shape()
 
-        def number(key: str, default: int | None = None) -> int:
+        def number(key: str, default: int | None = None, least: int = 0) -> int:
             value = state.get(key, default)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise UsageError(f"not a loader state (it needs 'epoch' and 'step', whole numbers >= 0, as "
                                  f"state_dict() gives them): {state!r}")  # fmt: skip
+            if value < least:  # a batch size or a world of 0 counts nothing (it divided by zero, or replayed)
+                raise UsageError(f"not a loader state: {key!r} must be a whole number >= {least}, got {value!r}")
             return int(value)
 
         if not isinstance(state, dict):
             raise UsageError(f"not a loader state (a dict as state_dict() gives, with 'epoch' and 'step'): {state!r}")
         epoch, step = number("epoch"), number("step")
-        saved_bs = number("batch_size", shape["batch_size"])
+        saved_bs = number("batch_size", shape["batch_size"], least=1)
         sample = number("sample", step * saved_bs)
-        saved = {key: number(key, shape[key]) for key in ("samples", "world")}
+        saved = {key: number(key, shape[key], least=int(key == "world")) for key in ("samples", "world")}
         if isinstance(self.loader.loader.sampler, EpochSampler):
             saved_len = math.ceil(saved["samples"] / saved["world"])  # the samples of one rank's epoch, padded
             if "sample" not in state and saved_len < sample < saved_len + saved_bs:

@@ -2275,6 +2275,60 @@ def test_what_is_no_loader_state_is_refused_in_one_line(state):
         assert str(e.value) == f"not a loader state (a dict as state_dict() gives, with 'epoch' and 'step'): {state!r}"
 
 
+@pytest.mark.parametrize("key", ["world", "batch_size"])
+def test_a_state_of_no_ranks_or_no_batch_size_is_refused_in_one_line(key: str):
+    # the attack: an edited state with world 0 raised a bare ZeroDivisionError; with batch_size 0 it was taken, and
+    # the next batch was the epoch's first instead of its fourth (three batches served twice)
+    loader = create_loader(Indexed(12), 4, num_workers=0, seed=1, infinite=True)
+    state = {"epoch": 0, "step": 3, "sample": 12 if key == "world" else 0, key: 0}
+    with pytest.raises(UsageError) as e:
+        loader.load_state_dict(state)
+    assert str(e.value) == f"not a loader state: '{key}' must be a whole number >= 1, got 0"
+    assert next(loader)[0].tolist() == create_loader(Indexed(12), 4, num_workers=0, seed=1).sampler.indices(0)[:4]
+
+
+class SlowFirst(Dataset):
+    """Samples whose indices are ``slow`` take a second: their batch comes back after the ones behind it."""
+
+    epoch_independent = True
+
+    def __init__(self, n: int, slow: set[int]) -> None:
+        self.n, self.slow = n, slow
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if int(i) in self.slow:
+            time.sleep(1.0)
+        return int(i)
+
+
+def test_a_mid_epoch_state_of_a_loader_out_of_order_is_refused_and_one_at_an_epochs_end_is_given():
+    # the attack: in_order=False, the first batch's sample slow: batches 1, 3 and 5 of the epoch's order came first,
+    # and the state said "12 samples served", so the resumed loop served batches 3 and 5 twice and 0 and 2 never
+    order = create_loader(Indexed(40), 4, num_workers=0, seed=0).sampler.indices(0)
+    loader = create_loader(SlowFirst(40, {order[0]}), 4, num_workers=2, seed=0, infinite=True, in_order=False,
+                           multiprocessing_context="fork")  # fmt: skip
+    try:
+        assert loader.state_dict()["step"] == 0  # nothing served yet: the epoch's start is a state
+        served = [next(loader).tolist() for _ in range(3)]
+        assert served[0] != order[:4]  # out of order: the slow batch is not the first
+        with pytest.raises(UsageError) as e:
+            loader.state_dict()
+        assert str(e.value) == (
+            "state_dict(): this loader was made with in_order=False, so its batches arrive as the workers finish "
+            "them and the 3 served of epoch 0 are not its first ones; a state saved mid-epoch cannot say which were "
+            "served. Make it with in_order=True (the default) to resume mid-epoch, or save at an epoch's end"
+        )
+        for _ in range(7):
+            served.append(next(loader).tolist())
+        assert sorted(i for b in served for i in b) == list(range(40))
+        assert loader.state_dict()["sample"] == 40  # the whole epoch: the next one begins, in any shape
+    finally:
+        loader.close()
+
+
 def test_a_state_past_its_epoch_is_refused_and_one_at_its_end_goes_on_from_the_next():
     # the attacks: {"epoch": 0, "step": 50} for an epoch of 3 batches went on from epoch 1 without a word; a state
     # saved after a whole epoch, loaded for a dataset one image larger, was refused as "saved mid-epoch"
