@@ -2100,7 +2100,7 @@ def _channel_order(dataset) -> str | None:
 
         if dataset.transform is not None and not isinstance(dataset.transform, (TrainPipeline, EvalPipeline)):
             return None  # a transform of the caller's may reorder the channels (BGRToRGB, cv2.cvtColor)
-        return {"rgb": "RGB", "bgr": "BGR", "gray": "L"}.get(dataset.mode)
+        return {"rgb": "RGB", "bgr": "BGR", "unchanged": "BGR", "gray": "L"}.get(dataset.mode)  # unchanged: BGR(A)
     return None
 
 

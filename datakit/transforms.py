@@ -422,8 +422,11 @@ def _tensor_to_hwc(t: torch.Tensor) -> np.ndarray:
 
 
 def tensor_to_cv2(t: torch.Tensor) -> np.ndarray:
-    """An RGB CHW tensor (uint8, or float in 0-1) to an OpenCV BGR HWC uint8 array."""
+    """An RGB (or RGBA) CHW tensor (uint8, or float in 0-1) to an OpenCV BGR (or BGRA) HWC uint8
+    array: the inverse of :func:`cv2_to_tensor`, alpha staying last."""
     hwc = _tensor_to_hwc(t)
+    if hwc.ndim == 3 and hwc.shape[2] == 4:  # reversing all four would give ABGR
+        return np.ascontiguousarray(hwc[..., [2, 1, 0, 3]])
     return np.ascontiguousarray(hwc[..., ::-1]) if hwc.ndim == 3 else hwc
 
 
@@ -868,7 +871,8 @@ class _Pipeline(Compose):
     def _norm_for(self, mode: str):
         """The normalisation for images of ``mode`` (the dataset's, which :meth:`from_bytes` is given)."""
         bgr = getattr(self, "_norm_bgr", None)  # None in a pipeline pickled by an earlier version
-        if mode == "bgr" and bgr is not None and self.norm is getattr(self, "_norm_rgb", None):
+        # "unchanged" gives colour images as OpenCV stores them: BGR (BGRA)
+        if mode in ("bgr", "unchanged") and bgr is not None and self.norm is getattr(self, "_norm_rgb", None):
             return bgr
         return self.norm
 

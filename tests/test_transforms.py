@@ -321,6 +321,44 @@ def test_normalize_true_puts_the_default_statistics_in_a_bgr_dataset_s_order(cla
     )
 
 
+@pytest.mark.parametrize("pipeline", ["train", "eval"])
+def test_an_unchanged_dataset_is_normalised_in_its_bgr_order_by_the_pipeline_and_the_loader(class_folder, pipeline):
+    # the attack: mode="unchanged" gives colour images in OpenCV's BGR order, as mode="bgr" does, and both the
+    # pipeline's normalize=True and create_loader(device="cpu") normalised them with ImageNet's RGB statistics
+    from datakit.loader import create_loader
+
+    def make(**kw):
+        return train_pipeline(24, **kw) if pipeline == "train" else eval_pipeline(24, 28, **kw)
+
+    def sample(mode, **kw):
+        torch.manual_seed(5)
+        return open_dataset(class_folder, transform=make(**kw), mode=mode)[1][0]  # a PNG: decoded whole in both
+
+    u8 = sample("unchanged")
+    assert torch.equal(u8, sample("bgr"))
+    want = T.Normalize(IMAGENET_MEAN[::-1], IMAGENET_STD[::-1])(u8.float() / 255)
+    torch.testing.assert_close(sample("unchanged", normalize=True), want)
+
+    def batch(**kw):
+        ds = open_dataset(class_folder, transform=make(), mode="unchanged")
+        torch.manual_seed(5)  # a sampler of one's own: the draws go on from the process's seed
+        return next(iter(create_loader(ds, 2, train=False, num_workers=0, device="cpu", seed=0, sampler=[1, 1],
+                                       **kw)))[0]  # fmt: skip
+
+    pixels = batch(normalize=False)
+    assert pixels.dtype == torch.uint8
+    torch.testing.assert_close(batch(), T.Normalize(IMAGENET_MEAN[::-1], IMAGENET_STD[::-1])(pixels.float() / 255))
+
+
+def test_tensor_to_cv2_is_the_inverse_of_cv2_to_tensor_with_alpha_last():
+    # the attack: an RGBA tensor came back ABGR (all four channels reversed), not OpenCV's BGRA
+    bgra = np.array([[[10, 20, 30, 255], [40, 50, 60, 128]]], dtype=np.uint8)
+    rgba = cv2_to_tensor(bgra)
+    assert rgba[:, 0, 0].tolist() == [30, 20, 10, 255]
+    assert tensor_to_cv2(rgba).tolist() == bgra.tolist()
+    assert tensor_to_cv2(rgba.float() / 255).tolist() == bgra.tolist()
+
+
 def test_parts_changed_in_place_hold_for_every_image_jpeg_or_not(class_folder):
     # the attack: ds.transform.augment = [] (augmentations off for the last epochs) held for the JPEGs, decoded
     # through the pipeline's parts, and not for the PNGs, which went through the steps listed when it was built
