@@ -68,6 +68,8 @@ _MAGIC = (
     (b"BM", "BMP"),
     (b"II*\x00", "TIFF"),
     (b"MM\x00*", "TIFF"),
+    (b"II+\x00", "TIFF"),  # BigTIFF (64-bit offsets)
+    (b"MM\x00+", "TIFF"),
 )
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
@@ -257,20 +259,24 @@ def _gif_size(data: bytes) -> tuple[int, int] | None:
 
 
 def _tiff_tags(data: bytes, wanted: tuple[int, ...]) -> dict[int, int]:
-    """The SHORT or LONG values of the ``wanted`` tags in a TIFF's first IFD (those it holds)."""
+    """The SHORT, LONG (or BigTIFF's LONG8) values of the ``wanted`` tags in a TIFF's first IFD (those it
+    holds). A BigTIFF has 8-byte offsets and counts, and entries of 20 bytes instead of 12."""
     order = "little" if data[:2] == b"II" else "big"
-    off = int.from_bytes(data[4:8], order)
-    if off + 2 > len(data):
+    big = int.from_bytes(data[2:4], order) == 43
+    head, entry, value = (8, 20, 12) if big else (2, 12, 8)  # the IFD's count, an entry, its value's place
+    off = int.from_bytes(data[8:16] if big else data[4:8], order)
+    if off + head > len(data):
         return {}
-    count = int.from_bytes(data[off : off + 2], order)
+    count = int.from_bytes(data[off : off + head], order)
     tags: dict[int, int] = {}
-    for k in range(count):
-        e = off + 2 + 12 * k
-        if e + 12 > len(data):
+    for k in range(min(count, 4096)):
+        e = off + head + entry * k
+        if e + entry > len(data):
             break
         tag, typ = int.from_bytes(data[e : e + 2], order), int.from_bytes(data[e + 2 : e + 4], order)
         if tag in wanted:
-            tags[tag] = int.from_bytes(data[e + 8 : e + 10] if typ == 3 else data[e + 8 : e + 12], order)
+            width = {3: 2, 4: 4, 16: 8}.get(typ, 4)  # SHORT, LONG, LONG8
+            tags[tag] = int.from_bytes(data[e + value : e + value + width], order)
     return tags
 
 
@@ -600,34 +606,42 @@ def _deep_samples(name, fmt: str | None, dtype: str, mode: str) -> str:
 def _pillow_decode(data: bytes, mode: str, upright: bool = True) -> np.ndarray:
     """Decode with Pillow (GIF, and anything the OpenCV build lacks); BGR order like OpenCV.
     ``upright``: turned by its EXIF orientation (False: as stored, for a JPEG, whose orientation
-    datakit applies itself)."""
+    datakit applies itself). The array is writable, as OpenCV's are (NumPy's view of Pillow's
+    bytes is read-only: an edit in place failed, and torch warned of it)."""
     import io
 
-    import cv2
-    from PIL import Image, ImageOps
+    from PIL import Image
 
     with Image.open(io.BytesIO(data)) as im:
-        im.seek(0)
-        if upright:
-            im = ImageOps.exif_transpose(im)
-        if im.mode == "P":
-            im = im.convert("RGBA" if "transparency" in im.info else "RGB")
-        if im.mode in ("F", "I"):  # 32-bit float or integer samples: Pillow's 8-bit conversion clips them
-            if mode != "unchanged":
-                raise _DeepSamples("float32" if im.mode == "F" else "int32")
-            return np.asarray(im)
-        if mode == "gray":
-            return np.asarray(im.convert("L"))
-        if mode in ("bgr", "rgb"):
-            rgb = np.asarray(im.convert("RGB"))
-            return np.ascontiguousarray(rgb) if mode == "rgb" else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-        if im.mode in ("I;16", "I;16B", "I;16L"):
-            return np.asarray(im, dtype=np.uint16)
-        if im.mode in ("L", "LA"):
-            return np.asarray(im.convert("L"))
-        if im.mode == "RGBA":
-            return cv2.cvtColor(np.asarray(im), cv2.COLOR_RGBA2BGRA)
-        return cv2.cvtColor(np.asarray(im.convert("RGB")), cv2.COLOR_RGB2BGR)
+        img = _pillow_pixels(im, mode, upright)
+    return img if img.flags.writeable else img.copy()
+
+
+def _pillow_pixels(im, mode: str, upright: bool) -> np.ndarray:
+    import cv2
+    from PIL import ImageOps
+
+    im.seek(0)
+    if upright:
+        im = ImageOps.exif_transpose(im)
+    if im.mode == "P":
+        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+    if im.mode in ("F", "I"):  # 32-bit float or integer samples: Pillow's 8-bit conversion clips them
+        if mode != "unchanged":
+            raise _DeepSamples("float32" if im.mode == "F" else "int32")
+        return np.asarray(im)
+    if mode == "gray":
+        return np.asarray(im.convert("L"))
+    if mode in ("bgr", "rgb"):
+        rgb = np.asarray(im.convert("RGB"))
+        return np.ascontiguousarray(rgb) if mode == "rgb" else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    if im.mode in ("I;16", "I;16B", "I;16L"):
+        return np.asarray(im, dtype=np.uint16)
+    if im.mode in ("L", "LA"):
+        return np.asarray(im.convert("L"))
+    if im.mode == "RGBA":
+        return cv2.cvtColor(np.asarray(im), cv2.COLOR_RGBA2BGRA)
+    return cv2.cvtColor(np.asarray(im.convert("RGB")), cv2.COLOR_RGB2BGR)
 
 
 def decode_image(

@@ -819,24 +819,36 @@ def test_a_png_exif_chunk_with_an_exif_header_is_no_damage_in_strict_mode():
     np.testing.assert_array_equal(decode_image(data, "rgb", strict=True), rgb)
 
 
-def test_a_tiff_tile_past_the_pixel_budget_is_refused_before_decoding(tmp_path: Path):
+@pytest.mark.parametrize("big", [False, True], ids=["tiff", "bigtiff"])
+def test_a_tiff_tile_past_the_pixel_budget_is_refused_before_decoding(tmp_path: Path, big: bool):
     # the attack: 16 x 16 pixels stored as one deflate tile of 32768 x 32768 (1 MB of file): the budget counted
-    # 256 pixels, and libtiff allocated the whole tile, 1 GB (4 GiB for a 65536 tile) in every worker
+    # 256 pixels, and libtiff allocated the whole tile, 1 GB (4 GiB for a 65536 tile) in every worker; then the
+    # same as a BigTIFF ("II+", 64-bit offsets), which was not taken for a TIFF: Pillow decoded the whole tile
     import struct
     import zlib
 
     side = 64
     data = zlib.compress(bytes(side * side), 9)
     entries = [(256, 3, 16), (257, 3, 16), (258, 3, 8), (259, 3, 8), (262, 3, 1), (277, 3, 1), (322, 4, side),
-               (323, 4, side), (324, 4, 0), (325, 4, len(data))]  # fmt: skip
-    start = 8 + 2 + 12 * len(entries) + 4
-    entries[8] = (324, 4, start)
-    ifd = struct.pack("<H", len(entries)) + b"".join(
-        struct.pack("<HHI", t, k, 1) + (struct.pack("<HH", v, 0) if k == 3 else struct.pack("<I", v))
-        for t, k, v in entries
-    )
+               (323, 4, side), (324, 16 if big else 4, 0), (325, 16 if big else 4, len(data))]  # fmt: skip
+    if big:  # header: magic, offset size 8, 0, the IFD's offset (8 bytes); IFD: count (8), entries of 20 bytes
+        start = 16 + 8 + 20 * len(entries) + 8
+        entries[8] = (324, 16, start)
+        head = b"II+\0" + struct.pack("<HHQ", 8, 0, 16)
+        ifd = struct.pack("<Q", len(entries)) + b"".join(struct.pack("<HHQQ", t, k, 1, v) for t, k, v in entries)
+        ifd += struct.pack("<Q", 0)
+    else:
+        start = 8 + 2 + 12 * len(entries) + 4
+        entries[8] = (324, 4, start)
+        head = b"II*\0" + struct.pack("<I", 8)
+        ifd = struct.pack("<H", len(entries)) + b"".join(
+            struct.pack("<HHI", t, k, 1) + (struct.pack("<HH", v, 0) if k == 3 else struct.pack("<I", v))
+            for t, k, v in entries
+        )
+        ifd += struct.pack("<I", 0)
     path = tmp_path / "tiles.tif"
-    path.write_bytes(b"II*\0" + struct.pack("<I", 8) + ifd + struct.pack("<I", 0) + data)
+    path.write_bytes(head + ifd + data)
+    assert len(head + ifd) == start
     assert imread(path, "gray", max_pixels=side * side).shape == (16, 16)  # within the budget: read as ever
     with pytest.raises(ImageDecodeError) as e:
         imread(path, "gray", max_pixels=1000)
@@ -933,3 +945,19 @@ def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
     assert ascii16.tolist() == [[0, 3, 128, 255]]
     full = np.full((1, 3, 3), 200, np.uint8)  # maxval 255 and 65535: as before
     np.testing.assert_array_equal(decode_image(b"P6\n3 1\n255\n" + full.tobytes(), "rgb"), full)
+
+
+@pytest.mark.parametrize("mode", ["rgb", "bgr", "gray", "unchanged"])
+def test_an_image_pillow_decodes_is_writable_as_opencvs_are(tmp_path: Path, mode: str):
+    # the attack: an RGBA TIFF (Pillow, GIMP and Photoshop write them) went through the Pillow fallback, whose
+    # arrays were read-only views of Pillow's bytes: `img[0, 0] = 0` failed, and eval_pipeline made torch warn
+    from PIL import Image
+
+    rgba = np.zeros((4, 5, 4), np.uint8)
+    rgba[..., 0], rgba[..., 1], rgba[..., 3] = 200, 7, 255
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "a.tif")
+    img = imread(tmp_path / "a.tif", mode)
+    assert img.flags.writeable
+    want = {"rgb": [200, 7, 0], "bgr": [0, 7, 200], "gray": 64, "unchanged": [0, 7, 200, 255]}[mode]
+    assert img[0, 0].tolist() == want  # gray: 0.299 R + 0.587 G + 0.114 B, as Pillow rounds it
+    img[0, 0] = 0
