@@ -192,14 +192,11 @@ def stack_collate(batch: Sequence):
     """``default_collate``, except that images of different sizes give a :class:`CollateError` naming
     the samples (by position in the batch; by dataset index and file under create_loader) and their
     shapes, and pointing at :func:`pad_collate`."""
-    nones = [
-        i for i, b in enumerate(batch) if b is None or (isinstance(b, (tuple, list)) and any(x is None for x in b))
-    ]
-    if nones:  # torch's own words: "'NoneType' object is not subscriptable", naming no sample
-        raise CollateError("cannot batch None: ", nones, " (a dataset that returns None for a sample it cannot "
-                           "read? datakit's datasets take on_error=; or leave them out in a collate function of "
-                           "your own)")  # fmt: skip
-    if batch and isinstance(batch[0], (np.ndarray, torch.Tensor)):  # bare images
+    _refuse_nones(batch)
+    if not batch:  # torch's own words: "list index out of range"
+        raise CollateError("cannot batch an empty list of samples: the dataset or sampler gave none")
+    batch = [_plain(b) for b in batch]
+    if isinstance(batch[0], (np.ndarray, torch.Tensor)):  # bare images
         _same_sizes(batch, "images")
         return _stack_images(list(batch))
     if batch and isinstance(batch[0], dict):  # {"image": ..., "label": ...}
@@ -226,6 +223,40 @@ def stack_collate(batch: Sequence):
     if isinstance(out, dict) and all(isinstance(b, dict) for b in batch):  # {"label": np.int32(3)}: int64, as in tuples
         return {k: _long_labels(v, [b.get(k) for b in batch]) for k, v in out.items()}
     return out
+
+
+def _refuse_nones(batch: Sequence) -> None:
+    """A sample that is None, or holds None, named: torch's own words ("'NoneType' object is not subscriptable",
+    "axes don't match array") name no sample."""
+    nones = [
+        i for i, b in enumerate(batch) if b is None or (isinstance(b, (tuple, list)) and any(x is None for x in b))
+    ]
+    if nones:
+        raise CollateError("cannot batch None: ", nones, " (a dataset that returns None for a sample it cannot "
+                           "read? datakit's datasets take on_error=; or leave them out in a collate function of "
+                           "your own)")  # fmt: skip
+
+
+def _plain_value(x):
+    """An array viewed backwards (``img[..., ::-1]``, OpenCV's BGR-to-RGB idiom, or a mirror) copied forwards,
+    which torch cannot wrap ("At least one stride in the given numpy array is negative"); a NumPy uint64
+    scalar label as the int it is (torch takes no uint64 scalar: "an integer is required")."""
+    if isinstance(x, np.ndarray) and any(st < 0 for st in x.strides):
+        return np.ascontiguousarray(x)
+    if isinstance(x, np.unsignedinteger) and x.dtype.itemsize == 8:
+        if int(x) >= 2**63:
+            raise CollateError(f"cannot batch the label {int(x)}: past int64's range (class indices are int64)")
+        return int(x)
+    return x
+
+
+def _plain(sample):
+    """A sample with :func:`_plain_value` applied to it and to its fields (a tuple, list or dict one level deep)."""
+    if type(sample) in (tuple, list):
+        return type(sample)(_plain_value(x) for x in sample)
+    if type(sample) is dict:
+        return {k: _plain_value(v) for k, v in sample.items()}
+    return _plain_value(sample)
 
 
 def _unified(values: list) -> list:
@@ -371,7 +402,11 @@ class _Collate:
         self.size_divisor, self.pad_value = _divisor(factory, size_divisor), pad_value
 
     def __call__(self, batch: Sequence):
-        return _collated(self.collate, batch)
+        return _collated(self._collate, batch)
+
+    def _collate(self, batch: Sequence):
+        _refuse_nones(batch)
+        return self.collate([_plain(b) for b in batch])
 
     def collate(self, batch: Sequence):
         raise NotImplementedError

@@ -577,3 +577,42 @@ def test_detection_labels_of_unsigned_dtypes_are_class_indices(dtype):
               {"boxes": torch.tensor([[0.0, 0.0, 1.0, 1.0]]), "labels": torch.tensor([3], dtype=dtype)})]  # fmt: skip
     labels = detection_collate()(batch)[1][0]["labels"]
     assert labels.dtype == torch.int64 and labels.tolist() == [3]
+
+
+def test_arrays_viewed_backwards_batch_as_their_copies_do():
+    # the attack: img[..., ::-1] (OpenCV's BGR-to-RGB idiom) or img[:, ::-1] (a mirror) in a transform: stack_collate,
+    # create_loader's default, failed with torch's bare "At least one stride in the given numpy array is negative"
+    a = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    mask = np.arange(20, dtype=np.int64).reshape(4, 5)
+    images, labels, masks = stack_collate([(a[..., ::-1], 0, mask[:, ::-1]), (a[:, ::-1], 1, mask)])
+    assert images.tolist() == [a[..., ::-1].tolist(), a[:, ::-1].tolist()]
+    assert masks.tolist() == [mask[:, ::-1].tolist(), mask.tolist()] and labels.tolist() == [0, 1]
+    bare = stack_collate([a[::-1], a])
+    assert bare.tolist() == [a[::-1].tolist(), a.tolist()]
+    padded = pad_collate()([(a[..., ::-1], 0), (a, 1)])[0]
+    assert padded[0, :, :4, :5].tolist() == a[..., ::-1].transpose(2, 0, 1).tolist()
+
+
+def test_uint64_labels_come_out_int64_and_one_past_its_range_is_refused():
+    # the attack: NumPy uint64 labels gave a bare "TypeError: an integer is required" (uint32 worked)
+    img = torch.zeros(3, 2, 2, dtype=torch.uint8)
+    for collate in (stack_collate, pad_collate()):
+        labels = collate([(img, np.uint64(1)), (img, np.uint64(2))])[1]
+        assert labels.dtype == torch.int64 and labels.tolist() == [1, 2]
+    with pytest.raises(CollateError) as e:
+        stack_collate([(img, np.uint64(2**63)), (img, np.uint64(2))])
+    assert str(e.value) == "cannot batch the label 9223372036854775808: past int64's range (class indices are int64)"
+
+
+def test_an_empty_batch_and_none_are_named_by_every_collate_function():
+    # the attacks: stack_collate([]) raised a bare IndexError; pad_collate and detection_collate given None (a
+    # dataset that returns None for a sample it cannot read) raised "axes don't match array", naming nothing
+    with pytest.raises(CollateError) as e:
+        stack_collate([])
+    assert str(e.value) == "cannot batch an empty list of samples: the dataset or sampler gave none"
+    img = torch.zeros(3, 4, 4, dtype=torch.uint8)
+    for collate in (stack_collate, pad_collate(), detection_collate()):
+        for batch in ([(img, {"boxes": []}), (img, None)], [(img, {"boxes": []}), (None, 1)], [(img, 1), None]):
+            with pytest.raises(CollateError) as e:
+                collate(batch)
+            assert str(e.value).startswith("cannot batch None: batch position 1 (a dataset that returns None"), e.value
