@@ -2187,6 +2187,18 @@ def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding:
     return table
 
 
+def not_a_file(path: Path) -> str:
+    """What ``path`` is, when it exists and is neither a file nor a folder: "a pipe", "a device", "a socket"."""
+    import stat
+
+    mode = path.stat().st_mode
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
 def read_labels(
     path: str | os.PathLike,
     sheets: str | Sequence[str] | None = None,
@@ -2236,6 +2248,9 @@ def read_labels(
     if path.is_dir():
         raise NotATable(f"{path}: is a folder, not a label table (expected {_TABLE_SUFFIXES})")
     if not path.is_file():
+        if path.exists():  # `--labels <(iconv ...)`: a pipe can be read once only, and has no suffix to say its format
+            raise UsageError(f"{path}: {not_a_file(path)}, not a file: a label table is read from a file, whose "
+                             "suffix says its format; save it as one (.csv, .xlsx, ...) and give that")  # fmt: skip
         raise FileNotFoundError(f"{path}: no such label table")
     suffix = path.suffix.lower()
     problems: list[tuple[tuple[int, int], str]] = []

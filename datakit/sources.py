@@ -1323,6 +1323,11 @@ def given_classes(classes) -> list[str]:
         if path.is_dir():
             path = path / "classes.json"
         if not path.is_file():
+            if path.exists():
+                from datakit.labels import not_a_file
+
+                raise UsageError(f"classes={os.fspath(classes)!r}: {not_a_file(path)}, not a file (a pack, a .json "
+                                 "or a .txt of class names)")  # fmt: skip
             raise UsageError(f"classes={os.fspath(classes)!r}: no such file (a pack, a .json or a .txt of class names)")
         if path.suffix.lower() in EXCEL_SUFFIXES or path.suffix.lower() == ".xls":
             raise UsageError(f"{path}: a workbook; classes= takes a pack, a .json list or a text file of class "

@@ -1080,3 +1080,23 @@ def test_a_sigterm_while_the_command_starts_ends_it_with_one_line():
                               + code.replace("time.sleep(30)", "time.sleep(0.2)")],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert (ignored.returncode, ignored.stderr) == (0, "")  # SIGTERM ignored by whoever started it: left so
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_label_table_or_class_list_that_is_a_pipe_or_a_device_is_a_usage_mistake(class_folder: Path, capfd):
+    # the attack: `--labels <(iconv -f gbk -t utf-8 labels.csv)` (a pipe) and `--labels /dev/zero` said "no such
+    # label table", exit 1, and `--classes <(...)` "no such file": the path is there, and it is not a file
+    fifo = class_folder.parent / "labels.csv"
+    os.mkfifo(fifo)
+    out = class_folder.parent / "out.lmdb"
+    assert main(["check", str(class_folder), "--labels", str(fifo)]) == 2
+    assert main(["pack-lmdb", str(class_folder), str(out), "--labels", os.devnull, "-q"]) == 2
+    assert main(["pack-lmdb", str(class_folder), str(out), "--classes", str(fifo), "-q"]) == 2
+    advice = "not a file: a label table is read from a file, whose suffix says its format; save it as one (.csv, .xlsx, ...) and give that"  # noqa: E501
+    assert capfd.readouterr().err.splitlines() == [
+        f"datakit check: error: {fifo}: a pipe, {advice}",
+        f"datakit pack-lmdb: error: {os.devnull}: a device, {advice}",
+        f"datakit pack-lmdb: error: classes={str(fifo)!r}: a pipe, not a file (a pack, a .json or a .txt of class "
+        "names)",
+    ]
+    assert not out.exists()
