@@ -706,6 +706,9 @@ class RandomHorizontalFlip:
 _NEAREST = ("nearest", "nearest-exact")  # never blend pixels: not even by decoding at a reduced DCT scale
 
 
+_EVAL_MARGIN = 2  # eval_pipeline decodes a JPEG at a DCT scale that keeps this many times the resized side
+
+
 def _factor(need_h: float, need_w: float, th: int, tw: int) -> int:
     """The largest JPEG DCT scale (8, 4, 2) at which a region still holds the target's pixels."""
     for f in (8, 4, 2):
@@ -972,7 +975,7 @@ class TrainPipeline(_Pipeline):
 
 class EvalPipeline(_Pipeline):
     """Resize the shorter side, centre crop, CHW (and normalisation): see :func:`eval_pipeline`;
-    :meth:`from_bytes` decodes a JPEG at the smallest DCT scale that keeps the shorter side."""
+    :meth:`from_bytes` decodes a JPEG at the smallest DCT scale that keeps twice the resized shorter side."""
 
     def __init__(self, size, resize, mean, std, normalize, interpolation="bilinear", antialias=True,
                  stats_order=None) -> None:  # fmt: skip
@@ -990,7 +993,11 @@ class EvalPipeline(_Pipeline):
             return self._whole(decode_image(data, mode, name=name), mode)
         h, w = header
         short = self.resize.size
-        f = _factor(min(h, w), min(h, w), short, short) if self.resize.interpolation not in _NEAREST else 1
+        # decoded at a DCT scale that keeps twice the resized side: the scaled decode (an 8 x 8 block's mean at
+        # 1/8) is not torchvision's antialiased filter, and kept at 1-2x the side it was up to 66 levels off on
+        # fine texture (mean 12); with twice the side, 4 (mean under 1)
+        m = _EVAL_MARGIN * short
+        f = _factor(min(h, w), min(h, w), m, m) if self.resize.interpolation not in _NEAREST else 1
         th, tw = self.center.size
         from datakit.io import _exif_orientation
 
@@ -1067,8 +1074,9 @@ def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *,
     ``interpolation`` as in :func:`train_pipeline`.
 
     ``antialias=True`` (default) resizes with torchvision's own kernel at any factor: the pixels of
-    ``v2.Compose([v2.Resize(resize), v2.CenterCrop(size)])`` on the decoded image (a JPEG of 512 px or more
-    on its shorter side is decoded at a reduced DCT scale first, which is not). ``False``: plain bilinear under
+    ``v2.Compose([v2.Resize(resize), v2.CenterCrop(size)])`` on the decoded image (a JPEG of 1024 px or more
+    on its shorter side, for 256, is decoded at a reduced DCT scale first, which is not: a few levels off on
+    average, more at the sharpest edges). ``False``: plain bilinear under
     a 2x shrink, as the training crops, about 0.8x the time a sample and up to 8 levels from torchvision's pixels.
 
     ``resize`` defaults to ``size * 256 / 224`` (rounded down; the longer side of a ``(h, w)``

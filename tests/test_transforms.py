@@ -849,6 +849,28 @@ def test_eval_from_bytes_keeps_torchvision_geometry_at_a_reduced_scale(turned: b
     assert max(abs(a - b) for a, b in zip(want, have)) < 0.45  # under one scaled pixel (8 full, 0.98 output)
 
 
+@pytest.mark.parametrize("period", [32, 8])
+def test_eval_from_bytes_at_a_reduced_scale_stays_within_a_few_levels_of_torchvision(period: int):
+    # the attack: a 1100 x 700 JPEG of fine texture through eval_pipeline(64) was decoded at 1/8 (an 8 x 8 block's
+    # mean, not torchvision's antialiased filter): up to 41 levels off (mean 7.4) at a 32 px texture, 66 (mean
+    # 11.6) at 8 px, where the docs said about 20 (1-2 on average). Decoded at a scale that keeps twice the side:
+    import io as _io
+
+    import cv2
+
+    from datakit.io import decode_image
+
+    rng = np.random.default_rng(0)
+    small = rng.integers(0, 256, (1100 // period + 1, 700 // period + 1, 3), dtype=np.uint8)
+    buf = _io.BytesIO()
+    Image.fromarray(cv2.resize(small, (700, 1100), interpolation=cv2.INTER_CUBIC)).save(buf, "JPEG", quality=92)
+    data = buf.getvalue()
+    full = torch.from_numpy(decode_image(data, "rgb")).permute(2, 0, 1)
+    ref = v2.Compose([v2.Resize(73), v2.CenterCrop(64)])(full).int()
+    diff = (eval_pipeline(64).from_bytes(data, "rgb").int() - ref).abs().float()
+    assert float(diff.max()) <= 4 and float(diff.mean()) < 1
+
+
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
 def test_nearest_picks_the_pixels_torchvision_picks(mode: str):
     # before: OpenCV's fixed point picked the pixel before where a position falls on a pixel's edge: for 21 columns
