@@ -1478,9 +1478,10 @@ class InfiniteLoader:
         sampler = self.loader.loader.sampler
         step = sample // bs
         whole = isinstance(sampler, EpochSampler) and self._served_all(sample)
-        if sample and not whole and getattr(self.loader.loader, "in_order", True) is False:
+        dl = self.loader.loader
+        if sample and not whole and getattr(dl, "in_order", True) is False and dl.num_workers > 1:
             # batches come as the workers finish them: the count says how many, not which (the resumed loop
-            # would serve some samples twice and skip others)
+            # would serve some samples twice and skip others); one worker, or none, gives them in order
             raise UsageError(f"state_dict(): this loader was made with in_order=False, so its batches arrive as "
                              f"the workers finish them and the {self.step} served of epoch {self.epoch} are not its "
                              "first ones; a state saved mid-epoch cannot say which were served. Make it with "

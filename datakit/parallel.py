@@ -103,13 +103,18 @@ _HELD = (signal.SIGINT, signal.SIGTERM)  # the commands end on SIGTERM as on Ctr
 def hold_interrupts() -> object:
     """SIGINT and SIGTERM held back from this moment to :func:`release_interrupts`: blocked in this thread (the
     main one, where Python raises KeyboardInterrupt), so that processes forked or spawned meanwhile start with
-    them blocked, and caught by a handler that only notes them, since the kernel gives a signal sent to the
-    process to any thread that does not block it (and Python then runs the handler in the main thread).
-    Returns what to restore (None outside the main thread, where nothing is held)."""
+    them blocked, and, where Python runs a handler for them (Ctrl-C's KeyboardInterrupt, the commands' SIGTERM),
+    caught by one that only notes them, since the kernel gives a signal sent to the process to any thread that
+    does not block it, and Python then runs the handler in the main thread. A signal at its default, ignored, or
+    left to a handler outside Python (faulthandler's) is not touched. Returns what to restore (None outside the
+    main thread, where nothing is held)."""
     if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
         return None
     came: list[int] = []
-    handlers = {sig: signal.signal(sig, lambda signum, frame: came.append(signum)) for sig in _HELD}
+    handlers = {}
+    for sig in _HELD:
+        if callable(signal.getsignal(sig)):
+            handlers[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_HELD))
     return mask, handlers, came
 
@@ -123,18 +128,25 @@ def release_interrupts(held: object) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending in this thread reaches the noting handler now
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
-    for sig in dict.fromkeys(came):
-        signal.raise_signal(sig)
+    if came:
+        # its first arrival already woke a set_wakeup_fd reader (asyncio's signal handlers): not a second time
+        wakeup = signal.set_wakeup_fd(-1)
+        try:
+            for sig in dict.fromkeys(came):
+                signal.raise_signal(sig)
+        finally:
+            signal.set_wakeup_fd(wakeup)
 
 
-def _init(fn: Callable[..., Any], has_dataset: bool, dataset: Any, initializer, initargs, parent: int) -> None:
+def _init(fn: Callable[..., Any], has_dataset: bool, dataset: Any, initializer, initargs, parent: int,
+          ignore_term: bool = False) -> None:  # fmt: skip
     global _FN, _DATASET, _HAS_DATASET
     # Ctrl-C reaches the whole process group: the parent stops the pool and says so in one line; a worker
     # would print its own KeyboardInterrupt traceback ("Process ForkPoolWorker-1: ...") beside it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a SIGTERM (Pool.terminate(), the parent's death) ends a worker at once, whatever handler the parent had when
     # it forked (hold_interrupts' would note it and go on)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore_term else signal.SIG_DFL)  # a caller's SIG_IGN stays
     if hasattr(signal, "pthread_sigmask"):  # started with both held (see _pooled): a SIGTERM is obeyed from here
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent(parent)
@@ -313,7 +325,9 @@ def _pooled(fn, todo, n, has_dataset, ds, initializer, initargs, chunksize, prog
     # and the workers start with it held until they ignore it
     held = hold_interrupts()
     try:
-        pool = ctx.Pool(n, initializer=_init, initargs=(fn, has_dataset, ds, initializer, tuple(initargs), os.getpid()))
+        ignore_term = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        args = (fn, has_dataset, ds, initializer, tuple(initargs), os.getpid(), ignore_term)
+        pool = ctx.Pool(n, initializer=_init, initargs=args)
     except BaseException:
         release_interrupts(held)
         raise

@@ -2327,6 +2327,13 @@ def test_a_mid_epoch_state_of_a_loader_out_of_order_is_refused_and_one_at_an_epo
         assert loader.state_dict()["sample"] == 40  # the whole epoch: the next one begins, in any shape
     finally:
         loader.close()
+    for workers in (0, 1):  # in order whatever in_order says: the state is given, and exact
+        one = create_loader(Indexed(40), 4, num_workers=workers, seed=0, infinite=True, in_order=False)
+        try:
+            assert [next(one)[0].tolist() for _ in range(3)] == [order[k : k + 4] for k in (0, 4, 8)]
+            assert one.state_dict()["sample"] == 12
+        finally:
+            one.close()
 
 
 def test_a_state_past_its_epoch_is_refused_and_one_at_its_end_goes_on_from_the_next():

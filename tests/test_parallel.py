@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from functools import partial
+from pathlib import Path
 
 import pytest
 
@@ -178,4 +179,41 @@ def test_ctrl_c_inside_the_pools_start_ends_its_workers_and_reaches_the_caller(m
     with pytest.raises(KeyboardInterrupt):
         list(map_ordered(_plain, list(range(400)), workers=2, chunksize=4))
     assert sent == [None]
-    assert _children() - before == set()
+    left = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children() - before}
+    # multiprocessing's resource tracker (started with the first spawn pool) outlives every pool by design
+    assert [p for p, cmd in left.items() if b"resource_tracker" not in cmd] == []
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="process groups")
+def test_handlers_outside_python_and_an_ignored_sigterm_are_left_as_they_were(tmp_path):
+    # the attacks on the held start: faulthandler.register(SIGTERM) (a handler outside Python) was replaced and
+    # not put back, so the next SIGTERM killed the process without a word; a caller that ignores SIGTERM got
+    # WorkerDied when the group was sent one, its workers reset to the default
+    import subprocess
+    import textwrap
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import faulthandler, os, signal, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from datakit.parallel import map_ordered
+        from test_helpers import sigterm_self
+        if sys.argv[1] == "faulthandler":
+            faulthandler.register(signal.SIGTERM, chain=False)
+            assert list(map_ordered(abs, range(200), workers=2, chunksize=4)) == list(range(200))
+            os.kill(os.getpid(), signal.SIGTERM)  # faulthandler prints the stack, and the program goes on
+            print("went on")
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            print("finished", len(list(map_ordered(sigterm_self, range(200), workers=2, chunksize=4))))
+    """)
+    )
+    # a SIGTERM to the whole group, the workers included, from a worker halfway
+    (tmp_path / "test_helpers.py").write_text("import os\n\n\ndef sigterm_self(i):\n    if i == 50:\n"
+                                              "        os.killpg(os.getpgrp(), 15)\n    return i\n")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(__file__))])}
+    for case, want in (("faulthandler", "went on\n"), ("ignored", "finished 200\n")):
+        proc = subprocess.run([sys.executable, str(script), case], capture_output=True, text=True, env=env,
+                              timeout=120, start_new_session=True)  # fmt: skip
+        assert (proc.returncode, proc.stdout) == (0, want), (case, proc.stderr[-2000:])
