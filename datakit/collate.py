@@ -214,7 +214,10 @@ def stack_collate(batch: Sequence):
             except (RuntimeError, TypeError, ValueError):  # torch's own words name "entry N" of what
                 _explain(rest, "target" if len(batch[0]) == 2 else "element", 1)
                 raise
-            return [_stack_images(images), *(_long_labels(r, [b[k] for b in batch]) for k, r in enumerate(rest, 1))]
+            out = [_stack_images(images), *(_long_labels(r, [b[k] for b in batch]) for k, r in enumerate(rest, 1))]
+            if isinstance(batch[0], tuple) and hasattr(batch[0], "_fields"):  # a namedtuple, as default_collate keeps
+                return type(batch[0])(*out)
+            return out
     try:
         out = default_collate(_unified(list(batch)))
     except (RuntimeError, TypeError, ValueError):
@@ -474,7 +477,7 @@ class _DetectionCollate(_Collate):
                                    "batch gives (x1, y1, x2, y2) with no format: convert them first "
                                    "(v2.ConvertBoundingBoxFormat('XYXY'))")  # fmt: skip
             try:
-                boxes = torch.as_tensor(t["boxes"], dtype=torch.float32)
+                boxes = torch.as_tensor(_plain_value(t["boxes"]), dtype=torch.float32)
             except (TypeError, ValueError, RuntimeError):
                 raise CollateError("detection_collate: ", [i], " boxes must be N x 4 numbers (x1, y1, x2, y2), got "
                                    f"{t['boxes']!r}") from None  # fmt: skip
@@ -486,7 +489,7 @@ class _DetectionCollate(_Collate):
             t["boxes"] = boxes
             if "labels" in t:
                 try:
-                    labels = torch.as_tensor(t["labels"])
+                    labels = torch.as_tensor(_plain_value(t["labels"]))
                 except (TypeError, ValueError, RuntimeError):  # names ('cat'), nested lists of other lengths
                     raise CollateError("detection_collate: ", [i], " labels must be class indices (whole numbers), "
                                        f"got {t['labels']!r}") from None  # fmt: skip

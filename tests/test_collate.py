@@ -616,3 +616,18 @@ def test_an_empty_batch_and_none_are_named_by_every_collate_function():
             with pytest.raises(CollateError) as e:
                 collate(batch)
             assert str(e.value).startswith("cannot batch None: batch position 1 (a dataset that returns None"), e.value
+
+
+def test_namedtuple_samples_stay_namedtuples_and_detection_targets_may_be_viewed_backwards():
+    # the attacks: namedtuple samples came out of stack_collate as a list (default_collate keeps the type); boxes
+    # given as an array viewed backwards (boxes[::-1]) were refused as "must be N x 4 numbers"
+    import collections
+
+    Sample = collections.namedtuple("Sample", "image label")
+    img = torch.zeros(3, 2, 2, dtype=torch.uint8)
+    out = stack_collate([Sample(img, 1), Sample(img, 2)])
+    assert type(out) is Sample and out.label.tolist() == [1, 2] and tuple(out.image.shape) == (2, 3, 2, 2)
+    boxes = np.array([[0, 0, 1, 1], [1, 1, 2, 2]], dtype=np.float32)
+    labels = np.array([3, 4])
+    _, targets = detection_collate()([(img, {"boxes": boxes[::-1], "labels": labels[::-1]})])
+    assert targets[0]["boxes"].tolist() == [[1, 1, 2, 2], [0, 0, 1, 1]] and targets[0]["labels"].tolist() == [4, 3]
