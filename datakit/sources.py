@@ -46,6 +46,7 @@ from datakit.labels import (
     _norm,
     _unicode_form,
     markers_as_classes,
+    not_a_file,
     read_labels,
     resolve_path,
     spelled_twice,
@@ -192,6 +193,10 @@ class ImageDataset:
                 where = existing
                 raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: cannot be written (its folder "
                                  f"{os.fspath(where)!r} is {why})")  # fmt: skip
+            if self.bad_samples.exists() and not self.bad_samples.is_file():  # a folder, a pipe, a device
+                what = "a folder" if self.bad_samples.is_dir() else not_a_file(self.bad_samples)
+                raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: {what}, not a file: the bad samples "
+                                 "are written to a JSON file of that name")  # fmt: skip
             self.merge_bad_samples()
             shutil.rmtree(self._parts_dir(), ignore_errors=True)
             for entry in self._read_report(self.bad_samples):
@@ -488,6 +493,8 @@ def read_bad_samples(path: str | os.PathLike) -> dict:
     "reason"}, ...]}``; :class:`UsageError` when the file is missing or is not one.
     """
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # a pipe would block until something writes
+        raise UsageError(f"{path}: {not_a_file(path)}, not a bad-samples file (the JSON file training wrote)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -1324,8 +1331,6 @@ def given_classes(classes) -> list[str]:
             path = path / "classes.json"
         if not path.is_file():
             if path.exists():
-                from datakit.labels import not_a_file
-
                 raise UsageError(f"classes={os.fspath(classes)!r}: {not_a_file(path)}, not a file (a pack, a .json "
                                  "or a .txt of class names)")  # fmt: skip
             raise UsageError(f"classes={os.fspath(classes)!r}: no such file (a pack, a .json or a .txt of class names)")

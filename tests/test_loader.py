@@ -2579,6 +2579,35 @@ def test_a_bad_samples_report_that_cannot_be_written_is_one_line_naming_it(tmp_p
                             f"folder {str(tmp_path / 'afile')!r} is a file)")  # fmt: skip
 
 
+def test_a_bad_samples_path_that_is_a_pipe_or_a_folder_is_refused_not_waited_on(tmp_path: Path):
+    # the attack: --bad-samples on a FIFO with no writer: reading it blocked forever (check, pack-lmdb), and a
+    # dataset given one as its report waited on it too; a folder failed later, in a worker
+    from datakit.datasets import open_dataset, read_bad_samples
+
+    root = bad_folder(tmp_path)
+    fifo = tmp_path / "bad.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError) as e:
+        read_bad_samples(fifo)
+    assert str(e.value) == f"{fifo}: a pipe, not a bad-samples file (the JSON file training wrote)"
+    with pytest.raises(UsageError) as e:
+        open_dataset(root, on_error="skip", bad_samples=fifo)
+    assert str(e.value) == (f"bad_samples={str(fifo)!r}: a pipe, not a file: the bad samples are written to a JSON "
+                            "file of that name")  # fmt: skip
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(UsageError) as e:
+        open_dataset(root, on_error="skip", bad_samples=tmp_path / "runs")
+    assert str(e.value) == (f"bad_samples={str(tmp_path / 'runs')!r}: a folder, not a file: the bad samples are "
+                            "written to a JSON file of that name")  # fmt: skip
+    for command in (["check", str(root)], ["pack-lmdb", str(root), str(tmp_path / "out.lmdb"), "--skip-bad"]):
+        run = subprocess.run([sys.executable, "-m", "datakit.cli", *command, "--bad-samples", str(fifo)],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 2, run.stderr
+        assert run.stderr == (f"datakit {command[0]}: error: {fifo}: a pipe, not a bad-samples file (the JSON file "
+                              "training wrote)\n")  # fmt: skip
+    assert not (tmp_path / "out.lmdb").exists()
+
+
 def test_a_mid_epoch_state_of_another_seed_or_order_is_refused():
     # the attack: a state saved mid-epoch with seed=0, loaded into a loader with seed=1 (or unshuffled): accepted,
     # and the rest of the epoch served some samples twice and others never
