@@ -699,13 +699,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for p in report.problems:
             print(_shown(p), file=sys.stderr)
         if not args.quiet:
-            checked = f"{report.samples} samples checked"
+            checked = f"{_count_of(report.samples, 'sample')} checked"
             if report.crashed:
                 checked = f"{report.checked} of {report.samples} samples checked before the reader crashed"
-            print(f"{path}: {checked}, {len(report.problems)} problems")
+            print(f"{path}: {checked}, {_count_of(len(report.problems), 'problem')}")
     if args.json:
         _print_json(found[0] if len(found) == 1 else found)
     return max(code, 1 if bad else 0)
+
+
+def _count_of(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
 def _register_lmdb(sub) -> None:
@@ -782,7 +786,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if report.height_range:
         print(f"image sizes: height {report.height_range[0]}..{report.height_range[1]}, "
               f"width {report.width_range[0]}..{report.width_range[1]}")  # fmt: skip
-    print(f"{report.samples} samples checked, {len(report.problems)} problems")
+    print(f"{_count_of(report.samples, 'sample')} checked, {_count_of(len(report.problems), 'problem')}")
     return 0 if report.ok else 1
 
 

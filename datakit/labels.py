@@ -1216,6 +1216,27 @@ def _header_index(row: Sequence[object], keys: set[str]) -> bool:
     return any(_norm(v) in keys for v in cells) and not any(_looks_like_file(v) for v in cells)
 
 
+_FILE_KEYS = frozenset(_norm(k) for k in FILE_COLUMNS)
+
+
+def _same_file_text(a: str, b: str) -> bool:
+    """Whether two file cells name one file as a table spells it (``\\`` or ``/``, a leading ``./``)."""
+    a, b = (v.strip().replace("\\", "/").removeprefix("./") for v in (a, b))
+    return a == b
+
+
+def _file_rival_problem(where: str, fname: str, fcol: int, rname: str, rcol: int, row: str, a: str, b: str) -> str:
+    if _norm(fname) == _norm(rname):  # the header twice: naming it cannot choose
+        return (
+            f"{where}, {row}: the column {fname!r} is there twice (columns {_column_letter(fcol)} and "
+            f"{_column_letter(rcol)}), naming different image files ({a!r} and {b!r}); rename the one not meant"
+        )
+    return (
+        f"{where}, {row}: the columns {fname!r} and {rname!r} both name the image file, but different ones "
+        f"({a!r} and {b!r}); name the one to use with file_column= (--file-column)"
+    )
+
+
 def _find_column(header: Sequence[object], wanted: str | None, known: Sequence[str]) -> int | None:
     names = [_norm(h) if not _blank(h) else "" for h in header]
     if wanted is not None:
@@ -1258,6 +1279,7 @@ class _Header:
     fname: str
     lname: str
     rivals: tuple[tuple[int, str], ...] = ()  # other columns naming the class (column, header), when lcol was found
+    file_rivals: tuple[tuple[int, str], ...] = ()  # other columns naming the image file (column, header)
 
 
 def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, label_column: str | None,
@@ -1288,7 +1310,15 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
             if label_column is None and lcol is not None and _norm(row[lcol]) in _RIVAL_COLUMNS:
                 rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
                                and not _blank(h) and _norm(h) in _RIVAL_COLUMNS)  # fmt: skip
-            return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals)
+            elif label_column is not None and lcol is not None:  # the named column twice: which one was meant?
+                rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
+                               and not _blank(h) and _norm(h) == _norm(label_column))  # fmt: skip
+            # other columns naming the image (path beside filename, the header twice, two tables side by side):
+            # where they name another image file, which one the rows mean is not known
+            same = {_norm(file_column)} if file_column is not None else _FILE_KEYS
+            file_rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
+                                and not _blank(h) and _norm(h) in same)  # fmt: skip
+            return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals)
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
     if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):
         width = max(i for i, v in enumerate(first) if not _blank(v)) + 1
@@ -1363,6 +1393,7 @@ def _parse_grid(
     numbers: tuple[int, str] | None = None  # the first file cell that holds a number, not text
     dates: tuple[int, str] | None = None  # the first label cell that holds a date, not text
     rivals: dict[str, set[tuple[str, str]]] = {name: set() for _, name in head.rivals}
+    file_rivals = list(head.file_rivals)  # those not yet found naming another file
     for r in range(head.at + 1, len(grid)):
         row = grid[r]
         f = row[fcol] if fcol < len(row) else None
@@ -1410,6 +1441,13 @@ def _parse_grid(
             dates = (rownum, _text(lab))
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
+        for col, name in list(file_rivals):
+            other = row[col] if col < len(row) else None
+            if _looks_like_file(other) and not _same_file_text(_text(f), _text(other)):
+                problem = _file_rival_problem(where, head.fname, fcol, name, col, f"row {rownum}", _text(f),
+                                              _text(other))  # fmt: skip
+                problems.append(((order, rownum), problem))
+                file_rivals.remove((col, name))
         for col, name in head.rivals:
             if col < len(row) and not _blank(row[col]):
                 rivals[name].add((labels[-1], _text(row[col])))
@@ -1637,9 +1675,13 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             continue
         try:
             grid = _sheet_grid(wb, sh.name, engine)
-        except Exception as exc:  # a sheet calamine cannot read must not fail the others
-            if chosen:
-                notes.append(f"{path}: sheet {sh.name!r} skipped (unreadable: {type(exc).__name__})")
+        except Exception as exc:  # damaged XML, a missing part, a shared string that is not there
+            # not skipped: without its rows (or, for a sheet not asked for, its labels in the class map) the
+            # table would be read as another one
+            what = (str(exc).strip().splitlines() or [""])[0][:200]
+            other = ", or read it with engine='openpyxl'" if engine == "calamine" else ""
+            problems.append(((order, 0), f"{path}, sheet {sh.name!r}: cannot be read ({type(exc).__name__}: "
+                             f"{what}); open the workbook in Excel and save it again{other}"))  # fmt: skip
             continue
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
@@ -1974,8 +2016,9 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
         raise ColumnNotFound(f"{path}, line {cols.header_line}: no split column named {split_column!r} among {shown}")
     return _columns_part(
-        cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals
-    )
+        cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals,
+        head.file_rivals,
+    )  # fmt: skip
 
 
 _EXCEL_TEXT = re.compile(r'="((?:[^"]|"")*)"')
@@ -2000,8 +2043,8 @@ def _excel_texts(values: list, codes: np.ndarray) -> tuple[list, np.ndarray, int
 
 
 def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: str, fname: str, lname: str,
-                  path: Path, problems: list, notes: list,
-                  rivals: Sequence[tuple[int, str]] = ()) -> _Part:  # fmt: skip
+                  path: Path, problems: list, notes: list, rivals: Sequence[tuple[int, str]] = (),
+                  file_rivals: Sequence[tuple[int, str]] = ()) -> _Part:  # fmt: skip
     (data, offsets), fvalid = cols.strings(fcol)
     files = StringArray.from_buffer(data, offsets)
     labels, lcodes, lvalid = cols.coded(lcol)
@@ -2039,6 +2082,15 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
             problems.append(((0, line), f"{path}, line {line}: label {labels[lcodes[i]]!r} has no file name"))
     keep = fvalid & lvalid
     named = [files[int(i)] for i in np.flatnonzero((fvalid | listed) & ~keep)]
+    for col, name in file_rivals:
+        rvals, rcodes, rvalid = cols.coded(col)
+        for i in np.flatnonzero(keep & rvalid).tolist():
+            other = rvals[rcodes[i]]
+            if _looks_like_file(other) and not _same_file_text(files[i], _text(other)):
+                line = int(lines[i])
+                problems.append(((0, line), _file_rival_problem(str(path), fname, fcol, name, col, f"line {line}",
+                                                                files[i], _text(other))))  # fmt: skip
+                break
     pairs: dict[str, set[tuple[str, str]]] = {}
     for col, name in rivals:
         rvals, rcodes, rvalid = cols.coded(col)
@@ -2108,24 +2160,28 @@ def _rival_problem(path: Path, lname: str, rname: str, pairs: set[tuple[str, str
     """The problem when the label column ``lname`` and another column naming the class, ``rname``,
     would give the samples different classes (``pairs``: each row's two values); None when they agree."""
     fix = "; name the one to use with label_column= (--label-column)"
+    both, ln, rn, lq, rq = f"the columns {lname!r} and {rname!r}", lname, rname, repr(lname), repr(rname)
+    if _norm(lname) == _norm(rname):  # the header twice: naming it cannot choose
+        fix, both = "; rename the one not meant", f"the two columns named {lname!r}"
+        ln, rn = lq, rq = "the first", "the second"
     by_label: dict[str, list[str]] = {}
     by_rival: dict[str, list[str]] = {}
     for a, b in pairs:
         by_label.setdefault(a, []).append(b)
         by_rival.setdefault(b, []).append(a)
-    for one, other, seen in ((lname, rname, by_label), (rname, lname, by_rival)):
+    for one, other, seen in ((ln, rn, by_label), (rn, ln, by_rival)):
         for v in _class_order(seen):
             if len(seen[v]) > 1:
                 two = _class_order(seen[v])[:2]
-                return (f"{path}: the columns {lname!r} and {rname!r} both name the class but do not match one to one "
+                return (f"{path}: {both} both name the class but do not match one to one "
                         f"({one} {v!r} goes with {other} {two[0]!r} and {two[1]!r}){fix}")  # fmt: skip
     if _norm(rname) in _NAME_COLUMNS and not all(_is_int_text(a) for a in by_label):
         return None  # names beside names, one to one: the label column's are read, the others describe them
     mine, theirs = _class_order(by_label), _class_order(by_rival)
     for k, (a, b) in enumerate(zip(mine, theirs)):
         if by_label[a][0] != b:
-            return (f"{path}: the columns {lname!r} and {rname!r} both name the class but number the classes "
-                    f"differently (class {k} is {a!r} by {lname!r}, {by_rival[b][0]!r} by {rname!r}){fix}")  # fmt: skip
+            return (f"{path}: {both} both name the class but number the classes "
+                    f"differently (class {k} is {a!r} by {lq}, {by_rival[b][0]!r} by {rq}){fix}")  # fmt: skip
     return None
 
 
@@ -2277,6 +2333,9 @@ def read_labels(
         if head.startswith(_OLE_MAGIC):
             raise LabelError(f"{path}: an Excel 97-2003 (.xls) workbook, which datakit does not read; open it in "
                              "Excel and save it as .xlsx")  # fmt: skip
+        if head.startswith(b"PK\x03\x04"):  # an .xlsx renamed (or saved as "Excel 97-2003" by name only)
+            raise LabelError(f"{path}: an .xlsx workbook (a zip container) under an .xls name; rename it to "
+                             f"{path.with_suffix('.xlsx').name}")  # fmt: skip
         if re.search(rb"<(?:html|table|meta|!doctype)", head.lower()):
             raise LabelError(f"{path}: a web page (HTML) under an .xls name, as web systems export tables; open it "
                              "in Excel and save it as .xlsx")  # fmt: skip

@@ -791,12 +791,13 @@ def _bad_advice(out: Path, target: Path, overwrite: bool, committed: int) -> str
     images fixed, or leaving them out (``--skip-bad``). An ``--overwrite`` builds the new pack beside OUT
     (``target``): OUT holds the old one, and the new samples take room in the part until it is deleted."""
     fixed, left_out = _again(out, target, overwrite), _again(out, target, overwrite, "--skip-bad")
+    samples = f"{committed} sample{'s' * (committed != 1)}"
     if target == out:
-        return (f"the pack holds the {committed} samples before the first; fix them and run {fixed}, or {left_out} "
-                "to leave them out")  # fmt: skip
-    return (f"{out} still holds the old pack, untouched; the {committed} new samples before the first are kept in "
-            f"{target}: fix them and run {fixed} to go on from them, or {left_out} to leave them out, or delete "
-            f"{target} to give its space back")  # fmt: skip
+        return (f"the pack holds the {samples} before the first; fix them and run {fixed}, or {left_out} to leave "
+                "them out")  # fmt: skip
+    return (f"{out} still holds the old pack, untouched; the {samples.replace(' ', ' new ', 1)} before the first are "
+            f"kept in {target}: fix them and run {fixed} to go on from them, or {left_out} to leave them out, or "
+            f"delete {target} to give its space back")  # fmt: skip
 
 
 def _write_failure(exc: BaseException, out: Path, target: Path, committed: int, *, overwrite: bool,

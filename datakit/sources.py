@@ -1269,14 +1269,24 @@ def _class_lines(path: Path, text: str) -> list[str]:
     """A text file's class names, one a line in index order; ``#`` lines are comments, as in a label list. A
     first line that is a label column's name (a column copied with its header) is marked: :func:`check_header`
     refuses it unless the labels hold it as a class."""
+    from datakit.labels import _looks_like_file
+
     names = _ClassNames()
     for number, line in enumerate(text.splitlines(), 1):
         name = line.strip()
         if not name or name.startswith("#"):
             continue
+        first = re.split(r"[,\t; ]", name, maxsplit=1)[0].strip('"')
+        if _looks_like_file(first):  # `--classes train.csv`: the label table itself, its rows read as classes
+            raise UsageError(f"{path}, line {number}: {first!r} is an image file's name: this is a label table, "
+                             "not a list of classes; classes= takes a pack, a .json list or a text file of class "
+                             "names, one a line, class 0 first")  # fmt: skip
         if not names and _norm(name) in {_norm(k) for k in LABEL_COLUMNS}:
             names.header = (path, number, name)
         names.append(name)
+    if not names:  # an empty file: no class at all, and every label would be "not among the 0 classes"
+        raise UsageError(f"{path}: no class names in it (a text file of class names holds one a line, class 0 "
+                         "first)")  # fmt: skip
     _named_classes(names, str(path))  # no name of invisible characters alone, no two that look alike
     return names
 
@@ -1298,6 +1308,8 @@ def _named_classes(names: Sequence[object], where: str) -> list[str]:
     differ only in what does not show (``'dog'``, ``'dog\u200b'``): each would be a class index of its own."""
     from datakit.labels import _INVISIBLE_RUN, _look_alike, _with_unseen
 
+    if not len(names):  # every label would be "not among the 0 classes given"
+        raise UsageError(f"{where}: no class names (an empty list); give the classes in index order, class 0 first")
     out = []
     for k, c in enumerate(names):
         if c is None or (isinstance(c, str) and not _INVISIBLE_RUN.sub("", c).strip()):

@@ -244,7 +244,7 @@ def test_pack_names_missing_files_as_check_does_and_counts_them_apart(tmp_path: 
     refused = datakit("pack-lmdb", src, out, "--labels", table, "-q")
     assert (refused.returncode, refused.stdout) == (1, "")
     assert refused.stderr.splitlines() == [
-        "datakit pack-lmdb: error: 2 missing files and 1 unreadable image (the pack holds the 1 samples before the "
+        "datakit pack-lmdb: error: 2 missing files and 1 unreadable image (the pack holds the 1 sample before the "
         "first; fix them and run the same command with --resume, or the same command with --resume --skip-bad to "
         "leave them out):",
         *lines,
@@ -676,7 +676,7 @@ def test_two_ranks_check_prints_each_problem_once(class_folder: Path):
     assert (r1.stdout, r1.stderr) == ("", "")
     problems = [line for line in r0.stderr.splitlines() if line.startswith("unreadable: ")]
     assert len(problems) == 1 and "图片_3.png" in problems[0], r0.stderr
-    assert r0.stdout.splitlines()[-1] == "12 samples checked, 1 problems"
+    assert r0.stdout.splitlines()[-1] == "12 samples checked, 1 problem"
 
 
 def test_two_ranks_preview_written_once(class_folder: Path, tmp_path: Path):
@@ -839,7 +839,7 @@ def test_check_of_a_table_without_rows_prints_no_empty_class_table(class_folder:
     table.write_text("file,label\n", encoding="utf-8")
     assert main(["check", str(class_folder), "--labels", str(table), "--workers", "0"]) == 1
     out, err = capsys.readouterr()
-    assert (out, err) == ("0 samples checked, 1 problems\n", f"{table}: the table holds no rows\n")
+    assert (out, err) == ("0 samples checked, 1 problem\n", f"{table}: the table holds no rows\n")
 
 
 def _datakit(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:

@@ -755,3 +755,124 @@ def test_check_of_one_split_does_not_call_another_split_s_unlabelled_file_unlist
     where = "sheet 'val', row 2" if kind == "xlsx" else "line 4"
     assert capsys.readouterr().err.splitlines() == [f"{table}, {where}: file 'v.png' has no label",
                                                     "split 'val' has no samples of class 'dog'"]  # fmt: skip
+
+
+def test_two_file_columns_naming_different_images_are_refused_not_one_taken(tmp_path: Path):
+    # the attack: `path,filename,label` with path sub/a.png and filename a.png, both files on disk: the filename
+    # column was read (first in the known names), sample 0 was img/a.png where the table's path meant sub/a.png;
+    # the header twice, or two tables side by side, the same
+    root = images(tmp_path / "img", "a.png", "b.png")
+    images(root / "sub", "a.png")
+    csv = tmp_path / "l.csv"
+    csv.write_text("path,filename,label\nsub/a.png,a.png,cat\nb.png,b.png,dog\n")
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=csv)
+    assert str(err.value) == (f"{csv}, line 2: the columns 'filename' and 'path' both name the image file, but "
+                              "different ones ('a.png' and 'sub/a.png'); name the one to use with file_column= "
+                              "(--file-column)")  # fmt: skip
+    assert open_dataset(root, labels=csv, file_column="path").samples[0] == (str(root / "sub" / "a.png"), 0)
+    book = workbook(tmp_path / "l.xlsx", {"train": [["sub/a.png", "a.png", "cat"], ["b.png", "b.png", "dog"]]},
+                    header=("path", "filename", "label"))  # fmt: skip
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=book)
+    assert str(err.value) == (f"{book}, sheet 'train', row 2: the columns 'filename' and 'path' both name the image "
+                              "file, but different ones ('a.png' and 'sub/a.png'); name the one to use with "
+                              "file_column= (--file-column)")  # fmt: skip
+    twice = tmp_path / "twice.csv"
+    twice.write_text("file,label,file\nb.png,dog,b.png\nsub/a.png,cat,a.png\n")
+    for kw in ({}, {"file_column": "file"}):  # naming it cannot choose between the two
+        with pytest.raises(LabelError) as err:
+            open_dataset(root, labels=twice, **kw)
+        assert str(err.value) == (f"{twice}, line 3: the column 'file' is there twice (columns A and C), naming "
+                                  "different image files ('sub/a.png' and 'a.png'); rename the one not meant")  # fmt: skip
+    # the same file spelled two ways, and a column named like a file column that holds no file names, are read
+    same = tmp_path / "same.csv"
+    same.write_text("file,label,path,name\n./b.png,dog,b.png,Alice\nsub\\a.png,cat,sub/a.png,Bob\n")
+    ds = open_dataset(root, labels=same)
+    assert [Path(f).name for f, _ in ds.samples] == ["b.png", "a.png"] and ds.classes == ["cat", "dog"]
+    labels_twice = tmp_path / "labels_twice.csv"
+    labels_twice.write_text("file,label,label\nb.png,dog,cat\nsub/a.png,cat,dog\n")
+    for kw in ({}, {"label_column": "label"}):
+        with pytest.raises(LabelError) as err:
+            open_dataset(root, labels=labels_twice, **kw)
+        assert str(err.value) == (f"{labels_twice}: the two columns named 'label' both name the class but number "
+                                  "the classes differently (class 0 is 'cat' by the first, 'dog' by the second); "
+                                  "rename the one not meant")  # fmt: skip
+
+
+def _damaged_workbooks(tmp_path: Path) -> dict[str, Path]:
+    import zipfile
+
+    good = workbook(tmp_path / "good.xlsx", {"train": [["a.png", "cat"]]}, header=("file", "label"))
+    src = zipfile.ZipFile(good)
+    sheet = "xl/worksheets/sheet1.xml"
+    cell = b'<c r="B2" t="inlineStr"><is><t>cat</t></is></c>'
+    assert cell in src.read(sheet)
+    edits = {
+        "badxml": lambda name, data: data.replace(b"</sheetData>", b"<x>&</x></sheetData>") if name == sheet else data,
+        "badsst": lambda name, data: data.replace(cell, b'<c r="B2" t="s"><v>7</v></c>') if name == sheet else data,
+    }  # fmt: skip
+    out = {}
+    for kind, edit in edits.items():
+        out[kind] = tmp_path / f"{kind}.xlsx"
+        with zipfile.ZipFile(out[kind], "w") as z:
+            for info in src.infolist():
+                z.writestr(info.filename, edit(info.filename, src.read(info)))
+    return out
+
+
+def test_a_damaged_sheet_is_one_line_naming_it_not_a_traceback_nor_skipped(tmp_path: Path, capsys):
+    # the attack: damaged sheet XML, or a cell pointing past the shared strings: calamine's XmlError/CalamineError
+    # came out as a traceback (`datakit check`, exit 1), openpyxl's IndexError bare; a damaged sheet among others
+    # was skipped with a note, its rows (and its labels in the class map) left out
+    root = images(tmp_path / "img", "a.png")
+    books = _damaged_workbooks(tmp_path)
+    with pytest.raises(LabelError) as err:
+        read_labels(books["badsst"])
+    assert str(err.value) == (f"{books['badsst']}, sheet 'train': cannot be read (CalamineError: Cell string index "
+                              "not found in shared strings table); open the workbook in Excel and save it again, or "
+                              "read it with engine='openpyxl'")  # fmt: skip
+    with pytest.raises(LabelError) as err:
+        read_labels(books["badsst"], engine="openpyxl")
+    assert str(err.value) == (f"{books['badsst']}, sheet 'train': cannot be read (IndexError: list index out of "
+                              "range); open the workbook in Excel and save it again")  # fmt: skip
+    with pytest.raises(LabelError, match=r"^.*badxml\.xlsx, sheet 'train': cannot be read \(XmlError: "):
+        read_labels(books["badxml"])
+    assert main(["check", str(root), "--labels", str(books["badxml"]), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{books['badxml']}, sheet 'train': cannot be read (XmlError: ") and err.count("\n") == 1
+
+
+def test_classes_given_a_label_table_or_nothing_is_a_usage_error(tmp_path: Path, capsys):
+    # the attack: `--classes train.csv` (the table itself) read its rows as classes ('file,label', 'a.png,cat'),
+    # an empty file as 0 classes: "classes 'cat', 'dog' not among the 3 classes given", exit 1, the wrong lead
+    root = images(tmp_path / "img", "a.png", "b.png")
+    (tmp_path / "val.txt").write_text("a.png cat\nb.png dog\n")
+    (tmp_path / "train.csv").write_text("file,label\na.png,cat\nb.png,dog\n")
+    (tmp_path / "empty.txt").write_text("# classes\n\n")
+    (tmp_path / "ok.txt").write_text("cat\ndog\n")
+    val = str(tmp_path / "val.txt")
+    assert main(["check", str(root), "--labels", val, "--classes", str(tmp_path / "train.csv"), "-q"]) == 2
+    assert capsys.readouterr().err == (
+        f"datakit check: error: {tmp_path / 'train.csv'}, line 2: 'a.png' is an image file's name: this is a label "
+        "table, not a list of classes; classes= takes a pack, a .json list or a text file of class names, one a "
+        "line, class 0 first\n"
+    )
+    assert main(["check", str(root), "--labels", val, "--classes", str(tmp_path / "empty.txt"), "-q"]) == 2
+    assert capsys.readouterr().err == (f"datakit check: error: {tmp_path / 'empty.txt'}: no class names in it (a "
+                                       "text file of class names holds one a line, class 0 first)\n")  # fmt: skip
+    with pytest.raises(UsageError) as err:
+        open_dataset(root, labels=val, classes=[])
+    assert str(err.value) == "classes=: no class names (an empty list); give the classes in index order, class 0 first"
+    assert open_dataset(root, labels=val, classes=tmp_path / "ok.txt").classes == ["cat", "dog"]
+
+
+def test_an_xlsx_under_an_xls_name_is_told_to_be_renamed(tmp_path: Path):
+    book = workbook(tmp_path / "good.xlsx", {"train": [["a.png", "cat"]]}, header=("file", "label"))
+    renamed = tmp_path / "labels.xls"
+    renamed.write_bytes(book.read_bytes())
+    with pytest.raises(LabelError) as err:
+        read_labels(renamed)
+    assert (
+        str(err.value) == f"{renamed}: an .xlsx workbook (a zip container) under an .xls name; rename it to labels.xlsx"
+    )
