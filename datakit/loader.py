@@ -1841,6 +1841,7 @@ def create_loader(
                          "transform=train_pipeline(224)), ...)")  # fmt: skip
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int of at least 1, got {batch_size!r}")
+    _check_loader_kwargs(dataloader_kwargs)
     prefetch = dataloader_kwargs.get("prefetch_factor")
     if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
         raise UsageError(f"prefetch_factor must be a whole number >= 1 (batches each worker reads ahead), got "
@@ -2021,6 +2022,29 @@ def create_loader(
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)
     out = InfiniteLoader(loader) if infinite else loader
     return on_device(out) if on_device is not None else out
+
+
+# what a dataset is opened with: given to create_loader, a slip for open_dataset's (the README's table lists both)
+_DATASET_OPTIONS = ("on_error", "bad_samples", "max_bad_fraction", "transform", "target_transform", "mode", "labels",
+                    "split", "classes", "cache", "cache_limit", "remap_labels", "file_column", "label_column",
+                    "split_column", "encoding", "include_hidden", "index_cache")  # fmt: skip
+
+
+def _check_loader_kwargs(kwargs: dict) -> None:
+    """Refuse, naming it, a keyword that neither create_loader nor torch's DataLoader takes: DataLoader's own
+    TypeError says nothing of where it belongs (``on_error=`` is the dataset's)."""
+    import inspect
+
+    known = set(inspect.signature(DataLoader.__init__).parameters) - {"self", "dataset"}
+    for name in kwargs:
+        if name in known:
+            continue
+        if name in _DATASET_OPTIONS:
+            raise UsageError(f"create_loader got {name}=, an option of the dataset: give it where the dataset "
+                             f"is opened, open_dataset(..., {name}=...), and the loader's workers read it from "
+                             "there")  # fmt: skip
+        raise UsageError(f"create_loader got an unknown argument {name}= (besides its own, it passes on what "
+                         f"torch's DataLoader takes: {', '.join(sorted(known))})")  # fmt: skip
 
 
 def _reads_on(dataset) -> bool:

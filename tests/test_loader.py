@@ -2730,3 +2730,23 @@ def test_transforms_that_do_not_pickle_or_draw_in_the_main_process_restart_worke
     shapes, new = epoch()
     assert shapes == {(3, 8, 8)} and set(new).isdisjoint(pids)
     loader.close()
+
+
+def test_a_dataset_option_given_to_create_loader_says_where_it_belongs():
+    # the attack: create_loader(ds, 16, on_error="skip") (the README's table lists both on one row): torch's bare
+    # "DataLoader.__init__() got an unexpected keyword argument 'on_error'"; a typo (shufle=) the same
+    with pytest.raises(UsageError) as e:
+        create_loader(Indexed(4), 2, num_workers=0, on_error="skip")
+    assert str(e.value) == ("create_loader got on_error=, an option of the dataset: give it where the dataset is "
+                            "opened, open_dataset(..., on_error=...), and the loader's workers read it from there")  # fmt: skip
+    with pytest.raises(UsageError) as e:
+        create_loader(Indexed(4), 2, num_workers=0, shufle=True)
+    assert str(e.value) == (
+        "create_loader got an unknown argument shufle= (besides its own, it passes on what torch's DataLoader takes: "
+        "batch_sampler, batch_size, collate_fn, drop_last, generator, in_order, multiprocessing_context, num_workers, "
+        "persistent_workers, pin_memory, pin_memory_device, prefetch_factor, sampler, shuffle, timeout, "
+        "worker_init_fn)"
+    )
+    assert [b[0].tolist() for b in create_loader(Indexed(4), 2, num_workers=0, train=False, in_order=True)] == [
+        [0, 1], [2, 3]
+    ]  # fmt: skip
