@@ -349,6 +349,23 @@ def test_a_missing_file_that_differs_only_in_case_is_said(tmp_path: Path):
         "'c3.png': the names differ in letter case, which this file system keeps apart)",
         f"not in the table: {tmp_path / 'img' / 'c3.png'}",
     ]
+    # a folder above it spelled in another case (SUB/A.PNG for sub/a.png) too, with the whole path; two candidates
+    # (Sub/ and sub/ both there) or none give no hint
+    (tmp_path / "img" / "sub").mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "img" / "sub" / "a.png")
+    (tmp_path / "u.csv").write_text("file,label\nSUB/A.PNG,cat\nsub/a.png,dog\nNOPE/a.png,dog\n", encoding="utf-8")
+    report = check_dataset(tmp_path / "img", labels=tmp_path / "u.csv")
+    assert report.problems[:2] == [
+        f"missing: 'SUB/A.PNG' ({tmp_path / 'u.csv'}, line 2) not found at {tmp_path / 'img' / 'SUB' / 'A.PNG'} "
+        f"(there is {str(tmp_path / 'img' / 'sub' / 'a.png')!r}: the names differ in letter case, which this file "
+        "system keeps apart)",
+        f"missing: 'NOPE/a.png' ({tmp_path / 'u.csv'}, line 4) not found at {tmp_path / 'img' / 'NOPE' / 'a.png'}",
+    ]
+    (tmp_path / "img" / "Sub").mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "img" / "Sub" / "a.png")
+    report = check_dataset(tmp_path / "img", labels=tmp_path / "u.csv")
+    assert report.problems[0] == (f"missing: 'SUB/A.PNG' ({tmp_path / 'u.csv'}, line 2) not found at "
+                                  f"{tmp_path / 'img' / 'SUB' / 'A.PNG'}")  # fmt: skip
 
 
 def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: Path, capsys, caplog):
