@@ -969,10 +969,37 @@ def jpeg_entropy_index(data: bytes | bytearray | memoryview) -> bytes | None:
     return _REGION.jpeg_index(data)
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The whole file, for any path; ``FileNotFoundError`` names it when missing."""
-    with open(path, "rb") as f:
-        return f.read()
+def _max_file_bytes(max_pixels: int | None = None) -> int:
+    """The most bytes an image file within the pixel budget can take: every pixel stored raw at 8 bytes
+    (16-bit RGBA), plus 64 MiB of metadata and padding."""
+    return pixel_budget(max_pixels) * 8 + (64 << 20)
+
+
+def read_bytes(path: str | os.PathLike, *, max_pixels: int | None = None) -> bytes:
+    """The whole file, for any path; ``FileNotFoundError`` names it when missing. What is not a regular file
+    (a pipe, which would block; a device such as ``/dev/zero``, endless; a folder) and a file larger than any
+    image within the pixel budget (a sparse 20 GB ``.jpg``) raise :class:`ImageDecodeError` naming it, before
+    anything is read."""
+    import stat
+
+    # O_NONBLOCK: opening a pipe with no writer returns at once instead of waiting for one
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode, size = (st := os.fstat(fd)).st_mode, st.st_size
+        if not stat.S_ISREG(mode):
+            what = ("a folder" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device"
+                    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "not a regular file")  # fmt: skip
+            raise ImageDecodeError(f"{os.fspath(path)}: {what}, not an image file")
+        limit = _max_file_bytes(max_pixels)
+        if size > limit:
+            raise ImageDecodeError(f"{os.fspath(path)}: {size} bytes, more than any image within the pixel budget "
+                                   f"takes ({limit} bytes; raise it with max_pixels= or the DATAKIT_MAX_PIXELS "
+                                   "environment variable)")  # fmt: skip
+        with open(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)  # a file grown since: read to the limit, and the decoder sees it cut
+    finally:
+        os.close(fd)
 
 
 def imread(
@@ -991,7 +1018,8 @@ def imread(
     missing file raises ``FileNotFoundError``, bad data raises :class:`ImageDecodeError`
     naming the path.
     """
-    return decode_image(read_bytes(path), mode, max_size, name=path, max_pixels=max_pixels, strict=strict)
+    data = read_bytes(path, max_pixels=max_pixels)
+    return decode_image(data, mode, max_size, name=path, max_pixels=max_pixels, strict=strict)
 
 
 def encode_image(img: np.ndarray, ext: str = ".jpg", quality: int = 95, *, mode: str = "bgr") -> bytes:

@@ -16,6 +16,7 @@ from PIL import Image
 
 from datakit.errors import UsageError
 from datakit.io import (
+    DEFAULT_MAX_PIXELS,
     ImageDecodeError,
     decode_image,
     header_size,
@@ -961,3 +962,38 @@ def test_an_image_pillow_decodes_is_writable_as_opencvs_are(tmp_path: Path, mode
     want = {"rgb": [200, 7, 0], "bgr": [0, 7, 200], "gray": 64, "unchanged": [0, 7, 200, 255]}[mode]
     assert img[0, 0].tolist() == want  # gray: 0.299 R + 0.587 G + 0.114 B, as Pillow rounds it
     img[0, 0] = 0
+
+
+def test_what_is_not_an_image_file_is_refused_before_it_is_read(tmp_path: Path):
+    # the attack: a class folder holding a FIFO named 3.jpg (check hung), a link to /dev/zero or a sparse 20 GB
+    # .jpg (read whole before any budget: MemoryError traceback or the OOM killer); imread('.') a bare
+    # IsADirectoryError
+    from datakit.check import check_dataset
+
+    root = tmp_path / "dz"
+    for c in ("cat", "dog"):
+        (root / c).mkdir(parents=True)
+        imwrite(root / c / "1.jpg", synthetic_image(16, 16))
+    os.mkfifo(root / "dog" / "3.jpg")
+    os.symlink("/dev/zero", root / "dog" / "2.jpg")
+    with open(root / "dog" / "4.jpg", "wb") as f:
+        f.truncate(20 << 30)  # sparse: no disk taken
+    cases = {root / "dog" / "2.jpg": "a device", root / "dog" / "3.jpg": "a pipe", tmp_path: "a folder"}
+    for path, what in cases.items():
+        with pytest.raises(ImageDecodeError) as e:
+            imread(path)
+        assert str(e.value) == f"{path}: {what}, not an image file"
+    limit = DEFAULT_MAX_PIXELS * 8 + (64 << 20)
+    with pytest.raises(ImageDecodeError) as e:
+        imread(root / "dog" / "4.jpg")
+    assert str(e.value) == (f"{root / 'dog' / '4.jpg'}: {20 << 30} bytes, more than any image within the pixel "
+                            f"budget takes ({limit} bytes; raise it with max_pixels= or the DATAKIT_MAX_PIXELS "
+                            "environment variable)")  # fmt: skip
+    report = check_dataset(root)
+    assert report.problems == [
+        f"unreadable: {root / 'dog' / '2.jpg'}: a device, not an image file",
+        f"unreadable: {root / 'dog' / '3.jpg'}: a pipe, not an image file",
+        f"unreadable: {root / 'dog' / '4.jpg'}: {20 << 30} bytes, more than any image within the pixel budget takes "
+        f"({limit} bytes; raise it with max_pixels= or the DATAKIT_MAX_PIXELS environment variable)",
+    ]
+    assert imread(root / "cat" / "1.jpg", mode="rgb").shape == (16, 16, 3)
