@@ -997,7 +997,7 @@ def read_bytes(path: str | os.PathLike, *, max_pixels: int | None = None) -> byt
                                    f"takes ({limit} bytes; raise it with max_pixels= or the DATAKIT_MAX_PIXELS "
                                    "environment variable)")  # fmt: skip
         with open(fd, "rb", closefd=False) as f:
-            return f.read(limit + 1)  # a file grown since: read to the limit, and the decoder sees it cut
+            return f.read()
     finally:
         os.close(fd)
 
