@@ -1415,6 +1415,8 @@ class ZipReader:
                 if m.is_dir:
                     folder(path)
                     continue
+                if m.is_symlink and self._raw_link_text(m) is None:
+                    continue  # refused before its folder is made: neither the link nor its folders are there
                 parent, _, name = path.rpartition("/")
                 if folder(parent):
                     tree[parent].setdefault(name, ("link", m) if m.is_symlink else ("file", m.index))
@@ -1469,12 +1471,25 @@ class ZipReader:
             self._links_read[m.index] = self._read_link_text(m)
         return self._links_read[m.index]
 
-    def _read_link_text(self, m: ZipMember) -> str | None:
+    def _raw_link_text(self, m: ZipMember) -> str | None:
+        """A link member's text, or None where unzip-gbk refuses it before making its folder: unreadable, longer
+        than any path, empty, absolute, or leaving the target by name (``../x``, ``a/../../x``)."""
         if m.file_size > _MAX_LINK:
             return None
         try:
             link = _link_text(self.read_index(m.index), m)
         except (ValueError, OSError):
+            return None
+        if not link or link.startswith("/") or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
+            return None
+        parent = (safe_relpath(m.name)[0] or "").rpartition("/")[0]  # where unzip-gbk writes it
+        if posixpath.normpath(posixpath.join(parent, link) if parent else link).split("/")[0] == "..":
+            return None
+        return link
+
+    def _read_link_text(self, m: ZipMember) -> str | None:
+        link = self._raw_link_text(m)
+        if link is None:
             return None
         if "\ufffd" in link:
             return None  # bytes that are no text in the names' encoding: unzip-gbk's link leads to nothing

@@ -930,6 +930,11 @@ class ZipDataset(ImageDataset):
         top = ""
         if images and all(len(p) >= 3 for p in images) and len({p[0] for p in images}) == 1:
             top = images[0][0]  # one wrapping folder, as when a folder is zipped
+            # unless another folder beside it holds images too, through a link (a/x.png -> ../dog/1.png): the
+            # extracted folder's classes are then the top's own, and so are these
+            whole, found = self._scan("")
+            if any(whole[t] != top for _, _, t in found):
+                top = ""
         classes, keep = self._scan(top)
         if not classes or not keep:
             raise NotADataset(f"{self.path}: no class folders with images inside the archive")

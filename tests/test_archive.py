@@ -960,6 +960,9 @@ def _samples(ds) -> list[tuple[str, str, int]]:
          [("cat/1.png", "cat", 10), ("cat/more/2.png", "cat", 50), ("cat2/1.png", "cat2", 10),
           ("cat2/more/2.png", "cat2", 50), ("dog/2.png", "dog", 50)]),
         ([("dog/up", b"..")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50), ("dog/up/cat/1.png", "dog", 10)]),
+        # links unzip-gbk refuses before making their folder: no empty class 'bird' read in place either
+        ([("bird/1.png", b"/etc/passwd")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        ([("bird/1.png", b"../../up.png")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
     ],
 )  # fmt: skip
 def test_a_zip_read_in_place_gives_the_samples_of_the_folder_it_extracts_to(tmp_path: Path, links, want):
@@ -972,6 +975,24 @@ def test_a_zip_read_in_place_gives_the_samples_of_the_folder_it_extracts_to(tmp_
     unzip(z, tmp_path / "out")
     assert _samples(open_dataset(tmp_path / "out")) == want
     assert _samples(open_dataset(z)) == want
+
+
+def test_a_folder_beside_the_one_holding_every_image_is_a_class_when_a_link_gives_it_images(tmp_path: Path):
+    # the attack: every image member under dog/ (read as the one folder wrapping the classes), and a/3.PNG -> ..
+    # beside it: the extracted folder's classes are a and dog (a's image through the link), the zip in place read
+    # dog/ as the wrapper and refused its empty sub-folder: "class folder 'dog/cat' holds no images"
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "d.zip", [gbk("dog/dog/x/2.png", _png(50)), gbk("dog/cat/x", b"notes"),
+                                       gbk("a/3.PNG", symlink_to=b"..")])  # fmt: skip
+    unzip(z, tmp_path / "out")
+    want = [("a/3.PNG/dog/dog/x/2.png", "a", 50), ("dog/dog/x/2.png", "dog", 50)]
+    assert _samples(open_dataset(tmp_path / "out")) == want
+    assert _samples(open_dataset(z)) == want
+    # without the link, dog/ wraps the classes, as when a folder is zipped
+    plain = write_zip(tmp_path / "p.zip", [gbk("dog/dog/x/2.png", _png(50)), gbk("dog/cat/1.png", _png(10)),
+                                           gbk("README.txt", b"notes")])  # fmt: skip
+    assert _samples(open_dataset(plain)) == [("cat/1.png", "cat", 10), ("dog/x/2.png", "dog", 50)]
 
 
 def test_zip_with_a_table_reads_what_the_folder_does(tmp_path: Path):
