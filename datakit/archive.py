@@ -1187,7 +1187,12 @@ def _extract_symlink(
         raise _Refused(f"symlink path of {len(os.fsencode(where))} bytes is longer than a path may be ({_PATH_MAX}); "
                        "not created")  # fmt: skip
     # resolved on the real filesystem (links made before included), not on the text of the path
-    resolved = os.path.realpath(os.path.join(tree.root, *parts[:-1], link))
+    # followed as the kernel follows it, at most 40 links (os.path.realpath has no such bound: a chain of
+    # thousands of links, each resolved to its end, took minutes)
+    resolved, _ = _resolve(os.path.join(tree.root, *parts[:-1], link))
+    if resolved is None:
+        raise _Refused(f"symlink to {link!r} leads through more than {_MAX_HOPS} links, which the kernel does not "
+                       "follow (ELOOP); not created")  # fmt: skip
     if not _inside(resolved, tree.root):
         raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
     # a link that climbs out of the target and back in (../../out/cat/1.jpg under out/dog) works only while
@@ -1229,7 +1234,10 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
             full = os.path.join(tree.root, *rel.split("/"))
             why = None
             try:
-                if not _inside(os.path.realpath(full), tree.root):
+                end, _ = _resolve(full)
+                if end is None:
+                    why = f"symlink leads through more than {_MAX_HOPS} links (ELOOP); removed"
+                elif not _inside(end, tree.root):
                     why = "symlink resolves outside the target through other links; removed"
                 elif not os.path.exists(full):  # what a folder scan would list as a file it cannot read
                     why = f"symlink to {os.readlink(full)!r} leads to nothing inside the target; removed"
