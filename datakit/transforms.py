@@ -913,10 +913,24 @@ class TrainPipeline(_Pipeline):
         return _factor(ch, cw, th, tw) if self.crop.interpolation not in _NEAREST else 1
 
     def _finish(self, chw: torch.Tensor, mode: str) -> torch.Tensor:
-        for t in self.augment:
-            chw = t(chw)
+        if self.augment:
+            # torchvision's colour steps (Grayscale, ColorJitter's hue and saturation, AutoAugment's, ...) take
+            # the channels as RGB: a mode="bgr" (or "unchanged") image is augmented in RGB order, then put back
+            swap = [2, 1, 0, 3][: chw.shape[0]] if mode in ("bgr", "unchanged") and chw.shape[0] in (3, 4) else None
+            if swap is not None:
+                chw = chw[swap]
+            for t in self.augment:
+                chw = t(chw)
+            if swap is not None:
+                chw = chw[swap]
         norm = self._norm_for(mode)
         return norm(chw) if norm else chw
+
+    def _whole(self, img, mode: str):
+        """``self(img)`` for an image decoded whole, augmented and normalised for ``mode``."""
+        for t in self._steps()[: -len(self.augment) or None]:
+            img = t(img)
+        return self._finish(img, mode)
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
         from datakit import io as dio

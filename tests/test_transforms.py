@@ -966,3 +966,23 @@ def test_normalize_refuses_statistics_that_are_not_one_value_per_channel(mean, s
         Normalize(mean, std)
     assert str(e.value) == (f"mean and std must be lists of one value per channel, as many in each, got mean "
                             f"{mean!r} and std {std!r}")  # fmt: skip
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+def test_augmentations_see_rgb_whatever_the_dataset_s_channel_order(tmp_path: Path, suffix: str):
+    # the attack: mode="bgr" with augment=[v2.Grayscale(3)]: a red image came out 29 grey where mode="rgb" gave
+    # 93 (red weighted as blue); ColorJitter's hue and saturation, AutoAugment's colour steps the same
+    (tmp_path / "c").mkdir()
+    img = np.zeros((64, 64, 3), np.uint8)
+    img[..., 0], img[..., 1] = 255, 30  # red, RGB
+    cv2.imwrite(str(tmp_path / "c" / f"red{suffix}"), img[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 100])
+    for augment in ([v2.Grayscale(3)], [v2.ColorJitter(hue=0.3, saturation=0.5)], [v2.RandAugment()]):
+        got = {}
+        for mode in ("rgb", "bgr", "unchanged"):
+            ds = open_dataset(tmp_path, mode=mode, transform=train_pipeline(32, scale=(1, 1), augment=augment))
+            torch.manual_seed(0)
+            x = ds[0][0]
+            got[mode] = x if mode == "rgb" else x.flip(0)
+        assert torch.equal(got["rgb"], got["bgr"]) and torch.equal(got["rgb"], got["unchanged"])
+        if suffix == ".png" and isinstance(augment[0], v2.Grayscale):  # 0.2989 * 255 + 0.587 * 30, as torchvision
+            assert got["bgr"][:, 5, 5].tolist() == [93, 93, 93]
