@@ -1054,6 +1054,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                     size=args.size)  # fmt: skip
     if args.json:
         _print_json(report.to_json())
+    elif args.quiet:  # what needs looking at, one line each
+        for f in report.findings:
+            if f.status != "ok":
+                print(f"{f.check}: {f.status}: {f.detail}" + (f"; fix: {f.fix}" if f.fix else ""))
     else:
         print_table(["check", "status", "finding"], [[f.check, f.status, f.detail] for f in report.findings])
         fixes = [f for f in report.findings if f.fix and f.status != "ok"]
@@ -1076,7 +1080,7 @@ def _register_doctor(sub) -> None:
                    help="batches each worker prepares ahead (default 4)")  # fmt: skip
     p.add_argument("--size", type=_side(0), default=224, metavar="N",
                    help="image side in the batch (default 224; 0: the first image of SRC as it is)")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+    _add_json_quiet(p, "no table: only the findings that are not ok, one a line with its fix")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -1274,6 +1278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_unzip)
     for register in _EXTRA_COMMANDS:
         register(sub)
+    parser.commands = sub.choices  # type: ignore[attr-defined]  # each command's parser, for its own usage line
     return parser
 
 
@@ -1296,8 +1301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # paths after the options (`pack-lmdb data --max-size 512 out.lmdb`): argparse takes the paths
             # before the first option only; the later ones are the same list, in order
             getattr(args, listed).extend(extra[:cut] + extra[cut + 1 :])
-        elif extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        elif extra:  # the command's own usage, which lists what it takes
+            parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except KeyboardInterrupt:
         from datakit._entry import prog_of
 

@@ -830,7 +830,9 @@ def test_paths_after_the_options_are_paths_too(class_folder: Path, tmp_path: Pat
     assert (tmp_path / "-d.lmdb" / "data.mdb").is_file()
     with pytest.raises(SystemExit) as e:
         main(["info", str(out), "--bogus", "x"])
-    assert e.value.code == 2 and capsys.readouterr().err.endswith("datakit: error: unrecognized arguments: --bogus x\n")
+    assert e.value.code == 2 and capsys.readouterr().err.endswith(
+        "datakit info: error: unrecognized arguments: --bogus x\n"
+    )
 
 
 def test_check_of_a_table_without_rows_prints_no_empty_class_table(class_folder: Path, tmp_path: Path, capsys):

@@ -128,6 +128,20 @@ def test_doctor_cli_json_and_usage(class_folder: Path, capsys):
     assert e.value.code == 2
     assert "datakit doctor: error: argument --batch-size: must be >= 1, got 0" in capsys.readouterr().err
     assert main(["doctor", str(class_folder / "nothing")]) == 2
+    capsys.readouterr()
+    # -q (the README: every command takes it): the findings that are not ok, one a line; an option doctor does not
+    # take is refused with doctor's own usage, not datakit's
+    report = doctor(None, num_workers=2, batch_size=8)
+    assert main(["doctor", "-q", "--workers", "2", "--batch-size", "8"]) == (0 if report.ok else 1)
+    want = [f"{f.check}: {f.status}: {f.detail}" + (f"; fix: {f.fix}" if f.fix else "")
+            for f in report.findings if f.status != "ok"]  # fmt: skip
+    assert capsys.readouterr().out.splitlines() == want
+    with pytest.raises(SystemExit) as e:
+        main(["doctor", "--cols"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: datakit doctor ") and err.endswith("datakit doctor: error: unrecognized arguments: "
+                                                                     "--cols\n")  # fmt: skip
 
 
 SMALL_SHM = r"""
