@@ -1219,10 +1219,37 @@ def _header_index(row: Sequence[object], keys: set[str]) -> bool:
 _FILE_KEYS = frozenset(_norm(k) for k in FILE_COLUMNS)
 
 
-def _same_file_text(a: str, b: str) -> bool:
-    """Whether two file cells name one file as a table spells it (``\\`` or ``/``, a leading ``./``)."""
-    a, b = (v.strip().replace("\\", "/").removeprefix("./") for v in (a, b))
-    return a == b
+def _file_text(v: str) -> str:
+    """A file cell as a path is compared: ``\\`` or ``/``, a leading ``./`` and spaces aside."""
+    return v.strip().replace("\\", "/").removeprefix("./")
+
+
+def _rival_files(rows) -> tuple[str, object]:
+    """How a second column naming the image relates to the file column, over ``rows`` of (where, mine,
+    theirs) texts: ("same", None) where they agree on every row; ("theirs", where) where the other column
+    gives the same names with their folders (``sub/a.png`` beside ``a.png``) on every row, and on ``where``
+    first; ("differ", (where, mine, theirs)) at the first row where they name different files (or one
+    column is the deeper on some rows, the other on others)."""
+    deeper = None  # which column held the folders, and where first
+    for where, a, b in rows:
+        x, y = _file_text(a), _file_text(b)
+        if x == y:
+            continue
+        side = "theirs" if y.endswith("/" + x) else "mine" if x.endswith("/" + y) else None
+        if side is None or (deeper is not None and deeper[0] != side):
+            return "differ", (where, a, b)
+        if deeper is None:
+            deeper = (side, where)
+    if deeper is None or deeper[0] == "mine":
+        return "same", None  # the file column is the one with the folders, or they are the same
+    return "theirs", deeper[1]
+
+
+def _rival_note(where: str, fname: str, rname: str, row: str, a: str, b: str) -> str:
+    return (
+        f"{where}: the columns {fname!r} and {rname!r} both name the image file, {rname!r} with its folders "
+        f"({row}: {b!r} beside {a!r}); read {rname!r} (file_column= chooses)"
+    )
 
 
 def _file_rival_problem(where: str, fname: str, fcol: int, rname: str, rcol: int, row: str, a: str, b: str) -> str:
@@ -1393,7 +1420,22 @@ def _parse_grid(
     numbers: tuple[int, str] | None = None  # the first file cell that holds a number, not text
     dates: tuple[int, str] | None = None  # the first label cell that holds a date, not text
     rivals: dict[str, set[tuple[str, str]]] = {name: set() for _, name in head.rivals}
-    file_rivals = list(head.file_rivals)  # those not yet found naming another file
+    fname = head.fname
+    for col, name in head.file_rivals:  # another column naming the image: the same files, or refused
+        both = (
+            (r, row[fcol], row[col])
+            for r, row in enumerate(grid[head.at + 1 :], head.at + 2)
+            if fcol < len(row) and col < len(row) and _looks_like_file(row[fcol]) and _looks_like_file(row[col])
+        )
+        verdict, at = _rival_files((r, _text(a), _text(b)) for r, a, b in both)
+        if verdict == "differ":
+            r, a, b = at  # type: ignore[misc]
+            problems.append(((order, r), _file_rival_problem(where, fname, fcol, name, col, f"row {r}", a, b)))
+        elif verdict == "theirs":  # the same names with their folders: those, as the more exact
+            if notes is not None:
+                row = grid[at - 1]  # type: ignore[operator]
+                notes.append(_rival_note(where, fname, name, f"row {at}", _text(row[fcol]), _text(row[col])))
+            fcol, fname = col, name
     for r in range(head.at + 1, len(grid)):
         row = grid[r]
         f = row[fcol] if fcol < len(row) else None
@@ -1425,7 +1467,7 @@ def _parse_grid(
         if _not_a_label(_text(lab)):
             problems.append(((order, rownum), f"{where}, row {rownum}: {_marker_problem(_text(f), _text(lab))}"))
             continue
-        if head.at >= 0 and _text(f) == head.fname and _text(lab) == head.lname:
+        if head.at >= 0 and _text(f) == fname and _text(lab) == head.lname:
             if notes is not None:  # the header row again (sheets pasted one under another)
                 notes.append(f"{where}, row {rownum}: the header row again (tables joined?): skipped")
             continue
@@ -1441,13 +1483,6 @@ def _parse_grid(
             dates = (rownum, _text(lab))
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
-        for col, name in list(file_rivals):
-            other = row[col] if col < len(row) else None
-            if _looks_like_file(other) and not _same_file_text(_text(f), _text(other)):
-                problem = _file_rival_problem(where, head.fname, fcol, name, col, f"row {rownum}", _text(f),
-                                              _text(other))  # fmt: skip
-                problems.append(((order, rownum), problem))
-                file_rivals.remove((col, name))
         for col, name in head.rivals:
             if col < len(row) and not _blank(row[col]):
                 rivals[name].add((labels[-1], _text(row[col])))
@@ -1465,7 +1500,7 @@ def _parse_grid(
         notes.append(f"{where}, row {numbers[0]}: the file name {numbers[1]!r} is a number cell, not text; zeros "
                      "its format may show before it (00123) are not part of it: if the files are named so, store the "
                      "column as text")  # fmt: skip
-    part = _part_from_lists(sheet, files, labels, splits, rows, head.fname, head.lname)
+    part = _part_from_lists(sheet, files, labels, splits, rows, fname, head.lname)
     part.dropped_splits, part.dropped_files, part.rivals = dropped, named, rivals
     return part
 
@@ -2047,6 +2082,20 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
                   file_rivals: Sequence[tuple[int, str]] = ()) -> _Part:  # fmt: skip
     (data, offsets), fvalid = cols.strings(fcol)
     files = StringArray.from_buffer(data, offsets)
+    for col, name in file_rivals:  # another column naming the image: the same files, or refused
+        (rdata, roffsets), rvalid = cols.strings(col)
+        theirs = StringArray.from_buffer(rdata, roffsets)
+        both = ((i, files[i], theirs[i]) for i in np.flatnonzero(fvalid & rvalid).tolist()
+                if _looks_like_file(files[i]) and _looks_like_file(theirs[i]))  # fmt: skip
+        verdict, at = _rival_files(both)
+        if verdict == "differ":
+            k, a, b = at  # type: ignore[misc]
+            line = int(cols.lines[k])
+            problems.append(((0, line), _file_rival_problem(str(path), fname, fcol, name, col, f"line {line}", a, b)))
+        elif verdict == "theirs":  # the same names with their folders: those, as the more exact
+            k = at  # type: ignore[assignment]
+            notes.append(_rival_note(str(path), fname, name, f"line {int(cols.lines[k])}", files[k], theirs[k]))
+            fcol, fname, files, fvalid = col, name, theirs, rvalid
     labels, lcodes, lvalid = cols.coded(lcol)
     labels = list(labels)
     lines = cols.lines
@@ -2082,15 +2131,6 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
             problems.append(((0, line), f"{path}, line {line}: label {labels[lcodes[i]]!r} has no file name"))
     keep = fvalid & lvalid
     named = [files[int(i)] for i in np.flatnonzero((fvalid | listed) & ~keep)]
-    for col, name in file_rivals:
-        rvals, rcodes, rvalid = cols.coded(col)
-        for i in np.flatnonzero(keep & rvalid).tolist():
-            other = rvals[rcodes[i]]
-            if _looks_like_file(other) and not _same_file_text(files[i], _text(other)):
-                line = int(lines[i])
-                problems.append(((0, line), _file_rival_problem(str(path), fname, fcol, name, col, f"line {line}",
-                                                                files[i], _text(other))))  # fmt: skip
-                break
     pairs: dict[str, set[tuple[str, str]]] = {}
     for col, name in rivals:
         rvals, rcodes, rvalid = cols.coded(col)

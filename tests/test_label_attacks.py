@@ -757,34 +757,45 @@ def test_check_of_one_split_does_not_call_another_split_s_unlabelled_file_unlist
                                                     "split 'val' has no samples of class 'dog'"]  # fmt: skip
 
 
-def test_two_file_columns_naming_different_images_are_refused_not_one_taken(tmp_path: Path):
+def test_two_file_columns_naming_different_images_are_refused_not_one_taken(tmp_path: Path, caplog):
     # the attack: `path,filename,label` with path sub/a.png and filename a.png, both files on disk: the filename
     # column was read (first in the known names), sample 0 was img/a.png where the table's path meant sub/a.png;
     # the header twice, or two tables side by side, the same
-    root = images(tmp_path / "img", "a.png", "b.png")
-    images(root / "sub", "a.png")
+    root = images(tmp_path / "img", "a.png", "b.png", "c.png")
+    images(root / "sub", "a.png", "x.png")
     csv = tmp_path / "l.csv"
     csv.write_text("path,filename,label\nsub/a.png,a.png,cat\nb.png,b.png,dog\n")
+    with caplog.at_level(logging.WARNING):
+        ds = open_dataset(root, labels=csv)
+    assert [f for f, _ in ds.samples] == [str(root / "sub" / "a.png"), str(root / "b.png")]  # the names with folders
+    assert (f"{csv}: the columns 'filename' and 'path' both name the image file, 'path' with its folders (line 2: "
+            "'sub/a.png' beside 'a.png'); read 'path' (file_column= chooses)") in caplog.messages  # fmt: skip
+    assert open_dataset(root, labels=csv, file_column="filename").samples[0] == (str(root / "a.png"), 0)
+    book = workbook(tmp_path / "l.xlsx", {"train": [["a.png", "sub/a.png", "cat"], ["c.png", "c.png", "dog"]]},
+                    header=("filename", "path", "label"))  # fmt: skip
+    assert read_labels(book).file_column == "path" and list(read_labels(book).files) == ["sub/a.png", "c.png"]
+    # names that are other files, or folders now on one side, now on the other: which column is meant is not known
+    other = tmp_path / "other.csv"
+    other.write_text("path,filename,label\nsub/a.png,a.png,cat\nb.png,c.png,dog\n")
     with pytest.raises(LabelError) as err:
-        open_dataset(root, labels=csv)
-    assert str(err.value) == (f"{csv}, line 2: the columns 'filename' and 'path' both name the image file, but "
-                              "different ones ('a.png' and 'sub/a.png'); name the one to use with file_column= "
+        open_dataset(root, labels=other)
+    assert str(err.value) == (f"{other}, line 3: the columns 'filename' and 'path' both name the image file, but "
+                              "different ones ('c.png' and 'b.png'); name the one to use with file_column= "
                               "(--file-column)")  # fmt: skip
-    assert open_dataset(root, labels=csv, file_column="path").samples[0] == (str(root / "sub" / "a.png"), 0)
-    book = workbook(tmp_path / "l.xlsx", {"train": [["sub/a.png", "a.png", "cat"], ["b.png", "b.png", "dog"]]},
-                    header=("path", "filename", "label"))  # fmt: skip
+    both_ways = workbook(tmp_path / "w.xlsx", {"train": [["sub/a.png", "a.png", "cat"], ["x.png", "sub/x.png", "dog"]]},
+                         header=("path", "filename", "label"))  # fmt: skip
     with pytest.raises(LabelError) as err:
-        open_dataset(root, labels=book)
-    assert str(err.value) == (f"{book}, sheet 'train', row 2: the columns 'filename' and 'path' both name the image "
-                              "file, but different ones ('a.png' and 'sub/a.png'); name the one to use with "
+        open_dataset(root, labels=both_ways)
+    assert str(err.value) == (f"{both_ways}, sheet 'train', row 3: the columns 'filename' and 'path' both name the "
+                              "image file, but different ones ('sub/x.png' and 'x.png'); name the one to use with "
                               "file_column= (--file-column)")  # fmt: skip
     twice = tmp_path / "twice.csv"
-    twice.write_text("file,label,file\nb.png,dog,b.png\nsub/a.png,cat,a.png\n")
+    twice.write_text("file,label,file\nb.png,dog,b.png\nsub/a.png,cat,c.png\n")
     for kw in ({}, {"file_column": "file"}):  # naming it cannot choose between the two
         with pytest.raises(LabelError) as err:
             open_dataset(root, labels=twice, **kw)
         assert str(err.value) == (f"{twice}, line 3: the column 'file' is there twice (columns A and C), naming "
-                                  "different image files ('sub/a.png' and 'a.png'); rename the one not meant")  # fmt: skip
+                                  "different image files ('sub/a.png' and 'c.png'); rename the one not meant")  # fmt: skip
     # the same file spelled two ways, and a column named like a file column that holds no file names, are read
     same = tmp_path / "same.csv"
     same.write_text("file,label,path,name\n./b.png,dog,b.png,Alice\nsub\\a.png,cat,sub/a.png,Bob\n")
