@@ -621,6 +621,12 @@ def scan_class_folders(
             return False
 
     classes = sorted(e.name for e in os.scandir(root) if is_dir(e))
+    # datakit's own index cache (train_pipeline(index_cache="data/.cache")) holds no images and is no class
+    caches = [c for c in classes if os.path.isfile(os.path.join(root, c, "INDEX_CACHE"))]
+    if caches:
+        log.warning("%s: %s skipped: datakit's index cache, not a class folder (keep it outside the dataset)", root,
+                    ", ".join(map(repr, caches)))  # fmt: skip
+        classes = [c for c in classes if c not in caches]
     if not classes:
         raise NotADataset(
             f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=, --labels TABLE)"

@@ -326,3 +326,20 @@ def test_an_index_of_another_file_with_the_same_key_is_gone_around(tmp_path, bui
     monkeypatch.setattr(indexcache, "_key", lambda data, name: b"one key for every file")
     _crops(cached, [a], 0)  # a's index stored under the key b will read too
     _assert_same(_crops(cached, [b], 1), _crops(train_pipeline(224), [b], 1))
+
+
+def test_a_cache_inside_the_dataset_folder_is_no_class(tmp_path: Path, caplog):
+    # the attack: train_pipeline(64, index_cache="data/.cache") made the folder at once, and the next
+    # open_dataset("data") failed: "class folder '.cache' holds no images"
+    import logging
+
+    for c in ("cat", "dog"):
+        (tmp_path / "data" / c).mkdir(parents=True)
+        dio.imwrite(tmp_path / "data" / c / "1.jpg", _photo(48, 64, np.random.default_rng(0)))
+    pipe = train_pipeline(32, index_cache=tmp_path / "data" / ".cache")
+    with caplog.at_level(logging.WARNING):
+        ds = open_dataset(tmp_path / "data", transform=pipe)
+    assert ds.classes == ["cat", "dog"] and len(ds) == 2
+    assert ds[0][0].shape == (3, 32, 32)
+    assert f"{tmp_path / 'data'}: '.cache' skipped: datakit's index cache, not a class folder (keep it outside the " \
+        "dataset)" in caplog.messages  # fmt: skip
