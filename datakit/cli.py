@@ -1301,8 +1301,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             # paths after the options (`pack-lmdb data --max-size 512 out.lmdb`): argparse takes the paths
             # before the first option only; the later ones are the same list, in order
             getattr(args, listed).extend(extra[:cut] + extra[cut + 1 :])
-        elif extra:  # the command's own usage, which lists what it takes
-            parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        elif extra:  # the command's own usage, which lists what it takes; datakit's for what came before the command
+            words = list(sys.argv[1:] if argv is None else argv)
+            before = words[: words.index(args.command)] if args.command in words else []
+            owner = parser if any(e in before for e in extra) else parser.commands.get(args.command, parser)
+            owner.error(f"unrecognized arguments: {' '.join(extra)}")
     except KeyboardInterrupt:
         from datakit._entry import prog_of
 

@@ -1220,35 +1220,44 @@ _FILE_KEYS = frozenset(_norm(k) for k in FILE_COLUMNS)
 
 
 def _file_text(v: str) -> str:
-    """A file cell as a path is compared: ``\\`` or ``/``, a leading ``./`` and spaces aside."""
-    return v.strip().replace("\\", "/").removeprefix("./")
+    """A file cell as a path is compared: ``\\`` or ``/``, a leading ``./``, spaces, letter case and Unicode
+    form aside (a file system may hold either spelling)."""
+    return unicodedata.normalize("NFC", v.strip().replace("\\", "/").removeprefix("./")).casefold()
+
+
+_ELSEWHERE = re.compile(r"^(?:/|[A-Za-z]:|\.\./|[A-Za-z][A-Za-z0-9+.-]*://)")  # absolute, C:, ../, a URL
 
 
 def _rival_files(rows) -> tuple[str, object]:
     """How a second column naming the image relates to the file column, over ``rows`` of (where, mine,
-    theirs) texts: ("same", None) where they agree on every row; ("theirs", where) where the other column
-    gives the same names with their folders (``sub/a.png`` beside ``a.png``) on every row, and on ``where``
-    first; ("differ", (where, mine, theirs)) at the first row where they name different files (or one
-    column is the deeper on some rows, the other on others)."""
-    deeper = None  # which column held the folders, and where first
+    theirs) texts: ("same", None) where they name the same files, or the other column names a place on
+    another machine (an absolute path, ``C:``, ``../``, a URL) on some row: a record of where the file came
+    from, not another file here; ("deeper", (where, mine, theirs)) where the other column gives the same names
+    with folders (``sub/a.png`` beside ``a.png``) on every row where they differ, the first such row;
+    ("differ", (where, mine, theirs)) at the first row where they name different files."""
+    rows = list(rows)
+    if any(_ELSEWHERE.match(b.strip().replace("\\", "/")) for _, _, b in rows):
+        return "same", None
+    deeper = None
     for where, a, b in rows:
         x, y = _file_text(a), _file_text(b)
-        if x == y:
+        if x == y or x.endswith("/" + y):  # the file column the deeper one: it is read
             continue
-        side = "theirs" if y.endswith("/" + x) else "mine" if x.endswith("/" + y) else None
-        if side is None or (deeper is not None and deeper[0] != side):
+        if posixpath.splitext(x)[0] == posixpath.splitext(y)[0]:  # a0.jpg beside a0.png: one image, converted
+            continue
+        if not y.endswith("/" + x):
             return "differ", (where, a, b)
-        if deeper is None:
-            deeper = (side, where)
-    if deeper is None or deeper[0] == "mine":
-        return "same", None  # the file column is the one with the folders, or they are the same
-    return "theirs", deeper[1]
+        deeper = deeper or (where, a, b)
+    return ("deeper", deeper) if deeper is not None else ("same", None)
 
 
 def _rival_note(where: str, fname: str, rname: str, row: str, a: str, b: str) -> str:
+    same = _norm(fname) == _norm(rname)
+    other = f"the second {rname!r} column" if same else repr(rname)
+    fix = "rename one to choose" if same else f"file_column={rname!r} reads those"
     return (
-        f"{where}: the columns {fname!r} and {rname!r} both name the image file, {rname!r} with its folders "
-        f"({row}: {b!r} beside {a!r}); read {rname!r} (file_column= chooses)"
+        f"{where}: {other} names the same images with their folders ({row}: {b!r} beside {a!r}); {fname!r} "
+        f"is read, as the file column ({fix})"
     )
 
 
@@ -1342,7 +1351,8 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
                                and not _blank(h) and _norm(h) == _norm(label_column))  # fmt: skip
             # other columns naming the image (path beside filename, the header twice, two tables side by side):
             # where they name another image file, which one the rows mean is not known
-            same = {_norm(file_column)} if file_column is not None else _FILE_KEYS
+            # ('name' beside 'image' is as often an upload's original name, a description: not compared)
+            same = {_norm(file_column)} if file_column is not None else _FILE_KEYS - {"name"}
             file_rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
                                 and not _blank(h) and _norm(h) in same)  # fmt: skip
             return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals)
@@ -1431,11 +1441,9 @@ def _parse_grid(
         if verdict == "differ":
             r, a, b = at  # type: ignore[misc]
             problems.append(((order, r), _file_rival_problem(where, fname, fcol, name, col, f"row {r}", a, b)))
-        elif verdict == "theirs":  # the same names with their folders: those, as the more exact
-            if notes is not None:
-                row = grid[at - 1]  # type: ignore[operator]
-                notes.append(_rival_note(where, fname, name, f"row {at}", _text(row[fcol]), _text(row[col])))
-            fcol, fname = col, name
+        elif verdict == "deeper" and notes is not None:  # said, not chosen: which one the disk holds is not known here
+            r, a, b = at  # type: ignore[misc]
+            notes.append(_rival_note(where, fname, name, f"row {r}", a, b))
     for r in range(head.at + 1, len(grid)):
         row = grid[r]
         f = row[fcol] if fcol < len(row) else None
@@ -1714,9 +1722,9 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             # not skipped: without its rows (or, for a sheet not asked for, its labels in the class map) the
             # table would be read as another one
             what = (str(exc).strip().splitlines() or [""])[0][:200]
-            other = ", or read it with engine='openpyxl'" if engine == "calamine" else ""
             problems.append(((order, 0), f"{path}, sheet {sh.name!r}: cannot be read ({type(exc).__name__}: "
-                             f"{what}); open the workbook in Excel and save it again{other}"))  # fmt: skip
+                             f"{what}); open the workbook in Excel and save it again, or delete the sheet if it holds "
+                             "no labels"))  # fmt: skip
             continue
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
@@ -2088,14 +2096,14 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
         both = ((i, files[i], theirs[i]) for i in np.flatnonzero(fvalid & rvalid).tolist()
                 if _looks_like_file(files[i]) and _looks_like_file(theirs[i]))  # fmt: skip
         verdict, at = _rival_files(both)
-        if verdict == "differ":
+        if verdict in ("differ", "deeper"):
             k, a, b = at  # type: ignore[misc]
-            line = int(cols.lines[k])
-            problems.append(((0, line), _file_rival_problem(str(path), fname, fcol, name, col, f"line {line}", a, b)))
-        elif verdict == "theirs":  # the same names with their folders: those, as the more exact
-            k = at  # type: ignore[assignment]
-            notes.append(_rival_note(str(path), fname, name, f"line {int(cols.lines[k])}", files[k], theirs[k]))
-            fcol, fname, files, fvalid = col, name, theirs, rvalid
+            line = f"line {int(cols.lines[k])}"
+            if verdict == "differ":
+                problems.append(((0, int(cols.lines[k])), _file_rival_problem(str(path), fname, fcol, name, col, line,
+                                                                              a, b)))  # fmt: skip
+            else:  # said, not chosen: which one the disk holds is not known here
+                notes.append(_rival_note(str(path), fname, name, line, a, b))
     labels, lcodes, lvalid = cols.coded(lcol)
     labels = list(labels)
     lines = cols.lines

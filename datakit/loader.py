@@ -2030,6 +2030,10 @@ _DATASET_OPTIONS = ("on_error", "bad_samples", "max_bad_fraction", "transform", 
                     "split_column", "encoding", "include_hidden", "index_cache")  # fmt: skip
 
 
+class _UnknownArgument(UsageError, TypeError):
+    """A keyword create_loader does not take: a usage error, and the TypeError Python gives for one."""
+
+
 def _check_loader_kwargs(kwargs: dict) -> None:
     """Refuse, naming it, a keyword that neither create_loader nor torch's DataLoader takes: DataLoader's own
     TypeError says nothing of where it belongs (``on_error=`` is the dataset's)."""
@@ -2040,11 +2044,11 @@ def _check_loader_kwargs(kwargs: dict) -> None:
         if name in known:
             continue
         if name in _DATASET_OPTIONS:
-            raise UsageError(f"create_loader got {name}=, an option of the dataset: give it where the dataset "
+            raise _UnknownArgument(f"create_loader got {name}=, an option of the dataset: give it where the dataset "
                              f"is opened, open_dataset(..., {name}=...), and the loader's workers read it from "
                              "there")  # fmt: skip
-        raise UsageError(f"create_loader got an unknown argument {name}= (besides its own, it passes on what "
-                         f"torch's DataLoader takes: {', '.join(sorted(known))})")  # fmt: skip
+        raise _UnknownArgument(f"create_loader got an unknown argument {name}= (besides its own, it passes on what "
+                               f"torch's DataLoader takes: {', '.join(sorted(known))})")  # fmt: skip
 
 
 def _reads_on(dataset) -> bool:

@@ -921,7 +921,7 @@ class TrainPipeline(_Pipeline):
                 chw = chw[swap]
             for t in self.augment:
                 chw = t(chw)
-            if swap is not None:
+            if swap is not None and chw.shape[0] == len(swap):  # Grayscale(1) leaves one channel: nothing to put back
                 chw = chw[swap]
         norm = self._norm_for(mode)
         return norm(chw) if norm else chw

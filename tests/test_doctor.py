@@ -140,6 +140,9 @@ def test_doctor_cli_json_and_usage(class_folder: Path, capsys):
         main(["doctor", "--cols"])
     assert e.value.code == 2
     err = capsys.readouterr().err
+    with pytest.raises(SystemExit):  # an option before the command is datakit's own
+        main(["--bogus", "doctor"])
+    assert capsys.readouterr().err.endswith("datakit: error: unrecognized arguments: --bogus\n")
     assert err.startswith("usage: datakit doctor ") and err.endswith("datakit doctor: error: unrecognized arguments: "
                                                                      "--cols\n")  # fmt: skip
 

@@ -767,13 +767,24 @@ def test_two_file_columns_naming_different_images_are_refused_not_one_taken(tmp_
     csv.write_text("path,filename,label\nsub/a.png,a.png,cat\nb.png,b.png,dog\n")
     with caplog.at_level(logging.WARNING):
         ds = open_dataset(root, labels=csv)
-    assert [f for f, _ in ds.samples] == [str(root / "sub" / "a.png"), str(root / "b.png")]  # the names with folders
-    assert (f"{csv}: the columns 'filename' and 'path' both name the image file, 'path' with its folders (line 2: "
-            "'sub/a.png' beside 'a.png'); read 'path' (file_column= chooses)") in caplog.messages  # fmt: skip
-    assert open_dataset(root, labels=csv, file_column="filename").samples[0] == (str(root / "a.png"), 0)
+    # the same names, one column with their folders: which the disk holds is not known from the table, so the file
+    # column is read as before (a table whose other column records where the files were, /kaggle/input/..., C:\...,
+    # is read so too), and the other is said
+    assert [f for f, _ in ds.samples] == [str(root / "a.png"), str(root / "b.png")]
+    assert (f"{csv}: 'path' names the same images with their folders (line 2: 'sub/a.png' beside 'a.png'); 'filename' "
+            "is read, as the file column (file_column='path' reads those)") in caplog.messages  # fmt: skip
+    assert open_dataset(root, labels=csv, file_column="path").samples[0] == (str(root / "sub" / "a.png"), 0)
     book = workbook(tmp_path / "l.xlsx", {"train": [["a.png", "sub/a.png", "cat"], ["c.png", "c.png", "dog"]]},
                     header=("filename", "path", "label"))  # fmt: skip
-    assert read_labels(book).file_column == "path" and list(read_labels(book).files) == ["sub/a.png", "c.png"]
+    table = read_labels(book)
+    assert table.file_column == "filename" and list(table.files) == ["a.png", "c.png"]
+    assert table.notes == [f"{book}, sheet 'train': 'path' names the same images with their folders (row 2: "
+                           "'sub/a.png' beside 'a.png'); 'filename' is read, as the file column (file_column='path' "
+                           "reads those)"]  # fmt: skip
+    elsewhere = tmp_path / "elsewhere.csv"  # where the files were on another machine, a URL, a converted copy
+    elsewhere.write_text("filename,path,image_name,label\na.png,/kaggle/input/ds/a.png,a.jpg,cat\n"
+                         "b.png,https://cdn.example.com/b.png,b.jpg,dog\n")  # fmt: skip
+    assert list(read_labels(elsewhere).files) == ["a.png", "b.png"] and read_labels(elsewhere).notes == []
     # names that are other files, or folders now on one side, now on the other: which column is meant is not known
     other = tmp_path / "other.csv"
     other.write_text("path,filename,label\nsub/a.png,a.png,cat\nb.png,c.png,dog\n")
@@ -782,12 +793,12 @@ def test_two_file_columns_naming_different_images_are_refused_not_one_taken(tmp_
     assert str(err.value) == (f"{other}, line 3: the columns 'filename' and 'path' both name the image file, but "
                               "different ones ('c.png' and 'b.png'); name the one to use with file_column= "
                               "(--file-column)")  # fmt: skip
-    both_ways = workbook(tmp_path / "w.xlsx", {"train": [["sub/a.png", "a.png", "cat"], ["x.png", "sub/x.png", "dog"]]},
-                         header=("path", "filename", "label"))  # fmt: skip
+    other_book = workbook(tmp_path / "w.xlsx", {"train": [["sub/a.png", "a.png", "cat"], ["x.png", "c.png", "dog"]]},
+                          header=("path", "filename", "label"))  # fmt: skip
     with pytest.raises(LabelError) as err:
-        open_dataset(root, labels=both_ways)
-    assert str(err.value) == (f"{both_ways}, sheet 'train', row 3: the columns 'filename' and 'path' both name the "
-                              "image file, but different ones ('sub/x.png' and 'x.png'); name the one to use with "
+        open_dataset(root, labels=other_book)
+    assert str(err.value) == (f"{other_book}, sheet 'train', row 3: the columns 'filename' and 'path' both name the "
+                              "image file, but different ones ('c.png' and 'x.png'); name the one to use with "
                               "file_column= (--file-column)")  # fmt: skip
     twice = tmp_path / "twice.csv"
     twice.write_text("file,label,file\nb.png,dog,b.png\nsub/a.png,cat,c.png\n")
@@ -842,11 +853,12 @@ def test_a_damaged_sheet_is_one_line_naming_it_not_a_traceback_nor_skipped(tmp_p
         read_labels(books["badsst"])
     assert str(err.value) == (f"{books['badsst']}, sheet 'train': cannot be read (CalamineError: Cell string index "
                               "not found in shared strings table); open the workbook in Excel and save it again, or "
-                              "read it with engine='openpyxl'")  # fmt: skip
+                              "delete the sheet if it holds no labels")  # fmt: skip
     with pytest.raises(LabelError) as err:
         read_labels(books["badsst"], engine="openpyxl")
     assert str(err.value) == (f"{books['badsst']}, sheet 'train': cannot be read (IndexError: list index out of "
-                              "range); open the workbook in Excel and save it again")  # fmt: skip
+                              "range); open the workbook in Excel and save it again, or delete the sheet if it holds "
+                              "no labels")  # fmt: skip
     with pytest.raises(LabelError, match=r"^.*badxml\.xlsx, sheet 'train': cannot be read \(XmlError: "):
         read_labels(books["badxml"])
     assert main(["check", str(root), "--labels", str(books["badxml"]), "-q"]) == 1

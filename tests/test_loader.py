@@ -2739,8 +2739,9 @@ def test_a_dataset_option_given_to_create_loader_says_where_it_belongs():
         create_loader(Indexed(4), 2, num_workers=0, on_error="skip")
     assert str(e.value) == ("create_loader got on_error=, an option of the dataset: give it where the dataset is "
                             "opened, open_dataset(..., on_error=...), and the loader's workers read it from there")  # fmt: skip
-    with pytest.raises(UsageError) as e:
+    with pytest.raises(TypeError) as e:  # a UsageError, and the TypeError Python gives an unknown keyword
         create_loader(Indexed(4), 2, num_workers=0, shufle=True)
+    assert isinstance(e.value, UsageError)
     assert str(e.value) == (
         "create_loader got an unknown argument shufle= (besides its own, it passes on what torch's DataLoader takes: "
         "batch_sampler, batch_size, collate_fn, drop_last, generator, in_order, multiprocessing_context, num_workers, "

@@ -986,3 +986,8 @@ def test_augmentations_see_rgb_whatever_the_dataset_s_channel_order(tmp_path: Pa
         assert torch.equal(got["rgb"], got["bgr"]) and torch.equal(got["rgb"], got["unchanged"])
         if suffix == ".png" and isinstance(augment[0], v2.Grayscale):  # 0.2989 * 255 + 0.587 * 30, as torchvision
             assert got["bgr"][:, 5, 5].tolist() == [93, 93, 93]
+    # a step that changes the channel count (Grayscale to one channel) leaves nothing to put back
+    one = open_dataset(tmp_path, mode="bgr", transform=train_pipeline(32, scale=(1, 1), augment=[v2.Grayscale(1)]))
+    assert one[0][0].shape == (1, 32, 32)
+    if suffix == ".png":
+        assert one[0][0][0, 5, 5].item() == 93
