@@ -976,22 +976,26 @@ def _max_file_bytes(max_pixels: int | None = None) -> int:
 
 
 def read_bytes(path: str | os.PathLike, *, max_pixels: int | None = None) -> bytes:
-    """The whole file, for any path; ``FileNotFoundError`` names it when missing. What is not a regular file
-    (a pipe, which would block; a device such as ``/dev/zero``, endless; a folder) and a file larger than any
-    image within the pixel budget (a sparse 20 GB ``.jpg``) raise :class:`ImageDecodeError` naming it, before
-    anything is read."""
+    """The whole file, for any path; ``FileNotFoundError`` names it when missing. A named pipe is read as
+    ``cat`` reads it (waiting for its writer; Ctrl-C ends the wait). What is neither (a device such as
+    ``/dev/zero``, endless; a folder) and a file larger than any image within the pixel budget (a sparse
+    20 GB ``.jpg``, a pipe that never ends) raise :class:`ImageDecodeError` naming it, before (or instead
+    of) reading it all."""
     import stat
 
-    # O_NONBLOCK: opening a pipe with no writer returns at once instead of waiting for one
+    # O_NONBLOCK: a pipe is known for one before its open waits for a writer
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         mode, size = (st := os.fstat(fd)).st_mode, st.st_size
-        if not stat.S_ISREG(mode):
-            what = ("a folder" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device"
-                    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-                    else "not a regular file")  # fmt: skip
-            raise ImageDecodeError(f"{os.fspath(path)}: {what}, not an image file")
         limit = _max_file_bytes(max_pixels)
+        if stat.S_ISFIFO(mode):
+            os.close(fd)
+            fd = -1
+            return _read_pipe(path, limit)
+        if not stat.S_ISREG(mode):
+            what = ("a folder" if stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")  # fmt: skip
+            raise ImageDecodeError(f"{os.fspath(path)}: {what}, not an image file")
         if size > limit:
             raise ImageDecodeError(f"{os.fspath(path)}: {size} bytes, more than any image within the pixel budget "
                                    f"takes ({limit} bytes; raise it with max_pixels= or the DATAKIT_MAX_PIXELS "
@@ -999,7 +1003,20 @@ def read_bytes(path: str | os.PathLike, *, max_pixels: int | None = None) -> byt
         with open(fd, "rb", closefd=False) as f:
             return f.read()
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
+
+
+def _read_pipe(path: str | os.PathLike, limit: int) -> bytes:
+    """A named pipe's bytes until its writer closes it, a chunk at a time, refused past ``limit``."""
+    out = bytearray()
+    with open(path, "rb", buffering=0) as f:  # waits for a writer, as cat does
+        while chunk := f.read(1 << 20):
+            out += chunk
+            if len(out) > limit:
+                raise ImageDecodeError(f"{os.fspath(path)}: a pipe giving more than any image within the pixel "
+                                       f"budget takes ({limit} bytes); stopped")  # fmt: skip
+    return bytes(out)
 
 
 def imread(

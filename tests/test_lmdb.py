@@ -838,7 +838,7 @@ def test_verify_checks_classes_json_against_the_pack(cli_pack: Path, tmp_path: P
     assert main(["verify", str(pack)]) == 1
     captured = capsys.readouterr()
     assert captured.err.splitlines() == want
-    assert captured.out == f"{pack}: 12 samples checked, {len(want)} problems\n"
+    assert captured.out == f"{pack}: 12 samples checked, {len(want)} problem{'s' * (len(want) != 1)}\n"
 
 
 def test_verify_takes_classes_json_as_the_pack_writes_it_in_any_layout(cli_pack: Path, tmp_path: Path):
