@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import errno
 import os
 import re
@@ -1171,7 +1172,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     _tolerate_names(sys.stdout, sys.stderr)
     stdout = sys.stdout
     before = None
-    created = False
+    created = peer_gone = False
     tag = f" (rank {rank})" if rank else ""
     if rank != 0:  # the other ranks work, but are silent: no result, no summary, no bar
         args.quiet = True
@@ -1219,6 +1220,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         why = re.sub(r"^\[[^\]]*\]\s*", "", why).split(". ")[0][:200]  # no "[.../gloo/pair.cc:561]", one sentence
         print(f"{prog}: error{tag}: another rank stopped before this one finished ({why})", file=sys.stderr)
+        peer_gone = True
         return 1
     except BrokenPipeError:  # `datakit check ... | head -1`: the reader went away; the shell's code for it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -1242,6 +1244,14 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         if before is not None:
             signal.signal(signal.SIGTERM, before)
         _terminated.clear()
+        if created and peer_gone:
+            # the group is broken: tearing it down (here, or gloo's threads at exit) can abort the process with
+            # "terminate called without an active exception" (exit -6) after the line above; this process made
+            # the group (torchrun's command line, never a caller's), so it ends here, its streams flushed
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(1)
         if created:
             import torch.distributed as dist
 
