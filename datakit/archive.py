@@ -1394,6 +1394,7 @@ class ZipReader:
         self._all = members
         self._tree: dict[str, dict[str, tuple[str, object]]] | None = None
         self._links_read: dict[int, str | None] = {}
+        self._links_raw: dict[int, str | None] = {}  # each link member inflated once: the tree and lookups share it
         self._zf: zipfile.ZipFile | None = None
         self._pid = -1
 
@@ -1480,6 +1481,11 @@ class ZipReader:
         return self._links_read[m.index]
 
     def _raw_link_text(self, m: ZipMember) -> str | None:
+        if m.index not in self._links_raw:
+            self._links_raw[m.index] = self._inflate_link_text(m)
+        return self._links_raw[m.index]
+
+    def _inflate_link_text(self, m: ZipMember) -> str | None:
         """A link member's text, or None where unzip-gbk refuses it before making its folder: unreadable, longer
         than any path, empty, absolute, or leaving the target by name (``../x``, ``a/../../x``)."""
         if m.file_size > _MAX_LINK:
