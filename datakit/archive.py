@@ -1416,7 +1416,9 @@ class ZipReader:
                 return True
 
             # as unzip-gbk writes them: files and folders in archive order, the first of a name kept (a later
-            # one is refused there), then the links, none over a name already there
+            # one is refused there), then the links, none over a name already there and none where a later
+            # member has the link's name (that one is made, or refused, instead)
+            last = {rel: m.index for m in self._all if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
             for m in sorted(self._all, key=lambda m: m.is_symlink):
                 path = safe_relpath(m.name)[0]  # where unzip-gbk writes it ('C:cat/1.jpg' and '/cat/1.jpg': cat/1.jpg)
                 if path is None or m.folder_and_link or _macos_metadata(m.name):
@@ -1424,8 +1426,8 @@ class ZipReader:
                 if m.is_dir:
                     folder(path)
                     continue
-                if m.is_symlink and self._raw_link_text(m) is None:
-                    continue  # refused before its folder is made: neither the link nor its folders are there
+                if m.is_symlink and (last.get(path, m.index) > m.index or self._raw_link_text(m) is None):
+                    continue  # not made, or refused before its folder is made: neither the link nor its folders
                 parent, _, name = path.rpartition("/")
                 if folder(parent):
                     tree[parent].setdefault(name, ("link", m) if m.is_symlink else ("file", m.index))

@@ -963,6 +963,15 @@ def _samples(ds) -> list[tuple[str, str, int]]:
         # links unzip-gbk refuses before making their folder: no empty class 'bird' read in place either
         ([("bird/1.png", b"/etc/passwd")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
         ([("bird/1.png", b"../../up.png")], [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        # one name stored twice as a link: the later is the one made (the earlier is not), refused or not
+        ([("bird/1.png", b"../cat/1.png"), ("bird/1.png", b"/etc/passwd")],
+         [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        ([("dog/l.png", b"../cat/1.png"), ("dog/l.png", b"../../up.png")],
+         [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        ([("dog/l.png", b"/etc/passwd"), ("dog/l.png", b"../cat/1.png")],
+         [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50), ("dog/l.png", "dog", 10)]),
+        ([("dog/l.png", b"../cat/1.png"), ("dog/l.png", b"2.png")],
+         [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50), ("dog/l.png", "dog", 50)]),
     ],
 )  # fmt: skip
 def test_a_zip_read_in_place_gives_the_samples_of_the_folder_it_extracts_to(tmp_path: Path, links, want):
