@@ -599,6 +599,25 @@ def _warn_numbered(root: str, classes: list[str]) -> None:
                 int(classes[k]))  # fmt: skip
 
 
+class _Walks:
+    """Folders walked in one class: a folder reached by two paths (two links to one pool) is walked
+    by each, as ImageFolder walks it, but links that reach the same folders by ever more paths (each
+    folder linking twice to the next) would be walked without end in practice: refused."""
+
+    LIMIT = 10_000  # walks beyond one per real folder, in one class
+
+    def __init__(self, root: str, cls: str) -> None:
+        self.root, self.cls, self.walks, self.real = root, cls, 0, set()
+
+    def count(self, real: str) -> None:
+        self.walks += 1
+        self.real.add(real)
+        if self.walks - len(self.real) > self.LIMIT:
+            raise LabelError(f"{self.root}: class folder {self.cls!r}: links reach the same folders by more than "
+                             f"{self.LIMIT} paths (each would be walked, as ImageFolder walks them); remove the links "
+                             "that lead to folders reached already")  # fmt: skip
+
+
 def scan_class_folders(
     root: str | os.PathLike, extensions: Sequence[str] | str | None = None
 ) -> tuple[list[str], list[str], list[int]]:
@@ -607,8 +626,9 @@ def scan_class_folders(
     (any case; default :data:`IMG_EXTENSIONS`, ImageFolder's list) found recursively, in the same order.
 
     Links are followed wherever they lead, as ImageFolder follows them (``train/cat -> /pool/cats``),
-    and a link back to a folder already being walked (``x -> .``) is not walked twice, so a scan always
-    ends. A link to nothing (or through a file) that ends in an image extension is a sample, as in
+    and a link back to a folder the path is inside (``x -> .``) is not walked again, so a scan always
+    ends; a folder reached by two paths (``cat/a -> pool``, ``cat/b -> pool``) is walked by both, as in
+    ImageFolder. A link to nothing (or through a file) that ends in an image extension is a sample, as in
     ImageFolder, so the indices stay ImageFolder's; reading it fails, naming it.
     """
     root = os.fspath(root)
@@ -635,18 +655,18 @@ def scan_class_folders(
     files, targets = [], []
     for idx, cls in enumerate(classes):
         found: list[tuple[str, list[str]]] = []  # (folder, image names), sorted as os.walk's tuples are
-        seen: set[str] = set()
-        todo = [os.path.join(root, cls)]
+        walks = _Walks(root, cls)
+        todo: list[tuple[str, frozenset]] = [(os.path.join(root, cls), frozenset())]
         while todo:
-            folder = todo.pop()
+            folder, above = todo.pop()
             real = os.path.realpath(folder)
-            if real in seen:
+            if real in above:  # a link back to a folder this path is inside: a loop
                 continue
-            seen.add(real)
+            walks.count(real)
             names = []
             for e in os.scandir(folder):
                 if is_dir(e):
-                    todo.append(e.path)
+                    todo.append((e.path, above | {real}))
                 elif _is_image(e.name, extensions):  # a broken link too, as ImageFolder lists it
                     names.append(e.name)
             found.append((folder, sorted(names)))
@@ -968,9 +988,9 @@ class ZipDataset(ImageDataset):
     def _scan(self, top: str) -> tuple[list[str], list[tuple[int, str, int]]]:
         """(classes, [(member index, file path, target)]): the walk :func:`scan_class_folders` makes of the
         folder unzip-gbk extracts, made on the archive's own tree: links to images and to folders
-        followed as there (chains, ``cat2 -> cat``, ``cat/more -> ../dog``, ``b/up -> ..``), each real
-        folder walked once per class, links to nothing or out of the archive left out (unzip-gbk
-        removes or refuses them)."""
+        followed as there (chains, ``cat2 -> cat``, ``cat/more -> ../dog``, ``b/up -> ..``), a folder
+        reached by two paths walked by both, a link back to a folder its path is inside not followed,
+        links to nothing or out of the archive left out (unzip-gbk removes or refuses them)."""
         tree = self.zip.tree()
 
         def join(folder: str, name: str) -> str:
@@ -987,13 +1007,13 @@ class ZipDataset(ImageDataset):
         keep = []
         for idx, cls in enumerate(classes):
             found: list[tuple[str, list[tuple[str, int]]]] = []
-            walked: set[str] = set()
-            todo = [(cls, kind(join(at, cls))[1])]  # (the path shown, its real folder)
+            walks = _Walks(str(self.path), cls)
+            todo = [(cls, kind(join(at, cls))[1], frozenset())]  # (the path shown, its real folder, those above)
             while todo:
-                shown, real = todo.pop()
-                if real in walked:
+                shown, real, above = todo.pop()
+                if real in above:  # a link back to a folder this path is inside: a loop
                     continue
-                walked.add(real)
+                walks.count(real)
                 files = []
                 for name, entry in tree.get(real, {}).items():
                     # a file or folder of this real folder is what it is; only a link needs the walk from the top
@@ -1002,7 +1022,7 @@ class ZipDataset(ImageDataset):
                     if there is None:
                         continue
                     if there[0] == "dir":
-                        todo.append((f"{shown}/{name}", there[1]))
+                        todo.append((f"{shown}/{name}", there[1], above | {real}))
                     elif _is_image(name, self.extensions) and not name.startswith("._"):
                         files.append((name, there[1]))
                 found.append((shown, sorted(files)))

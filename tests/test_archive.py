@@ -935,6 +935,62 @@ def test_folder_dataset_follows_links_as_imagefolder_does_and_always_ends(tmp_pa
     assert "gone.png" in capsys.readouterr().err
 
 
+def test_a_folder_reached_by_two_links_is_walked_by_both_as_imagefolder_walks_it(tmp_path: Path):
+    # The attack: cat/link1 -> pool and cat/link2 -> pool, cat/zz -> sub beside cat/sub: each real folder was walked
+    # once, by whichever path the directory order gave first, so 5 samples where ImageFolder has 8 (index 4 was
+    # dog/c.png there, cat/link2/p2.png in ImageFolder). The zip of that folder, read in place, alike.
+    from torchvision.datasets import ImageFolder
+
+    from datakit.datasets import open_dataset
+
+    root = tmp_path / "data"
+    for rel, v in (("cat/a.png", 10), ("cat/sub/b.png", 20), ("dog/c.png", 30), ("pool/p1.png", 40),
+                   ("pool/p2.png", 50)):  # fmt: skip
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(_png(v))
+    (root / "pool").rename(tmp_path / "pool")
+    for name, to in (("link1", tmp_path / "pool"), ("link2", tmp_path / "pool"), ("zz", "sub")):
+        (root / "cat" / name).symlink_to(to)
+    want = ["cat/a.png", "cat/link1/p1.png", "cat/link1/p2.png", "cat/link2/p1.png", "cat/link2/p2.png",
+            "cat/sub/b.png", "cat/zz/b.png", "dog/c.png"]  # fmt: skip
+    tv = ImageFolder(str(root))
+    assert [(os.path.relpath(p, root), t) for p, t in tv.samples] == [(f, int(f == "dog/c.png")) for f in want]
+    ds = open_dataset(root)
+    assert [(ds.files[i], int(ds.targets[i]), int(ds[i][0][0, 0, 0])) for i in range(len(ds))] == [
+        (f, int(f == "dog/c.png"), v) for f, v in zip(want, (10, 40, 50, 40, 50, 20, 20, 30))]  # fmt: skip
+    z = write_zip(tmp_path / "d.zip", [gbk("cat/a.png", _png(10)), gbk("cat/sub/b.png", _png(20)),
+                                       gbk("dog/c.png", _png(30)), gbk("pool/p1.png", _png(40)),
+                                       gbk("pool/p2.png", _png(50)), gbk("cat/link1", symlink_to=b"../pool"),
+                                       gbk("cat/link2", symlink_to=b"../pool"), gbk("cat/zz", symlink_to=b"sub")])  # fmt: skip
+    unzip(z, tmp_path / "out")
+    assert _samples(open_dataset(tmp_path / "out")) == _samples(open_dataset(z))
+    assert [f for f, _, _ in _samples(open_dataset(z)) if f.startswith("cat/")] == want[:-1]
+
+
+@pytest.mark.parametrize("where", ["folder", "zip"])
+def test_links_reaching_the_same_folders_by_ever_more_paths_are_refused(tmp_path: Path, where: str):
+    # The attack: 16 folders, each holding two links to the next: 2**16 paths to the last one, each walked as
+    # ImageFolder would walk it (a scan that in practice never ends); refused in one line once the walks pass 10000
+    from datakit.datasets import open_dataset
+    from datakit.labels import LabelError
+
+    entries = [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50))]
+    for k in range(16):
+        entries += [gbk(f"cat/f{k}/a", symlink_to=f"../f{k + 1}".encode()),
+                    gbk(f"cat/f{k}/b", symlink_to=f"../f{k + 1}".encode())]  # fmt: skip
+    entries.append(gbk("cat/f16/3.png", _png(30)))
+    z = write_zip(tmp_path / "lattice.zip", entries)
+    src = z
+    if where == "folder":
+        unzip(z, tmp_path / "out")
+        src = tmp_path / "out"
+    with pytest.raises(LabelError) as e:
+        open_dataset(src)
+    assert str(e.value) == (f"{src}: class folder 'cat': links reach the same folders by more than 10000 paths "
+                            "(each would be walked, as ImageFolder walks them); remove the links that lead to "
+                            "folders reached already")  # fmt: skip
+
+
 def _png(value: int) -> bytes:
     from datakit.io import encode_image
 
