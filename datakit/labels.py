@@ -538,10 +538,12 @@ class LabelTable:
         return f"sheet {sheet!r}, row {int(self.rows[i])}" if sheet else f"line {int(self.rows[i])}"
 
     def _duplicate_problems(self, keep: np.ndarray | None = None) -> list[tuple[tuple[int, int], str]]:
-        """Every file listed again; with ``keep`` (a mask of rows), those where either listing is kept."""
+        """Every file listed again; with ``keep`` (a mask of rows), those where either listing is kept and
+        those in two splits (a train/val leak is reported whichever split is asked for)."""
         out = []
+        codes = self.splits.codes if self.splits is not None else None
         for i, first in _duplicates(self.files):
-            if keep is not None and not (keep[i] or keep[first]):
+            if keep is not None and not (keep[i] or keep[first]) and (codes is None or codes[i] == codes[first]):
                 continue
             name, before = self.files[i], self.files[first]
             if _unicode_form(name) != _unicode_form(before) and not name.isascii():

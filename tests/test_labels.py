@@ -1774,3 +1774,30 @@ def test_a_label_with_a_space_in_a_list_is_refused(tmp_path: Path, first: bool):
     assert targets(path) == ([2, 0, 1], ("black cat", "cat", "dog"))
     path.write_text("my photo.jpg cat\nIMG 001.JPG dog\n", encoding="utf-8")  # spaces in names are no labels
     assert read_labels(path).files.tolist() == ["my photo.jpg", "IMG 001.JPG"]
+
+
+def test_a_train_val_leak_is_refused_whichever_split_is_asked_for(tmp_path: Path, capsys):
+    # The attack: cat/1.png in train and again in val; split="test" (and check --split test) opened with no word,
+    # though the docs say the leak is reported whichever split is asked for. The CSV and the workbook alike.
+    from datakit.cli import main
+    from datakit.io import imwrite
+    from datakit.labels import LabelError
+
+    for k in range(4):
+        imwrite(tmp_path / f"{k}.png", np.full((4, 4, 3), k, np.uint8))
+    (tmp_path / "l.csv").write_text("file,label,split\n0.png,cat,train\n1.png,dog,train\n0.png,cat,val\n"
+                                    "2.png,dog,val\n3.png,cat,test\n", encoding="utf-8")  # fmt: skip
+    path = book(tmp_path / "l.xlsx", {"train": [["file", "label"], ["0.png", "cat"], ["1.png", "dog"]],
+                                      "val": [["file", "label"], ["0.png", "cat"], ["2.png", "dog"]],
+                                      "test": [["file", "label"], ["3.png", "cat"]]})  # fmt: skip
+    for table, where in ((tmp_path / "l.csv", "line 4"), (path, "sheet 'val', row 2")):
+        first = "line 2" if table.suffix == ".csv" else "sheet 'train', row 2"
+        with pytest.raises(LabelError) as e:
+            open_dataset(tmp_path, labels=table, split="test")
+        assert str(e.value) == f"{table}, {where}: file '0.png' is listed again (first at {first})"
+        assert main(["check", str(tmp_path), "--labels", str(table), "--split", "test", "--workers", "1"]) == 1
+        assert f"{table}, {where}: file '0.png' is listed again (first at {first})" in capsys.readouterr().err
+    # a file listed twice in one split that is not asked for is that split's problem
+    (tmp_path / "l.csv").write_text("file,label,split\n0.png,cat,train\n1.png,dog,train\n0.png,cat,train\n"
+                                    "2.png,dog,val\n3.png,cat,val\n", encoding="utf-8")  # fmt: skip
+    assert len(open_dataset(tmp_path, labels=tmp_path / "l.csv", split="val")) == 2
