@@ -24,7 +24,6 @@ from datakit.io import IMAGE_EXTENSIONS, probe_image
 from datakit.labels import (
     EXCEL_SUFFIXES,
     TEXT_SUFFIXES,
-    ClassMap,
     LabelTable,
     markers_as_classes,
     read_labels,
@@ -119,11 +118,13 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
         unknown = unknown_classes(mine, given, str(table.path), "classes=, --classes")
         if unknown:
             report.problems.append(unknown)
-        else:
-            class_map = ClassMap(tuple(given))
+            given = None
     if split is not None and not len(table) and report.problems:
         split = None  # the split asked for has no rows, which a problem says (an empty split): nothing to select
     ds = TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
+    if given is not None and table.kind != "mixed":  # indexed by the classes given, as open_dataset indexes them
+        ds.use_classes(given, str(table.path))
+        ds._given = True
     report.problems += ds.linked_twice
     ds._every_file = (getattr(table, "whole", None) or table).files  # every split's rows: what "not in the table" means
     ds._whole_table = getattr(table, "whole", None) or table
@@ -243,13 +244,19 @@ def check_dataset(
     for name, rows in groups:
         counts = np.bincount(targets[rows], minlength=len(ds.classes))
         report.class_counts[name] = {ds.classes[k]: int(c) for k, c in enumerate(counts) if c}  # in class order
-    if table_ds is not None and table_ds.table.kind != "mixed":  # mixed labels are a problem said: no classes yet
-        report.problems += table_ds.table.missing_classes(table_ds.class_map, split)
-    elif packed is not None:  # as the table's missing_classes words it
+    given = table_ds is not None and getattr(table_ds, "_given", False)
+    if (table_ds is not None and table_ds.table.kind != "mixed") or packed is not None:  # mixed: no classes yet
         for name, rows in groups:
-            absent = [c for k, c in enumerate(ds.classes) if name != "all" and not (targets[rows] == k).any()]
-            if absent:
+            absent = [c for k, c in enumerate(ds.classes) if not (targets[rows] == k).any()]
+            if absent and name != "all":
                 report.problems.append(f"split {name!r} has no samples of class {', '.join(map(repr, absent))}")
+            elif absent and given:  # a split in a file of its own, indexed by the training split's classes: a
+                # val list often lacks some (no problem), but not without a word
+                shown = ", ".join(map(repr, absent[:5])) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+                note = (f"{table_ds.table.path} has no samples of class{'es' * (len(absent) > 1)} {shown} (of the "
+                        f"{len(ds.classes)} classes given: classes=, --classes)")  # fmt: skip
+                report.notes.append(note)
+                log.warning("note: %s", note)
     if ok.any():
         report.height_range = (int(sizes[ok, 0].min()), int(sizes[ok, 0].max()))
         report.width_range = (int(sizes[ok, 1].min()), int(sizes[ok, 1].max()))

@@ -392,6 +392,9 @@ def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: 
     assert out["problems"] == []
     note = f"8 images under {img} are not in {tmp_path / 'val.txt'} (the other splits' files, with --classes?); not checked"
     assert note in out["notes"]
+    # the training classes it lacks: no problem (a val list often lacks some), but said (before: not a word)
+    lacks = f"{tmp_path / 'val.txt'} has no samples of classes '0', '1', '2', '3' (of the 8 classes given: classes=, --classes)"
+    assert lacks in out["notes"]
     with caplog.at_level("WARNING", logger="datakit"):
         assert main([*val[:-1], "--classes", str(tmp_path / "classes.txt")]) == 0  # said on the screen too
     assert f"note: {note}" in caplog.messages
@@ -439,3 +442,26 @@ def test_a_pack_is_checked_by_split_as_its_source_is(tmp_path: Path, capsys):
     assert check_dataset(tmp_path / "p.lmdb").class_counts == {"train": {"cat": 1, "dog": 1}, "val": {"dog": 2}}
     assert main(["check", str(tmp_path / "p.lmdb"), "--split", "val", "-q"]) == 1
     assert capsys.readouterr().err == "split 'val' has no samples of class 'cat'\n"
+
+
+def test_check_with_given_classes_indexes_integer_labels_as_open_dataset_does(tmp_path: Path, capsys):
+    # The attack: an integer val list checked with --classes classes.json holding [0.0, 1.0, 2.0] (json.dump of a
+    # float array) or 0/1/background: open_dataset and pack-lmdb read it, check ended in "invalid literal for int()"
+    from datakit.datasets import open_dataset
+    from datakit.io import imwrite
+
+    for k in range(3):
+        imwrite(tmp_path / f"{k}.png", np.full((4, 4, 3), k, np.uint8))
+    (tmp_path / "val.txt").write_text("0.png 0\n1.png 1\n2.png 1\n", encoding="utf-8")
+    for name, text, classes in (("classes.json", "[0.0, 1.0, 2.0]", ["0.0", "1.0", "2.0"]),
+                                ("classes.txt", "0\n1\nbackground\n", ["0", "1", "background"])):  # fmt: skip
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        ds = open_dataset(tmp_path, labels=tmp_path / "val.txt", classes=tmp_path / name)
+        assert (ds.classes, ds.targets.tolist()) == (classes, [0, 1, 1])
+        args = ["check", str(tmp_path), "--labels", str(tmp_path / "val.txt"), "--classes", str(tmp_path / name)]
+        assert main([*args, "--workers", "1", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert (out["classes"], out["class_counts"], out["problems"]) == (classes, {"all": {classes[0]: 1,
+                                                                          classes[1]: 2}}, [])  # fmt: skip
+        assert out["notes"][-1] == (f"{tmp_path / 'val.txt'} has no samples of class {classes[2]!r} (of the 3 "
+                                    "classes given: classes=, --classes)")  # fmt: skip
