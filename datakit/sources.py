@@ -1296,6 +1296,12 @@ class _ClassNames(list):
     header: tuple[Path, int, str] | None = None
 
 
+# a classes file's first line that names its column: a label column's name, or the list's own
+_CLASS_HEADERS = frozenset({_norm(k) for k in LABEL_COLUMNS} | {
+    "classes", "class_names", "classnames", "categories", "category_name", "category_names", "name", "names",
+    "类别名称", "类名", "类别列表"})  # fmt: skip
+
+
 def _class_lines(path: Path, text: str) -> list[str]:
     """A text file's class names, one a line in index order; ``#`` lines are comments, as in a label list. A
     first line that is a label column's name (a column copied with its header) is marked: :func:`check_header`
@@ -1312,12 +1318,18 @@ def _class_lines(path: Path, text: str) -> list[str]:
             raise UsageError(f"{path}, line {number}: {first!r} is an image file's name: this is a label table, "
                              "not a list of classes; classes= takes a pack, a .json list or a text file of class "
                              "names, one a line, class 0 first")  # fmt: skip
-        if not names and _norm(name) in {_norm(k) for k in LABEL_COLUMNS}:
+        if not names and _norm(name) in _CLASS_HEADERS:
             names.header = (path, number, name)
         names.append(name)
     if not names:  # an empty file: no class at all, and every label would be "not among the 0 classes"
         raise UsageError(f"{path}: no class names in it (a text file of class names holds one a line, class 0 "
                          "first)")  # fmt: skip
+    from datakit.labels import _is_int_text
+
+    if len(names) > 1 and _is_int_text(names[0]) and not any(_is_int_text(n) for n in names[1:]):
+        # the one number above names: the header pandas writes for a Series without a name (to_csv(index=False))
+        number = next(k for k, line in enumerate(text.splitlines(), 1) if line.strip() == names[0])
+        names.header = (path, number, names[0])
     _named_classes(names, str(path))  # no name of invisible characters alone, no two that look alike
     return names
 

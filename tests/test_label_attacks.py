@@ -401,6 +401,18 @@ def test_a_classes_file_skips_comments_and_refuses_a_header_line(tmp_path: Path)
     args = [str(img), str(out), "--labels", str(tmp_path / "l.csv"), "--classes", str(tmp_path / "header.txt"), "-q"]
     assert main(["pack-lmdb", *args]) == 1
     assert not out.exists()
+    # the attack: pd.Series(train.classes).to_csv("classes.txt", index=False) writes the header line '0'; 'classes'
+    # and 'category_name' above the names too: each was class 0, every val target one index on
+    for header in ("0", "classes", "category_name", "Class Names"):
+        (tmp_path / "h.txt").write_text(f"{header}\n鸟\n猫\n狗\n", encoding="utf-8")
+        with pytest.raises(LabelError) as e:
+            open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "h.txt")
+        assert str(e.value) == want.replace("header.txt", "h.txt").replace("'类别'", repr(header))
+    # numbers are class names when they all are ('0', '1', '2' for integer labels)
+    (tmp_path / "n.txt").write_text("0\n1\n2\n", encoding="utf-8")
+    (tmp_path / "n.csv").write_text("file,label\na.jpg,1\nb.jpg,2\n", encoding="utf-8")
+    ds = open_dataset(img, labels=tmp_path / "n.csv", classes=tmp_path / "n.txt")
+    assert (ds.classes, ds.targets.tolist()) == (["0", "1", "2"], [1, 2])
     # a class really named as a column ('target', with 'background'): the labels hold it, so it is class 0
     (tmp_path / "t.csv").write_text("file,label\na.jpg,target\nb.jpg,background\n", encoding="utf-8")
     (tmp_path / "t.txt").write_text("target\nbackground\n", encoding="utf-8")
