@@ -1655,7 +1655,7 @@ class _CellNotes:
         cell = f"{_column_letter(col)}{row}"
         f = self.formulas.get((row, col))
         if f is not None:
-            return (f"cell {cell} holds a formula (={f}) with no saved value; open the file in Excel and save it, "
+            return (f"cell {cell} holds a formula (={f}) {_NO_SAVED_VALUE}; open the file in Excel and save it, "
                     "so the values are stored")  # fmt: skip
         e = self.errors.get((row, col))
         if e is not None:
@@ -1674,6 +1674,36 @@ def _column_letter(col: int) -> str:
         col, r = divmod(col - 1, 26)
         s = chr(65 + r) + s
     return s
+
+
+def _label_header_cell(grid: Sequence[Sequence[object]], label_column: str | None) -> tuple[int, int, str] | None:
+    """(row, column, text) of the first cell in the first 50 rows that names a label column (``label_column``
+    or one of :data:`LABEL_COLUMNS`), rows numbered from 1; None if there is none."""
+    keys = {_norm(label_column)} if label_column is not None else {_norm(k) for k in LABEL_COLUMNS}
+    for r, row in enumerate(grid[:50]):
+        for c, v in enumerate(row):
+            if not _blank(v) and _norm(v) in keys:
+                return r + 1, c, _text(v)
+    return None
+
+
+def _no_file_column(file_column: str | None) -> str:
+    return f"no file column named {file_column!r}" if file_column is not None else "no file-name column found"
+
+
+_NO_SAVED_VALUE = "with no saved value"  # in a cell note: a formula whose value Excel has not stored
+
+
+class _CellNotesOnce:
+    """A sheet's cell notes (formulas without saved values), loaded at the first question."""
+
+    def __init__(self, path: Path, sheet: str) -> None:
+        self.path, self.sheet, self.notes = path, sheet, None
+
+    def __call__(self, row: int, col: int) -> str | None:
+        if self.notes is None:
+            self.notes = _CellNotes(self.path, self.sheet)
+        return self.notes(row, col)
 
 
 def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | None, include_hidden: bool,
@@ -1716,8 +1746,10 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 notes.append(f"{path}: sheet {sh.name!r} skipped (a chart, not a table)")
             continue
         if not sh.visible and not include_hidden:
-            hidden_left.append(sh.name)  # left out of the class map too, whichever sheets are read
-            continue
+            # its rows left out, but its labels (where it is a split) in the class map: include_hidden, given to
+            # read it as a split, then gives every split the same class indices as without it
+            hidden_left.append(sh.name)
+            chosen = False
         try:
             grid = _sheet_grid(wb, sh.name, engine)
         except Exception as exc:  # damaged XML, a missing part, a shared string that is not there
@@ -1731,6 +1763,16 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
         if head is None:
+            labelled = _label_header_cell(grid, label_column) if _norm(sh.name) in _SPLIT_NAMES else None
+            if labelled is not None and (not chosen or (file_column is None and label_column is None)):
+                # a split's sheet with a label column, its files not found: skipped, its labels would be missing from
+                # the class map every split shares (and its rows from the splits read), without a word
+                r, c, text = labelled
+                problems.append(((order, r), f"{where}, row {r}: a label column ({text!r}, column "
+                                 f"{_column_letter(c)}) but {_no_file_column(file_column)}; the class map every "
+                                 "split shares takes this sheet's labels too: name its file column as the other "
+                                 "sheets name theirs"))  # fmt: skip
+                continue
             if chosen and file_column is None and label_column is None:  # one named missing: said below
                 notes.append(f"{path}: sheet {sh.name!r} skipped (no file and label header: notes, a chart or "
                              "a pivot table)")  # fmt: skip
@@ -1745,9 +1787,13 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             else:
                 split_found = True
         if not chosen:
-            if head.lcol is not None:  # its problems are its own split's, not reported here
-                other = _parse_grid(grid, head, sheet=sh.name, where=where, problems=[], order=order, engine=engine,
-                                    split_column=split_column)  # fmt: skip
+            if head.lcol is not None:  # its problems are its own split's, not reported here, but a label cell
+                # whose formula has no saved value is a label missing from the class map every split shares
+                own: list = []
+                notes_of = _CellNotesOnce(path, sh.name)
+                other = _parse_grid(grid, head, sheet=sh.name, where=where, problems=own, order=order, engine=engine,
+                                    split_column=split_column, cell_note=notes_of)  # fmt: skip
+                problems += [q for q in own if _NO_SAVED_VALUE in q[1]]
                 other.order, other.chosen = order, False
                 parts.append(other)
             continue
@@ -1833,9 +1879,12 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 problems[:] = [q for q in problems if q[0][0] != p.order]
         parts = [p for p, has, empty in zip(parts, named, bare) if has or (not len(p.files) and not empty)]
     if hidden_left:
+        given = [p.sheet for p in parts if p.sheet in hidden_left]
         notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
                      f"{', '.join(map(repr, hidden_left))} not read "
-                     "(include_hidden=True, --include-hidden, reads them)")  # fmt: skip
+                     "(include_hidden=True, --include-hidden, reads them)"
+                     + (f"; the labels of {', '.join(map(repr, given))} are in the class map, as every split's"
+                        if given else ""))  # fmt: skip
     if split_missing and not split_found:
         raise ColumnNotFound(split_missing[0])
     if named_missing and not any(p.chosen for p in parts):

@@ -577,7 +577,8 @@ def test_hidden_sheet_left_out_unless_asked(tmp_path: Path):
     path = book(tmp_path / "l.xlsx", sheets, hidden=("old",))
     t = read_labels(path)
     assert t.split_names == ["train", "val"]
-    assert t.notes[-1] == f"{path}: hidden sheet 'old' not read (include_hidden=True, --include-hidden, reads them)"
+    assert t.notes[-1] == (f"{path}: hidden sheet 'old' not read (include_hidden=True, --include-hidden, reads them); "
+                           "the labels of 'old' are in the class map, as every split's")  # fmt: skip
     assert read_labels(path, include_hidden=True).split_names == ["train", "val", "old"]
     assert read_labels(path, split="old", include_hidden=True).files.tolist() == ["z.jpg"]
 
@@ -592,6 +593,8 @@ def jpeg(path: Path) -> None:
 def test_a_hidden_sheet_never_gives_the_splits_two_class_maps(tmp_path: Path, caplog, capsys):
     # The attack: a hidden 'val' sheet holds a class the visible 'train' sheet lacks. --split train
     # left it out (cat=0) while --split val read it and the others' labels (ant=0, cat=1), with no note.
+    # Then val was refused without include_hidden, but train, read without it as before (a note), still had cat=0
+    # where val read with it has cat=1: a hidden sheet's labels are in the class map, whichever split is read.
     from datakit.cli import main
 
     train = [["file", "label"], ["f0.jpg", "cat"], ["f1.jpg", "dog"], ["f2.jpg", "cat"]]
@@ -599,13 +602,14 @@ def test_a_hidden_sheet_never_gives_the_splits_two_class_maps(tmp_path: Path, ca
     path = book(tmp_path / "l.xlsx", {"train": train, "val": val}, hidden=("val",))
     for name in ("f0", "f1", "f2", "f4", "f5", "f6"):
         jpeg(tmp_path / "img" / f"{name}.jpg")
-    note = f"{path}: hidden sheet 'val' not read (include_hidden=True, --include-hidden, reads them)"
+    note = (f"{path}: hidden sheet 'val' not read (include_hidden=True, --include-hidden, reads them); the labels of "
+            "'val' are in the class map, as every split's")  # fmt: skip
     refusal = f"{path}: sheet 'val' is hidden; pass include_hidden=True (--include-hidden) to read it"
     for split in (None, "train"):
         caplog.clear()
         with caplog.at_level("WARNING", logger="datakit"):
             t = read_labels(path, split=split)
-        assert t.class_map().classes == ("cat", "dog") and t.targets(t.class_map()).tolist() == [0, 1, 0]
+        assert t.class_map().classes == ("ant", "cat", "dog") and t.targets(t.class_map()).tolist() == [1, 2, 1]
         assert t.notes == [note] and caplog.messages == [note]
     for how in ({"split": "val"}, {"sheets": "val"}, {"sheets": ["train", "val"]}):
         with pytest.raises(LabelError) as e:
@@ -1801,3 +1805,44 @@ def test_a_train_val_leak_is_refused_whichever_split_is_asked_for(tmp_path: Path
     (tmp_path / "l.csv").write_text("file,label,split\n0.png,cat,train\n1.png,dog,train\n0.png,cat,train\n"
                                     "2.png,dog,val\n3.png,cat,val\n", encoding="utf-8")  # fmt: skip
     assert len(open_dataset(tmp_path, labels=tmp_path / "l.csv", split="val")) == 2
+
+
+def test_a_split_sheet_whose_labels_cannot_be_read_is_refused_whichever_split_is_asked_for(tmp_path: Path):
+    # The attack: sheet 'val' headed 图片路径 | 类别 (a file header not on the list): --split train skipped it without
+    # a word, so 兔 was missing from train's classes; --split val --file-column 图片路径 then dropped the train sheet
+    # (no such column there): 狗 was 0 in train's pack and 1 in val's.
+    path = book(tmp_path / "l.xlsx", {"train": [["文件名", "类别"], ["a.png", "狗"], ["b.png", "猫"]],
+                                      "val": [["图片路径", "类别"], ["c.png", "兔"], ["d.png", "狗"]]})  # fmt: skip
+    val = (f"{path}, sheet 'val', row 1: a label column ('类别', column B) but no file-name column found; the class "
+           "map every split shares takes this sheet's labels too: name its file column as the other sheets name "
+           "theirs")  # fmt: skip
+    for split in (None, "train", "val"):
+        with pytest.raises(LabelError) as e:
+            read_labels(path, split=split)
+        assert str(e.value) == val
+    with pytest.raises(LabelError) as e:
+        read_labels(path, split="val", file_column="图片路径")
+    assert str(e.value) == (f"{path}, sheet 'train', row 1: a label column ('类别', column B) but no file column named "
+                            "'图片路径'; the class map every split shares takes this sheet's labels too: name its file "
+                            "column as the other sheets name theirs")  # fmt: skip
+    # named alike, both splits read, one class map
+    path = book(tmp_path / "m.xlsx", {"train": [["文件名", "类别"], ["a.png", "狗"], ["b.png", "猫"]],
+                                      "val": [["文件名", "类别"], ["c.png", "兔"], ["d.png", "狗"]]})  # fmt: skip
+    for split, targets in (("train", [1, 2]), ("val", [0, 1])):
+        t = read_labels(path, split=split)
+        assert t.class_map().classes == ("兔", "狗", "猫") and t.targets(t.class_map()).tolist() == targets
+    # a notes sheet that explains the columns is no split: skipped with a note, as before
+    path = book(tmp_path / "n.xlsx", {"train": [["文件名", "类别"], ["a.png", "狗"]], "说明": [["类别", "the class"]]})
+    assert read_labels(path, split="train").files.tolist() == ["a.png"]
+
+
+def test_a_formula_label_without_a_value_in_another_split_is_refused(tmp_path: Path):
+    # The attack: val!B2 is =LOWER("ANT"), written by openpyxl (no saved value): --split train read it as blank and
+    # left 'ant' out of the class map (cat=0), which val, once saved in Excel, has as class 0 (cat=1)
+    path = book(tmp_path / "l.xlsx", {"train": [["file", "label"], ["a.png", "cat"], ["b.png", "dog"]],
+                                      "val": [["file", "label"], ["c.png", '=LOWER("ANT")'], ["d.png", "cat"]]})  # fmt: skip
+    for split in (None, "train", "val"):
+        with pytest.raises(LabelError) as e:
+            read_labels(path, split=split)
+        assert str(e.value) == (f"{path}, sheet 'val', row 2: cell B2 holds a formula (=LOWER(\"ANT\")) with no saved "
+                                "value; open the file in Excel and save it, so the values are stored")  # fmt: skip
