@@ -272,6 +272,12 @@ class ClassMap:
             return cls(tuple(str(i) for i in ints))
         if not remap:
             raise LabelError(f"{where}: {_range_message(ints)}")
+        if ints[-1] - ints[0] + 1 != len(ints) and (where, tuple(ints)) not in _GAPS_SAID:
+            # 1..C shifted by one is what remap_labels is for; a set with gaps is as often a split lacking classes
+            _GAPS_SAID.add((where, tuple(ints)))
+            log.warning("%s: integer labels %s remapped to 0..%d in order (remap_labels, --remap-labels), though they "
+                        "have gaps: if this is a split lacking some classes, it takes the training split's indices "
+                        "only with classes= (--classes)", where, _ranges(ints), len(ints) - 1)  # fmt: skip
         return cls(tuple(str(i) for i in ints), tuple(ints))
 
     @property
@@ -330,6 +336,9 @@ def _ranges(ints: list[int]) -> str:
     if ints[-1] - ints[0] == len(ints) - 1:  # sorted and distinct: no gap (never a list as long as the span)
         return f"{ints[0]}..{ints[-1]}"
     return "{" + ", ".join(map(str, ints[:8])) + (", ..." if len(ints) > 8 else "") + "}"
+
+
+_GAPS_SAID: set[tuple[str, tuple[int, ...]]] = set()  # remapped label sets with gaps, warned about once a process
 
 
 def _range_message(ints: list[int]) -> str:

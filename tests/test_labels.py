@@ -1846,3 +1846,20 @@ def test_a_formula_label_without_a_value_in_another_split_is_refused(tmp_path: P
             read_labels(path, split=split)
         assert str(e.value) == (f"{path}, sheet 'val', row 2: cell B2 holds a formula (=LOWER(\"ANT\")) with no saved "
                                 "value; open the file in Excel and save it, so the values are stored")  # fmt: skip
+
+
+def test_remapping_labels_with_gaps_says_what_a_split_lacking_classes_needs(tmp_path: Path, caplog):
+    # The attack: val.txt with labels 2, 3, 5 (train has 1..5) packed with --remap-labels: 2, 3, 5 became 0, 1, 2
+    # without a word, so val's 2 took the index train gives 1
+    (tmp_path / "val.txt").write_text("c.png 2\nd.png 3\ne.png 5\n", encoding="utf-8")
+    (tmp_path / "train.txt").write_text("a.png 1\nb.png 2\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="datakit"):
+        t = read_labels(tmp_path / "val.txt", remap_labels=True)
+        assert t.class_map(remap=True).classes == ("2", "3", "5")
+        t.class_map(remap=True)  # said once
+        read_labels(tmp_path / "train.txt", remap_labels=True).class_map(remap=True)  # 1..2: no gap, nothing said
+    assert caplog.messages == [
+        f"{tmp_path / 'val.txt'}: integer labels {{2, 3, 5}} remapped to 0..2 in order (remap_labels, --remap-labels), "
+        "though they have gaps: if this is a split lacking some classes, it takes the training split's indices only "
+        "with classes= (--classes)"
+    ]
