@@ -995,8 +995,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             rates = [m.images_per_s for m in ms]
             rows.append([w, f"{statistics.median(rates):.0f}", f"{min(rates):.0f}-{max(rates):.0f}",
                          f"{statistics.median(m.first_batch_s for m in ms):.2f}"])  # fmt: skip
-        print(f"{len(ds)} samples, batch size {batch_size}, device {device}, {args.repeats} passes of "
-              f"{args.seconds:g} s per worker count")  # fmt: skip
+        passes = f"{args.repeats} pass{'es' * (args.repeats != 1)}"
+        print(f"{len(ds)} samples, batch size {batch_size}, device {device}, {passes} of {args.seconds:g} s per worker "
+              "count")  # fmt: skip
         print_table(["num_workers", "images/s (median)", "spread", "first batch (s)"], rows)
     if rec.noisy:
         print(f"no recommendation: {rec.reason}")
