@@ -767,6 +767,11 @@ def _decode(
         img = _torchvision_jpeg(raw, mode)
         if img is not None:
             return img
+    if fmt == "JPEG" and factor == 1 and mode == "unchanged" and (info := _jpeg_size(raw)) and info[2] == 4:
+        # CMYK (YCCK): 3 channels as every mode gives them, not OpenCV's conversion, a level brighter than libjpeg's
+        img = _torchvision_jpeg(raw, "bgr")
+        if img is not None:
+            return img
     if fmt == "TIFF" and _unassociated_alpha(raw):
         return _pillow_decode(raw, mode)  # OpenCV's libtiff RGBA path would multiply the colours by alpha
     if fmt == "PNM" and mode != "unchanged" and (maxval := _pnm_maxval(raw)) not in (None, 0, 255, 65535):

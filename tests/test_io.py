@@ -128,7 +128,10 @@ def test_cmyk_jpeg(tmp_path: Path):
         ref = np.asarray(im.convert("RGB")).astype(int)
     got = imread(path, "rgb").astype(int)
     assert got.shape == (24, 32, 3)
-    assert np.abs(got - ref).mean() < 3
+    assert np.abs(got - ref).max() == 0
+    # mode="unchanged" gives the same pixels in BGR order (before: OpenCV's conversion, every pixel one level up)
+    assert np.array_equal(imread(path, "unchanged")[..., ::-1], got)
+    assert np.array_equal(imread(path, "bgr")[..., ::-1], got)
 
 
 def test_max_size_decodes_reduced(tmp_path: Path):
