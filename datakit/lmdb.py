@@ -56,7 +56,8 @@ READABLE_VERSIONS = (1, 2)
 META_KEY = b"__meta__"
 INDEX_KEY = b"__index__"
 LOCK_NAME = "pack.lock"
-PACK_FILES = frozenset({"data.mdb", "lock.mdb", "classes.json", ".classes.json.tmp", LOCK_NAME})
+SWAPPED_OUT = ".swapped-out"  # marks the old pack that pack-lmdb --overwrite puts aside, to be removed
+PACK_FILES = frozenset({"data.mdb", "lock.mdb", "classes.json", ".classes.json.tmp", LOCK_NAME, SWAPPED_OUT})
 # one record per sample: target, height, width, crc32 of the value, split id, value length
 RECORD = np.dtype([("target", "<i8"), ("height", "<u4"), ("width", "<u4"), ("crc32", "<u4"), ("split", "<u2"),
                    ("_pad", "<u2"), ("nbytes", "<u8")])  # fmt: skip

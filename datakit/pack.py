@@ -45,6 +45,7 @@ from datakit.lmdb import (
     LOCK_NAME,
     PACK_FILES,
     RECORD,
+    SWAPPED_OUT,
     VERSION,
     LmdbWriter,
     PackLock,
@@ -596,6 +597,9 @@ def pack_lmdb(
             # --overwrite of a pack: the new one is built beside it and swapped in when complete, so a kill or a
             # full disk at any moment leaves the old pack whole; a part so left is resumed when it is this job's
             target = _part_path(out)
+            shutil.rmtree(_old_path(out), ignore_errors=True)  # an old pack a killed run left to be removed
+            if (target / SWAPPED_OUT).exists():  # the old pack, put aside by a run killed before removing it
+                shutil.rmtree(target, ignore_errors=True)
             try:
                 part_lock, existing = _open_output(target, meta, resume=True, overwrite=False)
             except PackWriteError:
@@ -616,6 +620,12 @@ def pack_lmdb(
                 path, when, last = changed
                 raise UsageError(f"{out}: {path} changed after its samples were packed ({when}; the pack's last "
                                  f"commit {last}); resume only the same files, or use --overwrite")  # fmt: skip
+            other = _spot_check(ds, lo, existing["count"] + len(existing.get("skipped", [])), target, name_of,
+                                max_size, quality)  # fmt: skip
+            if other is not None:  # times say nothing of a folder put in another's place (mv), or a pack rebuilt
+                raise UsageError(f"{out}: {other} gives other bytes than the pack stores for it: the source changed "
+                                 "after its samples were packed (another folder, archive or pack put in its place?); "
+                                 "resume only the same files, or use --overwrite")  # fmt: skip
             meta["skipped"] = existing.get("skipped", [])
             meta["created"] = existing.get("created", meta["created"])
             meta["count"] = existing["count"]
@@ -751,6 +761,32 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
     return None
 
 
+_SPOT_SAMPLES = 32  # samples a resume reads again, spread over those packed, to compare with what the pack stores
+
+
+def _spot_check(ds: ImageDataset, lo: int, n: int, target: Path, name_of: Callable[[int], str],
+                max_size: int | None, quality: int) -> str | None:  # fmt: skip
+    """The name of the first of up to 32 samples spread over ``lo .. lo+n-1`` (the last one packed among them)
+    whose bytes, prepared again as they were for the pack (re-encoded the same way with ``max_size``), differ
+    from the (crc32, nbytes) it stores; None when they all match. A source swapped whole for another of the
+    same names (``mv data_v2 data``, a zip or a pack rebuilt) keeps its files' times older than the pack's."""
+    hi = min(lo + n, len(ds))
+    if hi <= lo:
+        return None
+    stored = stored_values(target)
+    picks = sorted({lo + (hi - 1 - lo) * k // max(1, _SPOT_SAMPLES - 1) for k in range(_SPOT_SAMPLES)})
+    for i in picks:
+        value = stored.get(name_of(i))
+        if value is None:  # skipped as bad: nothing stored to compare
+            continue
+        got = _prepare(ds, i, max_size, quality)
+        if got[1] is None:  # unreadable now: the pack goes on, and says so when it reaches it, if ever
+            continue
+        if (got[6], len(got[1])) != value:
+            return ds.name(i)
+    return None
+
+
 def _read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -832,20 +868,36 @@ def _part_path(out: Path) -> Path:
     return out.parent / f".{out.name}.overwrite-part"
 
 
+def _old_path(out: Path) -> Path:
+    """Where the pack ``--overwrite`` replaced waits to be removed."""
+    return out.parent / f".{out.name}.overwrite-old"
+
+
 def _swap_in(part: Path, out: Path) -> None:
     """Put the complete pack ``part`` in place of ``out`` in one step (Linux ``renameat2`` with
     ``RENAME_EXCHANGE``: ``out`` is the old pack or the new one at every moment), then remove the
-    old one; where the kernel cannot exchange, two renames."""
+    old one; where the kernel cannot exchange, two renames. The old pack is marked first, so that a
+    run killed after the exchange, before the old pack is gone, leaves at the part's place a pack that
+    the same command run again removes rather than takes for the new one (and swaps back)."""
     close_pack(out)
     close_pack(part)
-    if not _exchange(part, out):
-        old = out.parent / f".{out.name}.overwrite-old"
-        shutil.rmtree(old, ignore_errors=True)
+    old = _old_path(out)
+    shutil.rmtree(old, ignore_errors=True)
+    marker = out / SWAPPED_OUT
+    marker.touch()
+    if _exchange(part, out):
+        try:
+            os.rename(part, old)  # out of the part's place at once: what a rerun would resume
+            part = old
+        except OSError:
+            pass
+    else:
         os.rename(out, old)
         try:
             os.rename(part, out)
         except OSError:
             os.rename(old, out)  # OUT holds the old pack again, as the error says
+            marker.unlink(missing_ok=True)
             raise
         part = old
     shutil.rmtree(part, ignore_errors=True)

@@ -23,7 +23,7 @@ import pytest
 from datakit.cli import main
 from datakit.datasets import LmdbDataset, open_dataset
 from datakit.errors import PackError, UsageError
-from datakit.io import imwrite, jpeg_damage, probe_image, region_decoder_available
+from datakit.io import imread, imwrite, jpeg_damage, probe_image, region_decoder_available
 from datakit.lmdb import LmdbReader, PackLock, PackWriteError, close_pack, lmdb_info, read_meta, verify_lmdb
 from datakit.pack import _names_crc, pack_lmdb
 from datakit.testing import synthetic_image
@@ -1142,6 +1142,72 @@ def test_resume_refuses_a_packed_file_replaced_by_one_with_an_older_time(class_f
                                                    "changed: replaced or moved, by other bytes than it packed, ")):  # fmt: skip
         pack_lmdb(class_folder, out, resume=True, workers=0)
     assert read_meta(out)["count"] == 6
+
+
+@pytest.mark.parametrize("max_size", [None, 32])
+def test_resume_refuses_a_source_folder_swapped_whole_for_one_of_the_same_names(class_folder: Path, tmp_path: Path,
+                                                                                 max_size):  # fmt: skip
+    # The attack: after a kill, `mv data data_v1; mv data_v2 data`: the same names and labels, other images made
+    # before the pack began, their times untouched by the folder's move. --resume packed the rest from v2 behind
+    # v1's first samples (exit 0, verify passing); with --max-size alike, and a pack as the source too.
+    import shutil
+
+    v2 = tmp_path / "v2"
+    shutil.copytree(class_folder, v2)
+    for p in sorted(v2.rglob("图片_*")):
+        imwrite(p, 255 - imread(p, "rgb"), mode="rgb")  # the same names, other pixels
+    time.sleep(0.05)  # made before the pack begins: their times (status times too) older than its commits
+
+    def stop_after_six(done, total, nbytes):
+        if done == 6:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "p.lmdb"
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(class_folder, out, workers=0, commit_every=3, max_size=max_size, progress=stop_after_six)
+    class_folder.rename(tmp_path / "v1")
+    v2.rename(class_folder)
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, out, resume=True, workers=0, max_size=max_size)
+    assert str(e.value) == (f"{out}: {class_folder / 'cat' / '图片_0.jpg'} gives other bytes than the pack stores for "
+                            "it: the source changed after its samples were packed (another folder, archive or pack "
+                            "put in its place?); resume only the same files, or use --overwrite")  # fmt: skip
+    assert read_meta(out)["count"] == 6
+    # the same folder back in place: the resume goes on, as an uninterrupted pack
+    class_folder.rename(v2)
+    (tmp_path / "v1").rename(class_folder)
+    assert pack_lmdb(class_folder, out, resume=True, workers=0, max_size=max_size).count == 12
+    fresh = tmp_path / "fresh.lmdb"
+    pack_lmdb(class_folder, fresh, workers=0, max_size=max_size)
+    a, b = open_dataset(out), open_dataset(fresh)
+    assert [a.read(i) for i in range(12)] == [b.read(i) for i in range(12)] and verify_lmdb(out) == []
+
+
+def test_an_overwrite_killed_after_its_swap_never_puts_the_old_pack_back(class_folder: Path, tmp_path: Path):
+    # The attack: --overwrite exchanged the new pack into OUT, then was killed (SIGKILL) while removing the old one
+    # from the part's place: run again, it found there a complete pack "of the same job" (same names and labels)
+    # and swapped the old pack back, saying "complete already". The old pack is marked before the exchange.
+    from datakit.lmdb import SWAPPED_OUT
+
+    out = tmp_path / "p.lmdb"
+    pack_lmdb(class_folder, out, workers=0)
+    first = class_folder / "cat" / "图片_0.jpg"
+    imwrite(first, np.full((40, 60, 3), 255, np.uint8), mode="rgb")  # an image fixed, then packed again
+    new = tmp_path / "new.lmdb"
+    pack_lmdb(class_folder, new, workers=0)
+    # the moment of the kill, as the swap leaves it: the new pack in OUT, the old one (marked) at the part's place
+    part = tmp_path / ".p.lmdb.overwrite-part"
+    (out / SWAPPED_OUT).touch()
+    out.rename(part)
+    new.rename(out)
+    assert main(["pack-lmdb", str(class_folder), str(out), "--overwrite", "-q", "--workers", "0"]) == 0
+    assert int(open_dataset(out)[0][0].min()) == 255 and verify_lmdb(out) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".p.lmdb")) == []
+    # and the swap itself leaves no marker in the new pack, none of the old one behind
+    imwrite(first, np.full((40, 60, 3), 0, np.uint8), mode="rgb")
+    assert main(["pack-lmdb", str(class_folder), str(out), "--overwrite", "-q", "--workers", "0"]) == 0
+    assert int(open_dataset(out)[0][0].max()) == 0 and not (out / SWAPPED_OUT).exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".p.lmdb")) == []
 
 
 @pytest.mark.parametrize("change", ["chmod", "touch", "cp -p of the same bytes"])
