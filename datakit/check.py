@@ -111,7 +111,8 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     # with classes=, integer labels are read as they are (a split without class 3 is no gap), then indexed by them
     report.problems += table.problems(remap=remap_labels or given is not None)
     report.problems += spelled_twice(table, (root or Path(table.path).parent) if alone else src)
-    class_map = table.class_map(remap=remap_labels or given is not None, strict=False)  # read on whatever the labels
+    with markers_as_classes(given):  # read on whatever the labels (with classes=, as they are: no gap to say)
+        class_map = table.class_map(remap=remap_labels or given is not None, strict=False)
     if given is not None:
         check_header(given, class_map.classes)
         mine = as_given(class_map.classes, given) if table.kind == "int" else class_map.classes
@@ -187,7 +188,7 @@ def check_dataset(
             elif os.path.isdir(table_ds.root):  # the folder given, or a table's own folder when it is alone
                 unlisted = _not_in_table(table_ds, table_ds.root)
             whole = getattr(table_ds, "_whole_table", None) or table_ds.table
-            if classes is not None and unlisted and not whole.split_names:
+            if classes is not None and unlisted and len(whole.split_names) <= 1:
                 # a split kept in a file of its own (--classes: the training split's): the images of the other
                 # splits' files share the folder (PaddleClas' train_list.txt / val_list.txt), expected there; a
                 # table with a split column names every split's files, so an image it does not name is a problem
@@ -245,10 +246,13 @@ def check_dataset(
         counts = np.bincount(targets[rows], minlength=len(ds.classes))
         report.class_counts[name] = {ds.classes[k]: int(c) for k, c in enumerate(counts) if c}  # in class order
     given = table_ds is not None and getattr(table_ds, "_given", False)
+    if given:  # one split alone in its file (a CSV, a workbook of one sheet): the classes given are another's
+        whole = getattr(table_ds, "_whole_table", None) or table_ds.table
+        given = len(whole.split_names) <= 1
     if (table_ds is not None and table_ds.table.kind != "mixed") or packed is not None:  # mixed: no classes yet
         for name, rows in groups:
             absent = [c for k, c in enumerate(ds.classes) if not (targets[rows] == k).any()]
-            if absent and name != "all":
+            if absent and name != "all" and not given:
                 report.problems.append(f"split {name!r} has no samples of class {', '.join(map(repr, absent))}")
             elif absent and given:  # a split in a file of its own, indexed by the training split's classes: a
                 # val list often lacks some (no problem), but not without a word

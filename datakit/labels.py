@@ -272,7 +272,8 @@ class ClassMap:
             return cls(tuple(str(i) for i in ints))
         if not remap:
             raise LabelError(f"{where}: {_range_message(ints)}")
-        if ints[-1] - ints[0] + 1 != len(ints) and (where, tuple(ints)) not in _GAPS_SAID:
+        if ints[-1] - ints[0] + 1 != len(ints) and (where, tuple(ints)) not in _GAPS_SAID and not _GIVEN_CLASSES.get():
+            # (with classes= given, the labels are read as they are and then indexed by those: nothing to say)
             # 1..C shifted by one is what remap_labels is for; a set with gaps is as often a split lacking classes
             _GAPS_SAID.add((where, tuple(ints)))
             log.warning("%s: integer labels %s remapped to 0..%d in order (remap_labels, --remap-labels), though they "
@@ -547,12 +548,11 @@ class LabelTable:
         return f"sheet {sheet!r}, row {int(self.rows[i])}" if sheet else f"line {int(self.rows[i])}"
 
     def _duplicate_problems(self, keep: np.ndarray | None = None) -> list[tuple[tuple[int, int], str]]:
-        """Every file listed again; with ``keep`` (a mask of rows), those where either listing is kept and
-        those in two splits (a train/val leak is reported whichever split is asked for)."""
+        """Every file listed again; with ``keep`` (a mask of rows), those where either listing is kept (a leak
+        between two other splits, or val and test sharing files, is not this split's)."""
         out = []
-        codes = self.splits.codes if self.splits is not None else None
         for i, first in _duplicates(self.files):
-            if keep is not None and not (keep[i] or keep[first]) and (codes is None or codes[i] == codes[first]):
+            if keep is not None and not (keep[i] or keep[first]):
                 continue
             name, before = self.files[i], self.files[first]
             if _unicode_form(name) != _unicode_form(before) and not name.isascii():
@@ -1648,7 +1648,10 @@ class _CellNotes:
             inner = m.group(5) or ""
             key = (int(m.group(3)), _cell_ref(m.group(2)))
             value = re.search(r"<v>([^<]+)</v>", inner)
-            if re.search(r'\bt="e"', m.group(1) + m.group(4)) and value is not None:
+            if value is None and re.search(r'\bt="str"', m.group(1) + m.group(4)) and re.search(r"<v\s*/>|<v></v>",
+                                                                                                  inner):  # fmt: skip
+                value = re.search(r"<v\s*/>|<v></v>", inner)  # a text formula whose saved value is "" (Excel)
+            if re.search(r'\bt="e"', m.group(1) + m.group(4)) and value is not None and value.groups():
                 self.errors[key] = html.unescape(value.group(1))
             elif "<f" in inner and value is None:
                 formula = re.search(r"<f[^>]*>([^<]*)</f>", inner)
@@ -1685,14 +1688,49 @@ def _column_letter(col: int) -> str:
     return s
 
 
+def _added_classes(hidden: list, visible: list) -> list[str]:
+    """The labels of the ``hidden`` parts that no ``visible`` part holds, in class order."""
+    mine = {_text(v) for p in visible for v in p.labels if not _blank(v)}
+    theirs = {_text(v) for p in hidden for v in p.labels if not _blank(v)}
+    if all(_is_int_text(c) for c in mine | theirs):
+        return sorted(theirs - mine, key=_int_of)
+    return sorted(theirs - mine)
+
+
+def _hidden_classes(wb, engine: str, path: Path, names: list[str], parts: list, file_column, label_column,
+                    split_column) -> list[str]:  # fmt: skip
+    """The classes the hidden sheets ``names`` would add to the class map of ``parts``, were they read: those
+    that are splits (a row naming an image file, or a split's name)."""
+    hidden = []
+    for name in names:
+        try:
+            grid = _sheet_grid(wb, name, engine)
+            head = _locate_header(grid, file_column, label_column, split_column, f"{path}, sheet {name!r}")
+            if head is None or head.lcol is None:
+                continue
+            part = _parse_grid(grid, head, sheet=name, where=f"{path}, sheet {name!r}", problems=[], order=0,
+                               engine=engine, split_column=split_column)  # fmt: skip
+        except Exception:  # noqa: BLE001 - a sheet not read is told about in the note, whatever it holds
+            continue
+        if any(_looks_like_file(f) for f in part.files) or _norm(name) in _SPLIT_NAMES:
+            hidden.append(part)
+    return _added_classes(hidden, parts) if hidden else []
+
+
 def _label_header_cell(grid: Sequence[Sequence[object]], label_column: str | None) -> tuple[int, int, str] | None:
     """(row, column, text) of the first cell in the first 50 rows that names a label column (``label_column``
-    or one of :data:`LABEL_COLUMNS`), rows numbered from 1; None if there is none."""
+    or one of :data:`LABEL_COLUMNS`), rows numbered from 1, where the rows below hold labels in it and image
+    file names in another column; None otherwise."""
     keys = {_norm(label_column)} if label_column is not None else {_norm(k) for k in LABEL_COLUMNS}
     for r, row in enumerate(grid[:50]):
         for c, v in enumerate(row):
             if not _blank(v) and _norm(v) in keys:
-                return r + 1, c, _text(v)
+                below = grid[r + 1 :]
+                labelled = any(c < len(x) and not _blank(x[c]) for x in below)
+                named = any(_looks_like_file(y) for x in below for k, y in enumerate(x) if k != c and not _blank(y))
+                # labels beside image file names: a split (an unlabelled test sheet, a pivot table of counts, notes
+                # explaining the columns are none)
+                return (r + 1, c, _text(v)) if labelled and named else None
     return None
 
 
@@ -1744,6 +1782,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         raise SheetNotRead(f"{path}: sheet {hidden.name!r} is hidden; pass include_hidden=True (--include-hidden) "
                            "to read it")  # fmt: skip
     parts: list[_Part] = []
+    unsaved: dict[int, list] = {}  # label formulas without saved values in the sheets not asked for, by sheet
     hidden_left: list[str] = []
     named_missing: list[str] = []  # sheets without the label column the caller named
     split_missing: list[str] = []  # and without the split column
@@ -1755,10 +1794,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 notes.append(f"{path}: sheet {sh.name!r} skipped (a chart, not a table)")
             continue
         if not sh.visible and not include_hidden:
-            # its rows left out, but its labels (where it is a split) in the class map: include_hidden, given to
-            # read it as a split, then gives every split the same class indices as without it
-            hidden_left.append(sh.name)
-            chosen = False
+            hidden_left.append(sh.name)  # left out of the class map too, whichever sheets are read (an old split)
+            continue
         try:
             grid = _sheet_grid(wb, sh.name, engine)
         except Exception as exc:  # damaged XML, a missing part, a shared string that is not there
@@ -1802,7 +1839,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 notes_of = _CellNotesOnce(path, sh.name)
                 other = _parse_grid(grid, head, sheet=sh.name, where=where, problems=own, order=order, engine=engine,
                                     split_column=split_column, cell_note=notes_of)  # fmt: skip
-                problems += [q for q in own if _NO_SAVED_VALUE in q[1]]
+                unsaved[order] = [q for q in own if _NO_SAVED_VALUE in q[1]]  # said below if it is a split
                 other.order, other.chosen = order, False
                 parts.append(other)
             continue
@@ -1887,13 +1924,25 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              "named as a split, beside sheets whose rows name images: notes?)")  # fmt: skip
                 problems[:] = [q for q in problems if q[0][0] != p.order]
         parts = [p for p, has, empty in zip(parts, named, bare) if has or (not len(p.files) and not empty)]
+    for p in parts:  # a split's sheet (not notes, not a lookup table): its labels are in the class map
+        if unsaved.get(p.order) and (_norm(p.sheet) in _SPLIT_NAMES or any(_looks_like_file(f) for f in p.files)):
+            problems += unsaved[p.order]
     if hidden_left:
-        given = [p.sheet for p in parts if p.sheet in hidden_left]
+        extra = _hidden_classes(wb, engine, path, hidden_left, parts, file_column, label_column, split_column)
         notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
                      f"{', '.join(map(repr, hidden_left))} not read "
                      "(include_hidden=True, --include-hidden, reads them)"
-                     + (f"; the labels of {', '.join(map(repr, given))} are in the class map, as every split's"
-                        if given else ""))  # fmt: skip
+                     + (f"; read, they would add the class{'es' * (len(extra) > 1)} "
+                        f"{', '.join(map(repr, extra[:5]))}{', ...' if len(extra) > 5 else ''} and every index after "
+                        "it would move: read every split of this workbook with include_hidden or every one without"
+                        if extra else ""))  # fmt: skip
+    elif include_hidden:  # hidden sheets read: the classes they add move indices against a read without them
+        hidden = {s.name for s in meta if not s.visible and s.worksheet}
+        extra = _added_classes([p for p in parts if p.sheet in hidden], [p for p in parts if p.sheet not in hidden])
+        if extra:
+            notes.append(f"{path}: the hidden sheets read (include_hidden) add the class{'es' * (len(extra) > 1)} "
+                         f"{', '.join(map(repr, extra[:5]))}{', ...' if len(extra) > 5 else ''}, which moves the "
+                         "class indices against a read without include_hidden: read every split alike")  # fmt: skip
     if split_missing and not split_found:
         raise ColumnNotFound(split_missing[0])
     if named_missing and not any(p.chosen for p in parts):

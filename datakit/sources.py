@@ -604,7 +604,8 @@ class _Walks:
     by each, as ImageFolder walks it, but links that reach the same folders by ever more paths (each
     folder linking twice to the next) would be walked without end in practice: refused."""
 
-    LIMIT = 10_000  # walks beyond one per real folder, in one class
+    LIMIT = 10_000  # walks beyond one per real folder, in one class, before the ratio below is looked at
+    RATIO = 100  # walks per real folder: links to one pool from a few places are far under it, lattices pass it
 
     def __init__(self, root: str, cls: str) -> None:
         self.root, self.cls, self.walks, self.real = root, cls, 0, set()
@@ -612,10 +613,10 @@ class _Walks:
     def count(self, real: str) -> None:
         self.walks += 1
         self.real.add(real)
-        if self.walks - len(self.real) > self.LIMIT:
+        if self.walks - len(self.real) > self.LIMIT and self.walks > self.RATIO * len(self.real):
             raise LabelError(f"{self.root}: class folder {self.cls!r}: links reach the same folders by more than "
-                             f"{self.LIMIT} paths (each would be walked, as ImageFolder walks them); remove the links "
-                             "that lead to folders reached already")  # fmt: skip
+                             f"{self.RATIO} paths each (each would be walked, as ImageFolder walks them); remove the "
+                             "links that lead to folders reached already")  # fmt: skip
 
 
 def scan_class_folders(
@@ -1298,8 +1299,8 @@ class _ClassNames(list):
 
 # a classes file's first line that names its column: a label column's name, or the list's own
 _CLASS_HEADERS = frozenset({_norm(k) for k in LABEL_COLUMNS} | {
-    "classes", "class_names", "classnames", "categories", "category_name", "category_names", "name", "names",
-    "类别名称", "类名", "类别列表"})  # fmt: skip
+    "classes", "class_names", "classnames", "categories", "category_name", "category_names", "类别名称", "类名",
+    "类别列表"})  # fmt: skip
 
 
 def _class_lines(path: Path, text: str) -> list[str]:
@@ -1341,7 +1342,9 @@ def check_header(given: Sequence[str], labels: Sequence[str]) -> None:
     if header is None or header[2] in {str(x) for x in labels}:
         return
     path, number, name = header
-    raise LabelError(f"{path}, line {number}: {name!r} is a column's name (a header copied with the column?) and no "
+    what = ("a number above class names (the header pandas writes for a Series without a name?)" if name.isdigit()
+            else "a column's name (a header copied with the column?)")  # fmt: skip
+    raise LabelError(f"{path}, line {number}: {name!r} is {what} and no "
                      "label holds it; the file holds one class name a line, class 0 first: remove the line (a class "
                      "really named so, with no samples: give the classes as a .json list)")  # fmt: skip
 

@@ -465,3 +465,29 @@ def test_check_with_given_classes_indexes_integer_labels_as_open_dataset_does(tm
                                                                           classes[1]: 2}}, [])  # fmt: skip
         assert out["notes"][-1] == (f"{tmp_path / 'val.txt'} has no samples of class {classes[2]!r} (of the 3 "
                                     "classes given: classes=, --classes)")  # fmt: skip
+
+
+def test_check_with_given_classes_reads_a_workbook_of_one_split_as_a_file_of_its_own(tmp_path: Path, capsys):
+    # The regression round: a val workbook of one sheet, checked with --classes: its missing training class was a
+    # problem (exit 1) and the other splits' images in the folder one problem each, where the same rows in a CSV
+    # gave notes
+    from openpyxl import Workbook
+
+    for k in range(4):
+        Image.fromarray(np.full((4, 4, 3), k, np.uint8)).save(tmp_path / f"{k}.png")
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "val"
+    for row in (["file", "label"], ["0.png", "cat"], ["1.png", "dog"]):
+        ws.append(row)
+    wb.save(tmp_path / "val.xlsx")
+    (tmp_path / "c.txt").write_text("bird\ncat\ndog\n", encoding="utf-8")
+    args = ["check", str(tmp_path), "--labels", str(tmp_path / "val.xlsx"), "--classes", str(tmp_path / "c.txt")]
+    assert main([*args, "--workers", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["problems"], out["class_counts"]) == ([], {"val": {"cat": 1, "dog": 1}})
+    assert out["notes"] == [
+        f"2 images under {tmp_path} are not in {tmp_path / 'val.xlsx'} (the other splits' files, with --classes?); "
+        "not checked",
+        f"{tmp_path / 'val.xlsx'} has no samples of class 'bird' (of the 3 classes given: classes=, --classes)",
+    ]

@@ -407,7 +407,14 @@ def test_a_classes_file_skips_comments_and_refuses_a_header_line(tmp_path: Path)
         (tmp_path / "h.txt").write_text(f"{header}\n鸟\n猫\n狗\n", encoding="utf-8")
         with pytest.raises(LabelError) as e:
             open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "h.txt")
-        assert str(e.value) == want.replace("header.txt", "h.txt").replace("'类别'", repr(header))
+        what = ("a number above class names (the header pandas writes for a Series without a name?)" if header == "0"
+                else "a column's name (a header copied with the column?)")  # fmt: skip
+        assert str(e.value) == want.replace("header.txt", "h.txt").replace("'类别'", repr(header)).replace(
+            "a column's name (a header copied with the column?)", what)  # fmt: skip
+    # a class really called 'name' (no header word of a classes list): read as class 0, as before
+    (tmp_path / "name.txt").write_text("name\n猫\n狗\n", encoding="utf-8")
+    ds = open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "name.txt")
+    assert (ds.classes, ds.targets.tolist()) == (["name", "猫", "狗"], [1, 2])
     # numbers are class names when they all are ('0', '1', '2' for integer labels)
     (tmp_path / "n.txt").write_text("0\n1\n2\n", encoding="utf-8")
     (tmp_path / "n.csv").write_text("file,label\na.jpg,1\nb.jpg,2\n", encoding="utf-8")
