@@ -631,12 +631,17 @@ def _writer(path: Path) -> str | None:
         os.close(fd)
 
 
-def _no_meta(path: Path) -> str:
-    """Why a pack has no metadata: a writer in its first instant (its lock held), or not a datakit pack."""
+def _no_meta(path: Path, entries: int = 0) -> str:
+    """Why a pack has no metadata: a writer in its first instant (its lock held), a pack stopped before its
+    first commit, a copy made while it was written (``entries`` records in it, but not its metadata), or not a
+    datakit pack."""
     pid = _writer(path)
     if pid is not None:
         return (f"{path}: being created by another process (PID {pid}), which has not written its metadata yet; "
                 "open it again in a moment")  # fmt: skip
+    if entries and (path / LOCK_NAME).is_file():  # pack-lmdb's, records in it and no metadata: no commit leaves that
+        return (f"{path}: damaged: {entries} record{'s' * (entries != 1)} and no metadata record (a copy made while "
+                "the pack was being written?); copy it again once pack-lmdb has finished, or re-pack")  # fmt: skip
     if _stopped_early(path):  # pack-lmdb made it, and was stopped before its first commit
         return _STOPPED_EARLY.format(path=path)
     return f"{path}: not a datakit pack (no metadata record)"
@@ -982,7 +987,7 @@ class LmdbReader:
                 self._ident = ident
                 meta = _decode_meta(txn.get(META_KEY), self.path)
                 if meta is None:
-                    raise PackError(_no_meta(self.path))
+                    raise PackError(_no_meta(self.path, txn.stat()["entries"]))
                 self._check_meta(meta)
                 records = self._read_records(txn, meta)
             except BaseException:
