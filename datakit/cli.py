@@ -441,11 +441,21 @@ def _label_options(args: argparse.Namespace) -> dict:
 def _outside_source(out: str, src, what: str) -> None:
     """Refuse an output file inside a source's class folders: an image written there (a preview, a histogram) is
     one of its samples to every later scan, and with --overwrite it could replace one."""
+    from datakit.sources import _is_table
+
     folder = os.path.dirname(os.path.realpath(out))  # beside the class folders it is no sample; in one it is
     for s in src if isinstance(src, list) else [src]:
         if os.path.isdir(s) and not _is_pack_path(s) and folder.startswith(os.path.realpath(s).rstrip(os.sep) + os.sep):
             raise UsageError(f"{out}: inside the source folder {s}, where every later scan (check, stats, "
                              f"open_dataset) would read the {what} as one of its images; write it outside")  # fmt: skip
+        # a label table alone: its names are relative to its folder, where the images are (one replaced by
+        # --overwrite, or a new one that `check` then reports as not in the table)
+        if os.path.isfile(s) and _is_table(s):
+            here = os.path.dirname(os.path.realpath(s)).rstrip(os.sep) + os.sep
+            if (folder + os.sep).startswith(here):
+                raise UsageError(f"{out}: inside {os.path.join(os.path.dirname(s), '')}, the folder of the images {s} "
+                                 f"names, where it could replace one of them and `check` would find the {what} "
+                                 "among them as an image not in the table; write it outside")  # fmt: skip
 
 
 def _source(args: argparse.Namespace):

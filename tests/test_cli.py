@@ -1041,6 +1041,30 @@ def test_a_preview_or_histogram_inside_a_class_folder_is_refused(class_folder: P
     assert beside.returncode == 0 and (class_folder / "grid.png").exists()  # beside the class folders: no sample
 
 
+def test_a_preview_or_histogram_among_the_images_of_a_table_given_alone_is_refused(tmp_path: Path):
+    # the attack: `stats tt/labels.csv --plot tt/images/cat/cat_03.png --overwrite` replaced a sample with the
+    # histogram (exit 0), and `preview tt/labels.csv --out tt/images/cat/new.png` put a picture among the images that
+    # `check tt/labels.csv` then reported as not in the table; a folder source refused both
+    from conftest import SAMPLES
+
+    tt = tmp_path / "tt"
+    shutil.copytree(SAMPLES / "images", tt / "images")
+    shutil.copy(SAMPLES / "labels.csv", tt / "labels.csv")
+    image = next(p for p in sorted((tt / "images").rglob("*")) if p.is_file())
+    before = image.read_bytes()
+    for args, what, out in ((("stats", "--plot"), "histogram", image),
+                            (("preview", "--out"), "contact sheet", tt / "images" / "cat" / "new.png"),
+                            (("preview", "--out"), "contact sheet", tt / "grid.png")):  # fmt: skip
+        proc = _datakit(args[0], str(tt / "labels.csv"), args[1], str(out), "--overwrite")
+        assert (proc.returncode, proc.stderr) == (2, f"datakit {args[0]}: error: {out}: inside {tt}/, the folder of "
+                                                  f"the images {tt / 'labels.csv'} names, where it could replace one "
+                                                  f"of them and `check` would find the {what} among them as an image "
+                                                  "not in the table; write it outside\n")  # fmt: skip
+    assert image.read_bytes() == before and not (tt / "images" / "cat" / "new.png").exists()
+    outside = _datakit("preview", str(tt / "labels.csv"), "--out", str(tmp_path / "grid.png"), "--n", "2")
+    assert outside.returncode == 0 and (tmp_path / "grid.png").exists()
+
+
 def test_a_table_given_as_the_source_beside_labels_is_a_usage_error(tmp_path: Path):
     # the attack: `check samples/labels.csv --labels labels.xlsx`: 24 'missing' lines under samples/labels.csv/...
     # (exit 1, bad data), the table taken for the images' folder
