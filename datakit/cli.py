@@ -1243,6 +1243,12 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG) and exc.filename is None:
+            # the output itself cannot be written (stdout on a full disk, `> /dev/full`): one line, not a traceback,
+            # and nothing left in the buffer for the exit to fail on again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+            print(f"{prog}: error{tag}: cannot write the output: {exc.strerror}", file=sys.stderr)
+            return 1
         if exc.errno not in (errno.ENAMETOOLONG, errno.ELOOP) or exc.filename is None:
             raise
         # a path given that no file system takes (a name over 255 bytes, links in a loop): a usage mistake

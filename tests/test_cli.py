@@ -850,6 +850,17 @@ def _datakit(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedP
                           env={**os.environ, **(env or {})}, **kw)  # fmt: skip
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_stdout_on_a_full_device_is_one_line_not_a_traceback(class_folder: Path):
+    # the attack: `datakit check SRC --json > /dev/full` (stdout on a full disk) ended in a 20-line traceback
+    code = "import sys; from datakit._entry import datakit; sys.exit(datakit())"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-c", code, "check", str(class_folder), "--json", "--workers", "0"],
+                              stdout=full, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (1, "datakit check: error: cannot write the output: No space left on "
+                                                 "device\n")  # fmt: skip
+
+
 def test_json_on_a_stdout_that_is_not_utf8_is_json(class_folder: Path):
     # the attack: PYTHONIOENCODING=ascii made `check --json` write "\u9e1f" as Python's "\x..." escapes: no JSON
     out = _datakit("check", str(class_folder), "--json", env={"PYTHONIOENCODING": "ascii"})
