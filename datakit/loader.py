@@ -1666,11 +1666,12 @@ def plan_shared_memory(batch_bytes: int, num_workers: int, prefetch_factor: int,
     room = 0.9 * shm_free
     if need(num_workers, prefetch_factor) <= room:
         return num_workers, prefetch_factor, None
-    w, p = num_workers, prefetch_factor
-    while p > 1 and need(w, p) > room:
-        p -= 1
-    while w > 1 and need(w, p) > room:
-        w -= 1
+    # the largest prefetch factor that fits, then the most workers (in closed form: a billion workers asked for
+    # is one division, not a billion steps)
+    slots = room / batch_bytes - 2  # batches the room holds beside the two the loop keeps
+    w, p = num_workers, max(1, min(prefetch_factor, int(slots // num_workers) if slots > 0 else 1))
+    if need(w, p) > room:
+        w = max(1, min(num_workers, int(slots // p) if slots > 0 else 1))
     mib = 2**20
     head = (
         f"/dev/shm has {shm_free / mib:.0f} MiB free, {num_workers} workers x prefetch_factor {prefetch_factor} "

@@ -42,6 +42,9 @@ def test_plan_shared_memory_from_the_free_bytes():
     assert w == 0 and "loading in the main process instead" in msg
     assert plan_shared_memory(10 * MIB, 0, 4, 1) == (0, 4, None)  # no workers, no shared memory
     assert plan_shared_memory(10 * MIB, 2, 4, None) == (2, 4, None)  # no /dev/shm to measure
+    # the attack: `doctor --workers 1000000000` (or --prefetch-factor) stepped down one at a time: a hang
+    assert plan_shared_memory(10 * MIB, 10**9, 4, 1000 * MIB)[:2] == (88, 1)  # 10 MiB x (88 + 2) <= 900 MiB
+    assert plan_shared_memory(10 * MIB, 2, 10**9, 1000 * MIB)[:2] == (2, 44)  # 10 MiB x (2 x 44 + 2) <= 900 MiB
 
 
 def test_check_shm_explains_the_fix():
