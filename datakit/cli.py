@@ -211,6 +211,8 @@ def _shard(text: str) -> str:
 
 
 def _existing(path: str) -> Path:
+    if not str(path).strip():  # Path("") is ".": an empty argument (an unset shell variable) would read this folder
+        raise UsageError(f"an empty path ({path!r}); give the folder, table, zip or pack to read (an unset variable?)")
     p = Path(path)
     if not p.exists():
         from datakit.sources import missing_why

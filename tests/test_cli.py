@@ -1137,3 +1137,11 @@ def test_a_label_table_or_class_list_that_is_a_pipe_or_a_device_is_a_usage_mista
         "names)",
     ]
     assert not out.exists()
+
+
+def test_an_empty_path_is_a_usage_error_not_this_folder(capsys):
+    # the attack: `datakit check "$DATA"` with DATA unset read the current folder, reported as "."
+    for cmd in ("check", "stats", "bench"):
+        assert main([cmd, ""]) == 2
+        assert capsys.readouterr().err == (f"datakit {cmd}: error: an empty path (''); give the folder, table, zip or "
+                                           "pack to read (an unset variable?)\n")  # fmt: skip
