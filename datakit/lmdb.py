@@ -580,9 +580,10 @@ def stored_names(path: str | os.PathLike) -> list[str | None]:
     return [r.decode("utf-8", "surrogateescape") if r is not None else None for r in raw]
 
 
-def stored_values(path: str | os.PathLike) -> dict[str, tuple[int, int]]:
+def stored_values(path: str | os.PathLike, twice: set[str] | None = None) -> dict[str, tuple[int, int]]:
     """{stored name: (crc32, nbytes) of its stored value} of the samples the pack at ``path`` has committed,
-    complete or not ({} where it holds none); a name stored twice keeps its first sample."""
+    complete or not ({} where it holds none); a name stored twice keeps its first sample (and is added to
+    ``twice``, when given)."""
     path = Path(path)
     key = _key(path)
     out: dict[str, tuple[int, int]] = {}
@@ -597,7 +598,10 @@ def stored_values(path: str | os.PathLike) -> dict[str, tuple[int, int]]:
                     if raw_name is None or raw_record is None or len(raw_record) != RECORD.itemsize:
                         continue
                     rec = _RECORD_STRUCT.unpack(raw_record)
-                    out.setdefault(raw_name.decode("utf-8", "surrogateescape"), (rec[3], rec[6]))
+                    name = raw_name.decode("utf-8", "surrogateescape")
+                    if twice is not None and name in out:
+                        twice.add(name)
+                    out.setdefault(name, (rec[3], rec[6]))
         finally:
             _close_env(key)
     return out
