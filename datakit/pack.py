@@ -806,14 +806,9 @@ def _spot_check(ds: ImageDataset, lo: int, n: int, target: Path, name_of: Callab
             got = _prepare(ds, i, max_size, quality)
             if got[1] is None:  # unreadable now: the pack goes on, and says so when it reaches it, if ever
                 continue
-            crc, size = got[6], len(got[1])
-        else:
-            try:
-                data = ds.read(i)
-            except Exception:  # noqa: BLE001 - unreadable now: said when the pack reaches it, as above
-                continue
-            crc, size = zlib.crc32(data), len(data)
-        if (crc, size) != value:
+            if (got[6], len(got[1])) != value:
+                return ds.name(i)
+        elif _compare(value, partial(ds.read, i)) == "differs":  # "": unreadable now, said when the pack reaches it
             return ds.name(i)
     return None
 
