@@ -215,9 +215,12 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
         raise ArchiveError(f"{path}: cannot be read (permission denied)") from None
     except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else
         raw = exc.object[max(0, exc.start - 8) : exc.end + 8]
-        raise ArchiveError(f"{path}: a member name is flagged UTF-8 but is not UTF-8 (bytes {raw.hex(' ')}): "
-                           "the tool that made the archive set the flag on legacy (GBK?) names; make it again "
-                           "without the flag, or with UTF-8 names") from None  # fmt: skip
+        legacy = next((f"{exc.object.decode(e)!r} in {e.upper()}, " for e in ("gbk", "big5")
+                       if decodes(exc.object, e, windows=False)), "")  # fmt: skip
+        raise ArchiveError(f"{path}: a member name is flagged UTF-8 but is not UTF-8 ({legacy}bytes {raw.hex(' ')}): "
+                           "the tool that made the archive set the flag on legacy (GBK?) names, and a flagged name "
+                           "is read as UTF-8 whatever --encoding says; make it again without the flag, or with UTF-8 "
+                           "names") from None  # fmt: skip
     except NotImplementedError as exc:  # a member needs a later ZIP version than zipfile reads ("zip file version 6.4")
         raise ArchiveError(f"{path}: a member needs a newer ZIP format than this reader knows ({exc}); "
                            "make the archive again with a common zip tool") from None  # fmt: skip

@@ -10,6 +10,7 @@ does not name; then class counts per split and the range of image sizes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from datakit.filenames import undecoded_names
 from datakit.io import IMAGE_EXTENSIONS, probe_image
 from datakit.labels import (
     EXCEL_SUFFIXES,
+    MAX_LISTED,
     TEXT_SUFFIXES,
     LabelTable,
     markers_as_classes,
@@ -70,18 +72,66 @@ class CheckReport:
                 "width_range": self.width_range}  # fmt: skip
 
 
-def _probe(ds: ImageDataset, i: int) -> tuple[int, int, str | None]:
-    """``(height, width, None)`` of sample ``i`` from its header, or ``(0, 0, reason)``.
+def _probe(ds: ImageDataset, i: int) -> tuple[int, int, str | None, bytes | None]:
+    """``(height, width, None, digest)`` of sample ``i`` from its header (``digest``: of its bytes, to
+    find one image under two names), or ``(0, 0, reason, None)``.
 
     Strict: data the decoders only warn about (``Corrupt JPEG data``, a bad CRC) is reported as
     damaged, with the C library's message attached to the file instead of printed bare.
     """
     try:
-        h, w = probe_image(ds.read(i), ds.name(i), strict=True)
-        return h, w, None
+        data = ds.read(i)
+        h, w = probe_image(data, ds.name(i), strict=True)
+        return h, w, None, hashlib.blake2b(data, digest_size=16).digest()
     except (ValueError, OSError, KeyError) as exc:
         text = str(exc)
-        return 0, 0, text if ds.name(i) in text else f"{ds.name(i)}: {text}"
+        return 0, 0, text if ds.name(i) in text else f"{ds.name(i)}: {text}", None
+
+
+def _same_images(ds: ImageDataset, table_ds: TableDataset | None, digests: dict[int, bytes], targets: np.ndarray,
+                 split_of: Callable[[int], str | None], report: CheckReport) -> None:  # fmt: skip
+    """One image under two names (a copy, a link, a hard link): a problem when its labels differ or when it
+    is in two splits (one split would score images the other trains on); a note when it is a plain copy."""
+    shown = lambda i: ds.name(i) + (f" ({table_ds.where(i)})" if table_ds is not None else "")  # noqa: E731
+    real: dict[str, str] = {}
+
+    def same_name(i: int, j: int) -> bool:  # one file by its name (a row again, a folder link): said already
+        if table_ds is None or table_ds.zip is not None:
+            return ds.name(i) == ds.name(j)
+        keys = []
+        for k in (i, j):
+            folder, base = os.path.split(os.path.abspath(ds.path(k)))
+            if folder not in real:
+                real[folder] = os.path.realpath(folder)
+            keys.append(os.path.join(real[folder], base))
+        return keys[0] == keys[1]
+
+    first: dict[bytes, int] = {}
+    twins: list[str] = []
+    leaks: list[str] = []
+    copies: list[tuple[int, int]] = []
+    for i in sorted(digests):
+        j = first.setdefault(digests[i], i)
+        if j == i or same_name(i, j):
+            continue
+        if targets[i] != targets[j]:
+            twins.append(f"one image, two labels: {shown(j)} is {ds.classes[targets[j]]!r}, {shown(i)} is "
+                         f"{ds.classes[targets[i]]!r} (the same bytes)")  # fmt: skip
+        elif split_of(i) != split_of(j):
+            leaks.append(f"one image in two splits: {shown(j)} in {split_of(j)!r}, {shown(i)} in {split_of(i)!r} "
+                         "(the same bytes): one split would score images the other trains on")  # fmt: skip
+        else:
+            copies.append((j, i))
+    for found, what in ((twins, "images with two labels"), (leaks, "images in two splits")):
+        report.problems += found[:MAX_LISTED]
+        if len(found) > MAX_LISTED:
+            report.problems.append(f"{len(found) - MAX_LISTED} more {what} (the same bytes under two names)")
+    if copies:
+        j, i = copies[0]
+        note = (f"{len(copies)} image{'s are copies' if len(copies) > 1 else ' is a copy'} of another under another "
+                f"name, with the same label (the same bytes), such as {shown(i)} of {shown(j)}")  # fmt: skip
+        report.notes.append(note)
+        log.warning("note: %s", note)
 
 
 def _open_checked(src, labels, split: str | None, remap_labels: bool, root, options: dict,
@@ -220,13 +270,14 @@ def check_dataset(
         parts: list = [None] * world
         dist.all_gather_object(parts, probes)
         probes = sorted(p for part in parts for p in part)
-    probes = sorted(probes + [(i, (0, 0, reason)) for i, reason in listed.items()])
-    for i, (h, w, err) in probes:
+    probes = sorted(probes + [(i, (0, 0, reason, None)) for i, reason in listed.items()])
+    digests: dict[int, bytes] = {}
+    for i, (h, w, err, digest) in probes:
         if err is not None:
             where = f" ({table_ds.where(i)})" if table_ds is not None else ""
             report.problems.append(f"unreadable: {err}{where}")
         else:
-            sizes[i], ok[i] = (h, w), True
+            sizes[i], ok[i], digests[i] = (h, w), True, digest
     report.samples = len(ds)
     targets = np.asarray(ds.targets, dtype=np.int64)
     packed = _pack_splits(ds) if table_ds is None else None
@@ -237,6 +288,7 @@ def check_dataset(
         names, codes = packed
     else:
         names, codes = [], np.full(len(ds), -1)
+    _same_images(ds, table_ds, digests, targets, lambda i: names[codes[i]] if codes[i] >= 0 else None, report)
     groups = [(name, codes == code) for code, name in enumerate(names)]
     groups = [(name, rows) for name, rows in groups if rows.any()]
     if (codes < 0).any() or not groups:

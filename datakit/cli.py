@@ -1323,6 +1323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_native_logs()
     try:  # building the parser loads NumPy (the image formats): a Ctrl-C then is one line too
         parser = build_parser()
+        words = list(sys.argv[1:] if argv is None else argv)
+        if not any(w in parser.commands for w in words):  # `datakit --frob`: name the option, not a missing command
+            unknown = [w for w in words if w.startswith("-") and w not in ("-h", "--help", "--version")]
+            if unknown:
+                parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         args, extra = parser.parse_known_args(argv)
         listed = next((k for k in ("src", "pack") if isinstance(getattr(args, k, None), list)), None)
         cut = extra.index("--") if "--" in extra else len(extra)  # after "--", a path may start with "-"
@@ -1331,7 +1336,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             # before the first option only; the later ones are the same list, in order
             getattr(args, listed).extend(extra[:cut] + extra[cut + 1 :])
         elif extra:  # the command's own usage, which lists what it takes; datakit's for what came before the command
-            words = list(sys.argv[1:] if argv is None else argv)
             before = words[: words.index(args.command)] if args.command in words else []
             owner = parser if any(e in before for e in extra) else parser.commands.get(args.command, parser)
             owner.error(f"unrecognized arguments: {' '.join(extra)}")

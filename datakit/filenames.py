@@ -90,6 +90,11 @@ _OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "gb18030", "big5", "cp932", 
 _DOS_HOSTS = {0, 6, 11, 14}  # MS-DOS/FAT, OS/2 HPFS, NTFS, VFAT
 _UNIX_HOSTS = {3, 19}  # Unix, OS X
 AMBIGUITY_MARGIN = 0.12
+# names whose non-ASCII text is one character (a class folder '农', a file '锌.jpg') say too little to
+# choose between two plausible readings (农 in GBK is 크 in CP949, 写 is д in UTF-8): any reading this close to
+# the best is named as a rival, so the choice comes with a warning
+THIN_EVIDENCE_CHARS = 1
+THIN_EVIDENCE_MARGIN = 0.6
 MAX_SCORED = 500  # names scored per archive (evenly spaced); every name must still decode
 
 # Russian letters by frequency in running text (most common first)
@@ -390,10 +395,12 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
         return EncodingGuess(enc, "no candidate decodes every name; undecodable bytes are replaced", scores)
     best = ranked[0]
     same = [e for e in ranked[1:] if readings[e] == readings[best]]
+    seen = {c for name in readings[best] for c in name if ord(c) >= 0x80}
+    margin = THIN_EVIDENCE_MARGIN if len(seen) <= THIN_EVIDENCE_CHARS else AMBIGUITY_MARGIN
     rivals = []
     for e in ranked[1:]:
         distinct = readings[e] != readings[best] and all(readings[e] != readings[r] for r in rivals)
-        if distinct and scores[best] - scores[e] < AMBIGUITY_MARGIN:
+        if distinct and scores[best] - scores[e] < margin:
             rivals.append(e)
     n = len(raw_names)
     where = f" written on {'DOS/Windows' if host == 'dos' else 'Unix'}" if host else ""

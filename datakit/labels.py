@@ -272,13 +272,15 @@ class ClassMap:
             return cls(tuple(str(i) for i in ints))
         if not remap:
             raise LabelError(f"{where}: {_range_message(ints)}")
-        if ints[-1] - ints[0] + 1 != len(ints) and (where, tuple(ints)) not in _GAPS_SAID and not _GIVEN_CLASSES.get():
+        if _unlike_one_based(ints) and (where, tuple(ints)) not in _GAPS_SAID and not _GIVEN_CLASSES.get():
             # (with classes= given, the labels are read as they are and then indexed by those: nothing to say)
-            # 1..C shifted by one is what remap_labels is for; a set with gaps is as often a split lacking classes
+            # 1..C shifted by one is what remap_labels is for; a set with gaps, or from 2 on, is as often a split
+            # lacking classes
             _GAPS_SAID.add((where, tuple(ints)))
+            why = "have gaps" if ints[-1] - ints[0] + 1 != len(ints) else f"start at {ints[0]}"
             log.warning("%s: integer labels %s remapped to 0..%d in order (remap_labels, --remap-labels), though they "
-                        "have gaps: if this is a split lacking some classes, it takes the training split's indices "
-                        "only with classes= (--classes)", where, _ranges(ints), len(ints) - 1)  # fmt: skip
+                        "%s: if this is a split lacking some classes, it takes the training split's indices only "
+                        "with classes= (--classes)", where, _ranges(ints), len(ints) - 1, why)  # fmt: skip
         return cls(tuple(str(i) for i in ints), tuple(ints))
 
     @property
@@ -344,13 +346,21 @@ _GAPS_SAID: set[tuple[str, tuple[int, ...]]] = set()  # remapped label sets with
 
 def _range_message(ints: list[int]) -> str:
     n, lo, hi = len(ints), ints[0], ints[-1]
-    return (
-        f"integer labels are {_ranges(ints)}, not 0..{n - 1}; passed on as they are they would index past the "
-        f"{n} outputs of a classifier (CUDA: 'device-side assert triggered'). Use remap_labels=True "
-        f"(--remap-labels) to map {lo}..{hi} to 0..{n - 1} in order, or fix the table; a split kept in a file of "
-        "its own (a val list without some class) takes the training split's classes instead: classes=train.classes "
-        "(pack-lmdb --classes train.lmdb), since remapping it alone would shift its indices"
-    )
+    head = (f"integer labels are {_ranges(ints)}, not 0..{n - 1}; passed on as they are they would index past the "
+            f"{n} outputs of a classifier (CUDA: 'device-side assert triggered'). ")  # fmt: skip
+    own = ("a split kept in a file of its own (a val list without some class) takes the training split's classes"
+           "{} classes=train.classes (pack-lmdb --classes train.lmdb), since remapping it alone would shift its "
+           "indices")  # fmt: skip
+    if _unlike_one_based(ints):  # most likely a split lacking classes: the way that keeps its indices first
+        return (head + "A" + own.format(":")[1:] + f"; for a table of every class, remap_labels=True "
+                f"(--remap-labels) maps {lo}..{hi} to 0..{n - 1} in order, or fix the table")  # fmt: skip
+    return (head + f"Use remap_labels=True (--remap-labels) to map {lo}..{hi} to 0..{n - 1} in order, or fix the "
+            "table; " + own.format(" instead:"))  # fmt: skip
+
+
+def _unlike_one_based(ints: list[int]) -> bool:
+    """Sorted distinct integer labels that are not 1..C: gaps in them, or a first label past 1."""
+    return ints[0] > 1 or ints[-1] - ints[0] + 1 != len(ints)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2002,6 +2012,36 @@ def _text_kind(path: Path, text: str, sep: str | None, file_column: str | None) 
     return "list", ""
 
 
+_LINE_BREAKS = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")  # U+0085, U+2028, U+2029 in UTF-8
+
+
+def _control_characters(buf: bytes, every: bool) -> list[tuple[int, str]]:
+    """Each line of the UTF-8 ``buf`` holding a carriage return not before a line feed (a line break to the CSV
+    reader, part of a field to the fast one), and with ``every`` (a 'path label' list, where the two readers
+    split fields on them differently) any other control character: a C0 one but tab and line feed, DEL, or
+    U+0085/U+2028/U+2029; as (line, "U+000C"), in line order; an empty list when there is none. (A table's
+    quoted note may hold Word's soft break, U+000B, which both readers keep.)"""
+    arr = np.frombuffer(buf, np.uint8)
+    at: set[int] = set()
+    if every:
+        odd = (arr < 0x20) & (arr != 0x09) & (arr != 0x0A) & (arr != 0x0D) | (arr == 0x7F)
+        at.update(np.flatnonzero(odd).tolist())
+        for mark in _LINE_BREAKS:
+            if mark in buf:
+                at.update(m.start() for m in re.finditer(re.escape(mark), buf))
+    if buf.count(b"\r") != buf.count(b"\r\n"):
+        at.update(m.start() for m in re.finditer(rb"\r(?!\n)", buf))
+    if not at:
+        return []
+    found: dict[int, str] = {}
+    positions = sorted(at)
+    lines = np.searchsorted(np.flatnonzero(arr == 0x0A), positions) + 1
+    for pos, line in zip(positions, lines.tolist()):
+        char = buf[pos : pos + 3].decode("utf-8", "replace")[0] if buf[pos] >= 0x80 else chr(buf[pos])
+        found.setdefault(line, f"U+{ord(char):04X}")
+    return sorted(found.items())
+
+
 def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None, file_column: str | None,
                label_column: str | None, split_column: str | None, problems: list,
                notes: list) -> tuple[list[_Part], str]:  # fmt: skip
@@ -2020,7 +2060,19 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
     if b"\r" in buf and b"\n" not in buf:  # a classic Mac file: lines end in CR alone
         buf = buf.replace(b"\r", b"\n")
         text = text.replace("\r", "\n") if text is not None else None
+    if buf.endswith(b"\x1a"):  # DOS's end-of-file mark, after the last line
+        buf = buf.rstrip(b"\x1a")
+        text = text.rstrip("\x1a") if text is not None else None
     kind, delim = _text_kind(path, text if text is not None else buf[:65536].decode("ascii"), sep, file_column)
+    stray = _control_characters(buf, every=kind == "list")
+    if stray:  # the fast and the Python readers part such a line differently: neither reading is sure
+        for line, char in stray[:MAX_LISTED]:
+            problems.append(((0, line), f"{path}, line {line}: a control character ({char}) in the line, which no "
+                             "file name or label holds and readers split lines on differently; remove it"))  # fmt: skip
+        if len(stray) > MAX_LISTED:
+            problems.append(((0, stray[MAX_LISTED][0]), f"{path}: {len(stray) - MAX_LISTED} more lines with a "
+                             "control character"))  # fmt: skip
+        return [_part_from_lists("", [], [], [], [], "", "")], enc
     if text is not None and text.startswith("\ufeff"):
         text = text[1:]
     if kind == "list":
@@ -2335,10 +2387,13 @@ def _rival_problem(path: Path, lname: str, rname: str, pairs: set[tuple[str, str
     if _norm(rname) in _NAME_COLUMNS and not all(_is_int_text(a) for a in by_label):
         return None  # names beside names, one to one: the label column's are read, the others describe them
     mine, theirs = _class_order(by_label), _class_order(by_rival)
+    # each class said by the names the reader knows it by: ids beside names are shown as the names they stand for
+    by_names = all(_is_int_text(a) for a in by_label) and not all(_is_int_text(b) for b in by_rival)
     for k, (a, b) in enumerate(zip(mine, theirs)):
         if by_label[a][0] != b:
+            mine_k, theirs_k = (by_label[a][0], b) if by_names else (a, by_rival[b][0])
             return (f"{path}: {both} both name the class but number the classes "
-                    f"differently (class {k} is {a!r} by {lq}, {by_rival[b][0]!r} by {rq}){fix}")  # fmt: skip
+                    f"differently (class {k} is {mine_k!r} by {lq}, {theirs_k!r} by {rq}){fix}")  # fmt: skip
     return None
 
 

@@ -1042,7 +1042,18 @@ class Loader:
                 _heap_frozen(dl.num_workers > 0),
                 _sigint_held(_start_method(dl) if starting else None),
             ):
-                it = iter(dl)
+                try:
+                    with warnings.catch_warnings():  # torch's own words on it, before the error below says it in one
+                        warnings.filterwarnings("ignore", "Got pickle error when attempting to start a worker")
+                        it = iter(dl)
+                except (AttributeError, TypeError, pickle.PicklingError) as exc:
+                    if not starting or "pickle" not in str(exc):
+                        raise
+                    # a spawn- or forkserver-started worker gets the dataset pickled: a lambda or a local function
+                    # in it cannot be (torch's error is 16 frames of multiprocessing)
+                    raise UsageError(f"the dataset cannot be sent to {_start_method(dl)}-started workers ({exc}): "
+                                     "define its functions (transform=, target_transform=, ...) at module level, "
+                                     "not as lambdas or inside a function, or use num_workers=0") from None  # fmt: skip
         except BaseException:
             # interrupted (Ctrl-C) while torch reset its iterator for the epoch: that iterator's
             # bookkeeping is half done and would give the wrong batches; the next epoch starts anew
@@ -1958,6 +1969,13 @@ def create_loader(
             # seed_everything), read off the caller's generator without moving it: a model made next is the same
             base = _untouched_rng(lambda: int(torch.randint(2**31 - 1, ())))
         sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
+        extra = sampler.per_rank * world - len(dataset)
+        if not train and world > 1 and extra and rank == 0:
+            ranks = f"rank {world - 1}" if extra == 1 else f"ranks {world - extra}-{world - 1}"
+            log.warning("an evaluation loader sharded over %d ranks reads %d of its %d samples twice, to make the "
+                        "shards equal (as DistributedSampler pads them): the last sample of %s; metrics summed over "
+                        "the ranks count %s twice (leave %s out, or evaluate on one rank)", world, extra, len(dataset),
+                        ranks, *(("it", "it") if extra == 1 else ("them", "them")))  # fmt: skip
     per_rank = len(sampler) if sampler is not None else (len(dataset) if hasattr(dataset, "__len__") else None)
     drop_one = False  # training drops a last batch of one sample only: decided for each epoch's rest (resumed too)
     if drop_last is None:  # a stream of unknown length: its last batch cannot be known ahead
@@ -2143,11 +2161,42 @@ def _stats_order(normalize) -> str | None:
     return order if order in ("RGB", "BGR") else None
 
 
+def _pipeline_stats(dataset) -> list[tuple[list[float], list[float]]]:
+    """The statistics given to the uint8 pipelines of ``dataset`` (``train_pipeline(mean=, std=)``), through
+    Subset and ConcatDataset, each once; empty for none (defaults, ``normalize=True``, other transforms)."""
+    if isinstance(dataset, torch.utils.data.Subset):
+        return _pipeline_stats(dataset.dataset)
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        found = [s for d in dataset.datasets for s in _pipeline_stats(d)]
+        return [s for k, s in enumerate(found) if s not in found[:k]]
+    stats = getattr(getattr(dataset, "transform", None), "batch_stats", None)  # None in an earlier version's
+    return [stats] if stats is not None else []
+
+
 def _device_plan(device, normalize, dataset=None) -> Callable | None:
     """None when batches stay as collated; otherwise the function that wraps the loader so that
     they arrive on ``device`` (the CPU by default), normalised. Bad values raise here. Statistics
     of a known channel order (the presets: RGB) are put in the order of ``dataset``'s images: a
-    ``mode="bgr"`` dataset's blue plane is normalised with the blue statistics."""
+    ``mode="bgr"`` dataset's blue plane is normalised with the blue statistics. Statistics given
+    to the dataset's pipeline (``train_pipeline(mean=..., std=...)``) are the default."""
+    given = _pipeline_stats(dataset)
+    if len(given) > 1:
+        raise UsageError(f"the datasets' pipelines give {len(given)} sets of statistics (mean=, std=); one loader "
+                         "normalises every batch with one: give the same to each")  # fmt: skip
+    if given and normalize is not None and normalize is not False:  # False: batches moved as they are, asked for
+        from datakit.prefetch import resolve_normalize
+
+        stats = resolve_normalize(normalize)
+        if any(not np.allclose(np.asarray(a, np.float64).ravel(), b, rtol=1e-6, atol=0)
+               for a, b in zip(stats, given[0])):  # fmt: skip
+            raise UsageError(f"the pipeline's mean={given[0][0]}, std={given[0][1]} and create_loader's "
+                             f"normalize={normalize!r} differ; give the statistics in one place")  # fmt: skip
+    if given and normalize is None:
+        if device is None:
+            log.warning("the pipeline's mean= and std= normalise nothing here: its batches are uint8; "
+                        "create_loader(..., device=...) normalises them with those statistics")  # fmt: skip
+            return None
+        normalize = tuple(given[0])
     if device is None and normalize is None:
         return None
     from datakit.prefetch import DeviceLoader, check_device, resolve_normalize

@@ -876,7 +876,7 @@ class TableDataset(ImageDataset):
         if self.zip is None:
             base = Path(self.root)
             dirs = [base.parent, *(d for d in sorted(base.iterdir()) if d.is_dir())] if base.is_dir() else []
-            found = next((d for d in dirs if (d / first).is_file()), None)
+            found = next((d for d in dirs if _is_file(d / first)), None)
             if found is not None:
                 hint = f"; they are under {found}: pass root={os.fspath(found)!r} (CLI: {found} --labels TABLE)"
         if found_only and not hint:
@@ -886,6 +886,14 @@ class TableDataset(ImageDataset):
             f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first {first!r}) is "
             f"{where}; names are relative to the table's folder, or to the folder given with it{hint}"
         )
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()`` that says no, as Python 3.12 does, to a name too long for the file system (3.11 raises)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 class ZipDataset(ImageDataset):

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -769,15 +769,41 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
         if not callable(t):
             raise TypeError(f"augment must be a list of callables (torchvision v2 transforms), got {t!r}")
     probe = torch.zeros((3, *size), dtype=torch.uint8)
+
+    def leaves(t) -> Iterator[Callable]:  # every step inside RandomApply, RandomChoice, ...: each may run
+        inner = _tv_steps(t)
+        if inner is None:
+            yield t
+        else:
+            for s in inner:
+                yield from leaves(s)
+
+    def refused(t, exc: Exception) -> ValueError:
+        return ValueError(f"augment step {t!r} does not accept the uint8 CHW tensor the pipeline gives it "
+                          f"({type(exc).__name__}: {exc}); put float steps after the loader, or use "
+                          "normalize=True and a transform of your own")  # fmt: skip
+
+    for t in steps:
+        for leaf in leaves(t):
+            if type(leaf).__name__ == "RandomErasing" and getattr(leaf, "value", 0) in (None, "random"):
+                # on uint8, torchvision casts N(0, 1) noise to bytes: black and white specks, not noise
+                raise ValueError(f"augment step {leaf!r} with value='random' paints uint8 crops with 0-3 and 253-255 "
+                                 "(torchvision casts N(0, 1) noise to uint8); give value= a colour, or erase the "
+                                 "normalised float batch after the loader")  # fmt: skip
     with torch.random.fork_rng(devices=[]):  # trying them must not move the caller's random state
+        for t in steps:  # each step inside a container too: one RandomApply's p skips now would fail in a worker
+            for leaf in leaves(t):
+                if leaf is not t:
+                    try:
+                        leaf(probe)
+                    except Exception as exc:
+                        raise refused(leaf, exc) from None
         x = probe
         for t in steps:
             try:
                 x = t(x)
             except Exception as exc:
-                raise ValueError(f"augment step {t!r} does not accept the uint8 CHW tensor the pipeline gives it "
-                                 f"({type(exc).__name__}: {exc}); put float steps after the loader, or use "
-                                 "normalize=True and a transform of your own") from None  # fmt: skip
+                raise refused(t, exc) from None
             if not isinstance(x, torch.Tensor):
                 raise ValueError(f"augment step {t!r} returned {type(x).__name__}, not a tensor")
     return steps
@@ -854,6 +880,13 @@ class _Pipeline(Compose):
 
     def _set_norm(self, mean, std, normalize: bool, order: str | None) -> None:
         self.norm = Normalize(mean, std) if normalize else None
+        # statistics the caller gave (order None) with uint8 output: the ones create_loader(device=...) normalises
+        # the batches with, instead of its default (ImageNet's)
+        self.batch_stats = None
+        if not normalize and order is None:
+            Normalize(mean, std)  # refused now, as normalize=True would refuse them
+            as_list = lambda v: torch.as_tensor(v, dtype=torch.float64).flatten().tolist()  # noqa: E731
+            self.batch_stats = (as_list(mean), as_list(std))
         # statistics of a known channel order (the ImageNet defaults: RGB) are reversed for a mode="bgr"
         # dataset, as create_loader does with the presets; statistics given as plain numbers are taken as given
         self.stats_order = order

@@ -377,8 +377,20 @@ def test_gbk_names_flagged_utf8_are_named_not_called_a_truncated_zip(tmp_path: P
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == (
         f"unzip-gbk: error: {z}: a member name is flagged UTF-8 but is not UTF-8 (bytes c3 a8 2e 6a 70 67 ff): "
-        "the tool that made the archive set the flag on legacy (GBK?) names; make it again without the flag, or "
-        "with UTF-8 names\n"
+        "the tool that made the archive set the flag on legacy (GBK?) names, and a flagged name is read as UTF-8 "
+        "whatever --encoding says; make it again without the flag, or with UTF-8 names\n"
+    )
+    # the attack: GBK names flagged UTF-8, and --encoding gbk: the same refusal, which neither named the name nor
+    # said that --encoding cannot help
+    z = write_zip(
+        tmp_path / "g.zip", [ZipEntry(n.encode("gbk"), b"x", utf8_flag=True) for n in ("猫/小猫.jpg", "狗/大狗.jpg")]
+    )
+    assert unzip_gbk_main([str(z), "-l", "--encoding", "gbk"]) == 1
+    assert capsys.readouterr().err == (
+        f"unzip-gbk: error: {z}: a member name is flagged UTF-8 but is not UTF-8 ('狗/大狗.jpg' in GBK, bytes b9 b7 "
+        "2f b4 f3 b9 b7 2e 6a): the tool that made the archive set the flag on legacy (GBK?) names, and a "
+        "flagged name is read as UTF-8 whatever --encoding says; make it again without the flag, or with UTF-8 "
+        "names\n"
     )
 
 
@@ -1529,7 +1541,8 @@ def test_a_damaged_member_is_one_line_and_the_others_are_extracted(tmp_path: Pat
     z = tmp_path / "a.zip"
     z.write_bytes(_hand_zip([("猫/1.jpg".encode("gbk"), b"one", 0, b"one", 0), bad,
                             ("猫/3.jpg".encode("gbk"), b"three", 0, b"three", 0)]))  # fmt: skip
-    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q"]) == 1
+    # (names of one character, 猫, are ambiguous without --encoding: a warning line)
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q", "--encoding", "gbk"]) == 1
     assert capsys.readouterr().err.splitlines() == [f"{z}: member {name!r}: {why}"]  # -q: the count left out
     assert sorted(p.name for p in (tmp_path / "out" / "猫").iterdir()) == ["1.jpg", "3.jpg"]
     with pytest.raises(ArchiveError) as e:
@@ -2204,3 +2217,24 @@ def test_a_link_to_what_unzip_never_writes_leads_to_nothing_in_place_too(tmp_pat
                                             gbk("dog", symlink_to=b"__MACOSX/m")])  # fmt: skip
     unzip(folder, tmp_path / "fout")
     assert _samples(open_dataset(tmp_path / "fout")) == _samples(open_dataset(folder)) == [("cat/1.png", "cat", 10)]
+
+
+@pytest.mark.parametrize(("folder", "read_as", "rivals"), [("农", "cp949", ("cp949", "gbk", "big5")),
+                                                           ("写", "utf-8", ("utf-8", "gbk")),
+                                                           ("楼", "cp949", ("cp949", "gbk", "big5"))])  # fmt: skip
+def test_names_of_one_chinese_character_are_ambiguous_not_silent(tmp_path: Path, capsys, folder, read_as, rivals):
+    # the attack: a DOS-made GBK zip whose only non-ASCII text is one class folder, 农: read as CP949 '크' (写 as
+    # UTF-8 'д'), with the highest plausibility and no warning: the class got another name, exit 0
+    z = write_zip(tmp_path / "a.zip", [ZipEntry(f"{folder}/{i}.jpg".encode("gbk"), b"x", made_by=0x0014)
+                                       for i in range(3)])  # fmt: skip
+    guess = detect_encoding(z)
+    assert (guess.encoding, guess.ambiguous) == (read_as, rivals)
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err == (f"warning: {z}: names decoded as {read_as}, but ambiguous: "
+                                       f"{' or '.join(rivals)}; pass --encoding to choose\n")  # fmt: skip
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "gbk"), "--encoding", "gbk", "-q"]) == 0
+    assert sorted(tree(tmp_path / "gbk")) == [f"{folder}/{i}.jpg" for i in range(3)]
+    # two characters or more are evidence enough, as before
+    two = write_zip(tmp_path / "b.zip", [ZipEntry(f"{folder}业/{i}.jpg".encode("gbk"), b"x", made_by=0x0014)
+                                         for i in range(3)])  # fmt: skip
+    assert (detect_encoding(two).encoding, detect_encoding(two).ambiguous) == ("gbk", ())

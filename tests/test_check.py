@@ -252,8 +252,8 @@ def test_check_refuses_look_alike_labels(tmp_path: Path, capsys):
     # The attack: '猫' in one row and '猫' followed by a zero-width space in another were two classes; check
     # printed both in its class table (they look the same) and exited 0.
     (tmp_path / "img").mkdir()
-    for name in ("0", "1", "2"):
-        Image.new("RGB", (8, 8)).save(tmp_path / "img" / f"{name}.jpg")
+    for k, name in enumerate(("0", "1", "2")):
+        Image.new("RGB", (8, 8), (40 * k, 0, 0)).save(tmp_path / "img" / f"{name}.jpg")
     path = table(tmp_path / "t.xlsx", [["0.jpg", "猫"], ["1.jpg", "狗"], ["2.jpg", "猫\u200b"]])
     capsys.readouterr()
     assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--workers", "1"]) == 1
@@ -268,8 +268,8 @@ def test_check_notes_a_list_separated_by_a_full_width_space(tmp_path: Path, caps
     # The attack: '图片/1.jpg　猫' (the separator typed as a full-width space by a Chinese input method) was refused
     # as a line without a label; after a name with a space ('a b.jpg　猫') it was split at that space instead.
     (tmp_path / "图片").mkdir()
-    for name in ("0", "1", "a b"):
-        Image.new("RGB", (8, 8)).save(tmp_path / "图片" / f"{name}.jpg")
+    for k, name in enumerate(("0", "1", "a b")):
+        Image.new("RGB", (8, 8), (40 * k, 0, 0)).save(tmp_path / "图片" / f"{name}.jpg")
     path = tmp_path / "train.txt"
     path.write_text("图片/0.jpg 猫\n图片/1.jpg\u3000猫\n图片/a b.jpg\u3000狗\n", encoding="utf-8")
     note = (f"{path}: 2 lines separate the path and the label by a full-width space (U+3000, as a Chinese input "
@@ -491,3 +491,58 @@ def test_check_with_given_classes_reads_a_workbook_of_one_split_as_a_file_of_its
         "not checked",
         f"{tmp_path / 'val.xlsx'} has no samples of class 'bird' (of the 3 classes given: classes=, --classes)",
     ]
+
+
+def _grey_png(path: Path, level: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8), (level, level, level)).save(path)
+
+
+def test_one_image_under_two_names_is_found_by_its_bytes(tmp_path: Path, capsys):
+    # the attack: alias.png -> 0.png (a link to a file), 0.png 'dog' in val and alias.png 'cat' in train: check
+    # and open_dataset took both; a hard link and a plain copy were two images as well
+    import os
+
+    root = tmp_path / "img"
+    for i in range(5):
+        _grey_png(root / f"{i}.png", 40 * i)
+    os.symlink("0.png", root / "alias.png")
+    os.link(root / "1.png", root / "hard.png")
+    (root / "copy.png").write_bytes((root / "2.png").read_bytes())
+    (root / "twin.png").write_bytes((root / "3.png").read_bytes())
+    path = tmp_path / "l.csv"
+    path.write_text("file,label,split\nalias.png,cat,train\n0.png,dog,val\n1.png,cat,train\nhard.png,cat,val\n"
+                    "2.png,dog,train\ncopy.png,dog,train\n3.png,cat,val\ntwin.png,cat,val\n4.png,dog,val\n",
+                    encoding="utf-8")  # fmt: skip
+    report = check_dataset(root, labels=path, workers=0)
+    assert report.problems == [
+        f"one image, two labels: {root / 'alias.png'} ({path}, line 2) is 'cat', {root / '0.png'} ({path}, line 3) "
+        "is 'dog' (the same bytes)",
+        f"one image in two splits: {root / '1.png'} ({path}, line 4) in 'train', {root / 'hard.png'} ({path}, line "
+        "5) in 'val' (the same bytes): one split would score images the other trains on",
+    ]
+    assert report.notes == [
+        f"2 images are copies of another under another name, with the same label (the same bytes), such as "
+        f"{root / 'copy.png'} ({path}, line 7) of {root / '2.png'} ({path}, line 6)"
+    ]
+    assert main(["check", str(root), "--labels", str(path), "--workers", "1"]) == 1
+    assert "one image, two labels: " in capsys.readouterr().err
+    # class folders: one image in two of them
+    _grey_png(tmp_path / "f" / "cat" / "a.png", 10)
+    _grey_png(tmp_path / "f" / "dog" / "b.png", 10)
+    _grey_png(tmp_path / "f" / "dog" / "c.png", 90)
+    assert check_dataset(tmp_path / "f", workers=0).problems == [
+        f"one image, two labels: {tmp_path / 'f' / 'cat' / 'a.png'} is 'cat', {tmp_path / 'f' / 'dog' / 'b.png'} is "
+        "'dog' (the same bytes)"
+    ]
+
+
+def test_a_file_listed_twice_by_name_is_said_once(tmp_path: Path):
+    # the same file under two spellings is the table's own problem ("listed again"): its bytes add no second line
+    root = tmp_path / "img"
+    for i in range(3):
+        _grey_png(root / f"{i}.png", 40 * i)
+    path = tmp_path / "l.csv"
+    path.write_text("file,label\n0.png,cat\n./0.png,dog\n1.png,dog\n2.png,cat\n", encoding="utf-8")
+    problems = check_dataset(root, labels=path, workers=0).problems
+    assert len(problems) == 1 and "listed again" in problems[0]

@@ -261,9 +261,7 @@ def test_imwrite_without_overwrite_keeps_the_existing_file(tmp_path: Path):
 
     path = tmp_path / "已有.png"
     path.write_bytes(b"mine")
-    with pytest.raises(
-        UsageError, match=r"已有.png: already exists; pass overwrite=True \(--overwrite\) to replace it$"
-    ):
+    with pytest.raises(UsageError, match=r"已有.png: already exists; use --overwrite to replace it$"):
         imwrite(path, np.zeros((4, 4, 3), np.uint8), overwrite=False)
     assert path.read_bytes() == b"mine" and len(list(tmp_path.iterdir())) == 1
     with pytest.raises(UsageError, match=r"no such folder to write x.png into$"):
@@ -974,9 +972,9 @@ def test_what_is_not_an_image_file_is_refused_before_it_is_read(tmp_path: Path):
     from datakit.check import check_dataset
 
     root = tmp_path / "dz"
-    for c in ("cat", "dog"):
+    for seed, c in enumerate(("cat", "dog")):
         (root / c).mkdir(parents=True)
-        imwrite(root / c / "1.jpg", synthetic_image(16, 16))
+        imwrite(root / c / "1.jpg", synthetic_image(16, 16, seed=seed))
     os.symlink("/dev/zero", root / "dog" / "2.jpg")
     with open(root / "dog" / "4.jpg", "wb") as f:
         f.truncate(20 << 30)  # sparse: no disk taken

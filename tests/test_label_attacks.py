@@ -590,7 +590,7 @@ def test_a_class_name_column_beside_the_class_ids_is_compared(tmp_path: Path, ri
         open_dataset(img, labels=path)
     assert str(e.value) == (
         f"{path}: the columns 'label' and {rival!r} both name the class but number the classes differently (class 0 "
-        f"is '0' by 'label', '1' by {rival!r}); name the one to use with label_column= (--label-column)"
+        f"is 'dog' by 'label', 'cat' by {rival!r}); name the one to use with label_column= (--label-column)"
     )
 
 
@@ -918,3 +918,79 @@ def test_an_xlsx_under_an_xls_name_is_told_to_be_renamed(tmp_path: Path):
     assert (
         str(err.value) == f"{renamed}: an .xlsx workbook (a zip container) under an .xls name; rename it to labels.xlsx"
     )
+
+
+def test_a_table_naming_a_file_longer_than_a_name_may_be_is_one_line(tmp_path: Path):
+    # the attack: --file-column pointing at a note column of 91 Chinese characters (273 bytes): a bare OSError
+    # (File name too long) from a probe of the folder, naming no table
+    img = images(tmp_path / "img", "a.png")
+    path = tmp_path / "labels.csv"
+    note = "很长的说明文字" * 13
+    path.write_text(f"文件名,标签,备注\na.png,猫,{note}\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path, file_column="备注")
+    assert str(e.value) == (
+        f"{path}: none of the files the table names (1 looked for, first {note!r}) is under {img}; names are relative "
+        "to the table's folder, or to the folder given with it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "line", "char"),
+    [
+        ("plain.csv", b"file,label\n0.png,a\rb\n1.png,c\n", 2, "U+000D"),
+        ("quoted.csv", b'file,label\n0.png,a\rb\n"1.png",c\n', 2, "U+000D"),
+        ("plain.txt", b"0.png a\x0cb\n1.png c\n", 1, "U+000C"),
+        ("wide.txt", "0.png a\x0cb\n1.png\u3000c\n".encode(), 1, "U+000C"),
+        ("sep.txt", "0.png c\n1.png a\u2028b\n".encode(), 2, "U+2028"),
+        ("nel.lst", "0.png c\n1.png a\x85b\n".encode(), 2, "U+0085"),
+    ],
+)
+def test_a_control_character_in_a_line_is_refused_whichever_reader_runs(tmp_path: Path, name, raw, line, char):
+    # the attack: 'a\rb' was the class 'a\rb' in one file and split into two lines (line 3: file 'b' has no label)
+    # once a quote elsewhere sent the file to the other reader; '\x0c' in a list likewise, after a U+3000
+    path = tmp_path / name
+    path.write_bytes(raw)
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (
+        f"{path}, line {line}: a control character ({char}) in the line, which no file name or label holds and "
+        "readers split lines on differently; remove it"
+    )
+
+
+def test_word_soft_breaks_in_a_quoted_note_and_a_dos_end_mark_are_read(tmp_path: Path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b'file,label,note\na.png,cat,"from Word\x0bsoft break"\nb.png,dog,x\n\x1a')
+    table = read_labels(path)
+    assert (table.files.tolist(), table.labels.tolist()) == (["a.png", "b.png"], ["cat", "dog"])
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"a.png cat\r\nb.png dog\r\n\x1a")
+    table = read_labels(path)
+    assert (table.files.tolist(), table.labels.tolist()) == (["a.png", "b.png"], ["cat", "dog"])
+
+
+def test_a_val_list_from_two_on_leads_with_the_training_classes(tmp_path: Path, caplog):
+    # the attack: val.txt labelled 2 and 3 (train 1..3): the refusal's first advice, remap_labels=True, gave val
+    # 2 -> 0 where train has 2 -> 1, without a word
+    img = images(tmp_path / "img", "6.png", "7.png")
+    (tmp_path / "img" / "val.txt").write_text("6.png 2\n7.png 3\n", encoding="utf-8")
+    path = tmp_path / "img" / "val.txt"
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=path)
+    assert str(e.value) == (
+        f"{path}: integer labels are 2..3, not 0..1; passed on as they are they would index past the 2 outputs of a "
+        "classifier (CUDA: 'device-side assert triggered'). A split kept in a file of its own (a val list without "
+        "some class) takes the training split's classes: classes=train.classes (pack-lmdb --classes train.lmdb), "
+        "since remapping it alone would shift its indices; for a table of every class, remap_labels=True "
+        "(--remap-labels) maps 2..3 to 0..1 in order, or fix the table (first outside: 2 at line 1)"
+    )
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        ds = open_dataset(img, labels=path, remap_labels=True)
+    assert ds.targets.tolist() == [0, 1]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: integer labels 2..3 remapped to 0..1 in order (remap_labels, --remap-labels), though they start at "
+        "2: if this is a split lacking some classes, it takes the training split's indices only with classes= "
+        "(--classes)"
+    ]
+    assert open_dataset(img, labels=path, classes=["1", "2", "3"]).targets.tolist() == [1, 2]

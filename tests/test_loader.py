@@ -1269,8 +1269,10 @@ try:
 except UsageError as exc:
     sampler = str(exc)
 create_loader(Idx(), 2, num_workers=0, sampler=own)  # "auto": said, not refused
+sharded = [int(i) for b in create_loader(Idx(), 4, train=False, num_workers=0, distributed=True) for i in b]
 print(json.dumps({"epochs": epochs, "eval": [int(i) for b in evaluation for i in b], "again": again,
-                  "draws": draws, "stream": stream, "unset": unset_epochs, "warned": warned, "sampler": sampler}))
+                  "draws": draws, "stream": stream, "unset": unset_epochs, "warned": warned, "sampler": sampler,
+                  "sharded": sharded}))
 dist.destroy_process_group()
 """
 
@@ -1318,8 +1320,13 @@ def test_two_gloo_ranks_get_disjoint_shards():
         "at one batch on rank 0) puts their epochs, and so their shards, out of step; call "
         "loader.sampler.set_epoch(epoch) at the start of each epoch",
         sampler,
+        # the attack: an evaluation loader with distributed=True read sample 0 twice (11 samples, 2 ranks), unsaid
+        "an evaluation loader sharded over 2 ranks reads 1 of its 11 samples twice, to make the shards equal (as "
+        "DistributedSampler pads them): the last sample of rank 1; metrics summed over the ranks count it twice "
+        "(leave it out, or evaluate on one rank)",
     ]
     assert r1["warned"] == [sampler]
+    assert (r0["sharded"], r1["sharded"]) == ([0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9, 0])
 
 
 def _pool_loader(_):
@@ -2751,3 +2758,65 @@ def test_a_dataset_option_given_to_create_loader_says_where_it_belongs():
     assert [b[0].tolist() for b in create_loader(Indexed(4), 2, num_workers=0, train=False, in_order=True)] == [
         [0, 1], [2, 3]
     ]  # fmt: skip
+
+
+def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, caplog):
+    # the attack: train_pipeline(32, mean=(0.5,)*3, std=(0.25,)*3) (a port of Normalize(mean, std)) with the uint8
+    # default: create_loader(device="cpu") normalised with ImageNet's statistics, without a word
+    from datakit import open_dataset
+    from datakit.transforms import eval_pipeline, train_pipeline
+
+    ds = open_dataset(class_folder, transform=train_pipeline(32, mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25]))
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        raw, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0)))
+    assert raw.dtype == torch.uint8 and [r.getMessage() for r in caplog.records] == [
+        "the pipeline's mean= and std= normalise nothing here: its batches are uint8; create_loader(..., "
+        "device=...) normalises them with those statistics"
+    ]
+    x, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0, device="cpu")))
+    torch.testing.assert_close(x, (raw.float() / 255 - 0.5) / 0.25, rtol=0, atol=1e-5)
+    same, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0, device="cpu", normalize=([0.5] * 3, [0.25] * 3))))
+    assert torch.equal(same, x)
+    with pytest.raises(UsageError) as e:
+        create_loader(ds, 12, num_workers=0, device="cpu", normalize="imagenet")
+    assert str(e.value) == (
+        "the pipeline's mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25] and create_loader's normalize='imagenet' "
+        "differ; give the statistics in one place"
+    )
+    moved, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0, device="cpu", normalize=False)))
+    assert torch.equal(moved, raw)
+    other = open_dataset(class_folder, transform=eval_pipeline(32, mean=[127.5] * 3, std=[64.0] * 3))
+    y, _ = next(iter(create_loader(other, 12, num_workers=0, train=False, device="cpu")))
+    y8, _ = next(iter(create_loader(other, 12, num_workers=0, train=False)))
+    torch.testing.assert_close(y, (y8.float() - 127.5) / 64, rtol=0, atol=1e-5)
+    with pytest.raises(UsageError) as e:
+        create_loader(torch.utils.data.ConcatDataset([ds, other]), 12, num_workers=0, device="cpu")
+    assert str(e.value) == (
+        "the datasets' pipelines give 2 sets of statistics (mean=, std=); one loader normalises every batch with "
+        "one: give the same to each"
+    )
+    default = open_dataset(class_folder, transform=train_pipeline(32))  # ImageNet's, as before
+    z, _ = next(iter(create_loader(default, 12, num_workers=0, seed=0, device="cpu")))
+    z8, _ = next(iter(create_loader(default, 12, num_workers=0, seed=0)))
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    torch.testing.assert_close(z, (z8.float() / 255 - mean) / std, rtol=0, atol=1e-5)
+
+
+def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: Path):
+    # the attack: target_transform=lambda t: t with spawn-started workers: 16 frames of multiprocessing, ending in
+    # "AttributeError: Can't pickle local object"
+    from datakit import open_dataset
+    from datakit.transforms import train_pipeline
+
+    ds = open_dataset(class_folder, transform=train_pipeline(32), target_transform=lambda t: t)
+    loader = create_loader(ds, 4, num_workers=1, multiprocessing_context="spawn", seed=0)
+    with pytest.raises(UsageError) as e:
+        next(iter(loader))
+    assert str(e.value) == (
+        "the dataset cannot be sent to spawn-started workers (Can't pickle local object "
+        "'test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers.<locals>.<lambda>'): define its functions "
+        "(transform=, target_transform=, ...) at module level, not as lambdas or inside a function, or use "
+        "num_workers=0"
+    )
+    assert [int(y) for _, ys in create_loader(ds, 12, num_workers=0, seed=0) for y in ys] != []

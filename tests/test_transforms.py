@@ -991,3 +991,44 @@ def test_augmentations_see_rgb_whatever_the_dataset_s_channel_order(tmp_path: Pa
     assert one[0][0].shape == (1, 32, 32)
     if suffix == ".png":
         assert one[0][0][0, 5, 5].item() == 93
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_float_step_inside_a_random_container_is_refused_at_build_whatever_the_draw(seed: int):
+    # the attack: RandomApply([Normalize(...)], p=0.3) was tried once at build: when p skipped it (15 seeds of 20),
+    # the pipeline was built and the first epoch died in a worker on torchvision's bare error
+    from torchvision.transforms import v2
+
+    from datakit.transforms import train_pipeline
+
+    torch.manual_seed(seed)
+    for wrap in (lambda t: v2.RandomApply([t], p=0.3), lambda t: v2.RandomChoice([v2.Identity(), t], p=[0.9, 0.1])):
+        with pytest.raises(ValueError) as e:
+            train_pipeline(32, augment=[wrap(v2.Normalize([0.5] * 3, [0.5] * 3))])
+        assert str(e.value) == (
+            "augment step Normalize(mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5], inplace=False) does not accept the "
+            "uint8 CHW tensor the pipeline gives it (TypeError: Input tensor should be a float tensor. Got "
+            "torch.uint8.); put float steps after the loader, or use normalize=True and a transform of your own"
+        )
+
+
+def test_random_erasing_with_random_values_is_refused_on_uint8():
+    # the attack: v2.RandomErasing(value="random") (timm's --remode pixel) painted the erased box with 0-3 and
+    # 253-255: torchvision casts N(0, 1) noise to uint8
+    from torchvision.transforms import v2
+
+    from datakit.transforms import train_pipeline
+
+    for p, step in ((1.0, v2.RandomErasing(p=1.0, value="random")),
+                    (0.5, v2.RandomApply([v2.RandomErasing(value="random")]))):  # fmt: skip
+        with pytest.raises(ValueError) as e:
+            train_pipeline(64, augment=[step])
+        assert str(e.value) == (
+            f"augment step RandomErasing(p={p}, scale=(0.02, 0.33), ratio=(0.3, 3.3), inplace=False) with "
+            "value='random' paints uint8 crops with 0-3 and 253-255 (torchvision casts N(0, 1) noise to uint8); "
+            "give value= a colour, or erase the normalised float batch after the loader"
+        )
+    pipe = train_pipeline(64, augment=[v2.RandomErasing(p=1.0, value=128)])
+    torch.manual_seed(0)
+    out = pipe(np.zeros((100, 100, 3), np.uint8))
+    assert sorted(torch.unique(out).tolist()) == [0, 128]
