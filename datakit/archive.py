@@ -1364,7 +1364,7 @@ class ZipReader:
         if self.encoding.mixed_utf8:
             log.warning("%s: %s; pass encoding= to choose", self.path, mixed_names(self.encoding))
         if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
-            log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= to choose", self.path,
+            log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= (--encoding) to choose", self.path,
                         self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip
         self.members = [m for m in members if not m.is_dir and not m.is_symlink]
         self.links = [m for m in members if m.is_symlink]  # read as the member they name, where one does

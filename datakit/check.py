@@ -34,6 +34,7 @@ from datakit.labels import (
 )
 from datakit.parallel import map_ordered
 from datakit.sources import (
+    FolderDataset,
     ImageDataset,
     TableDataset,
     as_given,
@@ -106,6 +107,24 @@ def _same_images(ds: ImageDataset, table_ds: TableDataset | None, digests: dict[
             keys.append(os.path.join(real[folder], base))
         return keys[0] == keys[1]
 
+    def file_of(k: int) -> str | None:  # the file on disk, links followed: a folder source's, a table's
+        if isinstance(ds, FolderDataset):
+            return os.path.realpath(ds.name(k))
+        if table_ds is not None and table_ds.zip is None:
+            return os.path.realpath(ds.path(k))
+        return None
+
+    def how(i: int, j: int) -> str:  # one file through a link (a class folder linked into another) or two alike
+        a, b = file_of(i), file_of(j)
+        if a is not None and a == b:
+            return f"one file, {a}"
+        try:
+            if a is not None and b is not None and os.path.samefile(a, b):
+                return "one file, a hard link"
+        except OSError:
+            pass
+        return "the same bytes"
+
     first: dict[bytes, int] = {}
     twins: list[str] = []
     leaks: list[str] = []
@@ -116,10 +135,10 @@ def _same_images(ds: ImageDataset, table_ds: TableDataset | None, digests: dict[
             continue
         if targets[i] != targets[j]:
             twins.append(f"one image, two labels: {shown(j)} is {ds.classes[targets[j]]!r}, {shown(i)} is "
-                         f"{ds.classes[targets[i]]!r} (the same bytes)")  # fmt: skip
+                         f"{ds.classes[targets[i]]!r} ({how(i, j)})")  # fmt: skip
         elif split_of(i) != split_of(j):
             leaks.append(f"one image in two splits: {shown(j)} in {split_of(j)!r}, {shown(i)} in {split_of(i)!r} "
-                         "(the same bytes): one split would score images the other trains on")  # fmt: skip
+                         f"({how(i, j)}): one split would score images the other trains on")  # fmt: skip
         else:
             copies.append((j, i))
     for found, what in ((twins, "images with two labels"), (leaks, "images in two splits")):

@@ -1324,7 +1324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # building the parser loads NumPy (the image formats): a Ctrl-C then is one line too
         parser = build_parser()
         words = list(sys.argv[1:] if argv is None else argv)
-        if not any(w in parser.commands for w in words):  # `datakit --frob`: name the option, not a missing command
+        if not any(not w.startswith("-") for w in words):  # `datakit --frob`: name the option, not a missing command
             unknown = [w for w in words if w.startswith("-") and w not in ("-h", "--help", "--version")]
             if unknown:
                 parser.error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -95,6 +95,7 @@ AMBIGUITY_MARGIN = 0.12
 # the best is named as a rival, so the choice comes with a warning
 THIN_EVIDENCE_CHARS = 1
 THIN_EVIDENCE_MARGIN = 0.6
+THIN_EVIDENCE_PLAUSIBLE = 0.7  # such a rival reads as a common character itself (not ü read by CP932 as a symbol)
 MAX_SCORED = 500  # names scored per archive (evenly spaced); every name must still decode
 
 # Russian letters by frequency in running text (most common first)
@@ -396,11 +397,15 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     best = ranked[0]
     same = [e for e in ranked[1:] if readings[e] == readings[best]]
     seen = {c for name in readings[best] for c in name if ord(c) >= 0x80}
-    margin = THIN_EVIDENCE_MARGIN if len(seen) <= THIN_EVIDENCE_CHARS else AMBIGUITY_MARGIN
+    thin = len(seen) <= THIN_EVIDENCE_CHARS
     rivals = []
     for e in ranked[1:]:
         distinct = readings[e] != readings[best] and all(readings[e] != readings[r] for r in rivals)
-        if distinct and scores[best] - scores[e] < margin:
+        close = scores[best] - scores[e] < AMBIGUITY_MARGIN
+        close = close or (
+            thin and scores[best] - scores[e] < THIN_EVIDENCE_MARGIN and scores[e] >= THIN_EVIDENCE_PLAUSIBLE
+        )
+        if distinct and close:
             rivals.append(e)
     n = len(raw_names)
     where = f" written on {'DOS/Windows' if host == 'dos' else 'Unix'}" if host else ""

@@ -1134,7 +1134,7 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: boo
     if path.is_dir():
         raise UsageError(f"{path}: is a folder; give a file name")
     if path.exists() and not overwrite:
-        raise UsageError(f"{path}: already exists; use --overwrite to replace it")
+        raise UsageError(f"{path}: already exists; use --overwrite (overwrite=True) to replace it")
     if not path.parent.is_dir():
         raise UsageError(f"{path.parent}: no such folder to write {path.name} into")
     if not os.access(path.parent, os.W_OK | os.X_OK):  # written as a new file beside it, then renamed
@@ -1169,7 +1169,7 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
         if overwrite:
             os.replace(tmp, path)
         else:
-            taken = f"{path}: already exists; use --overwrite to replace it"
+            taken = f"{path}: already exists; use --overwrite (overwrite=True) to replace it"
             try:
                 os.link(tmp, path)
             except FileExistsError:

@@ -2016,11 +2016,13 @@ _LINE_BREAKS = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")  # U+0085, U+2028
 
 
 def _control_characters(buf: bytes, every: bool) -> list[tuple[int, str]]:
-    """Each line of the UTF-8 ``buf`` holding a carriage return not before a line feed (a line break to the CSV
-    reader, part of a field to the fast one), and with ``every`` (a 'path label' list, where the two readers
-    split fields on them differently) any other control character: a C0 one but tab and line feed, DEL, or
-    U+0085/U+2028/U+2029; as (line, "U+000C"), in line order; an empty list when there is none. (A table's
-    quoted note may hold Word's soft break, U+000B, which both readers keep.)"""
+    """Each line of the UTF-8 ``buf`` holding a carriage return inside it (before a character other than a line
+    end, outside a table's quotes: a line break to the CSV reader, part of a field to the fast one), and with
+    ``every`` (a 'path label' list, where the two readers split fields on them differently) any other control
+    character: a C0 one but tab and line feed, DEL, or U+0085/U+2028/U+2029; as (line, "U+000C"), in line
+    order; an empty list when there is none. A CR before another CR or a line end (``\\r\\r\\n``, a CRLF file
+    converted twice) ends the line for both; a table's quoted note may hold a CR, and Word's soft break (U+000B),
+    which both readers keep."""
     arr = np.frombuffer(buf, np.uint8)
     at: set[int] = set()
     if every:
@@ -2030,7 +2032,13 @@ def _control_characters(buf: bytes, every: bool) -> list[tuple[int, str]]:
             if mark in buf:
                 at.update(m.start() for m in re.finditer(re.escape(mark), buf))
     if buf.count(b"\r") != buf.count(b"\r\n"):
-        at.update(m.start() for m in re.finditer(rb"\r(?!\n)", buf))
+        inside = [m.start() for m in re.finditer(rb"\r[ \t]*(?![\r\n \t]|$)", buf)]
+        if inside and not every:  # a table: a CR between quotes is a field's (counted quotes: "" inside one too)
+            quoted = np.cumsum(arr == 0x22) % 2
+            inside = [p for p in inside if not quoted[p]]
+            if not ((arr == 0x0A) & (quoted == 0)).any():  # CR line ends (Excel's "CSV (Macintosh)"), LF in quotes
+                inside = []
+        at.update(inside)
     if not at:
         return []
     found: dict[int, str] = {}
@@ -2067,8 +2075,13 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
     stray = _control_characters(buf, every=kind == "list")
     if stray:  # the fast and the Python readers part such a line differently: neither reading is sure
         for line, char in stray[:MAX_LISTED]:
-            problems.append(((0, line), f"{path}, line {line}: a control character ({char}) in the line, which no "
-                             "file name or label holds and readers split lines on differently; remove it"))  # fmt: skip
+            if char == "U+000D":
+                what = ("a carriage return (U+000D) inside the line, not at its end, which one reader takes for a "
+                        "line break and another for part of a name or label; remove it")  # fmt: skip
+            else:
+                what = (f"a control character ({char}) in the line, which no file name or label holds and readers "
+                        "split lines on differently; remove it")  # fmt: skip
+            problems.append(((0, line), f"{path}, line {line}: {what}"))
         if len(stray) > MAX_LISTED:
             problems.append(((0, stray[MAX_LISTED][0]), f"{path}: {len(stray) - MAX_LISTED} more lines with a "
                              "control character"))  # fmt: skip

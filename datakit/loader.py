@@ -1051,9 +1051,11 @@ class Loader:
                         raise
                     # a spawn- or forkserver-started worker gets the dataset pickled: a lambda or a local function
                     # in it cannot be (torch's error is 16 frames of multiprocessing)
-                    raise UsageError(f"the dataset cannot be sent to {_start_method(dl)}-started workers ({exc}): "
-                                     "define its functions (transform=, target_transform=, ...) at module level, "
-                                     "not as lambdas or inside a function, or use num_workers=0") from None  # fmt: skip
+                    raise UsageError(f"the loader cannot send the dataset and its functions to {_start_method(dl)}-"
+                                     f"started workers ({exc}): what they get must pickle: functions (transform=, "
+                                     "target_transform=, collate_fn=, worker_init_fn=) defined at module level, not "
+                                     "lambdas nor inside a function, and no open file in the dataset; or use "
+                                     "num_workers=0") from None  # fmt: skip
         except BaseException:
             # interrupted (Ctrl-C) while torch reset its iterator for the epoch: that iterator's
             # bookkeeping is half done and would give the wrong batches; the next epoch starts anew
@@ -1214,7 +1216,7 @@ class Loader:
     def _end_epoch(self, t: EpochTiming) -> None:
         self.history.append(t)
         f = t.wait_fraction
-        if f is not None:
+        if f is not None and not getattr(self, "measuring", False):  # a tuning run's passes are no epochs to report
             per = t.total_s / (t.batches - 1)
             log.info("epoch %d: %d batches; the loop waited for data %.0f%% of the time (%.1f of %.1f ms per batch, "
                      "num_workers=%d)%s", t.epoch, t.batches, 100 * f, 1000 * t.wait_s / (t.batches - 1), 1000 * per,
@@ -1972,10 +1974,13 @@ def create_loader(
         extra = sampler.per_rank * world - len(dataset)
         if not train and world > 1 and extra and rank == 0:
             ranks = f"rank {world - 1}" if extra == 1 else f"ranks {world - extra}-{world - 1}"
-            log.warning("an evaluation loader sharded over %d ranks reads %d of its %d samples twice, to make the "
-                        "shards equal (as DistributedSampler pads them): the last sample of %s; metrics summed over "
-                        "the ranks count %s twice (leave %s out, or evaluate on one rank)", world, extra, len(dataset),
-                        ranks, *(("it", "it") if extra == 1 else ("them", "them")))  # fmt: skip
+            one = extra == 1
+            log.warning("an evaluation loader sharded over %d ranks reads %s beyond its %d, %s the shards equal (as "
+                        "DistributedSampler pads them): the last sample of %s; metrics summed over the ranks count %s "
+                        "again (leave %s out, or evaluate on one rank)", world,
+                        "1 sample" if one else f"{extra} samples", len(dataset),
+                        "a repeat that makes" if one else "repeats that make", ranks,
+                        *(("it", "it") if one else ("them", "them")))  # fmt: skip
     per_rank = len(sampler) if sampler is not None else (len(dataset) if hasattr(dataset, "__len__") else None)
     drop_one = False  # training drops a last batch of one sample only: decided for each epoch's rest (resumed too)
     if drop_last is None:  # a stream of unknown length: its last batch cannot be known ahead
@@ -2161,16 +2166,39 @@ def _stats_order(normalize) -> str | None:
     return order if order in ("RGB", "BGR") else None
 
 
-def _pipeline_stats(dataset) -> list[tuple[list[float], list[float]]]:
-    """The statistics given to the uint8 pipelines of ``dataset`` (``train_pipeline(mean=, std=)``), through
-    Subset and ConcatDataset, each once; empty for none (defaults, ``normalize=True``, other transforms)."""
+def _pipeline_stats(dataset) -> list:
+    """What the uint8 pipelines of ``dataset`` (through Subset and ConcatDataset) say of the statistics to
+    normalise their batches with, each once: ``(mean, std)`` given to ``train_pipeline(mean=, std=)``, or
+    ``"default"`` for one with the default (ImageNet's); empty for none (``normalize=True``, other transforms)."""
     if isinstance(dataset, torch.utils.data.Subset):
         return _pipeline_stats(dataset.dataset)
     if isinstance(dataset, torch.utils.data.ConcatDataset):
         found = [s for d in dataset.datasets for s in _pipeline_stats(d)]
         return [s for k, s in enumerate(found) if s not in found[:k]]
-    stats = getattr(getattr(dataset, "transform", None), "batch_stats", None)  # None in an earlier version's
-    return [stats] if stats is not None else []
+    from datakit.transforms import EvalPipeline, TrainPipeline
+
+    pipe = getattr(dataset, "transform", None)
+    if not isinstance(pipe, (TrainPipeline, EvalPipeline)) or pipe.norm is not None:
+        return []
+    stats = getattr(pipe, "batch_stats", None)  # None in an earlier version's
+    return [stats if stats is not None else "default"]
+
+
+def _same_stats(a, b) -> bool:
+    """Whether two (mean, std) pairs normalise alike, each on its own scale (0-1 or 0-255)."""
+    from datakit.transforms import on_255_scale
+
+    def unit(pair):
+        mean, std = (np.asarray(v, np.float64).ravel() for v in pair)
+        return (mean / 255, std / 255) if on_255_scale(mean, std) else (mean, std)
+
+    (ma, sa), (mb, sb) = unit(a), unit(b)
+    return (
+        ma.shape == mb.shape
+        and sa.shape == sb.shape
+        and np.allclose(ma, mb, rtol=1e-6)
+        and np.allclose(sa, sb, rtol=1e-6)
+    )
 
 
 def _device_plan(device, normalize, dataset=None) -> Callable | None:
@@ -2179,22 +2207,23 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
     of a known channel order (the presets: RGB) are put in the order of ``dataset``'s images: a
     ``mode="bgr"`` dataset's blue plane is normalised with the blue statistics. Statistics given
     to the dataset's pipeline (``train_pipeline(mean=..., std=...)``) are the default."""
-    given = _pipeline_stats(dataset)
-    if len(given) > 1:
-        raise UsageError(f"the datasets' pipelines give {len(given)} sets of statistics (mean=, std=); one loader "
-                         "normalises every batch with one: give the same to each")  # fmt: skip
+    said = _pipeline_stats(dataset)
+    given = [s for s in said if s != "default"]
+    if len(said) > 1 and given:
+        raise UsageError(f"the datasets' pipelines give {len(said)} sets of statistics (mean=, std=; the default "
+                         "counts as ImageNet's); one loader normalises every batch with one: give the same to "
+                         "each")  # fmt: skip
+    explicit = normalize is not None and normalize is not True  # asked for here, not the default nor the pipeline's
     if given and normalize is not None and normalize is not False:  # False: batches moved as they are, asked for
         from datakit.prefetch import resolve_normalize
 
-        stats = resolve_normalize(normalize)
-        if any(not np.allclose(np.asarray(a, np.float64).ravel(), b, rtol=1e-6, atol=0)
-               for a, b in zip(stats, given[0])):  # fmt: skip
+        if not _same_stats(resolve_normalize(normalize), given[0]):
             raise UsageError(f"the pipeline's mean={given[0][0]}, std={given[0][1]} and create_loader's "
                              f"normalize={normalize!r} differ; give the statistics in one place")  # fmt: skip
     if given and normalize is None:
         if device is None:
-            log.warning("the pipeline's mean= and std= normalise nothing here: its batches are uint8; "
-                        "create_loader(..., device=...) normalises them with those statistics")  # fmt: skip
+            log.warning("the pipeline's mean= and std= are not applied to its uint8 batches here: "
+                        "create_loader(..., device=...) applies them (or a normalisation of your own)")  # fmt: skip
             return None
         normalize = tuple(given[0])
     if device is None and normalize is None:
@@ -2203,8 +2232,8 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
 
     stats = resolve_normalize(True if normalize is None else normalize)
     mean, std = stats if stats is not None else (None, None)
-    given, images = _stats_order(normalize), _channel_order(dataset)
-    if mean is not None and len(mean) == 3 and {given, images} == {"RGB", "BGR"}:
+    order, images = _stats_order(normalize), _channel_order(dataset)
+    if mean is not None and len(mean) == 3 and {order, images} == {"RGB", "BGR"}:
         mean, std = mean[::-1], std[::-1]
     dev = check_device("cpu" if device is None else device)
-    return lambda loader: DeviceLoader(loader, dev, mean, std, explicit=normalize is not None and normalize is not True)
+    return lambda loader: DeviceLoader(loader, dev, mean, std, explicit=explicit)

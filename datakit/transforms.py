@@ -770,7 +770,7 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
             raise TypeError(f"augment must be a list of callables (torchvision v2 transforms), got {t!r}")
     probe = torch.zeros((3, *size), dtype=torch.uint8)
 
-    def leaves(t) -> Iterator[Callable]:  # every step inside RandomApply, RandomChoice, ...: each may run
+    def leaves(t) -> Iterator[Callable]:  # every step inside RandomApply, RandomChoice, ...
         inner = _tv_steps(t)
         if inner is None:
             yield t
@@ -783,6 +783,23 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
                           f"({type(exc).__name__}: {exc}); put float steps after the loader, or use "
                           "normalize=True and a transform of your own")  # fmt: skip
 
+    def taken(t, x):
+        """``t(x)`` with every random branch taken in turn: a RandomApply's steps applied (its p may skip them
+        now, and not in a worker later), each of a RandomChoice's options; a Compose's steps in order."""
+        inner = _tv_steps(t)
+        kind = type(t).__name__
+        if inner is None or kind == "RandomOrder":  # one order of a RandomOrder: as a whole
+            try:
+                return t(x)
+            except Exception as exc:
+                raise refused(t, exc) from None
+        if kind == "RandomChoice":
+            outs = [taken(s, x) for s in inner]
+            return outs[0]
+        for s in inner:  # Compose, nn.Sequential, and a RandomApply that applies
+            x = taken(s, x)
+        return x
+
     for t in steps:
         for leaf in leaves(t):
             if type(leaf).__name__ == "RandomErasing" and getattr(leaf, "value", 0) in (None, "random"):
@@ -791,15 +808,10 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
                                  "(torchvision casts N(0, 1) noise to uint8); give value= a colour, or erase the "
                                  "normalised float batch after the loader")  # fmt: skip
     with torch.random.fork_rng(devices=[]):  # trying them must not move the caller's random state
-        for t in steps:  # each step inside a container too: one RandomApply's p skips now would fail in a worker
-            for leaf in leaves(t):
-                if leaf is not t:
-                    try:
-                        leaf(probe)
-                    except Exception as exc:
-                        raise refused(leaf, exc) from None
         x = probe
         for t in steps:
+            if _tv_steps(t) is not None:
+                taken(t, x)  # each branch, on what the steps before give
             try:
                 x = t(x)
             except Exception as exc:

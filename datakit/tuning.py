@@ -114,6 +114,9 @@ def measure_throughput(dataset: Dataset, batch_size: int, num_workers: int, *, b
         warnings.filterwarnings("ignore", message="This DataLoader will create")  # trying more is the point
         loader = create_loader(dataset, batch_size, train=True, num_workers=num_workers, device=device, seed=seed,
                                collate_fn=collate_fn, distributed=False)  # fmt: skip
+        inner = getattr(loader, "loader", loader)  # the loader under create_loader(device=...)'s
+        for each in {id(loader): loader, id(inner): inner}.values():
+            each.measuring = True  # its passes are measurements: no "epoch N: ..." lines before training
         t0 = time.perf_counter()
         first = None
         seen = 0

@@ -402,7 +402,10 @@ def test_a_zip_read_in_place_warns_of_ambiguous_names_and_takes_encoding(tmp_pat
     z = write_zip(tmp_path / "amb.zip", [ZipEntry("Ærø/1.png".encode("cp850"), _png(1)), ZipEntry(b"x/2.png", _png(2))])
     with caplog.at_level("WARNING", logger="datakit"):
         assert open_dataset(z).classes == ["x", "Ærø"]
-    assert f"{z}: names decoded as cp850, but ambiguous: cp850 or cp437; pass encoding= to choose" in caplog.messages
+    assert (
+        f"{z}: names decoded as cp850, but ambiguous: cp850 or cp437; pass encoding= (--encoding) to choose"
+        in caplog.messages
+    )
     assert open_dataset(z, encoding="cp437").classes == ["x", "Ær¢"]
     capsys.readouterr()
     assert main(["check", str(z), "--encoding", "cp437", "--workers", "1"]) == 0
@@ -429,7 +432,7 @@ def test_names_of_two_encodings_in_one_archive_are_each_read_in_their_own(tmp_pa
     with caplog.at_level("WARNING", logger="datakit"):
         assert open_dataset(z, root="训练").classes == ["狗", "猫", "鸟"]  # read in place: the same names
     assert f"{z}: 2 names are UTF-8 and the others gbk (written by two tools?): each is read in its own encoding; " \
-           "pass encoding= to choose" in caplog.messages  # fmt: skip
+           "pass encoding= (--encoding) to choose" in caplog.messages  # fmt: skip
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "one"), "--encoding", "gbk"]) == 0  # all in one, as asked
     assert "训练/狗/2.jpg" not in tree(tmp_path / "one")
     # Japanese: Shift-JIS names beside UTF-8 kana (no legacy encoding decodes the UTF-8 ones)
@@ -805,11 +808,11 @@ def test_temp_name_fits_and_resume_cleans_it(tmp_path: Path):
 
 
 def test_cli_member_failures_exit_1_with_one_line_each(tmp_path: Path, capsys):
-    z = write_zip(tmp_path / "odd.zip", [gbk("a", b"1"), gbk("a/b", b"2"), gbk("a/c", b"3"), gbk("好.txt", b"ok")])
+    z = write_zip(tmp_path / "odd.zip", [gbk("a", b"1"), gbk("a/b", b"2"), gbk("a/c", b"3"), gbk("好文件.txt", b"ok")])
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err == [f"{z}: member 'a/b': 'a' is a file, not a folder", f"{z}: member 'a/c': 'a' is a file, not a folder"]
-    assert (tmp_path / "out" / "好.txt").read_bytes() == b"ok"
+    assert (tmp_path / "out" / "好文件.txt").read_bytes() == b"ok"
 
 
 def test_cli_dest_is_a_file_and_unknown_encoding_are_usage_errors(gbk_zip: Path, tmp_path: Path, capsys):
@@ -2238,3 +2241,14 @@ def test_names_of_one_chinese_character_are_ambiguous_not_silent(tmp_path: Path,
     two = write_zip(tmp_path / "b.zip", [ZipEntry(f"{folder}业/{i}.jpg".encode("gbk"), b"x", made_by=0x0014)
                                          for i in range(3)])  # fmt: skip
     assert (detect_encoding(two).encoding, detect_encoding(two).ambiguous) == ("gbk", ())
+
+
+@pytest.mark.parametrize(("names", "encoding"), [(["grün/0.jpg", "blau/0.jpg"], "cp850"),
+                                                 (["chat/été_0.jpg", "chien/hiver_0.jpg"], "cp437"),
+                                                 (["кот/1.jpg"], "cp866")])  # fmt: skip
+def test_one_accented_letter_is_no_ambiguity_with_cjk_code_pages(tmp_path: Path, names, encoding):
+    # the regression round: one-character evidence named CP932 and GBK as rivals of grün and été, whose readings
+    # there are no common character
+    z = write_zip(tmp_path / "a.zip", [ZipEntry(n.encode(encoding), b"x", made_by=0x0014) for n in names])
+    guess = detect_encoding(z)
+    assert guess.ambiguous == () and [guess.decode(n.encode(encoding)) for n in names] == names

@@ -517,9 +517,9 @@ def test_one_image_under_two_names_is_found_by_its_bytes(tmp_path: Path, capsys)
     report = check_dataset(root, labels=path, workers=0)
     assert report.problems == [
         f"one image, two labels: {root / 'alias.png'} ({path}, line 2) is 'cat', {root / '0.png'} ({path}, line 3) "
-        "is 'dog' (the same bytes)",
+        f"is 'dog' (one file, {root / '0.png'})",
         f"one image in two splits: {root / '1.png'} ({path}, line 4) in 'train', {root / 'hard.png'} ({path}, line "
-        "5) in 'val' (the same bytes): one split would score images the other trains on",
+        "5) in 'val' (one file, a hard link): one split would score images the other trains on",
     ]
     assert report.notes == [
         f"2 images are copies of another under another name, with the same label (the same bytes), such as "
@@ -535,6 +535,12 @@ def test_one_image_under_two_names_is_found_by_its_bytes(tmp_path: Path, capsys)
         f"one image, two labels: {tmp_path / 'f' / 'cat' / 'a.png'} is 'cat', {tmp_path / 'f' / 'dog' / 'b.png'} is "
         "'dog' (the same bytes)"
     ]
+    # a class folder linked into another: each image is said to be one file
+    os.symlink("cat", tmp_path / "f" / "kitty")
+    a = tmp_path / "f" / "cat" / "a.png"
+    assert check_dataset(tmp_path / "f", workers=0).problems[-1] == (
+        f"one image, two labels: {a} is 'cat', {tmp_path / 'f' / 'kitty' / 'a.png'} is 'kitty' (one file, {a})"
+    )
 
 
 def test_a_file_listed_twice_by_name_is_said_once(tmp_path: Path):

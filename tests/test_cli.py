@@ -328,7 +328,7 @@ def test_stats_json_quiet_and_plot(class_folder: Path, tmp_path: Path):
     plot = tmp_path / "直方图.png"
     plot.write_bytes(b"keep me")
     one_line_error(datakit("stats", class_folder, "--plot", plot), 2,
-                   f"datakit stats: error: {plot}: already exists; use --overwrite to replace it")  # fmt: skip
+                   f"datakit stats: error: {plot}: already exists; use --overwrite (overwrite=True) to replace it")  # fmt: skip
     assert plot.read_bytes() == b"keep me"
     proc = datakit("stats", class_folder, "--plot", plot, "--overwrite", "-q", umask=0o027)
     assert proc.returncode == 0, proc.stderr
@@ -344,7 +344,7 @@ def test_preview_refuses_overwrite_and_honours_umask(class_folder: Path, tmp_pat
     assert out.read_bytes()[:2] == b"\xff\xd8" and stat.S_IMODE(out.stat().st_mode) == 0o644
     first = out.read_bytes()
     one_line_error(datakit("preview", class_folder, "--out", out, "--seed", "1"), 2,
-                   f"datakit preview: error: {out}: already exists; use --overwrite to replace it")  # fmt: skip
+                   f"datakit preview: error: {out}: already exists; use --overwrite (overwrite=True) to replace it")  # fmt: skip
     assert out.read_bytes() == first
     proc = datakit("preview", class_folder, "--out", out, "--seed", "1", "--overwrite", "-q", umask=0o077)
     assert proc.returncode == 0 and proc.stdout == "" and out.read_bytes() != first
@@ -389,7 +389,7 @@ UNWRITABLE = [
     ("a_file/out.png", "{tmp}/a_file: no such folder to write out.png into"),
     ("no/such/dir/out.png", "{tmp}/no/such/dir: no such folder to write out.png into"),
     ("a_folder.png", "{tmp}/a_folder.png: is a folder; give a file name"),
-    ("exists.png", "{tmp}/exists.png: already exists; use --overwrite to replace it"),
+    ("exists.png", "{tmp}/exists.png: already exists; use --overwrite (overwrite=True) to replace it"),
 ]
 
 
@@ -531,7 +531,9 @@ def test_existing_output_refused_in_process(class_folder: Path, tmp_path: Path):
 
     out = tmp_path / "sheet.png"
     imwrite(out, synthetic_image(8, 8))
-    with pytest.raises(UsageError, match=r"sheet.png: already exists; use --overwrite to replace it$"):
+    with pytest.raises(
+        UsageError, match=r"sheet.png: already exists; use --overwrite \(overwrite=True\) to replace it$"
+    ):
         preview(open_dataset(class_folder), out, n=2)
 
 
@@ -845,6 +847,11 @@ def test_an_unknown_option_without_a_command_is_named(argv, capsys):
         main([])
     assert e.value.code == 2 and capsys.readouterr().err.endswith(
         "datakit: error: the following arguments are required: COMMAND\n"
+    )
+    with pytest.raises(SystemExit) as e:  # a mistyped command is what is named, whatever options follow it
+        main(["pack_lmdb", "a", "b", "--overwrite"])
+    assert (
+        e.value.code == 2 and "datakit: error: argument COMMAND: invalid choice: 'pack_lmdb'" in capsys.readouterr().err
     )
 
 

@@ -261,7 +261,9 @@ def test_imwrite_without_overwrite_keeps_the_existing_file(tmp_path: Path):
 
     path = tmp_path / "已有.png"
     path.write_bytes(b"mine")
-    with pytest.raises(UsageError, match=r"已有.png: already exists; use --overwrite to replace it$"):
+    with pytest.raises(
+        UsageError, match=r"已有.png: already exists; use --overwrite \(overwrite=True\) to replace it$"
+    ):
         imwrite(path, np.zeros((4, 4, 3), np.uint8), overwrite=False)
     assert path.read_bytes() == b"mine" and len(list(tmp_path.iterdir())) == 1
     with pytest.raises(UsageError, match=r"no such folder to write x.png into$"):

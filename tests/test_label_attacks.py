@@ -953,10 +953,32 @@ def test_a_control_character_in_a_line_is_refused_whichever_reader_runs(tmp_path
     path.write_bytes(raw)
     with pytest.raises(LabelError) as e:
         read_labels(path)
-    assert str(e.value) == (
-        f"{path}, line {line}: a control character ({char}) in the line, which no file name or label holds and "
-        "readers split lines on differently; remove it"
+    what = (
+        "a carriage return (U+000D) inside the line, not at its end, which one reader takes for a line break and "
+        "another for part of a name or label; remove it"
+        if char == "U+000D"
+        else f"a control character ({char}) in the line, which no file name or label holds and readers split lines "
+        "on differently; remove it"
     )
+    assert str(e.value) == f"{path}, line {line}: {what}"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("crcrlf.txt", b"a.jpg 0\r\r\nb.jpg 1\r\r\n"),  # a CRLF file converted to CRLF again
+        ("lastcr.txt", b"a.jpg 0\r\nb.jpg 1\r"),
+        ("space.txt", b"a.jpg 0\r \nb.jpg 1\n"),
+        ("mac.csv", b'file,label,note\r"a.jpg",0,"line1\nline2"\rb.jpg,1,x\r'),  # Excel's "CSV (Macintosh)"
+        ("note.csv", b'file,label,note\r\na.jpg,0,"x\ry"\r\nb.jpg,1,z\r\n'),  # a CR in a quoted note
+    ],
+)
+def test_carriage_returns_that_end_lines_or_sit_in_quotes_are_read(tmp_path: Path, name: str, raw: bytes):
+    # the regression round: each of these read right before the control-character rule, and was refused by it
+    path = tmp_path / name
+    path.write_bytes(raw)
+    table = read_labels(path)
+    assert (table.files.tolist(), table.labels.tolist()) == (["a.jpg", "b.jpg"], [0, 1])
 
 
 def test_word_soft_breaks_in_a_quoted_note_and_a_dos_end_mark_are_read(tmp_path: Path):

@@ -1321,9 +1321,9 @@ def test_two_gloo_ranks_get_disjoint_shards():
         "loader.sampler.set_epoch(epoch) at the start of each epoch",
         sampler,
         # the attack: an evaluation loader with distributed=True read sample 0 twice (11 samples, 2 ranks), unsaid
-        "an evaluation loader sharded over 2 ranks reads 1 of its 11 samples twice, to make the shards equal (as "
-        "DistributedSampler pads them): the last sample of rank 1; metrics summed over the ranks count it twice "
-        "(leave it out, or evaluate on one rank)",
+        "an evaluation loader sharded over 2 ranks reads 1 sample beyond its 11, a repeat that makes the shards "
+        "equal (as DistributedSampler pads them): the last sample of rank 1; metrics summed over the ranks count it "
+        "again (leave it out, or evaluate on one rank)",
     ]
     assert r1["warned"] == [sampler]
     assert (r0["sharded"], r1["sharded"]) == ([0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9, 0])
@@ -2770,8 +2770,8 @@ def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, 
     with caplog.at_level(logging.WARNING, logger="datakit"):
         raw, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0)))
     assert raw.dtype == torch.uint8 and [r.getMessage() for r in caplog.records] == [
-        "the pipeline's mean= and std= normalise nothing here: its batches are uint8; create_loader(..., "
-        "device=...) normalises them with those statistics"
+        "the pipeline's mean= and std= are not applied to its uint8 batches here: create_loader(..., device=...) "
+        "applies them (or a normalisation of your own)"
     ]
     x, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0, device="cpu")))
     torch.testing.assert_close(x, (raw.float() / 255 - 0.5) / 0.25, rtol=0, atol=1e-5)
@@ -2791,10 +2791,26 @@ def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, 
     torch.testing.assert_close(y, (y8.float() - 127.5) / 64, rtol=0, atol=1e-5)
     with pytest.raises(UsageError) as e:
         create_loader(torch.utils.data.ConcatDataset([ds, other]), 12, num_workers=0, device="cpu")
-    assert str(e.value) == (
-        "the datasets' pipelines give 2 sets of statistics (mean=, std=); one loader normalises every batch with "
-        "one: give the same to each"
-    )
+    message = ("the datasets' pipelines give 2 sets of statistics (mean=, std=; the default counts as ImageNet's); "
+               "one loader normalises every batch with one: give the same to each")  # fmt: skip
+    assert str(e.value) == message
+    # the regression round: a pipeline of the default statistics beside one of its own was not refused (the default
+    # half normalised with the other's); the same statistics on the 0-255 scale were called different; a float step
+    # in augment= with the pipeline's statistics was refused as if normalize= had been given
+    plain = open_dataset(class_folder, transform=eval_pipeline(32))
+    with pytest.raises(UsageError) as e:
+        create_loader(torch.utils.data.ConcatDataset([other, plain]), 12, num_workers=0, device="cpu")
+    assert str(e.value) == message
+    scaled, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0, device="cpu",
+                                        normalize=([127.5] * 3, [63.75] * 3))))  # fmt: skip
+    torch.testing.assert_close(scaled, x, rtol=0, atol=1e-5)
+    from torchvision.transforms import v2
+
+    floats = open_dataset(class_folder, transform=train_pipeline(
+        32, mean=[0.5] * 3, std=[0.25] * 3, augment=[v2.ToDtype(torch.float32, scale=True)]))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        f, _ = next(iter(create_loader(floats, 12, num_workers=0, seed=0, device="cpu")))
+    assert f.dtype == torch.float32
     default = open_dataset(class_folder, transform=train_pipeline(32))  # ImageNet's, as before
     z, _ = next(iter(create_loader(default, 12, num_workers=0, seed=0, device="cpu")))
     z8, _ = next(iter(create_loader(default, 12, num_workers=0, seed=0)))
@@ -2814,9 +2830,9 @@ def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: P
     with pytest.raises(UsageError) as e:
         next(iter(loader))
     assert str(e.value) == (
-        "the dataset cannot be sent to spawn-started workers (Can't pickle local object "
-        "'test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers.<locals>.<lambda>'): define its functions "
-        "(transform=, target_transform=, ...) at module level, not as lambdas or inside a function, or use "
-        "num_workers=0"
+        "the loader cannot send the dataset and its functions to spawn-started workers (Can't pickle local object "
+        "'test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers.<locals>.<lambda>'): what they get must "
+        "pickle: functions (transform=, target_transform=, collate_fn=, worker_init_fn=) defined at module level, "
+        "not lambdas nor inside a function, and no open file in the dataset; or use num_workers=0"
     )
     assert [int(y) for _, ys in create_loader(ds, 12, num_workers=0, seed=0) for y in ys] != []

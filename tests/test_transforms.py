@@ -1032,3 +1032,24 @@ def test_random_erasing_with_random_values_is_refused_on_uint8():
     torch.manual_seed(0)
     out = pipe(np.zeros((100, 100, 3), np.uint8))
     assert sorted(torch.unique(out).tolist()) == [0, 128]
+
+
+def test_a_compose_in_augment_is_tried_in_order_not_step_by_step():
+    # the regression: steps inside a Compose were each tried on the raw crop, so a float round trip
+    # (ToDtype, a float step, ToDtype back) and a crop after an enlarging resize were refused
+    from torchvision.transforms import v2
+
+    from datakit.transforms import train_pipeline
+
+    def noise(x):
+        return (x + 0.05 * torch.randn_like(x)).clamp(0, 1)
+
+    float_trip = v2.Compose(
+        [v2.ToDtype(torch.float32, scale=True), v2.Lambda(noise), v2.ToDtype(torch.uint8, scale=True)]
+    )
+    for augment in (
+        [v2.RandomApply([float_trip], p=0.3)],
+        [v2.Compose([v2.Resize(40), v2.RandomCrop(36), v2.Resize(32)])],
+    ):
+        pipe = train_pipeline(32, augment=augment)
+        assert pipe(np.zeros((50, 60, 3), np.uint8)).shape == (3, 32, 32)

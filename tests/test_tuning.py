@@ -153,3 +153,23 @@ def test_tuning_measures_and_caches(tmp_path: Path, monkeypatch, class_folder: P
     again = tune_num_workers(ds, 4, budget_s=0.3)
     assert again.cached and again.best == res.best
     assert list(json.loads((tmp_path / "num_workers.json").read_text()).values()) == [res.best]
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_the_measuring_passes_report_no_epochs(caplog, device):
+    # the attack: num_workers="auto" logged "epoch 0 ... epoch 11 ...: input-bound" for its measuring loaders before
+    # training had started, lines that read like the training's own epochs
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="datakit"):
+        m = measure_throughput(_Sized([8] * 8), 4, 0, max_batches=30, device=device)
+    assert m.images > 8  # passes of 2 batches: more than one ended while measuring
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")] == []
+    loader = datakit.loader.create_loader(_Sized([8] * 8), 4, num_workers=0, seed=0)
+    with caplog.at_level(logging.INFO, logger="datakit"):
+        for _ in range(2):
+            list(loader)
+    assert [r.getMessage().split(":")[0] for r in caplog.records if r.getMessage().startswith("epoch ")] == [
+        "epoch 0",
+        "epoch 1",
+    ]
