@@ -1362,7 +1362,7 @@ class ZipReader:
         members, self.encoding = read_members(self.path, encoding)
         refuse_overlaps(self.path, members)  # read in place as extracted: one stream behind many names is a bomb
         if self.encoding.mixed_utf8:
-            log.warning("%s: %s; pass encoding= to choose", self.path, mixed_names(self.encoding))
+            log.warning("%s: %s; pass encoding= (--encoding) to choose", self.path, mixed_names(self.encoding))
         if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
             log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= (--encoding) to choose", self.path,
                         self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip

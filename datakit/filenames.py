@@ -92,7 +92,7 @@ _UNIX_HOSTS = {3, 19}  # Unix, OS X
 AMBIGUITY_MARGIN = 0.12
 # names whose non-ASCII text is one character (a class folder '农', a file '锌.jpg') say too little to
 # choose between two plausible readings (农 in GBK is 크 in CP949, 写 is д in UTF-8): any reading this close to
-# the best is named as a rival, so the choice comes with a warning
+# the best is named as a rival, so the choice comes with a warning, and GBK, when among them, is chosen
 THIN_EVIDENCE_CHARS = 1
 THIN_EVIDENCE_MARGIN = 0.6
 THIN_EVIDENCE_PLAUSIBLE = 0.7  # such a rival reads as a common character itself (not ü read by CP932 as a symbol)
@@ -407,6 +407,10 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
         )
         if distinct and close:
             rivals.append(e)
+    if thin and "gbk" in rivals:  # one character cannot choose: the encoding of the archives datakit reads most
+        rivals = [best, *(e for e in rivals if e != "gbk")]
+        best = "gbk"
+        same = [e for e in ranked if e != best and readings[e] == readings[best]]
     n = len(raw_names)
     where = f" written on {'DOS/Windows' if host == 'dos' else 'Unix'}" if host else ""
     if rivals:

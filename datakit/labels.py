@@ -278,6 +278,8 @@ class ClassMap:
             # lacking classes
             _GAPS_SAID.add((where, tuple(ints)))
             why = "have gaps" if ints[-1] - ints[0] + 1 != len(ints) else f"start at {ints[0]}"
+            if ints[0] < 0:  # -1: as often "no label" (ignore_index, an unlabelled image) as a class
+                why += f" ({ints[0]}: often 'no label', not a class)"
             log.warning("%s: integer labels %s remapped to 0..%d in order (remap_labels, --remap-labels), though they "
                         "%s: if this is a split lacking some classes, it takes the training split's indices only "
                         "with classes= (--classes)", where, _ranges(ints), len(ints) - 1, why)  # fmt: skip
@@ -359,8 +361,8 @@ def _range_message(ints: list[int]) -> str:
 
 
 def _unlike_one_based(ints: list[int]) -> bool:
-    """Sorted distinct integer labels that are not 1..C: gaps in them, or a first label past 1."""
-    return ints[0] > 1 or ints[-1] - ints[0] + 1 != len(ints)
+    """Sorted distinct integer labels that are not 1..C: gaps in them, a first label past 1, or a negative one."""
+    return ints[0] > 1 or ints[0] < 0 or ints[-1] - ints[0] + 1 != len(ints)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2015,7 +2017,32 @@ def _text_kind(path: Path, text: str, sep: str | None, file_column: str | None) 
 _LINE_BREAKS = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")  # U+0085, U+2028, U+2029 in UTF-8
 
 
-def _control_characters(buf: bytes, every: bool) -> list[tuple[int, str]]:
+def _quoted_spans(buf: bytes, delim: str) -> list[tuple[int, int]]:
+    """The (start, end) byte spans of ``buf`` inside quoted fields, as Python's CSV reader finds them: a quote
+    opens a field only at its start (after the delimiter or a line end); inside, ``""`` is a quote and a quote
+    before the delimiter, a line end or the end closes it; a quote elsewhere in a field is a character."""
+    spans = []
+    quotes = np.flatnonzero(np.frombuffer(buf, np.uint8) == 0x22).tolist()
+    k, n, sep = 0, len(buf), delim.encode()
+    while k < len(quotes):
+        q = quotes[k]
+        if q and buf[q - 1 : q] not in (sep, b"\n", b"\r"):  # inside an unquoted field: a character
+            k += 1
+            continue
+        k += 1
+        while k < len(quotes):  # the closing quote: not doubled
+            c = quotes[k]
+            if c + 1 < n and buf[c + 1 : c + 2] == b'"':
+                k += 2
+                continue
+            break
+        end = quotes[k] if k < len(quotes) else n
+        spans.append((q, end))
+        k += 1
+    return spans
+
+
+def _control_characters(buf: bytes, every: bool, delim: str = ",") -> list[tuple[int, str]]:
     """Each line of the UTF-8 ``buf`` holding a carriage return inside it (before a character other than a line
     end, outside a table's quotes: a line break to the CSV reader, part of a field to the fast one), and with
     ``every`` (a 'path label' list, where the two readers split fields on them differently) any other control
@@ -2033,10 +2060,18 @@ def _control_characters(buf: bytes, every: bool) -> list[tuple[int, str]]:
                 at.update(m.start() for m in re.finditer(re.escape(mark), buf))
     if buf.count(b"\r") != buf.count(b"\r\n"):
         inside = [m.start() for m in re.finditer(rb"\r[ \t]*(?![\r\n \t]|$)", buf)]
-        if inside and not every:  # a table: a CR between quotes is a field's (counted quotes: "" inside one too)
-            quoted = np.cumsum(arr == 0x22) % 2
-            inside = [p for p in inside if not quoted[p]]
-            if not ((arr == 0x0A) & (quoted == 0)).any():  # CR line ends (Excel's "CSV (Macintosh)"), LF in quotes
+        if inside and not every:  # a table: a CR in a quoted field is the field's, as both readers keep it
+            spans = _quoted_spans(buf, delim)
+            starts = np.asarray([a for a, _ in spans], np.int64)
+            ends = np.asarray([b for _, b in spans], np.int64)
+
+            def quoted(pos: np.ndarray) -> np.ndarray:
+                k = np.searchsorted(starts, pos, side="right") - 1
+                return (k >= 0) & (pos < ends[np.maximum(k, 0)]) if len(starts) else np.zeros(len(pos), bool)
+
+            inside = [p for p, q in zip(inside, quoted(np.asarray(inside, np.int64))) if not q]
+            lf = np.flatnonzero(arr == 0x0A)
+            if not (~quoted(lf)).any():  # CR line ends (Excel's "CSV (Macintosh)"), an LF only in quotes
                 inside = []
         at.update(inside)
     if not at:
@@ -2068,11 +2103,11 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
     if b"\r" in buf and b"\n" not in buf:  # a classic Mac file: lines end in CR alone
         buf = buf.replace(b"\r", b"\n")
         text = text.replace("\r", "\n") if text is not None else None
-    if buf.endswith(b"\x1a"):  # DOS's end-of-file mark, after the last line
-        buf = buf.rstrip(b"\x1a")
-        text = text.rstrip("\x1a") if text is not None else None
+    if buf.rstrip(b"\r\n").endswith(b"\x1a"):  # DOS's end-of-file mark, after the last line (and a line end)
+        buf = buf.rstrip(b"\r\n").rstrip(b"\x1a")
+        text = text.rstrip("\r\n").rstrip("\x1a") if text is not None else None
     kind, delim = _text_kind(path, text if text is not None else buf[:65536].decode("ascii"), sep, file_column)
-    stray = _control_characters(buf, every=kind == "list")
+    stray = _control_characters(buf, every=kind == "list", delim=delim)
     if stray:  # the fast and the Python readers part such a line differently: neither reading is sure
         for line, char in stray[:MAX_LISTED]:
             if char == "U+000D":

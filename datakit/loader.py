@@ -2174,21 +2174,39 @@ def _pipeline_stats(dataset) -> list:
         return _pipeline_stats(dataset.dataset)
     if isinstance(dataset, torch.utils.data.ConcatDataset):
         found = [s for d in dataset.datasets for s in _pipeline_stats(d)]
-        return [s for k, s in enumerate(found) if s not in found[:k]]
+        return [s for k, s in enumerate(found) if not any(_same_stats(s, t) for t in found[:k])]
     from datakit.transforms import EvalPipeline, TrainPipeline
 
     pipe = getattr(dataset, "transform", None)
     if not isinstance(pipe, (TrainPipeline, EvalPipeline)) or pipe.norm is not None:
         return []
-    stats = getattr(pipe, "batch_stats", None)  # None in an earlier version's
+    stats = getattr(pipe, "batch_stats", None)
+    if stats is None and not hasattr(pipe, "batch_stats") and getattr(pipe, "stats_order", "RGB") is None:
+        _say_once(
+            f"a pipeline ({type(pipe).__name__}) made by an earlier datakit was given mean= and std= it does not "
+            "keep; its batches are normalised with ImageNet's statistics: make the pipeline again (or pass "
+            "normalize=)"
+        )
     return [stats if stats is not None else "default"]
 
 
+_SAID: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """A warning logged once a process (a tuning run makes a loader for each candidate; each would say it)."""
+    if message not in _SAID:
+        _SAID.add(message)
+        log.warning("%s", message)
+
+
 def _same_stats(a, b) -> bool:
-    """Whether two (mean, std) pairs normalise alike, each on its own scale (0-1 or 0-255)."""
-    from datakit.transforms import on_255_scale
+    """Whether two (mean, std) pairs (or "default", ImageNet's) normalise alike, each on its own scale (0-1 or
+    0-255; float32 values as the float64 ones they round)."""
+    from datakit.transforms import IMAGENET_MEAN, IMAGENET_STD, on_255_scale
 
     def unit(pair):
+        pair = (IMAGENET_MEAN, IMAGENET_STD) if isinstance(pair, str) else pair
         mean, std = (np.asarray(v, np.float64).ravel() for v in pair)
         return (mean / 255, std / 255) if on_255_scale(mean, std) else (mean, std)
 
@@ -2208,12 +2226,14 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
     ``mode="bgr"`` dataset's blue plane is normalised with the blue statistics. Statistics given
     to the dataset's pipeline (``train_pipeline(mean=..., std=...)``) are the default."""
     said = _pipeline_stats(dataset)
-    given = [s for s in said if s != "default"]
+    given = [s for s in said if not isinstance(s, str)]
     if len(said) > 1 and given:
         raise UsageError(f"the datasets' pipelines give {len(said)} sets of statistics (mean=, std=; the default "
                          "counts as ImageNet's); one loader normalises every batch with one: give the same to "
                          "each")  # fmt: skip
     explicit = normalize is not None and normalize is not True  # asked for here, not the default nor the pipeline's
+    if given and normalize is True:  # "normalise them": with the pipeline's statistics, the default here
+        normalize, explicit = None, False
     if given and normalize is not None and normalize is not False:  # False: batches moved as they are, asked for
         from datakit.prefetch import resolve_normalize
 
@@ -2222,8 +2242,10 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
                              f"normalize={normalize!r} differ; give the statistics in one place")  # fmt: skip
     if given and normalize is None:
         if device is None:
-            log.warning("the pipeline's mean= and std= are not applied to its uint8 batches here: "
-                        "create_loader(..., device=...) applies them (or a normalisation of your own)")  # fmt: skip
+            _say_once(
+                "the pipeline's mean= and std= are not applied to its uint8 batches here: "
+                "create_loader(..., device=...) applies them (or a normalisation of your own)"
+            )
             return None
         normalize = tuple(given[0])
     if device is None and normalize is None:

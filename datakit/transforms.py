@@ -788,7 +788,7 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
         now, and not in a worker later), each of a RandomChoice's options; a Compose's steps in order."""
         inner = _tv_steps(t)
         kind = type(t).__name__
-        if inner is None or kind == "RandomOrder":  # one order of a RandomOrder: as a whole
+        if inner is None:
             try:
                 return t(x)
             except Exception as exc:
@@ -796,7 +796,7 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
         if kind == "RandomChoice":
             outs = [taken(s, x) for s in inner]
             return outs[0]
-        for s in inner:  # Compose, nn.Sequential, and a RandomApply that applies
+        for s in inner:  # Compose, nn.Sequential, a RandomApply that applies, a RandomOrder in its listed order
             x = taken(s, x)
         return x
 

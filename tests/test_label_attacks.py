@@ -944,6 +944,7 @@ def test_a_table_naming_a_file_longer_than_a_name_may_be_is_one_line(tmp_path: P
         ("wide.txt", "0.png a\x0cb\n1.png\u3000c\n".encode(), 1, "U+000C"),
         ("sep.txt", "0.png c\n1.png a\u2028b\n".encode(), 2, "U+2028"),
         ("nel.lst", "0.png c\n1.png a\x85b\n".encode(), 2, "U+0085"),
+        ("after.csv", b'file,label\n0.png,say"hi\n1.png,a\rb\n', 3, "U+000D"),  # after a quote that opens nothing
     ],
 )
 def test_a_control_character_in_a_line_is_refused_whichever_reader_runs(tmp_path: Path, name, raw, line, char):
@@ -971,6 +972,10 @@ def test_a_control_character_in_a_line_is_refused_whichever_reader_runs(tmp_path
         ("space.txt", b"a.jpg 0\r \nb.jpg 1\n"),
         ("mac.csv", b'file,label,note\r"a.jpg",0,"line1\nline2"\rb.jpg,1,x\r'),  # Excel's "CSV (Macintosh)"
         ("note.csv", b'file,label,note\r\na.jpg,0,"x\ry"\r\nb.jpg,1,z\r\n'),  # a CR in a quoted note
+        # a quote inside an unquoted field is a character (the CSV reader's rule), not the start of a quoted one
+        ("mid.csv", b'file,label,note\na.jpg,0,say"hi\nb.jpg,1,"x\ry"\n'),
+        ("dosz.txt", b"a.jpg 0\nb.jpg 1\n\x1a\n"),  # DOS's end mark on a line of its own
+        ("dosz.csv", b"file,label\r\na.jpg,0\r\nb.jpg,1\r\n\x1a\r\n"),
     ],
 )
 def test_carriage_returns_that_end_lines_or_sit_in_quotes_are_read(tmp_path: Path, name: str, raw: bytes):
@@ -1016,3 +1021,17 @@ def test_a_val_list_from_two_on_leads_with_the_training_classes(tmp_path: Path, 
         "(--classes)"
     ]
     assert open_dataset(img, labels=path, classes=["1", "2", "3"]).targets.tolist() == [1, 2]
+
+
+def test_negative_integer_labels_remapped_are_warned_of(tmp_path: Path, caplog):
+    # the attack: labels -1, 0, 1 (-1: an unlabelled image, ignore_index) remapped to 0..2 without a word
+    img = images(tmp_path / "img", "a.png", "b.png", "c.png")
+    path = tmp_path / "l.txt"
+    path.write_text("a.png -1\nb.png 0\nc.png 1\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(img, labels=path, remap_labels=True).targets.tolist() == [0, 1, 2]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: integer labels -1..1 remapped to 0..2 in order (remap_labels, --remap-labels), though they start "
+        "at -1 (-1: often 'no label', not a class): if this is a split lacking some classes, it takes the training "
+        "split's indices only with classes= (--classes)"
+    ]

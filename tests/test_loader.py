@@ -2760,15 +2760,18 @@ def test_a_dataset_option_given_to_create_loader_says_where_it_belongs():
     ]  # fmt: skip
 
 
-def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, caplog):
+def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, caplog, monkeypatch):
     # the attack: train_pipeline(32, mean=(0.5,)*3, std=(0.25,)*3) (a port of Normalize(mean, std)) with the uint8
     # default: create_loader(device="cpu") normalised with ImageNet's statistics, without a word
+    import datakit.loader
     from datakit import open_dataset
     from datakit.transforms import eval_pipeline, train_pipeline
 
+    monkeypatch.setattr(datakit.loader, "_SAID", set())
     ds = open_dataset(class_folder, transform=train_pipeline(32, mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25]))
     with caplog.at_level(logging.WARNING, logger="datakit"):
         raw, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0)))
+        create_loader(ds, 12, num_workers=0, seed=0)  # said once (a tuning run makes a loader per candidate)
     assert raw.dtype == torch.uint8 and [r.getMessage() for r in caplog.records] == [
         "the pipeline's mean= and std= are not applied to its uint8 batches here: create_loader(..., device=...) "
         "applies them (or a normalisation of your own)"
@@ -2808,9 +2811,32 @@ def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, 
 
     floats = open_dataset(class_folder, transform=train_pipeline(
         32, mean=[0.5] * 3, std=[0.25] * 3, augment=[v2.ToDtype(torch.float32, scale=True)]))  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="datakit"):
+    with pytest.warns(UserWarning, match=r"^the images are float32 already \(a transform made them float"):
         f, _ = next(iter(create_loader(floats, 12, num_workers=0, seed=0, device="cpu")))
     assert f.dtype == torch.float32
+    # the second round: the same statistics written otherwise (float32, the 0-255 scale, ImageNet's numbers beside
+    # the default) were "2 sets of statistics"; normalize=True beside the pipeline's was refused
+    same = [
+        train_pipeline(32, mean=np.float32([0.5] * 3), std=np.float32([0.25] * 3)),
+        eval_pipeline(32, mean=[127.5] * 3, std=[63.75] * 3),
+    ]
+    both = torch.utils.data.ConcatDataset([open_dataset(class_folder, transform=p) for p in same])
+    assert len(list(create_loader(both, 12, num_workers=0, device="cpu"))) == 2
+    imagenet = eval_pipeline(32, mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    pair = torch.utils.data.ConcatDataset([plain, open_dataset(class_folder, transform=imagenet)])
+    assert len(list(create_loader(pair, 12, num_workers=0, train=False, device="cpu"))) == 2
+    yes, _ = next(iter(create_loader(ds, 12, num_workers=0, seed=0, device="cpu", normalize=True)))
+    assert torch.equal(yes, x)
+    # a pipeline pickled by an earlier datakit kept no statistics it was given: said, not silent
+    old = eval_pipeline(32, mean=[0.5] * 3, std=[0.25] * 3)
+    del old.batch_stats
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        caplog.clear()
+        create_loader(open_dataset(class_folder, transform=old), 12, num_workers=0, train=False, device="cpu")
+    assert [r.getMessage() for r in caplog.records] == [
+        "a pipeline (EvalPipeline) made by an earlier datakit was given mean= and std= it does not keep; its batches are "
+        "normalised with ImageNet's statistics: make the pipeline again (or pass normalize=)"
+    ]
     default = open_dataset(class_folder, transform=train_pipeline(32))  # ImageNet's, as before
     z, _ = next(iter(create_loader(default, 12, num_workers=0, seed=0, device="cpu")))
     z8, _ = next(iter(create_loader(default, 12, num_workers=0, seed=0)))
