@@ -27,6 +27,7 @@ from datakit.labels import (
     MAX_LISTED,
     TEXT_SUFFIXES,
     LabelTable,
+    file_by_folder,
     markers_as_classes,
     read_labels,
     resolve_path,
@@ -99,13 +100,7 @@ def _same_images(ds: ImageDataset, table_ds: TableDataset | None, digests: dict[
     def same_name(i: int, j: int) -> bool:  # one file by its name (a row again, a folder link): said already
         if table_ds is None or table_ds.zip is not None:
             return ds.name(i) == ds.name(j)
-        keys = []
-        for k in (i, j):
-            folder, base = os.path.split(os.path.abspath(ds.path(k)))
-            if folder not in real:
-                real[folder] = os.path.realpath(folder)
-            keys.append(os.path.join(real[folder], base))
-        return keys[0] == keys[1]
+        return file_by_folder(ds.path(i), real) == file_by_folder(ds.path(j), real)
 
     def file_of(k: int) -> str | None:  # the file on disk, links followed: a folder source's, a table's
         if isinstance(ds, FolderDataset):

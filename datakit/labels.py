@@ -865,15 +865,17 @@ def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
     if not absolute.any() and not drive and not up and not linked:
         return []
     real: dict[str, str] = {}
+    # the folder may be given relative, the names absolute
+    return _listed_twice(table, lambda name: file_by_folder(resolve_path(name, root), real))
 
-    def where(name: str) -> str:
-        path = os.path.abspath(resolve_path(name, root))  # the folder may be given relative, the names absolute
-        folder, base = os.path.split(path)
-        if folder not in real:
-            real[folder] = os.path.realpath(folder)
-        return os.path.join(real[folder], base)
 
-    return _listed_twice(table, where)
+def file_by_folder(path: str | os.PathLike, real: dict[str, str]) -> str:
+    """``path`` with its folder's links followed (``real``: the folders' real paths so far), the file's own name
+    kept: two names of one file through a folder link are one, a link to a file (ImageFolder's view) is another."""
+    folder, base = os.path.split(os.path.abspath(path))
+    if folder not in real:
+        real[folder] = os.path.realpath(folder)
+    return os.path.join(real[folder], base)
 
 
 def zip_spelled_twice(table: LabelTable, reader, prefix: str = "") -> list[str]:
