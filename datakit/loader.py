@@ -981,6 +981,9 @@ class Loader:
         self._feed: Iterator | None = None
         self._feed_at: tuple[int, int] | None = None
         self._workers_saw: tuple | None = None  # the transforms the running workers were started with
+        # the statistics a device plan normalises the batches with, and whether they are the pipeline's (or the
+        # default) rather than normalize='s: a pipeline set between epochs is checked against them
+        self.normalises_with: tuple | None = None
 
     def _end_receiver(self, r: _Receiver, patience: float) -> None:
         """Stop ``r`` and wait for its thread. A batch in transit that has not come within
@@ -1126,6 +1129,7 @@ class Loader:
             self._told_epoch = epoch
         if skip and not isinstance(sampler, EpochSampler):
             raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
+        self._check_statistics(epoch)
         self._restart_if_changed(epoch)
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter
@@ -1196,6 +1200,22 @@ class Loader:
             cpu1 = _cpu_busy_seconds()
             t.cpu_busy_s = cpu1 - cpu0 if cpu1 is not None and cpu0 is not None else None
         self._end_epoch(t)
+
+    def _check_statistics(self, epoch: int) -> None:
+        """A pipeline set since the loader was made (``ds.transform = train_pipeline(160, mean=...)``) whose
+        statistics differ from the ones the batches are normalised with would train on wrongly normalised
+        input, without a word: refused at the epoch's start, as create_loader refuses it."""
+        if self.normalises_with is None:
+            return
+        applied, from_pipeline = self.normalises_with
+        for stats in _pipeline_stats(self.dataset):
+            if stats == "default" and not from_pipeline:
+                continue  # normalize= given beside a pipeline of the default: those given apply, as at the start
+            if not _same_stats(stats, applied):
+                now = "the default (ImageNet's)" if stats == "default" else f"mean={stats[0]}, std={stats[1]}"
+                raise UsageError(f"epoch {epoch}: the dataset's pipeline now gives {now}, but the loader normalises "
+                                 f"with mean={applied[0]}, std={applied[1]}, those it was made with: make the loader "
+                                 "again for the new statistics, or keep them")  # fmt: skip
 
     def _restart_if_changed(self, epoch: int) -> None:
         """Persistent workers hold the dataset as it was when they started: a transform set or changed
@@ -2258,4 +2278,11 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
     if mean is not None and len(mean) == 3 and {order, images} == {"RGB", "BGR"}:
         mean, std = mean[::-1], std[::-1]
     dev = check_device("cpu" if device is None else device)
-    return lambda loader: DeviceLoader(loader, dev, mean, std, explicit=explicit)
+
+    def plan(loader):
+        if stats is not None:  # the batches are normalised: with these (in the frame the pipelines' are compared in)
+            inner = loader.loader if isinstance(loader, InfiniteLoader) else loader
+            inner.normalises_with = (tuple(np.asarray(v, np.float64).tolist() for v in stats), not explicit)
+        return DeviceLoader(loader, dev, mean, std, explicit=explicit)
+
+    return plan

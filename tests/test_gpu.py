@@ -261,3 +261,26 @@ def test_a_transform_changed_between_epochs_reaches_the_workers_on_the_cuda_path
             assert torch.equal(gl.cpu(), cl)
     gpu.close()
     cpu.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_the_pipelines_own_statistics_normalise_on_the_gpu_as_on_the_cpu(class_folder, context):
+    # train_pipeline(mean=, std=) with the uint8 default: the prefetcher normalises with the pipeline's statistics
+    # (not ImageNet's), equal to the CPU path's batches; a pipeline of other statistics set between epochs is refused
+    ds = open_dataset(class_folder, transform=train_pipeline(16, mean=[0.5] * 3, std=[0.25] * 3))
+    kw = dict(num_workers=2, seed=0, multiprocessing_context=context)
+    gpu, cpu = create_loader(ds, 4, device="cuda", **kw), create_loader(ds, 4, device="cpu", **kw)
+    raw = list(create_loader(ds, 4, **kw))
+    got, want = list(gpu), list(cpu)
+    assert len(got) == len(want) == len(raw) == 3
+    for (g, gl), (c, cl), (r, _) in zip(got, want, raw):
+        assert g.is_cuda and g.dtype == torch.float32 and g.shape == (4, 3, 16, 16)
+        torch.testing.assert_close(g.cpu(), c, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(g.cpu(), (r.float() / 255 - 0.5) / 0.25, atol=1e-5, rtol=1e-5)
+        assert torch.equal(gl.cpu(), cl)
+    ds.transform = train_pipeline(16)
+    with pytest.raises(UsageError, match=r"^epoch 1: the dataset's pipeline now gives the default \(ImageNet's\)"):
+        list(gpu)
+    gpu.close()
+    cpu.close()

@@ -2845,6 +2845,53 @@ def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, 
     torch.testing.assert_close(z, (z8.float() / 255 - mean) / std, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_pipeline_set_between_epochs_with_other_statistics_is_refused_at_the_epoch(class_folder: Path, workers):
+    # the attack: progressive resizing on the README's path, the later pipeline made without the first one's mean= and
+    # std= (or with others): the loader went on normalising with those it was made with, without a word
+    from datakit import open_dataset
+    from datakit.transforms import train_pipeline
+
+    ds = open_dataset(class_folder, transform=train_pipeline(16, mean=[0.5] * 3, std=[0.25] * 3))
+    loader = create_loader(ds, 4, num_workers=workers, seed=0, device="cpu")
+    assert [b.shape for b, _ in loader] == [(4, 3, 16, 16)] * 3
+    ds.transform = train_pipeline(8, mean=[127.5] * 3, std=[63.75] * 3)  # the same statistics, on the 0-255 scale
+    assert [b.shape for b, _ in loader] == [(4, 3, 8, 8)] * 3
+    ds.transform = train_pipeline(8)
+    with pytest.raises(UsageError) as e:
+        list(loader)
+    assert str(e.value) == (
+        "epoch 2: the dataset's pipeline now gives the default (ImageNet's), but the loader normalises with "
+        "mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25], those it was made with: make the loader again for the new "
+        "statistics, or keep them"
+    )
+    # normalize= given: a pipeline of the default beside it is the user's choice, as at the start; one of its own
+    # statistics is not
+    ds.transform = train_pipeline(16)
+    given = create_loader(ds, 4, num_workers=workers, seed=0, device="cpu", normalize=([0.5] * 3, [0.25] * 3))
+    assert len(list(given)) == 3
+    ds.transform = train_pipeline(8)
+    assert len(list(given)) == 3
+    ds.transform = train_pipeline(8, mean=[0.4] * 3, std=[0.2] * 3)
+    with pytest.raises(UsageError) as e:
+        list(given)
+    assert str(e.value).startswith("epoch 2: the dataset's pipeline now gives mean=[0.4, 0.4, 0.4], std=[0.2, 0.2, "
+                                   "0.2], but the loader normalises with mean=[0.5, 0.5, 0.5]")  # fmt: skip
+    # an infinite loader crossing into the next epoch
+    ds.transform = train_pipeline(16)
+    endless = create_loader(ds, 4, num_workers=workers, seed=0, device="cpu", infinite=True)
+    for _ in range(3):
+        next(endless)
+    ds.transform = train_pipeline(16, mean=[0.4] * 3, std=[0.2] * 3)
+    with pytest.raises(UsageError, match=r"^epoch 1: the dataset's pipeline now gives mean=\[0\.4, 0\.4, 0\.4\]"):
+        next(endless)
+    # batches moved as they are (normalize=False) are normalised by the loop: nothing to check
+    raw = create_loader(ds, 4, num_workers=workers, seed=0, device="cpu", normalize=False)
+    assert len(list(raw)) == 3
+    ds.transform = train_pipeline(16, mean=[0.3] * 3, std=[0.2] * 3)
+    assert len(list(raw)) == 3
+
+
 def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: Path):
     # the attack: target_transform=lambda t: t with spawn-started workers: 16 frames of multiprocessing, ending in
     # "AttributeError: Can't pickle local object"
