@@ -871,6 +871,76 @@ def _heap_frozen(starting_workers: bool):
         gc.unfreeze()
 
 
+def _guarded_names(path: str) -> dict[str, int]:
+    """The classes and functions the script at ``path`` defines only inside ``if __name__ == "__main__":``
+    (by name, with the line), which a spawned process importing the script as ``__mp_main__`` never defines."""
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return {}
+
+    def is_guard(node) -> bool:
+        t = node.test if isinstance(node, ast.If) else None
+        if not isinstance(t, ast.Compare) or len(t.ops) != 1 or not isinstance(t.ops[0], ast.Eq):
+            return False
+        sides = [t.left, t.comparators[0]]
+        return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
+            isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
+        )
+
+    def defined(nodes, out: dict, skip_guard: bool) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.setdefault(node.name, node.lineno)
+            elif skip_guard and is_guard(node):
+                defined(node.orelse, out, skip_guard)
+            else:  # the blocks of if, with, for and try at this level define names at this level too
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    defined([n for n in getattr(node, field, None) or () if isinstance(n, ast.AST)], out, skip_guard)
+
+    everywhere: dict[str, int] = {}
+    outside: dict[str, int] = {}
+    defined(tree.body, everywhere, skip_guard=False)
+    defined(tree.body, outside, skip_guard=True)
+    return {name: line for name, line in everywhere.items() if name not in outside}
+
+
+def _check_main_guard(dl: DataLoader, method: str) -> None:
+    """Spawned workers import the training script as ``__mp_main__``, without running its ``if __name__ ==
+    "__main__":`` block: a transform class (or function) defined in that block is not there, and each worker
+    dies unpickling the dataset ("worker exited unexpectedly", the cause on its stderr only). Said before."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if method not in ("spawn", "forkserver") or not path or not path.endswith(".py"):
+        return
+    guarded = _guarded_names(path)
+    if not guarded:
+        return
+    found: list[str] = []
+
+    class Scan(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
+                top = getattr(obj, "__qualname__", "").split(".")[0]
+                if top in guarded and top not in found:
+                    found.append(top)
+            return NotImplemented
+
+    try:
+        Scan(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump((dl.dataset, dl.collate_fn, dl.worker_init_fn))
+    except Exception:  # what cannot pickle is said by the start itself
+        return
+    if found:
+        name, script = found[0], os.path.basename(path)
+        raise UsageError(f"{method}-started workers cannot find {name}: {script} defines it inside "
+                         f"`if __name__ == \"__main__\":` (line {guarded[name]}), a block they skip when they "
+                         f"import {script}; define {name} at the top level of {script} (or in a module of its "
+                         "own)")  # fmt: skip
+
+
 def _start_method(dl: DataLoader) -> str:
     ctx = dl.multiprocessing_context
     if isinstance(ctx, str):
@@ -1039,6 +1109,7 @@ class Loader:
         try:
             starting = dl.num_workers > 0 and getattr(dl, "_iterator", None) is None
             if starting:
+                _check_main_guard(dl, _start_method(dl))
                 self._workers_saw = _transforms_of(self.dataset)
             with (
                 _chosen_workers() if self._tuned else contextlib.nullcontext(),

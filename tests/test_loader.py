@@ -2892,6 +2892,34 @@ def test_a_pipeline_set_between_epochs_with_other_statistics_is_refused_at_the_e
     assert len(list(raw)) == 3
 
 
+def test_a_transform_defined_under_the_main_guard_is_named_before_spawned_workers_die_of_it(class_folder, tmp_path):
+    # the attack: a training script that defines its transform inside `if __name__ == "__main__":`; spawned workers
+    # import the script without running that block, and each died unpickling the dataset: "DataLoader worker (pid
+    # ...) exited unexpectedly", the cause on the workers' stderr only
+    body = """
+from datakit import create_loader, open_dataset
+from datakit.transforms import train_pipeline
+{top}
+if __name__ == "__main__":
+{guarded}
+    ds = open_dataset(r"{root}", transform=train_pipeline(16), target_transform=Keep())
+    print([tuple(x.shape) for x, _ in create_loader(ds, 4, num_workers=1, seed=0, multiprocessing_context="spawn")])
+"""
+    keep = "class Keep:\n    def __call__(self, t):\n        return t\n"
+    indented = "".join("    " + line + "\n" for line in keep.splitlines())
+    script = tmp_path / "训练.py"
+    script.write_text(body.format(top="", guarded=indented, root=class_folder), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == (
+        "datakit.errors.UsageError: spawn-started workers cannot find Keep: 训练.py defines it inside "
+        '`if __name__ == "__main__":` (line 6), a block they skip when they import 训练.py; define Keep at the top '
+        "level of 训练.py (or in a module of its own)"
+    )
+    script.write_text(body.format(top=keep, guarded="    pass", root=class_folder), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stdout) == (0, "[(4, 3, 16, 16), (4, 3, 16, 16), (4, 3, 16, 16)]\n"), proc.stderr
+
+
 def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: Path):
     # the attack: target_transform=lambda t: t with spawn-started workers: 16 frames of multiprocessing, ending in
     # "AttributeError: Can't pickle local object"
