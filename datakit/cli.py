@@ -380,7 +380,8 @@ def cmd_unzip(args: argparse.Namespace) -> int:
                      "extracted": report.extracted, "unchanged": report.unchanged,
                      "problems": report.problems})  # fmt: skip
     elif not args.quiet:
-        done = f"extracted {len(report.extracted)} files to {args.dest}"
+        n = len(report.extracted)
+        done = f"extracted {n} file{'s' if n != 1 else ''} to {args.dest}"
         if report.unchanged:
             done += f" ({len(report.unchanged)} already there and identical)"
         print(f"{done}; names decoded as {report.encoding.encoding}: {report.encoding.reason}")

@@ -103,6 +103,11 @@ def test_unzip_and_unzip_gbk(gbk_zip: Path, tmp_path: Path):
     proc = subprocess.run([str(exe), str(gbk_zip), "-d", str(dest), "-q"], capture_output=True, text=True, env=_env())
     assert proc.returncode == 1 and proc.stdout == "" and "猫/图片_0.png" in proc.stderr
     assert (dest / "猫" / "图片_0.png").read_bytes() == b"mine"
+    (dest / "狗" / "图片_1.png").unlink()  # one file gone: extracted again, the identical ones counted
+    proc = subprocess.run([str(exe), str(gbk_zip), "-d", str(dest)], capture_output=True, text=True, env=_env())
+    assert proc.returncode == 1 and proc.stdout.startswith(
+        f"extracted 1 file to {dest} (2 already there and identical); names decoded as gbk"
+    )
     bad = subprocess.run([str(exe), str(gbk_zip), "--encoding", "klingon"], capture_output=True, text=True, env=_env())
     assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (
         "unzip-gbk: error: argument --encoding: unknown encoding 'klingon': use auto, gbk, big5, cp932, utf-8..."
