@@ -265,11 +265,24 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
         return 0.6 if table else -0.5  # the Greek letters of CP437/CP866 appear only as mojibake in archives
     if script == "latin":
         return next((value for value, letters in _LATIN_TIERS if ch in letters), 0.0)
+    if 0x2160 <= o <= 0x216B or 0x2170 <= o <= 0x2179 or 0x2460 <= o <= 0x2469:
+        return 0.8  # Roman numerals and circled numbers (Ⅰ级, ①): grades, stages and list marks in CJK text
+    if 0x2160 <= o <= 0x217F or 0x2460 <= o <= 0x249B or 0x3220 <= o <= 0x3229:
+        return 0.3  # the other numbered forms (⑴, ⒈, ⑾, ㈠): list marks, seldom a name or a label
+    if 0xFF21 <= o <= 0xFF3A:
+        return 0.5  # full-width capital letters (Ａ类)
+    if 0xFF41 <= o <= 0xFF5A:
+        return 0.1  # full-width small letters: what a GBK numeral (Ⅰ) becomes read as Big5
+    if table and ch in _TEXT_SYMBOLS:
+        return 0.5  # the symbols of CJK text (★, ○, √, ℃) in a table's cells
     if 0xFF01 <= o <= 0xFF5E or 0x3000 <= o <= 0x303F:
         return 0.5  # full-width punctuation and digits in CJK names
     if ch in "№°«»–—’“”•·":
         return 0.2
     return -0.7  # other symbols (±§¤¶¬ⁿ²≈...): mojibake far more often than intent
+
+
+_TEXT_SYMBOLS = frozenset("○●◎◇◆□■△▲▽▼★☆※√×÷℃‰§№→←↑↓")
 
 
 def _word_penalties(text: str) -> tuple[float, int]:
@@ -339,6 +352,8 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     total -= sum(0.8 * len(p) for p in _parts(names) if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p))
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}
+    if table and "cjk" in letters:
+        letters.pop("greek", None)  # α型, β受体: Greek letters as symbols of Chinese text, not another script
     if letters:
         total -= (sum(letters.values()) - max(letters.values())) * 1.0  # one script across all names
     value = total / len(chars)

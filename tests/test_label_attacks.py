@@ -717,6 +717,32 @@ def test_chinese_tables_beside_the_new_rivals_are_still_read():
         assert detect_text_encoding(body.format(*labels).encode(codec)).name == codec
 
 
+def test_grades_and_list_marks_in_a_gbk_table_are_not_read_as_big5(tmp_path: Path):
+    # the attack: GBK tables of Ⅰ级/Ⅱ级/Ⅲ级/正常 (or ①②③, α型) under an English header were read as Big5: the classes
+    # '淏都', 'ｉ撰', ... in another order, and check said nothing
+    from datakit.labels import LabelError, detect_text_encoding
+
+    names = [f"{i}.png" for i in range(8)]
+    root = images(tmp_path / "img", *names)
+    labels = ["Ⅰ级", "Ⅱ级", "Ⅲ级", "正常"] * 2
+    table = tmp_path / "gbk.csv"
+    table.write_bytes(("file,label\n" + "".join(f"{n},{v}\n" for n, v in zip(names, labels))).encode("gbk"))
+    ds = open_dataset(root, labels=table)
+    assert ds.classes == ["Ⅰ级", "Ⅱ级", "Ⅲ级", "正常"] and list(ds.targets) == [0, 1, 2, 3, 0, 1, 2, 3]
+    body = "file,label\r\n" + "".join(f"{i}.jpg,{{}}\r\n" for i in range(4))
+    for codec, cells in (("gbk", ("①", "②", "③", "其他")), ("gbk", ("Ⅰ", "Ⅱ", "Ⅲ", "无")), ("gbk", ("α型", "β型", "α型", "γ型")),
+                         ("gbk", ("Ⅰ型", "Ⅰ型", "Ⅱ型", "Ⅱ型")), ("gbk", ("★", "★★", "★★★", "5℃")),
+                         ("big5", ("Ａ", "Ｂ", "Ｃ", "Ａ")), ("big5", ("Ⅰ", "Ⅱ", "Ⅲ", "Ⅳ")), ("big5", ("Ⅰ級", "Ⅱ級", "正常", "正常"))):  # fmt: skip
+        assert detect_text_encoding(body.format(*cells).encode(codec)).name == codec, cells
+    # symbols alone that read as others' symbols are too close to call: refused, naming both readings
+    with pytest.raises(LabelError) as err:
+        detect_text_encoding(body.format("○", "●", "○", "●").encode("big5"))
+    assert str(err.value) == (
+        "cannot tell the encoding apart: as GBK it reads '〕, 〈'; as Big5 it reads '○, ●'; pass "
+        "encoding='gbk' or encoding='big5' (--encoding) to say which"
+    )
+
+
 def test_a_formula_s_decimal_is_read_as_excel_shows_it(tmp_path: Path):
     # the attack: =1.1+2.2 is saved as 3.3000000000000003, which Excel shows and exports as 3.3; it was a 4th class
     import zipfile
