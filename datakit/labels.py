@@ -1868,6 +1868,13 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             problems.append(((order, head.at + 1), missing))
             continue
         if head.at < 0:
+            wide = next((r for r, row in enumerate(grid[:50]) if sum(not _blank(v) for v in row) > 2), None)
+            if wide is not None:  # which of them is the label is a guess: column B taken, C, D... dropped unsaid
+                shown = ", ".join(repr(_text(v)) for v in grid[wide] if not _blank(v))
+                problems.append(((order, wide + 1), f"{where}, row {wide + 1}: no header row, and {shown} are "
+                                 "more than a file and a label: add a header row naming the columns (file, label, "
+                                 "...)"))  # fmt: skip
+                continue
             notes.append(f"{where}: no header row; column A read as files, column B as labels")
         cells: _CellNotes | None = None
 
@@ -2254,6 +2261,14 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
             named = next(f"{k} column named {v!r}" for k, v in (("split", split_column), ("file", file_column),
                                                                 ("label", label_column)) if v is not None)  # fmt: skip
             raise ColumnNotFound(f"{path}: no header line, so no {named}; its columns are file, label")
+        row = cols.first_row or []
+        if sum(not _blank(v) for v in row) > 2:  # which of them is the label is a guess: the second taken, the rest
+            # dropped unsaid
+            line = int(cols.lines[0]) if len(cols.lines) else 1
+            shown = ", ".join(repr(_text(v)) for v in row if not _blank(v))
+            problems.append(((0, line), f"{path}, line {line}: no header line, and {shown} are more than a file "
+                             "and a label: add a header line naming the columns (file,label,...)"))  # fmt: skip
+            return empty
         notes.append(f"{path}: no header line; the first column read as files, the second as labels")
         return _columns_part(cols, 0, 1, None, "", "", "", path, problems, notes)
     head = _locate_header([header_row], file_column, label_column, split_column, str(path))

@@ -743,6 +743,34 @@ def test_grades_and_list_marks_in_a_gbk_table_are_not_read_as_big5(tmp_path: Pat
     )
 
 
+def test_a_headerless_table_of_more_than_two_columns_is_refused_not_read_from_the_second(tmp_path: Path):
+    # the attack: '0.png,0,dog' lines without a header (the class index beside the name): the second column was taken
+    # as the labels and the third dropped without a word, where the same lines as a .txt list were refused
+    names = [f"{i}.png" for i in range(4)]
+    root = images(tmp_path / "img", *names)
+    rows = [(n, i, "dog" if i % 2 == 0 else "cat") for i, n in enumerate(names)]
+    (tmp_path / "l.csv").write_text("".join(f"{n},{i},{c}\n" for n, i, c in rows))
+    (tmp_path / "l.tsv").write_text("".join(f"{n}\t{i}\t{c}\n" for n, i, c in rows))
+    wb = Workbook()
+    wb.active.title = "train"
+    for r in rows:
+        wb.active.append(list(r))
+    book = tmp_path / "l.xlsx"
+    wb.save(book)
+    for table in ("l.csv", "l.tsv"):
+        with pytest.raises(LabelError) as err:
+            open_dataset(root, labels=tmp_path / table)
+        assert str(err.value) == (f"{tmp_path / table}, line 1: no header line, and '0.png', '0', 'dog' are more than a "
+                                  "file and a label: add a header line naming the columns (file,label,...)")  # fmt: skip
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=book)
+    assert str(err.value) == (f"{book}, sheet 'train', row 1: no header row, and '0.png', '0', 'dog' are more than a "
+                              "file and a label: add a header row naming the columns (file, label, ...)")  # fmt: skip
+    (tmp_path / "two.csv").write_text("".join(f"{n},{c},\n" for n, _, c in rows))  # an empty third: two columns
+    ds = open_dataset(root, labels=tmp_path / "two.csv")
+    assert ds.classes == ["cat", "dog"] and list(ds.targets) == [1, 0, 1, 0]
+
+
 def test_a_formula_s_decimal_is_read_as_excel_shows_it(tmp_path: Path):
     # the attack: =1.1+2.2 is saved as 3.3000000000000003, which Excel shows and exports as 3.3; it was a 4th class
     import zipfile
