@@ -13,6 +13,7 @@ import codecs
 import contextlib
 import contextvars
 import datetime
+import decimal
 import json
 import logging
 import math
@@ -127,6 +128,8 @@ def _text(v: object) -> str:
             v = float(format(v, ".15g"))
         if v.is_integer():
             v = int(v)
+        elif "e" in repr(v):  # 5e-05: Excel shows and writes 0.00005 (its General format has no exponent there)
+            return format(decimal.Decimal(repr(v)), "f")
     return str(v).strip()
 
 

@@ -794,6 +794,19 @@ def test_a_formula_s_decimal_is_read_as_excel_shows_it(tmp_path: Path):
         assert ds.classes == ["1.1", "2.2", "3.3"] and list(ds.targets) == [0, 1, 2, 0, 1, 2]
 
 
+def test_small_decimals_in_a_workbook_are_read_without_an_exponent_as_excel_shows_them(tmp_path: Path):
+    # the attack: 0.00005 and 0.0001 as labels: the workbook gave the classes '0.0001', '5e-05' (in that order), the
+    # CSV Excel writes of it '0.00005', '0.0001'
+    names = ["0.jpg", "1.jpg"]
+    root = images(tmp_path / "img", *names)
+    book = workbook(tmp_path / "labels.xlsx", {"train": [[names[0], 0.00005], [names[1], 0.0001]]})
+    csv = tmp_path / "labels.csv"
+    csv.write_text("file,label\n0.jpg,0.00005\n1.jpg,0.0001\n")
+    for table in (book, csv):
+        ds = open_dataset(root, labels=table)
+        assert ds.classes == ["0.00005", "0.0001"] and list(ds.targets) == [0, 1]
+
+
 def test_a_utf32_table_is_read_and_a_bad_byte_behind_a_bom_is_named(tmp_path: Path):
     root = images(tmp_path / "img", "000.jpg", "001.jpg", "002.jpg")
     body = "file,label\r\n000.jpg,猫\r\n001.jpg,狗\r\n002.jpg,猫\r\n"
