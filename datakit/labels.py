@@ -50,7 +50,8 @@ log = logging.getLogger("datakit")
 
 FILE_COLUMNS = ("file", "filename", "file_name", "filepath", "file_path", "path", "image", "image_path", "image_name",
                 "img", "img_path", "name", "文件名", "文件", "文件路径", "图片", "图片名", "图片名称", "图像", "图像名",
-                "路径", "檔名", "檔案", "檔案名稱", "圖片", "圖片名稱", "路徑")  # fmt: skip
+                "路径", "图片路径", "图像路径", "图片文件", "图片文件名", "文件名称", "檔名", "檔案", "檔案名稱",
+                "圖片", "圖片名稱", "圖片路徑", "路徑")  # fmt: skip
 LABEL_COLUMNS = ("label", "labels", "class", "class_name", "classname", "category", "target", "标签", "类别", "类",
                  "分类", "类别名", "標籤", "類別", "分類")  # fmt: skip
 SPLIT_COLUMNS = ("split", "subset", "set", "划分", "数据集", "劃分", "資料集")
@@ -1826,7 +1827,16 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
         if head is None:
-            labelled = _label_header_cell(grid, label_column) if _norm(sh.name) in _SPLIT_NAMES else None
+            labelled = _label_header_cell(grid, label_column)
+            if labelled is not None and _norm(sh.name) not in _SPLIT_NAMES:
+                if file_column is None and label_column is None:  # a summary (类别 | 数量), or samples under a file
+                    # header not known: which, only the user knows; said, whether the sheet was asked for or not
+                    r, c, text = labelled
+                    notes.append(f"{where}, row {r}: skipped: a label column ({text!r}, column {_column_letter(c)}) "
+                                 "but no file-name column found; if its rows are samples, name its file column as "
+                                 "the other sheets name theirs (or give file_column=, --file-column)")  # fmt: skip
+                    continue
+                labelled = None
             if labelled is not None and (not chosen or (file_column is None and label_column is None)):
                 # a split's sheet with a label column, its files not found: skipped, its labels would be missing from
                 # the class map every split shares (and its rows from the splits read), without a word

@@ -794,6 +794,32 @@ def test_a_formula_s_decimal_is_read_as_excel_shows_it(tmp_path: Path):
         assert ds.classes == ["1.1", "2.2", "3.3"] and list(ds.targets) == [0, 1, 2, 0, 1, 2]
 
 
+def test_a_sheet_of_a_label_column_and_an_unknown_file_header_is_said_whichever_split_is_asked_for(tmp_path, caplog):
+    # the attack: a 'Sheet2' headed 图片地址 | 类别 beside 'train': with split='train' it left the class map without a
+    # word; 图片路径 (image path) was no known file header at all
+    root = images(tmp_path / "img", *[f"{i}.png" for i in range(5)])
+    for header, classes in (("图片路径", ["ant", "cat", "dog", "emu"]), ("图片地址", ["cat", "dog", "emu"])):
+        wb = Workbook()
+        wb.active.title = "train"
+        for row in (["file", "label"], ["0.png", "cat"], ["1.png", "dog"], ["2.png", "emu"]):
+            wb.active.append(row)
+        other = wb.create_sheet("Sheet2")
+        for row in ([header, "类别"], ["3.png", "ant"], ["4.png", "dog"]):
+            other.append(row)
+        book = tmp_path / f"{header}.xlsx"
+        wb.save(book)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="datakit"):
+            ds = open_dataset(root, labels=book, split="train")
+        assert ds.classes == classes and len(ds) == 3
+        said = [r.getMessage() for r in caplog.records if "Sheet2" in r.getMessage()]
+        assert said == ([] if header == "图片路径" else [
+            f"{book}, sheet 'Sheet2', row 1: skipped: a label column ('类别', column B) but no file-name column found; "
+            "if its rows are samples, name its file column as the other sheets name theirs (or give file_column=, "
+            "--file-column)"
+        ])  # fmt: skip
+
+
 def test_small_decimals_in_a_workbook_are_read_without_an_exponent_as_excel_shows_them(tmp_path: Path):
     # the attack: 0.00005 and 0.0001 as labels: the workbook gave the classes '0.0001', '5e-05' (in that order), the
     # CSV Excel writes of it '0.00005', '0.0001'

@@ -796,17 +796,17 @@ def test_columns_named_for_a_list_it_does_not_have_are_a_usage_error(tmp_path: P
     plain = tmp_path / "list.txt"
     plain.write_text("a.jpg cat\nb.jpg dog\n", encoding="utf-8")
     headed = tmp_path / "headed.txt"
-    headed.write_text("图片路径\t类别\na.jpg\tcat\n", encoding="utf-8")
+    headed.write_text("图片地址\t类别\na.jpg\tcat\n", encoding="utf-8")
     for path, kw, want in (
         (plain, {"label_column": "x"}, f"{plain}: no header line, so no label column named 'x'; its lines are 'path label'"),
         (plain, {"split_column": "fold"}, f"{plain}: a list of 'path label' lines has no split column ('fold' named); "
                                           "its split is the file itself"),
-        (headed, {"file_column": "路径"}, f"{headed}, line 1: no file column named '路径' among '图片路径', '类别'"),
+        (headed, {"file_column": "路径"}, f"{headed}, line 1: no file column named '路径' among '图片地址', '类别'"),
     ):  # fmt: skip
         with pytest.raises(ColumnNotFound) as e:
             read_labels(path, **kw)
         assert str(e.value) == want
-    t = read_labels(headed, file_column="图片路径", label_column="类别")  # the columns it has, named: read
+    t = read_labels(headed, file_column="图片地址", label_column="类别")  # the columns it has, named: read
     assert (t.files.tolist(), t.labels.tolist()) == (["a.jpg"], ["cat"])
 
 
@@ -1813,11 +1813,11 @@ def test_a_train_val_leak_is_refused_where_a_split_that_lists_it_is_asked_for(tm
 
 
 def test_a_split_sheet_whose_labels_cannot_be_read_is_refused_whichever_split_is_asked_for(tmp_path: Path):
-    # The attack: sheet 'val' headed 图片路径 | 类别 (a file header not on the list): --split train skipped it without
-    # a word, so 兔 was missing from train's classes; --split val --file-column 图片路径 then dropped the train sheet
+    # The attack: sheet 'val' headed 图片地址 | 类别 (a file header not on the list): --split train skipped it without
+    # a word, so 兔 was missing from train's classes; --split val --file-column 图片地址 then dropped the train sheet
     # (no such column there): 狗 was 0 in train's pack and 1 in val's.
     path = book(tmp_path / "l.xlsx", {"train": [["文件名", "类别"], ["a.png", "狗"], ["b.png", "猫"]],
-                                      "val": [["图片路径", "类别"], ["c.png", "兔"], ["d.png", "狗"]]})  # fmt: skip
+                                      "val": [["图片地址", "类别"], ["c.png", "兔"], ["d.png", "狗"]]})  # fmt: skip
     val = (f"{path}, sheet 'val', row 1: a label column ('类别', column B) but no file-name column found; the class "
            "map every split shares takes this sheet's labels too: name its file column as the other sheets name "
            "theirs")  # fmt: skip
@@ -1826,9 +1826,9 @@ def test_a_split_sheet_whose_labels_cannot_be_read_is_refused_whichever_split_is
             read_labels(path, split=split)
         assert str(e.value) == val
     with pytest.raises(LabelError) as e:
-        read_labels(path, split="val", file_column="图片路径")
+        read_labels(path, split="val", file_column="图片地址")
     assert str(e.value) == (f"{path}, sheet 'train', row 1: a label column ('类别', column B) but no file column named "
-                            "'图片路径'; the class map every split shares takes this sheet's labels too: name its file "
+                            "'图片地址'; the class map every split shares takes this sheet's labels too: name its file "
                             "column as the other sheets name theirs")  # fmt: skip
     # named alike, both splits read, one class map
     path = book(tmp_path / "m.xlsx", {"train": [["文件名", "类别"], ["a.png", "狗"], ["b.png", "猫"]],

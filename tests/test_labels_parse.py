@@ -274,16 +274,16 @@ def test_the_header_row_again_in_a_sheet_is_skipped(tmp_path: Path):
 
 def test_an_unknown_header_of_a_txt_list_is_refused_not_a_sample(tmp_path: Path):
     # The attack: Excel's Unicode text (UTF-16, tabs) saved as .txt with a header of names datakit does not know:
-    # read as a list, its header became a sample '图片路径' of class '类别'.
+    # read as a list, its header became a sample '图片地址' of class '类别'.
     path = tmp_path / "labels.txt"
-    path.write_bytes("图片路径\t类别\r\n0.png\t猫\r\n1.png\t狗\r\n".encode("utf-16"))
+    path.write_bytes("图片地址\t类别\r\n0.png\t猫\r\n1.png\t狗\r\n".encode("utf-16"))
     with pytest.raises(LabelError) as e:
         read_labels(path)
     assert str(e.value).splitlines()[-1].strip() == (
-        f"{path}, line 1: '图片路径', '类别' looks like a header (the lines under it name image files), but names no "
+        f"{path}, line 1: '图片地址', '类别' looks like a header (the lines under it name image files), but names no "
         "known file column; name it with file_column= (--file-column)"
     )
-    t = read_labels(path, file_column="图片路径", label_column="类别")
+    t = read_labels(path, file_column="图片地址", label_column="类别")
     assert t.files.tolist() == ["0.png", "1.png"] and t.labels.tolist() == ["猫", "狗"]
     path.write_text("0.png 猫\n1.png 狗\n", encoding="utf-8")  # a list without a header: its first line a sample
     assert read_labels(path).files.tolist() == ["0.png", "1.png"]
