@@ -597,7 +597,7 @@ def pack_lmdb(
             # --overwrite of a pack: the new one is built beside it and swapped in when complete, so a kill or a
             # full disk at any moment leaves the old pack whole; a part so left is resumed when it is this job's
             target = _part_path(out)
-            shutil.rmtree(_old_path(out), ignore_errors=True)  # an old pack a killed run left to be removed
+            _clear_old(out)  # an old pack a killed run left to be removed
             if (target / SWAPPED_OUT).exists():  # the old pack, put aside by a run killed before removing it
                 shutil.rmtree(target, ignore_errors=True)
             try:
@@ -899,6 +899,19 @@ def _old_path(out: Path) -> Path:
     return out.parent / f".{out.name}.overwrite-old"
 
 
+def _clear_old(out: Path) -> None:
+    """Remove the old pack a run killed after its swap left at :func:`_old_path` (marked ``SWAPPED_OUT``); a
+    folder of that name holding anything else is not this command's to delete: refused, naming it."""
+    old = _old_path(out)
+    if not os.path.lexists(old):
+        return
+    entries = {e.name for e in os.scandir(old)} if old.is_dir() and not old.is_symlink() else None
+    if entries is None or (entries and (SWAPPED_OUT not in entries or not entries <= PACK_FILES)):
+        raise UsageError(f"{old}: exists and is not a pack that pack-lmdb --overwrite put aside (it puts the pack it "
+                         "replaces there until it is removed); not touching it: move it away")  # fmt: skip
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def _swap_in(part: Path, out: Path) -> None:
     """Put the complete pack ``part`` in place of ``out`` in one step (Linux ``renameat2`` with
     ``RENAME_EXCHANGE``: ``out`` is the old pack or the new one at every moment), then remove the
@@ -908,7 +921,13 @@ def _swap_in(part: Path, out: Path) -> None:
     close_pack(out)
     close_pack(part)
     old = _old_path(out)
-    shutil.rmtree(old, ignore_errors=True)
+    _clear_old(out)
+    added = sorted({e.name for e in os.scandir(out)} - PACK_FILES)
+    if added:  # put in OUT while the new pack was built: the old pack's folder is removed below, with them
+        shown = ", ".join(added[:3]) + (", ..." if len(added) > 3 else "")
+        raise UsageError(f"{out}: {shown} put in it while the new pack was built; not replacing it, so as not to "
+                         f"delete them: the new pack is complete in {part}: move them out of {out} and run the same "
+                         "command again to put it in place")  # fmt: skip
     marker = out / SWAPPED_OUT
     marker.touch()
     if _exchange(part, out):

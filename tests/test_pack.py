@@ -570,6 +570,45 @@ def test_no_room_to_create_a_pack_is_a_failed_write_not_a_damaged_pack(class_fol
     assert values(out) == old and not part.exists()  # a part with nothing in it is not left behind
 
 
+def test_overwrite_deletes_nothing_of_the_users_beside_or_in_the_pack(class_folder, tmp_path, monkeypatch):
+    # the attacks: a folder of the user's named .OUT.overwrite-old was deleted by --overwrite (even by one that was then
+    # refused); a file put in OUT while --overwrite built the new pack went with the old pack's folder
+    import datakit.pack as pack_module
+
+    out, part, aside = tmp_path / "p.lmdb", tmp_path / ".p.lmdb.overwrite-part", tmp_path / ".p.lmdb.overwrite-old"
+    pack_lmdb(class_folder, out, workers=1)
+    old = values(out)
+    aside.mkdir()
+    (aside / "thesis.tex").write_text("precious")
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, out, workers=1, overwrite=True, max_size=8)
+    assert str(e.value) == (
+        f"{aside}: exists and is not a pack that pack-lmdb --overwrite put aside (it puts the pack it replaces there "
+        "until it is removed); not touching it: move it away"
+    )
+    assert (aside / "thesis.tex").read_text() == "precious" and values(out) == old
+    shutil.rmtree(aside)
+    fill = pack_module._fill
+
+    def fill_and_meanwhile(*args, **kwargs):
+        (out / "NOTES.txt").write_text("mine")
+        return fill(*args, **kwargs)
+
+    monkeypatch.setattr(pack_module, "_fill", fill_and_meanwhile)
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, out, workers=1, overwrite=True, max_size=8)
+    assert str(e.value) == (
+        f"{out}: NOTES.txt put in it while the new pack was built; not replacing it, so as not to delete them: the "
+        f"new pack is complete in {part}: move them out of {out} and run the same command again to put it in place"
+    )
+    assert (out / "NOTES.txt").read_text() == "mine" and values(out) == old
+    monkeypatch.undo()
+    (out / "NOTES.txt").unlink()
+    report = pack_lmdb(class_folder, out, workers=1, overwrite=True, max_size=8)
+    assert (report.count, report.resumed_from) == (12, 12) and not part.exists() and not aside.exists()
+    assert read_meta(out)["options"]["max_size"] == 8
+
+
 @pytest.mark.parametrize("how", ["exchange", "renames"])
 def test_a_failed_swap_keeps_the_old_pack_and_the_same_command_swaps(class_folder, tmp_path, monkeypatch, how):
     import datakit.pack as pack_module
