@@ -1560,7 +1560,8 @@ class ZipReader:
         if m.file_size >= _RATIO_MIN_SIZE and ratio > self.max_ratio:
             raise ArchiveError(
                 f"{self.path}: member {m.name!r} expands {ratio:.0f}:1 ({m.compress_size} -> {m.file_size} bytes), "
-                f"over the limit of {self.max_ratio:.0f}:1 (zip bomb?; raise max_ratio=)"
+                f"over the limit of {self.max_ratio:.0f}:1 (zip bomb?; if it is none, extract the archive with "
+                f"unzip-gbk --max-ratio and use the folder, or raise max_ratio= in Python)"
             )
 
     def read_index(self, index: int) -> bytes:

@@ -319,6 +319,12 @@ def _shown(name: str) -> str:
     return "".join(ch if ch.isprintable() or "\udc80" <= ch <= "\udcff" else ascii(ch)[1:-1] for ch in name)
 
 
+def _lines(text: object) -> str:
+    """An error's text for the terminal: each of its lines as :func:`_shown` writes one (a name's escape sequences
+    must not set the window title or clear the screen)."""
+    return "\n".join(_shown(line) for line in str(text).split("\n"))
+
+
 def _warn_ambiguous(archive: Path, guess) -> None:
     if guess.mixed_utf8:
         from datakit.archive import mixed_names
@@ -1173,7 +1179,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     try:
         _check_environment()
     except UsageError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {_lines(exc)}", file=sys.stderr)
         return 2
     rank, world = _rank(), _world()
     every_rank = getattr(func, "every_rank", None)
@@ -1213,7 +1219,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         return code
     except DatakitError as exc:  # the type decides the exit code: UsageError 2, data errors 1
         if rank == 0 or exc.exit_code != UsageError.exit_code:  # every rank sees the same usage mistake
-            print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
+            print(f"{prog}: error{tag}: {_lines(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         if _terminated:
@@ -1240,10 +1246,10 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-        print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
+        print(f"{prog}: error{tag}: {_lines(exc)}", file=sys.stderr)
         return 1
     except ValueError as exc:  # a check in a library not yet given a datakit type: data, not usage
-        print(f"{prog}: error{tag}: {exc}", file=sys.stderr)
+        print(f"{prog}: error{tag}: {_lines(exc)}", file=sys.stderr)
         return 1
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG) and exc.filename is None:
@@ -1255,7 +1261,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         if exc.errno not in (errno.ENAMETOOLONG, errno.ELOOP) or exc.filename is None:
             raise
         # a path given that no file system takes (a name over 255 bytes, links in a loop): a usage mistake
-        print(f"{prog}: error{tag}: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(f"{prog}: error{tag}: {_lines(exc.filename)}: {exc.strerror}", file=sys.stderr)
         return 2
     finally:
         if sys.stdout is not stdout:

@@ -48,12 +48,12 @@ codecs.register_error("datakit-windows-replace", lambda exc: _windows_bytes(exc,
 def text_codec(name: str) -> str | None:
     """Python's name of the codec ``name`` when it turns bytes into text (gbk, utf-8, big5, ...); None for an
     unknown name and for codecs that do not (rot13, hex, base64) or that no name or table is written in
-    (undefined, punycode)."""
+    (undefined, punycode; idna, a host name's codec, takes no error handler)."""
     try:
         info = codecs.lookup(name)
     except LookupError:
         return None
-    if not getattr(info, "_is_text_encoding", True) or info.name in ("undefined", "punycode"):
+    if not getattr(info, "_is_text_encoding", True) or info.name in ("undefined", "punycode", "idna"):
         return None
     return info.name
 

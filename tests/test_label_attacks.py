@@ -151,7 +151,7 @@ def test_encoding_is_checked_when_parsed_and_auto_detects(tmp_path: Path, capsys
     root = images(tmp_path / "img", "a.png", "b.png")
     table = tmp_path / "g.csv"
     table.write_bytes("file,label\na.png,猫\nb.png,狗\n".encode("gbk"))
-    for bad in ("nope", "rot13", "hex", "undefined", "punycode"):
+    for bad in ("nope", "rot13", "hex", "undefined", "punycode", "idna"):
         with pytest.raises(SystemExit) as e:
             main(["check", str(root), "--labels", str(table), "--encoding", bad])
         assert e.value.code == 2
@@ -237,6 +237,22 @@ def test_check_lines_stay_one_line_each_whatever_the_names_hold(tmp_path: Path, 
     split.write_text('file,label,split\na.png,cat,"v\x1b]0;x\x07al"\n"ev\nil.png",dog,"va\nl"\n', newline="")
     main(["check", str(root), "--labels", str(split)])
     assert capsys.readouterr().out.splitlines()[0].split() == ["class", "v\\x1b]0;x\\x07al", "va\\nl"]
+
+
+def test_stats_and_pack_errors_escape_what_a_name_holds(tmp_path: Path, capsys):
+    # the attack: an unreadable image named x<ESC>]0;owned<BEL><ESC>[2J.jpg: stats' and pack-lmdb's errors wrote the
+    # escape sequences to the terminal (its title set, the screen cleared), where check escaped them
+    root = images(tmp_path / "esc" / "ok", "0.png").parent
+    (root / "bad").mkdir()
+    bad = root / "bad" / "x\x1b]0;owned\x07\x1b[2J.jpg"
+    bad.write_bytes(b"garbage")
+    shown = f"{root}/bad/x\\x1b]0;owned\\x07\\x1b[2J.jpg: not a recognised image format (starts with b'garbage'"
+    assert main(["stats", str(root), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.startswith(f"datakit stats: error: sample 0: {shown}")
+    assert main(["pack-lmdb", str(root), str(tmp_path / "e.lmdb"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.splitlines()[1].startswith(shown)
 
 
 def test_number_cells_as_file_names_get_a_note(tmp_path: Path, caplog):
