@@ -2794,8 +2794,8 @@ def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, 
     torch.testing.assert_close(y, (y8.float() - 127.5) / 64, rtol=0, atol=1e-5)
     with pytest.raises(UsageError) as e:
         create_loader(torch.utils.data.ConcatDataset([ds, other]), 12, num_workers=0, device="cpu")
-    message = ("the datasets' pipelines give 2 sets of statistics (mean=, std=; the default counts as ImageNet's); "
-               "one loader normalises every batch with one: give the same to each")  # fmt: skip
+    message = ("the datasets' pipelines give 2 sets of statistics (mean=, std=; the default counts as ImageNet's, in "
+               "each dataset's channel order); one loader normalises every batch with one: give the same to each")  # fmt: skip
     assert str(e.value) == message
     # the regression round: a pipeline of the default statistics beside one of its own was not refused (the default
     # half normalised with the other's); the same statistics on the 0-255 scale were called different; a float step
@@ -2843,6 +2843,50 @@ def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, 
     mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
     std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
     torch.testing.assert_close(z, (z8.float() / 255 - mean) / std, rtol=0, atol=1e-5)
+
+
+def test_statistics_are_compared_in_the_channel_order_they_are_applied_in(class_folder: Path):
+    # the attack: on a mode="bgr" dataset the default (ImageNet's RGB numbers) is reversed and numbers written out are
+    # applied as given, yet the two were called the same: a ConcatDataset of both, normalize='imagenet' beside the
+    # written-out numbers and a swap between them between epochs all normalised one part 0.38 off, without a word
+    from datakit import open_dataset
+    from datakit.transforms import eval_pipeline
+
+    im, is_ = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    bgr = lambda **kw: open_dataset(class_folder, mode="bgr", transform=eval_pipeline(16, **kw))  # noqa: E731
+    message = ("the datasets' pipelines give 2 sets of statistics (mean=, std=; the default counts as ImageNet's, in "
+               "each dataset's channel order); one loader normalises every batch with one: give the same to each")  # fmt: skip
+    for parts in ([bgr(), bgr(mean=im, std=is_)], [bgr(), open_dataset(class_folder, transform=eval_pipeline(16))]):
+        with pytest.raises(UsageError) as e:
+            create_loader(torch.utils.data.ConcatDataset(parts), 4, num_workers=0, train=False, device="cpu")
+        assert str(e.value) == message
+    # without device= nothing is normalised: the mixed orders are the loop's to normalise
+    both = torch.utils.data.ConcatDataset([bgr(), open_dataset(class_folder, transform=eval_pipeline(16))])
+    assert len(list(create_loader(both, 12, num_workers=0, train=False))) == 2
+    with pytest.raises(UsageError) as e:
+        create_loader(bgr(mean=im, std=is_), 4, num_workers=0, train=False, device="cpu", normalize="imagenet")
+    assert str(e.value) == ("the pipeline's mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225] and create_loader's "
+                            "normalize='imagenet' differ; give the statistics in one place")  # fmt: skip
+    reversed_ = bgr(mean=im[::-1], std=is_[::-1])  # ImageNet's in the BGR order: what 'imagenet' applies there
+    a, _ = next(iter(create_loader(reversed_, 12, num_workers=0, train=False, device="cpu", normalize="imagenet")))
+    b, _ = next(iter(create_loader(bgr(), 12, num_workers=0, train=False, device="cpu")))
+    assert torch.equal(a, b)
+    ds = bgr()
+    loader = create_loader(ds, 4, num_workers=0, train=False, device="cpu")
+    assert len(list(loader)) == 3
+    ds.transform = eval_pipeline(16, mean=im, std=is_)
+    with pytest.raises(UsageError) as e:
+        list(loader)
+    assert str(e.value) == (
+        "epoch 1: the dataset's pipeline now gives mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225], but the "
+        "loader normalises with mean=[0.406, 0.456, 0.485], std=[0.225, 0.224, 0.229], those it was made with: make "
+        "the loader again for the new statistics, or keep them"
+    )
+    # the two lines `datakit stats` prints for one set of statistics (4 decimals on 0-1, 3 on 0-255) are one set
+    m01, s01 = [0.4989, 0.5014, 0.4985], [0.2247, 0.2263, 0.2228]
+    m255, s255 = [127.216, 127.869, 127.106], [57.307, 57.718, 56.809]
+    rgb = open_dataset(class_folder, transform=eval_pipeline(16, mean=m01, std=s01))
+    assert len(list(create_loader(rgb, 4, num_workers=0, train=False, device="cpu", normalize=(m255, s255)))) == 3
 
 
 @pytest.mark.parametrize("workers", [0, 2])
