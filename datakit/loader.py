@@ -1959,9 +1959,20 @@ def create_loader(
     if "batch_sampler" in dataloader_kwargs:
         raise ValueError("create_loader makes the batches itself (order, sharding, resuming): give sampler= and "
                          "batch_size instead of batch_sampler=")  # fmt: skip
-    if not (isinstance(train, (bool, np.bool_)) or (isinstance(train, int) and train in (0, 1))):  # 'no' is true
-        raise UsageError(f"train must be True or False, got {train!r}")
-    train = bool(train)
+    flags = {"train": train, "infinite": infinite, "autotune": autotune, "drop_last": drop_last,
+             **{k: dataloader_kwargs[k] for k in ("shuffle", "in_order", "pin_memory", "persistent_workers")
+                if k in dataloader_kwargs}}  # fmt: skip
+    for name, value in flags.items():  # a string is true: shuffle='no' shuffled, infinite='no' never ended
+        if value is None and name in ("autotune", "drop_last"):
+            continue
+        if not (isinstance(value, (bool, np.bool_)) or (isinstance(value, int) and value in (0, 1))):
+            either = "True, False or None" if name in ("autotune", "drop_last") else "True or False"
+            raise UsageError(f"{name} must be {either}, got {value!r}")
+    train, infinite = bool(train), bool(infinite)
+    for name in ("collate_fn", "worker_init_fn"):
+        value = collate_fn if name == "collate_fn" else dataloader_kwargs.get(name)
+        if value is not None and not callable(value):
+            raise UsageError(f"{name} must be a function (or None), got {value!r}")
     if seed is not None and dataloader_kwargs.get("generator") is not None:
         raise UsageError("give seed= or generator=, not both: with seed= the order and every sample's random draws "
                          "come from the seed, and the generator would change nothing")  # fmt: skip

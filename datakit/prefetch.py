@@ -332,11 +332,14 @@ def check_images(batch, explicit: bool) -> None:
 
 
 def _checked(source, explicit: bool):
-    first = True
+    """``source`` with the first batch of each epoch checked (:func:`check_images`): a finite loader's pass is one
+    epoch; an infinite one's batches carry the epoch they belong to (a transform set between epochs is checked)."""
+    seen = object()
     for item in source:
-        if first:
+        epoch = item[0]["state"].get("epoch") if item[0] else None
+        if epoch != seen:
             check_images(item[1], explicit)
-            first = False
+            seen = epoch
         yield item
 
 

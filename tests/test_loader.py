@@ -2845,6 +2845,30 @@ def test_the_pipelines_own_statistics_normalise_the_batches(class_folder: Path, 
     torch.testing.assert_close(z, (z8.float() / 255 - mean) / std, rtol=0, atol=1e-5)
 
 
+def test_flags_given_as_words_and_functions_that_are_none_are_refused_by_name():
+    # the attack: shuffle="no" shuffled, infinite="no" gave a loader a for loop never ends (a string is true), and
+    # collate_fn=5 failed at the first batch with "'int' object is not callable" from inside the loader
+    data = [(torch.zeros(3, 4, 4, dtype=torch.uint8), 0)] * 8
+    said = {}
+    for kw in ({"shuffle": "no"}, {"infinite": "no"}, {"autotune": "yes"}, {"in_order": "no"}, {"drop_last": "false"},
+               {"collate_fn": 5}, {"worker_init_fn": 5}):  # fmt: skip
+        with pytest.raises(UsageError) as e:
+            create_loader(data, 4, num_workers=0, **kw)
+        said.update({next(iter(kw)): str(e.value)})
+    assert said == {
+        "shuffle": "shuffle must be True or False, got 'no'",
+        "infinite": "infinite must be True or False, got 'no'",
+        "autotune": "autotune must be True, False or None, got 'yes'",
+        "in_order": "in_order must be True or False, got 'no'",
+        "drop_last": "drop_last must be True, False or None, got 'false'",
+        "collate_fn": "collate_fn must be a function (or None), got 5",
+        "worker_init_fn": "worker_init_fn must be a function (or None), got 5",
+    }
+    assert [
+        len(create_loader(data, 4, num_workers=0, **kw)) for kw in ({"shuffle": 0}, {"infinite": np.bool_(False)})
+    ] == [2, 2]
+
+
 def test_statistics_are_compared_in_the_channel_order_they_are_applied_in(class_folder: Path):
     # the attack: on a mode="bgr" dataset the default (ImageNet's RGB numbers) is reversed and numbers written out are
     # applied as given, yet the two were called the same: a ConcatDataset of both, normalize='imagenet' beside the

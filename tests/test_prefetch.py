@@ -416,6 +416,25 @@ class _Images(torch.utils.data.Dataset):
         return self.make(i), i
 
 
+@pytest.mark.parametrize("make", ["float", "flat"])
+def test_an_infinite_loader_checks_the_images_of_every_epoch_not_only_the_first(make):
+    # the attack: an infinite loader whose images turned float (or lost their channel dimension) after its first
+    # epoch: the check ran on the run's first batch alone, and the later epochs reached the model unnormalised
+    ds = _Images(lambda i: torch.full((3, 4, 4), 7, dtype=torch.uint8))
+    loader = create_loader(ds, 2, num_workers=0, train=False, device="cpu", normalize="cifar10", infinite=True)
+    assert [tuple(next(loader)[0].shape) for _ in range(2)] == [(2, 3, 4, 4)] * 2
+    ds.make = (
+        (lambda i: torch.full((3, 4, 4), 0.5)) if make == "float" else (lambda i: torch.zeros(4, 4, dtype=torch.uint8))
+    )
+    with pytest.raises(UsageError) as e:
+        next(loader)
+    assert str(e.value).startswith(
+        "the images are float32 already"
+        if make == "float"
+        else "a batch of uint8 images of shape (2, 4, 4) has no channel"
+    )
+
+
 def test_normalize_never_passes_images_it_cannot_apply_to_without_a_word():
     # The attack: float images (ToTensor in the transform) with normalize="cifar10", and grayscale
     # H x W uint8 images: both reached the model unnormalised, silently.
