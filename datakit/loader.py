@@ -1200,7 +1200,12 @@ class Loader:
             self._told_epoch = epoch
         if skip and not isinstance(sampler, EpochSampler):
             raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
-        self._check_statistics(epoch)
+        try:
+            self._check_statistics(epoch)
+        except UsageError:
+            if self.epoch == epoch + 1:  # refused before its first batch: the next pass serves this epoch again
+                self.epoch = epoch
+            raise
         self._restart_if_changed(epoch)
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter

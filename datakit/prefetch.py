@@ -16,6 +16,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from datakit.transforms import on_255_scale
@@ -176,6 +177,11 @@ def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
         return list(PRESETS[normalize]["mean"]), list(PRESETS[normalize]["std"])
     if isinstance(normalize, dict) and {"mean", "std"} <= normalize.keys():  # a PRESETS entry, JSON of stats
         mean, std = normalize["mean"], normalize["std"]
+    elif isinstance(normalize, (np.ndarray, torch.Tensor)):  # one 2 x C array: its rows (its .mean is a method)
+        if normalize.ndim != 2 or normalize.shape[0] != 2:
+            raise UsageError(f"normalize as one array must be 2 x C (the mean's row, then the std's), got shape "
+                             f"{tuple(normalize.shape)}")  # fmt: skip
+        mean, std = normalize[0].tolist(), normalize[1].tolist()
     elif hasattr(normalize, "mean") and hasattr(normalize, "std"):
         mean, std = normalize.mean, normalize.std
     else:

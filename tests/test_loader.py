@@ -2933,6 +2933,8 @@ def test_a_pipeline_set_between_epochs_with_other_statistics_is_refused_at_the_e
         "mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25], those it was made with: make the loader again for the new "
         "statistics, or keep them"
     )
+    ds.transform = train_pipeline(8, mean=[0.5] * 3, std=[0.25] * 3)  # kept: the refused epoch is served, not skipped
+    assert loader.epoch == 2 and len(list(loader)) == 3 and loader.epoch == 3
     # normalize= given: a pipeline of the default beside it is the user's choice, as at the start; one of its own
     # statistics is not
     ds.transform = train_pipeline(16)

@@ -497,6 +497,16 @@ def test_normalize_takes_a_preset_dict_and_names_itself_when_malformed():
         resolve_normalize((0.5, 0.5))
     assert str(e.value) == ("normalize must be True, a preset name, (mean, std) with one value per channel in each, "
                             "or Stats; got (0.5, 0.5)")  # fmt: skip
+    # (mean, std) as one 2 x 3 array or tensor: its rows (an array's .mean method took it for Stats, said in 3 lines)
+    pair = [[0.5, 0.4, 0.3], [0.2, 0.25, 0.5]]
+    assert (
+        resolve_normalize(np.array(pair))
+        == resolve_normalize(torch.tensor(pair, dtype=torch.float64))
+        == (pair[0], pair[1])
+    )
+    with pytest.raises(UsageError) as e:
+        resolve_normalize(np.zeros((3, 3)))
+    assert str(e.value) == "normalize as one array must be 2 x C (the mean's row, then the std's), got shape (3, 3)"
 
 
 @pytest.mark.parametrize("channels", [1, 4])
