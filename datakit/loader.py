@@ -2273,19 +2273,37 @@ def _stats_order(normalize) -> str | None:
     return order if order in ("RGB", "BGR") else None
 
 
-def _pipeline_stats(dataset) -> list[tuple[str, tuple]]:
-    """What the uint8 pipelines of ``dataset`` (through Subset and ConcatDataset) say of the statistics to
-    normalise their batches with, each once: ``("given", (mean, std))`` given to ``train_pipeline(mean=, std=)``
-    (in the images' channel order, as they are applied), or ``("default", (mean, std))``: ImageNet's, reversed for a
-    ``mode="bgr"`` dataset; empty for none (``normalize=True``, other transforms)."""
+def _pipeline_stats(dataset, depth: int = 0, order_known: bool = True) -> list[tuple[str, tuple]]:
+    """What the uint8 pipelines of ``dataset`` (through Subset, ConcatDataset, a dataset of the caller's that holds
+    one, and a Compose around the pipeline) say of the statistics to normalise their batches with, each once:
+    ``("given", (mean, std))`` given to ``train_pipeline(mean=, std=)`` (in the images' channel order, as they are
+    applied), or ``("default", (mean, std))``: ImageNet's, reversed for a ``mode="bgr"`` dataset; empty for none
+    (``normalize=True``, other transforms). Inside a dataset of the caller's the channel order is not known (it may
+    turn them), as for the loader's normalisation: the default is ImageNet's as written."""
+    if depth > 4:
+        return []
+    inner = None
     if isinstance(dataset, torch.utils.data.Subset):
-        return _pipeline_stats(dataset.dataset)
-    if isinstance(dataset, torch.utils.data.ConcatDataset):
-        found = [s for d in dataset.datasets for s in _pipeline_stats(d)]
-        return [s for k, s in enumerate(found) if not any(_same_stats(s[1], t[1]) for t in found[:k])]
+        inner = [dataset.dataset]
+    elif isinstance(dataset, torch.utils.data.ConcatDataset):
+        inner = list(dataset.datasets)
+    from datakit.sources import ImageDataset
     from datakit.transforms import IMAGENET_MEAN, IMAGENET_STD, EvalPipeline, TrainPipeline
 
     pipe = getattr(dataset, "transform", None)
+    for _ in range(4):  # Compose([train_pipeline(...)]): the pipeline inside, when it is the one there
+        steps = [t for t in getattr(pipe, "transforms", ()) if isinstance(t, (TrainPipeline, EvalPipeline))]
+        if isinstance(pipe, (TrainPipeline, EvalPipeline)) or len(steps) != 1:
+            break
+        pipe = steps[0]
+    if inner is None and not isinstance(pipe, (TrainPipeline, EvalPipeline)) and not isinstance(dataset, ImageDataset):
+        # a dataset of the caller's around one of datakit's (a relabelling wrapper): the datasets it holds
+        inner = [v for v in vars(dataset).values() if isinstance(v, torch.utils.data.Dataset)] if hasattr(
+            dataset, "__dict__") else []  # fmt: skip
+        order_known = False
+    if inner is not None:
+        found = [s for d in inner for s in _pipeline_stats(d, depth + 1, order_known)]
+        return [s for k, s in enumerate(found) if not any(_same_stats(s[1], t[1]) for t in found[:k])]
     if not isinstance(pipe, (TrainPipeline, EvalPipeline)) or pipe.norm is not None:
         return []
     stats = getattr(pipe, "batch_stats", None)
@@ -2298,7 +2316,7 @@ def _pipeline_stats(dataset) -> list[tuple[str, tuple]]:
     if stats is not None:
         return [("given", (list(stats[0]), list(stats[1])))]
     mean, std = list(IMAGENET_MEAN), list(IMAGENET_STD)
-    if _channel_order(dataset) == "BGR":
+    if order_known and _channel_order(dataset) == "BGR":
         mean, std = mean[::-1], std[::-1]
     return [("default", (mean, std))]
 

@@ -2869,6 +2869,43 @@ def test_flags_given_as_words_and_functions_that_are_none_are_refused_by_name():
     ] == [2, 2]
 
 
+class _Relabel(torch.utils.data.Dataset):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        x, y = self.inner[i]
+        return x, y % 2
+
+
+def test_the_pipelines_statistics_are_found_inside_a_dataset_of_the_callers_and_a_compose(class_folder: Path):
+    # the attack: train_pipeline(mean=, std=) inside a relabelling Dataset of the caller's, or inside v2.Compose([...]):
+    # the batches were normalised with ImageNet's statistics, without a word
+    from torchvision.transforms import v2
+
+    from datakit import open_dataset
+    from datakit.transforms import eval_pipeline
+
+    m, s = [0.3, 0.4, 0.5], [0.2, 0.25, 0.3]
+    raw, _ = next(iter(create_loader(open_dataset(class_folder, transform=eval_pipeline(16, mean=m, std=s)), 12,
+                                     num_workers=0, train=False)))  # fmt: skip
+    want = v2.Normalize(m, s)(raw.float() / 255)
+    for ds in (_Relabel(open_dataset(class_folder, transform=eval_pipeline(16, mean=m, std=s))),
+               open_dataset(class_folder, transform=v2.Compose([eval_pipeline(16, mean=m, std=s)]))):  # fmt: skip
+        got, _ = next(iter(create_loader(ds, 12, num_workers=0, train=False, device="cpu")))
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    wrapped = _Relabel(open_dataset(class_folder, transform=eval_pipeline(16, mean=m, std=s)))
+    with pytest.raises(UsageError, match=r"^the pipeline's mean=\[0\.3, 0\.4, 0\.5\], std=\[0\.2, 0\.25, 0\.3\] and "):
+        create_loader(wrapped, 12, num_workers=0, train=False, device="cpu", normalize="imagenet")
+    # a mode="bgr" dataset inside the caller's: its channel order is not known there (the wrapper may turn them), so
+    # the default is ImageNet's as written, as the loader applies it, not refused at the epoch's start
+    bgr = _Relabel(open_dataset(class_folder, mode="bgr", transform=eval_pipeline(16)))
+    assert len(list(create_loader(bgr, 4, num_workers=0, train=False, device="cpu"))) == 3
+
+
 def test_statistics_are_compared_in_the_channel_order_they_are_applied_in(class_folder: Path):
     # the attack: on a mode="bgr" dataset the default (ImageNet's RGB numbers) is reversed and numbers written out are
     # applied as given, yet the two were called the same: a ConcatDataset of both, normalize='imagenet' beside the
