@@ -180,7 +180,7 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     if given is not None:
         check_header(given, class_map.classes)
         mine = as_given(class_map.classes, given) if table.kind == "int" else class_map.classes
-        unknown = unknown_classes(mine, given, str(table.path), "classes=, --classes")
+        unknown = unknown_classes(mine, given, str(table.path), "classes=, --classes", table)
         if unknown:
             report.problems.append(unknown)
             given = None
@@ -256,9 +256,11 @@ def check_dataset(
                 # a split kept in a file of its own (--classes: the training split's): the images of the other
                 # splits' files share the folder (PaddleClas' train_list.txt / val_list.txt), expected there; a
                 # table with a split column names every split's files, so an image it does not name is a problem
+                n = len(unlisted)
                 note = (
-                    f"{len(unlisted)} images {'inside' if table_ds.zip is not None else 'under'} {table_ds.root} "
-                    f"are not in {table_ds.table.path} (the other splits' files, with --classes?); not checked"
+                    f"{n} image{'s' * (n != 1)} {'inside' if table_ds.zip is not None else 'under'} {table_ds.root} "
+                    f"{'are' if n != 1 else 'is'} not in {table_ds.table.path} (the other splits' files, with "
+                    "--classes?); not checked"
                 )
                 report.notes.append(note)
                 log.warning("note: %s", note)

@@ -411,6 +411,17 @@ class LabelTable:
     def __fspath__(self) -> str:
         return os.fspath(self.path)
 
+    def where_label(self, label: str) -> str | None:
+        """Where the first row labelled ``label`` is (:meth:`where`); an integer label by its value (``'03'`` is 3).
+        None when no row is."""
+        values = [str(v) for v in self.labels.values]
+        if self.kind == "int" and _is_int_text(label):
+            want = {k for k, v in enumerate(values) if _is_int_text(v) and _int_of(v) == _int_of(label)}
+        else:
+            want = {k for k, v in enumerate(values) if v == label}
+        rows = np.flatnonzero(np.isin(self.labels.codes, list(want))) if want else []
+        return self.where(int(rows[0])) if len(rows) else None
+
     def where(self, i: int) -> str:
         """``"labels.xlsx, sheet 'train', row 7"`` (or ``"labels.csv, line 7"``) for row ``i``."""
         return self._where(self.sheets[i], int(self.rows[i]))

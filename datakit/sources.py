@@ -211,7 +211,7 @@ class ImageDataset:
         index = {c: i for i, c in enumerate(given)}
         table = getattr(self, "table", None)
         mine = as_given(self.classes, given) if table is not None and table.kind == "int" else self.classes
-        unknown = unknown_classes(mine, given, where or type(self).__name__, "classes=")
+        unknown = unknown_classes(mine, given, where or type(self).__name__, "classes=", table)
         if unknown:
             raise LabelError(unknown)
         to = np.asarray([index[c] for c in mine] + [-1], dtype=np.int64)
@@ -1282,12 +1282,16 @@ def as_given(classes: Sequence[str], given: Sequence[str]) -> list[str]:
     return [by_int.get(_int_of(c), c) if c not in given and _is_int_text(c) else c for c in classes]
 
 
-def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, option: str) -> str | None:
-    """The line for ``classes`` not among ``given`` (``classes=``), naming up to five; None when all are."""
+def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, option: str,
+                    table=None) -> str | None:  # fmt: skip
+    """The line for ``classes`` not among ``given`` (``classes=``), naming up to five; None when all are. With the
+    label ``table`` they came from, ``where`` is the first row of the first one."""
     known = set(given)
     unknown = [c for c in classes if c not in known]
     if not unknown:
         return None
+    if table is not None and hasattr(table, "where_label"):
+        where = table.where_label(unknown[0]) or where
     shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
     line = f"{where}: class{'es' * (len(unknown) > 1)} {shown} not among the {len(given)} classes given ({option})"
     nfc = {unicodedata.normalize("NFC", g): g for g in given}

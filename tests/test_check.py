@@ -408,7 +408,7 @@ def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: 
     (tmp_path / "classes.txt").write_text("0\n1\n2\n3\n4\n5\n", encoding="utf-8")
     assert main([*val, "--classes", str(tmp_path / "classes.txt")]) == 1
     assert capsys.readouterr().err.splitlines()[0] == (
-        f"{tmp_path / 'val.txt'}: classes '6', '7' not among the 6 classes given (classes=, --classes)"
+        f"{tmp_path / 'val.txt'}, line 3: classes '6', '7' not among the 6 classes given (classes=, --classes)"
     )
     assert main([*val, "--classes", str(tmp_path / "classes.txt"), "--remap-labels"]) == 2
     assert capsys.readouterr().err == (

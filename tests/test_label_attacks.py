@@ -338,7 +338,7 @@ def test_a_class_given_in_another_unicode_form_is_said_so(tmp_path: Path):
     (tmp_path / "v.csv").write_text("file,label\na.png,café\nb.png,cafz\n", encoding="utf-8")
     with pytest.raises(LabelError) as e:
         open_dataset(img, labels=tmp_path / "v.csv", classes=open_dataset(train))
-    assert str(e.value) == (f"{tmp_path / 'v.csv'}: class 'café' not among the 2 classes given (classes=); 'café' "
+    assert str(e.value) == (f"{tmp_path / 'v.csv'}, line 2: class 'café' not among the 2 classes given (classes=); 'café' "
                             f"(NFC: 'caf\\xe9') is {nfd!r} of the classes given in another Unicode form (NFD: "
                             "'cafe\\u0301'): write both one way")  # fmt: skip
 
