@@ -773,6 +773,12 @@ def unzip(
                 try:
                     if m.folder_and_link:
                         raise _Refused(_FOLDER_AND_LINK)
+                    if m.is_dir and m.file_size > 0 and m.name.replace("\\", "/").endswith("/"):
+                        # named as a folder, holding bytes: a file renamed by hand or a crafted archive; which one
+                        # it is meant to be is a guess
+                        report.problems.append(f"{label}: named as a folder but holds {m.file_size} bytes; not "
+                                               "extracted")  # fmt: skip
+                        continue
                     if m.is_dir:
                         tree.folder(parts)
                         dirs.append((parts, m))

@@ -274,7 +274,8 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
     if 0xFF41 <= o <= 0xFF5A:
         return 0.1  # full-width small letters: what a GBK numeral (Ⅰ) becomes read as Big5
     if table and ch in _TEXT_SYMBOLS:
-        return 0.5  # the symbols of CJK text (★, ○, √, ℃) in a table's cells
+        return 0.3  # the symbols of CJK text (★, ○, √, ℃) in a table's cells: less than its brackets, which Big5
+        # reads as such symbols (【猫】 is ▽癡▼)
     if 0xFF01 <= o <= 0xFF5E or 0x3000 <= o <= 0x303F:
         return 0.5  # full-width punctuation and digits in CJK names
     if ch in "№°«»–—’“”•·":
@@ -282,7 +283,11 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
     return -0.7  # other symbols (±§¤¶¬ⁿ²≈...): mojibake far more often than intent
 
 
-_TEXT_SYMBOLS = frozenset("○●◎◇◆□■△▲▽▼★☆※√×÷℃‰§№→←↑↓")
+_TEXT_SYMBOLS = frozenset("○●◎◇◆□■△▲▽▼★☆√×÷℃‰№→←↑↓")  # not ※ nor §: GBK's “ and ” read as Big5
+# a cell wrapped in CJK brackets or quotes (【猫】, 《书名》, “好”): a pair, which a wrong reading seldom makes
+_PAIRS = {"【": "】", "《": "》", "「": "」", "『": "』", "“": "”", "‘": "’", "〔": "〕", "〈": "〉", "〖": "〗",
+          "（": "）", "［": "］", "｛": "｝"}  # fmt: skip
+_BRACKETS = frozenset(_PAIRS) | frozenset(_PAIRS.values())
 
 
 def _word_penalties(text: str) -> tuple[float, int]:
@@ -348,6 +353,12 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     if not chars:
         return 1.0
     total = sum(_char_score(c, enc, table) for c in chars)
+    if table and enc in ("gbk", "gb18030", "big5", "utf-8"):  # not for the rivals: CP949 has the same brackets
+        for n in names:
+            if len(n) > 2 and _PAIRS.get(n[0]) == n[-1]:  # a bracket pair counts as two common characters
+                total += 2.0 - _char_score(n[0], enc, table) - _char_score(n[-1], enc, table)
+            elif n and all(c in _BRACKETS for c in n):  # brackets alone (〕, 」」): another encoding's symbols
+                total -= sum(0.5 + _char_score(c, enc, table) for c in n)
     total -= sum(_word_penalties(n)[0] + 1.5 * _cjk_in_latin(n) for n in names)
     total -= sum(0.8 * len(p) for p in _parts(names) if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p))
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)

@@ -916,8 +916,10 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
     path = getattr(main, "__file__", None)
     if method not in ("spawn", "forkserver") or not path or not path.endswith(".py"):
         return
-    guarded = _guarded_names(path)
-    if not guarded:
+    # `python -m pkg` runs pkg/__main__.py, which spawned processes do not import at all
+    package_main = os.path.basename(path) == "__main__.py"
+    guarded = {} if package_main else _guarded_names(path)
+    if not guarded and not package_main:
         return
     found: list[str] = []
 
@@ -925,7 +927,7 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
         def reducer_override(self, obj):
             if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
                 top = getattr(obj, "__qualname__", "").split(".")[0]
-                if top in guarded and top not in found:
+                if (package_main or top in guarded) and top not in found:
                     found.append(top)
             return NotImplemented
 
@@ -933,6 +935,11 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
         Scan(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump((dl.dataset, dl.collate_fn, dl.worker_init_fn))
     except Exception:  # what cannot pickle is said by the start itself
         return
+    if found and package_main:
+        package = os.path.basename(os.path.dirname(path))
+        raise UsageError(f"{method}-started workers cannot find {found[0]}: {package}/__main__.py defines it, and "
+                         f"spawned processes do not import a package's __main__.py (python -m {package}); define "
+                         f"{found[0]} in another module of {package} and import it from there")  # fmt: skip
     if found:
         name, script = found[0], os.path.basename(path)
         raise UsageError(f"{method}-started workers cannot find {name}: {script} defines it inside "
@@ -1288,7 +1295,7 @@ class Loader:
             if kind == "default" and not from_pipeline:
                 continue  # normalize= given beside a pipeline of the default: those given apply, as at the start
             if not _same_stats(stats, applied):
-                now = "the default (ImageNet's)" if kind == "default" else f"mean={stats[0]}, std={stats[1]}"
+                now = f"mean={stats[0]}, std={stats[1]}" + (" (the default, ImageNet's)" if kind == "default" else "")
                 raise UsageError(f"epoch {epoch}: the dataset's pipeline now gives {now}, but the loader normalises "
                                  f"with mean={applied[0]}, std={applied[1]}, those it was made with: make the loader "
                                  "again for the new statistics, or keep them")  # fmt: skip
@@ -1968,10 +1975,10 @@ def create_loader(
              **{k: dataloader_kwargs[k] for k in ("shuffle", "in_order", "pin_memory", "persistent_workers")
                 if k in dataloader_kwargs}}  # fmt: skip
     for name, value in flags.items():  # a string is true: shuffle='no' shuffled, infinite='no' never ended
-        if value is None and name in ("autotune", "drop_last"):
+        if value is None and name not in ("train", "infinite"):  # DataLoader's own default (shuffle=None: none)
             continue
-        if not (isinstance(value, (bool, np.bool_)) or (isinstance(value, int) and value in (0, 1))):
-            either = "True, False or None" if name in ("autotune", "drop_last") else "True or False"
+        if not (isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1))):
+            either = "True or False" if name in ("train", "infinite") else "True, False or None"
             raise UsageError(f"{name} must be {either}, got {value!r}")
     train, infinite = bool(train), bool(infinite)
     for name in ("collate_fn", "worker_init_fn"):
@@ -2258,10 +2265,22 @@ def _channel_order(dataset) -> str | None:
     if isinstance(dataset, ImageDataset):
         from datakit.transforms import EvalPipeline, TrainPipeline
 
-        if dataset.transform is not None and not isinstance(dataset.transform, (TrainPipeline, EvalPipeline)):
+        pipe = _only_pipeline(dataset.transform)
+        if pipe is not None and not isinstance(pipe, (TrainPipeline, EvalPipeline)):
             return None  # a transform of the caller's may reorder the channels (BGRToRGB, cv2.cvtColor)
         return {"rgb": "RGB", "bgr": "BGR", "unchanged": "BGR", "gray": "L"}.get(dataset.mode)  # unchanged: BGR(A)
     return None
+
+
+def _only_pipeline(transform):
+    """``transform``, or the datakit pipeline a Compose (in Composes) holds as its only step: it does what the
+    pipeline does."""
+    for _ in range(4):
+        steps = getattr(transform, "transforms", None)
+        if type(transform).__name__ != "Compose" or not isinstance(steps, (list, tuple)) or len(steps) != 1:
+            break
+        transform = steps[0]
+    return transform
 
 
 def _stats_order(normalize) -> str | None:
@@ -2290,16 +2309,18 @@ def _pipeline_stats(dataset, depth: int = 0, order_known: bool = True) -> list[t
     from datakit.sources import ImageDataset
     from datakit.transforms import IMAGENET_MEAN, IMAGENET_STD, EvalPipeline, TrainPipeline
 
-    pipe = getattr(dataset, "transform", None)
-    for _ in range(4):  # Compose([train_pipeline(...)]): the pipeline inside, when it is the one there
+    pipe = _only_pipeline(getattr(dataset, "transform", None))
+    for _ in range(4):  # Compose([train_pipeline(...), more]): the pipeline inside, the channel order not known
         steps = [t for t in getattr(pipe, "transforms", ()) if isinstance(t, (TrainPipeline, EvalPipeline))]
         if isinstance(pipe, (TrainPipeline, EvalPipeline)) or len(steps) != 1:
             break
-        pipe = steps[0]
+        pipe, order_known = steps[0], False
     if inner is None and not isinstance(pipe, (TrainPipeline, EvalPipeline)) and not isinstance(dataset, ImageDataset):
-        # a dataset of the caller's around one of datakit's (a relabelling wrapper): the datasets it holds
-        inner = [v for v in vars(dataset).values() if isinstance(v, torch.utils.data.Dataset)] if hasattr(
-            dataset, "__dict__") else []  # fmt: skip
+        # a dataset of the caller's around datakit's (a relabelling wrapper, one of several sources): those it holds
+        held = list(vars(dataset).values()) if hasattr(dataset, "__dict__") else []
+        held += [v for h in held if isinstance(h, (list, tuple)) for v in h]
+        held += [v for h in held if isinstance(h, dict) for v in h.values()]
+        inner = [v for v in held if isinstance(v, torch.utils.data.Dataset)]
         order_known = False
     if inner is not None:
         found = [s for d in inner for s in _pipeline_stats(d, depth + 1, order_known)]
@@ -2333,7 +2354,8 @@ def _say_once(message: str) -> None:
 
 def _same_stats(a, b) -> bool:
     """Whether two (mean, std) pairs normalise alike, each on its own scale (0-1 or 0-255; float32 values as the
-    float64 ones they round; the 4 decimals `datakit stats` prints beside its 3 on the 0-255 scale)."""
+    float64 ones they round; the 4 decimals `datakit stats` prints beside its 3 on the 0-255 scale, ImageNet's
+    rounded to one decimal there: 0.1% apart at most, under a thousandth of a standard deviation)."""
     from datakit.transforms import on_255_scale
 
     def unit(pair):
@@ -2344,8 +2366,8 @@ def _same_stats(a, b) -> bool:
     return (
         ma.shape == mb.shape
         and sa.shape == sb.shape
-        and np.allclose(ma, mb, rtol=2e-4, atol=1e-6)
-        and np.allclose(sa, sb, rtol=2e-4, atol=1e-6)
+        and np.allclose(ma, mb, rtol=1e-3, atol=1e-6)
+        and np.allclose(sa, sb, rtol=1e-3, atol=1e-6)
     )
 
 

@@ -183,6 +183,15 @@ def test_traversal_and_absolute_members(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.zip", "out"]
 
 
+def test_a_folder_entry_holding_bytes_is_a_problem_not_a_silent_folder(tmp_path: Path, capsys):
+    # the attack: a member 'd/' carrying 11 bytes: a folder was made and the bytes dropped, exit 0, "extracted 1 file"
+    z = write_zip(tmp_path / "d.zip", [gbk("d/", b"hello world"), gbk("小猫.txt", b"cat")])
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "--encoding", "gbk"]) == 1
+    out = capsys.readouterr()
+    assert out.err.splitlines()[0] == f"{z}: member 'd/': named as a folder but holds 11 bytes; not extracted"
+    assert tree(tmp_path / "out") == {"小猫.txt": b"cat"}
+
+
 def test_symlink_members(tmp_path: Path):
     z = write_zip(
         tmp_path / "links.zip",

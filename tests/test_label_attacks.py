@@ -736,7 +736,7 @@ def test_chinese_tables_beside_the_new_rivals_are_still_read():
 def test_grades_and_list_marks_in_a_gbk_table_are_not_read_as_big5(tmp_path: Path):
     # the attack: GBK tables of Ⅰ级/Ⅱ级/Ⅲ级/正常 (or ①②③, α型) under an English header were read as Big5: the classes
     # '淏都', 'ｉ撰', ... in another order, and check said nothing
-    from datakit.labels import LabelError, detect_text_encoding
+    from datakit.labels import detect_text_encoding
 
     names = [f"{i}.png" for i in range(8)]
     root = images(tmp_path / "img", *names)
@@ -750,13 +750,13 @@ def test_grades_and_list_marks_in_a_gbk_table_are_not_read_as_big5(tmp_path: Pat
                          ("gbk", ("Ⅰ型", "Ⅰ型", "Ⅱ型", "Ⅱ型")), ("gbk", ("★", "★★", "★★★", "5℃")),
                          ("big5", ("Ａ", "Ｂ", "Ｃ", "Ａ")), ("big5", ("Ⅰ", "Ⅱ", "Ⅲ", "Ⅳ")), ("big5", ("Ⅰ級", "Ⅱ級", "正常", "正常"))):  # fmt: skip
         assert detect_text_encoding(body.format(*cells).encode(codec)).name == codec, cells
-    # symbols alone that read as others' symbols are too close to call: refused, naming both readings
-    with pytest.raises(LabelError) as err:
-        detect_text_encoding(body.format("○", "●", "○", "●").encode("big5"))
-    assert str(err.value) == (
-        "cannot tell the encoding apart: as GBK it reads '〕, 〈'; as Big5 it reads '○, ●'; pass "
-        "encoding='gbk' or encoding='big5' (--encoding) to say which"
-    )
+    # labels in CJK brackets or quotes (【猫】, “好”): a pair Big5 reads as two symbols (▽癡▼, ※疑§), refused or misread
+    for cells in (("【猫】", "【狗】", "【鸟】", "【猫】"), ("《猫》", "《狗》", "《猫》", "《狗》"), ("「男」", "「女」", "「男」", "「女」"),
+                  ("“好”", "“坏”", "“好”", "“坏”"), ("‘猫’", "‘狗’", "‘猫’", "‘狗’"), ("〔甲〕", "〔乙〕", "〔甲〕", "〔乙〕")):  # fmt: skip
+        assert detect_text_encoding(body.format(*cells).encode("gbk")).name == "gbk", cells
+    # symbols alone whose other reading is brackets alone (Big5 ○, ● is GBK 〕, 〈): no label is a lone bracket
+    for cells in (("○", "●", "○", "●"), ("★", "★★", "★★★", "★")):
+        assert detect_text_encoding(body.format(*cells).encode("big5")).name == "big5", cells
 
 
 def test_a_headerless_table_of_more_than_two_columns_is_refused_not_read_from_the_second(tmp_path: Path):

@@ -2856,10 +2856,10 @@ def test_flags_given_as_words_and_functions_that_are_none_are_refused_by_name():
             create_loader(data, 4, num_workers=0, **kw)
         said.update({next(iter(kw)): str(e.value)})
     assert said == {
-        "shuffle": "shuffle must be True or False, got 'no'",
+        "shuffle": "shuffle must be True, False or None, got 'no'",
         "infinite": "infinite must be True or False, got 'no'",
         "autotune": "autotune must be True, False or None, got 'yes'",
-        "in_order": "in_order must be True or False, got 'no'",
+        "in_order": "in_order must be True, False or None, got 'no'",
         "drop_last": "drop_last must be True, False or None, got 'false'",
         "collate_fn": "collate_fn must be a function (or None), got 5",
         "worker_init_fn": "worker_init_fn must be a function (or None), got 5",
@@ -2867,6 +2867,11 @@ def test_flags_given_as_words_and_functions_that_are_none_are_refused_by_name():
     assert [
         len(create_loader(data, 4, num_workers=0, **kw)) for kw in ({"shuffle": 0}, {"infinite": np.bool_(False)})
     ] == [2, 2]
+    # None is DataLoader's own default for its flags (shuffle=None: no shuffling), and a NumPy integer 0 or 1 a flag
+    order = [int(y) for _, ys in create_loader(list(zip(range(8), range(8))), 4, num_workers=0, shuffle=None,
+                                                 pin_memory=None, persistent_workers=None, in_order=None) for y in ys]  # fmt: skip
+    assert order == list(range(8))
+    assert len(create_loader(data, 4, num_workers=0, train=np.int64(1), seed=0)) == 2
 
 
 class _Relabel(torch.utils.data.Dataset):
@@ -2879,6 +2884,24 @@ class _Relabel(torch.utils.data.Dataset):
     def __getitem__(self, i):
         x, y = self.inner[i]
         return x, y % 2
+
+
+class _Sources(torch.utils.data.Dataset):
+    def __init__(self, sources):
+        self.sources = sources
+
+    def _all(self):
+        return list(self.sources.values()) if isinstance(self.sources, dict) else self.sources
+
+    def __len__(self):
+        return sum(map(len, self._all()))
+
+    def __getitem__(self, i):
+        for d in self._all():
+            if i < len(d):
+                return d[i]
+            i -= len(d)
+        raise IndexError(i)
 
 
 def test_the_pipelines_statistics_are_found_inside_a_dataset_of_the_callers_and_a_compose(class_folder: Path):
@@ -2904,6 +2927,13 @@ def test_the_pipelines_statistics_are_found_inside_a_dataset_of_the_callers_and_
     # the default is ImageNet's as written, as the loader applies it, not refused at the epoch's start
     bgr = _Relabel(open_dataset(class_folder, mode="bgr", transform=eval_pipeline(16)))
     assert len(list(create_loader(bgr, 4, num_workers=0, train=False, device="cpu"))) == 3
+    # a wrapper of several sources keeps them in a list (or a dict): found there too
+    several = _Sources([open_dataset(class_folder, transform=eval_pipeline(16, mean=m, std=s))])
+    got, _ = next(iter(create_loader(several, 12, num_workers=0, train=False, device="cpu")))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    named = _Sources({"a": open_dataset(class_folder, transform=eval_pipeline(16, mean=m, std=s))})
+    got, _ = next(iter(create_loader(named, 12, num_workers=0, train=False, device="cpu")))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
 def test_statistics_are_compared_in_the_channel_order_they_are_applied_in(class_folder: Path):
@@ -2948,6 +2978,21 @@ def test_statistics_are_compared_in_the_channel_order_they_are_applied_in(class_
     m255, s255 = [127.216, 127.869, 127.106], [57.307, 57.718, 56.809]
     rgb = open_dataset(class_folder, transform=eval_pipeline(16, mean=m01, std=s01))
     assert len(list(create_loader(rgb, 4, num_workers=0, train=False, device="cpu", normalize=(m255, s255)))) == 3
+    # ImageNet's rounded to one decimal on 0-255 beside the default: one set (under a thousandth of a std apart)
+    rounded = open_dataset(
+        class_folder, transform=eval_pipeline(16, mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4])
+    )
+    assert len(list(create_loader(rounded, 4, num_workers=0, train=False, device="cpu", normalize="imagenet"))) == 3
+    # a Compose holding only datakit's pipeline does what the pipeline does: the same channel order, the same batches
+    from torchvision import transforms as T
+
+    plain = next(iter(create_loader(bgr(), 12, num_workers=0, train=False, device="cpu")))[0]
+    composed = open_dataset(class_folder, mode="bgr", transform=T.Compose([eval_pipeline(16)]))
+    assert torch.equal(next(iter(create_loader(composed, 12, num_workers=0, train=False, device="cpu")))[0], plain)
+    ds = bgr()
+    loader = create_loader(ds, 4, num_workers=0, train=False, device="cpu")
+    ds.transform = T.Compose([eval_pipeline(16)])
+    assert len(list(loader)) == 3
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -2966,9 +3011,9 @@ def test_a_pipeline_set_between_epochs_with_other_statistics_is_refused_at_the_e
     with pytest.raises(UsageError) as e:
         list(loader)
     assert str(e.value) == (
-        "epoch 2: the dataset's pipeline now gives the default (ImageNet's), but the loader normalises with "
-        "mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25], those it was made with: make the loader again for the new "
-        "statistics, or keep them"
+        "epoch 2: the dataset's pipeline now gives mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225] (the "
+        "default, ImageNet's), but the loader normalises with mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25], those it "
+        "was made with: make the loader again for the new statistics, or keep them"
     )
     ds.transform = train_pipeline(8, mean=[0.5] * 3, std=[0.25] * 3)  # kept: the refused epoch is served, not skipped
     assert loader.epoch == 2 and len(list(loader)) == 3 and loader.epoch == 3
@@ -3025,6 +3070,33 @@ if __name__ == "__main__":
     script.write_text(body.format(top=keep, guarded="    pass", root=class_folder), encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert (proc.returncode, proc.stdout) == (0, "[(4, 3, 16, 16), (4, 3, 16, 16), (4, 3, 16, 16)]\n"), proc.stderr
+
+
+def test_a_transform_in_a_packages_main_module_is_named_before_spawned_workers_die_of_it(class_folder, tmp_path):
+    # the regression round: `python -m pkg` runs pkg/__main__.py, which spawned processes do not import: a transform
+    # class there, at its top level or not, killed every worker ("exited unexpectedly")
+    pkg = tmp_path / "trainer"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(f"""
+from datakit import create_loader, open_dataset
+from datakit.transforms import train_pipeline
+
+
+class Keep:
+    def __call__(self, t):
+        return t
+
+
+ds = open_dataset(r"{class_folder}", transform=train_pipeline(16), target_transform=Keep())
+print(len(list(create_loader(ds, 4, num_workers=1, seed=0, multiprocessing_context="spawn"))))
+""", encoding="utf-8")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "trainer"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == (
+        "datakit.errors.UsageError: spawn-started workers cannot find Keep: trainer/__main__.py defines it, and "
+        "spawned processes do not import a package's __main__.py (python -m trainer); define Keep in another module "
+        "of trainer and import it from there"
+    ), proc.stderr
 
 
 def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: Path):
