@@ -2318,8 +2318,9 @@ def _pipeline_stats(dataset, depth: int = 0, order_known: bool = True) -> list[t
     if inner is None and not isinstance(pipe, (TrainPipeline, EvalPipeline)) and not isinstance(dataset, ImageDataset):
         # a dataset of the caller's around datakit's (a relabelling wrapper, one of several sources): those it holds
         held = list(vars(dataset).values()) if hasattr(dataset, "__dict__") else []
-        held += [v for h in held if isinstance(h, (list, tuple)) for v in h]
-        held += [v for h in held if isinstance(h, dict) for v in h.values()]
+        # (a few sources, not the samples: a list or dict of a million names is no list of datasets)
+        held += [v for h in held if isinstance(h, (list, tuple)) and len(h) <= 64 for v in h]
+        held += [v for h in held if isinstance(h, dict) and len(h) <= 64 for v in h.values()]
         inner = [v for v in held if isinstance(v, torch.utils.data.Dataset)]
         order_known = False
     if inner is not None:
