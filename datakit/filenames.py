@@ -359,7 +359,9 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
                 total += 2.0 - _char_score(n[0], enc, table) - _char_score(n[-1], enc, table)
             elif n and all(c in _BRACKETS for c in n):  # brackets alone (〕, 」」): another encoding's symbols
                 total -= sum(0.5 + _char_score(c, enc, table) for c in n)
-    total -= sum(_word_penalties(n)[0] + 1.5 * _cjk_in_latin(n) for n in names)
+    # in a table, μ before Latin letters is a unit (μm, μg), not two alphabets in one word
+    worded = [n.replace("μ", " ") for n in names] if table else names
+    total -= sum(_word_penalties(w)[0] + 1.5 * _cjk_in_latin(n) for n, w in zip(names, worded))
     total -= sum(0.8 * len(p) for p in _parts(names) if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p))
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}

@@ -747,7 +747,7 @@ def test_grades_and_list_marks_in_a_gbk_table_are_not_read_as_big5(tmp_path: Pat
     assert ds.classes == ["Ⅰ级", "Ⅱ级", "Ⅲ级", "正常"] and list(ds.targets) == [0, 1, 2, 3, 0, 1, 2, 3]
     body = "file,label\r\n" + "".join(f"{i}.jpg,{{}}\r\n" for i in range(4))
     for codec, cells in (("gbk", ("①", "②", "③", "其他")), ("gbk", ("Ⅰ", "Ⅱ", "Ⅲ", "无")), ("gbk", ("α型", "β型", "α型", "γ型")),
-                         ("gbk", ("Ⅰ型", "Ⅰ型", "Ⅱ型", "Ⅱ型")), ("gbk", ("★", "★★", "★★★", "5℃")),
+                         ("gbk", ("Ⅰ型", "Ⅰ型", "Ⅱ型", "Ⅱ型")), ("gbk", ("★", "★★", "★★★", "5℃")), ("gbk", ("10μm", "20μm", "50μm", "10μm")),
                          ("big5", ("Ａ", "Ｂ", "Ｃ", "Ａ")), ("big5", ("Ⅰ", "Ⅱ", "Ⅲ", "Ⅳ")), ("big5", ("Ⅰ級", "Ⅱ級", "正常", "正常"))):  # fmt: skip
         assert detect_text_encoding(body.format(*cells).encode(codec)).name == codec, cells
     # labels in CJK brackets or quotes (【猫】, “好”): a pair Big5 reads as two symbols (▽癡▼, ※疑§), refused or misread
