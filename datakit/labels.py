@@ -720,9 +720,17 @@ _INVISIBLE_RUN = re.compile(f"[{_INVISIBLE}\x00]+")
 _UNSEEN = re.compile(f"[{_INVISIBLE}]|[^\\S ]|  |^ | $|\x00 | \x00")
 
 
+# tag characters: invisible, except in a flag's sequence (🏴 + tags + the cancel tag: England's, Scotland's)
+_TAGS = re.compile("(\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f)|[\U000e0000-\U000e007f]")
+_ANY_TAG = re.compile("[\U000e0000-\U000e007f]")
+
+
 def _look_alike(label: str) -> str:
-    """A label as it looks: invisible characters dropped, then Unicode's compatibility form (NFKC: full-width
-    letters, digits and spaces as ASCII ones, a no-break space as a space), every run of spaces one space."""
+    """A label as it looks: invisible characters dropped (tag characters outside a flag's sequence too), then
+    Unicode's compatibility form (NFKC: full-width letters, digits and spaces as ASCII ones, a no-break space as a
+    space), every run of spaces one space."""
+    if _ANY_TAG.search(label):
+        label = _TAGS.sub(lambda m: m.group(1) or "", label)
     return " ".join(unicodedata.normalize("NFKC", _INVISIBLE_RUN.sub("", label)).split())
 
 
@@ -730,7 +738,12 @@ def _look_alike_keys(values: list[str]) -> list[str] | None:
     """:func:`_look_alike` of each of ``values``; None when it would change none of them, as in most
     tables (ASCII names, Chinese names): found by two C scans of all the names joined."""
     joined = "\x00".join(values)
-    if unicodedata.is_normalized("NFKC", joined) and not _UNSEEN.search(joined) and joined.count("\x00") < len(values):
+    if (
+        unicodedata.is_normalized("NFKC", joined)
+        and not _UNSEEN.search(joined)
+        and joined.count("\x00") < len(values)
+        and not _ANY_TAG.search(joined)
+    ):
         return None
     return [_look_alike(v) for v in values]
 
@@ -741,7 +754,10 @@ def _with_unseen(label: str) -> str:
     odd = [
         c
         for c in dict.fromkeys(label)
-        if _INVISIBLE_RUN.match(c) or (c.isspace() and c != " ") or unicodedata.normalize("NFKC", c) != c
+        if _INVISIBLE_RUN.match(c)
+        or (c.isspace() and c != " ")
+        or unicodedata.normalize("NFKC", c) != c
+        or "\U000e0000" <= c <= "\U000e007f"
     ]
     if not odd:
         return repr(label)

@@ -255,6 +255,28 @@ def test_stats_and_pack_errors_escape_what_a_name_holds(tmp_path: Path, capsys):
     assert "\x1b" not in err and err.splitlines()[1].startswith(shown)
 
 
+def test_a_stray_tag_character_makes_no_second_class_and_flags_stay_two(tmp_path: Path):
+    # the attack: 'cat' and 'cat' + U+E0020 (TAG SPACE, invisible): two classes, without a word, where every other
+    # invisible character is refused as a look-alike; tags inside a flag's sequence are what tells England's from
+    # Scotland's
+    root = images(tmp_path / "img", "0.png", "1.png", "2.png", "3.png")
+    table = tmp_path / "t.csv"
+    table.write_text("file,label\n0.png,cat\n1.png,cat\U000e0020\n2.png,dog\n3.png,dog\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(root, labels=table)
+    assert str(e.value) == (
+        f"{table}: labels 'cat' first at line 2 and 'cat\\U000e0020' (U+E0020 TAG SPACE) first at line 3 differ only "
+        "in invisible characters, spaces or character width and would be two classes; write them alike"
+    )
+    england = "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"
+    scotland = "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"
+    flags = tmp_path / "f.csv"
+    flags.write_text(
+        f"file,label\n0.png,{england}\n1.png,{scotland}\n2.png,{england}\n3.png,{scotland}\n", encoding="utf-8"
+    )
+    assert open_dataset(root, labels=flags).classes == [england, scotland]
+
+
 def test_number_cells_as_file_names_get_a_note(tmp_path: Path, caplog):
     book = workbook(tmp_path / "n.xlsx", {"train": [[123, "cat"], [7, "dog"]]},
                     header=("file", "label"), formats={"train": {"A2": "00000", "A3": "00000"}})  # fmt: skip
