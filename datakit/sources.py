@@ -878,7 +878,9 @@ class TableDataset(ImageDataset):
             dirs = [base.parent, *(d for d in sorted(base.iterdir()) if d.is_dir())] if base.is_dir() else []
             found = next((d for d in dirs if _is_file(d / first)), None)
             if found is not None:
-                hint = f"; they are under {found}: pass root={os.fspath(found)!r} (CLI: {found} --labels TABLE)"
+                at = os.fspath(found)
+                hint = (f"; they are under {found}: give that folder (open_dataset({at!r}, labels=TABLE), or "
+                        f"root={at!r} with the table alone; CLI: {found} --labels TABLE)")  # fmt: skip
         if found_only and not hint:
             return
         where = f"inside {self.root}" if self.zip is not None else f"under {self.root}"

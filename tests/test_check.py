@@ -314,7 +314,8 @@ def test_check_of_a_table_whose_files_are_elsewhere_says_where_in_one_line(sampl
     assert capsys.readouterr().err.splitlines() == [
         f"datakit check: error: {table}: none of the files the table names (8 looked for, first 'cat/猫_01.jpg') is "
         f"under {tmp_path / 'copy'}; names are relative to the table's folder, or to the folder given with it; "
-        f"they are under {images}: pass root={str(images)!r} (CLI: {images} --labels TABLE)"
+        f"they are under {images}: give that folder (open_dataset({str(images)!r}, labels=TABLE), or "
+        f"root={str(images)!r} with the table alone; CLI: {images} --labels TABLE)"
     ]
 
 

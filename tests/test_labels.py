@@ -1402,7 +1402,8 @@ def test_table_alone_with_wrong_root_says_where(samples: Path):
     assert str(e.value) == (
         f"{samples / 'labels.xlsx'}: none of the files the table names (8 looked for, first 'cat/猫_01.jpg') is under "
         f"{samples}; names are relative to the table's folder, or to the folder given with it; they are under "
-        f"{samples / 'images'}: pass root={str(samples / 'images')!r} (CLI: {samples / 'images'} --labels TABLE)"
+        f"{samples / 'images'}: give that folder (open_dataset({str(samples / 'images')!r}, labels=TABLE), or "
+        f"root={str(samples / 'images')!r} with the table alone; CLI: {samples / 'images'} --labels TABLE)"
     )
     assert len(open_dataset(samples / "labels.xlsx", root=samples / "images")) == 24
 
