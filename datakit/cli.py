@@ -1222,10 +1222,13 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
             print(f"{prog}: error{tag}: {_lines(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        # a pack (not one --overwrite builds beside the old, whose own line says where it stands): how to go on
+        again = ("; the samples committed stay: the same command with --resume goes on from them"
+                 if prog.endswith("pack-lmdb") and not getattr(args, "overwrite", False) else "")  # fmt: skip
         if _terminated:
-            print(f"{prog}: terminated", file=sys.stderr)
+            print(f"{prog}: terminated{again}", file=sys.stderr)
             return 128 + 15
-        print(f"{prog}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted{again}", file=sys.stderr)
         return 130
     except RuntimeError as exc:  # gloo's "Connection closed by peer": another rank stopped (its own line says why)
         text = str(exc)

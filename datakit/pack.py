@@ -347,6 +347,13 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
             if state == "datakit" and existing and existing.get("complete"):
                 raise UsageError(f"{out}: already exists, a complete pack of {existing.get('count')} samples; use "
                                  "--overwrite to pack it again")  # fmt: skip
+            if state == "damaged":  # --resume would only say why it cannot read it
+                try:
+                    read_meta(out)
+                except (PackError, OSError) as exc:
+                    why = str(exc).removeprefix(f"{out}: ")
+                    raise UsageError(f"{out}: already exists, but cannot be read ({why}); use --overwrite to pack it "
+                                     "again") from None  # fmt: skip
             raise UsageError(f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite")
         if state == "started":
             _clear_pack(out)  # interrupted before anything was committed: start again

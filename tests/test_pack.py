@@ -28,6 +28,11 @@ from datakit.lmdb import LmdbReader, PackLock, PackWriteError, close_pack, lmdb_
 from datakit.pack import _names_crc, pack_lmdb
 from datakit.testing import synthetic_image
 
+# what an interrupted pack-lmdb says last (a plain pack: how to go on)
+INTERRUPTED = (
+    "datakit pack-lmdb: interrupted; the samples committed stay: the same command with --resume goes on from them\n"
+)
+
 
 def values(path: Path) -> list[tuple[bytes, bytes, str]]:
     r = LmdbReader(path, allow_incomplete=True)
@@ -570,6 +575,23 @@ def test_no_room_to_create_a_pack_is_a_failed_write_not_a_damaged_pack(class_fol
     assert values(out) == old and not part.exists()  # a part with nothing in it is not left behind
 
 
+def test_a_damaged_pack_run_again_is_told_to_overwrite_not_resume(class_folder, tmp_path, capsys):
+    # the attack: a half-copied pack, packed again: "use --resume to continue an interrupted pack or --overwrite";
+    # --resume then said only "truncated ... copy it again or re-pack"
+    out = tmp_path / "p.lmdb"
+    pack_lmdb(class_folder, out, workers=1)
+    data = out / "data.mdb"
+    size = data.stat().st_size
+    os.truncate(data, size // 2)
+    assert main(["pack-lmdb", str(class_folder), str(out), "--workers", "1", "-q"]) == 2
+    assert capsys.readouterr().err == (
+        f"datakit pack-lmdb: error: {out}: already exists, but cannot be read (truncated: {size // 2} of {size} bytes; "
+        "copy it again or re-pack); use --overwrite to pack it again\n"
+    )
+    assert main(["pack-lmdb", str(class_folder), str(out), "--workers", "1", "-q", "--overwrite"]) == 0
+    assert verify_lmdb(out) == []
+
+
 def test_overwrite_deletes_nothing_of_the_users_beside_or_in_the_pack(class_folder, tmp_path, monkeypatch):
     # the attacks: a folder of the user's named .OUT.overwrite-old was deleted by --overwrite (even by one that was then
     # refused); a file put in OUT while --overwrite built the new pack went with the old pack's folder
@@ -672,7 +694,7 @@ def test_ctrl_c_to_the_whole_group_is_one_line_with_pool_workers(tmp_path: Path)
     assert proc.poll() is None, "packing finished before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)  # the group this test started: the packer and its pool
     _, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted\n")
+    assert (proc.returncode, err) == (130, INTERRUPTED)
 
 
 @pytest.mark.slow
@@ -691,7 +713,7 @@ def test_threaded_pack_interrupted_mid_write_resumes_identical(photos: Path, tmp
     os.kill(proc.pid, sig)
     _, err = proc.communicate(timeout=60)
     if sig == signal.SIGINT:
-        assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted\n")
+        assert (proc.returncode, err) == (130, INTERRUPTED)
     else:
         assert proc.returncode == -signal.SIGKILL
     meta = read_meta(out)
@@ -880,7 +902,7 @@ def test_ctrl_c_ends_a_pack_whose_reader_waits_on_a_named_pipe(tmp_path: Path, w
         t0 = time.time()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
-        assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted\n")
+        assert (proc.returncode, err) == (130, INTERRUPTED)
         assert time.time() - t0 < 5
     finally:
         if proc.poll() is None:
