@@ -1189,7 +1189,9 @@ def _extract_symlink(
     parts = rel.split("/")
     if not link:
         raise _Refused("a symlink with an empty target, which no link can have; not created")
-    if os.path.isabs(link) or re.match(r"^[A-Za-z]:", link) or "\x00" in link:
+    if "\x00" in link:  # no path holds one: the system cuts it there
+        raise _Refused(f"symlink to {link!r} holds a NUL byte, which no path can; not created")
+    if os.path.isabs(link) or re.match(r"^[A-Za-z]:", link):
         raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
     where = os.path.join(tree.root, *parts[:-1], link)
     if len(os.fsencode(where)) > _PATH_MAX:  # the kernel resolves no longer path: it could not be checked

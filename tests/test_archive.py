@@ -201,6 +201,7 @@ def test_symlink_members(tmp_path: Path):
             gbk("data/passwd", symlink_to=b"/etc/passwd"),
             gbk("data/up", symlink_to=b"../../outside"),
             gbk("data/up/x.txt", b"through the link?"),
+            gbk("data/nul", symlink_to=b"a\x00b"),
         ],
     )
     out = tmp_path / "out"
@@ -213,6 +214,7 @@ def test_symlink_members(tmp_path: Path):
     assert report.problems == [
         f"{z}: member 'data/passwd': symlink to '/etc/passwd' points outside the target folder; not created",
         f"{z}: member 'data/up': symlink to '../../outside' points outside the target folder; not created",
+        f"{z}: member 'data/nul': symlink to 'a\\x00b' holds a NUL byte, which no path can; not created",
     ]
     assert not (tmp_path / "outside").exists()
 
