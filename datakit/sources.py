@@ -14,6 +14,7 @@ with workers started by fork or spawn.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import errno
 import glob
@@ -1266,6 +1267,29 @@ def _is_pack(path: Path) -> bool:
     return path.is_dir() and (path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"
 
 
+_OPENED_WITH_CLASSES = contextvars.ContextVar("datakit_opened_with_classes", default=False)
+_EVAL_WORDS = frozenset({"val", "valid", "validation", "test", "testing", "dev", "eval", "验证", "验证集", "测试",
+                         "测试集", "驗證", "驗證集", "測試", "測試集"})  # fmt: skip
+
+
+def _alone(ds):
+    """``ds``; a table named as an evaluation split (``val.txt``, ``test_list.csv``), read without ``classes=``,
+    numbers its own class names: one it lacks shifts every later index against the training split's, without a
+    word. Said (the caller of open_source with classes= never gets here: it indexes by those)."""
+    table = getattr(ds, "table", None)
+    whole = getattr(table, "whole", None) or table
+    if table is None or table.kind != "name" or len(whole.split_names) > 1 or _OPENED_WITH_CLASSES.get():
+        return ds
+    words = set(re.split(r"[^0-9a-z\u4e00-\u9fff]+", Path(table.path).stem.lower()))
+    word = next((w for w in sorted(words) if w in _EVAL_WORDS), None)
+    if word is not None:
+        log.warning("%s: read alone, this %s split numbers its own %d classes (%s); if the model was trained on "
+                    "another split's, give those: classes=train.classes (--classes TRAIN), so that a class it "
+                    "lacks does not shift the others' indices", table.path, word, len(ds.classes),
+                    ", ".join(map(repr, ds.classes[:4])) + (", ..." if len(ds.classes) > 4 else ""))  # fmt: skip
+    return ds
+
+
 def _is_table(src) -> bool:
     return isinstance(src, (str, os.PathLike)) and Path(src).suffix.lower() in EXCEL_SUFFIXES + TEXT_SUFFIXES
 
@@ -1472,11 +1496,15 @@ def open_source(
         # integer labels are read as they are (a split without class 3 is no gap), then indexed by classes=
         as_read = labels is not None or _is_table(src)
         with markers_as_classes(given):  # a class named 'None' or 'nan' that classes= names is read as a class
-            ds = open_source(src, kinds=kinds, labels=labels, split=split, transform=transform,
-                             target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
-                             remap_labels=as_read, root=root, file_column=file_column, label_column=label_column,
-                             split_column=split_column, encoding=encoding, include_hidden=include_hidden,
-                             **kwargs)  # fmt: skip
+            told = _OPENED_WITH_CLASSES.set(True)  # indexed by the classes given: no split alone to speak of
+            try:
+                ds = open_source(src, kinds=kinds, labels=labels, split=split, transform=transform,
+                                 target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
+                                 remap_labels=as_read, root=root, file_column=file_column, label_column=label_column,
+                                 split_column=split_column, encoding=encoding, include_hidden=include_hidden,
+                                 **kwargs)  # fmt: skip
+            finally:
+                _OPENED_WITH_CLASSES.reset(told)
         check_header(given, ds.classes)
         if ds.classes != given:
             ds.use_classes(list(given), where=os.fspath(labels if isinstance(labels, (str, os.PathLike)) else src))
@@ -1509,10 +1537,10 @@ def open_source(
         if path.is_file() and suffix != ".zip":  # 'labels.csv --labels labels.xlsx': every file 'missing'
             raise UsageError(f"{path}: a file; with labels= (--labels) the source is the folder or .zip of the images "
                              "the table names")  # fmt: skip
-        return kinds.TableDataset(table, path, split=split, remap_labels=remap_labels, **common, **kwargs)
+        return _alone(kinds.TableDataset(table, path, split=split, remap_labels=remap_labels, **common, **kwargs))
     if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
-        return kinds.TableDataset(read_labels(path, **table_options), root, split=split, remap_labels=remap_labels,
-                            **common, **kwargs)  # fmt: skip
+        return _alone(kinds.TableDataset(read_labels(path, **table_options), root, split=split,
+                                         remap_labels=remap_labels, **common, **kwargs))  # fmt: skip
     if path.is_file() and suffix != ".zip":  # a table of a kind not read (.xls, .json), or no dataset at all
         from datakit.labels import _TABLE_SUFFIXES
 

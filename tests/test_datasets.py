@@ -482,6 +482,26 @@ def test_a_zip_with_links_reads_in_place_as_extracted(tmp_path: Path):
     assert inplace.targets.tolist() == folder.targets.tolist() == [0, 0, 0, 1, 1]
 
 
+def test_an_evaluation_split_read_alone_without_classes_is_said(tmp_path: Path, caplog):
+    # the attack: val.csv lacking 'dog' read alone: 'zebra' became 1 where train has 2, without a word (documented,
+    # but nothing said where it happens)
+    from datakit.io import imwrite
+
+    for k in range(3):
+        imwrite(tmp_path / f"{k}.png", np.full((4, 4, 3), k, np.uint8))
+    (tmp_path / "val.csv").write_text("file,label\n0.png,cat\n1.png,zebra\n", encoding="utf-8")
+    (tmp_path / "train.csv").write_text("file,label\n0.png,cat\n1.png,dog\n2.png,zebra\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(tmp_path / "val.csv").classes == ["cat", "zebra"]
+        train = open_dataset(tmp_path / "train.csv")
+        assert open_dataset(tmp_path / "val.csv", classes=train.classes).targets.tolist() == [0, 2]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'val.csv'}: read alone, this val split numbers its own 2 classes ('cat', 'zebra'); if the model "
+        "was trained on another split's, give those: classes=train.classes (--classes TRAIN), so that a class it "
+        "lacks does not shift the others' indices"
+    ]
+
+
 def test_a_split_in_a_file_of_its_own_takes_the_training_classes(tmp_path: Path):
     # The attack: val.txt without class 3 was refused as a gap, and remap_labels=True (as the message said) gave
     # val's label 4 index 3; a val.csv without 'dog' numbered 'zebra' 1 where train has 2.
