@@ -1045,13 +1045,14 @@ def _most_plausible(sample: bytes) -> TextEncoding:
             # split into cells after decoding: a backslash byte (0x5C) is also the second byte of some
             # GBK and Big5 characters (許, 功, 嘰), so splitting the bytes would cut them in two
             readings[enc] = _scored_cells(sample, enc)
-    # encodings read only with encoding=, scored as rivals: Korean (CP949/EUC-KR) and Japanese (CP932/Shift-JIS)
-    # tables and Western ones (Windows-1252) decode as GBK too, into characters of their own (고양이: 绊剧捞)
+    # encodings read only with encoding=, scored as rivals: Korean (CP949/EUC-KR), Japanese (CP932/Shift-JIS),
+    # Western (Windows-1252), Russian (Windows-1251, KOI8-R) and Greek (Windows-1253) tables decode as GBK or Big5
+    # too, into characters of their own (고양이: 绊剧捞, корова: 膰豂瘔)
     rivals: dict[str, list[str]] = {}
     for enc in _RIVALS:
         if decodes(sample, enc, windows=False):
             rivals[enc] = _scored_cells(sample, enc)
-    rival_scores = {enc: score(names, enc, table=True) for enc, names in rivals.items()}
+    rival_scores = {enc: _rival_score(names, enc) for enc, names in rivals.items()}
     if not readings:
         _refuse_rivals([e for e, v in rival_scores.items() if v >= _RIVALS[e]], rivals)
         raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it")
@@ -1079,20 +1080,59 @@ def _most_plausible(sample: bytes) -> TextEncoding:
     evidence = sum(not ch.isascii() for cell in readings[best] for ch in cell)
     need = {1: 0.4, 2: 0.2}.get(evidence, AMBIGUITY_MARGIN) if len(ranked) > 1 else AMBIGUITY_MARGIN
     # a rival as plausible as the best reading, or nearly: the table may be Korean, Japanese or Western
-    close_rivals = [e for e in rivals if rival_scores[e] >= _RIVALS[e] and rival_scores[e] > scores[best] - need]
+    # (those near the likeliest of them: KOI8-R reads a Windows-1251 table as capitals, ПШАЮ for рыба)
+    top = max(rival_scores.values(), default=0.0)
+    close_rivals = [e for e in rivals if rival_scores[e] >= _RIVALS[e] and rival_scores[e] > scores[best] - need
+                    and rival_scores[e] >= top - 0.25]  # fmt: skip
     if close_rivals:
         readings.update(rivals)
         close = [e for e in ranked if scores[best] - scores[e] < need]
         return _too_close([*close, *sorted(close_rivals, key=lambda e: -rival_scores[e])], readings)
-    if margin >= need and scores[best] >= 0.5 - (0.0 if kind else 2.5):
+    # a legacy reading made of rare characters is no evidence for it: the table is in some other encoding (Polish,
+    # Hebrew, Lithuanian, ...) whose bytes happen to pair up as GBK or Big5 (Windows-1250's želva: 瀍lva)
+    if margin >= need and scores[best] >= (0.5 if kind else _legacy_floor(readings[best])):
         return TextEncoding(best, min(1.0, margin), f"{lead}characters most plausible as {best} (scores: {shown})")
     close = [e for e in ranked if scores[best] - scores[e] < need]
+    if not kind and scores[best] < _legacy_floor(readings[best]):
+        said, _ = _readings_said(close, readings)
+        raise LabelError(f"not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: {said}, rare characters; "
+                         f"pass encoding= (--encoding) to name its encoding (encoding='{best}' if that reading is "
+                         "right)")  # fmt: skip
     return _too_close((["utf-8"] if kind else []) + close, readings)
 
 
 # each with the score its reading must reach to count: GBK and Big5 bytes read as CP949 are Hangul syllables
 # too, mostly of the rarer ones (0.75 each), where Korean words are mostly of the common ones (1.0)
-_RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5}
+_RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5, "cp1251": 0.6, "koi8_r": 0.6, "cp1253": 0.5}
+
+
+def _legacy_floor(cells: list[str]) -> float:
+    """The least a GBK or Big5 reading with Chinese characters in it must score to be taken without a byte-order
+    mark or valid UTF-8: common characters (0.7-1.0) and a few rare ones pass; rare characters (0.3) alone are
+    refused, naming the reading. Symbols alone (★, ℃, ①) are scored against the other reading only."""
+    from datakit.filenames import _script
+
+    return 0.5 if any(_script(ch) == "han" for cell in cells for ch in cell) else -2.0
+
+
+_ALPHABETS = frozenset({"cp1251", "koi8_r", "cp1253"})
+_ALPHA_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _rival_score(cells: list[str], enc: str) -> float:
+    """``score(cells, enc)``, but a Cyrillic or Greek reading counts only with the words one writes: lower case,
+    capitalised or all capitals, and one of three letters or more somewhere. A GBK or Big5 character is two bytes,
+    which these code pages read as two letters of any case (人: ИЛ, 雨: Ук): such pairs are no evidence."""
+    from datakit.filenames import score
+
+    if enc in _ALPHABETS:
+        words = [w for c in cells for w in _ALPHA_WORD.findall(c) if not w.isascii()]
+        if not any(len(w) >= 3 for w in words):
+            return -1.0
+        for w in words:
+            if not (w.islower() or w.isupper() or (w[0].isupper() and w[1:].islower())):
+                return -1.0
+    return score(cells, enc, table=True)
 
 
 def _scored_cells(sample: bytes, enc: str) -> list[str]:
@@ -1172,7 +1212,8 @@ def _unlikely_run(run: str) -> bool:
 
 def _label(enc: str) -> str:
     names = {"gb18030": "GB18030", "gbk": "GBK", "utf-8": "UTF-8", "big5": "Big5", "cp949": "CP949 (Korean)",
-             "cp932": "CP932 (Japanese)", "cp1252": "Windows-1252"}  # fmt: skip
+             "cp932": "CP932 (Japanese)", "cp1252": "Windows-1252", "cp1251": "Windows-1251 (Cyrillic)",
+             "koi8_r": "KOI8-R (Russian)", "cp1253": "Windows-1253 (Greek)"}  # fmt: skip
     return names.get(enc, enc)
 
 

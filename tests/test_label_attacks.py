@@ -746,6 +746,48 @@ def test_korean_japanese_and_western_tables_are_not_read_as_gbk(tmp_path: Path, 
     assert ds.classes == sorted(labels) and list(ds.targets) == [sorted(labels).index(labels[i % 3]) for i in range(6)]
 
 
+@pytest.mark.parametrize("codec, labels, reading, option", [
+    ("cp1251", ["корова", "лошадь", "рыба"], "as Windows-1251 (Cyrillic) it reads 'корова, лошадь, рыба'", "cp1251"),
+    ("koi8_r", ["корова", "лошадь", "рыба"], "as KOI8-R (Russian) it reads 'корова, лошадь, рыба'", "koi8_r"),
+    ("cp1253", ["γάτα", "σκύλος", "λουλούδι"], "as Windows-1253 (Greek) it reads 'γάτα, σκύλος, λουλούδι'", "cp1253"),
+])  # fmt: skip
+def test_cyrillic_and_greek_tables_are_not_read_as_big5_or_gbk(tmp_path: Path, codec, labels, reading, option):
+    # the attack: a Windows-1251 table read as Big5 ('膰豂瘔' for корова), a Windows-1253 one as GB18030, the classes
+    # permuted, and check said '0 problems'
+    names = [f"{i}.jpg" for i in range(6)]
+    root = images(tmp_path / "img", *names)
+    table = tmp_path / "labels.csv"
+    table.write_bytes(
+        ("file,label\r\n" + "".join(f"{n},{labels[i % 3]}\r\n" for i, n in enumerate(names))).encode(codec)
+    )
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=table)
+    assert str(err.value).startswith(f"{table}: cannot tell the encoding apart: as ")
+    assert reading in str(err.value) and f"encoding='{option}'" in str(err.value)
+    ds = open_dataset(root, labels=table, encoding=option)
+    assert ds.classes == sorted(labels) and list(ds.targets) == [sorted(labels).index(labels[i % 3]) for i in range(6)]
+
+
+@pytest.mark.parametrize("codec, labels, message", [
+    ("cp1250", ["želva"], "not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: as GBK it reads '瀍lva', rare "
+     "characters; pass encoding= (--encoding) to name its encoding (encoding='gbk' if that reading is right)"),
+    ("cp1250", ["želva", "kočka", "pes"], "cannot tell the encoding apart: as GBK it reads '瀍lva, ko鑛a'; as "
+     "Windows-1252 it reads 'želva, koèka'; pass encoding='gbk' or encoding='cp1252' (--encoding) to say which"),
+    ("cp1254", ["kadın"], "not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: as GBK it reads 'kad齨', rare "
+     "characters; pass encoding= (--encoding) to name its encoding (encoding='gbk' if that reading is right)"),
+    ("cp1257", ["žuvis", "šuo", "katė"], "not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to "
+     "name it"),
+])  # fmt: skip
+def test_tables_whose_legacy_reading_is_rare_characters_are_refused(codec, labels, message):
+    # the attack: Central European, Turkish and Baltic tables paired up into rare GBK characters and were read so
+    from datakit.labels import detect_text_encoding
+
+    raw = ("file,label\r\n" + "".join(f"{i}.jpg,{labels[i % len(labels)]}\r\n" for i in range(6))).encode(codec)
+    with pytest.raises(LabelError) as err:
+        detect_text_encoding(raw)
+    assert str(err.value) == message
+
+
 def test_chinese_tables_beside_the_new_rivals_are_still_read():
     from datakit.labels import detect_text_encoding
 

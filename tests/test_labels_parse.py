@@ -294,7 +294,7 @@ def test_a_backslash_byte_inside_a_legacy_character_does_not_cut_it(tmp_path: Pa
     # (Big5) and 嘰 (GBK): a bare UnicodeDecodeError naming no file.
     cases = [("猫\\1.png,cat\n狗\\2.png,dog\n", "utf-8", ["猫/1.png", "狗/2.png"]),
              ("file,label\n許/1.png,功夫\nx/2.png,餐點\n", "big5", ["許/1.png", "x/2.png"]),
-             ("file,label\n嘰/1.png,乗类\n", "gbk", ["嘰/1.png"])]  # fmt: skip
+             ("file,label\n嘰/1.png,乗类\n猫/2.png,其他类\n", "gbk", ["嘰/1.png", "猫/2.png"])]  # fmt: skip
     for k, (text, enc, files) in enumerate(cases):
         path = tmp_path / f"{k}.csv"
         path.write_bytes(text.encode(enc))
