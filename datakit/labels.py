@@ -2139,7 +2139,7 @@ def _control_characters(buf: bytes, every: bool, delim: str = ",") -> list[tuple
     character: a C0 one but tab and line feed, DEL, or U+0085/U+2028/U+2029; as (line, "U+000C"), in line
     order; an empty list when there is none. A CR before another CR or a line end (``\\r\\r\\n``, a CRLF file
     converted twice) ends the line for both; a table's quoted note may hold a CR, and Word's soft break (U+000B),
-    which both readers keep."""
+    which both readers keep. A NUL is refused in a table too, quoted or not."""
     arr = np.frombuffer(buf, np.uint8)
     at: set[int] = set()
     if every:
@@ -2148,6 +2148,8 @@ def _control_characters(buf: bytes, every: bool, delim: str = ",") -> list[tuple
         for mark in _LINE_BREAKS:
             if mark in buf:
                 at.update(m.start() for m in re.finditer(re.escape(mark), buf))
+    elif b"\x00" in buf:  # a table's NUL, quoted or not: no file name or label holds one ('c\x00at' was a class)
+        at.update(np.flatnonzero(arr == 0).tolist())
     if buf.count(b"\r") != buf.count(b"\r\n"):
         inside = [m.start() for m in re.finditer(rb"\r[ \t]*(?![\r\n \t]|$)", buf)]
         if inside and not every:  # a table: a CR in a quoted field is the field's, as both readers keep it
@@ -2203,6 +2205,8 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
             if char == "U+000D":
                 what = ("a carriage return (U+000D) inside the line, not at its end, which one reader takes for a "
                         "line break and another for part of a name or label; remove it")  # fmt: skip
+            elif char == "U+0000":
+                what = "a NUL character (U+0000) in the line, which no file name or label holds; remove it"
             else:
                 what = (f"a control character ({char}) in the line, which no file name or label holds and readers "
                         "split lines on differently; remove it")  # fmt: skip

@@ -308,12 +308,15 @@ def test_date_cells_as_labels_get_a_note(tmp_path: Path, caplog, engine: str):
     ]
 
 
-def test_labels_that_differ_in_a_trailing_nul_are_two_classes(tmp_path: Path):
+def test_labels_that_differ_in_a_trailing_nul_are_refused(tmp_path: Path):
     path = tmp_path / "nul.csv"
     path.write_bytes(b"file,label\na.png,cat\nb.png,cat\x00\nc.png,cat\n")
-    table = read_labels(path, validate=False)
-    assert table.labels.tolist() == ["cat", "cat\x00", "cat"]
-    assert table.class_map(strict=False).classes == ("cat", "cat\x00")
+    with pytest.raises(LabelError) as err:
+        read_labels(path)
+    assert (
+        str(err.value)
+        == f"{path}, line 3: a NUL character (U+0000) in the line, which no file name or label holds; remove it"
+    )
 
 
 def test_a_split_of_mixed_or_out_of_range_labels_counts_the_whole_table(tmp_path: Path, capsys):
@@ -556,6 +559,12 @@ def test_labels_that_differ_by_a_mark_that_does_not_show_are_refused(tmp_path: P
     name = f"U+{ord(mark):04X} {__import__('unicodedata').name(mark, '')}".rstrip()
     with pytest.raises(LabelError) as e:
         open_dataset(img, labels=path)
+    if mark == "\x00":  # a text table's NUL is refused wherever it is
+        assert (
+            str(e.value)
+            == f"{path}, line 4: a NUL character (U+0000) in the line, which no file name or label holds; remove it"
+        )
+        return
     assert str(e.value) == (
         f"{path}: labels 'cat' first at {second} and {f'cat{mark}'!r} ({name}) first at {third} differ only in "
         "invisible characters, spaces or character width and would be two classes; write them alike"
@@ -1208,3 +1217,18 @@ def test_negative_integer_labels_remapped_are_warned_of(tmp_path: Path, caplog):
         "at -1 (-1: often 'no label', not a class): if this is a split lacking some classes, it takes the training "
         "split's indices only with classes= (--classes)"
     ]
+
+
+@pytest.mark.parametrize("body", [b"file,label\n0.jpg,c\x00at\n1.jpg,dog\n2.jpg,dog\n",
+                                  b'file,label\n0.jpg,"c\x00at"\n1.jpg,dog\n2.jpg,dog\n'])  # fmt: skip
+def test_a_nul_inside_a_table_label_is_refused_naming_the_line(tmp_path: Path, body: bytes):
+    # the attack: 'c\x00at' was a class of its own, and check said '0 problems'
+    root = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg")
+    table = tmp_path / "labels.csv"
+    table.write_bytes(body)
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=table)
+    assert (
+        str(err.value)
+        == f"{table}, line 2: a NUL character (U+0000) in the line, which no file name or label holds; remove it"
+    )
