@@ -1937,6 +1937,15 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 unsaved[order] = [q for q in own if _NO_SAVED_VALUE in q[1]]  # said below if it is a split
                 other.order, other.chosen = order, False
                 parts.append(other)
+            elif _norm(sh.name) in _SPLIT_NAMES and head.at >= 0:
+                # a split's sheet whose label column is not found: its labels would be missing from the class map
+                # every split shares (a class only it has shifts the others' indices once it is read), unsaid
+                shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
+                which = f"named {label_column!r} " if label_column else "found "
+                problems.append(((order, head.at + 1), f"{where}, row {head.at + 1}: no label column {which}among "
+                                 f"{shown}; the class map every split shares takes this sheet's labels too: name "
+                                 "its label column as the other sheets name theirs (or give label_column=, "
+                                 "--label-column)"))  # fmt: skip
             continue
         if head.lcol is None:
             shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
