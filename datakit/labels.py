@@ -509,6 +509,10 @@ class LabelTable:
             found.append(((1 << 30, 2), whole._vector_problem()))
         elif self.kind == "name" and len(whole) and any(_is_wide_int(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 3), whole._wide_digits_problem()))
+        if self.kind == "name" and len(whole) and not any(p[0][1] == 2 and p[0][0] == 1 << 30 for p in found):
+            listed = whole._list_problem()
+            if listed is not None:
+                found.append(((1 << 30, 4), listed))
         found.sort(key=lambda p: p[0])
         return [text for _, text in found]
 
@@ -554,6 +558,30 @@ class LabelTable:
         return (f"{self.path}: every label is a list of 0s and 1s{self._first_label()}: multi-label vectors "
                 "(PaddleClas' multi-label lists), while datakit reads one class per image; make each label one class "
                 "name or index")  # fmt: skip
+
+    def _list_problem(self) -> str | None:
+        """The line for labels that are lists of other labels ('cat,dog' beside 'cat' and 'dog', or 'cat,dog' and
+        'dog,cat'): a multi-label table, each combination of which would be a class of its own; None without any."""
+        values = [str(v) for v in self.labels.values]
+        names = set(values)
+        orders: dict[frozenset, str] = {}
+        for v in values:
+            parts = [p for p in _LIST_SEPARATORS.split(v.strip()) if p]
+            if len(parts) < 2 or len(set(parts)) < len(parts):
+                continue
+            if all(p in names for p in parts):
+                i = self._first_row([x == v for x in values])
+                return (f"{self.path}: label {v!r} at {self._short(i)} is a list of other labels "
+                        f"({', '.join(map(repr, parts))}): a multi-label table, where datakit reads one class per "
+                        "image and each combination would be a class of its own; make each label one class "
+                        "name")  # fmt: skip
+            other = orders.setdefault(frozenset(parts), v)
+            if other != v:
+                i, j = (self._first_row([x == w for x in values]) for w in (other, v))
+                return (f"{self.path}: labels {other!r} at {self._short(i)} and {v!r} at {self._short(j)} list the "
+                        "same labels in another order: a multi-label table, where datakit reads one class per image "
+                        "and each order would be a class of its own; make each label one class name")  # fmt: skip
+        return None
 
     def _wide_digits_problem(self) -> str:
         wide = [_is_wide_int(str(v)) for v in self.labels.values]
@@ -2739,6 +2767,7 @@ def read_labels(
     return table
 
 
+_LIST_SEPARATORS = re.compile(r"\s*[,;|，；、]\s*")  # between the labels of a multi-label cell ('cat,dog', '猫、狗')
 _VECTOR = re.compile(r"[01](?:\s*,\s*[01])+")  # '0,1,0': a one-hot (or multi-hot) vector, not a class name
 
 

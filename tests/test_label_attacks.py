@@ -1252,3 +1252,25 @@ def test_a_split_sheet_whose_label_column_is_not_found_is_refused_whichever_spli
     tail = ("the class map every split shares takes this sheet's labels too: name its label column as the other sheets "
             "name theirs (or give label_column=, --label-column)") if split else "name it with label_column= (--label-column)"  # fmt: skip
     assert str(err.value) == f"{path}, sheet 'val', row 1: no label column found among '文件名', '备注', '标注'; {tail}"
+
+
+def test_multi_label_cells_are_refused_not_read_as_classes_of_combinations(tmp_path: Path):
+    # the attack: rows 'cat,dog', 'dog', 'cat', 'dog,cat' gave the classes ['cat', 'cat,dog', 'dog', 'dog,cat'], and
+    # check said '0 problems'
+    root = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg", "3.jpg")
+    table = tmp_path / "l.csv"
+    table.write_text('file,label\n0.jpg,"cat,dog"\n1.jpg,dog\n2.jpg,cat\n3.jpg,"dog,cat"\n', encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=table)
+    assert str(err.value) == (f"{table}: label 'cat,dog' at line 2 is a list of other labels ('cat', 'dog'): a "
+                              "multi-label table, where datakit reads one class per image and each combination would "
+                              "be a class of its own; make each label one class name")  # fmt: skip
+    book = workbook(tmp_path / "l.xlsx", {"train": [["0.jpg", "猫、狗"], ["1.jpg", "狗、猫"], ["2.jpg", "鸟"]]})
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=book)
+    assert str(err.value) == (f"{book}: labels '猫、狗' at sheet 'train', row 2 and '狗、猫' at sheet 'train', row 3 list "
+                              "the same labels in another order: a multi-label table, where datakit reads one class "
+                              "per image and each order would be a class of its own; make each label one class name")  # fmt: skip
+    # ImageNet's words: a class named with its synonyms beside a class of one of them is no list of labels
+    table.write_text('file,label\n0.jpg,maillot\n1.jpg,"maillot, tank suit"\n2.jpg,"tench, Tinca tinca"\n', "utf-8")
+    assert open_dataset(root, labels=table).classes == ["maillot", "maillot, tank suit", "tench, Tinca tinca"]
