@@ -871,25 +871,60 @@ def _heap_frozen(starting_workers: bool):
         gc.unfreeze()
 
 
+def _script_tree(path: str):
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            return ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _is_guard(node) -> bool:
+    """Whether ``node`` is ``if __name__ == "__main__":`` (either way round)."""
+    import ast
+
+    t = node.test if isinstance(node, ast.If) else None
+    if not isinstance(t, ast.Compare) or len(t.ops) != 1 or not isinstance(t.ops[0], ast.Eq):
+        return False
+    sides = [t.left, t.comparators[0]]
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
+        isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
+    )
+
+
+def _unguarded_line(path: str) -> int | None:
+    """The line of the script at ``path`` running now at its top level outside ``if __name__ == "__main__":``
+    (the statement that led here), None when it runs inside such a block (or not at the top level at all).
+    A spawned worker imports the script and so runs that statement again, starting workers of its own while
+    it is still starting: each dies with Python's "bootstrapping phase" error."""
+    frame = sys._getframe(1)
+    where = os.path.abspath(path)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            if os.path.abspath(code.co_filename) != where:
+                return None
+            line = frame.f_lineno
+            tree = _script_tree(path)
+            if tree is None:
+                return None
+            inside = any(_is_guard(n) and n.lineno <= line <= (n.end_lineno or n.lineno) for n in tree.body)
+            return None if inside else line
+        frame = frame.f_back
+    return None
+
+
 def _guarded_names(path: str) -> dict[str, int]:
     """The classes and functions the script at ``path`` defines only inside ``if __name__ == "__main__":``
     (by name, with the line), which a spawned process importing the script as ``__mp_main__`` never defines."""
     import ast
 
-    try:
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read(), path)
-    except (OSError, SyntaxError, ValueError):
+    tree = _script_tree(path)
+    if tree is None:
         return {}
-
-    def is_guard(node) -> bool:
-        t = node.test if isinstance(node, ast.If) else None
-        if not isinstance(t, ast.Compare) or len(t.ops) != 1 or not isinstance(t.ops[0], ast.Eq):
-            return False
-        sides = [t.left, t.comparators[0]]
-        return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
-            isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
-        )
+    is_guard = _is_guard
 
     def defined(nodes, out: dict, skip_guard: bool) -> None:
         for node in nodes:
@@ -918,6 +953,13 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
         return
     # `python -m pkg` runs pkg/__main__.py, which spawned processes do not import at all
     package_main = os.path.basename(path) == "__main__.py"
+    line = None if package_main else _unguarded_line(path)
+    if line is not None:
+        script = os.path.basename(path)
+        raise UsageError(f"{method}-started workers import {script} and run its top level again, which would start "
+                         f"this loader again in each of them (line {line}, outside any `if __name__ == "
+                         f"\"__main__\":`); put the code that runs the loader under `if __name__ == \"__main__\":` "
+                         f"at the end of {script}")  # fmt: skip
     guarded = {} if package_main else _guarded_names(path)
     if not guarded and not package_main:
         return

@@ -3072,6 +3072,35 @@ if __name__ == "__main__":
     assert (proc.returncode, proc.stdout) == (0, "[(4, 3, 16, 16), (4, 3, 16, 16), (4, 3, 16, 16)]\n"), proc.stderr
 
 
+def test_a_script_that_runs_its_loader_outside_the_main_guard_is_told_before_spawned_workers_die_of_it(
+    class_folder, tmp_path
+):
+    # the attack: the README's loop in a script of its own, with spawn workers (macOS's and Windows' default) and no
+    # `if __name__ == "__main__":`: each worker ran the script's top level again, started workers while it was still
+    # starting, and died; 172 lines of three tracebacks, ending in "exited unexpectedly ... num_workers=0"
+    script = tmp_path / "train.py"
+    script.write_text(f"""from datakit import create_loader, open_dataset
+from datakit.transforms import train_pipeline
+
+ds = open_dataset(r"{class_folder}", transform=train_pipeline(16))
+loader = create_loader(ds, 4, num_workers=2, seed=0, multiprocessing_context="spawn")
+print(sum(len(y) for _, y in loader))
+""", encoding="utf-8")  # fmt: skip
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == (
+        "datakit.errors.UsageError: spawn-started workers import train.py and run its top level again, which would "
+        'start this loader again in each of them (line 6, outside any `if __name__ == "__main__":`); put the code '
+        'that runs the loader under `if __name__ == "__main__":` at the end of train.py'
+    ), proc.stderr
+    assert "bootstrapping" not in proc.stderr
+    # a function called under the guard, the way it is meant: read
+    guarded = script.read_text(encoding="utf-8").replace("ds = ", "def main():\n    ds = ")
+    guarded = guarded.replace("\nloader", "\n    loader").replace("\nprint", "\n    print")
+    script.write_text(guarded + '\n\nif __name__ == "__main__":\n    main()\n', encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stdout) == (0, "12\n"), proc.stderr
+
+
 def test_a_transform_in_a_packages_main_module_is_named_before_spawned_workers_die_of_it(class_folder, tmp_path):
     # the regression round: `python -m pkg` runs pkg/__main__.py, which spawned processes do not import: a transform
     # class there, at its top level or not, killed every worker ("exited unexpectedly")
