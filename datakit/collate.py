@@ -72,14 +72,20 @@ def _collated(collate: Callable, batch: Sequence):
         raise
 
 
-def _grouped(keys: Sequence, what: Callable[[object], str]) -> list[str | list[int]]:
-    """Message parts naming the positions of each distinct key (at most 4 keys): ``positions: what(key)``."""
+def _grouped(keys: Sequence, what: Callable[[object], str], kinds: str = "kinds") -> list[str | list[int]]:
+    """Message parts naming the positions of each distinct key (at most 4 keys, then how many more samples
+    there are of how many more keys): ``positions: what(key)``."""
     groups: dict = {}
     for i, k in enumerate(keys):
         groups.setdefault(k, []).append(i)
     parts: list[str | list[int]] = []
-    for n, (k, ix) in enumerate(list(groups.items())[:4]):
+    items = list(groups.items())
+    for n, (k, ix) in enumerate(items[:4]):
         parts += ["; " if n else "", ix, f": {what(k)}"]
+    if len(items) > 4:
+        left = sum(len(ix) for _, ix in items[4:])
+        parts.append(f"; and {left} more sample{'s' if left > 1 else ''} of {len(items) - 4} other "
+                     f"{kinds if len(items) > 5 else kinds[:-1]}")  # fmt: skip
     return parts
 
 
@@ -313,7 +319,7 @@ def _explain(values: list, what: str, first: int | None) -> None:
     elif all(isinstance(v, (tuple, list)) for v in values) and values:
         lengths = [len(v) for v in values]
         if len(set(lengths)) > 1:
-            raise CollateError(f"cannot batch {what}s of different lengths (", *_grouped(lengths, str),
+            raise CollateError(f"cannot batch {what}s of different lengths (", *_grouped(lengths, str, "lengths"),
                                "); a collate function of your own can keep them as lists")  # fmt: skip
         for k in range(lengths[0]):
             if first is None:
@@ -329,7 +335,7 @@ def _same_sizes(arrays: Sequence, what: str) -> None:
         advice = ("resize them to one size in the transform, or batch them with datakit.collate.pad_collate()"
                   if what in ("images", "'image'") else  # pad_collate pads images, not targets
                   "a collate function of your own can pad them or keep them as lists")  # fmt: skip
-        raise CollateError(f"cannot stack {what} of different sizes into one batch (", *_grouped(shapes, str),
+        raise CollateError(f"cannot stack {what} of different sizes into one batch (", *_grouped(shapes, str, "sizes"),
                            f"); {advice}")  # fmt: skip
 
 

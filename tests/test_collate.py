@@ -386,6 +386,20 @@ def test_pad_and_detection_collate_promote_mixed_dtypes_as_stack_collate_does(ki
         stack_collate([(np.zeros((2, 2), np.uint16), 0), (np.zeros((2, 2), np.uint8), 1)])
 
 
+def test_more_than_four_sizes_in_a_batch_are_counted_not_dropped_from_the_message():
+    # the attack: a batch of five sizes named four and said nothing of the fifth
+    batch = [(torch.zeros(3, s, s, dtype=torch.uint8), 0) for s in (10, 20, 30, 40, 50, 60, 60)]
+    with pytest.raises(CollateError) as e:
+        stack_collate(batch)
+    assert str(e.value) == (
+        "cannot stack images of different sizes into one batch (batch position 0: (3, 10, 10); batch position 1: "
+        "(3, 20, 20); batch position 2: (3, 30, 30); batch position 3: (3, 40, 40); and 3 more samples of 2 other "
+        "sizes); resize them to one size in the transform, or batch them with datakit.collate.pad_collate()"
+    )
+    with pytest.raises(CollateError, match=r"; and 1 more sample of 1 other size\); resize them"):
+        stack_collate(batch[:5])
+
+
 def test_bare_and_dict_samples_of_different_sizes_are_refused_naming_them():
     # the attack: samples that are an image alone, or a dict, fell through to default_collate's RuntimeError
     # ("stack expects each tensor to be equal size ... at entry 0 and ... at entry 5")
