@@ -194,8 +194,11 @@ def _side(lo: int) -> Callable[[str], int]:
 
 
 def _int_list(text: str) -> list[int]:
+    items = text.split(",")
+    if text.strip() and any(not x.strip() for x in items):  # '0,,1' or '0,1,': a number left out?
+        raise argparse.ArgumentTypeError(f"expected numbers like 0,1,2,4, got {text!r} (an empty entry)")
     try:
-        values = [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in items if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected numbers like 0,1,2,4, got {text!r}") from None
     if not values or min(values) < 0:

@@ -498,6 +498,7 @@ USAGE = [
      "got '0x224'"),
     (["check", "{src}", "--workers", "-1"], "datakit check: error: argument --workers: must be >= 0, got -1"),
     (["bench", "{src}", "--workers", "0,x"], "datakit bench: error: argument --workers: expected numbers like 0,1,2,4, got '0,x'"),
+    (["bench", "{src}", "--workers", "0,,1"], "datakit bench: error: argument --workers: expected numbers like 0,1,2,4, got '0,,1' (an empty entry)"),
     (["bench", "{src}", "--seconds", "0"], "datakit bench: error: argument --seconds: must be a positive number, got 0"),
     (["check", "{src}", "{samples}", "--labels", "{samples}/labels.xlsx"],  # a traceback in TableDataset before
      "datakit check: error: several SRC are read as the shards of one LMDB pack; {src} is not an LMDB pack: give one "
