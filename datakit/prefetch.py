@@ -315,16 +315,19 @@ def check_images(batch, explicit: bool) -> None:
         dtype = str(images.dtype).removeprefix("torch.")
         if images.dtype == torch.uint16:  # 16 bits: a PNG or TIFF read as stored
             what = "the images are uint16 (16-bit PNG or TIFF read with mode='unchanged'?)"
-        else:
+        values = (
+            images if images.is_floating_point() or images.is_signed() else images.to(torch.int64)
+        )  # uint16: no min
+        lo, hi = (float(values.min()), float(values.max())) if images.numel() else (0.0, 0.0)
+        if images.dtype != torch.uint16 and images.is_floating_point() and lo < 0:  # normalised once already
+            what = (f"the images are {dtype} and normalised already (values {lo:.3g} to {hi:.3g}: the pipeline's "
+                    "normalize=True, or a Normalize step in the transform?)")  # fmt: skip
+        elif images.dtype != torch.uint16:
             kind = "float" if images.is_floating_point() else dtype
             what = f"the images are {dtype} already (a transform made them {kind}: an augment step's ToDtype?)"
         if explicit:
             raise UsageError(f"{what}; normalize= normalises uint8 images: return uint8 from the transform "
                              "(train_pipeline and eval_pipeline do) or pass normalize=False")  # fmt: skip
-        values = (
-            images if images.is_floating_point() or images.is_signed() else images.to(torch.int64)
-        )  # uint16: no min
-        lo, hi = (float(values.min()), float(values.max())) if images.numel() else (0.0, 0.0)
         if not images.is_floating_point() or (lo >= 0 and hi <= 255):  # pixel values, not normalised ones
             scale = "0..1" if hi <= 1 else "0..255" if hi <= 255 else f"{lo:g}..{hi:g}"
             warnings.warn(f"{what}, in {scale}: they reach the model as they are, not normalised; return uint8 from "

@@ -477,6 +477,13 @@ def test_normalize_never_passes_images_it_cannot_apply_to_without_a_word():
         warnings.simplefilter("error")
         x, _ = next(iter(create_loader(normalised, 2, num_workers=0, train=False, device="cpu")))
     assert x.flatten().tolist() == [-1.5] * 96
+    # asked to normalise them again: the message says they are normalised, not blaming a ToDtype step
+    with pytest.raises(UsageError) as e:
+        next(iter(create_loader(normalised, 2, num_workers=0, train=False, device="cpu", normalize="cifar10")))
+    assert str(e.value) == ("the images are float32 and normalised already (values -1.5 to -1.5: the pipeline's "
+                            "normalize=True, or a Normalize step in the transform?); normalize= normalises uint8 "
+                            "images: return uint8 from the transform (train_pipeline and eval_pipeline do) or pass "
+                            "normalize=False")  # fmt: skip
     gray = _Images(lambda i: torch.full((4, 4), i, dtype=torch.uint8))
     with pytest.raises(UsageError) as e:
         next(iter(create_loader(gray, 2, num_workers=0, train=False, device="cpu", normalize=([0.5], [0.25]))))
