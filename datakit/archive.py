@@ -848,7 +848,8 @@ def unzip(
                     report.notes.append(f"{label}: an earlier member has the same name; the link is not made")
                     continue
                 try:
-                    _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label)
+                    mine = any(k.startswith(f"{rel}/") for k in paths)  # a folder this archive's members fill
+                    _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label, mine)
                 except _Refused as exc:
                     report.problems.append(f"{label}: {exc}")
                 except (*_READ_ERRORS, OSError) as exc:
@@ -1182,7 +1183,9 @@ def _extract_symlink(
     overwrite: bool,
     report: ExtractReport,
     label: str,
+    mine: bool = False,
 ) -> None:
+    """Make the link member ``m`` at ``rel``; ``mine``: a folder of that name holds other members of the archive."""
     if m.file_size > _MAX_LINK:
         raise _Refused(f"symlink target of {m.file_size} bytes is longer than any real path; not created")
     link = _link_text(_read_bounded(zf, info, m.file_size), m)  # a bomb behind 12 bytes: no
@@ -1218,10 +1221,11 @@ def _extract_symlink(
         if stat.S_ISLNK(st.st_mode) and os.readlink(name, dir_fd=fd) == link:
             report.unchanged.append(rel)
             return
+        if stat.S_ISDIR(st.st_mode):  # --overwrite would not replace it either
+            why = "a folder of the archive's own members" if mine else "a folder"
+            raise _Refused(f"{_printable(Path(tree.root) / rel)} is {why}; not replaced by a link")
         if not overwrite:
             raise _Refused(f"{_printable(Path(tree.root) / rel)} exists and differs; not overwritten (use --overwrite)")
-        if stat.S_ISDIR(st.st_mode):
-            raise _Refused(f"{_printable(Path(tree.root) / rel)} is a folder; not replaced by a link")
         os.unlink(name, dir_fd=fd)
     os.symlink(link, name, dir_fd=fd)
     report.extracted.append(rel)

@@ -2263,3 +2263,17 @@ def test_one_accented_letter_is_no_ambiguity_with_cjk_code_pages(tmp_path: Path,
     z = write_zip(tmp_path / "a.zip", [ZipEntry(n.encode(encoding), b"x", made_by=0x0014) for n in names])
     guess = detect_encoding(z)
     assert guess.ambiguous == () and [guess.decode(n.encode(encoding)) for n in names] == names
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_link_named_as_a_folder_of_the_archives_own_members_is_called_that_not_sent_to_overwrite(
+    tmp_path: Path, overwrite: bool
+):
+    # the attack: dog/2.png, then a link 'dog -> cat': the plain run said "dog exists and differs; not overwritten (use
+    # --overwrite)", and with --overwrite "is a folder; not replaced by a link": the advice could not help
+    z = write_zip(tmp_path / "l.zip", [gbk("dog/2.png", b"x"), gbk("dog", symlink_to=b"cat"), gbk("cat/1.png", b"y")])
+    report = unzip(z, tmp_path / "out", overwrite=overwrite)
+    assert report.problems == [
+        f"{z}: member 'dog': {tmp_path / 'out' / 'dog'} is a folder of the archive's own members; not replaced by a link"
+    ]
+    assert sorted(tree(tmp_path / "out")) == ["cat/1.png", "dog/2.png"]
