@@ -1793,6 +1793,69 @@ class _CellNotes:
         return None
 
 
+_PERCENT_CODE = re.compile(r"[#,0]*0(?:\.(0+))?%")  # 0%, 0.00%, #,##0.0%: the percent formats shown as such
+
+
+def _percent_styles(path: Path) -> dict[int, int]:
+    """The cell styles of the workbook at ``path`` that show numbers as percentages (Excel's 0% and 0.00%, or a
+    format of its own such as 0.0%), each with its number of decimals: {style index: decimals}; {} for none."""
+    import html
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            xml = z.read("xl/styles.xml").decode("utf-8")
+    except (KeyError, OSError, zipfile.BadZipFile, UnicodeDecodeError):
+        return {}
+    if "%" not in xml and not re.search(r'numFmtId="(?:9|10)"', xml):
+        return {}
+    codes = {9: 0, 10: 2}
+    for m in re.finditer(r'<(?:\w+:)?numFmt\b[^>]*\bnumFmtId="(\d+)"[^>]*\bformatCode="([^"]*)"', xml):
+        code = re.sub(r"\[[^\]]*\]", "", html.unescape(m.group(2)).split(";")[0]).strip()
+        shown = _PERCENT_CODE.fullmatch(code)
+        if shown:
+            codes[int(m.group(1))] = len(shown.group(1) or "")
+    xfs = re.search(r"<(?:\w+:)?cellXfs\b[^>]*>(.*?)</(?:\w+:)?cellXfs>", xml, re.S)
+    if xfs is None:
+        return {}
+    out = {}
+    for k, m in enumerate(re.finditer(r"<(?:\w+:)?xf\b([^>]*?)/?>", xfs.group(1))):
+        fmt = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
+        if fmt and int(fmt.group(1)) in codes:
+            out[k] = codes[int(fmt.group(1))]
+    return out
+
+
+def _show_percents(grid: list[list[object]], path: Path, sheet: str, styles: dict[int, int]) -> None:
+    """Number cells of ``grid`` (the sheet's rows from A1) formatted as percentages, as Excel shows them and writes
+    them to CSV: 0.05 under 0% is '5%', under 0.0% '5.0%' (rounded half away from zero, as Excel rounds)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            target = _sheet_member(z, sheet)
+            xml = z.read(target).decode("utf-8") if target else ""
+    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
+        return
+    for m in re.finditer(r"<(?:\w+:)?c\b([^>]*?)/?>", xml):
+        attrs = m.group(1)
+        style = re.search(r'\bs="(\d+)"', attrs)
+        if style is None or int(style.group(1)) not in styles:
+            continue
+        ref = re.search(r'\br="([A-Z]+)(\d+)"', attrs)
+        if ref is None:
+            continue
+        row, col = int(ref.group(2)) - 1, _cell_ref(ref.group(1))
+        if row >= len(grid) or col >= len(grid[row]):
+            continue
+        v = grid[row][col]
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            continue
+        places = decimal.Decimal(1).scaleb(-styles[int(style.group(1))])
+        shown = (decimal.Decimal(_text(float(v))) * 100).quantize(places, rounding=decimal.ROUND_HALF_UP)
+        grid[row][col] = f"{shown}%"
+
+
 def _column_letter(col: int) -> str:
     s = ""
     col += 1
@@ -1816,9 +1879,12 @@ def _hidden_classes(wb, engine: str, path: Path, names: list[str], parts: list, 
     """The classes the hidden sheets ``names`` would add to the class map of ``parts``, were they read: those
     that are splits (a row naming an image file, or a split's name)."""
     hidden = []
+    percents = _percent_styles(path) if names else {}
     for name in names:
         try:
             grid = _sheet_grid(wb, name, engine)
+            if percents:
+                _show_percents(grid, path, name, percents)
             head = _locate_header(grid, file_column, label_column, split_column, f"{path}, sheet {name!r}")
             if head is None or head.lcol is None:
                 continue
@@ -1901,6 +1967,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     named_missing: list[str] = []  # sheets without the label column the caller named
     split_missing: list[str] = []  # and without the split column
     split_found = False
+    percent_styles: dict[int, int] | None = None  # read once, at the first sheet read
     for order, sh in enumerate(meta):
         chosen = wanted is None or sh.name in wanted
         if not sh.worksheet:
@@ -1912,6 +1979,10 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             continue
         try:
             grid = _sheet_grid(wb, sh.name, engine)
+            if percent_styles is None:
+                percent_styles = _percent_styles(path)
+            if percent_styles:
+                _show_percents(grid, path, sh.name, percent_styles)
         except Exception as exc:  # damaged XML, a missing part, a shared string that is not there
             # not skipped: without its rows (or, for a sheet not asked for, its labels in the class map) the
             # table would be read as another one

@@ -1274,3 +1274,28 @@ def test_multi_label_cells_are_refused_not_read_as_classes_of_combinations(tmp_p
     # ImageNet's words: a class named with its synonyms beside a class of one of them is no list of labels
     table.write_text('file,label\n0.jpg,maillot\n1.jpg,"maillot, tank suit"\n2.jpg,"tench, Tinca tinca"\n', "utf-8")
     assert open_dataset(root, labels=table).classes == ["maillot", "maillot, tank suit", "tench, Tinca tinca"]
+
+
+def test_percent_cells_read_as_excel_shows_them_like_the_csv_it_saves(tmp_path: Path):
+    # the attack: number cells formatted 0% read as 0.05, 0.1, 0.5 where Excel shows (and its CSV holds) 5%, 10%, 50%:
+    # the workbook and its CSV gave the classes in other orders
+    names = [f"img{i}.jpg" for i in range(6)]
+    root = images(tmp_path / "img", *names)
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["file", "label", "share"])
+    for i, (v, fmt) in enumerate([(0.05, "0%"), (0.1, "0%"), (0.5, "0%"), (0.125, "0%"), (1, "0%"), (0.0512, "0.0%")]):
+        ws.append([names[i], v, v])
+        ws.cell(ws.max_row, 2).number_format = fmt
+    book = tmp_path / "l.xlsx"
+    wb.save(book)
+    csv = tmp_path / "l.csv"
+    csv.write_text("file,label\n" + "".join(f"{n},{v}\n" for n, v in zip(names, ["5%", "10%", "50%", "13%", "100%",
+                                                                                  "5.1%"])))  # fmt: skip
+    for engine in ("calamine", "openpyxl"):
+        t = read_labels(book, engine=engine)
+        assert t.labels.tolist() == ["5%", "10%", "50%", "13%", "100%", "5.1%"], engine
+    a, b = open_dataset(root, labels=book), open_dataset(root, labels=csv)
+    assert a.classes == b.classes == ["10%", "100%", "13%", "5%", "5.1%", "50%"]
+    assert a.targets.tolist() == b.targets.tolist() == [3, 0, 5, 2, 1, 4]
