@@ -107,6 +107,8 @@ _LATIN_TIERS = (
     (0.6, set("ëïîûùìòõœÅØÆÇÑÁÍÓÚÈÀÊ")),
     (0.3, set("ÿËÎÏÔÛÙÒÌÂÃÕŒŠšŽžŸýÝ")),
 )
+# the letters of Central European words (Polish, Czech, Slovak, Hungarian: Windows-1250) beyond the Western ones
+_CENTRAL_EUROPEAN = frozenset("ąćęłńśźżčďěňřšťůžőűĺľŕĄĆĘŁŃŚŹŻČĎĚŇŘŠŤŮŽŐŰĹĽŔ")
 # The characters most used in file names and everyday text, per script (most common first). A
 # reading made of these is far more plausible than one made of merely valid characters: Korean
 # bytes read as GBK are all valid GB2312 level-1 characters, but few of them are common ones.
@@ -264,6 +266,8 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
     if script == "greek":
         return 0.6 if table else -0.5  # the Greek letters of CP437/CP866 appear only as mojibake in archives
     if script == "latin":
+        if table and enc in ("cp1250", "utf-8") and ch in _CENTRAL_EUROPEAN:
+            return 0.8  # a table's Polish, Czech or Hungarian words (a rival reading of Windows-1250 bytes)
         return next((value for value, letters in _LATIN_TIERS if ch in letters), 0.0)
     if 0x2160 <= o <= 0x216B or 0x2170 <= o <= 0x2179 or 0x2460 <= o <= 0x2469:
         return 0.8  # Roman numerals and circled numbers (Ⅰ级, ①): grades, stages and list marks in CJK text
@@ -323,14 +327,24 @@ def _word_penalties(text: str) -> tuple[float, int]:
     return penalty, 0
 
 
-def _cjk_in_latin(name: str) -> int:
+def _cjk_in_latin(name: str, enc: str | None = None) -> int:
     """Lone CJK characters touching ASCII letters (``Sommerferien_謘terreich``, ``A砲_nuevo``): one
-    legacy byte glued to the next ASCII byte by a double-byte reading. Real names hold runs."""
+    legacy byte glued to the next ASCII byte by a double-byte reading. Real names hold runs. With ``enc``
+    (a table's cells), a character after letters and before none counts only when its second byte in
+    ``enc`` is an ASCII letter, the glued byte (``kadın`` in Windows-1254 is GBK ``kad齨``): a label such
+    as ``A类``, ``B型`` or ``T恤`` is letters before a character of their own."""
     padded = f" {name} "
     count = 0
     for a, b, c in zip(padded, padded[1:], padded[2:]):
         if _FAMILY.get(_script(b)) != "cjk" or _FAMILY.get(_script(a)) == "cjk" or _FAMILY.get(_script(c)) == "cjk":
             continue
+        if enc is not None and not (c.isascii() and c.isalpha()):  # a letter before it alone: A类, B型, T恤
+            try:
+                raw = b.encode("gbk" if enc == "gb18030" else enc)
+            except (UnicodeEncodeError, LookupError):
+                raw = b""
+            if len(raw) != 2 or not (0x41 <= raw[1] <= 0x5A or 0x61 <= raw[1] <= 0x7A):
+                continue
         if (a.isascii() and a.isalpha()) or (c.isascii() and c.isalpha()):
             count += 1
     return count
@@ -361,7 +375,8 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
                 total -= sum(0.5 + _char_score(c, enc, table) for c in n)
     # in a table, μ before Latin letters is a unit (μm, μg), not two alphabets in one word
     worded = [n.replace("μ", " ") for n in names] if table else names
-    total -= sum(_word_penalties(w)[0] + 1.5 * _cjk_in_latin(n) for n, w in zip(names, worded))
+    glued = enc if table else None
+    total -= sum(_word_penalties(w)[0] + 1.5 * _cjk_in_latin(n, glued) for n, w in zip(names, worded))
     total -= sum(0.8 * len(p) for p in _parts(names) if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p))
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}

@@ -1081,6 +1081,9 @@ def _most_plausible(sample: bytes) -> TextEncoding:
         if decodes(sample, enc, windows=False):
             rivals[enc] = _scored_cells(sample, enc)
     rival_scores = {enc: _rival_score(names, enc) for enc, names in rivals.items()}
+    if "cp1250" in rival_scores and "cp1252" in rival_scores:  # one Latin reading: the two read most bytes alike
+        del rival_scores["cp1250" if rival_scores["cp1250"] <= rival_scores["cp1252"] else "cp1252"]
+    rivals = {e: v for e, v in rivals.items() if e in rival_scores}
     if not readings:
         _refuse_rivals([e for e, v in rival_scores.items() if v >= _RIVALS[e]], rivals)
         raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it")
@@ -1116,14 +1119,14 @@ def _most_plausible(sample: bytes) -> TextEncoding:
         readings.update(rivals)
         close = [e for e in ranked if scores[best] - scores[e] < need]
         return _too_close([*close, *sorted(close_rivals, key=lambda e: -rival_scores[e])], readings)
-    # a legacy reading made of rare characters is no evidence for it: the table is in some other encoding (Polish,
-    # Hebrew, Lithuanian, ...) whose bytes happen to pair up as GBK or Big5 (Windows-1250's želva: 瀍lva)
+    # a legacy reading that is implausible on balance is no evidence for it: the table is in some other encoding
+    # (Turkish, Lithuanian, ...) whose bytes happen to pair up as GBK or Big5 (Windows-1254's kadın: kad齨)
     if margin >= need and scores[best] >= (0.5 if kind else _legacy_floor(readings[best])):
         return TextEncoding(best, min(1.0, margin), f"{lead}characters most plausible as {best} (scores: {shown})")
     close = [e for e in ranked if scores[best] - scores[e] < need]
     if not kind and scores[best] < _legacy_floor(readings[best]):
         said, _ = _readings_said(close, readings)
-        raise LabelError(f"not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: {said}, rare characters; "
+        raise LabelError(f"not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: {said}, implausible; "
                          f"pass encoding= (--encoding) to name its encoding (encoding='{best}' if that reading is "
                          "right)")  # fmt: skip
     return _too_close((["utf-8"] if kind else []) + close, readings)
@@ -1131,16 +1134,17 @@ def _most_plausible(sample: bytes) -> TextEncoding:
 
 # each with the score its reading must reach to count: GBK and Big5 bytes read as CP949 are Hangul syllables
 # too, mostly of the rarer ones (0.75 each), where Korean words are mostly of the common ones (1.0)
-_RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5, "cp1251": 0.6, "koi8_r": 0.6, "cp1253": 0.5}
+_RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5, "cp1250": 0.5, "cp1251": 0.6, "koi8_r": 0.6, "cp1253": 0.5}
 
 
 def _legacy_floor(cells: list[str]) -> float:
     """The least a GBK or Big5 reading with Chinese characters in it must score to be taken without a byte-order
-    mark or valid UTF-8: common characters (0.7-1.0) and a few rare ones pass; rare characters (0.3) alone are
-    refused, naming the reading. Symbols alone (★, ℃, ①) are scored against the other reading only."""
+    mark or valid UTF-8: below 0, its characters are implausible on balance (glued into Latin words: Windows-1254's
+    kadın is GBK kad齨), and the table is in some other encoding. Tables of rare characters (鹌鹑, 猞猁: 0.3-0.5)
+    pass. Symbols alone (★, ℃, ①) are scored against the other reading only."""
     from datakit.filenames import _script
 
-    return 0.5 if any(_script(ch) == "han" for cell in cells for ch in cell) else -2.0
+    return 0.0 if any(_script(ch) == "han" for cell in cells for ch in cell) else -2.0
 
 
 _ALPHABETS = frozenset({"cp1251", "koi8_r", "cp1253"})
@@ -1240,7 +1244,8 @@ def _unlikely_run(run: str) -> bool:
 
 def _label(enc: str) -> str:
     names = {"gb18030": "GB18030", "gbk": "GBK", "utf-8": "UTF-8", "big5": "Big5", "cp949": "CP949 (Korean)",
-             "cp932": "CP932 (Japanese)", "cp1252": "Windows-1252", "cp1251": "Windows-1251 (Cyrillic)",
+             "cp932": "CP932 (Japanese)", "cp1252": "Windows-1252", "cp1250": "Windows-1250 (Central European)",
+             "cp1251": "Windows-1251 (Cyrillic)",
              "koi8_r": "KOI8-R (Russian)", "cp1253": "Windows-1253 (Greek)"}  # fmt: skip
     return names.get(enc, enc)
 

@@ -778,17 +778,21 @@ def test_cyrillic_and_greek_tables_are_not_read_as_big5_or_gbk(tmp_path: Path, c
 
 
 @pytest.mark.parametrize("codec, labels, message", [
-    ("cp1250", ["želva"], "not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: as GBK it reads '瀍lva', rare "
-     "characters; pass encoding= (--encoding) to name its encoding (encoding='gbk' if that reading is right)"),
+    ("cp1250", ["želva"], "cannot tell the encoding apart: as GBK it reads '瀍lva'; as Windows-1250 (Central European) "
+     "it reads 'želva'; pass encoding='gbk' or encoding='cp1250' (--encoding) to say which"),
+    ("cp1250", ["jabłko", "dziecko"], "cannot tell the encoding apart: as GBK it reads 'jab砶o'; as Big5 it reads "
+     "'jab趾o'; as Windows-1250 (Central European) it reads 'jabłko'; pass encoding='gbk' or encoding='big5' or "
+     "encoding='cp1250' (--encoding) to say which"),
     ("cp1250", ["želva", "kočka", "pes"], "cannot tell the encoding apart: as GBK it reads '瀍lva, ko鑛a'; as "
-     "Windows-1252 it reads 'želva, koèka'; pass encoding='gbk' or encoding='cp1252' (--encoding) to say which"),
-    ("cp1254", ["kadın"], "not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: as GBK it reads 'kad齨', rare "
-     "characters; pass encoding= (--encoding) to name its encoding (encoding='gbk' if that reading is right)"),
+     "Windows-1250 (Central European) it reads 'želva, kočka'; pass encoding='gbk' or encoding='cp1250' (--encoding) "
+     "to say which"),
+    ("cp1254", ["kadın"], "not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: as GBK it reads 'kad齨', "
+     "implausible; pass encoding= (--encoding) to name its encoding (encoding='gbk' if that reading is right)"),
     ("cp1257", ["žuvis", "šuo", "katė"], "not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to "
      "name it"),
 ])  # fmt: skip
-def test_tables_whose_legacy_reading_is_rare_characters_are_refused(codec, labels, message):
-    # the attack: Central European, Turkish and Baltic tables paired up into rare GBK characters and were read so
+def test_tables_whose_legacy_reading_is_implausible_are_refused(codec, labels, message):
+    # the attack: Central European, Turkish and Baltic tables paired up into GBK characters and were read so
     from datakit.labels import detect_text_encoding
 
     raw = ("file,label\r\n" + "".join(f"{i}.jpg,{labels[i % len(labels)]}\r\n" for i in range(6))).encode(codec)
@@ -799,6 +803,12 @@ def test_tables_whose_legacy_reading_is_rare_characters_are_refused(codec, label
 
 def test_chinese_tables_beside_the_new_rivals_are_still_read():
     from datakit.labels import detect_text_encoding
+
+    # rare characters (birds, wild animals, elements) and a letter before a character: GBK, as before
+    for words in (("鹌鹑", "鸬鹚", "鹦鹉", "鸳鸯"), ("猞猁", "貂", "獾", "狍子"), ("砷", "硒", "碲", "锑"), ("A类", "B类", "C类"),
+                  ("A型", "B型", "AB型", "O型"), ("T恤", "衬衫", "卫衣")):  # fmt: skip
+        raw = ("file,label\r\n" + "".join(f"{i}.jpg,{w}\r\n" for i, w in enumerate(words))).encode("gbk")
+        assert detect_text_encoding(raw).name == "gbk", words
 
     body = "file,label\r\n0.jpg,{}\r\n1.jpg,{}\r\n2.jpg,{}\r\n"
     for codec, labels in (("gbk", ("猫", "狗", "鸟")), ("gbk", ("飞机", "汽车", "轮船")), ("gbk", ("合格", "不合格", "良品")),
