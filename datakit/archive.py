@@ -224,8 +224,60 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
     except NotImplementedError as exc:  # a member needs a later ZIP version than zipfile reads ("zip file version 6.4")
         raise ArchiveError(f"{path}: a member needs a newer ZIP format than this reader knows ({exc}); "
                            "make the archive again with a common zip tool") from None  # fmt: skip
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, OverflowError) as exc:
+    except zipfile.BadZipFile as exc:
+        if "zip64 extra field" in str(exc).lower():  # the central directory read, one member's entry damaged
+            try:
+                name = _bad_zip64_member(path)
+            except (struct.error, ValueError):  # a directory that cannot be walked either
+                name = None
+            which = f"member {name!r}" if name is not None else "a member"
+            raise ArchiveError(f"{path}: {which}: its ZIP64 size field in the central directory is damaged ({exc}); "
+                               "the archive's list of members cannot be read past it: make the archive again, or "
+                               "extract what a repair tool (zip -FF) recovers") from None  # fmt: skip
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
+    except (OSError, ValueError, EOFError, OverflowError) as exc:
+        raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
+
+
+def _bad_zip64_member(path) -> str | None:
+    """The name of the first central-directory entry whose sizes or offset say 0xFFFFFFFF (look in the ZIP64 extra
+    field) without an extra field long enough to hold them; None when none is found (or the directory cannot be
+    walked)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65557))
+            tail = f.read()
+            end = tail.rfind(b"PK\x05\x06")
+            if end < 0 or len(tail) < end + 22:
+                return None
+            count, cd_size, cd_offset = struct.unpack("<HII", tail[end + 10 : end + 20])
+            f.seek(cd_offset)
+            cd = f.read(min(cd_size, 64 << 20))
+    except (OSError, struct.error):
+        return None
+    pos = 0
+    for _ in range(count):
+        if cd[pos : pos + 4] != b"PK\x01\x02" or len(cd) < pos + 46:
+            return None
+        flags, csize, usize = struct.unpack("<H10xII", cd[pos + 8 : pos + 28])
+        nlen, xlen, clen = struct.unpack("<HHH", cd[pos + 28 : pos + 34])
+        offset = struct.unpack("<I", cd[pos + 42 : pos + 46])[0]
+        raw = cd[pos + 46 : pos + 46 + nlen]
+        extra = cd[pos + 46 + nlen : pos + 46 + nlen + xlen]
+        need = 8 * sum(v == 0xFFFFFFFF for v in (usize, csize, offset))
+        have, k = 0, 0
+        while k + 4 <= len(extra):
+            tag, n = struct.unpack("<HH", extra[k : k + 4])
+            if tag == 1:
+                have = min(n, len(extra) - k - 4)
+                break
+            k += 4 + n
+        if need and have < need:
+            return raw.decode("utf-8" if flags & 0x800 else "gbk", "replace")
+        pos += 46 + nlen + xlen + clen
+    return None
 
 
 def read_members(

@@ -2277,3 +2277,24 @@ def test_a_link_named_as_a_folder_of_the_archives_own_members_is_called_that_not
         f"{z}: member 'dog': {tmp_path / 'out' / 'dog'} is a folder of the archive's own members; not replaced by a link"
     ]
     assert sorted(tree(tmp_path / "out")) == ["cat/1.png", "dog/2.png"]
+
+
+def test_a_damaged_zip64_field_names_its_member_not_a_truncated_archive(tmp_path: Path):
+    # the attack: one member's central-directory sizes said 0xFFFFFFFF with a ZIP64 extra field too short to hold
+    # them: "not a zip archive, or truncated", of an archive Info-ZIP lists whole
+    z = tmp_path / "z64.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("cat/ok.txt", b"fine")
+        bad = zipfile.ZipInfo("cat/bad.txt")
+        bad.extra = struct.pack("<HHI", 1, 4, 5)
+        zf.writestr(bad, b"A" * 10)
+    data = bytearray(z.read_bytes())
+    at = data.rindex(b"PK\x01\x02")  # the second member's central-directory entry
+    data[at + 20 : at + 28] = b"\xff" * 8  # compressed and uncompressed sizes: in the ZIP64 field, which has 4 bytes
+    z.write_bytes(bytes(data))
+    with pytest.raises(ArchiveError) as err:
+        unzip(z, tmp_path / "out")
+    assert str(err.value) == (f"{z}: member 'cat/bad.txt': its ZIP64 size field in the central directory is damaged "
+                              "(Corrupt zip64 extra field. File size not found.); the archive's list of members cannot "
+                              "be read past it: make the archive again, or extract what a repair tool (zip -FF) "
+                              "recovers")  # fmt: skip
