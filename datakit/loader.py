@@ -2433,6 +2433,16 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
     if given and normalize is True:  # "normalise them": with the pipeline's statistics, the default here
         normalize, explicit = None, False
     images = _channel_order(dataset)
+    if images == "BGR" and explicit and normalize is not False and _stats_order(normalize) is None:
+        plain = resolve_normalize(normalize)
+        if plain is not None and len(plain[0]) == 3 and (plain[0][0], plain[1][0]) != (plain[0][2], plain[1][2]):
+            # the trap: datakit stats (and torchvision's Normalize lines) print R, G, B; pasted here they would put
+            # the red statistics on the blue plane, without a word
+            shown = f"{{'mean': {plain[0]}, 'std': {plain[1]}, 'order': 'RGB'}}"
+            _say_once(f"normalize= is plain numbers, applied in the images' own channel order: B, G, R (a "
+                      f"mode='bgr' dataset), so mean {plain[0][0]:g} goes to blue; if they are R, G, B numbers (as "
+                      f"datakit stats and torchvision's Normalize lines give them), pass normalize={shown} (or the "
+                      "Stats compute_stats returns); 'order': 'BGR' says they are B, G, R and quiets this")  # fmt: skip
 
     def as_applied(norm):  # normalize= in the images' channel order, as the batches would be normalised with it
         pair = resolve_normalize(True if norm is None else norm)

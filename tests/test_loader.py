@@ -2936,6 +2936,35 @@ def test_the_pipelines_statistics_are_found_inside_a_dataset_of_the_callers_and_
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
+def test_plain_statistics_on_a_bgr_dataset_are_named_with_the_order_they_are_applied_in(class_folder: Path, caplog):
+    # the attack: the line `datakit stats` prints (R, G, B numbers), pasted as normalize= for a mode="bgr" dataset, put
+    # the red statistics on the blue plane: per-channel means -0.95 and 1.25 out, without a word
+    from datakit import open_dataset
+    from datakit.transforms import eval_pipeline
+
+    mean, std = [0.52, 0.35, 0.27], [0.27, 0.22, 0.21]
+    bgr = open_dataset(class_folder, mode="bgr", transform=eval_pipeline(16))
+    rgb = open_dataset(class_folder, transform=eval_pipeline(16))
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        pasted, _ = next(iter(create_loader(bgr, 12, num_workers=0, train=False, device="cpu", normalize=(mean, std))))
+    assert [r.getMessage() for r in caplog.records] == [
+        "normalize= is plain numbers, applied in the images' own channel order: B, G, R (a mode='bgr' dataset), so mean "
+        "0.52 goes to blue; if they are R, G, B numbers (as datakit stats and torchvision's Normalize lines give them), "
+        "pass normalize={'mean': [0.52, 0.35, 0.27], 'std': [0.27, 0.22, 0.21], 'order': 'RGB'} (or the Stats "
+        "compute_stats returns); 'order': 'BGR' says they are B, G, R and quiets this"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        told = {"mean": mean, "std": std, "order": "RGB"}
+        a, _ = next(iter(create_loader(bgr, 12, num_workers=0, train=False, device="cpu", normalize=told)))
+        b, _ = next(iter(create_loader(rgb, 12, num_workers=0, train=False, device="cpu", normalize=(mean, std))))
+        same = {"mean": mean[::-1], "std": std[::-1], "order": "BGR"}
+        c, _ = next(iter(create_loader(bgr, 12, num_workers=0, train=False, device="cpu", normalize=same)))
+    assert caplog.records == []
+    assert torch.allclose(a, b.flip(1)) and torch.equal(a, c)  # the same pixels, their planes in BGR order
+    assert not torch.allclose(pasted, b.flip(1))
+
+
 def test_statistics_are_compared_in_the_channel_order_they_are_applied_in(class_folder: Path):
     # the attack: on a mode="bgr" dataset the default (ImageNet's RGB numbers) is reversed and numbers written out are
     # applied as given, yet the two were called the same: a ConcatDataset of both, normalize='imagenet' beside the
