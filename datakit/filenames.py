@@ -327,24 +327,14 @@ def _word_penalties(text: str) -> tuple[float, int]:
     return penalty, 0
 
 
-def _cjk_in_latin(name: str, enc: str | None = None) -> int:
+def _cjk_in_latin(name: str) -> int:
     """Lone CJK characters touching ASCII letters (``Sommerferien_謘terreich``, ``A砲_nuevo``): one
-    legacy byte glued to the next ASCII byte by a double-byte reading. Real names hold runs. With ``enc``
-    (a table's cells), a character after letters and before none counts only when its second byte in
-    ``enc`` is an ASCII letter, the glued byte (``kadın`` in Windows-1254 is GBK ``kad齨``): a label such
-    as ``A类``, ``B型`` or ``T恤`` is letters before a character of their own."""
+    legacy byte glued to the next ASCII byte by a double-byte reading. Real names hold runs."""
     padded = f" {name} "
     count = 0
     for a, b, c in zip(padded, padded[1:], padded[2:]):
         if _FAMILY.get(_script(b)) != "cjk" or _FAMILY.get(_script(a)) == "cjk" or _FAMILY.get(_script(c)) == "cjk":
             continue
-        if enc is not None and not (c.isascii() and c.isalpha()):  # a letter before it alone: A类, B型, T恤
-            try:
-                raw = b.encode("gbk" if enc == "gb18030" else enc)
-            except (UnicodeEncodeError, LookupError):
-                raw = b""
-            if len(raw) != 2 or not (0x41 <= raw[1] <= 0x5A or 0x61 <= raw[1] <= 0x7A):
-                continue
         if (a.isascii() and a.isalpha()) or (c.isascii() and c.isalpha()):
             count += 1
     return count
@@ -375,8 +365,7 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
                 total -= sum(0.5 + _char_score(c, enc, table) for c in n)
     # in a table, μ before Latin letters is a unit (μm, μg), not two alphabets in one word
     worded = [n.replace("μ", " ") for n in names] if table else names
-    glued = enc if table else None
-    total -= sum(_word_penalties(w)[0] + 1.5 * _cjk_in_latin(n, glued) for n, w in zip(names, worded))
+    total -= sum(_word_penalties(w)[0] + 1.5 * _cjk_in_latin(n) for n, w in zip(names, worded))
     total -= sum(0.8 * len(p) for p in _parts(names) if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p))
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}

@@ -1112,58 +1112,77 @@ def _most_plausible(sample: bytes) -> TextEncoding:
     need = {1: 0.4, 2: 0.2}.get(evidence, AMBIGUITY_MARGIN) if len(ranked) > 1 else AMBIGUITY_MARGIN
     # a rival as plausible as the best reading, or nearly: the table may be Korean, Japanese or Western
     # (those near the likeliest of them: KOI8-R reads a Windows-1251 table as capitals, ПШАЮ for рыба)
+    # (an alphabet's reading, Cyrillic, Greek or Central European, only when it is the more plausible: two of its
+    # letters are one GBK character, any common one of which spells something, 油污 as УНОЫ)
     top = max(rival_scores.values(), default=0.0)
-    close_rivals = [e for e in rivals if rival_scores[e] >= _RIVALS[e] and rival_scores[e] > scores[best] - need
-                    and rival_scores[e] >= top - 0.25]  # fmt: skip
+    close_rivals = [e for e in rivals if rival_scores[e] >= _RIVALS[e] and rival_scores[e] >= top - 0.25
+                    and rival_scores[e] > scores[best] - (0.0 if e in _ALPHABETS else need)]  # fmt: skip
     if close_rivals:
         readings.update(rivals)
         close = [e for e in ranked if scores[best] - scores[e] < need]
         return _too_close([*close, *sorted(close_rivals, key=lambda e: -rival_scores[e])], readings)
-    # a legacy reading that is implausible on balance is no evidence for it: the table is in some other encoding
-    # (Turkish, Lithuanian, ...) whose bytes happen to pair up as GBK or Big5 (Windows-1254's kadın: kad齨)
-    if margin >= need and scores[best] >= (0.5 if kind else _legacy_floor(readings[best])):
+    # a GBK reading with a character that swallowed a letter of a Latin word (Windows-1254's kadın: kad齨) is
+    # another encoding's accented letter, whose bytes happen to pair up with the next: no GB2312 character, which
+    # Chinese text is written in, has an ASCII letter for its second byte
+    glued = _glued(readings[best]) if best in ("gbk", "gb18030") and not kind else None
+    if glued is not None:
+        said, _ = _readings_said([best], readings)
+        raise LabelError(f"not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: {said}, where {glued!r} "
+                         "is a letter of another encoding joined with the letter after it; pass encoding= "
+                         f"(--encoding) to name its encoding (encoding='{best}' if that reading is right)")  # fmt: skip
+    if margin >= need and scores[best] >= 0.5 - (0.0 if kind else 2.5):
         return TextEncoding(best, min(1.0, margin), f"{lead}characters most plausible as {best} (scores: {shown})")
     close = [e for e in ranked if scores[best] - scores[e] < need]
-    if not kind and scores[best] < _legacy_floor(readings[best]):
-        said, _ = _readings_said(close, readings)
-        raise LabelError(f"not UTF-8, UTF-16, GBK/GB18030 or Big5 text by the look of it: {said}, implausible; "
-                         f"pass encoding= (--encoding) to name its encoding (encoding='{best}' if that reading is "
-                         "right)")  # fmt: skip
     return _too_close((["utf-8"] if kind else []) + close, readings)
 
 
 # each with the score its reading must reach to count: GBK and Big5 bytes read as CP949 are Hangul syllables
 # too, mostly of the rarer ones (0.75 each), where Korean words are mostly of the common ones (1.0)
-_RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5, "cp1250": 0.5, "cp1251": 0.6, "koi8_r": 0.6, "cp1253": 0.5}
+_RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5, "cp1250": 0.5, "cp1251": 0.6, "cp1253": 0.5}
 
 
-def _legacy_floor(cells: list[str]) -> float:
-    """The least a GBK or Big5 reading with Chinese characters in it must score to be taken without a byte-order
-    mark or valid UTF-8: below 0, its characters are implausible on balance (glued into Latin words: Windows-1254's
-    kadın is GBK kad齨), and the table is in some other encoding. Tables of rare characters (鹌鹑, 猞猁: 0.3-0.5)
-    pass. Symbols alone (★, ℃, ①) are scored against the other reading only."""
-    from datakit.filenames import _script
+def _glued(cells: list[str]) -> str | None:
+    """The first character of a GBK reading outside GB2312 whose second byte is an ASCII letter and that stands alone
+    among ASCII letters (``瀍`` in ``瀍lva``, ``齨`` in ``kad齨``, not ``賓`` in ``Benz賓士``): two bytes of another
+    encoding's word paired up; None."""
+    for cell in cells:
+        padded = f" {cell} "
+        for a, b, c in zip(padded, padded[1:], padded[2:]):
+            if not ("\u4e00" <= b <= "\u9fff") or not ((a.isascii() and a.isalpha()) or (c.isascii() and c.isalpha())):
+                continue
+            if not (a.isascii() and c.isascii()):  # beside another character: a word of its own (Benz賓士)
+                continue
+            try:
+                raw = b.encode("gbk")
+            except UnicodeEncodeError:
+                continue
+            if len(raw) == 2 and (0x41 <= raw[1] <= 0x5A or 0x61 <= raw[1] <= 0x7A):
+                return b
+    return None
 
-    return 0.0 if any(_script(ch) == "han" for cell in cells for ch in cell) else -2.0
 
-
-_ALPHABETS = frozenset({"cp1251", "koi8_r", "cp1253"})
+_ALPHABETS = frozenset({"cp1250", "cp1251", "cp1253"})
 _ALPHA_WORD = re.compile(r"[^\W\d_]+")
+_TONOS = frozenset("άέήίόύώΆΈΉΊΌΎΏΐΰ")
 
 
 def _rival_score(cells: list[str], enc: str) -> float:
-    """``score(cells, enc)``, but a Cyrillic or Greek reading counts only with the words one writes: lower case,
-    capitalised or all capitals, and one of three letters or more somewhere. A GBK or Big5 character is two bytes,
-    which these code pages read as two letters of any case (人: ИЛ, 雨: Ук): such pairs are no evidence."""
+    """``score(cells, enc)``, but a Central European, Cyrillic or Greek reading counts only with the words one
+    writes: lower case, capitalised or all capitals, and one of three letters or more not in capitals. A GBK or Big5
+    character is two bytes, which these code pages read as two letters, capitals mostly (人: ИЛ, 油污: УНОЫ): such
+    letters are no evidence."""
     from datakit.filenames import score
 
     if enc in _ALPHABETS:
-        words = [w for c in cells for w in _ALPHA_WORD.findall(c) if not w.isascii()]
-        if not any(len(w) >= 3 for w in words):
-            return -1.0
-        for w in words:
+        evidence = False
+        for w in (w for c in cells for w in _ALPHA_WORD.findall(c) if not w.isascii()):
             if not (w.islower() or w.isupper() or (w[0].isupper() and w[1:].islower())):
                 return -1.0
+            if enc == "cp1253" and (sum(ch in _TONOS for ch in w) > 1 or "ς" in w[:-1]):
+                return -1.0  # Greek words carry one accent, and end in ς, never hold it inside (茯苓: άςάί)
+            evidence = evidence or (len(w) >= 3 and not w.isupper())
+        if not evidence:  # capitals alone are what GBK's lead bytes read as (油污: УНОЫ), not a word
+            return -1.0
     return score(cells, enc, table=True)
 
 
