@@ -1880,6 +1880,14 @@ def _show_percents(grid: list[list[object]], path: Path, sheet: str, styles: dic
         grid[row][col] = f"{shown}%"
 
 
+def _beside_files(grid: Sequence[Sequence[object]], head) -> bool:
+    """Whether any row under the header (the first 2000 of them) holds a value beside its file name."""
+    for row in grid[head.at + 1 : head.at + 2001]:
+        if any(not _blank(v) for j, v in enumerate(row) if j != head.fcol):
+            return True
+    return False
+
+
 def _column_letter(col: int) -> str:
     s = ""
     col += 1
@@ -2060,15 +2068,17 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 unsaved[order] = [q for q in own if _NO_SAVED_VALUE in q[1]]  # said below if it is a split
                 other.order, other.chosen = order, False
                 parts.append(other)
-            elif _norm(sh.name) in _SPLIT_NAMES and head.at >= 0:
-                # a split's sheet whose label column is not found: its labels would be missing from the class map
-                # every split shares (a class only it has shifts the others' indices once it is read), unsaid
+            elif _norm(sh.name) in _SPLIT_NAMES and head.at >= 0 and sheets is None and _beside_files(grid, head):
+                # a split's sheet whose label column is not found, with other columns filled: its labels would be
+                # missing from the class map every split shares (a class only it has shifts the others' indices
+                # once it is read), unsaid. A sheet of file names alone (a test split without labels) has none;
+                # sheets= names the sheets the caller wants read
                 shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))
                 which = f"named {label_column!r} " if label_column else "found "
                 problems.append(((order, head.at + 1), f"{where}, row {head.at + 1}: no label column {which}among "
                                  f"{shown}; the class map every split shares takes this sheet's labels too: name "
                                  "its label column as the other sheets name theirs (or give label_column=, "
-                                 "--label-column)"))  # fmt: skip
+                                 "--label-column), or leave the sheet out with sheets="))  # fmt: skip
             continue
         if head.lcol is None:
             shown = ", ".join(repr(_text(h)) for h in grid[head.at] if not _blank(h))

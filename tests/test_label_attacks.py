@@ -1262,8 +1262,16 @@ def test_a_split_sheet_whose_label_column_is_not_found_is_refused_whichever_spli
     with pytest.raises(LabelError) as err:
         read_labels(path, split=split)
     tail = ("the class map every split shares takes this sheet's labels too: name its label column as the other sheets "
-            "name theirs (or give label_column=, --label-column)") if split else "name it with label_column= (--label-column)"  # fmt: skip
+            "name theirs (or give label_column=, --label-column), or leave the sheet out with sheets=") if split else "name it with label_column= (--label-column)"  # fmt: skip
     assert str(err.value) == f"{path}, sheet 'val', row 1: no label column found among '文件名', '备注', '标注'; {tail}"
+    # left out with sheets=, or a test sheet of file names alone (no labels yet, nothing beside them): read as before
+    assert read_labels(path, sheets=["train"], split=split).class_values == ("cat", "dog")
+    wb.remove(val)
+    test = wb.create_sheet("test")
+    for row in (("文件名",), ("e.jpg",), ("f.jpg",)):
+        test.append(row)
+    wb.save(path)
+    assert read_labels(path, split="train").class_values == ("cat", "dog")
 
 
 def test_multi_label_cells_are_refused_not_read_as_classes_of_combinations(tmp_path: Path):
