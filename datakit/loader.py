@@ -3,6 +3,7 @@ sharding, and an infinite loader that resumes mid-epoch with the exact next batc
 
 from __future__ import annotations
 
+import ast
 import atexit
 import contextlib
 import hashlib
@@ -895,8 +896,8 @@ def _is_guard(node) -> bool:
 
 
 def _unguarded_line(path: str) -> int | None:
-    """The line of the script at ``path`` running now at its top level outside ``if __name__ == "__main__":``
-    (the statement that led here), None when it runs inside such a block (or not at the top level at all).
+    """The line of the script at ``path`` running now at its top level outside any ``if`` (``if __name__ ==
+    "__main__":`` above all): the statement that led here; None when it runs inside one (or not at the top level).
     A spawned worker imports the script and so runs that statement again, starting workers of its own while
     it is still starting: each dies with Python's "bootstrapping phase" error."""
     frame = sys._getframe(1)
@@ -910,7 +911,11 @@ def _unguarded_line(path: str) -> int | None:
             tree = _script_tree(path)
             if tree is None:
                 return None
-            inside = any(_is_guard(n) and n.lineno <= line <= (n.end_lineno or n.lineno) for n in tree.body)
+            # inside any `if` or `match`, at any depth: a guard of some form (`__name__ == "__main__" and ...`,
+            # `!= "__mp_main__"`, in an else branch, `multiprocessing.parent_process() is None`), or a condition
+            # that may be false in a spawned worker; only a statement no condition holds is known to run again there
+            inside = any(isinstance(n, (ast.If, ast.Match)) and n.lineno <= line <= (n.end_lineno or n.lineno)
+                         for n in ast.walk(tree))  # fmt: skip
             return None if inside else line
         frame = frame.f_back
     return None

@@ -3128,6 +3128,12 @@ print(sum(len(y) for _, y in loader))
     script.write_text(guarded + '\n\nif __name__ == "__main__":\n    main()\n', encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert (proc.returncode, proc.stdout) == (0, "12\n"), proc.stderr
+    # a guard of another form, inside a try: any `if` around the line may keep it from the workers, so it is read
+    script.write_text(guarded + '\n\ntry:\n    if "__main__" == __name__ and len(sys.argv) > 0:\n        main()\n'
+                      "except KeyboardInterrupt:\n    pass\n", encoding="utf-8")  # fmt: skip
+    script.write_text("import sys\n" + script.read_text(encoding="utf-8"), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stdout) == (0, "12\n"), proc.stderr
 
 
 def test_a_transform_in_a_packages_main_module_is_named_before_spawned_workers_die_of_it(class_folder, tmp_path):
