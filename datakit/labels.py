@@ -509,10 +509,6 @@ class LabelTable:
             found.append(((1 << 30, 2), whole._vector_problem()))
         elif self.kind == "name" and len(whole) and any(_is_wide_int(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 3), whole._wide_digits_problem()))
-        if self.kind == "name" and len(whole) and not any(p[0][1] == 2 and p[0][0] == 1 << 30 for p in found):
-            listed = whole._list_problem()
-            if listed is not None:
-                found.append(((1 << 30, 4), listed))
         found.sort(key=lambda p: p[0])
         return [text for _, text in found]
 
@@ -559,9 +555,12 @@ class LabelTable:
                 "(PaddleClas' multi-label lists), while datakit reads one class per image; make each label one class "
                 "name or index")  # fmt: skip
 
-    def _list_problem(self) -> str | None:
-        """The line for labels that are lists of other labels ('cat,dog' beside 'cat' and 'dog', or 'cat,dog' and
-        'dog,cat'): a multi-label table, each combination of which would be a class of its own; None without any."""
+    def _list_notes(self) -> list[str]:
+        """A note for labels that are lists of other labels ('cat,dog' beside 'cat' and 'dog', or 'cat,dog' and
+        'dog,cat'): a multi-label table, each combination of which is a class of its own, or classes of
+        combinations (sleet as 'rain,snow') meant so; said, not refused."""
+        if self.kind != "name" or not len(self) or all(_VECTOR.fullmatch(str(v)) for v in self.labels.values):
+            return []
         values = [str(v) for v in self.labels.values]
         names = set(values)
         orders: dict[frozenset, str] = {}
@@ -571,17 +570,16 @@ class LabelTable:
                 continue
             if all(p in names for p in parts):
                 i = self._first_row([x == v for x in values])
-                return (f"{self.path}: label {v!r} at {self._short(i)} is a list of other labels "
-                        f"({', '.join(map(repr, parts))}): a multi-label table, where datakit reads one class per "
-                        "image and each combination would be a class of its own; make each label one class "
-                        "name")  # fmt: skip
+                return [f"{self.path}: label {v!r} at {self._short(i)} is a list of other labels "
+                        f"({', '.join(map(repr, parts))}), and a class of its own: datakit reads one class per image "
+                        "(a multi-label table needs a collate and a loss of your own)"]  # fmt: skip
             other = orders.setdefault(frozenset(parts), v)
             if other != v:
                 i, j = (self._first_row([x == w for x in values]) for w in (other, v))
-                return (f"{self.path}: labels {other!r} at {self._short(i)} and {v!r} at {self._short(j)} list the "
-                        "same labels in another order: a multi-label table, where datakit reads one class per image "
-                        "and each order would be a class of its own; make each label one class name")  # fmt: skip
-        return None
+                return [f"{self.path}: labels {other!r} at {self._short(i)} and {v!r} at {self._short(j)} list the "
+                        "same labels in another order, and are two classes: datakit reads one class per image (a "
+                        "multi-label table needs a collate and a loss of your own)"]  # fmt: skip
+        return []
 
     def _wide_digits_problem(self) -> str:
         wide = [_is_wide_int(str(v)) for v in self.labels.values]
@@ -2348,7 +2346,7 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
                 what = ("a carriage return (U+000D) inside the line, not at its end, which one reader takes for a "
                         "line break and another for part of a name or label; remove it")  # fmt: skip
             elif char == "U+0000":
-                what = "a NUL character (U+0000) in the line, which no file name or label holds; remove it"
+                what = "a NUL character (U+0000) in the line, which no file name, label or note holds; remove it"
             else:
                 what = (f"a control character ({char}) in the line, which no file name or label holds and readers "
                         "split lines on differently; remove it")  # fmt: skip
@@ -2851,7 +2849,7 @@ def read_labels(
         elsewhere = {key for p in parts for key, s in p.dropped_splits.items() if s and s != split}
         problems[:] = [p for p in problems if p[0] not in elsewhere]
     whole = _join(path, parts, problems, notes, enc)  # every sheet read, also those not asked for
-    notes += whole._case_notes() + whole._split_notes()
+    notes += whole._case_notes() + whole._split_notes() + whole._list_notes()
     for note in notes:
         log.warning("%s", note)
     keep = np.concatenate([np.full(len(p.files), p.chosen) for p in parts]) if parts else np.zeros(0, bool)
@@ -2872,7 +2870,7 @@ def read_labels(
     return table
 
 
-_LIST_SEPARATORS = re.compile(r"\s*[,;|，；、]\s*")  # between the labels of a multi-label cell ('cat,dog', '猫、狗')
+_LIST_SEPARATORS = re.compile(r"\s*[,，、]\s*")  # between the labels of a multi-label cell ('cat,dog', '猫、狗')
 _VECTOR = re.compile(r"[01](?:\s*,\s*[01])+")  # '0,1,0': a one-hot (or multi-hot) vector, not a class name
 
 
