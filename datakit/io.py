@@ -742,6 +742,9 @@ def _decode_image(
     return img, _exif_orientation(raw) if fmt == "JPEG" else 1
 
 
+_LIBPNG_MAX_SIDE = 1_000_000  # libpng's default user limit on a PNG's width and height
+
+
 def _default_budget() -> int:
     # the hot path: one dict lookup when the environment variable is not set
     return DEFAULT_MAX_PIXELS if "DATAKIT_MAX_PIXELS" not in os.environ else pixel_budget()
@@ -763,6 +766,12 @@ def _decode(
                 components = info[2]
     if fmt == "PNG" and raw.rfind(b"IEND\xaeB`\x82") < 0:  # cut short: libpng would print its own line first
         raise ImageDecodeError(f"{_describe(name)}: truncated PNG (no IEND chunk)")
+    if (
+        fmt == "PNG"
+        and len(raw) >= 24
+        and max(int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")) > (_LIBPNG_MAX_SIDE)
+    ):  # libpng's own limit: it would refuse the file, printing two lines that name no file; Pillow reads it
+        return _pillow_decode(raw, mode)
     if fmt == "JPEG" and factor == 1 and mode != "unchanged":
         img = _torchvision_jpeg(raw, mode)
         if img is not None:

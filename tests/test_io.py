@@ -1009,3 +1009,17 @@ def test_what_is_not_an_image_file_is_refused_before_it_is_read(tmp_path: Path):
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_a_png_wider_than_libpngs_limit_is_read_strict_or_not_without_a_word(tmp_path: Path, capfd):
+    # the attack: a valid 1,010,000 x 2 PNG (2M pixels) decoded in training, with two bare libpng lines on stderr, and
+    # check and stats called it "damaged PNG data: libpng warning: Image width exceeds user limit in IHDR; ..."
+    row = (np.arange(1_010_000) % 256).astype(np.uint8)[None, :].repeat(2, 0)
+    path = tmp_path / "strip.png"
+    Image.fromarray(np.stack([row] * 3, -1)).save(path)
+    for strict in (False, True):
+        img = imread(path, mode="rgb", strict=strict)
+        assert img.shape == (2, 1_010_000, 3) and np.array_equal(img[..., 0], row)
+    assert imread(path, mode="gray").shape == (2, 1_010_000)
+    out, err = capfd.readouterr()
+    assert "libpng" not in out + err
