@@ -892,7 +892,7 @@ def _register_check(sub) -> None:
 def cmd_stats(args: argparse.Namespace) -> int:
     from datakit.io import check_output
     from datakit.sources import open_source
-    from datakit.stats import compute_stats, plot_histogram
+    from datakit.stats import compute_stats, plot_histogram, shown
 
     src = _source(args)
     if args.plot:
@@ -926,7 +926,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"{st.count} images, {st.pixels} pixels per channel{where}; channel order {st.order}")
     rows = []
     for c, name in enumerate(st.order):
-        row = [name, f"{st.mean[c]:.4f}", f"{st.std[c]:.4f}", f"{st.mean_255[c]:.2f}", f"{st.std_255[c]:.2f}"]
+        row = [name, shown(st.mean[c], 4), shown(st.std[c], 4), shown(st.mean_255[c], 2), shown(st.std_255[c], 2)]
         if st.stderr_mean is not None:
             row += [f"±{st.stderr_mean[c]:.4f}", f"±{st.stderr_std[c]:.4f}"]
         rows.append(row)
@@ -937,8 +937,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print("\n# torchvision (after ToTensor, 0-1 scale):")
     print(normalize)
     print("# mmdetection / caffe style (0-255 scale):")
-    print("dict(mean=[" + ", ".join(f"{v:.3f}" for v in st.mean_255) + "], std=["
-          + ", ".join(f"{v:.3f}" for v in st.std_255) + f"], to_rgb={st.order == 'RGB'})")  # fmt: skip
+    print(f"dict({st.mmdet_args()}, to_rgb={st.order == 'RGB'})")
     if args.plot:
         print(f"histogram written to {args.plot}")
     return 0

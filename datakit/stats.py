@@ -41,6 +41,12 @@ PRESETS: dict[str, dict] = {
 }  # fmt: skip
 
 
+def shown(v: float, places: int) -> str:
+    """``v`` with ``places`` decimals, or with three significant digits where those decimals would keep fewer
+    than two of them (a std of 1.3e-06 is no 0.0000, which a normalisation would divide by; 0.00236 no 0.002)."""
+    return f"{v:.{places}f}" if v == 0 or abs(v) >= 10 ** (1 - places) else f"{v:.3g}"
+
+
 @dataclass
 class Stats:
     """Per-channel statistics in RGB order (``order``: also ``"BGR"``, or ``"L"`` for a gray
@@ -70,14 +76,16 @@ class Stats:
             out["stderr_mean"], out["stderr_std"] = self.stderr_mean, self.stderr_std
         return out
 
+    def mmdet_args(self) -> str:
+        """``mean=[...], std=[...]`` on the 0-255 scale, three decimals (a value under 0.01 with three digits)."""
+        return (f"mean=[{', '.join(shown(v, 3) for v in self.mean_255)}], "
+                f"std=[{', '.join(shown(v, 3) for v in self.std_255)}]")  # fmt: skip
+
     def normalize_args(self) -> str:
-        """``mean=[...], std=[...]`` on the 0-1 scale, four decimals (a value under 0.00005 with its own digits,
-        not as 0.0000, which Normalize would divide by)."""
+        """``mean=[...], std=[...]`` on the 0-1 scale, four decimals (a value under 0.001 with three digits, not
+        as 0.0000, which Normalize would divide by)."""
 
-        def shown(v: float) -> str:
-            return f"{v:.4f}" if v == 0 or abs(v) >= 5e-5 else f"{v:.3g}"
-
-        return f"mean=[{', '.join(map(shown, self.mean))}], std=[{', '.join(map(shown, self.std))}]"
+        return f"mean=[{', '.join(shown(v, 4) for v in self.mean)}], std=[{', '.join(shown(v, 4) for v in self.std)}]"
 
     def code(self) -> str:
         """Paste-ready normalisation code."""

@@ -306,6 +306,19 @@ def test_a_flat_channel_is_warned_and_tiny_values_keep_their_digits(tmp_path: Pa
                    "there; leave the channel out, or use std 1 for it\n")  # fmt: skip
     tiny = Stats(1, 1, [0.5, 0.5, 0.5], [3.92e-05, 0.25, 0.25])
     assert tiny.normalize_args() == "mean=[0.5000, 0.5000, 0.5000], std=[3.92e-05, 0.2500, 0.2500]"
+    # the table and the 0-255 line too (a std of 1.31e-06 printed 0.0000 there, and 0.000 in the line to paste)
+    assert tiny.mmdet_args() == "mean=[127.500, 127.500, 127.500], std=[0.01, 63.750, 63.750]"
+    assert Stats(1, 1, [0.5] * 3, [1.31e-06] * 3).mmdet_args() == (
+        "mean=[127.500, 127.500, 127.500], std=[0.000334, 0.000334, 0.000334]"
+    )
+    one_off = np.full((300, 300, 3), 100, np.uint8)
+    one_off[0, 0] = 101
+    imwrite(root / "a" / "0.png", one_off, mode="rgb")
+    imwrite(root / "a" / "1.png", np.full((300, 300, 3), 100, np.uint8), mode="rgb")
+    assert main(["stats", str(root), "--workers", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "R        0.3922      9.24e-06   100.00        0.00236" in out
+    assert "dict(mean=[100.000, 100.000, 100.000], std=[0.00236, 0.00236, 0.00236], to_rgb=True)" in out
     with pytest.raises(SystemExit) as e:
         main(["stats", str(root), "--size", "30000x30000"])
     assert e.value.code == 2
