@@ -1170,7 +1170,8 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     path = check_output(path, overwrite=overwrite)
     # the temporary name holds the final one, cut so that it stays under the 255 bytes of a name
     stem = path.name if len(os.fsencode(path.name)) <= 200 else os.fsdecode(os.fsencode(path.name)[:200])
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=path.parent)
+    _remove_stale_temps(path.parent, stem)
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         os.close(fd)
         yield tmp
@@ -1189,6 +1190,26 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
                 os.replace(tmp, path)
     finally:
         discard(tmp)
+
+
+def _remove_stale_temps(folder: Path, stem: str) -> None:
+    """Remove the temporary files of writes of ``stem`` into ``folder`` whose process has ended (killed with SIGKILL
+    midway, which no cleanup survives): ``.STEM.PID.XXXXXXXX.tmp`` of a PID that no longer runs."""
+    prefix = f".{stem}."
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix) :].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            discard(folder / name)
+        except (PermissionError, OverflowError, OSError):  # alive under another user, or no such number
+            continue
 
 
 def discard(path: str | os.PathLike) -> None:

@@ -1023,3 +1023,26 @@ def test_a_png_wider_than_libpngs_limit_is_read_strict_or_not_without_a_word(tmp
     assert imread(path, mode="gray").shape == (2, 1_010_000)
     out, err = capfd.readouterr()
     assert "libpng" not in out + err
+
+
+def test_a_write_killed_midway_leaves_a_temporary_file_the_next_write_removes(tmp_path: Path):
+    # the attack: preview (or stats --plot) killed with SIGKILL while writing left '.grid.png.XXXX.tmp', 24-84 MB,
+    # that nothing ever removed
+    from datakit.io import atomic_output
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = tmp_path / f".grid.png.{dead.pid}.abcd1234.tmp"
+        running = tmp_path / f".grid.png.{alive.pid}.efgh5678.tmp"
+        other = tmp_path / f".other.png.{dead.pid}.abcd1234.tmp"
+        for p in (stale, running, other):
+            p.write_bytes(b"x" * 100)
+        with atomic_output(tmp_path / "grid.png") as tmp:
+            Path(tmp).write_bytes(b"png")
+        assert (tmp_path / "grid.png").read_bytes() == b"png"
+        assert not stale.exists() and running.exists() and other.exists()  # another process's, another file's: kept
+    finally:
+        alive.kill()
+        alive.wait()
