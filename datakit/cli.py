@@ -13,6 +13,7 @@ import argparse
 import codecs
 import contextlib
 import errno
+import logging
 import os
 import re
 import signal
@@ -784,12 +785,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     src = _source(args)
     bar = _bar(0, "check", args.quiet)
+    logger = logging.getLogger("datakit")
+    level = logger.level
+    if args.quiet:  # -q: the problems alone, not the notes
+        logger.setLevel(logging.ERROR)
     try:
         report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
                                bad_samples=args.bad_samples, distributed=_world() > 1, progress=_progress(bar),
                                remap_labels=args.remap_labels, classes=args.classes,
                                **_label_options(args))  # fmt: skip
     finally:
+        logger.setLevel(level)
         if bar is not None:
             bar.close()
     if args.json:
@@ -1329,10 +1335,29 @@ def _quiet_native_logs() -> None:
     os.environ.setdefault("OPENCV_LOG_LEVEL", "OFF")
 
 
+class _OneLine(logging.Filter):
+    """A warning's text as one line on the terminal: a file name's newline or escape sequence written as an escape,
+    as problem lines are (a note naming 'two\nlines.png' was two lines)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        shown = _shown(text)
+        if shown != text:
+            record.msg, record.args = shown, None
+        return True
+
+
+def _one_line_logs() -> None:
+    logger = logging.getLogger("datakit")
+    if not any(isinstance(f, _OneLine) for f in logger.filters):
+        logger.addFilter(_OneLine())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``datakit COMMAND ...``"""
     _standard_streams()
     _quiet_native_logs()
+    _one_line_logs()
     try:  # building the parser loads NumPy (the image formats): a Ctrl-C then is one line too
         parser = build_parser()
         words = list(sys.argv[1:] if argv is None else argv)

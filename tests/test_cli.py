@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from datakit.cli import build_parser, main
 from datakit.io import imwrite
@@ -1171,3 +1172,25 @@ def test_an_empty_path_is_a_usage_error_not_this_folder(capsys):
         assert main([cmd, ""]) == 2
         assert capsys.readouterr().err == (f"datakit {cmd}: error: an empty path (''); give the folder, table, zip or "
                                            "pack to read (an unset variable?)\n")  # fmt: skip
+
+
+def test_check_notes_are_one_line_each_and_quiet_prints_problems_alone(tmp_path: Path):
+    # the attack: a note naming 'two\nlines.png' printed the newline raw (one note, two lines), and check -q, which
+    # prints "only the problems", printed the note too
+    (tmp_path / "f" / "a").mkdir(parents=True)
+    png = tmp_path / "f" / "a" / "one.png"
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(png)
+    (tmp_path / "f" / "a" / "two\nlines.png").write_bytes(png.read_bytes())
+    (tmp_path / "f" / "a" / "bad\nname.png").write_bytes(b"")
+    proc = datakit("check", tmp_path / "f")
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"note: 1 image is a copy of another under another name, with the same label (the same bytes), such as "
+        f"{tmp_path}/f/a/two\\nlines.png of {tmp_path}/f/a/one.png",
+        f"unreadable: {tmp_path}/f/a/bad\\nname.png: empty file (0 bytes)",
+    ]
+    quiet = datakit("check", tmp_path / "f", "-q")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (
+        1,
+        "",
+        f"unreadable: {tmp_path}/f/a/bad\\nname.png: empty file (0 bytes)\n",
+    )
