@@ -84,6 +84,11 @@ class NotADataset(UsageError, LabelError):
     (exit 2), as any source that is not a dataset, and still a ``LabelError`` to code that catches that."""
 
 
+class WrongRoot(UsageError, LabelError):
+    """A table whose files are all under another folder than the one they were looked for in (that folder found):
+    a mistake in the call (exit 2), its fix named, and still a ``LabelError`` to code that catches that."""
+
+
 # every extension datakit decodes (io.IMAGE_EXTENSIONS), and .jfif: a row naming one is an image's row
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm",
                   ".pbm")  # fmt: skip

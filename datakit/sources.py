@@ -44,6 +44,7 @@ from datakit.labels import (
     LabelTable,
     NotADataset,
     StringArray,
+    WrongRoot,
     _norm,
     _unicode_form,
     markers_as_classes,
@@ -885,7 +886,7 @@ class TableDataset(ImageDataset):
         if found_only and not hint:
             return
         where = f"inside {self.root}" if self.zip is not None else f"under {self.root}"
-        raise LabelError(
+        raise (WrongRoot if hint else LabelError)(
             f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first {first!r}) is "
             f"{where}; names are relative to the table's folder, or to the folder given with it{hint}"
         )

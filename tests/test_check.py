@@ -309,7 +309,7 @@ def test_check_of_a_table_whose_files_are_elsewhere_says_where_in_one_line(sampl
 
     shutil.copytree(samples, tmp_path / "copy")
     table = tmp_path / "copy" / "labels.xlsx"
-    assert main(["check", str(table)]) == 1
+    assert main(["check", str(table)]) == 2  # the fix is the command line's (the folder to give): a usage error
     images = tmp_path / "copy" / "images"
     assert capsys.readouterr().err.splitlines() == [
         f"datakit check: error: {table}: none of the files the table names (8 looked for, first 'cat/猫_01.jpg') is "
