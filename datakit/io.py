@@ -745,6 +745,26 @@ def _decode_image(
 _LIBPNG_MAX_SIDE = 1_000_000  # libpng's default user limit on a PNG's width and height
 
 
+def _wide_png(raw: bytes, mode: str, name) -> np.ndarray:
+    """A PNG with a side over libpng's limit, through Pillow where it gives the pixels OpenCV would: 8-bit samples
+    (gray, RGB, RGBA, a palette) read as RGB, BGR or gray. Other kinds (16-bit samples, bit depths under 8, and
+    ``mode="unchanged"``, whose channels and dtype OpenCV's path decides) are refused by name: Pillow would clip a
+    16-bit gray to white and give 8 bits where 16 were stored."""
+    depth, color = raw[24], raw[25]
+    if mode == "unchanged" or depth != 8 or color not in (0, 2, 3, 6):
+        sides = f"{int.from_bytes(raw[16:20], 'big')} x {int.from_bytes(raw[20:24], 'big')}"
+        what = f"{depth}-bit samples" if depth != 8 else f"mode={mode!r}"
+        raise ImageDecodeError(f"{_describe(name)}: a PNG of {sides} pixels, a side over the 1,000,000 libpng "
+                               f"reads, with {what}: only 8-bit PNGs read as rgb, bgr or gray are decoded past it "
+                               "(by Pillow); save it as an 8-bit PNG, or cut it into tiles")  # fmt: skip
+    try:
+        return _pillow_decode(raw, mode)
+    except ImageDecodeError:
+        raise
+    except Exception as exc:  # a damaged file: OSError ("image file is truncated"), SyntaxError, ValueError
+        raise ImageDecodeError(f"{_describe(name)}: damaged PNG data ({type(exc).__name__}: {exc})") from None
+
+
 def _default_budget() -> int:
     # the hot path: one dict lookup when the environment variable is not set
     return DEFAULT_MAX_PIXELS if "DATAKIT_MAX_PIXELS" not in os.environ else pixel_budget()
@@ -768,10 +788,10 @@ def _decode(
         raise ImageDecodeError(f"{_describe(name)}: truncated PNG (no IEND chunk)")
     if (
         fmt == "PNG"
-        and len(raw) >= 24
+        and len(raw) >= 26
         and max(int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")) > (_LIBPNG_MAX_SIDE)
-    ):  # libpng's own limit: it would refuse the file, printing two lines that name no file; Pillow reads it
-        return _pillow_decode(raw, mode)
+    ):  # libpng's own limit: it would refuse the file, printing two lines that name no file
+        return _wide_png(raw, mode, name)
     if fmt == "JPEG" and factor == 1 and mode != "unchanged":
         img = _torchvision_jpeg(raw, mode)
         if img is not None:
@@ -1192,23 +1212,36 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
         discard(tmp)
 
 
+_STALE_AFTER = 600.0  # seconds a temporary file must be untouched to be another write's leftover, not a live one
+
+
 def _remove_stale_temps(folder: Path, stem: str) -> None:
-    """Remove the temporary files of writes of ``stem`` into ``folder`` whose process has ended (killed with SIGKILL
-    midway, which no cleanup survives): ``.STEM.PID.XXXXXXXX.tmp`` of a PID that no longer runs."""
-    prefix = f".{stem}."
+    """Remove, best effort, the temporary files of earlier writes of ``stem`` into ``folder`` killed midway (SIGKILL,
+    which no clean-up survives): regular files named exactly ``.STEM.PID.XXXXXXXX.tmp`` (``mkstemp``'s eight
+    characters) whose PID runs no more here and that nothing has written for ten minutes (a writer on another
+    machine of a shared folder has a PID this one does not know)."""
+    import stat
+    import time
+
+    pattern = re.compile(rf"\.{re.escape(stem)}\.([0-9]+)\.[a-z0-9_]{{8}}\.tmp")
     try:
-        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")]
+        names = [n for n in os.listdir(folder) if pattern.fullmatch(n)]
     except OSError:
         return
+    now = time.time()
     for name in names:
-        pid = name[len(prefix) :].split(".", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
+        pid = int(pattern.fullmatch(name).group(1))
         try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            discard(folder / name)
-        except (PermissionError, OverflowError, OSError):  # alive under another user, or no such number
+            st = os.lstat(folder / name)
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < _STALE_AFTER or pid == os.getpid():
+                continue
+            try:
+                os.kill(pid, 0)
+                continue  # a process of that number runs: perhaps the writer
+            except ProcessLookupError:
+                pass
+            os.unlink(folder / name)
+        except (OSError, OverflowError):  # gone meanwhile, not ours to remove, a number no process can have
             continue
 
 

@@ -6,6 +6,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -1037,12 +1038,38 @@ def test_a_write_killed_midway_leaves_a_temporary_file_the_next_write_removes(tm
         stale = tmp_path / f".grid.png.{dead.pid}.abcd1234.tmp"
         running = tmp_path / f".grid.png.{alive.pid}.efgh5678.tmp"
         other = tmp_path / f".other.png.{dead.pid}.abcd1234.tmp"
-        for p in (stale, running, other):
+        longer = tmp_path / f".grid.png.{dead.pid}.{dead.pid}.ijkl9012.tmp"  # a write of 'grid.png.PID'
+        mine = tmp_path / f".grid.png.{dead.pid}.backup.tmp"  # a user's own file: not mkstemp's eight characters
+        fresh = tmp_path / f".grid.png.{dead.pid}.mnop3456.tmp"  # written a minute ago: a writer elsewhere, maybe
+        for p in (stale, running, other, longer, mine, fresh):
             p.write_bytes(b"x" * 100)
+        for p in (stale, running, other, longer, mine):
+            os.utime(p, (time.time() - 3600, time.time() - 3600))
+        os.utime(fresh, (time.time() - 60, time.time() - 60))
         with atomic_output(tmp_path / "grid.png") as tmp:
             Path(tmp).write_bytes(b"png")
         assert (tmp_path / "grid.png").read_bytes() == b"png"
-        assert not stale.exists() and running.exists() and other.exists()  # another process's, another file's: kept
+        assert not stale.exists()
+        assert all(p.exists() for p in (running, other, longer, mine, fresh))
     finally:
         alive.kill()
         alive.wait()
+
+
+@pytest.mark.parametrize("kind", ["gray16", "gray1"])
+def test_a_wide_png_pillow_would_read_wrong_is_refused_by_name(tmp_path: Path, kind: str):
+    # the regression round: past libpng's 1,000,000 the 16-bit gray PNG came back all white from Pillow (16-bit RGB
+    # as 8 bits); such files are refused, naming what to do
+    width = 1_000_100
+    if kind == "gray16":
+        img = Image.fromarray(((np.arange(width) * 37) % 65536).astype(np.uint16)[None, :].repeat(2, 0))
+    else:
+        img = Image.new("1", (width, 2))
+    path = tmp_path / f"{kind}.png"
+    img.save(path)
+    depth = {"gray16": 16, "gray1": 1}[kind]
+    with pytest.raises(ImageDecodeError) as err:
+        imread(path, mode="rgb")
+    assert str(err.value) == (f"{path}: a PNG of {width} x 2 pixels, a side over the 1,000,000 libpng reads, with "
+                              f"{depth}-bit samples: only 8-bit PNGs read as rgb, bgr or gray are decoded past it (by "
+                              "Pillow); save it as an 8-bit PNG, or cut it into tiles")  # fmt: skip
