@@ -786,16 +786,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     src = _source(args)
     bar = _bar(0, "check", args.quiet)
     logger = logging.getLogger("datakit")
-    level = logger.level
-    if args.quiet:  # -q: the problems alone, not the notes
-        logger.setLevel(logging.ERROR)
+    notes_off = _NoNotes()
+    if args.quiet:  # -q: the problems alone, not the notes (warnings stay: a class order, a remapping)
+        logger.addFilter(notes_off)
     try:
         report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
                                bad_samples=args.bad_samples, distributed=_world() > 1, progress=_progress(bar),
                                remap_labels=args.remap_labels, classes=args.classes,
                                **_label_options(args))  # fmt: skip
     finally:
-        logger.setLevel(level)
+        logger.removeFilter(notes_off)
         if bar is not None:
             bar.close()
     if args.json:
@@ -1345,6 +1345,13 @@ class _OneLine(logging.Filter):
         if shown != text:
             record.msg, record.args = shown, None
         return True
+
+
+class _NoNotes(logging.Filter):
+    """Drops check's notes (``note: ...``), which ``check -q`` leaves out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("note: ")
 
 
 def _one_line_logs() -> None:

@@ -1194,3 +1194,10 @@ def test_check_notes_are_one_line_each_and_quiet_prints_problems_alone(tmp_path:
         "",
         f"unreadable: {tmp_path}/f/a/bad\\nname.png: empty file (0 bytes)\n",
     )
+    # a warning that changes training (class folders that are numbers, indexed in text order) stays under -q
+    for k, c in enumerate(("1", "2", "10")):
+        (tmp_path / "n" / c).mkdir(parents=True)
+        Image.fromarray(np.full((4, 4, 3), k, np.uint8)).save(tmp_path / "n" / c / "a.png")
+    quiet = datakit("check", tmp_path / "n", "-q")
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+    assert quiet.stderr.startswith(f"{tmp_path / 'n'}: the class folders are numbers, indexed in text order")
