@@ -1820,12 +1820,24 @@ class _CellNotes:
         return None
 
 
-_PERCENT_CODE = re.compile(r"[#,0]*0(?:\.(0+))?%")  # 0%, 0.00%, #,##0.0%: the percent formats shown as such
+_PERCENT_CODE = re.compile(r"[#,0]*0?(?:\.(0*)(#*))?( ?)%")  # 0%, 0.00%, #,##0.0%, 0.0#%, 0.0 %: shown as such
 
 
-def _percent_styles(path: Path) -> dict[int, int]:
+def _percent_code(code: str) -> tuple[int, int, str] | None:
+    """(least decimals, most decimals, space before %) of a number format that shows numbers as percentages, from
+    its first section (its colour, condition, spacing and escapes dropped); None for any other format."""
+    first = code.split(";")[0]
+    first = re.sub(r"\[[^\]]*\]|_.|\\.|\*.", "", first).strip()
+    shown = _PERCENT_CODE.fullmatch(first)
+    if shown is None:
+        return None
+    zeros, hashes = shown.group(1) or "", shown.group(2) or ""
+    return len(zeros), len(zeros) + len(hashes), shown.group(3)
+
+
+def _percent_styles(path: Path) -> dict[int, tuple[int, int, str]]:
     """The cell styles of the workbook at ``path`` that show numbers as percentages (Excel's 0% and 0.00%, or a
-    format of its own such as 0.0%), each with its number of decimals: {style index: decimals}; {} for none."""
+    format of its own such as 0.0%), each with how it shows them (:func:`_percent_code`); {} for none."""
     import html
     import zipfile
 
@@ -1836,12 +1848,16 @@ def _percent_styles(path: Path) -> dict[int, int]:
         return {}
     if "%" not in xml and not re.search(r'numFmtId="(?:9|10)"', xml):
         return {}
-    codes = {9: 0, 10: 2}
-    for m in re.finditer(r'<(?:\w+:)?numFmt\b[^>]*\bnumFmtId="(\d+)"[^>]*\bformatCode="([^"]*)"', xml):
-        code = re.sub(r"\[[^\]]*\]", "", html.unescape(m.group(2)).split(";")[0]).strip()
-        shown = _PERCENT_CODE.fullmatch(code)
-        if shown:
-            codes[int(m.group(1))] = len(shown.group(1) or "")
+    codes: dict[int, tuple[int, int, str]] = {9: (0, 0, ""), 10: (2, 2, "")}
+    for m in re.finditer(r"<(?:\w+:)?numFmt\b([^>]*)/?>", xml):  # its attributes in any order
+        fid = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
+        code = re.search(r'\bformatCode="([^"]*)"', m.group(1))
+        if fid and code:
+            shown = _percent_code(html.unescape(code.group(1)))
+            if shown is not None:
+                codes[int(fid.group(1))] = shown
+            else:
+                codes.pop(int(fid.group(1)), None)
     xfs = re.search(r"<(?:\w+:)?cellXfs\b[^>]*>(.*?)</(?:\w+:)?cellXfs>", xml, re.S)
     if xfs is None:
         return {}
@@ -1853,9 +1869,30 @@ def _percent_styles(path: Path) -> dict[int, int]:
     return out
 
 
-def _show_percents(grid: list[list[object]], path: Path, sheet: str, styles: dict[int, int]) -> None:
-    """Number cells of ``grid`` (the sheet's rows from A1) formatted as percentages, as Excel shows them and writes
-    them to CSV: 0.05 under 0% is '5%', under 0.0% '5.0%' (rounded half away from zero, as Excel rounds)."""
+def _percent_text(v: float, shown: tuple[int, int, str]) -> str | None:
+    """``v`` as a percent format ``shown`` shows it (0.05 under 0%: '5%'; 0.125: '13%', rounded half away from zero
+    as Excel rounds; 0.0512 under 0.0#%: '5.12%'); None where it cannot be written so (a value past Excel's)."""
+    least, most, space = shown
+    try:
+        with decimal.localcontext() as ctx:
+            ctx.prec = 400
+            text = str(
+                (decimal.Decimal(_text(float(v))) * 100).quantize(
+                    decimal.Decimal(1).scaleb(-most), rounding=decimal.ROUND_HALF_UP
+                )
+            )
+    except (decimal.InvalidOperation, ValueError):
+        return None
+    if most > least and "." in text:  # optional digits (#): trailing zeros past the required ones dropped
+        whole, frac = text.split(".")
+        frac = frac.rstrip("0").ljust(least, "0")
+        text = f"{whole}.{frac}" if frac else whole
+    return f"{text}{space}%"
+
+
+def _show_percents(grid: list[list[object]], path: Path, sheet: str, styles: dict, column: int) -> None:
+    """Number cells of ``grid`` (the sheet's rows from A1) in ``column`` (the labels') formatted as percentages, as
+    Excel shows them and writes them to CSV (:func:`_percent_text`)."""
     import zipfile
 
     try:
@@ -1864,23 +1901,20 @@ def _show_percents(grid: list[list[object]], path: Path, sheet: str, styles: dic
             xml = z.read(target).decode("utf-8") if target else ""
     except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
         return
-    for m in re.finditer(r"<(?:\w+:)?c\b([^>]*?)/?>", xml):
-        attrs = m.group(1)
-        style = re.search(r'\bs="(\d+)"', attrs)
+    letters = _column_letter(column)
+    for m in re.finditer(rf'<(?:\w+:)?c\b([^>]*?\br="{letters}(\d+)"[^>]*?)/?>', xml):
+        style = re.search(r'\bs="(\d+)"', m.group(1))
         if style is None or int(style.group(1)) not in styles:
             continue
-        ref = re.search(r'\br="([A-Z]+)(\d+)"', attrs)
-        if ref is None:
+        row = int(m.group(2)) - 1
+        if row >= len(grid) or column >= len(grid[row]):
             continue
-        row, col = int(ref.group(2)) - 1, _cell_ref(ref.group(1))
-        if row >= len(grid) or col >= len(grid[row]):
-            continue
-        v = grid[row][col]
+        v = grid[row][column]
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float)) or not math.isfinite(v):
             continue
-        places = decimal.Decimal(1).scaleb(-styles[int(style.group(1))])
-        shown = (decimal.Decimal(_text(float(v))) * 100).quantize(places, rounding=decimal.ROUND_HALF_UP)
-        grid[row][col] = f"{shown}%"
+        text = _percent_text(v, styles[int(style.group(1))])
+        if text is not None:
+            grid[row][column] = text
 
 
 def _beside_files(grid: Sequence[Sequence[object]], head) -> bool:
@@ -1918,11 +1952,11 @@ def _hidden_classes(wb, engine: str, path: Path, names: list[str], parts: list, 
     for name in names:
         try:
             grid = _sheet_grid(wb, name, engine)
-            if percents:
-                _show_percents(grid, path, name, percents)
             head = _locate_header(grid, file_column, label_column, split_column, f"{path}, sheet {name!r}")
             if head is None or head.lcol is None:
                 continue
+            if percents:
+                _show_percents(grid, path, name, percents, head.lcol)
             part = _parse_grid(grid, head, sheet=name, where=f"{path}, sheet {name!r}", problems=[], order=0,
                                engine=engine, split_column=split_column)  # fmt: skip
         except Exception:  # noqa: BLE001 - a sheet not read is told about in the note, whatever it holds
@@ -2002,7 +2036,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     named_missing: list[str] = []  # sheets without the label column the caller named
     split_missing: list[str] = []  # and without the split column
     split_found = False
-    percent_styles: dict[int, int] | None = None  # read once, at the first sheet read
+    percent_styles: dict | None = None  # read once, at the first sheet with a label column
     for order, sh in enumerate(meta):
         chosen = wanted is None or sh.name in wanted
         if not sh.worksheet:
@@ -2014,10 +2048,6 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             continue
         try:
             grid = _sheet_grid(wb, sh.name, engine)
-            if percent_styles is None:
-                percent_styles = _percent_styles(path)
-            if percent_styles:
-                _show_percents(grid, path, sh.name, percent_styles)
         except Exception as exc:  # damaged XML, a missing part, a shared string that is not there
             # not skipped: without its rows (or, for a sheet not asked for, its labels in the class map) the
             # table would be read as another one
@@ -2028,6 +2058,11 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             continue
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
+        if head is not None and head.lcol is not None:
+            if percent_styles is None:
+                percent_styles = _percent_styles(path)
+            if percent_styles:  # the label column's cells as Excel shows them (5% for 0.05)
+                _show_percents(grid, path, sh.name, percent_styles, head.lcol)
         if head is None:
             labelled = _label_header_cell(grid, label_column)
             if labelled is not None and _norm(sh.name) not in _SPLIT_NAMES:

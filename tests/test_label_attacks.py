@@ -1303,3 +1303,12 @@ def test_percent_cells_read_as_excel_shows_them_like_the_csv_it_saves(tmp_path: 
     a, b = open_dataset(root, labels=book), open_dataset(root, labels=csv)
     assert a.classes == b.classes == ["10%", "100%", "13%", "5%", "5.1%", "50%"]
     assert a.targets.tolist() == b.targets.tolist() == [3, 0, 5, 2, 1, 4]
+    # the regression round: optional digits, a space, a section for negatives; a value past Excel's; a sheet whose
+    # other columns are formatted so too (only the labels' are read as shown)
+    for fmt, v, shown in (("0.0#%", 0.0512, "5.12%"), ("0.0#%", 0.05, "5.0%"), ("0.0 %", 0.05, "5.0 %"),
+                          ("0%_);(0%)", 0.05, "5%"), ("#%", 0.05, "5%"), ("0%", 1e30, None)):  # fmt: skip
+        ws.cell(2, 2).value = v
+        ws.cell(2, 2).number_format = fmt
+        wb.save(book)
+        got = read_labels(book).labels.tolist()[0]
+        assert got == shown if shown else got.endswith("%"), (fmt, got)  # 1e30: read, not "cannot be read"
