@@ -747,13 +747,13 @@ _LIBPNG_MAX_SIDE = 1_000_000  # libpng's default user limit on a PNG's width and
 
 def _wide_png(raw: bytes, mode: str, name) -> np.ndarray:
     """A PNG with a side over libpng's limit, through Pillow where it gives the pixels OpenCV would: 8-bit samples
-    (gray, RGB, RGBA, a palette) read as RGB, BGR or gray. Other kinds (16-bit samples, bit depths under 8, and
-    ``mode="unchanged"``, whose channels and dtype OpenCV's path decides) are refused by name: Pillow would clip a
-    16-bit gray to white and give 8 bits where 16 were stored."""
+    (gray, gray and alpha, RGB, RGBA, a palette) read as RGB, BGR or gray (gray from colour within a level).
+    Other kinds (16-bit samples, bit depths under 8, and ``mode="unchanged"``, whose channels and dtype OpenCV's
+    path decides) are refused by name: Pillow would clip a 16-bit gray to white and give 8 bits where 16 were."""
     depth, color = raw[24], raw[25]
-    if mode == "unchanged" or depth != 8 or color not in (0, 2, 3, 6):
+    if mode == "unchanged" or depth != 8 or color not in (0, 2, 3, 4, 6):
         sides = f"{int.from_bytes(raw[16:20], 'big')} x {int.from_bytes(raw[20:24], 'big')}"
-        what = f"{depth}-bit samples" if depth != 8 else f"mode={mode!r}"
+        what = f"{depth}-bit samples" if depth != 8 else "mode='unchanged'" if mode == "unchanged" else "its colours"
         raise ImageDecodeError(f"{_describe(name)}: a PNG of {sides} pixels, a side over the 1,000,000 libpng "
                                f"reads, with {what}: only 8-bit PNGs read as rgb, bgr or gray are decoded past it "
                                "(by Pillow); save it as an 8-bit PNG, or cut it into tiles")  # fmt: skip

@@ -1820,22 +1820,23 @@ class _CellNotes:
         return None
 
 
-_PERCENT_CODE = re.compile(r"[#,0]*0?(?:\.(0*)(#*))?( ?)%")  # 0%, 0.00%, #,##0.0%, 0.0#%, 0.0 %: shown as such
+_PERCENT_CODE = re.compile(r"([#,0]*)0?(?:\.(0*)(#*))?( ?)%")  # 0%, 0.00%, #,##0.0%, 0.0#%, 0.0 %: shown as such
 
 
-def _percent_code(code: str) -> tuple[int, int, str] | None:
-    """(least decimals, most decimals, space before %) of a number format that shows numbers as percentages, from
-    its first section (its colour, condition, spacing and escapes dropped); None for any other format."""
-    first = code.split(";")[0]
+def _percent_code(code: str) -> tuple[int, int, str, bool] | None:
+    """(least decimals, most decimals, space before %, thousands separated) of a number format that shows numbers as
+    percentages, from its first section (its colour, condition and spacing dropped, an escaped space kept); None for
+    any other format."""
+    first = code.split(";")[0].replace("\\ ", " ")
     first = re.sub(r"\[[^\]]*\]|_.|\\.|\*.", "", first).strip()
     shown = _PERCENT_CODE.fullmatch(first)
     if shown is None:
         return None
-    zeros, hashes = shown.group(1) or "", shown.group(2) or ""
-    return len(zeros), len(zeros) + len(hashes), shown.group(3)
+    zeros, hashes = shown.group(2) or "", shown.group(3) or ""
+    return len(zeros), len(zeros) + len(hashes), shown.group(4), "," in shown.group(1)
 
 
-def _percent_styles(path: Path) -> dict[int, tuple[int, int, str]]:
+def _percent_styles(path: Path) -> dict[int, tuple]:
     """The cell styles of the workbook at ``path`` that show numbers as percentages (Excel's 0% and 0.00%, or a
     format of its own such as 0.0%), each with how it shows them (:func:`_percent_code`); {} for none."""
     import html
@@ -1848,8 +1849,9 @@ def _percent_styles(path: Path) -> dict[int, tuple[int, int, str]]:
         return {}
     if "%" not in xml and not re.search(r'numFmtId="(?:9|10)"', xml):
         return {}
-    codes: dict[int, tuple[int, int, str]] = {9: (0, 0, ""), 10: (2, 2, "")}
-    for m in re.finditer(r"<(?:\w+:)?numFmt\b([^>]*)/?>", xml):  # its attributes in any order
+    codes: dict[int, tuple] = {9: (0, 0, "", False), 10: (2, 2, "", False)}
+    formats = re.search(r"<(?:\w+:)?numFmts\b[^>]*>(.*?)</(?:\w+:)?numFmts>", xml, re.S)  # not <dxfs>' formats
+    for m in re.finditer(r"<(?:\w+:)?numFmt\b([^>]*)/?>", formats.group(1) if formats else ""):  # attributes any order
         fid = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
         code = re.search(r'\bformatCode="([^"]*)"', m.group(1))
         if fid and code:
@@ -1869,10 +1871,10 @@ def _percent_styles(path: Path) -> dict[int, tuple[int, int, str]]:
     return out
 
 
-def _percent_text(v: float, shown: tuple[int, int, str]) -> str | None:
+def _percent_text(v: float, shown: tuple) -> str | None:
     """``v`` as a percent format ``shown`` shows it (0.05 under 0%: '5%'; 0.125: '13%', rounded half away from zero
     as Excel rounds; 0.0512 under 0.0#%: '5.12%'); None where it cannot be written so (a value past Excel's)."""
-    least, most, space = shown
+    least, most, space, grouped = shown
     try:
         with decimal.localcontext() as ctx:
             ctx.prec = 400
@@ -1883,11 +1885,13 @@ def _percent_text(v: float, shown: tuple[int, int, str]) -> str | None:
             )
     except (decimal.InvalidOperation, ValueError):
         return None
-    if most > least and "." in text:  # optional digits (#): trailing zeros past the required ones dropped
-        whole, frac = text.split(".")
+    whole, _, frac = text.partition(".")
+    if most > least:  # optional digits (#): trailing zeros past the required ones dropped
         frac = frac.rstrip("0").ljust(least, "0")
-        text = f"{whole}.{frac}" if frac else whole
-    return f"{text}{space}%"
+    if grouped:  # #,##0%: 12,345%
+        sign = "-" if whole.startswith("-") else ""
+        whole = sign + f"{int(whole.lstrip('-')):,}"
+    return f"{whole}.{frac}{space}%" if frac else f"{whole}{space}%"
 
 
 def _show_percents(grid: list[list[object]], path: Path, sheet: str, styles: dict, column: int) -> None:

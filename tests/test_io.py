@@ -1073,3 +1073,12 @@ def test_a_wide_png_pillow_would_read_wrong_is_refused_by_name(tmp_path: Path, k
     assert str(err.value) == (f"{path}: a PNG of {width} x 2 pixels, a side over the 1,000,000 libpng reads, with "
                               f"{depth}-bit samples: only 8-bit PNGs read as rgb, bgr or gray are decoded past it (by "
                               "Pillow); save it as an 8-bit PNG, or cut it into tiles")  # fmt: skip
+
+
+def test_a_wide_gray_and_alpha_png_is_read_like_a_narrow_one(tmp_path: Path):
+    # the regression round: an 8-bit gray+alpha PNG past libpng's limit was refused as if it were not 8-bit
+    width = 1_000_100
+    gray = ((np.arange(width) * 7) % 256).astype(np.uint8)[None, :].repeat(2, 0)
+    Image.fromarray(np.stack([gray, np.full_like(gray, 255)], -1), mode="LA").save(tmp_path / "la.png")
+    img = imread(tmp_path / "la.png", mode="rgb")
+    assert img.shape == (2, width, 3) and np.array_equal(img[..., 1], gray)

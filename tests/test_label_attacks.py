@@ -1306,7 +1306,9 @@ def test_percent_cells_read_as_excel_shows_them_like_the_csv_it_saves(tmp_path: 
     # the regression round: optional digits, a space, a section for negatives; a value past Excel's; a sheet whose
     # other columns are formatted so too (only the labels' are read as shown)
     for fmt, v, shown in (("0.0#%", 0.0512, "5.12%"), ("0.0#%", 0.05, "5.0%"), ("0.0 %", 0.05, "5.0 %"),
-                          ("0%_);(0%)", 0.05, "5%"), ("#%", 0.05, "5%"), ("0%", 1e30, None)):  # fmt: skip
+                          ("0%_);(0%)", 0.05, "5%"), ("#%", 0.05, "5%"), ("#,##0%", 123.45, "12,345%"),
+                          ("#,##0.00%", -12.3456, "-1,234.56%"), ("0.00\\ %", 0.05, "5.00 %"),
+                          ("0%", 1e30, None)):  # fmt: skip
         ws.cell(2, 2).value = v
         ws.cell(2, 2).number_format = fmt
         wb.save(book)
