@@ -1823,17 +1823,25 @@ class _CellNotes:
 _PERCENT_CODE = re.compile(r"([#,0]*)0?(?:\.(0*)(#*))?( ?)%")  # 0%, 0.00%, #,##0.0%, 0.0#%, 0.0 %: shown as such
 
 
-def _percent_code(code: str) -> tuple[int, int, str, bool] | None:
-    """(least decimals, most decimals, space before %, thousands separated) of a number format that shows numbers as
-    percentages, from its first section (its colour, condition and spacing dropped, an escaped space kept); None for
-    any other format."""
-    first = code.split(";")[0].replace("\\ ", " ")
-    first = re.sub(r"\[[^\]]*\]|_.|\\.|\*.", "", first).strip()
-    shown = _PERCENT_CODE.fullmatch(first)
+def _percent_code(code: str) -> tuple | None:
+    """(least decimals, most decimals, space before %, thousands separated, how a negative is written) of a number
+    format that shows numbers as percentages, from its first section (its colour, condition and spacing dropped, an
+    escaped space kept); the negative's (before, after) is ("-", "") without a section of its own, ("(", ")") for
+    ``0%;(0%)``, None for a section of another kind (such a number is left as it is). None for any other format."""
+    sections = [re.sub(r"\[[^\]]*\]|_.|\\.|\*.", "", part.replace("\\ ", " ")).strip() for part in code.split(";")]
+    shown = _PERCENT_CODE.fullmatch(sections[0])
     if shown is None:
         return None
     zeros, hashes = shown.group(2) or "", shown.group(3) or ""
-    return len(zeros), len(zeros) + len(hashes), shown.group(4), "," in shown.group(1)
+    negative: tuple[str, str] | None = ("-", "")
+    if len(sections) > 1:
+        wrapped = re.fullmatch(r"(\(|-)?(.*?)(\))?", sections[1])
+        inner = _PERCENT_CODE.fullmatch(wrapped.group(2)) if wrapped else None
+        if inner is None or inner.groups() != shown.groups() or (wrapped.group(1) == "(") != bool(wrapped.group(3)):
+            negative = None
+        else:
+            negative = (wrapped.group(1) or "", wrapped.group(3) or "")
+    return len(zeros), len(zeros) + len(hashes), shown.group(4), "," in shown.group(1), negative
 
 
 def _percent_styles(path: Path) -> dict[int, tuple]:
@@ -1849,7 +1857,7 @@ def _percent_styles(path: Path) -> dict[int, tuple]:
         return {}
     if "%" not in xml and not re.search(r'numFmtId="(?:9|10)"', xml):
         return {}
-    codes: dict[int, tuple] = {9: (0, 0, "", False), 10: (2, 2, "", False)}
+    codes: dict[int, tuple] = {9: (0, 0, "", False, ("-", "")), 10: (2, 2, "", False, ("-", ""))}
     formats = re.search(r"<(?:\w+:)?numFmts\b[^>]*>(.*?)</(?:\w+:)?numFmts>", xml, re.S)  # not <dxfs>' formats
     for m in re.finditer(r"<(?:\w+:)?numFmt\b([^>]*)/?>", formats.group(1) if formats else ""):  # attributes any order
         fid = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
@@ -1874,7 +1882,9 @@ def _percent_styles(path: Path) -> dict[int, tuple]:
 def _percent_text(v: float, shown: tuple) -> str | None:
     """``v`` as a percent format ``shown`` shows it (0.05 under 0%: '5%'; 0.125: '13%', rounded half away from zero
     as Excel rounds; 0.0512 under 0.0#%: '5.12%'); None where it cannot be written so (a value past Excel's)."""
-    least, most, space, grouped = shown
+    least, most, space, grouped, negative = shown
+    if v < 0 and negative is None:
+        return None
     try:
         with decimal.localcontext() as ctx:
             ctx.prec = 400
@@ -1888,10 +1898,12 @@ def _percent_text(v: float, shown: tuple) -> str | None:
     whole, _, frac = text.partition(".")
     if most > least:  # optional digits (#): trailing zeros past the required ones dropped
         frac = frac.rstrip("0").ljust(least, "0")
+    before, after = negative if whole.startswith("-") and negative is not None else ("", "")
+    whole = whole.lstrip("-")
     if grouped:  # #,##0%: 12,345%
-        sign = "-" if whole.startswith("-") else ""
-        whole = sign + f"{int(whole.lstrip('-')):,}"
-    return f"{whole}.{frac}{space}%" if frac else f"{whole}{space}%"
+        whole = f"{int(whole):,}"
+    number = f"{whole}.{frac}" if frac else whole
+    return f"{before}{number}{space}%{after}"
 
 
 def _show_percents(grid: list[list[object]], path: Path, sheet: str, styles: dict, column: int) -> None:
