@@ -1902,7 +1902,7 @@ def _percent_text(v: float, shown: tuple) -> str | None:
     whole = whole.lstrip("-")
     if grouped:  # #,##0%: 12,345%
         whole = f"{int(whole):,}"
-    number = f"{whole}.{frac}" if frac else whole
+    number = f"{whole}.{frac}" if frac or most else whole  # 0.##% of 0.5: '50.%', the point kept, as Excel shows
     return f"{before}{number}{space}%{after}"
 
 
