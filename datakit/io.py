@@ -1110,7 +1110,13 @@ def encode_image(img: np.ndarray, ext: str = ".jpg", quality: int = 95, *, mode:
 
 
 def imwrite(
-    path: str | os.PathLike, img: np.ndarray, quality: int = 95, *, mode: str = "bgr", overwrite: bool = True
+    path: str | os.PathLike,
+    img: np.ndarray,
+    quality: int = 95,
+    *,
+    mode: str = "bgr",
+    overwrite: bool = True,
+    tidy: bool = False,
 ) -> Path:
     """Write an image to any Unicode path, atomically: a temporary file renamed when complete.
 
@@ -1118,11 +1124,12 @@ def imwrite(
     A reader never sees a half-written file, and an interrupted write leaves the old file.
     The file gets the permissions the umask gives a new file (``0666 & ~umask``). With
     ``overwrite=False`` an existing file is refused (``UsageError``), even one that appears
-    while encoding.
+    while encoding. ``tidy``: first remove the temporary files earlier writes of ``path`` killed midway left
+    (:func:`atomic_output`); it lists the folder, so a loop writing many images leaves it off.
     """
     path = Path(path)
     data = encode_image(img, path.suffix or ".png", quality, mode=mode)
-    with atomic_output(path, overwrite=overwrite) as tmp, open(tmp, "wb") as f:
+    with atomic_output(path, overwrite=overwrite, tidy=tidy) as tmp, open(tmp, "wb") as f:
         f.write(data)
     return path
 
@@ -1179,18 +1186,21 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: boo
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[str]:
+def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, tidy: bool = False) -> Iterator[str]:
     """Yield a temporary file name next to ``path``; on success it becomes ``path`` in one step.
 
     The temporary file is in the same folder (so the rename is atomic), gets ``0666 & ~umask``
     (``mkstemp`` creates files readable by the owner only), and is removed on any failure.
     Without ``overwrite``, an existing ``path`` is refused before and after the write (a file
     created meanwhile is never replaced: the final step is a hard link, which fails if it exists).
+    ``tidy`` first removes the temporary files of earlier writes of ``path`` killed midway
+    (:func:`_remove_stale_temps`), listing the folder to find them.
     """
     path = check_output(path, overwrite=overwrite)
     # the temporary name holds the final one, cut so that it stays under the 255 bytes of a name
     stem = path.name if len(os.fsencode(path.name)) <= 200 else os.fsdecode(os.fsencode(path.name)[:200])
-    _remove_stale_temps(path.parent, stem)
+    if tidy:  # a command's one output: its folder listed once (not per image of a loop of imwrite calls)
+        _remove_stale_temps(path.parent, stem)
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         os.close(fd)

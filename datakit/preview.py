@@ -319,7 +319,7 @@ def preview(
         else:
             label = str(target)
         draw.text((x + 4, y + tile + 2), _fit(f"{int(i)}: {label}", face, tile - 8), fill=(255, 255, 255), font=face)
-    path = imwrite(out, np.asarray(sheet), mode="rgb", overwrite=overwrite)
+    path = imwrite(out, np.asarray(sheet), mode="rgb", overwrite=overwrite, tidy=True)
     undrawn = tuple(c for c, ok in zip(classes, drawable) if not ok)
     hint = font_hint("".join(ch for c in undrawn for ch in c if ch in chosen.missing), font=font) if undrawn else None
     return Preview(path, len(picks), chosen, undrawn, hint)

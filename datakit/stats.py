@@ -364,7 +364,7 @@ def plot_histogram(stats: Stats, out: str | os.PathLike, *, overwrite: bool = Fa
     ax.legend()
     fig.tight_layout()
     try:
-        with atomic_output(out, overwrite=overwrite) as tmp:
+        with atomic_output(out, overwrite=overwrite, tidy=True) as tmp:
             fig.savefig(tmp, format=out.suffix.lower().lstrip(".").replace("jpg", "jpeg"))
     finally:
         plt.close(fig)

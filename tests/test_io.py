@@ -1046,7 +1046,7 @@ def test_a_write_killed_midway_leaves_a_temporary_file_the_next_write_removes(tm
         for p in (stale, running, other, longer, mine):
             os.utime(p, (time.time() - 3600, time.time() - 3600))
         os.utime(fresh, (time.time() - 60, time.time() - 60))
-        with atomic_output(tmp_path / "grid.png") as tmp:
+        with atomic_output(tmp_path / "grid.png", tidy=True) as tmp:
             Path(tmp).write_bytes(b"png")
         assert (tmp_path / "grid.png").read_bytes() == b"png"
         assert not stale.exists()
