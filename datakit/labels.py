@@ -666,8 +666,8 @@ class LabelTable:
             shown = [f"{_with_unseen(v)} first at {self._short(i)}" for v, i in same]
             count = "two" if len(same) == 2 else str(len(same))
             out.append((self._key(same[-1][1]), f"{self.path}: labels {', '.join(shown[:-1])} and {shown[-1]} "
-                        "differ only in invisible characters, spaces or character width and would be "
-                        f"{count} classes; write them alike"))  # fmt: skip
+                        "differ only in invisible characters, spaces, character width or look-alike letters and "
+                        f"marks and would be {count} classes; write them alike"))  # fmt: skip
         return out
 
     def _number_spelling_problems(self) -> list[tuple[tuple[int, int], str]]:
@@ -710,7 +710,8 @@ class LabelTable:
             named = ", ".join(f"{v!r} (first at {self._short(i)})" for v, i in same[:-1])
             v, i = same[-1]
             case = len({unicodedata.normalize("NFC", w).casefold() for w, _ in same}) == 1
-            how = "letter case" if case else "letter case and in invisible characters, spaces or character width"
+            how = ("letter case" if case else "letter case and in invisible characters, spaces, character width or "
+                   "look-alike letters and marks")  # fmt: skip
             out.append(f"{self.path}: labels {named} and {v!r} (first at {self._short(i)}) differ only in {how}: "
                        f"they are {len(same)} classes")  # fmt: skip
         return out
@@ -756,13 +757,32 @@ _TAGS = re.compile("(\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f)|[\U000e0000-\
 _ANY_TAG = re.compile("[\U000e0000-\U000e007f]")
 
 
+# characters drawn as an ASCII one is: typographic apostrophes, quotes and dashes (men’s, t‑shirt, as Word and
+# macOS write them), and the Cyrillic and Greek letters drawn as Latin ones (сat with a Cyrillic с). Each maps to
+# the ASCII character it looks like, so two labels alike but for them are one label seen twice
+_DRAWN_ALIKE = {
+    "'": "\u2018\u2019\u201b\u2032\u02bc\u02b9",
+    '"': "\u201c\u201d\u201f\u2033\u02ba",
+    "-": "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2043\ufe58",
+    "a": "\u0430", "c": "\u0441\u03f2", "e": "\u0435", "i": "\u0456", "j": "\u0458", "o": "\u043e\u03bf",
+    "p": "\u0440\u03c1", "s": "\u0455", "x": "\u0445", "y": "\u0443", "v": "\u03bd",
+    "A": "\u0410\u0391", "B": "\u0412\u0392", "C": "\u0421\u03f9", "E": "\u0415\u0395", "H": "\u041d\u0397",
+    "I": "\u0406\u0399", "J": "\u0408", "K": "\u041a\u039a", "M": "\u041c\u039c", "N": "\u039d",
+    "O": "\u041e\u039f", "P": "\u0420\u03a1", "S": "\u0405", "T": "\u0422\u03a4", "X": "\u0425\u03a7",
+    "Y": "\u04ae\u03a5", "Z": "\u0396",
+}  # fmt: skip
+_DRAWN = str.maketrans({c: ascii_ for ascii_, cs in _DRAWN_ALIKE.items() for c in cs})
+_DRAWN_ANY = re.compile("[" + "".join(_DRAWN_ALIKE.values()) + "]")
+
+
 def _look_alike(label: str) -> str:
     """A label as it looks: invisible characters dropped (tag characters outside a flag's sequence too), then
     Unicode's compatibility form (NFKC: full-width letters, digits and spaces as ASCII ones, a no-break space as a
-    space), every run of spaces one space."""
+    space), the characters drawn as ASCII ones are (``’``, ``‑``, a Cyrillic ``с``) as those, every run of spaces
+    one space."""
     if _ANY_TAG.search(label):
         label = _TAGS.sub(lambda m: m.group(1) or "", label)
-    return " ".join(unicodedata.normalize("NFKC", _INVISIBLE_RUN.sub("", label)).split())
+    return " ".join(unicodedata.normalize("NFKC", _INVISIBLE_RUN.sub("", label)).translate(_DRAWN).split())
 
 
 def _look_alike_keys(values: list[str]) -> list[str] | None:
@@ -774,6 +794,7 @@ def _look_alike_keys(values: list[str]) -> list[str] | None:
         and not _UNSEEN.search(joined)
         and joined.count("\x00") < len(values)
         and not _ANY_TAG.search(joined)
+        and not _DRAWN_ANY.search(joined)
     ):
         return None
     return [_look_alike(v) for v in values]
@@ -789,6 +810,7 @@ def _with_unseen(label: str) -> str:
         or (c.isspace() and c != " ")
         or unicodedata.normalize("NFKC", c) != c
         or "\U000e0000" <= c <= "\U000e007f"
+        or _DRAWN_ANY.match(c)
     ]
     if not odd:
         return repr(label)
@@ -1637,6 +1659,11 @@ def _parse_grid(
                              "read as one); store the labels as text"
                              + (", or read with engine='openpyxl'" if engine == "calamine" else "")))  # fmt: skip
             continue
+        if scol is not None and cell_note is not None and (scol >= len(row) or _blank(row[scol])):
+            extra = cell_note(rownum, scol)  # a split formula without a saved value: the row in no split, unsaid
+            if extra:
+                problems.append(((order, rownum), f"{where}, row {rownum}: {extra}"))
+                continue
         if numbers is None and isinstance(f, (int, float)) and not isinstance(f, bool):
             numbers = (rownum, _text(f))
         if dates is None and isinstance(lab, (datetime.date, datetime.time)):

@@ -1405,7 +1405,8 @@ def _named_classes(names: Sequence[object], where: str) -> list[str]:
         j = seen.setdefault(_look_alike(c), k)
         if j != k and out[j] != c:
             raise UsageError(f"{where}: classes {j} {_with_unseen(out[j])} and {k} {_with_unseen(c)} differ only in "
-                             "invisible characters, spaces or character width; write them alike")  # fmt: skip
+                             "invisible characters, spaces, character width or look-alike letters and marks; write "
+                             "them alike")  # fmt: skip
     return out
 
 

@@ -259,7 +259,7 @@ def test_check_refuses_look_alike_labels(tmp_path: Path, capsys):
     assert main(["check", str(tmp_path / "img"), "--labels", str(path), "--workers", "1"]) == 1
     assert capsys.readouterr().err.splitlines() == [
         f"{path}: labels '猫' first at sheet 'train', row 2 and '猫\\u200b' (U+200B ZERO WIDTH SPACE) first at sheet "
-        "'train', row 4 differ only in invisible characters, spaces or character width and would be two classes; "
+        "'train', row 4 differ only in invisible characters, spaces, character width or look-alike letters and marks and would be two classes; "
         "write them alike"
     ]
 

@@ -266,7 +266,7 @@ def test_a_stray_tag_character_makes_no_second_class_and_flags_stay_two(tmp_path
         open_dataset(root, labels=table)
     assert str(e.value) == (
         f"{table}: labels 'cat' first at line 2 and 'cat\\U000e0020' (U+E0020 TAG SPACE) first at line 3 differ only "
-        "in invisible characters, spaces or character width and would be two classes; write them alike"
+        "in invisible characters, spaces, character width or look-alike letters and marks and would be two classes; write them alike"
     )
     england = "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"
     scotland = "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"
@@ -567,7 +567,7 @@ def test_labels_that_differ_by_a_mark_that_does_not_show_are_refused(tmp_path: P
         return
     assert str(e.value) == (
         f"{path}: labels 'cat' first at {second} and {f'cat{mark}'!r} ({name}) first at {third} differ only in "
-        "invisible characters, spaces or character width and would be two classes; write them alike"
+        "invisible characters, spaces, character width or look-alike letters and marks and would be two classes; write them alike"
     )
 
 
@@ -664,7 +664,7 @@ def test_integer_labels_match_class_folders_named_with_leading_zeros(tmp_path: P
     ("given", "line"),
     [
         (["cat", "dog\u200b", "dog"], "classes=: classes 1 'dog\\u200b' (U+200B ZERO WIDTH SPACE) and 2 'dog' differ "
-         "only in invisible characters, spaces or character width; write them alike"),
+         "only in invisible characters, spaces, character width or look-alike letters and marks; write them alike"),
         (["cat", ""], "classes=: class 1 is '', which names no class"),
         (["cat", None], "classes=: class 1 is None, which names no class"),
         (["cat", "\u3164"], "classes=: class 1 is '\u3164' (U+3164 HANGUL FILLER), which names no class"),
@@ -712,7 +712,7 @@ def test_a_classes_text_file_with_look_alike_names_is_refused(tmp_path: Path):
     with pytest.raises(UsageError) as e:
         open_dataset(tmp_path / "img", classes=str(names))
     assert str(e.value) == (f"{names}: classes 1 'dog' and 2 'dog\\u200b' (U+200B ZERO WIDTH SPACE) differ only in "
-                            "invisible characters, spaces or character width; write them alike")  # fmt: skip
+                            "invisible characters, spaces, character width or look-alike letters and marks; write them alike")  # fmt: skip
 
 
 def test_a_subtotal_row_among_the_images_is_refused_and_names_without_suffixes_are_not(tmp_path: Path):

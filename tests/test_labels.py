@@ -976,6 +976,26 @@ def test_rows_made_only_of_formulas_without_values_are_named_not_dropped(tmp_pat
         read_labels(path, split="val")
 
 
+@pytest.mark.parametrize("split", ["val", "train", None])
+def test_a_split_cell_whose_formula_has_no_saved_value_is_refused_not_read_as_blank(tmp_path: Path, split):
+    # The attack: split column C4 is =IF(TRUE,"val","train"), written by openpyxl (no saved value): c.jpg was in no
+    # split, said only as "a blank split cell", and check --split val counted it as 0 problems
+    path = tmp_path / "l.xlsx"
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "all"
+    for row in (["file", "label", "split"], ["a.jpg", "cat", "train"], ["b.jpg", "dog", "train"],
+                ["c.jpg", "cat", '=IF(TRUE,"val","train")'], ["d.jpg", "dog", "val"]):  # fmt: skip
+        ws.append(row)
+    wb.save(path)
+    want = (f"{path}, sheet 'all', row 4: cell C4 holds a formula (=IF(TRUE,\"val\",\"train\")) with no saved value; "
+            "open the file in Excel and save it, so the values are stored")  # fmt: skip
+    assert read_labels(path, split=split, validate=False).problems() == [want]
+    with pytest.raises(LabelError) as e:
+        read_labels(path, split=split)
+    assert str(e.value) == want
+
+
 def _linked_img(tmp_path: Path) -> Path:
     for name in ("0", "1"):
         jpeg(tmp_path / "img" / f"{name}.jpg")
@@ -1313,7 +1333,7 @@ def test_look_alike_labels_are_refused(tmp_path: Path, fmt: str, label: str, twi
     named = f"{twin!r} ({chars})" if chars else repr(twin)
     want = (
         f"{path}: labels {label!r} first at {first} and {named} first at {again} differ only in invisible "
-        "characters, spaces or character width and would be two classes; write them alike"
+        "characters, spaces, character width or look-alike letters and marks and would be two classes; write them alike"
     )
     assert t.problems() == [want] and t.notes == []
     with pytest.raises(LabelError) as e:
@@ -1328,7 +1348,7 @@ def test_three_look_alikes_are_one_problem_and_a_split_read_alone_is_refused_too
     want = (
         f"{path}: labels '猫' first at sheet 'train', row 2, '猫\\u200b' (U+200B ZERO WIDTH SPACE) first at sheet "
         "'train', row 4 and '猫\\u2060' (U+2060 WORD JOINER) first at sheet 'val', row 4 differ only in invisible "
-        "characters, spaces or character width and would be 3 classes; write them alike"
+        "characters, spaces, character width or look-alike letters and marks and would be 3 classes; write them alike"
     )
     for split in (None, "train", "val"):  # the class map is the whole workbook's: either split is refused
         assert read_labels(path, split=split, validate=False).problems() == [want]
@@ -1365,14 +1385,52 @@ def test_labels_apart_in_case_stay_a_note_and_their_look_alikes_a_problem(tmp_pa
     assert t.problems() == [
         f"{path}: labels 'cat' first at line 2 and 'ｃａｔ' (U+FF43 FULLWIDTH LATIN SMALL LETTER C, U+FF41 FULLWIDTH "
         "LATIN SMALL LETTER A, U+FF54 FULLWIDTH LATIN SMALL LETTER T) first at line 4 differ only in invisible "
-        "characters, spaces or character width and would be two classes; write them alike"
+        "characters, spaces, character width or look-alike letters and marks and would be two classes; write them alike"
     ]
     assert t.notes == [
         f"{path}: labels 'cat' (first at line 2) and 'Cat' (first at line 3) differ only in letter case: they are "
         "2 classes",
         f"{path}: labels 'dog' (first at line 5) and 'ＤＯＧ' (first at line 6) differ only in letter case and in "
-        "invisible characters, spaces or character width: they are 2 classes",
+        "invisible characters, spaces, character width or look-alike letters and marks: they are 2 classes",
     ]
+
+
+@pytest.mark.parametrize(
+    ("plain", "drawn", "named"),
+    [
+        ("men's", "men’s", "U+2019 RIGHT SINGLE QUOTATION MARK"),  # Word's and macOS's apostrophe
+        ("t-shirt", "t‑shirt", "U+2011 NON-BREAKING HYPHEN"),
+        ("t-shirt", "t–shirt", "U+2013 EN DASH"),
+        ("cat", "сat", "U+0441 CYRILLIC SMALL LETTER ES"),
+        ("B-cell", "Β-cell", "U+0392 GREEK CAPITAL LETTER BETA"),
+        ('say "hi"', "say “hi”", "U+201C LEFT DOUBLE QUOTATION MARK, U+201D RIGHT DOUBLE QUOTATION MARK"),
+    ],
+)
+def test_labels_drawn_alike_are_refused(tmp_path: Path, plain, drawn, named):
+    # The attack: men's and men’s, t-shirt and t‑shirt, cat and сat (a Cyrillic с) were 6 classes, without a word
+    path = tmp_path / "labels.csv"
+    quoted = '"' + plain.replace('"', '""') + '"'  # a CSV field with quotes in it
+    path.write_text(f"file,label\na.jpg,{quoted}\nb.jpg,{drawn}\nc.jpg,кот\n", encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [
+        f"{path}: labels {plain!r} first at line 2 and {drawn!r} ({named}) first at line 3 differ only in invisible "
+        "characters, spaces, character width or look-alike letters and marks and would be two classes; write them alike"
+    ]
+    with pytest.raises(UsageError) as e:
+        open_dataset(tmp_path, classes=[plain, drawn])
+    assert str(e.value) == (
+        f"classes=: classes 0 {plain!r} and 1 {drawn!r} ({named}) differ only in invisible "
+        "characters, spaces, character width or look-alike letters and marks; write them alike"
+    )
+
+
+def test_words_of_cyrillic_or_greek_letters_alone_are_their_own_labels(tmp_path: Path):
+    # whole words of another alphabet are other labels: кот, сова, Ζώο beside cat, cob, Zwo
+    path = tmp_path / "labels.csv"
+    path.write_text("file,label\na.jpg,кот\nb.jpg,cat\nc.jpg,сова\nd.jpg,cob\ne.jpg,Ζώο\nf.jpg,Zwo\n", encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [] and t.notes == []
+    assert t.class_map().classes == ("Zwo", "cat", "cob", "Ζώο", "кот", "сова")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1524,7 +1582,7 @@ def test_a_full_width_digit_is_a_look_alike_of_the_digit_not_the_same_class(tmp_
         read_labels(path)
     assert str(e.value).splitlines()[1] == (
         f"  {path}: labels '1' first at line 2 and '１' (U+FF11 FULLWIDTH DIGIT ONE) first at line 3 differ only in "
-        "invisible characters, spaces or character width and would be two classes; write them alike"
+        "invisible characters, spaces, character width or look-alike letters and marks and would be two classes; write them alike"
     )
 
 
