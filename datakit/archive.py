@@ -805,6 +805,7 @@ def unzip(
         dirs: list[tuple[list[str], ZipMember]] = []
         links: list[tuple[ZipMember, str]] = []
         paths = {rel for rel, _ in map(safe_relpath, (m.name for m in members)) if rel is not None}
+        folders_of = _folders_of(paths)
         files_seen: dict[str, ZipMember] = {}
         macos = 0
         try:
@@ -854,8 +855,7 @@ def unzip(
                     fd = tree.folder(parts[:-1])
                     st = _lstat(name, fd)
                     if st is not None and stat.S_ISDIR(st.st_mode):  # --overwrite would not replace it either
-                        mine = any(k.startswith(f"{rel}/") for k in paths)
-                        why = "a folder of the archive's own members" if mine else "a folder"
+                        why = "a folder of the archive's own members" if rel in folders_of else "a folder"
                         raise _Refused(f"{_printable(dest_path / rel)} is {why}; not replaced by a file")
                     if st is not None:
                         try:
@@ -891,22 +891,10 @@ def unzip(
                                     "(__MACOSX/..., ._NAME) not extracted: resource forks, no files of the folder "
                                     "zipped (the zip read in place leaves them out too)")  # fmt: skip
             last = {rel: m.index for m in members if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
-            for m, rel in links:
-                label = f"{archive}: member {m.name!r}"
-                if last.get(rel, m.index) > m.index:  # a later member of the same name wins, as between files
-                    report.notes.append(f"{label}: a later member has the same name; the link is not made")
-                    continue
-                if rel in files_seen:  # an earlier file of the name, written by this run: kept, --overwrite or not
-                    report.notes.append(f"{label}: an earlier member has the same name; the link is not made")
-                    continue
-                try:
-                    mine = any(k.startswith(f"{rel}/") for k in paths)  # a folder this archive's members fill
-                    _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label, mine)
-                except _Refused as exc:
-                    report.problems.append(f"{label}: {exc}")
-                except (*_READ_ERRORS, OSError) as exc:
-                    report.problems.append(f"{label}: {_explain(exc)}")
-            _recheck_links(tree, links, report, archive)
+            try:
+                _make_links(zf, infos, links, last, files_seen, tree, overwrite, report, archive, folders_of)
+            finally:  # Ctrl-C (or SIGTERM) half-way: the links made so far are checked all the same
+                _recheck_links(tree, links, report, archive)
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
                 t = _mtime(m)
                 try:
@@ -921,6 +909,38 @@ def unzip(
         finally:
             tree.close()
     return report
+
+
+def _make_links(zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo], links: list[tuple[ZipMember, str]],
+                last: dict[str, int], files_seen: dict[str, ZipMember], tree: _Tree, overwrite: bool,
+                report: ExtractReport, archive: str, folders_of: set[str]) -> None:  # fmt: skip
+    """Make the link members, in the archive's order, after every file and folder; ``folders_of``: the folders
+    that hold the archive's members."""
+    for m, rel in links:
+        label = f"{archive}: member {m.name!r}"
+        if last.get(rel, m.index) > m.index:  # a later member of the same name wins, as between files
+            report.notes.append(f"{label}: a later member has the same name; the link is not made")
+            continue
+        if rel in files_seen:  # an earlier file of the name, written by this run: kept, --overwrite or not
+            report.notes.append(f"{label}: an earlier member has the same name; the link is not made")
+            continue
+        try:
+            _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label, rel in folders_of)
+        except _Refused as exc:
+            report.problems.append(f"{label}: {exc}")
+        except (*_READ_ERRORS, OSError) as exc:
+            report.problems.append(f"{label}: {_explain(exc)}")
+
+
+def _folders_of(paths: set[str]) -> set[str]:
+    """Every folder that holds one of ``paths`` (``a``, ``a/b`` for ``a/b/c``)."""
+    out: set[str] = set()
+    for rel in paths:
+        cut = rel.rfind("/")
+        while cut > 0 and rel[:cut] not in out:
+            out.add(rel[:cut])
+            cut = rel.rfind("/", 0, cut)
+    return out
 
 
 class _Inflating:
@@ -1258,14 +1278,17 @@ def _extract_symlink(
     resolved, _ = _resolve(os.path.join(tree.root, *parts[:-1], link))
     if resolved is None:
         raise _Refused(f"symlink to {link!r} leads through more than {_MAX_HOPS} links, which the kernel does not "
-                       "follow (ELOOP); not created")  # fmt: skip
+                       f"follow (ELOOP); not created{_left_over(tree, parts, link)}")  # fmt: skip
     if not _inside(resolved, tree.root):
-        raise _Refused(f"symlink to {link!r} points outside the target folder; not created")
+        raise _Refused(
+            f"symlink to {link!r} points outside the target folder; not created{_left_over(tree, parts, link)}"
+        )
     # a link that climbs out of the target and back in (../../out/cat/1.jpg under out/dog) works only while
     # the folder keeps its name: renamed or moved, it leads elsewhere; the zip read in place has no such file
     if posixpath.normpath(posixpath.join(*parts[:-1], link) if parts[:-1] else link).split("/")[0] == "..":
         raise _Refused(f"symlink to {link!r} leaves the target folder by name and comes back (it would break, or "
-                       "lead elsewhere, once the folder is renamed); not created")  # fmt: skip
+                       "lead elsewhere, once the folder is renamed); not created"
+                       + _left_over(tree, parts, link))  # fmt: skip
     fd = tree.folder(parts[:-1])
     name = parts[-1]
     st = _lstat(name, fd)
@@ -1283,11 +1306,25 @@ def _extract_symlink(
     report.extracted.append(rel)
 
 
+def _left_over(tree: _Tree, parts: list[str], link: str) -> str:
+    """Remove the link to ``link`` at ``parts`` that an earlier run, killed before it checked its links, left in
+    place: refused now, it must not stay. Returns what to add to the refusal."""
+    try:
+        fd = tree.folder(parts[:-1], create=False)
+        if os.readlink(parts[-1], dir_fd=fd) != link:
+            return ""
+        os.unlink(parts[-1], dir_fd=fd)
+    except (_Refused, OSError):
+        return ""
+    return "; the same link, left there by an earlier run, removed"
+
+
 def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: ExtractReport, archive: str) -> None:
     """Remove any link that a later link made resolve outside the target (``a -> b/..``, then ``b -> .``),
     and any that leads to nothing (``nosuch/../../cat/1.png``, ``1.png/``): the folder's scan would
     list it as an image it cannot read, where the zip read in place has no such sample."""
-    extracted = set(report.extracted)
+    # the links an earlier run made count too: one killed half-way left them unchecked by this pass
+    extracted = {*report.extracted, *report.unchanged}
     made = [(m, rel) for m, rel in links if rel in extracted]
     removed: set[str] = set()
     # a removal can only leave links that resolved through the removed one leading to nothing; a resolution
@@ -1339,6 +1376,7 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                     changed = True
     if removed:
         report.extracted[:] = [rel for rel in report.extracted if rel not in removed]
+        report.unchanged[:] = [rel for rel in report.unchanged if rel not in removed]
 
 
 def _links_under(root: str) -> list[str]:
