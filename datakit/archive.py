@@ -27,6 +27,7 @@ from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
 from datakit.filenames import EncodingGuess, decode_name, decodes, guess_encoding
+from datakit.io import _umask
 from datakit.parallel import hold_interrupts, release_interrupts
 
 log = logging.getLogger("datakit")
@@ -826,11 +827,11 @@ def unzip(
                 try:
                     if m.folder_and_link:
                         raise _Refused(_FOLDER_AND_LINK)
-                    if m.is_dir and m.file_size > 0 and m.name.replace("\\", "/").endswith("/"):
-                        # named as a folder, holding bytes: a file renamed by hand or a crafted archive; which one
-                        # it is meant to be is a guess
-                        report.problems.append(f"{label}: named as a folder but holds {m.file_size} bytes; not "
-                                               "extracted")  # fmt: skip
+                    if m.is_dir and m.file_size > 0:
+                        # named as a folder, or with a folder's Unix mode, holding bytes: a file renamed by hand or a
+                        # crafted archive; which one it is meant to be is a guess
+                        how = "named as a folder" if m.name.replace("\\", "/").endswith("/") else "a folder by its mode"
+                        report.problems.append(f"{label}: {how} but holds {m.file_size} bytes; not extracted")
                         continue
                     if m.is_dir:
                         tree.folder(parts)
@@ -895,13 +896,14 @@ def unzip(
                 _make_links(zf, infos, links, last, files_seen, tree, overwrite, report, archive, folders_of)
             finally:  # Ctrl-C (or SIGTERM) half-way: the links made so far are checked all the same
                 _recheck_links(tree, links, report, archive)
+            umask = _umask()
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
                 t = _mtime(m)
                 try:
                     fd = tree.folder(parts[:-1], create=False)
                     if m.unix_mode is not None and stat.S_IMODE(m.unix_mode) and _is_dir(parts[-1], fd):
-                        # the folder's own mode, as unzip restores it, never locking its owner out
-                        os.chmod(parts[-1], stat.S_IMODE(m.unix_mode) & 0o777 | 0o700, dir_fd=fd)
+                        # the folder's own mode, as unzip restores it, never locking its owner out, under the umask
+                        os.chmod(parts[-1], stat.S_IMODE(m.unix_mode) & 0o777 & ~umask | 0o700, dir_fd=fd)
                     if t is not None:
                         os.utime(parts[-1], (t, t), dir_fd=fd, follow_symlinks=False)
                 except (_Refused, OSError):
@@ -1154,8 +1156,9 @@ def _extract_file(
             dst.flush()
             if m.unix_mode is not None and stat.S_IMODE(m.unix_mode):
                 # the owner keeps reading and writing it (0o200, 0o000 stored): a second run compares it, a
-                # training job reads it
-                os.fchmod(dst.fileno(), stat.S_IMODE(m.unix_mode) & 0o777 | 0o600)
+                # training job reads it; the umask applies, as to any file made here (a stored 0o777 is not made
+                # writable by everyone)
+                os.fchmod(dst.fileno(), stat.S_IMODE(m.unix_mode) & 0o777 & ~_umask() | 0o600)
             t = _mtime(m)
             if t is not None:
                 os.utime(dst.fileno(), (t, t))

@@ -192,6 +192,17 @@ def test_a_folder_entry_holding_bytes_is_a_problem_not_a_silent_folder(tmp_path:
     assert tree(tmp_path / "out") == {"小猫.txt": b"cat"}
 
 
+def test_a_member_with_a_folders_mode_holding_bytes_is_a_problem_not_an_empty_folder(tmp_path: Path, capsys):
+    # The attack: photo.jpg, 800 bytes, with a Unix folder's mode (0o40755) and no trailing '/': an empty folder
+    # photo.jpg was made, its bytes dropped, exit 0
+    z = write_zip(tmp_path / "m.zip", [gbk("photo.jpg", b"\xff" * 800, mode=0o40755), gbk("a.txt", b"a")])
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{z}: member 'photo.jpg': a folder by its mode but holds 800 bytes; not extracted",
+                   "1 member not extracted (see above)"]  # fmt: skip
+    assert tree(tmp_path / "out") == {"a.txt": b"a"} and not (tmp_path / "out" / "photo.jpg").exists()
+
+
 def test_symlink_members(tmp_path: Path):
     z = write_zip(
         tmp_path / "links.zip",
@@ -740,6 +751,20 @@ def test_a_file_that_appears_while_a_member_is_written_is_not_replaced(tmp_path:
         assert sorted(os.listdir(tmp_path)) == ["a", "b"]
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_stored_modes_pass_through_the_umask(tmp_path: Path, umask):
+    # The attack: a member stored 0o4777 became 0o777 and a folder stored 0o1777 0o777: writable by every user
+    z = write_zip(tmp_path / "m.zip", [ZipEntry(b"d/", mode=0o41777), ZipEntry(b"d/run.sh", b"x", mode=0o104777),
+                                       ZipEntry(b"f.txt", b"y", mode=0o100666)])  # fmt: skip
+    before = os.umask(umask)
+    try:
+        unzip(z, tmp_path / "out")
+    finally:
+        os.umask(before)
+    modes = {n: os.stat(tmp_path / "out" / n).st_mode & 0o7777 for n in ("d", "d/run.sh", "f.txt")}
+    assert modes == {"d": 0o777 & ~umask, "d/run.sh": 0o777 & ~umask, "f.txt": 0o666 & ~umask}
 
 
 def test_folder_modes_restored_and_nothing_made_for_an_archive_refused_for_space(tmp_path: Path, monkeypatch):
