@@ -342,6 +342,17 @@ def _warn_ambiguous(archive: Path, guess) -> None:
         )
 
 
+def _archive_bytes(archive: Path) -> int:
+    """The bytes the files of ``archive`` declare, for the progress bar: its names are decoded once, by unzip."""
+    from datakit.archive import _open_zip
+
+    try:
+        with _open_zip(archive) as zf:
+            return sum(i.file_size for i in zf.infolist() if not i.is_dir())
+    except (DatakitError, OSError):  # unzip says what is wrong with it
+        return 0
+
+
 def cmd_unzip(args: argparse.Namespace) -> int:
     from datakit.archive import iter_progress, read_members, unzip
 
@@ -372,8 +383,7 @@ def cmd_unzip(args: argparse.Namespace) -> int:
         print_table(["size", "modified", "name", "name from"], rows)
         print(f"{len(files)} files, {sum(m.file_size for m in files)} bytes")
         return 0
-    members, _ = read_members(archive, args.encoding)
-    update, close = iter_progress(sum(m.file_size for m in members), "unzip", args.quiet)
+    update, close = iter_progress(_archive_bytes(archive), "unzip", args.quiet)
     try:
         report = unzip(archive, args.dest, encoding=args.encoding, overwrite=args.overwrite,
                        max_total=args.max_total, max_ratio=args.max_ratio, progress=update)  # fmt: skip
