@@ -821,6 +821,13 @@ def unzip(
                 if rel is None:
                     report.problems.append(f"{label}: {note}")
                     continue
+                legacy = m.name_source not in ("utf-8 flag", "unicode path field")
+                if legacy and not decodes(m.raw_name, m.name_source):
+                    # --encoding that does not fit: the name would be written with U+FFFD for its bytes
+                    report.problems.append(f"{label}: its name (bytes {m.raw_name.hex(' ')[:96]}) is not "
+                                           f"{m.name_source} text; not extracted (name the archive's encoding with "
+                                           "--encoding, or leave it to auto)")  # fmt: skip
+                    continue
                 if note:
                     report.notes.append(f"{label}: {note}, written as {rel!r}")
                 parts = rel.split("/")

@@ -455,8 +455,14 @@ def test_names_of_two_encodings_in_one_archive_are_each_read_in_their_own(tmp_pa
         assert open_dataset(z, root="训练").classes == ["狗", "猫", "鸟"]  # read in place: the same names
     assert f"{z}: 2 names are UTF-8 and the others gbk (written by two tools?): each is read in its own encoding; " \
            "pass encoding= (--encoding) to choose" in caplog.messages  # fmt: skip
-    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "one"), "--encoding", "gbk"]) == 0  # all in one, as asked
-    assert "训练/狗/2.jpg" not in tree(tmp_path / "one")
+    # all in one, as asked: the UTF-8 names, not GBK text, are refused by name, not written with U+FFFD in them
+    capsys.readouterr()
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "one"), "--encoding", "gbk"]) == 1
+    assert tree(tmp_path / "one") == {"训练/猫/1.jpg": b"a", "训练/狗/3.jpg": b"c"}
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"{z}: member '璁\ufffd缁\ufffd/鐙\ufffd/2.jpg': its name (bytes e8 ae ad e7 bb 83 2f e7 8b 97 2f 32 2e 6a 70 "
+        "67) is not gbk text; not extracted (name the archive's encoding with --encoding, or leave it to auto)"
+    )
     # Japanese: Shift-JIS names beside UTF-8 kana (no legacy encoding decodes the UTF-8 ones)
     names = [("写真/犬.jpg", "cp932"), ("資料/会議.jpg", "cp932"), ("ねこ/1.jpg", "utf-8"), ("データ/2.jpg", "utf-8")]
     jp = write_zip(tmp_path / "jp.zip", [ZipEntry(n.encode(e), b"x") for n, e in names])
@@ -2403,3 +2409,22 @@ def test_long_names_are_scored_by_their_start(tmp_path: Path, monkeypatch):
     assert unzip_gbk_main([str(z), "-l", "--json"]) == 0
     assert detect_encoding(z).encoding == "gbk"
     assert scored and max(scored) == filenames.SCORED_CHARS
+
+
+def test_names_the_forced_encoding_cannot_read_are_refused_not_written_with_replacement_characters(
+    tmp_path: Path, capsys
+):
+    # The attack: --encoding ascii (or cp932 on bytes it lacks) wrote folders named '��', exit 0, the only sign
+    # "1 of 3 unflagged names decode" inside the reason
+    z = write_zip(tmp_path / "g.zip", [gbk("猫/1.jpg", b"x"), gbk("狗/2.jpg", b"y"), gbk("a.txt", b"a")])
+    out = tmp_path / "out"
+    assert unzip_gbk_main([str(z), "-d", str(out), "--encoding", "ascii"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"{z}: member '\ufffd\ufffd/1.jpg': its name (bytes c3 a8 2f 31 2e 6a 70 67) is not ascii text; not extracted "
+        "(name the archive's encoding with --encoding, or leave it to auto)",
+        f"{z}: member '\ufffd\ufffd/2.jpg': its name (bytes b9 b7 2f 32 2e 6a 70 67) is not ascii text; not extracted "
+        "(name the archive's encoding with --encoding, or leave it to auto)",
+        "2 members not extracted (see above)",
+    ]
+    assert tree(out) == {"a.txt": b"a"}
