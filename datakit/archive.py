@@ -737,11 +737,13 @@ class _Budget:
 
     limit: int
     written: int = 0
+    declared: bool = False  # the limit is what the members declare, below --max-total
 
     def spend(self, n: int, archive: str) -> None:
         self.written += n
         if self.written > self.limit:
-            raise ArchiveError(f"{archive}: stopped, more than {self.limit} bytes written (over --max-total)")
+            why = "more than its members declare" if self.declared else "over --max-total"
+            raise ArchiveError(f"{archive}: stopped, more than {self.limit} bytes written ({why})")
 
 
 def unzip(
@@ -789,6 +791,7 @@ def unzip(
         if not os.access(dest_path, os.W_OK | os.X_OK):  # one line now, not one per member below
             raise UsageError(f"{dest}: not writable; cannot extract into it")
         free = shutil.disk_usage(dest_path).free
+        declared = total
         need = total + _FOLDER_BYTES * folders
         if need > free:  # a rerun: the files and folders already there need no room again
             total -= _already_there(dest_path, members)
@@ -801,7 +804,8 @@ def unzip(
                     break
             raise ArchiveError(f"{archive}: refused, members need {need} bytes but only {free} are free in {dest}")
         tree = _Tree(dest_path)
-        budget = _Budget(min(max_total, total))
+        # what every member declares, not less the files already there: --overwrite writes those that differ again
+        budget = _Budget(min(max_total, declared), declared=declared < max_total)
         infos = zf.infolist()
         dirs: list[tuple[list[str], ZipMember]] = []
         links: list[tuple[ZipMember, str]] = []

@@ -2428,3 +2428,19 @@ def test_names_the_forced_encoding_cannot_read_are_refused_not_written_with_repl
         "2 members not extracted (see above)",
     ]
     assert tree(out) == {"a.txt": b"a"}
+
+
+def test_overwrite_on_a_nearly_full_disk_rewrites_the_files_that_differ(tmp_path: Path, monkeypatch):
+    # The attack: v1 extracted, then v2 (same names and sizes, other bytes) with --overwrite on a disk with 1,500
+    # bytes free: the files already there were taken off the bytes to write, and the first one rewritten stopped the
+    # run with "stopped, more than 0 bytes written (over --max-total)", --max-total never given
+    import datakit.archive as archive
+
+    v1 = write_zip(tmp_path / "v1.zip", [gbk("a.bin", b"1" * 1000), gbk("b.bin", b"2" * 1000)])
+    v2 = write_zip(tmp_path / "v2.zip", [gbk("a.bin", b"3" * 1000), gbk("b.bin", b"4" * 1000)])
+    out = tmp_path / "out"
+    assert unzip(v1, out).ok
+    monkeypatch.setattr(archive.shutil, "disk_usage", lambda p: shutil_usage(1500))
+    report = unzip(v2, out, overwrite=True)
+    assert report.problems == [] and sorted(report.extracted) == ["a.bin", "b.bin"]
+    assert tree(out) == {"a.bin": b"3" * 1000, "b.bin": b"4" * 1000}
