@@ -1410,6 +1410,37 @@ def _named_classes(names: Sequence[object], where: str) -> list[str]:
     return out
 
 
+def _pack_classes(path: Path) -> list[str]:
+    """The classes of the pack at ``path``: those its metadata (checksummed, what its targets index) holds;
+    its ``classes.json`` (a copy, for people and other tools) must say the same, or the pack is refused."""
+    from datakit.lmdb import read_meta
+
+    meta = read_meta(path)
+    if meta is None or not isinstance(meta.get("classes"), dict):
+        raise UsageError(f"classes={os.fspath(path)!r}: a pack with no classes committed yet (its first samples are "
+                         "not written): pack it first, or give the classes another way")  # fmt: skip
+    ours = [str(c) for c in ClassMap.from_json(meta["classes"]).classes]
+    copy = path / "classes.json"
+    if copy.is_file():
+        try:
+            obj = json.loads(copy.read_bytes().decode("utf-8-sig"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            obj = None
+        names = obj.get("classes") if isinstance(obj, dict) else None
+        if names != ours:
+            if isinstance(names, list) and len(names) == len(ours):
+                k = next(k for k, (a, b) in enumerate(zip(names, ours)) if a != b)
+                how = f"class {k} is {names[k]!r} there, {ours[k]!r} in the pack's metadata"
+            elif isinstance(names, list):
+                how = f"it names {len(names)} classes, the pack's metadata {len(ours)}"
+            else:
+                how = "it cannot be read as a class map"
+            raise LabelError(f"{copy}: not the class map of the pack ({how}), which its samples' labels index: "
+                             "changed by hand? `datakit verify` says more; run its pack-lmdb command again with "
+                             "--resume to write it again")  # fmt: skip
+    return ours
+
+
 def given_classes(classes) -> list[str]:
     """The class list ``classes=`` names: a sequence of names, a dataset or :class:`ClassMap` (its
     ``classes``), an LMDB pack (its ``classes.json``), a ``.json`` file (a list, or a pack's
@@ -1425,6 +1456,8 @@ def given_classes(classes) -> list[str]:
                 raise UsageError(f"classes={os.fspath(classes)!r}: a folder, but not one of class folders ({exc}); "
                                  "classes= takes a pack, a .json or .txt of class names, or the training folder of "
                                  "class folders") from None  # fmt: skip
+        if path.is_dir() and (path / "data.mdb").is_file():
+            return _pack_classes(path)
         if path.is_dir():
             path = path / "classes.json"
         if not path.is_file():

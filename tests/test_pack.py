@@ -22,7 +22,7 @@ import pytest
 
 from datakit.cli import main
 from datakit.datasets import LmdbDataset, open_dataset
-from datakit.errors import PackError, UsageError
+from datakit.errors import LabelError, PackError, UsageError
 from datakit.io import imread, imwrite, jpeg_damage, probe_image, region_decoder_available
 from datakit.lmdb import LmdbReader, PackLock, PackWriteError, close_pack, lmdb_info, read_meta, verify_lmdb
 from datakit.pack import _names_crc, pack_lmdb
@@ -173,6 +173,29 @@ def test_classes_json_cut_by_a_kill_after_completion_is_restored_by_resume(class
         assert pack_lmdb(class_folder, out, workers=1, resume=True).count == 12
         assert (out / "classes.json").read_text(encoding="utf-8") == whole
         assert not (out / ".classes.json.tmp").exists()
+
+
+def test_classes_of_a_pack_are_its_metadatas_and_an_edited_classes_json_is_refused(
+    class_folder: Path, tmp_path: Path, capsys
+):
+    # The attack: classes.json of a pack edited to ["dog", "cat", "鸟"]; pack-lmdb val --classes PACK gave val dog=0,
+    # cat=1 where the pack's samples index cat=0, dog=1: a model evaluated with its labels swapped, exit 0
+    train = tmp_path / "train.lmdb"
+    pack_lmdb(class_folder, train, workers=1)
+    assert open_dataset(class_folder, classes=train).classes == ["cat", "dog", "鸟"]
+    (train / "classes.json").write_text('{"classes": ["dog", "cat", "鸟"]}', encoding="utf-8")
+    want = (f"{train / 'classes.json'}: not the class map of the pack (class 0 is 'dog' there, 'cat' in the pack's "
+            "metadata), which its samples' labels index: changed by hand? `datakit verify` says more; run its "
+            "pack-lmdb command again with --resume to write it again")  # fmt: skip
+    with pytest.raises(LabelError) as e:
+        open_dataset(class_folder, classes=train)
+    assert str(e.value) == want
+    assert main(["pack-lmdb", str(class_folder), str(tmp_path / "val.lmdb"), "--classes", str(train), "-q"]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"datakit pack-lmdb: error: {want}"]
+    assert not (tmp_path / "val.lmdb").exists()
+    # a complete pack killed before it wrote classes.json: its classes are in its metadata, where they are read
+    (train / "classes.json").unlink()
+    assert open_dataset(class_folder, classes=train).classes == ["cat", "dog", "鸟"]
 
 
 def test_overwrite_never_replaces_a_file_or_a_foreign_folder(class_folder: Path, tmp_path: Path):
