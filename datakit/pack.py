@@ -526,8 +526,17 @@ def pack_lmdb(
     if not 1 <= quality <= 100:
         raise UsageError(f"quality must be 1..100, got {quality}")
     # OUT as the folder it is: "." (a shell inside the pack), a link to the pack (its target is replaced)
+    if not os.fspath(out):  # an unset "$OUT": the current folder would be packed into, or replaced
+        raise UsageError("the pack's folder is named by an empty string (an unset variable?); name the folder to "
+                         "write the pack in")  # fmt: skip
     check_path_length(out)
     out = Path(os.path.realpath(out) if os.path.islink(out) else os.path.abspath(out))
+    beside = len(os.fsencode(_part_path(out).name))
+    if beside > 255:  # --overwrite builds the pack that replaces it beside it, under a longer name
+        longest = 255 - (beside - len(os.fsencode(out.name)))
+        raise UsageError(f"{out}: its name is {len(os.fsencode(out.name))} bytes; a pack's name may be {longest} at "
+                         f"most, so that --overwrite can build its replacement beside it ({_part_path(out).name[:24]}"
+                         "...)")  # fmt: skip
     if overwrite and os.path.ismount(out):  # the new pack is built beside OUT and swapped in: not across a mount
         raise UsageError(
             f"{out}: is a mount point; --overwrite builds the new pack beside it and swaps the two, "
@@ -606,7 +615,7 @@ def pack_lmdb(
             target = _part_path(out)
             _clear_old(out)  # an old pack a killed run left to be removed
             if (target / SWAPPED_OUT).exists():  # the old pack, put aside by a run killed before removing it
-                shutil.rmtree(target, ignore_errors=True)
+                _remove_marked(target)
             try:
                 part_lock, existing = _open_output(target, meta, resume=True, overwrite=False)
             except PackWriteError:
@@ -907,16 +916,40 @@ def _old_path(out: Path) -> Path:
 
 
 def _clear_old(out: Path) -> None:
-    """Remove the old pack a run killed after its swap left at :func:`_old_path` (marked ``SWAPPED_OUT``); a
-    folder of that name holding anything else is not this command's to delete: refused, naming it."""
+    """Remove the old pack a run killed after its swap left at :func:`_old_path` (marked ``SWAPPED_OUT``, or some of
+    a pack's files left by a run killed while it removed them); a folder of that name holding anything else is not
+    this command's to delete: refused, naming it."""
     old = _old_path(out)
     if not os.path.lexists(old):
         return
     entries = {e.name for e in os.scandir(old)} if old.is_dir() and not old.is_symlink() else None
-    if entries is None or (entries and (SWAPPED_OUT not in entries or not entries <= PACK_FILES)):
+    # a pack's files alone, marked or not: a run killed while it removed them (before its marker went last) left
+    # some of them unmarked
+    if entries is None or not entries <= PACK_FILES:
         raise UsageError(f"{old}: exists and is not a pack that pack-lmdb --overwrite put aside (it puts the pack it "
                          "replaces there until it is removed); not touching it: move it away")  # fmt: skip
-    shutil.rmtree(old, ignore_errors=True)
+    _remove_marked(old)
+
+
+def _remove_marked(folder: Path) -> None:
+    """Remove the old pack in ``folder``, its ``SWAPPED_OUT`` marker last: a run killed half-way leaves the folder
+    still marked as one to remove (removed in any order, it could be left unmarked, and refused ever after)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for e in sorted(entries, key=lambda e: e.name == SWAPPED_OUT):
+        try:
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                os.unlink(e.path)
+        except OSError:
+            pass
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
 
 
 def _swap_in(part: Path, out: Path) -> None:
@@ -952,7 +985,7 @@ def _swap_in(part: Path, out: Path) -> None:
             marker.unlink(missing_ok=True)
             raise
         part = old
-    shutil.rmtree(part, ignore_errors=True)
+    _remove_marked(part)
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -654,6 +654,35 @@ def test_overwrite_deletes_nothing_of_the_users_beside_or_in_the_pack(class_fold
     assert read_meta(out)["options"]["max_size"] == 8
 
 
+def test_an_old_pack_half_removed_by_a_killed_overwrite_is_removed_by_the_next(class_folder, tmp_path, monkeypatch):
+    # The attack: SIGKILL while --overwrite removed the old pack it had put aside: rmtree had removed lock.mdb and
+    # the .swapped-out marker, not data.mdb and pack.lock, and every later --overwrite was refused ("exists and is not
+    # a pack that pack-lmdb --overwrite put aside"), exit 2
+    import datakit.pack as pack_module
+    from datakit.lmdb import SWAPPED_OUT
+
+    out, aside = tmp_path / "p.lmdb", tmp_path / ".p.lmdb.overwrite-old"
+    pack_lmdb(class_folder, out, workers=1)
+    removed = []
+    real_unlink = os.unlink
+
+    def record(path, *a, **k):
+        removed.append(os.path.basename(path))
+        real_unlink(path, *a, **k)
+
+    monkeypatch.setattr(pack_module.os, "unlink", record)
+    pack_lmdb(class_folder, out, workers=1, overwrite=True, max_size=8)
+    monkeypatch.undo()
+    assert removed[-1] == SWAPPED_OUT and sorted(removed) == sorted(["data.mdb", "lock.mdb", "classes.json",
+                                                                     "pack.lock", SWAPPED_OUT])  # fmt: skip
+    # what the killed run left: some of the old pack's files, its marker gone (as rmtree left them)
+    aside.mkdir()
+    shutil.copy(out / "data.mdb", aside / "data.mdb")
+    (aside / "pack.lock").write_text("")
+    report = pack_lmdb(class_folder, out, workers=1, overwrite=True)
+    assert report.count == 12 and not aside.exists() and verify_lmdb(out) == []
+
+
 @pytest.mark.parametrize("how", ["exchange", "renames"])
 def test_a_failed_swap_keeps_the_old_pack_and_the_same_command_swaps(class_folder, tmp_path, monkeypatch, how):
     import datakit.pack as pack_module
@@ -2070,3 +2099,24 @@ def test_packs_read_as_one_hold_the_union_of_their_splits(class_folder: Path, tm
     assert len(open_dataset([str(s1), str(s2)], split="train")) == 12  # from each
     with pytest.raises(UsageError, match=r"no split 'dev'; the pack's splits are 'val', 'train'"):
         open_dataset([str(s1), str(s2)], split="dev")  # in none of them
+
+
+def test_an_empty_or_too_long_pack_name_is_refused_before_anything_is_written(class_folder: Path, tmp_path: Path,
+                                                                              monkeypatch, capsys):  # fmt: skip
+    # The attacks: pack-lmdb SRC "" (an unset "$OUT") packed into the current folder; a name of 240-255 bytes was
+    # packed, and every later --overwrite failed with "File name too long" on the folder it builds beside it
+    monkeypatch.chdir(tmp_path)
+    assert main(["pack-lmdb", str(class_folder), "", "-q"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "datakit pack-lmdb: error: the pack's folder is named by an empty string (an unset variable?); name the "
+        "folder to write the pack in"
+    ]
+    long = tmp_path / ("数" * 80 + ".lmdb")  # 245 bytes
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, long, workers=1)
+    assert str(e.value) == (f"{long}: its name is 245 bytes; a pack's name may be 239 at most, so that --overwrite "
+                            f"can build its replacement beside it (.{'数' * 23}...)")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["数据 集"]
+    ok = tmp_path / ("数" * 78 + ".lmdb")  # 239 bytes: packed, and replaced
+    pack_lmdb(class_folder, ok, workers=1)
+    assert pack_lmdb(class_folder, ok, workers=1, overwrite=True, max_size=8).count == 12
