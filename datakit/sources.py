@@ -1269,8 +1269,25 @@ def _is_pack(path: Path) -> bool:
 
 
 _OPENED_WITH_CLASSES = contextvars.ContextVar("datakit_opened_with_classes", default=False)
-_EVAL_WORDS = frozenset({"val", "valid", "validation", "test", "testing", "dev", "eval", "验证", "验证集", "测试",
-                         "测试集", "驗證", "驗證集", "測試", "測試集"})  # fmt: skip
+_EVAL_CJK = frozenset({"验证", "验证集", "测试", "测试集", "驗證", "驗證集", "測試", "測試集"})
+_EVAL_WORDS = frozenset({"val", "valid", "validation", "test", "testing", "dev", "eval", "evaluation", "holdout",
+                         *_EVAL_CJK})  # fmt: skip
+
+
+def _eval_word(path: Path) -> str | None:
+    """The evaluation split a table's name says it is: a word of its stem (``val.csv``, ``valid_labels.csv``,
+    ``val2017.csv``, ``testset.txt``, ``验证集标签.csv``) or its folder's whole name (``val/labels.csv``); None."""
+    stem, folder = path.stem.lower(), path.parent.name.lower()
+    for text, whole in ((stem, False), (folder, True)):
+        words = re.findall(r"[a-z]+", text)  # val2017: val; valid_labels: valid, labels
+        for w in words if not whole or len(words) == 1 else ():
+            for word in (w, w.removesuffix("set"), w.removesuffix("data")):
+                if word in _EVAL_WORDS:
+                    return word
+        for word in sorted(_EVAL_CJK, key=len, reverse=True):  # 验证集标签: the characters run on, no separator
+            if word in text and (not whole or re.sub(r"[\W\d_]+", "", text) == word):
+                return word
+    return None
 
 
 def _alone(ds):
@@ -1281,8 +1298,7 @@ def _alone(ds):
     whole = getattr(table, "whole", None) or table
     if table is None or table.kind != "name" or len(whole.split_names) > 1 or _OPENED_WITH_CLASSES.get():
         return ds
-    words = set(re.split(r"[^0-9a-z\u4e00-\u9fff]+", Path(table.path).stem.lower()))
-    word = next((w for w in sorted(words) if w in _EVAL_WORDS), None)
+    word = _eval_word(Path(table.path))
     if word is not None:
         log.warning("%s: read alone, this %s split numbers its own %d classes (%s); if the model was trained on "
                     "another split's, give those: classes=train.classes (--classes TRAIN), so that a class it "

@@ -502,6 +502,32 @@ def test_an_evaluation_split_read_alone_without_classes_is_said(tmp_path: Path, 
     ]
 
 
+@pytest.mark.parametrize(
+    ("name", "word"),
+    [("val2017.csv", "val"), ("valset.csv", "val"), ("testset.csv", "test"), ("验证集标签.csv", "验证集"),
+     ("holdout.csv", "holdout"), ("val/labels.csv", "val"), ("测试集/labels.csv", "测试集"),
+     ("train.csv", None), ("interval.csv", None), ("test_project/labels.csv", None)],
+)  # fmt: skip
+def test_evaluation_splits_are_known_by_the_names_they_are_given(tmp_path: Path, caplog, name, word):
+    # The attack: val2017.csv, valset.csv, testset.csv, 验证集标签.csv, holdout.csv and val/labels.csv, read alone,
+    # numbered their own classes without the warning val.csv gets
+    from datakit.io import imwrite
+
+    table = tmp_path / name
+    table.parent.mkdir(parents=True, exist_ok=True)
+    for k in range(2):
+        imwrite(table.parent / f"{k}.png", np.full((4, 4, 3), k, np.uint8))
+    table.write_text("file,label\n0.png,cat\n1.png,zebra\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(table).classes == ["cat", "zebra"]
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ([] if word is None else [
+        f"{table}: read alone, this {word} split numbers its own 2 classes ('cat', 'zebra'); if the model was "
+        "trained on another split's, give those: classes=train.classes (--classes TRAIN), so that a class it lacks "
+        "does not shift the others' indices"
+    ])  # fmt: skip
+
+
 def test_a_split_in_a_file_of_its_own_takes_the_training_classes(tmp_path: Path):
     # The attack: val.txt without class 3 was refused as a gap, and remap_labels=True (as the message said) gave
     # val's label 4 index 3; a val.csv without 'dog' numbered 'zebra' 1 where train has 2.
