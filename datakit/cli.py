@@ -907,7 +907,7 @@ def _register_check(sub) -> None:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from datakit.io import check_output
-    from datakit.sources import open_source
+    from datakit.sources import open_source, say_whole
     from datakit.stats import compute_stats, plot_histogram, shown
 
     src = _source(args)
@@ -916,6 +916,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         check_output(args.plot, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     ds = open_source(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
                       **_label_options(args))  # fmt: skip
+    if args.split is None:
+        say_whole(ds, "into the statistics")
     bar = _bar(0, "stats", args.quiet)
     try:
         # under torchrun every rank runs this: each reads its share

@@ -1274,6 +1274,19 @@ _EVAL_WORDS = frozenset({"val", "valid", "validation", "test", "testing", "dev",
                          *_EVAL_CJK})  # fmt: skip
 
 
+def say_whole(ds, what: str = "as one dataset") -> None:
+    """A warning where ``ds`` reads every split of a table with several (``open_dataset(..., labels="labels.xlsx")``
+    without ``split=``): training on it trains on val and test too, without a word. ``what``: what it is read as."""
+    table = getattr(ds, "table", None)
+    if table is None or getattr(ds, "split", None) is not None:
+        return
+    names = list(getattr(table, "split_names", []) or [])
+    if len(names) > 1:
+        shown = ", ".join(map(repr, names[:4])) + (", ..." if len(names) > 4 else "")
+        log.warning("%s: its %d splits (%s) are all read (%d samples) %s; pass split= (--split) to read one, such "
+                    "as split=%r", table.path, len(names), shown, len(ds), what, names[0])  # fmt: skip
+
+
 def _eval_word(path: Path) -> str | None:
     """The evaluation split a table's name says it is: a word of its stem (``val.csv``, ``valid_labels.csv``,
     ``val2017.csv``, ``testset.txt``, ``验证集标签.csv``) or its folder's whole name (``val/labels.csv``); None."""

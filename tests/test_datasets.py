@@ -656,3 +656,23 @@ def test_class_folders_named_by_numbers_warn_that_a_table_indexes_them_otherwise
         "is class 2); a label table of the same numbers indexes them by value ('10' would be 10): to read one with "
         "the other's indices, pass classes="
     ]
+
+
+def test_a_table_of_several_splits_read_whole_is_said(samples: Path, caplog, capsys):
+    # The attack: open_dataset("samples/labels.xlsx", root=...) without split= trained on train, val and test (24
+    # samples, not 18) without a word; datakit stats took val and test into the mean and std
+    from datakit.cli import main
+
+    table, root = samples / "labels.xlsx", samples / "images"
+    want = (f"{table}: its 3 splits ('train', 'val', 'test') are all read (24 samples) as one dataset; pass split= "
+            "(--split) to read one, such as split='train'")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert len(open_dataset(table, root=root)) == 24
+        assert [r.getMessage() for r in caplog.records] == [want]
+        caplog.clear()
+        assert len(open_dataset(root, labels=table, split="train")) == 18
+        assert len(open_dataset(samples / "labels.csv", split="val")) == 3
+        assert caplog.records == []
+    caplog.clear()
+    assert main(["stats", str(root), "--labels", str(table), "-q"]) == 0
+    assert [r.getMessage() for r in caplog.records] == [want.replace("as one dataset", "into the statistics")]
