@@ -80,8 +80,8 @@ def open_dataset(src: str | os.PathLike | Sequence[str | os.PathLike], **options
             default ImageFolder's (:data:`IMG_EXTENSIONS`), so indices and targets match it.
         root: for a label table opened alone, the folder its file names are relative to
             (default: the table's own folder).
-        file_column, label_column, split_column, encoding, include_hidden: how to read the
-            table; see :func:`~datakit.labels.read_labels`.
+        file_column, label_column, split_column, encoding, include_hidden, sheets: how to read the
+            table; see :func:`~datakit.labels.read_labels` (``sheets``: the workbook's sheets to read).
         target_transform: called on the class index.
 
     The arguments are those of :func:`datakit.sources.open_source`, which checks their names.

@@ -1547,6 +1547,7 @@ def open_source(
     encoding: str | None = None,
     include_hidden: bool = False,
     classes: object = None,
+    sheets: str | Sequence[str] | None = None,
     **kwargs,
 ) -> ImageDataset:
     """:func:`datakit.datasets.open_dataset` (which documents the arguments) with the classes of
@@ -1566,7 +1567,7 @@ def open_source(
                                  target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
                                  remap_labels=as_read, root=root, file_column=file_column, label_column=label_column,
                                  split_column=split_column, encoding=encoding, include_hidden=include_hidden,
-                                 **kwargs)  # fmt: skip
+                                 sheets=sheets, **kwargs)  # fmt: skip
             finally:
                 _OPENED_WITH_CLASSES.reset(told)
         check_header(given, ds.classes)
@@ -1579,7 +1580,8 @@ def open_source(
         if len(shards) == 1:
             return open_source(shards[0], kinds=kinds, labels=labels, split=split, remap_labels=remap_labels, root=root,
                                 file_column=file_column, label_column=label_column, split_column=split_column,
-                                encoding=encoding, include_hidden=include_hidden, **common, **kwargs)  # fmt: skip
+                                encoding=encoding, include_hidden=include_hidden, sheets=sheets, **common,
+                                **kwargs)  # fmt: skip
         return kinds.LmdbDataset(shards, split=split, **common, **kwargs)
     path = Path(src)
     if not path.exists():
@@ -1590,7 +1592,10 @@ def open_source(
         raise UsageError(f"{path}: an LMDB pack holds its own labels; {', '.join(given)} cannot change them "
                          "(pack the table: datakit pack-lmdb FOLDER OUT --labels TABLE)")  # fmt: skip
     table_options = dict(split=split, file_column=file_column, label_column=label_column, split_column=split_column,
-                         encoding=encoding, include_hidden=include_hidden, remap_labels=remap_labels)  # fmt: skip
+                         encoding=encoding, include_hidden=include_hidden, remap_labels=remap_labels,
+                         sheets=sheets)  # fmt: skip
+    if sheets is not None and not (labels is not None and not isinstance(labels, LabelTable) or _is_table(path)):
+        raise UsageError("sheets= names the sheets of a workbook read here (labels=, or the workbook as the source)")
     table = labels if isinstance(labels, LabelTable) else (read_labels(labels, **table_options) if labels else None)
     suffix = path.suffix.lower()
     if path.is_dir() and (path / "data.mdb").exists() or suffix == ".lmdb":

@@ -676,3 +676,30 @@ def test_a_table_of_several_splits_read_whole_is_said(samples: Path, caplog, cap
     caplog.clear()
     assert main(["stats", str(root), "--labels", str(table), "-q"]) == 0
     assert [r.getMessage() for r in caplog.records] == [want.replace("as one dataset", "into the statistics")]
+
+
+def test_sheets_are_chosen_through_open_dataset_as_through_read_labels(tmp_path: Path):
+    # The attack: the refusal of a val sheet without a label column says "leave the sheet out with sheets=", and
+    # open_dataset(..., sheets="train") raised TypeError: ImageDataset.__init__() got an unexpected keyword 'sheets'
+    from openpyxl import Workbook
+
+    from datakit.io import imwrite
+
+    for k in range(3):
+        imwrite(tmp_path / f"{k}.png", np.full((4, 4, 3), k, np.uint8))
+    wb = Workbook()
+    wb.active.title = "train"
+    for row in (["file", "label"], ["0.png", "cat"], ["1.png", "dog"]):
+        wb["train"].append(row)
+    val = wb.create_sheet("val")
+    for row in (["文件名", "备注", "标注"], ["2.png", "x", "cat"]):
+        val.append(row)
+    wb.save(tmp_path / "l.xlsx")
+    with pytest.raises(LabelError, match="no label column found among"):
+        open_dataset(tmp_path, labels=tmp_path / "l.xlsx", split="train")
+    ds = open_dataset(tmp_path, labels=tmp_path / "l.xlsx", split="train", sheets=["train"])
+    assert (len(ds), ds.classes) == (2, ["cat", "dog"])
+    assert len(open_dataset(tmp_path / "l.xlsx", sheets="train", split="train")) == 2
+    with pytest.raises(UsageError) as e:
+        open_dataset(tmp_path, sheets="train")
+    assert str(e.value) == "sheets= names the sheets of a workbook read here (labels=, or the workbook as the source)"
