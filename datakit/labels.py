@@ -1687,6 +1687,17 @@ def _parse_grid(
         notes.append(f"{where}, row {numbers[0]}: the file name {numbers[1]!r} is a number cell, not text; zeros "
                      "its format may show before it (00123) are not part of it: if the files are named so, store the "
                      "column as text")  # fmt: skip
+    if split_column is None and scol is not None and _norm(sheet) in _SPLIT_NAMES:
+        # a sheet named as a split whose column found by its name (数据集, set) holds no split: the data's source
+        # (自采, COCO), not the rows' split, which the sheet's name is
+        held = [v for v in dict.fromkeys(splits) if v]
+        if held and not any(_norm(v) in _SPLIT_NAMES for v in held):
+            splits = [sheet] * len(splits)
+            dropped = dict.fromkeys(dropped, sheet)
+            if notes is not None:
+                shown = ", ".join(map(repr, held[:3])) + (", ..." if len(held) > 3 else "")
+                notes.append(f"{where}: column {_text(grid[head.at][scol])!r} holds {shown}, no split: its rows are "
+                             f"the sheet's split, {sheet!r} (split_column= reads the column as the split)")  # fmt: skip
     part = _part_from_lists(sheet, files, labels, splits, rows, fname, head.lname)
     part.dropped_splits, part.dropped_files, part.rivals = dropped, named, rivals
     return part

@@ -1976,3 +1976,33 @@ def test_a_hidden_split_is_left_out_and_the_classes_it_would_add_are_named(tmp_p
     assert t.notes == [f"{path}: hidden sheets 'val_old', 'train (2)' not read (include_hidden=True, --include-hidden, "
                        "reads them); read, they would add the class 'bird' and every index after it would move: read "
                        "every split of this workbook with include_hidden or every one without"]  # fmt: skip
+
+
+def test_a_split_sheets_column_named_like_a_split_column_holding_no_split_leaves_the_sheet_its_split(tmp_path: Path):
+    # The attack: sheets train and val, each with a column 数据集 naming the data's source (自采, COCO): without
+    # split= the rows were grouped by source, without a word; split="train" said "no split 'train'; the splits are
+    # '自采', 'COCO'"
+    path = tmp_path / "l.xlsx"
+    wb = Workbook()
+    wb.remove(wb.active)
+    for name, rows in {"train": [("a.jpg", "cat", "自采"), ("b.jpg", "dog", "COCO")],
+                       "val": [("c.jpg", "cat", "自采"), ("d.jpg", "dog", "COCO")]}.items():  # fmt: skip
+        ws = wb.create_sheet(name)
+        ws.append(("file", "label", "数据集"))
+        for row in rows:
+            ws.append(row)
+    wb.save(path)
+    t = read_labels(path, validate=False)
+    assert t.split_names == ["train", "val"]
+    assert t.notes == [f"{path}, sheet {s!r}: column '数据集' holds '自采', 'COCO', no split: its rows are the sheet's "
+                       f"split, {s!r} (split_column= reads the column as the split)" for s in ("train", "val")]  # fmt: skip
+    assert [str(f) for f in read_labels(path, split="train", validate=False).files] == ["a.jpg", "b.jpg"]
+    # named, the column is the split, as asked
+    assert read_labels(path, split_column="数据集", validate=False).split_names == ["自采", "COCO"]
+    # a column of real splits in a sheet named as one still splits its rows
+    wb = Workbook()
+    wb.active.title = "train"
+    for row in (("file", "label", "split"), ("a.jpg", "cat", "train"), ("b.jpg", "dog", "val")):
+        wb.active.append(row)
+    wb.save(path)
+    assert read_labels(path, validate=False).split_names == ["train", "val"]
