@@ -837,7 +837,13 @@ class TableDataset(ImageDataset):
         try:
             return super().decode(index, max_size, fused, strict=strict)
         except SampleError as exc:
-            raise SampleError(f"{exc} ({self.where(index)})") from exc.__cause__
+            twin = None
+            if self.zip is None and isinstance(exc.__cause__, FileNotFoundError):
+                from datakit.check import _case_twin
+
+                twin = _case_twin(self.name(index))
+            case = f"; there is {twin!r}: the names differ in letter case" if twin is not None else ""
+            raise SampleError(f"{exc} ({self.where(index)}){case}") from exc.__cause__
 
     def encoded_size(self) -> int:
         if self.zip is not None:
@@ -885,6 +891,15 @@ class TableDataset(ImageDataset):
                         f"root={at!r} with the table alone; CLI: {found} --labels TABLE)")  # fmt: skip
         if found_only and not hint:
             return
+        if self.zip is None:
+            from datakit.check import _case_twin
+
+            twin = _case_twin(os.path.join(self.root, first))
+            if twin is not None:  # A.PNG in a table made on Windows or macOS, a.png on disk
+                raise LabelError(f"{self.table.path}: none of the files the table names ({len(picks)} looked for, "
+                                 f"first {first!r}) is under {self.root}, but there is {twin!r}: the names differ in "
+                                 "letter case, which this file system keeps apart (Windows and macOS do not): write "
+                                 "the table's names as the files are named")  # fmt: skip
         where = f"inside {self.root}" if self.zip is not None else f"under {self.root}"
         raise (WrongRoot if hint else LabelError)(
             f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first {first!r}) is "

@@ -703,3 +703,27 @@ def test_sheets_are_chosen_through_open_dataset_as_through_read_labels(tmp_path:
     with pytest.raises(UsageError) as e:
         open_dataset(tmp_path, sheets="train")
     assert str(e.value) == "sheets= names the sheets of a workbook read here (labels=, or the workbook as the source)"
+
+
+def test_names_apart_from_the_files_in_letter_case_only_are_said(tmp_path: Path):
+    # The attack: a table made on Windows names A.PNG and B.PNG, the disk holds a.png and b.png: open_dataset said
+    # "none of the files ... is under" without the hint check gives; with one name wrong, ds[i] gave a bare ENOENT
+    from datakit.errors import SampleError
+    from datakit.io import imwrite
+
+    for n in "ab":
+        imwrite(tmp_path / f"{n}.png", np.zeros((4, 4, 3), np.uint8))
+    (tmp_path / "l.csv").write_text("file,label\nA.PNG,cat\nB.PNG,dog\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "l.csv")
+    assert str(e.value) == (
+        f"{tmp_path / 'l.csv'}: none of the files the table names (2 looked for, first 'A.PNG') is under {tmp_path}, "
+        "but there is 'a.png': the names differ in letter case, which this file system keeps apart (Windows and "
+        "macOS do not): write the table's names as the files are named"
+    )
+    (tmp_path / "l2.csv").write_text("file,label\na.png,cat\nB.PNG,dog\n", encoding="utf-8")
+    ds = open_dataset(tmp_path / "l2.csv")
+    with pytest.raises(SampleError) as e:
+        ds[1]
+    assert str(e.value) == (f"sample 1: [Errno 2] No such file or directory: '{tmp_path / 'B.PNG'}' "
+                            f"({tmp_path / 'l2.csv'}, line 3); there is 'b.png': the names differ in letter case")  # fmt: skip
