@@ -1546,6 +1546,11 @@ def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column
         return f"{where}: no file column named {file_column!r} in the first 50 rows; the first row holds {shown}"
     if label_column is not None:  # with the label column named, the file column is looked for beside it only
         return f"{where}: no header with a label column named {label_column!r}; the first row holds {shown}"
+    cells = [_text(v) for v in first if not _blank(v)]
+    if len(cells) == 1 and re.fullmatch(r"\S+\.[A-Za-z]{2,5}[ \t]+\S.*", cells[0]):  # 'a.png 0' on every line
+        return (f"{where}: its lines are a file name and a label separated by spaces (the first: {shown}), where a "
+                "table's columns are separated by commas or tabs: name the file .txt, which is read as such a list "
+                "(PaddleClas, mmpretrain), or save it with commas between the columns")  # fmt: skip
     return (
         f"{where}: no file-name column found (looked for {', '.join(FILE_COLUMNS[:6])}, 文件名, 图片, ...); "
         f"the first row holds {shown}; name it with file_column= (--file-column)"

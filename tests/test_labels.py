@@ -2006,3 +2006,18 @@ def test_a_split_sheets_column_named_like_a_split_column_holding_no_split_leaves
         wb.active.append(row)
     wb.save(path)
     assert read_labels(path, validate=False).split_names == ["train", "val"]
+
+
+def test_a_space_separated_list_saved_as_csv_is_told_to_be_a_txt(tmp_path: Path):
+    # The attack: 'a.png 0' lines in a .csv: "no file-name column found ...; name it with file_column=", advice that
+    # cannot help
+    path = tmp_path / "k.csv"
+    path.write_text("a.png 0\nb.png 1\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (f"{path}: its lines are a file name and a label separated by spaces (the first: "
+                            "'a.png 0'), where a table's columns are separated by commas or tabs: name the file .txt, "
+                            "which is read as such a list (PaddleClas, mmpretrain), or save it with commas between "
+                            "the columns")  # fmt: skip
+    path.rename(tmp_path / "k.txt")
+    assert read_labels(tmp_path / "k.txt", validate=False).class_map().classes == ("0", "1")
