@@ -514,6 +514,13 @@ class LabelTable:
             found.append(((1 << 30, 2), whole._vector_problem()))
         elif self.kind == "name" and len(whole) and any(_is_wide_int(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 3), whole._wide_digits_problem()))
+        if self.kind == "name" and len(whole) and all(_looks_like_file(str(v)) for v in whole.labels.values):
+            some = [str(whole.files[i]) for i in range(min(len(whole), 1000))]
+            if not any(_looks_like_file(f) for f in some):  # file, label under a header that says label, file
+                found.append(((1 << 30, 4), f"{self.path}: every label is an image's file name ({whole.labels[0]!r}, "
+                              f"first at {whole._short(0)}) and no file name is ({some[0]!r}): the header names the "
+                              f"columns the other way round? ({self.file_column!r} is read as the files, "
+                              f"{self.label_column!r} as the labels: name each column as it holds)"))  # fmt: skip
         found.sort(key=lambda p: p[0])
         return [text for _, text in found]
 

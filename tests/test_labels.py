@@ -2021,3 +2021,15 @@ def test_a_space_separated_list_saved_as_csv_is_told_to_be_a_txt(tmp_path: Path)
                             "the columns")  # fmt: skip
     path.rename(tmp_path / "k.txt")
     assert read_labels(tmp_path / "k.txt", validate=False).class_map().classes == ("0", "1")
+
+
+def test_a_header_naming_the_columns_the_other_way_round_is_refused(tmp_path: Path):
+    # The attack: header 'label,file' over rows 'a.png,cat': the classes were 'a.png' and 'b.png', without a word
+    path = tmp_path / "s.csv"
+    path.write_text("label,file\na.png,cat\nb.png,dog\n", encoding="utf-8")
+    want = (f"{path}: every label is an image's file name ('a.png', first at line 2) and no file name is ('cat'): "
+            "the header names the columns the other way round? ('file' is read as the files, 'label' as the labels: "
+            "name each column as it holds)")  # fmt: skip
+    assert read_labels(path, validate=False).problems() == [want]
+    path.write_text("file,label,ref\na.png,b.png,x\nc.png,d.png,y\n", encoding="utf-8")  # files are images too
+    assert read_labels(path, validate=False).problems() == []
