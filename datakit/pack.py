@@ -594,6 +594,9 @@ def pack_lmdb(
     }  # fmt: skip
     if source_splits is not None:
         meta["source_splits"] = source_splits
+    identity = _source_identity(ds)
+    if identity is not None:
+        meta["source_id"] = identity
     if not labels and isinstance(ds, TableDataset):  # a dataset object given (--classes builds one): its table
         meta["label_table"] = os.path.abspath(ds.table.path)
     known = _known_bad(ds, bad_samples) if bad_samples is not None else {}
@@ -789,7 +792,13 @@ def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, nam
     if changed is not None:  # edited since its samples were read: the pack would mix old and new bytes
         path, when, last = changed
         return f"{path} changed after its samples were packed ({when}; the pack's last commit {last})"
-    other = _spot_check(ds, lo, n, target, name_of, max_size, quality)
+    was = existing.get("source_id")
+    if was is not None and was != _source_identity(ds) and not max_size:
+        # the folder (or archive) itself is another one than the pack began from: `mv data_v2 data`, a copy put in
+        # its place, whose files keep older times; every sample packed is read again, not a spread of them
+        other = _spot_check(ds, lo, n, target, name_of, max_size, quality, every=True)
+    else:
+        other = _spot_check(ds, lo, n, target, name_of, max_size, quality)
     if other is not None:
         hint = (" or the pack was begun by another version of datakit or OpenCV, which re-encodes otherwise"
                 if max_size else "")  # fmt: skip
@@ -798,8 +807,19 @@ def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, nam
     return None
 
 
+def _source_identity(ds: ImageDataset) -> list[int] | None:
+    """[device, inode] of the folder (or archive) a dataset's files are read from; None for another source."""
+    archive = getattr(ds, "zip", None)
+    where = archive.path if archive is not None else getattr(ds, "root", None) if _local_files(ds) else None
+    try:
+        st = os.stat(where) if where is not None else None
+    except (OSError, TypeError, ValueError):
+        return None
+    return [st.st_dev, st.st_ino] if st is not None else None
+
+
 def _spot_check(ds: ImageDataset, lo: int, n: int, target: Path, name_of: Callable[[int], str],
-                max_size: int | None, quality: int) -> str | None:  # fmt: skip
+                max_size: int | None, quality: int, every: bool = False) -> str | None:  # fmt: skip
     """The name of the first of the samples spread over ``lo .. lo+n-1`` (the last one packed among them)
     whose bytes differ from the (crc32, nbytes) the pack stores; None when they all match. Stored as their
     own bytes, up to 1024 are read again (a read and a CRC-32 each: a source of which 1% changed slips
@@ -812,7 +832,7 @@ def _spot_check(ds: ImageDataset, lo: int, n: int, target: Path, name_of: Callab
     twice: set[str] = set()
     stored = stored_values(target, twice)
     k = _SPOT_ENCODED if max_size else min(_SPOT_ORIGINAL, max(_SPOT_ENCODED, (hi - lo) // 8))
-    picks = sorted({lo + (hi - 1 - lo) * j // max(1, k - 1) for j in range(k)})
+    picks = range(lo, hi) if every else sorted({lo + (hi - 1 - lo) * j // max(1, k - 1) for j in range(k)})
     for i in picks:
         name = name_of(i)
         value = stored.get(name)

@@ -2120,3 +2120,38 @@ def test_an_empty_or_too_long_pack_name_is_refused_before_anything_is_written(cl
     ok = tmp_path / ("数" * 78 + ".lmdb")  # 239 bytes: packed, and replaced
     pack_lmdb(class_folder, ok, workers=1)
     assert pack_lmdb(class_folder, ok, workers=1, overwrite=True, max_size=8).count == 12
+
+
+def test_resume_from_a_source_folder_put_in_place_of_the_one_packed_reads_every_packed_sample_again(tmp_path: Path):
+    # The attack: the pack of src killed after 72 of 80 samples; then `mv src src_old; mv src_v2 src`, src_v2 a copy
+    # (older times) with one image edited: resume read 32 of the 72 samples again, missed the edited one, and the
+    # pack mixed the two folders, verify saying 0 problems
+    src, v2 = tmp_path / "src", tmp_path / "src_v2"
+    (src / "a").mkdir(parents=True)
+    for i in range(80):
+        imwrite(src / "a" / f"{i:05d}.png", synthetic_image(8, 8, seed=i), mode="rgb")
+    shutil.copytree(src, v2)  # times kept
+    imwrite(v2 / "a" / "00001.png", synthetic_image(8, 8, seed=999), mode="rgb")  # not among the 32 read again
+    same = tmp_path / "src_same"
+    shutil.copytree(src, same)
+    out = tmp_path / "p.lmdb"
+
+    def stop(done, total, nbytes):
+        if done == 72:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(src, out, workers=0, commit_every=8, progress=stop)
+    assert read_meta(out)["count"] == 72
+    src.rename(tmp_path / "src_old")
+    v2.rename(src)
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(src, out, workers=0, resume=True)
+    assert str(e.value) == (f"{out}: {src / 'a' / '00001.png'} gives other bytes than the pack stores for it: the "
+                            "source changed after its samples were packed (another folder, archive or pack put in its "
+                            "place?); resume only the same files, or use --overwrite")  # fmt: skip
+    # a copy of the same bytes put in its place resumes, every packed sample read again and found the same
+    src.rename(tmp_path / "src_v2")
+    same.rename(src)
+    report = pack_lmdb(src, out, workers=0, resume=True)
+    assert (report.count, report.resumed_from) == (80, 72) and verify_lmdb(out) == []
