@@ -393,6 +393,9 @@ def host_family(hosts: list[int]) -> str | None:
     return best if n * 2 > len(hosts) else None
 
 
+_HIGH_BACKSLASH = re.compile(rb"[\x80-\xff]\\")
+
+
 def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> EncodingGuess:
     """The encoding of ``raw_names`` (member names without the UTF-8 flag) and why.
 
@@ -410,7 +413,14 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     legacy = [n for n in raw_names if not n.isascii()]
     step = max(1, len(legacy) // MAX_SCORED)
     sample = legacy[::step][:MAX_SCORED]  # scoring is Python per character; decoding all is C
-    for enc, _ in CANDIDATES:
+    # a backslash right after a byte past ASCII, in an archive whose folders are parted by '/': the second byte
+    # of a GBK, Big5 or Shift-JIS character (構 is 8D 5C), which a one-byte code page would read as a folder's end
+    # (cp866: 構造/001.jpg as Н/Св/001.jpg), splitting the names into other folders
+    trail = any(b"/" in n for n in raw_names) and any(_HIGH_BACKSLASH.search(n) for n in legacy)
+    for enc, family in CANDIDATES:
+        if trail and family != "any":
+            scores[enc] = None
+            continue
         errors = _errors(enc)
         try:
             for n in legacy:

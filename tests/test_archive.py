@@ -2444,3 +2444,18 @@ def test_overwrite_on_a_nearly_full_disk_rewrites_the_files_that_differ(tmp_path
     report = unzip(v2, out, overwrite=True)
     assert report.problems == [] and sorted(report.extracted) == ["a.bin", "b.bin"]
     assert tree(out) == {"a.bin": b"3" * 1000, "b.bin": b"4" * 1000}
+
+
+def test_a_shift_jis_name_whose_second_byte_is_a_backslash_is_not_split_by_a_one_byte_reading(tmp_path: Path):
+    # The attack: 構造/001.jpg in CP932 (構 is 8D 5C) beside 結構.jpg: read as CP866, 'Н\\Св/001.jpg', whose
+    # backslash parted it into the folders Н/Св, and 結構.jpg became the hidden МЛН/.jpg, exit 0
+    names = ["構造/001.jpg", "構造/002.jpg", "結構.jpg"]
+    z = write_zip(tmp_path / "kozo.zip", [ZipEntry(n.encode("cp932"), b"x") for n in names])
+    guess = detect_encoding(z)
+    assert guess.encoding == "cp932" and guess.ambiguous == ()
+    assert unzip(z, tmp_path / "out").ok
+    assert tree(tmp_path / "out") == {n: b"x" for n in names}
+    # a DOS archive whose folders are parted by backslashes alone keeps its one-byte readings
+    dos = write_zip(tmp_path / "dos.zip", [ZipEntry("Фото\\1.jpg".encode("cp866"), b"x", made_by=0),
+                                           ZipEntry("Фото\\2.jpg".encode("cp866"), b"y", made_by=0)])  # fmt: skip
+    assert detect_encoding(dos).encoding == "cp866"
