@@ -1118,7 +1118,8 @@ def _most_plausible(sample: bytes) -> TextEncoding:
     rivals = {e: v for e, v in rivals.items() if e in rival_scores}
     if not readings:
         _refuse_rivals([e for e, v in rival_scores.items() if v >= _RIVALS[e]], rivals)
-        raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text; pass encoding= (--encoding) to name it")
+        raise LabelError("not UTF-8, UTF-16, GBK/GB18030 or Big5 text" + _where_each_fails(sample)
+                         + "; pass encoding= (--encoding) to name it")  # fmt: skip
     scores = {enc: score(names, "gbk" if enc == "gb18030" else enc, table=True) for enc, names in readings.items()}
     legacy = [e for e in readings if e != "utf-8"]
     kind = _utf8_kind(readings["utf-8"]) if "utf-8" in readings else None
@@ -1171,6 +1172,28 @@ def _most_plausible(sample: bytes) -> TextEncoding:
 # each with the score its reading must reach to count: GBK and Big5 bytes read as CP949 are Hangul syllables
 # too, mostly of the rarer ones (0.75 each), where Korean words are mostly of the common ones (1.0)
 _RIVALS = {"cp949": 0.8, "cp932": 0.5, "cp1252": 0.5, "cp1250": 0.5, "cp1251": 0.6, "cp1253": 0.5}
+
+
+def _where_each_fails(sample: bytes) -> str:
+    """`` (lines 2-3 read as UTF-8, line 4 not: lines of two encodings?)`` where non-ASCII lines read in one encoding
+    come before the first line that does not (a table saved in one encoding, then added to in another); ""."""
+    best = None  # the encoding that reads the most lines before its first failure, the other the rest
+    for enc, shown, other in (("utf-8", "UTF-8", "gb18030"), ("gb18030", "GBK", "utf-8")):
+        try:
+            sample.decode(enc)
+        except UnicodeDecodeError as exc:
+            start = sample.rfind(b"\n", 0, exc.start) + 1  # the failing line's first byte
+            line_end = sample.find(b"\n", exc.start)
+            rest = sample[start : line_end if line_end >= 0 else len(sample)]
+            if not sample[:start].isascii() and decodes(rest, other) and (best is None or start > best[0]):
+                best = (start, shown)
+    if best is None:
+        return ""
+    start, shown = best
+    first = sample.count(b"\n", 0, next(k for k, b in enumerate(sample) if b >= 0x80)) + 1
+    line = sample.count(b"\n", 0, start) + 1
+    lines = f"line {first}" if first == line - 1 else f"lines {first}-{line - 1}"
+    return f" ({lines} read as {shown}, line {line} not: lines of two encodings?)"
 
 
 def _glued(cells: list[str]) -> str | None:

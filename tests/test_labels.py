@@ -2033,3 +2033,16 @@ def test_a_header_naming_the_columns_the_other_way_round_is_refused(tmp_path: Pa
     assert read_labels(path, validate=False).problems() == [want]
     path.write_text("file,label,ref\na.png,b.png,x\nc.png,d.png,y\n", encoding="utf-8")  # files are images too
     assert read_labels(path, validate=False).problems() == []
+
+
+@pytest.mark.parametrize(("first", "then", "said"), [("utf-8", "gbk", "lines 2-3 read as UTF-8, line 4 not"),
+                                                     ("gbk", "utf-8", "lines 2-3 read as GBK, line 4 not")])  # fmt: skip
+def test_a_table_of_lines_in_two_encodings_names_the_line_where_the_second_begins(tmp_path: Path, first, then, said):
+    # The attack: a UTF-8 CSV with a GBK line appended (or the other way round): "not UTF-8, UTF-16, GBK/GB18030 or
+    # Big5 text", no line named
+    path = tmp_path / "mix.csv"
+    path.write_bytes("file,label\na.jpg,猫\nb.jpg,狗\n".encode(first) + "c.jpg,鸟\n".encode(then))
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (f"{path}: not UTF-8, UTF-16, GBK/GB18030 or Big5 text ({said}: lines of two encodings?); "
+                            "pass encoding= (--encoding) to name it")  # fmt: skip
