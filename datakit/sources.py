@@ -1386,6 +1386,9 @@ _CLASS_HEADERS = frozenset({_norm(k) for k in LABEL_COLUMNS} | {
     "类别列表"})  # fmt: skip
 
 
+_SYNSET = re.compile(r"n\d{8}[ \t]+\S.*")
+
+
 def _class_lines(path: Path, text: str) -> list[str]:
     """A text file's class names, one a line in index order; ``#`` lines are comments, as in a label list. A
     first line that is a label column's name (a column copied with its header) is marked: :func:`check_header`
@@ -1408,6 +1411,18 @@ def _class_lines(path: Path, text: str) -> list[str]:
     if not names:  # an empty file: no class at all, and every label would be "not among the 0 classes"
         raise UsageError(f"{path}: no class names in it (a text file of class names holds one a line, class 0 "
                          "first)")  # fmt: skip
+    if len(names) > 1 and all(_SYNSET.fullmatch(n) for n in names):
+        # ImageNet's LOC_synset_mapping.txt, 'n01440764 tench, Tinca tinca': the classes are the WordNet ids, as
+        # ImageNet's class folders are named, in the file's order
+        out = _ClassNames(n.split(None, 1)[0] for n in names)
+        _named_classes(out, str(path))
+        return out
+    pairs = [re.fullmatch(r"(\d+)[ \t]+(\S.*)", n) for n in names]
+    if len(names) > 1 and all(pairs) and [int(m.group(1)) for m in pairs] == list(range(len(names))):
+        raise UsageError(f"{path}: lines of an index and a name ({names[0]!r}), a list mapping class indices to "
+                         "names (PaddleClas's label_list.txt); classes= takes the classes as the labels write them, "
+                         "one a line, class 0 first: a file of the names alone where the labels are names, none "
+                         "where they are these indices")  # fmt: skip
     from datakit.labels import _is_int_text
 
     if len(names) > 1 and _is_int_text(names[0]) and not any(_is_int_text(n) for n in names[1:]):

@@ -727,3 +727,27 @@ def test_names_apart_from_the_files_in_letter_case_only_are_said(tmp_path: Path)
         ds[1]
     assert str(e.value) == (f"sample 1: [Errno 2] No such file or directory: '{tmp_path / 'B.PNG'}' "
                             f"({tmp_path / 'l2.csv'}, line 3); there is 'b.png': the names differ in letter case")  # fmt: skip
+
+
+def test_classes_files_of_index_and_name_lines_are_refused_and_synset_lists_read_as_their_ids(tmp_path: Path):
+    # The attack: PaddleClas's label_list.txt ('0 猫') given as --classes: "classes '0', '2' not among the 3
+    # classes given", never saying they were read as '0 猫'; ImageNet's LOC_synset_mapping.txt likewise
+    from datakit.io import imwrite
+    from datakit.sources import given_classes
+
+    for cls in ("n01440764", "n01443537"):
+        (tmp_path / "train" / cls).mkdir(parents=True)
+        imwrite(tmp_path / "train" / cls / "a.png", np.zeros((4, 4, 3), np.uint8))
+    (tmp_path / "label_list.txt").write_text("0 猫\n1 狗\n2 鸟\n", encoding="utf-8")
+    with pytest.raises(UsageError) as e:
+        given_classes(tmp_path / "label_list.txt")
+    assert str(e.value) == (
+        f"{tmp_path / 'label_list.txt'}: lines of an index and a name ('0 猫'), a list mapping class indices to names "
+        "(PaddleClas's label_list.txt); classes= takes the classes as the labels write them, one a line, class 0 "
+        "first: a file of the names alone where the labels are names, none where they are these indices"
+    )
+    synsets = tmp_path / "LOC_synset_mapping.txt"
+    synsets.write_text("n01443537 goldfish, Carassius auratus\nn01440764 tench, Tinca tinca\n", encoding="utf-8")
+    assert given_classes(synsets) == ["n01443537", "n01440764"]
+    ds = open_dataset(tmp_path / "train", classes=synsets)
+    assert ds.classes == ["n01443537", "n01440764"] and ds.targets.tolist() == [1, 0]
