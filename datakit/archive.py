@@ -929,6 +929,7 @@ def _make_links(zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo], links: list[t
                 report: ExtractReport, archive: str, folders_of: set[str]) -> None:  # fmt: skip
     """Make the link members, in the archive's order, after every file and folder; ``folders_of``: the folders
     that hold the archive's members."""
+    chain = {os.path.join(tree.root, *rel.split("/")) for _, rel in links}  # where the archive's links are
     for m, rel in links:
         label = f"{archive}: member {m.name!r}"
         if last.get(rel, m.index) > m.index:  # a later member of the same name wins, as between files
@@ -938,7 +939,7 @@ def _make_links(zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo], links: list[t
             report.notes.append(f"{label}: an earlier member has the same name; the link is not made")
             continue
         try:
-            _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label, rel in folders_of)
+            _extract_symlink(zf, infos[m.index], m, tree, rel, overwrite, report, label, rel in folders_of, chain)
         except _Refused as exc:
             report.problems.append(f"{label}: {exc}")
         except (*_READ_ERRORS, OSError) as exc:
@@ -1270,8 +1271,11 @@ def _extract_symlink(
     report: ExtractReport,
     label: str,
     mine: bool = False,
+    chain: set[str] | None = None,
 ) -> None:
-    """Make the link member ``m`` at ``rel``; ``mine``: a folder of that name holds other members of the archive."""
+    """Make the link member ``m`` at ``rel``; ``mine``: a folder of that name holds other members of the archive;
+    ``chain``: where the archive's link members are (a refused link that leads out through one of them, found in
+    place with the member's own target, is what a killed run left, and is removed)."""
     if m.file_size > _MAX_LINK:
         raise _Refused(f"symlink target of {m.file_size} bytes is longer than any real path; not created")
     link = _link_text(_read_bounded(zf, info, m.file_size), m)  # a bomb behind 12 bytes: no
@@ -1289,20 +1293,20 @@ def _extract_symlink(
     # resolved on the real filesystem (links made before included), not on the text of the path
     # followed as the kernel follows it, at most 40 links (os.path.realpath has no such bound: a chain of
     # thousands of links, each resolved to its end, took minutes)
-    resolved, _ = _resolve(os.path.join(tree.root, *parts[:-1], link))
+    resolved, via = _resolve(os.path.join(tree.root, *parts[:-1], link))
+    # led out through another link of the archive (a -> b/.., b -> .): one a killed run made before b, unchecked
+    ours = bool(chain) and any(v in chain for v in via)
     if resolved is None:
         raise _Refused(f"symlink to {link!r} leads through more than {_MAX_HOPS} links, which the kernel does not "
-                       f"follow (ELOOP); not created{_left_over(tree, parts, link)}")  # fmt: skip
+                       f"follow (ELOOP); not created{_left_over(tree, parts, link) if ours else ''}")  # fmt: skip
     if not _inside(resolved, tree.root):
-        raise _Refused(
-            f"symlink to {link!r} points outside the target folder; not created{_left_over(tree, parts, link)}"
-        )
+        raise _Refused(f"symlink to {link!r} points outside the target folder; not created"
+                       + (_left_over(tree, parts, link) if ours else ""))  # fmt: skip
     # a link that climbs out of the target and back in (../../out/cat/1.jpg under out/dog) works only while
     # the folder keeps its name: renamed or moved, it leads elsewhere; the zip read in place has no such file
     if posixpath.normpath(posixpath.join(*parts[:-1], link) if parts[:-1] else link).split("/")[0] == "..":
         raise _Refused(f"symlink to {link!r} leaves the target folder by name and comes back (it would break, or "
-                       "lead elsewhere, once the folder is renamed); not created"
-                       + _left_over(tree, parts, link))  # fmt: skip
+                       "lead elsewhere, once the folder is renamed); not created")  # fmt: skip
     fd = tree.folder(parts[:-1])
     name = parts[-1]
     st = _lstat(name, fd)
@@ -1322,7 +1326,9 @@ def _extract_symlink(
 
 def _left_over(tree: _Tree, parts: list[str], link: str) -> str:
     """Remove the link to ``link`` at ``parts`` that an earlier run, killed before it checked its links, left in
-    place: refused now, it must not stay. Returns what to add to the refusal."""
+    place: refused now (led out through another link of the archive), it must not stay. A link that leads out by
+    its own text was refused by every run, so never made by one: a link of the user's, left alone. Returns what to
+    add to the refusal."""
     try:
         fd = tree.folder(parts[:-1], create=False)
         if os.readlink(parts[-1], dir_fd=fd) != link:
@@ -1337,7 +1343,9 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
     """Remove any link that a later link made resolve outside the target (``a -> b/..``, then ``b -> .``),
     and any that leads to nothing (``nosuch/../../cat/1.png``, ``1.png/``): the folder's scan would
     list it as an image it cannot read, where the zip read in place has no such sample."""
-    # the links an earlier run made count too: one killed half-way left them unchecked by this pass
+    # the links an earlier run made count too, where they lead out: one killed half-way left them unchecked (one
+    # that leads to nothing may be the user's own, as it was before this run)
+    now = set(report.extracted)
     extracted = {*report.extracted, *report.unchanged}
     made = [(m, rel) for m, rel in links if rel in extracted]
     removed: set[str] = set()
@@ -1357,7 +1365,7 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                     why = f"symlink leads through more than {_MAX_HOPS} links (ELOOP); removed"
                 elif not _inside(end, tree.root):
                     why = "symlink resolves outside the target through other links; removed"
-                elif not os.path.exists(full):  # what a folder scan would list as a file it cannot read
+                elif not os.path.exists(full) and rel in now:  # what a folder scan would list as a file it cannot read
                     why = f"symlink to {os.readlink(full)!r} leads to nothing inside the target; removed"
             except OSError as exc:  # a path the kernel will not resolve (too long): it cannot be checked
                 why = f"symlink cannot be resolved ({exc.strerror}); removed"

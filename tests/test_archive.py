@@ -1857,6 +1857,22 @@ def test_a_chain_left_by_a_killed_run_is_removed_by_the_next(tmp_path: Path):
     assert not os.path.lexists(out2 / "c")
 
 
+def test_a_link_of_the_users_own_that_a_refused_member_names_is_left_alone(tmp_path: Path):
+    # The regression: a member proj/up -> ../../outside2 is refused (it leads out by its own text); the user's own
+    # link of that target, already in the folder (a tree extracted over its original), was removed as if a killed
+    # run had left it; no run ever makes such a link. One the user made that leads to nothing stays too
+    z = write_zip(tmp_path / "l.zip", [gbk("proj/a.txt", b"a"), gbk("proj/up", symlink_to=b"../../outside2"),
+                                       gbk("proj/gone", symlink_to=b"nothing")])  # fmt: skip
+    out = tmp_path / "d"
+    (out / "proj").mkdir(parents=True)
+    (out / "proj" / "up").symlink_to("../../outside2")
+    (out / "proj" / "gone").symlink_to("nothing")
+    report = unzip(z, out)
+    assert report.problems == [f"{z}: member 'proj/up': symlink to '../../outside2' points outside the target "
+                               "folder; not created"]  # fmt: skip
+    assert os.readlink(out / "proj" / "up") == "../../outside2" and os.readlink(out / "proj" / "gone") == "nothing"
+
+
 def test_a_run_interrupted_while_making_links_checks_the_links_it_made(tmp_path: Path, monkeypatch):
     # The attack: Ctrl-C (or SIGTERM, which the command turns into the same) after b -> . was made and while the
     # other links were still being made: a -> b/.. stayed, leading out of the target
