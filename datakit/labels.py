@@ -778,8 +778,24 @@ _DRAWN_ALIKE = {
     "O": "\u041e\u039f", "P": "\u0420\u03a1", "S": "\u0405", "T": "\u0422\u03a4", "X": "\u0425\u03a7",
     "Y": "\u04ae\u03a5", "Z": "\u0396",
 }  # fmt: skip
-_DRAWN = str.maketrans({c: ascii_ for ascii_, cs in _DRAWN_ALIKE.items() for c in cs})
+_DRAWN_MARKS = str.maketrans({c: a for a, cs in _DRAWN_ALIKE.items() if not a.isalpha() for c in cs})
+_DRAWN_LETTERS = str.maketrans({c: a for a, cs in _DRAWN_ALIKE.items() if a.isalpha() for c in cs})
 _DRAWN_ANY = re.compile("[" + "".join(_DRAWN_ALIKE.values()) + "]")
+_LATIN_LETTER = re.compile("[A-Za-z]")
+_OTHER_LETTER = re.compile("[\u0370-\u03ff\u0400-\u04ff]")
+
+
+def _drawn(label: str) -> str:
+    """``label`` with what is drawn as ASCII written so: the typographic marks (’ ‑ “) in a label of two letters or
+    more, a word (a single character or symbol is a class of its own in OCR and symbol sets: ``−`` and ``-``,
+    ``f′``), and the Cyrillic or Greek letters drawn as Latin ones in a label that mixes them with Latin letters
+    (``сat``: a word of one alphabet, ``Кот``, is left as it is written)."""
+    if not _DRAWN_ANY.search(label) or sum(c.isalpha() for c in label) < 2:
+        return label
+    label = label.translate(_DRAWN_MARKS)
+    if _LATIN_LETTER.search(label) and _OTHER_LETTER.search(label):
+        label = label.translate(_DRAWN_LETTERS)
+    return label
 
 
 def _look_alike(label: str) -> str:
@@ -789,7 +805,7 @@ def _look_alike(label: str) -> str:
     one space."""
     if _ANY_TAG.search(label):
         label = _TAGS.sub(lambda m: m.group(1) or "", label)
-    return " ".join(unicodedata.normalize("NFKC", _INVISIBLE_RUN.sub("", label)).translate(_DRAWN).split())
+    return " ".join(_drawn(unicodedata.normalize("NFKC", _INVISIBLE_RUN.sub("", label))).split())
 
 
 def _look_alike_keys(values: list[str]) -> list[str] | None:
@@ -810,6 +826,7 @@ def _look_alike_keys(values: list[str]) -> list[str] | None:
 def _with_unseen(label: str) -> str:
     """``label`` escaped (``'猫\\u200b'``), then the characters :func:`_look_alike` drops or changes in it,
     named (three at most): ``'ｃａｔ' (U+FF43 FULLWIDTH LATIN SMALL LETTER C, ...)``."""
+    drawn = _drawn(label) if isinstance(label, str) else label
     odd = [
         c
         for c in dict.fromkeys(label)
@@ -817,7 +834,7 @@ def _with_unseen(label: str) -> str:
         or (c.isspace() and c != " ")
         or unicodedata.normalize("NFKC", c) != c
         or "\U000e0000" <= c <= "\U000e007f"
-        or _DRAWN_ANY.match(c)
+        or (_DRAWN_ANY.match(c) and c not in drawn)
     ]
     if not odd:
         return repr(label)

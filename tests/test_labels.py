@@ -2046,3 +2046,25 @@ def test_a_table_of_lines_in_two_encodings_names_the_line_where_the_second_begin
         read_labels(path)
     assert str(e.value) == (f"{path}: not UTF-8, UTF-16, GBK/GB18030 or Big5 text ({said}: lines of two encodings?); "
                             "pass encoding= (--encoding) to name it")  # fmt: skip
+
+
+def test_single_characters_and_words_of_one_alphabet_are_not_look_alikes(tmp_path: Path):
+    # The regressions: an OCR or symbol set ('A', Greek 'Α', Cyrillic 'А', '-', '−', "f'", 'f′') was refused as
+    # look-alikes, classes= too, with no way out; Кот and кот lost their letter-case note (К read as Latin K)
+    path = tmp_path / "labels.csv"
+    symbols = ["A", "Α", "А", "-", "−", "f'", "f′", "p", "ρ"]
+    path.write_text("file,label\n" + "".join(f"{i}.jpg,{s}\n" for i, s in enumerate(symbols)), encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [] and len(t.class_map().classes) == 9
+    from datakit.sources import given_classes
+
+    assert given_classes(symbols) == symbols
+    path.write_text("file,label\n0.jpg,Кот\n1.jpg,кот\n2.jpg,Мышь\n3.jpg,мышь\n", encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == []
+    assert t.notes == [
+        f"{path}: labels 'Кот' (first at line 2) and 'кот' (first at line 3) differ only in letter case: they are 2 "
+        "classes",
+        f"{path}: labels 'Мышь' (first at line 4) and 'мышь' (first at line 5) differ only in letter case: they are 2 "
+        "classes",
+    ]
