@@ -1284,6 +1284,8 @@ def _is_pack(path: Path) -> bool:
 
 
 _OPENED_WITH_CLASSES = contextvars.ContextVar("datakit_opened_with_classes", default=False)
+_TRAIN_WORDS = frozenset({"train", "training", "trainset", "trainval"})
+_TRAIN_CJK = ("训练", "訓練")
 _EVAL_CJK = frozenset({"验证", "验证集", "测试", "测试集", "驗證", "驗證集", "測試", "測試集"})
 _EVAL_WORDS = frozenset({"val", "valid", "validation", "test", "testing", "dev", "eval", "evaluation", "holdout",
                          *_EVAL_CJK})  # fmt: skip
@@ -1306,11 +1308,13 @@ def _eval_word(path: Path) -> str | None:
     """The evaluation split a table's name says it is: a word of its stem (``val.csv``, ``valid_labels.csv``,
     ``val2017.csv``, ``testset.txt``, ``验证集标签.csv``) or its folder's whole name (``val/labels.csv``); None."""
     stem, folder = path.stem.lower(), path.parent.name.lower()
+    if any(w in _TRAIN_WORDS for w in re.findall(r"[a-z]+", stem)) or any(w in stem for w in _TRAIN_CJK):
+        return None  # train_labels.csv, 训练验证集.csv (train and val), 训练集_不含测试.csv: a training table
     for text, whole in ((stem, False), (folder, True)):
         words = re.findall(r"[a-z]+", text)  # val2017: val; valid_labels: valid, labels
         for w in words if not whole or len(words) == 1 else ():
             for word in (w, w.removesuffix("set"), w.removesuffix("data")):
-                if word in _EVAL_WORDS:
+                if word in _EVAL_WORDS and not (whole and word == "dev"):  # ~/dev/: where people keep their code
                     return word
         for word in sorted(_EVAL_CJK, key=len, reverse=True):  # 验证集标签: the characters run on, no separator
             if word in text and (not whole or re.sub(r"[\W\d_]+", "", text) == word):

@@ -506,7 +506,8 @@ def test_an_evaluation_split_read_alone_without_classes_is_said(tmp_path: Path, 
     ("name", "word"),
     [("val2017.csv", "val"), ("valset.csv", "val"), ("testset.csv", "test"), ("验证集标签.csv", "验证集"),
      ("holdout.csv", "holdout"), ("val/labels.csv", "val"), ("测试集/labels.csv", "测试集"),
-     ("train.csv", None), ("interval.csv", None), ("test_project/labels.csv", None)],
+     ("train.csv", None), ("interval.csv", None), ("test_project/labels.csv", None), ("训练验证集.csv", None),
+     ("训练集_不含测试.csv", None), ("dev/labels.csv", None), ("val/train.csv", None), ("dev.csv", "dev")],
 )  # fmt: skip
 def test_evaluation_splits_are_known_by_the_names_they_are_given(tmp_path: Path, caplog, name, word):
     # The attack: val2017.csv, valset.csv, testset.csv, 验证集标签.csv, holdout.csv and val/labels.csv, read alone,
