@@ -995,14 +995,16 @@ def _register_stats(sub) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from datakit.datasets import open_dataset
+    from datakit import datasets
+    from datakit.sources import open_source
     from datakit.transforms import train_pipeline
     from datakit.tuning import benchmark_workers, default_candidates
 
     src = _source(args)
     transform = train_pipeline(args.size, normalize=False) if args.size else None
-    ds = open_dataset(src, labels=args.labels, split=args.split, transform=transform,
-                      remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
+    # every split alike: the loader's speed is measured, nothing is trained on (open_dataset would say "pass split=")
+    ds = open_source(src, kinds=datasets, labels=args.labels, split=args.split, transform=transform,
+                     remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
     if len(ds) == 0:
         raise UsageError(f"{args.src[0]}: no samples to load")
     batch_size = args.batch_size or min(64, len(ds))  # a default batch larger than the dataset measures nothing

@@ -87,6 +87,6 @@ def open_dataset(src: str | os.PathLike | Sequence[str | os.PathLike], **options
     The arguments are those of :func:`datakit.sources.open_source`, which checks their names.
     """
     ds = sources.open_source(src, kinds=sys.modules[__name__], **options)
-    if options.get("split") is None:
+    if options.get("split") is None and options.get("sheets") is None:
         sources.say_whole(ds)
     return ds

@@ -383,9 +383,10 @@ def doctor(src: str | os.PathLike | None = None, *, batch_size: int = 64, num_wo
         num_workers = usable_cpus()
     batch_bytes = batch_size * 3 * size * size
     if src is not None and not size:
-        from datakit.datasets import open_dataset
+        from datakit import datasets
+        from datakit.sources import open_source
 
-        img, _ = open_dataset(src)[0]
+        img, _ = open_source(src, kinds=datasets)[0]  # one image's size: no split to speak of
         batch_bytes = batch_size * img.nbytes
     report = DoctorReport()
     shm_total = None

@@ -2957,6 +2957,9 @@ def read_labels(
                              "suffix says its format; save it as one (.csv, .xlsx, ...) and give that")  # fmt: skip
         raise FileNotFoundError(f"{path}: no such label table")
     suffix = path.suffix.lower()
+    if sheets is not None and suffix not in EXCEL_SUFFIXES:  # read whole, as if no sheet were named: no
+        raise UsageError(f"{path}: a text table, which has no sheets; sheets= names a workbook's sheets (split= "
+                         "keeps one split's rows)")  # fmt: skip
     problems: list[tuple[tuple[int, int], str]] = []
     notes: list[str] = []
     enc = None

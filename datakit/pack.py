@@ -532,7 +532,9 @@ def pack_lmdb(
     check_path_length(out)
     out = Path(os.path.realpath(out) if os.path.islink(out) else os.path.abspath(out))
     beside = len(os.fsencode(_part_path(out).name))
-    if beside > 255:  # --overwrite builds the pack that replaces it beside it, under a longer name
+    if beside > 255 and (overwrite or not os.path.lexists(out)):
+        # --overwrite builds the pack that replaces it beside it, under a longer name (one packed before this check
+        # is resumed all the same)
         longest = 255 - (beside - len(os.fsencode(out.name)))
         raise UsageError(f"{out}: its name is {len(os.fsencode(out.name))} bytes; a pack's name may be {longest} at "
                          f"most, so that --overwrite can build its replacement beside it ({_part_path(out).name[:24]}"

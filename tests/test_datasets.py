@@ -752,3 +752,15 @@ def test_classes_files_of_index_and_name_lines_are_refused_and_synset_lists_read
     assert given_classes(synsets) == ["n01443537", "n01440764"]
     ds = open_dataset(tmp_path / "train", classes=synsets)
     assert ds.classes == ["n01443537", "n01440764"] and ds.targets.tolist() == [1, 0]
+
+
+def test_sheets_of_a_text_table_are_refused_and_sheets_chosen_are_not_warned_of(samples: Path, caplog):
+    # The regressions: open_dataset("samples/labels.csv", sheets=["train"]) read all 24 rows of its 3 splits, the
+    # sheets unsaid; sheets chosen on purpose were told to "pass split="
+    with pytest.raises(UsageError) as e:
+        open_dataset(samples / "labels.csv", sheets=["train"])
+    assert str(e.value) == (f"{samples / 'labels.csv'}: a text table, which has no sheets; sheets= names a "
+                            "workbook's sheets (split= keeps one split's rows)")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert len(open_dataset(samples / "images", labels=samples / "labels.xlsx", sheets=["train", "val"])) == 21
+    assert caplog.records == []

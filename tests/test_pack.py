@@ -2120,6 +2120,11 @@ def test_an_empty_or_too_long_pack_name_is_refused_before_anything_is_written(cl
     ok = tmp_path / ("数" * 78 + ".lmdb")  # 239 bytes: packed, and replaced
     pack_lmdb(class_folder, ok, workers=1)
     assert pack_lmdb(class_folder, ok, workers=1, overwrite=True, max_size=8).count == 12
+    # a pack of a longer name packed before the check: resumed as before, its --overwrite refused up front
+    (ok).rename(long)
+    assert pack_lmdb(class_folder, long, workers=1, max_size=8, resume=True).count == 12
+    with pytest.raises(UsageError, match="its name is 245 bytes"):
+        pack_lmdb(class_folder, long, workers=1, overwrite=True)
 
 
 def test_resume_from_a_source_folder_put_in_place_of_the_one_packed_reads_every_packed_sample_again(tmp_path: Path):
