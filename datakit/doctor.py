@@ -78,7 +78,8 @@ def check_shm(batch_bytes: int, num_workers: int, prefetch_factor: int, shm_free
     data = {"free": shm_free, "total": shm_total, "need": need, "batch_bytes": batch_bytes,
             "num_workers": num_workers, "prefetch_factor": prefetch_factor}  # fmt: skip
     what = (f"/dev/shm: {shm_free / MIB:.0f} MiB free; {num_workers} workers x prefetch_factor {prefetch_factor} "
-            f"batches of {batch_bytes / MIB:.1f} MiB need {need / MIB:.0f} MiB")  # fmt: skip
+            f"batches of {batch_bytes / MIB:.1f} MiB, and 2 more the training loop holds, need "
+            f"{need / MIB:.0f} MiB")  # fmt: skip
     if need <= 0.9 * shm_free:  # as create_loader plans: a tenth left for labels and other users
         return Finding("shm", "ok", what, data=data)
     w, p, _ = plan_shared_memory(batch_bytes, num_workers, prefetch_factor, shm_free)

@@ -1838,7 +1838,8 @@ def plan_shared_memory(batch_bytes: int, num_workers: int, prefetch_factor: int,
     mib = 2**20
     head = (
         f"/dev/shm has {shm_free / mib:.0f} MiB free, {num_workers} workers x prefetch_factor {prefetch_factor} "
-        f"batches of {batch_bytes / mib:.1f} MiB need {need(num_workers, prefetch_factor) / mib:.0f} MiB"
+        f"batches of {batch_bytes / mib:.1f} MiB, and 2 more the training loop holds, need "
+        f"{need(num_workers, prefetch_factor) / mib:.0f} MiB"
     )
     fix = "give it more (docker run --shm-size=8g, or a larger tmpfs)"
     if need(w, p) > room:

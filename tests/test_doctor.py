@@ -34,7 +34,7 @@ def test_plan_shared_memory_from_the_free_bytes():
     assert plan_shared_memory(10 * MIB, 2, 4, 110 * MIB)[:2] == (2, 3)
     w, p, msg = plan_shared_memory(10 * MIB, 2, 4, 67 * MIB)
     assert (w, p) == (2, 2) and msg == (
-        "/dev/shm has 67 MiB free, 2 workers x prefetch_factor 4 batches of 10.0 MiB need 100 MiB: using "
+        "/dev/shm has 67 MiB free, 2 workers x prefetch_factor 4 batches of 10.0 MiB, and 2 more the training loop holds, need 100 MiB: using "
         "num_workers=2, prefetch_factor=2; give it more (docker run --shm-size=8g, or a larger tmpfs)"
     )
     assert plan_shared_memory(10 * MIB, 2, 4, 34 * MIB)[:2] == (1, 1)
@@ -52,7 +52,7 @@ def test_check_shm_explains_the_fix():
     assert ok.status == "ok" and ok.data["need"] == 100 * MIB
     bad = check_shm(10 * MIB, 2, 4, 67 * MIB, 64 * MIB)
     assert bad.status == "fail"
-    assert bad.detail == ("/dev/shm: 67 MiB free; 2 workers x prefetch_factor 4 batches of 10.0 MiB need 100 MiB: "
+    assert bad.detail == ("/dev/shm: 67 MiB free; 2 workers x prefetch_factor 4 batches of 10.0 MiB, and 2 more the training loop holds, need 100 MiB: "
                           "workers would die with 'Bus error' or hang")  # fmt: skip
     assert bad.fix.startswith("docker run --shm-size=8g") and bad.fix.endswith(
         "create_loader falls back to num_workers=2, prefetch_factor=2 by itself"
@@ -196,7 +196,7 @@ def test_real_small_tmpfs_loader_adapts_instead_of_bus_error(tmp_path: Path):
     assert ours.returncode == 0, ours.stderr
     assert ours.stdout.strip() == "workers 1 prefetch 1"
     assert ours.stderr.strip() == (
-        "/dev/shm has 16 MiB free, 2 workers x prefetch_factor 4 batches of 4.0 MiB need 40 MiB: using num_workers=1, "
+        "/dev/shm has 16 MiB free, 2 workers x prefetch_factor 4 batches of 4.0 MiB, and 2 more the training loop holds, need 40 MiB: using num_workers=1, "
         "prefetch_factor=1; give it more (docker run --shm-size=8g, or a larger tmpfs)"
     )
     raw = run("raw")  # the attack: the same loader as a plain DataLoader (bus error, lost batch or a hang)
