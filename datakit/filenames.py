@@ -413,10 +413,11 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     legacy = [n for n in raw_names if not n.isascii()]
     step = max(1, len(legacy) // MAX_SCORED)
     sample = legacy[::step][:MAX_SCORED]  # scoring is Python per character; decoding all is C
-    # a backslash right after a byte past ASCII, in an archive whose folders are parted by '/': the second byte
-    # of a GBK, Big5 or Shift-JIS character (構 is 8D 5C), which a one-byte code page would read as a folder's end
-    # (cp866: 構造/001.jpg as Н/Св/001.jpg), splitting the names into other folders
-    trail = any(b"/" in n for n in raw_names) and any(_HIGH_BACKSLASH.search(n) for n in legacy)
+    # a backslash right after a byte past ASCII in a name whose folders are parted by '/': the second byte of a GBK,
+    # Big5 or Shift-JIS character (構 is 8D 5C), which a one-byte code page would read as a folder's end (cp866:
+    # 構造/001.jpg as Н/Св/001.jpg), splitting the names into other folders; no tool parts one name both ways (a
+    # name parted by backslashes alone, Café\Müller.jpg beside another tool's readme/notes.txt, is left alone)
+    trail = any(b"/" in n and _HIGH_BACKSLASH.search(n) for n in legacy)
     for enc, family in CANDIDATES:
         if trail and family != "any":
             scores[enc] = None

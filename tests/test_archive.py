@@ -2475,3 +2475,11 @@ def test_a_shift_jis_name_whose_second_byte_is_a_backslash_is_not_split_by_a_one
     dos = write_zip(tmp_path / "dos.zip", [ZipEntry("Фото\\1.jpg".encode("cp866"), b"x", made_by=0),
                                            ZipEntry("Фото\\2.jpg".encode("cp866"), b"y", made_by=0)])  # fmt: skip
     assert detect_encoding(dos).encoding == "cp866"
+    # The regression: names parted by backslashes beside another tool's '/' name kept their one-byte reading
+    # (Café\Müller.jpg was read as GBK, Caf閈M黮ler.jpg; Кошка\1.jpg as CP932)
+    for codec, names in (("cp1252", ["Café\\Müller.jpg", "Café\\Größe.jpg", "readme/notes.txt"]),
+                         ("cp866", ["Кошка\\1.jpg", "Собака\\2.jpg", "Кошка/3.jpg"])):  # fmt: skip
+        mixed = write_zip(tmp_path / f"{codec}.zip", [ZipEntry(n.encode(codec), b"x", made_by=0) for n in names])
+        assert detect_encoding(mixed).encoding == codec
+        assert unzip(mixed, tmp_path / codec).ok
+        assert sorted(tree(tmp_path / codec)) == sorted(n.replace("\\", "/") for n in names)
