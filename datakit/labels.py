@@ -780,6 +780,9 @@ _DRAWN_ALIKE = {
 }  # fmt: skip
 _DRAWN_MARKS = str.maketrans({c: a for a, cs in _DRAWN_ALIKE.items() if not a.isalpha() for c in cs})
 _DRAWN_LETTERS = str.maketrans({c: a for a, cs in _DRAWN_ALIKE.items() if a.isalpha() for c in cs})
+# the other way: each Latin letter as its Cyrillic or Greek twin, for a label mostly of that alphabet (кoт, a Latin o)
+_AS_CYRILLIC = str.maketrans({a: c for a, cs in _DRAWN_ALIKE.items() if a.isalpha() for c in cs if c >= "\u0400"})
+_AS_GREEK = str.maketrans({a: c for a, cs in _DRAWN_ALIKE.items() if a.isalpha() for c in cs if c < "\u0400"})
 _DRAWN_ANY = re.compile("[" + "".join(_DRAWN_ALIKE.values()) + "]")
 _LATIN_LETTER = re.compile("[A-Za-z]")
 _OTHER_LETTER = re.compile("[\u0370-\u03ff\u0400-\u04ff]")
@@ -788,13 +791,22 @@ _OTHER_LETTER = re.compile("[\u0370-\u03ff\u0400-\u04ff]")
 def _drawn(label: str) -> str:
     """``label`` with what is drawn as ASCII written so: the typographic marks (’ ‑ “) in a label of two letters or
     more, a word (a single character or symbol is a class of its own in OCR and symbol sets: ``−`` and ``-``,
-    ``f′``), and the Cyrillic or Greek letters drawn as Latin ones in a label that mixes them with Latin letters
-    (``сat``: a word of one alphabet, ``Кот``, is left as it is written)."""
-    if not _DRAWN_ANY.search(label) or sum(c.isalpha() for c in label) < 2:
+    ``f′``), and, in a label that mixes Latin letters with Cyrillic or Greek ones, the letters drawn alike written
+    in the alphabet most of its letters are in (``сat`` as ``cat``, ``кoт`` as ``кот``; a word of one alphabet,
+    ``Кот``, is left as it is written)."""
+    mixed = bool(_LATIN_LETTER.search(label) and _OTHER_LETTER.search(label))
+    if not (mixed or _DRAWN_ANY.search(label)) or sum(c.isalpha() for c in label) < 2:
         return label
     label = label.translate(_DRAWN_MARKS)
-    if _LATIN_LETTER.search(label) and _OTHER_LETTER.search(label):
-        label = label.translate(_DRAWN_LETTERS)
+    if mixed:
+        # toward the alphabet most of its letters are in: сat (one Cyrillic с) is cat, кoт (one Latin o) is кот
+        latin = len(_LATIN_LETTER.findall(label))
+        cyrillic = sum("\u0400" <= c <= "\u04ff" for c in label)
+        greek = sum("\u0370" <= c <= "\u03ff" for c in label)
+        if latin >= max(cyrillic, greek):
+            label = label.translate(_DRAWN_LETTERS)
+        else:
+            label = label.translate(_AS_CYRILLIC if cyrillic >= greek else _AS_GREEK)
     return label
 
 
@@ -834,7 +846,7 @@ def _with_unseen(label: str) -> str:
         or (c.isspace() and c != " ")
         or unicodedata.normalize("NFKC", c) != c
         or "\U000e0000" <= c <= "\U000e007f"
-        or (_DRAWN_ANY.match(c) and c not in drawn)
+        or (c not in drawn and (c.isalpha() or _DRAWN_ANY.match(c)))
     ]
     if not odd:
         return repr(label)

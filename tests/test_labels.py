@@ -1402,6 +1402,8 @@ def test_labels_apart_in_case_stay_a_note_and_their_look_alikes_a_problem(tmp_pa
         ("t-shirt", "t‑shirt", "U+2011 NON-BREAKING HYPHEN"),
         ("t-shirt", "t–shirt", "U+2013 EN DASH"),
         ("cat", "сat", "U+0441 CYRILLIC SMALL LETTER ES"),
+        ("кот", "кoт", "U+006F LATIN SMALL LETTER O"),  # a Latin letter typed into a Cyrillic word
+        ("Ауди А4", "Ауди A4", "U+0041 LATIN CAPITAL LETTER A"),
         ("B-cell", "Β-cell", "U+0392 GREEK CAPITAL LETTER BETA"),
         ('say "hi"', "say “hi”", "U+201C LEFT DOUBLE QUOTATION MARK, U+201D RIGHT DOUBLE QUOTATION MARK"),
     ],
