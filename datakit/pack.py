@@ -810,14 +810,24 @@ def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, nam
 
 
 def _source_identity(ds: ImageDataset) -> list[int] | None:
-    """[device, inode] of the folder (or archive) a dataset's files are read from; None for another source."""
+    """[device, inode, CRC-32 of the device and inode of every folder that holds its files] of the folder a
+    dataset's files are read from ([device, inode, 0] of an archive read in place); None for another source. A
+    folder put in place of another (the whole source, or one class folder of it) changes it."""
     archive = getattr(ds, "zip", None)
-    where = archive.path if archive is not None else getattr(ds, "root", None) if _local_files(ds) else None
+    root = archive.path if archive is not None else getattr(ds, "root", None) if _local_files(ds) else None
     try:
-        st = os.stat(where) if where is not None else None
+        st = os.stat(root) if root is not None else None
+        if st is None:
+            return None
+        if archive is not None:
+            return [st.st_dev, st.st_ino, 0]
+        crc = 0
+        for d in sorted({posixpath.dirname(f.replace("\\", "/")) for f in ds.files}):
+            sd = os.stat(os.path.join(root, d)) if d else st
+            crc = zlib.crc32(f"{d}\0{sd.st_dev}\0{sd.st_ino}\n".encode("utf-8", "surrogateescape"), crc)
     except (OSError, TypeError, ValueError):
         return None
-    return [st.st_dev, st.st_ino] if st is not None else None
+    return [st.st_dev, st.st_ino, crc]
 
 
 def _spot_check(ds: ImageDataset, lo: int, n: int, target: Path, name_of: Callable[[int], str],

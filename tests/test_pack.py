@@ -2160,3 +2160,30 @@ def test_resume_from_a_source_folder_put_in_place_of_the_one_packed_reads_every_
     same.rename(src)
     report = pack_lmdb(src, out, workers=0, resume=True)
     assert (report.count, report.resumed_from) == (80, 72) and verify_lmdb(out) == []
+
+
+def test_resume_after_one_class_folder_was_put_in_place_of_another_reads_every_packed_sample_again(tmp_path: Path):
+    # The attack: `mv src/cat cat_old; mv src_ed/cat src/cat`, src_ed a copy (times kept) with one packed image
+    # edited: the source folder itself kept its inode, and resume spot-checked, exit 0, the pack mixing the two
+    src = tmp_path / "src"
+    for cls in ("cat", "dog"):
+        (src / cls).mkdir(parents=True)
+        for i in range(40):
+            imwrite(
+                src / cls / f"{i:05d}.png", synthetic_image(8, 8, seed=i + (100 if cls == "dog" else 0)), mode="rgb"
+            )
+    edited = tmp_path / "cat_ed"
+    shutil.copytree(src / "cat", edited)
+    imwrite(edited / "00001.png", synthetic_image(8, 8, seed=999), mode="rgb")
+    out = tmp_path / "p.lmdb"
+
+    def stop(done, total, nbytes):
+        if done == 72:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(src, out, workers=0, commit_every=8, progress=stop)
+    (src / "cat").rename(tmp_path / "cat_old")
+    edited.rename(src / "cat")
+    with pytest.raises(UsageError, match=re.escape(f"{src / 'cat' / '00001.png'} gives other bytes than the pack")):
+        pack_lmdb(src, out, workers=0, resume=True)
