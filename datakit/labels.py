@@ -567,6 +567,25 @@ class LabelTable:
                 "(PaddleClas' multi-label lists), while datakit reads one class per image; make each label one class "
                 "name or index")  # fmt: skip
 
+    def _quoted_notes(self) -> list[str]:
+        """A note for a label that is another label in quotes (``'cat'`` or ``"cat"`` beside ``cat``: quotes typed
+        into a cell, or left by a tool that quoted twice): two classes, which may be meant, so said, not refused."""
+        if self.kind != "name" or not len(self):
+            return []
+        values = [str(v) for v in self.labels.values]
+        names = set(values)
+        out = []
+        for v in values:
+            m = _QUOTED.fullmatch(v)
+            if m is not None and m.group(2) in names:
+                i, j = (self._first_row([x == w for x in values]) for w in (m.group(2), v))
+                out.append(f"{self.path}: labels {m.group(2)!r} at {self._short(i)} and {v!r} at {self._short(j)} "
+                           "differ only in the quotes around the second: they are 2 classes (quotes typed into the "
+                           "cell, or left by a tool that quoted the text twice?)")  # fmt: skip
+                if len(out) == 3:
+                    break
+        return out
+
     def _list_notes(self) -> list[str]:
         """A note for labels that are lists of other labels ('cat,dog' beside 'cat' and 'dog', or 'cat,dog' and
         'dog,cat'): a multi-label table, each combination of which is a class of its own, or classes of
@@ -1245,6 +1264,7 @@ def _glued(cells: list[str]) -> str | None:
     return None
 
 
+_QUOTED = re.compile("([\"'“‘「『])(.+)([\"'”’」』])", re.S)
 _ALPHABETS = frozenset({"cp1250", "cp1251", "cp1253"})
 _ALPHA_WORD = re.compile(r"[^\W\d_]+")
 _TONOS = frozenset("άέήίόύώΆΈΉΊΌΎΏΐΰ")
@@ -3010,7 +3030,7 @@ def read_labels(
         elsewhere = {key for p in parts for key, s in p.dropped_splits.items() if s and s != split}
         problems[:] = [p for p in problems if p[0] not in elsewhere]
     whole = _join(path, parts, problems, notes, enc)  # every sheet read, also those not asked for
-    notes += whole._case_notes() + whole._split_notes() + whole._list_notes()
+    notes += whole._case_notes() + whole._split_notes() + whole._list_notes() + whole._quoted_notes()
     for note in notes:
         log.warning("%s", note)
     keep = np.concatenate([np.full(len(p.files), p.chosen) for p in parts]) if parts else np.zeros(0, bool)

@@ -2070,3 +2070,17 @@ def test_single_characters_and_words_of_one_alphabet_are_not_look_alikes(tmp_pat
         f"{path}: labels 'Мышь' (first at line 4) and 'мышь' (first at line 5) differ only in letter case: they are 2 "
         "classes",
     ]
+
+
+def test_a_label_that_is_another_in_quotes_is_noted(tmp_path: Path):
+    # The attack: 'cat' and "cat" beside cat (quotes typed into a cell, or a tool that quoted twice) were three
+    # classes, without a word
+    path = tmp_path / "q.csv"
+    path.write_text('file,label\na.jpg,cat\nb.jpg,\'cat\'\nc.jpg,"""cat"""\nd.jpg,dog\n', encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [] and len(t.class_map().classes) == 4
+    why = "they are 2 classes (quotes typed into the cell, or left by a tool that quoted the text twice?)"
+    assert t.notes == [
+        f"{path}: labels 'cat' at line 2 and \"'cat'\" at line 3 differ only in the quotes around the second: {why}",
+        f"{path}: labels 'cat' at line 2 and '\"cat\"' at line 4 differ only in the quotes around the second: {why}",
+    ]
