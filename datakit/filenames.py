@@ -394,6 +394,7 @@ def host_family(hosts: list[int]) -> str | None:
 
 
 _HIGH_BACKSLASH = re.compile(rb"[\x80-\xff]\\")
+_DOUBLE_BYTE = frozenset({"gbk", "gb18030", "big5", "cp932"})  # whose characters may end in a backslash byte
 
 
 def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> EncodingGuess:
@@ -418,10 +419,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     # 構造/001.jpg as Н/Св/001.jpg), splitting the names into other folders; no tool parts one name both ways (a
     # name parted by backslashes alone, Café\Müller.jpg beside another tool's readme/notes.txt, is left alone)
     trail = any(b"/" in n and _HIGH_BACKSLASH.search(n) for n in legacy)
-    for enc, family in CANDIDATES:
-        if trail and family != "any":
-            scores[enc] = None
-            continue
+    for enc, _ in CANDIDATES:
         errors = _errors(enc)
         try:
             for n in legacy:
@@ -434,6 +432,13 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
         names = [n.decode(enc, errors)[:SCORED_CHARS] for n in sample]
         readings[enc] = tuple(names)
         scores[enc] = score(names, enc, host)
+    if trail and max((scores[e] for e in readings if e in _DOUBLE_BYTE), default=-9.0) >= 0.5:
+        # ... where a plausible double-byte reading takes the backslash in (構造/001.jpg); without one, a name
+        # like photos/Café\1.jpg is a one-byte name parted both ways, and keeps its reading
+        for enc, family in CANDIDATES:
+            if family != "any" and enc in readings:
+                del readings[enc]
+                scores[enc] = None
     ranked = sorted((e for e in readings), key=lambda e: -scores[e])
     if not ranked:
         enc = "gb18030" if all(decodes(n, "gb18030") for n in raw_names) else "cp437"

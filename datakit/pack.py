@@ -821,12 +821,16 @@ def _source_identity(ds: ImageDataset) -> list[int] | None:
             return None
         if archive is not None:
             return [st.st_dev, st.st_ino, 0]
-        crc = 0
-        for d in sorted({posixpath.dirname(f.replace("\\", "/")) for f in ds.files}):
-            sd = os.stat(os.path.join(root, d)) if d else st
-            crc = zlib.crc32(f"{d}\0{sd.st_dev}\0{sd.st_ino}\n".encode("utf-8", "surrogateescape"), crc)
     except (OSError, TypeError, ValueError):
         return None
+    crc = 0
+    for d in sorted({posixpath.dirname(f.replace("\\", "/")) for f in ds.files}):
+        try:
+            sd = os.stat(os.path.join(root, d)) if d else st
+            seen = f"{sd.st_dev}\0{sd.st_ino}"
+        except (OSError, ValueError):  # a folder gone or unreadable: its files are skipped, said as bad
+            seen = "missing"
+        crc = zlib.crc32(f"{d}\0{seen}\n".encode("utf-8", "surrogateescape"), crc)
     return [st.st_dev, st.st_ino, crc]
 
 

@@ -2477,8 +2477,10 @@ def test_a_shift_jis_name_whose_second_byte_is_a_backslash_is_not_split_by_a_one
     assert detect_encoding(dos).encoding == "cp866"
     # The regression: names parted by backslashes beside another tool's '/' name kept their one-byte reading
     # (Café\Müller.jpg was read as GBK, Caf閈M黮ler.jpg; Кошка\1.jpg as CP932)
+    # and a one-byte name parted both ways (photos/Café\1.jpg) keeps its reading, no double-byte one plausible
     for codec, names in (("cp1252", ["Café\\Müller.jpg", "Café\\Größe.jpg", "readme/notes.txt"]),
-                         ("cp866", ["Кошка\\1.jpg", "Собака\\2.jpg", "Кошка/3.jpg"])):  # fmt: skip
+                         ("cp866", ["Кошка\\1.jpg", "Собака\\2.jpg", "Кошка/3.jpg"]),
+                         ("cp437", ["photos/Café\\1.jpg", "photos/Zürich.jpg"])):  # fmt: skip
         mixed = write_zip(tmp_path / f"{codec}.zip", [ZipEntry(n.encode(codec), b"x", made_by=0) for n in names])
         assert detect_encoding(mixed).encoding == codec
         assert unzip(mixed, tmp_path / codec).ok

@@ -2187,3 +2187,20 @@ def test_resume_after_one_class_folder_was_put_in_place_of_another_reads_every_p
     edited.rename(src / "cat")
     with pytest.raises(UsageError, match=re.escape(f"{src / 'cat' / '00001.png'} gives other bytes than the pack")):
         pack_lmdb(src, out, workers=0, resume=True)
+
+
+def test_a_missing_folder_of_a_table_keeps_the_swap_check(tmp_path: Path):
+    # The regression: one folder of the table missing (skipped as bad) made the source's identity None, so a copy
+    # put in place of the source, one packed image edited, resumed without a word
+    from datakit.pack import _source_identity
+
+    src = tmp_path / "data"
+    (src / "a").mkdir(parents=True)
+    for i in range(3):
+        imwrite(src / "a" / f"{i}.png", synthetic_image(8, 8, seed=i), mode="rgb")
+    (src / "l.csv").write_text("file,label\na/0.png,x\na/1.png,y\na/2.png,x\ngone/9.png,y\n", encoding="utf-8")
+    ident = _source_identity(open_dataset(src / "l.csv"))
+    assert ident is not None and len(ident) == 3
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    assert _source_identity(open_dataset(copy / "l.csv")) != ident
