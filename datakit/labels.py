@@ -723,16 +723,19 @@ class LabelTable:
         if self.kind == "int":
             return []
         values = [str(v) for v in self.labels.values]
-        keys = _look_alike_keys(values) or values
-        if len({k.casefold() for k in keys}) == len(values):
+        # letter case first, then the look-alikes: ТОР (all drawn as Latin) and тор (т is not) are one word in case
+        folded = [v.casefold() for v in values]
+        case_keys = _look_alike_keys(folded) or folded
+        if len(set(case_keys)) == len(values):
             return []
-        key_of = dict(zip(values, keys))
+        keys = _look_alike_keys(values) or values
+        key_of, case_of = dict(zip(values, keys)), dict(zip(values, case_keys))
         out = []
         rows = self._first_rows()
         alike: dict[str, tuple[str, int]] = {}  # one name per look-alike group
         for v, i in sorted(rows.items(), key=lambda item: item[1]):
             alike.setdefault(key_of[v], (v, i))
-        for same in _groups(dict(alike.values()), lambda v: key_of[v].casefold()):
+        for same in _groups(dict(alike.values()), case_of.__getitem__):
             named = ", ".join(f"{v!r} (first at {self._short(i)})" for v, i in same[:-1])
             v, i = same[-1]
             case = len({unicodedata.normalize("NFC", w).casefold() for w, _ in same}) == 1
@@ -798,7 +801,10 @@ _DRAWN_ALIKE = {
     "Y": "\u04ae\u03a5", "Z": "\u0396",
 }  # fmt: skip
 _DRAWN_MARKS = str.maketrans({c: a for a, cs in _DRAWN_ALIKE.items() if not a.isalpha() for c in cs})
-_DRAWN_LETTERS = str.maketrans({c: a for a, cs in _DRAWN_ALIKE.items() if a.isalpha() for c in cs})
+_TO_LATIN = {c: a for a, cs in _DRAWN_ALIKE.items() if a.isalpha() for c in cs}
+_DRAWN_LETTERS = str.maketrans(_TO_LATIN)
+_ALL_DRAWN = re.compile("[A-Za-z" + "".join(_TO_LATIN) + "]+")  # a word of letters all drawn as Latin ones
+_TWO_LETTERS = re.compile(r"[^\W\d_].*?[^\W\d_]", re.S)
 # the other way: each Latin letter as its Cyrillic or Greek twin, for a label mostly of that alphabet (кoт, a Latin o)
 _AS_CYRILLIC = str.maketrans({a: c for a, cs in _DRAWN_ALIKE.items() if a.isalpha() for c in cs if c >= "\u0400"})
 _AS_GREEK = str.maketrans({a: c for a, cs in _DRAWN_ALIKE.items() if a.isalpha() for c in cs if c < "\u0400"})
@@ -810,23 +816,25 @@ _OTHER_LETTER = re.compile("[\u0370-\u03ff\u0400-\u04ff]")
 def _drawn(label: str) -> str:
     """``label`` with what is drawn as ASCII written so: the typographic marks (’ ‑ “) in a label of two letters or
     more, a word (a single character or symbol is a class of its own in OCR and symbol sets: ``−`` and ``-``,
-    ``f′``), and, in a label that mixes Latin letters with Cyrillic or Greek ones, the letters drawn alike written
-    in the alphabet most of its letters are in (``сat`` as ``cat``, ``кoт`` as ``кот``; a word of one alphabet,
-    ``Кот``, is left as it is written)."""
-    mixed = bool(_LATIN_LETTER.search(label) and _OTHER_LETTER.search(label))
-    if not (mixed or _DRAWN_ANY.search(label)) or sum(c.isalpha() for c in label) < 2:
+    ``f′``), and, word by word, the letters Latin, Cyrillic and Greek draw alike: a word made of such letters
+    alone written in Latin (``сat`` and ``ТОP`` as ``cat`` and ``TOP``), a word of Cyrillic or Greek with a Latin
+    letter among them written in that alphabet (``кoт`` as ``кот``); a word of one alphabet with letters of its
+    own (``Кот``) is left as it is written."""
+    if not (_DRAWN_ANY.search(label) or _OTHER_LETTER.search(label)) or not _TWO_LETTERS.search(label):
         return label
-    label = label.translate(_DRAWN_MARKS)
-    if mixed:
-        # toward the alphabet most of its letters are in: сat (one Cyrillic с) is cat, кoт (one Latin o) is кот
-        latin = len(_LATIN_LETTER.findall(label))
-        cyrillic = sum("\u0400" <= c <= "\u04ff" for c in label)
-        greek = sum("\u0370" <= c <= "\u03ff" for c in label)
-        if latin >= max(cyrillic, greek):
-            label = label.translate(_DRAWN_LETTERS)
-        else:
-            label = label.translate(_AS_CYRILLIC if cyrillic >= greek else _AS_GREEK)
-    return label
+    return _ALPHA_WORD.sub(_drawn_word, label.translate(_DRAWN_MARKS))
+
+
+def _drawn_word(m: re.Match) -> str:
+    w = m.group()
+    other = _OTHER_LETTER.search(w)
+    if other is None:
+        return w
+    if _ALL_DRAWN.fullmatch(w):
+        return w.translate(_DRAWN_LETTERS)
+    if _LATIN_LETTER.search(w):
+        return w.translate(_AS_CYRILLIC if other.group() >= "\u0400" else _AS_GREEK)
+    return w
 
 
 def _look_alike(label: str) -> str:
@@ -858,6 +866,7 @@ def _with_unseen(label: str) -> str:
     """``label`` escaped (``'猫\\u200b'``), then the characters :func:`_look_alike` drops or changes in it,
     named (three at most): ``'ｃａｔ' (U+FF43 FULLWIDTH LATIN SMALL LETTER C, ...)``."""
     drawn = _drawn(label) if isinstance(label, str) else label
+    changed = {c for c, d in zip(label, drawn) if c != d}  # the letters and marks written otherwise (one for one)
     odd = [
         c
         for c in dict.fromkeys(label)
@@ -865,7 +874,7 @@ def _with_unseen(label: str) -> str:
         or (c.isspace() and c != " ")
         or unicodedata.normalize("NFKC", c) != c
         or "\U000e0000" <= c <= "\U000e007f"
-        or (c not in drawn and (c.isalpha() or _DRAWN_ANY.match(c)))
+        or c in changed
     ]
     if not odd:
         return repr(label)
