@@ -2127,6 +2127,17 @@ def test_an_empty_or_too_long_pack_name_is_refused_before_anything_is_written(cl
         pack_lmdb(class_folder, long, workers=1, overwrite=True)
 
 
+def _pack_stopped_after(src: Path, out: Path, samples: int) -> None:
+    """Pack ``src`` into ``out``, stopped (Ctrl-C) once ``samples`` samples are packed, committed every 8."""
+
+    def stop(done, total, nbytes):
+        if done == samples:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(src, out, workers=0, commit_every=8, progress=stop)
+
+
 def test_resume_from_a_source_folder_put_in_place_of_the_one_packed_reads_every_packed_sample_again(tmp_path: Path):
     # The attack: the pack of src killed after 72 of 80 samples; then `mv src src_old; mv src_v2 src`, src_v2 a copy
     # (older times) with one image edited: resume read 32 of the 72 samples again, missed the edited one, and the
@@ -2141,12 +2152,7 @@ def test_resume_from_a_source_folder_put_in_place_of_the_one_packed_reads_every_
     shutil.copytree(src, same)
     out = tmp_path / "p.lmdb"
 
-    def stop(done, total, nbytes):
-        if done == 72:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        pack_lmdb(src, out, workers=0, commit_every=8, progress=stop)
+    _pack_stopped_after(src, out, 72)
     assert read_meta(out)["count"] == 72
     src.rename(tmp_path / "src_old")
     v2.rename(src)
@@ -2177,12 +2183,7 @@ def test_resume_after_one_class_folder_was_put_in_place_of_another_reads_every_p
     imwrite(edited / "00001.png", synthetic_image(8, 8, seed=999), mode="rgb")
     out = tmp_path / "p.lmdb"
 
-    def stop(done, total, nbytes):
-        if done == 72:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        pack_lmdb(src, out, workers=0, commit_every=8, progress=stop)
+    _pack_stopped_after(src, out, 72)
     (src / "cat").rename(tmp_path / "cat_old")
     edited.rename(src / "cat")
     with pytest.raises(UsageError, match=re.escape(f"{src / 'cat' / '00001.png'} gives other bytes than the pack")):
