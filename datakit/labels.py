@@ -12,8 +12,10 @@ from __future__ import annotations
 import codecs
 import contextlib
 import contextvars
+import csv
 import datetime
 import decimal
+import io
 import json
 import logging
 import math
@@ -275,13 +277,17 @@ class ClassMap:
         return cls(tuple(sorted(values)))
 
     @classmethod
-    def from_ints(cls, ints: Sequence[int], *, remap: bool = False, where: str = "labels") -> ClassMap:
+    def from_ints(
+        cls, ints: Sequence[int], *, remap: bool = False, where: str = "labels", say: bool = True
+    ) -> ClassMap:
+        """``say``: warn of a remapped set with gaps (not where the caller maps them only to go on reading, a
+        check that reports them as a problem)."""
         ints = sorted(ints)
         if ints == list(range(len(ints))):
             return cls(tuple(str(i) for i in ints))
         if not remap:
             raise LabelError(f"{where}: {_range_message(ints)}")
-        if _unlike_one_based(ints) and (where, tuple(ints)) not in _GAPS_SAID and not _GIVEN_CLASSES.get():
+        if say and _unlike_one_based(ints) and (where, tuple(ints)) not in _GAPS_SAID and not _GIVEN_CLASSES.get():
             # (with classes= given, the labels are read as they are and then indexed by those: nothing to say)
             # 1..C shifted by one is what remap_labels is for; a set with gaps, or from 2 on, is as often a split
             # lacking classes
@@ -364,7 +370,7 @@ def _range_message(ints: list[int]) -> str:
            "indices")  # fmt: skip
     if _unlike_one_based(ints):  # most likely a split lacking classes: the way that keeps its indices first
         return (head + "A" + own.format(":")[1:] + f"; for a table of every class, remap_labels=True "
-                f"(--remap-labels) maps {lo}..{hi} to 0..{n - 1} in order, or fix the table")  # fmt: skip
+                f"(--remap-labels) maps {_ranges(ints)} to 0..{n - 1} in order, or fix the table")  # fmt: skip
     return (head + f"Use remap_labels=True (--remap-labels) to map {lo}..{hi} to 0..{n - 1} in order, or fix the "
             "table; " + own.format(" instead:"))  # fmt: skip
 
@@ -470,7 +476,7 @@ class LabelTable:
         values = self.class_values
         if self.kind == "int":
             ints = sorted({_int_of(v) for v in values})
-            return ClassMap.from_ints(ints, remap=remap or not strict, where=str(self.path))
+            return ClassMap.from_ints(ints, remap=remap or not strict, where=str(self.path), say=remap)
         if self.kind == "mixed" and strict:
             raise LabelError(self._mixed_problem())
         return ClassMap(tuple(sorted(set(values))))
@@ -1578,46 +1584,100 @@ class _Header:
     lname: str
     rivals: tuple[tuple[int, str], ...] = ()  # other columns naming the class (column, header), when lcol was found
     file_rivals: tuple[tuple[int, str], ...] = ()  # other columns naming the image file (column, header)
+    why: str = ""  # where lcol is None though one column could have been taken as the labels: why it was not
+
+
+# columns that describe an image, never its class: the one column beside the files is not taken as the labels when
+# it is one of these (a table of file names and remarks is not a labelled one)
+_NOT_LABEL_COLUMNS = frozenset(_norm(k) for k in (
+    "备注", "说明", "描述", "注释", "備註", "說明", "remark", "remarks", "note", "notes", "comment", "comments",
+    "description", "caption", "size", "大小", "尺寸", "文件大小", "width", "height", "宽", "高", "宽度", "高度",
+    "bytes", "date", "日期", "time", "时间", "url", "链接", "md5", "sha1", "sha256", "hash", "id", "序号", "编号",
+    "no", "index", "bbox", "box", "source", "来源", "author", "作者"))  # fmt: skip
+
+
+def _header_row(grid: Sequence[Sequence[object]], keys: set[str], label_column: str | None) -> int | None:
+    """The index of a table's header among its first 50 rows: the first row naming a file column, or, where that
+    one names no label column and one of the next 3 rows names both, that one (a group title row above the header,
+    ``图片信息`` over ``文件名 | 大小``, or Excel's CSV of it, ``图片,,``)."""
+    found = [r for r, row in enumerate(grid[:50]) if _header_index(row, keys)]
+    if not found:
+        return None
+    labelled = [r for r in found[:4] if r - found[0] <= 3 and _find_column(grid[r], label_column, LABEL_COLUMNS)
+                is not None]  # fmt: skip
+    return labelled[0] if labelled else found[0]
+
+
+def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int]) -> tuple[int | None, str, str]:
+    """(the label column, '', its name where the title row gives it) for a header naming no label column, or
+    (None, why none can be taken, ''): the label name in the group title row above a blank header cell (``标签``
+    merged down over two rows), else the one other named column, unless it describes the image (remarks, sizes)
+    or a column without a name holds values beside it (the labels, most likely: which one is, the table does not
+    say)."""
+    row = grid[r]
+    for above in grid[max(0, r - 2) : r]:
+        named = [i for i, h in enumerate(above) if i < len(row) and _blank(row[i]) and not _blank(h)
+                 and _norm(h) in _RIVAL_COLUMNS]  # fmt: skip
+        if len(named) == 1:
+            return named[0], "", _text(above[named[0]])
+    if len(others) != 1:
+        return None, "", ""
+    name = _text(row[others[0]])
+    below = grid[r + 1 : r + 51]
+    unnamed = sorted({i for line in below for i, v in enumerate(line) if not _blank(v)
+                      and (i >= len(row) or _blank(row[i]))})  # fmt: skip
+    if unnamed:
+        why = (f"column {_column_letter(unnamed[0])} holds values under no header beside {name!r} (column "
+               f"{_column_letter(others[0])}), and which of them are the labels the table does not say; give the "
+               "label column a header (标签, label), or name it with label_column= (--label-column)")  # fmt: skip
+        return None, why, ""
+    if _norm(name) in _NOT_LABEL_COLUMNS:
+        why = (f"{name!r} (column {_column_letter(others[0])}) describes the images, it does not class them; name "
+               "the label column with label_column= (--label-column)")  # fmt: skip
+        return None, why, ""
+    return others[0], "", ""
 
 
 def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, label_column: str | None,
                    split_column: str | None, where: str = "the table") -> _Header | None:  # fmt: skip
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
-    for r, row in enumerate(grid[:50]):  # title rows and leading empty rows may come first
-        if _header_index(row, keys):
-            fcol = _find_column(row, file_column, FILE_COLUMNS)
-            lcol = _find_column(row, label_column, LABEL_COLUMNS)
-            if lcol is None and label_column is None:
-                others = [i for i, h in enumerate(row) if i != fcol and not _blank(h)]
-                others = [i for i in others if _find_column([row[i]], None, SPLIT_COLUMNS) is None
-                          and _find_column([row[i]], split_column, SPLIT_COLUMNS) is None]  # fmt: skip
-                lcol = others[0] if len(others) == 1 else None
-            scol = _find_column(row, split_column, SPLIT_COLUMNS)
-            assert fcol is not None
-            if scol is not None and scol in (fcol, lcol) and split_column is None:
-                scol = None  # a column named like a split column, already taken as the files or the labels
-            for col, what in ((lcol, "label"), (scol, "split")):
-                if col is not None and col == fcol or (what == "split" and col is not None and col == lcol):
-                    other = "file" if col == fcol else "label"
-                    raise UsageError(
-                        f"{where}: the {other} column and the {what} column are both {_text(row[col])!r} (column "
-                        f"{_column_letter(col)}); name another with {what}_column= (--{what}-column)"
-                    )
-            lname = _text(row[lcol]) if lcol is not None else ""
-            rivals: tuple[tuple[int, str], ...] = ()
-            if label_column is None and lcol is not None and _norm(row[lcol]) in _RIVAL_COLUMNS:
-                rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
-                               and not _blank(h) and _norm(h) in _RIVAL_COLUMNS)  # fmt: skip
-            elif label_column is not None and lcol is not None:  # the named column twice: which one was meant?
-                rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
-                               and not _blank(h) and _norm(h) == _norm(label_column))  # fmt: skip
-            # other columns naming the image (path beside filename, the header twice, two tables side by side):
-            # where they name another image file, which one the rows mean is not known
-            # ('name' beside 'image' is as often an upload's original name, a description: not compared)
-            same = {_norm(file_column)} if file_column is not None else _FILE_KEYS - {"name"}
-            file_rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
-                                and not _blank(h) and _norm(h) in same)  # fmt: skip
-            return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals)
+    r = _header_row(grid, keys, label_column)  # title rows and leading empty rows may come first
+    if r is not None:
+        row = grid[r]
+        fcol = _find_column(row, file_column, FILE_COLUMNS)
+        lcol = _find_column(row, label_column, LABEL_COLUMNS)
+        why, titled = "", ""
+        if lcol is None and label_column is None:
+            others = [i for i, h in enumerate(row) if i != fcol and not _blank(h)]
+            others = [i for i in others if _find_column([row[i]], None, SPLIT_COLUMNS) is None
+                      and _find_column([row[i]], split_column, SPLIT_COLUMNS) is None]  # fmt: skip
+            lcol, why, titled = _inferred_label(grid, r, others)
+        scol = _find_column(row, split_column, SPLIT_COLUMNS)
+        assert fcol is not None
+        if scol is not None and scol in (fcol, lcol) and split_column is None:
+            scol = None  # a column named like a split column, already taken as the files or the labels
+        for col, what in ((lcol, "label"), (scol, "split")):
+            if col is not None and col == fcol or (what == "split" and col is not None and col == lcol):
+                other = "file" if col == fcol else "label"
+                raise UsageError(
+                    f"{where}: the {other} column and the {what} column are both {_text(row[col])!r} (column "
+                    f"{_column_letter(col)}); name another with {what}_column= (--{what}-column)"
+                )
+        lname = (titled or _text(row[lcol])) if lcol is not None else ""
+        rivals: tuple[tuple[int, str], ...] = ()
+        if label_column is None and lcol is not None and _norm(row[lcol]) in _RIVAL_COLUMNS:
+            rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
+                           and not _blank(h) and _norm(h) in _RIVAL_COLUMNS)  # fmt: skip
+        elif label_column is not None and lcol is not None:  # the named column twice: which one was meant?
+            rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
+                           and not _blank(h) and _norm(h) == _norm(label_column))  # fmt: skip
+        # other columns naming the image (path beside filename, the header twice, two tables side by side):
+        # where they name another image file, which one the rows mean is not known
+        # ('name' beside 'image' is as often an upload's original name, a description: not compared)
+        same = {_norm(file_column)} if file_column is not None else _FILE_KEYS - {"name"}
+        file_rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
+                            and not _blank(h) and _norm(h) in same)  # fmt: skip
+        return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals, why)
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
     if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):
         width = max(i for i, v in enumerate(first) if not _blank(v)) + 1
@@ -2270,6 +2330,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             if label_column:
                 missing = f"{where}, row {head.at + 1}: no label column named {label_column!r} among {shown}"
                 named_missing.append(missing)
+            elif head.why:
+                missing = f"{where}, row {head.at + 1}: no label column found among {shown}: {head.why}"
             else:
                 missing = (f"{where}, row {head.at + 1}: no label column found among {shown}; name it with "
                            "label_column= (--label-column)")  # fmt: skip
@@ -2556,8 +2618,37 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
             _commented_images(path, buf, notes)
         return [part], enc
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
-    cols = parse_delimited(buf, text, delim, lambda row: _header_index(row, keys))
-    return [_table_part(path, cols, delim, problems, notes, file_column, label_column, split_column)], enc
+    top = _first_rows(buf, text, delim)  # the header's rows above and below it, where a group title row may be
+    pick = _header_row(top, keys, label_column)
+    if pick is not None and pick != next(r for r, row in enumerate(top) if _header_index(row, keys)):
+        chosen = top[pick]  # a header below the first row naming a file column, which names no label column
+
+        def is_header(row: list[str]) -> bool:
+            return row == chosen
+    else:
+
+        def is_header(row: list[str]) -> bool:
+            return _header_index(row, keys)
+
+    cols = parse_delimited(buf, text, delim, is_header)
+    around = top if pick is not None and cols.header == top[pick] else None
+    return [_table_part(path, cols, delim, problems, notes, file_column, label_column, split_column, around)], enc
+
+
+def _first_rows(buf: bytes, text: str | None, delim: str, size: int = 1 << 16) -> list[list[str]]:
+    """The first 100 rows of a text table with a cell (cells stripped, as the parser gives them), read from its
+    first ``size`` characters."""
+    start = text[:size] if text is not None else buf[:size].decode("ascii", "replace")
+    if len(start) == size:
+        start = start[: start.rfind("\n") + 1] or start  # whole lines only
+    rows = []
+    for rec in csv.reader(io.StringIO(start, newline=""), delimiter=delim):
+        cells = [c.strip() for c in rec]
+        if any(cells):
+            rows.append(cells)
+            if len(rows) == 100:
+                break
+    return rows
 
 
 _SUFFIX_ALTERNATIVES = "|".join(s.lstrip(".") for s in IMAGE_SUFFIXES)
@@ -2654,7 +2745,10 @@ def _article(name: str) -> str:
 
 
 def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: list, file_column: str | None,
-                label_column: str | None, split_column: str | None) -> _Part:  # fmt: skip
+                label_column: str | None, split_column: str | None,
+                around: list[list[str]] | None = None) -> _Part:  # fmt: skip
+    """``around``: the table's first rows, the header among them, where it was read from them (the rows above and
+    below it tell which column holds the labels where the header does not)."""
     for line, what in cols.bad:
         problems.append(((0, line), f"{path}, line {line}: {what}"))
     header_row = cols.header
@@ -2683,15 +2777,16 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
             return empty
         notes.append(f"{path}: no header line; the first column read as files, the second as labels")
         return _columns_part(cols, 0, 1, None, "", "", "", path, problems, notes)
-    head = _locate_header([header_row], file_column, label_column, split_column, str(path))
+    head = _locate_header(around or [header_row], file_column, label_column, split_column, str(path))
     assert head is not None
     if head.lcol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
         if label_column:
             raise ColumnNotFound(f"{path}, line {cols.header_line}: no label column named {label_column!r} among "
                                  f"{shown}")  # fmt: skip
+        why = f": {head.why}" if head.why else "; name it with label_column= (--label-column)"
         problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: no label column found among "
-                         f"{shown}; name it with label_column= (--label-column)"))  # fmt: skip
+                         f"{shown}{why}"))  # fmt: skip
         return empty
     if split_column is not None and head.scol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))

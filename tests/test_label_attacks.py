@@ -1315,3 +1315,75 @@ def test_percent_cells_read_as_excel_shows_them_like_the_csv_it_saves(tmp_path: 
         wb.save(book)
         got = read_labels(book).labels.tolist()[0]
         assert got == shown if shown else got.endswith("%"), (fmt, got)  # 1e30: read, not "cannot be read"
+
+
+def _two_row_header(path: Path) -> Path:
+    """A group title row over the header, 标签 merged down over both rows, as Chinese workbooks are laid out."""
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    for r in [("图片信息", None, "标签"), ("文件名", "大小", None), ("0.jpg", 1, 0), ("1.jpg", 0, 1), ("2.jpg", 1, 0),
+              ("3.jpg", 0, 1)]:  # fmt: skip
+        ws.append(r)
+    ws.merge_cells("A1:B1")
+    ws.merge_cells("C1:C2")
+    wb.save(path)
+    return path
+
+
+def test_a_label_header_merged_down_from_a_title_row_is_the_label_column(tmp_path: Path):
+    # once: 大小, the one other named cell of the header row, was read as the labels, and check said 0 problems
+    root = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg", "3.jpg")
+    book = _two_row_header(tmp_path / "t.xlsx")
+    (tmp_path / "t.csv").write_text("图片信息,,标签\n文件名,大小,\n0.jpg,1,0\n1.jpg,0,1\n2.jpg,1,0\n3.jpg,0,1\n",
+                                    encoding="utf-8")  # fmt: skip
+    for table in (book, tmp_path / "t.csv"):
+        ds = open_dataset(root, labels=table)
+        assert ds.classes == ["0", "1"] and list(ds.targets) == [0, 1, 0, 1], table
+
+
+def test_a_header_below_a_title_row_naming_a_file_column_is_the_header(tmp_path: Path):
+    # Excel's CSV of a merged group title (图片 over 文件名 | 大小 | 类别): once refused, and --label-column 类别 too
+    root = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg", "3.jpg")
+    table = tmp_path / "g.csv"
+    table.write_text("图片,,\n文件名,大小,类别\n0.jpg,1,猫\n1.jpg,2,狗\n2.jpg,1,猫\n3.jpg,2,狗\n", encoding="utf-8")
+    for named in (None, "类别"):
+        ds = open_dataset(root, labels=table, label_column=named)
+        assert ds.classes == ["狗", "猫"] and list(ds.targets) == [1, 0, 1, 0]
+    assert main(["check", "-q", str(root), "--labels", str(table), "--label-column", "类别"]) == 0
+
+
+def test_the_one_named_column_is_not_the_labels_beside_an_unnamed_one_or_when_it_describes(tmp_path: Path, capsys):
+    root = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg", "3.jpg")
+    unnamed = tmp_path / "u.csv"
+    unnamed.write_text("文件名,大小,\n0.jpg,1,0\n1.jpg,0,1\n2.jpg,1,0\n3.jpg,0,1\n", encoding="utf-8")
+    remarks = tmp_path / "r.csv"
+    remarks.write_text("文件名,备注\n0.jpg,a\n1.jpg,b\n2.jpg,a\n3.jpg,b\n", encoding="utf-8")
+    assert main(["check", "-q", str(root), "--labels", str(unnamed)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{unnamed}, line 1: no label column found among '文件名', '大小': column C holds values under no header beside "
+        "'大小' (column B), and which of them are the labels the table does not say; give the label column a header "
+        "(标签, label), or name it with label_column= (--label-column)"
+    ]
+    assert main(["check", "-q", str(root), "--labels", str(remarks)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{remarks}, line 1: no label column found among '文件名', '备注': '备注' (column B) describes the images, it "
+        "does not class them; name the label column with label_column= (--label-column)"
+    ]
+    ds = open_dataset(root, labels=remarks, label_column="备注")  # named: read as asked
+    assert ds.classes == ["a", "b"] and list(ds.targets) == [0, 1, 0, 1]
+    book = workbook(tmp_path / "u.xlsx", {"train": [["0.jpg", 1, 0], ["1.jpg", 0, 1]]}, header=("文件名", "大小"))
+    with pytest.raises(LabelError, match=r"sheet 'train', row 1: no label column found among '文件名', '大小': column C "
+                       r"holds values under no header beside '大小' \(column B\)"):  # fmt: skip
+        open_dataset(images(tmp_path / "two", "0.jpg", "1.jpg"), labels=book)
+
+
+def test_check_refuses_integer_labels_with_gaps_without_saying_they_were_remapped(tmp_path: Path, capsys):
+    root = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg", "3.jpg")
+    table = tmp_path / "gap.csv"
+    table.write_text("file,label\n0.jpg,0\n1.jpg,2\n2.jpg,5\n3.jpg,0\n", encoding="utf-8")
+    assert main(["check", "-q", str(root), "--labels", str(table)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "remapped" not in err[0]
+    assert err[0].startswith(f"{table}: integer labels are {{0, 2, 5}}, not 0..2;")
+    assert "remap_labels=True (--remap-labels) maps {0, 2, 5} to 0..2 in order" in err[0]
