@@ -622,6 +622,42 @@ def _temp_name(name: str, m: ZipMember) -> str:
     return f".{hashlib.sha1(os.fsencode(name)).hexdigest()[:20]}.{tag}{_PART}"
 
 
+_OTHER_PART = re.compile(r"\.(.+)\.[0-9a-f]{8}" + re.escape(_PART))
+
+
+def _remove_other_parts(tree: _Tree, written: dict[str, ZipMember], report: ExtractReport, dest: Path) -> None:
+    """Remove the parts an interrupted run left of other versions of the files now in place (an archive
+    replaced by a newer one between the runs: its part's tag, the old member's CRC-32 and size, is not this
+    one's; a file under this one's own tag was left as it was above), each with a note; one listing per folder
+    written into."""
+    import hashlib
+
+    by_folder: dict[tuple[str, ...], set[str]] = {}
+    own: set[str] = set()
+    for rel, m in written.items():
+        *folder, name = rel.split("/")
+        by_folder.setdefault(tuple(folder), set()).add(name)
+        own.add("/".join([*folder, _temp_name(name, m)]))
+    for folder, names in by_folder.items():
+        try:
+            fd = tree.folder(list(folder), create=False)
+            entries = [e for e in os.listdir(fd) if e.endswith(_PART)]
+        except (_Refused, OSError):
+            continue
+        if not entries:
+            continue
+        hashed = {hashlib.sha1(os.fsencode(n)).hexdigest()[:20]: n for n in names}
+        for entry in entries:
+            if entry in names or "/".join([*folder, entry]) in own:  # a member named like a part; this one's tag
+                continue
+            m = _OTHER_PART.fullmatch(entry)
+            name = m and (m.group(1) if m.group(1) in names else hashed.get(m.group(1)))
+            if name and _remove_stale_part(entry, fd, sys.maxsize) and _lstat(entry, fd) is None:
+                shown = _printable(dest / "/".join([*folder, entry]))
+                report.notes.append(f"{shown}: removed, the part an interrupted extraction left of another version "
+                                    f"of {name!r}")  # fmt: skip
+
+
 class _Tree:
     """The target folder, walked one component at a time through directory file descriptors.
 
@@ -791,17 +827,22 @@ def unzip(
         if not os.access(dest_path, os.W_OK | os.X_OK):  # one line now, not one per member below
             raise UsageError(f"{dest}: not writable; cannot extract into it")
         free = shutil.disk_usage(dest_path).free
+        vfs = os.statvfs(dest_path)
+        nodes = sum(1 for m in members if not m.is_dir) + folders  # a file each, empty or not: inodes run out first
         declared = total
         need = total + _FOLDER_BYTES * folders
-        if need > free:  # a rerun: the files and folders already there need no room again
-            total -= _already_there(dest_path, members)
-            need = total + _FOLDER_BYTES * _count_folders(members, dest_path)
+        if need > free or (vfs.f_files and nodes > vfs.f_favail):  # a rerun: what is there needs no room again
+            there, count = _already_there(dest_path, members)
+            total -= there
+            folders_left = _count_folders(members, dest_path)
+            need = total + _FOLDER_BYTES * folders_left
+            nodes = nodes - folders - count + folders_left
+        if vfs.f_files and nodes > vfs.f_favail:  # (0 inodes in all: a file system that does not count them)
+            _remove_made(made)
+            raise ArchiveError(f"{archive}: refused, its members need {nodes} files and folders but only "
+                               f"{vfs.f_favail} more fit in {dest} (inodes; a bomb of empty files?)")  # fmt: skip
         if need > free:
-            for p in made:  # an archive refused leaves nothing behind, not even the folders made for it
-                try:
-                    p.rmdir()
-                except OSError:
-                    break
+            _remove_made(made)
             raise ArchiveError(f"{archive}: refused, members need {need} bytes but only {free} are free in {dest}")
         tree = _Tree(dest_path)
         # what every member declares, not less the files already there: --overwrite writes those that differ again
@@ -820,7 +861,7 @@ def unzip(
                     continue
                 rel, note = safe_relpath(m.name)
                 label = f"{archive}: member {m.name!r}"
-                if rel is None and m.is_dir and m.name.replace("\\", "/").strip("/") in ("", "."):
+                if rel is None and m.is_dir and m.name.replace("\\", "/").strip("/") in ("", ".") and not m.file_size:
                     continue  # './': the target folder itself, as the dataset read in place takes it
                 if rel is None:
                     report.problems.append(f"{label}: {note}")
@@ -902,6 +943,8 @@ def unzip(
                 report.notes.append(f"{archive}: {macos} member{'s' if macos > 1 else ''} of macOS Finder's metadata "
                                     "(__MACOSX/..., ._NAME) not extracted: resource forks, no files of the folder "
                                     "zipped (the zip read in place leaves them out too)")  # fmt: skip
+            _remove_other_parts(tree, {rel: files_seen[rel] for rel in [*report.extracted, *report.unchanged]
+                                       if rel in files_seen}, report, dest_path)  # fmt: skip
             last = {rel: m.index for m in members if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
             try:
                 _make_links(zf, infos, links, last, files_seen, tree, overwrite, report, archive, folders_of)
@@ -1092,9 +1135,18 @@ def _printable(path: os.PathLike | str) -> str:
     return text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
-def _already_there(dest: Path, members: list[ZipMember]) -> int:
-    """The bytes of the regular members whose file is already in ``dest`` with their size."""
-    there = 0
+def _remove_made(made: list[Path]) -> None:
+    """Remove the folders made for an archive refused: it leaves nothing behind."""
+    for p in made:
+        try:
+            p.rmdir()
+        except OSError:
+            break
+
+
+def _already_there(dest: Path, members: list[ZipMember]) -> tuple[int, int]:
+    """The bytes and the number of the regular members whose file is already in ``dest`` with their size."""
+    there = count = 0
     for m in members:
         rel = safe_relpath(m.name)[0] if not (m.is_dir or m.is_symlink) else None
         if rel is None:
@@ -1105,7 +1157,8 @@ def _already_there(dest: Path, members: list[ZipMember]) -> int:
             continue
         if stat.S_ISREG(st.st_mode) and st.st_size == m.file_size:
             there += m.file_size
-    return there
+            count += 1
+    return there, count
 
 
 def _explain(exc: BaseException) -> str:

@@ -348,7 +348,7 @@ def _archive_bytes(archive: Path) -> int:
 
     try:
         with _open_zip(archive) as zf:
-            return sum(i.file_size for i in zf.infolist() if not i.is_dir())
+            return sum(i.file_size for i in zf.infolist() if not i.filename.endswith("/"))  # '' is a name too
     except (DatakitError, OSError):  # unzip says what is wrong with it
         return 0
 

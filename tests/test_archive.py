@@ -2485,3 +2485,53 @@ def test_a_shift_jis_name_whose_second_byte_is_a_backslash_is_not_split_by_a_one
         assert detect_encoding(mixed).encoding == codec
         assert unzip(mixed, tmp_path / codec).ok
         assert sorted(tree(tmp_path / codec)) == sorted(n.replace("\\", "/") for n in names)
+
+
+def test_members_named_empty_or_as_the_target_folder_holding_bytes_are_named_not_dropped(tmp_path: Path, capsys):
+    # once: '' gave a traceback (IndexError) and extracted nothing; '//' holding 9 bytes was dropped unsaid, exit 0
+    z = write_zip(tmp_path / "e.zip", [ZipEntry(name=b"", data=b"x"), ZipEntry(name=b"//", data=b"important"),
+                                       ZipEntry(name=b"./", data=b""), ZipEntry(name=b"ok.txt", data=b"ok")])  # fmt: skip
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{z}: member '': refused: the name is empty", f"{z}: member '//': refused: the name is empty",
+                   "2 members not extracted (see above)"]  # fmt: skip
+    assert tree(tmp_path / "out") == {"ok.txt": b"ok"}
+
+
+def test_a_part_left_of_another_version_of_a_file_is_removed_when_the_file_is_written(tmp_path: Path):
+    # once: a run killed on v1's cat/1.bin left its part, tagged with v1's CRC-32 and size; v2's run wrote cat/1.bin
+    # and the 100 MB part stayed beside it, unsaid, for good
+    z = write_zip(tmp_path / "v2.zip", [ZipEntry(name=b"cat/1.bin", data=b"v2" * 100), ZipEntry(name=b"cat/2.bin")])
+    out = tmp_path / "out"
+    (out / "cat").mkdir(parents=True)
+    (out / "cat" / ".1.bin.0badc0de.unzip-part").write_bytes(b"v1" * 10)
+    (out / "cat" / ".3.bin.0badc0de.unzip-part").write_bytes(b"of a file this archive does not hold")
+    (out / "cat" / ".1.bin.unzip-part").write_bytes(b"no tag: not a part of datakit's")
+    report = unzip(z, out)
+    assert report.ok and sorted(report.extracted) == ["cat/1.bin", "cat/2.bin"]
+    assert report.notes == [f"{out}/cat/.1.bin.0badc0de.unzip-part: removed, the part an interrupted extraction left "
+                            "of another version of '1.bin'"]  # fmt: skip
+    assert sorted(p.name for p in (out / "cat").iterdir()) == [".1.bin.unzip-part", ".3.bin.0badc0de.unzip-part",
+                                                               "1.bin", "2.bin"]  # fmt: skip
+
+
+def test_an_archive_of_more_files_than_the_file_system_has_inodes_for_is_refused(tmp_path: Path, monkeypatch):
+    import datakit.archive as archive
+
+    real = os.statvfs
+    z = write_zip(tmp_path / "many.zip", [ZipEntry(name=f"d{k % 3}/{k}.txt".encode()) for k in range(40)])
+
+    def few(path):
+        st = real(path)
+        return os.statvfs_result((*st[:5], 1000, 30, 30, *st[8:]))
+
+    monkeypatch.setattr(archive.os, "statvfs", few)
+    with pytest.raises(ArchiveError) as err:
+        unzip(z, tmp_path / "new" / "out")
+    assert str(err.value) == (f"{z}: refused, its members need 43 files and folders but only 30 more fit in "
+                              f"{tmp_path / 'new' / 'out'} (inodes; a bomb of empty files?)")  # fmt: skip
+    assert not (tmp_path / "new").exists()
+    monkeypatch.setattr(archive.os, "statvfs", lambda p: os.statvfs_result((*real(p)[:5], 0, 0, 0, *real(p)[8:])))
+    assert unzip(z, tmp_path / "out").ok  # a file system that counts no inodes (btrfs) is not refused
+    monkeypatch.setattr(archive.os, "statvfs", few)
+    assert unzip(z, tmp_path / "out").ok  # run again: the 43 are there already, none more is needed
