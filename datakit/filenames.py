@@ -90,6 +90,9 @@ _OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "gb18030", "big5", "cp932", 
 _DOS_HOSTS = {0, 6, 11, 14}  # MS-DOS/FAT, OS/2 HPFS, NTFS, VFAT
 _UNIX_HOSTS = {3, 19}  # Unix, OS X
 AMBIGUITY_MARGIN = 0.12
+# of the legacy archives datakit reads, most were made on Chinese Windows: between readings about as plausible,
+# GBK's is taken, and a reading this much closer to GBK's than AMBIGUITY_MARGIN is named as its rival
+GBK_PRIOR = 0.05
 # names whose non-ASCII text is one character (a class folder '农', a file '锌.jpg') say too little to
 # choose between two plausible readings (农 in GBK is 크 in CP949, 写 is д in UTF-8): any reading this close to
 # the best is named as a rival, so the choice comes with a warning, and GBK, when among them, is chosen
@@ -158,6 +161,48 @@ _HANGUL_COMMON = (
 )
 
 
+# the class names of image datasets (class folders are often one or two characters: 苹果/, 健康/, 焊缝/): fruit,
+# animals, vehicles, scenes, industrial defects, medical findings, emotions, plants and their diseases, waste sorting
+_LABELS_SIMPLIFIED = (
+    "苹果香蕉橘子橙柠檬葡萄西瓜草莓桃梨樱桃芒果菠萝荔枝龙眼椰猕猴柚石榴柿蓝莓哈密瓜白菜萝卜胡土豆番茄黄茄辣椒洋葱蒜南"
+    "蘑菇菠芹菜生豆角玉米猫狗鸟鱼马牛羊猪鸡鸭鹅兔老虎狮熊象猴颈鹿斑狼狐狸蛇青蛙乌龟鲸豚鲨企鹅鹦鹉鼠松蝴蝶蜜蜂蚂蚁蜘蛛"
+    "昆虫害轿卡货巴士摩托飞铁轮船骑红绿灯牌志停限速建筑房屋桥梁街树森林卉草云雨雪雾晴阴夜晚室海滩沙漠脉河湖乡村农田"
+    "异缺陷裂纹缝划痕伤污渍脏锈蚀腐变破损失漏错泡杂焊凹凸毛刺斑色差褶皱针孔断磨良品合格次螺丝零电路板阳阴肺炎肿瘤"
+    "节骨折恶病血症息肉囊溃疡眼底皮肤细胞组织胸片理微笑哭泣愤怒惊讶怕恐惧开心兴快乐难悲伤静厌恶气玫瑰葵郁金香蒲公英"
+    "雏菊百合荷牡丹兰桂梅杜鹃稻麦棉茶叶病健康实茎根种籽枯萎霉垃圾回收厨余塑料玻璃纸箱属池瓶罐衣服鞋罩烟头帽吸火焰"
+    "积摔跌倒攀爬闯越界脸部脚睛嘴巴鼻耳朵发镜背伞脑键盘椅桌沙床冰箱碗刀叉勺钟景未知负左右"
+)
+_LABELS_TRADITIONAL = (
+    "蘋果香蕉橘子橙檸檬葡萄西瓜草莓桃梨櫻芒鳳荔枝椰獼猴柚石榴柿藍哈密白菜蘿蔔土豆番茄黃瓜辣椒洋蔥蒜南蘑菇貓狗鳥魚馬"
+    "牛羊豬雞鴨鵝兔老虎獅熊象猴頸鹿斑狼狐狸蛇青蛙烏龜鯨豚鯊企鵝鸚鵡鼠松蝴蝶蜜蜂螞蟻蜘蛛昆蟲害轎卡貨巴士摩托腳踏飛鐵"
+    "輪船騎紅綠燈牌誌停限速建築房屋橋梁街樹森林卉雲雨雪霧晴陰夜晚室海灘沙漠脈河湖鄉村農田異缺陷裂紋縫刮劃痕傷污漬髒"
+    "鏽蝕腐變破損失漏錯泡雜焊凹凸毛刺色差皺針孔斷磨良品合格次螺絲零電路板陽陰肺炎腫瘤節骨折惡病血症息肉囊潰瘍眼底皮"
+    "膚細胞組織胸片理微笑哭泣憤怒驚訝怕恐懼開心興快樂難悲傷靜厭惡氣玫瑰葵鬱金香蒲公英雛菊百合荷牡丹蘭桂梅杜鵑稻麥棉"
+    "茶葉健康實莖根種籽枯萎霉垃圾回收廚餘塑膠料玻璃紙箱屬池瓶罐衣服鞋罩煙頭帽吸火焰積摔跌倒攀爬闖越界臉部睛嘴巴鼻耳"
+    "朵髮鏡背傘腦鍵盤椅桌床冰碗刀叉勺鐘景未知負左右朋友"
+)
+_LABELS_JAPANESE = (
+    "魚牛羊豚馬鳥犬猫友達検証欠陥傷汚笑顔病気果実薔薇桜自動車転飛機電歩者信号建物橋木花空雲雨雪夜朝海山川森林草葉根"
+    "種稲麦米豆野菜林檎蜜柑葡萄苺桃梨西瓜人手足目口耳髪男女供大老正常異良品不合格陽陰腫瘍骨折肺炎怒驚悲喜恐怖嫌悪"
+    "立学習評価訓練試験検査画写真背景前物体他明亀蛇蛙熊鹿狐狼猿象虎獅鯨鮫蝶蜂蟻蜘蛛虫"
+)
+# Korean words of everyday speech and of datasets' classes, whose syllables are the common ones beyond the list above
+_HANGUL_LABELS = (
+    "사과바나나포도수박딸기복숭아배귤오렌지레몬망고파인애플체리고양이강아지개새물고기말소양돼지닭오리토끼호랑이사자곰판다코"
+    "끼리원숭이기린얼룩말늑대여우사슴뱀개구리거북이고래돌고래상어펭귄앵무새쥐다람쥐나비벌개미거미곤충자동차승용차트럭버스자"
+    "전거오토바이비행기기차지하철보행자신호등표지판도로차선번호판건물집다리나무숲꽃풀잔디하늘구름비눈안개맑음흐림밤낮실내"
+    "실외바다해변사막산강호수도시시골논밭정상비정상이상결함균열긁힘스크래치얼룩오염녹부식변형파손누락기포이물질용접찍힘돌"
+    "기점색상주름핀홀파단마모양품불량합격불합격나사부품회로기판양성음성폐렴종양결절골절악성병변출혈염증용종낭종궤양안저피부"
+    "세포조직흉부병리웃음울음분노놀람두려움공포행복기쁨슬픔평온중립혐오화남장미해바라기튤립민들레데이지백합국화연꽃모란난초"
+    "벼밀옥수수콩목화차질병건강잎열매줄기뿌리씨앗잡초쓰레기재활용플라스틱유리종이상자금속배터리병캔옷신발마스크담배안전모흡"
+    "연전화화재불꽃연기물웅덩이넘어짐침입얼굴머리손발입코귀머리카락안경모자가방우산휴대폰컴퓨터키보드마우스의자책상소파침대"
+    "냉장고텔레비전컵그릇접시칼포크숟가락책시계전등전경배경객체물체기타미상클래스샘플왼쪽오른쪽위아래앞뒤큰중간작은친구학습"
+    "검증평가훈련테스트사진이미지동영상데이터라벨정답오답남자여자어린이어른노인학생선생님회사학교병원가게시장공원우리나라사람"
+    "시간생각문제세상지금오늘내일어제하나둘셋넷다섯여섯일곱여덟아홉열첫째둘째마지막처음다음이번지난올해작년내년봄여름가을겨"
+    "울아침점심저녁음식밥물빵고기김치라면커피우유술맥주소주했었있없않많같좋싫읽앉넓젊값닭삶몫밖앓옳잃흙맛멋것밝"
+)
+
+
 @dataclass(frozen=True)
 class EncodingGuess:
     """The encoding chosen for an archive's unflagged names, and why.
@@ -222,7 +267,11 @@ def _han_score(ch: str, enc: str) -> float:
         if not _encodes(ch, "gbk"):  # GB18030's own (䶮, 𠮷): rare characters, in people's names above all
             return 0.5
         b = ch.encode("gbk")
-        return 0.7 if 0xB0 <= b[0] <= 0xD7 else 0.3 if 0xD8 <= b[0] <= 0xF7 else 0.0
+        if not 0xB0 <= b[0] <= 0xF7:
+            return 0.0
+        if b[1] < 0xA1:  # beyond GB2312, GBK's own additions (GBK/4): traditional and rare characters
+            return 0.2
+        return 0.7 if b[0] <= 0xD7 else 0.3
     if enc == "big5":
         if ch in _TRADITIONAL:
             return 1.0
@@ -243,6 +292,25 @@ def _han_score(ch: str, enc: str) -> float:
     return 0.0
 
 
+_TENSE = frozenset({1, 4, 8, 10, 13})  # ㄲ ㄸ ㅃ ㅆ ㅉ
+_RARE_VOWELS = frozenset({3, 10, 15})  # ㅒ ㅙ ㅞ
+_COMMON_FINALS = frozenset({0, 1, 4, 8, 16, 17, 19, 20, 21})  # none, ㄱ ㄴ ㄹ ㅁ ㅂ ㅅ ㅆ ㅇ
+
+
+def _hangul_shape(ch: str) -> float:
+    """How plausible a KS X 1001 syllable outside the common ones is, by its parts: most Korean text is syllables
+    of plain initials, vowels and finals, where the bytes of Chinese or Japanese text read as CP949 give syllables
+    with tense initials, rare vowels (ㅙ, ㅞ, ㅢ after a consonant) and rare or double finals (뙚, 틥, 벎)."""
+    k = ord(ch) - 0xAC00
+    if not 0 <= k < 11172:
+        return 0.75  # a jamo of its own
+    initial, vowel, final = k // 588, k % 588 // 28, k % 28
+    rare = 0.5 * (initial in _TENSE)
+    rare += vowel in _RARE_VOWELS or (vowel == 19 and initial not in (11, 18))  # ㅢ: 의, 희
+    rare += final not in _COMMON_FINALS
+    return 0.75 if rare == 0 else 0.45 if rare <= 1 else 0.15
+
+
 def _char_score(ch: str, enc: str, table: bool = False) -> float:
     """How plausible the non-ASCII ``ch`` is in a file name read as ``enc`` (1 common .. -2 garbage).
     ``table``: a text table's cell, where the candidates are UTF-8, GBK and Big5 (no DOS code page):
@@ -261,7 +329,7 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
     if script == "hangul":
         if enc not in ("cp949", "utf-8"):
             return 0.0
-        return 1.0 if ch in _KOREAN else 0.75 if _encodes(ch, "euc_kr") else 0.2
+        return 1.0 if ch in _KOREAN else _hangul_shape(ch) if _encodes(ch, "euc_kr") else 0.2
     if script == "cyrillic":
         return _RU_SCORE.get(ch.lower(), 0.1)
     if script == "greek":
@@ -377,8 +445,9 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     value = total / len(chars)
     if enc == "utf-8":
         value += 0.3  # valid multi-byte UTF-8 is itself evidence: random legacy bytes rarely are
-    if host == "dos":  # DOS/Windows tools write the OEM code page: CP437/850/866 and the CJK ones
-        value += 0.1 if enc in _OEM else -0.1
+    if host == "dos":  # DOS/Windows tools write the OEM code page: CP437/850/866 and the CJK ones; some the ANSI
+        # one (CP1251, CP1252), none a Unix one (KOI8-R)
+        value += 0.1 if enc in _OEM else -0.3 if dict(CANDIDATES).get(enc) == "unix" else -0.1
     elif host == "unix":  # Unix tools write the locale's encoding, never a DOS code page
         value += 0.1 if enc in ("utf-8", "koi8_r") else -0.1 if dict(CANDIDATES).get(enc) == "dos" else 0.0
     return value
@@ -439,18 +508,21 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
             if family != "any" and enc in readings:
                 del readings[enc]
                 scores[enc] = None
-    ranked = sorted((e for e in readings), key=lambda e: -scores[e])
+    # GBK first between readings as plausible; how close they are, the warning still says
+    ranked = sorted((e for e in readings), key=lambda e: -scores[e] - (GBK_PRIOR if e in ("gbk", "gb18030") else 0))
     if not ranked:
         enc = "gb18030" if all(decodes(n, "gb18030") for n in raw_names) else "cp437"
         return EncodingGuess(enc, "no candidate decodes every name; undecodable bytes are replaced", scores)
     best = ranked[0]
     same = [e for e in ranked[1:] if readings[e] == readings[best]]
     seen = {c for name in readings[best] for c in name if ord(c) >= 0x80}
-    thin = len(seen) <= THIN_EVIDENCE_CHARS
+    # one character's bytes (one CJK character, or two letters of a one-byte code page: 鞄 in CP932 is КУ in CP866)
+    runs = {r for n in sample for r in re.findall(rb"[\x80-\xff]+", n)}
+    thin = len(seen) <= THIN_EVIDENCE_CHARS or (len(runs) == 1 and len(next(iter(runs))) <= 2)
     rivals = []
     for e in ranked[1:]:
         distinct = readings[e] != readings[best] and all(readings[e] != readings[r] for r in rivals)
-        close = scores[best] - scores[e] < AMBIGUITY_MARGIN
+        close = scores[best] - scores[e] < AMBIGUITY_MARGIN + (GBK_PRIOR if {best, e} & {"gbk", "gb18030"} else 0)
         close = close or (
             thin and scores[best] - scores[e] < THIN_EVIDENCE_MARGIN and scores[e] >= THIN_EVIDENCE_PLAUSIBLE
         )
@@ -537,13 +609,13 @@ def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:
         return False
 
 
-_SIMPLIFIED = frozenset(_HANZI_COMMON)
-_TRADITIONAL = frozenset(_HANZI_COMMON_TRAD)
+_SIMPLIFIED = frozenset(_HANZI_COMMON + _LABELS_SIMPLIFIED)
+_TRADITIONAL = frozenset(_HANZI_COMMON_TRAD + _LABELS_TRADITIONAL)
 # a name's characters count a little less than the commonest: Korean syllables read as GBK land on some (첨부: 梅何)
 _NAMES = frozenset(_NAMES_SIMPLIFIED + _NAMES_TRADITIONAL) - _SIMPLIFIED - _TRADITIONAL
 _NAME_SCORE = 0.9
-_JAPANESE = frozenset(_KANJI_COMMON)
-_KOREAN = frozenset(_HANGUL_COMMON)
+_JAPANESE = frozenset(_KANJI_COMMON + _LABELS_JAPANESE)
+_KOREAN = frozenset(_HANGUL_COMMON + _HANGUL_LABELS)
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -2194,10 +2194,12 @@ def test_names_with_gb18030_characters_and_short_japanese_names_decode(tmp_path:
         assert (guess.encoding, guess.ambiguous) == (want, ())
         report = unzip(z, tmp_path / str(k))
         assert report.problems == [] and sorted(tree(tmp_path / str(k))) == sorted(names)
-    # two characters alone (陳靜 in Big5, 첨부 in CP949) read as well in another encoding: said so, never silently
-    for name, enc, ambiguous in (("陳靜.pdf", "big5", ("big5", "cp949")), ("첨부.jpg", "cp949", ("gbk", "cp949"))):
+    # two characters alone (첨부 in CP949) read as well in another encoding: said so, never silently; 陳靜 in Big5,
+    # once as plausible as CP949's 날픒 (a rare vowel and final), is Big5's
+    for name, enc, ambiguous in (("陳靜.pdf", "big5", ()), ("첨부.jpg", "cp949", ("gbk", "cp949"))):
         z = write_zip(tmp_path / "one.zip", [ZipEntry(name=name.encode(enc), data=b"x")])
         assert detect_encoding(z).ambiguous == ambiguous
+        assert detect_encoding(z).decode(name.encode(enc)) == (name if not ambiguous else "梅何.jpg")
 
 
 def test_a_table_over_a_zip_reads_what_unzip_writes(tmp_path: Path):
@@ -2535,3 +2537,24 @@ def test_an_archive_of_more_files_than_the_file_system_has_inodes_for_is_refused
     assert unzip(z, tmp_path / "out").ok  # a file system that counts no inodes (btrfs) is not refused
     monkeypatch.setattr(archive.os, "statvfs", few)
     assert unzip(z, tmp_path / "out").ok  # run again: the 43 are there already, none more is needed
+
+
+def test_short_class_folders_decode_in_their_own_encoding_or_are_said_to_be_ambiguous(tmp_path: Path, capsys):
+    # the attack: one- and two-class archives made on Windows (MS-DOS host, no UTF-8 flag) came out as another
+    # language with exit 0 and no word: GBK 病害/健康 as 깹벧/숯영, 苹果 as 틥벎, 橘子 as KOI8-R Иывс, CP932 検証 as
+    # 뙚뤪, and CP949 친구 as GBK 模备
+    cases = [("gbk", ["病害", "健康"]), ("gbk", ["苹果"]), ("gbk", ["柠檬", "芒果"]), ("gbk", ["玫瑰", "雏菊"]),
+             ("gbk", ["橘子"]), ("cp932", ["検証"]), ("cp932", ["友達", "欠陥"])]  # fmt: skip
+    for k, (enc, classes) in enumerate(cases):
+        names = [f"{c}/IMG_{i:04d}.jpg" for c in classes for i in range(3)]
+        z = write_zip(tmp_path / f"{k}.zip", [ZipEntry(n.encode(enc), b"x", made_by=0x0014) for n in names])
+        assert unzip_gbk_main([str(z), "-d", str(tmp_path / str(k))]) == 0
+        out = capsys.readouterr()
+        assert out.err == "" and f"names decoded as {enc}:" in out.out, (classes, out)
+        assert sorted(tree(tmp_path / str(k))) == sorted(names)
+    z = write_zip(tmp_path / "kr.zip", [ZipEntry(f"친구/{i}.jpg".encode("cp949"), b"x", made_by=0x0014)
+                                        for i in range(3)])  # fmt: skip
+    guess = detect_encoding(z)
+    assert guess.ambiguous == ("gbk", "cp949")  # GBK's 模备 is as plausible: said so, and --encoding cp949 reads it
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "kr"), "--encoding", "cp949"]) == 0
+    assert sorted(tree(tmp_path / "kr")) == [f"친구/{i}.jpg" for i in range(3)]

@@ -764,9 +764,8 @@ def test_korean_japanese_western_cyrillic_and_greek_tables_are_not_read_as_gbk(t
 @pytest.mark.parametrize("codec, labels, message", [
     ("cp1250", ["želva"], "cannot tell the encoding apart: as GBK it reads '瀍lva'; as Windows-1250 (Central European) "
      "it reads 'želva'; pass encoding='gbk' or encoding='cp1250' (--encoding) to say which"),
-    ("cp1250", ["jabłko", "dziecko"], "cannot tell the encoding apart: as GBK it reads 'jab砶o'; as Big5 it reads "
-     "'jab趾o'; as Windows-1250 (Central European) it reads 'jabłko'; pass encoding='gbk' or encoding='big5' or "
-     "encoding='cp1250' (--encoding) to say which"),
+    ("cp1250", ["jabłko", "dziecko"], "cannot tell the encoding apart: as Big5 it reads 'jab趾o'; as Windows-1250 "
+     "(Central European) it reads 'jabłko'; pass encoding='big5' or encoding='cp1250' (--encoding) to say which"),
     ("cp1250", ["želva", "kočka", "pes"], "cannot tell the encoding apart: as GBK it reads '瀍lva, ko鑛a'; as "
      "Windows-1250 (Central European) it reads 'želva, kočka'; pass encoding='gbk' or encoding='cp1250' (--encoding) "
      "to say which"),

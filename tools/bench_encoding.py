@@ -23,10 +23,11 @@ import time
 from charset_normalizer import from_bytes
 
 from datakit.filenames import CANDIDATES, guess_encoding
-from datakit.testing import CORPUS_ENCODINGS, HELD_OUT_CORPUS, NAME_CORPUS, TYPICAL_HOST
+from datakit.testing import CLASS_FOLDER_CORPUS, CORPUS_ENCODINGS, HELD_OUT_CORPUS, NAME_CORPUS, TYPICAL_HOST
 
 ROWS = [(lang, enc) for lang, encs in CORPUS_ENCODINGS.items() for enc in encs] + [("all", "utf-8")]
 SIZES = (1, 3, 10)
+CLASS_SIZES = (1, 2)  # class folders in an archive
 
 
 def names_for(corpus: dict[str, list[str]], lang: str, enc: str) -> list[str]:
@@ -58,14 +59,21 @@ def decodes_to(raws: list[bytes], enc: str | None, names: list[str]) -> bool:
 def run(trials: int, seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
     rows = []
-    for corpus_name, corpus in (("file-name vocabulary", NAME_CORPUS), ("held out", HELD_OUT_CORPUS)):
+    folders = {lang: words.split() for lang, words in CLASS_FOLDER_CORPUS.items()}
+    for corpus_name, corpus in (("file-name vocabulary", NAME_CORPUS), ("held out", HELD_OUT_CORPUS),
+                                ("class folders", folders)):  # fmt: skip
+        classes = corpus is folders  # a draw of k class folders, three images in each: 蝗虫/IMG_0001.jpg
         for lang, enc in ROWS:
+            if lang not in corpus and lang != "all":
+                continue
             pool = names_for(corpus, lang, enc)
             host = TYPICAL_HOST.get(enc, 0)
-            for k in SIZES:
+            for k in CLASS_SIZES if classes else SIZES:
                 if k > len(pool):
                     continue
                 draws = [[n] for n in pool] if k == 1 else [rng.sample(pool, k) for _ in range(trials)]
+                if classes:
+                    draws = [[f"{c}/IMG_{i:04d}.jpg" for c in d for i in range(1, 4)] for d in draws]
                 right = ambiguous = wrong = cn_right = 0
                 t_dk = t_cn = 0.0
                 for names in draws:
@@ -115,7 +123,7 @@ def main() -> None:
             f"{r['datakit_ambiguous']:.0%} | {r['datakit_wrong']:.0%} | {r['charset_normalizer_right']:.0%} | "
             f"{r['datakit_ms']:.2f} / {r['charset_normalizer_ms']:.2f} |"
         )
-    for corpus in ("file-name vocabulary", "held out"):
+    for corpus in ("file-name vocabulary", "held out", "class folders"):
         sel = [r for r in rows if r["corpus"] == corpus]
         total = sum(r["trials"] for r in sel)
 
