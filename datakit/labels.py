@@ -1950,6 +1950,58 @@ def _declared_rows(path: Path, sheet: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def _hidden_columns(path: Path, sheet: str) -> set[int]:
+    """The columns (0-based) the sheet hides in Excel (``<col min max hidden="1">``, before its rows)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            target = _sheet_member(z, sheet)
+            if target is None:
+                return set()
+            with z.open(target) as f:
+                head = ""
+                while "sheetData" not in head and len(head) < 1 << 20:  # <cols> comes before the rows
+                    chunk = f.read(1 << 16).decode("utf-8", "ignore")
+                    if not chunk:
+                        break
+                    head += chunk
+    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
+        return set()
+    head = head.split("sheetData", 1)[0]
+    out: set[int] = set()
+    for m in re.finditer(r"<(?:\w+:)?col\b([^>]*)/?>", head):
+        attrs = m.group(1)
+        lo, hi = re.search(r'\bmin="(\d+)"', attrs), re.search(r'\bmax="(\d+)"', attrs)
+        if lo and hi and re.search(r'\bhidden="(?:1|true)"', attrs):
+            out.update(range(int(lo.group(1)) - 1, min(int(hi.group(1)), int(lo.group(1)) + 1024)))
+    return out
+
+
+_LABEL_WORDS = ("label", "class", "categor", "标签", "类别", "分类", "標籤", "類別", "分類")
+
+
+def _hidden_label_column(path: Path, sheet: str, grid: Sequence[Sequence[object]], head: _Header,
+                         where: str) -> tuple[str, str] | None:  # fmt: skip
+    """('problem' or 'note', the line) where the label column found is hidden in Excel: a problem where a column
+    shown beside it names labels too (新标签 beside a hidden 标签: the labels the user sees are not the ones read),
+    else a note."""
+    hidden = _hidden_columns(path, sheet)
+    if head.lcol not in hidden:
+        return None
+    row = grid[head.at] if head.at >= 0 else []
+    letter = _column_letter(head.lcol)
+    name = f"{head.lname!r} (column {letter})" if head.lname else f"column {letter}"
+    shown = [(i, _text(h)) for i, h in enumerate(row) if i not in (head.fcol, head.lcol, head.scol) and i not in hidden
+             and not _blank(h) and any(w in _norm(h) for w in _LABEL_WORDS)]  # fmt: skip
+    if shown:
+        i, other = shown[0]
+        return "problem", (f"{where}, row {head.at + 1}: the label column {name} is hidden in Excel, and "
+                           f"{other!r} (column {_column_letter(i)}) beside it is shown: which one holds the labels? "
+                           "name it with label_column= (--label-column)")  # fmt: skip
+    return "note", f"{where}: the label column {name} is hidden in Excel; its labels are read"
+
+
 def _cell_ref(letters: str) -> int:
     col = 0
     for ch in letters:
@@ -2265,6 +2317,13 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             continue
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
+        if head is not None and head.lcol is not None and label_column is None:
+            hidden_label = _hidden_label_column(path, sh.name, grid, head, where)
+            if hidden_label is not None and hidden_label[0] == "problem":
+                problems.append(((order, head.at + 1), hidden_label[1]))
+                continue
+            if hidden_label is not None:
+                notes.append(hidden_label[1])
         if head is not None and head.lcol is not None:
             if percent_styles is None:
                 percent_styles = _percent_styles(path)

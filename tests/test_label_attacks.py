@@ -1386,3 +1386,34 @@ def test_check_refuses_integer_labels_with_gaps_without_saying_they_were_remappe
     assert len(err) == 1 and "remapped" not in err[0]
     assert err[0].startswith(f"{table}: integer labels are {{0, 2, 5}}, not 0..2;")
     assert "remap_labels=True (--remap-labels) maps {0, 2, 5} to 0..2 in order" in err[0]
+
+
+def test_a_hidden_label_column_beside_a_shown_one_is_refused_and_alone_noted(tmp_path: Path, capsys):
+    # once: 标签 hidden in Excel, 新标签 shown beside it: the hidden column's labels were read, with no word
+    root = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg", "3.jpg")
+
+    def book(name: str, third: str, hide: str = "B") -> Path:
+        wb = Workbook()
+        ws = wb.active
+        ws.title = "train"
+        ws.append(["文件名", "标签", third])
+        for i, (a, b) in enumerate([("猫", "狗"), ("狗", "猫"), ("猫", "狗"), ("狗", "猫")]):
+            ws.append([f"{i}.jpg", a, b])
+        ws.column_dimensions[hide].hidden = True
+        wb.save(tmp_path / name)
+        return tmp_path / name
+
+    relabelled = book("h.xlsx", "新标签")
+    assert main(["check", "-q", str(root), "--labels", str(relabelled)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{relabelled}, sheet 'train', row 1: the label column '标签' (column B) is hidden in Excel, and '新标签' "
+        "(column C) beside it is shown: which one holds the labels? name it with label_column= (--label-column)"
+    ]
+    ds = open_dataset(root, labels=relabelled, label_column="新标签")
+    assert [ds.classes[t] for t in ds.targets] == ["狗", "猫", "狗", "猫"]
+    remarks = book("r.xlsx", "备注")
+    assert main(["check", "-q", str(root), "--labels", str(remarks)]) == 0
+    assert read_labels(remarks).notes == [f"{remarks}, sheet 'train': the label column '标签' (column B) is hidden in "
+                                          "Excel; its labels are read"]  # fmt: skip
+    shown = book("s.xlsx", "新标签", hide="C")  # the other one hidden: the label column read, nothing to say
+    assert main(["check", "-q", str(root), "--labels", str(shown)]) == 0 and capsys.readouterr().err == ""
