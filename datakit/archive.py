@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
-from datakit.filenames import EncodingGuess, decode_name, decodes, guess_encoding
+from datakit.filenames import EncodingGuess, decode_name, decodes, flagged_legacy, guess_encoding, host_family
 from datakit.io import _umask
 from datakit.parallel import hold_interrupts, release_interrupts
 
@@ -306,9 +306,15 @@ def read_members(
         guess = guess_encoding([raw for raw, _ in legacy], [host for _, host in legacy])
     else:
         guess = _forced(encoding, [raw for raw, _ in legacy])
+    flagged = [raw for raw, flags, _ in entries if flags & 0x800 and decodes(raw, "utf-8", windows=False)]
+    if legacy and flagged:
+        guess = flagged_legacy(guess, flagged, host_family([host for _, host in legacy]))
+    read_legacy = {raw for raw, _ in guess.flagged_legacy}
     members = []
     for i, ((raw, flags, _), uname, info) in enumerate(zip(entries, unicode_names, infos)):
-        if flags & 0x800:
+        if flags & 0x800 and raw in read_legacy:
+            name, source = decode_name(raw, guess.encoding), guess.encoding
+        elif flags & 0x800:
             try:
                 name, source = raw.decode("utf-8"), "utf-8 flag"
             except UnicodeDecodeError:
@@ -365,6 +371,15 @@ def mixed_names(guess: EncodingGuess) -> str:
                 f"or by chance); all decoded as {guess.encoding}, some names may be wrong")  # fmt: skip
     return (f"{guess.mixed_utf8} names are UTF-8 and the others {guess.encoding} (written by two tools?): each "
             "is read in its own encoding")  # fmt: skip
+
+
+def legacy_flagged(guess: EncodingGuess) -> str:
+    """What a guess that reads names flagged UTF-8 in its encoding says of them."""
+    raw, shown = guess.flagged_legacy[0]
+    n = len(guess.flagged_legacy)
+    which = "1 name flagged UTF-8 is" if n == 1 else f"{n} names flagged UTF-8 are"
+    return (f"{which} {guess.encoding} like the others ({shown!r} as UTF-8 is {decode_name(raw, guess.encoding)!r}); "
+            f"read as {guess.encoding}")  # fmt: skip
 
 
 def detect_encoding(archive: str | os.PathLike) -> EncodingGuess:
@@ -1540,6 +1555,8 @@ class ZipReader:
         refuse_overlaps(self.path, members)  # read in place as extracted: one stream behind many names is a bomb
         if self.encoding.mixed_utf8:
             log.warning("%s: %s; pass encoding= (--encoding) to choose", self.path, mixed_names(self.encoding))
+        if self.encoding.flagged_legacy:
+            log.warning("%s: %s", self.path, legacy_flagged(self.encoding))
         if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
             log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= (--encoding) to choose", self.path,
                         self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip

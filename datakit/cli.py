@@ -330,6 +330,10 @@ def _lines(text: object) -> str:
 
 
 def _warn_ambiguous(archive: Path, guess) -> None:
+    if guess.flagged_legacy:
+        from datakit.archive import legacy_flagged
+
+        print(f"warning: {archive}: {legacy_flagged(guess)}", file=sys.stderr)
     if guess.mixed_utf8:
         from datakit.archive import mixed_names
 

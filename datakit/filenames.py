@@ -220,6 +220,9 @@ class EncodingGuess:
     # the raw names) and the others in ``encoding`` (0: not mixed)
     mixed_utf8: int = 0
     utf8_names: frozenset[bytes] = frozenset()
+    # names flagged UTF-8 whose bytes are this encoding's, like the unflagged names beside them (猫/图.jpg in GBK is
+    # valid UTF-8, è/ͼ.jpg): read in ``encoding`` (the raw names, with their UTF-8 reading kept to say so)
+    flagged_legacy: tuple[tuple[bytes, str], ...] = ()
 
     def decode(self, raw: bytes) -> str:
         """``raw``, an unflagged name, read in its encoding."""
@@ -598,6 +601,27 @@ def _suspect(whole: EncodingGuess, utf8: set[bytes], legacy: int) -> EncodingGue
         return whole
     reason = f"{whole.reason}; but {n} of the {legacy} non-ASCII names read better as UTF-8"
     return EncodingGuess(enc, reason, whole.scores, whole.ambiguous, n)
+
+
+def flagged_legacy(guess: EncodingGuess, flagged: Sequence[bytes], host: str | None) -> EncodingGuess:
+    """``guess`` (the encoding of an archive's unflagged names) with the names among ``flagged`` (flagged UTF-8,
+    valid UTF-8) that are its encoding's bytes: where it was chosen without doubt, a name that reads as plausible
+    text in it and as unlikely text in UTF-8 (a folder of accented letters alone, Greek letters in a Chinese
+    archive) was flagged by a tool that set the flag on every name it wrote, whatever their bytes."""
+    if guess.encoding in ("utf-8", "ascii") or guess.ambiguous or not flagged:
+        return guess
+    found = []
+    for raw in flagged:
+        if raw.isascii() or not decodes(raw, guess.encoding):
+            continue
+        mine, theirs = decode_name(raw, guess.encoding), raw.decode("utf-8")
+        legacy, utf8 = score([mine[:SCORED_CHARS]], guess.encoding, host), score([theirs[:SCORED_CHARS]], "utf-8", host)
+        if legacy >= 0.7 and legacy - utf8 >= 0.5:
+            found.append((raw, theirs))
+    if not found:
+        return guess
+    return EncodingGuess(guess.encoding, guess.reason, guess.scores, guess.ambiguous, guess.mixed_utf8,
+                         guess.utf8_names, tuple(found))  # fmt: skip
 
 
 def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:

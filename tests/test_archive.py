@@ -2558,3 +2558,23 @@ def test_short_class_folders_decode_in_their_own_encoding_or_are_said_to_be_ambi
     assert guess.ambiguous == ("gbk", "cp949")  # GBK's 模备 is as plausible: said so, and --encoding cp949 reads it
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "kr"), "--encoding", "cp949"]) == 0
     assert sorted(tree(tmp_path / "kr")) == [f"친구/{i}.jpg" for i in range(3)]
+
+
+def test_a_gbk_name_flagged_utf8_that_happens_to_be_utf8_is_read_as_gbk_like_the_others(tmp_path: Path, capsys):
+    # the attack: 猫/图.jpg in GBK under the UTF-8 flag is valid UTF-8 (è/ͼ.jpg): beside the unflagged GBK names it
+    # made a class 'è' of its own, exit 0, no word
+    entries = [ZipEntry("猫/图.jpg".encode("gbk"), b"x", utf8_flag=True, made_by=0x0014),
+               ZipEntry("猫/狗.jpg".encode("gbk"), b"y", made_by=0x0014),
+               ZipEntry("狗/猫.jpg".encode("gbk"), b"z", made_by=0x0014)]  # fmt: skip
+    z = write_zip(tmp_path / "flag.zip", entries)
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err == (f"warning: {z}: 1 name flagged UTF-8 is gbk like the others ('è/ͼ.jpg' as "
+                                       "UTF-8 is '猫/图.jpg'); read as gbk\n")  # fmt: skip
+    assert tree(tmp_path / "out") == {"猫/图.jpg": b"x", "猫/狗.jpg": b"y", "狗/猫.jpg": b"z"}
+    assert open_dataset(z).classes == ["狗", "猫"]
+    # a name that is UTF-8 (written by another tool, flagged) stays UTF-8 beside GBK names
+    entries[0] = ZipEntry("猫/图.jpg".encode(), b"x", utf8_flag=True, made_by=0x0014)
+    z = write_zip(tmp_path / "real.zip", entries)
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "real")]) == 0
+    assert capsys.readouterr().err == ""
+    assert tree(tmp_path / "real") == {"猫/图.jpg": b"x", "猫/狗.jpg": b"y", "狗/猫.jpg": b"z"}
