@@ -876,7 +876,10 @@ def unzip(
                     continue
                 rel, note = safe_relpath(m.name)
                 label = f"{archive}: member {m.name!r}"
-                if rel is None and m.is_dir and m.name.replace("\\", "/").strip("/") in ("", ".") and not m.file_size:
+                if rel is None and m.is_dir and m.name.replace("\\", "/").strip("/") in ("", "."):
+                    if m.file_size:  # a file renamed by hand or a crafted archive, as for 'd/' below
+                        report.problems.append(f"{label}: named as the target folder itself but holds "
+                                               f"{m.file_size} bytes; not extracted")  # fmt: skip
                     continue  # './': the target folder itself, as the dataset read in place takes it
                 if rel is None:
                     report.problems.append(f"{label}: {note}")

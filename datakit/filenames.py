@@ -200,6 +200,7 @@ _HANGUL_LABELS = (
     "검증평가훈련테스트사진이미지동영상데이터라벨정답오답남자여자어린이어른노인학생선생님회사학교병원가게시장공원우리나라사람"
     "시간생각문제세상지금오늘내일어제하나둘셋넷다섯여섯일곱여덟아홉열첫째둘째마지막처음다음이번지난올해작년내년봄여름가을겨"
     "울아침점심저녁음식밥물빵고기김치라면커피우유술맥주소주했었있없않많같좋싫읽앉넓젊값닭삶몫밖앓옳잃흙맛멋것밝"
+    "까깨꺼께꼬꾸끄끝꿈꼭딸때떠또뜨띠빠빨빵뻐뽀뿌삐싸쌀쌍써쏘쑤쓰씨짜짝째쩌쪽쭈찌찍깊밑빛낮낯젖몇"
 )
 
 
@@ -259,7 +260,7 @@ def _encodes(ch: str, enc: str) -> bool:
         return False
 
 
-def _han_score(ch: str, enc: str) -> float:
+def _han_score(ch: str, enc: str, table: bool = False) -> float:
     if enc in ("gbk", "gb18030", "utf-8"):
         if ch in _SIMPLIFIED or (enc == "utf-8" and (ch in _TRADITIONAL)):
             return 1.0
@@ -272,8 +273,9 @@ def _han_score(ch: str, enc: str) -> float:
         b = ch.encode("gbk")
         if not 0xB0 <= b[0] <= 0xF7:
             return 0.0
-        if b[1] < 0xA1:  # beyond GB2312, GBK's own additions (GBK/4): traditional and rare characters
-            return 0.2
+        if b[1] < 0xA1 and not table:  # beyond GB2312, GBK's own additions (GBK/4): traditional and rare
+            # characters, as names go (a table's text is typed, traditional characters in it as often as not)
+            return 0.45
         return 0.7 if b[0] <= 0xD7 else 0.3
     if enc == "big5":
         if ch in _TRADITIONAL:
@@ -298,6 +300,8 @@ def _han_score(ch: str, enc: str) -> float:
 _TENSE = frozenset({1, 4, 8, 10, 13})  # ㄲ ㄸ ㅃ ㅆ ㅉ
 _RARE_VOWELS = frozenset({3, 10, 15})  # ㅒ ㅙ ㅞ
 _COMMON_FINALS = frozenset({0, 1, 4, 8, 16, 17, 19, 20, 21})  # none, ㄱ ㄴ ㄹ ㅁ ㅂ ㅅ ㅆ ㅇ
+# the double finals and ㅋ; the others past the common ones count half (밖 받 낮 꽃 밭 앞 좋 are everyday)
+_RARE_FINALS = frozenset({3, 5, 6, 9, 10, 11, 12, 13, 14, 15, 18, 24})
 
 
 def _hangul_shape(ch: str) -> float:
@@ -308,10 +312,10 @@ def _hangul_shape(ch: str) -> float:
     if not 0 <= k < 11172:
         return 0.75  # a jamo of its own
     initial, vowel, final = k // 588, k % 588 // 28, k % 28
-    rare = 0.5 * (initial in _TENSE)
-    rare += vowel in _RARE_VOWELS or (vowel == 19 and initial not in (11, 18))  # ㅢ: 의, 희
-    rare += final not in _COMMON_FINALS
-    return 0.75 if rare == 0 else 0.45 if rare <= 1 else 0.15
+    rare = float(vowel in _RARE_VOWELS or (vowel == 19 and initial not in (11, 18)))  # ㅢ: 의, 희
+    rare += 1.0 if final in _RARE_FINALS else 0.0 if final in _COMMON_FINALS else 0.5
+    rare += 0.5 * (initial in _TENSE and rare > 0)  # 빠, 떡, 쌀 are everyday: a tense initial adds to another rarity
+    return 0.75 if rare == 0 else 0.6 if rare <= 0.5 else 0.45 if rare <= 1 else 0.15
 
 
 def _char_score(ch: str, enc: str, table: bool = False) -> float:
@@ -326,7 +330,7 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
         return -1.0
     script = _script(ch)
     if script == "han":
-        return _han_score(ch, enc)
+        return _han_score(ch, enc, table)
     if script == "kana":
         return 1.0 if enc == "cp932" or (table and enc == "utf-8") else 0.0
     if script == "hangul":
@@ -450,7 +454,7 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
         value += 0.3  # valid multi-byte UTF-8 is itself evidence: random legacy bytes rarely are
     if host == "dos":  # DOS/Windows tools write the OEM code page: CP437/850/866 and the CJK ones; some the ANSI
         # one (CP1251, CP1252), none a Unix one (KOI8-R)
-        value += 0.1 if enc in _OEM else -0.3 if dict(CANDIDATES).get(enc) == "unix" else -0.1
+        value += 0.1 if enc in _OEM else -0.1
     elif host == "unix":  # Unix tools write the locale's encoding, never a DOS code page
         value += 0.1 if enc in ("utf-8", "koi8_r") else -0.1 if dict(CANDIDATES).get(enc) == "dos" else 0.0
     return value
@@ -521,7 +525,8 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     seen = {c for name in readings[best] for c in name if ord(c) >= 0x80}
     # one character's bytes (one CJK character, or two letters of a one-byte code page: 鞄 in CP932 is КУ in CP866)
     runs = {r for n in sample for r in re.findall(rb"[\x80-\xff]+", n)}
-    thin = len(seen) <= THIN_EVIDENCE_CHARS or (len(runs) == 1 and len(next(iter(runs))) <= 2)
+    one = len(seen) <= THIN_EVIDENCE_CHARS
+    thin = one or (len(runs) == 1 and len(next(iter(runs))) <= 2)
     rivals = []
     for e in ranked[1:]:
         distinct = readings[e] != readings[best] and all(readings[e] != readings[r] for r in rivals)
@@ -531,7 +536,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
         )
         if distinct and close:
             rivals.append(e)
-    if thin and "gbk" in rivals:  # one character cannot choose: the encoding of the archives datakit reads most
+    if one and "gbk" in rivals:  # one character cannot choose: the encoding of the archives datakit reads most
         rivals = [best, *(e for e in rivals if e != "gbk")]
         best = "gbk"
         same = [e for e in ranked if e != best and readings[e] == readings[best]]

@@ -1603,9 +1603,20 @@ def _header_row(grid: Sequence[Sequence[object]], keys: set[str], label_column: 
     found = [r for r, row in enumerate(grid[:50]) if _header_index(row, keys)]
     if not found:
         return None
-    labelled = [r for r in found[:4] if r - found[0] <= 3 and _find_column(grid[r], label_column, LABEL_COLUMNS)
-                is not None]  # fmt: skip
-    return labelled[0] if labelled else found[0]
+
+    def titles_only(a: int, b: int) -> bool:  # no row between a and b names an image (a table above: its header)
+        return not any(_looks_like_file(v) for row in grid[a + 1 : b] for v in row if not _blank(v))
+
+    labelled = [r for r in found[:4] if r - found[0] <= 3 and titles_only(found[0], r)
+                and _find_column(grid[r], label_column, LABEL_COLUMNS) is not None]  # fmt: skip
+    if not labelled:
+        return found[0]
+    r = labelled[0]
+    # a title row that names both (图片,,标签 over 文件名,大小,类别): the header is the row right under it
+    below = next((k for k in range(r + 1, min(len(grid), 50)) if any(not _blank(v) for v in grid[k])), None)
+    if below in found and _find_column(grid[below], label_column, LABEL_COLUMNS) is not None:
+        return below
+    return r
 
 
 def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int]) -> tuple[int | None, str, str]:
@@ -1615,23 +1626,40 @@ def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int])
     or a column without a name holds values beside it (the labels, most likely: which one is, the table does not
     say)."""
     row = grid[r]
+    data = [line for line in grid[r + 1 : r + 51] if any(not _blank(v) for v in line)]
+
+    def values(i: int) -> list:
+        return [line[i] for line in data if i < len(line) and not _blank(line[i])]
+
+    def filled(i: int) -> bool:  # a column of values, not a stray remark in a cell or two
+        return bool(data) and 2 * len(values(i)) >= len(data)
+
     for above in grid[max(0, r - 2) : r]:
         named = [i for i, h in enumerate(above) if i < len(row) and _blank(row[i]) and not _blank(h)
-                 and _norm(h) in _RIVAL_COLUMNS]  # fmt: skip
+                 and _norm(h) in _RIVAL_COLUMNS and filled(i)]  # fmt: skip
         if len(named) == 1:
             return named[0], "", _text(above[named[0]])
     if len(others) != 1:
         return None, "", ""
     name = _text(row[others[0]])
-    below = grid[r + 1 : r + 51]
-    unnamed = sorted({i for line in below for i, v in enumerate(line) if not _blank(v)
-                      and (i >= len(row) or _blank(row[i]))})  # fmt: skip
+
+    def running(i: int) -> bool:  # 0, 1, 2...: the row numbers pandas writes first (to_csv, to_excel)
+        try:
+            ints = [int(_text(v)) for v in values(i)]
+        except ValueError:
+            return False
+        return len(ints) >= 3 and ints == list(range(ints[0], ints[0] + len(ints)))
+
+    width = max((len(line) for line in data), default=0)
+    unnamed = [i for i in range(width) if (i >= len(row) or _blank(row[i])) and filled(i) and not running(i)]
     if unnamed:
         why = (f"column {_column_letter(unnamed[0])} holds values under no header beside {name!r} (column "
                f"{_column_letter(others[0])}), and which of them are the labels the table does not say; give the "
                "label column a header (标签, label), or name it with label_column= (--label-column)")  # fmt: skip
         return None, why, ""
-    if _norm(name) in _NOT_LABEL_COLUMNS:
+    labels = [_text(v) for v in values(others[0])]
+    if _norm(name) in _NOT_LABEL_COLUMNS and len(labels) >= 4 and 2 * len(set(labels)) > len(labels):
+        # a remark, a size, an id for almost every image; labels repeat (a column named 'id' of cat, dog is read)
         why = (f"{name!r} (column {_column_letter(others[0])}) describes the images, it does not class them; name "
                "the label column with label_column= (--label-column)")  # fmt: skip
         return None, why, ""

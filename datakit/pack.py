@@ -628,7 +628,7 @@ def pack_lmdb(
             except (UsageError, PackError):
                 part_lock, existing = _open_output(target, meta, resume=False, overwrite=True)
         if existing is not None and (target != out or not existing.get("complete")):
-            stale = _source_changed(ds, lo, existing, target, name_of, max_size, quality)
+            stale = _source_changed(ds, lo, existing, target, name_of, max_size, quality, identity)
             if stale is not None and target != out:
                 # --overwrite, run again after a kill: the part it left was packed from a source that has changed
                 # since, no start for a fresh pack (resumed, it would mix the two): packed again from the start
@@ -785,7 +785,7 @@ _SPOT_ORIGINAL = 1024  # samples stored as their own bytes a resume reads again 
 
 
 def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, name_of: Callable[[int], str],
-                    max_size: int | None, quality: int) -> str | None:  # fmt: skip
+                    max_size: int | None, quality: int, identity: list[int] | None) -> str | None:  # fmt: skip
     """Why the samples a pack (or an --overwrite part) holds are no longer its source's, or None: a file
     modified or replaced since the last commit (its times), or samples read again whose bytes differ from
     those stored (a source swapped whole for another of the same names, which keeps older times)."""
@@ -795,7 +795,7 @@ def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, nam
         path, when, last = changed
         return f"{path} changed after its samples were packed ({when}; the pack's last commit {last})"
     was = existing.get("source_id")
-    if was is not None and was != _source_identity(ds) and not max_size:
+    if was is not None and was != identity and not max_size:  # identity: _source_identity(ds), read once
         # the folder (or archive) itself is another one than the pack began from: `mv data_v2 data`, a copy put in
         # its place, whose files keep older times; every sample packed is read again, not a spread of them
         other = _spot_check(ds, lo, n, target, name_of, max_size, quality, every=True)

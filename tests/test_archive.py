@@ -52,7 +52,7 @@ def test_gbk_names_without_flag(gbk_zip: Path, tmp_path: Path):
     guess = detect_encoding(gbk_zip)
     assert guess.encoding == "gbk"
     assert guess.reason == (
-        "4 unflagged names written on DOS/Windows decode as gbk with plausibility 1.10 (next: cp949 0.68)"
+        "4 unflagged names written on DOS/Windows decode as gbk with plausibility 1.10 (next: cp949 0.69)"
     )
     assert guess.ambiguous == ()
     report = unzip(gbk_zip, tmp_path / "out")
@@ -2492,11 +2492,14 @@ def test_a_shift_jis_name_whose_second_byte_is_a_backslash_is_not_split_by_a_one
 def test_members_named_empty_or_as_the_target_folder_holding_bytes_are_named_not_dropped(tmp_path: Path, capsys):
     # once: '' gave a traceback (IndexError) and extracted nothing; '//' holding 9 bytes was dropped unsaid, exit 0
     z = write_zip(tmp_path / "e.zip", [ZipEntry(name=b"", data=b"x"), ZipEntry(name=b"//", data=b"important"),
-                                       ZipEntry(name=b"./", data=b""), ZipEntry(name=b"ok.txt", data=b"ok")])  # fmt: skip
+                                       ZipEntry(name=b"./", data=b""), ZipEntry(name=b"./", data=b"more"),
+                                       ZipEntry(name=b"ok.txt", data=b"ok")])  # fmt: skip
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"{z}: member '': refused: the name is empty", f"{z}: member '//': refused: the name is empty",
-                   "2 members not extracted (see above)"]  # fmt: skip
+    assert err == [f"{z}: member '': refused: the name is empty",
+                   f"{z}: member '//': named as the target folder itself but holds 9 bytes; not extracted",
+                   f"{z}: member './': named as the target folder itself but holds 4 bytes; not extracted",
+                   "3 members not extracted (see above)"]  # fmt: skip
     assert tree(tmp_path / "out") == {"ok.txt": b"ok"}
 
 

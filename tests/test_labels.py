@@ -345,7 +345,8 @@ def test_one_or_two_characters_are_too_little_to_tell_big5_from_gbk(tmp_path: Pa
     with pytest.raises(LabelError) as e:
         read_labels(path)
     assert str(e.value) == (f"{path}: cannot tell the encoding apart: as Big5 it reads '豬, 鼠'; as GBK it reads "
-                            "'睫, 公'; pass encoding='big5' or encoding='gbk' (--encoding) to say which")  # fmt: skip
+                            "'睫, 公'; as CP949 (Korean) it reads '쌨, 무'; pass encoding='big5' or encoding='gbk' or "
+                            "encoding='cp949' (--encoding) to say which")  # fmt: skip
     assert read_labels(path, encoding="big5").labels.tolist() == ["豬", "鼠", "豬"]
     for a, b in (("豬_1", "鼠_2"), ("1豬", "2鼠")):  # ASCII beside them is no evidence of either
         path.write_bytes(f"file,label\n1.jpg,{a}\n2.jpg,{b}\n".encode("big5"))
