@@ -2363,19 +2363,25 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 if file_column is None and label_column is None:  # a summary (类别 | 数量), or samples under a file
                     # header not known: which, only the user knows; said, whether the sheet was asked for or not
                     r, c, text = labelled
+                    theirs = "" if sum(1 for m in meta if m.worksheet) == 1 else "as the other sheets name theirs "
                     notes.append(f"{where}, row {r}: skipped: a label column ({text!r}, column {_column_letter(c)}) "
-                                 "but no file-name column found; if its rows are samples, name its file column as "
-                                 "the other sheets name theirs (or give file_column=, --file-column)")  # fmt: skip
+                                 f"but no file-name column found; if its rows are samples, name its file column "
+                                 f"{theirs}(or give file_column=, --file-column)")  # fmt: skip
                     continue
                 labelled = None
             if labelled is not None and (not chosen or (file_column is None and label_column is None)):
                 # a split's sheet with a label column, its files not found: skipped, its labels would be missing from
                 # the class map every split shares (and its rows from the splits read), without a word
                 r, c, text = labelled
+                alone = sum(1 for m in meta if m.worksheet) == 1
+                fix = (
+                    "name it with file_column= (--file-column)"
+                    if alone
+                    else "the class map every split "
+                    "shares takes this sheet's labels too: name its file column as the other sheets name theirs"
+                )
                 problems.append(((order, r), f"{where}, row {r}: a label column ({text!r}, column "
-                                 f"{_column_letter(c)}) but {_no_file_column(file_column)}; the class map every "
-                                 "split shares takes this sheet's labels too: name its file column as the other "
-                                 "sheets name theirs"))  # fmt: skip
+                                 f"{_column_letter(c)}) but {_no_file_column(file_column)}; {fix}"))  # fmt: skip
                 continue
             if chosen and file_column is None and label_column is None:  # one named missing: said below
                 notes.append(f"{path}: sheet {sh.name!r} skipped (no file and label header: notes, a chart or "

@@ -1451,3 +1451,16 @@ def test_row_numbers_a_stray_remark_and_a_table_above_do_not_change_which_column
     stacked = tmp_path / "stacked.csv"  # two tables one under the other: the first one's header is the header
     stacked.write_text("filename,species\n0.jpg,cat\n1.jpg,dog\n,,\nfilename,label\n2.jpg,cat\n", encoding="utf-8")
     assert read_labels(stacked).files.tolist()[:2] == ["0.jpg", "1.jpg"]
+
+
+def test_a_workbook_of_one_sheet_is_not_told_of_other_sheets(tmp_path: Path, capsys):
+    # once: "name its file column as the other sheets name theirs" for a workbook of one sheet, --file-column unsaid
+    root = images(tmp_path / "img", "0.jpg", "1.jpg")
+    book = workbook(tmp_path / "one.xlsx", {"train": [["0.jpg", "a"], ["1.jpg", "b"]]}, header=("image_id", "label"))
+    assert main(["check", "-q", str(root), "--labels", str(book)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{book}, sheet 'train', row 1: a label column ('label', column B) but no file-name column found; name it "
+        "with file_column= (--file-column)"
+    ]
+    ds = open_dataset(root, labels=book, file_column="image_id")
+    assert ds.classes == ["a", "b"] and list(ds.targets) == [0, 1]
