@@ -901,6 +901,16 @@ class TableDataset(ImageDataset):
                                  "letter case, which this file system keeps apart (Windows and macOS do not): write "
                                  "the table's names as the files are named")  # fmt: skip
         where = f"inside {self.root}" if self.zip is not None else f"under {self.root}"
+        if not hint and re.match(r"(?:[A-Za-z]:)?/", first):  # D:/data/img/0.jpg: another machine's paths
+            parts = first.split("/")
+            tail = next((k for k in range(len(parts) - 1, 0, -1) if self.zip is None
+                         and _is_file(Path(self.root, *parts[k:]))), None)  # fmt: skip
+            there = (f"; {self.root} holds {'/'.join(parts[tail:])!r}: write the names without "
+                     f"{'/'.join(parts[:tail]) + '/'!r}, relative to the folder"
+                     if tail is not None else "; write them relative to the folder of the images")  # fmt: skip
+            machine = "paths on a Windows drive" if re.match(r"[A-Za-z]:", first) else "absolute paths"
+            raise LabelError(f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first "
+                             f"{first!r}) is {where}: the table names {machine}, another machine's{there}")  # fmt: skip
         raise (WrongRoot if hint else LabelError)(
             f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first {first!r}) is "
             f"{where}; names are relative to the table's folder, or to the folder given with it{hint}"

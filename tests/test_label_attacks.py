@@ -1464,3 +1464,15 @@ def test_a_workbook_of_one_sheet_is_not_told_of_other_sheets(tmp_path: Path, cap
     ]
     ds = open_dataset(root, labels=book, file_column="image_id")
     assert ds.classes == ["a", "b"] and list(ds.targets) == [0, 1]
+
+
+def test_a_table_of_another_machines_absolute_paths_says_which_prefix_to_drop(tmp_path: Path):
+    # once: "names are relative to the table's folder" for D:\data\img\0.jpg, which is no relative name
+    root = images(tmp_path / "img", "0.jpg", "1.jpg")
+    table = tmp_path / "win.csv"
+    table.write_text("file,label\nD:\\data\\img\\0.jpg,0\nD:\\data\\img\\1.jpg,1\n", encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=table)
+    assert str(err.value) == (f"{table}: none of the files the table names (2 looked for, first 'D:/data/img/0.jpg') "
+                              f"is under {root}: the table names paths on a Windows drive, another machine's; {root} "
+                              "holds '0.jpg': write the names without 'D:/data/img/', relative to the folder")  # fmt: skip
