@@ -580,7 +580,15 @@ def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:
         else:
             m = _LIST_LINE.fullmatch(s)
             if m is None:
-                bad.append((n, f"{s!r} has no label (expected 'path label')"))
+                comma = re.fullmatch(r"[^,;]+\.[A-Za-z0-9]{2,5}[,;][^,;]+", s)  # 0.jpg,cat: a CSV's line
+                why = f"{s!r} has no label (expected 'path label')"
+                if comma is not None:
+                    sep = "," if "," in s else ";"
+                    why = (
+                        f"{s!r} has no label (expected 'path label'): its parts are separated by {sep!r}, as in a "
+                        "table; name the file .csv with a header line (file,label), or separate them by a space"
+                    )
+                bad.append((n, why))
                 continue
             fields = [m.group(1).strip(), m.group(3)]
             wide = "".join(c for c in m.group(2) if c not in " \t")

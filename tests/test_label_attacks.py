@@ -1476,3 +1476,14 @@ def test_a_table_of_another_machines_absolute_paths_says_which_prefix_to_drop(tm
     assert str(err.value) == (f"{table}: none of the files the table names (2 looked for, first 'D:/data/img/0.jpg') "
                               f"is under {root}: the table names paths on a Windows drive, another machine's; {root} "
                               "holds '0.jpg': write the names without 'D:/data/img/', relative to the folder")  # fmt: skip
+
+
+def test_a_list_of_comma_separated_lines_says_it_looks_like_a_table(tmp_path: Path):
+    table = tmp_path / "c.txt"
+    table.write_text("0.jpg,0\n1.jpg,1\n", encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        read_labels(table)
+    assert str(err.value).splitlines()[1].strip() == (
+        f"{table}, line 1: '0.jpg,0' has no label (expected 'path label'): its parts are separated by ',', as in a "
+        "table; name the file .csv with a header line (file,label), or separate them by a space"
+    )
