@@ -308,7 +308,7 @@ def read_members(
         guess = _forced(encoding, [raw for raw, _ in legacy])
     flagged = [raw for raw, flags, _ in entries if flags & 0x800 and decodes(raw, "utf-8", windows=False)]
     if legacy and flagged:
-        guess = flagged_legacy(guess, flagged, host_family([host for _, host in legacy]))
+        guess = flagged_legacy(guess, flagged, [raw for raw, _ in legacy], host_family([host for _, host in legacy]))
     read_legacy = {raw for raw, _ in guess.flagged_legacy}
     members = []
     for i, ((raw, flags, _), uname, info) in enumerate(zip(entries, unicode_names, infos)):
@@ -378,8 +378,9 @@ def legacy_flagged(guess: EncodingGuess) -> str:
     raw, shown = guess.flagged_legacy[0]
     n = len(guess.flagged_legacy)
     which = "1 name flagged UTF-8 is" if n == 1 else f"{n} names flagged UTF-8 are"
-    return (f"{which} {guess.encoding} like the others ({shown!r} as UTF-8 is {decode_name(raw, guess.encoding)!r}); "
-            f"read as {guess.encoding}")  # fmt: skip
+    mine = decode_name(raw, guess.encoding)
+    return (f"{which} {guess.encoding} like the names beside it: {mine!r} in {guess.encoding}, in a folder of "
+            f"theirs ({shown!r} as UTF-8); read as {guess.encoding}")  # fmt: skip
 
 
 def detect_encoding(archive: str | os.PathLike) -> EncodingGuess:

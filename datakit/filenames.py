@@ -90,9 +90,9 @@ _OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "gb18030", "big5", "cp932", 
 _DOS_HOSTS = {0, 6, 11, 14}  # MS-DOS/FAT, OS/2 HPFS, NTFS, VFAT
 _UNIX_HOSTS = {3, 19}  # Unix, OS X
 AMBIGUITY_MARGIN = 0.12
-# of the legacy archives datakit reads, most were made on Chinese Windows: between readings about as plausible,
-# GBK's is taken, and a reading this much closer to GBK's than AMBIGUITY_MARGIN is named as its rival
-GBK_PRIOR = 0.05
+# of the legacy archives datakit reads, most were made on Chinese Windows: where GBK's reading and another are
+# this much further apart than AMBIGUITY_MARGIN, the other is still named as a rival (the best is taken either way)
+GBK_MARGIN = 0.05
 # names whose non-ASCII text is one character (a class folder '农', a file '锌.jpg') say too little to
 # choose between two plausible readings (农 in GBK is 크 in CP949, 写 is д in UTF-8): any reading this close to
 # the best is named as a rival, so the choice comes with a warning, and GBK, when among them, is chosen
@@ -201,6 +201,10 @@ _HANGUL_LABELS = (
     "시간생각문제세상지금오늘내일어제하나둘셋넷다섯여섯일곱여덟아홉열첫째둘째마지막처음다음이번지난올해작년내년봄여름가을겨"
     "울아침점심저녁음식밥물빵고기김치라면커피우유술맥주소주했었있없않많같좋싫읽앉넓젊값닭삶몫밖앓옳잃흙맛멋것밝"
     "까깨꺼께꼬꾸끄끝꿈꼭딸때떠또뜨띠빠빨빵뻐뽀뿌삐싸쌀쌍써쏘쑤쓰씨짜짝째쩌쪽쭈찌찍깊밑빛낮낯젖몇"
+    # family words, and the commonest syllables of Korean surnames and given names
+    "엄마아빠할머니아버지언니오빠누나형동생아기가족김이박최정강조윤장임한오서신권황안송류전홍고문양손배백허유남심노하곽성"
+    "차주우구민진지엄채원천방공현함변염여추도소석선설마길연위표명기반라왕금옥육인맹제모탁국어은편용준예수영희혜재경미숙자"
+    "호훈철태상혁승빈다린나시율건규"
 )
 
 
@@ -515,8 +519,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
             if family != "any" and enc in readings:
                 del readings[enc]
                 scores[enc] = None
-    # GBK first between readings as plausible; how close they are, the warning still says
-    ranked = sorted((e for e in readings), key=lambda e: -scores[e] - (GBK_PRIOR if e in ("gbk", "gb18030") else 0))
+    ranked = sorted((e for e in readings), key=lambda e: -scores[e])
     if not ranked:
         enc = "gb18030" if all(decodes(n, "gb18030") for n in raw_names) else "cp437"
         return EncodingGuess(enc, "no candidate decodes every name; undecodable bytes are replaced", scores)
@@ -530,7 +533,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     rivals = []
     for e in ranked[1:]:
         distinct = readings[e] != readings[best] and all(readings[e] != readings[r] for r in rivals)
-        close = scores[best] - scores[e] < AMBIGUITY_MARGIN + (GBK_PRIOR if {best, e} & {"gbk", "gb18030"} else 0)
+        close = scores[best] - scores[e] < AMBIGUITY_MARGIN + (GBK_MARGIN if {best, e} & {"gbk", "gb18030"} else 0)
         close = close or (
             thin and scores[best] - scores[e] < THIN_EVIDENCE_MARGIN and scores[e] >= THIN_EVIDENCE_PLAUSIBLE
         )
@@ -608,18 +611,24 @@ def _suspect(whole: EncodingGuess, utf8: set[bytes], legacy: int) -> EncodingGue
     return EncodingGuess(enc, reason, whole.scores, whole.ambiguous, n)
 
 
-def flagged_legacy(guess: EncodingGuess, flagged: Sequence[bytes], host: str | None) -> EncodingGuess:
-    """``guess`` (the encoding of an archive's unflagged names) with the names among ``flagged`` (flagged UTF-8,
-    valid UTF-8) that are its encoding's bytes: where it was chosen without doubt, a name that reads as plausible
-    text in it and as unlikely text in UTF-8 (a folder of accented letters alone, Greek letters in a Chinese
-    archive) was flagged by a tool that set the flag on every name it wrote, whatever their bytes."""
+def flagged_legacy(guess: EncodingGuess, flagged: Sequence[bytes], unflagged: Sequence[bytes],
+                   host: str | None) -> EncodingGuess:  # fmt: skip
+    """``guess`` (the encoding of an archive's ``unflagged`` names) with the names among ``flagged`` (flagged
+    UTF-8, valid UTF-8) that are its encoding's bytes: where it was chosen without doubt, a name that in it lies in
+    a folder of the unflagged names (猫/图.jpg beside 猫/狗.jpg) and reads as plausible text, where as UTF-8 it lies
+    in a folder of its own and reads as unlikely text (è/ͼ.jpg) was flagged by a tool that set the flag whatever
+    the bytes. A UTF-8 name beside legacy ones (©2020.pdf, which 7-Zip flags where the code page lacks ©) keeps
+    its flag."""
     if guess.encoding in ("utf-8", "ascii") or guess.ambiguous or not flagged:
         return guess
+    folders = {guess.decode(r).replace("\\", "/").split("/")[0] for r in unflagged if b"/" in r or b"\\" in r}
     found = []
     for raw in flagged:
         if raw.isascii() or not decodes(raw, guess.encoding):
             continue
         mine, theirs = decode_name(raw, guess.encoding), raw.decode("utf-8")
+        if "/" not in mine or mine.split("/")[0] not in folders or theirs.split("/")[0] in folders:
+            continue
         legacy, utf8 = score([mine[:SCORED_CHARS]], guess.encoding, host), score([theirs[:SCORED_CHARS]], "utf-8", host)
         if legacy >= 0.7 and legacy - utf8 >= 0.5:
             found.append((raw, theirs))

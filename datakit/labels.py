@@ -1643,23 +1643,28 @@ def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int])
         return None, "", ""
     name = _text(row[others[0]])
 
-    def running(i: int) -> bool:  # 0, 1, 2...: the row numbers pandas writes first (to_csv, to_excel)
+    def row_ids(i: int) -> bool:  # 0, 1, 2... or those shuffled: the row numbers pandas writes first (to_csv)
         try:
             ints = [int(_text(v)) for v in values(i)]
         except ValueError:
             return False
-        return len(ints) >= 3 and ints == list(range(ints[0], ints[0] + len(ints)))
+        return len(ints) >= 3 and len(set(ints)) == len(ints)
+
+    def varied(i: int) -> bool:  # a value in every row alike ('ok') classes nothing
+        return len({_text(v) for v in values(i)}) > 1
 
     width = max((len(line) for line in data), default=0)
-    unnamed = [i for i in range(width) if (i >= len(row) or _blank(row[i])) and filled(i) and not running(i)]
+    unnamed = [i for i in range(width) if (i >= len(row) or _blank(row[i])) and filled(i) and varied(i)
+               and not row_ids(i)]  # fmt: skip
     if unnamed:
         why = (f"column {_column_letter(unnamed[0])} holds values under no header beside {name!r} (column "
                f"{_column_letter(others[0])}), and which of them are the labels the table does not say; give the "
                "label column a header (标签, label), or name it with label_column= (--label-column)")  # fmt: skip
         return None, why, ""
     labels = [_text(v) for v in values(others[0])]
-    if _norm(name) in _NOT_LABEL_COLUMNS and len(labels) >= 4 and 2 * len(set(labels)) > len(labels):
-        # a remark, a size, an id for almost every image; labels repeat (a column named 'id' of cat, dog is read)
+    if _norm(name) in _NOT_LABEL_COLUMNS and len(labels) >= 20 and 2 * len(set(labels)) > len(labels):
+        # a remark, a size, an id for almost every image; labels repeat (a column named 'id' of cat, dog is read;
+        # in a few rows, which it is cannot be told: read, as before)
         why = (f"{name!r} (column {_column_letter(others[0])}) describes the images, it does not class them; name "
                "the label column with label_column= (--label-column)")  # fmt: skip
         return None, why, ""
@@ -2006,7 +2011,15 @@ def _hidden_columns(path: Path, sheet: str) -> set[int]:
     return out
 
 
-_LABEL_WORDS = ("label", "class", "categor", "标签", "类别", "分类", "標籤", "類別", "分類")
+_LABEL_WORDS = frozenset({"label", "labels", "class", "category", "target"})
+_LABEL_ENDINGS = ("标签", "类别", "分类", "標籤", "類別", "分類")
+
+
+def _names_labels(header: object) -> bool:
+    """Whether a column's header names labels: a known one, or a word of one among others (new_label,
+    label_checked, 新标签), not a word that only begins like one (labeler, classification)."""
+    key = _norm(header)
+    return key in _RIVAL_COLUMNS or bool(_LABEL_WORDS & set(key.split("_"))) or key.endswith(_LABEL_ENDINGS)
 
 
 def _hidden_label_column(path: Path, sheet: str, grid: Sequence[Sequence[object]], head: _Header,
@@ -2021,7 +2034,7 @@ def _hidden_label_column(path: Path, sheet: str, grid: Sequence[Sequence[object]
     letter = _column_letter(head.lcol)
     name = f"{head.lname!r} (column {letter})" if head.lname else f"column {letter}"
     shown = [(i, _text(h)) for i, h in enumerate(row) if i not in (head.fcol, head.lcol, head.scol) and i not in hidden
-             and not _blank(h) and any(w in _norm(h) for w in _LABEL_WORDS)]  # fmt: skip
+             and not _blank(h) and _names_labels(h)]  # fmt: skip
     if shown:
         i, other = shown[0]
         return "problem", (f"{where}, row {head.at + 1}: the label column {name} is hidden in Excel, and "

@@ -1359,7 +1359,7 @@ def test_the_one_named_column_is_not_the_labels_beside_an_unnamed_one_or_when_it
     unnamed.write_text("文件名,大小,\n0.jpg,1,0\n1.jpg,0,1\n2.jpg,1,0\n3.jpg,0,1\n", encoding="utf-8")
     remarks = tmp_path / "r.csv"
     remarks.write_text(
-        "文件名,备注\n0.jpg,逆光\n1.jpg,左上角有遮挡\n2.jpg,模糊\n3.jpg,拍摄于2023年\n", encoding="utf-8"
+        "文件名,备注\n" + "".join(f"{i % 4}.jpg,拍摄于2023年{i + 1}月\n" for i in range(24)), encoding="utf-8"
     )
     assert main(["check", "-q", str(root), "--labels", str(unnamed)]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
@@ -1372,8 +1372,9 @@ def test_the_one_named_column_is_not_the_labels_beside_an_unnamed_one_or_when_it
         f"{remarks}, line 1: no label column found among '文件名', '备注': '备注' (column B) describes the images, it "
         "does not class them; name the label column with label_column= (--label-column)"
     ]
-    ds = open_dataset(root, labels=remarks, label_column="备注")  # named: read as asked
-    assert len(ds.classes) == 4
+    few = tmp_path / "few.csv"  # in a few rows, remarks and labels cannot be told apart: read, as before
+    few.write_text("文件名,备注\n0.jpg,逆光\n1.jpg,模糊\n2.jpg,遮挡\n3.jpg,逆光\n", encoding="utf-8")
+    assert open_dataset(root, labels=few).classes == ["模糊", "逆光", "遮挡"]
     # labels repeat, remarks seldom do: a column named 'id' or 备注 of cat, dog is read as the labels
     (tmp_path / "id.csv").write_text("filename,id\n0.jpg,cat\n1.jpg,dog\n2.jpg,cat\n3.jpg,dog\n", encoding="utf-8")
     ds = open_dataset(root, labels=tmp_path / "id.csv")
@@ -1423,6 +1424,9 @@ def test_a_hidden_label_column_beside_a_shown_one_is_refused_and_alone_noted(tmp
     assert main(["check", "-q", str(root), "--labels", str(remarks)]) == 0
     assert read_labels(remarks).notes == [f"{remarks}, sheet 'train': the label column '标签' (column B) is hidden in "
                                           "Excel; its labels are read"]  # fmt: skip
+    annotator = book("a.xlsx", "labeler")  # the annotator's name beside it is no other label column
+    assert main(["check", "-q", str(root), "--labels", str(annotator)]) == 0
+    capsys.readouterr()
     shown = book("s.xlsx", "新标签", hide="C")  # the other one hidden: the label column read, nothing to say
     assert main(["check", "-q", str(root), "--labels", str(shown)]) == 0 and capsys.readouterr().err == ""
 
@@ -1437,7 +1441,9 @@ def test_row_numbers_a_stray_remark_and_a_table_above_do_not_change_which_column
     frame = pd.DataFrame({"filename": [f"{i}.jpg" for i in range(4)], "species": ["cat", "dog", "cat", "dog"]})
     frame.to_csv(tmp_path / "p.csv")
     frame.to_excel(tmp_path / "p.xlsx")
-    tables = {"p.csv": None, "p.xlsx": None,
+    frame.sample(frac=1, random_state=1).to_csv(tmp_path / "shuffled.csv")  # the index after sample(), a split
+    frame.assign(**{"": "ok"}).to_csv(tmp_path / "constant.csv", index=False)  # one value under no header
+    tables = {"p.csv": None, "p.xlsx": None, "shuffled.csv": None, "constant.csv": None,
               "title.csv": ",label\nfilename,,species\n0.jpg,,cat\n1.jpg,,dog\n2.jpg,,cat\n3.jpg,,dog\n",
               "both.csv": "图片,,标签\n文件名,大小,类别\n0.jpg,1,cat\n1.jpg,2,dog\n2.jpg,1,cat\n3.jpg,2,dog\n"}  # fmt: skip
     workbook(tmp_path / "stray.xlsx", {"train": [["0.jpg", "cat", None, "看不清"], ["1.jpg", "dog"], ["2.jpg", "cat"],
@@ -1447,7 +1453,8 @@ def test_row_numbers_a_stray_remark_and_a_table_above_do_not_change_which_column
         if text is not None:
             (tmp_path / name).write_text(text, encoding="utf-8")
         ds = open_dataset(root, labels=tmp_path / name)
-        assert ds.classes == ["cat", "dog"] and list(ds.targets) == [0, 1, 0, 1], name
+        got = {Path(ds.name(i)).name: ds.classes[t] for i, t in enumerate(ds.targets)}
+        assert got == {"0.jpg": "cat", "1.jpg": "dog", "2.jpg": "cat", "3.jpg": "dog"}, name
     stacked = tmp_path / "stacked.csv"  # two tables one under the other: the first one's header is the header
     stacked.write_text("filename,species\n0.jpg,cat\n1.jpg,dog\n,,\nfilename,label\n2.jpg,cat\n", encoding="utf-8")
     assert read_labels(stacked).files.tolist()[:2] == ["0.jpg", "1.jpg"]
