@@ -290,8 +290,10 @@ def _han_score(ch: str, enc: str, table: bool = False) -> float:
             return 0.2
         return 0.7 if 0xA4 <= ch.encode("big5")[0] <= 0xC6 else 0.2
     if enc == "cp932":
-        if ch in _JAPANESE or ch in _SIMPLIFIED or ch in _TRADITIONAL:
+        if ch in _JAPANESE or ch in _COMMON_HAN:  # the commonest Chinese characters; Chinese class names' less
             return 1.0
+        if ch in _SIMPLIFIED or ch in _TRADITIONAL:
+            return 0.8
         if ch in _NAMES:
             return _NAME_SCORE
         b = ch.encode("cp932")
@@ -647,6 +649,7 @@ def decodes(raw: bytes, enc: str, windows: bool = True) -> bool:
         return False
 
 
+_COMMON_HAN = frozenset(_HANZI_COMMON + _HANZI_COMMON_TRAD)
 _SIMPLIFIED = frozenset(_HANZI_COMMON + _LABELS_SIMPLIFIED)
 _TRADITIONAL = frozenset(_HANZI_COMMON_TRAD + _LABELS_TRADITIONAL)
 # a name's characters count a little less than the commonest: Korean syllables read as GBK land on some (첨부: 梅何)

@@ -1619,7 +1619,8 @@ def _header_row(grid: Sequence[Sequence[object]], keys: set[str], label_column: 
     return r
 
 
-def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int]) -> tuple[int | None, str, str]:
+def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int],
+                    fcol: int) -> tuple[int | None, str, str]:  # fmt: skip
     """(the label column, '', its name where the title row gives it) for a header naming no label column, or
     (None, why none can be taken, ''): the label name in the group title row above a blank header cell (``标签``
     merged down over two rows), else the one other named column, unless it describes the image (remarks, sizes)
@@ -1654,7 +1655,9 @@ def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int])
         return len({_text(v) for v in values(i)}) > 1
 
     width = max((len(line) for line in data), default=0)
-    unnamed = [i for i in range(width) if (i >= len(row) or _blank(row[i])) and filled(i) and varied(i)
+    # columns left of the files under no header are an index (pandas writes its own first: numbers, names, dates,
+    # several for a MultiIndex), not labels
+    unnamed = [i for i in range(fcol + 1, width) if (i >= len(row) or _blank(row[i])) and filled(i) and varied(i)
                and not row_ids(i)]  # fmt: skip
     if unnamed:
         why = (f"column {_column_letter(unnamed[0])} holds values under no header beside {name!r} (column "
@@ -1684,7 +1687,7 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
             others = [i for i, h in enumerate(row) if i != fcol and not _blank(h)]
             others = [i for i in others if _find_column([row[i]], None, SPLIT_COLUMNS) is None
                       and _find_column([row[i]], split_column, SPLIT_COLUMNS) is None]  # fmt: skip
-            lcol, why, titled = _inferred_label(grid, r, others)
+            lcol, why, titled = _inferred_label(grid, r, others, fcol)
         scol = _find_column(row, split_column, SPLIT_COLUMNS)
         assert fcol is not None
         if scol is not None and scol in (fcol, lcol) and split_column is None:
@@ -2011,15 +2014,18 @@ def _hidden_columns(path: Path, sheet: str) -> set[int]:
     return out
 
 
-_LABEL_WORDS = frozenset({"label", "labels", "class", "category", "target"})
 _LABEL_ENDINGS = ("标签", "类别", "分类", "標籤", "類別", "分類")
+_ANOTHER_LABEL = re.compile(
+    r"(?:new|final|checked|corrected|fixed|revised|true|gt|clean|manual|human|correct)_?(?:label|class|category|target)s?"
+    r"|(?:label|class|category|target)s?_?(?:new|final|checked|corrected|fixed|revised|v?\d+)"
+)
 
 
 def _names_labels(header: object) -> bool:
-    """Whether a column's header names labels: a known one, or a word of one among others (new_label,
-    label_checked, 新标签), not a word that only begins like one (labeler, classification)."""
+    """Whether a column's header names labels: a known one, another version of one (new_label, label_checked,
+    label2, 新标签), not a column about them (labeler, label_time, label_confidence, class_count)."""
     key = _norm(header)
-    return key in _RIVAL_COLUMNS or bool(_LABEL_WORDS & set(key.split("_"))) or key.endswith(_LABEL_ENDINGS)
+    return key in _RIVAL_COLUMNS or bool(_ANOTHER_LABEL.fullmatch(key)) or key.endswith(_LABEL_ENDINGS)
 
 
 def _hidden_label_column(path: Path, sheet: str, grid: Sequence[Sequence[object]], head: _Header,

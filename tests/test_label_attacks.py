@@ -1424,8 +1424,9 @@ def test_a_hidden_label_column_beside_a_shown_one_is_refused_and_alone_noted(tmp
     assert main(["check", "-q", str(root), "--labels", str(remarks)]) == 0
     assert read_labels(remarks).notes == [f"{remarks}, sheet 'train': the label column '标签' (column B) is hidden in "
                                           "Excel; its labels are read"]  # fmt: skip
-    annotator = book("a.xlsx", "labeler")  # the annotator's name beside it is no other label column
-    assert main(["check", "-q", str(root), "--labels", str(annotator)]) == 0
+    for k, about in enumerate(["labeler", "label_time", "label_confidence"]):  # columns about the labels
+        annotator = book(f"a{k}.xlsx", about)
+        assert main(["check", "-q", str(root), "--labels", str(annotator)]) == 0, about
     capsys.readouterr()
     shown = book("s.xlsx", "新标签", hide="C")  # the other one hidden: the label column read, nothing to say
     assert main(["check", "-q", str(root), "--labels", str(shown)]) == 0 and capsys.readouterr().err == ""
@@ -1443,7 +1444,10 @@ def test_row_numbers_a_stray_remark_and_a_table_above_do_not_change_which_column
     frame.to_excel(tmp_path / "p.xlsx")
     frame.sample(frac=1, random_state=1).to_csv(tmp_path / "shuffled.csv")  # the index after sample(), a split
     frame.assign(**{"": "ok"}).to_csv(tmp_path / "constant.csv", index=False)  # one value under no header
-    tables = {"p.csv": None, "p.xlsx": None, "shuffled.csv": None, "constant.csv": None,
+    pd.concat([frame[:2], frame[2:]]).to_csv(tmp_path / "concat.csv")  # the index repeats: 0, 1, 0, 1
+    frame.set_axis(["a", "b", "c", "d"]).to_excel(tmp_path / "named.xlsx")  # an index of names under no header
+    tables = {"p.csv": None, "p.xlsx": None, "shuffled.csv": None, "constant.csv": None, "concat.csv": None,
+              "named.xlsx": None,
               "title.csv": ",label\nfilename,,species\n0.jpg,,cat\n1.jpg,,dog\n2.jpg,,cat\n3.jpg,,dog\n",
               "both.csv": "图片,,标签\n文件名,大小,类别\n0.jpg,1,cat\n1.jpg,2,dog\n2.jpg,1,cat\n3.jpg,2,dog\n"}  # fmt: skip
     workbook(tmp_path / "stray.xlsx", {"train": [["0.jpg", "cat", None, "看不清"], ["1.jpg", "dog"], ["2.jpg", "cat"],
