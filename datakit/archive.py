@@ -306,9 +306,12 @@ def read_members(
         guess = guess_encoding([raw for raw, _ in legacy], [host for _, host in legacy])
     else:
         guess = _forced(encoding, [raw for raw, _ in legacy])
-    flagged = [raw for raw, flags, _ in entries if flags & 0x800 and decodes(raw, "utf-8", windows=False)]
-    if legacy and flagged:
-        guess = flagged_legacy(guess, flagged, [raw for raw, _ in legacy], host_family([host for _, host in legacy]))
+    if legacy and guess.encoding not in ("utf-8", "ascii") and not guess.ambiguous:  # else none is read otherwise:
+        # an archive of flagged names alone (most of them) is not looked through again
+        flagged = [raw for raw, flags, _ in entries
+                   if flags & 0x800 and not raw.isascii() and decodes(raw, "utf-8", windows=False)]  # fmt: skip
+        if flagged:
+            guess = flagged_legacy(guess, flagged, [raw for raw, _ in legacy], host_family([h for _, h in legacy]))
     read_legacy = {raw for raw, _ in guess.flagged_legacy}
     members = []
     for i, ((raw, flags, _), uname, info) in enumerate(zip(entries, unicode_names, infos)):
