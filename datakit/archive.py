@@ -9,6 +9,7 @@ Unicode Path field, then one encoding chosen for the whole archive.
 
 from __future__ import annotations
 
+import io
 import logging
 import lzma
 import os
@@ -22,7 +23,7 @@ import time
 import zipfile
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
@@ -194,6 +195,90 @@ def _local_unicode_path(path: str | os.PathLike, info: zipfile.ZipInfo, central_
     return _unicode_path(name, central_extra) or _unicode_path(name, extra)
 
 
+class _Unflagged(io.RawIOBase):
+    """An archive file read with the UTF-8 flag (bit 11) cleared in some headers: a few bytes replaced as read."""
+
+    def __init__(self, path: str | os.PathLike, patches: dict[int, int]) -> None:
+        self._f = open(path, "rb")  # noqa: SIM115 (closed with this object)
+        self.name = os.fspath(path)
+        self._patches = patches
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readinto(self, buffer) -> int:
+        start = self._f.tell()
+        n = self._f.readinto(buffer)
+        for at, value in self._patches.items():
+            if start <= at < start + n:
+                buffer[at - start] = value
+        return n
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def _flag_patches(path: str | os.PathLike) -> tuple[dict[int, int], int, bytes] | None:
+    """Where to clear the UTF-8 flag of every flagged member (central and local header), when a flagged name is
+    not UTF-8: (patches, flagged names, the first name that is not UTF-8); None when none is, or the central
+    directory cannot be walked (zipfile's own error stands then)."""
+    try:
+        with open(path, "rb") as f:
+            end = zipfile._EndRecData(f)
+            if not end:
+                return None
+            size_cd, offset_cd = end[zipfile._ECD_SIZE], end[zipfile._ECD_OFFSET]
+            concat = end[zipfile._ECD_LOCATION] - size_cd - offset_cd
+            if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
+                concat -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+            f.seek(offset_cd + concat)
+            cd = f.read(size_cd)
+            patches, flagged, broken, pos = {}, 0, None, 0
+            while pos + 46 <= len(cd) and cd[pos : pos + 4] == b"PK\x01\x02":
+                flags = struct.unpack_from("<H", cd, pos + 8)[0]
+                nlen, xlen, clen = struct.unpack_from("<HHH", cd, pos + 28)
+                offset = struct.unpack_from("<I", cd, pos + 42)[0]
+                raw, extra = cd[pos + 46 : pos + 46 + nlen], cd[pos + 46 + nlen : pos + 46 + nlen + xlen]
+                if flags & 0x800:
+                    flagged += 1
+                    if broken is None and not decodes(raw, "utf-8", windows=False):
+                        broken = raw
+                    patches[offset_cd + concat + pos + 9] = (flags >> 8) & ~0x08
+                    offset = _zip64_offset(offset, struct.unpack_from("<II", cd, pos + 20), extra)
+                    f.seek(offset + concat)
+                    head = f.read(30)
+                    if len(head) == 30 and head[:4] == b"PK\x03\x04" and head[7] & 0x08:
+                        patches[offset + concat + 7] = head[7] & ~0x08
+                pos += 46 + nlen + xlen + clen
+    except (OSError, struct.error, ValueError):
+        return None
+    return (patches, flagged, broken) if broken is not None else None
+
+
+def _zip64_offset(offset: int, sizes: tuple[int, int], extra: bytes) -> int:
+    """A central-directory entry's local header offset, from its ZIP64 field where it says 0xFFFFFFFF."""
+    if offset != 0xFFFFFFFF:
+        return offset
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, n = struct.unpack_from("<HH", extra, pos)
+        if tag == 1:
+            skip = 8 * sum(v == 0xFFFFFFFF for v in sizes)  # the sizes come first, where they are there
+            return struct.unpack_from("<Q", extra, pos + 4 + skip)[0]
+        pos += 4 + n
+    return offset
+
+
 def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
     try:
         mode = os.stat(path).st_mode if isinstance(path, (str, bytes, os.PathLike)) else None  # or a file object
@@ -215,6 +300,13 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
     except PermissionError:
         raise ArchiveError(f"{path}: cannot be read (permission denied)") from None
     except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else
+        found = _flag_patches(path)
+        if found is not None:  # the tool set the flag whatever the bytes: none of its flags is trusted
+            patches, flagged, broken = found
+            zf = zipfile.ZipFile(io.BufferedReader(_Unflagged(path, patches)))
+            zf._filePassed = 0  # closed with the archive
+            zf.flag_ignored = (flagged, broken)
+            return zf
         raw = exc.object[max(0, exc.start - 8) : exc.end + 8]
         legacy = next((f"{exc.object.decode(e)!r} in {e.upper()}, " for e in ("gbk", "big5")
                        if decodes(exc.object, e, windows=False)), "")  # fmt: skip
@@ -293,6 +385,7 @@ def read_members(
         except (zipfile.BadZipFile, struct.error) as exc:
             raise ArchiveError(f"{path}: damaged central directory ({exc})") from None
         infos = zf.infolist()
+        ignored = getattr(zf, "flag_ignored", None)
     finally:
         if own:
             zf.close()
@@ -312,6 +405,8 @@ def read_members(
                    if flags & 0x800 and not raw.isascii() and decodes(raw, "utf-8", windows=False)]  # fmt: skip
         if flagged:
             guess = flagged_legacy(guess, flagged, [raw for raw, _ in legacy], host_family([h for _, h in legacy]))
+    if ignored is not None:
+        guess = replace(guess, flag_ignored=ignored)
     read_legacy = {raw for raw, _ in guess.flagged_legacy}
     members = []
     for i, ((raw, flags, _), uname, info) in enumerate(zip(entries, unicode_names, infos)):
@@ -384,6 +479,16 @@ def legacy_flagged(guess: EncodingGuess) -> str:
     mine = decode_name(raw, guess.encoding)
     return (f"{which} {guess.encoding} like the names beside it: {mine!r} in {guess.encoding}, in a folder of "
             f"theirs ({shown!r} as UTF-8); read as {guess.encoding}")  # fmt: skip
+
+
+def ignored_flags(guess: EncodingGuess) -> str:
+    """What a guess read from an archive whose UTF-8 flags were ignored says of them."""
+    flagged, raw = guess.flag_ignored
+    legacy = next((f"{raw.decode(e)!r} in {e.upper()}, " for e in (guess.encoding, "gbk", "big5")
+                   if e not in ("utf-8", "ascii") and decodes(raw, e, windows=False)), "")  # fmt: skip
+    which = "the 1 name flagged UTF-8" if flagged == 1 else f"the {flagged} names flagged UTF-8"
+    return (f"a name flagged UTF-8 is not UTF-8 ({legacy}bytes {raw.hex(' ')}): the tool that made the archive set "
+            f"the flag on legacy names, so it is ignored: {which} read as the others are ({guess.encoding})")
 
 
 def detect_encoding(archive: str | os.PathLike) -> EncodingGuess:
@@ -1564,6 +1669,8 @@ class ZipReader:
             log.warning("%s: %s; pass encoding= (--encoding) to choose", self.path, mixed_names(self.encoding))
         if self.encoding.flagged_legacy:
             log.warning("%s: %s", self.path, legacy_flagged(self.encoding))
+        if self.encoding.flag_ignored:
+            log.warning("%s: %s", self.path, ignored_flags(self.encoding))
         if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
             log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= (--encoding) to choose", self.path,
                         self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip

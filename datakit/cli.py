@@ -330,6 +330,10 @@ def _lines(text: object) -> str:
 
 
 def _warn_ambiguous(archive: Path, guess) -> None:
+    if guess.flag_ignored:
+        from datakit.archive import ignored_flags
+
+        print(f"warning: {archive}: {ignored_flags(guess)}", file=sys.stderr)
     if guess.flagged_legacy:
         from datakit.archive import legacy_flagged
 

@@ -228,6 +228,9 @@ class EncodingGuess:
     # names flagged UTF-8 whose bytes are this encoding's, like the unflagged names beside them (猫/图.jpg in GBK is
     # valid UTF-8, è/ͼ.jpg): read in ``encoding`` (the raw names, with their UTF-8 reading kept to say so)
     flagged_legacy: tuple[tuple[bytes, str], ...] = ()
+    # (names flagged UTF-8, the first of them that is not UTF-8) where one is not: the archive's flags were ignored
+    # and those names read as the unflagged ones are
+    flag_ignored: tuple[int, bytes] | None = None
 
     def decode(self, raw: bytes) -> str:
         """``raw``, an unflagged name, read in its encoding."""
