@@ -487,8 +487,10 @@ def ignored_flags(guess: EncodingGuess) -> str:
     legacy = next((f"{raw.decode(e)!r} in {e.upper()}, " for e in (guess.encoding, "gbk", "big5")
                    if e not in ("utf-8", "ascii") and decodes(raw, e, windows=False)), "")  # fmt: skip
     which = "the 1 name flagged UTF-8" if flagged == 1 else f"the {flagged} names flagged UTF-8"
-    return (f"a name flagged UTF-8 is not UTF-8 ({legacy}bytes {raw.hex(' ')}): the tool that made the archive set "
-            f"the flag on legacy names, so it is ignored: {which} read as the others are ({guess.encoding})")
+    return (
+        f"a name flagged UTF-8 is not UTF-8 ({legacy}bytes {raw.hex(' ')}): the tool that made the archive set "
+        f"the flag on legacy names, so it is ignored: {which} read as the others are ({guess.encoding})"
+    )
 
 
 def detect_encoding(archive: str | os.PathLike) -> EncodingGuess:
