@@ -119,7 +119,24 @@ _NAME_COLUMNS = frozenset(_norm(k) for k in (
 
 
 def _blank(v: object) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
+    return (
+        v is None
+        or (isinstance(v, float) and math.isnan(v))
+        or (isinstance(v, str) and not v.strip())
+        or type(v).__name__ in ("NAType", "NaTType")  # pandas' missing values (pd.NA, pd.NaT)
+    )
+
+
+def _shown_classes(classes: Sequence[str]) -> str:
+    head = ", ".join(repr(c) for c in classes[:5])
+    return f"classes {head}{', ...' if len(classes) > 5 else ''}" if classes else "no classes"
+
+
+def _values(labels: Iterable[object]) -> Iterable[object]:
+    """``labels`` as Python values: a tensor's, array's or Series' elements are ``tensor(3)`` or ``np.float32`` as
+    they are, which read as the names ``'tensor(3)'`` and ``'3.0'``."""
+    tolist = getattr(labels, "tolist", None)
+    return tolist() if callable(tolist) else labels
 
 
 def _text(v: object) -> str:
@@ -266,7 +283,7 @@ class ClassMap:
 
     @classmethod
     def from_labels(cls, labels: Iterable[object], *, remap: bool = False, where: str = "labels") -> ClassMap:
-        values = {_text(v) for v in labels if not _blank(v)}
+        values = {_text(v) for v in _values(labels) if not _blank(v)}
         if not values:
             return cls(())
         ints = [_is_int_text(v) for v in values]
@@ -309,11 +326,18 @@ class ClassMap:
 
     def encode(self, labels: Sequence[object]) -> np.ndarray:
         """Indices (int64) for ``labels`` (class names, or integer labels when remapped)."""
+        labels = _values(labels)
         if self.source_values is not None:
             lookup = {v: i for i, v in enumerate(self.source_values)}
-            return np.fromiter((lookup[_int_of(_text(v))] for v in labels), dtype=np.int64, count=len(labels))
-        lookup = self.class_to_idx
-        return np.fromiter((lookup[_text(v)] for v in labels), dtype=np.int64, count=len(labels))
+            key = lambda v: _int_of(_text(v)) if _is_int_text(_text(v)) else _text(v)  # noqa: E731
+        else:
+            lookup, key = self.class_to_idx, _text
+        try:
+            return np.fromiter((lookup[key(v)] for v in labels), dtype=np.int64, count=len(labels))
+        except KeyError:
+            i, v = next((i, v) for i, v in enumerate(labels) if key(v) not in lookup)
+            what = "missing" if _blank(v) else f"{_text(v)!r}, not one of the {len(self.classes)} classes"
+            raise LabelError(f"label at index {i}: {what} ({_shown_classes(self.classes)})") from None
 
     def to_json(self) -> dict:
         out: dict = {"classes": list(self.classes)}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import errno
+import functools
 import glob
 import json
 import logging
@@ -699,6 +700,40 @@ def _other_forms(name: str) -> list[str]:
     return [o for o in (unicodedata.normalize(f, name) for f in ("NFC", "NFD")) if o != name]
 
 
+@functools.lru_cache(maxsize=256)
+def _folder_forms(folder: str, stamp: int) -> dict[str, list[str]]:
+    """A folder's entries by their NFC form; ``stamp`` (its mtime) makes a changed folder read again."""
+    names: dict[str, list[str]] = {}
+    for n in os.listdir(folder or "."):
+        names.setdefault(unicodedata.normalize("NFC", n), []).append(n)
+    return names
+
+
+def _form_twin(path: str) -> str | None:
+    """The file a missing ``path`` names in another Unicode form, part by part: a folder named on macOS (NFD)
+    holding files named on Windows (NFC), where neither form of the whole path is there. None when there is
+    none, or more than one."""
+    parts = []
+    top = path
+    while top and not os.path.isdir(top):  # the deepest folder that is there
+        top, part = os.path.split(top)
+        if not part:
+            return None
+        parts.append(part)
+    if not parts:
+        return None
+    real = top
+    for part in reversed(parts):
+        try:
+            found = _folder_forms(real, os.stat(real or ".").st_mtime_ns).get(unicodedata.normalize("NFC", part), [])
+        except OSError:
+            return None
+        if len(found) != 1:
+            return None
+        real = os.path.join(real, found[0])
+    return real if os.path.isfile(real) else None
+
+
 def _refuse_unicode_twins(root: str, classes: list[str]) -> None:
     """Two class folders whose names differ only in Unicode form (``café`` typed on Windows is
     NFC, the same name copied from macOS is NFD) look the same but would be two classes."""
@@ -774,6 +809,7 @@ class TableDataset(ImageDataset):
         self.root = os.fspath(root)
         self.zip = None
         self.prefix = ""  # a zip's one wrapping folder, when the table's names leave it out
+        self._nfc_members: dict[str, str] | None = None
         if os.path.isfile(root) and self.root.lower().endswith(".zip"):
             from datakit.archive import ZipReader
 
@@ -799,13 +835,27 @@ class TableDataset(ImageDataset):
 
             name = member_path(self.prefix + name)
             if not name.isascii() and name not in self.zip:
-                name = next((o for o in _other_forms(name) if o in self.zip), name)
+                name = next((o for o in _other_forms(name) if o in self.zip), None) or self._zip_forms().get(
+                    unicodedata.normalize("NFC", name), name
+                )
             return name
         path = resolve_path(name, self.root)
         if not name.isascii() and not os.path.exists(path):
             others = (resolve_path(o, self.root) for o in _other_forms(name))
-            path = next((o for o in others if os.path.exists(o)), path)
+            path = next((o for o in others if os.path.exists(o)), None) or _form_twin(path) or path
         return path
+
+    def _zip_forms(self) -> dict[str, str]:
+        """The archive's file names by their NFC form (those spelled in one form alone), made once: a member
+        whose folders and name are in different Unicode forms."""
+        if self._nfc_members is None:
+            count: dict[str, list[str]] = {}
+            from datakit.archive import member_path
+
+            for n in self.zip.names():
+                count.setdefault(unicodedata.normalize("NFC", member_path(n)), []).append(member_path(n))
+            self._nfc_members = {k: v[0] for k, v in count.items() if len(v) == 1}
+        return self._nfc_members
 
     def name(self, index: int) -> str:
         path = self.path(index)

@@ -427,6 +427,10 @@ def _fast_delimited(raw: bytes, delim: str, is_header: Callable[[list[str]], boo
     buf = np.frombuffer(raw, dtype=np.uint8)
     code = ord(delim)
     low = _LowBytes(buf, code if 32 < code < 0x30 else 32)
+    if code == 9:  # a tab starting a line is a blank first cell, which stripping the line would drop
+        tabs = low.where(9)
+        if len(tabs) and (tabs[0] == 0 or (buf[tabs[tabs > 0] - 1] == 10).any()):
+            return None  # the Python path reads it (a line "\tb.jpg\tdog" has three fields)
     starts, ends, numbers = _lines(buf, low, comments=False)
     if not len(starts):
         return None
@@ -551,7 +555,7 @@ def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, 
     keep, kept, bad = [], [], []
     for row, line in zip(rows, lines):
         if width and any(row[width:]):
-            shown = delim.join(row) if delim != "\t" else "\\t".join(row)
+            shown = delim.join(row)  # a tab shows as \t in the repr
             bad.append((line, f"{len(row)} fields where {what} has {width} ({shown!r}); quote a name that holds "
                         f"{delim!r}"))  # fmt: skip
             continue

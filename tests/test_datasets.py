@@ -407,10 +407,13 @@ def test_a_table_typed_in_nfc_finds_files_named_in_nfd(tmp_path: Path, where: st
 
     from datakit.check import check_dataset
 
+    # and (the next attack) a folder named on macOS (NFD) holding a file named on Windows (NFC): neither form of
+    # the whole path is there, each part is; check said the file was missing and "not in the table"
     nfd = unicodedata.normalize("NFD", "café/é_1.jpg")
-    pixels = {0: 40, 1: 200}
+    mixed = unicodedata.normalize("NFD", "thé/") + unicodedata.normalize("NFC", "crème.jpg")
+    pixels = {0: 40, 1: 200, 2: 120}
     encoded = {k: cv2.imencode(".png", np.full((8, 8, 3), v, np.uint8))[1].tobytes() for k, v in pixels.items()}
-    names = [nfd, "狗/2.jpg"]
+    names = [nfd, "狗/2.jpg", mixed]
     if where == "folder":
         root = tmp_path / "images"
         for k, n in enumerate(names):
@@ -420,11 +423,12 @@ def test_a_table_typed_in_nfc_finds_files_named_in_nfd(tmp_path: Path, where: st
         root = tmp_path / "images.zip"
         root.write_bytes(build_zip([ZipEntry(n.encode(), encoded[k], utf8_flag=True) for k, n in enumerate(names)]))
     table = tmp_path / "labels.csv"
-    table.write_text(f"file,label\n{unicodedata.normalize('NFC', nfd)},cat\n狗/2.jpg,dog\n", encoding="utf-8")
+    nfc = [unicodedata.normalize("NFC", n) for n in (nfd, mixed)]
+    table.write_text(f"file,label\n{nfc[0]},cat\n狗/2.jpg,dog\n{nfc[1]},tea\n", encoding="utf-8")
     ds = open_dataset(root, labels=table)
-    assert [int(ds[k][0][0, 0, 0]) for k in range(2)] == [40, 200] and ds.targets.tolist() == [0, 1]
+    assert [int(ds[k][0][0, 0, 0]) for k in range(3)] == [40, 200, 120] and ds.targets.tolist() == [0, 1, 2]
     report = check_dataset(root, labels=table)
-    assert report.problems == [] and report.samples == 2
+    assert report.problems == [] and report.samples == 3
 
 
 def test_a_zip_from_macos_finder_reads_as_its_folder(tmp_path: Path):

@@ -241,6 +241,33 @@ def test_class_map_from_python_and_numpy_booleans():
     assert cm.encode([False, True, "TRUE", np.False_, "FALSE"]).tolist() == [0, 1, 1, 0, 0]
 
 
+def test_class_map_from_tensors_arrays_and_series_reads_their_values():
+    # The attack: ClassMap.from_labels(torch.arange(12)) made the classes 'tensor(0)', 'tensor(1)', 'tensor(10)'...
+    # in text order (label 10 became class 2), and a tensor of 1..C was not refused; a Series' None failed in
+    # encode with a bare KeyError: 'nan', and pd.NA became a class '<NA>'.
+    import pandas as pd
+    import torch
+
+    t = torch.arange(12)
+    cm = ClassMap.from_labels(t)
+    assert cm.classes == tuple(str(i) for i in range(12))
+    assert cm.encode(t).tolist() == list(range(12))
+    assert ClassMap.from_labels(np.arange(3, dtype=np.float32)).classes == ("0", "1", "2")
+    with pytest.raises(LabelError, match=r"^labels: integer labels are 1..3, not 0..2"):
+        ClassMap.from_labels(torch.tensor([1, 2, 3]))
+    remapped = ClassMap.from_labels(torch.tensor([1, 2, 3]), remap=True)
+    assert remapped.encode(torch.tensor([3, 1])).tolist() == [2, 0]
+    with pytest.raises(LabelError) as e:
+        remapped.encode([4])
+    assert str(e.value) == "label at index 0: '4', not one of the 3 classes (classes '1', '2', '3')"
+    s = pd.Series(["cat", "dog", None, pd.NA])
+    cm = ClassMap.from_labels(s)
+    assert cm.classes == ("cat", "dog")
+    with pytest.raises(LabelError) as e:
+        cm.encode(s)
+    assert str(e.value) == "label at index 2: missing (classes 'cat', 'dog')"
+
+
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if not f.startswith("list")])  # lists: test_list_problems
 def test_every_problem_at_once(tmp_path: Path, fmt: str):
     rows = [("a.jpg", "cat"), ("b.jpg", ""), ("c.jpg", "dog"), ("a.jpg", "cat"), ("d.jpg", ""), ("", "dog")]

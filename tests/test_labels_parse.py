@@ -227,8 +227,24 @@ def test_a_row_wider_than_the_header_is_a_problem_not_a_phantom_class(tmp_path: 
     assert t.files.tolist() == ["a.jpg", "d,2.jpg", "b.jpg"] and t.class_map().classes == ("cat", "dog")
     path.write_text("a.jpg\tcat\nc\t1.jpg\tcat\nb.jpg\tdog\n", encoding="utf-8")  # no header: the first row's width
     assert read_labels(path, validate=False).problems() == [
-        f"{path}, line 2: 3 fields where the first row has 2 ('c\\\\t1.jpg\\\\tcat'); quote a name that holds '\\t'"
+        f"{path}, line 2: 3 fields where the first row has 2 ('c\\t1.jpg\\tcat'); quote a name that holds '\\t'"
     ]
+
+
+def test_a_tab_at_a_line_start_is_a_blank_first_cell_with_or_without_quotes(tmp_path: Path):
+    # The attack: "\tb.jpg\tdog" under a 2-column header was read as b.jpg -> dog by the fast path (which
+    # stripped the tab with the line's spaces), and refused by the Python path once a quote stood elsewhere.
+    for last in ("cat", '"cat"'):
+        path = tmp_path / "t.tsv"
+        path.write_text(f"file\tlabel\na.jpg\tcat\n\tb.jpg\tdog\nc.jpg\t{last}\n", encoding="utf-8")
+        t = read_labels(path, validate=False)
+        assert t.problems() == [
+            f"{path}, line 3: 3 fields where the header has 2 ('\\tb.jpg\\tdog'); quote a name that holds '\\t'"
+        ]
+        assert t.files.tolist() == ["a.jpg", "c.jpg"]
+    path.write_text("file\tlabel\t\r\na.jpg\tcat\t\r\nb.jpg\tdog\t\r\n", encoding="utf-8")  # a tab ending each line
+    t = read_labels(path, validate=False)
+    assert t.problems() == [] and t.files.tolist() == ["a.jpg", "b.jpg"] and t.class_map().classes == ("cat", "dog")
 
 
 def test_a_data_row_whose_class_is_a_column_name_is_not_the_header(tmp_path: Path):
