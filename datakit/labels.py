@@ -624,7 +624,7 @@ class LabelTable:
             return []
         values = [str(v) for v in self.labels.values]
         names = set(values)
-        orders: dict[frozenset, str] = {}
+        orders: dict[frozenset, tuple[str, list[str]]] = {}
         for v in values:
             parts = [p for p in _LIST_SEPARATORS.split(v.strip()) if p]
             if len(parts) < 2 or len(set(parts)) < len(parts):
@@ -634,8 +634,8 @@ class LabelTable:
                 return [f"{self.path}: label {v!r} at {self._short(i)} is a list of other labels "
                         f"({', '.join(map(repr, parts))}), and a class of its own: datakit reads one class per image "
                         "(a multi-label table needs a collate and a loss of your own)"]  # fmt: skip
-            other = orders.setdefault(frozenset(parts), v)
-            if other != v:
+            other, ordered = orders.setdefault(frozenset(parts), (v, parts))
+            if other != v and ordered != parts:  # (the same labels in the same order apart look alike: said there)
                 i, j = (self._first_row([x == w for x in values]) for w in (other, v))
                 return [f"{self.path}: labels {other!r} at {self._short(i)} and {v!r} at {self._short(j)} list the "
                         "same labels in another order, and are two classes: datakit reads one class per image (a "
@@ -2554,7 +2554,13 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     for p in parts:  # a split's sheet (not notes, not a lookup table): its labels are in the class map
         if unsaved.get(p.order) and (_norm(p.sheet) in _SPLIT_NAMES or any(_looks_like_file(f) for f in p.files)):
             problems += unsaved[p.order]
-    if hidden_left:
+    if hidden_left and not any(p.chosen for p in parts) and not problems and wanted is None:
+        # nothing visible to read: the hidden sheets are the tables (the note's "would add classes" has no base)
+        problems.append(((0, 0), f"{path}: no visible sheet holds a table of files and labels; the hidden sheet"
+                         f"{'s' if len(hidden_left) > 1 else ''} {', '.join(map(repr, hidden_left))} may "
+                         "(include_hidden=True, --include-hidden, reads them)"))  # fmt: skip
+        notes[:] = [n for n in notes if not n.startswith(f"{path}: sheet ")]  # 'notes' skipped: said above
+    elif hidden_left:
         extra = _hidden_classes(wb, engine, path, hidden_left, parts, file_column, label_column, split_column)
         notes.append(f"{path}: hidden sheet{'s' if len(hidden_left) > 1 else ''} "
                      f"{', '.join(map(repr, hidden_left))} not read "
@@ -2565,8 +2571,9 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                         if extra else ""))  # fmt: skip
     elif include_hidden:  # hidden sheets read: the classes they add move indices against a read without them
         hidden = {s.name for s in meta if not s.visible and s.worksheet}
-        extra = _added_classes([p for p in parts if p.sheet in hidden], [p for p in parts if p.sheet not in hidden])
-        if extra:
+        shown = [p for p in parts if p.sheet not in hidden]
+        extra = _added_classes([p for p in parts if p.sheet in hidden], shown)
+        if extra and any(len(p.files) for p in shown):  # (else nothing is read without them: no indices to move)
             notes.append(f"{path}: the hidden sheets read (include_hidden) add the class{'es' * (len(extra) > 1)} "
                          f"{', '.join(map(repr, extra[:5]))}{', ...' if len(extra) > 5 else ''}, which moves the "
                          "class indices against a read without include_hidden: read every split alike")  # fmt: skip
@@ -3291,8 +3298,9 @@ def read_labels(
     return table
 
 
-_LIST_SEPARATORS = re.compile(r"\s*[,，、]\s*")  # between the labels of a multi-label cell ('cat,dog', '猫、狗')
-_VECTOR = re.compile(r"[01](?:\s*,\s*[01])+")  # '0,1,0': a one-hot (or multi-hot) vector, not a class name
+# between the labels of a multi-label cell ('cat,dog', '猫、狗', Planet's 'clear primary', MovieLens' 'Action|Drama')
+_LIST_SEPARATORS = re.compile(r"\s*[,，、|;；/+]\s*|\s+")
+_VECTOR = re.compile(r"[01](?:(?:\s*[,;|]\s*|\s+)[01])+")  # '0,1,0': a one-hot (or multi-hot) vector, not a class name
 
 
 def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:

@@ -824,6 +824,20 @@ class TableDataset(ImageDataset):
                 raise LabelError(_listed(self.linked_twice))
         if probe:
             self._probe_root()
+            self._lone_missing()
+
+    def _lone_missing(self) -> None:
+        """Warn of a class whose one row names a file that is not there: an example or type row under the header
+        (``example.png, example``) is a class of its own, one output more, with no image to learn it from."""
+        targets = np.asarray(self.targets, np.int64)
+        if not len(targets):
+            return
+        counts = np.bincount(targets, minlength=len(self.classes))
+        for i in np.flatnonzero(counts[targets] == 1)[:100].tolist():
+            if not self.exists(i):
+                log.warning("%s: class %r is this row's alone, and its file %r is not there: a class with no image "
+                            "(an example row under the header?); datakit check lists every missing file",
+                            self.where(i), self.classes[targets[i]], self.files[i])  # fmt: skip
 
     def path(self, index: int) -> str:
         """Where sample ``index`` lives: a path on disk, or the member name inside the zip. A name

@@ -768,3 +768,29 @@ def test_sheets_of_a_text_table_are_refused_and_sheets_chosen_are_not_warned_of(
     with caplog.at_level(logging.WARNING, logger="datakit"):
         assert len(open_dataset(samples / "images", labels=samples / "labels.xlsx", sheets=["train", "val"])) == 21
     assert caplog.records == []
+
+
+def test_a_class_whose_one_row_names_no_file_is_warned_of(tmp_path: Path, caplog):
+    # The attack: a template's example row under the header ('example.png,example') made a class of its own, one
+    # output more with no image, and open_dataset said nothing (only check reported the file missing)
+    import cv2
+
+    root = tmp_path / "imgs"
+    root.mkdir()
+    for i in range(4):
+        cv2.imwrite(str(root / f"{i}.png"), np.full((4, 4, 3), i, np.uint8))
+    table = tmp_path / "t.csv"
+    table.write_text("file,label\nexample.png,example\n" + "".join(f"{i}.png,{'cat' if i % 2 else 'dog'}\n"
+                                                                  for i in range(4)), encoding="utf-8")  # fmt: skip
+    with caplog.at_level("WARNING", logger="datakit"):
+        ds = open_dataset(root, labels=table)
+    assert ds.classes == ["cat", "dog", "example"]
+    assert caplog.messages == [
+        f"{table}, line 2: class 'example' is this row's alone, and its file 'example.png' is not there: a class "
+        "with no image (an example row under the header?); datakit check lists every missing file"
+    ]
+    caplog.clear()
+    (root / "example.png").write_bytes((root / "0.png").read_bytes())  # a class of one image that is there: nothing
+    with caplog.at_level("WARNING", logger="datakit"):
+        open_dataset(root, labels=table)
+    assert caplog.messages == []

@@ -1275,6 +1275,13 @@ def test_multi_label_cells_are_noted_as_classes_of_combinations(tmp_path: Path):
         "another order, and are two classes: datakit reads one class per image (a multi-label table needs a collate "
         "and a loss of your own)"
     ]
+    # the next attack: tags joined by '|' (MovieLens), ';' or a space (Planet's 'clear primary') had no note
+    for sep in ("|", ";", " ", " / "):
+        table.write_text(f'file,label\n0.jpg,clear\n1.jpg,"clear{sep}primary"\n2.jpg,primary\n', encoding="utf-8")
+        assert read_labels(table).notes == [
+            f"{table}: label 'clear{sep}primary' at line 3 is a list of other labels ('clear', 'primary'), and a class "
+            "of its own: datakit reads one class per image (a multi-label table needs a collate and a loss of your own)"
+        ]
     # ImageNet's words: a class named with its synonyms beside a class of one of them is no list of labels
     table.write_text('file,label\n0.jpg,maillot\n1.jpg,"maillot, tank suit"\n2.jpg,"tench, Tinca tinca"\n', "utf-8")
     assert read_labels(table).notes == []
@@ -1498,3 +1505,31 @@ def test_a_list_of_comma_separated_lines_says_it_looks_like_a_table(tmp_path: Pa
         f"{table}, line 1: '0.jpg,0' has no label (expected 'path label'): its parts are separated by ',', as in a "
         "table; name the file .csv with a header line (file,label), or separate them by a space"
     )
+
+
+def test_a_workbook_whose_tables_are_all_hidden_says_so(tmp_path: Path, capsys):
+    # the attack: the 'train' and 'val' sheets hidden, a visible 'notes' sheet: check's one problem was "sheet
+    # 'notes': no file-name column found", beside a note that reading the hidden sheets "would add the classes
+    # 'cat', 'dog' and every index after it would move" (there were no others)
+    from datakit.cli import main
+
+    wb = Workbook()
+    notes = wb.active
+    notes.title = "notes"
+    notes.append(["hello"])
+    for name, rows in (("train", [["0.jpg", "cat"], ["1.jpg", "dog"]]), ("val", [["2.jpg", "cat"], ["3.jpg", "dog"]])):
+        ws = wb.create_sheet(name)
+        ws.append(["file", "label"])
+        for r in rows:
+            ws.append(r)
+        ws.sheet_state = "hidden"
+    book = tmp_path / "l.xlsx"
+    wb.save(book)
+    root = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg", "3.jpg")
+    assert main(["check", str(root), "--labels", str(book)]) == 1
+    assert capsys.readouterr().err == (
+        f"{book}: no visible sheet holds a table of files and labels; the hidden sheets 'train', 'val' may "
+        "(include_hidden=True, --include-hidden, reads them)\n"
+    )
+    assert main(["check", str(root), "--labels", str(book), "--include-hidden"]) == 0
+    assert capsys.readouterr().out.endswith("4 samples checked, 0 problems\n")
