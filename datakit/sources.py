@@ -1353,6 +1353,29 @@ def missing_why(path: str | os.PathLike) -> str:
 _OTHER_FILES = "; remove the folder, or pass extensions= (Python) to count other files"
 
 
+def _folder_alone(ds):
+    """``ds``, a folder of class folders; where it is an evaluation split (``data/val``) beside a training split's
+    folder (``data/train``) with class folders it lacks, its classes are numbered without those, every later one
+    shifted against the training split's (ImageFolder's way, without a word): said, as for a table read alone."""
+    root = Path(ds.root)
+    word = _eval_word(root / "_")
+    if word is None or _OPENED_WITH_CLASSES.get():
+        return ds
+    try:
+        train = next((d for d in sorted(root.parent.iterdir()) if d.is_dir() and d.name.lower() in _TRAIN_WORDS
+                      | set(_TRAIN_CJK)), None)  # fmt: skip
+        theirs = {d.name for d in train.iterdir() if d.is_dir() and not d.name.startswith(".")} if train else set()
+    except OSError:
+        return ds
+    lacking = sorted(theirs - set(ds.classes))
+    if lacking and set(ds.classes) <= theirs:
+        log.warning("%s: read alone, this %s split numbers its own %d classes, without %s of %s's %d: give those "
+                    "classes, classes=train.classes (--classes %s), so that the ones it lacks do not shift the "
+                    "others' indices", root, word, len(ds.classes), ", ".join(map(repr, lacking[:4])) + (
+                        ", ..." if len(lacking) > 4 else ""), train, len(theirs), train)  # fmt: skip
+    return ds
+
+
 def _is_pack(path: Path) -> bool:
     return path.is_dir() and (path / "data.mdb").exists() or path.suffix.lower() == ".lmdb"
 
@@ -1726,7 +1749,7 @@ def open_source(
     if split is not None:
         raise UsageError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
     if path.is_dir():
-        return kinds.FolderDataset(path, **common, **kwargs)
+        return _folder_alone(kinds.FolderDataset(path, **common, **kwargs))
     if suffix == ".zip":  # encoding=: of its member names here, as unzip-gbk --encoding
         return kinds.ZipDataset(path, **common, **({"encoding": encoding} if encoding else {}), **kwargs)
     # a FIFO, a socket

@@ -794,3 +794,28 @@ def test_a_class_whose_one_row_names_no_file_is_warned_of(tmp_path: Path, caplog
     with caplog.at_level("WARNING", logger="datakit"):
         open_dataset(root, labels=table)
     assert caplog.messages == []
+
+
+def test_a_val_folder_lacking_a_class_of_its_train_folder_is_warned_of(tmp_path: Path, caplog):
+    # The attack: data/val without the class folder 'bee' that data/train has numbered 'cat' 1 instead of 2, without
+    # a word, where the same split as val.csv is warned of
+    import cv2
+
+    for split, classes in (("train", ["ant", "bee", "cat"]), ("val", ["ant", "cat"])):
+        for c in classes:
+            (tmp_path / split / c).mkdir(parents=True)
+            cv2.imwrite(str(tmp_path / split / c / "1.png"), np.zeros((4, 4, 3), np.uint8))
+    with caplog.at_level("WARNING", logger="datakit"):
+        train = open_dataset(tmp_path / "train")
+        assert caplog.messages == []
+        val = open_dataset(tmp_path / "val")
+    assert val.classes == ["ant", "cat"] and val.targets.tolist() == [0, 1]
+    assert caplog.messages == [
+        f"{tmp_path / 'val'}: read alone, this val split numbers its own 2 classes, without 'bee' of "
+        f"{tmp_path / 'train'}'s 3: give those classes, classes=train.classes (--classes {tmp_path / 'train'}), so "
+        "that the ones it lacks do not shift the others' indices"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="datakit"):
+        val = open_dataset(tmp_path / "val", classes=train.classes)
+    assert val.targets.tolist() == [0, 2] and caplog.messages == []
