@@ -358,6 +358,12 @@ def _missing_line(ds: TableDataset, i: int) -> str | None:
         twin = _case_twin(where)
         if twin is not None:
             line += f" (there is {twin!r}: the names differ in letter case, which this file system keeps apart)"
+        elif not os.path.splitext(where)[1]:
+            from datakit.sources import GUESSED_EXTENSIONS
+
+            whole = next((where + e for e in GUESSED_EXTENSIONS if os.path.isfile(where + e)), None)
+            if whole is not None:
+                line += f" (there is {os.path.basename(whole)!r}: the table's names lack their extension)"
     return line
 
 

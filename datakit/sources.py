@@ -975,6 +975,14 @@ class TableDataset(ImageDataset):
             machine = "paths on a Windows drive" if re.match(r"[A-Za-z]:", first) else "absolute paths"
             raise LabelError(f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first "
                              f"{first!r}) is {where}: the table names {machine}, another machine's{there}")  # fmt: skip
+        if not hint and not os.path.splitext(first)[1]:  # '0001' for 0001.jpg: the names lack their extension
+            ext = next((e for e in GUESSED_EXTENSIONS
+                        if (self.zip is None and _is_file(Path(self.root, first + e))) or
+                        (self.zip is not None and first + e in self.zip)), None)  # fmt: skip
+            if ext is not None:
+                raise LabelError(f"{self.table.path}: none of the files the table names ({len(picks)} looked for, "
+                                 f"first {first!r}) is {where}, but {first + ext!r} is: the names lack their "
+                                 f"extension; write them whole ({first + ext!r})")  # fmt: skip
         raise (WrongRoot if hint else LabelError)(
             f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first {first!r}) is "
             f"{where}; names are relative to the table's folder, or to the folder given with it{hint}"
@@ -1353,6 +1361,10 @@ def missing_why(path: str | os.PathLike) -> str:
 _OTHER_FILES = "; remove the folder, or pass extensions= (Python) to count other files"
 
 
+# what a table's name without an extension ('0001') is looked for with, to say so where the file is there
+GUESSED_EXTENSIONS = (".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG", ".bmp", ".webp", ".tif")
+
+
 def _folder_alone(ds):
     """``ds``, a folder of class folders; where it is an evaluation split (``data/val``) beside a training split's
     folder (``data/train``) with class folders it lacks, its classes are numbered without those, every later one
@@ -1512,6 +1524,12 @@ def _class_lines(path: Path, text: str) -> list[str]:
     if not names:  # an empty file: no class at all, and every label would be "not among the 0 classes"
         raise UsageError(f"{path}: no class names in it (a text file of class names holds one a line, class 0 "
                          "first)")  # fmt: skip
+    if (
+        len(names) == 1 and re.search(r"\S\s*[,;\t]\s*\S", names[0]) and not _SYNSET.fullmatch(names[0])
+    ):  # 'cat,dog,bird': one line, read as one class
+        sep = next(c for c in ",;\t" if c in names[0])
+        raise UsageError(f"{path}: one line of names parted by {sep!r} ({names[0][:60]!r}); a text file of class "
+                         "names holds one a line, class 0 first (or give a .json list)")  # fmt: skip
     if len(names) > 1 and all(_SYNSET.fullmatch(n) for n in names):
         # ImageNet's LOC_synset_mapping.txt, 'n01440764 tench, Tinca tinca': the classes are the WordNet ids, as
         # ImageNet's class folders are named, in the file's order

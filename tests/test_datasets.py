@@ -756,6 +756,16 @@ def test_classes_files_of_index_and_name_lines_are_refused_and_synset_lists_read
     assert given_classes(synsets) == ["n01443537", "n01440764"]
     ds = open_dataset(tmp_path / "train", classes=synsets)
     assert ds.classes == ["n01443537", "n01440764"] and ds.targets.tolist() == [1, 0]
+    # the next attack: the class names on one line, 'dog,cat', read as the one class 'dog,cat' ("not among the 1
+    # classes given")
+    one_line = tmp_path / "classes.txt"
+    one_line.write_text("n01443537,n01440764\n", encoding="utf-8")
+    with pytest.raises(UsageError) as e:
+        given_classes(one_line)
+    assert str(e.value) == (
+        f"{one_line}: one line of names parted by ',' ('n01443537,n01440764'); a text file of class names holds one "
+        "a line, class 0 first (or give a .json list)"
+    )
 
 
 def test_sheets_of_a_text_table_are_refused_and_sheets_chosen_are_not_warned_of(samples: Path, caplog):
@@ -819,3 +829,23 @@ def test_a_val_folder_lacking_a_class_of_its_train_folder_is_warned_of(tmp_path:
     with caplog.at_level("WARNING", logger="datakit"):
         val = open_dataset(tmp_path / "val", classes=train.classes)
     assert val.targets.tolist() == [0, 2] and caplog.messages == []
+
+
+def test_a_table_of_names_without_their_extension_says_so(tmp_path: Path, capsys):
+    # The attack: a table naming '0' and '1' for 0.jpg and 1.jpg got only "names are relative to the table's folder"
+    from datakit.cli import main
+    from datakit.io import imwrite
+
+    for n in ("0", "1"):
+        imwrite(tmp_path / f"{n}.jpg", np.zeros((4, 4, 3), np.uint8))
+    table = tmp_path / "t.csv"
+    table.write_text("file,label\n0,a\n1,b\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path, labels=table)
+    assert str(e.value) == (f"{table}: none of the files the table names (2 looked for, first '0') is under {tmp_path}, "
+                            "but '0.jpg' is: the names lack their extension; write them whole ('0.jpg')")  # fmt: skip
+    assert main(["check", str(tmp_path), "--labels", str(table)]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"missing: '0' ({table}, line 2) not found at {tmp_path / '0'} (there is '0.jpg': the table's names lack "
+        "their extension)"
+    )
