@@ -833,11 +833,13 @@ class TableDataset(ImageDataset):
         if not len(targets):
             return
         counts = np.bincount(targets, minlength=len(self.classes))
-        for i in np.flatnonzero(counts[targets] == 1)[:100].tolist():
-            if not self.exists(i):
-                log.warning("%s: class %r is this row's alone, and its file %r is not there: a class with no image "
-                            "(an example row under the header?); datakit check lists every missing file",
-                            self.where(i), self.classes[targets[i]], self.files[i])  # fmt: skip
+        lone = [i for i in np.flatnonzero(counts[targets] == 1)[:100].tolist() if not self.exists(i)]
+        if lone:
+            i = lone[0]
+            more = f" ({len(lone) - 1} more such classes)" if len(lone) > 1 else ""
+            log.warning("%s: class %r is this row's alone, and its file %r is not there: a class with no image (an "
+                        "example row under the header?)%s; datakit check lists every missing file", self.where(i),
+                        self.classes[targets[i]], self.files[i], more)  # fmt: skip
 
     def path(self, index: int) -> str:
         """Where sample ``index`` lives: a path on disk, or the member name inside the zip. A name
