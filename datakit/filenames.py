@@ -691,13 +691,16 @@ def undecoded_names(root: str, names: Sequence[str], wanted: Sequence[str] = ())
     else:
         first = bad[0]
         raw = [os.fsencode(n) for n in bad[:MAX_SCORED]]
-        guess = guess_encoding([b for r in raw for b in r.split(b"/") if not b.isascii()], [0] * len(raw))
+        # the parts that are not UTF-8 (a UTF-8 class folder, 猫/, holding a GBK file name is not GBK)
+        parts = [b for r in raw for b in r.split(b"/") if not b.isascii() and not decodes(b, "utf-8", windows=False)]
+        guess = guess_encoding(parts, [0] * len(parts))
         enc = next((e for e in guess.ambiguous if e in _TOOL_ENCODINGS), guess.encoding)  # a Windows zip's, first
         why = f"{len(bad)} name{'s' * (len(bad) > 1)} on disk {'are' if len(bad) > 1 else 'is'} not UTF-8"
         if enc not in _TOOL_ENCODINGS:  # no East Asian Windows encoding reads them: no archive tool to blame
             return (f"{root}: {why} ({ascii(first)}); rename them to UTF-8 (convmv -f ENCODING -t utf-8 -r "
                     f"--notest {root}, with the encoding they were written in)")  # fmt: skip
-    shown = decode_name(os.fsencode(first), enc)
+    shown = "/".join(p.decode("utf-8") if decodes(p, "utf-8", windows=False) else decode_name(p, enc)
+                     for p in os.fsencode(first).split(b"/"))  # fmt: skip
     return (f"{root}: {why} ({ascii(first)} is {shown!r} in {enc}): extracted by a tool that did not decode the "
             f"archive's names; extract it again with unzip-gbk, or rename them (convmv -f {enc} -t utf-8 -r "
             f"--notest {root})")  # fmt: skip

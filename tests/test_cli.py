@@ -1023,6 +1023,18 @@ def test_names_not_utf8_from_no_archive_tool_are_not_blamed_on_one():
         "--notest d, with the encoding they were written in)"
     )
     assert undecoded_names("d", ["ok.jpg", "猫.jpg"]) is None
+    # the next attack: UTF-8 class folders holding GBK (or Latin-1) file names, as plain unzip leaves an archive's
+    # files in folders made by hand: an IndexError traceback from check, stats, pack-lmdb and open_dataset
+    gbk = [os.fsdecode(c.encode() + b"/" + f"照片{k}.jpg".encode("gbk")) for c in ("猫", "狗") for k in range(3)]
+    assert undecoded_names("d", gbk) == (
+        "d: 6 names on disk are not UTF-8 ('\\u732b/\\udcd5\\udcd5\\u01ac0.jpg' is '猫/照片0.jpg' in gbk): extracted "
+        "by a tool that did not decode the archive's names; extract it again with unzip-gbk, or rename them (convmv "
+        "-f gbk -t utf-8 -r --notest d)"
+    )
+    assert undecoded_names("d", ["猫/" + latin1, "狗/" + os.fsdecode(b"gar\xe7on.jpg")]) == (
+        "d: 2 names on disk are not UTF-8 ('\\u732b/caf\\udce9.jpg'); rename them to UTF-8 (convmv -f ENCODING -t "
+        "utf-8 -r --notest d, with the encoding they were written in)"
+    )
 
 
 def test_a_pixel_budget_that_is_no_number_is_one_usage_line_and_sizes_over_it_are_refused(class_folder: Path,
