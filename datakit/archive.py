@@ -9,6 +9,7 @@ Unicode Path field, then one encoding chosen for the whole archive.
 
 from __future__ import annotations
 
+import bisect
 import io
 import logging
 import lzma
@@ -201,6 +202,7 @@ class _Unflagged(io.RawIOBase):
     def __init__(self, path: str | os.PathLike, patches: dict[int, int]) -> None:
         self._f = open(path, "rb")  # noqa: SIM115 (closed with this object)
         self.name = os.fspath(path)
+        self._at = sorted(patches)
         self._patches = patches
 
     def readable(self) -> bool:
@@ -218,9 +220,8 @@ class _Unflagged(io.RawIOBase):
     def readinto(self, buffer) -> int:
         start = self._f.tell()
         n = self._f.readinto(buffer)
-        for at, value in self._patches.items():
-            if start <= at < start + n:
-                buffer[at - start] = value
+        for k in range(bisect.bisect_left(self._at, start), bisect.bisect_left(self._at, start + n)):
+            buffer[self._at[k] - start] = self._patches[self._at[k]]
         return n
 
     def close(self) -> None:
@@ -292,28 +293,48 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
         )
         raise UsageError(f"{path}: {what}, not a regular file; a zip archive is read from a file")
     try:
-        return zipfile.ZipFile(path)
-    except FileNotFoundError:
+        return _zipfile(path, path)
+    except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else
+        found = _flag_patches(path)
+        if found is None:
+            raise ArchiveError(_not_utf8(path, exc)) from None
+    # the tool set the flag whatever the bytes: none of its flags is trusted
+    patches, flagged, broken = found
+    f = io.BufferedReader(_Unflagged(path, patches))
+    try:
+        zf = _zipfile(path, f)
+    except UnicodeDecodeError as exc:  # (every flag is cleared: a local header's, read later, may still say so)
+        f.close()
+        raise ArchiveError(_not_utf8(path, exc)) from None
+    except BaseException:
+        f.close()
+        raise
+    zf._filePassed = 0  # closed with the archive
+    zf.flag_ignored = (flagged, broken)
+    return zf
+
+
+def _not_utf8(path, exc: UnicodeDecodeError) -> str:
+    raw = exc.object[max(0, exc.start - 8) : exc.end + 8]
+    legacy = next((f"{exc.object.decode(e)!r} in {e.upper()}, " for e in ("gbk", "big5")
+                   if decodes(exc.object, e, windows=False)), "")  # fmt: skip
+    return (f"{path}: a member name is flagged UTF-8 but is not UTF-8 ({legacy}bytes {raw.hex(' ')}): "
+            "the tool that made the archive set the flag on legacy (GBK?) names, and a flagged name "
+            "is read as UTF-8 whatever --encoding says; make it again without the flag, or with UTF-8 "
+            "names")  # fmt: skip
+
+
+def _zipfile(path, file) -> zipfile.ZipFile:
+    """``zipfile.ZipFile(file)``, its errors as datakit's (a UnicodeDecodeError, a name flagged UTF-8 that is not,
+    is left to the caller)."""
+    try:
+        return zipfile.ZipFile(file)
+    except (FileNotFoundError, UnicodeDecodeError):
         raise
     except IsADirectoryError:
         raise UsageError(f"{path}: is a directory, not a zip archive") from None
     except PermissionError:
         raise ArchiveError(f"{path}: cannot be read (permission denied)") from None
-    except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else
-        found = _flag_patches(path)
-        if found is not None:  # the tool set the flag whatever the bytes: none of its flags is trusted
-            patches, flagged, broken = found
-            zf = zipfile.ZipFile(io.BufferedReader(_Unflagged(path, patches)))
-            zf._filePassed = 0  # closed with the archive
-            zf.flag_ignored = (flagged, broken)
-            return zf
-        raw = exc.object[max(0, exc.start - 8) : exc.end + 8]
-        legacy = next((f"{exc.object.decode(e)!r} in {e.upper()}, " for e in ("gbk", "big5")
-                       if decodes(exc.object, e, windows=False)), "")  # fmt: skip
-        raise ArchiveError(f"{path}: a member name is flagged UTF-8 but is not UTF-8 ({legacy}bytes {raw.hex(' ')}): "
-                           "the tool that made the archive set the flag on legacy (GBK?) names, and a flagged name "
-                           "is read as UTF-8 whatever --encoding says; make it again without the flag, or with UTF-8 "
-                           "names") from None  # fmt: skip
     except NotImplementedError as exc:  # a member needs a later ZIP version than zipfile reads ("zip file version 6.4")
         raise ArchiveError(f"{path}: a member needs a newer ZIP format than this reader knows ({exc}); "
                            "make the archive again with a common zip tool") from None  # fmt: skip

@@ -431,6 +431,16 @@ def test_names_flagged_utf8_that_are_not_utf8_are_read_as_legacy_names(tmp_path:
     assert unzip_gbk_main([str(sfx), "-d", str(tmp_path / "sfx")]) == 0
     assert tree(tmp_path / "sfx") == tree(tmp_path / "out")
     assert capsys.readouterr().err == warning.replace(str(z), str(sfx))
+    # damaged besides (the regression: errors of the second reading escaped as tracebacks): as any damaged archive
+    bad = bytearray(z.read_bytes())
+    cd = bad.rfind(b"PK\x01\x02")  # the last member's central entry: it needs ZIP version 6.4
+    bad[cd + 6] = 64
+    (tmp_path / "v.zip").write_bytes(bytes(bad))
+    assert unzip_gbk_main([str(tmp_path / "v.zip"), "-l"]) == 1
+    assert capsys.readouterr().err == (
+        f"unzip-gbk: error: {tmp_path / 'v.zip'}: a member needs a newer ZIP format than this reader knows (zip file "
+        "version 6.4); make the archive again with a common zip tool\n"
+    )
     # UTF-8 names flagged beside one that is not: each is read in its own encoding, as in an unflagged archive
     m = write_zip(
         tmp_path / "m.zip",
