@@ -127,16 +127,23 @@ def _blank(v: object) -> bool:
     )
 
 
+def _int_key(v: object) -> object:
+    """An integer label's value (``'2.0'``, ``'+1'``, ``np.int64(2)``), else its text."""
+    t = _text(v)
+    return _int_of(t) if _is_int_text(t) else t
+
+
 def _shown_classes(classes: Sequence[str]) -> str:
     head = ", ".join(repr(c) for c in classes[:5])
     return f"classes {head}{', ...' if len(classes) > 5 else ''}" if classes else "no classes"
 
 
 def _values(labels: Iterable[object]) -> Iterable[object]:
-    """``labels`` as Python values: a tensor's, array's or Series' elements are ``tensor(3)`` or ``np.float32`` as
-    they are, which read as the names ``'tensor(3)'`` and ``'3.0'``."""
-    tolist = getattr(labels, "tolist", None)
-    return tolist() if callable(tolist) else labels
+    """``labels``, a tensor's as a NumPy array: its elements are ``tensor(3)``, which reads as the name
+    ``'tensor(3)'`` (NumPy's read as their numbers, ``np.float32(0.1)`` as 0.1)."""
+    if type(labels).__module__.startswith("torch") and callable(getattr(labels, "numpy", None)):
+        return labels.detach().cpu().numpy()
+    return labels
 
 
 def _text(v: object) -> str:
@@ -329,15 +336,22 @@ class ClassMap:
         labels = _values(labels)
         if self.source_values is not None:
             lookup = {v: i for i, v in enumerate(self.source_values)}
-            key = lambda v: _int_of(_text(v)) if _is_int_text(_text(v)) else _text(v)  # noqa: E731
+            key = _int_key
         else:
             lookup, key = self.class_to_idx, _text
         try:
             return np.fromiter((lookup[key(v)] for v in labels), dtype=np.int64, count=len(labels))
         except KeyError:
-            i, v = next((i, v) for i, v in enumerate(labels) if key(v) not in lookup)
-            what = "missing" if _blank(v) else f"{_text(v)!r}, not one of the {len(self.classes)} classes"
-            raise LabelError(f"label at index {i}: {what} ({_shown_classes(self.classes)})") from None
+            pass
+        if self.source_values is None and all(_is_int_text(c) for c in self.classes):  # 0..C-1: '2.0', '+1' too
+            ints = {_int_of(c): i for i, c in enumerate(self.classes)}
+            found = [ints.get(_int_key(v)) for v in labels]
+            if None not in found:
+                return np.asarray(found, dtype=np.int64)
+        i, v = next((i, v) for i, v in enumerate(labels) if key(v) not in lookup)
+        shown = _text(v) if len(_text(v)) <= 60 else _text(v)[:57] + "..."
+        what = "missing" if _blank(v) else f"{shown!r}, not one of the {len(self.classes)} classes"
+        raise LabelError(f"label at index {i}: {what} ({_shown_classes(self.classes)})")
 
     def to_json(self) -> dict:
         out: dict = {"classes": list(self.classes)}
@@ -627,6 +641,8 @@ class LabelTable:
         orders: dict[frozenset, tuple[str, list[str]]] = {}
         for v in values:
             parts = [p for p in _LIST_SEPARATORS.split(v.strip()) if p]
+            if len(parts) < 2:
+                parts = [p for p in _OTHER_SEPARATORS.split(v.strip()) if p]
             if len(parts) < 2 or len(set(parts)) < len(parts):
                 continue
             if all(p in names for p in parts):
@@ -3298,8 +3314,10 @@ def read_labels(
     return table
 
 
-# between the labels of a multi-label cell ('cat,dog', '猫、狗', Planet's 'clear primary', MovieLens' 'Action|Drama')
-_LIST_SEPARATORS = re.compile(r"\s*[,，、|;；/+]\s*|\s+")
+# between the labels of a multi-label cell ('cat,dog', '猫、狗')
+_LIST_SEPARATORS = re.compile(r"\s*[,，、]\s*")
+# where no comma parts them: MovieLens' 'Action|Drama', 'cat;dog' (not a space, '/' or '+': 'ski mask', 'AC/DC')
+_OTHER_SEPARATORS = re.compile(r"\s*[|;；]\s*")
 _VECTOR = re.compile(r"[01](?:(?:\s*[,;|]\s*|\s+)[01])+")  # '0,1,0': a one-hot (or multi-hot) vector, not a class name
 
 

@@ -700,7 +700,7 @@ def _other_forms(name: str) -> list[str]:
     return [o for o in (unicodedata.normalize(f, name) for f in ("NFC", "NFD")) if o != name]
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)  # a table's rows in no folder order (shuffled) visit many folders in turn
 def _folder_forms(folder: str, stamp: int) -> dict[str, list[str]]:
     """A folder's entries by their NFC form; ``stamp`` (its mtime) makes a changed folder read again."""
     names: dict[str, list[str]] = {}
@@ -1367,6 +1367,13 @@ _OTHER_FILES = "; remove the folder, or pass extensions= (Python) to count other
 GUESSED_EXTENSIONS = (".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG", ".bmp", ".webp", ".tif")
 
 
+def _holds_image(folder: Path, extensions) -> bool:
+    """Whether ``folder`` holds an image file (at any depth) that a class folder's scan counts: one without any
+    (a cache, __pycache__, notes) is no class."""
+    walk = os.walk(folder, followlinks=True)
+    return any(f.lower().endswith(extensions) for _, _, files in walk for f in files)
+
+
 def _folder_alone(ds):
     """``ds``, a folder of class folders; where it is an evaluation split (``data/val``) beside a training split's
     folder (``data/train``) with class folders it lacks, its classes are numbered without those, every later one
@@ -1381,12 +1388,13 @@ def _folder_alone(ds):
         theirs = {d.name for d in train.iterdir() if d.is_dir() and not d.name.startswith(".")} if train else set()
     except OSError:
         return ds
-    lacking = sorted(theirs - set(ds.classes))
+    lacking = sorted(c for c in theirs - set(ds.classes) if _holds_image(train / c, ds.extensions))
     if lacking and set(ds.classes) <= theirs:
         log.warning("%s: read alone, this %s split numbers its own %d classes, without %s of %s's %d: give those "
                     "classes, classes=train.classes (--classes %s), so that the ones it lacks do not shift the "
                     "others' indices", root, word, len(ds.classes), ", ".join(map(repr, lacking[:4])) + (
-                        ", ..." if len(lacking) > 4 else ""), train, len(theirs), train)  # fmt: skip
+                        ", ..." if len(lacking) > 4 else ""), train, len(ds.classes) + len(lacking),
+                    train)  # fmt: skip
     return ds
 
 
@@ -1526,10 +1534,9 @@ def _class_lines(path: Path, text: str) -> list[str]:
     if not names:  # an empty file: no class at all, and every label would be "not among the 0 classes"
         raise UsageError(f"{path}: no class names in it (a text file of class names holds one a line, class 0 "
                          "first)")  # fmt: skip
-    if (
-        len(names) == 1 and re.search(r"\S\s*[,;\t]\s*\S", names[0]) and not _SYNSET.fullmatch(names[0])
-    ):  # 'cat,dog,bird': one line, read as one class
-        sep = next(c for c in ",;\t" if c in names[0])
+    one_line = re.fullmatch(r"[^\s,;]+(?:([,;\t])[^\s,;]+)+", names[0]) if len(names) == 1 else None
+    if one_line:  # 'cat,dog,bird': one line, read as one class ('tench, Tinca tinca' may be one class's name)
+        sep = one_line.group(1)
         raise UsageError(f"{path}: one line of names parted by {sep!r} ({names[0][:60]!r}); a text file of class "
                          "names holds one a line, class 0 first (or give a .json list)")  # fmt: skip
     if len(names) > 1 and all(_SYNSET.fullmatch(n) for n in names):

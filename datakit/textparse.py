@@ -551,9 +551,12 @@ def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, 
              first_row: list[str] | None, delim: str, what: str) -> Columns:  # fmt: skip
     """Columns of the rows that fit the header's (or first row's) width; a row with more filled fields
     (an unquoted delimiter in a name: ``c,1.jpg,cat``) is a problem of its line, not a shifted row."""
-    width = len(header if header is not None else first_row or [])
+    top = header if header is not None else first_row or []
+    width = len(top)
     keep, kept, bad = [], [], []
     for row, line in zip(rows, lines):
+        if delim == "\t" and width and len(row) > width and not row[0].strip() and top[0].strip():
+            row = row[1:]  # a line indented with a tab, as the fast path reads it (its lines' edges stripped)
         if width and any(row[width:]):
             shown = delim.join(row)  # a tab shows as \t in the repr
             bad.append((line, f"{len(row)} fields where {what} has {width} ({shown!r}); quote a name that holds "

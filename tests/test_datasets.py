@@ -818,6 +818,9 @@ def test_a_val_folder_lacking_a_class_of_its_train_folder_is_warned_of(tmp_path:
     with caplog.at_level("WARNING", logger="datakit"):
         train = open_dataset(tmp_path / "train")
         assert caplog.messages == []
+        (tmp_path / "train" / "__pycache__").mkdir()  # folders of no image are no class: not said to be lacking
+        (tmp_path / "train" / "notes").mkdir()
+        (tmp_path / "train" / "notes" / "readme.txt").write_text("x")
         val = open_dataset(tmp_path / "val")
     assert val.classes == ["ant", "cat"] and val.targets.tolist() == [0, 1]
     assert caplog.messages == [

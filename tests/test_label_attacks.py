@@ -1275,14 +1275,28 @@ def test_multi_label_cells_are_noted_as_classes_of_combinations(tmp_path: Path):
         "another order, and are two classes: datakit reads one class per image (a multi-label table needs a collate "
         "and a loss of your own)"
     ]
-    # the next attack: tags joined by '|' (MovieLens), ';' or a space (Planet's 'clear primary') had no note
-    for sep in ("|", ";", " ", " / "):
+    # the next attack: tags joined by '|' (MovieLens) or ';' had no note
+    for sep in ("|", ";", " ; "):
         table.write_text(f'file,label\n0.jpg,clear\n1.jpg,"clear{sep}primary"\n2.jpg,primary\n', encoding="utf-8")
         assert read_labels(table).notes == [
             f"{table}: label 'clear{sep}primary' at line 3 is a list of other labels ('clear', 'primary'), and a class "
             "of its own: datakit reads one class per image (a multi-label table needs a collate and a loss of your own)"
         ]
-    # ImageNet's words: a class named with its synonyms beside a class of one of them is no list of labels
+    # ImageNet's words: a class named with its synonyms beside a class of one of them is no list of labels; nor is
+    # a name of two words beside classes of each ('ski mask' beside 'ski' and 'mask'), nor 'AC/DC', nor 'salt+pepper'
+    table.write_text(
+        "file,label\n0.jpg,ski\n1.jpg,mask\n2.jpg,ski mask\n3.jpg,AC\n4.jpg,DC\n5.jpg,AC/DC\n"
+        "6.jpg,salt\n7.jpg,pepper\n8.jpg,salt+pepper\n9.jpg,John Smith\n10.jpg,Smith John\n",
+        "utf-8",
+    )
+    assert read_labels(table).notes == []
+    # a name of two words is a label of a list
+    table.write_text('file,label\n0.jpg,golden retriever\n1.jpg,cat\n2.jpg,"golden retriever,cat"\n', "utf-8")
+    assert read_labels(table).notes == [
+        f"{table}: label 'golden retriever,cat' at line 4 is a list of other labels ('golden retriever', 'cat'), and "
+        "a class of its own: datakit reads one class per image (a multi-label table needs a collate and a loss of "
+        "your own)"
+    ]
     table.write_text('file,label\n0.jpg,maillot\n1.jpg,"maillot, tank suit"\n2.jpg,"tench, Tinca tinca"\n', "utf-8")
     assert read_labels(table).notes == []
 

@@ -231,17 +231,19 @@ def test_a_row_wider_than_the_header_is_a_problem_not_a_phantom_class(tmp_path: 
     ]
 
 
-def test_a_tab_at_a_line_start_is_a_blank_first_cell_with_or_without_quotes(tmp_path: Path):
+def test_a_line_indented_with_a_tab_reads_alike_with_or_without_quotes(tmp_path: Path):
     # The attack: "\tb.jpg\tdog" under a 2-column header was read as b.jpg -> dog by the fast path (which
     # stripped the tab with the line's spaces), and refused by the Python path once a quote stood elsewhere.
     for last in ("cat", '"cat"'):
         path = tmp_path / "t.tsv"
         path.write_text(f"file\tlabel\na.jpg\tcat\n\tb.jpg\tdog\nc.jpg\t{last}\n", encoding="utf-8")
         t = read_labels(path, validate=False)
-        assert t.problems() == [
-            f"{path}, line 3: 3 fields where the header has 2 ('\\tb.jpg\\tdog'); quote a name that holds '\\t'"
-        ]
-        assert t.files.tolist() == ["a.jpg", "c.jpg"]
+        assert t.problems() == []
+        assert t.files.tolist() == ["a.jpg", "b.jpg", "c.jpg"] and t.labels.tolist() == ["cat", "dog", "cat"]
+    path.write_text("file\tlabel\na.jpg\tcat\n\tb.jpg\tdog\tx\n", encoding="utf-8")  # one field more still
+    assert read_labels(path, validate=False).problems() == [
+        f"{path}, line 3: 3 fields where the header has 2 ('b.jpg\\tdog\\tx'); quote a name that holds '\\t'"
+    ]
     path.write_text("file\tlabel\t\r\na.jpg\tcat\t\r\nb.jpg\tdog\t\r\n", encoding="utf-8")  # a tab ending each line
     t = read_labels(path, validate=False)
     assert t.problems() == [] and t.files.tolist() == ["a.jpg", "b.jpg"] and t.class_map().classes == ("cat", "dog")
