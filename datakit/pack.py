@@ -232,8 +232,8 @@ def _pack_state(out: Path, had_lock: bool) -> tuple[str, dict | None]:
         meta = read_meta(out)
     except PackError:
         return ("damaged" if marked else "other"), None
-    if meta is None:
-        return ("started" if had_lock else "other"), None
+    if meta is None:  # no metadata yet: killed before its first commit (a lock, or the classes written first)
+        return ("started" if marked else "other"), None
     return ("datakit" if meta.get("format") == FORMAT else "other"), meta
 
 

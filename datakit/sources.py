@@ -1219,6 +1219,14 @@ def _check_shards(readers: list) -> None:
         missing = [f"{i}/{n}" for i in range(n) if i not in got]
         if missing:
             have = ", ".join(f"{i}/{n} ({got[i]})" for i in sorted(got))
+            other = next((g for (s, _, m), g in groups.items() if s == source and m == n and g is not got and
+                          set(g) & {int(x.split("/")[0]) for x in missing}), None)  # fmt: skip
+            if other is not None:  # the shard is given, packed from another version of the source
+                theirs = ", ".join(f"{i}/{n} ({other[i]})" for i in sorted(other))
+                raise PackError(
+                    f"shards {have} and {theirs} of {source} were packed from different versions of it "
+                    "(its files changed between them): pack every shard of the source as it is now"
+                )
             raise PackError(f"shard {', '.join(missing)} of {source} is not among the packs given ({have}): its "
                             "samples would be missing; give every shard")  # fmt: skip
 

@@ -223,6 +223,15 @@ def test_overwrite_never_replaces_a_file_or_a_foreign_folder(class_folder: Path,
     empty = tmp_path / "empty"
     empty.mkdir()
     assert pack_lmdb(class_folder, empty, workers=1).count == 12
+    # a pack's classes.json alone (data.mdb deleted by hand, a copy cut short) was called "an LMDB environment that
+    # is not a datakit pack", --overwrite refused too: it is a pack killed before its first commit
+    cut = tmp_path / "cut.lmdb"
+    cut.mkdir()
+    (cut / "classes.json").write_text('{"classes": ["a", "b"]}')
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, cut, workers=1)
+    assert str(e.value) == f"{cut}: already exists; use --resume to continue an interrupted pack or --overwrite"
+    assert pack_lmdb(class_folder, cut, workers=1, overwrite=True).count == 12
     assert main(["pack-lmdb", str(class_folder), str(note), "--overwrite", "-q"]) == 2
 
 
@@ -1614,6 +1623,21 @@ def test_shards_missing_or_given_twice_are_refused(class_folder: Path, tmp_path:
         open_dataset([*parts, copy])
     assert str(e.value) == f"{copy}: shard 1/3 of {class_folder}, as {parts[1]} is; each shard is read once"
     assert len(open_dataset(str(tmp_path / "part-*.lmdb"))) == 12
+    # the next attack: a file moved to another class folder between packing shard 0/2 and 1/2: "shard 1/2 is not
+    # among the packs given", where it was given
+    src = tmp_path / "src"
+    shutil.copytree(class_folder, src)
+    halves = [tmp_path / f"half-{i}.lmdb" for i in range(2)]
+    pack_lmdb(src, halves[0], shard="0/2", workers=1)
+    first, second = sorted(d for d in src.iterdir() if d.is_dir())[:2]
+    moved = sorted(first.iterdir())[0]
+    moved.rename(second / moved.name)
+    pack_lmdb(src, halves[1], shard="1/2", workers=1)
+    with pytest.raises(PackError) as e:
+        open_dataset(halves)
+    assert str(e.value) == (f"shards 0/2 ({halves[0]}) and 1/2 ({halves[1]}) of {src} were packed from different "
+                            "versions of it (its files changed between them): pack every shard of the source as it is "
+                            "now")  # fmt: skip
     # the attack: a whole pack beside its backup copy, or beside the shards of its source: every sample twice
     whole = tmp_path / "train.lmdb"
     pack_lmdb(class_folder, whole, workers=1)
