@@ -699,8 +699,10 @@ def undecoded_names(root: str, names: Sequence[str], wanted: Sequence[str] = ())
         if enc not in _TOOL_ENCODINGS:  # no East Asian Windows encoding reads them: no archive tool to blame
             return (f"{root}: {why} ({ascii(first)}); rename them to UTF-8 (convmv -f ENCODING -t utf-8 -r "
                     f"--notest {root}, with the encoding they were written in)")  # fmt: skip
-    shown = "/".join(p.decode("utf-8") if decodes(p, "utf-8", windows=False) else decode_name(p, enc)
-                     for p in os.fsencode(first).split(b"/"))  # fmt: skip
+    shown = decode_name(os.fsencode(first), enc)
+    if found is None:  # names not UTF-8: a part that is (a class folder made by hand, 猫/) stays as it reads
+        shown = "/".join(p.decode("utf-8") if decodes(p, "utf-8", windows=False) else decode_name(p, enc)
+                         for p in os.fsencode(first).split(b"/"))  # fmt: skip
     return (f"{root}: {why} ({ascii(first)} is {shown!r} in {enc}): extracted by a tool that did not decode the "
             f"archive's names; extract it again with unzip-gbk, or rename them (convmv -f {enc} -t utf-8 -r "
             f"--notest {root})")  # fmt: skip
