@@ -788,7 +788,7 @@ def _remove_other_parts(tree: _Tree, written: dict[str, ZipMember], report: Extr
     for folder, names in by_folder.items():
         try:
             fd = tree.folder(list(folder), create=False)
-            entries = [e for e in os.listdir(fd) if e.endswith(_PART)]
+            entries = sorted(e for e in os.listdir(fd) if e.endswith(_PART))
         except (_Refused, OSError):
             continue
         if not entries:
@@ -799,8 +799,15 @@ def _remove_other_parts(tree: _Tree, written: dict[str, ZipMember], report: Extr
                 continue
             m = _OTHER_PART.fullmatch(entry)
             name = m and (m.group(1) if m.group(1) in names else hashed.get(m.group(1)))
-            if name and _remove_stale_part(entry, fd, sys.maxsize) and _lstat(entry, fd) is None:
-                shown = _printable(dest / "/".join([*folder, entry]))
+            if not name:
+                continue
+            shown = _printable(dest / "/".join([*folder, entry]))
+            if not _marked(entry, fd):  # a file of yours named so (or parts where no mark can be kept): kept
+                report.notes.append(
+                    f"{shown}: left there, named as the part an interrupted extraction leaves of "
+                    f"another version of {name!r} but not marked as one; remove it if it is"
+                )
+            elif _remove_stale_part(entry, fd, sys.maxsize) and _lstat(entry, fd) is None:
                 report.notes.append(f"{shown}: removed, the part an interrupted extraction left of another version "
                                     f"of {name!r}")  # fmt: skip
 
@@ -996,6 +1003,9 @@ def unzip(
         budget = _Budget(min(max_total, declared), declared=declared < max_total)
         infos = zf.infolist()
         dirs: list[tuple[list[str], ZipMember]] = []
+        # folders there before this run: theirs, as unzip leaves them (their modes and times kept, not the archive's)
+        there = set() if overwrite else {rel for m in members if m.is_dir for rel in [safe_relpath(m.name)[0]]
+                                         if rel and os.path.lexists(dest_path / rel)}  # fmt: skip
         links: list[tuple[ZipMember, str]] = []
         paths = {rel for rel, _ in map(safe_relpath, (m.name for m in members)) if rel is not None}
         folders_of = _folders_of(paths)
@@ -1102,6 +1112,8 @@ def unzip(
                 _recheck_links(tree, links, report, archive)
             umask = _umask()
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
+                if "/".join(parts) in there:
+                    continue
                 t = _mtime(m)
                 try:
                     fd = tree.folder(parts[:-1], create=False)
@@ -1357,6 +1369,7 @@ def _extract_file(
     try:
         release_interrupts(held)  # a Ctrl-C that came meanwhile is raised here, where the part is removed
         _flock(out)  # held while the part is written and put in place: it is nobody's leftover
+        _mark_part(out, True)
         with _open_member(zf, info) as src, open(out, "wb", closefd=False) as dst:
             while chunk := src.read(_CHUNK):
                 written += len(chunk)
@@ -1380,6 +1393,7 @@ def _extract_file(
         if not _names(out, tmp, fd):  # removed or replaced meanwhile by a run that could not see this one
             raise _Refused(f"{rel}: another extraction removed its part file while it was written; nothing was "
                            "put in place, run this again")  # fmt: skip
+        _mark_part(out, False)  # the file put in place carries no mark
         return _put_in_place(tmp, name, fd, overwrite, rel, m)
     except BaseException:
         if _names(out, tmp, fd):  # never another run's part
@@ -1390,6 +1404,35 @@ def _extract_file(
         raise
     finally:
         os.close(out)
+
+
+_PART_MARK = "user.datakit-unzip-part"
+
+
+def _mark_part(fd: int, on: bool) -> None:
+    """Mark the part open as ``fd`` as one of datakit's (an extended attribute), or take the mark off: a part
+    left of another version of a file is removed only with it, never a file of yours that has such a name. Where
+    the file system keeps no extended attributes, nothing (such parts are then left, with a note)."""
+    try:
+        if on:
+            os.setxattr(fd, _PART_MARK, b"1")
+        else:
+            os.removexattr(fd, _PART_MARK)
+    except (OSError, AttributeError):  # not supported here (or not on this platform)
+        pass
+
+
+def _marked(name: str, dir_fd: int) -> bool:
+    try:
+        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.getxattr(fd, _PART_MARK) == b"1"
+    except (OSError, AttributeError):
+        return False
+    finally:
+        os.close(fd)
 
 
 def _flock(fd: int) -> bool | None:
