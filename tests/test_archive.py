@@ -4,6 +4,7 @@ import os
 import pickle
 import random
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -2644,3 +2645,61 @@ def test_a_gbk_name_flagged_utf8_that_happens_to_be_utf8_is_read_as_gbk_like_the
         entries = [ZipEntry(n.encode(enc), b"x", made_by=0x0014) for n in names]
         z = write_zip(tmp_path / f"7z{k}.zip", [*entries, ZipEntry(flagged.encode(), b"y", utf8_flag=True)])
         assert [m.name for m in read_members(z)[0]] == [*names, flagged]
+
+
+def test_links_of_the_users_through_a_name_the_archive_links_too_are_left_alone(tmp_path: Path):
+    # The attack: the user's data -> /elsewhere and x -> data/file; the archive's data -> stuff (refused: it exists
+    # and differs) and x -> data/file (refused: it leads out through data). x was removed as "left there by an
+    # earlier run", though no run could have made it (data was never the archive's link)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "file").write_text("mine")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "data").symlink_to(elsewhere)
+    (out / "x").symlink_to("data/file")
+    z = write_zip(tmp_path / "u.zip", [gbk("data", symlink_to=b"stuff"), gbk("x", symlink_to=b"data/file")])
+    report = unzip(z, out)
+    assert report.problems == [
+        f"{z}: member 'data': {out / 'data'} exists and differs; not overwritten (use --overwrite)",
+        f"{z}: member 'x': symlink to 'data/file' points outside the target folder; not created",
+    ]
+    assert os.readlink(out / "x") == "data/file" and os.readlink(out / "data") == str(elsewhere)
+
+
+def test_a_link_whose_resolution_walks_thousands_of_parts_is_refused_at_once(tmp_path: Path):
+    # The attack: a chain of 39 links, each 'd/../' x 780 long, and links into it: 60,000 lstat calls a link, about
+    # 0.4 s of CPU per 115 bytes of archive, all links valid (240 of them: 56 s)
+    pad = b"d/../" * 120  # 240 parts: one such link is fine, three in a row walk more than 512
+    members = [gbk("d/"), gbk("d/f.png", b"x"), gbk("one", symlink_to=pad + b"d/f.png")]
+    members += [gbk("l3", symlink_to=pad + b"d/f.png"), gbk("l2", symlink_to=pad + b"l3"),
+                gbk("l1", symlink_to=pad + b"l2")]  # fmt: skip
+    z = write_zip(tmp_path / "c.zip", members)
+    out = tmp_path / "out"
+    report = unzip(z, out)
+    assert report.problems == [
+        f"{z}: member 'l1': symlink to {'d/../' * 12}...: its resolution walks more than 512 path parts (links of real "
+        "folders take tens); not created"
+    ]
+    assert (out / "one").read_bytes() == b"x" and (out / "l2").read_bytes() == b"x" and not os.path.lexists(out / "l1")
+
+
+def test_a_folder_that_was_there_keeps_its_mode_and_time(tmp_path: Path):
+    # The attack: private/ (0700) and shared/ (2775) already there; the archive's private/ 0777 and shared/ 0700 made
+    # private readable by every user and took shared's group access, without --overwrite; unzip leaves them
+    out = tmp_path / "out"
+    (out / "private").mkdir(parents=True)
+    (out / "shared").mkdir()
+    os.chmod(out / "private", 0o700)
+    os.chmod(out / "shared", 0o2775)
+    os.utime(out / "shared", (1_000_000_000, 1_000_000_000))
+    z = write_zip(tmp_path / "m.zip", [ZipEntry(b"private/", mode=0o40777), ZipEntry(b"shared/", mode=0o40700),
+                                       ZipEntry(b"private/new.txt", b"x"), ZipEntry(b"made/", mode=0o40750)])  # fmt: skip
+    assert unzip(z, out).ok
+    assert stat.S_IMODE(os.stat(out / "private").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(out / "shared").st_mode) == 0o2775 and os.stat(out / "shared").st_mtime == 1e9
+    from datakit.io import _umask
+
+    assert stat.S_IMODE(os.stat(out / "made").st_mode) == 0o750 & ~_umask() | 0o700  # made here: the archive's
+    assert unzip(z, out, overwrite=True).ok  # --overwrite: the archive's, never locking the owner out
+    assert stat.S_IMODE(os.stat(out / "shared").st_mode) == 0o700
