@@ -146,6 +146,20 @@ def _jpeg_ends(data: bytes) -> bool:
     return False
 
 
+_MAX_SCANS = 500  # libjpeg-turbo's advice for untrusted files (TJPARAM_SCANLIMIT); a progressive JPEG has about 10
+
+
+def _refuse_scan_bomb(data: bytes, name) -> None:
+    """Refuse a JPEG of more than ``_MAX_SCANS`` scans: each is decoded over the whole image (its last scan
+    repeated 10,000 times is 310 KB of 3000 x 3000 pixels that took over two minutes). FF DA is a scan's marker
+    only: entropy-coded data stuffs a 00 after every FF."""
+    n = data.count(b"\xff\xda")
+    if n > _MAX_SCANS:
+        raise ImageDecodeError(f"{_describe(name)}: a JPEG of {n} scans (a progressive JPEG has about 10; more than "
+                               f"{_MAX_SCANS} is refused, as libjpeg-turbo advises: each is decoded over the whole "
+                               "image)")  # fmt: skip
+
+
 def _exif_orientation(data: bytes) -> int:
     """The EXIF orientation (1-8) every datakit path turns a JPEG upright by, read from the segments
     before the scan without decoding: the Orientation tag of the first APP1 segment that begins
@@ -630,13 +644,17 @@ def _pillow_pixels(im, mode: str, upright: bool) -> np.ndarray:
         if mode != "unchanged":
             raise _DeepSamples("float32" if im.mode == "F" else "int32")
         return np.asarray(im)
+    if im.mode in ("I;16", "I;16B", "I;16L", "I;16N"):  # Pillow's 8-bit conversion clips 16-bit samples at 255
+        deep = np.asarray(im).astype(np.uint16)
+        if mode == "unchanged":
+            return deep
+        gray = (deep >> 8).astype(np.uint8)  # the high byte, as OpenCV reduces 16-bit images
+        return gray if mode == "gray" else np.ascontiguousarray(np.repeat(gray[..., None], 3, axis=2))
     if mode == "gray":
         return np.asarray(im.convert("L"))
     if mode in ("bgr", "rgb"):
         rgb = np.asarray(im.convert("RGB"))
         return np.ascontiguousarray(rgb) if mode == "rgb" else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-    if im.mode in ("I;16", "I;16B", "I;16L"):
-        return np.asarray(im, dtype=np.uint16)
     if im.mode in ("L", "LA"):
         return np.asarray(im.convert("L"))
     if im.mode == "RGBA":
@@ -779,6 +797,7 @@ def _decode(
     if fmt == "JPEG":
         if not _jpeg_ends(raw):
             raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
+        _refuse_scan_bomb(raw, name)
         if max_size:
             info = _jpeg_size(raw)
             if info is not None:
@@ -802,7 +821,7 @@ def _decode(
         if img is not None:
             return img
     if fmt == "TIFF" and _unassociated_alpha(raw):
-        return _pillow_decode(raw, mode)  # OpenCV's libtiff RGBA path would multiply the colours by alpha
+        return _pillow_named(raw, mode, fmt, name)  # OpenCV's libtiff RGBA path would multiply the colours by alpha
     if fmt == "PNM" and mode != "unchanged" and (maxval := _pnm_maxval(raw)) not in (None, 0, 255, 65535):
         # OpenCV keeps the samples as stored (a white of maxval 100 is 100; of maxval 1000, after its 16-bit
         # to 8-bit shift, 3): they are scaled by what maxval means, as Pillow scales 8-bit ones
@@ -825,21 +844,28 @@ def _decode(
         if deep is not None and deep.dtype not in (np.uint8, np.uint16):
             raise ImageDecodeError(_deep_samples(name, fmt, str(deep.dtype), mode))
     if img is None:
-        try:
-            img = _pillow_decode(raw, mode, upright=fmt != "JPEG")
-        except _DeepSamples as exc:
-            raise ImageDecodeError(_deep_samples(name, fmt, str(exc), mode)) from None
-        except Exception as exc:
-            what = f"{fmt} data is corrupt or truncated" if fmt else "not a recognised image format"
-            head = raw[:8]
-            why = re.sub(r" ?<[\w.]+ object at 0x[0-9a-f]+>", "", str(exc))  # no run-to-run address
-            raise ImageDecodeError(f"{_describe(name)}: {what} (starts with {head!r}; {why})") from None
-        return img
+        return _pillow_named(raw, mode, fmt, name, upright=fmt != "JPEG")
     if mode == "rgb" and not flags & getattr(cv2, "IMREAD_COLOR_RGB", 0):
         img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
     if mode == "unchanged" and fmt in ("PNG", "WEBP"):  # turned as OpenCV turns them in the other modes
         img = _orient(img, _container_orientation(raw, fmt))
     return img
+
+
+def _pillow_named(raw: bytes, mode: str, fmt: str | None, name, upright: bool = True) -> np.ndarray:
+    """:func:`_pillow_decode`, its failures (a truncated TIFF's bare ``OSError``) as ``ImageDecodeError`` naming
+    the file."""
+    try:
+        return _pillow_decode(raw, mode, upright=upright)
+    except _DeepSamples as exc:
+        raise ImageDecodeError(_deep_samples(name, fmt, str(exc), mode)) from None
+    except ImageDecodeError:
+        raise
+    except Exception as exc:
+        what = f"{fmt} data is corrupt or truncated" if fmt else "not a recognised image format"
+        head = raw[:8]
+        why = re.sub(r" ?<[\w.]+ object at 0x[0-9a-f]+>", "", str(exc))  # no run-to-run address
+        raise ImageDecodeError(f"{_describe(name)}: {what} (starts with {head!r}; {why})") from None
 
 
 _REGION = None  # datakit._jpegregion once imported; False when it was not built
@@ -937,6 +963,7 @@ def _decode_region(data: bytes, h: int, w: int, mode: str, scale: int, box: tupl
         return None
     if not _jpeg_ends(data):
         raise ImageDecodeError(f"{_describe(name)}: truncated JPEG (no end-of-image marker)")
+    _refuse_scan_bomb(data, name)
     if h * w > _default_budget():
         raise _over_budget(name, h, w, _default_budget())
     top, left, bottom, right = box

@@ -1082,3 +1082,57 @@ def test_a_wide_gray_and_alpha_png_is_read_like_a_narrow_one(tmp_path: Path):
     Image.fromarray(np.stack([gray, np.full_like(gray, 255)], -1), mode="LA").save(tmp_path / "la.png")
     img = imread(tmp_path / "la.png", mode="rgb")
     assert img.shape == (2, width, 3) and np.array_equal(img[..., 1], gray)
+
+
+def test_16_bit_gray_only_pillow_reads_is_reduced_to_its_high_byte_not_clipped(tmp_path: Path):
+    # The attack: a 16-bit gray TIFF compressed with ZSTD or LZMA (codecs OpenCV's libtiff lacks) went to Pillow,
+    # whose 8-bit conversion clips: every value from 256 up came out white, check said 0 problems, stats was wrong
+    px = np.array([[0, 255, 256, 1000, 40000, 65535]] * 4, np.uint16)
+    want = (px >> 8).astype(np.uint8)
+    for compression in ("zstd", "lzma", "tiff_lzw"):
+        b = io.BytesIO()
+        try:
+            Image.fromarray(px).save(b, "TIFF", compression=compression)
+        except (OSError, ValueError, KeyError):  # a Pillow built without that codec
+            continue
+        data = b.getvalue()
+        assert np.array_equal(decode_image(data, "gray"), want), compression
+        assert np.array_equal(decode_image(data, "rgb"), np.repeat(want[..., None], 3, axis=2)), compression
+        assert np.array_equal(decode_image(data, "unchanged"), px), compression
+
+
+def test_a_truncated_rgba_tiff_is_an_image_decode_error_naming_the_file(tmp_path: Path):
+    # The attack: an RGBA TIFF (unassociated alpha, read by Pillow) cut by a byte raised a bare OSError ("image file
+    # is truncated"), which stats and preview printed without the file's name
+    b = io.BytesIO()
+    Image.fromarray(np.full((48, 64, 4), 200, np.uint8), "RGBA").save(b, "TIFF")
+    path = tmp_path / "半.tif"
+    path.write_bytes(b.getvalue()[:-1])
+    with pytest.raises(ImageDecodeError) as e:
+        imread(path, "rgb")
+    assert str(e.value) == (f"{path}: TIFF data is corrupt or truncated (starts with b'II*\\x00\\x08\\x00\\x00\\x00'; "
+                            "image file is truncated (255 bytes not processed))")  # fmt: skip
+
+
+def test_a_jpeg_of_thousands_of_scans_is_refused_at_once(tmp_path: Path):
+    # The attack: a progressive JPEG's last scan repeated: 310 KB of 3000 x 3000 pixels took 132 s to decode, 63 KB
+    # of 2000 x 2000 took 12 s (and the training pipeline's crop decoder the same); libjpeg-turbo advises a limit
+    from datakit.transforms import train_pipeline
+
+    b = io.BytesIO()
+    Image.fromarray(synthetic_image(64, 64)).save(b, "JPEG", progressive=True)
+    data = b.getvalue()
+    last = data.rfind(b"\xff\xda")
+    bomb = data[:last] + data[last:-2] * 600 + b"\xff\xd9"
+    path = tmp_path / "scans.jpg"
+    path.write_bytes(bomb)
+    scans = bomb.count(b"\xff\xda")
+    want = (f"{path}: a JPEG of {scans} scans (a progressive JPEG has about 10; more than 500 is "
+            "refused, as libjpeg-turbo advises: each is decoded over the whole image)")  # fmt: skip
+    for kw in ({}, {"max_size": 16}):
+        with pytest.raises(ImageDecodeError) as e:
+            imread(path, "rgb", **kw)
+        assert str(e.value) == want
+    with pytest.raises(ImageDecodeError, match="a JPEG of 6.. scans"):
+        train_pipeline(32).from_bytes(bomb)
+    assert scans > 600 and decode_image(data, "rgb").shape == (64, 64, 3)  # the JPEG itself: 10 scans or so
