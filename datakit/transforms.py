@@ -372,7 +372,11 @@ class OneHot:
         self.num_classes, self.dtype = num_classes, dtype
 
     def __call__(self, y) -> torch.Tensor:
-        raw = torch.as_tensor(y)
+        # Python numbers through NumPy: float64, where torch would round 2.9999999 to the float32 3.0
+        raw = y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y))
+        if raw.is_floating_point() and bool(((raw.double() < 0) | (raw.double() >= self.num_classes)).any()):
+            shown = raw.tolist()  # inf, 1e19: outside before any cast to int64 turns them into -2**63
+            raise ValueError(f"OneHot({self.num_classes}): label {shown} outside 0..{self.num_classes - 1}")
         if raw.dtype == torch.bool or (raw.is_floating_point() and not bool((raw == raw.round()).all())):
             shown = str(raw.numpy()) if raw.is_floating_point() and raw.dtype != torch.bfloat16 else raw.tolist()
             raise ValueError(f"OneHot({self.num_classes}): labels must be class indices (integers), got "

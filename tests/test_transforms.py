@@ -136,6 +136,15 @@ def test_dtypes_and_one_hot():
     assert OneHot(3)(torch.tensor([0, 2])).shape == (2, 3)
     with pytest.raises(ValueError, match=r"OneHot\(3\): label \[3\] outside 0..2"):
         OneHot(3)([3])
+    # the attack: Python floats went through float32: 2.9999999 became class 3, 2.00000001 class 2 (ToDtype refuses
+    # both), and inf or 1e19 were "label -9223372036854775808 outside 0..4"
+    for bad, why in ((2.00000001, "labels must be class indices (integers), got 2.00000001 (float64)"),
+                     ([1, 2.9999999], "labels must be class indices (integers), got [1.        2.9999999] (float64)"),
+                     (float("inf"), "label inf outside 0..4"), (1e19, "label 1e+19 outside 0..4")):  # fmt: skip
+        with pytest.raises(ValueError) as e:
+            OneHot(5)(bad)
+        assert str(e.value) == f"OneHot(5): {why}"
+    assert OneHot(5)(2.0).tolist() == [0, 0, 1, 0, 0]
 
 
 def test_to_batch_any_layout():
@@ -601,7 +610,7 @@ def test_label_and_channel_conversions_never_change_values_silently():
         == "ToDtype: label 2.9 is not a whole number, not a class index; as int64 it would be cut, silently"
     )
     assert ToDtype()(np.float32(2.0)).item() == 2 and ToDtype()(torch.tensor([1.0, 3.0])).tolist() == [1, 3]
-    for bad, shown in ((1.5, "1.5 (float32)"), (True, "True (bool)"), (2.9, "2.9 (float32)")):  # not 2.9000000953674316
+    for bad, shown in ((1.5, "1.5 (float64)"), (True, "True (bool)"), (2.9, "2.9 (float64)")):  # not 2.9000000953674316
         with pytest.raises(ValueError) as e:
             OneHot(3)(bad)
         assert str(e.value) == f"OneHot(3): labels must be class indices (integers), got {shown}"
