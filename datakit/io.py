@@ -1154,7 +1154,7 @@ def imwrite(
     while encoding. ``tidy``: first remove the temporary files earlier writes of ``path`` killed midway left
     (:func:`atomic_output`); it lists the folder, so a loop writing many images leaves it off.
     """
-    path = Path(path)
+    path = Path(os.fsdecode(path))  # bytes too, as imread takes them
     data = encode_image(img, path.suffix or ".png", quality, mode=mode)
     with atomic_output(path, overwrite=overwrite, tidy=tidy) as tmp, open(tmp, "wb") as f:
         f.write(data)

@@ -1136,3 +1136,10 @@ def test_a_jpeg_of_thousands_of_scans_is_refused_at_once(tmp_path: Path):
     with pytest.raises(ImageDecodeError, match="a JPEG of 6.. scans"):
         train_pipeline(32).from_bytes(bomb)
     assert scans > 600 and decode_image(data, "rgb").shape == (64, 64, 3)  # the JPEG itself: 10 scans or so
+
+
+def test_imwrite_takes_a_bytes_path_as_imread_does(tmp_path: Path):
+    # the attack: imwrite(b"/tmp/x.png", img) raised a TypeError from Path(), where imread takes bytes
+    path = os.path.join(os.fsencode(tmp_path), b"caf\xe9.png")  # a name that is no UTF-8, as bytes only say it
+    imwrite(path, synthetic_image(4, 6))
+    assert imread(path).shape == (4, 6, 3) and os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9.png"]
