@@ -9,7 +9,6 @@ does not name; then class counts per split and the range of image sizes.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -367,38 +366,16 @@ def _missing_line(ds: TableDataset, i: int) -> str | None:
     return line
 
 
-@functools.lru_cache(maxsize=256)
-def _folder_names(folder: str, stamp: int) -> dict[str, list[str]]:
-    """A folder's entries by their lower-case name; ``stamp`` (its mtime) makes a changed folder read again."""
-    names: dict[str, list[str]] = {}
-    for n in os.listdir(folder or "."):
-        names.setdefault(n.lower(), []).append(n)
-    return names
-
-
 def _case_twin(path: str) -> str | None:
     """The file a missing ``path`` names but for letter case, in its name or in the folders above it (C3.PNG in the
     table, c3.png on disk; SUB/a.png, sub/a.png): the name where only the file name differs, else the whole path;
     None when there is none, or more than one."""
-    parts = []
-    top = path
-    while top and not os.path.isdir(top):  # the deepest folder that is there
-        top, part = os.path.split(top)
-        if not part:
-            return None
-        parts.append(part)
-    real = top
-    for part in reversed(parts):
-        try:
-            found = _folder_names(real, os.stat(real or ".").st_mtime_ns).get(part.lower(), [])
-        except OSError:
-            return None
-        if len(found) != 1:
-            return None
-        real = os.path.join(real, found[0])
-    if real == path or not os.path.isfile(real):
+    from datakit.sources import twin_path
+
+    real = twin_path(path, "case")
+    if real is None or real == path:
         return None
-    return os.path.basename(real) if len(parts) == 1 else real
+    return os.path.basename(real) if os.path.isdir(os.path.dirname(path) or ".") else real
 
 
 def _listed_bad(ds: ImageDataset, path: str | os.PathLike, report: CheckReport) -> dict[int, str]:

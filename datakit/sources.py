@@ -700,19 +700,24 @@ def _other_forms(name: str) -> list[str]:
     return [o for o in (unicodedata.normalize(f, name) for f in ("NFC", "NFD")) if o != name]
 
 
+_KEYS: dict[str, Callable[[str], str]] = {"form": lambda n: unicodedata.normalize("NFC", n), "case": str.lower}
+
+
 @functools.lru_cache(maxsize=4096)  # a table's rows in no folder order (shuffled) visit many folders in turn
-def _folder_forms(folder: str, stamp: int) -> dict[str, list[str]]:
-    """A folder's entries by their NFC form; ``stamp`` (its mtime) makes a changed folder read again."""
+def _folder_keys(folder: str, stamp: int, kind: str) -> dict[str, list[str]]:
+    """A folder's entries by their NFC form (``kind`` "form") or lower-case name ("case"); ``stamp`` (its mtime)
+    makes a changed folder read again."""
+    key = _KEYS[kind]
     names: dict[str, list[str]] = {}
     for n in os.listdir(folder or "."):
-        names.setdefault(unicodedata.normalize("NFC", n), []).append(n)
+        names.setdefault(key(n), []).append(n)
     return names
 
 
-def _form_twin(path: str) -> str | None:
-    """The file a missing ``path`` names in another Unicode form, part by part: a folder named on macOS (NFD)
-    holding files named on Windows (NFC), where neither form of the whole path is there. None when there is
-    none, or more than one."""
+def twin_path(path: str, kind: str) -> str | None:
+    """The file a missing ``path`` names otherwise, part by part from the deepest folder that is there: in
+    another Unicode form (``kind`` "form": a folder named on macOS, NFD, holding files named on Windows, NFC) or
+    letter case ("case": C3.PNG in the table, c3.png on disk). None when there is none, or more than one."""
     parts = []
     top = path
     while top and not os.path.isdir(top):  # the deepest folder that is there
@@ -725,7 +730,7 @@ def _form_twin(path: str) -> str | None:
     real = top
     for part in reversed(parts):
         try:
-            found = _folder_forms(real, os.stat(real or ".").st_mtime_ns).get(unicodedata.normalize("NFC", part), [])
+            found = _folder_keys(real, os.stat(real or ".").st_mtime_ns, kind).get(_KEYS[kind](part), [])
         except OSError:
             return None
         if len(found) != 1:
@@ -858,7 +863,7 @@ class TableDataset(ImageDataset):
         path = resolve_path(name, self.root)
         if not name.isascii() and not os.path.exists(path):
             others = (resolve_path(o, self.root) for o in _other_forms(name))
-            path = next((o for o in others if os.path.exists(o)), None) or _form_twin(path) or path
+            path = next((o for o in others if os.path.exists(o)), None) or twin_path(path, "form") or path
         return path
 
     def _zip_forms(self) -> dict[str, str]:
