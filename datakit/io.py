@@ -836,6 +836,11 @@ def _decode(
         img = cv2.imdecode(buf, flags)
     except cv2.error:  # OpenCV's own limits (a side over 2**20, its pixel cap): Pillow below, or a named error
         img = None
+    if img is None and fmt == "GIF" and not raw.endswith(b";"):  # its trailer byte lost (a copy cut short by one):
+        try:  # OpenCV's colours, as for the whole file, not Pillow's other rules for transparency and background
+            img = cv2.imdecode(np.frombuffer(raw + b";", np.uint8), flags)
+        except cv2.error:
+            img = None
     if img is None and mode != "unchanged" and fmt == "TIFF":
         try:
             deep = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)

@@ -1143,3 +1143,17 @@ def test_imwrite_takes_a_bytes_path_as_imread_does(tmp_path: Path):
     path = os.path.join(os.fsencode(tmp_path), b"caf\xe9.png")  # a name that is no UTF-8, as bytes only say it
     imwrite(path, synthetic_image(4, 6))
     assert imread(path).shape == (4, 6, 3) and os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9.png"]
+
+
+def test_a_gif_missing_only_its_trailer_byte_decodes_as_the_whole_file(tmp_path: Path):
+    # the attack: a GIF cut by its last byte (';') went to Pillow, whose transparency and background rules gave
+    # other colours than the complete file's (32 of 64 pixels)
+    rgb = np.zeros((8, 8, 3), np.uint8)
+    rgb[:, :4] = (255, 0, 0)
+    rgb[:, 4:] = (0, 0, 255)
+    b = io.BytesIO()
+    Image.fromarray(rgb).quantize(2).save(b, "GIF", transparency=0, background=1)
+    full = b.getvalue()
+    assert full.endswith(b";")
+    for mode in ("rgb", "bgr", "gray"):
+        assert np.array_equal(decode_image(full[:-1], mode), decode_image(full, mode)), mode
