@@ -134,10 +134,13 @@ def _hist_one(ds, i: int, size: tuple[int, int] | None = None) -> np.ndarray:
         if img.ndim == 2:  # OpenCV drops a one-channel image's channel axis
             img = img[:, :, None]
     out = np.empty((img.shape[2], 256), dtype=np.int64)
-    rows = max(1, (1 << 23) // max(1, img.shape[1]))  # calcHist counts in float32: exact below 2**24 per bin
+    # calcHist counts in float32: exact below 2**24 a bin, so at most 2**23 pixels a call (one row of more too: a
+    # column of pixels, the image's rows laid end to end)
+    flat = np.ascontiguousarray(img).reshape(-1, 1, img.shape[2])
+    step = 1 << 23
     for c in range(img.shape[2]):
-        out[c] = sum(cv2.calcHist([img[r : r + rows]], [c], None, [256], [0, 256]).ravel().astype(np.int64)
-                     for r in range(0, img.shape[0], rows))  # fmt: skip
+        out[c] = sum(cv2.calcHist([flat[r : r + step]], [c], None, [256], [0, 256]).ravel().astype(np.int64)
+                     for r in range(0, len(flat), step))  # fmt: skip
     return out
 
 

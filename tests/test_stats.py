@@ -357,3 +357,21 @@ def test_stats_on_rank_0_alone_inside_a_process_group_does_not_wait_for_the_othe
     assert all(p.returncode == 0 for p in procs), outs
     single = compute_stats(class_folder, workers=0)
     assert json.loads(outs[0][0]) == {"count": 12, "mean": single.mean} and outs[1][0] == ""
+
+
+def test_a_row_of_more_than_2_to_the_24_pixels_is_counted_exactly(tmp_path: Path):
+    # the attack: a 1 x 16,777,219 image (16,777,217 zeros): calcHist's float32 bins cannot hold an odd count past
+    # 2**24, and one row could not be cut: 16,777,218 pixels reported
+    from datakit.stats import _hist_one
+
+    img = np.zeros((1, 2**24 + 3), np.uint8)
+    img[0, :2] = 255
+
+    class One:
+        mode = "gray"
+
+        def decode(self, i):
+            return img
+
+    hist = _hist_one(One(), 0)
+    assert hist.shape == (1, 256) and hist[0, 0] == 2**24 + 1 and hist[0, 255] == 2 and hist.sum() == 2**24 + 3
