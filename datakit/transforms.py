@@ -328,6 +328,13 @@ class ToDtype:
         return t.to(self.image_dtype)
 
     def target(self, y) -> torch.Tensor:
+        if isinstance(y, (int, np.integer)) and not isinstance(y, (bool, np.bool_)):
+            y = int(y)  # a NumPy uint64 scalar torch cannot take; past int64 (2**63) torch's own overflow message
+            if not -(2**63) <= y < 2**63 and not self.target_dtype.is_floating_point:
+                info = torch.iinfo(self.target_dtype)
+                dtype = str(self.target_dtype).removeprefix("torch.")
+                raise ValueError(f"ToDtype: label {y} is outside {dtype}'s range {info.min}..{info.max}; it would "
+                                 "wrap around, silently")  # fmt: skip
         t = torch.as_tensor(y, dtype=torch.float64) if isinstance(y, (float, np.floating)) else torch.as_tensor(y)
         if t.is_floating_point() and not self.target_dtype.is_floating_point:
             whole = torch.isfinite(t) & (t == t.round())
@@ -373,7 +380,13 @@ class OneHot:
 
     def __call__(self, y) -> torch.Tensor:
         # Python numbers through NumPy: float64, where torch would round 2.9999999 to the float32 3.0
-        raw = y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y))
+        if not isinstance(y, torch.Tensor):
+            values = np.asarray(y)
+            if values.dtype.kind in "iu" and bool(((values < 0) | (values >= self.num_classes)).any()):
+                # compared as NumPy holds them: a uint64 past int64's range would read negative in torch
+                raise ValueError(f"OneHot({self.num_classes}): label {values.tolist()} outside "
+                                 f"0..{self.num_classes - 1}")  # fmt: skip
+        raw = y if isinstance(y, torch.Tensor) else torch.as_tensor(values)
         if raw.is_floating_point() and bool(((raw.double() < 0) | (raw.double() >= self.num_classes)).any()):
             shown = raw.tolist()  # inf, 1e19: outside before any cast to int64 turns them into -2**63
             raise ValueError(f"OneHot({self.num_classes}): label {shown} outside 0..{self.num_classes - 1}")

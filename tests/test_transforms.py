@@ -145,6 +145,17 @@ def test_dtypes_and_one_hot():
             OneHot(5)(bad)
         assert str(e.value) == f"OneHot(5): {why}"
     assert OneHot(5)(2.0).tolist() == [0, 0, 1, 0, 0]
+    # and a NumPy uint64 past int64's range read as -1 ("label -1 outside"); ToDtype gave torch's TypeError or
+    # overflow message for it and for 2**63
+    with pytest.raises(ValueError) as e:
+        OneHot(5)(np.uint64(2**64 - 1))
+    assert str(e.value) == "OneHot(5): label 18446744073709551615 outside 0..4"
+    for big in (np.uint64(2**64 - 1), 2**63):
+        with pytest.raises(ValueError) as e:
+            ToDtype()(big)
+        assert str(e.value) == (f"ToDtype: label {int(big)} is outside int64's range -9223372036854775808.."
+                                "9223372036854775807; it would wrap around, silently")  # fmt: skip
+    assert ToDtype()(np.uint64(3)).tolist() == 3 and OneHot(5)(np.uint64(3)).tolist() == [0, 0, 0, 1, 0]
 
 
 def test_to_batch_any_layout():
