@@ -853,9 +853,11 @@ class _Tree:
                 if sub in self._open:
                     fd = self._open[sub]
                     continue
+                made = False
                 if create:
                     try:
                         os.mkdir(part, 0o777, dir_fd=fd)
+                        made = True
                     except FileExistsError:
                         pass
                     except OSError as exc:
@@ -864,6 +866,8 @@ class _Tree:
                     fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     raise _Refused(self._why_not_folder(fd, part, "/".join(sub), exc)) from None
+                if made:  # a run's own folder until its mode and time are set (a killed run's, for the next)
+                    _mark_part(fd, True)
                 if passing >= 0:
                     os.close(passing)
                     passing = -1
@@ -1113,7 +1117,7 @@ def unzip(
                 _recheck_links(tree, links, report, archive)
             umask = _umask()
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
-                if "/".join(parts) in there:
+                if "/".join(parts) in there and not _folder_marked(tree, parts):  # yours, not a killed run's
                     continue
                 t = _mtime(m)
                 try:
@@ -1125,6 +1129,11 @@ def unzip(
                         os.utime(parts[-1], (t, t), dir_fd=fd, follow_symlinks=False)
                 except (_Refused, OSError):
                     pass  # the folder itself was reported above, or is a link now: never touched through it
+            for rel in sorted(folders_of):  # every folder of the archive's (made by this run or a killed one)
+                try:
+                    _mark_part(tree.folder(rel.split("/"), create=False), False)
+                except (_Refused, OSError):
+                    pass
         finally:
             tree.close()
     return report
@@ -1442,6 +1451,15 @@ def _marked(name: str, dir_fd: int) -> bool:
         os.close(fd)
 
 
+def _folder_marked(tree: _Tree, parts: list[str]) -> bool:
+    """Whether the folder ``parts`` carries the mark of a run that made it (and was killed before it set the
+    folder's mode and time)."""
+    try:
+        return os.getxattr(tree.folder(parts, create=False), _PART_MARK) == b"1"
+    except (_Refused, OSError, AttributeError):
+        return False
+
+
 def _flock(fd: int) -> bool | None:
     """An exclusive lock on ``fd``, not waited for: True taken, False held by another process, None no flock here."""
     try:
@@ -1547,7 +1565,7 @@ def _extract_symlink(
     # followed as the kernel follows it, at most 40 links (os.path.realpath has no such bound: a chain of
     # thousands of links, each resolved to its end, took minutes)
     try:
-        resolved, via = _resolve(os.path.join(tree.root, *parts[:-1], link))
+        resolved, via = _resolve(os.path.join(tree.root, *parts[:-1], link), os.path.join(tree.root, *parts[:-1]))
     except _TooLong as exc:
         raise _Refused(f"symlink to {_printable(link[:60])}{'...' if len(link) > 60 else ''}: {exc.strerror} (links "
                        "of real folders take tens); not created") from None  # fmt: skip
@@ -1687,11 +1705,13 @@ class _TooLong(OSError):
         super().__init__(errno.E2BIG, f"its resolution walks more than {_MAX_STEPS} path parts")
 
 
-def _resolve(path: str) -> tuple[str | None, list[str]]:
+def _resolve(path: str, base: str | None = None) -> tuple[str | None, list[str]]:
     """Where the absolute ``path`` leads as the kernel resolves it, and the links it passes on the way;
-    None for the end where more than 40 links are followed (ELOOP). ``_TooLong`` past ``_MAX_STEPS`` parts."""
+    None for the end where more than 40 links are followed (ELOOP). ``_TooLong`` past ``_MAX_STEPS`` parts more
+    than the path's own, or than ``base``'s, the folder a link's text is read in (a folder 520 deep is no bomb;
+    every link's text counts, the one resolved too)."""
     todo = [p for p in reversed(path.split("/")) if p]
-    here, via, hops, steps = "/", [], 0, 0
+    here, via, hops, steps = "/", [], 0, -len([p for p in (base or path).split("/") if p])
     while todo:
         steps += 1
         if steps > _MAX_STEPS:

@@ -153,7 +153,9 @@ def _refuse_scan_bomb(data: bytes, name) -> None:
     """Refuse a JPEG of more than ``_MAX_SCANS`` scans: each is decoded over the whole image (its last scan
     repeated 10,000 times is 310 KB of 3000 x 3000 pixels that took over two minutes). FF DA is a scan's marker
     only: entropy-coded data stuffs a 00 after every FF."""
-    n = data.count(b"\xff\xda")
+    first = data.find(b"\xff\xda")
+    end = data.find(b"\xff\xd9", first) if first >= 0 else -1  # the image's end: a motion photo's video after it
+    n = data.count(b"\xff\xda", 0, end if end >= 0 else len(data))  # holds FF DA once in 64 KiB, by chance
     if n > _MAX_SCANS:
         raise ImageDecodeError(f"{_describe(name)}: a JPEG of {n} scans (a progressive JPEG has about 10; more than "
                                f"{_MAX_SCANS} is refused, as libjpeg-turbo advises: each is decoded over the whole "

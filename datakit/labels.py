@@ -121,7 +121,7 @@ _NAME_COLUMNS = frozenset(_norm(k) for k in (
 def _blank(v: object) -> bool:
     return (
         v is None
-        or (isinstance(v, float) and math.isnan(v))
+        or (isinstance(v, (float, np.floating)) and math.isnan(v))
         or (isinstance(v, str) and not v.strip())
         or type(v).__name__ in ("NAType", "NaTType")  # pandas' missing values (pd.NA, pd.NaT)
     )
@@ -139,11 +139,21 @@ def _shown_classes(classes: Sequence[str]) -> str:
 
 
 def _values(labels: Iterable[object]) -> Iterable[object]:
-    """``labels``, a tensor's as a NumPy array: its elements are ``tensor(3)``, which reads as the name
-    ``'tensor(3)'`` (NumPy's read as their numbers, ``np.float32(0.1)`` as 0.1)."""
+    """``labels``, a tensor's as a NumPy array (its elements are ``tensor(3)``, which reads as the name
+    ``'tensor(3)'``), and floats narrower than 64 bits as the numbers they print as (``np.float32(0.1)`` is 0.1,
+    not 0.100000001490116; NaN a missing label)."""
     if type(labels).__module__.startswith("torch") and callable(getattr(labels, "numpy", None)):
-        return labels.detach().cpu().numpy()
+        t = labels.detach().cpu()
+        labels = (t.float() if t.dtype == torch_bfloat16() else t).numpy()
+    if isinstance(labels, np.ndarray) and labels.dtype.kind == "f" and labels.dtype.itemsize < 8:
+        return [float(x) for x in labels.astype(str).ravel()]
     return labels
+
+
+def torch_bfloat16():
+    import torch
+
+    return torch.bfloat16
 
 
 def _text(v: object) -> str:
@@ -346,7 +356,7 @@ class ClassMap:
         if self.source_values is None and all(_is_int_text(c) for c in self.classes):  # 0..C-1: '2.0', '+1' too
             ints = {_int_of(c): i for i, c in enumerate(self.classes)}
             found = [ints.get(_int_key(v)) for v in labels]
-            if None not in found:
+            if None not in found and len(ints) == len(self.classes):  # ('7', '07'): no one number a class
                 return np.asarray(found, dtype=np.int64)
         i, v = next((i, v) for i, v in enumerate(labels) if key(v) not in lookup)
         shown = _text(v) if len(_text(v)) <= 60 else _text(v)[:57] + "..."

@@ -7,6 +7,7 @@ through :class:`~datakit.lmdb.LmdbWriter`. The format itself lives in :mod:`data
 from __future__ import annotations
 
 import errno
+import json
 import os
 import posixpath
 import re
@@ -224,10 +225,19 @@ def _classify(out: Path) -> str:
     return "pack" if entries <= PACK_FILES else "foreign"
 
 
+def _our_classes(out: Path) -> bool:
+    """Whether ``out`` holds a classes.json as a pack writes it (``{"classes": [...]}``), not a file of yours."""
+    try:
+        obj = json.loads((out / "classes.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return (out / "classes.json").exists()  # cut short by a kill: a pack's
+    return isinstance(obj, dict) and isinstance(obj.get("classes"), list)
+
+
 def _pack_state(out: Path, had_lock: bool) -> tuple[str, dict | None]:
     """Under the lock: ("datakit", meta), ("started", None): killed before its first commit,
     ("damaged", None): a datakit pack that cannot be read, or ("other", meta-or-None)."""
-    marked = had_lock or (out / "classes.json").exists()
+    marked = had_lock or _our_classes(out)
     try:
         meta = read_meta(out)
     except PackError:
@@ -336,8 +346,9 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
         if state == "other":
             if not had_lock:
                 (out / LOCK_NAME).unlink()  # leave a foreign folder as it was
-            raise UsageError(f"{out}: holds an LMDB environment that is not a datakit pack; not touching it, "
-                             "pick another OUT")  # fmt: skip
+            what = ("an LMDB environment that is not a datakit pack" if (out / "data.mdb").exists() else
+                    "a classes.json that is not a datakit pack's")  # fmt: skip
+            raise UsageError(f"{out}: holds {what}; not touching it, pick another OUT")
         if overwrite:
             if keep and state == "datakit":
                 return lock, {"replace": True}

@@ -380,6 +380,8 @@ class OneHot:
 
     def __call__(self, y) -> torch.Tensor:
         # Python numbers through NumPy: float64, where torch would round 2.9999999 to the float32 3.0
+        if isinstance(y, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in y):
+            y = torch.as_tensor(y)  # a list of one-element tensors: the labels they hold, as torch reads them
         if not isinstance(y, torch.Tensor):
             values = np.asarray(y)
             if values.dtype.kind in "iu" and bool(((values < 0) | (values >= self.num_classes)).any()):

@@ -1157,3 +1157,12 @@ def test_a_gif_missing_only_its_trailer_byte_decodes_as_the_whole_file(tmp_path:
     assert full.endswith(b";")
     for mode in ("rgb", "bgr", "gray"):
         assert np.array_equal(decode_image(full[:-1], mode), decode_image(full, mode)), mode
+
+
+def test_data_after_a_jpegs_end_does_not_count_as_its_scans(tmp_path: Path):
+    # the regression: a motion photo's video (or other bytes) after the image's end holds FF DA once in 64 KiB by
+    # chance: 40 MB of it counted as 608 scans and the photo was refused
+    b = io.BytesIO()
+    Image.fromarray(synthetic_image(48, 64)).save(b, "JPEG", progressive=True)
+    photo = b.getvalue() + b"\0\0\0\x18ftypmp42" + b"\xff\xda\x00" * 1000
+    assert np.array_equal(decode_image(photo, "rgb"), decode_image(b.getvalue(), "rgb"))

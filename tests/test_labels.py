@@ -253,6 +253,16 @@ def test_class_map_from_tensors_arrays_and_series_reads_their_values():
     assert cm.classes == tuple(str(i) for i in range(12))
     assert cm.encode(t).tolist() == list(range(12))
     assert ClassMap.from_labels(np.arange(3, dtype=np.float32)).classes == ("0", "1", "2")
+    # floats narrower than 64 bits read as they print (not 0.100000001490116), NaN as missing, bfloat16 too
+    assert ClassMap.from_labels(np.array([0.1, 0.2], np.float32)).classes == ("0.1", "0.2")
+    assert ClassMap.from_labels(np.array([0, 1, np.nan], np.float16)).classes == ("0", "1")
+    assert ClassMap.from_labels(torch.tensor([0.0, 1.0, float("nan")], dtype=torch.bfloat16)).classes == ("0", "1")
+    with pytest.raises(LabelError) as e:
+        ClassMap.from_labels(["0", "1", "2"]).encode(np.array([0, 1, np.nan], np.float32))
+    assert str(e.value) == "label at index 2: missing (classes '0', '1', '2')"
+    assert ClassMap.from_labels([0, 1, 2]).encode(["2.0", "+1", np.float32(0)]).tolist() == [2, 1, 0]
+    with pytest.raises(LabelError):  # '+7' is both '7' and '07' as a number: neither
+        ClassMap(("7", "07")).encode(["7", "+7"])
     with pytest.raises(LabelError, match=r"^labels: integer labels are 1..3, not 0..2"):
         ClassMap.from_labels(torch.tensor([1, 2, 3]))
     remapped = ClassMap.from_labels(torch.tensor([1, 2, 3]), remap=True)

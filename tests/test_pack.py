@@ -232,6 +232,18 @@ def test_overwrite_never_replaces_a_file_or_a_foreign_folder(class_folder: Path,
         pack_lmdb(class_folder, cut, workers=1)
     assert str(e.value) == f"{cut}: already exists; use --resume to continue an interrupted pack or --overwrite"
     assert pack_lmdb(class_folder, cut, workers=1, overwrite=True).count == 12
+    # a classes.json of yours (a list, not a pack's) is not touched
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "classes.json").write_text('["dog", "cat"]')
+    for resume in (False, True):
+        with pytest.raises(UsageError) as e:
+            pack_lmdb(class_folder, mine, workers=1, resume=resume)
+        assert (
+            str(e.value)
+            == f"{mine}: holds a classes.json that is not a datakit pack's; not touching it, pick another OUT"
+        )
+    assert os.listdir(mine) == ["classes.json"] and (mine / "classes.json").read_text() == '["dog", "cat"]'
     assert main(["pack-lmdb", str(class_folder), str(note), "--overwrite", "-q"]) == 2
 
 
