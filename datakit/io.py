@@ -150,12 +150,18 @@ _MAX_SCANS = 500  # libjpeg-turbo's advice for untrusted files (TJPARAM_SCANLIMI
 
 
 def _refuse_scan_bomb(data: bytes, name) -> None:
-    """Refuse a JPEG of more than ``_MAX_SCANS`` scans: each is decoded over the whole image (its last scan
+    """Refuse a progressive JPEG of more than ``_MAX_SCANS`` scans: each is decoded over the whole image (its last scan
     repeated 10,000 times is 310 KB of 3000 x 3000 pixels that took over two minutes). FF DA is a scan's marker
     only: entropy-coded data stuffs a 00 after every FF."""
+    sof = next((m for _, m in _segments(data) if m in _SOF_MARKERS or m == 0xDA), None)
+    if sof not in (0xC2, 0xC6, 0xCA, 0xCE):  # progressive frames only: a sequential one reads each scan once
+        return
     first = data.find(b"\xff\xda")
-    end = data.find(b"\xff\xd9", first) if first >= 0 else -1  # the image's end: a motion photo's video after it
-    n = data.count(b"\xff\xda", 0, end if end >= 0 else len(data))  # holds FF DA once in 64 KiB, by chance
+    # the image's end (most files end so): a motion photo's video after it is no scan of it
+    end = len(data) - 2 if data.endswith(b"\xff\xd9") else data.find(b"\xff\xd9", first) if first >= 0 else -1
+    body = np.frombuffer(data, np.uint8, count=(end if end >= 0 else len(data)))  # (after it: FF DA by chance)
+    ff = np.flatnonzero(body[:-1] == 0xFF)  # a C pass, where bytes.count takes 0.25 ms for 150 KB of scans
+    n = int(np.count_nonzero(body[ff + 1] == 0xDA))
     if n > _MAX_SCANS:
         raise ImageDecodeError(f"{_describe(name)}: a JPEG of {n} scans (a progressive JPEG has about 10; more than "
                                f"{_MAX_SCANS} is refused, as libjpeg-turbo advises: each is decoded over the whole "
