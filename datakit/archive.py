@@ -1003,7 +1003,11 @@ def unzip(
         if need > free:
             _remove_made(made)
             raise ArchiveError(f"{archive}: refused, members need {need} bytes but only {free} are free in {dest}")
-        tree = _Tree(dest_path)
+        try:
+            tree = _Tree(dest_path)
+        except ArchiveError:  # another extraction holds the folder: the folders made for this one go
+            _remove_made(made)
+            raise
         # what every member declares, not less the files already there: --overwrite writes those that differ again
         budget = _Budget(min(max_total, declared), declared=declared < max_total)
         infos = zf.infolist()
@@ -1316,6 +1320,8 @@ def _printable(path: os.PathLike | str) -> str:
 def _remove_made(made: list[Path]) -> None:
     """Remove the folders made for an archive refused: it leaves nothing behind."""
     for p in made:
+        if p.name in (".", ".."):  # out/sub/..: its folder is the one above, made or not
+            continue
         try:
             p.rmdir()
         except OSError:
@@ -2020,12 +2026,16 @@ class ZipReader:
 
     def read(self, name: str) -> bytes:
         """The bytes of the member with decoded name ``name``."""
-        name = member_path(name)
+        raw, name = name, member_path(name)
         index = self._by_name.get(name)
         if index is None:  # through links (a link member, or a folder link on the way), as on the extracted folder
             found = self.lookup(name)
             index = found[1] if found is not None and found[0] == "file" else None
         if index is None:
+            given = next((m for m in self.members if m.name == raw), None)
+            why = safe_relpath(raw)[1] if given is not None and safe_relpath(raw)[0] is None else None
+            if why:  # a name the archive lists but no one reads ('cat/../bird/4.png'), as unzip-gbk refuses it
+                raise ArchiveError(f"{self.path}: member {raw!r} is not read: {why}")
             raise KeyError(f"{self.path}: no member named {name!r}")
         if name in self.twice:
             raise ArchiveError(f"{self.path}: member {name!r} is in the archive twice: which copy is the image "

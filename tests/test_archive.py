@@ -764,6 +764,10 @@ def test_a_second_extraction_into_the_same_folder_waits_its_turn(tmp_path: Path,
                                            "wait for it to finish, then run this again (what it wrote counts as "
                                            "done)\n")  # fmt: skip
         assert list(out.iterdir()) == []
+        # the attack: the same folder given through a folder still to make (out/sub/..): refused, but sub was left
+        assert unzip_gbk_main([str(z), "-d", str(out / "sub" / "..")]) == 1
+        assert "another extraction into this folder is running" in capsys.readouterr().err
+        assert list(out.iterdir()) == []
     finally:
         holder.kill()
         holder.wait()
@@ -2717,3 +2721,18 @@ def test_a_folder_that_was_there_keeps_its_mode_and_time(tmp_path: Path):
     assert stat.S_IMODE(os.stat(again / "made").st_mode) == 0o750 & ~_umask() | 0o700
     assert os.stat(again / "made").st_mtime == time.mktime((2024, 5, 17, 10, 30, 0, 0, 0, -1))
     assert os.listxattr(again / "made") == [] and os.listxattr(again / "made" / "deep") == []
+
+
+def test_a_member_listed_but_refused_is_named_when_read(tmp_path: Path):
+    # the attack: ZipReader.names() listed 'cat/../bird/4.png' and read() of that name was a bare KeyError naming
+    # 'bird/4.png', a name the archive does not hold
+    z = write_zip(tmp_path / "ip.zip", [ZipEntry(b"cat/1.png", b"x"), ZipEntry(b"cat/../bird/4.png", b"y")])
+    reader = ZipReader(z)
+    assert reader.names() == ["cat/1.png", "cat/../bird/4.png"]
+    with pytest.raises(ArchiveError) as e:
+        reader.read("cat/../bird/4.png")
+    assert str(e.value) == (f"{z}: member 'cat/../bird/4.png' is not read: refused: a '..' component would escape "
+                            "the target folder")  # fmt: skip
+    with pytest.raises(KeyError):
+        reader.read("bird/4.png")
+    reader.close()
