@@ -547,6 +547,9 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
     return out
 
 
+_NAMED_FILE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{1,4}$")  # a name with an extension: b.jpg, 0001.png
+
+
 def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, header_line: int,
              first_row: list[str] | None, delim: str, what: str) -> Columns:  # fmt: skip
     """Columns of the rows that fit the header's (or first row's) width; a row with more filled fields
@@ -555,8 +558,9 @@ def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, 
     width = len(top)
     keep, kept, bad = [], [], []
     for row, line in zip(rows, lines):
-        if delim == "\t" and width and len(row) > width and not row[0].strip() and top[0].strip():
-            row = row[1:]  # a line indented with a tab, as the fast path reads it (its lines' edges stripped)
+        if (delim == "\t" and width and len(row) > width and not row[0].strip() and top[0].strip()
+                and _NAMED_FILE.search(row[1].strip())):  # fmt: skip
+            row = row[1:]  # a line indented with a tab ("\tb.jpg\tdog"), not a blank first cell ("\tdog\textra")
         if width and any(row[width:]):
             shown = delim.join(row)  # a tab shows as \t in the repr
             bad.append((line, f"{len(row)} fields where {what} has {width} ({shown!r}); quote a name that holds "

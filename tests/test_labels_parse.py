@@ -244,6 +244,11 @@ def test_a_line_indented_with_a_tab_reads_alike_with_or_without_quotes(tmp_path:
     assert read_labels(path, validate=False).problems() == [
         f"{path}, line 3: 3 fields where the header has 2 ('b.jpg\\tdog\\tx'); quote a name that holds '\\t'"
     ]
+    # a blank file cell before two others is no indentation: 'dog' is no file's name (it was read as one)
+    path.write_text("file\tlabel\na.jpg\tcat\n\tdog\textra\n", encoding="utf-8")
+    assert read_labels(path, validate=False).problems() == [
+        f"{path}, line 3: 3 fields where the header has 2 ('\\tdog\\textra'); quote a name that holds '\\t'"
+    ]
     path.write_text("file\tlabel\t\r\na.jpg\tcat\t\r\nb.jpg\tdog\t\r\n", encoding="utf-8")  # a tab ending each line
     t = read_labels(path, validate=False)
     assert t.problems() == [] and t.files.tolist() == ["a.jpg", "b.jpg"] and t.class_map().classes == ("cat", "dog")
