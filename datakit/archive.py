@@ -1555,7 +1555,9 @@ def _extract_symlink(
     place with the member's own target, is what a killed run left, and is removed)."""
     if m.file_size > _MAX_LINK:
         raise _Refused(f"symlink target of {m.file_size} bytes is longer than any real path; not created")
-    link = _link_text(_read_bounded(zf, info, m.file_size), m)  # a bomb behind 12 bytes: no
+    link = (chain or {}).get(os.path.join(tree.root, *rel.split("/")))  # read once, by the caller
+    if link is None:
+        link = _link_text(_read_bounded(zf, info, m.file_size), m)  # a bomb behind 12 bytes: no
     parts = rel.split("/")
     if not link:
         raise _Refused("a symlink with an empty target, which no link can have; not created")

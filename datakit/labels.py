@@ -144,16 +144,10 @@ def _values(labels: Iterable[object]) -> Iterable[object]:
     not 0.100000001490116; NaN a missing label)."""
     if type(labels).__module__.startswith("torch") and callable(getattr(labels, "numpy", None)):
         t = labels.detach().cpu()
-        labels = (t.float() if t.dtype == torch_bfloat16() else t).numpy()
+        labels = (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()  # NumPy has no bfloat16
     if isinstance(labels, np.ndarray) and labels.dtype.kind == "f" and labels.dtype.itemsize < 8:
         return [float(x) for x in labels.astype(str).ravel()]
     return labels
-
-
-def torch_bfloat16():
-    import torch
-
-    return torch.bfloat16
 
 
 def _text(v: object) -> str:
