@@ -10,10 +10,10 @@ import cv2
 import numpy as np
 import pytest
 from PIL import Image
-from test_region import SAMPLING, _photo
+from test_region import SAMPLING, _photo, _whole
 
 from datakit.errors import ImageDecodeError
-from datakit.io import decode_image, decode_jpeg_region, jpeg_entropy_index, region_decoder_available
+from datakit.io import decode_jpeg_region, jpeg_entropy_index, region_decoder_available
 
 pytestmark = pytest.mark.skipif(not region_decoder_available(), reason="datakit._jpegregion was not built")
 
@@ -45,7 +45,7 @@ def _check(data: bytes, h: int, w: int, rng: np.random.Generator, modes=("rgb", 
     for f in (1, 2, 4, 8):
         sh, sw = -(-h // f), -(-w // f)
         for mode in modes:
-            whole = decode_image(data, mode, max_size=max(sh, sw) if f > 1 else None)
+            whole = _whole(data, mode, f, sh, sw)
             for t, left, b, r in _boxes(sh, sw, rng):
                 got = decode_jpeg_region(data, mode, f, (t, left, b, r), index=index)
                 assert got is not None

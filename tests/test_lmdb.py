@@ -135,7 +135,8 @@ def test_bench_cli_on_a_pack_with_workers(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     lines = proc.stdout.splitlines()
-    assert lines[0] == "32 samples, batch size 8, device cpu, 3 passes of 0.3 s per worker count"
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the default: a GPU where there is one
+    assert lines[0] == f"32 samples, batch size 8, device {device}, 3 passes of 0.3 s per worker count"
     assert [row.split()[0] for row in lines[1:-1] if row[:1].isdigit()] == ["0", "1", "2"]
     # the verdict depends on the machine's load (a busy machine is too noisy to choose): either form is
     # right, but it is one of the two and names the worker counts it measured
