@@ -599,17 +599,25 @@ def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
     return np.ascontiguousarray(hwc)
 
 
-def _unassociated_alpha(data: bytes) -> bool:
-    """Whether a TIFF is 8-bit RGBA with ordinary (unassociated) alpha, ExtraSamples = 2: as Pillow, GIMP
-    and Photoshop write it. Its colours are stored as they are; OpenCV returns them premultiplied."""
+# TIFF compressions that OpenCV's bundled libtiff lacks (it fails, printing two log lines per file, and
+# Pillow decodes them): LZMA, ZSTD, WebP, JPEG XL, LERC, JBIG
+_TIFF_PILLOW_ONLY = {34925, 50000, 50001, 50002, 34887, 34661}
+
+
+def _tiff_for_pillow(data: bytes) -> bool:
+    """Whether a TIFF is one for Pillow, not OpenCV: compressed in a way OpenCV's libtiff lacks, or 8-bit
+    RGBA with ordinary (unassociated) alpha, ExtraSamples = 2, as Pillow, GIMP and Photoshop write it (its
+    colours are stored as they are; OpenCV returns them premultiplied)."""
     import io
 
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(data)) as im:
-            extra = im.tag_v2.get(338) if hasattr(im, "tag_v2") else None
-            return im.mode == "RGBA" and extra in (2, (2,))
+            tags = im.tag_v2 if hasattr(im, "tag_v2") else {}
+            if tags.get(259) in _TIFF_PILLOW_ONLY:
+                return True
+            return im.mode == "RGBA" and tags.get(338) in (2, (2,))
     except Exception:  # not one Pillow reads: OpenCV says what is wrong
         return False
 
@@ -828,8 +836,8 @@ def _decode(
         img = _torchvision_jpeg(raw, "bgr")
         if img is not None:
             return img
-    if fmt == "TIFF" and _unassociated_alpha(raw):
-        return _pillow_named(raw, mode, fmt, name)  # OpenCV's libtiff RGBA path would multiply the colours by alpha
+    if fmt == "TIFF" and _tiff_for_pillow(raw):
+        return _pillow_named(raw, mode, fmt, name)
     if fmt == "PNM" and mode != "unchanged" and (maxval := _pnm_maxval(raw)) not in (None, 0, 255, 65535):
         # OpenCV keeps the samples as stored (a white of maxval 100 is 100; of maxval 1000, after its 16-bit
         # to 8-bit shift, 3): they are scaled by what maxval means, as Pillow scales 8-bit ones

@@ -1101,6 +1101,27 @@ def test_16_bit_gray_only_pillow_reads_is_reduced_to_its_high_byte_not_clipped(t
         assert np.array_equal(decode_image(data, "unchanged"), px), compression
 
 
+def test_a_tiff_in_a_compression_opencv_lacks_goes_to_pillow_without_log_lines(tmp_path: Path, capfd):
+    # The attack: a ZSTD or LZMA TIFF was tried by OpenCV first, whose libtiff printed two lines per file on
+    # stderr ("[ERROR:0@0.026] global grfmt_tiff.cpp:117 TIFF_Error ZSTD compression support is not configured")
+    rgb = synthetic_image(40, 56, seed=4)
+    made = 0
+    for compression in ("zstd", "lzma"):
+        path = tmp_path / f"图_{compression}.tif"
+        try:
+            Image.fromarray(rgb).save(path, compression=compression)
+        except (OSError, ValueError, KeyError):  # a Pillow built without that codec
+            continue
+        with Image.open(path) as im:
+            assert im.tag_v2[259] == {"zstd": 50000, "lzma": 34925}[compression]
+        assert np.array_equal(imread(path, "rgb"), rgb), compression
+        assert np.array_equal(imread(path, "bgr"), rgb[..., ::-1]), compression
+        made += 1
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    assert made >= 1
+
+
 def test_a_truncated_rgba_tiff_is_an_image_decode_error_naming_the_file(tmp_path: Path):
     # The attack: an RGBA TIFF (unassociated alpha, read by Pillow) cut by a byte raised a bare OSError ("image file
     # is truncated"), which stats and preview printed without the file's name
