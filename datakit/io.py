@@ -132,6 +132,33 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
     return None
 
 
+def _apng_still(data: bytes) -> bytes:
+    """An animated PNG whose still image (IDAT, what libpng, Pillow and torchvision show) is not its first
+    frame, without its animation control chunk: OpenCV would give the first frame. Any other PNG as it is."""
+    idat = data.find(b"IDAT")
+    if idat < 0 or data.find(b"acTL", 8, idat) < 0:
+        return data
+    i, actl, n = 8, None, len(data)
+    while i + 8 <= n:
+        size, kind = int.from_bytes(data[i : i + 4], "big"), data[i + 4 : i + 8]
+        if kind == b"fcTL" or kind == b"IDAT":  # a frame control first: the still is the first frame
+            return data if kind == b"fcTL" or actl is None else data[: actl[0]] + data[actl[1] :]
+        if kind == b"acTL":
+            actl = (i, i + 12 + size)  # the chunk: length, type, data, CRC
+        i += 12 + size
+    return data
+
+
+def _jpeg_precision(data: bytes) -> int | None:
+    """The sample precision (bits) in a JPEG's SOF segment: 8 in nearly all; 12 or 16 in some."""
+    for i, marker in _segments(data):
+        if marker in _SOF_MARKERS:
+            return data[i + 4] if i + 4 < len(data) else None
+        if marker == 0xDA:
+            return None
+    return None
+
+
 def _jpeg_ends(data: bytes) -> bool:
     """Whether a JPEG has its end-of-image marker: at its end (the usual file), or after its first scan begins
     when more follows it (a motion photo's video, padding), which the decoders ignore. An FF D9 before the scan
@@ -819,6 +846,8 @@ def _decode(
             if info is not None:
                 factor = reduction_factor(info[0], info[1], max_size)
                 components = info[2]
+    if fmt == "PNG" and (still := _apng_still(raw)) is not raw:
+        raw, buf = still, np.frombuffer(still, np.uint8)
     if fmt == "PNG" and raw.rfind(b"IEND\xaeB`\x82") < 0:  # cut short: libpng would print its own line first
         raise ImageDecodeError(f"{_describe(name)}: truncated PNG (no IEND chunk)")
     if (
@@ -883,6 +912,12 @@ def _pillow_named(raw: bytes, mode: str, fmt: str | None, name, upright: bool = 
     except ImageDecodeError:
         raise
     except Exception as exc:
+        bits = _jpeg_precision(raw) if fmt == "JPEG" else None
+        if bits not in (None, 8):  # a valid 12-bit (medical, raw converters) or 16-bit lossless JPEG, not damage
+            raise ImageDecodeError(
+                f"{_describe(name)}: a {bits}-bit JPEG: OpenCV and Pillow decode 8-bit JPEGs only; convert it to "
+                "8 bits (or to a 16-bit PNG or TIFF) first"
+            ) from None
         what = f"{fmt} data is corrupt or truncated" if fmt else "not a recognised image format"
         head = raw[:8]
         why = re.sub(r" ?<[\w.]+ object at 0x[0-9a-f]+>", "", str(exc))  # no run-to-run address

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import io
 import os
 import re
@@ -24,6 +25,7 @@ from datakit.io import (
     image_format,
     imread,
     imwrite,
+    probe_image,
     reduction_factor,
 )
 from datakit.testing import synthetic_image
@@ -1120,6 +1122,55 @@ def test_a_tiff_in_a_compression_opencv_lacks_goes_to_pillow_without_log_lines(t
     out, err = capfd.readouterr()
     assert (out, err) == ("", "")
     assert made >= 1
+
+
+# a real 12-bit JPEG (16 x 16, libjpeg-turbo 3's 12-bit encoder), 285 bytes
+J12 = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAIBAQEBAQIBAQECAgICAgQDAgICAgUEBAMEBgUGBgYFBgYGBwkIBgcJBwYGCAsICQoKCgoKBggLDAsKDAkK"
+    "Cgr/2wBDAQICAgICAgUDAwUKBwYHCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgr/wQARDAAQABADASIAAhEB"
+    "AxEB/8QAFQABAQAAAAAAAAAAAAAAAAAAAAj/xAAUEAEAAAAAAAAAAAAAAAAAAAAA/8QAFAEBAAAAAAAAAAAAAAAAAAAAAP/EABQRAQAAAAAAAAAAAAAA"
+    "AAAAAAD/2gAMAwEAAhEDEQA/AI/AB//Z"
+)
+
+
+def test_a_12_bit_jpeg_is_named_as_such_not_as_damage(tmp_path: Path):
+    # The attack: a valid 12-bit JPEG was "JPEG data is corrupt or truncated (... cannot identify image file)", which
+    # sent users looking for a damaged copy
+    assert len(J12) == 285 and J12[:2] == b"\xff\xd8"
+    path = tmp_path / "片_12.jpg"
+    path.write_bytes(J12)
+    want = f"{path}: a 12-bit JPEG: OpenCV and Pillow decode 8-bit JPEGs only; convert it to 8 bits (or to a 16-bit PNG or TIFF) first"
+    for mode in ("rgb", "gray", "unchanged"):
+        with pytest.raises(ImageDecodeError) as e:
+            imread(path, mode)
+        assert str(e.value) == want
+    for strict in (False, True):
+        with pytest.raises(ImageDecodeError) as e:
+            probe_image(J12, path, strict=strict)
+        assert str(e.value) == want
+    # an 8-bit JPEG cut short is still damage
+    with pytest.raises(ImageDecodeError, match="truncated JPEG"):
+        decode_image(J12[:-2], "rgb", name=path)
+
+
+def test_an_animated_png_gives_its_still_image_as_other_readers_do():
+    # The attack: an APNG whose still image (IDAT) is not a frame of the animation decoded to its first frame
+    # (OpenCV's reading), where libpng, Pillow and torchvision show the still image: another picture, silently
+    still = Image.new("RGB", (8, 6), (255, 0, 0))
+    frames = [Image.new("RGB", (8, 6), (c, c, c)) for c in (10, 128)]
+    for hidden, want in ((True, (255, 0, 0)), (False, (255, 0, 0))):
+        b = io.BytesIO()  # default_image=False: the still is the animation's first frame
+        still.save(b, "PNG", save_all=True, append_images=frames, default_image=hidden)
+        data = b.getvalue()
+        assert b"acTL" in data
+        with Image.open(io.BytesIO(data)) as im:
+            assert im.convert("RGB").getpixel((0, 0)) == want
+        assert decode_image(data, "rgb").tolist() == [[list(want)] * 8] * 6, hidden
+        assert decode_image(data, "bgr")[0, 0].tolist() == list(want[::-1])
+        assert decode_image(data, "unchanged").shape == (6, 8, 3)
+    b = io.BytesIO()
+    Image.new("RGB", (8, 6), (10, 10, 10)).save(b, "PNG", save_all=True, append_images=frames[1:])
+    assert decode_image(b.getvalue(), "rgb")[0, 0].tolist() == [10, 10, 10]  # an ordinary APNG: its first frame
 
 
 def test_a_truncated_rgba_tiff_is_an_image_decode_error_naming_the_file(tmp_path: Path):
