@@ -1474,10 +1474,13 @@ def verify_pack(path: str | os.PathLike, progress: Callable[[int, int], None] | 
     import subprocess
     import tempfile
 
-    if not sys.executable:  # an embedded interpreter that cannot start itself: check in this process
+    def here() -> VerifyReport:
         r = LmdbReader(path, allow_incomplete=True)
         r.close()
         return VerifyReport(len(r), verify_lmdb(path, progress), len(r))
+
+    if not sys.executable:  # an embedded interpreter that cannot start itself: check in this process
+        return here()
     problems: list[str] = []
     n: int | None = None
     at: tuple[str, object] = ("reading", "the pack's metadata and index")
@@ -1490,11 +1493,16 @@ def verify_pack(path: str | os.PathLike, progress: Callable[[int, int], None] | 
             cmd = [sys.executable, "-c", _CHILD, where, str(write_fd), os.fspath(path)]
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                     pass_fds=(write_fd,))  # fmt: skip
+        except OSError:  # the interpreter cannot be started again (a path this user may not run): check here
+            os.close(read_fd)
+            proc = None
         except BaseException:
             os.close(read_fd)
             raise
         finally:
             os.close(write_fd)
+        if proc is None:
+            return here()
         try:
             with open(read_fd, "rb") as pipe:
                 for line in pipe:

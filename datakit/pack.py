@@ -377,6 +377,14 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
         for key in ("source", "source_samples", "options", "classes"):
             if key == "source" and isinstance(existing.get(key), str) and same_sample_name(existing[key], meta[key]):
                 continue  # the same folder under another spelling (a link to it, the path through one)
+            if key == "source" and _is_path(existing.get(key)) != _is_path(meta[key]):
+                was_path = _is_path(existing.get(key))
+                then, now = ("a folder or file", "a dataset") if was_path else ("a dataset", "a path")
+                raise UsageError(  # a path's pack resumed from a dataset object, as `--classes` makes, or the other way
+                    f"{out}: was packed from {then} ({existing.get(key)!r}), now from {now} ({meta[key]!r}; "
+                    "pack-lmdb --classes makes a dataset of its source): resume with the first run's arguments, "
+                    "or use --overwrite"
+                )
             if existing.get(key) != meta[key]:
                 raise UsageError(
                     f"{out}: was packed {_WHAT[key]} ({existing.get(key)!r}, now {meta[key]!r}); "
@@ -707,6 +715,11 @@ def pack_lmdb(
             part_lock.close()
         lock.close()
     return report
+
+
+def _is_path(source) -> bool:
+    """Whether a pack's recorded source is a path (or the paths of shards), not a dataset's fingerprint."""
+    return isinstance(source, list) or (isinstance(source, str) and os.path.isabs(source))
 
 
 _WHAT = {"source": "from another source", "source_samples": "from another number of source samples",

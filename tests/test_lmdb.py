@@ -170,6 +170,26 @@ def test_flipped_byte_in_a_record_caught_by_verify(tmp_path: Path):
     assert verify_lmdb(out) == [f"{out}: key i0000000003 (图/3.jpg): the index disagrees with the sample's record"]
 
 
+def test_verify_checks_in_process_where_the_interpreter_cannot_be_started_again(tmp_path: Path, monkeypatch):
+    # The attack: a user who may not run the venv's interpreter by its path (a home folder of mode 700 reached
+    # through another user's venv) got "datakit verify: error: [Errno 13] Permission denied: '.../bin/python'"
+    from datakit.lmdb import verify_pack
+
+    out = tmp_path / "rec.lmdb"
+    write_pack(out, 8, classes=4)
+    locked = tmp_path / "python"
+    locked.write_bytes(b"")
+    locked.chmod(0o600)  # no execute bit: EACCES even for root
+    monkeypatch.setattr(sys, "executable", str(locked))
+    report = verify_pack(out)
+    assert (report.samples, report.problems) == (8, [])
+    rec = bytearray(get(out, b"r0000000003"))
+    rec[8] ^= 1
+    put(out, b"r0000000003", bytes(rec))
+    assert verify_pack(out).problems == [f"{out}: key i0000000003 (图/3.jpg): the index disagrees with the sample's "
+                                         "record"]  # fmt: skip
+
+
 def test_a_flipped_byte_in_an_image_is_refused_when_read_not_decoded_to_other_pixels(tmp_path: Path, capsys):
     # The attack: one byte of a stored JPEG flipped in data.mdb. verify caught it, but ds[1] decoded it to other
     # pixels (mean difference 36) and `datakit stats` averaged them, exit 0.

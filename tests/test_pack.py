@@ -1015,6 +1015,30 @@ def test_resume_refuses_another_dataset_object_of_the_same_shape(class_folder: P
     assert (report.count, report.resumed_from) == (12, 6) and verify_lmdb(out) == []
 
 
+def test_a_resume_that_adds_classes_is_told_so(class_folder: Path, tmp_path: Path, capsys):
+    # The attack: a pack of a folder, killed, resumed with --classes naming the very same classes, was refused as
+    # "packed from another source ('/data/x', now 'FolderDataset of 12 samples ...')": the same folder
+    out = tmp_path / "c.lmdb"
+
+    def stop_after_six(done, total, nbytes):
+        if done == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(str(class_folder), out, workers=0, commit_every=4, progress=stop_after_six)
+    (tmp_path / "classes.txt").write_text("\n".join(open_dataset(class_folder).classes) + "\n", encoding="utf-8")
+    argv = ["pack-lmdb", str(class_folder), str(out), "--resume", "-q"]
+    assert main([*argv, "--classes", str(tmp_path / "classes.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    fingerprint = read_meta(out)["source"]
+    assert fingerprint == os.path.realpath(class_folder)
+    assert err.startswith(f"datakit pack-lmdb: error: {out}: was packed from a folder or file ({fingerprint!r}), now "
+                          "from a dataset ('FolderDataset of 12 samples (names and targets crc32 ")  # fmt: skip
+    assert err.endswith("; pack-lmdb --classes makes a dataset of its source): resume with the first run's "
+                        "arguments, or use --overwrite")  # fmt: skip
+    assert main(argv) == 0 and verify_lmdb(out) == []
+
+
 def test_what_pack_stats_and_check_do_not_take_is_named(class_folder: Path, tmp_path: Path):
     from torch.utils.data import Subset
 
