@@ -790,9 +790,9 @@ def _decode_image(
                 failed = exc
             else:
                 failed = None
-        # an eXIf chunk libpng cannot read (one that begins "Exif\0\0", as some tools write it) is metadata,
-        # not damaged pixels: its warning (printed without a line end, so repeated on one line) is dropped
-        messages = [m for m in (re.sub(r"(libpng warning: eXIf: invalid\s*)+", "", m).strip() for m in messages) if m]
+        # a metadata chunk libpng cannot read (an eXIf that begins "Exif\0\0", as some tools write it, an old
+        # Photoshop's "iCCP: known incorrect sRGB profile") leaves the pixels as they are: dropped
+        messages = [m for m in (_METADATA_WARNING.sub("", m).strip() for m in messages) if m]
         if messages:
             what = f"{fmt} data" if fmt else "data"
             raise ImageDecodeError(f"{_describe(name)}: damaged {what}: {'; '.join(messages)}") from failed
@@ -803,6 +803,14 @@ def _decode_image(
     return img, _exif_orientation(raw) if fmt == "JPEG" else 1
 
 
+# libpng's warnings about chunks whose content OpenCV does not apply to the pixels (colour profile and space,
+# gamma, text, EXIF, time, physical size, background, histogram): printed without a line end at times, so one
+# warning ends where the next begins
+_METADATA_WARNING = re.compile(
+    r"libpng warning: (?:iCCP|sRGB|cHRM|gAMA|eXIf|tEXt|zTXt|iTXt|tIME|pHYs|bKGD|hIST|sPLT|oFFs|pCAL|sCAL): "
+    r"[^\n]*?(?=libpng |$)\s*",
+    re.M,
+)
 _LIBPNG_MAX_SIDE = 1_000_000  # libpng's default user limit on a PNG's width and height
 
 

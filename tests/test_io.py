@@ -16,6 +16,7 @@ import torch
 from conftest import rgb_blocks
 from PIL import Image
 
+from datakit.cli import main
 from datakit.errors import UsageError
 from datakit.io import (
     DEFAULT_MAX_PIXELS,
@@ -824,6 +825,40 @@ def test_a_png_exif_chunk_with_an_exif_header_is_no_damage_in_strict_mode():
     rgb = np.random.default_rng(0).integers(0, 256, (6, 10, 3), dtype=np.uint8)
     data = _png_with_exif(rgb, b"Exif\0\0" + _tiff_orientation(6, b"II"))
     np.testing.assert_array_equal(decode_image(data, "rgb", strict=True), rgb)
+
+
+def test_libpng_warnings_about_metadata_are_no_damage_in_strict_mode(tmp_path: Path, capsys):
+    # The attack: a PNG whose colour profile libpng cannot read ("iCCP: too short"; old Photoshop's "known incorrect
+    # sRGB profile" is the common one), or whose sRGB or pHYs chunk is malformed, was "damaged PNG data": datakit
+    # stats stopped at it (exit 1) and pack-lmdb refused it, though OpenCV applies none of them to the pixels
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rgb = np.random.default_rng(1).integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(rgb).save(b, "PNG")
+    plain = b.getvalue()
+    (tmp_path / "cls").mkdir()
+    for kind, body in ((b"iCCP", b"x\0\0" + zlib.compress(bytes(500))), (b"sRGB", b"\x07"), (b"pHYs", bytes(10))):
+        data = plain[:33] + chunk(kind, body) + plain[33:]  # after IHDR
+        np.testing.assert_array_equal(decode_image(data, "rgb", strict=True), rgb)
+        (tmp_path / "cls" / f"{kind.decode()}.png").write_bytes(data)
+    capsys.readouterr()
+    assert main(["stats", str(tmp_path), "-q"]) == 0
+    out = capsys.readouterr()
+    mean, std = rgb.reshape(-1, 3).mean(0) / 255, rgb.reshape(-1, 3).std(0) / 255  # three copies of one image
+    assert out.err == ""
+    assert out.out == (f"transforms.Normalize(mean=[{', '.join(f'{v:.4f}' for v in mean)}], "
+                       f"std=[{', '.join(f'{v:.4f}' for v in std)}])\n")  # fmt: skip
+    # damage beside such a warning is still damage: the IDAT's CRC broken
+    data = bytearray(plain[:33] + chunk(b"iCCP", b"x\0\0" + zlib.compress(bytes(500))) + plain[33:])
+    at = data.find(b"IDAT")
+    data[at + 4 + struct.unpack(">I", data[at - 4 : at])[0]] ^= 1
+    with pytest.raises(ImageDecodeError, match=r"^x\.png: damaged PNG data: libpng error: IDAT: CRC error$"):
+        decode_image(bytes(data), "rgb", name="x.png", strict=True)
 
 
 @pytest.mark.parametrize("big", [False, True], ids=["tiff", "bigtiff"])
