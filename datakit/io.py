@@ -791,8 +791,9 @@ def _decode_image(
             else:
                 failed = None
         # a metadata chunk libpng cannot read (an eXIf that begins "Exif\0\0", as some tools write it, an old
-        # Photoshop's "iCCP: known incorrect sRGB profile") leaves the pixels as they are: dropped
-        messages = [m for m in (_METADATA_WARNING.sub("", m).strip() for m in messages) if m]
+        # Photoshop's "iCCP: known incorrect sRGB profile"), or a TIFF tag libtiff does not know, leaves the pixels
+        # as they are: dropped
+        messages = [m for m in (_TIFF_TAG_WARNING.sub("", _METADATA_WARNING.sub("", m)).strip() for m in messages) if m]
         if messages:
             what = f"{fmt} data" if fmt else "data"
             raise ImageDecodeError(f"{_describe(name)}: damaged {what}: {'; '.join(messages)}") from failed
@@ -809,6 +810,13 @@ def _decode_image(
 _METADATA_WARNING = re.compile(
     r"libpng warning: (?:iCCP|sRGB|cHRM|gAMA|eXIf|tEXt|zTXt|iTXt|tIME|pHYs|bKGD|hIST|sPLT|oFFs|pCAL|sCAL): "
     r"[^\n]*?(?=libpng |$)\s*",
+    re.M,
+)
+# libtiff's, through OpenCV's log, about tags it does not apply to the pixels: a private tag (a camera's, a
+# scanner's, a microscope's), a directory whose tags are out of order, a text tag without its end byte
+_TIFF_TAG_WARNING = re.compile(
+    r"^\[ ?WARN:[^\]]*\][^\n]*TIFF_Warning \w+: (?:Unknown field with tag|Invalid TIFF directory; tags are not "
+    r"sorted in ascending order|ASCII value for tag)[^\n]*\n?",
     re.M,
 )
 _LIBPNG_MAX_SIDE = 1_000_000  # libpng's default user limit on a PNG's width and height

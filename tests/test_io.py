@@ -861,6 +861,23 @@ def test_libpng_warnings_about_metadata_are_no_damage_in_strict_mode(tmp_path: P
         decode_image(bytes(data), "rgb", name="x.png", strict=True)
 
 
+def test_a_tiff_with_private_tags_is_no_damage_in_strict_mode():
+    # The attack: a TIFF holding tags libtiff does not know (a camera's DNG tag 50838, a private 65000) was "damaged
+    # TIFF data: [ WARN:0@0.012] ... TIFFReadDirectory: Unknown field with tag 50838 (0xc696) encountered" in
+    # check, stats and pack-lmdb; the same file cut short is still refused
+    from PIL import TiffImagePlugin
+
+    rgb = np.random.default_rng(1).integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    info = TiffImagePlugin.ImageFileDirectory_v2()
+    info[50838], info.tagtype[50838] = (1, 2, 3), 4
+    info[65000], info.tagtype[65000] = b"private", 7
+    b = io.BytesIO()
+    Image.fromarray(rgb).save(b, "TIFF", tiffinfo=info)
+    np.testing.assert_array_equal(decode_image(b.getvalue(), "rgb", strict=True), rgb)
+    with pytest.raises(ImageDecodeError, match=r"^t\.tif: damaged TIFF data: .*TIFFFillStrip: Read error"):
+        decode_image(b.getvalue()[:-40], "rgb", name="t.tif", strict=True)
+
+
 @pytest.mark.parametrize("big", [False, True], ids=["tiff", "bigtiff"])
 def test_a_tiff_tile_past_the_pixel_budget_is_refused_before_decoding(tmp_path: Path, big: bool):
     # the attack: 16 x 16 pixels stored as one deflate tile of 32768 x 32768 (1 MB of file): the budget counted
