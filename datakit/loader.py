@@ -2149,7 +2149,10 @@ def create_loader(
         drop_one = train and per_rank is not None
         drop_last = drop_one and per_rank % batch_size == 1 and per_rank > 1
         if drop_last:
-            log.info("drop_last=True: the last training batch would hold 1 sample, which breaks BatchNorm")
+            log.info(
+                "the last training batch of each epoch would hold 1 sample, which breaks BatchNorm: it is left "
+                "out (drop_last=False keeps it)"
+            )
     generator = None
     if seed is not None:
         generator = torch.Generator().manual_seed((seed + 1_000_003 * rank) % 2**64)  # distinct worker seeds per rank

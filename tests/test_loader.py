@@ -57,7 +57,11 @@ def test_defaults_and_drop_last_single_sample(caplog):
     with caplog.at_level(logging.INFO, logger="datakit"):
         train = create_loader(Indexed(9), 4, num_workers=0, seed=0)
     assert train.drop_last and len(train) == 2
-    assert "the last training batch would hold 1 sample" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == ["the last training batch of each epoch would hold 1 sample, "
+                                                        "which breaks BatchNorm: it is left out (drop_last=False "
+                                                        "keeps it)"]  # fmt: skip
+    kept = create_loader(Indexed(9), 4, num_workers=0, seed=0, drop_last=False)
+    assert not kept.drop_last and sum(len(b) for b in batches(kept)) == 9
     evaluation = create_loader(Indexed(9), 4, train=False, num_workers=0)
     assert not evaluation.drop_last and sum(len(b) for b in batches(evaluation)) == 9
     assert batches(evaluation)[0] == [0, 1, 2, 3]  # no shuffling in evaluation
