@@ -1290,17 +1290,23 @@ def _zip_open(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
     except zipfile.BadZipFile as exc:
         if "File name in directory" not in str(exc) or zf.filename is None:
             raise
-        if _local_unicode_path(zf.filename, info, info.extra) is None:
-            raise
         with open(zf.filename, "rb") as f:
             f.seek(info.header_offset)
             head = f.read(30)
             local = f.read(struct.unpack_from("<H", head, 26)[0])
+        legacy = getattr(zf, "metadata_encoding", None) or "cp437"
+        try:  # the central name's own bytes
+            central = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else legacy)
+        except UnicodeEncodeError:
+            central = None
+        # the same bytes, only the local header's UTF-8 flag otherwise (the central one read, as unzip does)
+        if local != central and _local_unicode_path(zf.filename, info, info.extra) is None:
+            raise
         import copy
 
         same = copy.copy(info)
-        legacy = getattr(zf, "metadata_encoding", None) or "cp437"
-        same.orig_filename = local.decode("utf-8" if same.flag_bits & 0x800 else legacy)
+        local_utf8 = struct.unpack_from("<H", head, 6)[0] & 0x800
+        same.orig_filename = local.decode("utf-8" if local_utf8 else legacy, errors="surrogateescape")
         return zf.open(same)
 
 
