@@ -1764,6 +1764,8 @@ def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> byte
             out += chunk
         if len(out) == size and f.read(1):  # defensive: never more than declared
             raise zipfile.BadZipFile(f"inflates past its declared size of {size} bytes; stopped")
+    if len(out) < size:  # a stream (its CRC-32 made for it) shorter than declared: refused, as extraction does
+        raise zipfile.BadZipFile(f"holds {len(out)} bytes but declares {size}")
     return bytes(out)
 
 

@@ -2760,3 +2760,22 @@ def test_a_utf8_flag_missing_from_a_local_header_only_is_read_by_the_central_one
                              ("猫/2.jpg".encode("gbk"), b"two", 0, b"two", 0x800)]))  # fmt: skip
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "gbk"), "-q", "--encoding", "gbk"]) == 0
     assert tree(tmp_path / "gbk") == {"猫/1.jpg": b"one", "猫/2.jpg": b"two"}
+
+
+def test_a_member_shorter_than_it_declares_is_refused_in_place_as_in_extraction(tmp_path: Path, capsys):
+    # The attack: a deflated member declaring 1000 bytes whose stream (its CRC-32 made for it) holds 69: unzip-gbk
+    # refused it, while ZipReader.read returned the 69 bytes and open_dataset read them as a sample
+    actual = b"short stream " * 5
+    z = tmp_path / "s.zip"
+    data = bytearray(_hand_zip([(b"cat/a.png", actual, 8, _deflate(actual), 0), (b"dog/b.png", b"b", 0, b"b", 0)]))
+    struct.pack_into("<I", data, 22, 1000)  # the first local header's uncompressed size
+    central = data.find(b"PK\x01\x02")
+    struct.pack_into("<I", data, central + 24, 1000)  # and its central directory entry's
+    z.write_bytes(bytes(data))
+    why = f"{z}: member 'cat/a.png': holds {len(actual)} bytes but declares 1000"
+    with pytest.raises(ArchiveError) as e:
+        ZipReader(z).read("cat/a.png")
+    assert str(e.value) == why
+    assert ZipReader(z).read("dog/b.png") == b"b"
+    assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q"]) == 1
+    assert capsys.readouterr().err.splitlines() == [why]
