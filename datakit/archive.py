@@ -340,13 +340,15 @@ def _zipfile(path, file) -> zipfile.ZipFile:
         raise ArchiveError(f"{path}: a member needs a newer ZIP format than this reader knows ({exc}); "
                            "make the archive again with a common zip tool") from None  # fmt: skip
     except zipfile.BadZipFile as exc:
-        if "zip64 extra field" in str(exc).lower():  # the central directory read, one member's entry damaged
+        text = str(exc).lower()
+        if "zip64 extra field" in text or "corrupt extra field" in text:  # one member's central entry damaged
             try:
-                name = _bad_zip64_member(path)
+                name = _bad_extra_member(path)
             except (struct.error, ValueError):  # a directory that cannot be walked either
                 name = None
             which = f"member {name!r}" if name is not None else "a member"
-            raise ArchiveError(f"{path}: {which}: its ZIP64 size field in the central directory is damaged ({exc}); "
+            field = "ZIP64 size field" if "zip64" in text else "extra field"
+            raise ArchiveError(f"{path}: {which}: its {field} in the central directory is damaged ({exc}); "
                                "the archive's list of members cannot be read past it: make the archive again, or "
                                "extract what a repair tool (zip -FF) recovers") from None  # fmt: skip
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
@@ -354,10 +356,10 @@ def _zipfile(path, file) -> zipfile.ZipFile:
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
 
 
-def _bad_zip64_member(path) -> str | None:
-    """The name of the first central-directory entry whose sizes or offset say 0xFFFFFFFF (look in the ZIP64 extra
-    field) without an extra field long enough to hold them; None when none is found (or the directory cannot be
-    walked)."""
+def _bad_extra_member(path) -> str | None:
+    """The name of the first central-directory entry whose extra field is damaged: a field running past the extra
+    area, or sizes or offset saying 0xFFFFFFFF (look in the ZIP64 extra field) without a ZIP64 field long enough to
+    hold them; None when none is found (or the directory cannot be walked)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -382,14 +384,14 @@ def _bad_zip64_member(path) -> str | None:
         raw = cd[pos + 46 : pos + 46 + nlen]
         extra = cd[pos + 46 + nlen : pos + 46 + nlen + xlen]
         need = 8 * sum(v == 0xFFFFFFFF for v in (usize, csize, offset))
-        have, k = 0, 0
+        have, k, torn = 0, 0, False
         while k + 4 <= len(extra):
             tag, n = struct.unpack("<HH", extra[k : k + 4])
+            torn = torn or k + 4 + n > len(extra)
             if tag == 1:
                 have = min(n, len(extra) - k - 4)
-                break
             k += 4 + n
-        if need and have < need:
+        if torn or (need and have < need):
             return raw.decode("utf-8" if flags & 0x800 else "gbk", "replace")
         pos += 46 + nlen + xlen + clen
     return None

@@ -2455,6 +2455,18 @@ def test_a_damaged_zip64_field_names_its_member_not_a_truncated_archive(tmp_path
                               "recovers")  # fmt: skip
 
 
+def test_a_torn_extra_field_names_its_member(tmp_path: Path):
+    # the attack: one member's Unicode Path field claiming 200 bytes past the end of its extra area: "not a zip
+    # archive, or truncated (Corrupt extra field 7075 (size=200))", naming no member
+    z = write_zip(tmp_path / "x.zip", [ZipEntry(b"dog/b.png", b"b"),
+                                       ZipEntry(b"cat/a.png", b"a", extra=struct.pack("<HH", 0x7075, 200) + b"\x01")])  # fmt: skip
+    with pytest.raises(ArchiveError) as err:
+        ZipReader(z)
+    assert str(err.value) == (f"{z}: member 'cat/a.png': its extra field in the central directory is damaged "
+                              "(Corrupt extra field 7075 (size=200)); the archive's list of members cannot be read "
+                              "past it: make the archive again, or extract what a repair tool (zip -FF) recovers")  # fmt: skip
+
+
 def test_long_names_are_scored_by_their_start(tmp_path: Path, monkeypatch):
     # The attack: 100 GBK names of 10 KB each (a 1 MB zip) took 33 s of scoring before one refusal, twice over in
     # the command (once for the progress bar): only each name's first characters are scored, once
