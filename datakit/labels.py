@@ -2213,6 +2213,106 @@ def _percent_styles(path: Path) -> dict[int, tuple]:
     return out
 
 
+# Excel's built-in number formats that show a number otherwise than General (dates and percents read elsewhere)
+_BUILTIN_FORMATS = {1: "0", 2: "0.00", 3: "#,##0", 4: "#,##0.00", 11: "0.00E+00", 12: "# ?/?", 13: "# ??/??",
+                    37: "#,##0 ;(#,##0)", 38: "#,##0 ;[Red](#,##0)", 39: "#,##0.00;(#,##0.00)",
+                    40: "#,##0.00;[Red](#,##0.00)", 48: "##0.0E+0"}  # fmt: skip
+_DATE_CODE = re.compile(r"[dmyhs]", re.I)
+
+
+def _format_styles(path: Path) -> dict[int, str]:
+    """The cell styles of the workbook at ``path`` whose number format is neither General, text, a percent
+    (:func:`_percent_styles`) nor a date: each with its format code; {} for none."""
+    import html
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            xml = z.read("xl/styles.xml").decode("utf-8")
+    except (KeyError, OSError, zipfile.BadZipFile, UnicodeDecodeError):
+        return {}
+    codes: dict[int, str] = dict(_BUILTIN_FORMATS)
+    formats = re.search(r"<(?:\w+:)?numFmts\b[^>]*>(.*?)</(?:\w+:)?numFmts>", xml, re.S)
+    for m in re.finditer(r"<(?:\w+:)?numFmt\b([^>]*)/?>", formats.group(1) if formats else ""):
+        fid = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
+        code = re.search(r'\bformatCode="([^"]*)"', m.group(1))
+        if fid and code:
+            text = html.unescape(code.group(1))
+            plain = re.sub(r'"[^"]*"|\\.|\[[^\]]*\]', "", text)  # literal text and brackets: no date letters
+            if text.lower() in ("general", "@") or "%" in plain or _DATE_CODE.search(plain.replace("E+", "")):
+                codes.pop(int(fid.group(1)), None)
+            else:
+                codes[int(fid.group(1))] = text
+    xfs = re.search(r"<(?:\w+:)?cellXfs\b[^>]*>(.*?)</(?:\w+:)?cellXfs>", xml, re.S)
+    if xfs is None:
+        return {}
+    out = {}
+    for k, m in enumerate(re.finditer(r"<(?:\w+:)?xf\b([^>]*?)/?>", xfs.group(1))):
+        fmt = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
+        if fmt and int(fmt.group(1)) in codes:
+            out[k] = codes[int(fmt.group(1))]
+    return out
+
+
+def _shown_otherwise(v: float, code: str) -> bool:
+    """Whether the number format ``code`` shows ``v`` otherwise than its value's text (what datakit reads): text or
+    a condition in the format, a scientific or fractional form, fewer decimals than the value has, thousands
+    separated or scaled away."""
+    section = re.sub(r"\[(?:Red|Black|Blue|Green|White|Yellow|Cyan|Magenta|Color\d+)\]", "", code.split(";")[0],
+                     flags=re.I)  # fmt: skip
+    if v < 0 and ";" in code:
+        return True  # a negative section of its own: (5), 5-
+    if re.search(r'["\\@\[]', section) or re.search(r"[A-DF-Za-df-z]", section):  # text, a condition, letters
+        return True
+    if "E" in section.upper() or "/" in section:
+        return not (float(v).is_integer() and "/" in section)
+    digits = re.sub(r"[^0#?.,]", "", section)
+    whole, _, frac = digits.partition(".")
+    if whole.endswith(","):  # 0, : thousands scaled away
+        return v != 0
+    if "," in whole and abs(v) >= 1000:  # #,##0: 1,000
+        return True
+    text = _text(float(v))
+    shown = len(text.partition(".")[2])
+    return shown > len(frac.replace(",", "")) or (shown < frac.count("0") and not float(v).is_integer())
+
+
+def _format_note(grid: list[list[object]], path: Path, sheet: str, styles: dict, column: int, where: str) -> str | None:
+    """A note for the label column's number cells that their number format shows otherwise than their values (1.4
+    under 0 shows 1; 3 under "类"0 shows 类3): a CSV saved from the sheet holds what is shown, other classes."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            target = _sheet_member(z, sheet)
+            xml = z.read(target).decode("utf-8") if target else ""
+    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
+        return None
+    letters = _column_letter(column)
+    first, count = None, 0
+    for m in re.finditer(rf'<(?:\w+:)?c\b([^>]*?\br="{letters}(\d+)"[^>]*?)/?>', xml):
+        style = re.search(r'\bs="(\d+)"', m.group(1))
+        if style is None or int(style.group(1)) not in styles:
+            continue
+        row = int(m.group(2)) - 1
+        if row >= len(grid) or column >= len(grid[row]):
+            continue
+        v = grid[row][column]
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            continue
+        code = styles[int(style.group(1))]
+        if _shown_otherwise(v, code):
+            count += 1
+            first = first or (row + 1, _text(v), code)
+    if first is None:
+        return None
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return (f"{where}, row {first[0]}: the label {first[1]!r}{more} is a number cell whose format {first[2]!r} shows "
+            "it otherwise; datakit reads the value, while a CSV saved from this workbook holds what is shown, which "
+            "gives other classes: set the column's format to General (or store the labels as text) for one "
+            "reading")  # fmt: skip
+
+
 def _percent_text(v: float, shown: tuple) -> str | None:
     """``v`` as a percent format ``shown`` shows it (0.05 under 0%: '5%'; 0.125: '13%', rounded half away from zero
     as Excel rounds; 0.0512 under 0.0#%: '5.12%'); None where it cannot be written so (a value past Excel's)."""
@@ -2387,6 +2487,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     split_missing: list[str] = []  # and without the split column
     split_found = False
     percent_styles: dict | None = None  # read once, at the first sheet with a label column
+    format_styles: dict = {}
     for order, sh in enumerate(meta):
         chosen = wanted is None or sh.name in wanted
         if not sh.worksheet:
@@ -2417,9 +2518,11 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 notes.append(hidden_label[1])
         if head is not None and head.lcol is not None:
             if percent_styles is None:
-                percent_styles = _percent_styles(path)
+                percent_styles, format_styles = _percent_styles(path), _format_styles(path)
             if percent_styles:  # the label column's cells as Excel shows them (5% for 0.05)
                 _show_percents(grid, path, sh.name, percent_styles, head.lcol)
+            if format_styles and (note := _format_note(grid, path, sh.name, format_styles, head.lcol, where)):
+                notes.append(note)
         if head is None:
             labelled = _label_header_cell(grid, label_column)
             if labelled is not None and _norm(sh.name) not in _SPLIT_NAMES:

@@ -14,7 +14,7 @@ from datakit.check import check_dataset
 from datakit.cli import main
 from datakit.datasets import open_dataset
 from datakit.errors import LabelError, UsageError
-from datakit.labels import IMAGE_SUFFIXES, read_labels
+from datakit.labels import IMAGE_SUFFIXES, _text, read_labels
 
 
 def images(folder: Path, *names: str) -> Path:
@@ -306,6 +306,38 @@ def test_date_cells_as_labels_get_a_note(tmp_path: Path, caplog, engine: str):
         "such; a CSV saved from this workbook holds the date as Excel shows it (2024/1/2, say), whose classes sort "
         "in another order: store the column as text for one reading"
     ]
+
+
+@pytest.mark.parametrize("engine", ["openpyxl", "calamine"])
+def test_number_formats_that_show_labels_otherwise_get_a_note(tmp_path: Path, caplog, engine: str):
+    # the attack: label cells 0.4, 1.4, 10.4 under the format 0 (Excel shows 0, 1, 10), 3 under "类"0 (shows 类3),
+    # 1 and 2 under [=1]"dog";[=2]"cat";"bird": the values were read without a word, while the CSV Excel saves from
+    # the sheet holds what is shown: other classes, other indices
+    cases = {"0": ([0.4, 1.4, 10.4], "0.4", 2), '"类"0': ([3, 1, 2], "3", 2), '[=1]"dog";[=2]"cat";"bird"': ([1, 2, 1], "1", 2),
+             "#,##0": ([999, 1000, 5], "1000", 0), "0,": ([2000, 3000, 1], "2000", 2), "0.00E+00": ([1, 2, 3], "1", 2)}  # fmt: skip
+    for k, (fmt, (values, first, more)) in enumerate(cases.items()):
+        rows = [[f"{j}.png", v] for j, v in enumerate(values)]
+        book = workbook(tmp_path / f"f{k}.xlsx", {"train": rows}, header=("file", "label"),
+                        formats={"train": {f"B{r}": fmt for r in range(2, 2 + len(values))}})  # fmt: skip
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="datakit"):
+            table = read_labels(book, engine=engine, validate=False)  # (integer classes with gaps, 1..C: refused)
+        assert [_text(x) for x in table.labels.tolist()] == [_text(v) for v in values]  # the values, as before
+        row = 2 + values.index(next(v for v in values if _text(v) == first))
+        also = f" (and {more} more)" if more else ""
+        assert [r.getMessage() for r in caplog.records] == [
+            f"{book}, sheet 'train', row {row}: the label {first!r}{also} is a number cell whose format {fmt!r} shows "
+            "it otherwise; datakit reads the value, while a CSV saved from this workbook holds what is shown, which "
+            "gives other classes: set the column's format to General (or store the labels as text) for one reading"
+        ], fmt
+    # formats that show the labels as they are: no note (whole numbers under 0 or 0.00, small ones under #,##0)
+    for k, (fmt, values) in enumerate((("0", [1, 2, 3]), ("0.00", [1, 2]), ("#,##0", [5, 999]), ("0.0", [1.5, 2]))):
+        book = workbook(tmp_path / f"ok{k}.xlsx", {"train": [[f"{j}.png", v] for j, v in enumerate(values)]},
+                        header=("file", "label"), formats={"train": {f"B{r}": fmt for r in range(2, 2 + len(values))}})  # fmt: skip
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="datakit"):
+            read_labels(book, engine=engine, validate=False)
+        assert caplog.records == [], fmt
 
 
 def test_labels_that_differ_in_a_trailing_nul_are_refused(tmp_path: Path):
