@@ -2181,36 +2181,17 @@ def _percent_code(code: str) -> tuple | None:
 def _percent_styles(path: Path) -> dict[int, tuple]:
     """The cell styles of the workbook at ``path`` that show numbers as percentages (Excel's 0% and 0.00%, or a
     format of its own such as 0.0%), each with how it shows them (:func:`_percent_code`); {} for none."""
-    import html
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            xml = z.read("xl/styles.xml").decode("utf-8")
-    except (KeyError, OSError, zipfile.BadZipFile, UnicodeDecodeError):
-        return {}
-    if "%" not in xml and not re.search(r'numFmtId="(?:9|10)"', xml):
+    xml = _styles_xml(path)
+    if xml is None or ("%" not in xml and not re.search(r'numFmtId="(?:9|10)"', xml)):
         return {}
     codes: dict[int, tuple] = {9: (0, 0, "", False, ("-", "")), 10: (2, 2, "", False, ("-", ""))}
-    formats = re.search(r"<(?:\w+:)?numFmts\b[^>]*>(.*?)</(?:\w+:)?numFmts>", xml, re.S)  # not <dxfs>' formats
-    for m in re.finditer(r"<(?:\w+:)?numFmt\b([^>]*)/?>", formats.group(1) if formats else ""):  # attributes any order
-        fid = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
-        code = re.search(r'\bformatCode="([^"]*)"', m.group(1))
-        if fid and code:
-            shown = _percent_code(html.unescape(code.group(1)))
-            if shown is not None:
-                codes[int(fid.group(1))] = shown
-            else:
-                codes.pop(int(fid.group(1)), None)
-    xfs = re.search(r"<(?:\w+:)?cellXfs\b[^>]*>(.*?)</(?:\w+:)?cellXfs>", xml, re.S)
-    if xfs is None:
-        return {}
-    out = {}
-    for k, m in enumerate(re.finditer(r"<(?:\w+:)?xf\b([^>]*?)/?>", xfs.group(1))):
-        fmt = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
-        if fmt and int(fmt.group(1)) in codes:
-            out[k] = codes[int(fmt.group(1))]
-    return out
+    for fid, text in _custom_formats(xml):
+        shown = _percent_code(text)
+        if shown is not None:
+            codes[fid] = shown
+        else:
+            codes.pop(fid, None)
+    return _xf_styles(xml, codes)
 
 
 # Excel's built-in number formats that show a number otherwise than General (dates and percents read elsewhere)
@@ -2220,29 +2201,33 @@ _BUILTIN_FORMATS = {1: "0", 2: "0.00", 3: "#,##0", 4: "#,##0.00", 11: "0.00E+00"
 _DATE_CODE = re.compile(r"[dmyhs]", re.I)
 
 
-def _format_styles(path: Path) -> dict[int, str]:
-    """The cell styles of the workbook at ``path`` whose number format is neither General, text, a percent
-    (:func:`_percent_styles`) nor a date: each with its format code; {} for none."""
-    import html
+def _styles_xml(path: Path) -> str | None:
+    """The workbook's xl/styles.xml, None where it has none (or cannot be read)."""
     import zipfile
 
     try:
         with zipfile.ZipFile(path) as z:
-            xml = z.read("xl/styles.xml").decode("utf-8")
+            return z.read("xl/styles.xml").decode("utf-8")
     except (KeyError, OSError, zipfile.BadZipFile, UnicodeDecodeError):
-        return {}
-    codes: dict[int, str] = dict(_BUILTIN_FORMATS)
+        return None
+
+
+def _custom_formats(xml: str) -> list[tuple[int, str]]:
+    """(id, format code) of the workbook's own number formats (its <numFmts>, not <dxfs>' formats)."""
+    import html
+
     formats = re.search(r"<(?:\w+:)?numFmts\b[^>]*>(.*?)</(?:\w+:)?numFmts>", xml, re.S)
-    for m in re.finditer(r"<(?:\w+:)?numFmt\b([^>]*)/?>", formats.group(1) if formats else ""):
+    out = []
+    for m in re.finditer(r"<(?:\w+:)?numFmt\b([^>]*)/?>", formats.group(1) if formats else ""):  # attributes any order
         fid = re.search(r'\bnumFmtId="(\d+)"', m.group(1))
         code = re.search(r'\bformatCode="([^"]*)"', m.group(1))
         if fid and code:
-            text = html.unescape(code.group(1))
-            plain = re.sub(r'"[^"]*"|\\.|\[[^\]]*\]', "", text)  # literal text and brackets: no date letters
-            if text.lower() in ("general", "@") or "%" in plain or _DATE_CODE.search(plain.replace("E+", "")):
-                codes.pop(int(fid.group(1)), None)
-            else:
-                codes[int(fid.group(1))] = text
+            out.append((int(fid.group(1)), html.unescape(code.group(1))))
+    return out
+
+
+def _xf_styles(xml: str, codes: dict) -> dict:
+    """The cell styles (their index in <cellXfs>) whose number format is one of ``codes``, each with its entry."""
     xfs = re.search(r"<(?:\w+:)?cellXfs\b[^>]*>(.*?)</(?:\w+:)?cellXfs>", xml, re.S)
     if xfs is None:
         return {}
@@ -2252,6 +2237,47 @@ def _format_styles(path: Path) -> dict[int, str]:
         if fmt and int(fmt.group(1)) in codes:
             out[k] = codes[int(fmt.group(1))]
     return out
+
+
+def _format_styles(path: Path) -> dict[int, str]:
+    """The cell styles of the workbook at ``path`` whose number format is neither General, text, a percent
+    (:func:`_percent_styles`) nor a date: each with its format code; {} for none."""
+    xml = _styles_xml(path)
+    if xml is None:
+        return {}
+    codes: dict[int, str] = dict(_BUILTIN_FORMATS)
+    for fid, text in _custom_formats(xml):
+        plain = re.sub(r'"[^"]*"|\\.|\[[^\]]*\]', "", text)  # literal text and brackets: no date letters
+        if text.lower() in ("general", "@") or "%" in plain or _DATE_CODE.search(plain.replace("E+", "")):
+            codes.pop(fid, None)
+        else:
+            codes[fid] = text
+    return _xf_styles(xml, codes)
+
+
+def _styled_numbers(grid: list[list[object]], path: Path, sheet: str, styles: dict, column: int):
+    """(row index, number, its style's entry in ``styles``) of the number cells of ``grid`` (the sheet's rows from
+    A1) in ``column`` whose cell style is one of ``styles``."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            target = _sheet_member(z, sheet)
+            xml = z.read(target).decode("utf-8") if target else ""
+    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
+        return
+    letters = _column_letter(column)
+    for m in re.finditer(rf'<(?:\w+:)?c\b([^>]*?\br="{letters}(\d+)"[^>]*?)/?>', xml):
+        style = re.search(r'\bs="(\d+)"', m.group(1))
+        if style is None or int(style.group(1)) not in styles:
+            continue
+        row = int(m.group(2)) - 1
+        if row >= len(grid) or column >= len(grid[row]):
+            continue
+        v = grid[row][column]
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            continue
+        yield row, v, styles[int(style.group(1))]
 
 
 def _shown_otherwise(v: float, code: str) -> bool:
@@ -2280,27 +2306,8 @@ def _shown_otherwise(v: float, code: str) -> bool:
 def _format_note(grid: list[list[object]], path: Path, sheet: str, styles: dict, column: int, where: str) -> str | None:
     """A note for the label column's number cells that their number format shows otherwise than their values (1.4
     under 0 shows 1; 3 under "类"0 shows 类3): a CSV saved from the sheet holds what is shown, other classes."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            target = _sheet_member(z, sheet)
-            xml = z.read(target).decode("utf-8") if target else ""
-    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
-        return None
-    letters = _column_letter(column)
     first, count = None, 0
-    for m in re.finditer(rf'<(?:\w+:)?c\b([^>]*?\br="{letters}(\d+)"[^>]*?)/?>', xml):
-        style = re.search(r'\bs="(\d+)"', m.group(1))
-        if style is None or int(style.group(1)) not in styles:
-            continue
-        row = int(m.group(2)) - 1
-        if row >= len(grid) or column >= len(grid[row]):
-            continue
-        v = grid[row][column]
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            continue
-        code = styles[int(style.group(1))]
+    for row, v, code in _styled_numbers(grid, path, sheet, styles, column):
         if _shown_otherwise(v, code):
             count += 1
             first = first or (row + 1, _text(v), code)
@@ -2343,26 +2350,8 @@ def _percent_text(v: float, shown: tuple) -> str | None:
 def _show_percents(grid: list[list[object]], path: Path, sheet: str, styles: dict, column: int) -> None:
     """Number cells of ``grid`` (the sheet's rows from A1) in ``column`` (the labels') formatted as percentages, as
     Excel shows them and writes them to CSV (:func:`_percent_text`)."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            target = _sheet_member(z, sheet)
-            xml = z.read(target).decode("utf-8") if target else ""
-    except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
-        return
-    letters = _column_letter(column)
-    for m in re.finditer(rf'<(?:\w+:)?c\b([^>]*?\br="{letters}(\d+)"[^>]*?)/?>', xml):
-        style = re.search(r'\bs="(\d+)"', m.group(1))
-        if style is None or int(style.group(1)) not in styles:
-            continue
-        row = int(m.group(2)) - 1
-        if row >= len(grid) or column >= len(grid[row]):
-            continue
-        v = grid[row][column]
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            continue
-        text = _percent_text(v, styles[int(style.group(1))])
+    for row, v, shown in _styled_numbers(grid, path, sheet, styles, column):
+        text = _percent_text(v, shown)
         if text is not None:
             grid[row][column] = text
 
