@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,12 @@ from datakit.io import imwrite
 from datakit.testing import synthetic_image
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+# A shell's background job (`make test &`, `nohup make test &`) starts with SIGINT ignored: Python then never raises
+# KeyboardInterrupt, in this process nor in the programs the tests start (an ignored signal stays ignored across
+# exec; a handled one is reset to the default). The Ctrl-C tests need SIGINT as a terminal gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,7 +11,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -894,12 +893,6 @@ def test_batches_read_ahead_leave_nothing_in_dev_shm_with_the_file_system_strate
     assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr[-2000:]
 
 
-def _sigint_as_a_terminal_gives_it() -> None:
-    """For a child about to be interrupted: SIGINT's default action. A shell's background job (``make test &``)
-    starts with SIGINT ignored, and Python then never raises KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 _CTRL_C_RESTART = r"""
 import os, signal, sys, threading, time
 import torch
@@ -948,7 +941,7 @@ def test_ctrl_c_while_the_stream_restarts_leaves_the_loader_exact(tmp_path: Path
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     moments = ["0.02", "0.1", "0.27"]  # the restart's start, its workers starting, its first batches
     proc = subprocess.run([sys.executable, str(script), *moments], capture_output=True, text=True, env=env,
-                          timeout=300, preexec_fn=_sigint_as_a_terminal_gives_it)  # fmt: skip
+                          timeout=300)  # fmt: skip
     want = "".join(f"{after} {e} True\n" for after in moments for e in (2, 3, 0))
     assert (proc.returncode, proc.stdout) == (0, want), proc.stderr[-2000:]
 
@@ -1106,8 +1099,7 @@ def test_ctrl_c_while_a_batch_hangs_stops_and_the_program_exits_cleanly(tmp_path
     script.write_text(_CTRL_C)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120,
-                          preexec_fn=_sigint_as_a_terminal_gives_it)  # fmt: skip
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     took = time.perf_counter() - t
     # no "terminate called without an active exception" abort from the receiving thread at exit
     # the interrupt comes 1 s in; the loop must end then, not when the stuck read would (60 s)
@@ -1144,12 +1136,14 @@ def test_ctrl_c_to_the_whole_group_while_workers_start_ends_cleanly(tmp_path: Pa
     # The attack: Ctrl-C in a terminal (SIGINT to the whole process group) while spawn workers were starting:
     # datakit's exit hook failed with torch's "DataLoader worker (pid N) is killed by signal: Interrupt" and left
     # the workers to torch's own hook.
+    import signal
+
     script = tmp_path / "train.py"
     script.write_text(_CTRL_C_SPAWN)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen([sys.executable, str(script), method], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True,
-                            preexec_fn=_sigint_as_a_terminal_gives_it)  # fmt: skip
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     assert proc.stdout.readline() == "ready\n"
     time.sleep(0.5)  # workers starting (spawn: importing torch), or the first batches (fork)
     os.killpg(proc.pid, signal.SIGINT)
@@ -1200,8 +1194,7 @@ def test_ctrl_c_while_spawned_workers_start_is_never_lost(tmp_path: Path):
     script = tmp_path / "train.py"
     script.write_text(_CTRL_C_AT_START)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120,
-                          preexec_fn=_sigint_as_a_terminal_gives_it)  # fmt: skip
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert proc.stdout == "interrupted\n", proc.stderr[-2000:]
 
 
