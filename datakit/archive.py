@@ -1819,8 +1819,8 @@ class ZipReader:
         self._by_name: dict[str, int] = {}
         for m in self.members:  # the first copy of a name stored twice, as unzip-gbk writes it
             path = member_path(m.name)
-            if ".." not in m.name.replace("\\", "/").split("/"):  # 'cat/../dog/1.png': refused there
-                self._by_name.setdefault(path, m.index)
+            if ".." not in m.name.replace("\\", "/").split("/") and not _macos_metadata(m.name):
+                self._by_name.setdefault(path, m.index)  # ('cat/../dog/1.png', Finder's ._1.png: not written there)
         # a name that is also a folder's ('cat/x.png' beside 'cat/x.png/3.png'): which one unzip-gbk wrote, the
         # archive's order decides (lookup, through the tree)
         folders: set[str] = set()
@@ -2046,6 +2046,8 @@ class ZipReader:
         if index is None:
             given = next((m for m in self.members if m.name == raw), None)
             why = safe_relpath(raw)[1] if given is not None and safe_relpath(raw)[0] is None else None
+            if given is not None and why is None and _macos_metadata(raw):
+                why = "macOS Finder's metadata (__MACOSX/, ._NAME), which unzip-gbk does not extract either"
             if why:  # a name the archive lists but no one reads ('cat/../bird/4.png'), as unzip-gbk refuses it
                 raise ArchiveError(f"{self.path}: member {raw!r} is not read: {why}")
             raise KeyError(f"{self.path}: no member named {name!r}")

@@ -2791,3 +2791,19 @@ def test_a_member_shorter_than_it_declares_is_refused_in_place_as_in_extraction(
     assert ZipReader(z).read("dog/b.png") == b"b"
     assert unzip_gbk_main([str(z), "-d", str(tmp_path / "out"), "-q"]) == 1
     assert capsys.readouterr().err.splitlines() == [why]
+
+
+def test_finders_metadata_is_not_read_in_place_as_it_is_not_extracted(tmp_path: Path):
+    # The attack: unzip-gbk leaves img/._a.png out ("the zip read in place leaves them out too"), but ZipReader.read
+    # returned its bytes, and a label table over the zip read it as a sample the extracted folder does not have
+    z = write_zip(tmp_path / "m.zip", [ZipEntry(b"img/._a.png", b"apple double"), ZipEntry(b"img/a.png", b"a"),
+                                       ZipEntry(b"__MACOSX/img/._a.png", b"fork")])  # fmt: skip
+    reader = ZipReader(z)
+    assert reader.read("img/a.png") == b"a"
+    for name in ("img/._a.png", "__MACOSX/img/._a.png"):
+        with pytest.raises(ArchiveError) as e:
+            reader.read(name)
+        assert str(e.value) == (f"{z}: member {name!r} is not read: macOS Finder's metadata (__MACOSX/, ._NAME), "
+                                "which unzip-gbk does not extract either")  # fmt: skip
+    report = unzip(z, tmp_path / "out")
+    assert report.extracted == ["img/a.png"] and tree(tmp_path / "out") == {"img/a.png": b"a"}
