@@ -135,16 +135,17 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
 def _apng_still(data: bytes) -> bytes:
     """An animated PNG whose still image (IDAT, what libpng, Pillow and torchvision show) is not its first
     frame, without its animation control chunk: OpenCV would give the first frame. Any other PNG as it is."""
-    idat = data.find(b"IDAT")
-    if idat < 0 or data.find(b"acTL", 8, idat) < 0:
+    if data.find(b"acTL") < 0:
         return data
-    i, actl, n = 8, None, len(data)
+    i, actl, n = 8, [], len(data)
     while i + 8 <= n:
         size, kind = int.from_bytes(data[i : i + 4], "big"), data[i + 4 : i + 8]
         if kind == b"fcTL" or kind == b"IDAT":  # a frame control first: the still is the first frame
-            return data if kind == b"fcTL" or actl is None else data[: actl[0]] + data[actl[1] :]
+            if kind == b"fcTL" or not actl:
+                return data
+            return b"".join(data[a:b] for a, b in zip([0] + [e for _, e in actl], [s for s, _ in actl] + [n]))
         if kind == b"acTL":
-            actl = (i, i + 12 + size)  # the chunk: length, type, data, CRC
+            actl.append((i, i + 12 + size))  # the chunk: length, type, data, CRC (each one, if written twice)
         i += 12 + size
     return data
 
@@ -809,7 +810,7 @@ def _decode_image(
 # warning ends where the next begins
 _METADATA_WARNING = re.compile(
     r"libpng warning: (?:iCCP|sRGB|cHRM|gAMA|eXIf|tEXt|zTXt|iTXt|tIME|pHYs|bKGD|hIST|sPLT|oFFs|pCAL|sCAL): "
-    r"[^\n]*?(?=libpng |$)\s*",
+    r"(?!CRC error)[^\n]*?(?=libpng |$)\s*",  # a CRC error is damaged bytes, not metadata libpng cannot use
     re.M,
 )
 # libtiff's, through OpenCV's log, about tags it does not apply to the pixels: a private tag (a camera's, a

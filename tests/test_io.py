@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -853,6 +854,11 @@ def test_libpng_warnings_about_metadata_are_no_damage_in_strict_mode(tmp_path: P
     assert out.err == ""
     assert out.out == (f"transforms.Normalize(mean=[{', '.join(f'{v:.4f}' for v in mean)}], "
                        f"std=[{', '.join(f'{v:.4f}' for v in std)}])\n")  # fmt: skip
+    # a metadata chunk whose CRC is wrong is damaged bytes, not metadata libpng cannot use: still refused
+    text = bytearray(chunk(b"tEXt", b"Comment\0hello"))
+    text[-1] ^= 1
+    with pytest.raises(ImageDecodeError, match=r"^t\.png: damaged PNG data: libpng warning: tEXt: CRC error$"):
+        decode_image(plain[:33] + bytes(text) + plain[33:], "rgb", name="t.png", strict=True)
     # damage beside such a warning is still damage: the IDAT's CRC broken
     data = bytearray(plain[:33] + chunk(b"iCCP", b"x\0\0" + zlib.compress(bytes(500))) + plain[33:])
     at = data.find(b"IDAT")
@@ -1220,6 +1226,16 @@ def test_an_animated_png_gives_its_still_image_as_other_readers_do():
         assert decode_image(data, "rgb").tolist() == [[list(want)] * 8] * 6, hidden
         assert decode_image(data, "bgr")[0, 0].tolist() == list(want[::-1])
         assert decode_image(data, "unchanged").shape == (6, 8, 3)
+    # the bytes IDAT in a text chunk before acTL, and acTL written twice: the still image all the same
+    b = io.BytesIO()
+    still.save(b, "PNG", save_all=True, append_images=frames, default_image=True)
+    data = b.getvalue()
+    at = data.find(b"acTL") - 4
+    actl = data[at : at + 20]
+    body = b"Comment\0IDAT"
+    text = len(body).to_bytes(4, "big") + b"tEXt" + body + zlib.crc32(b"tEXt" + body).to_bytes(4, "big")
+    for hostile in (data[:at] + text + data[at:], data[:at] + actl + data[at:]):
+        assert decode_image(hostile, "rgb")[0, 0].tolist() == [255, 0, 0]
     b = io.BytesIO()
     Image.new("RGB", (8, 6), (10, 10, 10)).save(b, "PNG", save_all=True, append_images=frames[1:])
     assert decode_image(b.getvalue(), "rgb")[0, 0].tolist() == [10, 10, 10]  # an ordinary APNG: its first frame
