@@ -1819,8 +1819,9 @@ class ZipReader:
         self._by_name: dict[str, int] = {}
         for m in self.members:  # the first copy of a name stored twice, as unzip-gbk writes it
             path = member_path(m.name)
-            if ".." not in m.name.replace("\\", "/").split("/") and not _macos_metadata(m.name):
-                self._by_name.setdefault(path, m.index)  # ('cat/../dog/1.png', Finder's ._1.png: not written there)
+            usual = path and len(m.name) <= 63 and ".." not in m.name and m.name.isprintable()  # (no NUL, surrogate)
+            if (usual or safe_relpath(m.name)[0] is not None) and not _macos_metadata(m.name):  # what unzip-gbk writes:
+                self._by_name.setdefault(path, m.index)  # no 'cat/../dog/1.png', '.', NUL, Finder's ._1.png
         # a name that is also a folder's ('cat/x.png' beside 'cat/x.png/3.png'): which one unzip-gbk wrote, the
         # archive's order decides (lookup, through the tree)
         folders: set[str] = set()
@@ -2050,7 +2051,7 @@ class ZipReader:
                 why = "macOS Finder's metadata (__MACOSX/, ._NAME), which unzip-gbk does not extract either"
             if why:  # a name the archive lists but no one reads ('cat/../bird/4.png'), as unzip-gbk refuses it
                 raise ArchiveError(f"{self.path}: member {raw!r} is not read: {why}")
-            raise KeyError(f"{self.path}: no member named {name!r}")
+            raise KeyError(f"{self.path}: no member named {name or raw!r}")  # ('cat/..' names no member)
         if name in self.twice:
             raise ArchiveError(f"{self.path}: member {name!r} is in the archive twice: which copy is the image "
                                "cannot be told")  # fmt: skip

@@ -151,10 +151,14 @@ def _apng_still(data: bytes) -> bytes:
 
 
 def _jpeg_precision(data: bytes) -> int | None:
-    """The sample precision (bits) in a JPEG's SOF segment: 8 in nearly all; 12 or 16 in some."""
+    """The sample precision (bits) in a JPEG's SOF segment: 8 in nearly all; 12 or 16 in some. None where the byte
+    is no precision its frame type allows (8 or 12; 2 to 16 in a lossless frame): a damaged header, not a JPEG of
+    another depth."""
     for i, marker in _segments(data):
         if marker in _SOF_MARKERS:
-            return data[i + 4] if i + 4 < len(data) else None
+            bits = data[i + 4] if i + 4 < len(data) else None
+            lossless = marker in (0xC3, 0xC7, 0xCB, 0xCF)
+            return bits if bits is not None and (2 <= bits <= 16 if lossless else bits in (8, 12)) else None
         if marker == 0xDA:
             return None
     return None

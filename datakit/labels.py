@@ -2280,27 +2280,49 @@ def _styled_numbers(grid: list[list[object]], path: Path, sheet: str, styles: di
         yield row, v, styles[int(style.group(1))]
 
 
+_FORMAT_TAGS = re.compile(r"\[(?:Red|Black|Blue|Green|White|Yellow|Cyan|Magenta|Color\d+|\$-[0-9A-F]+)\]", re.I)
+# literal spaces, a padding (_)), a fill of spaces: what a label loses as it is read
+_BLANKS = re.compile(r'"\s*"|\\\s|_.|\*\s')
+
+
 def _shown_otherwise(v: float, code: str) -> bool:
     """Whether the number format ``code`` shows ``v`` otherwise than its value's text (what datakit reads): text or
     a condition in the format, a scientific or fractional form, fewer decimals than the value has, thousands
-    separated or scaled away."""
-    section = re.sub(r"\[(?:Red|Black|Blue|Green|White|Yellow|Cyan|Magenta|Color\d+)\]", "", code.split(";")[0],
-                     flags=re.I)  # fmt: skip
-    if v < 0 and ";" in code:
-        return True  # a negative section of its own: (5), 5-
-    if re.search(r'["\\@\[]', section) or re.search(r"[A-DF-Za-df-z]", section):  # text, a condition, letters
+    separated or scaled away, zeros padded before it, a sign dropped, nothing at all (``;;;``, ``#`` on 0). Colours
+    and a locale tag (``[$-409]``) show nothing; the section for negative numbers and for zero is the one read."""
+    sections = code.split(";")
+    if v < 0 and len(sections) > 1:  # a negative section of its own: -0 shows -5; (0), 0- and 0 show it otherwise
+        section = _BLANKS.sub("", _FORMAT_TAGS.sub("", sections[1])).strip()
+        return not section.startswith("-") or _section_otherwise(-v, section[1:])
+    if v == 0 and len(sections) > 2:  # a zero section of its own: "-", empty (;;;), or 0
+        return _section_otherwise(v, sections[2])
+    return _section_otherwise(v, sections[0])
+
+
+def _section_otherwise(v: float, section: str) -> bool:
+    """:func:`_shown_otherwise` for one section of a format."""
+    section = _BLANKS.sub("", _FORMAT_TAGS.sub("", section)).strip()
+    if not section:  # ;;; hides the number
+        return True
+    if re.search(r'["\\@\[*]', section) or re.search(r"[A-DF-Za-df-z]", section):  # text, a condition, letters
         return True
     if "E" in section.upper() or "/" in section:
         return not (float(v).is_integer() and "/" in section)
     digits = re.sub(r"[^0#?.,]", "", section)
+    if re.sub(r"[0#?.,]", "", section):  # any other character shown beside the number: $, (5), a sign, 1, a space
+        return True
     whole, _, frac = digits.partition(".")
     if whole.endswith(","):  # 0, : thousands scaled away
         return v != 0
     if "," in whole and abs(v) >= 1000:  # #,##0: 1,000
         return True
-    text = _text(float(v))
-    shown = len(text.partition(".")[2])
-    return shown > len(frac.replace(",", "")) or (shown < frac.count("0") and not float(v).is_integer())
+    text = _text(float(abs(v)))
+    integral, _, decimals = text.partition(".")
+    if whole.count("0") > len(integral):  # 000 shows 5 as 005
+        return True
+    if abs(v) < 1 and "0" not in whole:  # # shows 0 as nothing, #.# shows 0.5 as .5
+        return True
+    return len(decimals) > len(frac.replace(",", "")) or (len(decimals) < frac.count("0") and not float(v).is_integer())
 
 
 def _format_note(grid: list[list[object]], path: Path, sheet: str, styles: dict, column: int, where: str) -> str | None:

@@ -2793,6 +2793,27 @@ def test_a_member_shorter_than_it_declares_is_refused_in_place_as_in_extraction(
     assert capsys.readouterr().err.splitlines() == [why]
 
 
+def test_names_extraction_refuses_are_not_read_in_place_either(tmp_path: Path):
+    # The attack: members named '.', '..' and 'a<NUL>b.png' were refused by unzip-gbk, but read in place ('bad<NUL>'
+    # gave its bytes; '.' and '..' said "member '' is in the archive twice")
+    z = write_zip(tmp_path / "n.zip", [ZipEntry(b"cat/1.png", b"one"), ZipEntry(b"bad\x00name.png", b"nul"),
+                                       ZipEntry(b".", b"dot"), ZipEntry(b"..", b"dotdot")])  # fmt: skip
+    reader = ZipReader(z)
+    assert reader.read("cat/1.png") == b"one"
+    for name, why in ((".", "refused: the name is empty"),
+                      ("..", "refused: a '..' component would escape the target folder"),
+                      ("bad\x00name.png", "refused: the name contains a NUL byte")):  # fmt: skip
+        with pytest.raises(ArchiveError) as e:
+            reader.read(name)
+        assert str(e.value) == f"{z}: member {name!r} is not read: {why}"
+    for name in ("", "cat/..", "/"):  # a name that spells no member is named as given
+        with pytest.raises(KeyError) as e:
+            reader.read(name)
+        assert e.value.args == (f"{z}: no member named {name!r}",)
+    report = unzip(z, tmp_path / "out")
+    assert report.extracted == ["cat/1.png"] and tree(tmp_path / "out") == {"cat/1.png": b"one"}
+
+
 def test_finders_metadata_is_not_read_in_place_as_it_is_not_extracted(tmp_path: Path):
     # The attack: unzip-gbk leaves img/._a.png out ("the zip read in place leaves them out too"), but ZipReader.read
     # returned its bytes, and a label table over the zip read it as a sample the extracted folder does not have

@@ -1211,6 +1211,24 @@ def test_a_12_bit_jpeg_is_named_as_such_not_as_damage(tmp_path: Path):
         decode_image(J12[:-2], "rgb", name=path)
 
 
+def test_a_damaged_precision_byte_is_damage_not_a_jpeg_of_that_depth(tmp_path: Path):
+    # The attack: the SOF's precision byte flipped to 0, 7 or 255 gave "a 255-bit JPEG: ... convert it to 8 bits",
+    # a depth no JPEG has, where the file is damaged
+    at = J12.index(b"\xff\xc1") + 4
+    assert J12[at] == 12
+    path = tmp_path / "片_bad.jpg"
+    for bits in (0, 7, 9, 255):
+        data = J12[:at] + bytes([bits]) + J12[at + 1 :]
+        with pytest.raises(ImageDecodeError) as e:
+            decode_image(data, "rgb", name=path)
+        assert str(e.value).startswith(f"{path}: JPEG data is corrupt or truncated (starts with ")
+    # a lossless frame (SOF3) may hold 2 to 16 bits: 16 is named
+    lossless = J12[: at - 4] + b"\xff\xc3" + J12[at - 2 : at] + b"\x10" + J12[at + 1 :]
+    with pytest.raises(ImageDecodeError) as e:
+        decode_image(lossless, "rgb", name=path)
+    assert str(e.value).startswith(f"{path}: a 16-bit JPEG: OpenCV and Pillow decode 8-bit JPEGs only;")
+
+
 def test_an_animated_png_gives_its_still_image_as_other_readers_do():
     # The attack: an APNG whose still image (IDAT) is not a frame of the animation decoded to its first frame
     # (OpenCV's reading), where libpng, Pillow and torchvision show the still image: another picture, silently

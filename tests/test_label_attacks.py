@@ -340,6 +340,33 @@ def test_number_formats_that_show_labels_otherwise_get_a_note(tmp_path: Path, ca
         assert caplog.records == [], fmt
 
 
+@pytest.mark.parametrize("engine", ["openpyxl", "calamine"])
+def test_number_formats_read_by_section_and_tag(tmp_path: Path, caplog, engine: str):
+    # the attack: [$-409]0 (a locale tag), 0;-0 on negatives and 0" " showed the labels as they are and got a note;
+    # ;;; (hidden), # on 0 (shown as nothing), a zero section "-" and 000 (5 shown as 005) got none
+    def notes(fmt: str, values: list) -> list[str]:
+        book = workbook(tmp_path / f"s{len(list(tmp_path.iterdir()))}.xlsx",
+                        {"train": [[f"{j}.png", v] for j, v in enumerate(values)]}, header=("file", "label"),
+                        formats={"train": {f"B{r}": fmt for r in range(2, 2 + len(values))}})  # fmt: skip
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="datakit"):
+            read_labels(book, engine=engine, validate=False)
+        return [r.getMessage().removeprefix(f"{book}, sheet 'train', ") for r in caplog.records]
+
+    for fmt, values in (("[$-409]0", [1, 2]), ("0;-0", [-1, 2]), ('0;[Red]-0;"zero"', [-3, 4]), ('0" "', [1, 2]),
+                        ("_(0_);(0)", [1, 2]), ("0;-0;0", [0, 1])):  # fmt: skip
+        assert notes(fmt, values) == [], fmt
+    for fmt, values, first in ((";;;", [1, 2], "1"), ("#", [0, 1], "0"), ('0;-0;"-"', [1, 0], "0"),
+                               ("000", [5, 12], "5"), ("0;(0)", [1, -2], "-2"), ("#.#", [1.5, 0.5], "0.5")):  # fmt: skip
+        row = 2 + [_text(v) for v in values].index(first)
+        more = " (and 1 more)" if fmt in (";;;", "000") else ""
+        assert notes(fmt, values) == [
+            f"row {row}: the label {first!r}{more} is a number cell whose format {fmt!r} shows it otherwise; datakit "
+            "reads the value, while a CSV saved from this workbook holds what is shown, which gives other classes: "
+            "set the column's format to General (or store the labels as text) for one reading"
+        ], fmt
+
+
 def test_labels_that_differ_in_a_trailing_nul_are_refused(tmp_path: Path):
     path = tmp_path / "nul.csv"
     path.write_bytes(b"file,label\na.png,cat\nb.png,cat\x00\nc.png,cat\n")
