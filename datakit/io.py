@@ -684,6 +684,7 @@ def _pillow_pixels(im, mode: str, upright: bool) -> np.ndarray:
     from PIL import ImageOps
 
     im.seek(0)
+    tiff = im.format == "TIFF"
     if upright:
         im = ImageOps.exif_transpose(im)
     if im.mode == "P":
@@ -703,8 +704,10 @@ def _pillow_pixels(im, mode: str, upright: bool) -> np.ndarray:
     if mode in ("bgr", "rgb"):
         rgb = np.asarray(im.convert("RGB"))
         return np.ascontiguousarray(rgb) if mode == "rgb" else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-    if im.mode in ("L", "LA"):
+    if im.mode in ("L", "LA", "1"):  # a bilevel image as 0 and 255, one channel, as OpenCV reads it
         return np.asarray(im.convert("L"))
+    if im.mode == "CMYK" and tiff:  # as OpenCV reads a CMYK TIFF unchanged: BGR and an opaque alpha
+        return cv2.cvtColor(np.asarray(im.convert("RGB")), cv2.COLOR_RGB2BGRA)
     if im.mode == "RGBA":
         return cv2.cvtColor(np.asarray(im), cv2.COLOR_RGBA2BGRA)
     return cv2.cvtColor(np.asarray(im.convert("RGB")), cv2.COLOR_RGB2BGR)

@@ -1161,6 +1161,32 @@ def test_16_bit_gray_only_pillow_reads_is_reduced_to_its_high_byte_not_clipped(t
         assert np.array_equal(decode_image(data, "unchanged"), px), compression
 
 
+def test_bilevel_and_cmyk_tiffs_only_pillow_reads_keep_opencvs_channels_unchanged():
+    # The attack: a 1-bit or CMYK TIFF compressed with ZSTD or LZMA came out in mode 'unchanged' as 3 channels, where
+    # the same image uncompressed gives OpenCV's 1 (0 and 255) or 4 (BGR and an opaque alpha)
+    rng = np.random.default_rng(3)
+    bits = rng.random((6, 9)) > 0.5
+    cmyk = rng.integers(0, 256, (6, 9, 4), dtype=np.uint8)
+    for im, channels in ((Image.fromarray(bits), None), (Image.fromarray(cmyk, "CMYK"), 4)):
+        raw = io.BytesIO()
+        im.save(raw, "TIFF")
+        want = decode_image(raw.getvalue(), "unchanged")  # OpenCV's reading
+        assert want.shape == ((6, 9) if channels is None else (6, 9, 4))
+        if channels is None:
+            assert np.array_equal(want, bits.astype(np.uint8) * 255)
+        else:
+            assert (want[..., 3] == 255).all()
+        for compression in ("zstd", "lzma"):
+            b = io.BytesIO()
+            try:
+                im.save(b, "TIFF", compression=compression)
+            except (OSError, ValueError, KeyError):  # a Pillow built without that codec
+                continue
+            got = decode_image(b.getvalue(), "unchanged")
+            assert got.shape == want.shape and got.dtype == np.uint8, compression
+            assert np.abs(got.astype(int) - want).max() <= (0 if channels is None else 1), compression  # CMYK: rounding
+
+
 def test_a_tiff_in_a_compression_opencv_lacks_goes_to_pillow_without_log_lines(tmp_path: Path, capfd):
     # The attack: a ZSTD or LZMA TIFF was tried by OpenCV first, whose libtiff printed two lines per file on
     # stderr ("[ERROR:0@0.026] global grfmt_tiff.cpp:117 TIFF_Error ZSTD compression support is not configured")
