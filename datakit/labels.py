@@ -660,7 +660,23 @@ class LabelTable:
                 return [f"{self.path}: labels {other!r} at {self._short(i)} and {v!r} at {self._short(j)} list the "
                         "same labels in another order, and are two classes: datakit reads one class per image (a "
                         "multi-label table needs a collate and a loss of your own)"]  # fmt: skip
-        return []
+        return self._tag_notes(values)
+
+    def _tag_notes(self, values: list[str]) -> list[str]:
+        """A note for labels that are lists of a few words apart by spaces (Planet's 'clear primary', 'haze primary
+        water'): twice as many labels as words or more, most of them of two words or more. Class names of words
+        (ImageNet's 'tiger cat', a car's make, model and year) use more words than that."""
+        distinct = list(dict.fromkeys(values))
+        words = {w for v in distinct for w in v.split()}
+        lists = [v for v in distinct if len(v.split()) >= 2]
+        if len(distinct) < 8 or 2 * len(lists) < len(distinct) or 2 * len(words) > len(distinct):
+            return []
+        i = self._first_row([x == lists[0] for x in values])
+        return [
+            f"{self.path}: {len(distinct)} labels are lists of {len(words)} words apart by spaces (first {lists[0]!r} "
+            f"at {self._short(i)}): tags of a multi-label table, each combination a class of its own; datakit reads "
+            "one class per image (a multi-label table needs a collate and a loss of your own)"
+        ]
 
     def _wide_digits_problem(self) -> str:
         wide = [_is_wide_int(str(v)) for v in self.labels.values]

@@ -1360,6 +1360,32 @@ def test_multi_label_cells_are_noted_as_classes_of_combinations(tmp_path: Path):
     assert read_labels(table).notes == []
 
 
+def test_tags_apart_by_spaces_are_noted_as_classes_of_combinations(tmp_path: Path):
+    # the attack: Planet's labels ('clear primary', 'haze primary water', ...: 17 tags) gave a class per combination
+    # of tags, and check said 0 problems
+    import itertools
+
+    weather, land = ("clear", "haze", "partly_cloudy"), ("primary", "water", "agriculture", "road")
+    labels = [" ".join((w, *ls)) for w in weather for n in (1, 2) for ls in itertools.combinations(land, n)]
+    assert len(labels) == 30
+    table = tmp_path / "train_v2.csv"
+    table.write_text("image_name,tags\n" + "".join(f"train_{i}.jpg,{v}\n" for i, v in enumerate(labels)), "utf-8")
+    t = read_labels(table)
+    assert len(t.class_values) == 30 and t.notes == [
+        f"{table}: 30 labels are lists of 7 words apart by spaces (first 'clear primary' at line 2): tags of a "
+        "multi-label table, each combination a class of its own; datakit reads one class per image (a multi-label "
+        "table needs a collate and a loss of your own)"
+    ]
+    # class names of words: more words than half the labels (a car's make, model and year; ImageNet's names)
+    cars = [f"{make} {model} {year}" for make, model in (("Audi", "A4"), ("Audi", "A6"), ("BMW", "X5"), ("BMW", "M3"),
+                                                         ("Ford", "Focus")) for year in (2011, 2012)]  # fmt: skip
+    table.write_text("file,label\n" + "".join(f"{i}.jpg,{v}\n" for i, v in enumerate(cars)), "utf-8")
+    assert read_labels(table).notes == []
+    names = ["tiger cat", "tiger", "tiger shark", "Egyptian cat", "Persian cat", "great white shark", "tabby", "lynx"]
+    table.write_text("file,label\n" + "".join(f"{i}.jpg,{v}\n" for i, v in enumerate(names)), "utf-8")
+    assert read_labels(table).notes == []
+
+
 def test_percent_cells_read_as_excel_shows_them_like_the_csv_it_saves(tmp_path: Path):
     # the attack: number cells formatted 0% read as 0.05, 0.1, 0.5 where Excel shows (and its CSV holds) 5%, 10%, 50%:
     # the workbook and its CSV gave the classes in other orders
