@@ -1384,18 +1384,19 @@ def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
                 yield "problem", f"{r.path}: no value for sample {i} (key {key})"
                 continue
             if raw is None or raw != rec[i].tobytes():
-                yield "problem", f"{r.path}: key {key} ({name}): the index disagrees with the sample's record"
+                yield "problem", f"{r.path}: sample {i} ({name}): the index disagrees with its record (key {key})"
             if zlib.crc32(value) != int(rec[i]["crc32"]) or len(value) != int(rec[i]["nbytes"]):
-                yield "problem", f"{r.path}: key {key} ({name}): checksum mismatch, the stored bytes were altered"
+                altered = "fails its checksum: the stored bytes were altered"
+                yield "problem", f"{r.path}: sample {i} ({name}) {altered} (key {key})"
                 continue
             yield "decoding", i
             try:
                 size = validate_image(value, name)
                 if size != (int(rec[i]["height"]), int(rec[i]["width"])):
-                    yield "problem", (f"{r.path}: key {key} ({name}): decodes to {size}, "
-                                      f"recorded {(int(rec[i]['height']), int(rec[i]['width']))}")  # fmt: skip
+                    recorded = (int(rec[i]["height"]), int(rec[i]["width"]))
+                    yield "problem", f"{r.path}: sample {i} ({name}) decodes to {size}, recorded {recorded} (key {key})"
             except ValueError as exc:
-                yield "problem", f"{r.path}: key {key}: {exc}"
+                yield "problem", f"{r.path}: sample {i}: {exc} (key {key})"
         if unreadable:
             which = f"sample{'s' if len(unreadable) > 1 else ''} {_ranges(unreadable)}"
             yield "problem", (f"{r.path}: {len(unreadable)} of {n} samples cannot be read ({which}: "

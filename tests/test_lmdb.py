@@ -167,7 +167,7 @@ def test_flipped_byte_in_a_record_caught_by_verify(tmp_path: Path):
     rec = bytearray(get(out, b"r0000000003"))
     rec[8] ^= 1  # height
     put(out, b"r0000000003", bytes(rec))
-    assert verify_lmdb(out) == [f"{out}: key i0000000003 (图/3.jpg): the index disagrees with the sample's record"]
+    assert verify_lmdb(out) == [f"{out}: sample 3 (图/3.jpg): the index disagrees with its record (key i0000000003)"]
 
 
 def test_verify_checks_in_process_where_the_interpreter_cannot_be_started_again(tmp_path: Path, monkeypatch):
@@ -186,8 +186,8 @@ def test_verify_checks_in_process_where_the_interpreter_cannot_be_started_again(
     rec = bytearray(get(out, b"r0000000003"))
     rec[8] ^= 1
     put(out, b"r0000000003", bytes(rec))
-    assert verify_pack(out).problems == [f"{out}: key i0000000003 (图/3.jpg): the index disagrees with the sample's "
-                                         "record"]  # fmt: skip
+    assert verify_pack(out).problems == [f"{out}: sample 3 (图/3.jpg): the index disagrees with its record "
+                                         "(key i0000000003)"]  # fmt: skip
 
 
 def test_a_flipped_byte_in_an_image_is_refused_when_read_not_decoded_to_other_pixels(tmp_path: Path, capsys):
@@ -713,7 +713,7 @@ def test_verify_goes_on_past_an_unreadable_leaf_and_counts_what_cannot_be_read(t
                             "again (a copy cut short or a damaged disk leaves it so) or re-pack")  # fmt: skip
     want = [
         damaged(out, "a tree page number 65535 is outside the file"),
-        f"{out}: key i0000000033 ({name33}): checksum mismatch, the stored bytes were altered",
+        f"{out}: sample 33 ({name33}) fails its checksum: the stored bytes were altered (key i0000000033)",
         f"{out}: {len(lost)} of 40 samples cannot be read (samples {ranges}: MDB_PAGE_NOTFOUND: Requested page not "
         "found): damaged LMDB pages; pack the source again",
     ]

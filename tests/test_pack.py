@@ -1635,7 +1635,9 @@ def test_verify_reports_a_damaged_jpeg_an_older_pack_holds(tmp_path, monkeypatch
     capfd.readouterr()
     problems = verify_lmdb(tmp_path / "out.lmdb")
     out = tmp_path / "out.lmdb"
-    assert problems == [f"{out}: key i{k:010d}: c/{n}: {w}" for k, (n, w) in enumerate(sorted(damaged.items()))]
+    assert problems == [
+        f"{out}: sample {k}: c/{n}: {w} (key i{k:010d})" for k, (n, w) in enumerate(sorted(damaged.items()))
+    ]
     assert capfd.readouterr().err == ""
     assert jpeg_damage(b"junk") is None and jpeg_damage((tmp_path / "src" / "c" / "good.jpg").read_bytes()) == ""
 
