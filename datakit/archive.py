@@ -1771,6 +1771,12 @@ def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> byte
     return bytes(out)
 
 
+def _names_folder(name: str) -> bool:
+    """Whether a path names a folder by its end (``cat/``, ``cat/.``): through a file it leads to nothing (the
+    kernel's ENOTDIR), as ``cat/1.png/.`` does on the extracted folder."""
+    return name.replace("\\", "/").endswith(("/", "/.")) or name == "."
+
+
 def member_path(name: str) -> str:
     """The path a member name (or a table's name for one) spells: ``\\`` read as ``/``, ``.`` and empty
     parts dropped, ``x/..`` resolved, a leading ``/`` dropped."""
@@ -1895,6 +1901,7 @@ class ZipReader:
         real: list[str] = []
         here = ""  # "/".join(real), kept as real changes
         parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+        folder = _names_folder(path)  # 'cat/1.png/.': through a file, nothing
         for k, part in enumerate(parts):
             if part == "..":
                 if not real:
@@ -1913,8 +1920,8 @@ class ZipReader:
                 if link is None or hops[0] > _MAX_HOPS:
                     return None
                 found = self.lookup("/".join([*real, link]), hops)
-                if found is None or (found[0] == "file" and (not last or link.endswith("/"))):
-                    return None  # 'a.png/': a folder, which it is not
+                if found is None or (found[0] == "file" and (not last or folder or _names_folder(link))):
+                    return None  # 'a.png/', 'a.png/.': a folder, which it is not
                 if found[0] == "file" and _member_problem(self._by_index[found[1]]):
                     return None  # a member unzip-gbk never writes (encrypted, Deflate64): the link leads to nothing
                 if found[0] == "file":
@@ -1922,7 +1929,7 @@ class ZipReader:
                 here = found[1]
                 real = here.split("/") if here else []
             elif kind == "file":
-                return ("file", value) if last and not path.endswith("/") else None
+                return ("file", value) if last and not folder else None
             else:
                 real.append(part)
                 here = f"{here}/{part}" if here else part
@@ -1982,6 +1989,8 @@ class ZipReader:
         return [m.name for m in self.members]
 
     def __contains__(self, name: str) -> bool:
+        if _names_folder(name):  # 'cat/1.png/.' names no file, as on the extracted folder
+            return False
         name = member_path(name)
         if name in self._by_name:
             return True
@@ -2040,8 +2049,9 @@ class ZipReader:
     def read(self, name: str) -> bytes:
         """The bytes of the member with decoded name ``name``."""
         raw, name = name, member_path(name)
-        index = self._by_name.get(name)
-        if index is None:  # through links (a link member, or a folder link on the way), as on the extracted folder
+        folder = _names_folder(raw)  # 'cat/1.png/.' names no file, as on the extracted folder
+        index = None if folder else self._by_name.get(name)
+        if index is None and not folder:  # through links (a link member, or a folder link on the way), as on disk
             found = self.lookup(name)
             index = found[1] if found is not None and found[0] == "file" else None
         if index is None:
@@ -2051,7 +2061,7 @@ class ZipReader:
                 why = "macOS Finder's metadata (__MACOSX/, ._NAME), which unzip-gbk does not extract either"
             if why:  # a name the archive lists but no one reads ('cat/../bird/4.png'), as unzip-gbk refuses it
                 raise ArchiveError(f"{self.path}: member {raw!r} is not read: {why}")
-            raise KeyError(f"{self.path}: no member named {name or raw!r}")  # ('cat/..' names no member)
+            raise KeyError(f"{self.path}: no member named {raw if folder or not name else name!r}")  # ('cat/..')
         if name in self.twice:
             raise ArchiveError(f"{self.path}: member {name!r} is in the archive twice: which copy is the image "
                                "cannot be told")  # fmt: skip

@@ -272,6 +272,7 @@ def check_dataset(
                 if legacy:
                     report.notes.append(legacy)
                     log.warning("note: %s", legacy)
+    report.problems += _pack_name_problems(ds)
     listed = _listed_bad(ds, bad_samples, report) if bad_samples is not None else {}
     todo = [i for i in range(len(ds)) if i not in missing and i not in listed]
     sizes = np.zeros((len(ds), 2), dtype=np.int64)
@@ -332,6 +333,21 @@ def check_dataset(
         report.height_range = (int(sizes[ok, 0].min()), int(sizes[ok, 0].max()))
         report.width_range = (int(sizes[ok, 1].min()), int(sizes[ok, 1].max()))
     return report
+
+
+def _pack_name_problems(ds) -> list[str]:
+    """A pack's (or its shards') stored sample names against the checksum it recorded of them: a damaged name key
+    leaves a sample nameless ('#291' where 'c0/0291.jpg' was), which the images' checksums do not see."""
+    from datakit.lmdb import PackError
+    from datakit.sources import LmdbDataset
+
+    out = []
+    for reader in ds.readers if isinstance(ds, LmdbDataset) else ():
+        try:
+            reader.check_names()
+        except PackError as e:
+            out.append(str(e))
+    return out
 
 
 def _pack_splits(ds) -> tuple[list[str], np.ndarray] | None:

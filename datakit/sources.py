@@ -852,8 +852,10 @@ class TableDataset(ImageDataset):
         named in the other (NFD, as macOS writes names), when only that one is there."""
         name = self.files[index]
         if self.zip is not None:
-            from datakit.archive import member_path
+            from datakit.archive import _names_folder, member_path
 
+            if _names_folder(name):  # 'cat/1.png/.': no file, as on the extracted folder (ENOTDIR)
+                return self.prefix + name
             name = member_path(self.prefix + name)
             if not name.isascii() and name not in self.zip:
                 name = next((o for o in _other_forms(name) if o in self.zip), None) or self._zip_forms().get(

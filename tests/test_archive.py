@@ -2273,6 +2273,35 @@ def test_a_table_over_a_zip_reads_what_unzip_writes(tmp_path: Path):
     assert main(["check", str(z), "--labels", str(tmp_path / "l.csv")]) == 1
 
 
+def test_a_path_through_a_file_ending_in_a_dot_is_nothing_in_place_as_on_disk(tmp_path: Path):
+    # the attack: a link to '../cat/1.png/.' (unzip-gbk removes it: the kernel says ENOTDIR) was read in place as
+    # cat's image under dog; a table row 'cat/1.png/.' found cat/1.png in the zip, and nothing on the folder
+    png0, png1 = b"\x89PNG\r\n\x1a\n" + bytes(8), b"\x89PNG\r\n\x1a\n" + bytes(9)
+    z = write_zip(tmp_path / "d.zip", [ZipEntry(b"cat/1.png", png0), ZipEntry(b"dog/1.png", png1),
+                                      ZipEntry(b"dog/x.png", symlink_to=b"../cat/1.png/."),
+                                      ZipEntry(b"dog/y.png", symlink_to=b"../cat/1.png//.")])  # fmt: skip
+    report = unzip(z, tmp_path / "out")
+    assert tree(tmp_path / "out") == {"cat/1.png": png0, "dog/1.png": png1}
+    assert report.problems == [f"{z}: member 'dog/{n}.png': symlink to '../cat/1.png/{s}.' leads to nothing inside "
+                               "the target; removed" for n, s in (("x", ""), ("y", "/"))]  # fmt: skip
+    reader = ZipReader(z)
+    for name in ("dog/x.png", "dog/y.png", "cat/1.png/.", "cat/1.png/", "dog/1.png/."):
+        assert name not in reader and reader.lookup(name) is None, name
+        with pytest.raises(KeyError) as e:
+            reader.read(name)
+        assert e.value.args == (f"{z}: no member named {name!r}",)
+    assert [open_dataset(src).name(i) for src in (z, tmp_path / "out") for i in range(2)] == [
+        f"{z}:cat/1.png",
+        f"{z}:dog/1.png",
+        str(tmp_path / "out" / "cat" / "1.png"),
+        str(tmp_path / "out" / "dog" / "1.png"),
+    ]
+    (tmp_path / "l.csv").write_text("file,label\ncat/1.png/.,cat\ndog/1.png,dog\n")
+    for src in (z, tmp_path / "out"):
+        assert not open_dataset(src, labels=tmp_path / "l.csv").exists(0)
+        assert main(["check", str(src), "--labels", str(tmp_path / "l.csv")]) == 1
+
+
 def test_a_symlink_target_is_read_in_the_names_encoding(tmp_path: Path):
     # the attack: Info-ZIP on a GBK-locale Unix stores the names and the link's target as GBK bytes; the target was
     # read as UTF-8 ('è��.jpg'), led nothing, and the link was removed

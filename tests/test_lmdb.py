@@ -20,6 +20,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from datakit.check import check_dataset
 from datakit.cli import main
 from datakit.datasets import open_dataset
 from datakit.errors import PackError, UsageError
@@ -256,6 +257,13 @@ def test_verify_names_a_renamed_key(tmp_path: Path):
         f"{out}: the stored sample names were altered (names_crc32 mismatch); images and labels are checked "
         "separately; pack it again to restore the names",
     ]
+    # the next attack: check read every image, said 0 problems, and the dataset named sample 4 '#4'
+    report = check_dataset(out)
+    assert report.samples == 6 and report.problems == [
+        f"{out}: the stored sample names were altered (names_crc32 mismatch; `datakit verify` says so too); pack the "
+        "pack's own source again"
+    ]
+    assert main(["check", str(out)]) == 1
 
 
 def test_version1_pack_still_read_and_its_bad_target_refused(tmp_path: Path):
