@@ -591,6 +591,14 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
             print(f"{out} still holds the old pack, untouched; the new one so far is kept in {part}: the same "
                   "--overwrite command goes on from it, or delete it to give its space back",
                   file=sys.stderr)  # fmt: skip
+        elif args.overwrite:  # OUT was not there: the pack was written in place, and --resume goes on from it
+            from datakit.lmdb import read_meta
+
+            try:
+                meta = read_meta(Path(out))
+            except (DatakitError, OSError):
+                meta = None
+            args.resumable = meta is not None and not meta.get("complete") and meta.get("count", 0) > 0
         raise
     finally:
         if bar is not None:
@@ -1253,8 +1261,12 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         return exc.exit_code
     except KeyboardInterrupt:
         # a pack (not one --overwrite builds beside the old, whose own line says where it stands): how to go on
-        again = ("; the samples committed stay: the same command with --resume goes on from them"
-                 if prog.endswith("pack-lmdb") and not getattr(args, "overwrite", False) else "")  # fmt: skip
+        again = ""
+        if prog.endswith("pack-lmdb") and not getattr(args, "overwrite", False):
+            again = "; the samples committed stay: the same command with --resume goes on from them"
+        elif prog.endswith("pack-lmdb") and getattr(args, "resumable", False):  # --overwrite of an OUT not there
+            again = ("; the samples committed stay: the same command with --resume in place of --overwrite goes on "
+                     "from them")  # fmt: skip
         if _terminated:
             print(f"{prog}: terminated{again}", file=sys.stderr)
             return 128 + 15

@@ -777,6 +777,30 @@ def test_ctrl_c_to_the_whole_group_is_one_line_with_pool_workers(tmp_path: Path)
     assert (proc.returncode, err) == (130, INTERRUPTED)
 
 
+def test_an_overwrite_of_an_out_not_there_interrupted_says_resume_in_place_of_overwrite(tmp_path: Path):
+    # the attack: `pack-lmdb SRC OUT --overwrite` with no OUT yet, interrupted, said only "interrupted"; the same
+    # command again started over from zero, throwing the committed samples away
+    src = tmp_path / "src"
+    for k in range(300):
+        (src / f"c{k % 2}").mkdir(parents=True, exist_ok=True)
+        imwrite(src / f"c{k % 2}" / f"{k:03d}.jpg", synthetic_image(120, 160, seed=k), quality=90)
+    out = tmp_path / "new.lmdb"
+    opts = ["--max-size", "64", "--workers", "1", "--commit-every", "2", "-q"]
+    proc = subprocess.Popen(_cli(str(src), str(out), *opts, "--overwrite"), stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and (_meta_or_none(out) or {}).get("count", 0) < 20:
+        time.sleep(0.002)
+    assert proc.poll() is None, "packing finished before it could be interrupted"
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted; the samples committed stay: the same "
+                                      "command with --resume in place of --overwrite goes on from them\n")  # fmt: skip
+    kept = read_meta(out)["count"]
+    assert kept >= 20 and not (tmp_path / ".new.lmdb.overwrite-part").exists()
+    report = pack_lmdb(src, out, workers=1, resume=True, max_size=64)
+    assert (report.count, report.resumed_from) == (300, kept) and verify_lmdb(out) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_threaded_pack_interrupted_mid_write_resumes_identical(photos: Path, tmp_path: Path, sig: int):
