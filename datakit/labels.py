@@ -1458,11 +1458,35 @@ def _excerpt(text: str) -> str:
     return ", ".join(words)
 
 
+def _codec_name(encoding: str) -> str | None:
+    """The codec's own name for ``encoding`` (``UTF8``, ``utf_8``: ``utf-8``), None for no text codec."""
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return None
+
+
+def _refuse_cut_character(raw: bytes, path: Path) -> None:
+    """Refuse UTF-8 text whose last bytes begin a character and stop (a copy or download cut short), which would
+    otherwise read as no encoding at all: UTF-8 up to its last character, the rest missing."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.end == len(raw) and exc.reason == "unexpected end of data":
+            line = raw.count(b"\n", 0, exc.start) + 1
+            cut = raw[exc.start :]
+            bytes_ = f"last bytes {cut.hex(' ')} begin" if len(cut) > 1 else f"last byte {cut.hex()} begins"
+            raise LabelError(f"{path}, line {line}: the file ends inside a UTF-8 character (its {bytes_} one): cut "
+                             "short, a copy or download not finished? copy it again") from None  # fmt: skip
+
+
 def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | None, str]:
     """(text, encoding used); strict, with the line of the first undecodable byte. The text is None for
     ASCII read as UTF-8: valid as the bytes are, it is decoded only if the Python parser needs it."""
     if encoding is not None and encoding.lower() == "auto":
         encoding = None
+    if raw[-1:] >= b"\x80" and (encoding is None or _codec_name(encoding) in ("utf-8", "utf-8-sig")):
+        _refuse_cut_character(raw, path)
     if encoding is None:
         try:
             guess = detect_text_encoding(raw)

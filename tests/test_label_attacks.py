@@ -367,6 +367,27 @@ def test_number_formats_read_by_section_and_tag(tmp_path: Path, caplog, engine: 
         ], fmt
 
 
+def test_a_utf8_table_cut_inside_a_character_is_said_to_be_cut_short(tmp_path: Path):
+    # the attack: a UTF-8 table cut one byte into its last label (a copy not finished) was "not UTF-8, UTF-16,
+    # GBK/GB18030 or Big5 text; pass encoding= (--encoding)", naming no line and pointing at the wrong fix
+    whole = "file,label\na.jpg,猫\nb.jpg,狗".encode()
+    for keep, shown in ((1, "last byte e7 begins"), (2, "last bytes e7 8b begin")):
+        path = tmp_path / f"cut{keep}.csv"
+        path.write_bytes(whole[: len(whole) - 3 + keep])
+        want = (f"{path}, line 3: the file ends inside a UTF-8 character (its {shown} one): cut short, a copy or "
+                "download not finished? copy it again")  # fmt: skip
+        for encoding in (None, "UTF8", "utf-8-sig"):
+            with pytest.raises(LabelError) as e:
+                read_labels(path, encoding=encoding)
+            assert str(e.value) == want
+    # a whole file, and GBK ending in a Chinese character, are read
+    (tmp_path / "ok.csv").write_bytes(whole)
+    (tmp_path / "gbk.csv").write_bytes(whole.decode().encode("gbk"))
+    assert (
+        read_labels(tmp_path / "ok.csv").class_values == read_labels(tmp_path / "gbk.csv").class_values == ("猫", "狗")
+    )
+
+
 def test_labels_that_differ_in_a_trailing_nul_are_refused(tmp_path: Path):
     path = tmp_path / "nul.csv"
     path.write_bytes(b"file,label\na.png,cat\nb.png,cat\x00\nc.png,cat\n")
