@@ -34,6 +34,12 @@ INTERRUPTED = (
 )
 
 
+def stop_after_six(done: int, total: int, nbytes: int) -> None:
+    """A pack's progress callback that interrupts it as Ctrl-C would, once six samples are done."""
+    if done == 6:
+        raise KeyboardInterrupt
+
+
 def values(path: Path) -> list[tuple[bytes, bytes, str]]:
     r = LmdbReader(path, allow_incomplete=True)
     out = [(r.get(i), r.records[i].tobytes(), r.name(i)) for i in range(len(r))]
@@ -1024,10 +1030,6 @@ def test_resume_refuses_another_dataset_object_of_the_same_shape(class_folder: P
     imwrite(twin / "cat" / "图片_1.png", synthetic_image(40, 40, seed=99))  # same names and classes, other pixels
     out = tmp_path / "obj.lmdb"
 
-    def stop_after_six(done, total, nbytes):
-        if done == 6:
-            raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
         pack_lmdb(open_dataset(class_folder), out, workers=0, commit_every=4, progress=stop_after_six)
     assert read_meta(out)["count"] == 6
@@ -1043,10 +1045,6 @@ def test_a_resume_that_adds_classes_is_told_so(class_folder: Path, tmp_path: Pat
     # The attack: a pack of a folder, killed, resumed with --classes naming the very same classes, was refused as
     # "packed from another source ('/data/x', now 'FolderDataset of 12 samples ...')": the same folder
     out = tmp_path / "c.lmdb"
-
-    def stop_after_six(done, total, nbytes):
-        if done == 6:
-            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         pack_lmdb(str(class_folder), out, workers=0, commit_every=4, progress=stop_after_six)
@@ -1257,10 +1255,6 @@ def test_a_writer_resumes_from_the_packs_own_count_and_refuses_a_complete_pack(t
 def stopped_after_six(src: Path, out: Path, commit_every: int) -> Path:
     """``out``, a pack of ``src`` interrupted (Ctrl-C) after six samples, which it committed."""
 
-    def stop_after_six(done, total, nbytes):
-        if done == 6:
-            raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
         pack_lmdb(src, out, workers=0, commit_every=commit_every, progress=stop_after_six)
     return out
@@ -1347,10 +1341,6 @@ def test_resume_refuses_a_source_folder_swapped_whole_for_one_of_the_same_names(
         imwrite(p, 255 - imread(p, "rgb"), mode="rgb")  # the same names, other pixels
     time.sleep(0.05)  # made before the pack begins: their times (status times too) older than its commits
 
-    def stop_after_six(done, total, nbytes):
-        if done == 6:
-            raise KeyboardInterrupt
-
     out = tmp_path / "p.lmdb"
     with pytest.raises(KeyboardInterrupt):
         pack_lmdb(class_folder, out, workers=0, commit_every=3, max_size=max_size, progress=stop_after_six)
@@ -1390,10 +1380,6 @@ def test_an_overwrite_run_again_packs_afresh_when_its_parts_source_changed(class
     for p in sorted(v2.rglob("图片_*")):
         imwrite(p, 255 - imread(p, "rgb"), mode="rgb")
     time.sleep(0.05)
-
-    def stop_after_six(done, total, nbytes):
-        if done == 6:
-            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         pack_lmdb(class_folder, out, workers=0, commit_every=3, overwrite=True, progress=stop_after_six)
@@ -1498,10 +1484,6 @@ def test_resume_refuses_a_touched_file_whose_sample_was_re_encoded(class_folder:
     # is refused as before
     big = class_folder / "cat" / "图片_0.jpg"  # sample 0
     imwrite(big, synthetic_image(300, 200, seed=3), mode="rgb")
-
-    def stop_after_six(done, total, nbytes):
-        if done == 6:
-            raise KeyboardInterrupt
 
     out = tmp_path / "p.lmdb"
     with pytest.raises(KeyboardInterrupt):
