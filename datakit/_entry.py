@@ -53,12 +53,30 @@ def _start(prog: str, name: str) -> int:
         started()
         raise
     try:
-        return command()
+        code = command()
     except KeyboardInterrupt:  # between the handler's end and the command's own
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     finally:
         _done()
+    if cli.group_made:  # a torchrun rank whose group this command made and tore down: see cli.group_made
+        _end_now(code)
+    return code
+
+
+def _end_now(code) -> None:
+    """End the process with ``code`` as ``sys.exit`` would (the exit hooks run, the streams are flushed), without
+    the interpreter's teardown after them."""
+    import atexit
+
+    code = 0 if code is None else code if isinstance(code, int) else 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream: nothing more can be written to it
+            pass
+    os._exit(code)
 
 
 def _done() -> None:

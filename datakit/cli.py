@@ -1163,6 +1163,10 @@ def _on_sigterm(signum, frame) -> None:
 
 
 _terminated_pid = [0]
+# set once this process tore down a process group it made under torchrun: its entry point then ends without the
+# interpreter's teardown, where gloo's threads, freed late, abort it ("terminate called without an active
+# exception", exit -6) now and then after the work was done and its output written
+group_made: list[bool] = []
 
 
 def _standard_streams() -> None:
@@ -1327,6 +1331,7 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
             import torch.distributed as dist
 
             dist.destroy_process_group()
+            group_made.append(True)
 
 
 def _tolerate_names(stdout, stderr) -> None:

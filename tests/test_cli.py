@@ -1213,3 +1213,18 @@ def test_check_notes_are_one_line_each_and_quiet_prints_problems_alone(tmp_path:
     quiet = datakit("check", tmp_path / "n", "-q")
     assert (quiet.returncode, quiet.stdout) == (0, "")
     assert quiet.stderr.startswith(f"{tmp_path / 'n'}: the class folders are numbers, indexed in text order")
+
+
+def test_a_rank_that_made_its_group_ends_with_its_code_its_exit_hooks_run_and_output_written(tmp_path: Path):
+    # the attack: `torchrun ... datakit stats DIR` printed the right result, then now and then one rank aborted in
+    # the interpreter's teardown ("terminate called without an active exception", exit -6) and torchrun said 1
+    code = (
+        "import atexit, sys; from datakit import _entry\n"
+        f"atexit.register(lambda: open({str(tmp_path / 'hook')!r}, 'w').write('ran'))\n"
+        "print('result', end='')\n"
+        "_entry._end_now(3)\n"
+        "print('never')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "result", "")
+    assert (tmp_path / "hook").read_text() == "ran"
