@@ -764,20 +764,30 @@ def test_bad_images_met_by_an_overwrite_say_to_run_it_again_not_resume(class_fol
     assert lmdb_info(out)["count"] == 12 and read_meta(part)["count"] == 4
 
 
+def _photo_classes(src: Path, n: int) -> Path:
+    """``n`` JPEGs of 120 x 160 in two class folders, c0 and c1."""
+    for k in range(n):
+        (src / f"c{k % 2}").mkdir(parents=True, exist_ok=True)
+        imwrite(src / f"c{k % 2}" / f"{k:03d}.jpg", synthetic_image(120, 160, seed=k), quality=90)
+    return src
+
+
+def _wait_for_commits(proc: subprocess.Popen, out: Path, count: int) -> None:
+    """Wait until the pack job ``proc`` has committed ``count`` samples to ``out``, still running."""
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and (_meta_or_none(out) or {}).get("count", 0) < count:
+        time.sleep(0.002)
+    assert proc.poll() is None, "packing finished before it could be interrupted"
+
+
 def test_ctrl_c_to_the_whole_group_is_one_line_with_pool_workers(tmp_path: Path):
     # the attack: Ctrl-C in a terminal (SIGINT to the process group) during `pack-lmdb --max-size` printed
     # "Process ForkPoolWorker-1:" and sometimes a worker's KeyboardInterrupt traceback beside "interrupted"
-    src = tmp_path / "src"
-    for k in range(400):
-        (src / f"c{k % 2}").mkdir(parents=True, exist_ok=True)
-        imwrite(src / f"c{k % 2}" / f"{k:03d}.jpg", synthetic_image(120, 160, seed=k), quality=90)
+    src = _photo_classes(tmp_path / "src", 400)
     out = tmp_path / "cut.lmdb"
     proc = subprocess.Popen(_cli(str(src), str(out), "--max-size", "64", "--workers", "2", "--commit-every", "2",
                                  "-q"), stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and (_meta_or_none(out) or {}).get("count", 0) < 20:
-        time.sleep(0.002)
-    assert proc.poll() is None, "packing finished before it could be interrupted"
+    _wait_for_commits(proc, out, 20)
     os.killpg(proc.pid, signal.SIGINT)  # the group this test started: the packer and its pool
     _, err = proc.communicate(timeout=60)
     assert (proc.returncode, err) == (130, INTERRUPTED)
@@ -786,17 +796,11 @@ def test_ctrl_c_to_the_whole_group_is_one_line_with_pool_workers(tmp_path: Path)
 def test_an_overwrite_of_an_out_not_there_interrupted_says_resume_in_place_of_overwrite(tmp_path: Path):
     # the attack: `pack-lmdb SRC OUT --overwrite` with no OUT yet, interrupted, said only "interrupted"; the same
     # command again started over from zero, throwing the committed samples away
-    src = tmp_path / "src"
-    for k in range(300):
-        (src / f"c{k % 2}").mkdir(parents=True, exist_ok=True)
-        imwrite(src / f"c{k % 2}" / f"{k:03d}.jpg", synthetic_image(120, 160, seed=k), quality=90)
+    src = _photo_classes(tmp_path / "src", 300)
     out = tmp_path / "new.lmdb"
     opts = ["--max-size", "64", "--workers", "1", "--commit-every", "2", "-q"]
     proc = subprocess.Popen(_cli(str(src), str(out), *opts, "--overwrite"), stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and (_meta_or_none(out) or {}).get("count", 0) < 20:
-        time.sleep(0.002)
-    assert proc.poll() is None, "packing finished before it could be interrupted"
+    _wait_for_commits(proc, out, 20)
     os.kill(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted; the samples committed stay: the same "
