@@ -1825,7 +1825,13 @@ class ZipReader:
         self._by_name: dict[str, int] = {}
         for m in self.members:  # the first copy of a name stored twice, as unzip-gbk writes it
             path = member_path(m.name)
-            usual = path and len(m.name) <= 63 and ".." not in m.name and m.name.isprintable()  # (no NUL, surrogate)
+            usual = (
+                path
+                and ".." not in m.name
+                and m.name.isprintable()  # (no NUL, no surrogate)
+                and len(m.name) < 1024
+                and max(map(len, m.name.split("/"))) <= 63
+            )  # (4 bytes a character at most)
             if (usual or safe_relpath(m.name)[0] is not None) and not _macos_metadata(m.name):  # what unzip-gbk writes:
                 self._by_name.setdefault(path, m.index)  # no 'cat/../dog/1.png', '.', NUL, Finder's ._1.png
         # a name that is also a folder's ('cat/x.png' beside 'cat/x.png/3.png'): which one unzip-gbk wrote, the
@@ -1984,12 +1990,16 @@ class ZipReader:
         found = self.lookup(member_path(m.name))
         return found[1] if found is not None and found[0] == "dir" else None  # type: ignore[return-value]
 
+    def _listed(self, name: str) -> bool:
+        """Whether a file member is stored under ``name`` as it is (``cat/2.png/.``, written as cat/2.png)."""
+        return any(m.name == name for m in self.members)
+
     def names(self) -> list[str]:
         """Decoded names of the file members, in archive order."""
         return [m.name for m in self.members]
 
     def __contains__(self, name: str) -> bool:
-        if _names_folder(name):  # 'cat/1.png/.' names no file, as on the extracted folder
+        if _names_folder(name) and not self._listed(name):  # 'cat/1.png/.' names no file, as on the extracted folder
             return False
         name = member_path(name)
         if name in self._by_name:
@@ -2049,7 +2059,7 @@ class ZipReader:
     def read(self, name: str) -> bytes:
         """The bytes of the member with decoded name ``name``."""
         raw, name = name, member_path(name)
-        folder = _names_folder(raw)  # 'cat/1.png/.' names no file, as on the extracted folder
+        folder = _names_folder(raw) and not self._listed(raw)  # 'cat/1.png/.' names no file, as on the extracted folder
         index = None if folder else self._by_name.get(name)
         if index is None and not folder:  # through links (a link member, or a folder link on the way), as on disk
             found = self.lookup(name)

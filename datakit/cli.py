@@ -577,6 +577,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
             bar.set_postfix_str(f"{nbytes / 2**20 / elapsed:.1f} MB/s", refresh=False)
             bar.refresh()
 
+    out_was_there = os.path.lexists(out)  # an --overwrite of it builds the new pack beside it
     try:
         report = pack_lmdb(source, out, labels=labels, split=args.split, max_size=args.max_size,
                            quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
@@ -591,7 +592,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
             print(f"{out} still holds the old pack, untouched; the new one so far is kept in {part}: the same "
                   "--overwrite command goes on from it, or delete it to give its space back",
                   file=sys.stderr)  # fmt: skip
-        elif args.overwrite:  # OUT was not there: the pack was written in place, and --resume goes on from it
+        elif args.overwrite and not out_was_there:  # the pack was written in place: --resume goes on from it
             from datakit.lmdb import read_meta
 
             try:

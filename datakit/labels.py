@@ -669,7 +669,10 @@ class LabelTable:
         distinct = list(dict.fromkeys(values))
         words = {w for v in distinct for w in v.split()}
         lists = [v for v in distinct if len(v.split()) >= 2]
-        if len(distinct) < 8 or 2 * len(lists) < len(distinct) or 2 * len(words) > len(distinct):
+        lengths = {
+            len(v.split()) for v in distinct
+        }  # tags: 1 to 6 of them; names of a grid ('ace of clubs'): one shape
+        if len(distinct) < 8 or 2 * len(lists) < len(distinct) or 2 * len(words) > len(distinct) or len(lengths) < 3:
             return []
         i = self._first_row([x == lists[0] for x in values])
         return [
@@ -1472,7 +1475,8 @@ def _refuse_cut_character(raw: bytes, path: Path) -> None:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.end == len(raw) and exc.reason == "unexpected end of data":
+        before = raw[: exc.start]  # UTF-8 by its own characters (not ASCII alone: 'café' in Windows-1252 ends so)
+        if exc.end == len(raw) and exc.reason == "unexpected end of data" and not before.isascii():
             line = raw.count(b"\n", 0, exc.start) + 1
             cut = raw[exc.start :]
             bytes_ = f"last bytes {cut.hex(' ')} begin" if len(cut) > 1 else f"last byte {cut.hex()} begins"

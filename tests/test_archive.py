@@ -2296,6 +2296,9 @@ def test_a_path_through_a_file_ending_in_a_dot_is_nothing_in_place_as_on_disk(tm
         str(tmp_path / "out" / "cat" / "1.png"),
         str(tmp_path / "out" / "dog" / "1.png"),
     ]
+    # a member stored as 'cat/2.png/.' (written as cat/2.png) reads by the name it is listed under
+    stored = write_zip(tmp_path / "s.zip", [ZipEntry(b"cat/2.png/.", png0)])
+    assert ZipReader(stored).read("cat/2.png/.") == ZipReader(stored).read("cat/2.png") == png0
     (tmp_path / "l.csv").write_text("file,label\ncat/1.png/.,cat\ndog/1.png,dog\n")
     for src in (z, tmp_path / "out"):
         assert not open_dataset(src, labels=tmp_path / "l.csv").exists(0)

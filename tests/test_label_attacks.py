@@ -386,6 +386,11 @@ def test_a_utf8_table_cut_inside_a_character_is_said_to_be_cut_short(tmp_path: P
     assert (
         read_labels(tmp_path / "ok.csv").class_values == read_labels(tmp_path / "gbk.csv").class_values == ("猫", "狗")
     )
+    # a Windows-1252 table whose one accented letter ends it is no cut UTF-8: its encoding is named, as before
+    (tmp_path / "cafe.csv").write_bytes("file,label\n1.jpg,cat\n2.jpg,café".encode("cp1252"))
+    with pytest.raises(LabelError) as e:
+        read_labels(tmp_path / "cafe.csv")
+    assert "as Windows-1252 it reads 'café'" in str(e.value) and "cut short" not in str(e.value)
 
 
 def test_labels_that_differ_in_a_trailing_nul_are_refused(tmp_path: Path):
@@ -1387,13 +1392,13 @@ def test_tags_apart_by_spaces_are_noted_as_classes_of_combinations(tmp_path: Pat
     import itertools
 
     weather, land = ("clear", "haze", "partly_cloudy"), ("primary", "water", "agriculture", "road")
-    labels = [" ".join((w, *ls)) for w in weather for n in (1, 2) for ls in itertools.combinations(land, n)]
-    assert len(labels) == 30
+    labels = [" ".join((w, *ls)) for w in weather for n in (1, 2, 3) for ls in itertools.combinations(land, n)]
+    assert len(labels) == 42
     table = tmp_path / "train_v2.csv"
     table.write_text("image_name,tags\n" + "".join(f"train_{i}.jpg,{v}\n" for i, v in enumerate(labels)), "utf-8")
     t = read_labels(table)
-    assert len(t.class_values) == 30 and t.notes == [
-        f"{table}: 30 labels are lists of 7 words apart by spaces (first 'clear primary' at line 2): tags of a "
+    assert len(t.class_values) == 42 and t.notes == [
+        f"{table}: 42 labels are lists of 7 words apart by spaces (first 'clear primary' at line 2): tags of a "
         "multi-label table, each combination a class of its own; datakit reads one class per image (a multi-label "
         "table needs a collate and a loss of your own)"
     ]
@@ -1405,6 +1410,13 @@ def test_tags_apart_by_spaces_are_noted_as_classes_of_combinations(tmp_path: Pat
     names = ["tiger cat", "tiger", "tiger shark", "Egyptian cat", "Persian cat", "great white shark", "tabby", "lynx"]
     table.write_text("file,label\n" + "".join(f"{i}.jpg,{v}\n" for i, v in enumerate(names)), "utf-8")
     assert read_labels(table).notes == []
+    # names of a grid, one shape each: a card's rank and suit, a colour and an object
+    ranks = ("ace", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "jack", "queen", "king")
+    cards = [f"{r} of {s}" for r in ranks for s in ("clubs", "diamonds", "hearts", "spades")] + ["joker"]
+    things = [f"{c} {o}" for c in ("red", "green", "blue", "yellow") for o in ("cube", "ball", "cone", "ring")]
+    for grid in (cards, things):
+        table.write_text("file,label\n" + "".join(f"{i}.jpg,{v}\n" for i, v in enumerate(grid)), "utf-8")
+        assert read_labels(table).notes == []
 
 
 def test_percent_cells_read_as_excel_shows_them_like_the_csv_it_saves(tmp_path: Path):

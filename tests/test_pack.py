@@ -811,6 +811,24 @@ def test_an_overwrite_of_an_out_not_there_interrupted_says_resume_in_place_of_ov
     assert (report.count, report.resumed_from) == (300, kept) and verify_lmdb(out) == []
 
 
+def test_an_overwrite_of_an_interrupted_pack_interrupted_in_turn_gives_no_resume_advice(tmp_path: Path):
+    # the attack: with -q (no line of where the new pack stands), an --overwrite of an incomplete pack, interrupted,
+    # said "--resume in place of --overwrite": which resumed the old pack, and left the new samples in the part
+    src = _photo_classes(tmp_path / "src", 300)
+    out = tmp_path / "old.lmdb"
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(src, out, workers=1, max_size=64, commit_every=2, progress=stop_after_six)
+    assert read_meta(out)["complete"] is False
+    opts = ["--max-size", "64", "--workers", "1", "--commit-every", "2", "-q", "--overwrite"]
+    proc = subprocess.Popen(_cli(str(src), str(out), *opts), stderr=subprocess.PIPE, text=True)
+    part = tmp_path / ".old.lmdb.overwrite-part"
+    _wait_for_commits(proc, part, 20)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "datakit pack-lmdb: interrupted\n")
+    assert read_meta(part)["count"] >= 20
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_threaded_pack_interrupted_mid_write_resumes_identical(photos: Path, tmp_path: Path, sig: int):
