@@ -664,14 +664,13 @@ class LabelTable:
 
     def _tag_notes(self, values: list[str]) -> list[str]:
         """A note for labels that are lists of a few words apart by spaces (Planet's 'clear primary', 'haze primary
-        water'): twice as many labels as words or more, most of them of two words or more. Class names of words
-        (ImageNet's 'tiger cat', a car's make, model and year) use more words than that."""
+        water'): twice as many labels as words or more, most of them of two words or more, of three lengths or more.
+        Class names of words use more words than that (ImageNet's 'tiger cat', a car's make, model and year), or
+        have one shape (a grid's 'ace of clubs', 'red cube')."""
         distinct = list(dict.fromkeys(values))
         words = {w for v in distinct for w in v.split()}
         lists = [v for v in distinct if len(v.split()) >= 2]
-        lengths = {
-            len(v.split()) for v in distinct
-        }  # tags: 1 to 6 of them; names of a grid ('ace of clubs'): one shape
+        lengths = {len(v.split()) for v in distinct}
         if len(distinct) < 8 or 2 * len(lists) < len(distinct) or 2 * len(words) > len(distinct) or len(lengths) < 3:
             return []
         i = self._first_row([x == lists[0] for x in values])
@@ -1461,14 +1460,6 @@ def _excerpt(text: str) -> str:
     return ", ".join(words)
 
 
-def _codec_name(encoding: str) -> str | None:
-    """The codec's own name for ``encoding`` (``UTF8``, ``utf_8``: ``utf-8``), None for no text codec."""
-    try:
-        return codecs.lookup(encoding).name
-    except LookupError:
-        return None
-
-
 def _refuse_cut_character(raw: bytes, path: Path) -> None:
     """Refuse UTF-8 text whose last bytes begin a character and stop (a copy or download cut short), which would
     otherwise read as no encoding at all: UTF-8 up to its last character, the rest missing."""
@@ -1487,9 +1478,11 @@ def _refuse_cut_character(raw: bytes, path: Path) -> None:
 def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | None, str]:
     """(text, encoding used); strict, with the line of the first undecodable byte. The text is None for
     ASCII read as UTF-8: valid as the bytes are, it is decoded only if the Python parser needs it."""
+    from datakit.filenames import text_codec
+
     if encoding is not None and encoding.lower() == "auto":
         encoding = None
-    if raw[-1:] >= b"\x80" and (encoding is None or _codec_name(encoding) in ("utf-8", "utf-8-sig")):
+    if raw[-1:] >= b"\x80" and (encoding is None or text_codec(encoding) in ("utf-8", "utf-8-sig")):
         _refuse_cut_character(raw, path)
     if encoding is None:
         try:
@@ -1498,8 +1491,6 @@ def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | No
             raise LabelError(f"{path}: {exc}") from None
         enc = guess.name
     else:
-        from datakit.filenames import text_codec
-
         enc = text_codec(encoding)  # None also for rot13, hex: no bytes-to-text codec
         if enc is None:
             raise UsageError(f"{path}: unknown encoding {encoding!r} (try utf-8, gbk, big5, utf-16)")
