@@ -2315,7 +2315,8 @@ def _styled_numbers(grid: list[list[object]], path: Path, sheet: str, styles: di
         yield row, v, styles[int(style.group(1))]
 
 
-_FORMAT_TAGS = re.compile(r"\[(?:Red|Black|Blue|Green|White|Yellow|Cyan|Magenta|Color\d+|\$-[0-9A-F]+)\]", re.I)
+# colours and a locale tag, LCID (``[$-409]``) or BCP-47 (``[$-zh-CN]``), with no currency symbol before its dash
+_FORMAT_TAGS = re.compile(r"\[(?:Red|Black|Blue|Green|White|Yellow|Cyan|Magenta|Color\d+|\$-[0-9A-Za-z-]+)\]", re.I)
 # literal spaces, a padding (_)), a fill of spaces: what a label loses as it is read
 _BLANKS = re.compile(r'"\s*"|\\\s|_.|\*\s')
 
@@ -2328,7 +2329,8 @@ def _shown_otherwise(v: float, code: str) -> bool:
     sections = code.split(";")
     if v < 0 and len(sections) > 1:  # a negative section of its own: -0 shows -5; (0), 0- and 0 show it otherwise
         section = _BLANKS.sub("", _FORMAT_TAGS.sub("", sections[1])).strip()
-        return not section.startswith("-") or _section_otherwise(-v, section[1:])
+        minus = next((m for m in ("-", "\\-", '"-"') if section.startswith(m)), None)  # -0, \-0 and "-"0 alike
+        return minus is None or _section_otherwise(-v, section[len(minus) :])
     if v == 0 and len(sections) > 2:  # a zero section of its own: "-", empty (;;;), or 0
         return _section_otherwise(v, sections[2])
     return _section_otherwise(v, sections[0])
@@ -2339,15 +2341,18 @@ def _section_otherwise(v: float, section: str) -> bool:
     section = _BLANKS.sub("", _FORMAT_TAGS.sub("", section)).strip()
     if not section:  # ;;; hides the number
         return True
+    if section.lower() == "general":  # General;General, [Red]General: the value's own text
+        return False
     if re.search(r'["\\@\[*]', section) or re.search(r"[A-DF-Za-df-z]", section):  # text, a condition, letters
         return True
     if "E" in section.upper() or "/" in section:
-        return not (float(v).is_integer() and "/" in section)
+        # # ?/? shows a whole number as itself (and blanks); ?/? with no whole part shows 5 as 5/1
+        return not (float(v).is_integer() and re.match(r"[#0?,]+\s+[#0?]+/", section) is not None)
     digits = re.sub(r"[^0#?.,]", "", section)
     if re.sub(r"[0#?.,]", "", section):  # any other character shown beside the number: $, (5), a sign, 1, a space
         return True
     whole, _, frac = digits.partition(".")
-    if whole.endswith(","):  # 0, : thousands scaled away
+    if digits.endswith(","):  # 0, and 0.0, : thousands scaled away
         return v != 0
     if "," in whole and abs(v) >= 1000:  # #,##0: 1,000
         return True

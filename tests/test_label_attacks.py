@@ -354,12 +354,20 @@ def test_number_formats_read_by_section_and_tag(tmp_path: Path, caplog, engine: 
         return [r.getMessage().removeprefix(f"{book}, sheet 'train', ") for r in caplog.records]
 
     for fmt, values in (("[$-409]0", [1, 2]), ("0;-0", [-1, 2]), ('0;[Red]-0;"zero"', [-3, 4]), ('0" "', [1, 2]),
-                        ("_(0_);(0)", [1, 2]), ("0;-0;0", [0, 1])):  # fmt: skip
+                        ("_(0_);(0)", [1, 2]), ("0;-0;0", [0, 1]),
+                        # a minus escaped or quoted (UK accounting), General in two sections, a BCP-47 locale tag,
+                        # a fraction with a whole part on whole numbers
+                        ("0;[Red]\\-0", [-3, 4]), ('0;"-"0', [-3, 4]), ('_-* #,##0_-;\\-* #,##0_-;_-* "-"_-;_-@_-', [-3, 5]),
+                        ("General;General", [1, 2]), ("[$-zh-CN]0", [1, 2]), ("# ?/?", [1, 2])):  # fmt: skip
         assert notes(fmt, values) == [], fmt
     for fmt, values, first in ((";;;", [1, 2], "1"), ("#", [0, 1], "0"), ('0;-0;"-"', [1, 0], "0"),
-                               ("000", [5, 12], "5"), ("0;(0)", [1, -2], "-2"), ("#.#", [1.5, 0.5], "0.5")):  # fmt: skip
+                               ("000", [5, 12], "5"), ("0;(0)", [1, -2], "-2"), ("#.#", [1.5, 0.5], "0.5"),
+                               # 5 shown as 5/1, 2000 as 2.0, 0 as -, -1 as 1, 5 as €5
+                               ("?/?", [5, 2], "5"), ("0.0,", [2000, 0], "2000"),
+                               ('_-* #,##0_-;\\-* #,##0_-;_-* "-"_-;_-@_-', [1, 0], "0"),
+                               ("General;General", [1, -1], "-1"), ("[$€-407]0", [5, 0], "5")):  # fmt: skip
         row = 2 + [_text(v) for v in values].index(first)
-        more = " (and 1 more)" if fmt in (";;;", "000") else ""
+        more = " (and 1 more)" if fmt in (";;;", "000", "?/?", "[$€-407]0") else ""
         assert notes(fmt, values) == [
             f"row {row}: the label {first!r}{more} is a number cell whose format {fmt!r} shows it otherwise; datakit "
             "reads the value, while a CSV saved from this workbook holds what is shown, which gives other classes: "
