@@ -1564,6 +1564,22 @@ def _header_index(row: Sequence[object], keys: set[str]) -> bool:
 
 
 _FILE_KEYS = frozenset(_norm(k) for k in FILE_COLUMNS)
+_HEADING_KEYS = _RIVAL_COLUMNS | frozenset(_norm(k) for k in SPLIT_COLUMNS)  # a label's, or a split's, column
+
+
+def _header_again(f: str, lab: str, fname: str, lname: str | None) -> str | None:
+    """What a data row's file and label cells say of it: "same", the header again up to letter case and spacing
+    (``File,Label`` under ``file,label``: tables joined); "other", the header of another table (a file column's name
+    beside a label's or split's, ``Filename,Class``, ``file,split,label``), under which the columns mean other
+    things; None, a data row."""
+    if lname is not None and _norm(f) == _norm(fname) and _norm(lab) == _norm(lname):
+        return "same"
+    return "other" if _norm(f) in _FILE_KEYS and _norm(lab) in _HEADING_KEYS else None
+
+
+def _other_header(f: str, lab: str) -> str:
+    return (f"{f!r}, {lab!r}: the header of another table (tables joined, with other column names or order?): "
+            "remove it, and check that the rows under it have their columns in this table's order")  # fmt: skip
 
 
 def _file_text(v: str) -> str:
@@ -1917,9 +1933,13 @@ def _parse_grid(
         if _not_a_label(_text(lab)):
             problems.append(((order, rownum), f"{where}, row {rownum}: {_marker_problem(_text(f), _text(lab))}"))
             continue
-        if head.at >= 0 and _text(f) == fname and _text(lab) == head.lname:
+        again = _header_again(_text(f), _text(lab), fname, head.lname) if head.at >= 0 else None
+        if again == "same":
             if notes is not None:  # the header row again (sheets pasted one under another)
                 notes.append(f"{where}, row {rownum}: the header row again (tables joined?): skipped")
+            continue
+        if again == "other":
+            problems.append(((order, rownum), f"{where}, row {rownum}: {_other_header(_text(f), _text(lab))}"))
             continue
         if isinstance(lab, float) and lab.is_integer() and abs(lab) >= 2**53:  # read as a double: no longer exact
             problems.append(((order, rownum), f"{where}, row {rownum}: label {_text(lab)} is a number cell past "
@@ -3173,11 +3193,18 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
         fvalid = fvalid & ~hit
     one_blank = fvalid ^ lvalid
     again: list[int] = []
-    if fname and lname in labels:  # the header line again (two tables joined, pandas' to_csv(mode="a"))
-        rows_again = np.flatnonzero((lcodes == labels.index(lname)) & fvalid & lvalid)
-        again = [int(i) for i in rows_again if files[int(i)] == fname.replace("\\", "/")]
-        for i in again:
-            notes.append(f"{path}, line {int(lines[i])}: the header line again (tables joined?): skipped")
+    keys = _HEADING_KEYS | ({_norm(lname)} if lname else set())
+    heads = [k for k, v in enumerate(labels) if fname and _norm(v) in keys]
+    if heads:  # the header line again (two tables joined, pandas' to_csv(mode="a")), or another table's
+        for i in np.flatnonzero(np.isin(lcodes, heads) & fvalid & lvalid):
+            f, lab = files[int(i)], str(labels[lcodes[i]])
+            kind = _header_again(f, lab, fname.replace("\\", "/"), lname)
+            if kind == "same":
+                notes.append(f"{path}, line {int(lines[i])}: the header line again (tables joined?): skipped")
+            elif kind == "other":
+                problems.append(((0, int(lines[i])), f"{path}, line {int(lines[i])}: {_other_header(f, lab)}"))
+            if kind is not None:
+                again.append(int(i))
         if again:
             fvalid, lvalid = fvalid.copy(), lvalid.copy()
             fvalid[again] = lvalid[again] = False

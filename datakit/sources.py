@@ -37,6 +37,7 @@ from datakit.errors import PackError, SampleError, UsageError
 from datakit.filenames import json_text, undecoded_names
 from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
+    _RIVAL_COLUMNS,
     EXCEL_SUFFIXES,
     LABEL_COLUMNS,
     TEXT_SUFFIXES,
@@ -1513,15 +1514,19 @@ def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, op
 
 
 class _ClassNames(list):
-    """A text file's class names; ``header``: (file, line, name) where the first is a label column's name."""
+    """A text file's class names; ``header``: (file, line, name) where the first is a label column's name;
+    ``comments``: the file and its ``#`` lines, (line number, text), read as comments, not classes."""
 
     header: tuple[Path, int, str] | None = None
+    comments: tuple[Path, list[tuple[int, str]]] | None = None
 
 
-# a classes file's first line that names its column: a label column's name, or the list's own
-_CLASS_HEADERS = frozenset({_norm(k) for k in LABEL_COLUMNS} | {
+# a classes file's first line that names its column: a label column's name (or a name column's, a class id's,
+# what pandas' to_csv writes above a column of names), or the list's own
+_CLASS_HEADERS = frozenset({_norm(k) for k in LABEL_COLUMNS} | _RIVAL_COLUMNS | {
     "classes", "class_names", "classnames", "categories", "category_name", "category_names", "类别名称", "类名",
-    "类别列表"})  # fmt: skip
+    "类别列表", "name", "names", "cls", "tag", "tags", "species", "breed", "breeds", "kind", "type", "名称", "名字",
+    "种类", "类型", "標籤名", "名稱", "種類"})  # fmt: skip
 
 
 _SYNSET = re.compile(r"n\d{8}[ \t]+\S.*")
@@ -1534,8 +1539,11 @@ def _class_lines(path: Path, text: str) -> list[str]:
     from datakit.labels import _looks_like_file
 
     names = _ClassNames()
+    comments: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), 1):
         name = line.strip()
+        if name.startswith("#"):
+            comments.append((number, name))
         if not name or name.startswith("#"):
             continue
         first = re.split(r"[,\t; ]", name, maxsplit=1)[0].strip('"')
@@ -1546,6 +1554,7 @@ def _class_lines(path: Path, text: str) -> list[str]:
         if not names and _norm(name) in _CLASS_HEADERS:
             names.header = (path, number, name)
         names.append(name)
+    names.comments = (path, comments) if comments else None
     if not names:  # an empty file: no class at all, and every label would be "not among the 0 classes"
         raise UsageError(f"{path}: no class names in it (a text file of class names holds one a line, class 0 "
                          "first)")  # fmt: skip
@@ -1579,8 +1588,24 @@ def _class_lines(path: Path, text: str) -> list[str]:
 def check_header(given: Sequence[str], labels: Sequence[str]) -> None:
     """Refuse a classes file whose first line is a label column's name no label holds: read as class 0, it
     would move every class one index on. A class really named so (``target``) is one the labels hold."""
+    held = {str(x) for x in labels}
+    comments = getattr(given, "comments", None)
+    if comments is not None:
+        path, lines = comments
+        for number, text in lines:
+            if text in held:  # a class named '#' or '#1', its line skipped: every class after it one index off
+                raise LabelError(f"{path}, line {number}: {text!r} starts with # and is read as a comment, but the "
+                                 "labels hold a class of that name: every class after it would move one index "
+                                 "on; give the classes as a .json list")  # fmt: skip
+        lone = [(n, t) for n, t in lines if re.fullmatch(r"#\S*", t)]
+        if lone:  # '#' or '#5' alone on a line: a class's name as much as a comment
+            shown = ", ".join(f"{t!r} (line {n})" for n, t in lone[:3]) + (
+                f" and {len(lone) - 3} more" if len(lone) > 3 else ""
+            )
+            log.warning("%s: %s read as a comment, not a class; if it is a class, give the classes as a .json "
+                        "list: every class after it is one index on", path, shown)  # fmt: skip
     header = getattr(given, "header", None)
-    if header is None or header[2] in {str(x) for x in labels}:
+    if header is None or header[2] in held:
         return
     path, number, name = header
     what = ("a number above class names (the header pandas writes for a Series without a name?)" if name.isdigit()

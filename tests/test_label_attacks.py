@@ -4,6 +4,7 @@ traceback or a misleading line, and what datakit says now."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -545,10 +546,14 @@ def test_a_classes_file_skips_comments_and_refuses_a_header_line(tmp_path: Path)
                 else "a column's name (a header copied with the column?)")  # fmt: skip
         assert str(e.value) == want.replace("header.txt", "h.txt").replace("'类别'", repr(header)).replace(
             "a column's name (a header copied with the column?)", what)  # fmt: skip
-    # a class really called 'name' (no header word of a classes list): read as class 0, as before
+    # 'name' above the names (pandas' to_csv of a column called so) is refused as well; a class really called
+    # 'name' that the labels hold is class 0
     (tmp_path / "name.txt").write_text("name\n猫\n狗\n", encoding="utf-8")
-    ds = open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "name.txt")
-    assert (ds.classes, ds.targets.tolist()) == (["name", "猫", "狗"], [1, 2])
+    with pytest.raises(LabelError, match="^" + re.escape(f"{tmp_path / 'name.txt'}, line 1: 'name' is a column's")):
+        open_dataset(img, labels=tmp_path / "l.csv", classes=tmp_path / "name.txt")
+    (tmp_path / "named.csv").write_text("file,label\na.jpg,name\nb.jpg,狗\n", encoding="utf-8")
+    ds = open_dataset(img, labels=tmp_path / "named.csv", classes=tmp_path / "name.txt")
+    assert (ds.classes, ds.targets.tolist()) == (["name", "猫", "狗"], [0, 2])
     # numbers are class names when they all are ('0', '1', '2' for integer labels)
     (tmp_path / "n.txt").write_text("0\n1\n2\n", encoding="utf-8")
     (tmp_path / "n.csv").write_text("file,label\na.jpg,1\nb.jpg,2\n", encoding="utf-8")
@@ -1608,7 +1613,12 @@ def test_row_numbers_a_stray_remark_and_a_table_above_do_not_change_which_column
         assert got == {"0.jpg": "cat", "1.jpg": "dog", "2.jpg": "cat", "3.jpg": "dog"}, name
     stacked = tmp_path / "stacked.csv"  # two tables one under the other: the first one's header is the header
     stacked.write_text("filename,species\n0.jpg,cat\n1.jpg,dog\n,,\nfilename,label\n2.jpg,cat\n", encoding="utf-8")
-    assert read_labels(stacked).files.tolist()[:2] == ["0.jpg", "1.jpg"]
+    assert read_labels(stacked, validate=False).files.tolist() == ["0.jpg", "1.jpg", "2.jpg"]
+    with pytest.raises(LabelError) as e:  # the second header is no sample of class 'label': refused, named
+        read_labels(stacked)
+    assert str(e.value) == (f"{stacked}, line 5: 'filename', 'label': the header of another table (tables joined, "
+                            "with other column names or order?): remove it, and check that the rows under it have "
+                            "their columns in this table's order")  # fmt: skip
 
 
 def test_a_workbook_of_one_sheet_is_not_told_of_other_sheets(tmp_path: Path, capsys):
@@ -1673,3 +1683,67 @@ def test_a_workbook_whose_tables_are_all_hidden_says_so(tmp_path: Path, capsys):
     )
     assert main(["check", str(root), "--labels", str(book), "--include-hidden"]) == 0
     assert capsys.readouterr().out.endswith("4 samples checked, 0 problems\n")
+
+
+@pytest.mark.parametrize("kind", ["csv", "xlsx"])
+def test_a_header_again_in_other_case_is_skipped_and_another_tables_header_refused(tmp_path: Path, kind: str):
+    # the attack: 'File,Label,Split' under 'file,label,split' (two tables joined) was a data row: class 'Label' took
+    # index 0 and moved cat and dog to 1 and 2 in split 'train', without a word; 'Filename,Class,Split' did the same,
+    # and 'file,split,label' gave the rows under it their splits as labels
+    img = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg")
+
+    def table(name: str, second: str, last: str) -> Path:
+        rows = [r.split(",") for r in ("file,label,split", "0.jpg,cat,train", "1.jpg,dog,train", second, last)]
+        if kind == "csv":
+            (tmp_path / f"{name}.csv").write_text("".join(",".join(r) + "\n" for r in rows))
+            return tmp_path / f"{name}.csv"
+        return workbook(tmp_path / f"{name}.xlsx", {"train": rows[1:]}, header=tuple(rows[0]))
+
+    where = (lambda p, n: f"{p}, line {n}") if kind == "csv" else (lambda p, n: f"{p}, sheet 'train', row {n}")
+    same = table("same", "File,Label,Split", "2.jpg,cat,val")
+    ds = open_dataset(img, labels=same, split="train")
+    assert ds.class_to_idx == {"cat": 0, "dog": 1} and ds.targets.tolist() == [0, 1]
+    what = "line" if kind == "csv" else "row"
+    assert read_labels(same).notes == [f"{where(same, 4)}: the header {what} again (tables joined?): skipped"]
+    for name, second, last, shown in (("syn", "Filename,Class,Split", "2.jpg,cat,val", "'Filename', 'Class'"),
+                                      ("order", "file,split,label", "2.jpg,val,cat", "'file', 'split'")):  # fmt: skip
+        path = table(name, second, last)
+        with pytest.raises(LabelError) as e:
+            open_dataset(img, labels=path, split="train")
+        assert str(e.value) == (f"{where(path, 4)}: {shown}: the header of another table (tables joined, with other "
+                                "column names or order?): remove it, and check that the rows under it have their "
+                                "columns in this table's order")  # fmt: skip
+
+
+def test_a_class_list_comment_that_is_a_class_and_a_header_of_other_names(tmp_path: Path, caplog):
+    # the attack: a class list written from the classes ['#', 'a', 'b'] lost '#' as a comment line: a and b were
+    # 0 and 1 against 1 and 2 in training; a first line 'name' (pandas' to_csv of a column) was class 0
+    img = images(tmp_path / "img", "0.jpg", "1.jpg", "2.jpg", "3.jpg")
+    (tmp_path / "train.txt").write_text("0.jpg #\n1.jpg a\n2.jpg b\n")
+    (tmp_path / "classes.txt").write_text("#\na\nb\n")
+    (tmp_path / "val.txt").write_text("3.jpg a\n")
+    with pytest.raises(LabelError) as e:
+        open_dataset(img, labels=tmp_path / "train.txt", classes=tmp_path / "classes.txt")
+    assert str(e.value) == (f"{tmp_path / 'classes.txt'}, line 1: '#' starts with # and is read as a comment, but the "
+                            "labels hold a class of that name: every class after it would move one index on; give "
+                            "the classes as a .json list")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        ds = open_dataset(img, labels=tmp_path / "val.txt", classes=tmp_path / "classes.txt")
+    assert ds.class_to_idx == {"a": 0, "b": 1}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'classes.txt'}: '#' (line 1) read as a comment, not a class; if it is a class, give the classes "
+        "as a .json list: every class after it is one index on"
+    ]
+    # a comment of words is one: no note
+    (tmp_path / "words.txt").write_text("# the classes\na\nb\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(img, labels=tmp_path / "val.txt", classes=tmp_path / "words.txt").classes == ["a", "b"]
+    assert caplog.records == []
+    (tmp_path / "v2.txt").write_text("0.jpg cat\n1.jpg dog\n")
+    for head in ("name", "cls", "species", "label_name", "标签名"):
+        (tmp_path / "c2.txt").write_text(f"{head}\ncat\ndog\n")
+        with pytest.raises(LabelError) as e:
+            open_dataset(img, labels=tmp_path / "v2.txt", classes=tmp_path / "c2.txt")
+        assert str(e.value).startswith(f"{tmp_path / 'c2.txt'}, line 1: {head!r} is a column's name (a header copied "
+                                       "with the column?) and no label holds it"), head  # fmt: skip
