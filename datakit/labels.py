@@ -565,10 +565,17 @@ class LabelTable:
         if self.kind == "name" and len(whole) and all(_looks_like_file(str(v)) for v in whole.labels.values):
             some = [str(whole.files[i]) for i in range(min(len(whole), 1000))]
             if not any(_looks_like_file(f) for f in some):  # file, label under a header that says label, file
+                why = (f"the header names the columns the other way round? ({self.file_column!r} is read as the "
+                       f"files, {self.label_column!r} as the labels: name each column as it holds)")  # fmt: skip
+                if (self.file_column, self.label_column) == (
+                    "path",
+                    "label",
+                ):  # a list's 'label path' lines, or such a header
+                    why = ("the lines are 'label path' where a list's are 'path label' (or a header 'path label' "
+                           "names the columns the other way round)? write each line as its image's path, then its "
+                           "label")  # fmt: skip
                 found.append(((1 << 30, 4), f"{self.path}: every label is an image's file name ({whole.labels[0]!r}, "
-                              f"first at {whole._short(0)}) and no file name is ({some[0]!r}): the header names the "
-                              f"columns the other way round? ({self.file_column!r} is read as the files, "
-                              f"{self.label_column!r} as the labels: name each column as it holds)"))  # fmt: skip
+                              f"first at {whole._short(0)}) and no file name is ({some[0]!r}): {why}"))  # fmt: skip
         found.sort(key=lambda p: p[0])
         return [text for _, text in found]
 

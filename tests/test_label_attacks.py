@@ -1747,3 +1747,15 @@ def test_a_class_list_comment_that_is_a_class_and_a_header_of_other_names(tmp_pa
             open_dataset(img, labels=tmp_path / "v2.txt", classes=tmp_path / "c2.txt")
         assert str(e.value).startswith(f"{tmp_path / 'c2.txt'}, line 1: {head!r} is a column's name (a header copied "
                                        "with the column?) and no label holds it"), head  # fmt: skip
+
+
+def test_a_headerless_list_of_label_then_path_is_said_to_be_so(tmp_path: Path):
+    # the attack: '0 0.jpg' lines were told "the header names the columns the other way round? ('path' is read as
+    # the files, ...)": the list has no header, and no 'path' column to rename
+    (tmp_path / "rev.txt").write_text("0 0.jpg\n1 1.jpg\n")
+    with pytest.raises(LabelError) as e:
+        read_labels(tmp_path / "rev.txt")
+    assert str(e.value) == (f"{tmp_path / 'rev.txt'}: every label is an image's file name ('0.jpg', first at line 1) "
+                            "and no file name is ('0'): the lines are 'label path' where a list's are 'path label' (or "
+                            "a header 'path label' names the columns the other way round)? write each line as its "
+                            "image's path, then its label")  # fmt: skip
