@@ -342,6 +342,7 @@ def check_data_file(path: str | os.PathLike) -> None:
 _ENVS: dict[str, object] = {}
 _TXNS: dict[str, object] = {}
 _ENV_IDS: dict[str, tuple] = {}  # each environment's data.mdb (device, inode) and the pack's creation
+_SIZES: dict[str, tuple[int, int]] = {}  # each environment's data.mdb: a descriptor of it and its size when opened
 _LOCK = threading.RLock()
 _PID = os.getpid()
 
@@ -358,9 +359,12 @@ def _close_all() -> None:
                     pass
             for env in _ENVS.values():
                 env.close()
+            for fd, _ in _SIZES.values():
+                os.close(fd)
         _TXNS.clear()
         _ENVS.clear()
         _ENV_IDS.clear()
+        _SIZES.clear()
     finally:
         _LOCK.release()
 
@@ -371,6 +375,7 @@ def _forget_all() -> None:
     _TXNS.clear()
     _ENVS.clear()
     _ENV_IDS.clear()
+    _SIZES.clear()  # (the parent's descriptors: close-on-exec, left to it)
     _PID = os.getpid()
     _LOCK = threading.RLock()
 
@@ -407,6 +412,11 @@ def _open_env(key: str, live: bool):
                                max_readers=1024, create=False)  # fmt: skip
             with env.begin(buffers=False) as txn:
                 _ENV_IDS[key] = (ident, _creation(txn.get(META_KEY)))
+        try:
+            fd = os.open(os.path.join(key, "data.mdb"), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            _SIZES[key] = (fd, os.fstat(fd).st_size)
+        except OSError:
+            pass  # (the environment opened it: a file gone since only loses this check)
         return env
 
     return process_env(key, opener)
@@ -433,6 +443,16 @@ def _drop_txn(key: str) -> None:
         txn.abort()
 
 
+def _shrunk(key: str, path: object) -> None:
+    """Refuse to read a pack whose data.mdb is shorter than when this process opened it (cut, or copied over in
+    place, while mapped): liblmdb would touch pages past its end, and the process would die of SIGBUS."""
+    held = _SIZES.get(key)
+    if held is not None and (now := os.fstat(held[0]).st_size) < held[1]:
+        _close_env(key)
+        raise PackError(f"{path}: its data.mdb shrank from {held[1]} to {now} bytes while it was read (cut, or "
+                        "copied over in place?); open the pack again once it is whole")  # fmt: skip
+
+
 def _close_env(key: str) -> None:
     with _LOCK:
         if os.getpid() != _PID:
@@ -440,6 +460,9 @@ def _close_env(key: str) -> None:
             return
         _drop_txn(key)
         _ENV_IDS.pop(key, None)
+        held = _SIZES.pop(key, None)
+        if held is not None:
+            os.close(held[0])
         env = _ENVS.pop(key, None)
         if env is not None:
             env.close()
@@ -1090,6 +1113,7 @@ class LmdbReader:
                 txn = _txn(self._key, self._live)
                 if _ENV_IDS.get(self._key) != self._ident:
                     raise self._replaced()
+                _shrunk(self._key, self.path)
                 value = txn.get(_image_key(i))
             except PackError:
                 raise
@@ -1120,7 +1144,9 @@ class LmdbReader:
     def name(self, i: int) -> str:
         """Sample ``i``'s source name (relative to its source folder where it had one)."""
         with _LOCK, _lmdb_errors(self.path):
-            raw = _txn(self._key, self._live).get(_name_key(i))
+            txn = _txn(self._key, self._live)
+            _shrunk(self._key, self.path)
+            raw = txn.get(_name_key(i))
         return raw.decode("utf-8", "surrogateescape") if raw is not None else f"#{i}"
 
     def close(self) -> None:

@@ -331,6 +331,37 @@ def test_truncated_copy_is_one_line_never_sigbus(tmp_path: Path, class_folder: P
         open_dataset(cut)
 
 
+def test_a_pack_cut_while_it_is_read_is_refused_never_sigbus(tmp_path: Path):
+    # the attack: a pack opened and read, then cut in place (cp of another pack over it, a copy restarted): the next
+    # read touched pages past the file's end and the process died of SIGBUS
+    pack = tmp_path / "p.lmdb"
+    write_pack(pack, 200)
+    whole = (pack / "data.mdb").stat().st_size
+    proc = run_py(
+        """
+        import os, sys
+        from datakit.datasets import open_dataset
+        from datakit.errors import PackError
+        ds = open_dataset(sys.argv[1])
+        ds.read(0)
+        ds.read(199)
+        os.truncate(os.path.join(sys.argv[1], "data.mdb"), 8192)
+        for read in (ds.read, ds.name):
+            try:
+                read(199)
+            except PackError as e:
+                print(e)
+        """,
+        str(pack),
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.splitlines() == [
+        f"{pack}: its data.mdb shrank from {whole} to 8192 bytes while it was read (cut, or copied over in place?); "
+        "open the pack again once it is whole",
+        f"{pack}: truncated: 8192 of {whole} bytes; copy it again or re-pack",  # opened again: the file as it is now
+    ]
+
+
 def test_reader_follows_a_pack_being_written(tmp_path: Path):
     out = tmp_path / "live.lmdb"
     writer = """
