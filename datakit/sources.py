@@ -831,6 +831,38 @@ class TableDataset(ImageDataset):
         if probe:
             self._probe_root()
             self._lone_missing()
+            if split is not None:
+                self._lone_elsewhere(whole.whole if whole.whole is not None else whole)
+
+    def _lone_elsewhere(self, whole: LabelTable) -> None:
+        """:meth:`_lone_missing` for a class this split has no row of (an index of the whole table's class map):
+        its one row, in another split, names a file that is not there (a type row ``string,string,string`` under
+        the header, an example row): one output more for this split's model, and no word of it otherwise."""
+        counts = np.bincount(np.asarray(self.targets, np.int64), minlength=len(self.classes))
+        absent = np.flatnonzero(counts == 0)
+        if not len(absent) or len(absent) > 100:  # (many: classes given for another split's samples)
+            return
+        every = whole.targets(self.class_map)
+        per_class = np.bincount(every[every >= 0], minlength=len(self.classes))
+        lone = []
+        for c in absent.tolist():
+            if per_class[c] != 1:
+                continue
+            r = int(np.flatnonzero(every == c)[0])
+            name = str(whole.files[r])
+            if self.zip is not None:
+                there = name in self.zip or self.prefix + name in self.zip
+            else:
+                there = os.path.exists(resolve_path(name, self.root))
+            if not there:
+                lone.append((c, r, name))
+        if lone:
+            c, r, name = lone[0]
+            more = f" ({len(lone) - 1} more such classes)" if len(lone) > 1 else ""
+            log.warning("%s: class %r is this row's alone, in split %r, and its file %r is not there: a class with no "
+                        "image (a type or example row under the header?) that split %r counts as one output more%s; "
+                        "datakit check lists every missing file", whole.where(r), self.classes[c],
+                        str(whole.splits[r]), name, self.split, more)  # fmt: skip
 
     def _lone_missing(self) -> None:
         """Warn of a class whose one row names a file that is not there: an example or type row under the header
