@@ -556,10 +556,10 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
             labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels or given is not None,
                                  **_label_options(args))  # fmt: skip
     source = src  # several: the shards of one pack, joined
-    if args.classes is not None:
+    named = {"encoding": args.encoding} if args.encoding != "auto" and labels is None else {}
+    if args.classes is not None or named:  # --encoding of a zip's names (or of a table given as SRC): as check reads
         from datakit.sources import open_source
 
-        named = {"encoding": args.encoding} if args.encoding != "auto" and labels is None else {}
         source = open_source(src, labels=labels, split=args.split, classes=args.classes, **named)
         labels = None
     term = None

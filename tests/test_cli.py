@@ -1228,3 +1228,20 @@ def test_a_rank_that_made_its_group_ends_with_its_code_its_exit_hooks_run_and_ou
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (3, "result", "")
     assert (tmp_path / "hook").read_text() == "ran"
+
+
+def test_pack_lmdb_reads_a_zips_names_in_the_encoding_given(tmp_path: Path, capsys):
+    # the attack: `check x.zip --encoding utf-8` read the names as UTF-8, `pack-lmdb x.zip out --encoding utf-8` did
+    # not (the option went to a label table there was none of): the pack kept other class names, exit 0
+    from datakit.io import encode_image
+    from datakit.lmdb import LmdbReader
+
+    png = encode_image(synthetic_image(8, 8, seed=1), ".png")
+    names = ["party 🎉/1.png", "beach 🏖️/2.png"]
+    z = tmp_path / "e.zip"
+    z.write_bytes(build_zip([ZipEntry(name=n.encode(), data=png) for n in names]))  # UTF-8 bytes, no flag
+    out = tmp_path / "p.lmdb"
+    assert main(["pack-lmdb", str(z), str(out), "--encoding", "utf-8", "-q", "--workers", "0"]) == 0
+    reader = LmdbReader(out)
+    assert reader.class_map.classes == ("beach 🏖️", "party 🎉")
+    assert sorted(reader.name(i) for i in range(len(reader))) == sorted(names)
