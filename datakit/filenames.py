@@ -333,6 +333,10 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
     Greek letters are a script, not mojibake, and kana read as UTF-8 are Japanese."""
     o = ord(ch)
     cat = unicodedata.category(ch)
+    if enc == "utf-8" and (o >= 0x1F000 or 0x2600 <= o <= 0x27BF or 0x2B00 <= o <= 0x2BFF or o in (0x200D, 0xFE0F)):
+        # an emoji, a dingbat (★, ✈) and what joins them (U+200D, U+FE0F) read as UTF-8: 3 and 4 byte sequences that
+        # legacy bytes seldom make; read as a one-byte code page they are 3 or 4 letters of nonsense (🎉: ЁЯОЙ)
+        return 0.8
     if cat in ("Cc", "Co", "Cn", "Cs", "Cf"):
         return -2.0
     if 0xFF61 <= o <= 0xFF9F or 0x2500 <= o <= 0x259F:  # half-width katakana, box drawing: mojibake
@@ -438,6 +442,8 @@ def _parts(names: list[str]):
 def score(names: list[str], enc: str, host: str | None = None, table: bool = False) -> float:
     """Mean plausibility per non-ASCII character of ``names`` read as ``enc`` (higher is better);
     ``table`` as for :func:`_char_score`."""
+    if enc == "utf-8":  # macOS writes names decomposed (NFD, e and U+0301): scored as the letters they make
+        names = [unicodedata.normalize("NFC", n) for n in names]
     chars = [c for n in names for c in n if ord(c) >= 0x80]
     if not chars:
         return 1.0

@@ -2860,3 +2860,16 @@ def test_finders_metadata_is_not_read_in_place_as_it_is_not_extracted(tmp_path: 
                                 "which unzip-gbk does not extract either")  # fmt: skip
     report = unzip(z, tmp_path / "out")
     assert report.extracted == ["img/a.png"] and tree(tmp_path / "out") == {"img/a.png": b"a"}
+
+
+def test_unflagged_utf8_names_of_macos_and_emoji_are_read_as_utf8(tmp_path: Path):
+    # the attack: macOS writes UTF-8 names decomposed and without the flag: 'Café' (e + U+0301) was read as CP437
+    # 'Cafe╠ü' with plausibility -0.15 and no warning; 'party 🎉' as CP866 'party ЁЯОЙ', '★' as 'тШЕ'
+    import unicodedata
+
+    names = [unicodedata.normalize("NFD", n) for n in ("Café/1.png", "Crème brûlée/2.png")]
+    for group in (names, ["party 🎉/1.jpg", "beach 🏖️/2.jpg"], ["★/1.jpg"], ["Dogs 🐶/1.jpg"]):
+        z = write_zip(tmp_path / "m.zip", [ZipEntry(n.encode(), b"x", made_by=(3 << 8) | 20) for n in group])
+        guess = detect_encoding(z)
+        assert (guess.encoding, guess.ambiguous) == ("utf-8", ()), group
+        assert ZipReader(z).names() == group
