@@ -691,10 +691,26 @@ def scan_class_folders(
             "%s: hidden folders %s count as classes (as in ImageFolder); remove them if unintended", root, hidden
         )
     _warn_numbered(root, classes)
+    _warn_wrapped(root, classes, files)
     legacy = undecoded_names(root, files)
     if legacy:
         log.warning("%s", legacy)
     return classes, files, targets
+
+
+def _warn_wrapped(root: str, classes: list[str], files: list[str]) -> None:
+    """Warn of one class whose images all sit in sub-folders of it, two or more: a wrapping folder (a zipped folder
+    extracted, 数据集/cat/1.jpg), whose sub-folders are the classes meant; the zip read in place skips it."""
+    if len(classes) != 1:
+        return
+    parts = [f.replace(os.sep, "/").split("/") for f in files]
+    inner = sorted({p[1] for p in parts if len(p) >= 3})
+    if len(inner) >= 2 and all(len(p) >= 3 for p in parts):
+        shown = ", ".join(map(repr, inner[:3])) + (f" and {len(inner) - 3} more" if len(inner) > 3 else "")
+        log.warning("%s: one class folder, %r, whose images all sit in its %d sub-folders (%s): a wrapping folder "
+                    "(a zipped folder, extracted)? the dataset is then %s, whose sub-folders are the classes; read "
+                    "as it is, every image is class 0", root, classes[0], len(inner), shown,
+                    os.path.join(root, classes[0]))  # fmt: skip
 
 
 def _other_forms(name: str) -> list[str]:

@@ -852,3 +852,37 @@ def test_a_table_of_names_without_their_extension_says_so(tmp_path: Path, capsys
         f"missing: '0' ({table}, line 2) not found at {tmp_path / '0'} (there is '0.jpg': the table's names lack "
         "their extension)"
     )
+
+
+def test_an_extracted_zipped_folder_of_class_folders_is_warned_of(tmp_path: Path, caplog):
+    # the attack: Windows' "Send to > Compressed folder" zips top/cat/1.png, top/dog/1.png; read in place the wrapping
+    # folder is skipped (classes cat, dog), extracted with unzip-gbk into data/images the folder gave one class 'top',
+    # every label 0, and check said 0 problems
+    from datakit.archive import unzip
+    from datakit.io import encode_image
+
+    png = [encode_image(synthetic_image(8, 8, seed=k), ".png") for k in range(3)]
+    z = tmp_path / "top.zip"
+    z.write_bytes(build_zip([ZipEntry(b"top/cat/1.png", png[0]), ZipEntry(b"top/dog/1.png", png[1]),
+                             ZipEntry(b"top/dog/2.png", png[2])]))  # fmt: skip
+    assert open_dataset(z).classes == ["cat", "dog"]
+    unzip(z, tmp_path / "data" / "images")
+    root = tmp_path / "data" / "images"
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        ds = open_dataset(root)
+    assert (ds.classes, ds.targets.tolist()) == (["top"], [0, 0, 0])  # as ImageFolder reads it
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{root}: one class folder, 'top', whose images all sit in its 2 sub-folders ('cat', 'dog'): a wrapping "
+        f"folder (a zipped folder, extracted)? the dataset is then {root / 'top'}, whose sub-folders are the classes; "
+        "read as it is, every image is class 0"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(root / "top").classes == ["cat", "dog"]
+        # one class with an image of its own, or with one sub-folder: no word
+        (root / "top" / "0.png").write_bytes(png[0])
+        open_dataset(root)
+        shutil.rmtree(root / "top" / "dog")
+        (root / "top" / "0.png").unlink()
+        open_dataset(root)
+    assert caplog.records == []
