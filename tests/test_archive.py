@@ -2873,3 +2873,14 @@ def test_unflagged_utf8_names_of_macos_and_emoji_are_read_as_utf8(tmp_path: Path
         guess = detect_encoding(z)
         assert (guess.encoding, guess.ambiguous) == ("utf-8", ()), group
         assert ZipReader(z).names() == group
+
+
+def test_a_reading_that_no_candidate_makes_plausible_is_said_to_be_ambiguous(tmp_path: Path):
+    # the attack: Polish CP1250 names (a code page no candidate is) were read as CP1252 '£ódŸ/zdjêcie_1.jpg' with
+    # plausibility 0.04, and said to be sure: no score was too low to be presented as certain
+    z = write_zip(tmp_path / "pl.zip", [ZipEntry("Łódź/zdjęcie_1.jpg".encode("cp1250"), b"x", made_by=20)])
+    guess = detect_encoding(z)
+    assert (guess.encoding, guess.ambiguous) == ("cp850", ("cp850", "cp1252"))
+    assert guess.reason.startswith("ambiguous: cp850 or cp1252; pass --encoding (1 unflagged names written on "
+                                   "DOS/Windows; plausibility cp850 0.00, cp1252 -0.35)")  # fmt: skip
+    assert ZipReader(z, encoding="cp1250").names() == ["Łódź/zdjęcie_1.jpg"]
