@@ -557,7 +557,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
                                  **_label_options(args))  # fmt: skip
     source = src  # several: the shards of one pack, joined
     named = {"encoding": args.encoding} if args.encoding != "auto" and labels is None else {}
-    if args.classes is not None or named:  # --encoding of a zip's names (or of a table given as SRC): as check reads
+    zipped = isinstance(src, str) and src.lower().endswith(".zip")
+    if args.classes is not None or (named and zipped):  # --encoding of a zip's names, as check reads them
         from datakit.sources import open_source
 
         source = open_source(src, labels=labels, split=args.split, classes=args.classes, **named)

@@ -337,7 +337,8 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
     Greek letters are a script, not mojibake, and kana read as UTF-8 are Japanese."""
     o = ord(ch)
     cat = unicodedata.category(ch)
-    if enc == "utf-8" and (o >= 0x1F000 or 0x2600 <= o <= 0x27BF or 0x2B00 <= o <= 0x2BFF or o in (0x200D, 0xFE0F)):
+    if enc == "utf-8" and (0x1F000 <= o <= 0x1FAFF or 0x2600 <= o <= 0x27BF or 0x2B00 <= o <= 0x2BFF
+                           or o in (0x200D, 0xFE0F)) and cat != "Cn":  # fmt: skip
         # an emoji, a dingbat (★, ✈) and what joins them (U+200D, U+FE0F) read as UTF-8: 3 and 4 byte sequences that
         # legacy bytes seldom make; read as a one-byte code page they are 3 or 4 letters of nonsense (🎉: ЁЯОЙ)
         return 0.8
@@ -554,7 +555,8 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
         )
         if distinct and close:
             rivals.append(e)
-    if not rivals and best != "utf-8" and scores[best] < DOUBTFUL:  # no reading is plausible: the next one named
+    lettered = any(c.isalpha() for c in seen)  # (° ’ № alone score low as symbols, read right all the same)
+    if not rivals and best != "utf-8" and lettered and scores[best] < DOUBTFUL:  # no reading is plausible
         runner = next((e for e in ranked[1:] if readings[e] != readings[best]), None)
         rivals = [runner] if runner is not None else []
     if one and "gbk" in rivals:  # one character cannot choose: the encoding of the archives datakit reads most

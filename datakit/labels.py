@@ -2365,7 +2365,8 @@ def _shown_otherwise(v: float, code: str) -> bool:
 
 def _section_otherwise(v: float, section: str) -> bool:
     """:func:`_shown_otherwise` for one section of a format."""
-    section = _BLANKS.sub("", _FORMAT_TAGS.sub("", section)).strip()
+    spaced = _FORMAT_TAGS.sub("", section).strip()  # its blanks kept: '# ?/?' and '#\ ?/?' part whole and fraction
+    section = _BLANKS.sub("", spaced).strip()
     if not section:  # ;;; hides the number
         return True
     if section.lower() == "general":  # General;General, [Red]General: the value's own text
@@ -2374,7 +2375,7 @@ def _section_otherwise(v: float, section: str) -> bool:
         return True
     if "E" in section.upper() or "/" in section:
         # # ?/? shows a whole number as itself (and blanks); ?/? with no whole part shows 5 as 5/1
-        return not (float(v).is_integer() and re.match(r"[#0?,]+\s+[#0?]+/", section) is not None)
+        return not (float(v).is_integer() and re.match(r"[#0?,]+(?:\s|\\\s|_.)+[#0?]+/", spaced) is not None)
     digits = re.sub(r"[^0#?.,]", "", section)
     if re.sub(r"[0#?.,]", "", section):  # any other character shown beside the number: $, (5), a sign, 1, a space
         return True

@@ -2143,6 +2143,11 @@ def create_loader(
                         "1 sample" if one else f"{extra} samples", len(dataset),
                         "a repeat that makes" if one else "repeats that make", ranks,
                         *(("it", "it") if one else ("them", "them")))  # fmt: skip
+    if isinstance(sampler, EpochSampler) and getattr(dataset, "complete", True) is False:  # a pack still written
+        where = ", ".join(str(r.path) for r in getattr(dataset, "readers", ())) or type(dataset).__name__
+        log.warning("%s: a pack still being written, %d samples so far: this loader serves those %d each epoch, not "
+                    "the ones committed later (a pack is written in the source's order: maybe some classes alone); "
+                    "make the loader again once the pack is complete", where, sampler.n, sampler.n)  # fmt: skip
     per_rank = len(sampler) if sampler is not None else (len(dataset) if hasattr(dataset, "__len__") else None)
     drop_one = False  # training drops a last batch of one sample only: decided for each epoch's rest (resumed too)
     if drop_last is None:  # a stream of unknown length: its last batch cannot be known ahead

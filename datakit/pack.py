@@ -382,7 +382,8 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
                 then, now = ("a folder or file", "a dataset") if was_path else ("a dataset", "a path")
                 raise UsageError(  # a path's pack resumed from a dataset object, as `--classes` makes, or the other way
                     f"{out}: was packed from {then} ({existing.get(key)!r}), now from {now} ({meta[key]!r}; "
-                    "pack-lmdb --classes makes a dataset of its source): resume with the first run's arguments, "
+                    "pack-lmdb --classes, and --encoding of a zip, make a dataset of its source): resume with the "
+                    "first run's arguments, "
                     "or use --overwrite"
                 )
             if existing.get(key) != meta[key]:

@@ -709,7 +709,7 @@ def _warn_wrapped(root: str, classes: list[str], files: list[str]) -> None:
         shown = ", ".join(map(repr, inner[:3])) + (f" and {len(inner) - 3} more" if len(inner) > 3 else "")
         log.warning("%s: one class folder, %r, whose images all sit in its %d sub-folders (%s): a wrapping folder "
                     "(a zipped folder, extracted)? the dataset is then %s, whose sub-folders are the classes; read "
-                    "as it is, every image is class 0", root, classes[0], len(inner), shown,
+                    "as it is, its images are all one class", root, classes[0], len(inner), shown,
                     os.path.join(root, classes[0]))  # fmt: skip
 
 
@@ -866,11 +866,7 @@ class TableDataset(ImageDataset):
                 continue
             r = int(np.flatnonzero(every == c)[0])
             name = str(whole.files[r])
-            if self.zip is not None:
-                there = name in self.zip or self.prefix + name in self.zip
-            else:
-                there = os.path.exists(resolve_path(name, self.root))
-            if not there:
+            if not self._name_exists(name):
                 lone.append((c, r, name))
         if lone:
             c, r, name = lone[0]
@@ -895,11 +891,18 @@ class TableDataset(ImageDataset):
                         "example row under the header?)%s; datakit check lists every missing file", self.where(i),
                         self.classes[targets[i]], self.files[i], more)  # fmt: skip
 
+    def _name_exists(self, name: str) -> bool:
+        """Whether the file a table row names is there, found as :meth:`path` finds it (either Unicode form)."""
+        found = self._path_of(name)
+        return found in self.zip if self.zip is not None else os.path.exists(found)
+
     def path(self, index: int) -> str:
         """Where sample ``index`` lives: a path on disk, or the member name inside the zip. A name
         the table writes in one Unicode form (NFC, as typed on Windows) finds the file or member
         named in the other (NFD, as macOS writes names), when only that one is there."""
-        name = self.files[index]
+        return self._path_of(self.files[index])
+
+    def _path_of(self, name: str) -> str:
         if self.zip is not None:
             from datakit.archive import _names_folder, member_path
 
@@ -1573,8 +1576,7 @@ class _ClassNames(list):
 # what pandas' to_csv writes above a column of names), or the list's own
 _CLASS_HEADERS = frozenset({_norm(k) for k in LABEL_COLUMNS} | _RIVAL_COLUMNS | {
     "classes", "class_names", "classnames", "categories", "category_name", "category_names", "类别名称", "类名",
-    "类别列表", "name", "names", "cls", "tag", "tags", "species", "breed", "breeds", "kind", "type", "名称", "名字",
-    "种类", "类型", "標籤名", "名稱", "種類"})  # fmt: skip
+    "类别列表", "name", "names", "cls", "species", "breed", "breeds", "名称", "名字", "標籤名", "名稱"})  # fmt: skip
 
 
 _SYNSET = re.compile(r"n\d{8}[ \t]+\S.*")
@@ -1645,8 +1647,8 @@ def check_header(given: Sequence[str], labels: Sequence[str]) -> None:
                 raise LabelError(f"{path}, line {number}: {text!r} starts with # and is read as a comment, but the "
                                  "labels hold a class of that name: every class after it would move one index "
                                  "on; give the classes as a .json list")  # fmt: skip
-        lone = [(n, t) for n, t in lines if re.fullmatch(r"#\S*", t)]
-        if lone:  # '#' or '#5' alone on a line: a class's name as much as a comment
+        lone = [(n, t) for n, t in lines if re.fullmatch(r"#[^\s#]{0,3}", t)]
+        if lone:  # '#' or '#5' alone on a line: a class's name as much as a comment (not '#####', '#classes')
             shown = ", ".join(f"{t!r} (line {n})" for n, t in lone[:3]) + (
                 f" and {len(lone) - 3} more" if len(lone) > 3 else ""
             )

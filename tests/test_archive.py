@@ -2873,6 +2873,14 @@ def test_unflagged_utf8_names_of_macos_and_emoji_are_read_as_utf8(tmp_path: Path
         guess = detect_encoding(z)
         assert (guess.encoding, guess.ambiguous) == ("utf-8", ()), group
         assert ZipReader(z).names() == group
+    # CP866 words that are 4-byte UTF-8 sequences (ёжик: a code point no plane assigns; Ёлка: a CJK one) stay CP866
+    for name in ("ёжик.jpg", "Ёлка/1.jpg"):
+        z = write_zip(tmp_path / "r.zip", [ZipEntry(name.encode("cp866"), b"x", made_by=20)])
+        assert (detect_encoding(z).encoding, detect_encoding(z).ambiguous, ZipReader(z).names()) == (
+            "cp866",
+            (),
+            [name],
+        )
 
 
 def test_a_reading_that_no_candidate_makes_plausible_is_said_to_be_ambiguous(tmp_path: Path):
@@ -2884,3 +2892,7 @@ def test_a_reading_that_no_candidate_makes_plausible_is_said_to_be_ambiguous(tmp
     assert guess.reason.startswith("ambiguous: cp850 or cp1252; pass --encoding (1 unflagged names written on "
                                    "DOS/Windows; plausibility cp850 0.00, cp1252 -0.35)")  # fmt: skip
     assert ZipReader(z, encoding="cp1250").names() == ["Łódź/zdjęcie_1.jpg"]
+    # symbols alone score low and are read right: no doubt said (rotation classes, an apostrophe, №)
+    for name, enc in (("0°/1.jpg", "cp1252"), ("photos/Bob’s party.jpg", "cp1252"), ("№1/a.jpg", "cp1251")):
+        z = write_zip(tmp_path / "s.zip", [ZipEntry(name.encode(enc), b"x", made_by=(11 << 8) | 20)])
+        assert (detect_encoding(z).encoding, detect_encoding(z).ambiguous, ZipReader(z).names()) == (enc, (), [name])

@@ -874,7 +874,7 @@ def test_an_extracted_zipped_folder_of_class_folders_is_warned_of(tmp_path: Path
     assert [r.getMessage() for r in caplog.records] == [
         f"{root}: one class folder, 'top', whose images all sit in its 2 sub-folders ('cat', 'dog'): a wrapping "
         f"folder (a zipped folder, extracted)? the dataset is then {root / 'top'}, whose sub-folders are the classes; "
-        "read as it is, every image is class 0"
+        "read as it is, its images are all one class"
     ]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="datakit"):

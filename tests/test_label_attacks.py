@@ -1734,13 +1734,18 @@ def test_a_class_list_comment_that_is_a_class_and_a_header_of_other_names(tmp_pa
         f"{tmp_path / 'classes.txt'}: '#' (line 1) read as a comment, not a class; if it is a class, give the classes "
         "as a .json list: every class after it is one index on"
     ]
-    # a comment of words is one: no note
-    (tmp_path / "words.txt").write_text("# the classes\na\nb\n")
+    # a comment of words, or a banner of #, is one: no note
+    (tmp_path / "words.txt").write_text("##########\n# the classes\n#classes\n##########\na\nb\n")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="datakit"):
         assert open_dataset(img, labels=tmp_path / "val.txt", classes=tmp_path / "words.txt").classes == ["a", "b"]
     assert caplog.records == []
     (tmp_path / "v2.txt").write_text("0.jpg cat\n1.jpg dog\n")
+    # a real class 0 named as a tag or a type (tag, price, shelf), with no sample in this split: read, as before
+    (tmp_path / "shelf.txt").write_text("tag\nprice\nshelf\n")
+    (tmp_path / "v3.txt").write_text("0.jpg price\n1.jpg shelf\n")
+    ds = open_dataset(img, labels=tmp_path / "v3.txt", classes=tmp_path / "shelf.txt")
+    assert (ds.classes, ds.targets.tolist()) == (["tag", "price", "shelf"], [1, 2])
     for head in ("name", "cls", "species", "label_name", "标签名"):
         (tmp_path / "c2.txt").write_text(f"{head}\ncat\ndog\n")
         with pytest.raises(LabelError) as e:

@@ -1147,3 +1147,32 @@ def test_a_follower_of_a_pack_deleted_and_packed_again_is_told_so(tmp_path: Path
         ds.readers[0].refresh()
     assert str(e.value) == (f"{out}: the pack was replaced (packed again) since this dataset read its labels; open "
                             "it again")  # fmt: skip
+
+
+def test_a_loader_of_a_pack_still_written_says_it_serves_what_is_committed(tmp_path: Path, caplog):
+    # the attack: create_loader over open_dataset(pack, allow_incomplete=True) while pack-lmdb ran served the 85
+    # samples committed when it was made, every epoch, after the pack was complete and ds.refresh() too (torch's
+    # DataLoader follows len(ds)); a pack holds the source's order: one class alone, and nothing said
+    import logging
+
+    from datakit.labels import ClassMap
+    from datakit.loader import create_loader
+
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(("a", "b")).to_json(), "planned": 20}
+    with LmdbWriter(tmp_path / "live.lmdb", meta, commit_every=4) as w:
+        for i in range(8):
+            w.add(encode_image(synthetic_image(8, 8, seed=i), ".png"), 0, 8, 8, f"a/{i}.png")
+    ds = open_dataset(tmp_path / "live.lmdb", allow_incomplete=True)
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        loader = create_loader(ds, 4, num_workers=0, seed=0)
+    assert len(ds) == 8 and len(loader) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'live.lmdb'}: a pack still being written, 8 samples so far: this loader serves those 8 each "
+        "epoch, not the ones committed later (a pack is written in the source's order: maybe some classes alone); "
+        "make the loader again once the pack is complete"
+    ]
+    write_pack(tmp_path / "whole.lmdb", 8)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        create_loader(open_dataset(tmp_path / "whole.lmdb"), 4, num_workers=0, seed=0)
+    assert caplog.records == []

@@ -1078,8 +1078,8 @@ def test_a_resume_that_adds_classes_is_told_so(class_folder: Path, tmp_path: Pat
     assert fingerprint == os.path.realpath(class_folder)
     assert err.startswith(f"datakit pack-lmdb: error: {out}: was packed from a folder or file ({fingerprint!r}), now "
                           "from a dataset ('FolderDataset of 12 samples (names and targets crc32 ")  # fmt: skip
-    assert err.endswith("; pack-lmdb --classes makes a dataset of its source): resume with the first run's "
-                        "arguments, or use --overwrite")  # fmt: skip
+    assert err.endswith("; pack-lmdb --classes, and --encoding of a zip, make a dataset of its source): resume "
+                        "with the first run's arguments, or use --overwrite")  # fmt: skip
     assert main(argv) == 0 and verify_lmdb(out) == []
 
 
