@@ -1579,6 +1579,8 @@ def _header_again(f: str, lab: str, fname: str, lname: str | None) -> str | None
     (``File,Label`` under ``file,label``: tables joined); "other", the header of another table (a file column's name
     beside a label's or split's, ``Filename,Class``, ``file,split,label``), under which the columns mean other
     things; None, a data row."""
+    if ("." in f or "/" in f) and f.lower() != (fname or "").lower():  # an image's name: a data row (every row asks)
+        return None
     if lname is not None and _norm(f) == _norm(fname) and _norm(lab) == _norm(lname):
         return "same"
     return "other" if _norm(f) in _FILE_KEYS and _norm(lab) in _HEADING_KEYS else None
