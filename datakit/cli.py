@@ -24,7 +24,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from datakit.errors import DatakitError, UsageError
+from datakit.errors import DatakitError, UsageError, refuse_empty
 
 TABLE_SUFFIXES = (".xlsx", ".xlsm", ".csv", ".tsv", ".txt", ".lst")
 
@@ -1218,10 +1218,15 @@ def _check_environment() -> None:
                          "unset RANK and WORLD_SIZE to run alone, or launch with torchrun")  # fmt: skip
 
 
+_NAMED_OPTIONS = ("labels", "classes", "root", "split", "file_column", "label_column", "split_column")
+
+
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
     """Call ``func(args)`` as this rank should, and turn exceptions into one line and an exit code."""
     try:
         _check_environment()
+        # `--classes "$TRAIN"` with TRAIN unset: "" would be the current folder, a column "" none named
+        refuse_empty(**{k: v for k in _NAMED_OPTIONS if isinstance(v := getattr(args, k, None), str)})
     except UsageError as exc:
         print(f"{prog}: error: {_lines(exc)}", file=sys.stderr)
         return 2

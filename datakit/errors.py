@@ -8,6 +8,8 @@ are problems with the data itself. Every one is a ``ValueError`` too, so code th
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "ArchiveError",
     "DataError",
@@ -54,3 +56,23 @@ class PackError(DataError):
 
 class SampleError(DataError):
     """One sample that cannot be read or decoded; the message names the sample index and file."""
+
+
+_PATH_ARGUMENTS = ("path", "src", "labels", "root", "classes")
+
+
+def refuse_empty(**given: object) -> None:
+    """Refuse an empty path or name (an unset shell variable: ``--classes "$TRAIN"``): ``Path("")`` is the
+    current folder, read as if named, and an empty column name or split would mean "none given"."""
+    for name, value in given.items():
+        if not isinstance(value, (str, os.PathLike)) or os.fspath(value).strip():
+            continue
+        flag = "" if name in ("path", "src") else f"{name}= (--{name.replace('_', '-')}): "
+        if name in _PATH_ARGUMENTS:
+            fix = "give the file or folder, or . for the current folder"
+        elif name == "split":
+            fix = "give the split's name, or leave it out for every split"
+        else:
+            fix = "give the column's header, or leave it out to find the column by the common names"
+        kind = "path" if name in _PATH_ARGUMENTS else "name"
+        raise UsageError(f"{flag}an empty {kind} ({os.fspath(value)!r}); {fix} (an unset variable?)")

@@ -637,7 +637,7 @@ _TIFF_PILLOW_ONLY = {34925, 50000, 50001, 50002, 34887, 34661}
 
 
 def _tiff_for_pillow(data: bytes) -> bool:
-    """Whether a TIFF is one for Pillow, not OpenCV: compressed in a way OpenCV's libtiff lacks, or 8-bit
+    """Whether a TIFF is one for Pillow, not OpenCV: compressed in a way OpenCV's libtiff lacks, CIELab, or 8-bit
     RGBA with ordinary (unassociated) alpha, ExtraSamples = 2, as Pillow, GIMP and Photoshop write it (its
     colours are stored as they are; OpenCV returns them premultiplied)."""
     import io
@@ -647,7 +647,7 @@ def _tiff_for_pillow(data: bytes) -> bool:
     try:
         with Image.open(io.BytesIO(data)) as im:
             tags = im.tag_v2 if hasattr(im, "tag_v2") else {}
-            if tags.get(259) in _TIFF_PILLOW_ONLY:
+            if tags.get(259) in _TIFF_PILLOW_ONLY or im.mode == "LAB":  # CIELab: libtiff's RGB clips b* (34 to 0)
                 return True
             return im.mode == "RGBA" and tags.get(338) in (2, (2,))
     except Exception:  # not one Pillow reads: OpenCV says what is wrong
@@ -689,6 +689,8 @@ def _pillow_pixels(im, mode: str, upright: bool) -> np.ndarray:
         im = ImageOps.exif_transpose(im)
     if im.mode == "P":
         im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+    if im.mode == "LAB":  # a CIELab TIFF: its colours in RGB, as every mode starts from (L has no direct way)
+        im = im.convert("RGB")
     if im.mode in ("F", "I"):  # 32-bit float or integer samples: Pillow's 8-bit conversion clips them
         if mode != "unchanged":
             raise _DeepSamples("float32" if im.mode == "F" else "int32")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import LabelError, UsageError
+from datakit.errors import LabelError, UsageError, refuse_empty
 from datakit.filenames import decodes
 from datakit.textparse import Columns, gather, hash_spans, parse_delimited, parse_list, span_keys
 
@@ -556,7 +556,9 @@ class LabelTable:
             found.append(((1 << 30, 0), whole._mixed_problem()))
         elif self.kind == "int" and not remap:
             ints = sorted({_int_of(v) for v in self.class_values})
-            if ints != list(range(len(ints))):
+            # judged without the rows refused above (their labels unread), the range would be wrong: a list of 0
+            # and 1 whose one 0 line is refused is "1..1, not 0..0", with --remap-labels advised
+            if ints != list(range(len(ints))) and not self.read_problems:
                 found.append(((1 << 30, 1), whole._range_problem(ints)))
         elif self.kind == "name" and len(whole) and all(_VECTOR.fullmatch(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 2), whole._vector_problem()))
@@ -2953,6 +2955,8 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
         return [_part_from_lists("", [], [], [], [], "", "")], enc
     if text is not None and text.startswith("\ufeff"):
         text = text[1:]
+    if kind == "list" and (im2rec := _im2rec_lines(path, buf, notes)) is not None:
+        buf, text = im2rec, None if text is None else im2rec.decode("utf-8", "surrogateescape")
     if kind == "list":
         fkeys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
         lkeys = {_norm(label_column)} if label_column is not None else {_norm(k) for k in LABEL_COLUMNS}
@@ -2980,6 +2984,37 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
     cols = parse_delimited(buf, text, delim, is_header)
     around = top if pick is not None and cols.header == top[pick] else None
     return [_table_part(path, cols, delim, problems, notes, file_column, label_column, split_column, around)], enc
+
+
+_IM2REC_LINE = re.compile(rb"[ \t]*(\d+)\t((?:[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\t)+)([^\t\r\n]*?)[ \t]*\r?")
+
+
+def _im2rec_lines(path: Path, buf: bytes, notes: list) -> bytes | None:
+    """MXNet's ``im2rec`` lists (``.lst``: ``index<TAB>label<TAB>path`` a line, the label written as a float,
+    ``0.000000``) as ``path<TAB>label`` lines, the line numbers kept; None for any other list. Every sample
+    line must have that shape and name an image; more than one label a line (multi-label) is refused."""
+    out: list[bytes] = []
+    multi = None  # the first line with more than one label
+    for line in buf.split(b"\n"):
+        s = line.strip()
+        if not s or s.startswith(b"#"):
+            out.append(line)
+            continue
+        m = _IM2REC_LINE.fullmatch(line)
+        if m is None or not _looks_like_file(m.group(3).decode("utf-8", "surrogateescape")):
+            return None
+        labels = m.group(2).split(b"\t")[:-1]
+        if len(labels) > 1 and multi is None:
+            multi = (len(out) + 1, s, len(labels))
+        out.append(m.group(3) + b"\t" + labels[0])
+    if len(out) == sum(not x.strip() or x.strip().startswith(b"#") for x in out):
+        return None
+    if multi is not None:
+        line, s, n = multi
+        raise LabelError(f"{path}, line {line}: {s.decode('utf-8', 'replace')!r}: an MXNet im2rec line with {n} "
+                         "labels (multi-label); datakit reads one label a sample")  # fmt: skip
+    notes.append(f"{path}: read as MXNet im2rec lines, 'index<TAB>label<TAB>path' (the index left out)")
+    return b"\n".join(out)
 
 
 def _first_rows(buf: bytes, text: str | None, delim: str, size: int = 1 << 16) -> list[list[str]]:
@@ -3415,7 +3450,8 @@ def read_labels(
             each sheet's name becoming its rows' split), a text table (``.csv``/``.tsv``, or
             a ``.txt`` whose first line is a header; a split column is used when present), or a
             list (``.txt``/``.lst``: ``path label`` per line, as PaddleClas and mmpretrain write
-            them; the label is the last field, ``#`` comments and blank lines are skipped).
+            them; the label is the last field, ``#`` comments and blank lines are skipped; MXNet
+            im2rec's ``index<TAB>label<TAB>path`` lines too).
         sheets: only these sheets (a name or a list).
         split: only the rows of this split: a workbook keeps only that sheet's rows (the others
             give their labels, so every split gets the same class map, and their files are compared
@@ -3438,6 +3474,7 @@ def read_labels(
         LabelError: every problem of the table at once (the first 20 spelled out, each with its
             sheet and row or line, then a count), or a file that cannot be read as a table.
     """
+    refuse_empty(path=path, split=split, file_column=file_column, label_column=label_column, split_column=split_column)
     path = Path(path)
     if path.is_dir():
         raise NotATable(f"{path}: is a folder, not a label table (expected {_TABLE_SUFFIXES})")

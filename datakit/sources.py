@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import PackError, SampleError, UsageError
+from datakit.errors import PackError, SampleError, UsageError, refuse_empty
 from datakit.filenames import json_text, undecoded_names
 from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
@@ -1802,6 +1802,8 @@ def open_source(
     ``kinds``: a module holding FolderDataset, TableDataset, ZipDataset and LmdbDataset, this one
     by default (torch-free), :mod:`datakit.datasets` for its torch datasets."""
     kinds = kinds or sys.modules[__name__]
+    refuse_empty(src=src, labels=labels, root=root, classes=classes, split=split, file_column=file_column,
+                 label_column=label_column, split_column=split_column)  # fmt: skip
     if classes is not None:
         given = given_classes(classes)
         if remap_labels:

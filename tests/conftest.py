@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_tmpdir(tmp_path_factory):
+    """TMPDIR under pytest's own base folder, for this process and every program the tests start: what a killed
+    worker or torchrun leaves behind (multiprocessing's pymp-*, torchelastic_*) goes with pytest's old runs."""
+    folder = tmp_path_factory.mktemp("tmpdir")
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = None
+    yield folder
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
 
 
 @pytest.fixture

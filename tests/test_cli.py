@@ -1186,6 +1186,27 @@ def test_an_empty_path_is_a_usage_error_not_this_folder(capsys):
                                            "pack to read (an unset variable?)\n")  # fmt: skip
 
 
+def test_an_empty_option_path_or_column_is_a_usage_error(class_folder: Path, tmp_path: Path, monkeypatch, capsys):
+    # the attack: `--classes "$TRAIN"` with TRAIN unset read the current folder (here a folder of class folders, the
+    # dataset's own among them) as the class list: targets off by one, exit 0; --label-column "" exited 1, saying
+    # the table had no label column
+    table = tmp_path / "l.csv"
+    table.write_text("file,label\ncat/图片_0.jpg,cat\ndog/图片_0.jpg,dog\n", encoding="utf-8")
+    monkeypatch.chdir(class_folder)
+    for option, kind, fix in (
+        ("--classes", "path", "give the file or folder, or . for the current folder"),
+        ("--labels", "path", "give the file or folder, or . for the current folder"),
+        ("--split", "name", "give the split's name, or leave it out for every split"),
+        ("--label-column", "name", "give the column's header, or leave it out to find the column by the common names"),
+        ("--file-column", "name", "give the column's header, or leave it out to find the column by the common names"),
+    ):
+        args = ["check", str(class_folder)] + (["--labels", str(table)] if option != "--labels" else []) + [option, ""]
+        assert main(args) == 2, option
+        name = option[2:].replace("-", "_")
+        assert capsys.readouterr().err == (f"datakit check: error: {name}= ({option}): an empty {kind} (''); {fix} (an "
+                                           "unset variable?)\n")  # fmt: skip
+
+
 def test_check_notes_are_one_line_each_and_quiet_prints_problems_alone(tmp_path: Path):
     # the attack: a note naming 'two\nlines.png' printed the newline raw (one note, two lines), and check -q, which
     # prints "only the problems", printed the note too

@@ -1350,3 +1350,20 @@ def test_data_after_a_jpegs_end_does_not_count_as_its_scans(tmp_path: Path):
     Image.fromarray(synthetic_image(48, 64)).save(b, "JPEG", progressive=True)
     photo = b.getvalue() + b"\0\0\0\x18ftypmp42" + b"\xff\xda\x00" * 1000
     assert np.array_equal(decode_image(photo, "rgb"), decode_image(b.getvalue(), "rgb"))
+
+
+def test_a_cielab_tiff_reads_as_pillow_converts_it_in_every_mode():
+    # the attack: a CIELab TIFF (photometric 8) decoded through libtiff's RGB conversion, which clipped b*: the
+    # source's (255, 228, 34) came back (255, 226, 0), 44 levels off where Pillow's reading is within 14
+    rgb = np.random.default_rng(1).integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(rgb).convert("LAB").save(buf, "TIFF")
+    data = buf.getvalue()
+    with Image.open(io.BytesIO(data)) as im:
+        assert im.tag_v2[262] == 8
+        want = np.asarray(im.convert("RGB"))
+    assert int(np.abs(want.astype(int) - rgb).max()) == 14
+    assert np.array_equal(decode_image(data, mode="rgb"), want)
+    assert np.array_equal(decode_image(data, mode="bgr"), want[..., ::-1])
+    assert np.array_equal(decode_image(data, mode="unchanged"), want[..., ::-1])
+    assert np.array_equal(decode_image(data, mode="gray"), np.asarray(Image.fromarray(want).convert("L")))

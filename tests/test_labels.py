@@ -2123,3 +2123,65 @@ def test_a_label_that_is_another_in_quotes_is_noted(tmp_path: Path):
         f"{path}: labels 'cat' at line 2 and \"'cat'\" at line 3 differ only in the quotes around the second: {why}",
         f"{path}: labels 'cat' at line 2 and '\"cat\"' at line 4 differ only in the quotes around the second: {why}",
     ]
+
+
+def test_an_empty_path_or_name_is_refused_not_read_as_this_folder_or_none(class_folder: Path, tmp_path: Path,
+                                                                          monkeypatch):  # fmt: skip
+    # the attack: open_dataset(..., classes="") read the current folder's class folders as the class list, and
+    # labels="" opened the folder without its table
+    table = tmp_path / "l.csv"
+    table.write_text("file,label\ncat/图片_0.jpg,cat\ndog/图片_0.jpg,dog\n", encoding="utf-8")
+    monkeypatch.chdir(class_folder)
+    with pytest.raises(UsageError) as err:
+        open_dataset(class_folder, labels=table, classes="")
+    assert str(err.value) == ("classes= (--classes): an empty path (''); give the file or folder, or . for the current "
+                              "folder (an unset variable?)")  # fmt: skip
+    with pytest.raises(UsageError) as err:
+        open_dataset(class_folder, labels="")
+    assert str(err.value) == ("labels= (--labels): an empty path (''); give the file or folder, or . for the current "
+                              "folder (an unset variable?)")  # fmt: skip
+    with pytest.raises(UsageError) as err:
+        read_labels(table, label_column=" ")
+    assert str(err.value) == ("label_column= (--label-column): an empty name (' '); give the column's header, or leave "
+                              "it out to find the column by the common names (an unset variable?)")  # fmt: skip
+    with pytest.raises(UsageError) as err:
+        open_dataset("")
+    assert (
+        str(err.value)
+        == "an empty path (''); give the file or folder, or . for the current folder (an unset variable?)"
+    )
+
+
+def test_an_mxnet_im2rec_list_is_read_as_its_path_and_label(tmp_path: Path):
+    # the attack: im2rec's .lst ('index<TAB>label<TAB>path', the label a float) was refused on every line as
+    # "expected 'path<TAB>label', got 3 fields", naming neither the format nor a fix
+    lst = tmp_path / "train.lst"
+    lst.write_text("0\t1.000000\tdog/b.jpg\n1\t0.000000\tcat/a.jpg\n# a comment\n\n2\t0.000000\tcat/c d.jpg\n")
+    table = read_labels(lst)
+    assert [table.files[i] for i in range(len(table))] == ["dog/b.jpg", "cat/a.jpg", "cat/c d.jpg"]
+    assert [table.labels[i] for i in range(len(table))] == [1, 0, 0]
+    assert table.rows.tolist() == [1, 2, 5]
+    assert table.notes == [f"{lst}: read as MXNet im2rec lines, 'index<TAB>label<TAB>path' (the index left out)"]
+    assert table.class_map().classes == ("0", "1")
+    multi = tmp_path / "multi.lst"
+    multi.write_text("0\t1.0\t0.0\tdog/b.jpg\n")
+    with pytest.raises(LabelError) as err:
+        read_labels(multi)
+    assert str(err.value) == (f"{multi}, line 1: '0\\t1.0\\t0.0\\tdog/b.jpg': an MXNet im2rec line with 2 labels "
+                              "(multi-label); datakit reads one label a sample")  # fmt: skip
+
+
+def test_a_refused_line_leaves_the_integer_range_unjudged(tmp_path: Path):
+    # the attack: a list of labels 0 and 1 whose one 0 line was refused (a third field) was also said to hold
+    # "integer labels 1..1, not 0..0", with --remap-labels advised
+    lst = tmp_path / "list.txt"
+    lst.write_text("a.png\t0\t# checked\nb.png\t1\n")
+    table = read_labels(lst, validate=False)
+    assert table.problems() == [f"{lst}, line 1: expected 'path<TAB>label', got 3 fields: 'a.png\\t0\\t# checked'"]
+    fixed = tmp_path / "fixed.txt"
+    fixed.write_text("b.png\t1\n")
+    assert (
+        read_labels(fixed, validate=False)
+        .problems()[0]
+        .startswith(f"{fixed}: integer labels are 1..1, not 0..0; passed on as they are")
+    )
