@@ -329,7 +329,8 @@ def _zipfile(path, file) -> zipfile.ZipFile:
     """``zipfile.ZipFile(file)``, its errors as datakit's (a UnicodeDecodeError, a name flagged UTF-8 that is not,
     is left to the caller)."""
     try:
-        return zipfile.ZipFile(file)
+        zf = zipfile.ZipFile(file)
+        joined = _joined_archive(zf)
     except (FileNotFoundError, UnicodeDecodeError):
         raise
     except IsADirectoryError:
@@ -354,6 +355,41 @@ def _zipfile(path, file) -> zipfile.ZipFile:
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
     except (OSError, ValueError, EOFError, OverflowError) as exc:
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
+    if joined is not None:
+        zf.close()
+        raise ArchiveError(f"{path}: two zip archives joined into one file (cat a.zip b.zip?): the {joined[0]} bytes "
+                           f"before this archive's members hold another archive, of {joined[1]} members, which zip "
+                           "readers skip; extract that one on its own, or zip all the files again as one "
+                           "archive")  # fmt: skip
+    return zf
+
+
+def _joined_archive(zf: zipfile.ZipFile) -> tuple[int, int] | None:
+    """(bytes before the first member, members of the archive there) when those bytes end in another whole zip
+    archive (``cat a.zip b.zip``, a zip appended to a zip): zip readers take the last archive alone, as after a
+    self-extractor's program, and the first one's members would be lost without a word. None otherwise (a
+    self-extractor's program holds no end record whose central directory starts with an entry)."""
+    infos = zf.infolist()
+    first = min((i.header_offset for i in infos), default=0)
+    if first < 22 or zf.fp is None:
+        return None
+    fp = zf.fp
+    if first > fp.seek(0, os.SEEK_END):  # an offset outside the file: said of its member when it is read
+        return None
+    start = max(0, first - 65557)  # an end record and the longest comment
+    fp.seek(start)
+    tail = fp.read(first - start)
+    at = tail.rfind(b"PK\x05\x06")
+    while at >= 0:
+        if at + 22 <= len(tail):
+            count, cd_size = struct.unpack("<HI", tail[at + 10 : at + 16])
+            cd_at = start + at - cd_size
+            if count and cd_at >= 0:
+                fp.seek(cd_at)
+                if fp.read(4) == b"PK\x01\x02":
+                    return first, count
+        at = tail.rfind(b"PK\x05\x06", 0, at)
+    return None
 
 
 def _bad_extra_member(path) -> str | None:

@@ -2896,3 +2896,23 @@ def test_a_reading_that_no_candidate_makes_plausible_is_said_to_be_ambiguous(tmp
     for name, enc in (("0°/1.jpg", "cp1252"), ("photos/Bob’s party.jpg", "cp1252"), ("№1/a.jpg", "cp1251")):
         z = write_zip(tmp_path / "s.zip", [ZipEntry(name.encode(enc), b"x", made_by=(11 << 8) | 20)])
         assert (detect_encoding(z).encoding, detect_encoding(z).ambiguous, ZipReader(z).names()) == (enc, (), [name])
+
+
+def test_two_zips_joined_into_one_file_are_refused_not_read_as_the_last(tmp_path: Path, capsys):
+    # the attack: `cat a.zip b.zip > all.zip`: zip readers take the last archive alone (the first as a self-extractor's
+    # program): unzip-gbk extracted eel/1.png, exit 0, and the zip read in place had one class; cat and dog were lost
+    first = build_zip([ZipEntry(b"cat/1.png", b"c"), ZipEntry(b"dog/1.png", b"d")])
+    joined = tmp_path / "all.zip"
+    joined.write_bytes(first + build_zip([ZipEntry(b"eel/1.png", b"e")]))
+    want = (f"{joined}: two zip archives joined into one file (cat a.zip b.zip?): the {len(first)} bytes before this "
+            "archive's members hold another archive, of 2 members, which zip readers skip; extract that one on its "
+            "own, or zip all the files again as one archive")  # fmt: skip
+    assert unzip_gbk_main([str(joined), "-d", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == f"unzip-gbk: error: {want}\n"
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ArchiveError) as err:
+        open_dataset(joined)
+    assert str(err.value) == want
+    alone = tmp_path / "first.zip"  # each part on its own is read whole
+    alone.write_bytes(first)
+    assert open_dataset(alone).classes == ["cat", "dog"]
