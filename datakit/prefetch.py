@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from datakit.transforms import on_255_scale
+from datakit.transforms import _mixed_message, mixed_scales, on_255_scale
 
 __all__ = ["CUDAPrefetcher", "DeviceLoader", "channels_first", "check_device", "resolve_normalize"]
 
@@ -202,6 +202,8 @@ def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
         raise UsageError(f"normalize: std must be positive and finite, got {std}")
     if not all(map(math.isfinite, mean)):
         raise UsageError(f"normalize: mean must be finite, got {mean}")
+    if (why := mixed_scales(mean, std)) is not None:
+        raise UsageError("normalize: " + _mixed_message(why, ""))
     return mean, std
 
 

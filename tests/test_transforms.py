@@ -1073,3 +1073,29 @@ def test_a_compose_in_augment_is_tried_in_order_not_step_by_step():
     ):
         pipe = train_pipeline(32, augment=augment)
         assert pipe(np.zeros((50, 60, 3), np.uint8)).shape == (3, 32, 32)
+
+
+def test_statistics_on_two_scales_are_refused_by_normalize_and_the_loader():
+    # the attack: ImageNet's mean times 255 beside its 0-1 std normalised batches to std 288, and the 0-1 mean beside
+    # the 0-255 std left them uncentred, without a word
+    from datakit.errors import UsageError
+    from datakit.prefetch import resolve_normalize
+
+    cases = {
+        ((123.675, 116.28, 103.53), (0.229, 0.224, 0.225)): "the mean [123.675, 116.28, 103.53] is on the 0-255 "
+        "scale but the std [0.229, 0.224, 0.225] on the 0-1 scale",
+        ((0.485, 0.456, 0.406), (58.395, 57.12, 57.375)): "the mean [0.485, 0.456, 0.406] is on the 0-1 scale but "
+        "the std [58.395, 57.12, 57.375] on the 0-255 scale",
+    }
+    fix = ("(statistics copied from two places?); give both on one scale (ImageNet's: mean [0.485, 0.456, 0.406], "
+           "std [0.229, 0.224, 0.225], or both times 255)")  # fmt: skip
+    for (mean, std), why in cases.items():
+        with pytest.raises(ValueError) as err:
+            Normalize(mean, std)
+        assert str(err.value) == f"{why} {fix}; scale=1 or scale=255 takes them as they are"
+        with pytest.raises(UsageError) as err:
+            resolve_normalize((mean, std))
+        assert str(err.value) == f"normalize: {why} {fix}"
+        assert Normalize(mean, std, scale=255).scale255  # said to be so: taken as they are
+    for mean, std in (([0, 0, 0], [255, 255, 255]), ([0.5] * 3, [0.5] * 3), ([127.5] * 3, [127.5] * 3)):
+        assert resolve_normalize((mean, std)) == ([float(m) for m in mean], [float(s) for s in std])
