@@ -2153,7 +2153,14 @@ def create_loader(
     if drop_last is None:  # a stream of unknown length: its last batch cannot be known ahead
         drop_one = train and per_rank is not None
         drop_last = drop_one and per_rank % batch_size == 1 and per_rank > 1
-        if drop_last:
+        if drop_last and not shuffle and not own_sampler:
+            # unshuffled, the one left out is the same sample every epoch: never trained on, which a note at INFO
+            # (hidden by default) would not tell
+            warnings.warn(f"the last training batch of each epoch would hold 1 sample, which breaks BatchNorm, and "
+                          "with shuffle=False it is the same one every epoch (the last of the "
+                          f"{per_rank}), never served; drop_last=False keeps it, drop_last=True says it is meant",
+                          stacklevel=2)  # fmt: skip
+        elif drop_last:
             log.info(
                 "the last training batch of each epoch would hold 1 sample, which breaks BatchNorm: it is left "
                 "out (drop_last=False keeps it)"

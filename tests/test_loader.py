@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 import weakref
 from pathlib import Path
 
@@ -69,6 +70,22 @@ def test_defaults_and_drop_last_single_sample(caplog):
     assert not keep.drop_last
     two = create_loader(Indexed(10), 4, num_workers=2)
     assert two.persistent_workers and two.prefetch_factor == 4 and not two.pin_memory
+
+
+def test_an_unshuffled_training_loader_says_it_leaves_the_same_sample_out_every_epoch(caplog):
+    # the attack: shuffle=False, 25 samples, batch 8: sample 24 was never served in 10 epochs, said only at INFO
+    with pytest.warns(UserWarning) as said:
+        loader = create_loader(Indexed(25), 8, num_workers=0, seed=0, shuffle=False)
+    assert [str(w.message) for w in said] == [
+        "the last training batch of each epoch would hold 1 sample, which breaks BatchNorm, and with shuffle=False it "
+        "is the same one every epoch (the last of the 25), never served; drop_last=False keeps it, drop_last=True "
+        "says it is meant"
+    ]
+    assert sorted(sum(batches(loader), [])) == list(range(24))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(create_loader(Indexed(25), 8, num_workers=0, seed=0, shuffle=False, drop_last=True)) == 3
+        assert len(create_loader(Indexed(25), 8, num_workers=0, seed=0)) == 3  # shuffled: a new one each epoch
 
 
 def test_same_seed_same_batches_and_reshuffles_each_epoch():
