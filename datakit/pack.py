@@ -308,6 +308,10 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
     With ``keep``, an existing readable pack that ``overwrite`` replaces is left as it is (the new one
     is built beside it): the metadata returned is then ``{"replace": True}``. ``splits_of``: where the
     splits come from ("table", or "pack" for a re-pack), as a refused resume names it."""
+    for p in Path(os.path.realpath(out)).parents:  # a pack inside a pack: the outer one's --overwrite refused later
+        if (p / "data.mdb").is_file() and _classify(p) != "foreign":
+            raise UsageError(f"{out}: inside the pack {p}, which would then hold other files than a pack's (and "
+                             "refuse --overwrite); pick an OUT outside it")  # fmt: skip
     kind = _classify(out)
     if kind == "file":
         raise UsageError(f"{out}: is a file, not a pack folder; pick another OUT (--overwrite replaces only packs)")
@@ -550,6 +554,9 @@ def pack_lmdb(
         raise UsageError("the pack's folder is named by an empty string (an unset variable?); name the folder to "
                          "write the pack in")  # fmt: skip
     check_path_length(out)
+    if os.path.islink(out) and not os.path.exists(out):  # a link to nothing: its target's folders made up far away
+        raise UsageError(f"{out}: a link to {os.readlink(out)}, which does not exist; make that folder first, or "
+                         "give the pack's own path as OUT")  # fmt: skip
     out = Path(os.path.realpath(out) if os.path.islink(out) else os.path.abspath(out))
     beside = len(os.fsencode(_part_path(out).name))
     if beside > 255 and (overwrite or not os.path.lexists(out)):
@@ -581,6 +588,9 @@ def pack_lmdb(
                                                                 remap_labels=remap_labels)  # fmt: skip
     n_total = len(ds)
     lo, hi = sh[0] * n_total // sh[1], (sh[0] + 1) * n_total // sh[1]
+    if hi == lo and n_total:  # a pack of no sample, "complete already" (more shards than samples)
+        raise UsageError(f"shard {sh[0]}/{sh[1]} of {n_total} samples holds none: split them into at most {n_total} "
+                         "shards")  # fmt: skip
     table = getattr(ds, "table", None)
     one_split = split is not None or getattr(ds, "split", None) is not None  # by path, or a dataset opened so
     # the splits the pack records and each source sample's split id among them (a pack of one split records none)

@@ -2302,3 +2302,35 @@ def test_a_missing_folder_of_a_table_keeps_the_swap_check(tmp_path: Path):
     copy = tmp_path / "copy"
     shutil.copytree(src, copy)
     assert _source_identity(open_dataset(copy / "l.csv")) != ident
+
+
+def test_an_out_inside_a_pack_a_link_to_nothing_or_an_empty_shard_is_refused(class_folder: Path, tmp_path: Path,
+                                                                             capsys):  # fmt: skip
+    # the attacks: OUT inside an existing pack was packed (the outer pack then refused --overwrite, holding other
+    # files); OUT a link to a missing far/deep/x.lmdb made those folders; --shard 0/5 of 2 samples wrote an empty
+    # pack, "complete already (0 images)"
+    outer = tmp_path / "outer.lmdb"
+    assert main(["pack-lmdb", str(class_folder), str(outer), "-q"]) == 0
+    assert main(["pack-lmdb", str(class_folder), str(outer / "inner"), "-q"]) == 2
+    assert capsys.readouterr().err == (f"datakit pack-lmdb: error: {outer}/inner: inside the pack {outer}, which would "
+                                       "then hold other files than a pack's (and refuse --overwrite); pick an OUT "
+                                       "outside it\n")  # fmt: skip
+    assert sorted(os.listdir(outer)) == ["classes.json", "data.mdb", "lock.mdb", "pack.lock"]
+    link = tmp_path / "dl"
+    link.symlink_to("far/deep/x.lmdb")
+    with pytest.raises(UsageError) as err:
+        pack_lmdb(class_folder, link)
+    assert str(err.value) == (f"{link}: a link to far/deep/x.lmdb, which does not exist; make that folder first, or "
+                              "give the pack's own path as OUT")  # fmt: skip
+    assert not (tmp_path / "far").exists()
+    two = tmp_path / "two"
+    (two / "a").mkdir(parents=True)
+    (two / "b").mkdir()
+    imwrite(two / "a" / "1.png", synthetic_image(4, 4, seed=1))
+    imwrite(two / "b" / "1.png", synthetic_image(4, 4, seed=2))
+    assert main(["pack-lmdb", str(two), str(tmp_path / "sh.lmdb"), "--shard", "0/5"]) == 2
+    assert capsys.readouterr().err == ("datakit pack-lmdb: error: shard 0/5 of 2 samples holds none: split them into "
+                                       "at most 2 shards\n")  # fmt: skip
+    assert not (tmp_path / "sh.lmdb").exists()
+    assert main(["pack-lmdb", str(two), str(tmp_path / "sh.lmdb"), "--shard", "1/2", "-q"]) == 0
+    assert lmdb_info(tmp_path / "sh.lmdb")["count"] == 1
