@@ -556,9 +556,7 @@ class LabelTable:
             found.append(((1 << 30, 0), whole._mixed_problem()))
         elif self.kind == "int" and not remap:
             ints = sorted({_int_of(v) for v in self.class_values})
-            # judged without the rows refused above (their labels unread), the range would be wrong: a list of 0
-            # and 1 whose one 0 line is refused is "1..1, not 0..0", with --remap-labels advised
-            if ints != list(range(len(ints))) and not self.read_problems:
+            if ints != list(range(len(ints))):
                 found.append(((1 << 30, 1), whole._range_problem(ints)))
         elif self.kind == "name" and len(whole) and all(_VECTOR.fullmatch(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 2), whole._vector_problem()))
