@@ -2169,4 +2169,3 @@ def test_an_mxnet_im2rec_list_is_read_as_its_path_and_label(tmp_path: Path):
         read_labels(multi)
     assert str(err.value) == (f"{multi}, line 1: '0\\t1.0\\t0.0\\tdog/b.jpg': an MXNet im2rec line with 2 labels "
                               "(multi-label); datakit reads one label a sample")  # fmt: skip
-
