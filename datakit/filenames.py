@@ -86,7 +86,14 @@ CANDIDATES = (
     ("koi8_r", "unix"),
 )
 # "version made by" host numbers (APPNOTE 4.4.2): which hosts write OEM code pages
-_OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "gb18030", "big5", "cp932", "cp949"})
+_OEM = frozenset({"cp437", "cp850", "cp866", "gbk", "gb18030", "big5", "cp932", "cp949", "cp852", "cp857", "cp874"})
+# code pages that are no candidate (choosing among them would cost the corpora's readings: CP1254 reads most of
+# CP1252, CP852 most of CP437), scored for a reading of letters far more plausible than the best one's: named
+# as a rival, never chosen (Turkish CP857 'kuş' read as CP437 'kuƒ', Polish CP852 'źródło' as '½ródêo', Thai)
+WATCHED = (("cp852", "dos"), ("cp857", "dos"), ("cp1250", "windows"), ("cp1254", "windows"), ("cp874", "windows"))
+WATCH_MARGIN = 0.3
+WATCH_PLAUSIBLE = 0.6
+_HOSTS = dict(CANDIDATES) | dict(WATCHED)
 _DOS_HOSTS = {0, 6, 11, 14}  # MS-DOS/FAT, OS/2 HPFS, NTFS, VFAT
 _UNIX_HOSTS = {3, 19}  # Unix, OS X
 AMBIGUITY_MARGIN = 0.12
@@ -117,6 +124,8 @@ _LATIN_TIERS = (
 )
 # the letters of Central European words (Polish, Czech, Slovak, Hungarian: Windows-1250) beyond the Western ones
 _CENTRAL_EUROPEAN = frozenset("ąćęłńśźżčďěňřšťůžőűĺľŕĄĆĘŁŃŚŹŻČĎĚŇŘŠŤŮŽŐŰĹĽŔ")
+_TURKISH = frozenset("ğĞışŞİ")  # beyond the Western letters (ç ö ü) Turkish shares
+_NATIVE = {"cp852": _CENTRAL_EUROPEAN, "cp1250": _CENTRAL_EUROPEAN, "cp857": _TURKISH, "cp1254": _TURKISH}
 # The characters most used in file names and everyday text, per script (most common first). A
 # reading made of these is far more plausible than one made of merely valid characters: Korean
 # bytes read as GBK are all valid GB2312 level-1 characters, but few of them are common ones.
@@ -255,12 +264,22 @@ def _script(ch: str) -> str:
         return "kana"
     if 0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:
         return "hangul"
+    if 0x0E01 <= o <= 0x0E5B:
+        return "thai"
     if ch.isalpha() and o < 0x250:
         return "latin"
     return "other"
 
 
-_FAMILY = {"latin": "latin", "cyrillic": "cyrillic", "greek": "greek", "han": "cjk", "kana": "cjk", "hangul": "cjk"}
+_FAMILY = {
+    "latin": "latin",
+    "cyrillic": "cyrillic",
+    "greek": "greek",
+    "han": "cjk",
+    "kana": "cjk",
+    "hangul": "cjk",
+    "thai": "thai",
+}
 
 
 def _encodes(ch: str, enc: str) -> bool:
@@ -359,9 +378,15 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
         return _RU_SCORE.get(ch.lower(), 0.1)
     if script == "greek":
         return 0.6 if table else -0.5  # the Greek letters of CP437/CP866 appear only as mojibake in archives
+    if script == "thai":  # (the marks' order is checked by _thai_penalty)
+        if enc not in ("cp874", "utf-8"):
+            return 0.0
+        return 0.9 if ch in _THAI_COMMON else -0.5 if ch in _THAI_RARE else 0.2
     if script == "latin":
         if table and enc in ("cp1250", "utf-8") and ch in _CENTRAL_EUROPEAN:
             return 0.8  # a table's Polish, Czech or Hungarian words (a rival reading of Windows-1250 bytes)
+        if enc in ("cp852", "cp1250") and ch in _CENTRAL_EUROPEAN or enc in ("cp857", "cp1254") and ch in _TURKISH:
+            return 0.8  # the letters a watched code page is written for (WATCHED: a rival, never chosen alone)
         return next((value for value, letters in _LATIN_TIERS if ch in letters), 0.0)
     if 0x2160 <= o <= 0x216B or 0x2170 <= o <= 0x2179 or 0x2460 <= o <= 0x2469:
         return 0.8  # Roman numerals and circled numbers (Ⅰ级, ①): grades, stages and list marks in CJK text
@@ -388,10 +413,10 @@ _PAIRS = {"【": "】", "《": "》", "「": "」", "『": "』", "“": "”", 
 _BRACKETS = frozenset(_PAIRS) | frozenset(_PAIRS.values())
 
 
-def _word_penalties(text: str) -> tuple[float, int]:
+def _word_penalties(text: str, native: frozenset = frozenset()) -> tuple[float, int]:
     """(penalty, letters) for words mixing alphabets (``MБller``) or with a capital after a small
     letter that is not ASCII camel case (``нРВЕР``, ``mÄller``), and Latin words made mostly of
-    accented letters (``ÄÔþÑÔ``)."""
+    accented letters (``ÄÔþÑÔ``), not counting the ``native`` letters of a watched code page (``Łódź``)."""
     penalty = 0.0
     word: list[str] = []
 
@@ -407,8 +432,9 @@ def _word_penalties(text: str) -> tuple[float, int]:
         for a, b in zip(word, word[1:]):
             if a.islower() and b.isupper() and (ord(a) >= 0x80 or ord(b) >= 0x80):
                 p += 1.0
-        if alphabets == {"latin"} and len(word) >= 2 and non_ascii * 2 > len(word):
-            p += 0.8 * non_ascii
+        accented = sum(1 for c in word if ord(c) >= 0x80 and c not in native)
+        if alphabets == {"latin"} and len(word) >= 2 and accented * 2 > len(word):
+            p += 0.8 * accented
         return p
 
     for ch in text:
@@ -419,6 +445,27 @@ def _word_penalties(text: str) -> tuple[float, int]:
             word = []
     penalty += close()
     return penalty, 0
+
+
+# the consonants, vowels and tone marks of everyday Thai; obsolete letters, Thai digits and signs are rare in names
+_THAI_COMMON = frozenset("กขคงจชซดตทนบปพฟมยรลวสหอะัาำิีึืุูเแโใไ่้็์")
+_THAI_RARE = frozenset("ฃฅฦฤฯๆ๏๚๛๐๑๒๓๔๕๖๗๘๙ฺ๎")
+_THAI_MARKS = frozenset(chr(c) for c in (0x0E31, *range(0x0E34, 0x0E3B), *range(0x0E47, 0x0E4F)))  # above, below
+_THAI_LEADING = frozenset("เแโใไ")  # vowels written before their consonant
+
+
+def _thai_penalty(name: str) -> float:
+    """Thai spelt against its script: a vowel or tone mark on no consonant (first, or after a space, a digit or
+    another script), a leading vowel before no consonant: what other legacy bytes read as CP874 give."""
+    bad = 0
+    for a, b in zip(" " + name, name):
+        if b in _THAI_MARKS and not ("\u0e01" <= a <= "\u0e2e" or a in _THAI_MARKS):
+            bad += 1
+        if a in _THAI_LEADING and not "\u0e01" <= b <= "\u0e2e":
+            bad += 1
+    if name and name[-1] in _THAI_LEADING:
+        bad += 1
+    return 1.5 * bad
 
 
 def _cjk_in_latin(name: str) -> int:
@@ -461,7 +508,9 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
                 total -= sum(0.5 + _char_score(c, enc, table) for c in n)
     # in a table, μ before Latin letters is a unit (μm, μg), not two alphabets in one word
     worded = [n.replace("μ", " ") for n in names] if table else names
-    total -= sum(_word_penalties(w)[0] + 1.5 * _cjk_in_latin(n) for n, w in zip(names, worded))
+    native = _NATIVE.get(enc, frozenset()) if not table else frozenset()
+    total -= sum(_word_penalties(w, native)[0] + 1.5 * _cjk_in_latin(n) + _thai_penalty(n)
+                 for n, w in zip(names, worded))  # fmt: skip
     total -= sum(0.8 * len(p) for p in _parts(names) if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p))
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}
@@ -476,7 +525,7 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
         # one (CP1251, CP1252), none a Unix one (KOI8-R)
         value += 0.1 if enc in _OEM else -0.1
     elif host == "unix":  # Unix tools write the locale's encoding, never a DOS code page
-        value += 0.1 if enc in ("utf-8", "koi8_r") else -0.1 if dict(CANDIDATES).get(enc) == "dos" else 0.0
+        value += 0.1 if enc in ("utf-8", "koi8_r") else -0.1 if _HOSTS.get(enc) == "dos" else 0.0
     return value
 
 
@@ -563,6 +612,8 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
         rivals = [best, *(e for e in rivals if e != "gbk")]
         best = "gbk"
         same = [e for e in ranked if e != best and readings[e] == readings[best]]
+    if best != "utf-8" and not thin:  # (two bytes read as two letters prove nothing: 鍵 in GBK is CP852 'Ši')
+        rivals += _watched_rivals(legacy, sample, host, best, rivals, readings, scores)
     n = len(raw_names)
     where = f" written on {'DOS/Windows' if host == 'dos' else 'Unix'}" if host else ""
     if rivals:
@@ -582,6 +633,29 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     if best != "utf-8" and scores.get("utf-8") is None:
         return _two_encodings(raw_names, hosts, legacy, guess)
     return guess
+
+
+def _watched_rivals(legacy: list[bytes], sample: list[bytes], host: str | None, best: str, rivals: list[str],
+                    readings: dict[str, tuple[str, ...]], scores: dict[str, float | None]) -> list[str]:  # fmt: skip
+    """The :data:`WATCHED` code pages whose reading of the names is plausible (``WATCH_PLAUSIBLE``) and far more so
+    than the best candidate's (``WATCH_MARGIN``), most plausible first; ``readings`` and ``scores`` get theirs."""
+    found = []
+    taken = {readings[e] for e in [best, *rivals]}
+    for enc, _ in WATCHED:
+        try:
+            for n in legacy:
+                n.decode(enc)
+        except UnicodeDecodeError:
+            continue
+        names = tuple(n.decode(enc)[:SCORED_CHARS] for n in sample)
+        if names in taken:
+            continue
+        value = score(list(names), enc, host)
+        if value >= WATCH_PLAUSIBLE and value >= scores[best] + WATCH_MARGIN:
+            taken.add(names)
+            readings[enc], scores[enc] = names, value
+            found.append(enc)
+    return sorted(found, key=lambda e: -scores[e])
 
 
 def _two_encodings(raw_names: list[bytes], hosts: list[int] | None, legacy: list[bytes],

@@ -2888,9 +2888,9 @@ def test_a_reading_that_no_candidate_makes_plausible_is_said_to_be_ambiguous(tmp
     # plausibility 0.04, and said to be sure: no score was too low to be presented as certain
     z = write_zip(tmp_path / "pl.zip", [ZipEntry("Łódź/zdjęcie_1.jpg".encode("cp1250"), b"x", made_by=20)])
     guess = detect_encoding(z)
-    assert (guess.encoding, guess.ambiguous) == ("cp850", ("cp850", "cp1252"))
-    assert guess.reason.startswith("ambiguous: cp850 or cp1252; pass --encoding (1 unflagged names written on "
-                                   "DOS/Windows; plausibility cp850 0.00, cp1252 -0.35)")  # fmt: skip
+    assert (guess.encoding, guess.ambiguous) == ("cp850", ("cp850", "cp1252", "cp1250"))  # CP1250, watched, named
+    assert guess.reason.startswith("ambiguous: cp850 or cp1252 or cp1250; pass --encoding (1 unflagged names written "
+                                   "on DOS/Windows; plausibility cp850 0.00, cp1252 -0.35, cp1250 0.75)")  # fmt: skip
     assert ZipReader(z, encoding="cp1250").names() == ["Łódź/zdjęcie_1.jpg"]
     # symbols alone score low and are read right: no doubt said (rotation classes, an apostrophe, №)
     for name, enc in (("0°/1.jpg", "cp1252"), ("photos/Bob’s party.jpg", "cp1252"), ("№1/a.jpg", "cp1251")):
@@ -2916,3 +2916,29 @@ def test_two_zips_joined_into_one_file_are_refused_not_read_as_the_last(tmp_path
     alone = tmp_path / "first.zip"  # each part on its own is read whole
     alone.write_bytes(first)
     assert open_dataset(alone).classes == ["cat", "dog"]
+
+
+@pytest.mark.parametrize(
+    ("enc", "names", "host", "read_as", "named"),
+    [
+        ("cp857", ["kedi/ağaç.jpg", "köpek/şişe.jpg", "kuş/ılık.jpg"], 0, ["kedi/aºaç.jpg", "köpek/ƒiƒe.jpg", "kuƒ/ìlìk.jpg"],
+         ("cp437", "cp857", "cp852")),
+        ("cp1254", ["kedi/ağaç.jpg", "köpek/şişe.jpg", "kuş/ılık.jpg"], 3, ["kedi/aðaç.jpg", "köpek/þiþe.jpg", "kuþ/ýlýk.jpg"],
+         ("cp1252", "cp1254")),
+        ("cp852", ["kot/źródło.jpg", "pies/łódź.jpg"], 0, ["kot/½ródêo.jpg", "pies/êód½.jpg"], ("cp437", "cp852")),
+        ("cp874", ["แมว/รูปภาพ.jpg", "หมา/ภาพถ่าย.jpg"], 0, ["бБЗ/ГЩ»АТѕ.jpg", "ЛБТ/АТѕ¶иТВ.jpg"], ("cp1251", "cp874")),
+    ],
+)  # fmt: skip
+def test_a_code_page_that_is_no_candidate_is_named_when_it_reads_far_better(tmp_path: Path, capsys, enc, names, host,
+                                                                            read_as, named):  # fmt: skip
+    # the attack: Turkish, Polish and Thai names were read as CP437, CP1252 or CP1251 ('kuş' as 'kuƒ') with no doubt
+    # said, exit 0: these code pages are no candidates (CP1254 reads most of CP1252, CP852 most of CP437), so they
+    # are never chosen, but a reading of theirs far more plausible than the best makes the verdict ambiguous
+    z = write_zip(tmp_path / "w.zip", [ZipEntry(n.encode(enc), b"x", made_by=(host << 8) | 20) for n in names])
+    guess = detect_encoding(z)
+    assert guess.ambiguous == named
+    assert sorted(ZipReader(z).names()) == sorted(read_as)
+    assert sorted(ZipReader(z, encoding=enc).names()) == sorted(names)
+    assert unzip_gbk_main([str(z), "-l"]) == 0
+    assert capsys.readouterr().err == (f"warning: {z}: names decoded as {named[0]}, but ambiguous: "
+                                       f"{' or '.join(named)}; pass --encoding to choose\n")  # fmt: skip
