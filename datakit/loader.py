@@ -1481,6 +1481,54 @@ def _fingerprint(obj) -> tuple:
     return (hashlib.blake2b(buf.getbuffer(), digest_size=16).digest(),)
 
 
+class _GeneratorFinder(pickle.Pickler):
+    """Pickles a transform to nowhere, noting the random generators it holds (its own, not the global ones)."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), protocol=5)
+        self.found: list[str] = []
+
+    def reducer_override(self, obj):
+        name = next((n for kind, n in _GENERATORS.items() if isinstance(obj, kind)), None)
+        if name is not None:
+            if name not in self.found:
+                self.found.append(name)
+            return int, (0,)
+        if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, _LOCK_TYPES)):
+            return int, (0,)
+        return NotImplemented
+
+
+_GENERATORS = {
+    random.Random: "random.Random",
+    np.random.Generator: "numpy.random.Generator",
+    np.random.RandomState: "numpy.random.RandomState",
+    torch.Generator: "torch.Generator",
+}
+
+
+def _warn_own_generators(dataset) -> None:
+    """Warn of a transform holding a random generator of its own (``self.rng = np.random.default_rng()``, MONAI's
+    ``self.R``): each worker starts with a copy in the same state and draws what the others draw, and ``seed=``,
+    which seeds the global generators per sample, does not reach it."""
+    found: list[str] = []
+    for d in _leaves(dataset):
+        for t in (getattr(d, "transform", None), getattr(d, "target_transform", None)):
+            if t is None:
+                continue
+            finder = _GeneratorFinder()
+            try:
+                finder.dump(t)
+            except Exception:  # what cannot be pickled is looked through no further
+                pass
+            found += [f for f in finder.found if f not in found]
+    if found:
+        warnings.warn(f"the dataset's transform holds a random generator of its own ({', '.join(found)}): every "
+                      "worker starts with a copy of it in the same state and draws the same numbers as the others "
+                      "(the same augmentations), and seed= does not reach it; draw from random, numpy.random or "
+                      "torch (seeded per sample and worker), or reseed it in worker_init_fn", stacklevel=3)  # fmt: skip
+
+
 def _transforms_of(dataset) -> tuple:
     """What the workers' copies of ``dataset`` apply: each dataset's transform and target_transform (through
     Subset and ConcatDataset)."""
@@ -2083,6 +2131,8 @@ def create_loader(
         num_workers = tuned.best
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}")
+    if num_workers > 0 or autotune:
+        _warn_own_generators(dataset)
     if distributed not in ("auto", True, False) or not isinstance(distributed, (str, bool)):
         raise UsageError(f"distributed must be 'auto', True or False, got {distributed!r}")
     rank, world = 0, 1

@@ -88,6 +88,43 @@ def test_an_unshuffled_training_loader_says_it_leaves_the_same_sample_out_every_
         assert len(create_loader(Indexed(25), 8, num_workers=0, seed=0)) == 3  # shuffled: a new one each epoch
 
 
+class _OwnRng:
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(5)
+
+    def __call__(self, x):
+        return int(self.rng.integers(1 << 30))
+
+
+class _Drawn(torch.utils.data.Dataset):
+    def __init__(self, transform) -> None:
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        return self.transform(i), i
+
+
+def test_a_transform_with_its_own_generator_is_warned_of_where_workers_copy_it():
+    # the attack: a transform keeping np.random.default_rng() (NumPy's advice; MONAI's self.R) drew the same numbers
+    # in both workers, seed= or not: 4 distinct draws of 8, without a word
+    with pytest.warns(UserWarning) as said:
+        loader = create_loader(_Drawn(_OwnRng()), 2, num_workers=2, seed=0, train=False)
+    assert [str(w.message) for w in said] == [
+        "the dataset's transform holds a random generator of its own (numpy.random.Generator): every worker starts "
+        "with a copy of it in the same state and draws the same numbers as the others (the same augmentations), and "
+        "seed= does not reach it; draw from random, numpy.random or torch (seeded per sample and worker), or reseed "
+        "it in worker_init_fn"
+    ]
+    assert len({d for b in loader for d in b[0].tolist()}) < 8  # what it warns of: draws repeated across workers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # in one process, or drawing from the global generators: nothing to say
+        create_loader(_Drawn(_OwnRng()), 2, num_workers=0, seed=0)
+        create_loader(_Drawn(lambda i: i), 2, num_workers=2, seed=0)
+
+
 def test_same_seed_same_batches_and_reshuffles_each_epoch():
     a = create_loader(Indexed(20), 5, num_workers=2, seed=7)
     b = create_loader(Indexed(20), 5, num_workers=2, seed=7)
