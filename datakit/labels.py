@@ -457,6 +457,7 @@ class LabelTable:
     whole: LabelTable | None = field(default=None, repr=False, compare=False)
     # files named by rows left out for a problem of their own (a blank label): named, so never "not in the table"
     dropped_files: list[str] = field(default_factory=list, repr=False, compare=False)
+    unread: int = field(default=0, repr=False, compare=False)  # lines refused whole, their labels unread
 
     def __len__(self) -> int:
         return len(self.files)
@@ -556,7 +557,9 @@ class LabelTable:
             found.append(((1 << 30, 0), whole._mixed_problem()))
         elif self.kind == "int" and not remap:
             ints = sorted({_int_of(v) for v in self.class_values})
-            if ints != list(range(len(ints))):
+            # not judged without lines refused whole (their labels unread): a list of 0 and 1 whose one 0 line is
+            # refused would be "1..1, not 0..0", with --remap-labels advised
+            if ints != list(range(len(ints))) and not whole.unread:
                 found.append(((1 << 30, 1), whole._range_problem(ints)))
         elif self.kind == "name" and len(whole) and all(_VECTOR.fullmatch(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 2), whole._vector_problem()))
@@ -1542,6 +1545,7 @@ class _Part:
     # the split column's value of each line dropped with a problem: with split=, another split's problem is its own
     dropped_splits: dict[tuple[int, int], str] = field(default_factory=dict)
     dropped_files: list[str] = field(default_factory=list)  # files of rows left out for a problem (no label)
+    unread: int = 0  # lines refused whole (their label never read: a range of integer labels is unsure without it)
     # another column naming the class (class_id beside class): its name -> the (label, its value) pairs of the rows
     rivals: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
 
@@ -3100,6 +3104,7 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
                              "are 'path label'")  # fmt: skip
     part = _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
                          path, problems, notes)  # fmt: skip
+    part.unread = len(cols.bad)
     _spaced_labels(path, part, problems)
     return part
 
@@ -3171,10 +3176,12 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
     if split_column is not None and head.scol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
         raise ColumnNotFound(f"{path}, line {cols.header_line}: no split column named {split_column!r} among {shown}")
-    return _columns_part(
+    part = _columns_part(
         cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals,
         head.file_rivals,
     )  # fmt: skip
+    part.unread = len(cols.bad)
+    return part
 
 
 _EXCEL_TEXT = re.compile(r'="((?:[^"]|"")*)"')
@@ -3393,6 +3400,7 @@ def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding:
         file_column=first.file_column if first else "", label_column=first.label_column if first else "",
         kind=kind, class_values=values, encoding=encoding, notes=notes, read_problems=problems,
         sheet_orders=tuple(orders), dropped_files=[f for p in parts for f in p.dropped_files],
+        unread=sum(p.unread for p in parts),
     )  # fmt: skip
     start = 0
     for p in parts:  # total or note rows among a sheet's images ('总计 | 2张'): samples, and their labels classes
@@ -3560,6 +3568,7 @@ def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:
     part.table_problems = whole._duplicate_problems(keep) + whole._twin_problems() + whole._look_alike_problems()
     part.whole = whole
     part.dropped_files = whole.dropped_files
+    part.unread = whole.unread
     return part
 
 

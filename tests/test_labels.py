@@ -2169,3 +2169,27 @@ def test_an_mxnet_im2rec_list_is_read_as_its_path_and_label(tmp_path: Path):
         read_labels(multi)
     assert str(err.value) == (f"{multi}, line 1: '0\\t1.0\\t0.0\\tdog/b.jpg': an MXNet im2rec line with 2 labels "
                               "(multi-label); datakit reads one label a sample")  # fmt: skip
+
+
+def test_a_line_refused_whole_leaves_the_integer_range_unjudged(tmp_path: Path):
+    # the attack: a list of labels 0 and 1 whose one 0 line was refused (a third field) was also said to hold
+    # "integer labels 1..1, not 0..0", with --remap-labels advised; a row refused for a blank label hides no label,
+    # and the range is judged beside it as before
+    lst = tmp_path / "list.txt"
+    lst.write_text("a.png\t0\t# checked\nb.png\t1\n")
+    assert read_labels(lst, validate=False).problems() == [
+        f"{lst}, line 1: expected 'path<TAB>label', got 3 fields: 'a.png\\t0\\t# checked'"
+    ]
+    fixed = tmp_path / "fixed.txt"
+    fixed.write_text("b.png\t1\n")
+    assert (
+        read_labels(fixed, validate=False)
+        .problems()[0]
+        .startswith(f"{fixed}: integer labels are 1..1, not 0..0; passed on as they are")
+    )
+    blank = tmp_path / "blank.csv"
+    blank.write_text("file,label\na.png,\nb.png,1\n")
+    assert [p.split(": ", 1)[1][:40] for p in read_labels(blank, validate=False).problems()] == [
+        "file 'a.png' has no label",
+        "integer labels are 1..1, not 0..0; passe",
+    ]
