@@ -2167,6 +2167,13 @@ def create_loader(
         raise UsageError(f"shuffle=True with sampler={type(sampler).__name__}: the sampler orders the samples itself, "
                          "so the shuffle would be ignored; give one or the other")  # fmt: skip
     shuffle = dataloader_kwargs.pop("shuffle", train)
+    if own_sampler and seed is not None and getattr(sampler, "generator", False) is None:
+        # WeightedRandomSampler, RandomSampler, SubsetRandomSampler made without generator=: torch's global one, which
+        # torch seeds at random in each process and seed= leaves alone (it seeds the workers and each sample)
+        warnings.warn(f"sampler={type(sampler).__name__} has no generator of its own: it draws its order from torch's "
+                      "global generator, which seed= does not seed, so the order (and each sample's draws with it) "
+                      f"differs from run to run; make it with generator=torch.Generator().manual_seed({seed})",
+                      stacklevel=2)  # fmt: skip
     if own_sampler and shard and not isinstance(sampler, torch.utils.data.DistributedSampler):
         what = (f"sampler={type(sampler).__name__} is iterated as it is on each of the {world} ranks, so every "
                 "rank reads all of its samples; give a DistributedSampler (or no sampler: the loader shards "

@@ -2611,6 +2611,25 @@ def test_seed_with_a_sampler_of_ones_own_in_the_main_process_draws_on_from_batch
     assert len(draws) == 72 and len(set(draws)) == 72
 
 
+def test_seed_with_a_sampler_without_a_generator_says_its_order_is_not_seeded():
+    # the attack: seed=0 with WeightedRandomSampler(...) made without generator=: a new order every run (torch seeds
+    # its global generator at random at start-up, and seed= does not seed it), without a word
+    from torch.utils.data import WeightedRandomSampler
+
+    with pytest.warns(UserWarning) as said:
+        create_loader(Indexed(8), 4, num_workers=0, seed=3, sampler=WeightedRandomSampler([1.0] * 8, 8))
+    assert [str(w.message) for w in said] == [
+        "sampler=WeightedRandomSampler has no generator of its own: it draws its order from torch's global generator, "
+        "which seed= does not seed, so the order (and each sample's draws with it) differs from run to run; make it "
+        "with generator=torch.Generator().manual_seed(3)"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        seeded = WeightedRandomSampler([1.0] * 8, 8, generator=torch.Generator().manual_seed(3))
+        create_loader(Indexed(8), 4, num_workers=0, seed=3, sampler=seeded)
+        create_loader(Indexed(8), 4, num_workers=0, sampler=WeightedRandomSampler([1.0] * 8, 8))  # no seed asked
+
+
 def test_seed_and_generator_together_and_a_train_that_is_no_bool_are_refused():
     # the attack: seed=0 with generator= gave seed=0's order and draws, the generator silently unused; train="no"
     # made a training loader (a non-empty string is true)
