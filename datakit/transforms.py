@@ -509,16 +509,19 @@ def _cv2_flag(interpolation: str, shrink: float) -> int:
 
 
 def _antialiased(img: np.ndarray, h: int, w: int, interpolation: str, always: bool = False) -> torch.Tensor | None:
-    """A uint8 HWC (or 2-D) image shrunk 2x or more (``always``: resized at all) with torchvision's own
+    """A uint8 (or uint16) HWC (or 2-D) image shrunk 2x or more (``always``: resized at all) with torchvision's own
     antialiased filter, as a contiguous CHW tensor: the same pixels as ``v2.Resize(antialias=True)``, at a
     third of the cost of OpenCV's area filter. None where the OpenCV path applies (less than 2x, other filters)."""
-    if interpolation not in ("bilinear", "bicubic") or img.dtype != np.uint8:
+    if interpolation not in ("bilinear", "bicubic") or img.dtype not in (np.uint8, np.uint16):
         return None
     if max(img.shape[0] / h, img.shape[1] / w) < 2 and not (always and img.shape[:2] != (h, w)):
         return None
     if any(st < 0 for st in img.strides):  # a flipped view (img[..., ::-1]): torch takes none
         img = np.ascontiguousarray(img)
     x = torch.from_numpy(img if img.ndim == 3 else img[:, :, None]).permute(2, 0, 1)[None]
+    if img.dtype == np.uint16:  # (16-bit PNG, mode="unchanged"): in float, rounded back, as torchvision does it
+        out = torch.nn.functional.interpolate(x.float(), size=(h, w), mode=interpolation, antialias=True)[0]
+        return out.round_().clamp_(0, 65535).to(torch.uint16)
     return torch.nn.functional.interpolate(x, size=(h, w), mode=interpolation, antialias=True)[0]
 
 

@@ -1099,3 +1099,19 @@ def test_statistics_on_two_scales_are_refused_by_normalize_and_the_loader():
         assert Normalize(mean, std, scale=255).scale255  # said to be so: taken as they are
     for mean, std in (([0, 0, 0], [255, 255, 255]), ([0.5] * 3, [0.5] * 3), ([127.5] * 3, [127.5] * 3)):
         assert resolve_normalize((mean, std)) == ([float(m) for m in mean], [float(s) for s in std])
+
+
+def test_eval_pipeline_antialiases_16_bit_images_as_torchvision_does():
+    # the attack: a 16-bit PNG read with mode="unchanged", shrunk 1.4x by eval_pipeline: plain bilinear, up to 1624
+    # of 65535 from torchvision's antialiased resize, which the docs promise at any factor
+    import cv2
+
+    img = np.random.default_rng(0).integers(0, 65536, (70, 90, 3)).astype(np.uint16)
+    pipe = eval_pipeline(48, resize=56)
+    chw = torch.from_numpy(img.astype(np.int32)).permute(2, 0, 1).float()
+    want = v2.CenterCrop(48)(v2.Resize(56, antialias=True)(chw)).round().clamp(0, 65535)
+    out = pipe(img)
+    assert out.dtype == torch.uint16 and out.shape == (3, 48, 48)
+    assert torch.equal(out.to(torch.float32), want)
+    png = cv2.imencode(".png", img)[1].tobytes()
+    assert torch.equal(pipe.from_bytes(png, mode="unchanged"), out)
