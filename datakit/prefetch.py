@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import warnings
 import weakref
@@ -156,6 +157,15 @@ def check_device(device: str | torch.device) -> torch.device:
     return dev
 
 
+def _outside_datakit() -> int:
+    """The ``stacklevel`` of a warning warned here that names the first caller outside datakit (the user's line)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
     """``normalize`` as (mean, std), or None for no normalisation.
 
@@ -202,8 +212,10 @@ def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
         raise UsageError(f"normalize: std must be positive and finite, got {std}")
     if not all(map(math.isfinite, mean)):
         raise UsageError(f"normalize: mean must be finite, got {mean}")
-    if (why := mixed_scales(mean, std)) is not None:
-        raise UsageError("normalize: " + _mixed_message(why, ""))
+    if (why := mixed_scales(mean, std)) is not None:  # a warning: data in its own units may be so
+        said = _mixed_message(why, "normalize=False and datakit.transforms.Normalize(mean, std, scale=...) in the "
+                              "loop take them without a word")  # fmt: skip
+        warnings.warn("normalize: " + said, stacklevel=_outside_datakit())
     return mean, std
 
 
@@ -421,7 +433,7 @@ class DeviceLoader:
         if self.device.type == "cpu" and mean is not None:
             from datakit.transforms import Normalize
 
-            self._cpu_norm = Normalize(mean, std)
+            self._cpu_norm = Normalize(mean, std, scale=255 if on_255_scale(mean, std) else 1)  # (judged once)
         self._cpus: int | None = None
         self._threads = 0  # normalising threads used for the last batch (0: none yet)
         self._norm_s: float | None = None  # the time the last batch's normalisation took

@@ -167,13 +167,15 @@ def on_255_scale(mean, std) -> bool:
 
 
 def mixed_scales(mean, std) -> str | None:
-    """Why ``mean`` and ``std`` are on two scales (one on 0-255, the other on 0-1: a copy of ImageNet's mean times
-    255 beside its 0-1 std), or None. Every mean above 1 with every std under 1 is 0-255 data that hardly varies;
-    means at most 1 (not all 0) with every std of 8 or more, 0-1 data varying past its range: neither is an image
-    set's."""
+    """Why three channels' ``mean`` and ``std`` look like two scales (one on 0-255, the other on 0-1: a copy of
+    ImageNet's mean times 255 beside its 0-1 std), or None. Every mean above 1 with every std under 1 is 0-255 data
+    that hardly varies; means at most 1 (not all 0) with every std of 8 or more, 0-1 data varying past its range:
+    neither is an RGB image set's. Other channel counts (depth, flux, CT in their own units) are not judged."""
     m, s = torch.as_tensor(mean, dtype=torch.float64), torch.as_tensor(std, dtype=torch.float64)
+    if m.numel() != 3 or s.numel() != 3:
+        return None
     shown = [[float(f"{v:.6g}") for v in t.tolist()] for t in (m, s)]
-    if bool(m.max() > 1.0) and bool(s.max() < 1.0):
+    if bool(m.min() > 1.0) and bool(s.max() < 1.0):
         return f"the mean {shown[0]} is on the 0-255 scale but the std {shown[1]} on the 0-1 scale"
     if 0.0 < float(m.max()) <= 1.0 and bool(s.min() >= 8.0):  # (not [0, 0, 0] and [255, 255, 255]: pixels / 255)
         return f"the mean {shown[0]} is on the 0-1 scale but the std {shown[1]} on the 0-255 scale"
@@ -182,7 +184,7 @@ def mixed_scales(mean, std) -> str | None:
 
 def _mixed_message(why: str, escape: str) -> str:
     return (f"{why} (statistics copied from two places?); give both on one scale (ImageNet's: mean [0.485, 0.456, "
-            f"0.406], std [0.229, 0.224, 0.225], or both times 255){escape}")  # fmt: skip
+            f"0.406], std [0.229, 0.224, 0.225], or both times 255), or, if they are right, {escape}")  # fmt: skip
 
 
 class Normalize:
@@ -210,8 +212,8 @@ class Normalize:
                 f"mean must be finite and std positive and finite, got mean {list(mean)} and std {list(std)}"
             )
         if isinstance(scale, str) and scale == "auto":
-            if (why := mixed_scales(self.mean, self.std)) is not None:
-                raise ValueError(_mixed_message(why, "; scale=1 or scale=255 takes them as they are"))
+            if (why := mixed_scales(mean, std)) is not None:  # a warning: data in its own units may be so
+                warnings.warn(_mixed_message(why, "scale=1 or scale=255 says which (and this goes)"), stacklevel=2)
             self.scale255 = on_255_scale(self.mean, self.std)
         elif not isinstance(scale, bool) and isinstance(scale, (int, float)) and scale in (1, 255):
             self.scale255 = scale == 255

@@ -1075,10 +1075,10 @@ def test_a_compose_in_augment_is_tried_in_order_not_step_by_step():
         assert pipe(np.zeros((50, 60, 3), np.uint8)).shape == (3, 32, 32)
 
 
-def test_statistics_on_two_scales_are_refused_by_normalize_and_the_loader():
+def test_rgb_statistics_on_two_scales_are_warned_of_by_normalize_and_the_loader():
     # the attack: ImageNet's mean times 255 beside its 0-1 std normalised batches to std 288, and the 0-1 mean beside
-    # the 0-255 std left them uncentred, without a word
-    from datakit.errors import UsageError
+    # the 0-255 std left them uncentred, without a word. A warning, not a refusal: data in units of its own (depth in
+    # metres, flux, CT) has such statistics rightly, and is not judged beyond three channels
     from datakit.prefetch import resolve_normalize
 
     cases = {
@@ -1088,17 +1088,26 @@ def test_statistics_on_two_scales_are_refused_by_normalize_and_the_loader():
         "the std [58.395, 57.12, 57.375] on the 0-255 scale",
     }
     fix = ("(statistics copied from two places?); give both on one scale (ImageNet's: mean [0.485, 0.456, 0.406], "
-           "std [0.229, 0.224, 0.225], or both times 255)")  # fmt: skip
+           "std [0.229, 0.224, 0.225], or both times 255), or, if they are right, ")  # fmt: skip
     for (mean, std), why in cases.items():
-        with pytest.raises(ValueError) as err:
+        with pytest.warns(UserWarning) as said:
             Normalize(mean, std)
-        assert str(err.value) == f"{why} {fix}; scale=1 or scale=255 takes them as they are"
-        with pytest.raises(UsageError) as err:
-            resolve_normalize((mean, std))
-        assert str(err.value) == f"normalize: {why} {fix}"
-        assert Normalize(mean, std, scale=255).scale255  # said to be so: taken as they are
-    for mean, std in (([0, 0, 0], [255, 255, 255]), ([0.5] * 3, [0.5] * 3), ([127.5] * 3, [127.5] * 3)):
-        assert resolve_normalize((mean, std)) == ([float(m) for m in mean], [float(s) for s in std])
+        assert [str(w.message) for w in said] == [f"{why} {fix}scale=1 or scale=255 says which (and this goes)"]
+        with pytest.warns(UserWarning) as said:
+            assert resolve_normalize((mean, std)) == ([float(m) for m in mean], [float(s) for s in std])
+        assert [str(w.message) for w in said] == [
+            f"normalize: {why} {fix}normalize=False and datakit.transforms.Normalize(mean, std, scale=...) in the "
+            "loop take them without a word"
+        ]
+        assert said[0].filename == __file__  # the caller's line, not datakit's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Normalize(*next(iter(cases)), scale=255).scale255  # said to be so: taken as they are
+        for mean, std in (([0, 0, 0], [255, 255, 255]), ([0.5] * 3, [0.5] * 3), ([127.5] * 3, [127.5] * 3),
+                          ([0.485, 0.456, 0.406, 2.1], [0.229, 0.224, 0.225, 0.9]), ([3.2], [0.95]), ([0.4], [350]),
+                          ([1.5, 1.2], [0.4, 0.3]), ([123.675, 116.28, 0.9], [0.5, 0.5, 0.5])):  # fmt: skip
+            assert resolve_normalize((mean, std)) == ([float(m) for m in mean], [float(s) for s in std])
+            Normalize(mean, std)
 
 
 def test_eval_pipeline_antialiases_16_bit_images_as_torchvision_does():
