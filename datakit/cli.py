@@ -583,8 +583,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         report = pack_lmdb(source, out, labels=labels, split=args.split, max_size=args.max_size,
                            quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
                            shard=shard, skip_bad=args.skip_bad, bad_samples=args.bad_samples,
-                           remap_labels=args.remap_labels,
-                           commit_every=args.commit_every, progress=progress)  # fmt: skip
+                           remap_labels=args.remap_labels, commit_every=args.commit_every, progress=progress,
+                           empty_shard="{rank}" in args.src[-1])  # fmt: skip
     except KeyboardInterrupt:
         from datakit.pack import _part_path
 

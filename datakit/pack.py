@@ -225,6 +225,17 @@ def _classify(out: Path) -> str:
     return "pack" if entries <= PACK_FILES else "foreign"
 
 
+def _is_our_pack(folder: Path) -> bool:
+    """Whether ``folder`` holds a datakit pack (its metadata, or the classes.json a pack writes first), whatever
+    else is in it: a plain LMDB environment of another program is not one."""
+    try:
+        if read_meta(folder) is not None:
+            return True
+    except (PackError, OSError):
+        pass
+    return (folder / "classes.json").is_file() and _our_classes(folder)
+
+
 def _our_classes(out: Path) -> bool:
     """Whether ``out`` holds a classes.json as a pack writes it (``{"classes": [...]}``), not a file of yours."""
     try:
@@ -309,7 +320,7 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
     is built beside it): the metadata returned is then ``{"replace": True}``. ``splits_of``: where the
     splits come from ("table", or "pack" for a re-pack), as a refused resume names it."""
     for p in Path(os.path.realpath(out)).parents:  # a pack inside a pack: the outer one's --overwrite refused later
-        if (p / "data.mdb").is_file() and _classify(p) != "foreign":
+        if (p / "data.mdb").is_file() and _is_our_pack(p):
             raise UsageError(f"{out}: inside the pack {p}, which would then hold other files than a pack's (and "
                              "refuse --overwrite); pick an OUT outside it")  # fmt: skip
     kind = _classify(out)
@@ -513,6 +524,7 @@ def pack_lmdb(
     commit_seconds: float = 2.0,
     map_size: int = INITIAL_MAP_SIZE,
     progress: Callable[[int, int, int], None] | None = None,
+    empty_shard: bool = False,
 ) -> PackReport:
     """Pack any source :func:`~datakit.datasets.open_dataset` accepts into an LMDB pack at ``out``.
 
@@ -532,6 +544,8 @@ def pack_lmdb(
         resume: continue an interrupted pack of the same source and options.
         overwrite: replace an existing datakit pack (never a file or a folder holding anything else).
         shard: ``"I/N"``: pack only the I-th of N contiguous parts (``open_dataset`` reads shards as one).
+            A shard that would get no sample (more shards than samples) is refused, unless ``empty_shard``:
+            then it is an empty pack, one of the set (torchrun with more ranks than samples, ``OUT`` of ``{rank}``).
         bad_samples: a bad-samples file written while training (``on_error=`` with ``bad_samples=``);
             with ``skip_bad``, the samples it lists are skipped without being read again.
         progress: called as ``progress(done, total, bytes_written)``.
@@ -588,7 +602,7 @@ def pack_lmdb(
                                                                 remap_labels=remap_labels)  # fmt: skip
     n_total = len(ds)
     lo, hi = sh[0] * n_total // sh[1], (sh[0] + 1) * n_total // sh[1]
-    if hi == lo and n_total:  # a pack of no sample, "complete already" (more shards than samples)
+    if hi == lo and n_total and not empty_shard:  # a pack of no sample, "complete already" (more shards than samples)
         raise UsageError(f"shard {sh[0]}/{sh[1]} of {n_total} samples holds none: split them into at most {n_total} "
                          "shards")  # fmt: skip
     table = getattr(ds, "table", None)

@@ -706,6 +706,21 @@ def test_two_ranks_pack_one_shard_each(class_folder: Path, tmp_path: Path):
     assert (r0.returncode, r1.returncode) == (0, 0) and json.loads(r0.stdout)["count"] == 12 and r1.stdout == ""
 
 
+def test_more_ranks_than_samples_pack_an_empty_shard_of_the_set(tmp_path: Path):
+    # the attack: torchrun with more ranks than samples and OUT part-{rank}.lmdb: rank 0's empty shard was refused
+    # ("holds none"), the other ranks stopped, and the shards they wrote were no set; --shard 0/2 given by hand is
+    # still refused
+    from datakit.datasets import open_dataset
+
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    imwrite(tmp_path / "src" / "a" / "1.png", synthetic_image(4, 4, seed=1))
+    r0, r1 = _two_ranks("pack-lmdb", tmp_path / "src", tmp_path / "part-{rank}.lmdb", "--workers", "0")
+    assert (r0.returncode, r1.returncode) == (0, 0), (r0.stderr, r1.stderr)
+    parts = open_dataset(str(tmp_path / "part-*.lmdb"))
+    assert len(parts) == 1 and parts.classes == ["a"]
+    assert main(["pack-lmdb", str(tmp_path / "src"), str(tmp_path / "by-hand.lmdb"), "--shard", "0/2"]) == 2
+
+
 def test_pack_lmdb_classes_gives_a_val_list_the_training_indices(tmp_path: Path):
     from datakit.datasets import open_dataset
     from datakit.io import imwrite

@@ -2316,6 +2316,14 @@ def test_an_out_inside_a_pack_a_link_to_nothing_or_an_empty_shard_is_refused(cla
                                        "then hold other files than a pack's (and refuse --overwrite); pick an OUT "
                                        "outside it\n")  # fmt: skip
     assert sorted(os.listdir(outer)) == ["classes.json", "data.mdb", "lock.mdb", "pack.lock"]
+    (outer / "made").mkdir()  # a folder made in it first: the pack is still a pack around OUT
+    assert main(["pack-lmdb", str(class_folder), str(outer / "made"), "-q"]) == 2
+    assert capsys.readouterr().err.startswith(f"datakit pack-lmdb: error: {outer}/made: inside the pack {outer},")
+    (outer / "made").rmdir()
+    foreign = tmp_path / "foreign"  # another program's LMDB environment is no pack: a folder in it is a place
+    with lmdb.open(str(foreign), map_size=1 << 20) as env, env.begin(write=True) as txn:
+        txn.put(b"k", b"v")
+    assert main(["pack-lmdb", str(class_folder), str(foreign / "mine.lmdb"), "-q"]) == 0
     link = tmp_path / "dl"
     link.symlink_to("far/deep/x.lmdb")
     with pytest.raises(UsageError) as err:
