@@ -3104,9 +3104,15 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
                              "are 'path label'")  # fmt: skip
     part = _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
                          path, problems, notes)  # fmt: skip
-    part.unread = len(cols.bad)
+    part.unread = _unread(cols.bad)
     _spaced_labels(path, part, problems)
     return part
+
+
+def _unread(bad: list[tuple[int, str]]) -> int:
+    """How many of the lines refused whole may hold a label: not those with none (``b.png`` alone, a blank
+    field), which hide no label value from the integer range."""
+    return sum(1 for _, what in bad if "has no label" not in what and "got 2 fields" not in what)
 
 
 def _unicode_separator_note(path: Path, found: list[tuple[int, str]]) -> str:
@@ -3180,7 +3186,7 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
         cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals,
         head.file_rivals,
     )  # fmt: skip
-    part.unread = len(cols.bad)
+    part.unread = _unread(cols.bad)
     return part
 
 

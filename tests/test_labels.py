@@ -2193,3 +2193,13 @@ def test_a_line_refused_whole_leaves_the_integer_range_unjudged(tmp_path: Path):
         "file 'a.png' has no label",
         "integer labels are 1..1, not 0..0; passe",
     ]
+
+
+def test_a_line_without_a_label_leaves_the_integer_range_judged(tmp_path: Path):
+    # the attack: a 1-based list with one line 'cat/2.png' (no label) said only that; the range problem came after
+    # that line was mended, a second round of fixes, though a line without a label hides no label value
+    lst = tmp_path / "list.txt"
+    lst.write_text("cat/1.png 1\ncat/2.png\ndog/1.png 2\n")
+    problems = read_labels(lst, validate=False).problems()
+    assert problems[0] == f"{lst}, line 2: 'cat/2.png' has no label (expected 'path label')"
+    assert problems[1].startswith(f"{lst}: integer labels are 1..2, not 0..1; passed on as they are")
