@@ -384,6 +384,10 @@ def _joined_archive(zf: zipfile.ZipFile) -> tuple[int, int] | None:
         if at + 22 <= len(tail):
             count, cd_size = struct.unpack("<HI", tail[at + 10 : at + 16])
             cd_at = start + at - cd_size
+            z64 = at - 76  # a ZIP64 end record (56 bytes) and its locator (20) before the end record: theirs count
+            if z64 >= 0 and tail[at - 20 : at - 16] == b"PK\x06\x07" and tail[z64 : z64 + 4] == b"PK\x06\x06":
+                count, cd_size = struct.unpack("<QQ", tail[z64 + 32 : z64 + 48])
+                cd_at = start + z64 - cd_size
             if count and cd_at >= 0:
                 fp.seek(cd_at)
                 if fp.read(4) == b"PK\x01\x02":

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import random
@@ -2916,6 +2917,23 @@ def test_two_zips_joined_into_one_file_are_refused_not_read_as_the_last(tmp_path
     alone = tmp_path / "first.zip"  # each part on its own is read whole
     alone.write_bytes(first)
     assert open_dataset(alone).classes == ["cat", "dog"]
+    # a first archive ending in ZIP64 end records (its central directory is found through them)
+    buf = io.BytesIO()
+    limit = zipfile.ZIP_FILECOUNT_LIMIT
+    zipfile.ZIP_FILECOUNT_LIMIT = 1  # zipfile writes the ZIP64 records past this many members
+    try:
+        with zipfile.ZipFile(buf, "w") as zf:
+            zf.writestr("cat/1.png", b"c")
+            zf.writestr("dog/1.png", b"d")
+    finally:
+        zipfile.ZIP_FILECOUNT_LIMIT = limit
+    assert b"PK\x06\x06" in buf.getvalue()
+    joined.write_bytes(buf.getvalue() + build_zip([ZipEntry(b"eel/1.png", b"e")]))
+    with pytest.raises(ArchiveError) as err:
+        open_dataset(joined)
+    assert str(err.value).startswith(f"{joined}: two zip archives joined into one file (cat a.zip b.zip?): the "
+                                     f"{len(buf.getvalue())} bytes before this archive's members hold another "
+                                     "archive, of 2 members")  # fmt: skip
 
 
 @pytest.mark.parametrize(
