@@ -1482,11 +1482,23 @@ def _fingerprint(obj) -> tuple:
 
 
 class _GeneratorFinder(pickle.Pickler):
-    """Pickles a transform to nowhere, noting the random generators it holds (its own, not the global ones)."""
+    """Pickles a transform to nowhere, noting the random generators it holds (its own, not the global ones): in
+    its attributes, and through the functions in it, in their closures, defaults and the module globals they name
+    (``lambda x: x + rng.integers(9)``), and a bound method's object."""
 
-    def __init__(self) -> None:
+    def __init__(self, seen: set[int] | None = None, found: list[str] | None = None) -> None:
         super().__init__(io.BytesIO(), protocol=5)
-        self.found: list[str] = []
+        self.found: list[str] = [] if found is None else found
+        self.seen: set[int] = set() if seen is None else seen  # the objects walked into: a cycle ends there
+
+    def walk(self, obj) -> None:
+        if id(obj) in self.seen:
+            return
+        self.seen.add(id(obj))
+        try:
+            _GeneratorFinder(self.seen, self.found).dump(obj)
+        except Exception:  # what cannot be pickled is looked through no further
+            pass
 
     def reducer_override(self, obj):
         name = next((n for kind, n in _GENERATORS.items() if isinstance(obj, kind)), None)
@@ -1494,7 +1506,18 @@ class _GeneratorFinder(pickle.Pickler):
             if name not in self.found:
                 self.found.append(name)
             return int, (0,)
-        if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, _LOCK_TYPES)):
+        if isinstance(obj, types.MethodType):
+            self.walk(obj.__self__)
+            return int, (0,)
+        if isinstance(obj, types.FunctionType):
+            held = [c.cell_contents for c in obj.__closure__ or () if c.cell_contents is not None]
+            held += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
+            held += [obj.__globals__[n] for n in obj.__code__.co_names
+                     if isinstance(obj.__globals__.get(n), tuple(_GENERATORS))]  # fmt: skip
+            for value in held:
+                self.walk(value)
+            return int, (0,)
+        if isinstance(obj, (types.BuiltinFunctionType, _LOCK_TYPES)):
             return int, (0,)
         return NotImplemented
 

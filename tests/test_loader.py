@@ -119,6 +119,12 @@ def test_a_transform_with_its_own_generator_is_warned_of_where_workers_copy_it()
         "it in worker_init_fn"
     ]
     assert len({d for b in loader for d in b[0].tolist()}) < 8  # what it warns of: draws repeated across workers
+    rng, gen = random.Random(3), torch.Generator()  # the same, held by a closure, a default or a method's object
+    for transform, kind in ((lambda i: i + rng.randrange(9), "random.Random"),
+                            (lambda i, g=gen: i, "torch.Generator"),
+                            (_OwnRng().__call__, "numpy.random.Generator")):  # fmt: skip
+        with pytest.warns(UserWarning, match=re.escape(f"holds a random generator of its own ({kind})")):
+            create_loader(_Drawn(transform), 2, num_workers=2, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # in one process, or drawing from the global generators: nothing to say
         create_loader(_Drawn(_OwnRng()), 2, num_workers=0, seed=0)
