@@ -2994,22 +2994,25 @@ _IM2REC_LINE = re.compile(rb"[ \t]*(\d+)\t((?:[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)
 def _im2rec_lines(path: Path, buf: bytes, notes: list) -> bytes | None:
     """MXNet's ``im2rec`` lists (``.lst``: ``index<TAB>label<TAB>path`` a line, the label written as a float,
     ``0.000000``) as ``path<TAB>label`` lines, the line numbers kept; None for any other list. Every sample
-    line must have that shape and name an image; more than one label a line (multi-label) is refused."""
+    line must have that shape, and one at least name an image; more than one label a line (multi-label) is
+    refused."""
     out: list[bytes] = []
     multi = None  # the first line with more than one label
+    named = False  # a path that names an image (an odd one, 'dog/2', is then a path all the same)
     for line in buf.split(b"\n"):
         s = line.strip()
         if not s or s.startswith(b"#"):
             out.append(line)
             continue
         m = _IM2REC_LINE.fullmatch(line)
-        if m is None or not _looks_like_file(m.group(3).decode("utf-8", "surrogateescape")):
+        if m is None or not m.group(3).strip():
             return None
+        named = named or _looks_like_file(m.group(3).decode("utf-8", "surrogateescape"))
         labels = m.group(2).split(b"\t")[:-1]
         if len(labels) > 1 and multi is None:
             multi = (len(out) + 1, s, len(labels))
         out.append(m.group(3) + b"\t" + labels[0])
-    if len(out) == sum(not x.strip() or x.strip().startswith(b"#") for x in out):
+    if not named:
         return None
     if multi is not None:
         line, s, n = multi

@@ -2163,6 +2163,12 @@ def test_an_mxnet_im2rec_list_is_read_as_its_path_and_label(tmp_path: Path):
     assert table.rows.tolist() == [1, 2, 5]
     assert table.notes == [f"{lst}: read as MXNet im2rec lines, 'index<TAB>label<TAB>path' (the index left out)"]
     assert table.class_map().classes == ("0", "1")
+    odd = tmp_path / "odd.lst"  # one path without an image's suffix: that line named, not every line refused
+    odd.write_text("0\t1.000000\tdog/1.jpg\n1\t0.000000\tcat/2\n")
+    assert read_labels(odd, validate=False).problems() == [
+        f"{odd}: line 2: 'cat/2' names no image file, unlike the rows around it (a total or a note?): its label '0' "
+        "would be a class; delete the row"
+    ]
     multi = tmp_path / "multi.lst"
     multi.write_text("0\t1.0\t0.0\tdog/b.jpg\n")
     with pytest.raises(LabelError) as err:
