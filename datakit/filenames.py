@@ -452,11 +452,14 @@ _THAI_COMMON = frozenset("กขคงจชซดตทนบปพฟมยร
 _THAI_RARE = frozenset("ฃฅฦฤฯๆ๏๚๛๐๑๒๓๔๕๖๗๘๙ฺ๎")
 _THAI_MARKS = frozenset(chr(c) for c in (0x0E31, *range(0x0E34, 0x0E3B), *range(0x0E47, 0x0E4F)))  # above, below
 _THAI_LEADING = frozenset("เแโใไ")  # vowels written before their consonant
+_THAI = re.compile("[\u0e01-\u0e5b]")
 
 
 def _thai_penalty(name: str) -> float:
     """Thai spelt against its script: a vowel or tone mark on no consonant (first, or after a space, a digit or
     another script), a leading vowel before no consonant: what other legacy bytes read as CP874 give."""
+    if not _THAI.search(name):  # (the walk below only where there is Thai: names are scored per candidate)
+        return 0.0
     bad = 0
     for a, b in zip(" " + name, name):
         if b in _THAI_MARKS and not ("\u0e01" <= a <= "\u0e2e" or a in _THAI_MARKS):
@@ -639,6 +642,8 @@ def _watched_rivals(legacy: list[bytes], sample: list[bytes], host: str | None, 
                     readings: dict[str, tuple[str, ...]], scores: dict[str, float | None]) -> list[str]:  # fmt: skip
     """The :data:`WATCHED` code pages whose reading of the names is plausible (``WATCH_PLAUSIBLE``) and far more so
     than the best candidate's (``WATCH_MARGIN``), most plausible first; ``readings`` and ``scores`` get theirs."""
+    if scores[best] + WATCH_MARGIN > 1.1:  # no reading scores past 1.1 (1 a character and the host's 0.1): none can
+        return []
     found = []
     taken = {readings[e] for e in [best, *rivals]}
     for enc, _ in WATCHED:
