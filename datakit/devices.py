@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable
 
 __all__ = ["select_gpus"]
@@ -78,6 +79,12 @@ def select_gpus(spec: str | int | Iterable[int | str]) -> list[str]:
             f"in this process (CUDA_VISIBLE_DEVICES={current!r}), so the new value would be ignored. "
             "Call it at the top of your script, or set CUDA_VISIBLE_DEVICES in the shell."
         )
+    before = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if before and before != value:  # a scheduler's allocation (SLURM, Kubernetes): its GPUs, not nvidia-smi's all
+        warnings.warn(f"select_gpus({spec!r}): CUDA_VISIBLE_DEVICES was {before!r} (the GPUs a scheduler gave this "
+                      f"job?) and is now {value!r}, numbered as nvidia-smi numbers every GPU of the machine, which "
+                      "may be outside what was given; to use some of the GPUs given, leave CUDA_VISIBLE_DEVICES as "
+                      "it is and pick cuda:0, cuda:1, ... among them", stacklevel=2)  # fmt: skip
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = value
     return devices

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -21,11 +22,26 @@ def test_select_by_string_and_list(monkeypatch):
     assert select_gpus("1") == ["1"]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert select_gpus([0, 2]) == ["0", "2"]
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,2"
-    assert select_gpus(" 3 , 1 ") == ["3", "1"]
-    assert select_gpus("") == [] and os.environ["CUDA_VISIBLE_DEVICES"] == ""
-    assert select_gpus(2) == ["2"]
+    for spec, want in (([0, 2], ["0", "2"]), (" 3 , 1 ", ["3", "1"]), ("", []), (2, ["2"])):
+        os.environ.pop("CUDA_VISIBLE_DEVICES")  # each as in a fresh shell (one that had a value: below)
+        assert select_gpus(spec) == want and os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(want)
+
+
+def test_a_schedulers_allocation_replaced_is_warned_of(monkeypatch):
+    # the attack: SLURM gave the job GPUs 2 and 3 (CUDA_VISIBLE_DEVICES=2,3); select_gpus("0"), meant as "my first",
+    # put the job on the machine's GPU 0, maybe another job's, without a word
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    with pytest.warns(UserWarning) as said:
+        assert select_gpus("0") == ["0"]
+    assert [str(w.message) for w in said] == [
+        "select_gpus('0'): CUDA_VISIBLE_DEVICES was '2,3' (the GPUs a scheduler gave this job?) and is now '0', "
+        "numbered as nvidia-smi numbers every GPU of the machine, which may be outside what was given; to use some of "
+        "the GPUs given, leave CUDA_VISIBLE_DEVICES as it is and pick cuda:0, cuda:1, ... among them"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert select_gpus("0") == ["0"]  # the same again: nothing replaced
 
 
 def test_bad_specs():
