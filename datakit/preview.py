@@ -233,6 +233,12 @@ def _to_hwc_uint8(img) -> np.ndarray:
                 ((t - t.min()) / (t.max() - t.min() + 1e-8)) * 255).to(torch.uint8)  # fmt: skip
         img = t.permute(1, 2, 0).numpy() if t.ndim == 3 and t.shape[0] in (1, 3) else t.numpy()
     img = np.asarray(img)
+    if img.dtype.kind == "f" and img.size:  # as a float tensor is read: 0-1 scaled up, out of 0-255 stretched
+        lo, hi = float(np.nanmin(img)), float(np.nanmax(img))
+        if lo >= 0 and hi <= 1.0:  # (img / 255, a common transform's output: all black before, cast as 0-255)
+            img = np.round(img * 255)
+        elif lo < 0 or hi > 255:
+            img = (img - lo) / (hi - lo + 1e-8) * 255
     if img.dtype == np.uint16:  # 16-bit (mode="unchanged"): shown on the 8-bit scale
         img = (img >> 8).astype(np.uint8)
     elif img.dtype != np.uint8:

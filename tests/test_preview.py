@@ -294,3 +294,17 @@ def test_an_unchanged_mode_dataset_is_shown_in_its_colours(tmp_path: Path):
         sheet = np.asarray(Image.open(out).convert("RGB"))
         tiles = [sheet[60, x] for x in range(sheet.shape[1]) if (sheet[60, x] != 32).any()]
         assert tiles and all(tuple(t) == (255, 0, 0) for t in tiles), mode
+
+
+def test_a_float_array_on_the_0_1_scale_is_shown_as_a_tensor_would_be():
+    # the attack: a transform returning img.astype(np.float32) / 255 (HWC) gave black tiles: the array was cast as
+    # 0-255, every pixel 0, while the same pixels as a CHW tensor were shown right
+    import torch
+
+    from datakit.preview import _to_hwc_uint8
+
+    img = np.random.default_rng(0).integers(0, 256, (6, 5, 3)).astype(np.uint8)
+    as_float = img.astype(np.float32) / 255
+    assert np.array_equal(_to_hwc_uint8(as_float), img)
+    assert np.array_equal(_to_hwc_uint8(torch.from_numpy(as_float).permute(2, 0, 1)), img)
+    assert np.array_equal(_to_hwc_uint8(img.astype(np.float32)), img)  # float on the 0-255 scale: as it is
