@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import statistics
 import time
 import warnings
@@ -181,12 +182,29 @@ def _cache_key(dataset: Dataset, batch_size: int) -> str:
     parts = [type(dataset).__name__, str(len(dataset)), str(batch_size), platform.node(), str(usable_cpus())]
     for attr in ("root", "path", "paths"):
         if hasattr(dataset, attr):
-            parts.append(str(getattr(dataset, attr)))
+            value = getattr(dataset, attr)
+            parts.append(os.path.abspath(value) if isinstance(value, (str, os.PathLike)) else str(value))
     readers = getattr(dataset, "readers", None)
     if readers:
-        parts += [str(r.path) for r in readers]
-    parts.append(repr(getattr(dataset, "transform", None)))
+        parts += [os.path.abspath(r.path) for r in readers]
+    # a transform without a repr of its own is '<Aug object at 0x7f...>', another address each run: the key
+    # would never match again (measured at every start, the file growing)
+    parts.append(_ADDRESS.sub("", repr(getattr(dataset, "transform", None))))
     return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _read_cache(path: Path) -> dict:
+    """The cache file's entries; {} where it is missing, unreadable or not a JSON object of whole numbers."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if type(v) is int and v >= 0}
 
 
 def _cache_file() -> Path:
@@ -260,12 +278,9 @@ def tune_num_workers(dataset: Dataset, batch_size: int, candidates: list[int] | 
     key = _cache_key(dataset, batch_size)
     path = _cache_file()
     if cache and candidates is None:
-        try:
-            hit = json.loads(path.read_text()).get(key)
-        except (OSError, ValueError):
-            hit = None
-        if hit is not None:
-            return TuneResult(int(hit), cached=True)
+        hit = _read_cache(path).get(key)
+        if hit is not None and hit <= max(default_candidates()):  # (a value past this machine's: measured again)
+            return TuneResult(hit, cached=True)
     cands = sorted(set(candidates if candidates is not None else default_candidates()))
     results: list[Measurement] = []
     rates: dict[int, list[float]] = {}
@@ -286,7 +301,7 @@ def tune_num_workers(dataset: Dataset, batch_size: int, candidates: list[int] | 
     if cache and candidates is None and not rec.noisy:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            data = json.loads(path.read_text()) if path.exists() else {}
+            data = _read_cache(path)
             data[key] = rec.num_workers
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(data))

@@ -141,6 +141,35 @@ def test_tune_does_not_cache_a_noisy_answer(monkeypatch, tmp_path: Path):
     assert not (tmp_path / "num_workers.json").exists()
 
 
+class _NoRepr:
+    def __call__(self, x):
+        return x
+
+
+def test_the_cache_key_outlives_a_transforms_address_and_a_damaged_file_is_measured_again(monkeypatch, tmp_path):
+    # the attacks: a transform without a repr of its own ('<_NoRepr object at 0x...>') gave a new key every run (1, 2,
+    # 3 entries, measured at every start); a cache file holding [] or {"k": "x"} killed create_loader(num_workers=
+    # "auto") with AttributeError or ValueError naming no file
+    monkeypatch.setenv("DATAKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(tuning, "default_candidates", lambda: [0, 1, 2])
+    measure, calls = _fake_measure({0: [100.0], 1: [300.0], 2: [310.0]})
+    monkeypatch.setattr(tuning, "measure_throughput", measure)
+
+    def dataset():
+        ds = _Sized([8] * 8)
+        ds.transform = _NoRepr()
+        return ds
+
+    assert tune_num_workers(dataset(), 4).best == 1
+    assert tune_num_workers(dataset(), 4).cached
+    assert len(json.loads((tmp_path / "num_workers.json").read_text())) == 1
+    for damaged in ("[]", "null", '{"k": "x"}', "{"):
+        (tmp_path / "num_workers.json").write_text(damaged)
+        res = tune_num_workers(dataset(), 4)
+        assert (res.best, res.cached) == (1, False)
+    assert tune_num_workers(dataset(), 4).cached  # the file written again, whole
+
+
 def test_tuning_measures_and_caches(tmp_path: Path, monkeypatch, class_folder: Path):
     from datakit.datasets import open_dataset
 
