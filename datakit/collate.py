@@ -492,6 +492,9 @@ class _DetectionCollate(_Collate):
             elif boxes.ndim != 2 or boxes.shape[1] != 4:  # (N, 5) with scores, corner points: never reshaped into boxes
                 raise CollateError("detection_collate: ", [i], " boxes must be N x 4 (x1, y1, x2, y2), got shape "
                                    f"{tuple(boxes.shape)}")  # fmt: skip
+            if boxes.numel() and not bool(torch.isfinite(boxes).all()):  # a NaN box makes a NaN loss, steps later
+                raise CollateError("detection_collate: ", [i], " boxes must be finite numbers (x1, y1, x2, y2), got "
+                                   f"{boxes.tolist()}")  # fmt: skip
             t["boxes"] = boxes
             if "labels" in t:
                 try:

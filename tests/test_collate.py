@@ -152,6 +152,9 @@ def test_detection_collate_boxes_stay_valid():
         ({"boxes": [[0, 0, 1, 1]], "labels": [2.0**70]},
          "labels must be class indices (whole numbers), got [1.1805916207174113e+21]"),
         ({"boxes": "abc"}, "boxes must be N x 4 numbers (x1, y1, x2, y2), got 'abc'"),  # torch's bare TypeError
+        # NaN and inf boxes passed, while such labels were refused: a NaN loss some steps later
+        ({"boxes": [[0, 0, float("nan"), float("inf")]]},
+         "boxes must be finite numbers (x1, y1, x2, y2), got [[0.0, 0.0, nan, inf]]"),
     ],
 )  # fmt: skip
 def test_detection_collate_names_labels_that_are_no_class_indices(target, why):
