@@ -274,17 +274,25 @@ def check_versions(versions: dict[str, str | None]) -> Finding:
 
 
 def _source_files(src: str | os.PathLike, max_files: int) -> list[Path]:
+    from datakit.io import IMAGE_EXTENSIONS
+    from datakit.labels import EXCEL_SUFFIXES, TEXT_SUFFIXES
+
     path = Path(src)
     if path.is_dir() and (path / "data.mdb").exists():
         return [path / "data.mdb"]
-    if path.is_file():
-        return [path]
-    from datakit.io import IMAGE_EXTENSIONS
-
     found: list[Path] = []
-    for dirpath, _, names in sorted(os.walk(path)):
+    if path.is_file() and path.suffix.lower() in EXCEL_SUFFIXES + TEXT_SUFFIXES:
+        # a table alone: the images it names, relative to its folder (the table itself says nothing of the disk)
+        from datakit.labels import read_labels
+
+        table = read_labels(path, validate=False)
+        found = [p for p in dict.fromkeys(path.parent / table.files[i] for i in range(len(table))) if p.is_file()]
+    elif path.is_file():
+        return [path]
+    for dirpath, _, names in sorted(os.walk(path)) if path.is_dir() else ():
         for n in sorted(names):
-            if n.lower().endswith(IMAGE_EXTENSIONS):
+            # (a link to nothing among them is no file to read: it aborted the run, the other findings lost)
+            if n.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(dirpath, n)):
                 found.append(Path(dirpath) / n)
     if len(found) > max_files:  # evenly spread, so one folder does not stand for all
         step = len(found) / max_files

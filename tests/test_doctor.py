@@ -228,3 +228,13 @@ def test_environment_variables_are_read_as_their_readers_read_them():
     assert seen(DATAKIT_MAX_PIXELS="abc") == [("datakit-max-pixels", "fail", "DATAKIT_MAX_PIXELS='abc': every decode "
                                                "refuses it (a positive whole number of pixels)")]  # fmt: skip
     assert seen(DATAKIT_MAX_PIXELS="200_000_000") == []
+
+
+def test_read_speed_of_a_table_reads_its_images_and_a_link_to_nothing_is_passed_over(samples: Path):
+    # the attacks: `doctor labels.csv` timed the table file alone ("1 files, 0.0 MiB ... ok"), the images it names
+    # unread; a link to nothing named .jpg in the folder aborted the run ("[Errno 2] ...", exit 1)
+    table = read_speed(samples / "labels.csv")
+    assert table.status == "ok" and table.data["files"] == 24
+    (samples / "images" / "dangling.jpg").symlink_to("nowhere.jpg")
+    folder = read_speed(samples / "images")
+    assert folder.status == "ok" and folder.data["files"] == 24
