@@ -206,6 +206,12 @@ def stack_collate(batch: Sequence):
         _same_sizes(batch, "images")
         return _stack_images(list(batch))
     if batch and isinstance(batch[0], dict):  # {"image": ..., "label": ...}
+        for i, b in enumerate(batch[1:], 1):  # torch's own words: a bare KeyError 'label'
+            if not isinstance(b, dict) or b.keys() != batch[0].keys():
+                what = f"keys {', '.join(map(repr, b)) or 'none'}" if isinstance(b, dict) else type(b).__name__
+                raise CollateError("stack_collate: ", [i], f" is a sample of {what}, where batch position 0 has "
+                                   f"{', '.join(map(repr, batch[0])) or 'none'}: every sample needs the same "
+                                   "keys")  # fmt: skip
         for key in batch[0]:
             values = [b.get(key) if isinstance(b, dict) else None for b in batch]
             if all(isinstance(v, (np.ndarray, torch.Tensor)) for v in values):

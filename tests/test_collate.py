@@ -648,3 +648,13 @@ def test_namedtuple_samples_stay_namedtuples_and_detection_targets_may_be_viewed
     labels = np.array([3, 4])
     _, targets = detection_collate()([(img, {"boxes": boxes[::-1], "labels": labels[::-1]})])
     assert targets[0]["boxes"].tolist() == [[1, 1, 2, 2], [0, 0, 1, 1]] and targets[0]["labels"].tolist() == [4, 3]
+
+
+def test_stack_collate_names_a_dict_sample_without_a_key_the_others_have():
+    # the attack: a dict sample without 'label' beside one with it: torch's bare KeyError 'label', no sample named
+    img = torch.zeros(3, 2, 2)
+    with pytest.raises(CollateError) as e:
+        stack_collate([{"image": img, "label": 1}, {"image": img}])
+    assert str(e.value) == ("stack_collate: batch position 1 is a sample of keys 'image', where batch position 0 has "
+                            "'image', 'label': every sample needs the same keys")  # fmt: skip
+    assert stack_collate([{"image": img, "label": 1}, {"label": 2, "image": img}])["label"].tolist() == [1, 2]
