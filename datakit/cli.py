@@ -1111,6 +1111,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from datakit.doctor import doctor
 
     src = str(_existing(args.src)) if args.src else None
+    if src is not None and os.path.isfile(src) and Path(src).suffix.lower() not in (".zip", ".lmdb", *TABLE_SUFFIXES):
+        # (a script, a single image: timed as if it were the data, and said to be "ok")
+        raise UsageError(f"{src}: a file that is no dataset source; give the folder, zip, label table or pack the "
+                         "training reads")  # fmt: skip
     report = doctor(src, batch_size=args.batch_size, num_workers=args.workers, prefetch_factor=args.prefetch_factor,
                     size=args.size)  # fmt: skip
     if args.json:
