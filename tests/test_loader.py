@@ -2600,6 +2600,7 @@ def test_a_training_loader_made_before_the_ranks_join_says_it_is_not_sharded(mon
     assert caplog.messages == []
 
 
+@pytest.mark.filterwarnings("ignore:sampler=WeightedRandomSampler has no generator")  # (its own test: said)
 @pytest.mark.parametrize("sampler", ["sequential", "weighted"])
 def test_seed_with_a_sampler_of_ones_own_in_the_main_process_draws_on_from_batch_to_batch(sampler: str):
     # the attack: seed=0, sampler= of the user's, num_workers=0 (or DATAKIT_NUM_WORKERS=0 to debug): the caller's
@@ -2811,6 +2812,7 @@ class _OwnTransform:
         return torch.from_numpy(np.ascontiguousarray(img[: self.size, : self.size])).permute(2, 0, 1)
 
 
+@pytest.mark.filterwarnings("ignore:the dataset's transform holds a random generator")  # (its own test: said)
 def test_transforms_that_do_not_pickle_or_draw_in_the_main_process_restart_workers_only_when_changed(class_folder):
     from datakit.datasets import open_dataset
 
