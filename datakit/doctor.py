@@ -333,7 +333,9 @@ def read_speed(src: str | os.PathLike, *, max_files: int = 2000, max_bytes: int 
     """Read speed of the source's files, cold (dropped from the page cache first) and warm."""
     files = _source_files(src, max_files)
     if not files:
-        return Finding("read-speed", "warn", f"{src}: no image files found to read")
+        # (the data the training would read is not there: the run must not end "ok")
+        return Finding("read-speed", "fail", f"{src}: no image files found to read",
+                       "give the folder, zip, label table or pack that holds the images")  # fmt: skip
     cold_ok = _evict(files)
     nbytes, count, cold = _read_all(files, max_bytes)
     _, _, warm = _read_all(files[:count], max_bytes)

@@ -1118,9 +1118,10 @@ def _max_file_bytes(max_pixels: int | None = None) -> int:
     return pixel_budget(max_pixels) * 8 + (64 << 20)
 
 
-def read_bytes(path: str | os.PathLike, *, max_pixels: int | None = None) -> bytes:
+def read_bytes(path: str | os.PathLike, *, max_pixels: int | None = None, pipes: bool = True) -> bytes:
     """The whole file, for any path; ``FileNotFoundError`` names it when missing. A named pipe is read as
-    ``cat`` reads it (waiting for its writer; Ctrl-C ends the wait). What is neither (a device such as
+    ``cat`` reads it (waiting for its writer; Ctrl-C ends the wait), or with ``pipes=False`` (a dataset's
+    files: one pipe among them would hang the whole run) refused. What is neither (a device such as
     ``/dev/zero``, endless; a folder) and a file larger than any image within the pixel budget (a sparse
     20 GB ``.jpg``, a pipe that never ends) raise :class:`ImageDecodeError` naming it, before (or instead
     of) reading it all."""
@@ -1131,6 +1132,8 @@ def read_bytes(path: str | os.PathLike, *, max_pixels: int | None = None) -> byt
     try:
         mode, size = (st := os.fstat(fd)).st_mode, st.st_size
         limit = _max_file_bytes(max_pixels)
+        if stat.S_ISFIFO(mode) and not pipes:
+            raise ImageDecodeError(f"{os.fspath(path)}: a named pipe, not an image file")
         if stat.S_ISFIFO(mode):
             os.close(fd)
             fd = -1

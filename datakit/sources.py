@@ -788,7 +788,8 @@ class FolderDataset(ImageDataset):
         return os.path.join(self.root, self.files[index])
 
     def read(self, index: int) -> bytes:
-        return read_bytes(self.name(index))
+        # (a pipe the scan came upon, not one a table names: waiting for its writer would hang the run)
+        return read_bytes(self.name(index), pipes=False)
 
     def encoded_size(self) -> int:
         return sum(os.path.getsize(self.name(i)) for i in range(len(self)))

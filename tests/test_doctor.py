@@ -247,3 +247,17 @@ def test_doctor_of_a_file_that_is_no_dataset_is_a_usage_error(tmp_path: Path, ca
     assert main(["doctor", str(script)]) == 2
     assert capsys.readouterr().err == (f"datakit doctor: error: {script}: a file that is no dataset source; give the "
                                        "folder, zip, label table or pack the training reads\n")  # fmt: skip
+
+
+def test_doctor_of_a_source_with_no_image_fails(tmp_path: Path, capsys):
+    # the attack: `datakit doctor data/train` on a folder left empty by a failed copy: a "warn" row, exit 0
+    empty = tmp_path / "train"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no images here\n")
+    finding = read_speed(empty)
+    assert (finding.check, finding.status, finding.detail, finding.fix) == (
+        "read-speed", "fail", f"{empty}: no image files found to read",
+        "give the folder, zip, label table or pack that holds the images")  # fmt: skip
+    assert main(["doctor", "--quiet", str(empty)]) == 1
+    assert (f"read-speed: fail: {empty}: no image files found to read; fix: give the folder, zip, label table or "
+            "pack that holds the images\n") in capsys.readouterr().out  # fmt: skip

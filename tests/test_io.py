@@ -1072,6 +1072,28 @@ def test_what_is_not_an_image_file_is_refused_before_it_is_read(tmp_path: Path):
         writer.wait()
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_named_pipe_a_folder_scan_comes_upon_is_refused_not_waited_on(tmp_path: Path, capsys):
+    # the attack: a named pipe called 3.jpg in a class folder (left by a tool that streams its output): check and stats
+    # waited for a writer for ever. A pipe that a table names, or imread is given, is still read as cat reads it
+    from datakit.check import check_dataset
+    from datakit.datasets import open_dataset
+    from datakit.errors import SampleError
+
+    root = tmp_path / "dz"
+    for seed, c in enumerate(("cat", "dog")):
+        (root / c).mkdir(parents=True)
+        imwrite(root / c / "1.jpg", synthetic_image(16, 16, seed=seed))
+    os.mkfifo(root / "dog" / "3.jpg")
+    msg = f"{root / 'dog' / '3.jpg'}: a named pipe, not an image file"
+    assert check_dataset(root).problems == [f"unreadable: {msg}"]
+    assert main(["stats", str(root), "-q"]) == 1
+    assert capsys.readouterr().err == f"datakit stats: error: sample 2: {msg}\n"
+    with pytest.raises(SampleError) as e:
+        open_dataset(root)[2]
+    assert str(e.value) == f"sample 2: {msg}"
+
+
 def test_a_png_wider_than_libpngs_limit_is_read_strict_or_not_without_a_word(tmp_path: Path, capfd):
     # the attack: a valid 1,010,000 x 2 PNG (2M pixels) decoded in training, with two bare libpng lines on stderr, and
     # check and stats called it "damaged PNG data: libpng warning: Image width exceeds user limit in IHDR; ..."
