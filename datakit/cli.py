@@ -1110,8 +1110,19 @@ def _register_bench(sub) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from datakit.doctor import doctor
 
-    src = str(_existing(args.src)) if args.src else None
-    if src is not None and os.path.isfile(src) and Path(src).suffix.lower() not in (".zip", ".lmdb", *TABLE_SUFFIXES):
+    src = None
+    if args.src:
+        names = [os.fspath(p) for p in _packs(args.src)]  # a glob: the shards it matches
+        if len(names) > 1:  # the shards of one pack ('part-*.lmdb'), read together as check and stats read them
+            for name in names:
+                if not os.path.isfile(os.path.join(_existing(name), "data.mdb")):
+                    raise UsageError(f"{name}: not an LMDB pack; several sources are the shards of one pack, "
+                                     "give one folder, zip or table alone")  # fmt: skip
+            src = names
+        else:
+            src = str(_existing(names[0]))
+    table_or_pack = (".zip", ".lmdb", *TABLE_SUFFIXES)
+    if isinstance(src, str) and os.path.isfile(src) and Path(src).suffix.lower() not in table_or_pack:
         # (a script, a single image: timed as if it were the data, and said to be "ok")
         raise UsageError(f"{src}: a file that is no dataset source; give the folder, zip, label table or pack the "
                          "training reads")  # fmt: skip
@@ -1136,7 +1147,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _register_doctor(sub) -> None:
     p = _command(sub, "doctor", "check the environment and the source's read speed, each finding with its fix",
                  "  datakit doctor data/train --batch-size 256 --workers 8")  # fmt: skip
-    p.add_argument("src", nargs="?", help="a dataset source whose read speed to measure (cold and warm)")
+    p.add_argument("src", nargs="*", help="a dataset source whose read speed to measure (cold and warm); several "
+                   "packs or a glob: the shards of one")  # fmt: skip
     p.add_argument("--batch-size", type=_count, default=64, metavar="N",
                    help="batch size of the planned loader (default 64)")  # fmt: skip
     p.add_argument("--workers", type=_workers, metavar="N",

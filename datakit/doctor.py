@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -329,9 +329,15 @@ def _evict(files: list[Path]) -> bool:
     return True
 
 
-def read_speed(src: str | os.PathLike, *, max_files: int = 2000, max_bytes: int = 256 * MIB) -> Finding:
-    """Read speed of the source's files, cold (dropped from the page cache first) and warm."""
-    files = _source_files(src, max_files)
+def read_speed(src: str | os.PathLike | Sequence[str | os.PathLike], *, max_files: int = 2000,
+               max_bytes: int = 256 * MIB) -> Finding:  # fmt: skip
+    """Read speed of the source's files, cold (dropped from the page cache first) and warm; a list is the
+    shards of one pack, read together."""
+    if isinstance(src, (list, tuple)):
+        files = [f for s in src for f in _source_files(s, max_files)]
+        src = os.fspath(src[0]) + (f" and {len(src) - 1} more" if len(src) > 1 else "")
+    else:
+        files = _source_files(src, max_files)
     if not files:
         # (the data the training would read is not there: the run must not end "ok")
         return Finding("read-speed", "fail", f"{src}: no image files found to read",
@@ -378,8 +384,8 @@ def _version(module: str) -> str | None:
     return str(getattr(mod, "__version__", None) or getattr(mod, "version", lambda: "?")())
 
 
-def doctor(src: str | os.PathLike | None = None, *, batch_size: int = 64, num_workers: int | None = None,
-           prefetch_factor: int = 4, size: int = 224) -> DoctorReport:  # fmt: skip
+def doctor(src: str | os.PathLike | Sequence[str | os.PathLike] | None = None, *, batch_size: int = 64,
+           num_workers: int | None = None, prefetch_factor: int = 4, size: int = 224) -> DoctorReport:  # fmt: skip
     """Check the environment for a loader of ``batch_size`` uint8 images of ``size`` x ``size``
     with ``num_workers`` (default: the usable CPUs) and ``prefetch_factor``; and, with ``src``,
     how fast its files read. ``size=0`` takes the first image of ``src`` at full size."""

@@ -261,3 +261,25 @@ def test_doctor_of_a_source_with_no_image_fails(tmp_path: Path, capsys):
     assert main(["doctor", "--quiet", str(empty)]) == 1
     assert (f"read-speed: fail: {empty}: no image files found to read; fix: give the folder, zip, label table or "
             "pack that holds the images\n") in capsys.readouterr().out  # fmt: skip
+
+
+def test_doctor_of_the_shards_of_a_pack_reads_them_all(samples: Path, tmp_path: Path, capsys, monkeypatch):
+    # the attack: `datakit doctor 'part-*.lmdb'`, the form check and stats take, was "no such file or folder"
+    from datakit.pack import pack_lmdb
+
+    for k in range(3):
+        pack_lmdb(samples / "images", tmp_path / f"part-{k}.lmdb", shard=(k, 3))
+    monkeypatch.chdir(tmp_path)
+    for args in (["part-*.lmdb"], ["part-0.lmdb", "part-1.lmdb", "part-2.lmdb"]):
+        assert main(["doctor", "--json", *args]) == 0
+        speed = next(f for f in json.loads(capsys.readouterr().out)["findings"] if f["check"] == "read-speed")
+        assert speed["detail"].startswith("part-0.lmdb and 2 more: 3 files, ")
+        assert speed["data"]["files"] == 3
+    assert main(["doctor", "part-0.lmdb", "images"]) == 2
+    assert capsys.readouterr().err == ("datakit doctor: error: images: no such file or folder\n")
+    (tmp_path / "images").mkdir()
+    assert main(["doctor", "part-0.lmdb", "images"]) == 2
+    assert capsys.readouterr().err == ("datakit doctor: error: images: not an LMDB pack; several sources are the "
+                                       "shards of one pack, give one folder, zip or table alone\n")  # fmt: skip
+    assert main(["doctor", "nope-*.lmdb"]) == 2
+    assert capsys.readouterr().err == "datakit doctor: error: nope-*.lmdb: matches nothing\n"
