@@ -8,6 +8,7 @@ first", which need not match ``nvidia-smi``; ``PCI_BUS_ID`` makes the numbers ag
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 import sys
@@ -16,18 +17,20 @@ from collections.abc import Iterable
 
 __all__ = ["select_gpus"]
 
-_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+(/[0-9]+/[0-9]+)?$")  # MIG-GPU-<uuid>/<gi>/<ci>: drivers before R470
 
 
 def _parse(spec: str | int | Iterable[int | str]) -> list[str]:
     if isinstance(spec, bool):
         raise ValueError(f"GPU selection must be indices like '0,2' or [0, 2], got {spec!r}")
-    if isinstance(spec, int):
-        items: list[str] = [str(spec)]
+    if isinstance(spec, numbers.Integral):  # np.int64(1) too
+        items: list[str] = [str(int(spec))]
     elif isinstance(spec, str):
         items = [s.strip() for s in spec.split(",")] if spec.strip() else []
     elif isinstance(spec, Iterable) and not isinstance(spec, (bytes, set, frozenset, dict)):
-        items = [str(s).strip() for s in spec]
+        # (np.int64 items as ints: an array's items, a bool stays 'True' and is refused)
+        items = [str(int(s) if isinstance(s, numbers.Integral) and not isinstance(s, bool) else s).strip()
+                 for s in spec]  # fmt: skip
     else:  # None, 1.0, a set (no order)
         raise ValueError(f"GPU selection must be indices like '0,2' or [0, 2], got {spec!r}")
     out: list[str] = []

@@ -91,3 +91,23 @@ def test_select_gpus_refuses_what_is_no_list_of_gpus_in_one_line(spec):
     with pytest.raises(ValueError) as e:
         select_gpus(spec)
     assert str(e.value) == f"GPU selection must be indices like '0,2' or [0, 2], got {spec!r}"
+
+
+def test_numpy_integers_and_the_old_mig_form_are_gpus(monkeypatch):
+    # the attacks: select_gpus(np.int64(1)) (an index drawn from an array, argmin of free memory) and
+    # select_gpus(np.array([0, 2])) were "GPU selection must be indices"; the MIG form of drivers before R470,
+    # 'MIG-GPU-<uuid>/<gi>/<ci>', "invalid GPU"
+    import numpy as np
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert select_gpus(np.int64(1)) == ["1"] and os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert select_gpus(np.array([0, 2])) == ["0", "2"] and os.environ["CUDA_VISIBLE_DEVICES"] == "0,2"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    mig = "MIG-GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f/7/0"
+    assert select_gpus(mig) == [mig] and os.environ["CUDA_VISIBLE_DEVICES"] == mig
+    with pytest.raises(ValueError) as e:
+        select_gpus([np.True_])
+    assert str(e.value) == ("invalid GPU 'True' in [np.True_]: use indices as nvidia-smi shows them (ASCII digits), "
+                            "or UUIDs")  # fmt: skip
