@@ -1782,6 +1782,37 @@ def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int],
     return others[0], "", ""
 
 
+def _shape(name: str) -> str:
+    return re.sub(r"[0-9]+", "0", name)
+
+
+def _refuse_a_sample_as_header(grid: Sequence[Sequence[object]], r: int, fcol: int, lcol: int | None,
+                               where: str) -> None:  # fmt: skip
+    """A header row the caller's file_column=/label_column= names that is a sample: a table without a header line,
+    its first row taken for one, would lose that sample without a word (its label among the labels below, or its
+    file named as the files below are, digits aside)."""
+    row = grid[r]
+    below = [line for line in grid[r + 1 : r + 51] if any(not _blank(v) for v in line)]
+    file = _text(row[fcol])
+    files = [_text(line[fcol]) for line in below if fcol < len(line) and not _blank(line[fcol])]
+    label = _text(row[lcol]) if lcol is not None and lcol < len(row) and not _blank(row[lcol]) else None
+    labels = {_text(line[lcol]) for line in below if lcol is not None and lcol < len(line) and not _blank(line[lcol])}
+    if label is not None and label in labels:
+        why = f"{label!r} is a label of the rows below it too"
+    elif (
+        re.search(r"[0-9]", file)
+        and len(files) >= 2
+        and 5 * sum(_shape(f) == _shape(file) for f in files) >= 4 * len(files)
+    ):
+        why = f"{file!r} is named as the files below it are"
+    else:
+        return
+    shown = ", ".join(repr(_text(v)) for v in row if not _blank(v))
+    raise UsageError(f"{where}: the row taken for the header ({shown}) is a sample: {why}; a table without a "
+                     "header line would lose its first sample so: add a header line naming the columns "
+                     "(file,label)")  # fmt: skip
+
+
 def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, label_column: str | None,
                    split_column: str | None, where: str = "the table") -> _Header | None:  # fmt: skip
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
@@ -1821,6 +1852,8 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
         same = {_norm(file_column)} if file_column is not None else _FILE_KEYS - {"name"}
         file_rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
                             and not _blank(h) and _norm(h) in same)  # fmt: skip
+        if file_column is not None or label_column is not None:
+            _refuse_a_sample_as_header(grid, r, fcol, lcol, where)
         return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals, why)
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
     if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):
@@ -1845,7 +1878,8 @@ def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column
                 "(PaddleClas, mmpretrain), or save it with commas between the columns")  # fmt: skip
     return (
         f"{where}: no file-name column found (looked for {', '.join(FILE_COLUMNS[:6])}, 文件名, 图片, ...); "
-        f"the first row holds {shown}; name it with file_column= (--file-column)"
+        f"the first row holds {shown}; name it with file_column= (--file-column), or, where the rows begin at once, "
+        "add a header line naming the columns (file,label)"
     )
 
 

@@ -1794,3 +1794,53 @@ def test_a_lone_class_of_another_split_whose_file_is_not_there_is_noted(tmp_path
     with caplog.at_level(logging.WARNING, logger="datakit"):
         open_dataset(img, labels=tmp_path / "t.csv", split="val")
     assert [r.getMessage().split(": class ")[1][:8] for r in caplog.records] == ["'string'"]
+
+
+@pytest.mark.parametrize("kind", ["csv", "xlsx"])
+def test_a_first_sample_named_as_the_header_is_refused_not_dropped(tmp_path: Path, capsys, kind: str):
+    # the attack: a table with no header line whose files have no image extension ('img001,cat') was refused with
+    # "name it with file_column=": doing so took the first sample for the header, and it was lost without a word
+    # (check: "3 samples checked, 0 problems", exit 0)
+    rows = [["img001", "cat"], ["img002", "dog"], ["img003", "cat"], ["img004", "dog"]]
+    path = tmp_path / f"noext.{kind}"
+    if kind == "csv":
+        path.write_text("".join(f"{f},{lab}\n" for f, lab in rows), encoding="utf-8")
+        where = str(path)
+    else:
+        wb = Workbook()
+        wb.active.title = "train"
+        for row in rows:
+            wb.active.append(row)
+        wb.save(path)
+        where = f"{path}, sheet 'train'"
+    msg = (f"{where}: the row taken for the header ('img001', 'cat') is a sample: {{}}; a table without a header line "
+           "would lose its first sample so: add a header line naming the columns (file,label)")  # fmt: skip
+    with pytest.raises(UsageError) as e:
+        read_labels(path, file_column="img001")
+    assert str(e.value) == msg.format("'cat' is a label of the rows below it too")
+    assert (
+        main(["check", str(tmp_path), "--labels", str(path), "--file-column", "img001", "--label-column", "cat"]) == 2
+    )
+    assert (
+        capsys.readouterr().err
+        == "datakit check: error: " + msg.format("'cat' is a label of the rows below it too") + "\n"
+    )
+    # a first label seen once: the file names tell it
+    rows[0][1] = "bird"
+    if kind == "csv":
+        path.write_text("".join(f"{f},{lab}\n" for f, lab in rows), encoding="utf-8")
+    else:
+        wb.active["B1"] = "bird"
+        wb.save(path)
+    with pytest.raises(UsageError) as e:
+        read_labels(path, file_column="img001")
+    assert str(e.value) == msg.format("'img001' is named as the files below it are").replace("'cat')", "'bird')")
+    # a real header named by the caller is read as before
+    rows[0] = ["图片编号", "类别"]
+    if kind == "csv":
+        path.write_text("".join(f"{f},{lab}\n" for f, lab in rows), encoding="utf-8")
+    else:
+        wb.active["A1"], wb.active["B1"] = "图片编号", "类别"
+        wb.save(path)
+    t = read_labels(path, file_column="图片编号", label_column="类别")
+    assert t.files.tolist() == ["img002", "img003", "img004"] and t.labels.tolist() == ["dog", "cat", "dog"]

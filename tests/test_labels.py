@@ -802,7 +802,8 @@ def test_no_header_anywhere(tmp_path: Path):
         read_labels(path)
     assert str(e.value) == (
         f"{path}, sheet '说明': no file-name column found (looked for file, filename, file_name, filepath, file_path, "
-        "path, 文件名, 图片, ...); the first row holds '只有说明'; name it with file_column= (--file-column)"
+        "path, 文件名, 图片, ...); the first row holds '只有说明'; name it with file_column= (--file-column), or, "
+        "where the rows begin at once, add a header line naming the columns (file,label)"
     )
 
 
