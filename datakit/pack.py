@@ -949,12 +949,22 @@ def _again(out: Path, target: Path, overwrite: bool, more: str = "") -> str:
     return f"the same command with {flags}" + (" in place of --overwrite" if overwrite else "")
 
 
-def _bad_advice(out: Path, target: Path, overwrite: bool, committed: int) -> str:
+def _bad_advice(out: Path, target: Path, overwrite: bool, committed: int, gone: int = 0) -> str:
     """What is true of OUT once bad images stopped a pack job, and the commands that go on from there: with the
     images fixed, or leaving them out (``--skip-bad``). An ``--overwrite`` builds the new pack beside OUT
-    (``target``): OUT holds the old one, and the new samples take room in the part until it is deleted."""
+    (``target``): OUT holds the old one, and the new samples take room in the part until it is deleted.
+    ``gone``: files of a class folder that went while it was packed; without them the folder has another number
+    of samples, which a resumed pack refuses: they are put back, or the folder packed again as it is now."""
     fixed, left_out = _again(out, target, overwrite), _again(out, target, overwrite, "--skip-bad")
     samples = f"{committed} sample{'s' * (committed != 1)}"
+    them = "them" if gone > 1 else "it"
+    if gone and target == out:
+        return (f"the pack holds the {samples} before the first; put {them} back and run {fixed}, or pack the folder "
+                "as it is now with --overwrite")  # fmt: skip
+    if gone:
+        return (f"{out} still holds the old pack, untouched; the {samples.replace(' ', ' new ', 1)} before the first "
+                f"are kept in {target}: put {them} back and run {fixed} to go on from them, or run it with the "
+                "folder as it is now to pack that anew")  # fmt: skip
     if target == out:
         return (f"the pack holds the {samples} before the first; fix them and run {fixed}, or {left_out} to leave "
                 "them out")  # fmt: skip
@@ -1122,10 +1132,10 @@ def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
 
 def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int | None, max_size: int | None,
           quality: int, skip_bad: bool, sids: np.ndarray | None, name_of: Callable[[int], str], progress,
-          known: dict[int, str] | None = None, *, advice: Callable[[int], str]) -> PackReport:  # fmt: skip
+          known: dict[int, str] | None = None, *, advice: Callable[[int, int], str]) -> PackReport:  # fmt: skip
     """Read, validate and write source samples ``lo .. hi-1`` from where the pack stands; ``sids``: each source
     sample's split id in the pack's splits (None: the pack records none); ``name_of(i)``: the name it stores;
-    ``advice(committed)``: what stays and the commands that go on, when bad images stop the job."""
+    ``advice(committed, gone)``: what stays and the commands that go on, when bad images stop the job."""
     start = writer.count
     report = PackReport(writer.path, 0, resumed_from=start, skipped=list(writer.meta["skipped"]))
     first = lo + start + len(report.skipped)
@@ -1146,6 +1156,7 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
     done, stop = [first], threading.Event()
     where = getattr(ds, "where", None)
     table_ds = ds if isinstance(ds, TableDataset) else None
+    folder, gone = local and table_ds is None, 0  # a class folder's scan: its files gone change the samples
     if local and hasattr(os, "posix_fadvise"):
         threading.Thread(target=_read_ahead, args=(ds, first, hi, done, stop), daemon=True).start()
     try:
@@ -1155,6 +1166,9 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
                 missing = _missing_line(table_ds, i) if table_ds is not None and i not in known else None
                 if missing is not None:
                     err = missing  # a file the table names that is not there (or a folder): check's line for it
+                elif folder and not os.path.lexists(ds.name(i)):  # listed by the scan, gone from the folder since
+                    err = f"missing: {ds.name(i)} (gone from the folder while it was packed)"
+                    gone += 1
                 elif where is not None:
                     err = f"{err} ({where(i)})"  # the table's sheet and row, as check names them
                 if skip_bad:
@@ -1176,7 +1190,7 @@ def _fill(writer: LmdbWriter, ds: ImageDataset, lo: int, hi: int, workers: int |
             close()
     if bad:
         writer.commit()
-        raise PackError(f"{_tally(bad)} ({advice(writer.count)}):\n" + "\n".join(bad))
+        raise PackError(f"{_tally(bad)} ({advice(writer.count, gone)}):\n" + "\n".join(bad))
     writer.finish(skipped=report.skipped)
     report.count = writer.count
     report.seconds = time.perf_counter() - t0

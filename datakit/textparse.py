@@ -510,12 +510,20 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
     lines: list[int] = []
     last = 0
     raw_last: list[str] = []
+    swallowed: list[tuple[int, str]] = []
     for rec in reader:
         line = last + 1
         last = reader.line_num
         cells = [c.strip() for c in rec]
         if not any(cells):
             continue
+        inner = _rows_inside(rec, delim) if last > line else None
+        if inner is not None:
+            # a quote opened by mistake ('5 inch"...'), closed lines later: the rows between were one field's text,
+            # lost without a word (their files then "not in the table", if on the disk at all)
+            swallowed.append((line, f"a quoted field runs over lines {line}-{last} and holds what reads as rows of "
+                              f"their own ({inner!r}); a quote opened by mistake? close it on its line, or quote no "
+                              "part of the name"))  # fmt: skip
         rows.append(cells)
         lines.append(line)
         raw_last = rec
@@ -536,6 +544,11 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
             span = f"lines {start}-{last} read" if last > start else f"line {start} reads"
             unclosed = (start, f"a quote (\") opened on this line is never closed, so {span} as one field; close it, "
                         "or quote no part of the name")  # fmt: skip
+            swallowed = [(n, why) for n, why in swallowed if n != start]  # said so, as never closed
+    if swallowed:
+        drop = {n for n, _ in swallowed}
+        keep = [k for k, n in enumerate(lines) if n not in drop]
+        rows, lines = [rows[k] for k in keep], [lines[k] for k in keep]
     for k, row in enumerate(rows[:_HEADER_SCAN]):
         if is_header(row):
             out = _fitting(rows[k + 1 :], lines[k + 1 :], row, lines[k], None, delim, "the header")
@@ -544,7 +557,19 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
         out = _fitting(rows, lines, None, 0, rows[0] if rows else None, delim, "the first row")
     if unclosed is not None:
         out.bad.append(unclosed)
+    out.bad += swallowed
     return out
+
+
+def _rows_inside(rec: list[str], delim: str) -> str | None:
+    """The first line inside one of a record's fields that reads as a row of its own (an image name, then
+    the delimiter and more), or None."""
+    for cell in rec:
+        for part in cell.splitlines()[1:]:
+            fields = [f.strip().strip('"') for f in part.split(delim)]
+            if len(fields) >= 2 and fields[1] and _NAMED_FILE.search(fields[0]):
+                return part
+    return None
 
 
 _NAMED_FILE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{1,4}$")  # a name with an extension: b.jpg, 0001.png

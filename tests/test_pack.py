@@ -2342,3 +2342,51 @@ def test_an_out_inside_a_pack_a_link_to_nothing_or_an_empty_shard_is_refused(cla
     assert not (tmp_path / "sh.lmdb").exists()
     assert main(["pack-lmdb", str(two), str(tmp_path / "sh.lmdb"), "--shard", "1/2", "-q"]) == 0
     assert lmdb_info(tmp_path / "sh.lmdb")["count"] == 1
+
+
+def test_a_file_gone_from_the_folder_while_it_is_packed_gets_advice_that_works(samples: Path, tmp_path: Path,
+                                                                               monkeypatch):  # fmt: skip
+    # the attack: a file deleted while its folder was packed: "fix them and run the same command with --resume, or
+    # ... --resume --skip-bad"; the second was refused (the folder has another number of samples now)
+    import datakit.sources as sources
+
+    src = samples / "images"
+    victim = src / "coffee" / "coffee_08.jpg"
+    kept = tmp_path / "kept.jpg"
+    scan = sources.scan_class_folders
+
+    def scan_then_lose_one(*args, **kwargs):
+        found = scan(*args, **kwargs)
+        if victim.exists():
+            shutil.move(victim, kept)
+        return found
+
+    monkeypatch.setattr(sources, "scan_class_folders", scan_then_lose_one)
+    out = tmp_path / "p.lmdb"
+    with pytest.raises(PackError) as e:
+        pack_lmdb(src, out)
+    assert str(e.value) == (
+        "1 missing file (the pack holds the 12 samples before the first; put it back and run the same command with "
+        f"--resume, or pack the folder as it is now with --overwrite):\nmissing: {victim} (gone from the folder while "
+        "it was packed)"
+    )
+    monkeypatch.setattr(sources, "scan_class_folders", scan)
+    assert pack_lmdb(src, out, overwrite=True).count == 23  # the folder as it is now
+    shutil.move(kept, victim)
+    assert pack_lmdb(src, out, overwrite=True).count == 24
+    monkeypatch.setattr(sources, "scan_class_folders", scan_then_lose_one)
+    with pytest.raises(PackError) as e:
+        pack_lmdb(src, out, overwrite=True)
+    part = tmp_path / ".p.lmdb.overwrite-part"
+    assert str(e.value).startswith(
+        f"1 missing file ({out} still holds the old pack, untouched; the 12 new samples before the first are kept in "
+        f"{part}: put it back and run the same --overwrite command to go on from them, or run it with the folder as "
+        "it is now to pack that anew):\n"
+    )
+    monkeypatch.setattr(sources, "scan_class_folders", scan)
+    shutil.move(kept, victim)  # put back: the same command goes on from the 12
+    report = pack_lmdb(src, out, overwrite=True)
+    assert (report.count, report.resumed_from) == (24, 12)
+    assert pack_lmdb(src, tmp_path / "fresh.lmdb").count == 24
+    assert [open_dataset(out).read(i) for i in range(24)] == [open_dataset(tmp_path / "fresh.lmdb").read(i)
+                                                                for i in range(24)]  # fmt: skip
