@@ -1992,7 +1992,8 @@ def _parse_grid(
             problems.append(((order, rownum), f"{where}, row {rownum}: label {_text(lab)} is a number cell past "
                              "2**53, which this reader gives as a 64-bit float, no longer exact (two labels could "
                              "read as one); store the labels as text"
-                             + (", or read with engine='openpyxl'" if engine == "calamine" else "")))  # fmt: skip
+                             + (", or read it in Python with engine='openpyxl'" if engine == "calamine"
+                                else "")))  # fmt: skip
             continue
         if scol is not None and cell_note is not None and (scol >= len(row) or _blank(row[scol])):
             extra = cell_note(rownum, scol)  # a split formula without a saved value: the row in no split, unsaid

@@ -1844,3 +1844,18 @@ def test_a_first_sample_named_as_the_header_is_refused_not_dropped(tmp_path: Pat
         wb.save(path)
     t = read_labels(path, file_column="图片编号", label_column="类别")
     assert t.files.tolist() == ["img002", "img003", "img004"] and t.labels.tolist() == ["dog", "cat", "dog"]
+
+
+def test_a_label_number_past_2_53_names_a_fix_the_command_line_has(tmp_path: Path, capsys):
+    # the attack: the message said "or read with engine='openpyxl'", an option no command has
+    root = images(tmp_path / "img", "a.png", "b.png")
+    path = tmp_path / "big.xlsx"
+    wb = Workbook()
+    wb.active.append(["file", "label"])
+    wb.active.append(["a.png", 123456789012345678])
+    wb.active.append(["b.png", 1])
+    wb.save(path)
+    assert main(["check", str(root), "--labels", str(path)]) == 1
+    assert (f"{path}, sheet 'Sheet', row 2: label 123456789012345696 is a number cell past 2**53, which this reader "
+            "gives as a 64-bit float, no longer exact (two labels could read as one); store the labels as text, or "
+            "read it in Python with engine='openpyxl'\n") in capsys.readouterr().err  # fmt: skip
