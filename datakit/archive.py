@@ -724,8 +724,13 @@ def _local_spans(archive: str, members: list[ZipMember]) -> list[tuple[int, int,
         size = os.fstat(f.fileno()).st_size
         for m in members:
             if not 0 <= m.header_offset <= size - 30:
-                raise ArchiveError(f"{archive}: member {m.name!r} starts at byte {m.header_offset}, outside the "
-                                   f"{size}-byte file (a damaged or forged directory)")  # fmt: skip
+                at = (
+                    f"starts at byte {m.header_offset}, outside"
+                    if m.header_offset >= 0
+                    else f"starts {-m.header_offset} bytes before the start of"
+                )  # (the offsets the directory gives)
+                raise ArchiveError(f"{archive}: member {m.name!r} {at} the {size}-byte file (a damaged or forged "
+                                   "directory)")  # fmt: skip
             f.seek(m.header_offset)
             head = f.read(30)
             if len(head) == 30 and head[:4] == b"PK\x03\x04":
