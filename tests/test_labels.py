@@ -1691,11 +1691,11 @@ def test_integer_labels_past_2_to_the_53_in_number_cells_are_not_merged(tmp_path
         read_labels(path, remap_labels=True, engine="calamine")
     assert str(e.value).splitlines()[1:3] == [
         f"  {path}, sheet 'train', row 2: label 9007199254740992 is a number cell past 2**53, which this reader gives "
-        "as a 64-bit float, no longer exact (two labels could read as one); store the labels as text, or read with "
-        "engine='openpyxl'",
+        "as a 64-bit float, no longer exact (two labels could read as one); store the labels as text, or read it in "
+        "Python with engine='openpyxl'",
         f"  {path}, sheet 'train', row 3: label 9007199254740992 is a number cell past 2**53, which this reader gives "
-        "as a 64-bit float, no longer exact (two labels could read as one); store the labels as text, or read with "
-        "engine='openpyxl'",
+        "as a 64-bit float, no longer exact (two labels could read as one); store the labels as text, or read it in "
+        "Python with engine='openpyxl'",
     ]
     exact = read_labels(path, remap_labels=True, engine="openpyxl")  # whole numbers read as Python ints: exact
     assert exact.class_values == ("9007199254740993", "9007199254740992")  # as first met: two classes
