@@ -12,6 +12,7 @@ import logging
 import math
 import multiprocessing
 import multiprocessing.context
+import operator
 import os
 import pickle
 import random
@@ -111,6 +112,60 @@ class SampleIndex(int):
 
     def __reduce__(self):
         return SampleIndex, (int(self), self.seed, self.epoch)
+
+
+class _PoolIndex(SampleIndex):
+    """A :class:`SampleIndex` read through a ``Subset``: ``pool`` holds the subset's samples of the dataset
+    underneath and ``pos`` this one's place among them, so that a bad sample's replacement (``on_error="skip"``,
+    ``"substitute"``) is one of the subset's own, never a sample of another split. Made in the process that
+    reads it; pickled, it is a plain :class:`SampleIndex`."""
+
+    pool: np.ndarray
+    pos: int
+
+    def __new__(cls, value: int, seed: int, epoch: int, pool: np.ndarray, pos: int) -> _PoolIndex:
+        obj = super().__new__(cls, value, seed, epoch)
+        obj.pool, obj.pos = pool, pos
+        return obj
+
+
+class _PooledSubset(torch.utils.data.Subset):
+    """A ``Subset`` (or a chain of them, flattened) of a datakit dataset that replaces bad samples: each index it
+    passes on carries the subset's samples, from which the replacement is drawn (torch's Subset passes a plain
+    int: a training split's bad image replaced by one of the validation split's, its label included), and the
+    sampler's seed and epoch."""
+
+    def __init__(self, dataset, indices) -> None:
+        super().__init__(dataset, indices)
+        self.pool = np.asarray(indices, dtype=np.int64)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, list):
+            return [self[i] for i in idx]
+        pos = operator.index(idx) % len(self.pool)
+        return self.dataset[_PoolIndex(int(self.pool[pos]), getattr(idx, "seed", 0), getattr(idx, "epoch", 0),
+                                       self.pool, pos)]  # fmt: skip
+
+    def __getitems__(self, indices: list) -> list:
+        return [self[i] for i in indices]
+
+
+def _pooled(dataset):
+    """``dataset`` as read: a Subset chain over a datakit dataset that replaces bad samples, as one
+    :class:`_PooledSubset`; anything else as it is."""
+    from datakit.sources import ImageDataset
+
+    chain = []
+    leaf = dataset
+    while type(leaf) is torch.utils.data.Subset:  # (a subclass of the caller's may read otherwise)
+        chain.append(leaf)
+        leaf = leaf.dataset
+    if not chain or not isinstance(leaf, ImageDataset) or leaf.on_error == "raise":
+        return dataset
+    flat = list(chain[-1].indices)
+    for sub in reversed(chain[:-1]):
+        flat = [flat[k] for k in sub.indices]
+    return _PooledSubset(leaf, flat)
 
 
 _MASK64 = (1 << 64) - 1
@@ -2253,11 +2308,12 @@ def create_loader(
     # across the process group), so the k-th samples of all ranks would draw the same augmentations
     salt = rank if seed is None and world > 1 else 0
     # per sample where there are indices; an iterable dataset orders and draws itself, its workers seeded (WorkerInit)
-    seeded = PerSampleSeed(dataset) if seed is not None and not iterable else None
+    pooled = dataset if iterable else _pooled(dataset)  # a split's bad samples replaced from the split alone
+    seeded = PerSampleSeed(pooled) if seed is not None and not iterable else None
     if seeded is not None:
         collate_fn = SeededCollate(collate_fn, seeded)
     # a collate error names the samples by dataset index and file, which only the dataset's side knows
-    read = seeded if seeded is not None else dataset if iterable else _NotedBatches(dataset)
+    read = seeded if seeded is not None else dataset if iterable else _NotedBatches(pooled)
     kwargs = dict(
         batch_size=batch_size, collate_fn=SlotCollate(_NamingCollate(collate_fn)), num_workers=num_workers,
         drop_last=drop_last, pin_memory=_is_cuda(device), worker_init_fn=WorkerInit(user_init, rank_salt=salt),

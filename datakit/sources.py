@@ -325,7 +325,8 @@ class ImageDataset:
         from datakit.loader import reseed
 
         tried = []
-        for j in self._substitutes(i, getattr(index, "seed", 0), getattr(index, "epoch", 0)):
+        for j in self._substitutes(i, getattr(index, "seed", 0), getattr(index, "epoch", 0),
+                                   getattr(index, "pool", None), getattr(index, "pos", 0)):  # fmt: skip
             if j in self.bad:
                 continue
             tried.append(j)
@@ -342,7 +343,15 @@ class ImageDataset:
             f"sample {i}: {self.bad[i][0]}: {self.bad[i][1]}; and no readable substitute among samples {tried}"
         )
 
-    def _substitutes(self, i: int, seed: int, epoch: int):
+    def _substitutes(self, i: int, seed: int, epoch: int, pool: np.ndarray | None = None, pos: int = 0):
+        """The samples to try in place of bad sample ``i``; ``pool``: the samples of the Subset it was read
+        through (``pos``: its place there), which the replacement is one of (create_loader passes them)."""
+        if pool is not None:
+            m = len(pool)
+            if self.on_error == "skip":
+                return (j for k in range(1, m) if (j := int(pool[(pos + k) % m])) != i)
+            rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch, i])
+            return (j for p in rng.integers(0, m, MAX_SUBSTITUTES) if (j := int(pool[p])) != i)
         n = len(self)
         if self.on_error == "skip":
             return ((i + k) % n for k in range(1, n))

@@ -3271,3 +3271,32 @@ def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: P
         "not lambdas nor inside a function, and no open file in the dataset; or use num_workers=0"
     )
     assert [int(y) for _, ys in create_loader(ds, 12, num_workers=0, seed=0) for y in ys] != []
+
+
+@pytest.mark.parametrize("policy", ["substitute", "skip"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_bad_sample_of_a_split_is_replaced_from_its_own_split(tmp_path: Path, policy: str, workers: int):
+    # the attack: random_split(ds, [0.8, 0.2]) over on_error="substitute": a training image that cannot be read was
+    # replaced by one of the validation split's, its label included (a Subset passed plain indices, and the
+    # dataset drew from all of its samples); "skip" took the next index, outside the Subset too
+    from torch.utils.data import Subset
+
+    from datakit.datasets import open_dataset
+
+    ds = open_dataset(bad_folder(tmp_path), on_error=policy, max_bad_fraction=0.2)
+    bad = {3, 17, 30}
+    train = Subset(ds, [30, 0, 3, 4, 8, 12, 17, 16, 20, 24, 28, 32, 36])  # as random_split makes it, in any order
+    own = set(train.indices) - bad
+    for split in (train, Subset(Subset(ds, list(range(40))), list(train.indices))):  # a chain of them too
+        served = []
+        for _ in range(3):
+            loader = create_loader(split, batch_size=5, num_workers=workers, seed=0, device="cpu", normalize=False,
+                                   shuffle=True, drop_last=False)  # fmt: skip
+            served += [i for batch in loader for i in ids(batch)]
+        assert len(served) == 3 * len(train) and set(served) <= own
+    if policy == "skip":  # the next readable sample of the split, in its order
+        first = train.indices.index(3)
+        after = next(i for i in (train.indices * 2)[first + 1 :] if i not in bad)
+        reader = create_loader(Subset(ds, train.indices), batch_size=len(train), num_workers=0, seed=0, device="cpu",
+                               normalize=False, shuffle=False, drop_last=False)  # fmt: skip
+        assert ids(next(iter(reader)))[first] == after
