@@ -135,9 +135,10 @@ class _PooledSubset(torch.utils.data.Subset):
     int: a training split's bad image replaced by one of the validation split's, its label included), and the
     sampler's seed and epoch."""
 
-    def __init__(self, dataset, indices) -> None:
+    def __init__(self, dataset, indices, given) -> None:
         super().__init__(dataset, indices)
         self.pool = np.asarray(indices, dtype=np.int64)
+        self.given = given  # the Subset the caller gave: loader.dataset
 
     def __getitem__(self, idx):
         if isinstance(idx, list):
@@ -165,7 +166,7 @@ def _pooled(dataset):
     flat = list(chain[-1].indices)
     for sub in reversed(chain[:-1]):
         flat = [flat[k] for k in sub.indices]
-    return _PooledSubset(leaf, flat)
+    return _PooledSubset(leaf, flat, dataset)
 
 
 _MASK64 = (1 << 64) - 1
@@ -446,7 +447,9 @@ class EpochSampler(Sampler[int]):
         """This rank's sample order in ``epoch`` (default: the epoch set)."""
         epoch = self.epoch if epoch is None else epoch
         if self.shuffle:
-            g = torch.Generator().manual_seed((self.seed + epoch) % 2**64)  # as torch reads a negative seed
+            # seed and epoch mixed (splitmix64): with seed + epoch, as DistributedSampler has it, seed 1's epoch 0
+            # was seed 0's epoch 1, and a sweep over seeds shared its orders an epoch apart
+            g = torch.Generator().manual_seed(sample_seed(self.seed, epoch, -1))
             order = torch.randperm(self.n, generator=g).tolist()
         else:
             order = list(range(self.n))
@@ -1186,7 +1189,8 @@ class Loader:
     def dataset(self) -> Dataset:
         """The dataset as given to :func:`create_loader` (not the wrapper around it, :class:`PerSampleSeed`)."""
         ds = self.loader.dataset
-        return ds.inner if isinstance(ds, _NotedBatches) else ds
+        ds = ds.inner if isinstance(ds, _NotedBatches) else ds
+        return ds.given if isinstance(ds, _PooledSubset) else ds
 
     @property
     def wait_fraction(self) -> float | None:

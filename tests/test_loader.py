@@ -3294,6 +3294,7 @@ def test_a_bad_sample_of_a_split_is_replaced_from_its_own_split(tmp_path: Path, 
                                    shuffle=True, drop_last=False)  # fmt: skip
             served += [i for batch in loader for i in ids(batch)]
         assert len(served) == 3 * len(train) and set(served) <= own
+        assert loader.dataset is split
     if policy == "skip":  # the next readable sample of the split, in its order
         first = train.indices.index(3)
         after = next(i for i in (train.indices * 2)[first + 1 :] if i not in bad)
