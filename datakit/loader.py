@@ -2167,6 +2167,9 @@ def create_loader(
         raise UsageError("give seed= or generator=, not both: with seed= the order and every sample's random draws "
                          "come from the seed, and the generator would change nothing")  # fmt: skip
     _check_same_classes(dataset)
+    from datakit.prefetch import stats_file
+
+    normalize = stats_file(normalize)  # the JSON file of datakit stats --json: its statistics and their order
     on_device = _device_plan(device, normalize, dataset)  # checked before any worker is measured or started
     from datakit.collate import detection_collate, pad_collate, stack_collate
 

@@ -9,6 +9,7 @@ and normalised on the GPU; on the CPU, a uint8 batch is normalised in one table-
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -166,6 +167,31 @@ def _outside_datakit() -> int:
     return level
 
 
+def stats_file(normalize):
+    """``normalize`` given as the path of a JSON file of statistics (what ``datakit stats --json`` writes: its
+    ``mean``, ``std`` and ``order``) as that file's object; anything else as it is."""
+    from datakit.errors import UsageError
+    from datakit.stats import PRESETS
+
+    if not isinstance(normalize, (str, os.PathLike)) or (isinstance(normalize, str) and normalize in PRESETS):
+        return normalize
+    path = os.fspath(normalize)
+    if not path.lower().endswith(".json") and not os.path.isfile(path):
+        return normalize  # an unknown preset's name, said as such
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            obj = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"normalize={path!r}: no such file (a preset name, (mean, std), or the JSON file "
+                         "'datakit stats --json' writes)") from None  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"normalize={path!r}: cannot be read as JSON ({exc})") from None
+    if not isinstance(obj, dict) or not {"mean", "std"} <= obj.keys():
+        raise UsageError(f"normalize={path!r}: no 'mean' and 'std' in it (the file 'datakit stats --json' writes "
+                         "has both)")  # fmt: skip
+    return obj
+
+
 def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
     """``normalize`` as (mean, std), or None for no normalisation.
 
@@ -179,11 +205,13 @@ def resolve_normalize(normalize) -> tuple[list[float], list[float]] | None:
         return None
     if normalize is True:
         normalize = "imagenet"
+    normalize = stats_file(normalize)
     if isinstance(normalize, str):
         from datakit.stats import PRESETS
 
         if normalize not in PRESETS:
-            raise UsageError(f"normalize={normalize!r}: unknown preset; known: {', '.join(PRESETS)}")
+            raise UsageError(f"normalize={normalize!r}: unknown preset; known: {', '.join(PRESETS)} (or the path "
+                             "of the JSON file 'datakit stats --json' writes)")  # fmt: skip
         return list(PRESETS[normalize]["mean"]), list(PRESETS[normalize]["std"])
     if isinstance(normalize, dict) and {"mean", "std"} <= normalize.keys():  # a PRESETS entry, JSON of stats
         mean, std = normalize["mean"], normalize["std"]
