@@ -2597,6 +2597,20 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
     if given and normalize is True:  # "normalise them": with the pipeline's statistics, the default here
         normalize, explicit = None, False
     images = _channel_order(dataset)
+    from datakit.sources import ImageDataset
+
+    leaves = [leaf for leaf in _leaves(dataset) if isinstance(leaf, ImageDataset)]
+    bgr = [leaf.mode for leaf in leaves if leaf.mode in ("bgr", "unchanged")]
+    if (images is None and bgr and not given and normalize is not False and _stats_order(normalize) == "RGB"
+            and (device is not None or explicit)):  # fmt: skip
+        rgb = resolve_normalize(True if normalize is None else normalize)
+        if rgb is not None and len(rgb[0]) == 3:
+            # a transform of the caller's over BGR images: whether the planes it gives are B, G, R is not known here
+            flipped = ([round(v, 4) for v in rgb[0][::-1]], [round(v, 4) for v in rgb[1][::-1]])
+            _say_once(f"the dataset reads B, G, R images (mode={bgr[0]!r}) through a transform of yours, which may "
+                      "or may not turn them to R, G, B: the statistics, R, G, B ones, are applied as written, red's "
+                      f"to the first plane; if the batches are B, G, R, pass normalize={flipped} (plain numbers are "
+                      "applied as given), or read the images with mode='rgb'")  # fmt: skip
     if images == "BGR" and explicit and normalize is not False and _stats_order(normalize) is None:
         plain = resolve_normalize(normalize)
         if plain is not None and len(plain[0]) == 3 and (plain[0][0], plain[1][0]) != (plain[0][2], plain[1][2]):

@@ -3056,6 +3056,41 @@ def test_plain_statistics_on_a_bgr_dataset_are_named_with_the_order_they_are_app
     assert not torch.allclose(pasted, b.flip(1))
 
 
+def test_the_default_statistics_over_a_bgr_dataset_of_a_transform_of_yours_are_said(class_folder: Path, caplog,
+                                                                                       monkeypatch):  # fmt: skip
+    # the attack: mode="bgr" with v2.Compose([v2.ToImage(), v2.Resize(...)]): ImageNet's R, G, B statistics went to
+    # the B, G, R planes, red's mean on blue, without a word (plain numbers given there are said; the default was not)
+    import cv2
+
+    import datakit.loader
+    from datakit import open_dataset
+
+    monkeypatch.setattr(datakit.loader, "_SAID", set())
+
+    def resize(img):
+        return torch.from_numpy(cv2.resize(img, (16, 16))).permute(2, 0, 1).contiguous()
+
+    bgr = open_dataset(class_folder, mode="bgr", transform=resize)
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        got, _ = next(iter(create_loader(bgr, 12, num_workers=0, train=False, device="cpu")))
+    assert [r.getMessage() for r in caplog.records] == [
+        "the dataset reads B, G, R images (mode='bgr') through a transform of yours, which may or may not turn them to "
+        "R, G, B: the statistics, R, G, B ones, are applied as written, red's to the first plane; if the batches are "
+        "B, G, R, pass normalize=([0.406, 0.456, 0.485], [0.225, 0.224, 0.229]) (plain numbers are applied as given), "
+        "or read the images with mode='rgb'"
+    ]
+    raw = torch.stack([bgr[i][0] for i in range(12)]).float() / 255
+    mean, std = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
+    torch.testing.assert_close(got, (raw - mean[:, None, None]) / std[:, None, None], rtol=0, atol=1e-5)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):  # numbers given: applied as given, as documented
+        next(iter(create_loader(bgr, 12, num_workers=0, train=False, device="cpu",
+                                normalize=([0.406, 0.456, 0.485], [0.225, 0.224, 0.229]))))  # fmt: skip
+        rgb = open_dataset(class_folder, transform=resize)
+        next(iter(create_loader(rgb, 12, num_workers=0, train=False, device="cpu")))
+    assert caplog.records == []
+
+
 def test_statistics_are_compared_in_the_channel_order_they_are_applied_in(class_folder: Path):
     # the attack: on a mode="bgr" dataset the default (ImageNet's RGB numbers) is reversed and numbers written out are
     # applied as given, yet the two were called the same: a ConcatDataset of both, normalize='imagenet' beside the
