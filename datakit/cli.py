@@ -284,6 +284,33 @@ def _join_process_group() -> bool:
     return True
 
 
+def _join_interruptibly() -> bool:
+    """:func:`_join_process_group` on a thread of its own, so that a Ctrl-C or a SIGTERM while a rank waits for
+    the others (for 30 minutes, in torch's native code, where no Python handler runs and EINTR is retried) ends
+    the command with its one line; the process then ends without the interpreter's teardown."""
+    if threading.current_thread() is not threading.main_thread():
+        return _join_process_group()
+    out: list = []
+
+    def join() -> None:
+        try:
+            out.append(_join_process_group())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
+            out.append(exc)
+
+    t = threading.Thread(target=join, name="datakit-join", daemon=True)
+    t.start()
+    try:
+        while t.is_alive():
+            t.join(0.1)
+    except KeyboardInterrupt:
+        group_made.append(True)  # the join goes on in native code: the entry point ends the process at once
+        raise
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # unzip
 
@@ -1259,23 +1286,22 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     before = None
     created = peer_gone = False
     tag = f" (rank {rank})" if rank else ""
+    told_quiet = getattr(args, "quiet", False)
     if rank != 0:  # the other ranks work, but are silent: no result, no summary, no bar
         args.quiet = True
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (closed below)
     try:
-        if every_rank is not None and every_rank(args):
-            if "TORCHELASTIC_RUN_ID" not in os.environ and world > 1 and not getattr(args, "quiet", False):
-                where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT', '29500')}"
-                print(f"{prog}: rank {rank} of {world}: waiting for the other ranks at {where} (RANK, WORLD_SIZE and "
-                      "MASTER_ADDR are set; unset them to run as one process)", file=sys.stderr)  # fmt: skip
-            created = _join_process_group()
-            if created:
-                _same_command(args)
-        # after the join: a SIGTERM while torch waits for the other ranks (in native code, where no Python handler
-        # runs) ends the process at once, as it did
         if threading.current_thread() is threading.main_thread():
             _terminated_pid[0] = os.getpid()
             before = signal.signal(signal.SIGTERM, _on_sigterm)
+        if every_rank is not None and every_rank(args):
+            if "TORCHELASTIC_RUN_ID" not in os.environ and world > 1 and not told_quiet:  # every rank: each waits
+                where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT', '29500')}"
+                print(f"{prog}: rank {rank} of {world}: waiting for the other ranks at {where} (RANK, WORLD_SIZE and "
+                      "MASTER_ADDR are set; unset them to run as one process)", file=sys.stderr)  # fmt: skip
+            created = _join_interruptibly()
+            if created:
+                _same_command(args)
         code = func(args)
         if created:  # no rank tears the group down while another still talks in it (gloo aborts at exit then)
             import torch.distributed as dist
@@ -1476,4 +1502,9 @@ def unzip_gbk_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if group_made:  # as the entry point ends it (a group torn down, or a join still waiting in native code)
+        from datakit._entry import _end_now
+
+        _end_now(code)
+    sys.exit(code)

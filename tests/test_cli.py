@@ -10,10 +10,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -1281,3 +1283,29 @@ def test_pack_lmdb_reads_a_zips_names_in_the_encoding_given(tmp_path: Path, caps
     reader = LmdbReader(out)
     assert reader.class_map.classes == ("beach 🏖️", "party 🎉")
     assert sorted(reader.name(i) for i in range(len(reader))) == sorted(names)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_rank_waiting_for_the_others_ends_at_ctrl_c_or_sigterm_with_one_line(class_folder: Path, sig, rank: str):
+    # the attack: a rank launched by hand, waiting for ranks that never came: Ctrl-C did nothing (torch retries the
+    # interrupted connect for 30 minutes), SIGTERM killed it without its line, with torch's C++ trace on stderr;
+    # rank 1 did not say what it waited for
+    port = str(_free_port())
+    env = _env(RANK=rank, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    for cmd in ([sys.executable, "-m", "datakit.cli"], [str(Path(sys.executable).parent / "datakit")]):
+        proc = subprocess.Popen([*cmd, "stats", str(class_folder)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            first = proc.stderr.readline()
+            time.sleep(1.0)  # in the join
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert first == (f"datakit stats: rank {rank} of 2: waiting for the other ranks at 127.0.0.1:{port} (RANK, "
+                         "WORLD_SIZE and MASTER_ADDR are set; unset them to run as one process)\n")  # fmt: skip
+        word, code = ("interrupted", 130) if sig == signal.SIGINT else ("terminated", 143)
+        assert (proc.returncode, err) == (code, f"datakit stats: {word}\n")
