@@ -1138,6 +1138,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from datakit.doctor import doctor
 
     src = None
+    if not args.src and args.size == 0:
+        raise UsageError("--size 0 takes the size of SRC's first image; give SRC, or a side in pixels")
     if args.src:
         names = [os.fspath(p) for p in _packs(args.src)]  # a glob: the shards it matches
         if len(names) > 1:  # the shards of one pack ('part-*.lmdb'), read together as check and stats read them
@@ -1159,7 +1161,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         _print_json(report.to_json())
     elif args.quiet:  # what needs looking at, one line each
         for f in report.findings:
-            if f.status != "ok":
+            if f.status not in ("ok", "info"):
                 print(f"{f.check}: {f.status}: {f.detail}" + (f"; fix: {f.fix}" if f.fix else ""))
     else:
         print_table(["check", "status", "finding"], [[f.check, f.status, f.detail] for f in report.findings])

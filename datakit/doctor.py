@@ -287,6 +287,10 @@ def _source_files(src: str | os.PathLike, max_files: int) -> list[Path]:
 
         table = read_labels(path, validate=False)
         found = [p for p in dict.fromkeys(path.parent / table.files[i] for i in range(len(table))) if p.is_file()]
+        if not found and len(table):  # its images under another folder: check's usage error, naming it
+            from datakit.datasets import open_dataset
+
+            open_dataset(path)
     elif path.is_file():
         return [path]
     for dirpath, _, names in sorted(os.walk(path)) if path.is_dir() else ():

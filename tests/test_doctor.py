@@ -132,12 +132,12 @@ def test_doctor_cli_json_and_usage(class_folder: Path, capsys):
     assert "datakit doctor: error: argument --batch-size: must be >= 1, got 0" in capsys.readouterr().err
     assert main(["doctor", str(class_folder / "nothing")]) == 2
     capsys.readouterr()
-    # -q (the README: every command takes it): the findings that are not ok, one a line; an option doctor does not
+    # -q (the README: every command takes it): the findings that are not ok (nor information), one a line; an option doctor does not
     # take is refused with doctor's own usage, not datakit's
     report = doctor(None, num_workers=2, batch_size=8)
     assert main(["doctor", "-q", "--workers", "2", "--batch-size", "8"]) == (0 if report.ok else 1)
     want = [f"{f.check}: {f.status}: {f.detail}" + (f"; fix: {f.fix}" if f.fix else "")
-            for f in report.findings if f.status != "ok"]  # fmt: skip
+            for f in report.findings if f.status not in ("ok", "info")]  # fmt: skip
     assert capsys.readouterr().out.splitlines() == want
     with pytest.raises(SystemExit) as e:
         main(["doctor", "--cols"])
@@ -283,3 +283,29 @@ def test_doctor_of_the_shards_of_a_pack_reads_them_all(samples: Path, tmp_path: 
                                        "shards of one pack, give one folder, zip or table alone\n")  # fmt: skip
     assert main(["doctor", "nope-*.lmdb"]) == 2
     assert capsys.readouterr().err == "datakit doctor: error: nope-*.lmdb: matches nothing\n"
+
+
+def test_doctor_quiet_says_nothing_of_information_and_size_0_needs_a_source(samples: Path, capsys, monkeypatch):
+    # the attacks: `doctor -q` printed the opencv "info" line, where -q means only what needs looking at; `doctor
+    # --size 0` with no SRC planned batches of 0 bytes and said "ok"; `doctor labels.xlsx` whose images are under
+    # images/ said "no image files found", where check names that folder
+    import datakit.doctor
+
+    real = datakit.doctor.doctor
+
+    def only_info(*args, **kwargs):
+        report = real(*args, **kwargs)
+        report.findings = [f for f in report.findings if f.status in ("ok", "info")]
+        return report
+
+    monkeypatch.setattr(datakit.doctor, "doctor", only_info)
+    assert main(["doctor", "-q"]) == 0
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(datakit.doctor, "doctor", real)
+    assert main(["doctor", "--size", "0"]) == 2
+    assert capsys.readouterr().err == ("datakit doctor: error: --size 0 takes the size of SRC's first image; give SRC, "
+                                       "or a side in pixels\n")  # fmt: skip
+    assert main(["doctor", str(samples / "labels.xlsx")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"datakit doctor: error: {samples / 'labels.xlsx'}: none of the files the table names ")
+    assert f"they are under {samples / 'images'}: give that folder" in err
