@@ -401,6 +401,7 @@ def cmd_unzip(args: argparse.Namespace) -> int:
                 "archive": str(archive),
                 "encoding": guess.encoding,
                 "reason": guess.reason,
+                "scores": guess.scores,
                 "ambiguous": list(guess.ambiguous),
                 "mixed_utf8": guess.mixed_utf8,
                 "members": [

@@ -1245,6 +1245,11 @@ class GivenTwice(UsageError, PackError):
     usage mistake (exit 2), and a :class:`PackError` as every refusal of the packs given."""
 
 
+class ShardsMissing(UsageError, PackError):
+    """Shards of one pack given without the others (``part-0.lmdb`` alone): a usage mistake (exit 2), as a glob
+    that matches nothing is."""
+
+
 def _check_shards(readers: list) -> None:
     """Shards read as one dataset are each pack once, and all of each sharded source: a shard
     given twice doubles its samples, a missing one drops them, silently otherwise."""
@@ -1296,8 +1301,8 @@ def _check_shards(readers: list) -> None:
                     f"shards {have} and {theirs} of {source} were packed from different versions of it "
                     "(its files changed between them): pack every shard of the source as it is now"
                 )
-            raise PackError(f"shard {', '.join(missing)} of {source} is not among the packs given ({have}): its "
-                            "samples would be missing; give every shard")  # fmt: skip
+            raise ShardsMissing(f"shard {', '.join(missing)} of {source} is not among the packs given ({have}): "
+                                "its samples would be missing; give every shard")  # fmt: skip
 
 
 class LmdbDataset(ImageDataset):

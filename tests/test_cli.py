@@ -92,8 +92,11 @@ def test_unzip_and_unzip_gbk(gbk_zip: Path, tmp_path: Path):
     proc = subprocess.run([str(exe), str(gbk_zip), "-l", "--json"], capture_output=True, text=True, env=_env())
     assert proc.returncode == 0, proc.stderr
     listing = json.loads(proc.stdout)
-    assert set(listing) == {"archive", "encoding", "reason", "ambiguous", "mixed_utf8", "members"}
+    assert set(listing) == {"archive", "encoding", "reason", "scores", "ambiguous", "mixed_utf8", "members"}
     assert listing["encoding"] == "gbk" and listing["ambiguous"] == [] and listing["mixed_utf8"] == 0
+    from datakit.archive import detect_encoding
+
+    assert listing["scores"] == detect_encoding(str(gbk_zip)).scores  # the guess's own, as docs/archive.md says
     assert [m["name"] for m in listing["members"]] == [
         "猫/图片_0.png",
         "猫/图片_1.png",

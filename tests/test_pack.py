@@ -1680,6 +1680,7 @@ def test_shards_missing_or_given_twice_are_refused(class_folder: Path, tmp_path:
         open_dataset([parts[0], parts[2]])
     assert str(e.value) == (f"shard 1/3 of {class_folder} is not among the packs given (0/3 ({parts[0]}), 2/3 "
                             f"({parts[2]})): its samples would be missing; give every shard")  # fmt: skip
+    assert main(["check", str(parts[0]), str(parts[2])]) == 2  # a usage mistake, as a glob matching nothing
     with pytest.raises(PackError) as e:
         open_dataset([parts[0], parts[1], parts[2], parts[0]])
     assert str(e.value) == f"{parts[0]}: given twice (as {parts[0]}); each pack is read once"
