@@ -314,8 +314,9 @@ def test_a_file_gone_before_it_is_read_or_not_an_image_is_one_plain_line(class_f
     assert report.count == 10
     assert report.skipped == [
         f"{junk}: not a recognised image format (starts with b'junk dat'; cannot identify image file)",
-        f"{gone}: No such file or directory",
+        f"missing: {gone} (gone from the folder while it was packed)",
     ]
+    assert report.skipped_summary == "1 missing file and 1 unreadable image"
 
 
 def test_shards_read_as_one(class_folder: Path, tmp_path: Path):
