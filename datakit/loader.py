@@ -953,6 +953,23 @@ def _is_guard(node) -> bool:
     )
 
 
+# (an environment variable may tell the parent from its workers)
+_PROCESS_WORDS = ("__name__", "__main__", "mp_main", "parent_process", "current_process", "MainProcess", "getpid",
+                  "__spec__", "environ", "getenv")  # fmt: skip
+
+
+def _asks_which_process(node) -> bool:
+    """Whether an ``if``/``while``/``match`` condition may tell the script's process from a spawned worker."""
+    import ast
+
+    test = node.subject if isinstance(node, ast.Match) else node.test
+    try:
+        text = ast.unparse(test)
+    except Exception:  # noqa: BLE001 - a node unparse cannot write: taken as a guard, as before
+        return True
+    return any(word in text for word in _PROCESS_WORDS)
+
+
 def _unguarded_line(path: str) -> int | None:
     """The line of the script at ``path`` running now at its top level outside any ``if`` (``if __name__ ==
     "__main__":`` above all): the statement that led here; None when it runs inside one (or not at the top level).
@@ -969,11 +986,13 @@ def _unguarded_line(path: str) -> int | None:
             tree = _script_tree(path)
             if tree is None:
                 return None
-            # inside any `if` or `match`, at any depth: a guard of some form (`__name__ == "__main__" and ...`,
-            # `!= "__mp_main__"`, in an else branch, `multiprocessing.parent_process() is None`), or a condition
-            # that may be false in a spawned worker; only a statement no condition holds is known to run again there
-            inside = any(isinstance(n, (ast.If, ast.Match)) and n.lineno <= line <= (n.end_lineno or n.lineno)
-                         for n in ast.walk(tree))  # fmt: skip
+            # inside an `if` (or `match`, `while`) at any depth whose condition asks which process this is: a guard
+            # of some form (`__name__ == "__main__" and ...`, `!= "__mp_main__"`, in an else branch,
+            # `multiprocessing.parent_process() is None`). Any other condition (`if args.train:`, `if True:`) holds
+            # alike in a spawned worker, which gets the same command line: the statement runs again there
+            blocks = (ast.If, ast.Match, ast.While)
+            inside = any(isinstance(n, blocks) and n.lineno <= line <= (n.end_lineno or n.lineno)
+                         and _asks_which_process(n) for n in ast.walk(tree))  # fmt: skip
             return None if inside else line
         frame = frame.f_back
     return None
