@@ -2497,6 +2497,17 @@ def _channel_order(dataset) -> str | None:
     return None
 
 
+def _turns_to_colour(dataset) -> bool:
+    """Whether an ``augment=`` step of the datasets' pipelines may give gray images more channels
+    (``v2.Grayscale(3)``, ``v2.RGB()``)."""
+    for leaf in _leaves(dataset):
+        pipe = _only_pipeline(getattr(leaf, "transform", None))
+        for step in getattr(pipe, "augment", None) or ():
+            if type(step).__name__ in ("Grayscale", "RGB", "Lambda") or getattr(step, "num_output_channels", 1) != 1:
+                return True
+    return False
+
+
 def _only_pipeline(transform):
     """``transform``, or the datakit pipeline a Compose (in Composes) holds as its only step: it does what the
     pipeline does."""
@@ -2664,6 +2675,12 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
     from datakit.prefetch import DeviceLoader, check_device
 
     stats = as_applied(normalize)
+    if images == "L" and stats is not None and len(stats[0]) != 1 and not _turns_to_colour(dataset):
+        # gray images through datakit's pipeline: 1 channel, known now, where the first batch would refuse them
+        which = "ImageNet's, the default" if normalize is None or normalize is True else "given"
+        raise UsageError(f"the dataset reads gray images (mode='gray'): 1 channel, and the statistics ({which}) are "
+                         f"for {len(stats[0])}; pass normalize= with one mean and one std (datakit stats gives them "
+                         "for a gray dataset), or read the images with mode='rgb'")  # fmt: skip
     mean, std = stats if stats is not None else (None, None)
     dev = check_device("cpu" if device is None else device)
 

@@ -605,3 +605,23 @@ def test_normalize_takes_the_json_file_datakit_stats_writes(class_folder, tmp_pa
         create_loader(ds, 4, num_workers=0, device="cpu", normalize=str(tmp_path / "other.json"))
     assert str(e.value) == (f"normalize={str(tmp_path / 'other.json')!r}: no 'mean' and 'std' in it (the file "
                             "'datakit stats --json' writes has both)")  # fmt: skip
+
+
+def test_gray_images_with_statistics_of_three_channels_are_refused_before_any_worker_starts(class_folder):
+    # the attack: mode="gray" through the pipelines with the default statistics was refused at the first batch ("neither
+    # dimension 1 ... nor dimension 3 is 3"), after the workers had started; loader.md says bad values are refused
+    # before any worker starts
+    from torchvision.transforms import v2
+
+    gray = open_dataset(class_folder, mode="gray", transform=train_pipeline(32))
+    for normalize, which in ((None, "ImageNet's, the default"), ("imagenet", "given")):
+        with pytest.raises(UsageError) as e:
+            create_loader(gray, 4, num_workers=2, device="cpu", normalize=normalize)
+        assert str(e.value) == (f"the dataset reads gray images (mode='gray'): 1 channel, and the statistics ({which}) "
+                                "are for 3; pass normalize= with one mean and one std (datakit stats gives them for a "
+                                "gray dataset), or read the images with mode='rgb'")  # fmt: skip
+    x, _ = next(iter(create_loader(gray, 4, num_workers=0, device="cpu", normalize=([0.5], [0.25]))))
+    assert (x.shape, x.dtype) == ((4, 1, 32, 32), torch.float32)
+    coloured = open_dataset(class_folder, mode="gray", transform=train_pipeline(32, augment=[v2.Grayscale(3)]))
+    x, _ = next(iter(create_loader(coloured, 4, num_workers=0, device="cpu")))  # three channels again: ImageNet's fit
+    assert (x.shape, x.dtype) == ((4, 3, 32, 32), torch.float32)
