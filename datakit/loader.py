@@ -104,14 +104,15 @@ class SampleIndex(int):
 
     seed: int
     epoch: int
+    copy: int  # a shard's padding: the sample served again in the epoch (1), on another rank; 0 the first time
 
-    def __new__(cls, value: int, seed: int = 0, epoch: int = 0) -> SampleIndex:
+    def __new__(cls, value: int, seed: int = 0, epoch: int = 0, copy: int = 0) -> SampleIndex:
         obj = super().__new__(cls, value)
-        obj.seed, obj.epoch = seed, epoch
+        obj.seed, obj.epoch, obj.copy = seed, epoch, copy
         return obj
 
     def __reduce__(self):
-        return SampleIndex, (int(self), self.seed, self.epoch)
+        return SampleIndex, (int(self), self.seed, self.epoch, self.copy)
 
 
 class _PoolIndex(SampleIndex):
@@ -123,8 +124,8 @@ class _PoolIndex(SampleIndex):
     pool: np.ndarray
     pos: int
 
-    def __new__(cls, value: int, seed: int, epoch: int, pool: np.ndarray, pos: int) -> _PoolIndex:
-        obj = super().__new__(cls, value, seed, epoch)
+    def __new__(cls, value: int, seed: int, epoch: int, pool: np.ndarray, pos: int, copy: int = 0) -> _PoolIndex:
+        obj = super().__new__(cls, value, seed, epoch, copy)
         obj.pool, obj.pos = pool, pos
         return obj
 
@@ -145,7 +146,7 @@ class _PooledSubset(torch.utils.data.Subset):
             return [self[i] for i in idx]
         pos = operator.index(idx) % len(self.pool)
         return self.dataset[_PoolIndex(int(self.pool[pos]), getattr(idx, "seed", 0), getattr(idx, "epoch", 0),
-                                       self.pool, pos)]  # fmt: skip
+                                       self.pool, pos, getattr(idx, "copy", 0))]  # fmt: skip
 
     def __getitems__(self, indices: list) -> list:
         return [self[i] for i in indices]
@@ -183,6 +184,8 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 
 def _seed_sample(index, salt: int = 0) -> None:
     s = sample_seed(index.seed, index.epoch, int(index)) ^ salt
+    if getattr(index, "copy", 0):  # the padding's repeat of a sample on another rank: augmented otherwise
+        s = sample_seed(s, index.copy, -1)
     torch.default_generator.manual_seed(s)  # the CPU generator only: nothing here touches CUDA
     random.seed(s)
     np.random.seed(s & 0xFFFFFFFF)
@@ -459,15 +462,23 @@ class EpochSampler(Sampler[int]):
             order = order[self.rank :: self.world]
         return order
 
-    def tagged(self, indices: list[int], epoch: int) -> list[int]:
-        """``indices`` of ``epoch`` as :meth:`__iter__` gives them (:class:`SampleIndex` with ``tag``)."""
-        return [SampleIndex(i, self.seed, epoch) for i in indices] if self.tag else indices
+    def _copy(self, q: int) -> int:
+        """How many times the sample at place ``q`` of this rank's order was served before in the epoch's padded
+        order (0; 1 for the padding that evens out the ranks' shares)."""
+        return (self.rank + q * self.world) // self.n if self.world > 1 and self.n else 0
+
+    def tagged(self, indices: list[int], epoch: int, start: int = 0) -> list[int]:
+        """``indices`` of ``epoch`` as :meth:`__iter__` gives them (:class:`SampleIndex` with ``tag``); ``start``:
+        the place of the first in this rank's order."""
+        if not self.tag:
+            return indices
+        return [SampleIndex(i, self.seed, epoch, self._copy(start + k)) for k, i in enumerate(indices)]
 
     def __iter__(self) -> Iterator[int]:
         skip, self.skip = self.skip, 0
         order = self.indices()[skip:]
         if self.tag:
-            return (SampleIndex(i, self.seed, self.epoch) for i in order)
+            return (SampleIndex(i, self.seed, self.epoch, self._copy(skip + k)) for k, i in enumerate(order))
         return iter(order)
 
     def __len__(self) -> int:
@@ -524,7 +535,7 @@ class EpochBatches(Sampler[list]):
             order = self.sampler.indices(epoch)[skip:]
             end = self._served(len(order))
             for k in range(0, end, bs):
-                yield self.sampler.tagged(order[k : k + bs], epoch)  # one batch at a time: no epoch of objects
+                yield self.sampler.tagged(order[k : k + bs], epoch, skip + k)  # a batch at a time: no epoch of objects
             if not endless or self.count() == 0:
                 return  # one epoch asked for, or no epoch holds a batch: nothing to go on to
             epoch, skip = epoch + 1, 0

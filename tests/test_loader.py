@@ -3345,3 +3345,26 @@ def test_a_bad_sample_of_a_split_is_replaced_from_its_own_split(tmp_path: Path, 
         reader = create_loader(Subset(ds, train.indices), batch_size=len(train), num_workers=0, seed=0, device="cpu",
                                normalize=False, shuffle=False, drop_last=False)  # fmt: skip
         assert ids(next(iter(reader)))[first] == after
+
+
+def test_a_shards_padding_repeat_draws_augmentations_of_its_own():
+    # the attack: 23 samples on 2 ranks: the one served twice (the padding that evens out the ranks' shares) got the
+    # same crop and flip on both ranks: its gradient doubled, with no variety
+    from datakit.loader import PerSampleSeed, SampleIndex
+
+    ranks = [list(EpochSampler(23, seed=0, rank=r, world=2, tag=True)) for r in range(2)]
+    served = [int(i) for order in ranks for i in order]
+    copies = [(r, int(i), i.copy) for r, order in enumerate(ranks) for i in order if i.copy]
+    assert len(served) == 24 and sorted(set(served)) == list(range(23)) and len(copies) == 1
+    _, again, copy = copies[0]
+    assert [i.copy for i in ranks[0] if int(i) == again] + [i.copy for i in ranks[1] if int(i) == again] in (
+        [0, 1],
+        [1, 0],
+    )
+    seeded = PerSampleSeed(Indexed(23))
+    first, second = seeded[SampleIndex(again, 0, 0)], seeded[SampleIndex(again, 0, 0, copy)]
+    assert first[0] == second[0] == again and first[1:] != second[1:]
+    assert seeded[SampleIndex(again, 0, 0)] == first  # each the same on every run
+    # a resumed epoch tags the same places alike
+    batches = list(EpochSampler(23, seed=0, rank=1, world=2, tag=True).tagged(ranks[1][8:], 0, 8))
+    assert [(int(i), i.copy) for i in batches] == [(int(i), i.copy) for i in ranks[1][8:]]
