@@ -400,21 +400,16 @@ def test_a_quoted_field_holding_rows_of_their_own_is_refused_not_swallowed(tmp_p
     # the attack: a quote opened by mistake in a note ('5 inch"') and closed a line later made b.png's row the note's
     # text: b.png was not in the table, without a word; in the label column it made a class 'cat\nb.png,dog'
     path = tmp_path / "labels.csv"
-    path.write_text('file,label,note\na.png,cat,"5 inch\nb.png,dog,7 inch"\nc.png,cat,ok\nd.png,dog,"two\nlines"\n',
-                    encoding="utf-8")  # fmt: skip
-    with pytest.raises(LabelError) as e:
-        read_labels(path)
-    assert str(e.value).splitlines()[-1].strip() == (
-        f"{path}, line 2: a quoted field runs over lines 2-3 and holds what reads as rows of their own ('b.png,dog,7 "
-        "inch'); a quote opened by mistake? close it on its line, or quote no part of the name"
-    )
-    path.write_text('file,label\na.png,"cat\nb.png,dog"\nc.png,cat\n', encoding="utf-8")
-    with pytest.raises(LabelError) as e:
-        read_labels(path)
-    assert str(e.value).splitlines()[-1].strip() == (
-        f"{path}, line 2: a quoted field runs over lines 2-3 and holds what reads as rows of their own ('b.png,dog'); "
-        "a quote opened by mistake? close it on its line, or quote no part of the name"
-    )
+    for text, inner in (('file,label,note\na.png,cat,"5 inch\nb.png,dog,7 inch"\nc.png,cat,ok\nd.png,dog,"two\nlines"\n',
+                         "b.png,dog,7 inch"),
+                        ('file,label\na.png,"cat\nb.png,dog"\nc.png,cat\n', "b.png,dog")):  # fmt: skip
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(LabelError) as e:
+            read_labels(path)
+        assert str(e.value).splitlines()[-1].strip() == (
+            f"{path}, line 2: a quoted field runs over lines 2-3 and holds what reads as rows of their own ({inner!r}); "
+            "a quote opened by mistake? close it on its line, or quote no part of the name"
+        )
     # a note over two lines, no row in it, is read with its row
     path.write_text('file,label,note\na.png,cat,"5 inch\n7 inch"\nc.png,cat,ok\n', encoding="utf-8")
     t = read_labels(path)
