@@ -1786,26 +1786,22 @@ def _shape(name: str) -> str:
     return re.sub(r"[0-9]+", "0", name)
 
 
-def _refuse_a_sample_as_header(grid: Sequence[Sequence[object]], r: int, fcol: int, lcol: int | None,
-                               where: str) -> None:  # fmt: skip
+def _refuse_a_sample_as_header(grid: Sequence[Sequence[object]], r: int, fcol: int, where: str) -> None:
     """A header row the caller's file_column=/label_column= names that is a sample: a table without a header line,
-    its first row taken for one, would lose that sample without a word (its label among the labels below, or its
-    file named as the files below are, digits aside)."""
+    its first row taken for one, would lose that sample without a word (its file cell named as the files below
+    are, digits aside). A label column named as a class is no sign: 'file,defect' over 'a.png,defect'
+    is a header."""
     row = grid[r]
-    below = [line for line in grid[r + 1 : r + 51] if any(not _blank(v) for v in line)]
     file = _text(row[fcol])
+    if _norm(file) in _FILE_KEYS:  # 'file', 'image', '文件名': a header, whatever its label column is called
+        return
+    # (the header again below, tables joined, is no file of theirs)
+    below = [line for line in grid[r + 1 : r + 51] if any(not _blank(v) for v in line) and list(line) != list(row)]
     files = [_text(line[fcol]) for line in below if fcol < len(line) and not _blank(line[fcol])]
-    label = _text(row[lcol]) if lcol is not None and lcol < len(row) and not _blank(row[lcol]) else None
-    labels = {_text(line[lcol]) for line in below if lcol is not None and lcol < len(line) and not _blank(line[lcol])}
-    if label is not None and label in labels:
-        why = f"{label!r} is a label of the rows below it too"
-    elif (
-        re.search(r"[0-9]", file)
-        and len(files) >= 2
-        and 5 * sum(_shape(f) == _shape(file) for f in files) >= 4 * len(files)
-    ):
+    alike = sum(_shape(f) == _shape(file) for f in files)
+    if re.search(r"[0-9]", file) and len(files) >= 2 and 5 * alike >= 4 * len(files):
         why = f"{file!r} is named as the files below it are"
-    else:
+    else:  # (a first cell naming an image is never taken for a header: refused before)
         return
     shown = ", ".join(repr(_text(v)) for v in row if not _blank(v))
     raise UsageError(f"{where}: the row taken for the header ({shown}) is a sample: {why}; a table without a "
@@ -1853,7 +1849,7 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
         file_rivals = tuple((i, _text(h)) for i, h in enumerate(row) if i not in (fcol, lcol, scol)
                             and not _blank(h) and _norm(h) in same)  # fmt: skip
         if file_column is not None or label_column is not None:
-            _refuse_a_sample_as_header(grid, r, fcol, lcol, where)
+            _refuse_a_sample_as_header(grid, r, fcol, where)
         return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals, why)
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
     if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):

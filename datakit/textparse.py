@@ -510,7 +510,7 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
     lines: list[int] = []
     last = 0
     raw_last: list[str] = []
-    swallowed: list[tuple[int, str]] = []
+    candidates: list[tuple[int, int, str, int]] = []
     for rec in reader:
         line = last + 1
         last = reader.line_num
@@ -518,15 +518,19 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
         if not any(cells):
             continue
         inner = _rows_inside(rec, delim) if last > line else None
-        if inner is not None:
-            # a quote opened by mistake ('5 inch"...'), closed lines later: the rows between were one field's text,
-            # lost without a word (their files then "not in the table", if on the disk at all)
-            swallowed.append((line, f"a quoted field runs over lines {line}-{last} and holds what reads as rows of "
-                              f"their own ({inner!r}); a quote opened by mistake? close it on its line, or quote no "
-                              "part of the name"))  # fmt: skip
+        if inner is not None:  # (judged below, against the table's width)
+            candidates.append((line, last, *inner))
         rows.append(cells)
         lines.append(line)
         raw_last = rec
+    # a quote opened by mistake ('5 inch"...'), closed lines later: the rows between were one field's text, lost
+    # without a word (their files then "not in the table", if on the disk at all). A line inside the field counts
+    # as a row where it names an image and has as many fields as the table's rows (a note's second line,
+    # "see backup.zip, page 2", does not)
+    width = max((len(r) for r in rows[:_HEADER_SCAN]), default=0)
+    swallowed = [(line, f"a quoted field runs over lines {line}-{last} and holds what reads as rows of their own "
+                  f"({inner!r}); a quote opened by mistake? close it on its line, or quote no part of the name")
+                 for line, last, inner, fields in candidates if fields >= width]  # fmt: skip
     unclosed = None
     if rows and any("\n" in c or "\r" in c for c in raw_last):
         # the last record holds a line break: a quote never closed swallows the rest of the file. The reader
@@ -561,14 +565,18 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
     return out
 
 
-def _rows_inside(rec: list[str], delim: str) -> str | None:
-    """The first line inside one of a record's fields that reads as a row of its own (an image name, then
-    the delimiter and more), or None."""
+_IMAGE_NAME = re.compile(r"\.(?:jpe?g|png|bmp|gif|webp|tiff?|jp2|pgm|ppm|pbm|pnm|avif|heic|jfif|dcm|exr|hdr)$",
+                         re.IGNORECASE)  # fmt: skip
+
+
+def _rows_inside(rec: list[str], delim: str) -> tuple[str, int] | None:
+    """(the first line inside one of a record's fields that reads as a row of its own: an image's name, then the
+    delimiter and more; its number of fields), or None."""
     for cell in rec:
         for part in cell.splitlines()[1:]:
             fields = [f.strip().strip('"') for f in part.split(delim)]
-            if len(fields) >= 2 and fields[1] and _NAMED_FILE.search(fields[0]):
-                return part
+            if len(fields) >= 2 and fields[1] and _IMAGE_NAME.search(fields[0]):
+                return part, len(fields)
     return None
 
 

@@ -410,7 +410,10 @@ def test_a_quoted_field_holding_rows_of_their_own_is_refused_not_swallowed(tmp_p
             f"{path}, line 2: a quoted field runs over lines 2-3 and holds what reads as rows of their own ({inner!r}); "
             "a quote opened by mistake? close it on its line, or quote no part of the name"
         )
-    # a note over two lines, no row in it, is read with its row
-    path.write_text('file,label,note\na.png,cat,"5 inch\n7 inch"\nc.png,cat,ok\n', encoding="utf-8")
-    t = read_labels(path)
-    assert t.files.tolist() == ["a.png", "c.png"] and t.labels.tolist() == ["cat", "cat"]
+    # a note over two lines, no row in it, is read with its row; so is one whose second line names a file, with
+    # fewer fields than a row (the regression round: "Reviewed by J.Smith, approved" was refused as a row)
+    for note in ("5 inch\n7 inch", "first line\nReviewed by J.Smith, approved", "see\nbackup.zip, page 2",
+                 "duplicate of\nc.png, same shot"):  # fmt: skip
+        path.write_text(f'file,label,note\na.png,cat,"{note}"\nc.png,cat,ok\n', encoding="utf-8")
+        t = read_labels(path)
+        assert t.files.tolist() == ["a.png", "c.png"] and t.labels.tolist() == ["cat", "cat"]
