@@ -964,21 +964,13 @@ def _is_guard(node) -> bool:
     )
 
 
-# (an environment variable may tell the parent from its workers)
-_PROCESS_WORDS = ("__name__", "__main__", "mp_main", "parent_process", "current_process", "MainProcess", "getpid",
-                  "__spec__", "environ", "getenv")  # fmt: skip
-
-
 def _asks_which_process(node) -> bool:
-    """Whether an ``if``/``while``/``match`` condition may tell the script's process from a spawned worker."""
+    """Whether an ``if``/``while``/``match`` may keep a statement from a spawned worker: any condition may (a flag
+    set from ``__name__``, a helper that asks it, an environment variable), except one that is always true."""
     import ast
 
     test = node.subject if isinstance(node, ast.Match) else node.test
-    try:
-        text = ast.unparse(test)
-    except Exception:  # noqa: BLE001 - a node unparse cannot write: taken as a guard, as before
-        return True
-    return any(word in text for word in _PROCESS_WORDS)
+    return not (isinstance(test, ast.Constant) and bool(test.value))
 
 
 def _unguarded_line(path: str) -> int | None:
@@ -997,10 +989,9 @@ def _unguarded_line(path: str) -> int | None:
             tree = _script_tree(path)
             if tree is None:
                 return None
-            # inside an `if` (or `match`, `while`) at any depth whose condition asks which process this is: a guard
-            # of some form (`__name__ == "__main__" and ...`, `!= "__mp_main__"`, in an else branch,
-            # `multiprocessing.parent_process() is None`). Any other condition (`if args.train:`, `if True:`) holds
-            # alike in a spawned worker, which gets the same command line: the statement runs again there
+            # inside an `if` (or `match`, `while`) at any depth: a guard of some form (`__name__ == "__main__" and
+            # ...`, `!= "__mp_main__"`, in an else branch, `multiprocessing.parent_process() is None`, a flag set
+            # from one), or a condition that may be false in a spawned worker; `if True:` is none
             blocks = (ast.If, ast.Match, ast.While)
             inside = any(isinstance(n, blocks) and n.lineno <= line <= (n.end_lineno or n.lineno)
                          and _asks_which_process(n) for n in ast.walk(tree))  # fmt: skip

@@ -3260,9 +3260,8 @@ print(sum(len(y) for _, y in loader))
     script.write_text("import sys\n" + script.read_text(encoding="utf-8"), encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert (proc.returncode, proc.stdout) == (0, "12\n"), proc.stderr
-    # the next attack: `if args.train: main()` (here `if True:`) hid the line: a condition that does not ask which
-    # process this is holds in a spawned worker too, which gets the same command line
-    script.write_text(guarded + "\n\nif len(sys.argv) > 0:\n    main()\n", encoding="utf-8")
+    # the next attack: `if True: main()` hid the line (a condition that always holds, in a spawned worker too)
+    script.write_text(guarded + "\n\nif True:\n    main()\n", encoding="utf-8")
     script.write_text("import sys\n" + script.read_text(encoding="utf-8"), encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and proc.stderr.splitlines()[-1].startswith(
