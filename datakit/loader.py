@@ -2191,7 +2191,7 @@ def create_loader(
     from datakit.prefetch import stats_file
 
     normalize = stats_file(normalize)  # the JSON file of datakit stats --json: its statistics and their order
-    on_device = _device_plan(device, normalize, dataset)  # checked before any worker is measured or started
+    on_device = _device_plan(device, normalize, dataset, own_collate=collate_fn is not None)  # before any worker
     from datakit.collate import detection_collate, pad_collate, stack_collate
 
     if collate_fn is None:
@@ -2499,15 +2499,18 @@ def _channel_order(dataset) -> str | None:
     return None
 
 
-def _turns_to_colour(dataset) -> bool:
-    """Whether an ``augment=`` step of the datasets' pipelines may give gray images more channels
-    (``v2.Grayscale(3)``, ``v2.RGB()``)."""
+def _keeps_channels(dataset) -> bool:
+    """Whether every ``augment=`` step of the datasets' pipelines is one of torchvision's that keeps the images'
+    channels (not ``v2.Grayscale(3)``, ``v2.RGB()``, a ``Lambda`` or a class of the caller's, which may turn gray
+    images to three channels)."""
     for leaf in _leaves(dataset):
         pipe = _only_pipeline(getattr(leaf, "transform", None))
         for step in getattr(pipe, "augment", None) or ():
-            if type(step).__name__ in ("Grayscale", "RGB", "Lambda") or getattr(step, "num_output_channels", 1) != 1:
-                return True
-    return False
+            kind = type(step)
+            if (not kind.__module__.startswith("torchvision.") or kind.__name__ in ("Grayscale", "RGB", "Lambda")
+                    or getattr(step, "num_output_channels", 1) != 1):  # fmt: skip
+                return False
+    return True
 
 
 def _only_pipeline(transform):
@@ -2610,7 +2613,7 @@ def _same_stats(a, b) -> bool:
     )
 
 
-def _device_plan(device, normalize, dataset=None) -> Callable | None:
+def _device_plan(device, normalize, dataset=None, own_collate: bool = False) -> Callable | None:
     """None when batches stay as collated; otherwise the function that wraps the loader so that
     they arrive on ``device`` (the CPU by default), normalised. Bad values raise here. Statistics
     of a known channel order (the presets: RGB) are put in the order of ``dataset``'s images: a
@@ -2677,12 +2680,12 @@ def _device_plan(device, normalize, dataset=None) -> Callable | None:
     from datakit.prefetch import DeviceLoader, check_device
 
     stats = as_applied(normalize)
-    if images == "L" and stats is not None and len(stats[0]) != 1 and not _turns_to_colour(dataset):
+    if images == "L" and stats is not None and len(stats[0]) != 1 and not own_collate and _keeps_channels(dataset):
         # gray images through datakit's pipeline: 1 channel, known now, where the first batch would refuse them
         which = "ImageNet's, the default" if normalize is None or normalize is True else "given"
         raise UsageError(f"the dataset reads gray images (mode='gray'): 1 channel, and the statistics ({which}) are "
-                         f"for {len(stats[0])}; pass normalize= with one mean and one std (datakit stats gives them "
-                         "for a gray dataset), or read the images with mode='rgb'")  # fmt: skip
+                         f"for {len(stats[0])}; pass normalize= with one mean and one std (compute_stats of the gray "
+                         "dataset gives them), or read the images with mode='rgb'")  # fmt: skip
     mean, std = stats if stats is not None else (None, None)
     dev = check_device("cpu" if device is None else device)
 

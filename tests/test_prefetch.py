@@ -618,10 +618,27 @@ def test_gray_images_with_statistics_of_three_channels_are_refused_before_any_wo
         with pytest.raises(UsageError) as e:
             create_loader(gray, 4, num_workers=2, device="cpu", normalize=normalize)
         assert str(e.value) == (f"the dataset reads gray images (mode='gray'): 1 channel, and the statistics ({which}) "
-                                "are for 3; pass normalize= with one mean and one std (datakit stats gives them for a "
-                                "gray dataset), or read the images with mode='rgb'")  # fmt: skip
+                                "are for 3; pass normalize= with one mean and one std (compute_stats of the gray "
+                                "dataset gives them), or read the images with mode='rgb'")  # fmt: skip
     x, _ = next(iter(create_loader(gray, 4, num_workers=0, device="cpu", normalize=([0.5], [0.25]))))
     assert (x.shape, x.dtype) == ((4, 1, 32, 32), torch.float32)
     coloured = open_dataset(class_folder, mode="gray", transform=train_pipeline(32, augment=[v2.Grayscale(3)]))
     x, _ = next(iter(create_loader(coloured, 4, num_workers=0, device="cpu")))  # three channels again: ImageNet's fit
     assert (x.shape, x.dtype) == ((4, 3, 32, 32), torch.float32)
+    # the regression round: a step of the caller's, or a collate function, may give them three channels too: left to
+    # the first batch, as before
+    coloured = open_dataset(class_folder, mode="gray", transform=train_pipeline(32, augment=[_ToRGB()]))
+    x, _ = next(iter(create_loader(coloured, 4, num_workers=0, device="cpu")))
+    assert (x.shape, x.dtype) == ((4, 3, 32, 32), torch.float32)
+
+    def three(batch):
+        images, labels = torch.utils.data.default_collate(batch)
+        return images.expand(-1, 3, -1, -1).contiguous(), labels
+
+    x, _ = next(iter(create_loader(gray, 4, num_workers=0, device="cpu", collate_fn=three)))
+    assert (x.shape, x.dtype) == ((4, 3, 32, 32), torch.float32)
+
+
+class _ToRGB:
+    def __call__(self, img):
+        return img.expand(3, -1, -1).contiguous()
