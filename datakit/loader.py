@@ -23,7 +23,7 @@ import time
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -121,32 +121,52 @@ class _PoolIndex(SampleIndex):
     ``"substitute"``) is one of the subset's own, never a sample of another split. Made in the process that
     reads it; pickled, it is a plain :class:`SampleIndex`."""
 
-    pool: np.ndarray
+    pool: Sequence[int]
     pos: int
 
-    def __new__(cls, value: int, seed: int, epoch: int, pool: np.ndarray, pos: int, copy: int = 0) -> _PoolIndex:
+    def __new__(cls, value: int, seed: int, epoch: int, pool: Sequence[int], pos: int, copy: int = 0) -> _PoolIndex:
         obj = super().__new__(cls, value, seed, epoch, copy)
         obj.pool, obj.pos = pool, pos
         return obj
 
 
-class _PooledSubset(torch.utils.data.Subset):
-    """A ``Subset`` (or a chain of them, flattened) of a datakit dataset that replaces bad samples: each index it
-    passes on carries the subset's samples, from which the replacement is drawn (torch's Subset passes a plain
-    int: a training split's bad image replaced by one of the validation split's, its label included), and the
-    sampler's seed and epoch."""
+class _ChainIndices:
+    """The samples of the dataset under a chain of Subsets (outermost first), read through their ``indices`` at
+    each look: a subset whose indices the caller changes in place (curriculum, active learning) is read as it is
+    now."""
 
-    def __init__(self, dataset, indices, given) -> None:
-        super().__init__(dataset, indices)
-        self.pool = np.asarray(indices, dtype=np.int64)
-        self.given = given  # the Subset the caller gave: loader.dataset
+    def __init__(self, chain: list) -> None:
+        self.chain = chain
+
+    def __len__(self) -> int:
+        return len(self.chain[0].indices)
+
+    def __getitem__(self, k: int) -> int:
+        for sub in self.chain:
+            k = sub.indices[k]
+        return int(k)
+
+
+class _PooledSubset(torch.utils.data.Subset):
+    """A ``Subset`` (or a chain of them) of a datakit dataset that replaces bad samples: each index it passes on
+    carries the subset's samples, from which the replacement is drawn (torch's Subset passes a plain int: a
+    training split's bad image replaced by one of the validation split's, its label included), and the sampler's
+    seed and epoch."""
+
+    def __init__(self, dataset, chain: list) -> None:
+        super().__init__(dataset, _ChainIndices(chain))
+        self.given = chain[0]  # the Subset the caller gave: loader.dataset
 
     def __getitem__(self, idx):
         if isinstance(idx, list):
             return [self[i] for i in idx]
-        pos = operator.index(idx) % len(self.pool)
-        return self.dataset[_PoolIndex(int(self.pool[pos]), getattr(idx, "seed", 0), getattr(idx, "epoch", 0),
-                                       self.pool, pos, getattr(idx, "copy", 0))]  # fmt: skip
+        n = len(self.indices)
+        pos = operator.index(idx)
+        if not -n <= pos < n:
+            raise IndexError(f"sample index {pos} out of range for a Subset of {n}")
+        pos %= n
+        return self.dataset[_PoolIndex(self.indices[pos], getattr(idx, "seed", 0), getattr(idx, "epoch", 0),
+                                       self.indices, pos, getattr(idx, "copy", 0))]  # fmt: skip
 
     def __getitems__(self, indices: list) -> list:
         return [self[i] for i in indices]
@@ -164,10 +184,7 @@ def _pooled(dataset):
         leaf = leaf.dataset
     if not chain or not isinstance(leaf, ImageDataset) or leaf.on_error == "raise":
         return dataset
-    flat = list(chain[-1].indices)
-    for sub in reversed(chain[:-1]):
-        flat = [flat[k] for k in sub.indices]
-    return _PooledSubset(leaf, flat, dataset)
+    return _PooledSubset(leaf, chain)
 
 
 _MASK64 = (1 << 64) - 1

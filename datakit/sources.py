@@ -339,11 +339,15 @@ class ImageDataset:
             self.skipped += 1
             self.replaced[i] = j
             return j, img
+        pool = getattr(index, "pool", None)
+        if pool is not None and not tried:  # (a Subset of one sample, or of bad ones alone)
+            raise SampleError(f"sample {i}: {self.bad[i][0]}: {self.bad[i][1]}; and the Subset it is read through "
+                              f"holds no other readable sample to take its place ({len(pool)} in all)")  # fmt: skip
         raise SampleError(
             f"sample {i}: {self.bad[i][0]}: {self.bad[i][1]}; and no readable substitute among samples {tried}"
         )
 
-    def _substitutes(self, i: int, seed: int, epoch: int, pool: np.ndarray | None = None, pos: int = 0):
+    def _substitutes(self, i: int, seed: int, epoch: int, pool: Sequence[int] | None = None, pos: int = 0):
         """The samples to try in place of bad sample ``i``; ``pool``: the samples of the Subset it was read
         through (``pos``: its place there), which the replacement is one of (create_loader passes them)."""
         if pool is not None:

@@ -3367,3 +3367,27 @@ def test_a_shards_padding_repeat_draws_augmentations_of_its_own():
     # a resumed epoch tags the same places alike
     batches = list(EpochSampler(23, seed=0, rank=1, world=2, tag=True).tagged(ranks[1][8:], 0, 8))
     assert [(int(i), i.copy) for i in batches] == [(int(i), i.copy) for i in ranks[1][8:]]
+
+
+def test_a_subset_read_with_bad_sample_replacement_reads_its_indices_as_they_are_now(tmp_path: Path):
+    # the regression round: the loader copied the Subset's indices when made (a subset changed in place, curriculum
+    # or active learning, was read as it had been), wrapped an index past its end instead of raising IndexError, and a
+    # subset of one bad sample said "no readable substitute among samples []"
+    from torch.utils.data import Subset
+
+    from datakit.datasets import open_dataset
+    from datakit.errors import SampleError
+
+    ds = open_dataset(bad_folder(tmp_path), on_error="skip", max_bad_fraction=0.2)
+    sub = Subset(ds, list(range(10)))
+    loader = create_loader(sub, 10, num_workers=0, train=False, device="cpu", normalize=False)
+    assert ids(next(iter(loader))) == [0, 1, 2, 4, 4, 5, 6, 7, 8, 9]  # 3 is bad: the next of the subset's
+    sub.indices[:] = list(range(20, 30))
+    assert ids(next(iter(loader))) == list(range(20, 30))
+    with pytest.raises(IndexError) as e:
+        list(create_loader(sub, 2, num_workers=0, train=False, device="cpu", normalize=False, sampler=[0, 15]))
+    assert str(e.value) == "sample index 15 out of range for a Subset of 10"
+    with pytest.raises(SampleError) as e:
+        list(create_loader(Subset(ds, [3]), 1, num_workers=0, train=False, device="cpu", normalize=False))
+    assert str(e.value).endswith("; and the Subset it is read through holds no other readable sample to take its "
+                                 "place (1 in all)")  # fmt: skip
