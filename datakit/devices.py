@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 __all__ = ["select_gpus"]
 
-_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+(/[0-9]+/[0-9]+)?$")  # MIG-GPU-<uuid>/<gi>/<ci>: drivers before R470
+_UUID = re.compile(r"^(GPU-[0-9A-Za-z-]+|MIG-[0-9A-Za-z-]+(/[0-9]+/[0-9]+)?)$")  # MIG-GPU-<uuid>/<gi>/<ci>: before R470
 
 
 def _parse(spec: str | int | Iterable[int | str]) -> list[str]:

@@ -107,6 +107,8 @@ def test_numpy_integers_and_the_old_mig_form_are_gpus(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     mig = "MIG-GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f/7/0"
     assert select_gpus(mig) == [mig] and os.environ["CUDA_VISIBLE_DEVICES"] == mig
+    with pytest.raises(ValueError, match=r"^invalid GPU 'GPU-5c89852c/7/0' in "):  # the /gi/ci form is MIG's alone
+        select_gpus("GPU-5c89852c/7/0")
     with pytest.raises(ValueError) as e:
         select_gpus([np.True_])
     assert str(e.value) == ("invalid GPU 'True' in [np.True_]: use indices as nvidia-smi shows them (ASCII digits), "

@@ -283,6 +283,13 @@ def test_doctor_of_the_shards_of_a_pack_reads_them_all(samples: Path, tmp_path: 
                                        "shards of one pack, give one folder, zip or table alone\n")  # fmt: skip
     assert main(["doctor", "nope-*.lmdb"]) == 2
     assert capsys.readouterr().err == "datakit doctor: error: nope-*.lmdb: matches nothing\n"
+    # the regression round: a shard alone, or one given twice, said "ok" where check and stats refuse them
+    for args in (["part-0.lmdb"], ["part-0.lmdb", "part-1.lmdb"], ["part-0.lmdb", "part-0.lmdb", "part-1.lmdb",
+                                                                    "part-2.lmdb"]):  # fmt: skip
+        assert main(["doctor", *args]) == 2
+        assert main(["check", *args]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].removeprefix("datakit doctor: ") == err[-1].removeprefix("datakit check: ")
 
 
 def test_doctor_quiet_says_nothing_of_information_and_size_0_needs_a_source(samples: Path, capsys, monkeypatch):
