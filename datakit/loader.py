@@ -188,6 +188,7 @@ def _pooled(dataset):
 
 
 _MASK64 = (1 << 64) - 1
+ORDER_SCHEME = 2  # how an epoch's order is drawn from (seed, epoch), in state_dict(): 1 was seed + epoch
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
@@ -454,6 +455,7 @@ class EpochSampler(Sampler[int]):
             raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
         self.n, self.shuffle, self.seed, self.rank, self.world = n, shuffle, seed, rank, world
         self.tag = tag
+        self.legacy_epoch: int | None = None  # an epoch resumed from a state of the seed + epoch scheme
         self.epoch = 0
         self.asked: int | None = None  # the epoch a caller of set_epoch asked for, until the loader serves it
         self.skip = 0
@@ -468,8 +470,12 @@ class EpochSampler(Sampler[int]):
         epoch = self.epoch if epoch is None else epoch
         if self.shuffle:
             # seed and epoch mixed (splitmix64): with seed + epoch, as DistributedSampler has it, seed 1's epoch 0
-            # was seed 0's epoch 1, and a sweep over seeds shared its orders an epoch apart
-            g = torch.Generator().manual_seed(sample_seed(self.seed, epoch, -1))
+            # was seed 0's epoch 1, and a sweep over seeds shared its orders an epoch apart. An epoch resumed from a
+            # state saved mid-epoch under that scheme goes on in its order
+            legacy = epoch == self.legacy_epoch
+            g = torch.Generator().manual_seed(
+                (self.seed + epoch) % 2**64 if legacy else sample_seed(self.seed, epoch, -1)
+            )
             order = torch.randperm(self.n, generator=g).tolist()
         else:
             order = list(range(self.n))
@@ -1798,7 +1804,7 @@ class InfiniteLoader:
         world = sampler.world if isinstance(sampler, EpochSampler) else 1
         shape = {"batch_size": dl.batch_size, "samples": len(dl.dataset), "world": world}
         if isinstance(sampler, EpochSampler):  # what makes an epoch's order: another seed, another order
-            shape.update(seed=int(sampler.seed), shuffle=bool(sampler.shuffle))
+            shape.update(seed=int(sampler.seed), shuffle=bool(sampler.shuffle), order=ORDER_SCHEME)
         return shape
 
     def state_dict(self) -> dict:
@@ -1867,6 +1873,11 @@ class InfiniteLoader:
                                  "per rank")  # fmt: skip
             if saved_len and sample == saved_len:  # the whole epoch was served: the next one begins, in any shape
                 epoch, step, sample = epoch + 1, 0, 0
+        sampler = self.loader.loader.sampler
+        if isinstance(sampler, EpochSampler) and sample and "seed" in state and state.get("order", 1) != ORDER_SCHEME:
+            # saved mid-epoch by a datakit that drew orders from seed + epoch (its state_dict() gave the seed, not
+            # the scheme; a state written by hand gives neither): that epoch goes on in its order
+            sampler.legacy_epoch = epoch
         for key in ("seed", "shuffle"):  # states saved before these were kept: as they were read
             if key in state and key in shape and state[key] != shape[key] and sample:
                 raise UsageError(f"the state was saved mid-epoch with {key}={state[key]!r}, this loader has "
