@@ -510,16 +510,16 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
     lines: list[int] = []
     last = 0
     raw_last: list[str] = []
-    candidates: list[tuple[int, int, str, int]] = []
+    candidates: list[tuple[int, int, list]] = []
     for rec in reader:
         line = last + 1
         last = reader.line_num
         cells = [c.strip() for c in rec]
         if not any(cells):
             continue
-        inner = _rows_inside(rec, delim) if last > line else None
-        if inner is not None:  # (judged below, against the table's width)
-            candidates.append((line, last, *inner))
+        inner = _rows_inside(rec, delim) if last > line else []
+        if inner:  # (judged below, against the table's other rows)
+            candidates.append((line, last, inner))
         rows.append(cells)
         lines.append(line)
         raw_last = rec
@@ -527,10 +527,25 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
     # without a word (their files then "not in the table", if on the disk at all). A line inside the field counts
     # as a row where it names an image and has as many fields as the table's rows (a note's second line,
     # "see backup.zip, page 2", does not)
-    width = max((len(r) for r in rows[:_HEADER_SCAN]), default=0)
-    swallowed = [(line, f"a quoted field runs over lines {line}-{last} and holds what reads as rows of their own "
-                  f"({inner!r}); a quote opened by mistake? close it on its line, or quote no part of the name")
-                 for line, last, inner, fields in candidates if fields >= width]  # fmt: skip
+    swallowed = []
+    if candidates:
+        whole = {ln for ln, *_ in candidates}
+        plain = [r for r, ln in zip(rows, lines) if ln not in whole]
+        widths = [len(r) for r in plain]
+        width = max(set(widths), key=widths.count) if widths else 0  # the rows' usual width, not the widest's
+        seen = [{r[k] for r in plain if k < len(r) and r[k]} for k in range(max(widths, default=0))]
+        for line, last, parts in candidates:
+            # a line in the field counts as a row where it has a row's fields, or holds a value of the rows' own
+            # in its place ('b.png,dog' where the label column holds dog; not 'cat001.png, same shot')
+            def row_like(fields: list[str]) -> bool:
+                return len(fields) >= width or any(k < len(seen) and f and f in seen[k]
+                                                   for k, f in enumerate(fields[1:], 1))  # fmt: skip
+
+            inner = next((text for text, fields in parts if row_like(fields)), None)
+            if inner is not None:
+                swallowed.append((line, f"a quoted field runs over lines {line}-{last} and holds what reads as rows "
+                                  f"of their own ({inner!r}); a quote opened by mistake? close it on its line, or "
+                                  "quote no part of the name"))  # fmt: skip
     unclosed = None
     if rows and any("\n" in c or "\r" in c for c in raw_last):
         # the last record holds a line break: a quote never closed swallows the rest of the file. The reader
@@ -565,19 +580,20 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
     return out
 
 
-_IMAGE_NAME = re.compile(r"\.(?:jpe?g|png|bmp|gif|webp|tiff?|jp2|pgm|ppm|pbm|pnm|avif|heic|jfif|dcm|exr|hdr)$",
+_IMAGE_NAME = re.compile(r"\.(?:jpe?g|jpe|jfif|png|bmp|gif|webp|tiff?|jp2|pgm|ppm|pbm|pnm|avif|heic|dcm|exr|hdr)$",
                          re.IGNORECASE)  # fmt: skip
 
 
-def _rows_inside(rec: list[str], delim: str) -> tuple[str, int] | None:
-    """(the first line inside one of a record's fields that reads as a row of its own: an image's name, then the
-    delimiter and more; its number of fields), or None."""
+def _rows_inside(rec: list[str], delim: str) -> list[tuple[str, list[str]]]:
+    """The lines inside a record's fields that may be rows of their own (an image's name, then the delimiter and
+    more), each with its fields."""
+    out = []
     for cell in rec:
         for part in cell.splitlines()[1:]:
             fields = [f.strip().strip('"') for f in part.split(delim)]
             if len(fields) >= 2 and fields[1] and _IMAGE_NAME.search(fields[0]):
-                return part, len(fields)
-    return None
+                out.append((part, fields))
+    return out
 
 
 _NAMED_FILE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{1,4}$")  # a name with an extension: b.jpg, 0001.png

@@ -410,6 +410,15 @@ def test_a_quoted_field_holding_rows_of_their_own_is_refused_not_swallowed(tmp_p
             f"{path}, line 2: a quoted field runs over lines 2-3 and holds what reads as rows of their own ({inner!r}); "
             "a quote opened by mistake? close it on its line, or quote no part of the name"
         )
+    # the second regression round: rows shorter than the widest (a note left out), a row after a first line that is
+    # none, a .jpe name: swallowed without a word by the first mend
+    for text in ('file,label,note\na.png,cat,"5 inch\nb.png,dog\nc.png,cat,ok"\nd.png,dog,fine\n',
+                 'file,label,note\nx.png,cat,ok,,,\na.png,cat,"5 inch\nb.png,dog,7 inch"\nc.png,dog,ok\n',
+                 'file,label,note\na.png,cat,"5 inch\nsee b.png, x\nc.png,dog,7 inch"\nd.png,dog,ok\n',
+                 'file,label\na.jpe,"cat\nb.jpe,dog"\nc.jpe,cat\n'):  # fmt: skip
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(LabelError, match="a quoted field runs over lines"):
+            read_labels(path)
     # a note over two lines, no row in it, is read with its row; so is one whose second line names a file, with
     # fewer fields than a row (the regression round: "Reviewed by J.Smith, approved" was refused as a row)
     for note in ("5 inch\n7 inch", "first line\nReviewed by J.Smith, approved", "see\nbackup.zip, page 2",
