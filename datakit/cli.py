@@ -1148,16 +1148,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 if not os.path.isfile(os.path.join(_existing(name), "data.mdb")):
                     raise UsageError(f"{name}: not an LMDB pack; several sources are the shards of one pack, "
                                      "give one folder, zip or table alone")  # fmt: skip
-            from datakit.datasets import open_dataset
-
-            open_dataset(names)  # every shard, each once, as check and stats read them
-            src = names
+            src = names  # (doctor reads them as check does: every shard, each once)
         else:
             src = str(_existing(names[0]))
-            if os.path.isfile(os.path.join(src, "data.mdb")):
-                from datakit.datasets import open_dataset
-
-                open_dataset(src)  # one shard alone is refused, as check and stats refuse it
     table_or_pack = (".zip", ".lmdb", *TABLE_SUFFIXES)
     if isinstance(src, str) and os.path.isfile(src) and Path(src).suffix.lower() not in table_or_pack:
         # (a script, a single image: timed as if it were the data, and said to be "ok")

@@ -404,6 +404,11 @@ def doctor(src: str | os.PathLike | Sequence[str | os.PathLike] | None = None, *
     if num_workers is None:
         num_workers = usable_cpus()
     batch_bytes = batch_size * 3 * size * size
+    packs = src if isinstance(src, (list, tuple)) else [src] if src is not None else []
+    if packs and all(os.path.isfile(os.path.join(p, "data.mdb")) for p in packs):
+        from datakit.datasets import open_dataset
+
+        open_dataset(list(packs) if len(packs) > 1 else packs[0])  # read as check reads them: every shard, once
     if src is not None and not size:
         from datakit import datasets
         from datakit.sources import open_source

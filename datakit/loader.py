@@ -143,8 +143,10 @@ class _ChainIndices:
 
     def __getitem__(self, k: int) -> int:
         for sub in self.chain:
-            k = sub.indices[k]
-        return int(k)
+            k = int(sub.indices[k])
+            if k < 0:  # counted from the end of the dataset under it, as Subset reads it
+                k += len(sub.dataset)
+        return k
 
 
 class _PooledSubset(torch.utils.data.Subset):
@@ -1013,8 +1015,8 @@ def _unguarded_line(path: str) -> int | None:
             if tree is None:
                 return None
             # inside an `if` (or `match`, `while`) at any depth: a guard of some form (`__name__ == "__main__" and
-            # ...`, `!= "__mp_main__"`, in an else branch, `multiprocessing.parent_process() is None`, a flag set
-            # from one), or a condition that may be false in a spawned worker; `if True:` is none
+            # ...`, `!= "__mp_main__"`, in an else branch, a flag set from one), or a condition that may be false in
+            # a spawned worker; `if True:` is none
             blocks = (ast.If, ast.Match, ast.While)
             inside = any(isinstance(n, blocks) and n.lineno <= line <= (n.end_lineno or n.lineno)
                          and _asks_which_process(n) for n in ast.walk(tree))  # fmt: skip
@@ -1804,7 +1806,9 @@ class InfiniteLoader:
         world = sampler.world if isinstance(sampler, EpochSampler) else 1
         shape = {"batch_size": dl.batch_size, "samples": len(dl.dataset), "world": world}
         if isinstance(sampler, EpochSampler):  # what makes an epoch's order: another seed, another order
-            shape.update(seed=int(sampler.seed), shuffle=bool(sampler.shuffle), order=ORDER_SCHEME)
+            # (an epoch resumed in the seed + epoch order is saved so, to go on in it once more)
+            scheme = 1 if sampler.legacy_epoch is not None and sampler.legacy_epoch == self.epoch else ORDER_SCHEME
+            shape.update(seed=int(sampler.seed), shuffle=bool(sampler.shuffle), order=scheme)
         return shape
 
     def state_dict(self) -> dict:
@@ -1873,11 +1877,10 @@ class InfiniteLoader:
                                  "per rank")  # fmt: skip
             if saved_len and sample == saved_len:  # the whole epoch was served: the next one begins, in any shape
                 epoch, step, sample = epoch + 1, 0, 0
-        sampler = self.loader.loader.sampler
-        if isinstance(sampler, EpochSampler) and sample and "seed" in state and state.get("order", 1) != ORDER_SCHEME:
-            # saved mid-epoch by a datakit that drew orders from seed + epoch (its state_dict() gave the seed, not
-            # the scheme; a state written by hand gives neither): that epoch goes on in its order
-            sampler.legacy_epoch = epoch
+        scheme = state.get("order", 1 if "seed" in state else ORDER_SCHEME)
+        if type(scheme) is not int or scheme not in (1, ORDER_SCHEME):  # a later datakit's: not read as another
+            raise UsageError(f"not a loader state this datakit reads: 'order' {scheme!r} (it draws epochs' orders by "
+                             f"scheme {ORDER_SCHEME}, and by scheme 1 for states saved before)")  # fmt: skip
         for key in ("seed", "shuffle"):  # states saved before these were kept: as they were read
             if key in state and key in shape and state[key] != shape[key] and sample:
                 raise UsageError(f"the state was saved mid-epoch with {key}={state[key]!r}, this loader has "
@@ -1891,6 +1894,11 @@ class InfiniteLoader:
                                  f"{shape[key]}: that epoch's order is another here, so resuming would serve some "
                                  f"samples twice and skip others; load {{'epoch': {epoch + 1}, "
                                  "'step': 0} to go on from the next epoch")  # fmt: skip
+        sampler = self.loader.loader.sampler
+        if isinstance(sampler, EpochSampler):
+            # saved mid-epoch by a datakit that drew orders from seed + epoch (its state_dict() gave the seed, not
+            # the scheme; a state written by hand gives neither): that epoch goes on in its order
+            sampler.legacy_epoch = epoch if sample and scheme == 1 else None
         bs = shape["batch_size"]
         aligned = sample == step * bs
         self._epoch, self.step, self._offset = epoch, step if aligned else 0, 0 if aligned else sample
@@ -2531,13 +2539,20 @@ def _keeps_channels(dataset) -> bool:
     """Whether every ``augment=`` step of the datasets' pipelines is one of torchvision's that keeps the images'
     channels (not ``v2.Grayscale(3)``, ``v2.RGB()``, a ``Lambda`` or a class of the caller's, which may turn gray
     images to three channels)."""
+
+    def keeps(step) -> bool:
+        kind = type(step)
+        inner = getattr(step, "transforms", None)
+        if isinstance(inner, (list, tuple)):  # Compose, RandomApply, RandomChoice, RandomOrder: their steps
+            return all(keeps(t) for t in inner)
+        return (kind.__module__.startswith("torchvision.") and kind.__name__ not in ("Grayscale", "RGB", "Lambda")
+                and getattr(step, "num_output_channels", 1) == 1)  # fmt: skip
+
     for leaf in _leaves(dataset):
         pipe = _only_pipeline(getattr(leaf, "transform", None))
-        for step in getattr(pipe, "augment", None) or ():
-            kind = type(step)
-            if (not kind.__module__.startswith("torchvision.") or kind.__name__ in ("Grayscale", "RGB", "Lambda")
-                    or getattr(step, "num_output_channels", 1) != 1):  # fmt: skip
-                return False
+        augment = getattr(pipe, "augment", None) or ()
+        if not all(keeps(step) for step in (augment if isinstance(augment, (list, tuple)) else [augment])):
+            return False
     return True
 
 

@@ -3393,6 +3393,9 @@ def test_a_subset_read_with_bad_sample_replacement_reads_its_indices_as_they_are
     with pytest.raises(IndexError) as e:
         list(create_loader(sub, 2, num_workers=0, train=False, device="cpu", normalize=False, sampler=[0, 15]))
     assert str(e.value) == "sample index 15 out of range for a Subset of 10"
+    # negative indices count from the dataset's end, as Subset reads them: -36 is sample 4, the replacement of 3
+    assert ids(next(iter(create_loader(Subset(ds, [3, -36]), 2, num_workers=0, train=False, device="cpu",
+                                       normalize=False, drop_last=False)))) == [4, 4]  # fmt: skip
     with pytest.raises(SampleError) as e:
         list(create_loader(Subset(ds, [3]), 1, num_workers=0, train=False, device="cpu", normalize=False))
     assert str(e.value).endswith("; and the Subset it is read through holds no other readable sample to take its "
@@ -3416,3 +3419,25 @@ def test_a_state_saved_mid_epoch_before_the_order_scheme_changed_goes_on_in_its_
     by_hand = create_loader(Indexed(10), 2, num_workers=0, seed=0, infinite=True)
     by_hand.load_state_dict({"epoch": 1, "step": 2})  # steps a loop counted itself: the scheme of this datakit
     assert next(by_hand)[0].tolist() == EpochSampler(10, seed=0).indices(1)[4:6]
+    # the second regression round: saved again inside that epoch, the state says the old scheme (a job stopped twice
+    # in one epoch); a later load of a new state, or a refused one, leaves the old order behind; an unknown scheme
+    # is refused
+    again = create_loader(Indexed(10), 2, num_workers=0, seed=0, infinite=True)
+    again.load_state_dict({**state, "step": 1, "sample": 2})
+    next(again)
+    saved = again.state_dict()
+    assert (saved["sample"], saved["order"]) == (4, 1)
+    once_more = create_loader(Indexed(10), 2, num_workers=0, seed=0, infinite=True)
+    once_more.load_state_dict(saved)
+    assert [i for _ in range(3) for i in next(once_more)[0].tolist()] == old[4:]
+    once_more.load_state_dict({**state, "order": 2})
+    assert next(once_more)[0].tolist() == EpochSampler(10, seed=0).indices(1)[4:6]
+    with pytest.raises(UsageError):
+        once_more.load_state_dict({**state, "seed": 5})
+    once_more.load_state_dict({"epoch": 1, "step": 0})
+    assert next(once_more)[0].tolist() == EpochSampler(10, seed=0).indices(1)[:2]
+    for scheme in (3, "2"):
+        with pytest.raises(UsageError) as e:
+            once_more.load_state_dict({**state, "order": scheme})
+        assert str(e.value) == (f"not a loader state this datakit reads: 'order' {scheme!r} (it draws epochs' orders "
+                                "by scheme 2, and by scheme 1 for states saved before)")  # fmt: skip

@@ -627,6 +627,10 @@ def test_gray_images_with_statistics_of_three_channels_are_refused_before_any_wo
     assert (x.shape, x.dtype) == ((4, 3, 32, 32), torch.float32)
     # the regression round: a step of the caller's, or a collate function, may give them three channels too: left to
     # the first batch, as before
+    for augment in ([v2.Compose([v2.Grayscale(3)])], [v2.RandomApply([v2.RGB()], p=1)]):  # inside containers too
+        coloured = open_dataset(class_folder, mode="gray", transform=train_pipeline(32, augment=augment))
+        x, _ = next(iter(create_loader(coloured, 4, num_workers=0, device="cpu")))
+        assert (x.shape, x.dtype) == ((4, 3, 32, 32), torch.float32)
     coloured = open_dataset(class_folder, mode="gray", transform=train_pipeline(32, augment=[_ToRGB()]))
     x, _ = next(iter(create_loader(coloured, 4, num_workers=0, device="cpu")))
     assert (x.shape, x.dtype) == ((4, 3, 32, 32), torch.float32)
