@@ -3216,12 +3216,34 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
     if split_column is not None and head.scol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
         raise ColumnNotFound(f"{path}, line {cols.header_line}: no split column named {split_column!r} among {shown}")
+    _short_rows(path, cols, delim, head, problems)
     part = _columns_part(
         cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals,
         head.file_rivals,
     )  # fmt: skip
     part.unread = _unread(cols.bad)
     return part
+
+
+def _short_rows(path: Path, cols: Columns, delim: str, head, problems: list) -> None:
+    """A problem for each row too short to hold a column that is read (``b.png,val`` under ``file,label,split``: the
+    label left out, so the split read as the label), and the row left out; a row short of a column not read (a
+    note) stays. Spreadsheets and csv writers keep the empty fields' delimiters: a short row was written by hand."""
+    header = cols.header or []
+    width = len(header)
+    out = []
+    for row, n, shown in cols.short:
+        lacking = [_text(header[c]) or f"column {c + 1}" for c in (head.fcol, head.lcol, head.scol)
+                   if c is not None and n <= c < width]  # fmt: skip
+        if lacking:
+            line = int(cols.lines[row])
+            fields = f"{n} field{'s' * (n != 1)}"
+            problems.append(((0, line), f"{path}, line {line}: {fields} where the header has {width} ({shown!r}), "
+                             f"none of them under {lacking[0]!r}: a field left out? Which one cannot be told; write "
+                             f"every field, an empty one as nothing between two {delim!r}"))  # fmt: skip
+            out.append(row)
+    if out:
+        cols.drop(out)
 
 
 _EXCEL_TEXT = re.compile(r'="((?:[^"]|"")*)"')

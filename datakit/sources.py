@@ -1609,12 +1609,19 @@ def _class_lines(path: Path, text: str) -> list[str]:
 
     names = _ClassNames()
     comments: list[tuple[int, str]] = []
+    blank: list[int] = []  # blank lines after a class, said once a class follows them
+    gaps: list[int] = []
     for number, line in enumerate(text.splitlines(), 1):
         name = line.strip()
         if name.startswith("#"):
             comments.append((number, name))
-        if not name or name.startswith("#"):
+        if not name:
+            blank += [number] if names else []
             continue
+        if name.startswith("#"):
+            continue
+        gaps += blank
+        blank = []
         first = re.split(r"[,\t; ]", name, maxsplit=1)[0].strip('"')
         if _looks_like_file(first):  # `--classes train.csv`: the label table itself, its rows read as classes
             raise UsageError(f"{path}, line {number}: {first!r} is an image file's name: this is a label table, "
@@ -1624,6 +1631,11 @@ def _class_lines(path: Path, text: str) -> list[str]:
             names.header = (path, number, name)
         names.append(name)
     names.comments = (path, comments) if comments else None
+    if gaps:  # line k is class k-1 to whoever wrote the file by index (an unused index left blank?)
+        shown = ", ".join(map(str, gaps[:3])) + (f" and {len(gaps) - 3} more" if len(gaps) > 3 else "")
+        log.warning("%s: blank line%s between classes (line %s) skipped: each class after one is one index "
+                    "lower than its line; if a blank line stands for an unused index, give the classes as a .json "
+                    "list", path, "s" * (len(gaps) > 1), shown)  # fmt: skip
     if not names:  # an empty file: no class at all, and every label would be "not among the 0 classes"
         raise UsageError(f"{path}: no class names in it (a text file of class names holds one a line, class 0 "
                          "first)")  # fmt: skip

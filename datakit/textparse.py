@@ -45,6 +45,7 @@ class Columns:
         self.first_row = first_row
         self.bad: list[tuple[int, str]] = []
         self.unicode_separators: list[tuple[int, str]] = []
+        self.short: list[tuple[int, int, str]] = []  # (row, fields, line as written) of rows under the header's width
         self._buf: np.ndarray | None = None
         self._backslash = False
         self._spans: list[tuple[np.ndarray, np.ndarray]] = []
@@ -67,6 +68,15 @@ class Columns:
         out = cls(np.asarray(lines, dtype=np.int64), header, header_line, first_row)
         out._rows = rows
         return out
+
+    def drop(self, rows: Sequence[int]) -> None:
+        """Leave out these rows (of a table read row by row, the only one with rows of several widths)."""
+        assert self._rows is not None
+        gone = set(rows)
+        keep = [k for k in range(len(self._rows)) if k not in gone]
+        self._rows = [self._rows[k] for k in keep]
+        self.lines = self.lines[keep]
+        self.short = []
 
     def strings(self, col: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
         """((UTF-8 buffer, offsets), non-blank mask) of column ``col``, ``\\`` turned into ``/``."""
@@ -605,7 +615,7 @@ def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, 
     (an unquoted delimiter in a name: ``c,1.jpg,cat``) is a problem of its line, not a shifted row."""
     top = header if header is not None else first_row or []
     width = len(top)
-    keep, kept, bad = [], [], []
+    keep, kept, bad, short = [], [], [], []
     for row, line in zip(rows, lines):
         if (delim == "\t" and width and len(row) > width and not row[0].strip() and top[0].strip()
                 and _NAMED_FILE.search(row[1].strip())):  # fmt: skip
@@ -615,10 +625,13 @@ def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, 
             bad.append((line, f"{len(row)} fields where {what} has {width} ({shown!r}); quote a name that holds "
                         f"{delim!r}"))  # fmt: skip
             continue
+        if header is not None and len(row) < width:  # judged once the columns read are known (a note's cell may lack)
+            short.append((len(keep), len(row), delim.join(row)))
         keep.append(row)
         kept.append(line)
     out = Columns.from_rows(keep, kept, header, header_line, first_row)
     out.bad += bad
+    out.short = short
     return out
 
 

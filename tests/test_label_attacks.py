@@ -1715,6 +1715,27 @@ def test_a_header_again_in_other_case_is_skipped_and_another_tables_header_refus
                                 "columns in this table's order")  # fmt: skip
 
 
+def test_a_blank_line_between_classes_is_said(tmp_path: Path, caplog):
+    # the attack: classes.txt 'cat', '', 'dog', 'zebra' (line k, class k-1 to its writer) read as cat, dog, zebra
+    # without a word, where a lone '#' line in its place was said
+    img = images(tmp_path / "img", "0.jpg", "1.jpg")
+    (tmp_path / "val.csv").write_text("file,label\n0.jpg,cat\n1.jpg,zebra\n")
+    (tmp_path / "classes.txt").write_text("\ncat\n\r\ndog\nzebra\n\n \n")  # blank lines before and after: no note
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        ds = open_dataset(img, labels=tmp_path / "val.csv", classes=tmp_path / "classes.txt")
+    assert ds.classes == ["cat", "dog", "zebra"] and [int(t) for t in ds.targets] == [0, 2]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'classes.txt'}: blank line between classes (line 3) skipped: each class after one is one index "
+        "lower than its line; if a blank line stands for an unused index, give the classes as a .json list"
+    ]
+    (tmp_path / "ends.txt").write_text("\n\ncat\ndog\nzebra\n\n\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(img, labels=tmp_path / "val.csv", classes=tmp_path / "ends.txt").classes == [
+            "cat", "dog", "zebra"]  # fmt: skip
+    assert caplog.records == []
+
+
 def test_a_class_list_comment_that_is_a_class_and_a_header_of_other_names(tmp_path: Path, caplog):
     # the attack: a class list written from the classes ['#', 'a', 'b'] lost '#' as a comment line: a and b were
     # 0 and 1 against 1 and 2 in training; a first line 'name' (pandas' to_csv of a column) was class 0

@@ -231,6 +231,33 @@ def test_a_row_wider_than_the_header_is_a_problem_not_a_phantom_class(tmp_path: 
     ]
 
 
+def test_a_row_short_of_a_column_read_is_a_problem_not_a_shifted_row(tmp_path: Path):
+    # The attack: under file,label,split the row "002.png,val" (its label left out) was read as label 'val' in no
+    # split: a class 'val' more, every later class one index on, in the table and in a pack made from it.
+    path = tmp_path / "l.csv"
+    path.write_text("file,label,split\n0.png,cat,train\n1.png,zebra,train\n2.png,val\n3.png,cat,val\n",
+                    encoding="utf-8")  # fmt: skip
+    t = read_labels(path, validate=False)
+    assert t.problems() == [f"{path}, line 4: 2 fields where the header has 3 ('2.png,val'), none of them under "
+                            "'split': a field left out? Which one cannot be told; write every field, an empty one as "
+                            "nothing between two ','"]  # fmt: skip
+    assert t.files.tolist() == ["0.png", "1.png", "3.png"] and t.class_map().classes == ("cat", "zebra")
+    with pytest.raises(LabelError, match=r"line 4: 2 fields where the header has 3"):
+        read_labels(path)
+    # the label column itself missing, in a tab-separated table with the split column first
+    path = tmp_path / "t.tsv"
+    path.write_text("split\tfile\tlabel\ntrain\t0.png\tcat\nval\t1.png\n", encoding="utf-8")
+    assert read_labels(path, validate=False).problems() == [
+        f"{path}, line 3: 2 fields where the header has 3 ('val\\t1.png'), none of them under 'label': a field left "
+        "out? Which one cannot be told; write every field, an empty one as nothing between two '\\t'"
+    ]
+    # short of a column that is not read (a note): the row stands, as written
+    path = tmp_path / "n.csv"
+    path.write_text("file,label,note\n0.png,cat,blurry\n1.png,zebra\n", encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [] and t.files.tolist() == ["0.png", "1.png"] and t.labels.tolist() == ["cat", "zebra"]
+
+
 def test_a_line_indented_with_a_tab_reads_alike_with_or_without_quotes(tmp_path: Path):
     # The attack: "\tb.jpg\tdog" under a 2-column header was read as b.jpg -> dog by the fast path (which
     # stripped the tab with the line's spaces), and refused by the Python path once a quote stood elsewhere.
