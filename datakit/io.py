@@ -330,7 +330,13 @@ def _tiff_tags(data: bytes, wanted: tuple[int, ...]) -> dict[int, int]:
         tag, typ = int.from_bytes(data[e : e + 2], order), int.from_bytes(data[e + 2 : e + 4], order)
         if tag in wanted:
             width = {3: 2, 4: 4, 16: 8}.get(typ, 4)  # SHORT, LONG, LONG8
-            tags[tag] = int.from_bytes(data[e + value : e + value + width], order)
+            n = int.from_bytes(data[e + 4 : e + value], order)
+            at = e + value
+            if n * width > entry - value:  # the values elsewhere (a SampleFormat per channel): the first one
+                at = int.from_bytes(data[e + value : e + entry], order)
+                if at + width > len(data):
+                    continue
+            tags[tag] = int.from_bytes(data[at : at + width], order)
     return tags
 
 
@@ -370,24 +376,43 @@ def _pnm_size(data: bytes) -> tuple[int, int] | None:
 
 
 def _pnm_maxval(data: bytes) -> int | None:
-    """The maximum sample value a PGM or PPM header declares where OpenCV keeps the samples as stored,
-    or None: binary files (P5, P6), and ASCII ones (P2, P3) of 16-bit samples; OpenCV scales ASCII
-    8-bit samples itself."""
+    """The maximum sample value a PGM or PPM header declares (P2, P3, P5, P6), or None."""
     head = re.sub(rb"#[^\n]*\n", b" ", data[:65536])
     m = re.match(rb"(P[2356])\s+\d+\s+\d+\s+(\d+)", head)
-    if not m:
+    return int(m.group(2)) if m else None
+
+
+def _pnm_ascii_samples(data: bytes) -> np.ndarray | None:
+    """An ASCII PGM or PPM's (P2, P3) samples as stored, laid out as OpenCV gives a binary one's (gray, or BGR),
+    for a file of 8-bit samples: OpenCV scales those itself, truncating (50 of maxval 100 is 127, not 128). None
+    where the file is not one whole such image (OpenCV then says what is wrong)."""
+    text = re.sub(rb"#[^\n\r]*", b" ", data)
+    tokens = text.split()
+    if len(tokens) < 4 or tokens[0] not in (b"P2", b"P3") or not all(t.isdigit() for t in tokens[1:4]):
         return None
-    maxval = int(m.group(2))
-    return maxval if m.group(1) in (b"P5", b"P6") or maxval > 255 else None
+    width, height, maxval = (int(t) for t in tokens[1:4])
+    channels = 3 if tokens[0] == b"P3" else 1
+    count = width * height * channels
+    if not 0 < maxval <= 255 or not count or len(tokens) < 4 + count:
+        return None
+    try:
+        samples = np.array(tokens[4 : 4 + count], dtype=np.int64)
+    except ValueError:
+        return None
+    deep = np.minimum(samples, 65535).astype(np.uint16).reshape(height, width, channels)
+    return deep[:, :, 0] if channels == 1 else deep[:, :, ::-1]
 
 
 def _pnm_scaled(deep: np.ndarray, maxval: int, mode: str) -> np.ndarray:
     """A PGM/PPM's samples as OpenCV gives them (as stored: gray, or BGR) put on the 0-255 scale their
-    ``maxval`` means (value / maxval, rounded; above maxval: 255), in ``mode``'s channels."""
+    ``maxval`` means (value x 255 / maxval rounded half to even, as Pillow rounds; above maxval: 255), in
+    ``mode``'s channels."""
     import cv2
 
     wide = deep.astype(np.uint32)
-    img = np.minimum((wide * 510 + maxval) // (2 * maxval), 255).astype(np.uint8)
+    q, r = np.divmod(wide * 255, maxval)
+    q += (2 * r > maxval) | ((2 * r == maxval) & (q % 2 == 1))
+    img = np.minimum(q, 255).astype(np.uint8)
     if img.ndim == 2:
         return img if mode == "gray" else cv2.cvtColor(img, cv2.COLOR_GRAY2RGB if mode == "rgb" else cv2.COLOR_GRAY2BGR)
     if mode == "gray":
@@ -893,11 +918,21 @@ def _decode(
             return img
     if fmt == "TIFF" and _tiff_for_pillow(raw):
         return _pillow_named(raw, mode, fmt, name)
+    if mode != "unchanged" and fmt is None and raw[:2] in (b"PF", b"Pf") and raw[2:3].isspace():
+        # a PFM: OpenCV rounds its floats to 0 or 1 (a scale the file does not store) and keeps a colour one's
+        # 3 channels in gray mode
+        raise ImageDecodeError(_deep_samples(name, "PFM", "float32", mode))
+    if mode != "unchanged" and fmt == "TIFF" and _tiff_tags(raw, (339,)).get(339) == 2:
+        # signed samples: OpenCV's 8 bits of them wrap (-1 white, -1000 brighter than 3000)
+        bits = _tiff_tags(raw, (258,)).get(258)
+        raise ImageDecodeError(_deep_samples(name, fmt, f"signed int{bits or ''}", mode))
     if fmt == "PNM" and mode != "unchanged" and (maxval := _pnm_maxval(raw)) not in (None, 0, 255, 65535):
-        # OpenCV keeps the samples as stored (a white of maxval 100 is 100; of maxval 1000, after its 16-bit
-        # to 8-bit shift, 3): they are scaled by what maxval means, as Pillow scales 8-bit ones
+        # OpenCV keeps binary samples as stored (a white of maxval 100 is 100; of maxval 1000, after its 16-bit
+        # to 8-bit shift, 3), and scales ASCII 8-bit ones truncating: they are scaled by what maxval means, as
+        # Pillow scales 8-bit ones
+        deep = _pnm_ascii_samples(raw) if maxval <= 255 and raw[:2] in (b"P2", b"P3") else None
         try:
-            deep = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
+            deep = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED) if deep is None else deep
         except cv2.error:
             deep = None
         if deep is not None and deep.dtype in (np.uint8, np.uint16):

@@ -790,6 +790,42 @@ def test_32_bit_samples_are_refused_in_8_bit_modes_and_kept_in_unchanged(tmp_pat
                                 "and scale it yourself")  # fmt: skip
     got = imread(tmp_path / "f.tif", "unchanged")
     assert got.dtype == np.float32 and np.array_equal(got.reshape(12, 8), values)
+    # a PFM: rgb gave OpenCV's rounding of its floats (0.9, 0.5, 0.1 as 1, 0, 0), gray 3 channels
+    colour = np.zeros((2, 2, 3), np.float32)
+    colour[..., 0], colour[..., 1], colour[..., 2] = 0.9, 0.5, 0.1
+    (tmp_path / "c.pfm").write_bytes(b"PF\n2 2\n-1.0\n" + colour[::-1].tobytes())  # bottom row first
+    (tmp_path / "g.pfm").write_bytes(b"Pf\n2 2\n-1.0\n" + np.full((2, 2), 0.5, np.float32).tobytes())
+    for name in ("c.pfm", "g.pfm"):
+        for mode in ("rgb", "bgr", "gray"):
+            with pytest.raises(ImageDecodeError) as e:
+                imread(tmp_path / name, mode)
+            assert str(e.value) == (f"{tmp_path / name}: PFM with float32 samples: mode {mode!r} gives 8 bits, and "
+                                    "their scale is not stored (0-1? 0-65535?); read it with mode='unchanged' (as "
+                                    "stored) and scale it yourself")  # fmt: skip
+    got = imread(tmp_path / "c.pfm", "unchanged")  # OpenCV's BGR order
+    assert got.dtype == np.float32 and got[0, 0].tolist() == pytest.approx([0.1, 0.5, 0.9])
+    assert imread(tmp_path / "g.pfm", "unchanged").tolist() == [[0.5, 0.5], [0.5, 0.5]]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_signed_samples_are_refused_in_8_bit_modes_and_kept_in_unchanged(tmp_path: Path, dtype):
+    # the attack: a signed 16-bit TIFF (CT's Hounsfield units) read in rgb or gray wrapped: air (-1000) came out 252,
+    # bone (3000) 11, -1 white; in one channel (SampleFormat inline) and in three (stored apart)
+    import cv2
+
+    gray = np.array([[-100, -1], [0, 100]], dtype)
+    colour = np.stack([gray, gray // 2, -gray], -1).astype(dtype)
+    bits = np.dtype(dtype).itemsize * 8
+    for name, pixels in (("g.tiff", gray), ("c.tiff", colour)):
+        assert cv2.imwrite(str(tmp_path / name), pixels)
+        for mode in ("rgb", "bgr", "gray"):
+            with pytest.raises(ImageDecodeError) as e:
+                imread(tmp_path / name, mode)
+            assert str(e.value) == (f"{tmp_path / name}: TIFF with signed int{bits} samples: mode {mode!r} gives 8 "
+                                    "bits, and their scale is not stored (0-1? 0-65535?); read it with "
+                                    "mode='unchanged' (as stored) and scale it yourself")  # fmt: skip
+        got = imread(tmp_path / name, "unchanged")
+        assert got.dtype == dtype and got.tolist() == pixels.tolist()
 
 
 @pytest.mark.parametrize(
@@ -989,13 +1025,18 @@ def test_radiance_size_lines_opencv_reads_are_read_alike(line: bytes):
 def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
     # the attack: a PGM of maxval 100 decoded white as 100, a 16-bit PPM of maxval 1000 as 3 (OpenCV keeps the
     # samples as stored, then shifts 16-bit ones to 8): every datakit path, stats included, saw a dark image
+    def half_even(values: np.ndarray, maxval: int) -> np.ndarray:  # value * 255 / maxval, as Pillow rounds it
+        return np.minimum(np.rint(values.astype(np.float64) * 255 / maxval), 255).astype(np.uint8)
+
     ramp = np.arange(0, 101, dtype=np.uint8).reshape(1, -1)
-    gray = decode_image(b"P5\n101 1\n# a comment\n100\n" + ramp.tobytes(), "gray")
-    np.testing.assert_array_equal(gray, (ramp.astype(np.uint32) * 510 + 100) // 200)  # value * 255 / 100, rounded
-    assert (gray[0, 0], gray[0, 10], gray[0, 100]) == (0, 26, 255)
+    p5 = b"P5\n101 1\n# a comment\n100\n" + ramp.tobytes()
+    gray = decode_image(p5, "gray")
+    np.testing.assert_array_equal(gray, half_even(ramp, 100))
+    np.testing.assert_array_equal(gray, np.asarray(Image.open(io.BytesIO(p5)).convert("L")))
+    assert (gray[0, 0], gray[0, 10], gray[0, 30], gray[0, 50], gray[0, 100]) == (0, 26, 76, 128, 255)  # 25.5, 76.5
     deep = np.stack([np.arange(0, 1001, 10), 1000 - np.arange(0, 1001, 10), np.full(101, 2000)], -1)
     data = b"P6\n101 1\n1000\n" + deep.astype(">u2").tobytes()  # 16-bit samples, big-endian; 2000 above maxval
-    want = np.minimum((deep * 510 + 1000) // 2000, 255).astype(np.uint8)[None]
+    want = half_even(deep, 1000)[None]
     np.testing.assert_array_equal(decode_image(data, "rgb"), want)
     np.testing.assert_array_equal(decode_image(data, "bgr"), want[..., ::-1])
     assert (
@@ -1003,9 +1044,15 @@ def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
     )  # 0.299 * 255 + 0.114 * 255
     unchanged = decode_image(data, "unchanged")  # as stored: uint16, OpenCV's BGR order
     assert unchanged.dtype == np.uint16 and unchanged[0, 100].tolist() == [2000, 0, 1000]
-    # ASCII files: OpenCV scales 8-bit samples itself (truncating), so they are not scaled again; 16-bit ones are
-    ascii8 = decode_image(b"P2\n6 1\n100\n0 1 25 50 99 100\n", "gray")
-    assert ascii8.tolist() == [[0, 2, 63, 127, 252, 255]]
+    # ASCII files: OpenCV scales 8-bit samples itself, truncating (50 of 100 was 127, where the binary file gives
+    # 128): read from the text and scaled as the binary ones are; 16-bit ones too
+    p2 = b"P2\n6 1\n100\n0 1 25 50 99 100\n"
+    assert decode_image(p2, "gray").tolist() == [[0, 3, 64, 128, 252, 255]]
+    assert decode_image(p2, "gray").tolist() == np.asarray(Image.open(io.BytesIO(p2)).convert("L")).tolist()
+    p3 = b"P3\n# c\n2 1\n100\n50 1 99\n3 7 100\n"
+    assert decode_image(p3, "rgb").tolist() == [[[128, 3, 252], [8, 18, 255]]]
+    assert decode_image(p3, "bgr").tolist() == [[[252, 3, 128], [255, 18, 8]]]
+    assert decode_image(p3, "rgb").tolist() == np.asarray(Image.open(io.BytesIO(p3)).convert("RGB")).tolist()
     ascii16 = decode_image(b"P2\n4 1\n1000\n0 10 500 1000\n", "gray")
     assert ascii16.tolist() == [[0, 3, 128, 255]]
     full = np.full((1, 3, 3), 200, np.uint8)  # maxval 255 and 65535: as before
