@@ -130,7 +130,34 @@ def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
 
 
 _count = int_range(1)  # sizes, counts, batch sizes
-_workers = int_range(0)  # 0: in the main process
+
+
+def _worker_room(value: int) -> int:
+    """``value`` worker processes, refused where this machine cannot hold them: more than 4 per usable CPU
+    (beyond the CPUs only readers waiting on a slow disk gain) and more than its available memory holds at
+    about 600 MiB a worker. 1000 workers on 2 CPUs filled 24 GiB, and the kernel ended the command, not them."""
+    from datakit.parallel import usable_cpus
+
+    cpus = usable_cpus()
+    if value <= 4 * cpus:
+        return value
+    from datakit.tuning import _PER_WORKER_BYTES, _available_memory
+
+    mem = _available_memory()
+    room = mem // _PER_WORKER_BYTES if mem is not None else 0
+    if value <= room:
+        return value
+    held = f" and {mem / (1 << 30):.1f} GiB of available memory" if mem is not None else ""
+    have = f"{cpus} usable CPU{'s' * (cpus > 1)}{held}"
+    raise argparse.ArgumentTypeError(f"{value} worker processes: at most {max(4 * cpus, room)} here ({have}; 4 a CPU, "
+                                     "or one per 600 MiB available)")  # fmt: skip
+
+
+def _workers(text: str) -> int:  # 0: in the main process
+    return _worker_room(int_range(0)(text))
+
+
+_workers.__name__ = "int"  # argparse names the type in its messages
 
 
 def _encoding(text: str) -> str:
@@ -204,6 +231,7 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected numbers like 0,1,2,4, got {text!r}") from None
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError(f"expected numbers >= 0 like 0,1,2,4, got {text!r}")
+    _worker_room(max(values))
     return sorted(set(values))
 
 

@@ -1052,6 +1052,15 @@ def _guarded_names(path: str) -> dict[str, int]:
     return {name: line for name, line in everywhere.items() if name not in outside}
 
 
+def _no_workers_fix() -> str:
+    """How to load without workers: num_workers=0, or (where DATAKIT_NUM_WORKERS forced the count, whatever
+    num_workers says) that variable."""
+    env = os.environ.get("DATAKIT_NUM_WORKERS") or None
+    if env is None:
+        return "num_workers=0"
+    return f"num_workers=0 (DATAKIT_NUM_WORKERS={env.strip()} is set, and decides: set it to 0 or unset it)"
+
+
 def _check_main_guard(dl: DataLoader, method: str) -> None:
     """Spawned workers import the training script as ``__mp_main__``, without running its ``if __name__ ==
     "__main__":`` block: a transform class (or function) defined in that block is not there, and each worker
@@ -1288,7 +1297,7 @@ class Loader:
                                      f"started workers ({exc}): what they get must pickle: functions (transform=, "
                                      "target_transform=, collate_fn=, worker_init_fn=) defined at module level, not "
                                      "lambdas nor inside a function, and no open file in the dataset; or use "
-                                     "num_workers=0") from None  # fmt: skip
+                                     f"{_no_workers_fix()}") from None  # fmt: skip
         except BaseException:
             # interrupted (Ctrl-C) while torch reset its iterator for the epoch: that iterator's
             # bookkeeping is half done and would give the wrong batches; the next epoch starts anew

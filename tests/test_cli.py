@@ -1312,3 +1312,34 @@ def test_a_rank_waiting_for_the_others_ends_at_ctrl_c_or_sigterm_with_one_line(c
                          "WORLD_SIZE and MASTER_ADDR are set; unset them to run as one process)\n")  # fmt: skip
         word, code = ("interrupted", 130) if sig == signal.SIGINT else ("terminated", 143)
         assert (proc.returncode, err) == (code, f"datakit stats: {word}\n")
+
+
+def test_more_workers_than_the_machine_holds_are_refused_before_any_work(class_folder: Path, monkeypatch, capsys):
+    # the attack: `datakit bench --workers 1000` on 2 CPUs started 978 workers that filled 24 GiB; the kernel ended
+    # the command and left its workers behind
+    import datakit.parallel
+    import datakit.tuning
+    from datakit.cli import main
+
+    def run(argv: list[str]) -> int:
+        try:
+            return main(argv)
+        except SystemExit as e:  # argparse's own exit, as the command line gets it
+            return int(e.code)
+
+    monkeypatch.setattr(datakit.parallel, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(datakit.tuning, "_available_memory", lambda: 6 << 30)  # room for 10 at 600 MiB
+    for argv in (["bench", str(class_folder), "--workers", "0,1000"], ["stats", str(class_folder), "--workers", "1000"],
+                 ["check", str(class_folder), "--workers", "11"]):  # fmt: skip
+        assert run(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        count = argv[-1].split(",")[-1]
+        assert err == (f"datakit {argv[0]}: error: argument --workers: {count} worker processes: at most 10 here (2 "
+                       "usable CPUs and 6.0 GiB of available memory; 4 a CPU, or one per 600 MiB available)")  # fmt: skip
+    monkeypatch.setattr(datakit.tuning, "_available_memory", lambda: 1 << 30)  # the CPUs' 4 each stand
+    assert run(["stats", str(class_folder), "--workers", "9"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == ("datakit stats: error: argument --workers: 9 worker processes: at most 8 here (2 usable CPUs and "
+                    "1.0 GiB of available memory; 4 a CPU, or one per 600 MiB available)")  # fmt: skip
+    assert run(["stats", str(class_folder), "--workers", "8", "-q"]) == 0  # 4 a CPU: taken
+    capsys.readouterr()

@@ -3322,6 +3322,26 @@ def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: P
     assert [int(y) for _, ys in create_loader(ds, 12, num_workers=0, seed=0) for y in ys] != []
 
 
+def test_a_lambda_under_datakit_num_workers_names_the_variable(class_folder: Path, monkeypatch):
+    # the attack: num_workers=0 in the code, DATAKIT_NUM_WORKERS=2 in the shell: the message's fix was
+    # "use num_workers=0", which the code already did
+    from datakit import open_dataset
+
+    monkeypatch.setenv("DATAKIT_NUM_WORKERS", " 2")
+    ds = open_dataset(class_folder, transform=lambda im: im[:8, :8].copy())
+    loader = create_loader(ds, 4, num_workers=0, multiprocessing_context="spawn", seed=0)
+    with pytest.raises(UsageError) as e:
+        next(iter(loader))
+    assert str(e.value).endswith(
+        "and no open file in the dataset; or use num_workers=0 (DATAKIT_NUM_WORKERS=2 is set, and decides: set it "
+        "to 0 or unset it)"
+    )
+    monkeypatch.setenv("DATAKIT_NUM_WORKERS", "0")  # the fix it names: no worker, whatever num_workers says
+    got = [int(y) for _, ys in create_loader(ds, 4, num_workers=2, multiprocessing_context="spawn", seed=0) for y in ys]
+    monkeypatch.delenv("DATAKIT_NUM_WORKERS")
+    assert got == [int(y) for _, ys in create_loader(ds, 4, num_workers=0, seed=0) for y in ys] and len(got) >= 4
+
+
 @pytest.mark.parametrize("policy", ["substitute", "skip"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_bad_sample_of_a_split_is_replaced_from_its_own_split(tmp_path: Path, policy: str, workers: int):
