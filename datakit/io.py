@@ -926,6 +926,10 @@ def _decode(
         # signed samples: OpenCV's 8 bits of them wrap (-1 white, -1000 brighter than 3000)
         bits = _tiff_tags(raw, (258,)).get(258)
         raise ImageDecodeError(_deep_samples(name, fmt, f"signed int{bits or ''}", mode))
+    if fmt == "PNM" and mode == "unchanged" and raw[:2] in (b"P2", b"P3") and (maxval := _pnm_maxval(raw)) is not None:
+        deep = _pnm_ascii_samples(raw) if maxval < 255 else None
+        if deep is not None:  # as stored, as a binary file's are (OpenCV gives them scaled, truncating)
+            return deep.astype(np.uint8)
     if fmt == "PNM" and mode != "unchanged" and (maxval := _pnm_maxval(raw)) not in (None, 0, 255, 65535):
         # OpenCV keeps binary samples as stored (a white of maxval 100 is 100; of maxval 1000, after its 16-bit
         # to 8-bit shift, 3), and scales ASCII 8-bit ones truncating: they are scaled by what maxval means, as

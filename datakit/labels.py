@@ -3216,34 +3216,44 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
     if split_column is not None and head.scol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
         raise ColumnNotFound(f"{path}, line {cols.header_line}: no split column named {split_column!r} among {shown}")
-    _short_rows(path, cols, delim, head, problems)
+    moved = _short_rows(path, cols, delim, head, problems)
     part = _columns_part(
         cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals,
-        head.file_rivals,
+        head.file_rivals, moved,
     )  # fmt: skip
-    part.unread = _unread(cols.bad)
+    part.unread = _unread(cols.bad) + (int(moved.sum()) if moved is not None else 0)
     return part
 
 
-def _short_rows(path: Path, cols: Columns, delim: str, head, problems: list) -> None:
-    """A problem for each row too short to hold a column that is read (``b.png,val`` under ``file,label,split``: the
-    label left out, so the split read as the label), and the row left out; a row short of a column not read (a
-    note) stays. Spreadsheets and csv writers keep the empty fields' delimiters: a short row was written by hand."""
+def _short_rows(path: Path, cols: Columns, delim: str, head, problems: list) -> np.ndarray | None:
+    """The rows too short for the header whose fields moved: a value under one column that the other rows hold only
+    under a later column read (``2.png,val`` under ``file,label,split`` where ``val`` is a split and no label: the
+    label left out, ``val`` read as a class). A problem for each, and the mask of them for :func:`_columns_part`
+    (their files are in the table, without a label). Other short rows are read as written, their last fields
+    blank: old Excel drops the empty fields' delimiters after a sheet's first rows, editors trim trailing tabs."""
+    if not cols.short or cols._rows is None:
+        return None
     header = cols.header or []
     width = len(header)
-    out = []
+    read = sorted(c for c in (head.fcol, head.lcol, head.scol) if c is not None and c < width)
+    shorts = {row for row, _, _ in cols.short}
+    values = {c: {r[c] for k, r in enumerate(cols._rows) if k not in shorts and c < len(r) and r[c]} for c in read}
+    mask = np.zeros(len(cols._rows), dtype=bool)
     for row, n, shown in cols.short:
-        lacking = [_text(header[c]) or f"column {c + 1}" for c in (head.fcol, head.lcol, head.scol)
-                   if c is not None and n <= c < width]  # fmt: skip
-        if lacking:
-            line = int(cols.lines[row])
-            fields = f"{n} field{'s' * (n != 1)}"
-            problems.append(((0, line), f"{path}, line {line}: {fields} where the header has {width} ({shown!r}), "
-                             f"none of them under {lacking[0]!r}: a field left out? Which one cannot be told; write "
-                             f"every field, an empty one as nothing between two {delim!r}"))  # fmt: skip
-            out.append(row)
-    if out:
-        cols.drop(out)
+        fields = cols._rows[row]
+        moved = next(((c, later) for c in read if c < n and fields[c] and fields[c] not in values[c]
+                      for later in read if later > c and fields[c] in values[later]), None)  # fmt: skip
+        if moved is None:
+            continue
+        c, later = moved
+        line = int(cols.lines[row])
+        fields_text = f"{n} field{'s' * (n != 1)}"
+        problems.append(((0, line), f"{path}, line {line}: {fields_text} where the header has {width} ({shown}): "
+                         f"{fields[c]!r} stands under {_text(header[c])!r}, and the other rows hold it under "
+                         f"{_text(header[later])!r} only: a field left out? Write every field, an empty one as nothing "
+                         f"between two {delim!r}"))  # fmt: skip
+        mask[row] = True
+    return mask if mask.any() else None
 
 
 _EXCEL_TEXT = re.compile(r'="((?:[^"]|"")*)"')
@@ -3269,7 +3279,9 @@ def _excel_texts(values: list, codes: np.ndarray) -> tuple[list, np.ndarray, int
 
 def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: str, fname: str, lname: str,
                   path: Path, problems: list, notes: list, rivals: Sequence[tuple[int, str]] = (),
-                  file_rivals: Sequence[tuple[int, str]] = ()) -> _Part:  # fmt: skip
+                  file_rivals: Sequence[tuple[int, str]] = (), refused: np.ndarray | None = None) -> _Part:  # fmt: skip
+    """``refused``: rows already a problem of their own (their fields moved), whose files are in the table without
+    a label."""
     (data, offsets), fvalid = cols.strings(fcol)
     files = StringArray.from_buffer(data, offsets)
     for col, name in file_rivals:  # another column naming the image: the same files, or refused
@@ -3303,6 +3315,9 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
             problems.append(((0, line), f"{path}, line {line}: {_marker_problem(files[int(i)], labels[lcodes[i]])}"))
         lvalid = lvalid & ~hit
         fvalid = fvalid & ~hit
+    if refused is not None:
+        listed = listed | (refused & fvalid)
+        lvalid, fvalid = lvalid & ~refused, fvalid & ~refused
     one_blank = fvalid ^ lvalid
     again: list[int] = []
     keys = _HEADING_KEYS | ({_norm(lname)} if lname else set())

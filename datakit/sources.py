@@ -1619,6 +1619,7 @@ def _class_lines(path: Path, text: str) -> list[str]:
             blank += [number] if names else []
             continue
         if name.startswith("#"):
+            blank = []  # a blank line before a comment parts sections ("# vehicles"), as comments do
             continue
         gaps += blank
         blank = []
@@ -1633,9 +1634,10 @@ def _class_lines(path: Path, text: str) -> list[str]:
     names.comments = (path, comments) if comments else None
     if gaps:  # line k is class k-1 to whoever wrote the file by index (an unused index left blank?)
         shown = ", ".join(map(str, gaps[:3])) + (f" and {len(gaps) - 3} more" if len(gaps) > 3 else "")
-        log.warning("%s: blank line%s between classes (line %s) skipped: each class after one is one index "
+        many = "s" * (len(gaps) > 1)
+        log.warning("%s: blank line%s between classes (line%s %s) skipped: each class after one is one index "
                     "lower than its line; if a blank line stands for an unused index, give the classes as a .json "
-                    "list", path, "s" * (len(gaps) > 1), shown)  # fmt: skip
+                    "list", path, many, many, shown)  # fmt: skip
     if not names:  # an empty file: no class at all, and every label would be "not among the 0 classes"
         raise UsageError(f"{path}: no class names in it (a text file of class names holds one a line, class 0 "
                          "first)")  # fmt: skip

@@ -45,7 +45,7 @@ class Columns:
         self.first_row = first_row
         self.bad: list[tuple[int, str]] = []
         self.unicode_separators: list[tuple[int, str]] = []
-        self.short: list[tuple[int, int, str]] = []  # (row, fields, line as written) of rows under the header's width
+        self.short: list[tuple[int, int, str]] = []  # (row, fields, the row shown) of rows under the header's width
         self._buf: np.ndarray | None = None
         self._backslash = False
         self._spans: list[tuple[np.ndarray, np.ndarray]] = []
@@ -68,15 +68,6 @@ class Columns:
         out = cls(np.asarray(lines, dtype=np.int64), header, header_line, first_row)
         out._rows = rows
         return out
-
-    def drop(self, rows: Sequence[int]) -> None:
-        """Leave out these rows (of a table read row by row, the only one with rows of several widths)."""
-        assert self._rows is not None
-        gone = set(rows)
-        keep = [k for k in range(len(self._rows)) if k not in gone]
-        self._rows = [self._rows[k] for k in keep]
-        self.lines = self.lines[keep]
-        self.short = []
 
     def strings(self, col: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
         """((UTF-8 buffer, offsets), non-blank mask) of column ``col``, ``\\`` turned into ``/``."""
@@ -626,7 +617,8 @@ def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, 
                         f"{delim!r}"))  # fmt: skip
             continue
         if header is not None and len(row) < width:  # judged once the columns read are known (a note's cell may lack)
-            short.append((len(keep), len(row), delim.join(row)))
+            shown = delim.join('"' + f.replace('"', '""') + '"' if delim in f or '"' in f else f for f in row)
+            short.append((len(keep), len(row), repr(shown)))
         keep.append(row)
         kept.append(line)
     out = Columns.from_rows(keep, kept, header, header_line, first_row)

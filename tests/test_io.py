@@ -1053,6 +1053,10 @@ def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
     assert decode_image(p3, "rgb").tolist() == [[[128, 3, 252], [8, 18, 255]]]
     assert decode_image(p3, "bgr").tolist() == [[[252, 3, 128], [255, 18, 8]]]
     assert decode_image(p3, "rgb").tolist() == np.asarray(Image.open(io.BytesIO(p3)).convert("RGB")).tolist()
+    # "unchanged": as stored, as a binary file's (OpenCV gave the ASCII ones scaled: 50 of 100 as 127)
+    assert decode_image(p2, "unchanged").tolist() == [[0, 1, 25, 50, 99, 100]]
+    assert decode_image(p3, "unchanged").tolist() == [[[99, 1, 50], [100, 7, 3]]]  # OpenCV's BGR, as for P6
+    assert decode_image(p2, "unchanged").dtype == np.uint8
     ascii16 = decode_image(b"P2\n4 1\n1000\n0 10 500 1000\n", "gray")
     assert ascii16.tolist() == [[0, 3, 128, 255]]
     full = np.full((1, 3, 3), 200, np.uint8)  # maxval 255 and 65535: as before

@@ -1728,7 +1728,16 @@ def test_a_blank_line_between_classes_is_said(tmp_path: Path, caplog):
         f"{tmp_path / 'classes.txt'}: blank line between classes (line 3) skipped: each class after one is one index "
         "lower than its line; if a blank line stands for an unused index, give the classes as a .json list"
     ]
-    (tmp_path / "ends.txt").write_text("\n\ncat\ndog\nzebra\n\n\n")
+    (tmp_path / "two.txt").write_text("cat\n\ndog\n\n\nzebra\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        open_dataset(img, labels=tmp_path / "val.csv", classes=tmp_path / "two.txt")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'two.txt'}: blank lines between classes (lines 2, 4, 5) skipped: each class after one is one "
+        "index lower than its line; if a blank line stands for an unused index, give the classes as a .json list"
+    ]
+    # blank lines before and after the classes, or before a comment that heads a section: no note
+    (tmp_path / "ends.txt").write_text("\n\n# animals\ncat\ndog\n\n# more\nzebra\n\n\n")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="datakit"):
         assert open_dataset(img, labels=tmp_path / "val.csv", classes=tmp_path / "ends.txt").classes == [

@@ -231,31 +231,61 @@ def test_a_row_wider_than_the_header_is_a_problem_not_a_phantom_class(tmp_path: 
     ]
 
 
-def test_a_row_short_of_a_column_read_is_a_problem_not_a_shifted_row(tmp_path: Path):
-    # The attack: under file,label,split the row "002.png,val" (its label left out) was read as label 'val' in no
+def test_a_short_row_whose_fields_moved_is_a_problem_not_a_shifted_row(tmp_path: Path):
+    # The attack: under file,label,split the row "2.png,val" (its label left out) was read as label 'val' in no
     # split: a class 'val' more, every later class one index on, in the table and in a pack made from it.
     path = tmp_path / "l.csv"
     path.write_text("file,label,split\n0.png,cat,train\n1.png,zebra,train\n2.png,val\n3.png,cat,val\n",
                     encoding="utf-8")  # fmt: skip
     t = read_labels(path, validate=False)
-    assert t.problems() == [f"{path}, line 4: 2 fields where the header has 3 ('2.png,val'), none of them under "
-                            "'split': a field left out? Which one cannot be told; write every field, an empty one as "
-                            "nothing between two ','"]  # fmt: skip
+    assert t.problems() == [f"{path}, line 4: 2 fields where the header has 3 ('2.png,val'): 'val' stands under "
+                            "'label', and the other rows hold it under 'split' only: a field left out? Write every "
+                            "field, an empty one as nothing between two ','"]  # fmt: skip
     assert t.files.tolist() == ["0.png", "1.png", "3.png"] and t.class_map().classes == ("cat", "zebra")
+    assert t.dropped_files == ["2.png"]  # in the table, without a label: never "not in the table"
     with pytest.raises(LabelError, match=r"line 4: 2 fields where the header has 3"):
         read_labels(path)
-    # the label column itself missing, in a tab-separated table with the split column first
+    # a tab-separated table, a quoted name shown quoted
     path = tmp_path / "t.tsv"
-    path.write_text("split\tfile\tlabel\ntrain\t0.png\tcat\nval\t1.png\n", encoding="utf-8")
+    path.write_text('file\tlabel\tsplit\n0.png\tcat\ttrain\n"b\t1.png"\ttrain\n', encoding="utf-8")
     assert read_labels(path, validate=False).problems() == [
-        f"{path}, line 3: 2 fields where the header has 3 ('val\\t1.png'), none of them under 'label': a field left "
-        "out? Which one cannot be told; write every field, an empty one as nothing between two '\\t'"
+        f"{path}, line 3: 2 fields where the header has 3 ('\"b\\t1.png\"\\ttrain'): 'train' stands under 'label', "
+        "and the other rows hold it under 'split' only: a field left out? Write every field, an empty one as nothing "
+        "between two '\\t'"
     ]
+    # the empty last fields' delimiters dropped (old Excel after a sheet's first rows, an editor trimming tabs): the
+    # values stand where the other rows hold them, and the rows read as before, their split blank
+    path = tmp_path / "e.csv"
+    path.write_text("file,label,split\n0.png,cat,train\n1.png,dog\n2.png,bird\n3.png\n", encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [f"{path}, line 5: file '3.png' has no label"]
+    assert t.files.tolist() == ["0.png", "1.png", "2.png"] and t.labels.tolist() == ["cat", "dog", "bird"]
+    assert t.splits.tolist() == ["train", "", ""]
     # short of a column that is not read (a note): the row stands, as written
     path = tmp_path / "n.csv"
     path.write_text("file,label,note\n0.png,cat,blurry\n1.png,zebra\n", encoding="utf-8")
     t = read_labels(path, validate=False)
     assert t.problems() == [] and t.files.tolist() == ["0.png", "1.png"] and t.labels.tolist() == ["cat", "zebra"]
+
+
+def test_a_refused_short_row_of_integer_labels_raises_no_false_range_problem(tmp_path: Path):
+    # the regression: the refused row was left out of the table entirely, so its label 1 was gone and {0, 2} was
+    # called "not 0..1", advising --remap-labels, and its file "not in the table"
+    import cv2
+
+    from datakit.check import check_dataset
+
+    img = tmp_path / "img"
+    img.mkdir()
+    for k, name in enumerate("abcd"):
+        cv2.imwrite(str(img / f"{name}.png"), np.full((8, 8, 3), 10 * k, np.uint8))
+    path = tmp_path / "ints.csv"
+    path.write_text("file,label,split\na.png,0,train\nb.png,train\nc.png,2,train\nd.png,1,val\n")
+    problems = check_dataset(img, labels=path, workers=0).problems
+    assert [p for p in problems if "not in the table" in p or "integer labels" in p] == []
+    assert problems[0] == (f"{path}, line 3: 2 fields where the header has 3 ('b.png,train'): 'train' stands under "
+                           "'label', and the other rows hold it under 'split' only: a field left out? Write every "
+                           "field, an empty one as nothing between two ','")  # fmt: skip
 
 
 def test_a_line_indented_with_a_tab_reads_alike_with_or_without_quotes(tmp_path: Path):
