@@ -929,7 +929,7 @@ def _decode(
     if fmt == "PNM" and mode == "unchanged" and raw[:2] in (b"P2", b"P3") and (maxval := _pnm_maxval(raw)) is not None:
         deep = _pnm_ascii_samples(raw) if maxval < 255 else None
         if deep is not None:  # as stored, as a binary file's are (OpenCV gives them scaled, truncating)
-            return deep.astype(np.uint8)
+            return np.minimum(deep, 255).astype(np.uint8)  # a sample past 255 (past maxval too) kept in 8 bits
     if fmt == "PNM" and mode != "unchanged" and (maxval := _pnm_maxval(raw)) not in (None, 0, 255, 65535):
         # OpenCV keeps binary samples as stored (a white of maxval 100 is 100; of maxval 1000, after its 16-bit
         # to 8-bit shift, 3), and scales ASCII 8-bit ones truncating: they are scaled by what maxval means, as
