@@ -382,24 +382,41 @@ def _pnm_maxval(data: bytes) -> int | None:
     return int(m.group(2)) if m else None
 
 
+_PNM_ASCII_HEAD = re.compile(rb"(P[23])(?:\s|#[^\n\r]*)+(\d+)(?:\s|#[^\n\r]*)+(\d+)(?:\s|#[^\n\r]*)+(\d+)\s")
+
+
 def _pnm_ascii_samples(data: bytes) -> np.ndarray | None:
     """An ASCII PGM or PPM's (P2, P3) samples as stored, laid out as OpenCV gives a binary one's (gray, or BGR),
     for a file of 8-bit samples: OpenCV scales those itself, truncating (50 of maxval 100 is 127, not 128). None
-    where the file is not one whole such image (OpenCV then says what is wrong)."""
-    text = re.sub(rb"#[^\n\r]*", b" ", data)
-    tokens = text.split()
-    if len(tokens) < 4 or tokens[0] not in (b"P2", b"P3") or not all(t.isdigit() for t in tokens[1:4]):
+    where the samples are not plain digits and whitespace, each of up to 5 digits, at least as many as the image
+    holds (a sign, a comma, a comment among them): OpenCV reads those as it does, or says what is wrong. Parsed
+    in NumPy, a few bytes of memory per byte of the file."""
+    m = _PNM_ASCII_HEAD.match(data)
+    if not m:
         return None
-    width, height, maxval = (int(t) for t in tokens[1:4])
-    channels = 3 if tokens[0] == b"P3" else 1
+    width, height, maxval = int(m.group(2)), int(m.group(3)), int(m.group(4))
+    channels = 3 if m.group(1) == b"P3" else 1
     count = width * height * channels
-    if not 0 < maxval <= 255 or not count or len(tokens) < 4 + count:
+    if not 0 < maxval <= 255 or not count:
         return None
-    try:
-        samples = np.array(tokens[4 : 4 + count], dtype=np.int64)
-    except ValueError:
+    body = np.frombuffer(data, np.uint8)[m.end() :]
+    digit = (body >= 0x30) & (body <= 0x39)
+    space = (body == 0x20) | ((body >= 0x09) & (body <= 0x0D))
+    if not (digit | space).all():
         return None
-    deep = np.minimum(samples, 65535).astype(np.uint16).reshape(height, width, channels)
+    edges = np.diff(digit.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    if len(starts) < count:
+        return None
+    starts, ends = starts[:count], ends[:count]
+    lens = ends - starts
+    if lens.max() > 5:
+        return None
+    values = np.zeros(count, np.int64)
+    for k in range(int(lens.max())):  # digit by digit, every sample at once
+        more = lens > k
+        values[more] = values[more] * 10 + (body[starts[more] + k] - 0x30)
+    deep = np.minimum(values, 65535).astype(np.uint16).reshape(height, width, channels)
     return deep[:, :, 0] if channels == 1 else deep[:, :, ::-1]
 
 
@@ -934,11 +951,13 @@ def _decode(
         # OpenCV keeps binary samples as stored (a white of maxval 100 is 100; of maxval 1000, after its 16-bit
         # to 8-bit shift, 3), and scales ASCII 8-bit ones truncating: they are scaled by what maxval means, as
         # Pillow scales 8-bit ones
-        deep = _pnm_ascii_samples(raw) if maxval <= 255 and raw[:2] in (b"P2", b"P3") else None
-        try:
-            deep = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED) if deep is None else deep
-        except cv2.error:
-            deep = None
+        ascii8 = maxval <= 255 and raw[:2] in (b"P2", b"P3")
+        deep = _pnm_ascii_samples(raw) if ascii8 else None
+        if deep is None and not ascii8:  # (an ASCII file not read here: OpenCV's own scaling below, not twice)
+            try:
+                deep = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
+            except cv2.error:
+                deep = None
         if deep is not None and deep.dtype in (np.uint8, np.uint16):
             return _pnm_scaled(deep, maxval, mode)
     flags = _cv2_flags(mode, fmt, factor, components)

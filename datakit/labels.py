@@ -3216,21 +3216,23 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
     if split_column is not None and head.scol is None:
         shown = ", ".join(repr(_text(h)) for h in header_row if not _blank(h))
         raise ColumnNotFound(f"{path}, line {cols.header_line}: no split column named {split_column!r} among {shown}")
-    moved = _short_rows(path, cols, delim, head, problems)
+    moved, named = _short_rows(path, cols, delim, head, problems) or (None, [])
     part = _columns_part(
         cols, head.fcol, head.lcol, head.scol, "", head.fname, head.lname, path, problems, notes, head.rivals,
         head.file_rivals, moved,
     )  # fmt: skip
     part.unread = _unread(cols.bad) + (int(moved.sum()) if moved is not None else 0)
+    part.dropped_files = list(dict.fromkeys([*part.dropped_files, *named]))
     return part
 
 
-def _short_rows(path: Path, cols: Columns, delim: str, head, problems: list) -> np.ndarray | None:
+def _short_rows(path: Path, cols: Columns, delim: str, head, problems: list) -> tuple[np.ndarray, list[str]] | None:
     """The rows too short for the header whose fields moved: a value under one column that the other rows hold only
     under a later column read (``2.png,val`` under ``file,label,split`` where ``val`` is a split and no label: the
-    label left out, ``val`` read as a class). A problem for each, and the mask of them for :func:`_columns_part`
-    (their files are in the table, without a label). Other short rows are read as written, their last fields
-    blank: old Excel drops the empty fields' delimiters after a sheet's first rows, editors trim trailing tabs."""
+    label left out, ``val`` read as a class). A problem for each, the mask of them for :func:`_columns_part`, and
+    the image names they hold (their files are in the table, without a label). Other short rows are read as
+    written, their last fields blank: old Excel drops the empty fields' delimiters after a sheet's first rows,
+    editors trim trailing tabs."""
     if not cols.short or cols._rows is None:
         return None
     header = cols.header or []
@@ -3239,8 +3241,11 @@ def _short_rows(path: Path, cols: Columns, delim: str, head, problems: list) -> 
     shorts = {row for row, _, _ in cols.short}
     values = {c: {r[c] for k, r in enumerate(cols._rows) if k not in shorts and c < len(r) and r[c]} for c in read}
     mask = np.zeros(len(cols._rows), dtype=bool)
+    named: list[str] = []
     for row, n, shown in cols.short:
         fields = cols._rows[row]
+        if n > read[-1]:  # every column read is there: short of a note's alone
+            continue
         moved = next(((c, later) for c in read if c < n and fields[c] and fields[c] not in values[c]
                       for later in read if later > c and fields[c] in values[later]), None)  # fmt: skip
         if moved is None:
@@ -3253,7 +3258,8 @@ def _short_rows(path: Path, cols: Columns, delim: str, head, problems: list) -> 
                          f"{_text(header[later])!r} only: a field left out? Write every field, an empty one as nothing "
                          f"between two {delim!r}"))  # fmt: skip
         mask[row] = True
-    return mask if mask.any() else None
+        named += [f for f in fields if _looks_like_file(f)]  # its file, wherever the fields moved it
+    return (mask, named) if mask.any() else None
 
 
 _EXCEL_TEXT = re.compile(r'="((?:[^"]|"")*)"')

@@ -1609,19 +1609,20 @@ def _class_lines(path: Path, text: str) -> list[str]:
 
     names = _ClassNames()
     comments: list[tuple[int, str]] = []
-    blank: list[int] = []  # blank lines after a class, said once a class follows them
+    blank: list[int] | None = []  # blank lines after a class, said once a class follows them (None: a comment)
     gaps: list[int] = []
     for number, line in enumerate(text.splitlines(), 1):
         name = line.strip()
         if name.startswith("#"):
             comments.append((number, name))
         if not name:
-            blank += [number] if names else []
+            if names and blank is not None:
+                blank.append(number)
             continue
         if name.startswith("#"):
-            blank = []  # a blank line before a comment parts sections ("# vehicles"), as comments do
+            blank = None  # a comment between two classes parts sections ("# vehicles"), its blank lines with it
             continue
-        gaps += blank
+        gaps += blank or []
         blank = []
         first = re.split(r"[,\t; ]", name, maxsplit=1)[0].strip('"')
         if _looks_like_file(first):  # `--classes train.csv`: the label table itself, its rows read as classes

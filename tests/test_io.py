@@ -1057,6 +1057,15 @@ def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
     assert decode_image(p2, "unchanged").tolist() == [[0, 1, 25, 50, 99, 100]]
     assert decode_image(p3, "unchanged").tolist() == [[[99, 1, 50], [100, 7, 3]]]  # OpenCV's BGR, as for P6
     assert decode_image(p2, "unchanged").dtype == np.uint8
+    # samples that are not plain digits (a comma, a no-break space, a comment among them): OpenCV's reading, scaled
+    # once (they came out 31 for 12 and white for 127, scaled twice); a sign or a sample past 5 digits: refused
+    for odd in (b"P2\n3 1\n100\n5,50,100\n", b"P2\n3 1\n100\n5\xa050 100\n"):
+        assert decode_image(odd, "gray").tolist() == [[12, 127, 255]]
+    for bad, why in ((b"P2\n2 1\n100\n-5 50\n", "Channel value is negative"),
+                     (b"P2\n2 1\n100\n99999999999999999999 50\n", "Token too long")):  # fmt: skip
+        for mode in ("gray", "unchanged"):
+            with pytest.raises(ImageDecodeError, match=f"x.pgm: PNM data is corrupt or truncated .*{why}"):
+                decode_image(bad, mode, name="x.pgm")
     ascii16 = decode_image(b"P2\n4 1\n1000\n0 10 500 1000\n", "gray")
     assert ascii16.tolist() == [[0, 3, 128, 255]]
     full = np.full((1, 3, 3), 200, np.uint8)  # maxval 255 and 65535: as before

@@ -1736,8 +1736,8 @@ def test_a_blank_line_between_classes_is_said(tmp_path: Path, caplog):
         f"{tmp_path / 'two.txt'}: blank lines between classes (lines 2, 4, 5) skipped: each class after one is one "
         "index lower than its line; if a blank line stands for an unused index, give the classes as a .json list"
     ]
-    # blank lines before and after the classes, or before a comment that heads a section: no note
-    (tmp_path / "ends.txt").write_text("\n\n# animals\ncat\ndog\n\n# more\nzebra\n\n\n")
+    # blank lines before and after the classes, or around a comment that heads a section: no note
+    (tmp_path / "ends.txt").write_text("\n\n# animals\ncat\n\n# pets\n\ndog\n\n# more\nzebra\n\n\n")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="datakit"):
         assert open_dataset(img, labels=tmp_path / "val.csv", classes=tmp_path / "ends.txt").classes == [

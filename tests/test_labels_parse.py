@@ -261,11 +261,21 @@ def test_a_short_row_whose_fields_moved_is_a_problem_not_a_shifted_row(tmp_path:
     assert t.problems() == [f"{path}, line 5: file '3.png' has no label"]
     assert t.files.tolist() == ["0.png", "1.png", "2.png"] and t.labels.tolist() == ["cat", "dog", "bird"]
     assert t.splits.tolist() == ["train", "", ""]
-    # short of a column that is not read (a note): the row stands, as written
+    # short of a column that is not read (a note): the row stands, as written, whatever its values (label 0 is also
+    # a split id here: no field of it moved)
     path = tmp_path / "n.csv"
-    path.write_text("file,label,note\n0.png,cat,blurry\n1.png,zebra\n", encoding="utf-8")
+    path.write_text("file,label,split,note\n1.png,1,0,checked twice\n2.png,0,0\n3.png,2,1\n", encoding="utf-8")
     t = read_labels(path, validate=False)
-    assert t.problems() == [] and t.files.tolist() == ["0.png", "1.png"] and t.labels.tolist() == ["cat", "zebra"]
+    assert t.problems() == [] and t.files.tolist() == ["1.png", "2.png", "3.png"]
+    assert t.labels.tolist() == [1, 0, 2] and t.splits.tolist() == ["0", "0", "1"]
+    # the file column not first: the refused row's file is still in the table
+    path = tmp_path / "f.csv"
+    path.write_text("label,file,split\ncat,1.png,train\ndog,2.png,val\n3.png,train\n", encoding="utf-8")
+    t = read_labels(path, validate=False)
+    assert t.problems() == [f"{path}, line 4: 2 fields where the header has 3 ('3.png,train'): 'train' stands under "
+                            "'file', and the other rows hold it under 'split' only: a field left out? Write every "
+                            "field, an empty one as nothing between two ','"]  # fmt: skip
+    assert "3.png" in t.dropped_files and t.files.tolist() == ["1.png", "2.png"]
 
 
 def test_a_refused_short_row_of_integer_labels_raises_no_false_range_problem(tmp_path: Path):
