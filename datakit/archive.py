@@ -874,6 +874,7 @@ class _Tree:
         # as it is anywhere above it; below it, nothing is
         self.fd = os.open(root, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
         self._open: dict[tuple[str, ...], int] = {}
+        self.made: set[tuple[str, ...]] = set()  # the folders this run made
         try:  # one extraction into a folder at a time: two would remove each other's parts
             import fcntl
 
@@ -915,6 +916,7 @@ class _Tree:
                     raise _Refused(self._why_not_folder(fd, part, "/".join(sub), exc)) from None
                 if made:  # a run's own folder until its mode and time are set (a killed run's, for the next)
                     _mark_part(fd, True)
+                    self.made.add(sub)
                 if passing >= 0:
                     os.close(passing)
                     passing = -1
@@ -939,6 +941,18 @@ class _Tree:
         if not stat.S_ISDIR(st.st_mode):
             return f"{shown!r} is a file, not a folder"
         return f"folder {shown!r} cannot be opened: {exc.strerror}"
+
+    def remove_empty(self, parts: list[str]) -> bool:
+        """Remove the folder ``parts`` if it is empty (a folder made for members all refused)."""
+        key = tuple(parts)
+        for sub in [k for k in self._open if k[: len(key)] == key]:
+            os.close(self._open.pop(sub))
+        try:
+            os.rmdir(parts[-1], dir_fd=self.folder(parts[:-1], create=False))
+        except (_Refused, OSError):
+            return False
+        self.made.discard(key)
+        return True
 
     def close_children(self) -> None:
         for fd in self._open.values():
@@ -1166,6 +1180,13 @@ def unzip(
                 _make_links(zf, infos, links, last, files_seen, tree, overwrite, report, archive, folders_of)
             finally:  # Ctrl-C (or SIGTERM) half-way: the links made so far are checked all the same
                 _recheck_links(tree, links, report, archive)
+            # a folder made only for members refused (by this run, or by a killed one for the same members) is
+            # not left empty: the dataset read from the target would refuse it as an empty class folder
+            listed = {"/".join(parts) for parts, _ in dirs}
+            for rel in sorted(folders_of - listed, key=lambda r: -r.count("/")):
+                parts = rel.split("/")
+                if tuple(parts) in tree.made or _folder_marked(tree, parts):
+                    tree.remove_empty(parts)
             umask = _umask()
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
                 if "/".join(parts) in there and not _folder_marked(tree, parts):  # yours, not a killed run's

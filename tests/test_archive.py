@@ -2960,3 +2960,33 @@ def test_a_code_page_that_is_no_candidate_is_named_when_it_reads_far_better(tmp_
     assert unzip_gbk_main([str(z), "-l"]) == 0
     assert capsys.readouterr().err == (f"warning: {z}: names decoded as {named[0]}, but ambiguous: "
                                        f"{' or '.join(named)}; pass --encoding to choose\n")  # fmt: skip
+
+
+def test_no_empty_folder_is_left_behind_members_refused(tmp_path: Path, capsys):
+    # the attack: dog/deep/b.txt's bytes do not match its CRC-32; it is refused, and its folders were left
+    # empty, which the dataset read from the target then refused as an empty class folder
+    path = write_zip(tmp_path / "a.zip", [
+        ZipEntry(name=b"cat/a.txt", data=b"meow", method=0),
+        ZipEntry(name=b"dog/deep/b.txt", data=b"woof", method=0),
+        ZipEntry(name=b"empty/", data=b""),
+        ZipEntry(name=b"cat/c.txt", data=b"purr", method=0),
+    ])  # fmt: skip
+    raw = bytearray(path.read_bytes())
+    raw[raw.index(b"woof")] = ord("W")
+    path.write_bytes(bytes(raw))
+    out = tmp_path / "out"
+    (out / "cat").mkdir(parents=True)  # a folder of the user's, there before: kept as it is
+    report = unzip(path, out)
+    assert report.problems == [f"{path}: member 'dog/deep/b.txt': data does not match its CRC-32 (corrupt)"]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["cat", "cat/a.txt", "cat/c.txt", "empty"]
+    # a killed run's folder (marked as a part) for the same refused member goes the same way on the rerun
+    (out / "dog" / "deep").mkdir(parents=True)
+    try:
+        for p in (out / "dog", out / "dog" / "deep"):
+            os.setxattr(p, "user.datakit-unzip-part", b"1")
+    except OSError:
+        pytest.skip("no extended attributes on this file system")
+    (out / "mine").mkdir()  # an empty folder of the user's, not in the archive: kept
+    assert main(["unzip", str(path), "-d", str(out)]) == 1
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "cat", "cat/a.txt", "cat/c.txt", "empty", "mine"]  # fmt: skip
