@@ -12,6 +12,7 @@ import os
 import re
 import tempfile
 import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,6 +149,34 @@ def _apng_still(data: bytes) -> bytes:
             actl.append((i, i + 12 + size))  # the chunk: length, type, data, CRC (each one, if written twice)
         i += 12 + size
     return data
+
+
+_PNG_GAMMA_CHUNKS = (b"gAMA", b"sRGB", b"cHRM", b"iCCP")
+
+
+def _png_luma_plain(data: bytes) -> bytes:
+    """A colour PNG (RGB, RGBA, a palette) to read in gray without its gamma and colour-space chunks: libpng turns
+    colour to gray in linear light where the file states a gamma (red-orange 200, 40, 10 came out 118, not the
+    BT.601 luma 84 that the same file without the chunk, a JPEG and Pillow give), and OpenCV applies the chunks
+    nowhere else. A chunk whose CRC does not match stays, for strict decoding to see. Any other PNG as it is."""
+    if len(data) < 26 or data[25] not in (2, 3, 6) or not any(data.find(k, 33) > 0 for k in _PNG_GAMMA_CHUNKS):
+        return data
+    i, drop, n = 8, [], len(data)
+    while i + 8 <= n:
+        size, kind = int.from_bytes(data[i : i + 4], "big"), data[i + 4 : i + 8]
+        if kind == b"IDAT":
+            break
+        end = i + 12 + size
+        if (
+            kind in _PNG_GAMMA_CHUNKS
+            and end <= n
+            and zlib.crc32(data[i + 4 : end - 4]) == int.from_bytes(data[end - 4 : end], "big")
+        ):
+            drop.append((i, end))
+        i = end
+    if not drop:
+        return data
+    return b"".join(data[a:b] for a, b in zip([0] + [e for _, e in drop], [s for s, _ in drop] + [n]))
 
 
 def _jpeg_precision(data: bytes) -> int | None:
@@ -846,6 +875,7 @@ def _decode_image(
         # Photoshop's "iCCP: known incorrect sRGB profile"), or a TIFF tag libtiff does not know, leaves the pixels
         # as they are: dropped
         messages = [m for m in (_TIFF_TAG_WARNING.sub("", _METADATA_WARNING.sub("", m)).strip() for m in messages) if m]
+        messages = list(dict.fromkeys(filter(None, map(_plain_message, messages))))
         if messages:
             what = f"{fmt} data" if fmt else "data"
             raise ImageDecodeError(f"{_describe(name)}: damaged {what}: {'; '.join(messages)}") from failed
@@ -871,6 +901,23 @@ _TIFF_TAG_WARNING = re.compile(
     r"sorted in ascending order|ASCII value for tag)[^\n]*\n?",
     re.M,
 )
+# OpenCV's log line around a decoder's message: its level, a timer, the source file and line, the function
+# ("[ WARN:0@0.036] global grfmt_tiff.cpp:123 TIFF_Warning "), and an exception's text around its reason
+# ("imdecode_(''): can't read data: OpenCV(5.0.0) /path/bitstrm.cpp:59: error: (-2:Unspecified error) ... in
+# function 'readBlock'")
+_OPENCV_LOG_HEAD = re.compile(r"^\[ ?[A-Z]+:[^\]]*\]\s*(?:global\s+)?[\w.]+:\d+\s+\w+\s+")
+_OPENCV_ERROR = re.compile(r"OpenCV\([\d.]+\)\s+\S+:\d+: error: \([-\d]+:[^)]*\)\s*(.*?)(?: in function '[^']*')?$")
+
+
+def _plain_message(line: str) -> str:
+    """A C library's message as a reader wants it: without OpenCV's log prefix (a timer that changes from run to
+    run, its source file) and exception frame, which a message naming a damaged file has no use for."""
+    line = _OPENCV_LOG_HEAD.sub("", line)
+    line = re.sub(r"^imdecode_\([^)]*\):\s*", "", line)
+    line = re.sub(r"^OpenCV TIFF\(line \d+\):\s*", "", line)
+    return _OPENCV_ERROR.sub(r"\1", line).strip()
+
+
 _LIBPNG_MAX_SIDE = 1_000_000  # libpng's default user limit on a PNG's width and height
 
 
@@ -916,6 +963,8 @@ def _decode(
                 components = info[2]
     if fmt == "PNG" and (still := _apng_still(raw)) is not raw:
         raw, buf = still, np.frombuffer(still, np.uint8)
+    if fmt == "PNG" and mode == "gray" and (plain := _png_luma_plain(raw)) is not raw:
+        raw, buf = plain, np.frombuffer(plain, np.uint8)
     if fmt == "PNG" and raw.rfind(b"IEND\xaeB`\x82") < 0:  # cut short: libpng would print its own line first
         raise ImageDecodeError(f"{_describe(name)}: truncated PNG (no IEND chunk)")
     if (
@@ -933,8 +982,22 @@ def _decode(
         img = _torchvision_jpeg(raw, "bgr")
         if img is not None:
             return img
-    if fmt == "TIFF" and _tiff_for_pillow(raw):
-        return _pillow_named(raw, mode, fmt, name)
+    if fmt == "TIFF":
+        tags = _tiff_tags(raw, (258, 277, 284, 338))
+        bits, deep = tags.get(258, 1), tags.get(258, 1) > 8
+        if deep and tags.get(284) == 2 and tags.get(277, 1) > 1 and (mode == "unchanged" or tags.get(338) == 2):
+            # OpenCV reads such planes as if interleaved (the first plane's samples in every channel), and Pillow
+            # gives other colours; in colour and gray OpenCV reads them right but premultiplies ordinary alpha
+            planes = f"{_describe(name)}: TIFF of {bits}-bit samples in separate planes (PlanarConfiguration 2)"
+            raise ImageDecodeError(
+                f"{planes} and ordinary alpha: refused in every mode (OpenCV premultiplies its colours, Pillow "
+                "mixes its planes); save it with its samples interleaved"
+                if tags.get(338) == 2
+                else f"{planes}: refused in mode 'unchanged' (OpenCV reads its first plane into every channel); "
+                "read it in mode 'rgb' or 'gray', or save it with its samples interleaved"
+            )  # fmt: skip
+        if not (deep and mode == "unchanged") and _tiff_for_pillow(raw):  # (Pillow gives 8 bits of 16)
+            return _pillow_named(raw, mode, fmt, name)
     if mode != "unchanged" and fmt is None and raw[:2] in (b"PF", b"Pf") and raw[2:3].isspace():
         # a PFM: OpenCV rounds its floats to 0 or 1 (a scale the file does not store) and keeps a colour one's
         # 3 channels in gray mode

@@ -5,6 +5,7 @@ import io
 import os
 import re
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -1449,3 +1450,119 @@ def test_a_cielab_tiff_reads_as_pillow_converts_it_in_every_mode():
     assert np.array_equal(decode_image(data, mode="bgr"), want[..., ::-1])
     assert np.array_equal(decode_image(data, mode="unchanged"), want[..., ::-1])
     assert np.array_equal(decode_image(data, mode="gray"), np.asarray(Image.fromarray(want).convert("L")))
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [[], [b"gAMA"], [b"sRGB"], [b"sRGB", b"gAMA"], [b"cHRM", b"gAMA"]],
+    ids=lambda c: "+".join(map(bytes.decode, c)) or "none",
+)
+def test_png_gray_is_bt601_luma_whatever_gamma_the_file_states(tmp_path: Path, chunks: list[bytes]):
+    # the attack: a red-orange PNG with a gAMA or sRGB chunk (Snipping Tool, Photoshop and ImageMagick write them):
+    # libpng turned it to gray in linear light, 118, where the same file without the chunk, a JPEG and Pillow give 84
+    bodies = {
+        b"gAMA": (45455).to_bytes(4, "big"),
+        b"sRGB": b"\0",
+        b"cHRM": b"".join(v.to_bytes(4, "big") for v in (31270, 32900, 64000, 33000, 30000, 60000, 15000, 6000)),
+    }
+    rgb = np.zeros((8, 8, 3), np.uint8)
+    rgb[..., 0], rgb[..., 1], rgb[..., 2] = 200, 40, 10
+    raw = b"".join(b"\0" + row.tobytes() for row in rgb)
+    head = _png_chunk(b"IHDR", (8).to_bytes(4, "big") * 2 + bytes([8, 2, 0, 0, 0]))
+    data = (b"\x89PNG\r\n\x1a\n" + head + b"".join(_png_chunk(k, bodies[k]) for k in chunks)
+            + _png_chunk(b"IDAT", zlib.compress(raw)) + _png_chunk(b"IEND", b""))  # fmt: skip
+    path = tmp_path / "橙色.png"
+    path.write_bytes(data)
+    assert np.asarray(Image.open(path).convert("L"))[0, 0] == 84
+    for strict in (False, True):
+        gray = imread(path, mode="gray", strict=strict)
+        assert gray.shape == (8, 8) and (gray == 84).all()
+    assert imread(path, mode="rgb")[0, 0].tolist() == [200, 40, 10]
+
+
+def _tiff16(a: np.ndarray, extra_samples: int, planar: int) -> bytes:
+    """An uncompressed little-endian RGB(A) TIFF of 16-bit samples, interleaved (1) or in planes (2)."""
+    h, w, spp = a.shape
+    if planar == 1:
+        strips = [a.astype("<u2").tobytes()]
+    else:
+        strips = [np.ascontiguousarray(a[..., i]).astype("<u2").tobytes() for i in range(spp)]
+    data = bytearray(b"II*\0\0\0\0\0")
+    offsets = []
+    for s in strips:
+        offsets.append(len(data))
+        data += s
+
+    def put(b: bytes) -> int:
+        data.extend(b)
+        return len(data) - len(b)
+
+    n = len(strips)
+    bps = put(struct.pack(f"<{spp}H", *[16] * spp))
+    so = put(struct.pack(f"<{n}I", *offsets)) if n > 1 else offsets[0]
+    sc = put(struct.pack(f"<{n}I", *map(len, strips))) if n > 1 else len(strips[0])
+    tags = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, spp, bps), (259, 3, 1, 1), (262, 3, 1, 2), (273, 4, n, so),
+            (277, 3, 1, spp), (278, 4, 1, h), (279, 4, n, sc), (284, 3, 1, planar)]  # fmt: skip
+    if extra_samples:
+        tags.append((338, 3, 1, extra_samples))
+    ifd = len(data)
+    data += struct.pack("<H", len(tags))
+    for t, typ, cnt, v in sorted(tags):
+        data += (
+            struct.pack("<HHII", t, typ, cnt, v) if cnt > 1 or typ == 4 else struct.pack("<HHIHH", t, typ, cnt, v, 0)
+        )
+    data += b"\0\0\0\0"
+    data[4:8] = struct.pack("<I", ifd)
+    return bytes(data)
+
+
+def test_tiff_16bit_planes_and_ordinary_alpha(tmp_path: Path):
+    # the attacks: 16-bit RGB in separate planes (tifffile's (3, H, W) arrays, scanners, GIS tools) read unchanged
+    # gave the red plane in every channel; 16-bit RGBA with ordinary alpha (GIMP, Photoshop, tifffile) went to
+    # Pillow, which gave 8 bits of it in unchanged, and, in planes, other colours in every mode
+    a = np.zeros((4, 6, 4), np.uint16)
+    a[..., 0], a[..., 1], a[..., 2], a[..., 3] = 1000, 30000, 60000, 32768
+    rgba = tmp_path / "rgba.tif"
+    rgba.write_bytes(_tiff16(a, 2, 1))
+    got = imread(rgba, mode="unchanged")
+    assert got.dtype == np.uint16 and got.shape == (4, 6, 4)
+    assert (got == np.array([60000, 30000, 1000, 32768], np.uint16)).all()  # BGRA, as stored
+    assert (imread(rgba, mode="rgb") == np.array([3, 117, 234], np.uint8)).all()  # Pillow's 8 bits, not premultiplied
+    planes = tmp_path / "planes.tif"
+    planes.write_bytes(_tiff16(a[..., :3], 0, 2))
+    assert (imread(planes, mode="rgb") == np.array([4, 117, 233], np.uint8)).all()
+    with pytest.raises(ImageDecodeError) as exc:
+        imread(planes, mode="unchanged")
+    assert str(exc.value) == (
+        f"{planes}: TIFF of 16-bit samples in separate planes (PlanarConfiguration 2): refused in mode 'unchanged' "
+        "(OpenCV reads its first plane into every channel); read it in mode 'rgb' or 'gray', or save it with its "
+        "samples interleaved"
+    )
+    planes_alpha = tmp_path / "planes_alpha.tif"
+    planes_alpha.write_bytes(_tiff16(a, 2, 2))
+    for mode in ("rgb", "gray", "unchanged"):
+        with pytest.raises(ImageDecodeError) as exc:
+            imread(planes_alpha, mode=mode)
+        assert str(exc.value) == (
+            f"{planes_alpha}: TIFF of 16-bit samples in separate planes (PlanarConfiguration 2) and ordinary alpha: "
+            "refused in every mode (OpenCV premultiplies its colours, Pillow mixes its planes); save it with its "
+            "samples interleaved"
+        )
+
+
+def test_strict_messages_without_opencvs_log_prefixes(tmp_path: Path):
+    # the attack: a BMP cut short, read with strict=True: the message carried OpenCV's log line, its timer (which
+    # changes from run to run), source file and exception frame
+    rgb = np.zeros((40, 60, 3), np.uint8)
+    rgb[:, :, 0] = np.arange(60) * 4
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, "BMP")
+    path = tmp_path / "剪短.bmp"
+    path.write_bytes(buf.getvalue()[: len(buf.getvalue()) * 2 // 3])
+    with pytest.raises(ImageDecodeError) as exc:
+        imread(path, strict=True)
+    assert str(exc.value) == f"{path}: damaged BMP data: can't read data: Unexpected end of input stream"
