@@ -1679,6 +1679,11 @@ def _extract_symlink(
             raise _Refused(f"{_printable(Path(tree.root) / rel)} exists and differs; not overwritten (use --overwrite)")
         os.unlink(name, dir_fd=fd)
     os.symlink(link, name, dir_fd=fd)
+    if (t := _mtime(m)) is not None:  # the link's own time, as unzip sets it (its target's is the target member's)
+        try:
+            os.utime(name, (t, t), dir_fd=fd, follow_symlinks=False)
+        except (NotImplementedError, OSError):
+            pass
     report.extracted.append(rel)
 
 

@@ -1050,6 +1050,13 @@ class LmdbReader:
                 f"(reads versions {', '.join(map(str, READABLE_VERSIONS))}); upgrade datakit or re-pack"
             )
         if not meta.get("complete") and not self.allow_incomplete:
+            writer = _writer(self.path)
+            if writer is not None:  # --resume would be refused while it runs
+                raise PackError(
+                    f"{self.path}: incomplete pack, being written by PID {writer} ({meta.get('count')} of "
+                    f"{meta.get('planned')} samples committed so far); read it once the job has finished, or read "
+                    "what is there with allow_incomplete=True"
+                )
             raise PackError(
                 f"{self.path}: incomplete pack ({meta.get('count')} of {meta.get('planned')} samples); "
                 "finish it with `datakit pack-lmdb ... --resume`, or read what is there with allow_incomplete=True"

@@ -220,6 +220,9 @@ def test_symlink_members(tmp_path: Path):
     out = tmp_path / "out"
     report = unzip(z, out)
     assert (out / "data" / "链接.txt").is_symlink() and (out / "data" / "链接.txt").read_bytes() == b"real"
+    # the link gets its member's time, as the file does (it had the time of the extraction)
+    stored = time.mktime((2024, 5, 17, 10, 30, 0, 0, 0, -1))
+    assert os.lstat(out / "data" / "链接.txt").st_mtime == os.stat(out / "data" / "真.txt").st_mtime == stored
     assert not os.path.lexists(out / "data" / "passwd")
     # the refused link is not there, so the later member lands in a real folder inside the target
     assert (out / "data" / "up").is_dir() and not (out / "data" / "up").is_symlink()

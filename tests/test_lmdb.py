@@ -458,6 +458,32 @@ def test_verify_of_a_pack_being_written_judges_what_was_committed_not_what_comes
     assert verify_lmdb(out) == []
 
 
+def test_a_pack_being_written_is_not_sent_to_resume(tmp_path: Path, capsys):
+    # the attack: `datakit stats` on a pack another process is writing said "finish it with `datakit pack-lmdb ...
+    # --resume`", which is refused while that process runs
+    from datakit.cli import main
+
+    out = tmp_path / "live.lmdb"
+    proc = _step_writer(out, 10, "encode_image(synthetic_image(8, 8, seed=i), '.png', mode='rgb'), i % 2, 8, 8",
+                        "commit_every=5")  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "5"
+        msg = (f"{out}: incomplete pack, being written by PID {proc.pid} (5 of 10 samples committed so far); read "
+               "it once the job has finished, or read what is there with allow_incomplete=True")  # fmt: skip
+        with pytest.raises(PackError) as exc:
+            LmdbReader(out)
+        assert str(exc.value) == msg
+        assert main(["stats", str(out)]) == 1
+        assert capsys.readouterr().err == f"datakit stats: error: {msg}\n"
+    finally:
+        proc.kill()
+        proc.wait(60)
+    with pytest.raises(PackError) as exc:  # the writer gone: now --resume finishes it
+        LmdbReader(out)
+    assert str(exc.value) == (f"{out}: incomplete pack (5 of 10 samples); finish it with `datakit pack-lmdb ... "
+                              "--resume`, or read what is there with allow_incomplete=True")  # fmt: skip
+
+
 def test_a_workers_copy_follows_the_writer_past_its_length(tmp_path: Path):
     # The attack: persistent DataLoader workers keep the dataset they were given; after ds.refresh() in the main
     # process the sampler asked a worker for sample 60 of its 60 and training stopped on an IndexError.
