@@ -281,6 +281,31 @@ def _zip64_offset(offset: int, sizes: tuple[int, int], extra: bytes) -> int:
     return offset
 
 
+def _comment_patches(path: str | os.PathLike) -> dict[int, int] | None:
+    """Where the archive's comment holds the end record's signature (``PK\\x05\\x06``, "made by scanner PK..."):
+    zipfile takes the last one in the file for the end record and refused a valid archive as "not a zip file"
+    (or, with a comment crafted to hold a whole end record, would read a central directory the comment points
+    to, a record of no members making it read as empty). The end record is the first whose comment ends the
+    file (a later one is in its comment); the signatures after it are patched out as read. None where it is the
+    last signature (nearly always)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - (1 << 16) - 22)
+            f.seek(start)
+            tail = f.read()
+    except OSError:
+        return None
+    at = -1
+    while (at := tail.find(zipfile.stringEndArchive, at + 1)) >= 0:  # the first whose comment ends the file
+        if at + 22 + int.from_bytes(tail[at + 20 : at + 22], "little") == len(tail):
+            patches, found = {}, at
+            while (found := tail.find(zipfile.stringEndArchive, found + 1)) >= 0:
+                patches[start + found] = 0  # "\0K\x05\x06": comment text to zipfile, no signature
+            return patches or None
+    return None
+
+
 def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
     try:
         mode = os.stat(path).st_mode if isinstance(path, (str, bytes, os.PathLike)) else None  # or a file object
@@ -293,6 +318,16 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
             "a pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
         )
         raise UsageError(f"{path}: {what}, not a regular file; a zip archive is read from a file")
+    comment = _comment_patches(path) if mode is not None else None
+    if comment:  # the end record's signature in the archive's comment: hidden from zipfile, which takes the last
+        f = io.BufferedReader(_Unflagged(path, comment))
+        try:
+            zf = _zipfile(path, f)
+        except BaseException:
+            f.close()
+            raise
+        zf._filePassed = 0  # closed with the archive
+        return zf
     try:
         return _zipfile(path, path)
     except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else

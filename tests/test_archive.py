@@ -2993,3 +2993,21 @@ def test_no_empty_folder_is_left_behind_members_refused(tmp_path: Path, capsys):
     assert main(["unzip", str(path), "-d", str(out)]) == 1
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
         "cat", "cat/a.txt", "cat/c.txt", "empty", "mine"]  # fmt: skip
+
+
+@pytest.mark.parametrize("comment", [b"made by scanner PK\x05\x06 v2", b"PK\x05\x06" + bytes(18)],
+                         ids=["signature", "empty-end-record"])  # fmt: skip
+def test_an_end_record_signature_in_the_comment(tmp_path: Path, comment: bytes):
+    # the attacks: an archive whose comment holds the end record's signature was refused as "not a zip archive,
+    # or truncated" (Info-ZIP lists it); one whose comment holds a whole end record of no members read as empty
+    path = tmp_path / "注释.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("猫/1.txt", b"meow")
+        z.writestr("狗/2.txt", b"woof")
+        z.comment = comment
+    with ZipReader(path) as r:
+        assert sorted(r.names()) == ["狗/2.txt", "猫/1.txt"]
+        assert r.read("猫/1.txt") == b"meow"
+    report = unzip(path, tmp_path / "out")
+    assert report.problems == [] and sorted(report.extracted) == ["狗/2.txt", "猫/1.txt"]
+    assert tree(tmp_path / "out") == {"狗/2.txt": b"woof", "猫/1.txt": b"meow"}
