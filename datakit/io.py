@@ -630,6 +630,29 @@ def _describe(name: str | os.PathLike | None) -> str:
     return str(name) if name is not None else UNNAMED
 
 
+def _cmyk_scaled(data: bytes, mode: str, factor: int) -> np.ndarray | None:
+    """A CMYK (YCCK) JPEG decoded at 1/``factor`` scale with Pillow's conversion to RGB, as the full-size decode
+    converts it (OpenCV's differs by a level), gray from that RGB as at full size; pixels as stored (the EXIF
+    orientation is the caller's). None where Pillow does not give that scale."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            want = (-(-im.size[0] // factor), -(-im.size[1] // factor))
+            im.draft("CMYK", want)
+            if im.size != want or im.mode != "CMYK":
+                return None
+            rgb = im.convert("RGB")
+            if mode == "gray":
+                return np.array(rgb.convert("L"))
+            img = np.array(rgb)
+    except Exception:  # damaged: OpenCV's decode below says what is wrong
+        return None
+    return img if mode == "rgb" else np.ascontiguousarray(img[..., ::-1])
+
+
 def _cv2_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
     """OpenCV's flags for a decode; a JPEG's pixels come as stored (its EXIF orientation is datakit's to
     apply: :func:`_exif_orientation`)."""
@@ -866,7 +889,7 @@ def _decode_image(
             _load_torchvision_jpeg()  # a full-size decode goes through it
         with _c_messages() as messages:
             try:
-                img = _decode(raw, buf, fmt, mode, max_size, name)
+                img = _decode(raw, buf, fmt, mode, max_size, name, strict=True)
             except ImageDecodeError as exc:
                 failed = exc
             else:
@@ -947,7 +970,13 @@ def _default_budget() -> int:
 
 
 def _decode(
-    raw: bytes, buf: np.ndarray, fmt: str | None, mode: str, max_size: int | None, name: str | os.PathLike | None
+    raw: bytes,
+    buf: np.ndarray,
+    fmt: str | None,
+    mode: str,
+    max_size: int | None,
+    name: str | os.PathLike | None,
+    strict: bool = False,
 ) -> np.ndarray:
     import cv2
 
@@ -977,6 +1006,10 @@ def _decode(
         img = _torchvision_jpeg(raw, mode)
         if img is not None:
             return img
+    if fmt == "JPEG" and factor > 1 and components == 4 and (img := _cmyk_scaled(raw, mode, factor)) is not None:
+        if strict:  # Pillow keeps libjpeg's warnings of damaged data to itself: libjpeg through OpenCV says them
+            cv2.imdecode(buf, _cv2_flags(mode, fmt, factor, components))
+        return img
     if fmt == "JPEG" and factor == 1 and mode == "unchanged" and (info := _jpeg_size(raw)) and info[2] == 4:
         # CMYK (YCCK): 3 channels as every mode gives them, not OpenCV's conversion, a level brighter than libjpeg's
         img = _torchvision_jpeg(raw, "bgr")

@@ -1566,3 +1566,28 @@ def test_strict_messages_without_opencvs_log_prefixes(tmp_path: Path):
     with pytest.raises(ImageDecodeError) as exc:
         imread(path, strict=True)
     assert str(exc.value) == f"{path}: damaged BMP data: can't read data: Unexpected end of input stream"
+
+
+def test_cmyk_jpeg_at_a_reduced_scale_converts_as_at_full_size(tmp_path: Path):
+    # the attack: a CMYK JPEG read with max_size (decoded at 1/2, 1/4, 1/8) went through OpenCV's conversion, a
+    # level off Pillow's, which the full-size decode gives
+    rgb = np.zeros((160, 240, 3), np.uint8)
+    rgb[:] = [30, 120, 200]
+    rgb[40:120, 60:180] = [220, 40, 90]
+    path = tmp_path / "印刷.jpg"
+    Image.fromarray(rgb).convert("CMYK").save(path, "JPEG", quality=95)
+    for factor, max_size in ((2, 120), (4, 60), (8, 30)):
+        with Image.open(path) as im:
+            im.draft("CMYK", (240 // factor, 160 // factor))
+            want = np.asarray(im.convert("RGB"))
+            gray = np.asarray(im.convert("RGB").convert("L"))
+        assert want.shape == (160 // factor, 240 // factor, 3) and want[2, 2].tolist() == [30, 120, 200]
+        np.testing.assert_array_equal(imread(path, mode="rgb", max_size=max_size), want)
+        np.testing.assert_array_equal(imread(path, mode="bgr", max_size=max_size), want[..., ::-1])
+        np.testing.assert_array_equal(imread(path, mode="unchanged", max_size=max_size), want[..., ::-1])
+        np.testing.assert_array_equal(imread(path, mode="gray", max_size=max_size), gray)
+        np.testing.assert_array_equal(imread(path, mode="rgb", max_size=max_size, strict=True), want)
+    data = bytearray(path.read_bytes())  # damaged: strict still refuses it at a reduced scale
+    data[len(data) // 2 : len(data) // 2 + 40] = bytes(40)
+    with pytest.raises(ImageDecodeError, match=r"^<bytes>: damaged JPEG data: Corrupt JPEG data: "):
+        decode_image(bytes(data), "rgb", max_size=60, strict=True)
