@@ -600,6 +600,8 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     elif isinstance(src, str) and Path(src).is_file() and Path(src).suffix.lower() in TABLE_SUFFIXES:
         labels, src = src, str(Path(src).parent)  # a table alone: names relative to its folder
     given = None
+    if args.classes is not None and args.remap_labels:  # as open_dataset and check refuse the pair
+        raise UsageError("classes= and remap_labels= both number the classes; give one of them")
     if args.classes is not None:
         from datakit.sources import given_classes
 

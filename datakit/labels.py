@@ -159,6 +159,11 @@ def _text(v: object) -> str:
         return v.date().isoformat() if v.time() == datetime.time() else v.isoformat(sep=" ")
     if isinstance(v, (datetime.date, datetime.time)):
         return v.isoformat()
+    if isinstance(v, datetime.timedelta):  # a duration cell: as [hh]:mm:ss shows it (25:00:00, not '1 day, 1:00:00')
+        us = abs(v) // datetime.timedelta(microseconds=1)
+        sec, us = divmod(us, 1_000_000)
+        text = f"{'-' if v < datetime.timedelta(0) else ''}{sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        return text + (f".{us:06d}".rstrip("0") if us else "")
     if isinstance(v, float) and math.isfinite(v):
         if not v.is_integer():  # Excel shows 15 significant digits: a formula's 3.3000000000000003 (=1.1+2.2) is 3.3
             v = float(format(v, ".15g"))
@@ -1998,8 +2003,8 @@ def _parse_grid(
                 continue
         if numbers is None and isinstance(f, (int, float)) and not isinstance(f, bool):
             numbers = (rownum, _text(f))
-        if dates is None and isinstance(lab, (datetime.date, datetime.time)):
-            dates = (rownum, _text(lab))
+        if dates is None and isinstance(lab, (datetime.date, datetime.time, datetime.timedelta)):
+            dates = (rownum, _text(lab), isinstance(lab, datetime.date))
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
         for col, name in head.rivals:
@@ -2007,13 +2012,17 @@ def _parse_grid(
                 rivals[name].add((labels[-1], _text(row[col])))
         s = row[scol] if scol is not None and scol < len(row) else None
         # the split column where the sheet has one (a one-sheet workbook as the CSV it was saved from), else the sheet
-        splits.append(("" if _blank(s) else _text(s)) if scol is not None else sheet)
+        splits.append(("" if _blank(s) else _text(s)) if scol is not None else sheet.strip())
         rows.append(rownum)
     if dates is not None and notes is not None:  # Excel shows (and saves to CSV) 2024/1/2, which sorts otherwise
         notes.append(
             f"{where}, row {dates[0]}: the label {dates[1]!r} is a date cell, read as that ISO text and "
             "ordered as such; a CSV saved from this workbook holds the date as Excel shows it "
             "(2024/1/2, say), whose classes sort in another order: store the column as text for one reading"
+            if dates[2]
+            else f"{where}, row {dates[0]}: the label {dates[1]!r} is a time or duration cell, read as that text "
+            "(hh:mm:ss) and ordered as such; a CSV saved from this workbook holds it as its format shows it "
+            "(2:00 PM, 2:00:00, say), whose classes sort in another order: store the column as text for one reading"
         )
     if numbers is not None and notes is not None:
         notes.append(f"{where}, row {numbers[0]}: the file name {numbers[1]!r} is a number cell, not text; zeros "

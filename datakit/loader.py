@@ -12,6 +12,8 @@ import logging
 import math
 import multiprocessing
 import multiprocessing.context
+import multiprocessing.managers
+import multiprocessing.sharedctypes
 import operator
 import os
 import pickle
@@ -1564,10 +1566,20 @@ class Loader:
 class _Digest(pickle.Pickler):
     """Pickles a transform for its fingerprint only: functions (lambdas included, which pickle cannot
     store) and locks count by identity, random generators not at all (the main process drawing from
-    one between epochs changes nothing the workers were given)."""
+    one between epochs changes nothing the workers were given). A value shared with the workers (an
+    ``mp.Value``, an ``mp.Array``, a manager's proxy), which they read as it is when they use it, counts by
+    identity and is noted in ``live``; any other object pickle cannot store (an OpenCV CLAHE) counts by
+    identity alone, the rest of the transform by its state."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.live: list[str] = []
 
     def reducer_override(self, obj):
         if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, _LOCK_TYPES)):
+            return int, (id(obj),)
+        if isinstance(obj, _LIVE_TYPES):
+            self.live.append(type(obj).__name__)
             return int, (id(obj),)
         if isinstance(obj, (random.Random, np.random.Generator, np.random.RandomState, np.random.BitGenerator,
                             torch.Generator)):  # fmt: skip
@@ -1576,10 +1588,33 @@ class _Digest(pickle.Pickler):
             t = obj.detach().cpu().contiguous()
             data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
             return tuple, ((str(t.dtype), tuple(t.shape), data),)
+        if not isinstance(obj, type):
+            try:
+                obj.__reduce_ex__(5)
+            except Exception:  # no state pickle can reach: the object itself
+                return int, (id(obj),)
         return NotImplemented
 
 
 _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+_LIVE_TYPES = (multiprocessing.sharedctypes.SynchronizedBase, multiprocessing.managers.BaseProxy)
+
+
+def _live_values(dataset) -> list[str]:
+    """The values shared with the workers (``mp.Value``, ``mp.Array``, a manager's proxy) that the transforms of
+    ``dataset`` hold: a sample read ahead, before the loop sets one for the next epoch, would take the old."""
+    found: list[str] = []
+    for d in _leaves(dataset):
+        for t in (getattr(d, "transform", None), getattr(d, "target_transform", None)):
+            if t is None:
+                continue
+            digest = _Digest(io.BytesIO(), protocol=5)
+            try:
+                digest.dump(t)
+            except Exception:
+                pass
+            found += [n for n in digest.live if n not in found]
+    return found
 
 
 def _fingerprint(obj) -> tuple:
@@ -2233,6 +2268,7 @@ def create_loader(
         raise UsageError("give seed= or generator=, not both: with seed= the order and every sample's random draws "
                          "come from the seed, and the generator would change nothing")  # fmt: skip
     _check_same_classes(dataset)
+    _check_same_scale(dataset)
     from datakit.prefetch import stats_file
 
     normalize = stats_file(normalize)  # the JSON file of datakit stats --json: its statistics and their order
@@ -2419,7 +2455,9 @@ def create_loader(
         ours = not own_sampler and isinstance(kw.get("sampler"), EpochSampler)
         # (and datakit's own datasets only: one of the caller's may read state the loop changes between
         # epochs, an epoch in an mp.Value, which batches read ahead would take from the epoch before)
-        stream = train and persistent and ours and kw.get("in_order", True) and _reads_on(dataset)
+        # (nor where a transform holds a value shared with the workers, which they read as the loop sets it)
+        stream = (train and persistent and ours and kw.get("in_order", True) and _reads_on(dataset)
+                  and not _live_values(dataset))  # fmt: skip
         if stream:
             dl = _StreamingDataLoader(read, drop_one=drop_one, **kw)
         else:
@@ -2563,6 +2601,25 @@ def _keeps_channels(dataset) -> bool:
         if not all(keeps(step) for step in (augment if isinstance(augment, (list, tuple)) else [augment])):
             return False
     return True
+
+
+def _check_same_scale(dataset) -> None:
+    """Refuse datasets (joined in a ConcatDataset) whose datakit pipelines give images on two scales: float32
+    normalised per sample (``normalize=True``) and uint8 (the default, the loader normalises): one batch would
+    hold both, the uint8 images promoted to floats of 0-255 beside normalised ones."""
+    from datakit.transforms import EvalPipeline, TrainPipeline
+
+    kinds: dict[str, int] = {}
+    for k, leaf in enumerate(_leaves(dataset)):
+        pipe = _only_pipeline(getattr(leaf, "transform", None))
+        if isinstance(pipe, (TrainPipeline, EvalPipeline)):
+            kinds.setdefault("normalize=True" if pipe.norm is not None else "uint8", k)
+    if len(kinds) > 1:
+        raise UsageError(f"the datasets' pipelines give images on two scales: float32 normalised in the workers "
+                         f"(normalize=True, dataset {kinds['normalize=True']} of the ConcatDataset) and uint8 "
+                         f"(dataset {kinds['uint8']}), which one batch would hold side by side, the uint8 ones as "
+                         "0-255 floats; make them alike: the default (uint8) in each, normalised by the loader, or "
+                         "normalize=True in each")  # fmt: skip
 
 
 def _only_pipeline(transform):

@@ -606,7 +606,7 @@ def _warn_numbered(root: str, classes: list[str]) -> None:
     """Warn, once per folder or archive, where class folders named by numbers ('0'..'10') are indexed in text
     order (ImageFolder's: '10' is class 2) otherwise than a label table of the same numbers would index them."""
     numbered = sorted(classes, key=int) if all(c.isascii() and c.isdigit() for c in classes) else classes
-    if numbered == classes or root in _SAID_NUMBERED:
+    if numbered == classes or root in _SAID_NUMBERED or _OPENED_WITH_CLASSES.get():  # (classes= is the fix it names)
         return
     _SAID_NUMBERED.add(root)
     k = next(k for k, (a, b) in enumerate(zip(classes, numbered)) if a != b)

@@ -415,6 +415,13 @@ def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: 
     assert capsys.readouterr().err == (
         "datakit check: error: classes= and remap_labels= both number the classes; give one of them\n"
     )
+    # pack-lmdb refuses the pair as check does (it packed, taking --classes alone), before anything is written
+    pack = ["pack-lmdb", str(img), str(tmp_path / "v.lmdb"), "--labels", str(tmp_path / "val.txt")]
+    assert main([*pack, "--classes", str(tmp_path / "classes.txt"), "--remap-labels"]) == 2
+    assert capsys.readouterr().err == (
+        "datakit pack-lmdb: error: classes= and remap_labels= both number the classes; give one of them\n"
+    )
+    assert not (tmp_path / "v.lmdb").exists()
 
 
 def test_a_pack_is_checked_by_split_as_its_source_is(tmp_path: Path, capsys):

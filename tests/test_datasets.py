@@ -661,6 +661,14 @@ def test_class_folders_named_by_numbers_warn_that_a_table_indexes_them_otherwise
         "is class 2); a label table of the same numbers indexes them by value ('10' would be 10): to read one with "
         "the other's indices, pass classes="
     ]
+    caplog.clear()
+    val = tmp_path / "val"  # read with classes= (what the warning asks for): no warning, each folder its number
+    shutil.copytree(root, val)
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        got = open_dataset(val, classes=[str(c) for c in range(11)])
+    assert caplog.records == []
+    assert [got.classes[t] for t in got.targets] == [got.files[i].split("/")[0] for i in range(11)]
+    assert got.classes == [str(c) for c in range(11)]
 
 
 def test_a_table_of_several_splits_read_whole_is_said(samples: Path, caplog, capsys):

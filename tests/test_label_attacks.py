@@ -310,6 +310,29 @@ def test_date_cells_as_labels_get_a_note(tmp_path: Path, caplog, engine: str):
 
 
 @pytest.mark.parametrize("engine", ["openpyxl", "calamine"])
+def test_duration_cells_as_labels_read_as_excel_shows_them(tmp_path: Path, caplog, engine: str):
+    # the attack: durations of 2, 10 and 25 hours ([hh]:mm:ss) read as Python's text, '2:00:00', '10:00:00' and
+    # '1 day, 1:00:00', in the order 25 h, 10 h, 2 h, without a word; the CSV Excel saves holds 02:00:00, 10:00:00,
+    # 25:00:00, in the order of the hours
+    import datetime
+
+    hours = [["a.png", datetime.timedelta(hours=2)], ["b.png", datetime.timedelta(hours=10)],
+             ["c.png", datetime.timedelta(hours=25, seconds=1.5)]]  # fmt: skip
+    book = workbook(tmp_path / "d.xlsx", {"train": hours}, header=("file", "label"))
+    csv = tmp_path / "d.csv"
+    csv.write_text("file,label\na.png,02:00:00\nb.png,10:00:00\nc.png,25:00:01.5\n")
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        table = read_labels(book, engine=engine)
+    assert table.labels.tolist() == ["02:00:00", "10:00:00", "25:00:01.5"]
+    assert table.class_map().classes == read_labels(csv).class_map().classes == tuple(table.labels.tolist())
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{book}, sheet 'train', row 2: the label '02:00:00' is a time or duration cell, read as that text "
+        "(hh:mm:ss) and ordered as such; a CSV saved from this workbook holds it as its format shows it (2:00 PM, "
+        "2:00:00, say), whose classes sort in another order: store the column as text for one reading"
+    ]
+
+
+@pytest.mark.parametrize("engine", ["openpyxl", "calamine"])
 def test_number_formats_that_show_labels_otherwise_get_a_note(tmp_path: Path, caplog, engine: str):
     # the attack: label cells 0.4, 1.4, 10.4 under the format 0 (Excel shows 0, 1, 10), 3 under "类"0 (shows 类3),
     # 1 and 2 under [=1]"dog";[=2]"cat";"bird": the values were read without a word, while the CSV Excel saves from
@@ -1879,3 +1902,15 @@ def test_a_label_number_past_2_53_names_a_fix_the_command_line_has(tmp_path: Pat
     assert (f"{path}, sheet 'Sheet', row 2: label 123456789012345696 is a number cell past 2**53, which this reader "
             "gives as a 64-bit float, no longer exact (two labels could read as one); store the labels as text, or "
             "read it in Python with engine='openpyxl'\n") in capsys.readouterr().err  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["openpyxl", "calamine"])
+def test_a_sheet_name_with_a_trailing_space_is_the_split_a_csv_gives(tmp_path: Path, engine: str):
+    # the attack: a sheet named 'train ' (a space typed after the name) was the split 'train ', and split='train'
+    # was refused; the same value in a CSV's split column is stripped, 'train'
+    book = workbook(tmp_path / "s.xlsx", {"train ": [["a.png", "cat"], ["b.png", "dog"]], "val": [["c.png", "cat"]]})
+    csv = tmp_path / "s.csv"
+    csv.write_text("文件名,标签,split\na.png,cat,train \nb.png,dog,train \nc.png,cat,val\n", encoding="utf-8")
+    assert read_labels(book, engine=engine).split_names == read_labels(csv).split_names == ["train", "val"]
+    assert read_labels(book, split="train", engine=engine).files.tolist() == ["a.png", "b.png"]
+    assert read_labels(csv, split="train").files.tolist() == ["a.png", "b.png"]

@@ -211,6 +211,104 @@ class RaisesOne:
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="notes (add_note) came with Python 3.11")
+class Strength:
+    """A curriculum: the strength the loop sets in an mp.Value before each epoch, written into every image."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __call__(self, img):
+        out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
+        out[2] = self.value.value
+        return out
+
+
+class Switched:
+    """An augmentation switched off in place for the last epochs, holding an object pickle cannot store."""
+
+    def __init__(self) -> None:
+        import cv2
+
+        self.clahe = cv2.createCLAHE()
+        self.enabled = True
+
+    def __call__(self, img):
+        out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
+        out[2] = int(self.enabled)
+        return out
+
+
+def _solid_folder(root: Path) -> None:
+    from datakit.io import imwrite
+
+    for i in range(24):
+        (root / f"类{i % 3}").mkdir(parents=True, exist_ok=True)
+        imwrite(root / f"类{i % 3}" / f"{i:02d}.png", np.full((10, 12, 3), i, np.uint8))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_shared_value_in_a_transform_is_not_read_ahead(tmp_path: Path, method: str):
+    # the attack: a datakit dataset whose transform reads an mp.Value the loop sets before each epoch (a curriculum):
+    # 7 of 9 batches of each epoch, read ahead by the persistent workers, carried the epoch before's value
+    import multiprocessing as mp
+
+    from datakit import open_dataset
+
+    _solid_folder(tmp_path)
+    value = mp.get_context(method).Value("i", 0)
+    loader = create_loader(open_dataset(tmp_path, transform=Strength(value)), 4, num_workers=2, seed=0,
+                           multiprocessing_context=method)  # fmt: skip
+    seen = []
+    for e in range(3):
+        value.value = 10 * e
+        seen.append(sorted({int(v) for x, _ in loader for v in x[:, 2, 0, 0]}))
+    assert seen == [[0], [10], [20]]
+    assert type(loader.loader).__name__ == "_BalancedDataLoader"
+    del loader
+    gc.collect()
+
+
+def test_a_transform_changed_in_place_is_seen_beside_an_object_pickle_cannot_store(tmp_path: Path):
+    # the attack: a transform holding an OpenCV CLAHE (which pickle cannot store) was fingerprinted by its identity
+    # alone: switched off in place before an epoch, it went on augmenting every batch of that epoch
+    from datakit import open_dataset
+
+    _solid_folder(tmp_path)
+    aug = Switched()
+    loader = create_loader(open_dataset(tmp_path, transform=aug), 4, num_workers=2, seed=0,
+                           multiprocessing_context="fork")  # fmt: skip
+    seen = []
+    for e in range(2):
+        aug.enabled = e == 0
+        seen.append(sorted({int(v) for x, _ in loader for v in x[:, 2, 0, 0]}))
+    assert seen == [[1], [0]]
+    assert type(loader.loader).__name__ == "_StreamingDataLoader"  # nothing shared: read on as before
+    del loader
+    gc.collect()
+
+
+def test_pipelines_giving_two_scales_are_refused(tmp_path: Path):
+    # the attack: a ConcatDataset of a normalize=True pipeline and a uint8 one: batches held normalised floats beside
+    # uint8 images promoted to 0-255 floats, without a word
+    from datakit import open_dataset
+    from datakit.transforms import train_pipeline
+
+    _solid_folder(tmp_path)
+    a = open_dataset(tmp_path, transform=train_pipeline(8, normalize=True))
+    b = open_dataset(tmp_path, transform=train_pipeline(8))
+    for device in ("cpu", None):
+        with pytest.raises(UsageError) as e:
+            create_loader(torch.utils.data.ConcatDataset([a, b]), 4, num_workers=0, seed=0, device=device)
+        assert str(e.value) == (
+            "the datasets' pipelines give images on two scales: float32 normalised in the workers (normalize=True, "
+            "dataset 0 of the ConcatDataset) and uint8 (dataset 1), which one batch would hold side by side, the "
+            "uint8 ones as 0-255 floats; make them alike: the default (uint8) in each, normalised by the loader, or "
+            "normalize=True in each"
+        )
+    x, _ = next(iter(create_loader(torch.utils.data.ConcatDataset([b, b]), 4, num_workers=0, seed=0)))
+    assert x.dtype == torch.uint8
+
+
 @pytest.mark.parametrize("workers, method", [(0, None), (2, "fork"), (2, "spawn")])
 def test_an_error_of_the_users_transform_names_the_sample_and_file(tmp_path: Path, workers: int, method):
     # the attack: a transform= of the user's raising ValueError reached the loop as a bare 'unexpected image', with
