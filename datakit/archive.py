@@ -230,12 +230,14 @@ class _Unflagged(io.RawIOBase):
         super().close()
 
 
-def _flag_patches(path: str | os.PathLike) -> tuple[dict[int, int], int, bytes] | None:
+def _flag_patches(
+    path: str | os.PathLike, base: dict[int, int] | None = None
+) -> tuple[dict[int, int], int, bytes] | None:
     """Where to clear the UTF-8 flag of every flagged member (central and local header), when a flagged name is
     not UTF-8: (patches, flagged names, the first name that is not UTF-8); None when none is, or the central
     directory cannot be walked (zipfile's own error stands then)."""
     try:
-        with open(path, "rb") as f:
+        with io.BufferedReader(_Unflagged(path, base)) if base else open(path, "rb") as f:  # noqa: SIM115
             end = zipfile._EndRecData(f)
             if not end:
                 return None
@@ -283,11 +285,10 @@ def _zip64_offset(offset: int, sizes: tuple[int, int], extra: bytes) -> int:
 
 def _comment_patches(path: str | os.PathLike) -> dict[int, int] | None:
     """Where the archive's comment holds the end record's signature (``PK\\x05\\x06``, "made by scanner PK..."):
-    zipfile takes the last one in the file for the end record and refused a valid archive as "not a zip file"
-    (or, with a comment crafted to hold a whole end record, would read a central directory the comment points
-    to, a record of no members making it read as empty). The end record is the first whose comment ends the
-    file (a later one is in its comment); the signatures after it are patched out as read. None where it is the
-    last signature (nearly always)."""
+    zipfile takes the last one in the file for the end record and refused a valid archive as "not a zip file".
+    Asked only where zipfile refused the archive: the end record is then the first whose comment ends the file
+    (a later one is in its comment), and the signatures after it are patched out as read. None where it is the
+    last signature."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
@@ -318,35 +319,50 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
             "a pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
         )
         raise UsageError(f"{path}: {what}, not a regular file; a zip archive is read from a file")
-    comment = _comment_patches(path) if mode is not None else None
-    if comment:  # the end record's signature in the archive's comment: hidden from zipfile, which takes the last
-        f = io.BufferedReader(_Unflagged(path, comment))
-        try:
-            zf = _zipfile(path, f)
-        except BaseException:
-            f.close()
-            raise
-        zf._filePassed = 0  # closed with the archive
-        return zf
     try:
-        return _zipfile(path, path)
+        return _flag_tolerant(path, {})
+    except ArchiveError:
+        # zipfile takes the last end-record signature in the file: one in the archive's comment ("made by scanner
+        # PK\x05\x06") made a valid archive unreadable; read it again with those in the comment hidden
+        comment = _comment_patches(path) if mode is not None else None
+        if not comment:
+            raise
+        saved = sys.exc_info()[1]
+    try:
+        return _flag_tolerant(path, comment)
+    except ArchiveError:
+        raise saved from None
+
+
+def _flag_tolerant(path: str | os.PathLike, patches: dict[int, int]) -> zipfile.ZipFile:
+    """The archive read with ``patches`` applied (none: the file as it is), and where a name flagged UTF-8 is not
+    UTF-8, again with every UTF-8 flag cleared as well."""
+    try:
+        return _patched_zip(path, patches)
     except UnicodeDecodeError as exc:  # Python's zipfile decodes a flagged name strictly, before anything else
-        found = _flag_patches(path)
+        found = _flag_patches(path, patches)
         if found is None:
             raise ArchiveError(_not_utf8(path, exc)) from None
     # the tool set the flag whatever the bytes: none of its flags is trusted
-    patches, flagged, broken = found
+    flags, flagged, broken = found
+    try:
+        zf = _patched_zip(path, {**patches, **flags})
+    except UnicodeDecodeError as exc:  # (every flag is cleared: a local header's, read later, may still say so)
+        raise ArchiveError(_not_utf8(path, exc)) from None
+    zf.flag_ignored = (flagged, broken)
+    return zf
+
+
+def _patched_zip(path: str | os.PathLike, patches: dict[int, int]) -> zipfile.ZipFile:
+    if not patches:
+        return _zipfile(path, path)
     f = io.BufferedReader(_Unflagged(path, patches))
     try:
         zf = _zipfile(path, f)
-    except UnicodeDecodeError as exc:  # (every flag is cleared: a local header's, read later, may still say so)
-        f.close()
-        raise ArchiveError(_not_utf8(path, exc)) from None
     except BaseException:
         f.close()
         raise
     zf._filePassed = 0  # closed with the archive
-    zf.flag_ignored = (flagged, broken)
     return zf
 
 

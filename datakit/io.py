@@ -640,8 +640,8 @@ def _cmyk_scaled(data: bytes, mode: str, factor: int) -> np.ndarray | None:
 
     try:
         with Image.open(io.BytesIO(data)) as im:
-            want = (-(-im.size[0] // factor), -(-im.size[1] // factor))
-            im.draft("CMYK", want)
+            want = (-(-im.size[0] // factor), -(-im.size[1] // factor))  # libjpeg's scaled size (rounded up)
+            im.draft("CMYK", (im.size[0] // factor, im.size[1] // factor))  # (Pillow's scale: the size // this)
             if im.size != want or im.mode != "CMYK":
                 return None
             rgb = im.convert("RGB")
@@ -730,7 +730,7 @@ def _torchvision_jpeg(raw: bytes, mode: str) -> np.ndarray | None:
 _TIFF_PILLOW_ONLY = {34925, 50000, 50001, 50002, 34887, 34661}
 
 
-def _tiff_for_pillow(data: bytes) -> bool:
+def _tiff_for_pillow(data: bytes, keep_deep: bool = False) -> bool:
     """Whether a TIFF is one for Pillow, not OpenCV: compressed in a way OpenCV's libtiff lacks, CIELab, or 8-bit
     RGBA with ordinary (unassociated) alpha, ExtraSamples = 2, as Pillow, GIMP and Photoshop write it (its
     colours are stored as they are; OpenCV returns them premultiplied)."""
@@ -743,7 +743,8 @@ def _tiff_for_pillow(data: bytes) -> bool:
             tags = im.tag_v2 if hasattr(im, "tag_v2") else {}
             if tags.get(259) in _TIFF_PILLOW_ONLY or im.mode == "LAB":  # CIELab: libtiff's RGB clips b* (34 to 0)
                 return True
-            return im.mode == "RGBA" and tags.get(338) in (2, (2,))
+            # (16-bit samples read unchanged: OpenCV gives them as stored, Pillow 8 bits of them)
+            return im.mode == "RGBA" and tags.get(338) in (2, (2,)) and not keep_deep
     except Exception:  # not one Pillow reads: OpenCV says what is wrong
         return False
 
@@ -1016,7 +1017,7 @@ def _decode(
         if img is not None:
             return img
     if fmt == "TIFF":
-        tags = _tiff_tags(raw, (258, 277, 284, 338))
+        tags = _tiff_tags(raw, (258, 262, 277, 284, 338))
         bits, deep = tags.get(258, 1), tags.get(258, 1) > 8
         if deep and tags.get(284) == 2 and tags.get(277, 1) > 1 and (mode == "unchanged" or tags.get(338) == 2):
             # OpenCV reads such planes as if interleaved (the first plane's samples in every channel), and Pillow
@@ -1029,7 +1030,13 @@ def _decode(
                 else f"{planes}: refused in mode 'unchanged' (OpenCV reads its first plane into every channel); "
                 "read it in mode 'rgb' or 'gray', or save it with its samples interleaved"
             )  # fmt: skip
-        if not (deep and mode == "unchanged") and _tiff_for_pillow(raw):  # (Pillow gives 8 bits of 16)
+        if deep and mode == "unchanged" and tags.get(277) == 2 and tags.get(262, 1) in (0, 1):
+            # OpenCV gives 8 bits of the gray and drops the alpha; Pillow has no 16-bit gray and alpha
+            raise ImageDecodeError(
+                f"{_describe(name)}: TIFF of {bits}-bit gray and alpha: refused in mode 'unchanged' (OpenCV gives 8 "
+                "bits of its gray and drops its alpha); read it in mode 'gray' or 'rgb', or save it as RGBA"
+            )
+        if _tiff_for_pillow(raw, keep_deep=deep and mode == "unchanged"):
             return _pillow_named(raw, mode, fmt, name)
     if mode != "unchanged" and fmt is None and raw[:2] in (b"PF", b"Pf") and raw[2:3].isspace():
         # a PFM: OpenCV rounds its floats to 0 or 1 (a scale the file does not store) and keeps a colour one's

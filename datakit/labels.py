@@ -160,10 +160,8 @@ def _text(v: object) -> str:
     if isinstance(v, (datetime.date, datetime.time)):
         return v.isoformat()
     if isinstance(v, datetime.timedelta):  # a duration cell: as [hh]:mm:ss shows it (25:00:00, not '1 day, 1:00:00')
-        us = abs(v) // datetime.timedelta(microseconds=1)
-        sec, us = divmod(us, 1_000_000)
-        text = f"{'-' if v < datetime.timedelta(0) else ''}{sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
-        return text + (f".{us:06d}".rstrip("0") if us else "")
+        sec = (abs(v) + datetime.timedelta(microseconds=500_000)) // datetime.timedelta(seconds=1)  # whole seconds
+        return f"{'-' if v < datetime.timedelta(0) else ''}{sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
     if isinstance(v, float) and math.isfinite(v):
         if not v.is_integer():  # Excel shows 15 significant digits: a formula's 3.3000000000000003 (=1.1+2.2) is 3.3
             v = float(format(v, ".15g"))
@@ -1921,7 +1919,7 @@ def _marker_problem(file: str, label: str) -> str:
 def _parse_grid(
     grid: Sequence[Sequence[object]], head: _Header, *, sheet: str, where: str, problems: list,
     order: int, split_column: str | None, cell_note=None, notes: list | None = None, cell_error=None,
-    engine: str = "calamine",
+    engine: str = "calamine", split_name: str | None = None,
 ) -> _Part:  # fmt: skip
     """Rows under ``head`` as a part; blank files or labels become problems, wholly empty rows vanish.
     ``engine``: the reader that read the grid (a number past 2**53 is exact in openpyxl's where the sheet holds
@@ -1935,6 +1933,7 @@ def _parse_grid(
     named: list[str] = []
     numbers: tuple[int, str] | None = None  # the first file cell that holds a number, not text
     dates: tuple[int, str] | None = None  # the first label cell that holds a date, not text
+    times: tuple[int, str] | None = None  # the first label cell that holds a time of day or a duration
     rivals: dict[str, set[tuple[str, str]]] = {name: set() for _, name in head.rivals}
     fname = head.fname
     for col, name in head.file_rivals:  # another column naming the image: the same files, or refused
@@ -2003,8 +2002,10 @@ def _parse_grid(
                 continue
         if numbers is None and isinstance(f, (int, float)) and not isinstance(f, bool):
             numbers = (rownum, _text(f))
-        if dates is None and isinstance(lab, (datetime.date, datetime.time, datetime.timedelta)):
-            dates = (rownum, _text(lab), isinstance(lab, datetime.date))
+        if dates is None and isinstance(lab, datetime.date):
+            dates = (rownum, _text(lab))
+        if times is None and isinstance(lab, (datetime.time, datetime.timedelta)):
+            times = (rownum, _text(lab))
         files.append(_text(f).replace("\\", "/"))
         labels.append(_text(lab))
         for col, name in head.rivals:
@@ -2012,15 +2013,17 @@ def _parse_grid(
                 rivals[name].add((labels[-1], _text(row[col])))
         s = row[scol] if scol is not None and scol < len(row) else None
         # the split column where the sheet has one (a one-sheet workbook as the CSV it was saved from), else the sheet
-        splits.append(("" if _blank(s) else _text(s)) if scol is not None else sheet.strip())
+        splits.append(("" if _blank(s) else _text(s)) if scol is not None else split_name or sheet)
         rows.append(rownum)
     if dates is not None and notes is not None:  # Excel shows (and saves to CSV) 2024/1/2, which sorts otherwise
         notes.append(
             f"{where}, row {dates[0]}: the label {dates[1]!r} is a date cell, read as that ISO text and "
             "ordered as such; a CSV saved from this workbook holds the date as Excel shows it "
             "(2024/1/2, say), whose classes sort in another order: store the column as text for one reading"
-            if dates[2]
-            else f"{where}, row {dates[0]}: the label {dates[1]!r} is a time or duration cell, read as that text "
+        )
+    if times is not None and notes is not None:
+        notes.append(
+            f"{where}, row {times[0]}: the label {times[1]!r} is a time or duration cell, read as that text "
             "(hh:mm:ss) and ordered as such; a CSV saved from this workbook holds it as its format shows it "
             "(2:00 PM, 2:00:00, say), whose classes sort in another order: store the column as text for one reading"
         )
@@ -2591,9 +2594,14 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              "Excel and save it") from None  # fmt: skip
         raise LabelError(f"{path}: cannot read the workbook ({type(exc).__name__}: {exc})") from None
     names = [s.name for s in meta]
+    # a sheet's name as a split, stripped of spaces around it as a split column's values are ('train ' is 'train'),
+    # where that leaves a name no other sheet's gives
+    stripped = [n.strip() for n in names]
+    split_of = {n: t if t and stripped.count(t) == 1 else n for n, t in zip(names, stripped)}
     wanted = list(sheets) if sheets is not None else None
-    if wanted is None and split is not None and split in names:
-        wanted = [split]  # --split reads only its sheet (the others give only their class names)
+    if wanted is None and split is not None and split in split_of.values():
+        wanted = [next(n for n, t in split_of.items() if t == split)]  # --split reads only its sheet (the others give
+        # only their class names)
     if wanted is not None:
         missing = [s for s in wanted if s not in names]
         if missing:
@@ -2693,7 +2701,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                 own: list = []
                 notes_of = _CellNotesOnce(path, sh.name)
                 other = _parse_grid(grid, head, sheet=sh.name, where=where, problems=own, order=order, engine=engine,
-                                    split_column=split_column, cell_note=notes_of)  # fmt: skip
+                                    split_column=split_column, cell_note=notes_of,
+                                    split_name=split_of[sh.name])  # fmt: skip
                 unsaved[order] = [q for q in own if _NO_SAVED_VALUE in q[1]]  # said below if it is a split
                 other.order, other.chosen = order, False
                 parts.append(other)
@@ -2746,7 +2755,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
 
         part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order, engine=engine,
                            split_column=split_column, cell_note=cell_note, notes=notes,
-                           cell_error=cell_error)  # fmt: skip
+                           cell_error=cell_error, split_name=split_of[sh.name])  # fmt: skip
         if _declared_rows(path, sh.name) > len(grid):  # trailing rows read as empty: formulas without values?
             cell_note(0, 0)  # loads the sheet's formula cells
             for row in sorted({r for r in cells.rows() if r > len(grid)}):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
+import ctypes
 import hashlib
 import io
 import logging
@@ -13,7 +14,9 @@ import math
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.managers
+import multiprocessing.shared_memory
 import multiprocessing.sharedctypes
+import multiprocessing.synchronize
 import operator
 import os
 import pickle
@@ -1359,8 +1362,7 @@ class Loader:
         self._supersede("iter")
         return self._run(epoch, skip, self._generation)
 
-    def _run(self, epoch: int, skip: int, gen: int) -> Iterator:
-        dl = self.loader
+    def _tell_epoch(self, dl, epoch: int) -> None:
         sampler = dl.sampler
         if isinstance(sampler, EpochSampler):
             sampler.epoch, sampler.asked = epoch, None  # the loader's own telling: not a caller's request
@@ -1368,6 +1370,11 @@ class Loader:
         elif hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
             self._told_epoch = epoch
+
+    def _run(self, epoch: int, skip: int, gen: int) -> Iterator:
+        dl = self.loader
+        sampler = dl.sampler
+        self._tell_epoch(dl, epoch)
         if skip and not isinstance(sampler, EpochSampler):
             raise ValueError("resuming mid-epoch needs the EpochSampler that create_loader sets up")
         try:
@@ -1377,6 +1384,17 @@ class Loader:
                 self.epoch = epoch
             raise
         self._restart_if_changed(epoch)
+        if isinstance(dl, _StreamingDataLoader) and self._rebuild is not None and _live_values(self.dataset):
+            # a transform set since holds a value the loop sets between epochs: what is read ahead would take the
+            # epoch before's; made again, to read one epoch at a time
+            self._drop_feed(wait=True, patience=2.5)
+            _stop_workers(dl)
+            self._workers_saw = None
+            with _chosen_workers() if self._tuned else contextlib.nullcontext():
+                self.loader = self._rebuild(dl.num_workers)
+        if self.loader is not dl:
+            dl = self.loader
+            self._tell_epoch(dl, epoch)
         t = self.timing = EpochTiming(epoch, dl.num_workers)
         clock = time.perf_counter
         stream = isinstance(dl, _StreamingDataLoader)
@@ -1451,6 +1469,7 @@ class Loader:
         """A pipeline set since the loader was made (``ds.transform = train_pipeline(160, mean=...)``) whose
         statistics differ from the ones the batches are normalised with would train on wrongly normalised
         input, without a word: refused at the epoch's start, as create_loader refuses it."""
+        _check_same_scale(self.dataset, epoch)  # (a part switched to normalize=True meanwhile)
         if self.normalises_with is None:
             return
         applied, from_pipeline = self.normalises_with
@@ -1571,15 +1590,38 @@ class _Digest(pickle.Pickler):
     identity and is noted in ``live``; any other object pickle cannot store (an OpenCV CLAHE) counts by
     identity alone, the rest of the transform by its state."""
 
-    def __init__(self, *args, **kw) -> None:
+    def __init__(self, *args, seen: set[int] | None = None, live: list[str] | None = None, **kw) -> None:
         super().__init__(*args, **kw)
-        self.live: list[str] = []
+        self.live: list[str] = [] if live is None else live
+        self.seen: set[int] = set() if seen is None else seen  # the functions looked into: a cycle ends there
+
+    def _look_into(self, fn) -> None:
+        """Note the shared values a function holds (in its closure, defaults, the module globals it names) or a
+        bound method's object: ``lambda img: img * v.value`` reads ``v`` as the loop sets it."""
+        if id(fn) in self.seen:
+            return
+        self.seen.add(id(fn))
+        if isinstance(fn, types.MethodType):
+            held = [fn.__self__]
+        else:
+            held = [c.cell_contents for c in fn.__closure__ or () if c.cell_contents is not None]
+            held += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+            held += [fn.__globals__[n] for n in fn.__code__.co_names if isinstance(fn.__globals__.get(n), _LIVE_TYPES)]
+        for value in held:
+            try:
+                _Digest(io.BytesIO(), protocol=5, seen=self.seen, live=self.live).dump(value)
+            except Exception:  # what cannot be pickled is looked through no further
+                pass
 
     def reducer_override(self, obj):
-        if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, _LOCK_TYPES)):
+        if isinstance(obj, (types.FunctionType, types.MethodType)):
+            self._look_into(obj)
+            return int, (id(obj),)
+        if isinstance(obj, (types.BuiltinFunctionType, _LOCK_TYPES)):
             return int, (id(obj),)
         if isinstance(obj, _LIVE_TYPES):
-            self.live.append(type(obj).__name__)
+            if type(obj).__name__ not in self.live:
+                self.live.append(type(obj).__name__)
             return int, (id(obj),)
         if isinstance(obj, (random.Random, np.random.Generator, np.random.RandomState, np.random.BitGenerator,
                             torch.Generator)):  # fmt: skip
@@ -1588,7 +1630,10 @@ class _Digest(pickle.Pickler):
             t = obj.detach().cpu().contiguous()
             data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
             return tuple, ((str(t.dtype), tuple(t.shape), data),)
-        if not isinstance(obj, type):
+        if isinstance(obj, type):
+            if not _importable(obj):  # a class made inside a function: its instances' state still counts
+                return int, (id(obj),)
+        else:
             try:
                 obj.__reduce_ex__(5)
             except Exception:  # no state pickle can reach: the object itself
@@ -1596,8 +1641,23 @@ class _Digest(pickle.Pickler):
         return NotImplemented
 
 
+def _importable(cls: type) -> bool:
+    """Whether pickle can store ``cls`` by reference: found by its module and qualified name."""
+    found = sys.modules.get(cls.__module__)
+    try:
+        for part in cls.__qualname__.split("."):
+            found = getattr(found, part)
+    except AttributeError:
+        return False
+    return found is cls
+
+
 _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
-_LIVE_TYPES = (multiprocessing.sharedctypes.SynchronizedBase, multiprocessing.managers.BaseProxy)
+# values the workers read as they are when they use them: shared ctypes (mp.Value, mp.Array, with a lock or without,
+# RawValue, RawArray), an mp.Event, shared memory, a manager's proxy
+_LIVE_TYPES = (multiprocessing.sharedctypes.SynchronizedBase, multiprocessing.managers.BaseProxy, ctypes._SimpleCData,
+               ctypes.Array, ctypes.Structure, multiprocessing.synchronize.Event,
+               multiprocessing.shared_memory.SharedMemory)  # fmt: skip
 
 
 def _live_values(dataset) -> list[str]:
@@ -2603,23 +2663,16 @@ def _keeps_channels(dataset) -> bool:
     return True
 
 
-def _check_same_scale(dataset) -> None:
-    """Refuse datasets (joined in a ConcatDataset) whose datakit pipelines give images on two scales: float32
-    normalised per sample (``normalize=True``) and uint8 (the default, the loader normalises): one batch would
-    hold both, the uint8 images promoted to floats of 0-255 beside normalised ones."""
-    from datakit.transforms import EvalPipeline, TrainPipeline
-
-    kinds: dict[str, int] = {}
-    for k, leaf in enumerate(_leaves(dataset)):
-        pipe = _only_pipeline(getattr(leaf, "transform", None))
-        if isinstance(pipe, (TrainPipeline, EvalPipeline)):
-            kinds.setdefault("normalize=True" if pipe.norm is not None else "uint8", k)
-    if len(kinds) > 1:
-        raise UsageError(f"the datasets' pipelines give images on two scales: float32 normalised in the workers "
-                         f"(normalize=True, dataset {kinds['normalize=True']} of the ConcatDataset) and uint8 "
-                         f"(dataset {kinds['uint8']}), which one batch would hold side by side, the uint8 ones as "
-                         "0-255 floats; make them alike: the default (uint8) in each, normalised by the loader, or "
-                         "normalize=True in each")  # fmt: skip
+def _check_same_scale(dataset, epoch: int | None = None) -> None:
+    """Refuse datasets (joined in a ConcatDataset, or held by a dataset of the caller's) whose datakit pipelines give
+    images on two scales: float32 normalised per sample (``normalize=True``) and uint8 (the default, the loader
+    normalises): one batch would hold both, the uint8 images promoted to floats of 0-255 beside normalised ones."""
+    if len({pipe.norm is None for _, pipe, _ in _found_pipelines(dataset)}) > 1:
+        raise UsageError(f"{f'epoch {epoch}: ' if epoch is not None else ''}the datasets' pipelines give images on "
+                         "two scales, float32 normalised in the workers (normalize=True) in some and uint8 in "
+                         "others, which one batch would hold side by side, the uint8 ones as 0-255 floats; make them "
+                         "alike: the default (uint8) in each, normalised by the loader, or normalize=True in "
+                         "each")  # fmt: skip
 
 
 def _only_pipeline(transform):
@@ -2642,13 +2695,10 @@ def _stats_order(normalize) -> str | None:
     return order if order in ("RGB", "BGR") else None
 
 
-def _pipeline_stats(dataset, depth: int = 0, order_known: bool = True) -> list[tuple[str, tuple]]:
-    """What the uint8 pipelines of ``dataset`` (through Subset, ConcatDataset, a dataset of the caller's that holds
-    one, and a Compose around the pipeline) say of the statistics to normalise their batches with, each once:
-    ``("given", (mean, std))`` given to ``train_pipeline(mean=, std=)`` (in the images' channel order, as they are
-    applied), or ``("default", (mean, std))``: ImageNet's, reversed for a ``mode="bgr"`` dataset; empty for none
-    (``normalize=True``, other transforms). Inside a dataset of the caller's the channel order is not known (it may
-    turn them), as for the loader's normalisation: the default is ImageNet's as written."""
+def _found_pipelines(dataset, depth: int = 0, order_known: bool = True) -> list[tuple[object, object, bool]]:
+    """The datakit pipelines of ``dataset``: ``(dataset, pipeline, order_known)`` for each dataset that has one as its
+    transform (through Subset, ConcatDataset, a dataset of the caller's that holds one, and a Compose around the
+    pipeline). Inside a dataset of the caller's, or a Compose, the channel order is not known (it may turn them)."""
     if depth > 4:
         return []
     inner = None
@@ -2657,7 +2707,7 @@ def _pipeline_stats(dataset, depth: int = 0, order_known: bool = True) -> list[t
     elif isinstance(dataset, torch.utils.data.ConcatDataset):
         inner = list(dataset.datasets)
     from datakit.sources import ImageDataset
-    from datakit.transforms import IMAGENET_MEAN, IMAGENET_STD, EvalPipeline, TrainPipeline
+    from datakit.transforms import EvalPipeline, TrainPipeline
 
     pipe = _only_pipeline(getattr(dataset, "transform", None))
     for _ in range(4):  # Compose([train_pipeline(...), more]): the pipeline inside, the channel order not known
@@ -2674,23 +2724,39 @@ def _pipeline_stats(dataset, depth: int = 0, order_known: bool = True) -> list[t
         inner = [v for v in held if isinstance(v, torch.utils.data.Dataset)]
         order_known = False
     if inner is not None:
-        found = [s for d in inner for s in _pipeline_stats(d, depth + 1, order_known)]
-        return [s for k, s in enumerate(found) if not any(_same_stats(s[1], t[1]) for t in found[:k])]
-    if not isinstance(pipe, (TrainPipeline, EvalPipeline)) or pipe.norm is not None:
-        return []
-    stats = getattr(pipe, "batch_stats", None)
-    if stats is None and not hasattr(pipe, "batch_stats") and getattr(pipe, "stats_order", "RGB") is None:
-        _say_once(
-            f"a pipeline ({type(pipe).__name__}) made by an earlier datakit was given mean= and std= it does not "
-            "keep; its batches are normalised with ImageNet's statistics: make the pipeline again (or pass "
-            "normalize=)"
-        )
-    if stats is not None:
-        return [("given", (list(stats[0]), list(stats[1])))]
-    mean, std = list(IMAGENET_MEAN), list(IMAGENET_STD)
-    if order_known and _channel_order(dataset) == "BGR":
-        mean, std = mean[::-1], std[::-1]
-    return [("default", (mean, std))]
+        return [f for d in inner for f in _found_pipelines(d, depth + 1, order_known)]
+    return [(dataset, pipe, order_known)] if isinstance(pipe, (TrainPipeline, EvalPipeline)) else []
+
+
+def _pipeline_stats(dataset) -> list[tuple[str, tuple]]:
+    """What the uint8 pipelines of ``dataset`` (:func:`_found_pipelines`) say of the statistics to normalise their
+    batches with, each once: ``("given", (mean, std))`` given to ``train_pipeline(mean=, std=)`` (in the images'
+    channel order, as they are applied), or ``("default", (mean, std))``: ImageNet's, reversed for a ``mode="bgr"``
+    dataset where its channel order is known (as written inside a dataset of the caller's, as for the loader's
+    normalisation); empty for none (``normalize=True``, other transforms)."""
+    from datakit.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+    found: list[tuple[str, tuple]] = []
+    for leaf, pipe, order_known in _found_pipelines(dataset):
+        if pipe.norm is not None:
+            continue
+        stats = getattr(pipe, "batch_stats", None)
+        if stats is None and not hasattr(pipe, "batch_stats") and getattr(pipe, "stats_order", "RGB") is None:
+            _say_once(
+                f"a pipeline ({type(pipe).__name__}) made by an earlier datakit was given mean= and std= it does not "
+                "keep; its batches are normalised with ImageNet's statistics: make the pipeline again (or pass "
+                "normalize=)"
+            )
+        if stats is not None:
+            said = ("given", (list(stats[0]), list(stats[1])))
+        else:
+            mean, std = list(IMAGENET_MEAN), list(IMAGENET_STD)
+            if order_known and _channel_order(leaf) == "BGR":
+                mean, std = mean[::-1], std[::-1]
+            said = ("default", (mean, std))
+        if not any(_same_stats(said[1], t[1]) for t in found):
+            found.append(said)
+    return found
 
 
 _SAID: set[str] = set()

@@ -2995,11 +2995,11 @@ def test_no_empty_folder_is_left_behind_members_refused(tmp_path: Path, capsys):
         "cat", "cat/a.txt", "cat/c.txt", "empty", "mine"]  # fmt: skip
 
 
-@pytest.mark.parametrize("comment", [b"made by scanner PK\x05\x06 v2", b"PK\x05\x06" + bytes(18)],
-                         ids=["signature", "empty-end-record"])  # fmt: skip
+@pytest.mark.parametrize("comment", [b"made by scanner PK\x05\x06 v2", b"PK\x05\x06 PK\x05\x06PK\x05\x06"],
+                         ids=["once", "three-times"])  # fmt: skip
 def test_an_end_record_signature_in_the_comment(tmp_path: Path, comment: bytes):
-    # the attacks: an archive whose comment holds the end record's signature was refused as "not a zip archive,
-    # or truncated" (Info-ZIP lists it); one whose comment holds a whole end record of no members read as empty
+    # the attack: an archive whose comment holds the end record's signature was refused as "not a zip archive, or
+    # truncated" (Info-ZIP lists it), as zipfile takes the last signature for the end record
     path = tmp_path / "注释.zip"
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("猫/1.txt", b"meow")
@@ -3011,3 +3011,28 @@ def test_an_end_record_signature_in_the_comment(tmp_path: Path, comment: bytes):
     report = unzip(path, tmp_path / "out")
     assert report.problems == [] and sorted(report.extracted) == ["狗/2.txt", "猫/1.txt"]
     assert tree(tmp_path / "out") == {"狗/2.txt": b"woof", "猫/1.txt": b"meow"}
+    # with GBK names flagged UTF-8 by the tool that made it: both read past, the flag ignored with its warning
+    flagged = write_zip(tmp_path / "flagged.zip", [gbk("猫/一只小猫.txt", b"meow", utf8_flag=True),
+                                                   gbk("狗/二只小狗.txt", b"woof", utf8_flag=True)])  # fmt: skip
+    flagged.write_bytes(flagged.read_bytes()[:-2] + len(comment).to_bytes(2, "little") + comment)
+    with ZipReader(flagged) as r:
+        assert sorted(r.names()) == ["狗/二只小狗.txt", "猫/一只小猫.txt"] and r.read("猫/一只小猫.txt") == b"meow"
+
+
+def test_an_end_record_in_a_members_data_does_not_replace_the_archives(tmp_path: Path):
+    # the attack on the mend above: a stored member holding a small archive and an end record whose comment
+    # reaches the end of the file; zipfile and Info-ZIP read the real archive, whose end record comes last
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        z.writestr("cat/1.txt", b"EVIL")
+    fake = inner.getvalue()
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("cat/1.txt", b"meow")
+        z.writestr("notes.bin", fake)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(fake) + len(fake) - 2  # the member's end record: its comment now reaches the end of the file
+    raw[at : at + 2] = (len(raw) - at - 2).to_bytes(2, "little")
+    path.write_bytes(bytes(raw))
+    with ZipReader(path) as r:
+        assert sorted(r.names()) == ["cat/1.txt", "notes.bin"] and r.read("cat/1.txt") == b"meow"

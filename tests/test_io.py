@@ -1484,7 +1484,7 @@ def test_png_gray_is_bt601_luma_whatever_gamma_the_file_states(tmp_path: Path, c
     assert imread(path, mode="rgb")[0, 0].tolist() == [200, 40, 10]
 
 
-def _tiff16(a: np.ndarray, extra_samples: int, planar: int) -> bytes:
+def _tiff16(a: np.ndarray, extra_samples: int, planar: int, photometric: int = 2) -> bytes:
     """An uncompressed little-endian RGB(A) TIFF of 16-bit samples, interleaved (1) or in planes (2)."""
     h, w, spp = a.shape
     if planar == 1:
@@ -1505,16 +1505,19 @@ def _tiff16(a: np.ndarray, extra_samples: int, planar: int) -> bytes:
     bps = put(struct.pack(f"<{spp}H", *[16] * spp))
     so = put(struct.pack(f"<{n}I", *offsets)) if n > 1 else offsets[0]
     sc = put(struct.pack(f"<{n}I", *map(len, strips))) if n > 1 else len(strips[0])
-    tags = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, spp, bps), (259, 3, 1, 1), (262, 3, 1, 2), (273, 4, n, so),
+    tags = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, spp, bps), (259, 3, 1, 1), (262, 3, 1, photometric), (273, 4, n, so),
             (277, 3, 1, spp), (278, 4, 1, h), (279, 4, n, sc), (284, 3, 1, planar)]  # fmt: skip
     if extra_samples:
         tags.append((338, 3, 1, extra_samples))
     ifd = len(data)
     data += struct.pack("<H", len(tags))
     for t, typ, cnt, v in sorted(tags):
-        data += (
-            struct.pack("<HHII", t, typ, cnt, v) if cnt > 1 or typ == 4 else struct.pack("<HHIHH", t, typ, cnt, v, 0)
-        )
+        if t == 258 and spp == 2:  # two SHORTs fit in the entry: stored there
+            data += struct.pack("<HHIHH", t, typ, cnt, 16, 16)
+        elif cnt > 1 or typ == 4:
+            data += struct.pack("<HHII", t, typ, cnt, v)
+        else:
+            data += struct.pack("<HHIHH", t, typ, cnt, v, 0)
     data += b"\0\0\0\0"
     data[4:8] = struct.pack("<I", ifd)
     return bytes(data)
@@ -1542,6 +1545,23 @@ def test_tiff_16bit_planes_and_ordinary_alpha(tmp_path: Path):
         "(OpenCV reads its first plane into every channel); read it in mode 'rgb' or 'gray', or save it with its "
         "samples interleaved"
     )
+    gray_alpha = tmp_path / "gray_alpha.tif"  # OpenCV gave 8 bits of the gray in unchanged, the alpha dropped
+    gray_alpha.write_bytes(_tiff16(a[..., 1:3], 2, 1, photometric=1))
+    assert (imread(gray_alpha, mode="gray") == 117).all()
+    with pytest.raises(ImageDecodeError) as exc:
+        imread(gray_alpha, mode="unchanged")
+    assert str(exc.value) == (
+        f"{gray_alpha}: TIFF of 16-bit gray and alpha: refused in mode 'unchanged' (OpenCV gives 8 bits of its gray "
+        "and drops its alpha); read it in mode 'gray' or 'rgb', or save it as RGBA"
+    )
+    zstd = tmp_path / "zstd.tif"  # one only Pillow reads (OpenCV's libtiff lacks ZSTD): still through Pillow, 16 bits
+    try:
+        Image.fromarray(a[..., 1].copy()).save(zstd, compression="zstd")
+    except (OSError, ValueError):
+        pytest.skip("Pillow without ZSTD")
+    for strict in (False, True):
+        got = imread(zstd, mode="unchanged", strict=strict)
+        assert got.dtype == np.uint16 and (got == 30000).all()
     planes_alpha = tmp_path / "planes_alpha.tif"
     planes_alpha.write_bytes(_tiff16(a, 2, 2))
     for mode in ("rgb", "gray", "unchanged"):
@@ -1571,17 +1591,17 @@ def test_strict_messages_without_opencvs_log_prefixes(tmp_path: Path):
 def test_cmyk_jpeg_at_a_reduced_scale_converts_as_at_full_size(tmp_path: Path):
     # the attack: a CMYK JPEG read with max_size (decoded at 1/2, 1/4, 1/8) went through OpenCV's conversion, a
     # level off Pillow's, which the full-size decode gives
-    rgb = np.zeros((160, 240, 3), np.uint8)
+    rgb = np.zeros((161, 243, 3), np.uint8)  # sides no scale divides: libjpeg rounds the scaled size up
     rgb[:] = [30, 120, 200]
     rgb[40:120, 60:180] = [220, 40, 90]
     path = tmp_path / "印刷.jpg"
     Image.fromarray(rgb).convert("CMYK").save(path, "JPEG", quality=95)
-    for factor, max_size in ((2, 120), (4, 60), (8, 30)):
+    for factor, max_size in ((2, 122), (4, 61), (8, 31)):
         with Image.open(path) as im:
-            im.draft("CMYK", (240 // factor, 160 // factor))
+            im.draft("CMYK", (243 // factor, 161 // factor))
             want = np.asarray(im.convert("RGB"))
             gray = np.asarray(im.convert("RGB").convert("L"))
-        assert want.shape == (160 // factor, 240 // factor, 3) and want[2, 2].tolist() == [30, 120, 200]
+        assert want.shape == (-(-161 // factor), -(-243 // factor), 3) and want[2, 2].tolist() == [30, 120, 200]
         np.testing.assert_array_equal(imread(path, mode="rgb", max_size=max_size), want)
         np.testing.assert_array_equal(imread(path, mode="bgr", max_size=max_size), want[..., ::-1])
         np.testing.assert_array_equal(imread(path, mode="unchanged", max_size=max_size), want[..., ::-1])

@@ -313,17 +313,17 @@ def test_date_cells_as_labels_get_a_note(tmp_path: Path, caplog, engine: str):
 def test_duration_cells_as_labels_read_as_excel_shows_them(tmp_path: Path, caplog, engine: str):
     # the attack: durations of 2, 10 and 25 hours ([hh]:mm:ss) read as Python's text, '2:00:00', '10:00:00' and
     # '1 day, 1:00:00', in the order 25 h, 10 h, 2 h, without a word; the CSV Excel saves holds 02:00:00, 10:00:00,
-    # 25:00:00, in the order of the hours
+    # 25:00:02 (whole seconds, as [hh]:mm:ss shows them), and the classes in that order
     import datetime
 
     hours = [["a.png", datetime.timedelta(hours=2)], ["b.png", datetime.timedelta(hours=10)],
-             ["c.png", datetime.timedelta(hours=25, seconds=1.5)]]  # fmt: skip
+             ["c.png", datetime.timedelta(hours=25, seconds=1.6)]]  # fmt: skip
     book = workbook(tmp_path / "d.xlsx", {"train": hours}, header=("file", "label"))
     csv = tmp_path / "d.csv"
-    csv.write_text("file,label\na.png,02:00:00\nb.png,10:00:00\nc.png,25:00:01.5\n")
+    csv.write_text("file,label\na.png,02:00:00\nb.png,10:00:00\nc.png,25:00:02\n")
     with caplog.at_level(logging.WARNING, logger="datakit"):
         table = read_labels(book, engine=engine)
-    assert table.labels.tolist() == ["02:00:00", "10:00:00", "25:00:01.5"]
+    assert table.labels.tolist() == ["02:00:00", "10:00:00", "25:00:02"]
     assert table.class_map().classes == read_labels(csv).class_map().classes == tuple(table.labels.tolist())
     assert [r.getMessage() for r in caplog.records] == [
         f"{book}, sheet 'train', row 2: the label '02:00:00' is a time or duration cell, read as that text "
@@ -1914,3 +1914,8 @@ def test_a_sheet_name_with_a_trailing_space_is_the_split_a_csv_gives(tmp_path: P
     assert read_labels(book, engine=engine).split_names == read_labels(csv).split_names == ["train", "val"]
     assert read_labels(book, split="train", engine=engine).files.tolist() == ["a.png", "b.png"]
     assert read_labels(csv, split="train").files.tolist() == ["a.png", "b.png"]
+    # a name of spaces alone, or one that another sheet's gives once stripped, is kept as it is
+    both = workbook(
+        tmp_path / "b.xlsx", {"train": [["a.png", "cat"]], "  train": [["b.png", "dog"]], " ": [["c.png", "cat"]]}
+    )
+    assert read_labels(both, engine=engine).split_names == ["train", "  train", " "]

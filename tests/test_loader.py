@@ -210,7 +210,6 @@ class RaisesOne:
         raise self.error
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="notes (add_note) came with Python 3.11")
 class Strength:
     """A curriculum: the strength the loop sets in an mp.Value before each epoch, written into every image."""
 
@@ -299,16 +298,91 @@ def test_pipelines_giving_two_scales_are_refused(tmp_path: Path):
     for device in ("cpu", None):
         with pytest.raises(UsageError) as e:
             create_loader(torch.utils.data.ConcatDataset([a, b]), 4, num_workers=0, seed=0, device=device)
-        assert str(e.value) == (
-            "the datasets' pipelines give images on two scales: float32 normalised in the workers (normalize=True, "
-            "dataset 0 of the ConcatDataset) and uint8 (dataset 1), which one batch would hold side by side, the "
-            "uint8 ones as 0-255 floats; make them alike: the default (uint8) in each, normalised by the loader, or "
-            "normalize=True in each"
-        )
-    x, _ = next(iter(create_loader(torch.utils.data.ConcatDataset([b, b]), 4, num_workers=0, seed=0)))
-    assert x.dtype == torch.uint8
+        assert str(e.value) == two_scales
+    # the same through a Compose with a step after the pipeline, and a dataset of the caller's holding the part
+    from torchvision.transforms import v2
+
+    a.transform = v2.Compose([train_pipeline(8, normalize=True), v2.RandomErasing()])
+    with pytest.raises(UsageError, match="two scales"):
+        create_loader(torch.utils.data.ConcatDataset([b, a]), 4, num_workers=0, seed=0)
+    with pytest.raises(UsageError, match="two scales"):
+        create_loader(torch.utils.data.ConcatDataset([b, Wrapper(a)]), 4, num_workers=0, seed=0)
+    # and a part switched to normalize=True between epochs: refused when the epoch starts
+    c = open_dataset(tmp_path, transform=train_pipeline(8))
+    loader = create_loader(torch.utils.data.ConcatDataset([b, c]), 4, num_workers=0, seed=0)
+    assert next(iter(loader))[0].dtype == torch.uint8
+    c.transform = train_pipeline(8, normalize=True)
+    with pytest.raises(UsageError) as e:
+        next(iter(loader))
+    assert str(e.value) == "epoch 1: " + two_scales
 
 
+two_scales = (
+    "the datasets' pipelines give images on two scales, float32 normalised in the workers (normalize=True) in some "
+    "and uint8 in others, which one batch would hold side by side, the uint8 ones as 0-255 floats; make them alike: "
+    "the default (uint8) in each, normalised by the loader, or normalize=True in each"
+)
+
+
+class Wrapper(torch.utils.data.Dataset):
+    """A dataset of the caller's around a datakit one (a relabelling wrapper)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i: int):
+        return self.inner[i]
+
+
+class Reads:
+    """A transform that reads a shared value through one of its methods (a bound method given as the transform)."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def strength(self, img):
+        out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
+        out[2] = self.value.value
+        return out
+
+
+@pytest.mark.parametrize("how", ["set-later", "bound-method", "raw-value"])
+def test_a_shared_value_reached_otherwise_is_not_read_ahead_either(tmp_path: Path, how: str, caplog):
+    # the attacks on the mend above: a transform holding an mp.Value set after the loader was made (read ahead from
+    # its second epoch on); one reached through a bound method; an mp.RawValue (the workers restarted every epoch)
+    import multiprocessing as mp
+
+    from datakit import open_dataset
+
+    _solid_folder(tmp_path)
+    ctx = mp.get_context("fork")
+    value = ctx.RawValue("i", 0) if how == "raw-value" else ctx.Value("i", 0)
+    first = None if how == "set-later" else Reads(value).strength if how == "bound-method" else Strength(value)
+    ds = open_dataset(tmp_path, transform=first)
+    loader = create_loader(ds, 4, num_workers=2, seed=0, multiprocessing_context="fork")
+    seen = []
+    with caplog.at_level(logging.INFO, logger="datakit"):
+        for e in range(4):
+            if e == 1 and how == "set-later":
+                ds.transform = Strength(value)
+            value.value = 10 * e
+            if e == 0 and how == "set-later":  # an epoch with the transform the loader was made with
+                seen.append([0])
+                next(iter(loader))  # its workers started, reading on
+                continue
+            seen.append(sorted({int(v) for x, _ in loader for v in x[:, 2, 0, 0]}))
+    assert seen == [[0], [10], [20], [30]]
+    assert type(loader.loader).__name__ == "_BalancedDataLoader"
+    changed = [r for r in caplog.records if "transform changed" in r.getMessage()]
+    assert len(changed) == (how == "set-later")  # the change itself; no restart every epoch (the raw value's)
+    del loader
+    gc.collect()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="notes (add_note) came with Python 3.11")
 @pytest.mark.parametrize("workers, method", [(0, None), (2, "fork"), (2, "spawn")])
 def test_an_error_of_the_users_transform_names_the_sample_and_file(tmp_path: Path, workers: int, method):
     # the attack: a transform= of the user's raising ValueError reached the loop as a bare 'unexpected image', with
@@ -3559,3 +3633,23 @@ def test_a_state_saved_mid_epoch_before_the_order_scheme_changed_goes_on_in_its_
             once_more.load_state_dict({**state, "order": scheme})
         assert str(e.value) == (f"not a loader state this datakit reads: 'order' {scheme!r} (it draws epochs' orders "
                                 "by scheme 2, and by scheme 1 for states saved before)")  # fmt: skip
+
+
+def test_a_flag_beside_what_pickle_cannot_store_changes_the_fingerprint():
+    # the attack: a transform holding an instance of a class made inside a function (or an mp.RawArray) could not
+    # be pickled at all, so it counted by its identity: a flag set on it between epochs went unseen
+    import multiprocessing as mp
+
+    from datakit.loader import _fingerprint
+
+    class Local:
+        pass
+
+    for held in (Local(), mp.get_context("fork").RawArray("i", 3)):
+        aug = Switched()
+        aug.held = held
+        before = _fingerprint(aug)
+        aug.enabled = False
+        assert _fingerprint(aug) != before
+        aug.enabled = True
+        assert _fingerprint(aug) == before
