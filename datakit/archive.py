@@ -286,9 +286,9 @@ def _zip64_offset(offset: int, sizes: tuple[int, int], extra: bytes) -> int:
 def _comment_patches(path: str | os.PathLike) -> dict[int, int] | None:
     """Where the archive's comment holds the end record's signature (``PK\\x05\\x06``, "made by scanner PK..."):
     zipfile takes the last one in the file for the end record and refused a valid archive as "not a zip file".
-    Asked only where zipfile refused the archive: the end record is then the first whose comment ends the file
-    (a later one is in its comment), and the signatures after it are patched out as read. None where it is the
-    last signature."""
+    Asked only where zipfile refused the archive: the end record is then the last whose comment ends the file (one
+    hidden in a member's data comes before it), and the signatures after it are patched out as read. None where
+    it is the last signature."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
@@ -297,8 +297,8 @@ def _comment_patches(path: str | os.PathLike) -> dict[int, int] | None:
             tail = f.read()
     except OSError:
         return None
-    at = -1
-    while (at := tail.find(zipfile.stringEndArchive, at + 1)) >= 0:  # the first whose comment ends the file
+    at = len(tail)
+    while (at := tail.rfind(zipfile.stringEndArchive, 0, at)) >= 0:  # the last whose comment ends the file
         if at + 22 + int.from_bytes(tail[at + 20 : at + 22], "little") == len(tail):
             patches, found = {}, at
             while (found := tail.find(zipfile.stringEndArchive, found + 1)) >= 0:
@@ -327,11 +327,8 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
         comment = _comment_patches(path) if mode is not None else None
         if not comment:
             raise
-        saved = sys.exc_info()[1]
-    try:
-        return _flag_tolerant(path, comment)
-    except ArchiveError:
-        raise saved from None
+    # (the retry's own error, where it fails too, says more: two archives joined, a damaged directory)
+    return _flag_tolerant(path, comment)
 
 
 def _flag_tolerant(path: str | os.PathLike, patches: dict[int, int]) -> zipfile.ZipFile:

@@ -641,7 +641,8 @@ def _cmyk_scaled(data: bytes, mode: str, factor: int) -> np.ndarray | None:
     try:
         with Image.open(io.BytesIO(data)) as im:
             want = (-(-im.size[0] // factor), -(-im.size[1] // factor))  # libjpeg's scaled size (rounded up)
-            im.draft("CMYK", (im.size[0] // factor, im.size[1] // factor))  # (Pillow's scale: the size // this)
+            im.draft("CMYK", (max(1, im.size[0] // factor), max(1, im.size[1] // factor)))  # (Pillow's scale: the
+            # size // this)
             if im.size != want or im.mode != "CMYK":
                 return None
             rgb = im.convert("RGB")
@@ -1017,7 +1018,7 @@ def _decode(
         if img is not None:
             return img
     if fmt == "TIFF":
-        tags = _tiff_tags(raw, (258, 262, 277, 284, 338))
+        tags = _tiff_tags(raw, (258, 259, 262, 277, 284, 338, 339))
         bits, deep = tags.get(258, 1), tags.get(258, 1) > 8
         if deep and tags.get(284) == 2 and tags.get(277, 1) > 1 and (mode == "unchanged" or tags.get(338) == 2):
             # OpenCV reads such planes as if interleaved (the first plane's samples in every channel), and Pillow
@@ -1030,11 +1031,24 @@ def _decode(
                 else f"{planes}: refused in mode 'unchanged' (OpenCV reads its first plane into every channel); "
                 "read it in mode 'rgb' or 'gray', or save it with its samples interleaved"
             )  # fmt: skip
-        if deep and mode == "unchanged" and tags.get(277) == 2 and tags.get(262, 1) in (0, 1):
+        if (
+            bits == 16
+            and tags.get(339, 1) == 1
+            and mode == "unchanged"
+            and tags.get(277) == 2
+            and tags.get(262, 1) in (0, 1)
+        ):
             # OpenCV gives 8 bits of the gray and drops the alpha; Pillow has no 16-bit gray and alpha
             raise ImageDecodeError(
                 f"{_describe(name)}: TIFF of {bits}-bit gray and alpha: refused in mode 'unchanged' (OpenCV gives 8 "
                 "bits of its gray and drops its alpha); read it in mode 'gray' or 'rgb', or save it as RGBA"
+            )
+        if deep and mode == "unchanged" and tags.get(277, 1) > 1 and tags.get(259) in _TIFF_PILLOW_ONLY:
+            # a compression OpenCV's libtiff lacks: Pillow reads it, but gives 8 bits of 16-bit colour
+            raise ImageDecodeError(
+                f"{_describe(name)}: TIFF of {bits}-bit colour samples, compressed in a way only Pillow reads here "
+                f"(compression {tags.get(259)}; ZSTD, LZMA, ...), which gives 8 bits of them: refused in mode "
+                "'unchanged'; read it in mode 'rgb' or 'gray', or save it with Deflate or LZW"
             )
         if _tiff_for_pillow(raw, keep_deep=deep and mode == "unchanged"):
             return _pillow_named(raw, mode, fmt, name)

@@ -670,7 +670,7 @@ def scan_class_folders(
             f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=, --labels TABLE)"
         )
     _refuse_unicode_twins(root, classes)
-    files, targets = [], []
+    files, targets, empty = [], [], []
     for idx, cls in enumerate(classes):
         found: list[tuple[str, list[str]]] = []  # (folder, image names), sorted as os.walk's tuples are
         walks = _Walks(root, cls)
@@ -695,9 +695,12 @@ def scan_class_folders(
                 targets.append(idx)
                 n += 1
         if not n:
-            hint = _OTHER_FILES if extensions == IMG_EXTENSIONS else ""
-            raise LabelError(f"{root}: class folder {cls!r} holds no images (no file ending in "
-                             f"{' '.join(extensions)}{hint})")  # fmt: skip
+            empty.append(cls)
+    if empty:  # every one named, as ImageFolder names them
+        hint = _OTHER_FILES if extensions == IMG_EXTENSIONS else ""
+        which = (f"class folder {empty[0]!r} holds" if len(empty) == 1
+                 else f"class folders {', '.join(map(repr, empty))} hold")  # fmt: skip
+        raise LabelError(f"{root}: {which} no images (no file ending in {' '.join(extensions)}{hint})")
     hidden = [c for c in classes if c.startswith(".")]
     if hidden:
         log.warning(

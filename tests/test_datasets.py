@@ -246,6 +246,13 @@ def test_bad_sources(tmp_path: Path, class_folder: Path):
     (tmp_path / "flat" / "empty").mkdir()
     with pytest.raises(LabelError, match="class folder 'empty' holds no images"):
         open_dataset(tmp_path / "flat")
+    (flat / "有图").mkdir()  # two empty ones of three: both named, as ImageFolder names them (one was)
+    imwrite(flat / "有图" / "1.png", synthetic_image(4, 4, seed=0))
+    (flat / "笔记").mkdir()
+    (flat / "笔记" / "notes.txt").write_text("x")
+    with pytest.raises(LabelError) as e:
+        open_dataset(flat)
+    assert str(e.value).startswith(f"{flat}: class folders 'empty', '笔记' hold no images (no file ending in .jpg ")
     with pytest.raises(ValueError, match=r"split='train' needs a label table"):
         open_dataset(class_folder, split="train")
     with pytest.raises(IndexError, match="sample index 12 out of range for a dataset of 12"):
