@@ -160,8 +160,10 @@ def _text(v: object) -> str:
     if isinstance(v, (datetime.date, datetime.time)):
         return v.isoformat()
     if isinstance(v, datetime.timedelta):  # a duration cell: as [hh]:mm:ss shows it (25:00:00, not '1 day, 1:00:00')
-        sec = (abs(v) + datetime.timedelta(microseconds=500_000)) // datetime.timedelta(seconds=1)  # whole seconds
-        return f"{'-' if v < datetime.timedelta(0) else ''}{sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        ms = (abs(v) + datetime.timedelta(microseconds=500)) // datetime.timedelta(milliseconds=1)  # (float noise)
+        sec, ms = divmod(ms, 1000)
+        text = f"{'-' if v < datetime.timedelta(0) else ''}{sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        return text + (f".{ms:03d}".rstrip("0") if ms else "")  # a fraction the format may show (ss.00) kept
     if isinstance(v, float) and math.isfinite(v):
         if not v.is_integer():  # Excel shows 15 significant digits: a formula's 3.3000000000000003 (=1.1+2.2) is 3.3
             v = float(format(v, ".15g"))

@@ -1596,22 +1596,59 @@ class _Digest(pickle.Pickler):
         self.seen: set[int] = set() if seen is None else seen  # the functions looked into: a cycle ends there
 
     def _look_into(self, fn) -> None:
-        """Note the shared values a function holds (in its closure, defaults, the module globals it names) or a
-        bound method's object: ``lambda img: img * v.value`` reads ``v`` as the loop sets it."""
+        """Note the shared values a function holds (in its closure, defaults, the module globals it or a
+        comprehension in it names, a function of the caller's it calls by name) or a bound method's object:
+        ``lambda img: img * v.value`` reads ``v`` as the loop sets it."""
         if id(fn) in self.seen:
             return
         self.seen.add(id(fn))
         if isinstance(fn, types.MethodType):
             held = [fn.__self__]
         else:
-            held = [c.cell_contents for c in fn.__closure__ or () if c.cell_contents is not None]
+            held = []
+            for cell in fn.__closure__ or ():
+                try:
+                    held.append(cell.cell_contents)
+                except ValueError:  # a cell never assigned
+                    pass
             held += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
-            held += [fn.__globals__[n] for n in fn.__code__.co_names if isinstance(fn.__globals__.get(n), _LIVE_TYPES)]
+            codes, names = [fn.__code__], set()
+            while codes:  # the function's code and the comprehensions' and inner functions' in it
+                code = codes.pop()
+                names.update(code.co_names)
+                codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            for n in names:
+                value = fn.__globals__.get(n)
+                if isinstance(value, type):
+                    self._look_into_class(value)
+                    continue
+                settings = isinstance(value, (dict, types.SimpleNamespace)) and len(_entries(value)) <= 64
+                theirs = isinstance(value, types.FunctionType) and _theirs(value)
+                if isinstance(value, _LIVE_TYPES) or settings or theirs:
+                    held.append(value)  # (settings: a dict or namespace of a few entries, CFG.v, not a table)
         for value in held:
+            if value is None:
+                continue
+            if isinstance(value, types.FunctionType):
+                self._look_into(value)
+                continue
             try:
                 _Digest(io.BytesIO(), protocol=5, seen=self.seen, live=self.live).dump(value)
             except Exception:  # what cannot be pickled is looked through no further
                 pass
+
+    def _look_into_class(self, cls: type) -> None:
+        """A class of the caller's: the shared values its attributes hold and its methods read."""
+        if id(cls) in self.seen or not _theirs(cls):
+            return
+        self.seen.add(id(cls))
+        for value in vars(cls).values():
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if isinstance(value, types.FunctionType):
+                self._look_into(value)
+            elif isinstance(value, _LIVE_TYPES) and type(value).__name__ not in self.live:
+                self.live.append(type(value).__name__)
 
     def reducer_override(self, obj):
         if isinstance(obj, (types.FunctionType, types.MethodType)):
@@ -1631,6 +1668,7 @@ class _Digest(pickle.Pickler):
             data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
             return tuple, ((str(t.dtype), tuple(t.shape), data),)
         if isinstance(obj, type):
+            self._look_into_class(obj)
             if not _importable(obj):  # a class made inside a function: its instances' state still counts
                 return int, (id(obj),)
         else:
@@ -1639,6 +1677,19 @@ class _Digest(pickle.Pickler):
             except Exception:  # no state pickle can reach: the object itself
                 return int, (id(obj),)
         return NotImplemented
+
+
+_NOT_THEIRS = frozenset({"torch", "torchvision", "numpy", "datakit", "cv2", "PIL", "builtins", "collections",
+                         "functools", "typing", "abc", "multiprocessing", "enum", "random", "math"})  # fmt: skip
+
+
+def _entries(value) -> dict:
+    return value if isinstance(value, dict) else vars(value)
+
+
+def _theirs(obj) -> bool:
+    """Whether a function or class is the caller's own (not a library's, whose code reads no value of theirs)."""
+    return (getattr(obj, "__module__", None) or "builtins").split(".")[0] not in _NOT_THEIRS
 
 
 def _importable(cls: type) -> bool:
@@ -1657,7 +1708,7 @@ _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 # RawValue, RawArray), an mp.Event, shared memory, a manager's proxy
 _LIVE_TYPES = (multiprocessing.sharedctypes.SynchronizedBase, multiprocessing.managers.BaseProxy, ctypes._SimpleCData,
                ctypes.Array, ctypes.Structure, multiprocessing.synchronize.Event,
-               multiprocessing.shared_memory.SharedMemory)  # fmt: skip
+               multiprocessing.shared_memory.SharedMemory, multiprocessing.shared_memory.ShareableList)  # fmt: skip
 
 
 def _live_values(dataset) -> list[str]:
@@ -2664,15 +2715,22 @@ def _keeps_channels(dataset) -> bool:
 
 
 def _check_same_scale(dataset, epoch: int | None = None) -> None:
-    """Refuse datasets (joined in a ConcatDataset, or held by a dataset of the caller's) whose datakit pipelines give
-    images on two scales: float32 normalised per sample (``normalize=True``) and uint8 (the default, the loader
+    """Refuse datasets (joined in a ConcatDataset, under Subsets and wrappers) whose datakit pipelines give images
+    on two scales: float32 normalised per sample (``normalize=True``) and uint8 (the default, the loader
     normalises): one batch would hold both, the uint8 images promoted to floats of 0-255 beside normalised ones."""
-    if len({pipe.norm is None for _, pipe, _ in _found_pipelines(dataset)}) > 1:
+    # (not through a dataset of the caller's holding several: it may give two views, each its own tensor)
+    found = _found_pipelines(dataset, wrappers="one")
+    kinds: dict[bool, str] = {}
+    for k, (leaf, pipe, _) in enumerate(found):
+        src = next((os.fspath(v) for v in (getattr(leaf, "root", None), getattr(leaf, "path", None))
+                    if isinstance(v, (str, os.PathLike))), None)  # fmt: skip
+        kinds.setdefault(pipe.norm is None, f"part {k}" + (f", {src}" if src else ""))
+    if len(kinds) > 1:
         raise UsageError(f"{f'epoch {epoch}: ' if epoch is not None else ''}the datasets' pipelines give images on "
-                         "two scales, float32 normalised in the workers (normalize=True) in some and uint8 in "
-                         "others, which one batch would hold side by side, the uint8 ones as 0-255 floats; make them "
-                         "alike: the default (uint8) in each, normalised by the loader, or normalize=True in "
-                         "each")  # fmt: skip
+                         f"two scales, float32 normalised in the workers (normalize=True: {kinds[False]}) and uint8 "
+                         f"({kinds[True]}), which one batch would hold side by side, the uint8 ones as 0-255 floats; "
+                         "make them alike: the default (uint8) in each, normalised by the loader, or normalize=True "
+                         "in each")  # fmt: skip
 
 
 def _only_pipeline(transform):
@@ -2695,10 +2753,12 @@ def _stats_order(normalize) -> str | None:
     return order if order in ("RGB", "BGR") else None
 
 
-def _found_pipelines(dataset, depth: int = 0, order_known: bool = True) -> list[tuple[object, object, bool]]:
+def _found_pipelines(dataset, depth: int = 0, order_known: bool = True,
+                     wrappers: bool | str = True) -> list[tuple[object, object, bool]]:  # fmt: skip
     """The datakit pipelines of ``dataset``: ``(dataset, pipeline, order_known)`` for each dataset that has one as its
-    transform (through Subset, ConcatDataset, a dataset of the caller's that holds one, and a Compose around the
-    pipeline). Inside a dataset of the caller's, or a Compose, the channel order is not known (it may turn them)."""
+    transform, through Subset, ConcatDataset, a Compose around the pipeline, and where ``wrappers``, a dataset of
+    the caller's that holds one, four deep at most (``"one"``: one that holds a single dataset). Inside a dataset
+    of the caller's, or a Compose, the channel order is not known (it may turn them)."""
     if depth > 4:
         return []
     inner = None
@@ -2715,16 +2775,20 @@ def _found_pipelines(dataset, depth: int = 0, order_known: bool = True) -> list[
         if isinstance(pipe, (TrainPipeline, EvalPipeline)) or len(steps) != 1:
             break
         pipe, order_known = steps[0], False
-    if inner is None and not isinstance(pipe, (TrainPipeline, EvalPipeline)) and not isinstance(dataset, ImageDataset):
+    deeper = depth  # Subset and ConcatDataset: as deep as they nest
+    if (wrappers and inner is None and not isinstance(pipe, (TrainPipeline, EvalPipeline))
+            and not isinstance(dataset, ImageDataset)):  # fmt: skip
         # a dataset of the caller's around datakit's (a relabelling wrapper, one of several sources): those it holds
         held = list(vars(dataset).values()) if hasattr(dataset, "__dict__") else []
         # (a few sources, not the samples: a list or dict of a million names is no list of datasets)
         held += [v for h in held if isinstance(h, (list, tuple)) and len(h) <= 64 for v in h]
         held += [v for h in held if isinstance(h, dict) and len(h) <= 64 for v in h.values()]
         inner = [v for v in held if isinstance(v, torch.utils.data.Dataset)]
-        order_known = False
+        if wrappers == "one" and len(inner) > 1:  # two views, or two sources mixed as it likes: its own affair
+            inner = []
+        order_known, deeper = False, depth + 1
     if inner is not None:
-        return [f for d in inner for f in _found_pipelines(d, depth + 1, order_known)]
+        return [f for d in inner for f in _found_pipelines(d, deeper, order_known, wrappers)]
     return [(dataset, pipe, order_known)] if isinstance(pipe, (TrainPipeline, EvalPipeline)) else []
 
 

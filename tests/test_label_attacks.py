@@ -313,18 +313,19 @@ def test_date_cells_as_labels_get_a_note(tmp_path: Path, caplog, engine: str):
 def test_duration_cells_as_labels_read_as_excel_shows_them(tmp_path: Path, caplog, engine: str):
     # the attack: durations of 2, 10 and 25 hours ([hh]:mm:ss) read as Python's text, '2:00:00', '10:00:00' and
     # '1 day, 1:00:00', in the order 25 h, 10 h, 2 h, without a word; the CSV Excel saves holds 02:00:00, 10:00:00,
-    # 25:00:02 (whole seconds, as [hh]:mm:ss shows them), and the classes in that order
+    # 25:00:00, in that order (a fraction of a second is kept, to the millisecond: 1.4 s and 1.2 s stay two classes)
     import datetime
 
     hours = [["a.png", datetime.timedelta(hours=2)], ["b.png", datetime.timedelta(hours=10)],
-             ["c.png", datetime.timedelta(hours=25, seconds=1.6)]]  # fmt: skip
+             ["c.png", datetime.timedelta(hours=25)], ["d.png", datetime.timedelta(seconds=1.4)],
+             ["e.png", datetime.timedelta(seconds=1.2)]]  # fmt: skip
     book = workbook(tmp_path / "d.xlsx", {"train": hours}, header=("file", "label"))
     csv = tmp_path / "d.csv"
-    csv.write_text("file,label\na.png,02:00:00\nb.png,10:00:00\nc.png,25:00:02\n")
+    csv.write_text("file,label\na.png,02:00:00\nb.png,10:00:00\nc.png,25:00:00\nd.png,00:00:01.4\ne.png,00:00:01.2\n")
     with caplog.at_level(logging.WARNING, logger="datakit"):
         table = read_labels(book, engine=engine)
-    assert table.labels.tolist() == ["02:00:00", "10:00:00", "25:00:02"]
-    assert table.class_map().classes == read_labels(csv).class_map().classes == tuple(table.labels.tolist())
+    assert table.labels.tolist() == ["02:00:00", "10:00:00", "25:00:00", "00:00:01.4", "00:00:01.2"]
+    assert table.class_map().classes == read_labels(csv).class_map().classes == tuple(sorted(table.labels.tolist()))
     assert [r.getMessage() for r in caplog.records] == [
         f"{book}, sheet 'train', row 2: the label '02:00:00' is a time or duration cell, read as that text "
         "(hh:mm:ss) and ordered as such; a CSV saved from this workbook holds it as its format shows it (2:00 PM, "

@@ -298,7 +298,15 @@ def test_pipelines_giving_two_scales_are_refused(tmp_path: Path):
     for device in ("cpu", None):
         with pytest.raises(UsageError) as e:
             create_loader(torch.utils.data.ConcatDataset([a, b]), 4, num_workers=0, seed=0, device=device)
-        assert str(e.value) == two_scales
+        assert str(e.value) == two_scales(f"part 0, {tmp_path}", f"part 1, {tmp_path}")
+    nested = torch.utils.data.Subset(a, [0, 1, 2, 3])
+    for _ in range(5):  # five Subsets deep: found all the same
+        nested = torch.utils.data.Subset(nested, [0, 1, 2, 3])
+    with pytest.raises(UsageError, match="two scales"):
+        create_loader(torch.utils.data.ConcatDataset([b, nested]), 4, num_workers=0, seed=0)
+    # a dataset of the caller's holding both, each given as its own tensor (two views): its own affair
+    views = next(iter(create_loader(TwoViews(a, b), 4, num_workers=0, seed=0)))
+    assert (views[0].dtype, views[1].dtype) == (torch.float32, torch.uint8)
     # the same through a Compose with a step after the pipeline, and a dataset of the caller's holding the part
     from torchvision.transforms import v2
 
@@ -314,14 +322,28 @@ def test_pipelines_giving_two_scales_are_refused(tmp_path: Path):
     c.transform = train_pipeline(8, normalize=True)
     with pytest.raises(UsageError) as e:
         next(iter(loader))
-    assert str(e.value) == "epoch 1: " + two_scales
+    assert str(e.value) == "epoch 1: " + two_scales(f"part 1, {tmp_path}", f"part 0, {tmp_path}")
 
 
-two_scales = (
-    "the datasets' pipelines give images on two scales, float32 normalised in the workers (normalize=True) in some "
-    "and uint8 in others, which one batch would hold side by side, the uint8 ones as 0-255 floats; make them alike: "
-    "the default (uint8) in each, normalised by the loader, or normalize=True in each"
-)
+def two_scales(normalised: str, uint8: str) -> str:
+    return (
+        f"the datasets' pipelines give images on two scales, float32 normalised in the workers (normalize=True: "
+        f"{normalised}) and uint8 ({uint8}), which one batch would hold side by side, the uint8 ones as 0-255 floats; "
+        "make them alike: the default (uint8) in each, normalised by the loader, or normalize=True in each"
+    )
+
+
+class TwoViews(torch.utils.data.Dataset):
+    """Two views of each sample, from two datasets of one folder, each its own tensor."""
+
+    def __init__(self, a, b) -> None:
+        self.a, self.b = a, b
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def __getitem__(self, i: int):
+        return self.a[i][0], self.b[i][0], self.a[i][1]
 
 
 class Wrapper(torch.utils.data.Dataset):
@@ -349,7 +371,19 @@ class Reads:
         return out
 
 
-@pytest.mark.parametrize("how", ["set-later", "bound-method", "raw-value"])
+_STRENGTH = None  # a module-level shared value, read by ReadsGlobal
+
+
+class ReadsGlobal:
+    """A transform whose __call__ reads a module-level mp.Value (the loop sets it before each epoch)."""
+
+    def __call__(self, img):
+        out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
+        out[2] = _STRENGTH.value
+        return out
+
+
+@pytest.mark.parametrize("how", ["set-later", "bound-method", "raw-value", "module-global"])
 def test_a_shared_value_reached_otherwise_is_not_read_ahead_either(tmp_path: Path, how: str, caplog):
     # the attacks on the mend above: a transform holding an mp.Value set after the loader was made (read ahead from
     # its second epoch on); one reached through a bound method; an mp.RawValue (the workers restarted every epoch)
@@ -358,9 +392,12 @@ def test_a_shared_value_reached_otherwise_is_not_read_ahead_either(tmp_path: Pat
     from datakit import open_dataset
 
     _solid_folder(tmp_path)
+    global _STRENGTH
     ctx = mp.get_context("fork")
-    value = ctx.RawValue("i", 0) if how == "raw-value" else ctx.Value("i", 0)
-    first = None if how == "set-later" else Reads(value).strength if how == "bound-method" else Strength(value)
+    value = _STRENGTH = ctx.RawValue("i", 0) if how == "raw-value" else ctx.Value("i", 0)
+    first = {"set-later": None, "bound-method": Reads(value).strength, "module-global": ReadsGlobal()}.get(
+        how, Strength(value)
+    )
     ds = open_dataset(tmp_path, transform=first)
     loader = create_loader(ds, 4, num_workers=2, seed=0, multiprocessing_context="fork")
     seen = []
@@ -3653,3 +3690,29 @@ def test_a_flag_beside_what_pickle_cannot_store_changes_the_fingerprint():
         assert _fingerprint(aug) != before
         aug.enabled = True
         assert _fingerprint(aug) == before
+
+
+def test_an_unassigned_closure_cell_leaves_a_change_seen():
+    # the attack on the closure walk: a hook whose closure holds a variable never assigned raised ValueError, and the
+    # whole transform counted by its identity: a pipeline replaced in it between epochs went unseen
+    from datakit.loader import _fingerprint
+    from datakit.transforms import train_pipeline
+
+    def make_hook(dump: bool):
+        if dump:
+            path = "x"
+
+        def hook(img):
+            return path if dump else img
+
+        return hook
+
+    class Holder:
+        def __init__(self) -> None:
+            self.hook = make_hook(False)
+            self.pipe = train_pipeline(16)
+
+    tf = Holder()
+    before = _fingerprint(tf)
+    tf.pipe = train_pipeline(24)
+    assert _fingerprint(tf) != before
