@@ -210,6 +210,13 @@ class RaisesOne:
         raise self.error
 
 
+def _marked(img, v: int) -> torch.Tensor:
+    """An image's 8 x 8 corner as a CHW tensor, its third plane set to ``v`` (what a test reads back)."""
+    out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
+    out[2] = v
+    return out
+
+
 class Strength:
     """A curriculum: the strength the loop sets in an mp.Value before each epoch, written into every image."""
 
@@ -217,9 +224,7 @@ class Strength:
         self.value = value
 
     def __call__(self, img):
-        out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
-        out[2] = self.value.value
-        return out
+        return _marked(img, self.value.value)
 
 
 class Switched:
@@ -232,9 +237,7 @@ class Switched:
         self.enabled = True
 
     def __call__(self, img):
-        out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
-        out[2] = int(self.enabled)
-        return out
+        return _marked(img, int(self.enabled))
 
 
 def _solid_folder(root: Path) -> None:
@@ -359,16 +362,11 @@ class Wrapper(torch.utils.data.Dataset):
         return self.inner[i]
 
 
-class Reads:
+class Reads(Strength):
     """A transform that reads a shared value through one of its methods (a bound method given as the transform)."""
 
-    def __init__(self, value) -> None:
-        self.value = value
-
     def strength(self, img):
-        out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
-        out[2] = self.value.value
-        return out
+        return _marked(img, self.value.value)
 
 
 _STRENGTH = None  # a module-level shared value, read by ReadsGlobal
@@ -378,9 +376,7 @@ class ReadsGlobal:
     """A transform whose __call__ reads a module-level mp.Value (the loop sets it before each epoch)."""
 
     def __call__(self, img):
-        out = torch.from_numpy(img[:8, :8].copy()).permute(2, 0, 1).contiguous()
-        out[2] = _STRENGTH.value
-        return out
+        return _marked(img, _STRENGTH.value)
 
 
 @pytest.mark.parametrize("how", ["set-later", "bound-method", "raw-value", "module-global"])
