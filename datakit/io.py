@@ -1052,14 +1052,13 @@ def _decode(
             )
         if _tiff_for_pillow(raw, keep_deep=deep and mode == "unchanged"):
             return _pillow_named(raw, mode, fmt, name)
+        if mode != "unchanged" and tags.get(339) == 2:
+            # signed samples: OpenCV's 8 bits of them wrap (-1 white, -1000 brighter than 3000)
+            raise ImageDecodeError(_deep_samples(name, fmt, f"signed int{tags.get(258) or ''}", mode))
     if mode != "unchanged" and fmt is None and raw[:2] in (b"PF", b"Pf") and raw[2:3].isspace():
         # a PFM: OpenCV rounds its floats to 0 or 1 (a scale the file does not store) and keeps a colour one's
         # 3 channels in gray mode
         raise ImageDecodeError(_deep_samples(name, "PFM", "float32", mode))
-    if mode != "unchanged" and fmt == "TIFF" and _tiff_tags(raw, (339,)).get(339) == 2:
-        # signed samples: OpenCV's 8 bits of them wrap (-1 white, -1000 brighter than 3000)
-        bits = _tiff_tags(raw, (258,)).get(258)
-        raise ImageDecodeError(_deep_samples(name, fmt, f"signed int{bits or ''}", mode))
     if fmt == "PNM" and mode == "unchanged" and raw[:2] in (b"P2", b"P3") and (maxval := _pnm_maxval(raw)) is not None:
         deep = _pnm_ascii_samples(raw) if maxval < 255 else None
         if deep is not None:  # as stored, as a binary file's are (OpenCV gives them scaled, truncating)
