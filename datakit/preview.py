@@ -223,6 +223,16 @@ def font_hint(missing: str, platform: str | None = None, font: str | os.PathLike
 # the contact sheet
 
 
+def _keeps_channel_order(transform) -> bool:
+    """Whether ``transform`` gives tensors in the dataset's channel order: one of datakit's pipelines (BGR from a
+    mode="bgr" dataset, for a model trained on BGR input), alone or the last step of a Compose."""
+    from datakit.transforms import Compose, _Pipeline
+
+    while isinstance(transform, Compose) and not isinstance(transform, _Pipeline) and transform.transforms:
+        transform = transform.transforms[-1]
+    return isinstance(transform, _Pipeline)
+
+
 def _to_hwc_uint8(img) -> np.ndarray:
     import torch
 
@@ -308,12 +318,14 @@ def preview(
     sheet = Image.new("RGB", (cols * tile, rows * (tile + cap + 6)), (32, 32, 32))
     draw = ImageDraw.Draw(sheet)
     face = _load(chosen.path, chosen.index, cap)
+    keeps_order = _keeps_channel_order(getattr(ds, "transform", None))
     for k, i in enumerate(picks):
         img, target = ds[int(i)]
         rgb = _to_hwc_uint8(img)
-        if ds.mode in ("bgr", "unchanged") and isinstance(img, np.ndarray) and rgb.ndim == 3 and rgb.shape[2] >= 3:
-            # an OpenCV image left as read is BGR (BGRA unchanged: its alpha not drawn); a tensor is shown as RGB,
-            # torch's order, so one still in BGR (ToTensor() without bgr=True) shows its swap
+        if ds.mode in ("bgr", "unchanged") and (isinstance(img, np.ndarray) or keeps_order) and rgb.shape[2] >= 3:
+            # an OpenCV image left as read is BGR (BGRA unchanged: its alpha not drawn), and so is what datakit's
+            # pipelines make of it (their statistics reversed to match); any other tensor is shown as RGB, torch's
+            # order, so one still in BGR (ToTensor() without bgr=True) shows its swap
             rgb = rgb[..., 2::-1]
         h, w = rgb.shape[:2]
         s = tile / max(h, w)

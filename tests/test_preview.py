@@ -255,13 +255,17 @@ def test_a_bgr_dataset_is_shown_in_the_order_its_samples_come_in(tmp_path: Path)
     # its channels swapped: the model got red, the sheet showed blue.
     from datakit.datasets import open_dataset
     from datakit.io import imread
-    from datakit.transforms import ToTensor
+    from datakit.transforms import Compose, ToTensor, eval_pipeline, train_pipeline
 
     red = np.zeros((64, 64, 3), np.uint8)
     red[..., 0] = 255  # RGB
     (tmp_path / "data" / "red").mkdir(parents=True)
     imwrite(tmp_path / "data" / "red" / "r.png", red, mode="rgb")
-    for transform, shown in ((ToTensor(bgr=True), [255, 0, 0]), (None, [255, 0, 0]), (ToTensor(), [0, 0, 255])):
+    # datakit's pipelines keep a mode="bgr" dataset's order (BGR tensors, for a model trained on BGR): shown as the
+    # colours they are, as the arrays of that dataset are, where the sheet showed the red image blue
+    pipelines = [train_pipeline(32), eval_pipeline(32, resize=32), Compose([np.ascontiguousarray, train_pipeline(32)])]
+    cases = [(ToTensor(bgr=True), [255, 0, 0]), (None, [255, 0, 0]), (ToTensor(), [0, 0, 255])]
+    for transform, shown in cases + [(p, [255, 0, 0]) for p in pipelines]:
         out = tmp_path / f"grid{len(list(tmp_path.glob('grid*')))}.png"
         pv.preview(open_dataset(tmp_path / "data", mode="bgr", transform=transform), out, n=1)
         assert imread(out, "rgb")[40, 80].tolist() == shown  # ToTensor() on BGR data: the swap shows
