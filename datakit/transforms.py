@@ -1114,6 +1114,11 @@ class EvalPipeline(_Pipeline):
         rh, rw = self.resize.output_size(h, w)
         if rh < th or rw < tw:  # padded by the centre crop, as torchvision pads it: the whole image
             return self._whole(decode_image(data, mode, name=name), mode)
+        if f > 1 and (h % f or w % f):
+            out = self._scaled_partial(data, mode, name, f, h, w, rh, rw, orientation)
+            if out is not None:
+                return out
+            return self._whole(decode_image(data, mode, name=name), mode)
         img = decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name=name)
         sh, sw = img.shape[:2]
         rh2, rw2 = (round(sh * f * rh / h), round(sw * f * rw / w)) if f > 1 else (rh, rw)
@@ -1129,6 +1134,48 @@ class EvalPipeline(_Pipeline):
         # resized straight into planes where it can be, then the centre cut: the pixels self(img) gives when
         # the image is decoded whole, without the round trip through HWC
         out = chw[:, top : top + th, left : left + tw].contiguous()
+        norm = self._norm_for(mode)
+        return norm(out) if norm else out
+
+    def _scaled_partial(self, data: bytes, mode: str, name, f: int, h: int, w: int, rh: int, rw: int,
+                        orientation: int) -> torch.Tensor | None:  # fmt: skip
+        """:meth:`from_bytes` for a JPEG decoded at 1/``f`` whose upright sides ``h`` x ``w`` are not both multiples
+        of ``f``: the last row and column of the decode stand for ``f`` full pixels, part of them past the edge, so
+        no whole number of output pixels matches the full image's resize to ``rh`` x ``rw``. Resized by the exact
+        factors ``f * rh / h`` and ``f * rw / w`` instead (a size rounded to whole pixels shifted the centre cut by
+        up to half an output pixel: 28 levels off on texture), with the part past the edge kept at the bottom and
+        right, where those factors put it: the decode as stored, turned by its transposition only, resized, the
+        centre cut taken where the flips put it and flipped. None where the filter is not torch's antialiased
+        bilinear or bicubic, or the decode has other sides than the scale gives (the caller decodes it whole)."""
+        from datakit.io import _decode_image
+
+        interp = self.resize.interpolation
+        if interp not in ("bilinear", "bicubic") or not self.resize.antialias:
+            return None
+        hs, ws = (w, h) if orientation >= 5 else (h, w)  # the sides as stored
+        img, _ = _decode_image(data, mode, -(-max(hs, ws) // f), name)
+        if img.dtype != np.uint8 or img.shape[:2] != (-(-hs // f), -(-ws // f)):
+            return None
+        if img.ndim == 2:
+            img = img[:, :, None]
+        if orientation >= 5:  # transposed to the upright axes: the part past the edge moves to the right or bottom
+            img = img.swapaxes(0, 1)
+        x = torch.from_numpy(img).permute(2, 0, 1)[None]
+        scales = []
+        for n, side, r in ((img.shape[0], h, rh), (img.shape[1], w, rw)):
+            s = f * r / side
+            while math.floor(n * s) < r:  # torch sizes its output floor(n * s): at least the full resize's
+                s = math.nextafter(s, math.inf)
+            scales.append(s)
+        big = torch.nn.functional.interpolate(x, scale_factor=tuple(scales), mode=interp, antialias=True,
+                                              recompute_scale_factor=False)[0]  # fmt: skip
+        th, tw = self.center.size
+        top, left = self.center.corner(rh, rw)
+        vflip, hflip = orientation in (3, 4, 7, 8), orientation in (2, 3, 6, 7)
+        y0, x0 = (rh - top - th if vflip else top), (rw - left - tw if hflip else left)
+        out = big[:, y0 : y0 + th, x0 : x0 + tw]
+        flips = [d for d, on in ((1, vflip), (2, hflip)) if on]
+        out = torch.flip(out, flips) if flips else out.contiguous()
         norm = self._norm_for(mode)
         return norm(out) if norm else out
 

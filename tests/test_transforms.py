@@ -891,6 +891,35 @@ def test_eval_from_bytes_at_a_reduced_scale_stays_within_a_few_levels_of_torchvi
     assert float(diff.max()) <= 4 and float(diff.mean()) < 1
 
 
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_eval_from_bytes_of_sides_no_multiple_of_the_scale_stays_within_a_few_levels_of_torchvision(orientation):
+    # the attack: a 657 x 615 JPEG through eval_pipeline(64), decoded at 1/4 (165 x 154: its last row and column stand
+    # for 4 pixels, 1 and 3 of them past the edge), was resized to a size rounded to whole pixels, which shifted the
+    # centre cut by up to half an output pixel: 28 levels off (mean 4.3) on a smooth texture, where a 656 x 616 one
+    # is 2 off (mean 0.4). Under each EXIF orientation, whose flips move that edge to the top or left.
+    import io as _io
+
+    from datakit.io import decode_image
+
+    rng = np.random.default_rng(orientation)
+    small = rng.integers(0, 256, (657 // 32 + 2, 615 // 32 + 2, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = _io.BytesIO()
+    Image.fromarray(cv2.resize(small, (615, 657), interpolation=cv2.INTER_CUBIC)).save(buf, "JPEG", quality=92,
+                                                                                        exif=exif.tobytes())  # fmt: skip
+    data = buf.getvalue()
+    full = torch.from_numpy(decode_image(data, "rgb")).permute(2, 0, 1)  # upright
+    assert tuple(full.shape[1:]) == ((615, 657) if orientation >= 5 else (657, 615))
+    ref = v2.Compose([v2.Resize(73), v2.CenterCrop(64)])(full).int()
+    for pipe in (eval_pipeline(64), eval_pipeline(64, interpolation="bicubic")):
+        got = pipe.from_bytes(data, "rgb")
+        want = ref if pipe.resize.interpolation == "bilinear" else pipe(decode_image(data, "rgb")).int()
+        diff = (got.int() - want).abs().float()
+        assert got.shape == (3, 64, 64) and got.is_contiguous()
+        assert float(diff.max()) <= 4 and float(diff.mean()) < 1, (pipe.resize.interpolation, float(diff.max()))
+
+
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
 def test_nearest_picks_the_pixels_torchvision_picks(mode: str):
     # before: OpenCV's fixed point picked the pixel before where a position falls on a pixel's edge: for 21 columns
