@@ -133,6 +133,32 @@ def _jpeg_size(data: bytes) -> tuple[int, int, int] | None:
     return None
 
 
+def _jpeg_chroma_lag(data: bytes) -> int:
+    """How many times coarser than the luma libjpeg decodes a JPEG's chroma at a reduced DCT scale, along its
+    worse axis: 1 where each chroma component is subsampled alike across and down (4:4:4, 4:2:0) or there is none;
+    2 for 4:2:2 and 4:4:0, 4 for 4:1:1. libjpeg-turbo scales a component's IDCT up in place of upsampling it only
+    by square steps, both axes at once: a 4:2:2 JPEG's chroma, half the width at full size, is a quarter of the
+    luma's width at any reduced scale, and upsampled from there (10 levels of Cb and Cr off at 1/4 on an 8-pixel
+    texture, 15 at 1/8; under 1 for 4:2:0)."""
+    for i, marker in _segments(data):
+        if marker in _SOF_MARKERS:
+            n = data[i + 9] if i + 9 < len(data) else 0
+            comps = data[i + 10 : i + 10 + 3 * n]
+            if n < 2 or len(comps) < 3 * n:
+                return 1
+            hs, vs = [b >> 4 for b in comps[1::3]], [b & 15 for b in comps[1::3]]
+            if min(hs) < 1 or min(vs) < 1:
+                return 1
+            lag = 1
+            for h, v in zip(hs, vs):
+                across, down = max(hs) / h, max(vs) / v
+                lag = max(lag, int(max(across / down, down / across)))
+            return lag
+        if marker == 0xDA:
+            return 1
+    return 1
+
+
 def _apng_still(data: bytes) -> bytes:
     """An animated PNG whose still image (IDAT, what libpng, Pillow and torchvision show) is not its first
     frame, without its animation control chunk: OpenCV would give the first frame. Any other PNG as it is."""

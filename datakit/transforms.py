@@ -762,6 +762,17 @@ def _factor(need_h: float, need_w: float, th: int, tw: int) -> int:
     return 1
 
 
+def _chroma_kept(f: int, data: bytes, mode: str) -> int:
+    """The DCT scale ``f`` (:func:`_factor`) made finer for a colour decode of a JPEG whose chroma libjpeg would
+    give coarser than the luma at that scale (4:2:2, 4:1:1: :func:`datakit.io._jpeg_chroma_lag`), so that the
+    chroma keeps the target's resolution too: 1/2 in place of 1/4 for 4:2:2."""
+    if f == 1 or mode == "gray":
+        return f
+    from datakit.io import _jpeg_chroma_lag
+
+    return max(1, f // _jpeg_chroma_lag(data))
+
+
 def _scaled_box(i: int, j: int, ch: int, cw: int, sh: int, sw: int, f: int) -> tuple[int, int, int, int]:
     """The crop (top ``i``, left ``j``, ``ch`` x ``cw`` full-size pixels) in an image decoded at
     1/``f`` whose sides are ``sh`` x ``sw``: (top, left, bottom, right), never empty."""
@@ -1037,7 +1048,7 @@ class TrainPipeline(_Pipeline):
         # stored, on the grid of the scale they are decoded at, where its last row and column may be short:
         # turned upright first, that short row or column would move to the top or left and the crop with it
         i, j, ch, cw = self.crop.get_params(*((w, h) if orientation >= 5 else (h, w)))
-        f = self._factor(ch, cw)
+        f = _chroma_kept(self._factor(ch, cw), data, mode)
         sh, sw = -(-h // f), -(-w // f)
         y0, x0, y1, x1 = _scaled_box(*_stored_box(i, j, ch, cw, h, w, orientation), sh, sw, f)
         region = None
@@ -1101,7 +1112,11 @@ class EvalPipeline(_Pipeline):
         # 1/8) is not torchvision's antialiased filter, and kept at 1-2x the side it was up to 66 levels off on
         # fine texture (mean 12); with twice the side, 4 (mean under 1)
         m = _EVAL_MARGIN * short
-        f = _factor(min(h, w), min(h, w), m, m) if self.resize.interpolation not in _NEAREST else 1
+        f = (
+            _chroma_kept(_factor(min(h, w), min(h, w), m, m), data, mode)
+            if self.resize.interpolation not in _NEAREST
+            else 1
+        )
         th, tw = self.center.size
         from datakit.io import _exif_orientation
 

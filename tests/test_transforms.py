@@ -891,6 +891,52 @@ def test_eval_from_bytes_at_a_reduced_scale_stays_within_a_few_levels_of_torchvi
     assert float(diff.max()) <= 4 and float(diff.mean()) < 1
 
 
+def test_the_chroma_lag_of_each_subsampling():
+    from datakit.io import _jpeg_chroma_lag
+
+    img = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    got = {}
+    for name in ("411", "420", "422", "440", "444"):
+        flag = getattr(cv2, f"IMWRITE_JPEG_SAMPLING_FACTOR_{name}")
+        got[name] = _jpeg_chroma_lag(cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, flag])[1].tobytes())
+    assert got == {"411": 4, "420": 1, "422": 2, "440": 2, "444": 1}
+    assert _jpeg_chroma_lag(cv2.imencode(".jpg", img[..., 0])[1].tobytes()) == 1  # gray: no chroma
+    assert _jpeg_chroma_lag(b"\xff\xd8\xff\xd9") == 1  # no frame header
+
+
+def _texture_jpeg(period: int, subsampling: int) -> bytes:
+    import io as _io
+
+    rng = np.random.default_rng(period)
+    small = rng.integers(0, 256, (1100 // period + 1, 700 // period + 1, 3), dtype=np.uint8)
+    buf = _io.BytesIO()
+    Image.fromarray(cv2.resize(small, (700, 1100), interpolation=cv2.INTER_CUBIC)).save(
+        buf, "JPEG", quality=92, subsampling=subsampling
+    )
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("period", [32, 8])
+def test_a_4_2_2_jpeg_keeps_its_colour_at_a_reduced_scale(period: int):
+    # the attack: a 4:2:2 JPEG (as many cameras write them) at a reduced DCT scale: libjpeg scales the chroma's inverse
+    # DCT only by square steps, so its chroma came out at half the luma's resolution across. eval_pipeline(64) was up
+    # to 29 levels from torchvision's pixels (mean 5.7) on an 8-pixel texture, where 4:2:0 is 4 (mean 0.9); a training
+    # crop of the whole image 47 in Cr (mean 7.4) from the same crop of the decoded array. Decoded a scale finer:
+    from datakit.io import decode_image
+
+    data = _texture_jpeg(period, 1)  # Pillow's subsampling=1: 4:2:2
+    full = torch.from_numpy(decode_image(data, "rgb")).permute(2, 0, 1)
+    ref = v2.Compose([v2.Resize(73), v2.CenterCrop(64)])(full).int()
+    diff = (eval_pipeline(64).from_bytes(data, "rgb").int() - ref).abs().float()
+    limit = (4, 1.0) if period == 32 else (10, 2.0)
+    assert float(diff.max()) <= limit[0] and float(diff.mean()) < limit[1], (float(diff.max()), float(diff.mean()))
+    pipe = train_pipeline(64, scale=(1.0, 1.0), ratio=(700 / 1100, 700 / 1100), hflip=0.0)  # the whole image
+    crops = [pipe.from_bytes(data, "rgb"), pipe(decode_image(data, "rgb"))]
+    ycc = [cv2.cvtColor(c.permute(1, 2, 0).numpy(), cv2.COLOR_RGB2YCrCb).astype(int) for c in crops]
+    chroma = np.abs(ycc[0] - ycc[1])[..., 1:]
+    assert chroma.max() <= 20 and chroma.mean() < 3.5, (int(chroma.max()), float(chroma.mean()))
+
+
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_eval_from_bytes_of_sides_no_multiple_of_the_scale_stays_within_a_few_levels_of_torchvision(orientation):
     # the attack: a 657 x 615 JPEG through eval_pipeline(64), decoded at 1/4 (165 x 154: its last row and column stand
