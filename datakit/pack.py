@@ -29,6 +29,7 @@ from datakit.errors import PackError, SampleError, UsageError
 from datakit.io import (
     _default_budget,
     _exif_turned,
+    _jpeg_chroma_lag,
     _jpeg_size,
     check_path_length,
     decode_image,
@@ -140,11 +141,12 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
             img = decode_image(data, mode, max_size, name=name)
             h, w = img.shape[:2]
             value = data
-            if max(h, w) > max_size:
+            reduced = image_format(data) == "JPEG" and max(_jpeg_size(data)[:2]) > max_size
+            if max(h, w) > max_size or (reduced and mode != "gray" and _jpeg_chroma_lag(data) > 1):
                 img = _shrunk(data, name, max_size, mode)
                 value, (h, w) = encode_image(img, ".jpg", quality, mode="rgb"), img.shape[:2]
-            elif image_format(data) == "JPEG" and max(_jpeg_size(data)[:2]) > max_size:
-                # decoded reduced but still larger than asked: re-encode the reduced pixels
+            elif reduced:
+                # decoded reduced to the size asked: re-encode the reduced pixels
                 value = encode_image(img, ".jpg", quality, mode="rgb")
         else:
             # validation: the format's structure and its data decoded (a JPEG's at 1/8 scale)
@@ -296,11 +298,16 @@ def _shrunk(data: bytes, name: str, max_size: int, mode: str = "rgb") -> np.ndar
 
     from datakit.io import _decode_image, _orient
 
-    stored, orientation = _decode_image(data, mode, max_size, name)
-    dh, dw = stored.shape[:2]
     info = _jpeg_size(data) if image_format(data) == "JPEG" else None
+    scale = max_size
+    if info is not None and info[0] and info[1] and mode != "gray" and _jpeg_chroma_lag(data) > 1:
+        # 4:2:2 and the like: at libjpeg's reduced scales their chroma is coarser than the luma, so one scale finer
+        f = max(1, reduction_factor(info[0], info[1], max_size) // _jpeg_chroma_lag(data))
+        scale = -(-max(info[0], info[1]) // f) if f > 1 else None
+    stored, orientation = _decode_image(data, mode, scale, name)
+    dh, dw = stored.shape[:2]
     full_h, full_w = info[:2] if info is not None and info[0] >= dh and info[1] >= dw else (dh, dw)
-    f = reduction_factor(full_h, full_w, max_size) if info is not None else 1
+    f = reduction_factor(full_h, full_w, scale) if info is not None else 1
     if -(-full_h // f) != dh or -(-full_w // f) != dw:  # decoded at another scale than libjpeg's: as it came
         full_h, full_w, f = dh, dw, 1
     s = max_size / max(full_h, full_w)
