@@ -141,7 +141,8 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
             img = decode_image(data, mode, max_size, name=name)
             h, w = img.shape[:2]
             value = data
-            reduced = image_format(data) == "JPEG" and max(_jpeg_size(data)[:2]) > max_size
+            info = _jpeg_size(data) if image_format(data) == "JPEG" else None
+            reduced = info is not None and max(info[:2]) > max_size
             if max(h, w) > max_size or (reduced and mode != "gray" and _jpeg_chroma_lag(data) > 1):
                 img = _shrunk(data, name, max_size, mode)
                 value, (h, w) = encode_image(img, ".jpg", quality, mode="rgb"), img.shape[:2]
@@ -300,9 +301,9 @@ def _shrunk(data: bytes, name: str, max_size: int, mode: str = "rgb") -> np.ndar
 
     info = _jpeg_size(data) if image_format(data) == "JPEG" else None
     scale = max_size
-    if info is not None and info[0] and info[1] and mode != "gray" and _jpeg_chroma_lag(data) > 1:
-        # 4:2:2 and the like: at libjpeg's reduced scales their chroma is coarser than the luma, so one scale finer
-        f = max(1, reduction_factor(info[0], info[1], max_size) // _jpeg_chroma_lag(data))
+    lag = _jpeg_chroma_lag(data) if info is not None and info[0] and info[1] and mode != "gray" else 1
+    if lag > 1:  # 4:2:2 and the like: at libjpeg's reduced scales their chroma is coarser than the luma: one finer
+        f = max(1, reduction_factor(info[0], info[1], max_size) // lag)
         scale = -(-max(info[0], info[1]) // f) if f > 1 else None
     stored, orientation = _decode_image(data, mode, scale, name)
     dh, dw = stored.shape[:2]
