@@ -138,12 +138,14 @@ def _prepare(ds: ImageDataset, i: int, max_size: int | None = None, quality: int
             if image_format(data) != "JPEG" or jpeg_damage(data) != "":
                 probe_image(data, name, strict=True)  # refused as check refuses it, in its words
             mode = "gray" if _gray(data) else "rgb"  # a gray image stays one (a third of the bytes, and H x W)
-            img = decode_image(data, mode, max_size, name=name)
-            h, w = img.shape[:2]
-            value = data
             info = _jpeg_size(data) if image_format(data) == "JPEG" else None
             reduced = info is not None and max(info[:2]) > max_size
-            if max(h, w) > max_size or (reduced and mode != "gray" and _jpeg_chroma_lag(data) > 1):
+            # a 4:2:2 JPEG (or the like) goes to _shrunk, which decodes it a scale finer, at once: decoded once
+            img = None if reduced and mode != "gray" and _jpeg_chroma_lag(data) > 1 else decode_image(
+                data, mode, max_size, name=name)  # fmt: skip
+            h, w = img.shape[:2] if img is not None else (0, 0)
+            value = data
+            if img is None or max(h, w) > max_size:
                 img = _shrunk(data, name, max_size, mode)
                 value, (h, w) = encode_image(img, ".jpg", quality, mode="rgb"), img.shape[:2]
             elif reduced:
