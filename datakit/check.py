@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import UsageError
+from datakit.errors import UsageError, names_sample
 from datakit.filenames import undecoded_names
 from datakit.io import IMAGE_EXTENSIONS, probe_image
 from datakit.labels import (
@@ -36,6 +36,7 @@ from datakit.parallel import map_ordered
 from datakit.sources import (
     FolderDataset,
     ImageDataset,
+    LmdbDataset,
     TableDataset,
     as_given,
     check_header,
@@ -86,7 +87,8 @@ def _probe(ds: ImageDataset, i: int) -> tuple[int, int, str | None, bytes | None
         return h, w, None, hashlib.blake2b(data, digest_size=16).digest()
     except (ValueError, OSError, KeyError) as exc:
         text = str(exc)
-        return 0, 0, text if ds.name(i) in text else f"{ds.name(i)}: {text}", None
+        named = ds.name(i) in text or (isinstance(ds, LmdbDataset) and names_sample(text, i))
+        return 0, 0, text if named else f"{ds.name(i)}: {text}", None
 
 
 def _same_images(ds: ImageDataset, table_ds: TableDataset | None, digests: dict[int, bytes], targets: np.ndarray,

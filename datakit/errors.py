@@ -9,6 +9,7 @@ are problems with the data itself. Every one is a ``ValueError`` too, so code th
 from __future__ import annotations
 
 import os
+import re
 
 __all__ = [
     "ArchiveError",
@@ -56,6 +57,12 @@ class PackError(DataError):
 
 class SampleError(DataError):
     """One sample that cannot be read or decoded; the message names the sample index and file."""
+
+
+def names_sample(text: str, index: int) -> bool:
+    """Whether an error's text names sample ``index`` already (a pack's own error says ``sample 5
+    (cat/1.jpg)``): a caller that would put ``sample 5:`` before it leaves the text as it is."""
+    return re.search(rf"\bsample {int(index)}\b", text) is not None
 
 
 _PATH_ARGUMENTS = ("path", "src", "labels", "root", "classes")

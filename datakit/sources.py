@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import PackError, SampleError, UsageError, refuse_empty
+from datakit.errors import PackError, SampleError, UsageError, names_sample, refuse_empty
 from datakit.filenames import json_text, undecoded_names
 from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
@@ -288,8 +288,8 @@ class ImageDataset:
                 msg = self.name(index) + msg[len(UNNAMED) :]
             raise SampleError(f"sample {index}: {msg}") from exc
         except (OSError, LabelError, KeyError, ValueError) as exc:
-            text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # KeyError's str is its repr
-            raise SampleError(f"sample {index}: {text}") from exc
+            text = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)  # KeyError's str is its repr
+            raise SampleError(text if names_sample(text, index) else f"sample {index}: {text}") from exc
 
     def _image(self, index: int) -> tuple[int, np.ndarray]:
         if not isinstance(index, (int, np.integer)):
