@@ -18,9 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 
-from charset_normalizer import from_bytes
+try:
+    from charset_normalizer import from_bytes
+except ImportError:  # the peer is not a dependency of datakit: the `bench` extra installs it
+    sys.exit(
+        "bench_encoding.py compares against charset-normalizer, which is not installed: "
+        'pip install -c constraints.txt -e ".[bench]" (or pip install charset-normalizer)'
+    )
 
 from datakit.filenames import CANDIDATES, guess_encoding
 from datakit.testing import CLASS_FOLDER_CORPUS, CORPUS_ENCODINGS, HELD_OUT_CORPUS, NAME_CORPUS, TYPICAL_HOST
