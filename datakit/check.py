@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,7 +267,8 @@ def check_dataset(
                 report.notes.append(note)
                 log.warning("note: %s", note)
             else:
-                report.problems += [f"not in the table: {u}" for u in unlisted]
+                twin = _form_twin if table_ds.zip is None else lambda ds, u: ""  # noqa: E731
+                report.problems += [f"not in the table: {u}{twin(table_ds, u)}" for u in unlisted]
                 root = os.fspath(table_ds.root)
                 legacy = table_ds.zip is None and undecoded_names(  # a table's 猫.jpg as GBK bytes on disk
                     root, [os.path.relpath(u, root) for u in unlisted], [table_ds.files[i] for i in missing]
@@ -449,6 +451,27 @@ def _not_in_table_zip(ds: TableDataset) -> list[str]:
             continue
         out.append(f"{ds.root}:{path}")
     return out
+
+
+def _form_twin(ds: TableDataset, shown: str) -> str:
+    """For an image the table does not name: where its name is a named file's in another Unicode form (two
+    files, ``café.png`` composed and decomposed, which look the same; the row took the one of its own form),
+    what tells them apart; else nothing."""
+    twins = ds.__dict__.get("_nfc_named")
+    if twins is None:
+        twins = ds._nfc_named = {unicodedata.normalize("NFC", os.path.abspath(ds.path(i))): ds.path(i)
+                                 for i in range(len(ds))}  # fmt: skip
+    twin = twins.get(unicodedata.normalize("NFC", os.path.abspath(shown)))
+    if twin is None or os.path.abspath(twin) == os.path.abspath(shown):
+        return ""
+
+    def form(name: str) -> str:
+        return next((f for f in ("NFC", "NFD") if unicodedata.is_normalized(f, name)), "neither NFC nor NFD")
+
+    return (
+        f" (the row of {twin} names the file whose name is {form(twin)}; this one's is the same name in "
+        f"{form(shown)}: two files that look alike, rename or remove one)"
+    )
 
 
 def _not_in_table(ds: TableDataset, src: str | os.PathLike) -> list[str]:

@@ -154,6 +154,30 @@ def test_check_a_table_of_absolute_paths_beside_a_relative_folder(tmp_path: Path
     assert capsys.readouterr().err.splitlines() == ["not in the table: img/b.jpg"]  # a.jpg is in it
 
 
+def test_check_tells_an_image_apart_from_its_twin_in_another_unicode_form(tmp_path: Path, capsys, monkeypatch):
+    # The attack: café.png twice in one folder, composed (NFC, as Linux and Windows write it) and decomposed (NFD,
+    # as macOS writes it), the table naming it once. One was "not in the table: img/café.png", the very name the
+    # table lists, with nothing to tell the two apart.
+    import unicodedata
+
+    nfc, nfd = unicodedata.normalize("NFC", "café.png"), unicodedata.normalize("NFD", "café.png")
+    (tmp_path / "img").mkdir()
+    for k, name in enumerate((nfc, nfd, "b.png")):
+        Image.new("RGB", (8, 8), (40 * k, 0, 0)).save(tmp_path / "img" / name)
+    monkeypatch.chdir(tmp_path)
+    for row, other, forms in ((nfc, nfd, ("NFC", "NFD")), (nfd, nfc, ("NFD", "NFC"))):
+        Path("t.csv").write_text(f"file,label\n{row},cat\nb.png,dog\n", encoding="utf-8")
+        capsys.readouterr()
+        assert main(["check", "img", "--labels", "t.csv", "--workers", "1"]) == 1
+        assert capsys.readouterr().err.splitlines() == [
+            f"not in the table: img/{other} (the row of img/{row} names the file whose name is {forms[0]}; this "
+            f"one's is the same name in {forms[1]}: two files that look alike, rename or remove one)"
+        ]
+    Path("t.csv").write_text("file,label\nb.png,dog\n", encoding="utf-8")  # neither named: no twin to tell apart
+    assert main(["check", "img", "--labels", "t.csv", "--workers", "1"]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"not in the table: img/{nfd}", f"not in the table: img/{nfc}"]
+
+
 def test_check_says_a_folder_is_a_folder_and_names_a_row_without_a_label_once(tmp_path: Path, capsys):
     # The attacks: a row naming a folder was "not found" (it is there: a folder); the file of a row without a label
     # was also "not in the table" (it is, in that row).
