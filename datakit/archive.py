@@ -957,6 +957,7 @@ class _Tree:
                     except FileExistsError:
                         pass
                     except OSError as exc:
+                        self.check_root()
                         raise _Refused(f"folder {'/'.join(sub)!r} cannot be made: {exc.strerror}") from None
                 try:
                     fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -977,6 +978,17 @@ class _Tree:
                 os.close(passing)
             raise
         return fd
+
+    def check_root(self) -> None:
+        """Stop the whole extraction, in one line, where the target folder itself was removed meanwhile
+        (by hand, or by another program): every member would fail alike."""
+        try:
+            gone = os.fstat(self.fd).st_nlink == 0
+        except OSError:
+            gone = True
+        if gone:
+            raise ArchiveError(f"{self.root}: the target folder was removed while the archive was extracted into "
+                               "it; nothing more was written (run it again)")  # fmt: skip
 
     @staticmethod
     def _why_not_folder(parent: int, part: str, shown: str, exc: OSError) -> str:
@@ -1114,8 +1126,13 @@ def unzip(
             raise ArchiveError(f"{archive}: refused, members need {need} bytes but only {free} are free in {dest}")
         try:
             tree = _Tree(dest_path)
-        except ArchiveError:  # another extraction holds the folder: the folders made for this one go
-            _remove_made(made)
+        except ArchiveError:  # another extraction holds the folder: the folders made for this one go, but for the
+            # target and those above it, which that extraction writes into (made by this run a moment before it
+            # took them; removed, its descriptor would be of a deleted folder and every member of its would fail)
+            used = os.path.realpath(dest_path)
+            _remove_made(
+                [p for p in made if used != (real := os.path.realpath(p)) and not used.startswith(real + os.sep)]
+            )
             raise
         # what every member declares, not less the files already there: --overwrite writes those that differ again
         budget = _Budget(min(max_total, declared), declared=declared < max_total)
@@ -1216,6 +1233,8 @@ def unzip(
                 except _Refused as exc:
                     report.problems.append(f"{label}: {exc}")
                 except (*_READ_ERRORS, OSError) as exc:
+                    if isinstance(exc, FileNotFoundError):
+                        tree.check_root()
                     report.problems.append(f"{label}: {_explain(exc)}")
             if macos:
                 report.notes.append(f"{archive}: {macos} member{'s' if macos > 1 else ''} of macOS Finder's metadata "

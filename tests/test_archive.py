@@ -779,6 +779,63 @@ def test_a_second_extraction_into_the_same_folder_waits_its_turn(tmp_path: Path,
     assert tree(out) == {"猫/1.jpg": b"cat" * 1000}
 
 
+def test_two_extractions_started_at_once_into_a_new_folder_leave_one_to_finish(tmp_path: Path, monkeypatch, capsys):
+    # The attack: `unzip-gbk a.zip -d out` twice at once, out not there yet. One run made out, the other took its
+    # lock first; the first, refused, removed "the folders it made", out among them: the other then wrote into a
+    # deleted folder, 400 lines of "folder 'd0' cannot be made: No such file or directory", and both exited 1.
+    import fcntl
+
+    import datakit.archive as archive
+
+    z = write_zip(tmp_path / "a.zip", [gbk("猫/1.jpg", b"cat" * 1000)])
+    out = tmp_path / "new" / "out"
+    held: list[int] = []
+
+    class Raced(archive._Tree):  # the other run takes the folder this one has just made, before this one locks it
+        def __init__(self, root: Path) -> None:
+            fd = os.open(root, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held.append(fd)
+            super().__init__(root)
+
+    monkeypatch.setattr(archive, "_Tree", Raced)
+    capsys.readouterr()
+    assert unzip_gbk_main([str(z), "-d", str(out)]) == 1
+    assert capsys.readouterr().err == (f"unzip-gbk: error: {out}: another extraction into this folder is running; "
+                                       "wait for it to finish, then run this again (what it wrote counts as done)\n")  # fmt: skip
+    assert out.is_dir() and list(out.iterdir()) == []  # the other run's folder, and the one above it, still there
+    os.close(held.pop())
+    monkeypatch.undo()
+    assert unzip_gbk_main([str(z), "-d", str(out)]) == 0  # what that other run would do
+    assert tree(out) == {"猫/1.jpg": b"cat" * 1000}
+
+
+def test_a_target_removed_during_the_extraction_stops_it_in_one_line(tmp_path: Path, monkeypatch, capsys):
+    # The attack: the target folder deleted while an archive is extracted into it (rm -rf out in another terminal):
+    # every member after that failed on its own line ("folder 'd1' cannot be made: No such file or directory").
+    import shutil
+
+    import datakit.archive as archive
+
+    z = write_zip(tmp_path / "a.zip", [gbk(f"d{k}/{k}.jpg", b"x" * 100) for k in range(5)] + [gbk("top.jpg", b"t")])
+    out = tmp_path / "out"
+    real = archive._extract_file
+    calls = []
+
+    def remove_after_the_first(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            shutil.rmtree(out)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(archive, "_extract_file", remove_after_the_first)
+    capsys.readouterr()
+    assert unzip_gbk_main([str(z), "-d", str(out)]) == 1
+    assert capsys.readouterr().err == (f"unzip-gbk: error: {out}: the target folder was removed while the archive was "
+                                       "extracted into it; nothing more was written (run it again)\n")  # fmt: skip
+    assert not out.exists() and len(calls) == 2
+
+
 def test_a_file_that_appears_while_a_member_is_written_is_not_replaced(tmp_path: Path):
     from datakit.archive import ZipMember, _put_in_place, _Refused
 
