@@ -135,7 +135,7 @@ class ImageDataset:
       true to substitute as above, or return false to raise the sample's error.
 
     Each bad sample is logged once per process and recorded in ``bad_samples`` (a JSON file;
-    workers append to ``<file>.parts/<pid>.jsonl``, merged by :meth:`merge_bad_samples`, which
+    workers append to ``<file>.parts/<host>-<pid>.jsonl``, merged by :meth:`merge_bad_samples`, which
     the loader calls after every epoch). Samples listed there from an earlier run are known bad
     and substituted without being read again. When more than ``max_bad_fraction`` of the
     dataset is bad, reading raises: a lost mount must not train on substitutes.
@@ -382,7 +382,7 @@ class ImageDataset:
             parts = self._parts_dir()
             parts.mkdir(parents=True, exist_ok=True)
             line = json_text({"index": i, "name": name, "reason": reason}) + "\n"
-            with open(parts / f"{os.getpid()}.jsonl", "a", encoding="utf-8") as f:
+            with open(parts / f"{_process_name()}.jsonl", "a", encoding="utf-8") as f:
                 f.write(line)
             known |= {e["index"] for e in self._read_parts()}
         n = len(self)
@@ -437,7 +437,9 @@ class ImageDataset:
             entries[e["index"]] = {"index": e["index"], "name": e["name"], "reason": e["reason"]}
         data = {"format": BAD_SAMPLES_FORMAT, "version": BAD_SAMPLES_VERSION, "dataset": repr(self),
                 "samples": len(self), "count": len(entries), "bad": [entries[k] for k in sorted(entries)]}  # fmt: skip
-        tmp = self.bad_samples.with_name(f".{self.bad_samples.name}.{os.getpid()}.tmp")
+        # a name no other process has, on this machine or another sharing the folder (containers on two nodes
+        # often run their trainers under the same PID): two merges at once each write a file of their own
+        tmp = self.bad_samples.with_name(f".{self.bad_samples.name}.{_process_name()}.{os.urandom(4).hex()}.tmp")
         try:
             self.bad_samples.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json_text(data, indent=1), encoding="utf-8")
@@ -501,6 +503,15 @@ def name_sample(exc: BaseException, what: str, index: int, name: str) -> None:
         if notes:  # one exception raised again (a transform's own): the sample it met this time, not every one
             notes[:] = [n for n in notes if not (isinstance(n, str) and SAMPLE_NOTE.fullmatch(n))]
         add(f"(raised by the dataset's {what} on sample {index}: {name})")
+
+
+def _process_name() -> str:
+    """This process's name among all that may share a folder: host and PID (the PID alone repeats across
+    machines: containers on two nodes often run their trainers under the same one)."""
+    import socket
+
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
+    return f"{host}-{os.getpid()}"
 
 
 def read_bad_samples(path: str | os.PathLike) -> dict:

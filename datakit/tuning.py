@@ -303,7 +303,7 @@ def tune_num_workers(dataset: Dataset, batch_size: int, candidates: list[int] | 
             path.parent.mkdir(parents=True, exist_ok=True)
             data = _read_cache(path)
             data[key] = rec.num_workers
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.{os.urandom(4).hex()}.tmp")  # (a home folder shared by hosts)
             tmp.write_text(json.dumps(data))
             os.replace(tmp, path)
         except (OSError, ValueError):

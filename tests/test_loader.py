@@ -1732,6 +1732,47 @@ def test_too_many_bad_samples_stop_training(tmp_path: Path):
         open_dataset(root, on_error="skip", max_bad_fraction=2)
 
 
+def test_bad_samples_of_two_machines_sharing_the_folder_under_one_pid_are_kept_apart(tmp_path: Path, monkeypatch):
+    # The attack: two nodes of one job (containers, whose trainers often have the same PID) writing bad_samples= on
+    # a shared folder. Both appended to .parts/<pid>.jsonl (appends from two NFS clients overwrite each other), and
+    # two merges at once wrote one temporary file: the second renamed it into place, and the first, its file gone,
+    # stopped training with "bad_samples='bad.json': cannot be written".
+    import socket
+
+    from datakit.datasets import open_dataset
+
+    root = bad_folder(tmp_path)
+    report = tmp_path / "bad.json"
+    monkeypatch.setattr(os, "getpid", lambda: 4242)
+    host = ["node-a"]
+    monkeypatch.setattr(socket, "gethostname", lambda: host[0])
+    on_a = open_dataset(root, on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    on_b = open_dataset(root, on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    on_a[3]
+    host[0] = "node-b"
+    on_b[17]
+    assert sorted(p.name for p in (tmp_path / "bad.json.parts").iterdir()) == ["node-a-4242.jsonl", "node-b-4242.jsonl"]
+    real = Path.write_text
+    written = []
+
+    def meanwhile(self, *args, **kw):  # node b merges while node a's merge has written its temporary file
+        written.append(self.name)
+        out = real(self, *args, **kw)
+        if len(written) == 1:
+            host[0] = "node-b"
+            on_b.merge_bad_samples()
+            host[0] = "node-a"
+        return out
+
+    host[0] = "node-a"
+    monkeypatch.setattr(Path, "write_text", meanwhile)
+    assert on_a.merge_bad_samples() == report
+    monkeypatch.setattr(Path, "write_text", real)
+    assert [b["index"] for b in json.loads(report.read_text(encoding="utf-8"))["bad"]] == [3, 17]
+    assert len(written) == 2 and all(re.fullmatch(r"\.bad\.json\.node-[ab]-4242\.[0-9a-f]{8}\.tmp", w) for w in written)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
 def test_handler_policy_in_webdataset_style(tmp_path: Path):
     from datakit.datasets import open_dataset
 
