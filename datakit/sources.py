@@ -35,7 +35,7 @@ import numpy as np
 
 from datakit.errors import PackError, SampleError, UsageError, names_sample, refuse_empty
 from datakit.filenames import json_text, undecoded_names
-from datakit.io import UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
+from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
     _RIVAL_COLUMNS,
     EXCEL_SUFFIXES,
@@ -682,6 +682,9 @@ def scan_class_folders(
         )
     _refuse_unicode_twins(root, classes)
     files, targets, empty = [], [], []
+    # images datakit decodes that ImageFolder's list leaves out (.gif, .jpe, .pbm): left out too, said
+    others = tuple(e for e in IMAGE_EXTENSIONS if e not in extensions) if extensions == IMG_EXTENSIONS else ()
+    left_out: list[str] = []
     for idx, cls in enumerate(classes):
         found: list[tuple[str, list[str]]] = []  # (folder, image names), sorted as os.walk's tuples are
         walks = _Walks(root, cls)
@@ -698,6 +701,8 @@ def scan_class_folders(
                     todo.append((e.path, above | {real}))
                 elif _is_image(e.name, extensions):  # a broken link too, as ImageFolder lists it
                     names.append(e.name)
+                elif others and e.name.lower().endswith(others):
+                    left_out.append(os.path.relpath(e.path, root))
             found.append((folder, sorted(names)))
         n = 0
         for folder, names in sorted(found):
@@ -712,6 +717,7 @@ def scan_class_folders(
         which = (f"class folder {empty[0]!r} holds" if len(empty) == 1
                  else f"class folders {', '.join(map(repr, empty))} hold")  # fmt: skip
         raise LabelError(f"{root}: {which} no images (no file ending in {' '.join(extensions)}{hint})")
+    _warn_left_out(root, left_out)
     hidden = [c for c in classes if c.startswith(".")]
     if hidden:
         log.warning(
@@ -723,6 +729,20 @@ def scan_class_folders(
     if legacy:
         log.warning("%s", legacy)
     return classes, files, targets
+
+
+def _warn_left_out(where: str, left_out: list[str]) -> None:
+    """Warn of the images ImageFolder's list of suffixes leaves out (.gif, .jpe, .pbm), which datakit decodes."""
+    if not left_out:
+        return
+    left_out = sorted(left_out)
+    n = len(left_out)
+    kinds = " ".join(sorted({os.path.splitext(f)[1].lower() for f in left_out}))
+    them = "them" if n > 1 else "it"
+    more = f" and {n - 1} more" if n > 1 else ""
+    log.warning("%s: %d image%s left out (%s: %s%s), as torchvision's ImageFolder leaves %s out, so that the indices "
+                "stay its; to read %s, convert %s to PNG, or pass extensions=datakit.io.IMAGE_EXTENSIONS (Python)",
+                where, n, "s" * (n > 1), kinds, left_out[0], more, them, them, them)  # fmt: skip
 
 
 def _warn_wrapped(root: str, classes: list[str], files: list[str]) -> None:
@@ -1164,6 +1184,12 @@ class ZipDataset(ImageDataset):
         if not classes or not keep:
             raise NotADataset(f"{self.path}: no class folders with images inside the archive")
         _warn_numbered(self.path, classes)
+        if self.extensions == IMG_EXTENSIONS:
+            others = tuple(e for e in IMAGE_EXTENSIONS if e not in IMG_EXTENSIONS)
+            _warn_left_out(f"{self.path}", [
+                m.name for m in self.zip.members if not m.is_dir and m.name.lower().endswith(others)
+                and not any(p == "__MACOSX" or p.startswith("._") for p in m.name.split("/"))
+            ])  # fmt: skip
         if unreadable:  # unzip-gbk writes neither such a member nor its folder: a class of them alone would be a
             readable = {t for i, _, t in keep if i not in unreadable}  # class here, none in the extracted folder
             lost = sorted({t for _, _, t in keep} - readable)

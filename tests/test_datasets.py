@@ -313,6 +313,52 @@ def test_folder_files_and_targets_are_imagefolders(tmp_path: Path):
         np.testing.assert_array_equal(img, np.asarray(ref_img), err_msg=f"sample {i} ({names[i]})")
 
 
+def test_images_imagefolder_leaves_out_are_said_not_left_out_silently(tmp_path: Path, caplog, capsys):
+    # The attack: class folders holding GIFs (and .jpe, .pbm), which datakit decodes: left out, as ImageFolder leaves
+    # them out, without a word; `datakit check` said "15 samples checked, 0 problems" and pack-lmdb packed 15.
+    import logging
+
+    from datakit.cli import main
+
+    root = _parity_folder(tmp_path / "parity")
+    want = (f"{root}: 6 images left out (.gif .jpe .pbm: a/02.GIF and 5 more), as torchvision's ImageFolder leaves "
+            "them out, so that the indices stay its; to read them, convert them to PNG, or pass "
+            "extensions=datakit.io.IMAGE_EXTENSIONS (Python)")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert len(open_dataset(root)) == 15
+    assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == [want]
+    archive = tmp_path / "parity.zip"  # the same folder zipped, read in place
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(root.rglob("*")):
+            zf.write(path, path.relative_to(root).as_posix())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert len(open_dataset(archive)) == 15
+    assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == [
+        want.replace(str(root), str(archive), 1)
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):  # asked for: nothing to say
+        from datakit.io import IMAGE_EXTENSIONS
+
+        assert len(open_dataset(root, extensions=IMAGE_EXTENSIONS)) == 21
+        assert len(open_dataset(root, extensions=(".png",))) == 4
+    assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == []
+    (root / "a" / "02.GIF").unlink()
+    for name in ("04.jpe", "07.pbm"):
+        (root / "a" / name).unlink()
+    for rel in ("b/01.gif", "鸟/03.pbm"):
+        (root / rel).unlink()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert main(["check", str(root), "--workers", "1"]) == 0
+    assert "15 samples checked, 0 problems" in capsys.readouterr().out
+    assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == [
+        f"{root}: 1 image left out (.jpe: 鸟/01.jpe), as torchvision's ImageFolder leaves it out, so that the indices "
+        "stay its; to read it, convert it to PNG, or pass extensions=datakit.io.IMAGE_EXTENSIONS (Python)"
+    ]
+
+
 def test_folder_extensions_count_more_only_when_asked(tmp_path: Path):
     from PIL import Image
 
