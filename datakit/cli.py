@@ -515,7 +515,7 @@ def _add_label_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-column", help="the table's split column (train/val/test per row)")
     p.add_argument("--encoding", type=_encoding, default="auto",
                    help="the text table's encoding (utf-8, gbk, big5, utf-16); default: auto, detected")  # fmt: skip
-    p.add_argument("--include-hidden", action="store_true", help="read hidden workbook sheets too")
+    p.add_argument("--include-hidden", action="store_true", help="read hidden workbook sheets and rows too")
 
 
 def _label_options(args: argparse.Namespace) -> dict:

@@ -2171,6 +2171,48 @@ def _hidden_columns(path: Path, sheet: str) -> set[int]:
     return out
 
 
+def _hidden_rows(path: Path, sheet: str) -> list[int]:
+    """The rows (numbered as Excel numbers them) the sheet hides: ``<row r="4" hidden="1">``, hidden by hand, by a
+    filter, or in a collapsed group. The sheet's XML is streamed; only a part that holds ``hidden=`` is parsed."""
+    import zipfile
+
+    out: list[int] = []
+    try:
+        with zipfile.ZipFile(path) as z:
+            target = _sheet_member(z, sheet)
+            if target is None:
+                return []
+            with z.open(target) as f:
+                carry = b""
+                while True:
+                    chunk = f.read(1 << 20)
+                    buf = carry + chunk
+                    end = buf.rfind(b">") + 1 if chunk else len(buf)  # a tag cut by the chunk goes with the next
+                    part, carry = buf[:end], buf[end:]
+                    if b"hidden=" in part:
+                        for m in re.finditer(rb"<(?:\w+:)?row\b([^>]*)>", part):
+                            if re.search(rb'\bhidden="(?:1|true)"', m.group(1)):
+                                r = re.search(rb'\br="(\d+)"', m.group(1))
+                                if r:
+                                    out.append(int(r.group(1)))
+                    if not chunk:
+                        break
+    except (KeyError, OSError, zipfile.BadZipFile, AttributeError):
+        return []
+    return out
+
+
+def _rows_text(rows: list[int]) -> str:
+    """'row 4', 'rows 4 and 7', 'rows 4, 7, 9 and 12 more'."""
+    if len(rows) == 1:
+        return f"row {rows[0]}"
+    if len(rows) == 2:
+        return f"rows {rows[0]} and {rows[1]}"
+    if len(rows) == 3:
+        return f"rows {rows[0]}, {rows[1]} and {rows[2]}"
+    return f"rows {rows[0]}, {rows[1]}, {rows[2]} and {len(rows) - 3} more"
+
+
 _LABEL_ENDINGS = ("标签", "类别", "分类", "標籤", "類別", "分類")
 _ANOTHER_LABEL = re.compile(
     r"(?:new|final|checked|corrected|fixed|revised|true|gt|clean|manual|human|correct)_?(?:label|class|category|target)s?"
@@ -2758,6 +2800,14 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order, engine=engine,
                            split_column=split_column, cell_note=cell_note, notes=notes,
                            cell_error=cell_error, split_name=split_of[sh.name])  # fmt: skip
+        if not include_hidden:  # rows hidden in Excel (a filter, by hand): samples or not? asked, not guessed
+            hidden_rows = [r for r in _hidden_rows(path, sh.name)
+                           if head.at + 1 < r <= len(grid) and any(not _blank(v) for v in grid[r - 1])]  # fmt: skip
+            if hidden_rows:
+                it, are = ("them", "are") if len(hidden_rows) > 1 else ("it", "is")
+                problems.append(((order, hidden_rows[0]), f"{where}: {_rows_text(hidden_rows)} {are} hidden in Excel "
+                                 "(by a filter, or by hand): samples, or rows left out? pass include_hidden=True "
+                                 f"(--include-hidden) to read {it}, or delete {it} from the sheet"))  # fmt: skip
         if _declared_rows(path, sh.name) > len(grid):  # trailing rows read as empty: formulas without values?
             cell_note(0, 0)  # loads the sheet's formula cells
             for row in sorted({r for r in cells.rows() if r > len(grid)}):

@@ -619,6 +619,59 @@ def test_hidden_sheet_left_out_unless_asked(tmp_path: Path):
     assert read_labels(path, split="old", include_hidden=True).files.tolist() == ["z.jpg"]
 
 
+def test_rows_hidden_in_excel_are_asked_about_not_read_silently(tmp_path: Path, capsys):
+    # The attack: a workbook saved with a filter on (or rows hidden by hand), the rows out of sight meant as left out:
+    # read as samples like the others, without a word (pandas reads them too). Hidden sheets were left out, noted.
+    from datakit.cli import main
+
+    wb = Workbook()
+    train = wb.active
+    train.title = "train"
+    train.append(["文件名", "标签"])
+    for k in range(6):
+        train.append([f"img/{k}.jpg", "猫" if k % 2 else "狗"])
+    train.append([None, None])  # a blank row hidden: nothing to ask about
+    for r in (3, 6, 8):
+        train.row_dimensions[r].hidden = True
+    train.auto_filter.ref = "A1:B7"
+    val = wb.create_sheet("val")
+    val.append(["文件名", "标签"])
+    val.append(["img/v0.jpg", "猫"])
+    val.append(["img/v1.jpg", "狗"])
+    val.row_dimensions[3].hidden = True
+    path = tmp_path / "l.xlsx"
+    wb.save(path)
+    train_rows = (f"{path}, sheet 'train': rows 3 and 6 are hidden in Excel (by a filter, or by hand): samples, or "
+                  "rows left out? pass include_hidden=True (--include-hidden) to read them, or delete them from the sheet")  # fmt: skip
+    with pytest.raises(LabelError) as e:
+        read_labels(path, split="train")
+    assert str(e.value) == train_rows
+    with pytest.raises(LabelError) as e:
+        read_labels(path, split="val")  # a split not asked for keeps its own: only the rows read are asked about
+    assert str(e.value) == (f"{path}, sheet 'val': row 3 is hidden in Excel (by a filter, or by hand): samples, or "
+                            "rows left out? pass include_hidden=True (--include-hidden) to read it, or delete it from "
+                            "the sheet")  # fmt: skip
+    assert read_labels(path, split="train", include_hidden=True).files.tolist() == [f"img/{k}.jpg" for k in range(6)]
+    assert len(read_labels(path, include_hidden=True)) == 8
+    capsys.readouterr()
+    assert main(["check", str(tmp_path), "--labels", str(path), "--split", "train", "--workers", "1"]) == 1
+    assert train_rows in capsys.readouterr().err.splitlines()
+    # a sheet of more than one streamed chunk of XML: a row hidden far down is found
+    big = Workbook()
+    ws = big.active
+    ws.title = "train"
+    ws.append(["file", "label"])
+    for k in range(40000):
+        ws.append([f"a/{k:05d}.jpg", "cat" if k % 2 else "dog"])
+    ws.row_dimensions[39001].hidden = True
+    big.save(tmp_path / "big.xlsx")
+    with zipfile.ZipFile(tmp_path / "big.xlsx") as z:
+        assert z.getinfo("xl/worksheets/sheet1.xml").file_size > 2 << 20
+    with pytest.raises(LabelError, match=r"sheet 'train': row 39001 is hidden in Excel \(by a filter, or by hand\)"):
+        read_labels(tmp_path / "big.xlsx")
+    assert len(read_labels(tmp_path / "big.xlsx", include_hidden=True)) == 40000
+
+
 def jpeg(path: Path) -> None:
     """A small JPEG whose grey level its name picks: two files are two images (check finds one image under two
     names by its bytes)."""
