@@ -913,6 +913,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from datakit.preview import preview
     from datakit.sources import open_source
 
+    if args.size is not None and args.transform == "none":  # shown as decoded: a size would change nothing, unsaid
+        raise UsageError(f"--size {args.size} is the crop size of --transform train or eval; give one of them with it "
+                         "(--transform train), or leave --size out to see the images as decoded")  # fmt: skip
+    args.size = 224 if args.size is None else args.size
     src = _source(args)
     _outside_source(args.out, src, "contact sheet")
     check_output(args.out, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
@@ -970,7 +974,7 @@ def _register_check(sub) -> None:
     p.add_argument("--n", type=_count, default=32, help="samples to show (default 32)")
     p.add_argument("--transform", choices=["none", "train", "eval"], default="none",
                    help="show samples after datakit's train or eval pipeline")  # fmt: skip
-    p.add_argument("--size", type=_side(1), default=224, help="crop size for --transform (default 224)")
+    p.add_argument("--size", type=_side(1), default=None, help="crop size for --transform (default 224)")
     p.add_argument("--seed", type=int_range(0), default=0, help="which random samples to show (default 0)")
     p.add_argument("--font", metavar="FILE", help="caption font (default: an installed one that draws the class names)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")

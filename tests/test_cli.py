@@ -491,6 +491,9 @@ USAGE = [
     (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--resume", "--overwrite"],
      "datakit pack-lmdb: error: --resume and --overwrite contradict each other; pick one"),
     (["preview", "{src}", "--out", "{tmp}/p.png", "--n", "0"], "datakit preview: error: argument --n: must be >= 1, got 0"),
+    (["preview", "{src}", "--out", "{tmp}/p.png", "--size", "64"],  # a size that would change nothing, unsaid
+     "datakit preview: error: --size 64 is the crop size of --transform train or eval; give one of them with it "
+     "(--transform train), or leave --size out to see the images as decoded"),
     (["preview", "{src}", "--out", "{tmp}/x.xyz"],
      "datakit preview: error: argument --out: '{tmp}/x.xyz': the name must end in .png, .jpg, .jpeg, .webp, .bmp, .tif, .tiff"),
     (["preview", "{src}", "--out", "{tmp}/no/such/dir/p.png"],
