@@ -587,6 +587,11 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
 
     if len(args.src) < 2:
         raise UsageError("pack-lmdb takes SRC and OUT, got one path")
+    if args.quality is not None and args.max_size is None:  # the images stored as they are: a quality changes nothing
+        raise UsageError(f"--quality {args.quality} is the JPEG quality of the images --max-size shrinks; without "
+                         "--max-size every image is stored as it is (its own bytes): give --max-size N with it, or "
+                         "leave --quality out")  # fmt: skip
+    args.quality = 90 if args.quality is None else args.quality
     out, shard = _pack_share(args)
     # several SRC (or a glob, 'part-*.lmdb'): the shards of one pack, joined, as check and stats read them; a
     # glob never takes OUT itself ('part-*.lmdb' into part-all.lmdb, run again with --overwrite or --resume)
@@ -830,7 +835,7 @@ def _register_lmdb(sub) -> None:
     _add_label_args(p)
     p.add_argument("--max-size", type=_count, metavar="N",
                    help="re-encode (JPEG) images whose longer side exceeds N pixels (N >= 1)")  # fmt: skip
-    p.add_argument("--quality", type=int_range(1, 100), default=90, metavar="Q",
+    p.add_argument("--quality", type=int_range(1, 100), default=None, metavar="Q",
                    help="JPEG quality 1-100 when re-encoding (default 90)")  # fmt: skip
     p.add_argument("--workers", type=_workers, metavar="N",
                    help="readers: threads for plain files, processes for zips and packs "

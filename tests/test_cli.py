@@ -488,6 +488,9 @@ USAGE = [
      "datakit pack-lmdb: error: argument --max-size: must be >= 1, got -5"),
     (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--shard", "4/4"],
      "datakit pack-lmdb: error: argument --shard: must be I/N with 0 <= I < N (for example 0/4), got '4/4'"),
+    (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--quality", "50"],  # stored as they are: a quality unheeded, unsaid
+     "datakit pack-lmdb: error: --quality 50 is the JPEG quality of the images --max-size shrinks; without --max-size "
+     "every image is stored as it is (its own bytes): give --max-size N with it, or leave --quality out"),
     (["pack-lmdb", "{src}", "{tmp}/o.lmdb", "--resume", "--overwrite"],
      "datakit pack-lmdb: error: --resume and --overwrite contradict each other; pick one"),
     (["preview", "{src}", "--out", "{tmp}/p.png", "--n", "0"], "datakit preview: error: argument --n: must be >= 1, got 0"),
