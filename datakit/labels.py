@@ -3684,6 +3684,10 @@ def read_labels(
         elsewhere = {key for p in parts for key, s in p.dropped_splits.items() if s and s != split}
         problems[:] = [p for p in problems if p[0] not in elsewhere]
     whole = _join(path, parts, problems, notes, enc)  # every sheet read, also those not asked for
+    if suffix in TEXT_SUFFIXES and len(parts) == 1:
+        cut = _cut_short(path, raw, parts[0], enc)
+        if cut is not None:
+            problems.append(cut)
     notes += whole._case_notes() + whole._split_notes() + whole._list_notes() + whole._quoted_notes()
     for note in notes:
         log.warning("%s", note)
@@ -3710,6 +3714,27 @@ _LIST_SEPARATORS = re.compile(r"\s*[,，、]\s*")
 # where no comma parts them: MovieLens' 'Action|Drama', 'cat;dog' (not a space, '/' or '+': 'ski mask', 'AC/DC')
 _OTHER_SEPARATORS = re.compile(r"\s*[|;；]\s*")
 _VECTOR = re.compile(r"[01](?:(?:\s*[,;|]\s*|\s+)[01])+")  # '0,1,0': a one-hot (or multi-hot) vector, not a class name
+
+
+def _cut_short(path: Path, raw: bytes, part: _Part, encoding: str | None) -> tuple[tuple[int, int], str] | None:
+    """A problem where a text table looks cut short (half-copied, or read while written): its last line has no line
+    end, and that line's label is on no other line and is the start of another label ('cof' where 'coffee' is one),
+    which would otherwise be a class of its own, without a word."""
+    if not raw or raw.endswith((b"\n", b"\r")) or not len(part.rows):
+        return None
+    k = int(np.argmax(part.rows))
+    code = int(part.label_codes[k])
+    if code < 0 or int(np.count_nonzero(part.label_codes == code)) != 1:
+        return None
+    label = str(part.labels[code])
+    longer = sorted(v for v in map(str, part.labels) if v != label and v.startswith(label))
+    last = raw[max(raw.rfind(b"\n"), raw.rfind(b"\r")) + 1 :].decode(encoding or "utf-8", "replace")
+    if not label or not longer or label not in last:  # (that row is not the last line: a line after it was dropped)
+        return None
+    row = int(part.rows[k])
+    return ((0, row), f"{path}, line {row}: the last line has no line end, and its label {label!r} is on no other "
+                      f"line and the start of {longer[0]!r}: the file cut short (half-copied, or read while it was "
+                      f"written)? copy it again; if {label!r} is a class, end the file with a line break")  # fmt: skip
 
 
 def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:

@@ -672,6 +672,37 @@ def test_rows_hidden_in_excel_are_asked_about_not_read_silently(tmp_path: Path, 
     assert len(read_labels(tmp_path / "big.xlsx", include_hidden=True)) == 40000
 
 
+def test_a_text_table_cut_short_is_refused_not_read_with_a_class_of_its_last_line(tmp_path: Path):
+    # The attack: a CSV half-copied (or read while it was written), cut inside its last label: 'coffee' became
+    # 'cof', a class of one sample, without a word.
+    rows = "文件名,标签\nimages/1.jpg,cat\nimages/2.jpg,coffee\nimages/3.jpg,cat\nimages/4.jpg,coffee"
+    cut = tmp_path / "cut.csv"
+    cut.write_text(rows[:-3], encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(cut)
+    assert str(e.value) == (f"{cut}, line 5: the last line has no line end, and its label 'cof' is on no other line "
+                            "and the start of 'coffee': the file cut short (half-copied, or read while it was "
+                            "written)? copy it again; if 'cof' is a class, end the file with a line break")  # fmt: skip
+    whole = tmp_path / "whole.csv"
+    whole.write_text(rows, encoding="utf-8")  # no line end after the last line, but no label cut: read as it is
+    assert read_labels(whole).labels.tolist() == ["cat", "coffee", "cat", "coffee"]
+    cut.write_text(rows[:-3] + "\n", encoding="utf-8")  # 'cof' meant as a class: a line break says so
+    assert read_labels(cut).labels.tolist() == ["cat", "coffee", "cat", "cof"]
+    listed = tmp_path / "train.txt"  # a 'path label' list, GBK, cut the same way
+    listed.write_bytes("图/1.jpg 猫\n图/2.jpg 猫咪\n图/3.jpg 猫".encode("gbk"))
+    assert read_labels(listed).labels.tolist() == ["猫", "猫咪", "猫"]  # '猫' on another line too: a class
+    listed.write_bytes("图/1.jpg 狗\n图/2.jpg 猫咪\n图/3.jpg 猫".encode("gbk"))
+    with pytest.raises(
+        LabelError, match=r"train\.txt, line 3: the last line has no line end, and its label '猫' is on"
+    ):
+        read_labels(listed)
+    dropped = tmp_path / "dropped.csv"  # the last line left out for a problem of its own: no other line blamed
+    dropped.write_text("文件名,标签\nimages/1.jpg,cof\nimages/2.jpg,coffee\nimages/3.jpg,", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(dropped)
+    assert str(e.value) == f"{dropped}, line 4: file 'images/3.jpg' has no label"
+
+
 def jpeg(path: Path) -> None:
     """A small JPEG whose grey level its name picks: two files are two images (check finds one image under two
     names by its bytes)."""
