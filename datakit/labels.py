@@ -3210,7 +3210,27 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
                          path, problems, notes)  # fmt: skip
     part.unread = _unread(cols.bad)
     _spaced_labels(path, part, problems)
+    _unlabelled_spaced_files(path, part, problems)
     return part
+
+
+def _unlabelled_spaced_files(path: Path, part: _Part, problems: list) -> None:
+    """A problem for each line of a ``path label`` list that is one file name with a space in it and no label
+    (``IMG (1).png``, as Windows and phones name copies, read as the file 'IMG' labelled '(1).png'): a line
+    without its label, which would otherwise be a class of its own. Only labels that are image names are looked at,
+    in a list whose other labels are not (every label a file name: a 'label path' list, said as such elsewhere)."""
+    if all(_looks_like_file(v) for v in part.labels):
+        return
+    for code, label in enumerate(part.labels):
+        if not _looks_like_file(label):
+            continue
+        for i in np.flatnonzero(part.label_codes == code).tolist():
+            name = part.files[i]
+            if not _looks_like_file(name):
+                line = int(part.rows[i])
+                problems.append(((0, line), f"{path}, line {line}: '{name} {label}' has no label (expected 'path "
+                                 f"label'): it reads as the file {name!r} labelled {label!r}, a file name with a "
+                                 "space in it and no label after it"))  # fmt: skip
 
 
 def _unread(bad: list[tuple[int, str]]) -> int:
@@ -3565,9 +3585,12 @@ def _join(path: Path, parts: list[_Part], problems: list, notes: list, encoding:
             # the rows under the last image with no file suffix (a total, who made it, when), else the few between
             # images that have none at all (a subtotal): among thousands of images, not one in twenty
             odd = [end] if end < n and _looks_like_file(p.files[end - 1]) else _without_dot(p.files)
+            said = {key for key, _ in problems}  # a line named already (a spaced file name without its label)
             if odd:
                 for k in odd[:MAX_LISTED]:
                     i = start + k
+                    if (p.order, int(table.rows[i])) in said:
+                        continue
                     problems.append(((p.order, int(table.rows[i])), f"{path}: {table._short(i)}: {table.files[i]!r} "
                                      "names no image file, unlike the rows around it (a total or a note?): its label "
                                      f"{str(table.labels[i])!r} would be a class; delete the row"))  # fmt: skip

@@ -703,6 +703,27 @@ def test_a_text_table_cut_short_is_refused_not_read_with_a_class_of_its_last_lin
     assert str(e.value) == f"{dropped}, line 4: file 'images/3.jpg' has no label"
 
 
+def test_a_list_line_of_a_spaced_file_name_without_its_label_is_named_not_a_class(tmp_path: Path):
+    # The attack: 'IMG (1).png' alone on a line of a 'path label' list (its label left out): read as the file 'IMG'
+    # labelled '(1).png', a class of its own that moved every class after it, with a warning at most.
+    lines = [f"{k:03d}.png {'cat' if k % 2 else 'dog'}" for k in range(40)]
+    lines[10], lines[20] = "IMG (1).png", "scan 3.png"
+    listed = tmp_path / "list.txt"
+    listed.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(listed)
+    assert str(e.value).splitlines() == [
+        f"{listed}: 2 problems:",
+        f"  {listed}, line 11: 'IMG (1).png' has no label (expected 'path label'): it reads as the file 'IMG' labelled "
+        "'(1).png', a file name with a space in it and no label after it",
+        f"  {listed}, line 21: 'scan 3.png' has no label (expected 'path label'): it reads as the file 'scan' labelled "
+        "'3.png', a file name with a space in it and no label after it",
+    ]
+    pairs = tmp_path / "pairs.txt"  # a label that is a file beside a path that is one too (an image and its mask)
+    pairs.write_text("img/1.jpg masks/1.png\nimg/2.jpg masks/2.png\n", encoding="utf-8")
+    assert read_labels(pairs).files.tolist() == ["img/1.jpg", "img/2.jpg"]
+
+
 def jpeg(path: Path) -> None:
     """A small JPEG whose grey level its name picks: two files are two images (check finds one image under two
     names by its bytes)."""
