@@ -840,9 +840,7 @@ def _register_lmdb(sub) -> None:
     p.add_argument("--workers", type=_workers, metavar="N",
                    help="readers: threads for plain files, processes for zips and packs "
                         "(default: usable CPUs; 0: none)")  # fmt: skip
-    p.add_argument("--classes", metavar="PACK_OR_FILE",
-                   help="index the classes as these do (the training pack, its classes.json, or a .txt of one class "
-                        "per line): for a split kept in a file of its own")  # fmt: skip
+    _add_classes_arg(p)
     p.add_argument("--resume", action="store_true", help="continue an interrupted pack")
     p.add_argument("--overwrite", action="store_true", help="replace an existing pack")
     p.add_argument("--shard", type=_shard, metavar="I/N", help="pack only the I-th of N parts (0-based)")
@@ -935,7 +933,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
         make = train_pipeline if args.transform == "train" else eval_pipeline
         transform = make(size=args.size, normalize=False)
     ds = open_source(src, labels=args.labels, split=args.split, transform=transform,
-                      remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
+                     remap_labels=args.remap_labels, classes=args.classes, **_label_options(args))  # fmt: skip
     result = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite, font=args.font)
     if result.hint and not args.quiet:  # -q: nothing (the grid is written all the same)
         print(f"datakit preview: {_shown(result.hint)}", file=sys.stderr)
@@ -957,6 +955,12 @@ _PREVIEW_EXAMPLE = """\
 """
 
 
+def _add_classes_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--classes", metavar="PACK_OR_FILE",
+                   help="index the classes as these do (the training pack, its classes.json, or a .txt of one class "
+                        "per line): for a split kept in a file of its own")  # fmt: skip
+
+
 def _register_check(sub) -> None:
     from datakit.io import WRITE_EXTENSIONS as PREVIEW_EXTENSIONS  # datakit.check would import torch
 
@@ -966,13 +970,12 @@ def _register_check(sub) -> None:
     p.add_argument("--workers", type=_workers, metavar="N", help="reader processes (default: usable CPUs; 0: none)")
     p.add_argument("--bad-samples", metavar="FILE",
                    help="report the samples this file from training lists, without reading them")  # fmt: skip
-    p.add_argument("--classes", metavar="PACK_OR_FILE",
-                   help="index the classes as these do (the training pack, its classes.json, or a .txt of one class "
-                        "per line): for a split kept in a file of its own")  # fmt: skip
+    _add_classes_arg(p)
     _add_json_quiet(p, "no progress bar, no table: only the problems, one per line")
     p.set_defaults(func=cmd_check)
     p = _command(sub, "preview", "a contact sheet of what the model will see", _PREVIEW_EXAMPLE)
     _add_source_args(p)
+    _add_classes_arg(p)
     p.add_argument("--out", required=True, type=_extension(*PREVIEW_EXTENSIONS), metavar="FILE",
                    help=f"the picture to write ({', '.join(PREVIEW_EXTENSIONS)})")  # fmt: skip
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
@@ -1000,7 +1003,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         _outside_source(args.plot, src, "histogram")
         check_output(args.plot, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     ds = open_source(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
-                      **_label_options(args))  # fmt: skip
+                     classes=args.classes, **_label_options(args))  # fmt: skip
     if args.split is None:
         say_whole(ds, "into the statistics")
     bar = _bar(0, "stats", args.quiet)
@@ -1061,6 +1064,7 @@ def _register_stats(sub) -> None:
 
     p = _command(sub, "stats", "exact per-channel mean and std over every pixel", _STATS_EXAMPLE)
     _add_source_args(p)
+    _add_classes_arg(p)
     p.add_argument("--workers", type=_workers, metavar="N", help="decoding processes (default: usable CPUs; 0: none)")
     p.add_argument("--sample", type=int_range(2), metavar="N",
                    help="estimate from N >= 2 random images, with standard errors")  # fmt: skip

@@ -749,6 +749,33 @@ def test_pack_lmdb_classes_gives_a_val_list_the_training_indices(tmp_path: Path)
     assert info.stdout.splitlines()[2] == f"  from: labels {tmp_path / 'val.txt'}"
 
 
+def test_stats_and_preview_take_classes_as_their_refusal_says(tmp_path: Path):
+    # The attack: a val list whose integer labels skip a class ({1, 3}) was refused by stats and preview, pointing at
+    # classes= (--classes) for a split kept in a file of its own; both then said "unrecognized arguments: --classes".
+    from datakit.io import imwrite
+
+    data = tmp_path / "data"
+    (data / "img").mkdir(parents=True)
+    for k in range(3):
+        imwrite(data / "img" / f"{k}.png", np.full((8, 8, 3), k * 60, np.uint8))
+    val = data / "val.csv"
+    val.write_text("file,label\nimg/0.png,1\nimg/1.png,3\nimg/2.png,1\n", encoding="utf-8")
+    classes = tmp_path / "classes.txt"
+    classes.write_text("0\n1\n2\n3\n", encoding="utf-8")
+    refused = datakit("stats", val, "-q")
+    assert refused.returncode == 1 and "classes=train.classes" in refused.stderr
+    stats = datakit("stats", val, "--classes", classes, "--json")
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["mean"] == pytest.approx([60 / 255] * 3, abs=1e-12)  # (0 + 60 + 120) / 3
+    out = tmp_path / "g.png"  # outside the images' folder
+    sheet = datakit("preview", val, "--classes", classes, "--out", out)
+    assert sheet.returncode == 0, sheet.stderr
+    assert sheet.stdout.endswith(f"to {out}; classes: 0 0, 1 1, 2 2, 3 3\n")
+    both = datakit("stats", val, "--classes", classes, "--remap-labels")
+    assert (both.returncode, both.stderr) == (2, "datakit stats: error: classes= and remap_labels= both number the "
+                                                 "classes; give one of them\n")  # fmt: skip
+
+
 def test_shards_join_and_are_verified_by_a_glob_as_check_reads_them(class_folder: Path, tmp_path: Path, capsys,
                                                                     monkeypatch: pytest.MonkeyPatch):  # fmt: skip
     # The attack: check 'part-*.lmdb' read the shards as one, but pack-lmdb, verify and info said "part-*.lmdb: no
