@@ -3666,6 +3666,9 @@ def read_labels(
                              "suffix says its format; save it as one (.csv, .xlsx, ...) and give that")  # fmt: skip
         raise FileNotFoundError(f"{path}: no such label table")
     suffix = path.suffix.lower()
+    if encoding is not None and suffix in EXCEL_SUFFIXES:  # a workbook's text is Unicode: the encoding would do nothing
+        raise UsageError(f"{path}: encoding={encoding!r} (--encoding) is a text table's (and, without a table, a zip's "
+                         "names'); a workbook stores its text as Unicode, read as it is: leave it out")  # fmt: skip
     if sheets is not None and suffix not in EXCEL_SUFFIXES:  # read whole, as if no sheet were named: no
         raise UsageError(f"{path}: a text table, which has no sheets; sheets= names a workbook's sheets (split= "
                          "keeps one split's rows)")  # fmt: skip

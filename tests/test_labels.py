@@ -724,6 +724,16 @@ def test_a_list_line_of_a_spaced_file_name_without_its_label_is_named_not_a_clas
     assert read_labels(pairs).files.tolist() == ["img/1.jpg", "img/2.jpg"]
 
 
+def test_an_encoding_given_for_a_workbook_is_refused_not_left_unheeded(tmp_path: Path):
+    # The attack: --encoding gbk beside an .xlsx (whose text is Unicode) was accepted and changed nothing (exit 0).
+    path = book(tmp_path / "l.xlsx", dict(SPLITS))
+    with pytest.raises(UsageError) as e:
+        read_labels(path, encoding="gbk")
+    assert str(e.value) == (f"{path}: encoding='gbk' (--encoding) is a text table's (and, without a table, a zip's "
+                            "names'); a workbook stores its text as Unicode, read as it is: leave it out")  # fmt: skip
+    assert read_labels(path).split_names == ["train", "val"]
+
+
 def jpeg(path: Path) -> None:
     """A small JPEG whose grey level its name picks: two files are two images (check finds one image under two
     names by its bytes)."""
