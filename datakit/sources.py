@@ -1922,6 +1922,21 @@ def open_source(
         raise UsageError("sheets= names the sheets of a workbook read here (labels=, or the workbook as the source)")
     table = labels if isinstance(labels, LabelTable) else (read_labels(labels, **table_options) if labels else None)
     suffix = path.suffix.lower()
+    if table is None and not (path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES):
+        # a folder, a zip or a pack read without a table: a table's options would change nothing, unsaid
+        unheeded = [(name, flag) for name, flag, v in (
+            ("file_column", "--file-column", file_column), ("label_column", "--label-column", label_column),
+            ("split_column", "--split-column", split_column), ("include_hidden", "--include-hidden", include_hidden),
+            ("encoding", "--encoding", encoding if suffix != ".zip" else None),  # (a zip's: of its member names)
+        ) if v]  # fmt: skip
+        if unheeded:
+            name, flag = unheeded[0]
+            if pack:
+                raise UsageError(f"{name}= ({flag}) is for reading a label table; {path} is an LMDB pack, which holds "
+                                 "its own labels: leave it out")  # fmt: skip
+            what = "a zip" if suffix == ".zip" else "a folder"
+            raise UsageError(f"{name}= ({flag}) is for reading a label table; {path} is {what}, read without one: "
+                             "give the table with labels= (--labels TABLE), or leave it out")  # fmt: skip
     if path.is_dir() and (path / "data.mdb").exists() or suffix == ".lmdb":
         return kinds.LmdbDataset(path, split=split, **common, **kwargs)
     if table is not None:

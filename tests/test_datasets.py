@@ -359,6 +359,25 @@ def test_images_imagefolder_leaves_out_are_said_not_left_out_silently(tmp_path: 
     ]
 
 
+def test_a_table_option_without_a_table_is_refused_not_left_unheeded(tmp_path: Path, capsys):
+    # The attack: `datakit stats data/ --label-column 类别` (or file_column=, include_hidden=, encoding= on a folder):
+    # no table is read, so the option changed nothing, and nothing said so.
+    from datakit.cli import main
+
+    root = _parity_folder(tmp_path / "parity")
+    with pytest.raises(UsageError) as e:
+        open_dataset(root, label_column="类别")
+    assert str(e.value) == (f"label_column= (--label-column) is for reading a label table; {root} is a folder, read "
+                            "without one: give the table with labels= (--labels TABLE), or leave it out")  # fmt: skip
+    for kw in ({"file_column": "f"}, {"split_column": "s"}, {"include_hidden": True}, {"encoding": "gbk"}):
+        with pytest.raises(UsageError, match=rf"^{next(iter(kw))}= \(--"):
+            open_dataset(root, **kw)
+    assert main(["stats", str(root), "--include-hidden", "-q"]) == 2
+    assert capsys.readouterr().err == (f"datakit stats: error: include_hidden= (--include-hidden) is for reading a "
+                                       f"label table; {root} is a folder, read without one: give the table with "
+                                       "labels= (--labels TABLE), or leave it out\n")  # fmt: skip
+
+
 def test_folder_extensions_count_more_only_when_asked(tmp_path: Path):
     from PIL import Image
 
