@@ -282,14 +282,19 @@ class ImageDataset:
             if fused is not None:
                 return fused(data, self.mode, None)
             return decode_image(data, self.mode, max_size, strict=strict)
-        except ImageDecodeError as exc:
-            msg = str(exc)
-            if msg.startswith(UNNAMED):
-                msg = self.name(index) + msg[len(UNNAMED) :]
-            raise SampleError(f"sample {index}: {msg}") from exc
-        except (OSError, LabelError, KeyError, ValueError) as exc:
-            text = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)  # KeyError's str is its repr
-            raise SampleError(text if names_sample(text, index) else f"sample {index}: {text}") from exc
+        except Exception as exc:
+            if getattr(exc, "_datakit_step", False):  # a pipeline's augment or normalisation step: not the image's
+                name_sample(exc, "transform", index, self.name(index))  # error, never a bad sample to skip or record
+                raise
+            if isinstance(exc, ImageDecodeError):
+                msg = str(exc)
+                if msg.startswith(UNNAMED):
+                    msg = self.name(index) + msg[len(UNNAMED) :]
+                raise SampleError(f"sample {index}: {msg}") from exc
+            if isinstance(exc, (OSError, LabelError, KeyError, ValueError)):
+                text = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)  # KeyError's str: its repr
+                raise SampleError(text if names_sample(text, index) else f"sample {index}: {text}") from exc
+            raise
 
     def _image(self, index: int) -> tuple[int, np.ndarray]:
         if not isinstance(index, (int, np.integer)):

@@ -510,6 +510,24 @@ def _cv2_flag(interpolation: str, shrink: float) -> int:
     return {"bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}[interpolation]
 
 
+class _Steps:
+    """Marks an error of a pipeline's steps after the image is decoded (an ``augment=`` step, the normalisation, a
+    crop of the whole image) as the transform's, not the image's: a dataset reading the bytes through
+    ``from_bytes`` then raises it as the transform's error, naming the sample, never as an unreadable image (which
+    ``on_error="skip"`` would replace and ``bad_samples=`` would record)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if isinstance(exc, Exception):
+            exc._datakit_step = True  # type: ignore[union-attr]
+        return False
+
+
+_STEPS = _Steps()
+
+
 def _antialiased(img: np.ndarray, h: int, w: int, interpolation: str, always: bool = False) -> torch.Tensor | None:
     """A uint8 (or uint16) HWC (or 2-D) image shrunk 2x or more (``always``: resized at all) with torchvision's own
     antialiased filter, as a contiguous CHW tensor: the same pixels as ``v2.Resize(antialias=True)``, at a
@@ -983,8 +1001,9 @@ class _Pipeline(Compose):
     def _whole(self, img, mode: str):
         """``self(img)`` for an image decoded whole, normalised for ``mode``."""
         norm = self._norm_for(mode)
-        for t in self.transforms:
-            img = norm(img) if t is self.norm else t(img)
+        with _STEPS:
+            for t in self.transforms:
+                img = norm(img) if t is self.norm else t(img)
         return img
 
 
@@ -1014,6 +1033,10 @@ class TrainPipeline(_Pipeline):
         return _factor(ch, cw, th, tw) if self.crop.interpolation not in _NEAREST else 1
 
     def _finish(self, chw: torch.Tensor, mode: str) -> torch.Tensor:
+        with _STEPS:
+            return self._augmented(chw, mode)
+
+    def _augmented(self, chw: torch.Tensor, mode: str) -> torch.Tensor:
         if self.augment:
             # torchvision's colour steps (Grayscale, ColorJitter's hue and saturation, AutoAugment's, ...) take
             # the channels as RGB: a mode="bgr" (or "unchanged") image is augmented in RGB order, then put back
@@ -1029,8 +1052,9 @@ class TrainPipeline(_Pipeline):
 
     def _whole(self, img, mode: str):
         """``self(img)`` for an image decoded whole, augmented and normalised for ``mode``."""
-        for t in self._steps()[: -len(self.augment) or None]:
-            img = t(img)
+        with _STEPS:
+            for t in self._steps()[: -len(self.augment) or None]:
+                img = t(img)
         return self._finish(img, mode)
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
@@ -1150,7 +1174,8 @@ class EvalPipeline(_Pipeline):
         # the image is decoded whole, without the round trip through HWC
         out = chw[:, top : top + th, left : left + tw].contiguous()
         norm = self._norm_for(mode)
-        return norm(out) if norm else out
+        with _STEPS:
+            return norm(out) if norm else out
 
     def _scaled_partial(self, data: bytes, mode: str, name, f: int, h: int, w: int, rh: int, rw: int,
                         orientation: int) -> torch.Tensor | None:  # fmt: skip
@@ -1192,7 +1217,8 @@ class EvalPipeline(_Pipeline):
         flips = [d for d, on in ((1, vflip), (2, hflip)) if on]
         out = torch.flip(out, flips) if flips else out.contiguous()
         norm = self._norm_for(mode)
-        return norm(out) if norm else out
+        with _STEPS:
+            return norm(out) if norm else out
 
 
 def _defaults_order(mean, std) -> str | None:

@@ -1773,6 +1773,42 @@ def test_bad_samples_of_two_machines_sharing_the_folder_under_one_pid_are_kept_a
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
+def test_an_augment_steps_error_is_the_transforms_not_a_bad_image(tmp_path: Path):
+    # The attack: train_pipeline(augment=[v2.RandomGrayscale(p=1)]) on a valid RGBA PNG (mode="unchanged"): the
+    # augment's ValueError became "sample 8: ...", counted as an unreadable image: on_error="skip" replaced it,
+    # bad_samples= recorded it, and check and pack-lmdb --skip-bad then treated a good file as bad. A TypeError from
+    # an augment named neither the sample nor the file.
+    from PIL import Image
+    from torchvision.transforms import v2
+
+    from datakit.datasets import open_dataset
+    from datakit.transforms import train_pipeline
+
+    rng = np.random.default_rng(0)
+    for k in range(4):
+        (tmp_path / "img" / "a").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(tmp_path / "img" / "a" / f"{k}.png")
+    Image.fromarray(rng.integers(0, 256, (64, 64, 4), dtype=np.uint8), "RGBA").save(tmp_path / "img" / "a" / "rgba.png")
+    report = tmp_path / "bad.json"
+    ds = open_dataset(tmp_path / "img", mode="unchanged", transform=train_pipeline(32, augment=[v2.RandomGrayscale(p=1)]),
+                      on_error="skip", max_bad_fraction=0.5, bad_samples=report)  # fmt: skip
+    assert ds.name(4).endswith("rgba.png")
+    with pytest.raises(ValueError) as e:
+        ds[4]
+    assert type(e.value) is ValueError and str(e.value) == "num_output_channels must be 1 or 3, got 4."
+    assert e.value.__notes__ == [f"(raised by the dataset's transform on sample 4: {ds.name(4)})"]
+    assert ds.bad == {} and ds.merge_bad_samples() == report
+    assert json.loads(report.read_text(encoding="utf-8"))["bad"] == []
+    jitter = open_dataset(
+        tmp_path / "img", mode="unchanged", transform=train_pipeline(32, augment=[v2.ColorJitter(0.5)])
+    )
+    for workers in (0, 2):
+        with pytest.raises(TypeError) as e:
+            list(create_loader(jitter, 5, num_workers=workers, train=False))
+        assert "permitted channel values are 1 or 3, but found 4" in str(e.value)
+        assert f"(raised by the dataset's transform on sample 4: {ds.name(4)})" in e.value.__notes__
+
+
 def test_handler_policy_in_webdataset_style(tmp_path: Path):
     from datakit.datasets import open_dataset
 
