@@ -854,9 +854,10 @@ def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, nam
         path, when, last = changed
         return f"{path} changed after its samples were packed ({when}; the pack's last commit {last})"
     was = existing.get("source_id")
-    if was is not None and was != identity and not max_size:  # identity: _source_identity(ds), read once
+    if was is not None and was != identity:  # identity: _source_identity(ds), read once
         # the folder (or archive) itself is another one than the pack began from: `mv data_v2 data`, a copy put in
-        # its place, whose files keep older times; every sample packed is read again, not a spread of them
+        # its place, whose files keep older times; every sample packed is read again, not a spread of them (with
+        # --max-size each is shrunk and encoded again to be compared: as long as packing them, and only then)
         other = _spot_check(ds, lo, n, target, name_of, max_size, quality, every=True)
     else:
         other = _spot_check(ds, lo, n, target, name_of, max_size, quality)

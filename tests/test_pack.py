@@ -2257,7 +2257,7 @@ def test_an_empty_or_too_long_pack_name_is_refused_before_anything_is_written(cl
         pack_lmdb(class_folder, long, workers=1, overwrite=True)
 
 
-def _pack_stopped_after(src: Path, out: Path, samples: int) -> None:
+def _pack_stopped_after(src: Path, out: Path, samples: int, max_size: int | None = None) -> None:
     """Pack ``src`` into ``out``, stopped (Ctrl-C) once ``samples`` samples are packed, committed every 8."""
 
     def stop(done, total, nbytes):
@@ -2265,36 +2265,43 @@ def _pack_stopped_after(src: Path, out: Path, samples: int) -> None:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        pack_lmdb(src, out, workers=0, commit_every=8, progress=stop)
+        pack_lmdb(src, out, workers=0, commit_every=8, progress=stop, max_size=max_size)
 
 
-def test_resume_from_a_source_folder_put_in_place_of_the_one_packed_reads_every_packed_sample_again(tmp_path: Path):
+@pytest.mark.parametrize("max_size", [None, 16])
+def test_resume_from_a_source_folder_put_in_place_of_the_one_packed_reads_every_packed_sample_again(tmp_path: Path,
+                                                                                                    max_size):  # fmt: skip
     # The attack: the pack of src killed after 72 of 80 samples; then `mv src src_old; mv src_v2 src`, src_v2 a copy
     # (older times) with one image edited: resume read 32 of the 72 samples again, missed the edited one, and the
-    # pack mixed the two folders, verify saying 0 problems
+    # pack mixed the two folders, verify saying 0 problems. With --max-size, only those 32 were read again even
+    # once the folder was known to be another.
     src, v2 = tmp_path / "src", tmp_path / "src_v2"
     (src / "a").mkdir(parents=True)
+    side = 8 if max_size is None else 40  # shrunk and encoded again by --max-size 16
     for i in range(80):
-        imwrite(src / "a" / f"{i:05d}.png", synthetic_image(8, 8, seed=i), mode="rgb")
+        imwrite(src / "a" / f"{i:05d}.png", synthetic_image(side, side, seed=i), mode="rgb")
     shutil.copytree(src, v2)  # times kept
-    imwrite(v2 / "a" / "00001.png", synthetic_image(8, 8, seed=999), mode="rgb")  # not among the 32 read again
+    imwrite(v2 / "a" / "00001.png", synthetic_image(side, side, seed=999), mode="rgb")  # not among the 32 read again
     same = tmp_path / "src_same"
     shutil.copytree(src, same)
     out = tmp_path / "p.lmdb"
 
-    _pack_stopped_after(src, out, 72)
+    _pack_stopped_after(src, out, 72, max_size)
     assert read_meta(out)["count"] == 72
     src.rename(tmp_path / "src_old")
     v2.rename(src)
     with pytest.raises(UsageError) as e:
-        pack_lmdb(src, out, workers=0, resume=True)
+        pack_lmdb(src, out, workers=0, resume=True, max_size=max_size)
+    hint = (
+        " or the pack was begun by another version of datakit or OpenCV, which re-encodes otherwise" if max_size else ""
+    )
     assert str(e.value) == (f"{out}: {src / 'a' / '00001.png'} gives other bytes than the pack stores for it: the "
                             "source changed after its samples were packed (another folder, archive or pack put in its "
-                            "place?); resume only the same files, or use --overwrite")  # fmt: skip
+                            f"place?{hint}); resume only the same files, or use --overwrite")  # fmt: skip
     # a copy of the same bytes put in its place resumes, every packed sample read again and found the same
     src.rename(tmp_path / "src_v2")
     same.rename(src)
-    report = pack_lmdb(src, out, workers=0, resume=True)
+    report = pack_lmdb(src, out, workers=0, resume=True, max_size=max_size)
     assert (report.count, report.resumed_from) == (80, 72) and verify_lmdb(out) == []
 
 
