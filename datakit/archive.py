@@ -1924,6 +1924,14 @@ def member_path(name: str) -> str:
     return posixpath.normpath("/" + name).lstrip("/")
 
 
+def _written_path(name: str) -> str:
+    """The path unzip-gbk writes a member to, as :func:`member_path` spells it: a drive letter dropped too
+    (``C:cat/1.png`` is ``cat/1.png``, one name with a ``cat/1.png`` stored beside it)."""
+    if len(name) > 1 and name[1] == ":" and name[0].isascii() and name[0].isalpha():
+        name = name[2:]
+    return member_path(name)
+
+
 class ZipReader:
     """Read members of an archive by decoded name without extracting.
 
@@ -1962,7 +1970,7 @@ class ZipReader:
         # by the path each name spells (``./cat/1.png``, ``cat//1.png`` and ``cat/1.png`` are one), as on disk
         self._by_name: dict[str, int] = {}
         for m in self.members:  # the first copy of a name stored twice, as unzip-gbk writes it
-            path = member_path(m.name)
+            path = _written_path(m.name)
             usual = (
                 path
                 and ".." not in m.name
@@ -1988,9 +1996,9 @@ class ZipReader:
         if len(self._by_name) < len(self.members):  # the same bytes twice are one file, as unzip-gbk writes them
             first: dict[str, ZipMember] = {}
             for m in self.members:
-                f = first.setdefault(member_path(m.name), m)
+                f = first.setdefault(_written_path(m.name), m)
                 if f is not m and not same_stored_bytes(self.path, f, m):
-                    self.twice.add(member_path(m.name))
+                    self.twice.add(_written_path(m.name))
         self._by_index = {m.index: m for m in members}
         self._all = members
         self._tree: dict[str, dict[str, tuple[str, object]]] | None = None

@@ -836,6 +836,23 @@ def test_a_target_removed_during_the_extraction_stops_it_in_one_line(tmp_path: P
     assert not out.exists() and len(calls) == 2
 
 
+def test_a_name_with_a_drive_letter_and_the_same_name_without_are_one_name_stored_twice(tmp_path: Path):
+    # The attack: 'C:cat/1.png' then 'cat/1.png' with other bytes. unzip-gbk wrote the first and refused the second
+    # ("the zip read in place refuses the name"), but ZipReader.read('cat/1.png') and a table's dataset read the
+    # second copy: other pixels than the extracted folder's, without a word.
+    z = tmp_path / "drive.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("C:cat/1.png", b"first")
+        zf.writestr("cat/1.png", b"second")
+        zf.writestr("dog/2.png", b"other")
+    with pytest.raises(ArchiveError) as e:
+        ZipReader(z).read("cat/1.png")
+    assert str(e.value) == f"{z}: member 'cat/1.png' is in the archive twice: which copy is the image cannot be told"
+    assert ZipReader(z).read("dog/2.png") == b"other"
+    report = unzip(z, tmp_path / "out")
+    assert tree(tmp_path / "out") == {"cat/1.png": b"first", "dog/2.png": b"other"} and len(report.problems) == 1
+
+
 def test_a_file_that_appears_while_a_member_is_written_is_not_replaced(tmp_path: Path):
     from datakit.archive import ZipMember, _put_in_place, _Refused
 
