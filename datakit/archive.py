@@ -1268,7 +1268,9 @@ def unzip(
                         os.utime(parts[-1], (t, t), dir_fd=fd, follow_symlinks=False)
                 except (_Refused, OSError):
                     pass  # the folder itself was reported above, or is a link now: never touched through it
-            for rel in sorted(folders_of):  # every folder of the archive's (made by this run or a killed one)
+            # every folder of the archive's (made by this run or a killed one): those that hold members, and the
+            # folder members themselves (an empty one left marked would read as a killed run's to the next run)
+            for rel in sorted(folders_of | {"/".join(parts) for parts, _ in dirs}):
                 try:
                     _mark_part(tree.folder(rel.split("/"), create=False), False)
                 except (_Refused, OSError):

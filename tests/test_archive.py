@@ -853,6 +853,37 @@ def test_a_name_with_a_drive_letter_and_the_same_name_without_are_one_name_store
     assert tree(tmp_path / "out") == {"cat/1.png": b"first", "dog/2.png": b"other"} and len(report.problems) == 1
 
 
+def test_an_empty_folder_member_is_the_users_after_a_clean_run(tmp_path: Path):
+    # The attack: after a clean run, the folder member 'empty/' (no member below it) still carried the mark of a
+    # killed run's folder: the next run of the same archive set its mode and time again (the user's 700 and time
+    # lost, without --overwrite), and another archive whose member under it was refused deleted the folder.
+    z = tmp_path / "a.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("empty/", b"")
+        zf.writestr("cat/", b"")
+        zf.writestr("cat/1.png", b"x")
+    out = tmp_path / "out"
+    assert unzip(z, out).problems == []
+    for d in ("empty", "cat"):
+        assert not any("datakit" in a for a in os.listxattr(out / d))
+        os.chmod(out / d, 0o700)
+        os.utime(out / d, (978307200, 978307200))
+    assert unzip(z, out).problems == []
+    for d in ("empty", "cat"):
+        st = os.stat(out / d)
+        assert (stat.S_IMODE(st.st_mode), st.st_mtime) == (0o700, 978307200), d
+    refused = tmp_path / "b.zip"  # a member under it refused while written (its CRC-32): the folder, there before,
+    with zipfile.ZipFile(refused, "w") as zf:  # stays
+        zf.writestr("empty/1.png", b"hello world" * 10)
+    data = bytearray(refused.read_bytes())
+    data[data.find(b"hello")] ^= 1
+    refused.write_bytes(bytes(data))
+    assert unzip(refused, out).problems == [
+        f"{refused}: member 'empty/1.png': data does not match its CRC-32 (corrupt)"
+    ]
+    assert (out / "empty").is_dir()
+
+
 def test_a_file_that_appears_while_a_member_is_written_is_not_replaced(tmp_path: Path):
     from datakit.archive import ZipMember, _put_in_place, _Refused
 
