@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import PackError, SampleError, UsageError, names_sample, refuse_empty
-from datakit.filenames import json_text, undecoded_names
+from datakit.filenames import decodes, json_text, undecoded_names
 from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
 from datakit.labels import (
     _RIVAL_COLUMNS,
@@ -1116,9 +1116,9 @@ class ZipDataset(ImageDataset):
 
     Same rules as a folder (``extensions`` included); when every image sits under one top folder
     (``data/cat/1.jpg``), that folder is the root. Member names are decoded as
-    :mod:`datakit.archive` decodes them; an image member named with ``..`` or an absolute path
-    is refused, as ``unzip`` refuses it. Each read is held to the per-member budget of
-    :class:`~datakit.archive.ZipReader` (``max_member_size``, ``max_ratio``).
+    :mod:`datakit.archive` decodes them; an image member named with ``..`` is refused, as ``unzip`` refuses
+    it (an absolute path or a drive letter is read as the relative path ``unzip`` writes). Each read is held to
+    the per-member budget of :class:`~datakit.archive.ZipReader` (``max_member_size``, ``max_ratio``).
     """
 
     def __init__(
@@ -1167,6 +1167,12 @@ class ZipDataset(ImageDataset):
             rel, why = safe_relpath(m.name)  # what unzip-gbk writes it as ('/cat/1.jpg', 'C:cat/1.jpg': cat/1.jpg)
             if rel is None:
                 raise ArchiveError(f"{self.path}: member {m.name!r}: {why} (as unzip refuses it)")
+            if m.name_source not in ("utf-8 flag", "unicode path field") and not decodes(m.raw_name, m.name_source):
+                # encoding= that does not fit (as unzip-gbk --encoding refuses the member): its U+FFFD name a class
+                shown = m.raw_name.hex(" ")[:96]
+                raise ArchiveError(f"{self.path}: member {m.name!r}: its name (bytes {shown}) is not {m.name_source} "
+                                   "text (as unzip-gbk refuses it); give the archive's encoding with encoding= "
+                                   "(--encoding), or leave it to auto")  # fmt: skip
             problem = _member_problem(m)  # never readable: a bad sample when read, unless it is all its class has
             if problem:
                 unreadable[m.index] = f"{self.path}: member {m.name!r}: {problem}"

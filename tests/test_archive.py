@@ -884,6 +884,18 @@ def test_an_empty_folder_member_is_the_users_after_a_clean_run(tmp_path: Path):
     assert (out / "empty").is_dir()
 
 
+def test_a_forced_encoding_that_does_not_fit_a_name_is_refused_in_place_as_unzip_refuses_it(tmp_path: Path):
+    # The attack: GBK names read with encoding="utf-8": unzip-gbk refused '狗/3.png' (its bytes are no UTF-8), but the
+    # zip read in place made it a class named '��', one class more than the extracted folder has.
+    z = write_zip(tmp_path / "enc.zip", [gbk("猫猫/1.png", b"1"), gbk("dog/2.png", b"2"), gbk("狗/3.png", b"3")])
+    with pytest.raises(ArchiveError) as e:
+        open_dataset(z, encoding="utf-8")
+    assert str(e.value) == (f"{z}: member '\ufffd\ufffd/3.png': its name (bytes b9 b7 2f 33 2e 70 6e 67) is not utf-8 "
+                            "text (as unzip-gbk refuses it); give the archive's encoding with encoding= (--encoding), "
+                            "or leave it to auto")  # fmt: skip
+    assert open_dataset(z).classes == ["dog", "狗", "猫猫"]
+
+
 def test_a_file_that_appears_while_a_member_is_written_is_not_replaced(tmp_path: Path):
     from datakit.archive import ZipMember, _put_in_place, _Refused
 
