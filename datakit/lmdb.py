@@ -586,6 +586,20 @@ def read_meta(path: str | os.PathLike) -> dict | None:
     return _decode_meta(raw, path)
 
 
+def record_count(path: str | os.PathLike) -> int:
+    """How many records the pack at ``path`` holds, metadata included (0 where there is no ``data.mdb`` or it was
+    never committed): a pack with records and no metadata is damaged, since every commit writes both."""
+    path = Path(path)
+    if not (path / "data.mdb").is_file() or (path / "data.mdb").stat().st_size == 0:
+        return 0
+    key = _key(path)
+    with _LOCK, _lmdb_errors(path):
+        try:
+            return int(_open_env(key, True).stat()["entries"])
+        finally:
+            _close_env(key)
+
+
 def stored_names(path: str | os.PathLike) -> list[str | None]:
     """The stored names of the samples the pack at ``path`` has committed, complete or not, in order (None
     where a sample has no name); [] where it holds none."""

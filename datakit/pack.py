@@ -54,6 +54,7 @@ from datakit.lmdb import (
     PackWriteError,
     close_pack,
     read_meta,
+    record_count,
     stored_names,
     stored_values,
 )
@@ -258,9 +259,22 @@ def _pack_state(out: Path, had_lock: bool) -> tuple[str, dict | None]:
         meta = read_meta(out)
     except PackError:
         return ("damaged" if marked else "other"), None
-    if meta is None:  # no metadata yet: killed before its first commit (a lock, or the classes written first)
+    if meta is None:  # no metadata yet: killed before its first commit (a lock, or the classes written first);
+        # records without it are no pack's stopped early (each commit writes both): a copy made while it was written
+        if marked and record_count(out):
+            return "damaged", None
         return ("started" if marked else "other"), None
     return ("datakit" if meta.get("format") == FORMAT else "other"), meta
+
+
+def _damage(out: Path) -> str:
+    """Why a pack :func:`_pack_state` calls damaged cannot be read."""
+    try:
+        read_meta(out)
+    except (PackError, OSError) as exc:
+        return str(exc).removeprefix(f"{out}: ")
+    n = record_count(out)
+    return f"{n} record{'s' * (n != 1)} and no metadata record (a copy made while the pack was being written?)"
 
 
 def _restore_classes(out: Path, class_map: ClassMap) -> None:
@@ -384,18 +398,14 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
                 raise UsageError(f"{out}: already exists, a complete pack of {existing.get('count')} samples; use "
                                  "--overwrite to pack it again")  # fmt: skip
             if state == "damaged":  # --resume would only say why it cannot read it
-                try:
-                    read_meta(out)
-                except (PackError, OSError) as exc:
-                    why = str(exc).removeprefix(f"{out}: ")
-                    raise UsageError(f"{out}: already exists, but cannot be read ({why}); use --overwrite to pack it "
-                                     "again") from None  # fmt: skip
+                raise UsageError(f"{out}: already exists, but cannot be read ({_damage(out)}); use --overwrite to "
+                                 "pack it again")  # fmt: skip
             raise UsageError(f"{out}: already exists; use --resume to continue an interrupted pack or --overwrite")
         if state == "started":
             _clear_pack(out)  # interrupted before anything was committed: start again
             return lock, None
         if state == "damaged":
-            read_meta(out)  # raises the reason (truncated, damaged metadata ...)
+            raise PackError(f"{out}: {_damage(out)}; it cannot be resumed: use --overwrite to pack it again")
         if existing.get("version") != VERSION:
             raise UsageError(f"{out}: a version {existing.get('version')} pack cannot be resumed by this datakit "
                              "(writes version 2); use --overwrite to pack again")  # fmt: skip

@@ -1124,7 +1124,18 @@ def test_a_pack_stopped_before_its_first_commit_says_resume(class_folder: Path, 
     with pytest.raises(PackError, match=r": not a datakit pack \(no metadata record\)$"):
         open_dataset(pack)
     (pack / "pack.lock").touch()
-    assert main(["pack-lmdb", str(class_folder), str(pack), "--resume", "-q"]) == 0
+    # the attack: --resume then threw the records away and packed whatever source it was given (another one too),
+    # exit 0, without --overwrite; a plain run said "use --resume to continue an interrupted pack"
+    capsys.readouterr()
+    assert main(["pack-lmdb", str(class_folder), str(pack), "-q"]) == 2
+    assert capsys.readouterr().err == (f"datakit pack-lmdb: error: {pack}: already exists, but cannot be read (1 record "
+                                       "and no metadata record (a copy made while the pack was being written?)); use "
+                                       "--overwrite to pack it again\n")  # fmt: skip
+    assert main(["pack-lmdb", str(class_folder), str(pack), "--resume", "-q"]) == 1
+    assert capsys.readouterr().err == (f"datakit pack-lmdb: error: {pack}: 1 record and no metadata record (a copy "
+                                       "made while the pack was being written?); it cannot be resumed: use "
+                                       "--overwrite to pack it again\n")  # fmt: skip
+    assert main(["pack-lmdb", str(class_folder), str(pack), "--overwrite", "-q"]) == 0
     assert len(open_dataset(pack)) == 12
     # a finished pack's copy whose data.mdb came out empty: classes.json says it was finished, so a cut copy
     copy = tmp_path / "copy.lmdb"
