@@ -642,6 +642,14 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
             bar.refresh()
 
     out_was_there = os.path.lexists(out)  # an --overwrite of it builds the new pack beside it
+    was_complete = False  # a --resume of a pack stopped after its last sample, before it was marked complete, ends it
+    if args.resume:
+        from datakit.lmdb import read_meta
+
+        try:
+            was_complete = bool((read_meta(out) or {}).get("complete"))
+        except (OSError, ValueError):
+            pass
     try:
         report = pack_lmdb(source, out, labels=labels, split=args.split, max_size=args.max_size,
                            quality=args.quality, workers=args.workers, resume=args.resume, overwrite=args.overwrite,
@@ -678,8 +686,11 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
                "seconds": round(report.seconds, 3), "images_per_s": round(rate, 1)}  # fmt: skip
     if args.json:
         _print_json(summary)
-    elif not args.quiet and report.resumed_from == report.count and not report.skipped:
+    elif not args.quiet and report.resumed_from == report.count and not report.skipped and was_complete:
         print(f"{report.path} is complete already ({report.count} images): nothing to pack")
+    elif not args.quiet and report.resumed_from == report.count and not report.skipped:
+        print(f"completed {report.path} ({report.count} images, every one committed before the interruption): its "
+              "index and classes written, the pack marked complete")  # fmt: skip
     elif not args.quiet:
         resumed = f" (resumed after {report.resumed_from})" if report.resumed_from else ""
         print(f"packed {report.count} images{resumed} into {report.path}: {report.bytes_in / 2**20:.1f} MB read, "

@@ -1356,8 +1356,10 @@ def _check_shards(readers: list) -> None:
                     f"shards {have} and {theirs} of {source} were packed from different versions of it "
                     "(its files changed between them): pack every shard of the source as it is now"
                 )
-            raise ShardsMissing(f"shard {', '.join(missing)} of {source} is not among the packs given ({have}): "
-                                "its samples would be missing; give every shard")  # fmt: skip
+            many = len(missing) > 1
+            which = f"shards {', '.join(missing)} of {source} are" if many else f"shard {missing[0]} of {source} is"
+            raise ShardsMissing(f"{which} not among the packs given ({have}): {'their' if many else 'its'} samples "
+                                "would be missing; give every shard")  # fmt: skip
 
 
 class LmdbDataset(ImageDataset):

@@ -2268,6 +2268,30 @@ def _pack_stopped_after(src: Path, out: Path, samples: int, max_size: int | None
         pack_lmdb(src, out, workers=0, commit_every=8, progress=stop, max_size=max_size)
 
 
+def test_a_resume_that_only_marks_the_pack_complete_says_so(class_folder: Path, tmp_path: Path, capsys):
+    # The attack: pack-lmdb stopped after its last sample was committed, before the pack was marked complete (info:
+    # INCOMPLETE (12 of 12)); --resume finished it (index, classes.json, complete) but said "is complete already
+    # (12 images): nothing to pack".
+    from datakit.cli import main
+
+    out = tmp_path / "p.lmdb"
+
+    def stop(done, total, nbytes):
+        if done == total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(class_folder, out, workers=0, commit_every=4, progress=stop)
+    assert (read_meta(out)["count"], read_meta(out)["complete"]) == (12, False)
+    capsys.readouterr()
+    assert main(["pack-lmdb", str(class_folder), str(out), "--resume"]) == 0
+    assert capsys.readouterr().out == (f"completed {out} (12 images, every one committed before the interruption): its "
+                                       "index and classes written, the pack marked complete\n")  # fmt: skip
+    assert read_meta(out)["complete"] is True
+    assert main(["pack-lmdb", str(class_folder), str(out), "--resume"]) == 0
+    assert capsys.readouterr().out == f"{out} is complete already (12 images): nothing to pack\n"
+
+
 @pytest.mark.parametrize("max_size", [None, 16])
 def test_resume_from_a_source_folder_put_in_place_of_the_one_packed_reads_every_packed_sample_again(tmp_path: Path,
                                                                                                     max_size):  # fmt: skip
