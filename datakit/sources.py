@@ -1209,6 +1209,12 @@ class ZipDataset(ImageDataset):
                 raise ArchiveError(f"{first}; and class {classes[lost[0]]!r} has no other image (extracted, it would "
                                    "be no class at all: the classes would be numbered otherwise)")  # fmt: skip
         empty = sorted(set(range(len(classes))) - {t for _, _, t in keep})
+        gone = [t for t in empty if self._removed_by_unzip(f"{top}/{classes[t]}" if top else classes[t])]
+        if gone:  # links to nothing alone (a loop, a dead link): unzip-gbk removes them and the folder made for them
+            renumber = {t: k for k, t in enumerate(t for t in range(len(classes)) if t not in gone)}
+            classes = [c for t, c in enumerate(classes) if t not in gone]
+            keep = [(i, f, renumber[t]) for i, f, t in keep]
+            empty = [renumber[t] for t in empty if t not in gone]
         if empty:  # as the extracted folder is refused: a class without samples shifts nothing silently
             hint = _OTHER_FILES if self.extensions == IMG_EXTENSIONS else ""
             raise LabelError(f"{self.path}: class folder {(top + '/' if top else '') + classes[empty[0]]!r} holds no "
@@ -1220,6 +1226,27 @@ class ZipDataset(ImageDataset):
         targets = np.array([t for _, _, t in keep], dtype=np.int64)
         self._sizes = None
         super().__init__(targets, classes, **kwargs)
+
+    def _removed_by_unzip(self, folder: str) -> bool:
+        """Whether unzip-gbk leaves no ``folder`` behind: every entry under it a link to nothing (removed, and the
+        folder made for them with it), none a member of the archive's own (a folder member stays, empty or not)."""
+        from datakit.archive import member_path
+
+        listed = {member_path(m.name).rstrip("/") for m in self.zip._all if m.is_dir}
+        todo, links = [folder], 0
+        while todo:
+            here = todo.pop()
+            if here in listed:
+                return False
+            for name, entry in self.zip.tree().get(here, {}).items():
+                path = f"{here}/{name}"
+                if entry[0] == "dir":
+                    todo.append(path)
+                elif entry[0] != "link" or self.zip.lookup(path) is not None:
+                    return False
+                else:
+                    links += 1
+        return links > 0
 
     def _scan(self, top: str) -> tuple[list[str], list[tuple[int, str, int]]]:
         """(classes, [(member index, file path, target)]): the walk :func:`scan_class_folders` makes of the

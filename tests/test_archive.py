@@ -896,6 +896,32 @@ def test_a_forced_encoding_that_does_not_fit_a_name_is_refused_in_place_as_unzip
     assert open_dataset(z).classes == ["dog", "狗", "猫猫"]
 
 
+def test_a_class_folder_of_links_to_nothing_is_no_class_in_place_as_none_once_extracted(tmp_path: Path):
+    # The attack: 'dog/' holding only a link loop (a.png -> b.png -> a.png), or a dead link: unzip-gbk removed the
+    # links and the folder made for them, and the extracted folder opened as ['cat']; the zip read in place said
+    # "class folder 'dog' holds no images" (it holds a.png and b.png), refusing the whole dataset.
+    import shutil
+
+    from datakit.io import encode_image
+    from datakit.labels import LabelError
+
+    png = encode_image(np.full((4, 4, 3), 9, np.uint8), ".png")
+    for links in ([("dog/a.png", b"b.png"), ("dog/b.png", b"a.png")], [("dog/1.png", b"../cat/1.png/")]):
+        z = write_zip(
+            tmp_path / "l.zip", [gbk("cat/1.png", png), *[ZipEntry(n.encode(), symlink_to=t) for n, t in links]]
+        )
+        out = tmp_path / "out"
+        unzip(z, out)
+        assert open_dataset(out).classes == ["cat"]
+        assert open_dataset(z).classes == ["cat"] and len(open_dataset(z)) == 1
+        shutil.rmtree(out)
+    listed = write_zip(
+        tmp_path / "m.zip", [gbk("cat/1.png", png), gbk("dog/"), ZipEntry(b"dog/1.png", symlink_to=b"x/")]
+    )
+    with pytest.raises(LabelError, match=r"class folder 'dog' holds no images"):  # a folder member stays when extracted
+        open_dataset(listed)
+
+
 def test_a_file_that_appears_while_a_member_is_written_is_not_replaced(tmp_path: Path):
     from datakit.archive import ZipMember, _put_in_place, _Refused
 
