@@ -840,9 +840,9 @@ def _count_of(n: int, thing: str) -> str:
 
 def _register_lmdb(sub) -> None:
     p = _command(sub, "pack-lmdb", "pack any dataset into an LMDB file, resumably", _PACK_EXAMPLE)
-    p.add_argument("src", nargs="+", metavar="SRC [SRC ...] OUT",
-                   help="source (folder, table, zip; several packs or a glob: the shards of one) and the output "
-                        "pack folder")  # fmt: skip
+    p.add_argument("src", nargs="+", metavar="PATH",  # (argparse would repeat a metavar 'SRC [SRC ...] OUT')
+                   help="SRC [SRC ...] OUT: the source (folder, table, zip; several packs or a glob: the shards of "
+                        "one), then the output pack folder")  # fmt: skip
     _add_label_args(p)
     p.add_argument("--max-size", type=_count, metavar="N",
                    help="re-encode (JPEG) images whose longer side exceeds N pixels (N >= 1)")  # fmt: skip
