@@ -1009,6 +1009,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from datakit.sources import open_source, say_whole
     from datakit.stats import compute_stats, plot_histogram, shown
 
+    if args.seed is not None and args.sample is None:  # every image read: a seed would change nothing, unsaid
+        raise UsageError(f"--seed {args.seed} picks the images --sample N reads; without --sample every image is read "
+                         "(exact statistics): give --sample N with it, or leave --seed out")  # fmt: skip
+    args.seed = 0 if args.seed is None else args.seed
     src = _source(args)
     if args.plot:
         _outside_source(args.plot, src, "histogram")
@@ -1079,7 +1083,7 @@ def _register_stats(sub) -> None:
     p.add_argument("--workers", type=_workers, metavar="N", help="decoding processes (default: usable CPUs; 0: none)")
     p.add_argument("--sample", type=int_range(2), metavar="N",
                    help="estimate from N >= 2 random images, with standard errors")  # fmt: skip
-    p.add_argument("--seed", type=int_range(0), default=0, metavar="N",
+    p.add_argument("--seed", type=int_range(0), default=None, metavar="N",
                    help="which random images --sample picks (default 0)")  # fmt: skip
     p.add_argument("--size", type=_wxh, help="WxH: compute after resizing every image to this size")
     p.add_argument("--plot", type=_extension(*PLOT_EXTENSIONS), metavar="FILE",

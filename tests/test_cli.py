@@ -504,6 +504,9 @@ USAGE = [
     (["stats", "{src}", "--plot", "{tmp}/h.gif"],
      "datakit stats: error: argument --plot: '{tmp}/h.gif': the name must end in .png, .jpg, .jpeg, .pdf, .svg"),
     (["stats", "{src}", "--sample", "1"], "datakit stats: error: argument --sample: must be >= 2, got 1"),
+    (["stats", "{src}", "--seed", "3"],  # every image read: a seed unheeded, unsaid
+     "datakit stats: error: --seed 3 picks the images --sample N reads; without --sample every image is read (exact "
+     "statistics): give --sample N with it, or leave --seed out"),
     (["stats", "{src}", "--size", "big"],
      "datakit stats: error: argument --size: size must look like WxH (for example 224x224), got 'big'"),
     (["stats", "{src}", "--size", "0x224"], "datakit stats: error: argument --size: size must be at least 1x1 pixels, "
