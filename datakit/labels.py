@@ -174,6 +174,17 @@ def _text(v: object) -> str:
     return str(v).strip()
 
 
+def split_index(values: Sequence[str], split: str) -> int | None:
+    """Where ``split`` is among a table's split values: itself, or the one value that is the same whole number
+    written another way (fold ``2`` asked for, the CSV says ``2.0``; a workbook's 2.0 cell reads ``2``)."""
+    if split in values:
+        return list(values).index(split)
+    if not _is_int_text(str(split).strip()):
+        return None
+    same = [i for i, v in enumerate(values) if _int_key(v) == _int_key(str(split).strip())]
+    return same[0] if len(same) == 1 else None  # "1.0" among "1" and "01": which one is not guessed
+
+
 def _is_int_text(s: str) -> bool:
     # past 4000 digits a label is no class index (and Python refuses to read it as one): a name
     return len(s) <= 4000 and _INT.fullmatch(s) is not None
@@ -499,7 +510,7 @@ class LabelTable:
         """Only the rows of ``split`` (a sheet name, or a value of the split column)."""
         if split is None:
             return self
-        code = self.splits.values.index(split) if split in self.splits.values else None
+        code = split_index(self.splits.values, split)
         keep = np.flatnonzero(self.splits.codes == code) if code is not None else np.zeros(0, np.int64)
         if not len(keep):
             names = ", ".join(repr(s) for s in self.split_names) or "none (the table has no sheets or split column)"
@@ -3721,7 +3732,8 @@ def read_labels(
     if not keep.any() and not problems:
         problems.append(((0, 0), f"{path}: the table holds no rows"))
     if split is not None and keep.any():
-        code = whole.splits.values.index(split) if split in whole.splits.values else -2
+        code = split_index(whole.splits.values, split)
+        code = -2 if code is None else code
         in_split = keep & (whole.splits.codes == code)
         if in_split.any():
             keep = in_split

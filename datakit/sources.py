@@ -54,6 +54,7 @@ from datakit.labels import (
     read_labels,
     resolve_path,
     spelled_twice,
+    split_index,
     zip_spelled_twice,
 )
 from datakit.lmdb import LmdbReader
@@ -1445,7 +1446,8 @@ class LmdbDataset(ImageDataset):
         packed = options.get("split") if isinstance(options, dict) else None
         if not splits and packed == self.split:  # pack-lmdb --split val, read as split val: all of it
             return idx
-        if self.split not in splits:
+        at = split_index(splits, self.split)
+        if at is None:
             if not splits and isinstance(packed, str):  # pack-lmdb --split: that split alone, no split column
                 raise UsageError(f"{r.path}: no split {self.split!r}; the pack holds split {packed!r} alone "
                                  f"(made with --split {packed}): leave out split= (--split)")  # fmt: skip
@@ -1454,7 +1456,7 @@ class LmdbDataset(ImageDataset):
                                  "split column or sheets)")  # fmt: skip
             shown = ", ".join(map(repr, splits))
             raise UsageError(f"{r.path}: no split {self.split!r}; the pack's splits are {shown}")
-        return idx[r.records["split"] == splits.index(self.split) + 1]
+        return idx[r.records["split"] == at + 1]
 
     @property
     def complete(self) -> bool:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -876,6 +877,23 @@ def test_messy_workbook(tmp_path: Path, engine):
     assert len(t.select("验证")) == 1
     with pytest.raises(UsageError, match=r"no split 'test'; the splits are '训练', '验证'"):
         t.select("test")
+
+
+def test_numeric_split_values_are_asked_for_either_way(tmp_path: Path):
+    # a split column of fold numbers: a workbook's 2.0 cell reads "2", the same table saved as CSV keeps "2.0"
+    csv = tmp_path / "folds.csv"
+    csv.write_text("file,label,fold\na.jpg,cat,2.0\nb.jpg,dog,2.0\nc.jpg,cat,1\nd.jpg,dog,01\n", encoding="utf-8")
+    t = read_labels(csv, split_column="fold")
+    assert t.split_names == ["2.0", "1", "01"]
+    assert t.select("2").files.tolist() == ["a.jpg", "b.jpg"]
+    assert t.select("2.0").files.tolist() == ["a.jpg", "b.jpg"]
+    # "1" is a value of its own; "1.0" is both "1" and "01": which one is not guessed
+    assert t.select("1").files.tolist() == ["c.jpg"]
+    assert read_labels(csv, split_column="fold", split="2").files.tolist() == ["a.jpg", "b.jpg"]
+    with pytest.raises(
+        UsageError, match=r"^" + re.escape(f"{csv}: no split '1.0'; the splits are '2.0', '1', '01'") + "$"
+    ):
+        t.select("1.0")
 
 
 def test_sheet_selection(tmp_path: Path):

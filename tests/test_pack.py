@@ -155,6 +155,28 @@ def test_labels_splits_and_class_map(samples: Path, tmp_path: Path, capsys):
         assert (info["count"], info["splits"], "split_counts" in info) == (3, [], False), pack
 
 
+def test_a_numeric_split_is_found_written_either_way_in_a_pack(class_folder: Path, tmp_path: Path):
+    # folds saved from Excel as CSV: "2.0" in the table; a user asks for fold 2 (a workbook's 2.0 reads "2")
+    files = sorted(p.relative_to(class_folder).as_posix() for p in class_folder.rglob("*.*"))[:6]
+    folds = ["2.0", "2.0", "1", "2.0", "1", "2.0"]
+    table = tmp_path / "folds.csv"
+    table.write_text("file,label,split\n" + "".join(f"{f},{f.split('/')[0]},{k}\n" for f, k in zip(files, folds)))
+    out = tmp_path / "f.lmdb"
+    pack_lmdb(class_folder, out, labels=table, workers=1)
+    assert lmdb_info(out)["splits"] == ["2.0", "1"]
+    names = [
+        [ds.name(i).split(":", 1)[1] for i in range(len(ds))]
+        for ds in (open_dataset(out, split=s) for s in ("2", "2.0", "1.0"))
+    ]
+    assert names == [
+        [files[0], files[1], files[3], files[5]]] * 2 + [[files[2], files[4]]]  # fmt: skip
+    assert len(open_dataset(class_folder, labels=table, split="2")) == 4
+    with pytest.raises(
+        UsageError, match=r"^" + re.escape(f"{out}: no split '3'; the pack's splits are '2.0', '1'") + "$"
+    ):
+        open_dataset(out, split="3")
+
+
 def test_map_grows_from_tiny_map(class_folder: Path, tmp_path: Path):
     out = tmp_path / "tiny.lmdb"
     pack_lmdb(class_folder, out, map_size=32 << 10, commit_every=2, workers=1)
