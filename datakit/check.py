@@ -311,8 +311,9 @@ def check_dataset(
     _same_images(ds, table_ds, digests, targets, lambda i: names[codes[i]] if codes[i] >= 0 else None, report)
     groups = [(name, codes == code) for code, name in enumerate(names)]
     groups = [(name, rows) for name, rows in groups if rows.any()]
+    one_split, given_to_pack = _pack_of_one_split(ds) if table_ds is None else (None, False)
     if (codes < 0).any() or not groups:
-        groups.append(("all", codes < 0))
+        groups.append((one_split or "all", codes < 0))  # pack-lmdb --split val: its samples are split 'val'
     report.classes = list(ds.classes)
     for name, rows in groups:
         counts = np.bincount(targets[rows], minlength=len(ds.classes))
@@ -321,16 +322,21 @@ def check_dataset(
     if given:  # one split alone in its file (a CSV, a workbook of one sheet): the classes given are another's
         whole = getattr(table_ds, "_whole_table", None) or table_ds.table
         given = len(whole.split_names) <= 1
-    if (table_ds is not None and table_ds.table.kind != "mixed") or packed is not None:  # mixed: no classes yet
+    a_pack = table_ds is None and _pack_paths(ds) is not None
+    if a_pack:  # a pack of one split (or none) whose classes were given, or a shard: another's classes, some absent
+        given = packed is None and (given_to_pack or one_split is None)
+    if (table_ds is not None and table_ds.table.kind != "mixed") or a_pack:  # mixed: no classes yet
         for name, rows in groups:
             absent = [c for k, c in enumerate(ds.classes) if not (targets[rows] == k).any()]
             if absent and name != "all" and not given:
                 report.problems.append(f"split {name!r} has no samples of class {', '.join(map(repr, absent))}")
-            elif absent and given:  # a split in a file of its own, indexed by the training split's classes: a
-                # val list often lacks some (no problem), but not without a word
+            elif absent and given:  # a split in a file of its own, indexed by the training
+                # split's classes: a val list often lacks some (no problem), but not without a word
                 shown = ", ".join(map(repr, absent[:5])) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
-                note = (f"{table_ds.table.path} has no samples of class{'es' * (len(absent) > 1)} {shown} (of the "
-                        f"{len(ds.classes)} classes given: classes=, --classes)")  # fmt: skip
+                whose = table_ds.table.path if table_ds is not None else _pack_paths(ds)
+                how = "it was packed with" if a_pack else "given: classes=, --classes"
+                note = (f"{whose} has no samples of class{'es' * (len(absent) > 1)} {shown} (of the "
+                        f"{len(ds.classes)} classes {how})")  # fmt: skip
                 report.notes.append(note)
                 log.warning("note: %s", note)
     if ok.any():
@@ -352,6 +358,29 @@ def _pack_name_problems(ds) -> list[str]:
         except PackError as e:
             out.append(str(e))
     return out
+
+
+def _pack_of_one_split(ds) -> tuple[str | None, bool]:
+    """(the split a pack holds alone, made with ``pack-lmdb --split``, else None; whether its classes were given
+    to it, ``--classes``: another split's, of which it may lack some) for a pack or its shards."""
+    from datakit.sources import LmdbDataset
+
+    if not isinstance(ds, LmdbDataset):
+        return None, False
+    metas = [r.meta for r in ds.readers]
+    splits = {(m.get("options") or {}).get("split") for m in metas}
+    one = splits.pop() if len(splits) == 1 else None
+    return (one if isinstance(one, str) else None), any(m.get("classes_given") for m in metas)
+
+
+def _pack_paths(ds) -> str | None:
+    """The pack's path (its first shard's, and how many more) for a pack or shards; None for another source."""
+    from datakit.sources import LmdbDataset
+
+    if not isinstance(ds, LmdbDataset):
+        return None
+    paths = [str(r.path) for r in ds.readers]
+    return paths[0] if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more shards)"
 
 
 def _pack_splits(ds) -> tuple[list[str], np.ndarray] | None:

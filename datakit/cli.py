@@ -781,14 +781,16 @@ def _print_info(path: Path, info: dict, quiet: bool) -> None:
         return
     options = info.get("options") or {}  # a pack written by LmdbWriter alone has none
     shard = options.get("shard") or [0, 1]
-    print(f"  source: {info.get('source')} (shard {shard[0]}/{shard[1]})")
+    source = info.get("source")  # None from LmdbWriter alone
+    print(f"  source: {source} (shard {shard[0]}/{shard[1]})" if source is not None else "  source: not recorded")
     labels = options.get("labels") or info.get("label_table")  # the table of a dataset object given (--classes)
     if labels or options.get("split"):  # where the labels came from, and which split was packed
         taken = [f"labels {labels}"] if labels else []
         taken += [f"split {options['split']!r}"] if options.get("split") else []
         print(f"  from: {', '.join(_shown(t) for t in taken)}")
     stored, size = info.get("bytes", 0) / 2**20, info["file_bytes"] / 2**20
-    print(f"  values: {info['encoding']}, {stored:.1f} MB in a {size:.1f} MB file; checksums {info['checksum']}")
+    encoding = info.get("encoding", "bytes as written (no encoding recorded)")  # LmdbWriter alone records none
+    print(f"  values: {encoding}, {stored:.1f} MB in a {size:.1f} MB file; checksums {info.get('checksum', 'crc32')}")
     if "height_range" in info:
         print(f"  sizes: height {info['height_range'][0]}..{info['height_range'][1]}, "
               f"width {info['width_range'][0]}..{info['width_range'][1]}")  # fmt: skip

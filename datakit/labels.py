@@ -390,6 +390,11 @@ class ClassMap:
         if src is not None and (not isinstance(src, list) or len(src) != len(classes)
                                 or not all(type(v) is int for v in src)):  # fmt: skip
             raise ValueError('not a class map: "source_values" must be one integer per class')
+        for name, values in (("class", classes), ("source value", src or [])):
+            if len(set(values)) != len(values):  # two indices under one name: one of them unreachable by name
+                twice = next(v for v in values if values.count(v) > 1)
+                at = [i for i, v in enumerate(values) if v == twice]
+                raise ValueError(f"a class map naming {name} {twice!r} twice (classes {at[0]} and {at[1]})")
         return cls(tuple(classes), tuple(src) if src is not None else None)
 
     def save(self, path: str | os.PathLike) -> None:

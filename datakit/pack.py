@@ -663,6 +663,8 @@ def pack_lmdb(
     identity = _source_identity(ds)
     if identity is not None:
         meta["source_id"] = identity
+    if getattr(ds, "_given", False):  # indexed by classes given (--classes): check notes a class it lacks
+        meta["classes_given"] = True
     if not labels and isinstance(ds, TableDataset):  # a dataset object given (--classes builds one): its table
         meta["label_table"] = os.path.abspath(ds.table.path)
     known = _known_bad(ds, bad_samples) if bad_samples is not None else {}

@@ -222,6 +222,7 @@ class ImageDataset:
         to = np.asarray([index[c] for c in mine] + [-1], dtype=np.int64)
         self.targets = to[self.targets]
         self.classes, self.class_to_idx = given, index
+        self._given = True  # another split's classes, of which this one may lack some (a pack records it)
         if getattr(self, "class_map", None) is not None:  # a table's: what a pack of it records
             self.class_map = ClassMap(tuple(given))
 
@@ -1812,7 +1813,10 @@ def _pack_classes(path: Path) -> list[str]:
     if meta is None or not isinstance(meta.get("classes"), dict):
         raise UsageError(f"classes={os.fspath(path)!r}: a pack with no classes committed yet (its first samples are "
                          "not written): pack it first, or give the classes another way")  # fmt: skip
-    ours = [str(c) for c in ClassMap.from_json(meta["classes"]).classes]
+    try:
+        ours = [str(c) for c in ClassMap.from_json(meta["classes"]).classes]
+    except ValueError as e:
+        raise LabelError(f"classes={os.fspath(path)!r}: the pack's metadata holds {e}") from None
     copy = path / "classes.json"
     if copy.is_file():
         try:

@@ -476,6 +476,42 @@ def test_a_pack_is_checked_by_split_as_its_source_is(tmp_path: Path, capsys):
     assert capsys.readouterr().err == "split 'val' has no samples of class 'cat'\n"
 
 
+def test_a_pack_of_one_split_is_checked_as_that_split_of_its_source(tmp_path: Path, capsys):
+    # the attack: `check img --labels l.csv --split val` said "split 'val' has no samples of class 'dog'" (exit 1);
+    # the pack made with --split val passed (0 problems), its table of counts leaving dog out; and a val pack made
+    # with --classes (another split's classes) said nothing of the classes it lacks, which its source notes
+    img = tmp_path / "img"
+    img.mkdir()
+    rows = ["file,label,split"]
+    for i in range(6):
+        Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(img / f"{i}.png")
+        rows.append(f"{i}.png,{['cat', 'dog', 'bird'][i % 3]},{'val' if i in (0, 2) else 'train'}")
+    (tmp_path / "l.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    val = tmp_path / "val.lmdb"
+    assert main(["pack-lmdb", str(img), str(val), "--labels", str(tmp_path / "l.csv"), "--split", "val", "-q"]) == 0
+    source = check_dataset(img, labels=tmp_path / "l.csv", split="val")
+    pack = check_dataset(val)
+    assert pack.problems == source.problems == ["split 'val' has no samples of class 'dog'"]
+    assert pack.class_counts == source.class_counts == {"val": {"bird": 1, "cat": 1}}
+    assert main(["check", str(val), "-q"]) == 1
+    assert capsys.readouterr().err == "split 'val' has no samples of class 'dog'\n"
+    # a split in a file of its own, packed with the training pack's classes: a note, as its source's check gives
+    (tmp_path / "val.txt").write_text("0.png cat\n2.png bird\n", encoding="utf-8")
+    (tmp_path / "train.txt").write_text("".join(r.replace(",", " ")[:-6] + "\n" for r in rows[1:] if "train" in r))
+    train, given = tmp_path / "train.lmdb", tmp_path / "given.lmdb"
+    assert main(["pack-lmdb", str(img), str(train), "--labels", str(tmp_path / "train.txt"), "-q"]) == 0
+    assert check_dataset(train).problems == []
+    va = ["--labels", str(tmp_path / "val.txt"), "--classes", str(train)]
+    assert main(["pack-lmdb", str(img), str(given), *va, "-q"]) == 0
+    capsys.readouterr()
+    assert check_dataset(img, labels=tmp_path / "val.txt", classes=train).notes[-1] == (
+        f"{tmp_path / 'val.txt'} has no samples of class 'dog' (of the 3 classes given: classes=, --classes)"
+    )
+    report = check_dataset(given)
+    assert (report.problems, report.notes) == ([], [f"{given} has no samples of class 'dog' (of the 3 classes it was "
+                                                    "packed with)"])  # fmt: skip
+
+
 def test_check_with_given_classes_indexes_integer_labels_as_open_dataset_does(tmp_path: Path, capsys):
     # The attack: an integer val list checked with --classes classes.json holding [0.0, 1.0, 2.0] (json.dump of a
     # float array) or 0/1/background: open_dataset and pack-lmdb read it, check ended in "invalid literal for int()"

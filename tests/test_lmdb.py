@@ -1215,3 +1215,43 @@ def test_a_loader_of_a_pack_still_written_says_it_serves_what_is_committed(tmp_p
     with caplog.at_level(logging.WARNING, logger="datakit"):
         create_loader(open_dataset(tmp_path / "whole.lmdb"), 4, num_workers=0, seed=0)
     assert caplog.records == []
+
+
+def test_info_on_a_pack_written_by_lmdbwriter_alone_says_what_it_does_not_know(tmp_path: Path, capsys):
+    # no source, options, encoding or checksum name in its metadata: none of them is a traceback
+    path = tmp_path / "w.lmdb"
+    write_pack(path, 3, classes=2)
+    assert main(["info", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[:4] == [
+        f"{path}: datakit-lmdb version 2, 3 samples, complete",
+        "  source: not recorded",
+        "  values: bytes as written (no encoding recorded), 0.0 MB in a 0.0 MB file; checksums crc32",
+        "  sizes: height 24..26, width 32..32",
+    ]
+    assert main(["verify", str(path)]) == 0
+
+
+def test_a_pack_whose_class_map_names_a_class_twice_is_refused_everywhere(class_folder: Path, tmp_path: Path, capsys):
+    # the attack: a pack written by LmdbWriter with classes ["a", "a"] opened (class_to_idx {'a': 1}: target 0
+    # unreachable by name), verified with 0 problems and re-packed into a pack its own verify then refused
+    path = tmp_path / "dup.lmdb"
+    value = encode_image(synthetic_image(8, 8, seed=0), ".png", mode="rgb")
+    with LmdbWriter(path, {"format": "datakit-lmdb", "version": 2, "classes": {"classes": ["a", "b", "a"]}}) as w:
+        w.add(value, 0, 8, 8, "x.png")
+        w.add(value, 2, 8, 8, "y.png")
+        w.finish()
+    line = f"{path}: the pack's metadata holds a class map naming class 'a' twice (classes 0 and 2)"
+    with pytest.raises(PackError) as e:
+        open_dataset(path)
+    assert str(e.value) == line
+    for cmd in ("info", "verify", "check", "stats"):
+        assert main([cmd, str(path)]) == 1
+        assert capsys.readouterr().err.splitlines() == [f"datakit {cmd}: error: {line}"]
+    out = tmp_path / "again.lmdb"
+    assert main(["pack-lmdb", str(path), str(out)]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"datakit pack-lmdb: error: {line}"]
+    assert not out.exists()
+    assert main(["check", str(class_folder), "--classes", str(path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"datakit check: error: classes={str(path)!r}: the pack's metadata holds a class map naming class 'a' twice "
+        "(classes 0 and 2)"]  # fmt: skip
