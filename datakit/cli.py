@@ -525,13 +525,22 @@ def _label_options(args: argparse.Namespace) -> dict:
             "encoding": encoding, "include_hidden": args.include_hidden}  # fmt: skip
 
 
-def _outside_source(out: str, src, what: str) -> None:
-    """Refuse an output file inside a source's class folders: an image written there (a preview, a histogram) is
-    one of its samples to every later scan, and with --overwrite it could replace one."""
+def _outside_source(out: str, src, what: str, labels: str | None = None) -> None:
+    """Refuse an output file inside a source's class folders (or anywhere in a folder a label table names files
+    of): an image written there (a preview, a histogram) is one of its samples to every later scan, and with
+    --overwrite it could replace one. Inside a pack's folder it is a file the pack does not hold."""
     from datakit.sources import _is_table
 
     folder = os.path.dirname(os.path.realpath(out))  # beside the class folders it is no sample; in one it is
     for s in src if isinstance(src, list) else [src]:
+        inside = (folder + os.sep).startswith(os.path.realpath(s).rstrip(os.sep) + os.sep)
+        if os.path.isdir(s) and inside and _is_pack_path(s):
+            raise UsageError(f"{out}: inside the LMDB pack {s}, whose folder holds the pack's files alone (a "
+                             f"re-pack with --overwrite would refuse it); write the {what} outside")  # fmt: skip
+        if os.path.isdir(s) and inside and labels and not _is_pack_path(s):  # the table names files at its top too
+            raise UsageError(f"{out}: inside the folder {s}, whose images {labels} names, where it could replace "
+                             f"one of them and `check` would find the {what} among them as an image not in the "
+                             "table; write it outside")  # fmt: skip
         if os.path.isdir(s) and not _is_pack_path(s) and folder.startswith(os.path.realpath(s).rstrip(os.sep) + os.sep):
             raise UsageError(f"{out}: inside the source folder {s}, where every later scan (check, stats, "
                              f"open_dataset) would read the {what} as one of its images; write it outside")  # fmt: skip
@@ -934,7 +943,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
                          "(--transform train), or leave --size out to see the images as decoded")  # fmt: skip
     args.size = 224 if args.size is None else args.size
     src = _source(args)
-    _outside_source(args.out, src, "contact sheet")
+    _outside_source(args.out, src, "contact sheet", args.labels)
     check_output(args.out, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     if args.font is not None and not os.path.isfile(args.font):
         raise UsageError(f"{args.font}: no such font file")
@@ -1017,7 +1026,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     args.seed = 0 if args.seed is None else args.seed
     src = _source(args)
     if args.plot:
-        _outside_source(args.plot, src, "histogram")
+        _outside_source(args.plot, src, "histogram", args.labels)
         check_output(args.plot, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     ds = open_source(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
                      classes=args.classes, **_label_options(args))  # fmt: skip

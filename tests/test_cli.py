@@ -1171,6 +1171,35 @@ def test_a_preview_or_histogram_among_the_images_of_a_table_given_alone_is_refus
     assert outside.returncode == 0 and (tmp_path / "grid.png").exists()
 
 
+def test_a_preview_or_histogram_in_a_folder_given_with_labels_or_in_a_pack_is_refused(tmp_path: Path):
+    # the attack: `preview t2 --labels t2.csv --out t2/a.jpg --overwrite` replaced the labelled a.jpg with the
+    # contact sheet (check then passed: a 1280-px grid labelled cat), and `--out t2/grid.png` put an image the next
+    # check reported as not in the table; the refusal covered class folders only, not a table's top level. A
+    # picture written into a pack's folder made the next `pack-lmdb ... --overwrite` refuse the pack
+    from conftest import SAMPLES
+
+    t2 = tmp_path / "t2"
+    shutil.copytree(SAMPLES / "images" / "cat", t2)
+    names = sorted(p.name for p in t2.iterdir())[:2]
+    (tmp_path / "t2.csv").write_text(f"file,label\n{names[0]},cat\n{names[1]},dog\n", encoding="utf-8")
+    before = (t2 / names[0]).read_bytes()
+    for args, what, out in ((("preview", "--out"), "contact sheet", t2 / names[0]),
+                            (("stats", "--plot"), "histogram", t2 / "h.png")):  # fmt: skip
+        proc = _datakit(args[0], str(t2), "--labels", str(tmp_path / "t2.csv"), args[1], str(out), "--overwrite")
+        assert (proc.returncode, proc.stderr) == (2, f"datakit {args[0]}: error: {out}: inside the folder {t2}, whose "
+                                                  f"images {tmp_path / 't2.csv'} names, where it could replace one of "
+                                                  f"them and `check` would find the {what} among them as an image "
+                                                  "not in the table; write it outside\n")  # fmt: skip
+    assert (t2 / names[0]).read_bytes() == before and not (t2 / "h.png").exists()
+    pack = tmp_path / "p.lmdb"
+    assert _datakit("pack-lmdb", str(t2), str(pack), "--labels", str(tmp_path / "t2.csv"), "-q").returncode == 0
+    proc = _datakit("preview", str(pack), "--out", str(pack / "x.png"))
+    assert (proc.returncode, proc.stderr) == (2, f"datakit preview: error: {pack / 'x.png'}: inside the LMDB pack "
+                                              f"{pack}, whose folder holds the pack's files alone (a re-pack with "
+                                              "--overwrite would refuse it); write the contact sheet outside\n")  # fmt: skip
+    assert not (pack / "x.png").exists()
+
+
 def test_a_table_given_as_the_source_beside_labels_is_a_usage_error(tmp_path: Path):
     # the attack: `check samples/labels.csv --labels labels.xlsx`: 24 'missing' lines under samples/labels.csv/...
     # (exit 1, bad data), the table taken for the images' folder
