@@ -435,6 +435,47 @@ class PerSampleSeed(_NotedBatches):
         return {**self.__dict__, "_saved": None}
 
 
+class _RankDraws(_NotedBatches):
+    """``dataset`` read in the main process (``num_workers=0``) of rank ``rank`` of an unseeded loader over several
+    ranks: its random draws come from random states of this rank's own, not from the caller's, which every rank
+    has seeded alike (``seed_everything(0)`` on each, as usual), so the k-th sample of every rank would draw the
+    same crop, flip and augmentation. Workers are apart already (:class:`WorkerInit`); there it reads as it is.
+    The caller's states are put back by :class:`SeededCollate` once the batch is collated."""
+
+    def __init__(self, dataset: Dataset, rank: int) -> None:
+        super().__init__(dataset)
+        self.rank = rank
+        self._own: tuple | None = None  # this rank's states between batches
+        self._saved: tuple | None = None  # the caller's, while a batch is read
+
+    def __getitems__(self, indices: list) -> list:
+        if torch.utils.data.get_worker_info() is not None:
+            return super().__getitems__(indices)
+        saved = _rng_state()
+        if self._own is None:  # from the caller's seed, apart by rank: seeded runs repeat, ranks differ
+            base = (torch.initial_seed() + 1_000_003 * (self.rank + 1)) % 2**63  # not the caller's own seed
+            torch.default_generator.manual_seed(base)  # the CPU generator alone: CUDA's stays the caller's
+            random.seed(base)
+            np.random.seed(base % 2**32)
+        else:
+            _set_rng_state(self._own)
+        self._saved = saved
+        try:
+            return super().__getitems__(indices)
+        except BaseException:
+            self.restore()
+            raise
+
+    def restore(self) -> None:
+        saved, self._saved = self._saved, None
+        if saved is not None:
+            self._own = _rng_state()
+            _set_rng_state(saved)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_saved": None, "_own": None}
+
+
 class SeededCollate:
     """``collate_fn`` after which the random states :class:`PerSampleSeed` saved in the main
     process are put back (``num_workers=0``); in workers it is ``collate_fn`` as it is."""
@@ -2529,8 +2570,9 @@ def create_loader(
     salt = rank if seed is None and world > 1 else 0
     # per sample where there are indices; an iterable dataset orders and draws itself, its workers seeded (WorkerInit)
     pooled = dataset if iterable else _pooled(dataset)  # a split's bad samples replaced from the split alone
-    seeded = PerSampleSeed(pooled) if seed is not None and not iterable else None
-    if seeded is not None:
+    seeded = PerSampleSeed(pooled) if seed is not None else _RankDraws(pooled, rank) if world > 1 else None
+    seeded = None if iterable else seeded
+    if seeded is not None:  # the caller's random states put back after each batch read in this process
         collate_fn = SeededCollate(collate_fn, seeded)
     # a collate error names the samples by dataset index and file, which only the dataset's side knows
     read = seeded if seeded is not None else dataset if iterable else _NotedBatches(pooled)
@@ -2575,7 +2617,7 @@ def create_loader(
             dl = _BalancedDataLoader(read, **kw)
             if ours and drop_one:  # the batches of one epoch, a resumed one's too, cut as the stream cuts them
                 dl.epoch_batches = EpochBatches(dl.sampler, dl.batch_size, False, drop_one=True)
-        dl.balance = seeded is not None and ours  # every index tagged, every sample seeded from it
+        dl.balance = isinstance(seeded, PerSampleSeed) and ours  # every index tagged, every sample seeded from it
         return dl
 
     loader = Loader(build(num_workers), autotune=autotune, rebuild=build)

@@ -1523,6 +1523,9 @@ for e in range(2):
     again.append([int(i) for b in peeked for i in b])
 seed_everything(0)  # the documented unseeded set-up, on every rank
 draws = sorted(int(d) for b in create_loader(Draw(), 2, num_workers=2, shuffle=False) for d in b)
+seed_everything(0)  # read in the main process (DATAKIT_NUM_WORKERS=0, "auto" choosing 0): apart too
+main_draws = sorted(int(d) for b in create_loader(Draw(), 2, num_workers=0, shuffle=False) for d in b)
+caller = int(np.random.randint(1 << 30))  # the loop's own draws: as seeded, untouched by the loading
 try:
     create_loader(Stream(), 2, num_workers=0, distributed=True)
     stream = "accepted"
@@ -1546,7 +1549,7 @@ except UsageError as exc:
 create_loader(Idx(), 2, num_workers=0, sampler=own)  # "auto": said, not refused
 sharded = [int(i) for b in create_loader(Idx(), 4, train=False, num_workers=0, distributed=True) for i in b]
 print(json.dumps({"epochs": epochs, "eval": [int(i) for b in evaluation for i in b], "again": again,
-                  "draws": draws, "stream": stream, "unset": unset_epochs, "warned": warned, "sampler": sampler,
+                  "draws": draws, "main_draws": main_draws, "caller": caller, "stream": stream, "unset": unset_epochs, "warned": warned, "sampler": sampler,
                   "sharded": sharded}))
 dist.destroy_process_group()
 """
@@ -1578,6 +1581,9 @@ def test_two_gloo_ranks_get_disjoint_shards():
     assert r0["again"] == r0["epochs"] and r1["again"] == r1["epochs"]
     # unseeded: torch gave worker k the same seed on every rank, so the k-th samples drew the same augmentations
     assert len(set(r0["draws"]) & set(r1["draws"])) == 0
+    # the attack: with no workers, every rank drew from its global state, seeded alike on all: the same crops
+    assert len(r0["main_draws"]) == len(r1["main_draws"]) == 4 and not set(r0["main_draws"]) & set(r1["main_draws"])
+    assert r0["caller"] == r1["caller"] == int(np.random.RandomState(0).randint(1 << 30))
     assert r0["stream"] == (
         "distributed=True: Stream (an IterableDataset) orders itself: the loader cannot give each of the 2 ranks "
         "its share; its __iter__ must split the stream by torch.distributed.get_rank(), or every rank reads all "
