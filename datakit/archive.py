@@ -1184,6 +1184,9 @@ def unzip(
                         tree.folder(parts)
                         dirs.append((parts, m))
                         continue
+                    # a file refused here (encrypted, Deflate64) still holds its name: the zip read in place has
+                    # it there, so no later link or file of the name is made in its place
+                    first = files_seen.setdefault(rel, m) if not m.is_symlink else m
                     problem = _member_problem(m)
                     if problem:
                         report.problems.append(f"{label}: {problem}")
@@ -1192,7 +1195,9 @@ def unzip(
                         links.append((m, rel))  # made last: a link never redirects a later member
                         continue
                     name = parts[-1]
-                    first = files_seen.setdefault(rel, m)
+                    if first is not m and _member_problem(first):
+                        raise _Refused("in the archive twice, and the first copy is not extracted (said above); not "
+                                       "written either (the zip read in place reads the first)")  # fmt: skip
                     if first is not m:  # the name stored twice: one file on disk, whatever --overwrite says
                         if same_stored_bytes(archive, first, m):  # byte for byte, not by a CRC-32 one can forge
                             report.notes.append(f"{label}: in the archive twice, the same bytes both times; "
@@ -1250,10 +1255,15 @@ def unzip(
             # a folder made only for members refused (by this run, or by a killed one for the same members) is
             # not left empty: the dataset read from the target would refuse it as an empty class folder
             listed = {"/".join(parts) for parts, _ in dirs}
-            for rel in sorted(folders_of - listed, key=lambda r: -r.count("/")):
-                parts = rel.split("/")
-                if tuple(parts) in tree.made or _folder_marked(tree, parts):
-                    tree.remove_empty(parts)
+            while True:  # a link through a folder removed here (dog/m.png -> ../bird/../cat/1.png) leads to nothing
+                gone = False
+                for rel in sorted(folders_of - listed, key=lambda r: -r.count("/")):
+                    parts = rel.split("/")
+                    if tuple(parts) in tree.made or _folder_marked(tree, parts):
+                        gone |= tree.remove_empty(parts)
+                if not gone or not links:
+                    break
+                _recheck_links(tree, links, report, archive)  # which may leave more folders empty
             umask = _umask()
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
                 if "/".join(parts) in there and not _folder_marked(tree, parts):  # yours, not a killed run's
@@ -2030,12 +2040,14 @@ class ZipReader:
             # one is refused there), then the links, none over a name already there and none where a later
             # member has the link's name (that one is made, or refused, instead)
             last = {rel: m.index for m in self._all if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
+            members: set[str] = set()  # folder members: unzip-gbk makes them, empty or not
             for m in sorted(self._all, key=lambda m: m.is_symlink):
                 path = safe_relpath(m.name)[0]  # where unzip-gbk writes it ('C:cat/1.jpg' and '/cat/1.jpg': cat/1.jpg)
                 if path is None or m.folder_and_link or _macos_metadata(m.name):
                     continue  # what unzip-gbk does not write ('..', NUL, too long; Finder's metadata) is not there
                 if m.is_dir:
-                    folder(path)
+                    if folder(path):
+                        members.add(path)
                     continue
                 if m.is_symlink and (last.get(path, m.index) > m.index or self._raw_link_text(m) is None):
                     continue  # not made, or refused before its folder is made: neither the link nor its folders
@@ -2043,7 +2055,27 @@ class ZipReader:
                 if folder(parent):
                     tree[parent].setdefault(name, ("link", m) if m.is_symlink else ("file", m.index))
             self._tree = tree
+            if any(kind == "link" for entries in tree.values() for kind, _ in entries.values()):
+                self._prune(tree, members)
         return self._tree
+
+    def _prune(self, tree: dict[str, dict[str, tuple[str, object]]], members: set[str]) -> None:
+        """Take out of ``tree`` what unzip-gbk removes after making the links: a link that leads to nothing (or
+        out, or round), then a folder it made for such links alone, left empty, and then the links that led
+        through that folder (``dog/m.png -> ../bird/../cat/1.png`` once ``bird/`` is gone), until none is left."""
+        changed = True
+        while changed:
+            changed = False
+            for here, entries in list(tree.items()):
+                for name, (kind, _) in list(entries.items()):
+                    if kind == "link" and self.lookup(f"{here}/{name}" if here else name) is None:
+                        del entries[name]
+                        changed = True
+            for here in sorted(tree, key=lambda p: -p.count("/")):
+                if here and not tree[here] and here not in members:
+                    parent, _, name = here.rpartition("/")
+                    del tree[parent][name], tree[here]
+                    changed = True
 
     def lookup(self, path: str, _hops: list[int] | None = None) -> tuple[str, int | str] | None:
         """What ``path`` inside the archive is, its links followed as the kernel follows them on the

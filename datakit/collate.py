@@ -341,8 +341,25 @@ def _same_sizes(arrays: Sequence, what: str) -> None:
         advice = ("resize them to one size in the transform, or batch them with datakit.collate.pad_collate()"
                   if what in ("images", "'image'") else  # pad_collate pads images, not targets
                   "a collate function of your own can pad them or keep them as lists")  # fmt: skip
+        channels = _channel_counts(arrays, shapes) if what in ("images", "'image'") else None
+        if channels is not None:  # gray, RGB and RGBA files read as they are: no resize or padding makes them one
+            counts = ", ".join(map(str, channels[:-1])) + f" and {channels[-1]}"
+            raise CollateError(f"cannot stack {what} of {counts} channels into one batch (",
+                               *_grouped(shapes, str, "sizes"), "); open the dataset with mode='rgb' (or "
+                               "'gray') so that every image has the same channels, or convert them in the "
+                               "transform")  # fmt: skip
         raise CollateError(f"cannot stack {what} of different sizes into one batch (", *_grouped(shapes, str, "sizes"),
                            f"); {advice}")  # fmt: skip
+
+
+def _channel_counts(arrays: Sequence, shapes: list) -> list[int] | None:
+    """The channel counts, sorted, where images of one number of dimensions differ in their channels (a tensor's
+    first dimension, an array's last: C x H x W, H x W x C); None where they do not."""
+    if any(isinstance(x, str) for x in shapes) or len({len(x) for x in shapes}) != 1 or len(shapes[0]) != 3:
+        return None
+    dim = 0 if isinstance(arrays[0], torch.Tensor) else 2
+    counts = sorted({x[dim] for x in shapes})
+    return counts if len(counts) > 1 and counts[-1] <= 4 else None
 
 
 def _ranges(ix: list[int]) -> str:

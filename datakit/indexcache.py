@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 import warnings
 import zlib
@@ -92,6 +93,7 @@ class IndexCache:
         if self.path not in _BROKEN:
             _BROKEN.add(self.path)
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            msg = re.split(r"; (?:run `datakit verify|copy (?:it|the pack) again)", msg)[0]  # a pack's advice: not here
             warnings.warn(
                 f"index_cache {self.path}: {doing} failed ({type(exc).__name__}: {msg}); going on without it "
                 "(the same pixels, decoded without the index); delete the folder to start it afresh",

@@ -2048,8 +2048,13 @@ class InfiniteLoader:
         saved for another dataset length or world size is refused (its epoch's order is another)."""
         shape = self._shape()
 
+        def plain(value):  # a state round-tripped through NumPy or torch: np.int64(2), tensor(3) are the numbers
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_floating_point:
+                value = value.item()
+            return int(value) if isinstance(value, np.integer) else value
+
         def number(key: str, default: int | None = None, least: int = 0) -> int:
-            value = state.get(key, default)
+            value = plain(state.get(key, default))
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise UsageError(f"not a loader state (it needs 'epoch' and 'step', whole numbers >= 0, as "
                                  f"state_dict() gives them): {state!r}")  # fmt: skip
@@ -2073,7 +2078,7 @@ class InfiniteLoader:
                                  "per rank")  # fmt: skip
             if saved_len and sample == saved_len:  # the whole epoch was served: the next one begins, in any shape
                 epoch, step, sample = epoch + 1, 0, 0
-        scheme = state.get("order", 1 if "seed" in state else ORDER_SCHEME)
+        scheme = plain(state.get("order", 1 if "seed" in state else ORDER_SCHEME))
         if type(scheme) is not int or scheme not in (1, ORDER_SCHEME):  # a later datakit's: not read as another
             raise UsageError(f"not a loader state this datakit reads: 'order' {scheme!r} (it draws epochs' orders by "
                              f"scheme {ORDER_SCHEME}, and by scheme 1 for states saved before)")  # fmt: skip

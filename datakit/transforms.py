@@ -700,6 +700,16 @@ class RandomResizedCrop:
                  ratio: tuple[float, float] = (3 / 4, 4 / 3), interpolation="bilinear") -> None:  # fmt: skip
         self.size = _size2(size)
         self.interpolation = _interpolation(interpolation)
+        for name, pair in (("scale", scale), ("ratio", ratio)):
+            if (
+                isinstance(pair, (str, bytes))
+                or not hasattr(pair, "__len__")
+                or len(pair) != 2
+                or not all(
+                    isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in pair
+                )
+            ):
+                raise ValueError(f"{name} must be (min, max), two numbers, got {pair!r}")
         if scale[0] > scale[1] or ratio[0] > ratio[1]:
             raise ValueError(f"scale and ratio must be (min, max), got {scale} and {ratio}")
         if not (scale[0] > 0 and ratio[0] > 0 and math.isfinite(scale[1]) and math.isfinite(ratio[1])):
@@ -753,7 +763,11 @@ class RandomHorizontalFlip:
     """Mirror a uint8 HWC array (or a CHW tensor) left-right with probability ``p``."""
 
     def __init__(self, p: float = 0.5) -> None:
-        self.p = p
+        number = isinstance(p, (int, float, np.integer, np.floating)) and not isinstance(p, (bool, np.bool_))
+        if not number or not 0 <= p <= 1:
+            raise ValueError(f"the flip's probability (hflip=, p=) must be a number in 0..1 (0.5: half the images "
+                             f"mirrored, 0: none), got {p!r}")  # fmt: skip
+        self.p = float(p)
 
     def __call__(self, img):
         if _coin() >= self.p:
@@ -958,13 +972,27 @@ def _index_cache(where):
         return None
     from datakit.indexcache import IndexCache
 
+    if not isinstance(where, (IndexCache, str, os.PathLike)):
+        raise ValueError(f"index_cache must be a folder's path (or None), got {where!r}")
     return where if isinstance(where, IndexCache) else IndexCache(where)
+
+
+def _flag(name: str, value) -> bool:
+    """A True/False option; a string is true to Python (normalize="no" normalised), so anything else is refused."""
+    if not (isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1))):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 class _Pipeline(Compose):
     """What the two pipelines share: per-sample normalisation that follows the dataset's channel order."""
 
     def _set_norm(self, mean, std, normalize: bool, order: str | None) -> None:
+        for name, value in (("mean", mean), ("std", std)):
+            if isinstance(value, (str, bytes)):  # a preset's name is create_loader's normalize=, not the pipeline's
+                raise ValueError(f"{name} must be one number per channel, got {value!r} (a preset such as "
+                                 "'imagenet' goes to create_loader(..., normalize=...))")  # fmt: skip
+        normalize = _flag("normalize", normalize)
         self.norm = Normalize(mean, std) if normalize else None
         # statistics the caller gave (order None) with uint8 output: the ones create_loader(device=...) normalises
         # the batches with, instead of its default (ImageNet's)
@@ -1118,7 +1146,7 @@ class EvalPipeline(_Pipeline):
 
     def __init__(self, size, resize, mean, std, normalize, interpolation="bilinear", antialias=True,
                  stats_order=None) -> None:  # fmt: skip
-        self.resize, self.center = Resize(resize, interpolation, antialias), CenterCrop(size)
+        self.resize, self.center = Resize(resize, interpolation, _flag("antialias", antialias)), CenterCrop(size)
         self._set_norm(mean, std, normalize, stats_order)
 
     def _steps(self) -> list:
@@ -1278,4 +1306,10 @@ def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *,
     if resize is None:
         side = size if isinstance(size, int) else max(size)
         resize = int(side * 256 / 224)
+    crop = (size, size) if isinstance(size, int) else tuple(size)
+    if isinstance(resize, int) and not isinstance(resize, bool) and crop and 1 <= resize < min(crop):
+        warnings.warn(f"eval_pipeline(size={size!r}, resize={resize}): the shorter side resized to {resize} is less "
+                      f"than the crop, so the centre crop pads every image with black borders (as torchvision's "
+                      f"CenterCrop does); size and resize swapped? (eval_pipeline(224, 256): resize to 256, crop "
+                      "224)", stacklevel=2)  # fmt: skip
     return EvalPipeline(size, resize, mean, std, normalize, interpolation, antialias, _defaults_order(mean, std))

@@ -20,7 +20,7 @@ import pytest
 from datakit.archive import ArchiveError, ZipReader, detect_encoding, read_members, safe_relpath, unzip
 from datakit.cli import main, unzip_gbk_main
 from datakit.datasets import open_dataset
-from datakit.errors import UsageError
+from datakit.errors import SampleError, UsageError
 from datakit.testing import ZipEntry, build_zip, unicode_path_extra
 
 
@@ -1301,6 +1301,12 @@ def _samples(ds) -> list[tuple[str, str, int]]:
          [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50), ("dog/l.png", "dog", 10)]),
         ([("dog/l.png", b"../cat/1.png"), ("dog/l.png", b"2.png")],
          [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50), ("dog/l.png", "dog", 50)]),
+        # the attack: a link through a folder unzip-gbk removes (made for a link to nothing alone) was left
+        # dangling on disk (a sample that cannot be read), and read in place as cat's image
+        ([("bird/l.png", b"nosuch.png"), ("dog/m.png", b"../bird/../cat/1.png")],
+         [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
+        ([("bird/sub/l.png", b"../nosuch.png"), ("cow", b"bird/sub"), ("dog/m.png", b"../cow/../cat/1.png")],
+         [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]),
     ],
 )  # fmt: skip
 def test_a_zip_read_in_place_gives_the_samples_of_the_folder_it_extracts_to(tmp_path: Path, links, want):
@@ -1405,6 +1411,34 @@ def test_a_file_then_a_later_link_of_the_same_name_the_file_stays(tmp_path: Path
         ("cat/1.png", "cat", 10), ("dog/a.png", "dog", 99)]  # fmt: skip
     report = unzip(z, tmp_path / "out", overwrite=overwrite)  # again: the same
     assert report.problems == [] and (tmp_path / "out" / "dog" / "a.png").read_bytes() == _png(99)
+
+
+def test_a_file_refused_then_a_link_of_the_same_name_the_link_is_not_made(tmp_path: Path):
+    # The attack: dog/3.png encrypted (refused), then dog/3.png -> ../cat/1.png: the link was made, a readable
+    # image on disk where the zip read in place has the encrypted file (a sample that fails). A later file of the
+    # name is not written either.
+    z = write_zip(tmp_path / "el.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)),
+                                        gbk("dog/3.png", _png(99), encrypted=True),
+                                        gbk("dog/3.png", symlink_to=b"../cat/1.png"),
+                                        gbk("dog/4.png", b"x", method=9), gbk("dog/4.png", _png(70))])  # fmt: skip
+    report = unzip(z, tmp_path / "out")
+    assert report.problems == [
+        f"{z}: member 'dog/3.png': encrypted; datakit does not decrypt (use a tool that asks for the password)",
+        f"{z}: member 'dog/4.png': compression method 9 (Deflate64) is not supported",
+        f"{z}: member 'dog/4.png': in the archive twice, and the first copy is not extracted (said above); not "
+        "written either (the zip read in place reads the first)",
+    ]
+    assert report.notes[-1] == f"{z}: member 'dog/3.png': an earlier member has the same name; the link is not made"
+    assert sorted(os.listdir(tmp_path / "out" / "dog")) == ["2.png"]
+    with pytest.raises(ArchiveError, match=r"member 'dog/4.png' is in the archive twice: which copy is the image "):
+        open_dataset(z)
+    z = write_zip(tmp_path / "e.zip", [gbk("cat/1.png", _png(10)), gbk("dog/2.png", _png(50)),
+                                       gbk("dog/3.png", _png(99), encrypted=True),
+                                       gbk("dog/3.png", symlink_to=b"../cat/1.png")])  # fmt: skip
+    ds = open_dataset(z)  # the encrypted file, as unzip-gbk leaves its place: a sample that fails, not cat's image
+    assert ds.files.tolist() == ["cat/1.png", "dog/2.png", "dog/3.png"]
+    with pytest.raises(SampleError, match=r"^sample 2: .*e\.zip: member 'dog/3\.png': encrypted; datakit does not "):
+        ds[2]
 
 
 def test_a_link_with_an_empty_target_is_named_as_such(tmp_path: Path):

@@ -403,6 +403,21 @@ def test_more_than_four_sizes_in_a_batch_are_counted_not_dropped_from_the_messag
         stack_collate(batch[:5])
 
 
+def test_images_of_different_channel_counts_are_said_to_differ_in_channels():
+    # the attack: gray, RGB and RGBA files read with mode="unchanged": "resize them to one size ..., or batch them
+    # with pad_collate()", two fixes of which neither helps (pad_collate refuses other channel counts too)
+    batch = [(torch.zeros(c, 8, 8, dtype=torch.uint8), 0) for c in (3, 3, 1, 4)]
+    with pytest.raises(CollateError) as e:
+        stack_collate(batch)
+    assert str(e.value) == (
+        "cannot stack images of 1, 3 and 4 channels into one batch (batch positions 0, 1: (3, 8, 8); batch position "
+        "2: (1, 8, 8); batch position 3: (4, 8, 8)); open the dataset with mode='rgb' (or 'gray') so that every image "
+        "has the same channels, or convert them in the transform"
+    )
+    with pytest.raises(CollateError, match=r"^cannot stack images of 3 and 4 channels into one batch \(batch "):
+        stack_collate([(np.zeros((5, 5, c), np.uint8), 0) for c in (3, 4)])  # H x W x C arrays: the last dimension
+
+
 def test_bare_and_dict_samples_of_different_sizes_are_refused_naming_them():
     # the attack: samples that are an image alone, or a dict, fell through to default_collate's RuntimeError
     # ("stack expects each tensor to be equal size ... at entry 0 and ... at entry 5")

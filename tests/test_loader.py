@@ -3744,6 +3744,11 @@ def test_a_state_saved_mid_epoch_before_the_order_scheme_changed_goes_on_in_its_
         once_more.load_state_dict({**state, "seed": 5})
     once_more.load_state_dict({"epoch": 1, "step": 0})
     assert next(once_more)[0].tolist() == EpochSampler(10, seed=0).indices(1)[:2]
+    # a state round-tripped through NumPy or torch (np.int64(2), tensor(4)): the same numbers, not "another scheme"
+    once_more.load_state_dict({k: np.int64(v) if type(v) is int else v for k, v in saved.items()})
+    assert [i for _ in range(3) for i in next(once_more)[0].tolist()] == old[4:]
+    once_more.load_state_dict({**saved, "epoch": torch.tensor(saved["epoch"]), "sample": torch.tensor(4)})
+    assert [i for _ in range(3) for i in next(once_more)[0].tolist()] == old[4:]
     for scheme in (3, "2"):
         with pytest.raises(UsageError) as e:
             once_more.load_state_dict({**state, "order": scheme})

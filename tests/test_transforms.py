@@ -600,6 +600,28 @@ def test_crops_are_torchvisions_boxes_on_large_images_too():
             lambda: train_pipeline(224, scale=(0.0, 1.0)),
             "scale and ratio must be positive and finite, got (0.0, 1.0) and (0.75, 1.3333333333333333)",
         ),
+        # the attack: a string meaning "no" is true to Python: normalize="no" normalised, antialias="no" antialiased
+        (lambda: eval_pipeline(64, normalize="no"), "normalize must be True or False, got 'no'"),
+        (lambda: train_pipeline(64, normalize="false"), "normalize must be True or False, got 'false'"),
+        (lambda: eval_pipeline(64, antialias="no"), "antialias must be True or False, got 'no'"),
+        # hflip is a probability: 2 and -0.5 were taken, "yes" failed on every sample inside the workers
+        *(
+            (
+                lambda p=p: train_pipeline(64, hflip=p),
+                "the flip's probability (hflip=, p=) must be a number in 0..1 "
+                f"(0.5: half the images mirrored, 0: none), got {p!r}",
+            )
+            for p in (2, -0.5, True, "yes", float("nan"))
+        ),
+        # tracebacks before: 'float' object is not subscriptable, new(): invalid data type 'str', expected str ...
+        (lambda: train_pipeline(64, scale=0.5), "scale must be (min, max), two numbers, got 0.5"),
+        (lambda: train_pipeline(64, ratio=("3/4", "4/3")), "ratio must be (min, max), two numbers, got ('3/4', '4/3')"),
+        (
+            lambda: train_pipeline(64, mean="imagenet"),
+            "mean must be one number per channel, got 'imagenet' (a preset "
+            "such as 'imagenet' goes to create_loader(..., normalize=...))",
+        ),
+        (lambda: train_pipeline(64, index_cache=5), "index_cache must be a folder's path (or None), got 5"),
     ],
 )
 def test_bad_pipeline_arguments_are_refused_at_construction(make, message):
@@ -607,6 +629,23 @@ def test_bad_pipeline_arguments_are_refused_at_construction(make, message):
     with pytest.raises(ValueError) as e:
         make()
     assert str(e.value) == message
+
+
+def test_a_resize_under_the_crop_warns_that_size_and_resize_look_swapped():
+    # the attack: eval_pipeline(256, 224) padded every image with 32 black columns, as CenterCrop does, unsaid
+    with pytest.warns(UserWarning) as caught:
+        pipe = eval_pipeline(256, 224)
+    assert [str(w.message) for w in caught] == [
+        "eval_pipeline(size=256, resize=224): the shorter side resized to 224 is less than the crop, so the centre "
+        "crop pads every image with black borders (as torchvision's CenterCrop does); size and resize swapped? "
+        "(eval_pipeline(224, 256): resize to 256, crop 224)"
+    ]
+    out = pipe(np.full((291, 355, 3), 200, np.uint8))
+    assert out.shape == (3, 256, 256) and int((out == 0).all(dim=(0, 2)).sum()) == 32  # 224 rows of 256
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        eval_pipeline(224, 256), eval_pipeline(224), eval_pipeline((224, 300)), eval_pipeline(224, 224)
+        assert train_pipeline(64, hflip=0).flip.p == 0.0 and train_pipeline(64, hflip=1).flip.p == 1.0
 
 
 def test_label_and_channel_conversions_never_change_values_silently():
