@@ -697,12 +697,12 @@ def _check_budget(archive: str, members: list[ZipMember], max_total: int, max_ra
             ratio = m.file_size / max(1, m.compress_size)
             raise ArchiveError(
                 f"{archive}: refused, member {m.name!r} expands {ratio:.0f}:1 ({m.compress_size} -> {m.file_size} "
-                f"bytes), over the limit of {max_ratio:.0f}:1 (zip bomb?; raise it with --max-ratio)"
+                f"bytes), over the limit of {max_ratio:g}:1 (zip bomb?; raise it with --max-ratio)"
             )
     if total >= _RATIO_MIN_SIZE and total > max_ratio * max(1, packed):
         raise ArchiveError(
             f"{archive}: refused, its {len(files)} members expand {total / max(1, packed):.0f}:1 in all "
-            f"({_size(packed)} -> {_size(total)}), over the limit of {max_ratio:.0f}:1 "
+            f"({_size(packed)} -> {_size(total)}), over the limit of {max_ratio:g}:1 "
             "(zip bomb?; raise it with --max-ratio)"
         )
     # folders declare no size, yet each takes a block and an inode: 20 names 2000 folders deep make 40,000
@@ -2207,7 +2207,7 @@ class ZipReader:
         if m.file_size >= _RATIO_MIN_SIZE and ratio > self.max_ratio:
             raise ArchiveError(
                 f"{self.path}: member {m.name!r} expands {ratio:.0f}:1 ({m.compress_size} -> {m.file_size} bytes), "
-                f"over the limit of {self.max_ratio:.0f}:1 (zip bomb?; if it is none, extract the archive with "
+                f"over the limit of {self.max_ratio:g}:1 (zip bomb?; if it is none, extract the archive with "
                 f"unzip-gbk --max-ratio and use the folder, or raise max_ratio= in Python)"
             )
 

@@ -161,7 +161,8 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     path = Path(src) if isinstance(src, (str, os.PathLike)) else None
     alone = labels is None and path is not None and path.is_file() and path.suffix.lower() in TABLE_SUFFIXES
     if labels is None and not alone:
-        return open_source(src, split=split, encoding=options.get("encoding"), classes=classes)  # a zip's names
+        # a table's options refused there without a table (a zip's encoding= is of its names)
+        return open_source(src, split=split, classes=classes, remap_labels=remap_labels, **options)
     if labels is not None and path is not None and path.is_file() and path.suffix.lower() not in (".zip", ".lmdb"):
         raise UsageError(f"{path}: a file; with labels= (--labels) the source is the folder or .zip of the images the "
                          "table names")  # fmt: skip

@@ -96,6 +96,13 @@ def parse_bytes(text: str) -> int:
     return value
 
 
+def _ratio(text: str) -> float:
+    value = _positive_float(text)
+    if value < 1:  # a stored member expands 1:1: under it, every archive would be a bomb
+        raise argparse.ArgumentTypeError(f"must be at least 1 (a stored member expands 1:1), got {text}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -347,7 +354,7 @@ def _add_unzip_args(p: argparse.ArgumentParser) -> None:
     from datakit.archive import DEFAULT_MAX_RATIO, DEFAULT_MAX_TOTAL
 
     p.add_argument("archive", help="the zip archive")
-    p.add_argument("-d", "--dest", default=".", type=_nonempty_path,
+    p.add_argument("-d", "--dest", default=None, type=_nonempty_path,
                    help="folder to extract into (default: the current folder)")  # fmt: skip
     p.add_argument(
         "-l", "--list", action="store_true", help="list decoded names, sizes and the encoding; extract nothing"
@@ -355,7 +362,7 @@ def _add_unzip_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--encoding", type=_encoding, default="auto",
                    help="encoding of unflagged names: auto (default), gbk, big5, cp932...")  # fmt: skip
     p.add_argument("--overwrite", action="store_true", help="replace existing files that differ")
-    p.add_argument("--max-ratio", type=_positive_float, default=DEFAULT_MAX_RATIO,
+    p.add_argument("--max-ratio", type=_ratio, default=DEFAULT_MAX_RATIO,
                    help=f"refuse members that expand more than this (default {DEFAULT_MAX_RATIO:.0f}:1)")  # fmt: skip
     p.add_argument("--max-total", type=parse_bytes, default=DEFAULT_MAX_TOTAL,
                    help="refuse archives declaring more uncompressed bytes than this (default 100G)")  # fmt: skip
@@ -420,7 +427,16 @@ def cmd_unzip(args: argparse.Namespace) -> int:
     from datakit.archive import iter_progress, read_members, unzip
 
     archive = _existing(args.archive)
-    if args.list:
+    if args.list:  # what extracting alone heeds, given with -l, would change nothing: said, not ignored
+        from datakit.archive import DEFAULT_MAX_RATIO, DEFAULT_MAX_TOTAL
+
+        given = [flag for flag, on in (("-d", args.dest is not None), ("--overwrite", args.overwrite),
+                                       ("--max-ratio", args.max_ratio != DEFAULT_MAX_RATIO),
+                                       ("--max-total", args.max_total != DEFAULT_MAX_TOTAL)) if on]  # fmt: skip
+        if given:
+            many = len(given) > 1
+            raise UsageError(f"-l lists the members and extracts nothing; {', '.join(given)} {'are' if many else 'is'} "
+                             f"for extracting: leave {'them' if many else 'it'} out, or leave out -l")  # fmt: skip
         members, guess = read_members(archive, args.encoding)
         _warn_ambiguous(archive, guess)
         files = [m for m in members if not m.is_dir]
@@ -445,8 +461,10 @@ def cmd_unzip(args: argparse.Namespace) -> int:
             for m in members
         ]
         print_table(["size", "modified", "name", "name from"], rows)
-        print(f"{len(files)} files, {sum(m.file_size for m in files)} bytes")
+        if not args.quiet:  # -q: no summary
+            print(f"{len(files)} files, {sum(m.file_size for m in files)} bytes")
         return 0
+    args.dest = "." if args.dest is None else args.dest
     update, close = iter_progress(_archive_bytes(archive), "unzip", args.quiet)
     try:
         report = unzip(archive, args.dest, encoding=args.encoding, overwrite=args.overwrite,
@@ -627,6 +645,10 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
         with markers_as_classes(given):  # a class named 'None' that --classes names is a class, as check reads it
             labels = read_labels(labels, split=args.split, remap_labels=args.remap_labels or given is not None,
                                  **_label_options(args))  # fmt: skip
+    if not labels and isinstance(src, str) and not any(c in src for c in "*?["):  # a table's options, no table
+        from datakit.sources import refuse_table_options
+
+        refuse_table_options(src, args.remap_labels, **_label_options(args))
     source = src  # several: the shards of one pack, joined
     named = {"encoding": args.encoding} if args.encoding != "auto" and labels is None else {}
     zipped = isinstance(src, str) and src.lower().endswith(".zip")

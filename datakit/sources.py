@@ -1896,6 +1896,31 @@ def given_classes(classes) -> list[str]:
     )
 
 
+def refuse_table_options(path: str | os.PathLike, remap_labels: bool = False, **options) -> None:
+    """Refuse a label table's options (``file_column=``, ``label_column=``, ``split_column=``, ``include_hidden=``,
+    ``encoding=``, ``remap_labels=``) given with a folder, a zip or a pack read without a table: they would change
+    nothing, unsaid. A zip's ``encoding=`` is of its member names; a pack refuses ``remap_labels=`` itself."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
+        return  # the source is the table
+    pack = _is_pack(path)
+    flags = {"file_column": "--file-column", "label_column": "--label-column", "split_column": "--split-column",
+             "include_hidden": "--include-hidden", "encoding": "--encoding"}  # fmt: skip
+    unheeded = [(name, flags[name]) for name in flags if options.get(name) and not (name == "encoding" and
+                                                                                  suffix == ".zip")]  # fmt: skip
+    if remap_labels and not pack:  # a folder's or a zip's classes are names: no integers to map
+        unheeded.append(("remap_labels", "--remap-labels"))
+    if unheeded:
+        name, flag = unheeded[0]
+        if pack:
+            raise UsageError(f"{name}= ({flag}) is for reading a label table; {path} is an LMDB pack, which holds "
+                             "its own labels: leave it out")  # fmt: skip
+        what = "a zip" if suffix == ".zip" else "a folder"
+        raise UsageError(f"{name}= ({flag}) is for reading a label table; {path} is {what}, read without one: "
+                         "give the table with labels= (--labels TABLE), or leave it out")  # fmt: skip
+
+
 def open_source(
     src: str | os.PathLike | Sequence[str | os.PathLike],
     *,
@@ -1968,21 +1993,9 @@ def open_source(
         raise UsageError("sheets= names the sheets of a workbook read here (labels=, or the workbook as the source)")
     table = labels if isinstance(labels, LabelTable) else (read_labels(labels, **table_options) if labels else None)
     suffix = path.suffix.lower()
-    if table is None and not (path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES):
-        # a folder, a zip or a pack read without a table: a table's options would change nothing, unsaid
-        unheeded = [(name, flag) for name, flag, v in (
-            ("file_column", "--file-column", file_column), ("label_column", "--label-column", label_column),
-            ("split_column", "--split-column", split_column), ("include_hidden", "--include-hidden", include_hidden),
-            ("encoding", "--encoding", encoding if suffix != ".zip" else None),  # (a zip's: of its member names)
-        ) if v]  # fmt: skip
-        if unheeded:
-            name, flag = unheeded[0]
-            if pack:
-                raise UsageError(f"{name}= ({flag}) is for reading a label table; {path} is an LMDB pack, which holds "
-                                 "its own labels: leave it out")  # fmt: skip
-            what = "a zip" if suffix == ".zip" else "a folder"
-            raise UsageError(f"{name}= ({flag}) is for reading a label table; {path} is {what}, read without one: "
-                             "give the table with labels= (--labels TABLE), or leave it out")  # fmt: skip
+    if table is None:
+        refuse_table_options(path, remap_labels, file_column=file_column, label_column=label_column,
+                             split_column=split_column, include_hidden=include_hidden, encoding=encoding)  # fmt: skip
     if path.is_dir() and (path / "data.mdb").exists() or suffix == ".lmdb":
         return kinds.LmdbDataset(path, split=split, **common, **kwargs)
     if table is not None:

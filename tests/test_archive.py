@@ -399,6 +399,27 @@ def test_cli_list_escapes_control_characters_and_sizes_must_be_positive(tmp_path
         assert capsys.readouterr().err.endswith(f"error: argument --max-total: must be at least 1 byte, got '{size}'\n")
 
 
+def test_list_refuses_what_only_extracting_heeds_and_a_ratio_under_one(gbk_zip: Path, tmp_path: Path, capsys):
+    # The attack: `unzip-gbk X -l -d DIR --overwrite --max-ratio 5` took them all and listed a 1029:1 member the
+    # ratio would refuse, exit 0; --max-ratio 0.5 was taken and every archive then refused ("limit of 0:1")
+    assert unzip_gbk_main([str(gbk_zip), "-l", "-d", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err == ("unzip-gbk: error: -l lists the members and extracts nothing; -d is for "
+                                       "extracting: leave it out, or leave out -l\n")  # fmt: skip
+    assert unzip_gbk_main([str(gbk_zip), "-l", "--overwrite", "--max-ratio", "5", "--max-total", "1K"]) == 2
+    assert capsys.readouterr().err == ("unzip-gbk: error: -l lists the members and extracts nothing; --overwrite, "
+                                       "--max-ratio, --max-total are for extracting: leave them out, or leave out "
+                                       "-l\n")  # fmt: skip
+    assert not (tmp_path / "x").exists()
+    assert unzip_gbk_main([str(gbk_zip), "-l", "-q"]) == 0  # -q: the listing without its summary line
+    assert not capsys.readouterr().out.rstrip().endswith("3 files, 461 bytes")
+    for ratio in ("0.5", "0.999"):
+        with pytest.raises(SystemExit) as e:
+            unzip_gbk_main([str(gbk_zip), "--max-ratio", ratio])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.endswith(
+            f"error: argument --max-ratio: must be at least 1 (a stored member expands 1:1), got {ratio}\n")
+
+
 def test_names_flagged_utf8_that_are_not_utf8_are_read_as_legacy_names(tmp_path: Path, capsys, caplog):
     # The attack: GBK names flagged UTF-8 by the tool that wrote them. Python's zipfile refuses the whole archive at
     # the first such name, and so did unzip-gbk ("make it again"), --encoding gbk included. Now the archive's flags

@@ -376,6 +376,19 @@ def test_a_table_option_without_a_table_is_refused_not_left_unheeded(tmp_path: P
     assert capsys.readouterr().err == (f"datakit stats: error: include_hidden= (--include-hidden) is for reading a "
                                        f"label table; {root} is a folder, read without one: give the table with "
                                        "labels= (--labels TABLE), or leave it out\n")  # fmt: skip
+    # check and pack-lmdb took them (and --remap-labels, and pack-lmdb --encoding) and went on, exit 0
+    out = tmp_path / "p.lmdb"
+    for cmd in (["check", str(root)], ["pack-lmdb", str(root), str(out)]):
+        for flag, name in (("--file-column f", "file_column"), ("--label-column l", "label_column"),
+                           ("--split-column s", "split_column"), ("--include-hidden", "include_hidden"),
+                           ("--remap-labels", "remap_labels"), ("--encoding gbk", "encoding")):  # fmt: skip
+            assert main([*cmd, *flag.split(), "-q"]) == 2, (cmd, flag)
+            assert capsys.readouterr().err == (f"datakit {cmd[0]}: error: {name}= ({flag.split()[0]}) is for reading a "
+                                               f"label table; {root} is a folder, read without one: give the table "
+                                               "with labels= (--labels TABLE), or leave it out\n")  # fmt: skip
+    assert not out.exists()
+    with pytest.raises(UsageError, match=r"^remap_labels= \(--remap-labels\) is for reading a label table; "):
+        open_dataset(root, remap_labels=True)
 
 
 def test_folder_extensions_count_more_only_when_asked(tmp_path: Path):
