@@ -1324,6 +1324,28 @@ def _packed_from(source) -> list[str]:
     return out
 
 
+def _origin(source, depth: int = 0) -> object:
+    """Where a pack's samples came from: its recorded ``source``, or for a pack made from packs (shards joined,
+    a re-pack) their own origin, where those packs are still there and agree (a whole pack and the pack joined
+    from its source's shards hold the same samples)."""
+    from datakit.lmdb import read_meta
+
+    made = _packed_from(source)
+    if not made or depth > 8:
+        return tuple(source) if isinstance(source, list) else source
+    origins = set()
+    for pack in made:
+        try:
+            meta = read_meta(pack)
+        except (PackError, OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict):
+            return tuple(source) if isinstance(source, list) else source
+        found = _origin(meta.get("source"), depth + 1)
+        origins.add(found if not isinstance(found, list) else tuple(found))
+    return origins.pop() if len(origins) == 1 else (tuple(source) if isinstance(source, list) else source)
+
+
 class GivenTwice(UsageError, PackError):
     """Packs given so that samples would be read twice (a pack twice, a joined pack beside its shards): a
     usage mistake (exit 2), and a :class:`PackError` as every refusal of the packs given."""
@@ -1356,12 +1378,13 @@ def _check_shards(readers: list) -> None:
         i, n = int(shard[0]), int(shard[1])
         source = r.meta.get("source")
         source = tuple(source) if isinstance(source, list) else source  # shards joined: their paths
-        key = (source, r.meta.get("source_names"))
+        key = (_origin(r.meta.get("source")), r.meta.get("source_names"))  # joined shards: the shards' source
         if key[1] is not None:  # a copy of a pack, or a whole pack beside shards of its source: samples twice
             other = whole.get(key) if n > 1 else (whole.get(key) or next(iter(sharded.get(key, {}).values()), None))
-            if other is not None:
-                raise PackError(f"{r.path}: holds samples of {r.meta.get('source')} that {other} holds too (a copy "
-                                "of it, or a whole pack beside its shards); each sample is read once")  # fmt: skip
+            if other is not None:  # given so (a usage mistake, exit 2), as a pack given twice is
+                joined = " (joined from its shards)" if key[0] != source else ""
+                raise GivenTwice(f"{r.path}: holds samples of {key[0]}{joined} that {other} holds too (a copy of it, "
+                                 "or a whole pack beside its shards); each sample is read once")  # fmt: skip
             if n <= 1:
                 whole[key] = r.path
             else:
@@ -1370,8 +1393,8 @@ def _check_shards(readers: list) -> None:
             continue  # a whole pack: packs of the same classes may be read together
         group = groups.setdefault((source, r.meta.get("source_names"), n), {})
         if i in group:
-            raise PackError(f"{r.path}: shard {i}/{n} of {r.meta.get('source')}, as {group[i]} is; each shard is "
-                            "read once")  # fmt: skip
+            raise GivenTwice(f"{r.path}: shard {i}/{n} of {r.meta.get('source')}, as {group[i]} is; each shard is "
+                             "read once")  # fmt: skip
         group[i] = r.path
     for (source, _, n), got in groups.items():
         missing = [f"{i}/{n}" for i in range(n) if i not in got]

@@ -417,7 +417,8 @@ def test_list_refuses_what_only_extracting_heeds_and_a_ratio_under_one(gbk_zip: 
             unzip_gbk_main([str(gbk_zip), "--max-ratio", ratio])
         assert e.value.code == 2
         assert capsys.readouterr().err.endswith(
-            f"error: argument --max-ratio: must be at least 1 (a stored member expands 1:1), got {ratio}\n")
+            f"error: argument --max-ratio: must be at least 1 (a stored member expands 1:1), got {ratio}\n"
+        )
 
 
 def test_names_flagged_utf8_that_are_not_utf8_are_read_as_legacy_names(tmp_path: Path, capsys, caplog):

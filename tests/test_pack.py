@@ -1743,6 +1743,7 @@ def test_shards_missing_or_given_twice_are_refused(class_folder: Path, tmp_path:
     with pytest.raises(PackError) as e:
         open_dataset([*parts, copy])
     assert str(e.value) == f"{copy}: shard 1/3 of {class_folder}, as {parts[1]} is; each shard is read once"
+    assert main(["check", *map(str, parts), str(copy), "-q"]) == 2  # given so: a usage mistake, as a pack twice
     assert len(open_dataset(str(tmp_path / "part-*.lmdb"))) == 12
     # the next attack: a file moved to another class folder between packing shard 0/2 and 1/2: "shard 1/2 is not
     # among the packs given", where it was given
@@ -1771,6 +1772,18 @@ def test_shards_missing_or_given_twice_are_refused(class_folder: Path, tmp_path:
     with pytest.raises(PackError) as e:
         open_dataset([whole, *parts])
     assert str(e.value) == f"{parts[0]}: " + twice.format(whole)
+    # the attack: the pack joined from those shards, beside the whole pack: every sample twice, accepted (its
+    # recorded source is the shards' paths, not the folder); a copy given is a usage mistake, exit 2, as a pack
+    # given twice is (it was exit 1, and exit 2 for a joined pack beside its shards)
+    joined = tmp_path / "joined.lmdb"
+    pack_lmdb(parts, joined, workers=1)
+    with pytest.raises(UsageError) as e:
+        open_dataset([whole, joined])
+    assert str(e.value) == (f"{joined}: holds samples of {class_folder} (joined from its shards) that {whole} holds "
+                            "too (a copy of it, or a whole pack beside its shards); each sample is read once")  # fmt: skip
+    assert main(["check", str(whole), str(joined), "-q"]) == 2
+    assert main(["pack-lmdb", str(whole), str(joined), str(tmp_path / "twice.lmdb"), "-q"]) == 2
+    assert not (tmp_path / "twice.lmdb").exists()
 
 
 def test_resume_refuses_a_table_whose_splits_changed_and_takes_the_folder_spelled_otherwise(class_folder: Path,
