@@ -1069,11 +1069,12 @@ class LmdbReader:
                 raise PackError(
                     f"{self.path}: incomplete pack, being written by PID {writer} ({meta.get('count')} of "
                     f"{meta.get('planned')} samples committed so far); read it once the job has finished, or read "
-                    "what is there with allow_incomplete=True"
+                    "what is there in Python with open_dataset(..., allow_incomplete=True)"
                 )
             raise PackError(
                 f"{self.path}: incomplete pack ({meta.get('count')} of {meta.get('planned')} samples); "
-                "finish it with `datakit pack-lmdb ... --resume`, or read what is there with allow_incomplete=True"
+                "finish it with `datakit pack-lmdb ... --resume`, or read what is there in Python with "
+                "open_dataset(..., allow_incomplete=True)"
             )
         for key in ("count", "classes"):
             if key not in meta:

@@ -471,7 +471,8 @@ def test_a_pack_being_written_is_not_sent_to_resume(tmp_path: Path, capsys):
     try:
         assert proc.stdout.readline().strip() == "5"
         msg = (f"{out}: incomplete pack, being written by PID {proc.pid} (5 of 10 samples committed so far); read "
-               "it once the job has finished, or read what is there with allow_incomplete=True")  # fmt: skip
+               "it once the job has finished, or read what is there in Python with open_dataset(..., "
+               "allow_incomplete=True)")  # fmt: skip
         with pytest.raises(PackError) as exc:
             LmdbReader(out)
         assert str(exc.value) == msg
@@ -483,7 +484,8 @@ def test_a_pack_being_written_is_not_sent_to_resume(tmp_path: Path, capsys):
     with pytest.raises(PackError) as exc:  # the writer gone: now --resume finishes it
         LmdbReader(out)
     assert str(exc.value) == (f"{out}: incomplete pack (5 of 10 samples); finish it with `datakit pack-lmdb ... "
-                              "--resume`, or read what is there with allow_incomplete=True")  # fmt: skip
+                              "--resume`, or read what is there in Python with open_dataset(..., "
+                              "allow_incomplete=True)")  # fmt: skip
 
 
 def test_a_workers_copy_follows_the_writer_past_its_length(tmp_path: Path):
