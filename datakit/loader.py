@@ -2566,6 +2566,11 @@ def create_loader(
                 "the last training batch of each epoch would hold 1 sample, which breaks BatchNorm: it is left "
                 "out (drop_last=False keeps it)"
             )
+    if drop_last and per_rank is not None and 0 < per_rank < batch_size:  # no batch at all: a loop of no steps
+        # (an infinite loader's would never yield one)
+        where = f" on each of the {world} ranks" if world > 1 else ""
+        raise UsageError(f"drop_last=True with batch_size={batch_size} and {per_rank} samples{where}: every epoch "
+                         "would hold no batch; give a smaller batch_size, or drop_last=False")  # fmt: skip
     generator = None
     if seed is not None:
         generator = torch.Generator().manual_seed((seed + 1_000_003 * rank) % 2**64)  # distinct worker seeds per rank

@@ -1267,13 +1267,23 @@ def test_an_iterable_dataset_without_a_len_loads_but_cannot_be_measured_for_num_
                               "has no len(); give num_workers=N")  # fmt: skip
 
 
-@pytest.mark.parametrize(("n", "drop_last"), [(0, False), (3, True)])
-def test_an_infinite_loader_without_a_batch_in_an_epoch_says_so(n: int, drop_last: bool):
-    inf = create_loader(Indexed(n), 4, num_workers=0, seed=0, infinite=True, drop_last=drop_last)
+def test_an_infinite_loader_without_a_batch_in_an_epoch_says_so():
+    inf = create_loader(Indexed(0), 4, num_workers=0, seed=0, infinite=True, drop_last=False)
     with pytest.raises(UsageError) as err:
         next(inf)
-    assert str(err.value) == (f"an epoch holds no batch ({n} samples, batch_size 4, drop_last={drop_last}): an "
-                              "infinite loader would wait for ever")  # fmt: skip
+    assert str(err.value) == ("an epoch holds no batch (0 samples, batch_size 4, drop_last=False): an infinite loader "
+                              "would wait for ever")  # fmt: skip
+
+
+@pytest.mark.parametrize("infinite", [False, True])
+def test_drop_last_leaving_no_batch_is_refused_when_the_loader_is_made(infinite: bool):
+    # the attack: 7 samples, batch 8, drop_last=True: each epoch trained on nothing, without a word (torch's too)
+    with pytest.raises(UsageError) as err:
+        create_loader(Indexed(7), 8, num_workers=0, seed=0, infinite=infinite, drop_last=True)
+    assert str(err.value) == ("drop_last=True with batch_size=8 and 7 samples: every epoch would hold no batch; give "
+                              "a smaller batch_size, or drop_last=False")  # fmt: skip
+    assert batches(create_loader(Indexed(7), 7, num_workers=0, seed=0, drop_last=True, shuffle=False)) == [
+        list(range(7))]  # fmt: skip
 
 
 def test_batches_from_workers_are_received_on_a_thread():
