@@ -2045,6 +2045,11 @@ class ZipReader:
                 path = safe_relpath(m.name)[0]  # where unzip-gbk writes it ('C:cat/1.jpg' and '/cat/1.jpg': cat/1.jpg)
                 if path is None or m.folder_and_link or _macos_metadata(m.name):
                     continue  # what unzip-gbk does not write ('..', NUL, too long; Finder's metadata) is not there
+                if m.is_dir and m.file_size > 0:  # a folder holding bytes: which one it is meant to be is a guess
+                    how = "named as a folder" if m.name.replace("\\", "/").endswith("/") else "a folder by its mode"
+                    log.warning("%s: member %r: %s but holds %d bytes; left out, as unzip-gbk leaves it out", self.path,
+                                m.name, how, m.file_size)  # fmt: skip
+                    continue
                 if m.is_dir:
                     if folder(path):
                         members.add(path)

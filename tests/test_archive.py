@@ -205,6 +205,22 @@ def test_a_member_with_a_folders_mode_holding_bytes_is_a_problem_not_an_empty_fo
     assert tree(tmp_path / "out") == {"a.txt": b"a"} and not (tmp_path / "out" / "photo.jpg").exists()
 
 
+def test_a_folder_member_holding_bytes_is_no_class_in_place_as_none_once_extracted(tmp_path: Path, caplog):
+    # the attack: 'bird/' holding 10 bytes (or 'bird' with a folder's mode): unzip-gbk makes no folder, the zip read
+    # in place refused it as "class folder 'bird' holds no images", naming no cause
+    for bird in (gbk("bird/", b"0123456789"), gbk("bird", b"0123456789", mode=0o40755)):
+        z = write_zip(tmp_path / "b.zip", [gbk("cat/1.png", _png(10)), bird, gbk("dog/2.png", _png(50))])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="datakit"):
+            ds = open_dataset(z)
+        how = "named as a folder" if bird.name.endswith(b"/") else "a folder by its mode"
+        assert caplog.messages == [f"{z}: member {bird.name.decode()!r}: {how} but holds 10 bytes; left out, as "
+                                   "unzip-gbk leaves it out"]  # fmt: skip
+        out = tmp_path / f"out-{len(bird.name)}"
+        unzip(z, out)
+        assert _samples(ds) == _samples(open_dataset(out)) == [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]
+
+
 def test_symlink_members(tmp_path: Path):
     z = write_zip(
         tmp_path / "links.zip",
