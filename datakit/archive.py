@@ -1962,21 +1962,24 @@ class ZipReader:
         *,
         max_member_size: int = DEFAULT_MAX_MEMBER,
         max_ratio: float = DEFAULT_MAX_RATIO,
+        hint: str = "encoding= (--encoding)",
     ) -> None:
+        """``hint``: how the caller names the encoding, in the warnings (a zip read with a label table takes it as
+        ``zip_encoding=``, ``encoding=`` being the table's)."""
         self.path = os.fspath(path)
         self.max_member_size = int(max_member_size)
         self.max_ratio = float(max_ratio)
         members, self.encoding = read_members(self.path, encoding)
         refuse_overlaps(self.path, members)  # read in place as extracted: one stream behind many names is a bomb
         if self.encoding.mixed_utf8:
-            log.warning("%s: %s; pass encoding= (--encoding) to choose", self.path, mixed_names(self.encoding))
+            log.warning("%s: %s; pass %s to choose", self.path, mixed_names(self.encoding), hint)
         if self.encoding.flagged_legacy:
             log.warning("%s: %s", self.path, legacy_flagged(self.encoding))
         if self.encoding.flag_ignored:
             log.warning("%s: %s", self.path, ignored_flags(self.encoding))
         if self.encoding.ambiguous:  # as unzip-gbk warns: the names may be read in the wrong encoding
-            log.warning("%s: names decoded as %s, but ambiguous: %s; pass encoding= (--encoding) to choose", self.path,
-                        self.encoding.encoding, " or ".join(self.encoding.ambiguous))  # fmt: skip
+            log.warning("%s: names decoded as %s, but ambiguous: %s; pass %s to choose", self.path,
+                        self.encoding.encoding, " or ".join(self.encoding.ambiguous), hint)  # fmt: skip
         self.members = [m for m in members if not m.is_dir and not m.is_symlink]
         self.links = [m for m in members if m.is_symlink]  # read as the member they name, where one does
         # by the path each name spells (``./cat/1.png``, ``cat//1.png`` and ``cat/1.png`` are one), as on disk

@@ -151,7 +151,7 @@ def _same_images(ds: ImageDataset, table_ds: TableDataset | None, digests: dict[
 
 
 def _open_checked(src, labels, split: str | None, remap_labels: bool, root, options: dict,
-                  report: CheckReport, classes=None) -> ImageDataset:  # fmt: skip
+                  report: CheckReport, classes=None, zip_encoding: str | None = None) -> ImageDataset:  # fmt: skip
     """The dataset to read; a table's every problem goes into the report (labels.py finds them)."""
     given = None
     if classes is not None:
@@ -162,7 +162,8 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     alone = labels is None and path is not None and path.is_file() and path.suffix.lower() in TABLE_SUFFIXES
     if labels is None and not alone:
         # a table's options refused there without a table (a zip's encoding= is of its names)
-        return open_source(src, split=split, classes=classes, remap_labels=remap_labels, **options)
+        return open_source(src, split=split, classes=classes, remap_labels=remap_labels, zip_encoding=zip_encoding,
+                           **options)  # fmt: skip
     if labels is not None and path is not None and path.is_file() and path.suffix.lower() not in (".zip", ".lmdb"):
         raise UsageError(f"{path}: a file; with labels= (--labels) the source is the folder or .zip of the images the "
                          "table names")  # fmt: skip
@@ -189,7 +190,11 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
             given = None
     if split is not None and not len(table) and report.problems:
         split = None  # the split asked for has no rows, which a problem says (an empty split): nothing to select
-    ds = TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False)
+    if zip_encoding and (alone or not str(src).lower().endswith(".zip")):
+        raise UsageError(f"zip_encoding= (--zip-encoding) names the encoding of a zip's member names; {src} is no "
+                         "zip: leave it out")  # fmt: skip
+    ds = TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False,
+                      zip_encoding=zip_encoding)  # fmt: skip
     if given is not None and table.kind != "mixed":  # indexed by the classes given, as open_dataset indexes them
         ds.use_classes(given, str(table.path))
         ds._given = True
@@ -216,6 +221,7 @@ def check_dataset(
     include_hidden: bool = False,
     bad_samples: str | os.PathLike | None = None,
     classes: object = None,
+    zip_encoding: str | None = None,
 ) -> CheckReport:
     """Read every sample of ``src`` (anything :func:`open_dataset` takes) and report what is wrong.
 
@@ -235,7 +241,7 @@ def check_dataset(
     report = CheckReport()
     options = dict(file_column=file_column, label_column=label_column, split_column=split_column,
                    encoding=encoding, include_hidden=include_hidden)  # fmt: skip
-    ds = _open_checked(src, labels, split, remap_labels, root, options, report, classes)
+    ds = _open_checked(src, labels, split, remap_labels, root, options, report, classes, zip_encoding)
     table_ds = ds if isinstance(ds, TableDataset) else None
     missing = set()
     if table_ds is not None:

@@ -534,6 +534,15 @@ def _add_label_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--encoding", type=_encoding, default="auto",
                    help="the text table's encoding (utf-8, gbk, big5, utf-16); default: auto, detected")  # fmt: skip
     p.add_argument("--include-hidden", action="store_true", help="read hidden workbook sheets and rows too")
+    p.add_argument("--zip-encoding", type=_encoding, default=None, metavar="ENCODING",
+                   help="a .zip SRC's member-name encoding when --labels is given (--encoding is then the table's); "
+                        "default: auto, detected")  # fmt: skip
+
+
+def _zip_options(args: argparse.Namespace) -> dict:
+    """The encoding of a zip's member names (``--zip-encoding``), where given: ``auto`` is the default."""
+    enc = getattr(args, "zip_encoding", None)
+    return {"zip_encoding": enc} if enc not in (None, "auto") else {}
 
 
 def _label_options(args: argparse.Namespace) -> dict:
@@ -652,10 +661,10 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     source = src  # several: the shards of one pack, joined
     named = {"encoding": args.encoding} if args.encoding != "auto" and labels is None else {}
     zipped = isinstance(src, str) and src.lower().endswith(".zip")
-    if args.classes is not None or (named and zipped):  # --encoding of a zip's names, as check reads them
+    if args.classes is not None or (named and zipped) or _zip_options(args):  # a zip's names, as check reads them
         from datakit.sources import open_source
 
-        source = open_source(src, labels=labels, split=args.split, classes=args.classes, **named)
+        source = open_source(src, labels=labels, split=args.split, classes=args.classes, **named, **_zip_options(args))
         labels = None
     term = None
     if not args.quiet and _rank() == 0 and sys.stderr.isatty():
@@ -926,7 +935,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         report = check_dataset(src, labels=args.labels, split=args.split, workers=args.workers,
                                bad_samples=args.bad_samples, distributed=_world() > 1, progress=_progress(bar),
                                remap_labels=args.remap_labels, classes=args.classes,
-                               **_label_options(args))  # fmt: skip
+                               **_label_options(args), **_zip_options(args))  # fmt: skip
     finally:
         logger.removeFilter(notes_off)
         if bar is not None:
@@ -977,7 +986,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
         make = train_pipeline if args.transform == "train" else eval_pipeline
         transform = make(size=args.size, normalize=False)
     ds = open_source(src, labels=args.labels, split=args.split, transform=transform,
-                     remap_labels=args.remap_labels, classes=args.classes, **_label_options(args))  # fmt: skip
+                     remap_labels=args.remap_labels, classes=args.classes, **_label_options(args),
+                     **_zip_options(args))  # fmt: skip
     result = preview(ds, args.out, n=args.n, seed=args.seed, overwrite=args.overwrite, font=args.font)
     if result.hint and not args.quiet:  # -q: nothing (the grid is written all the same)
         print(f"datakit preview: {_shown(result.hint)}", file=sys.stderr)
@@ -1051,7 +1061,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         _outside_source(args.plot, src, "histogram", args.labels)
         check_output(args.plot, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     ds = open_source(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
-                     classes=args.classes, **_label_options(args))  # fmt: skip
+                     classes=args.classes, **_label_options(args), **_zip_options(args))  # fmt: skip
     if args.split is None:
         say_whole(ds, "into the statistics")
     bar = _bar(0, "stats", args.quiet)
@@ -1141,7 +1151,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     transform = train_pipeline(args.size, normalize=False) if args.size else None
     # every split alike: the loader's speed is measured, nothing is trained on (open_dataset would say "pass split=")
     ds = open_source(src, kinds=datasets, labels=args.labels, split=args.split, transform=transform,
-                     remap_labels=args.remap_labels, **_label_options(args))  # fmt: skip
+                     remap_labels=args.remap_labels, **_label_options(args), **_zip_options(args))  # fmt: skip
     if len(ds) == 0:
         raise UsageError(f"{args.src[0]}: no samples to load")
     batch_size = args.batch_size or min(64, len(ds))  # a default batch larger than the dataset measures nothing

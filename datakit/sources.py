@@ -14,6 +14,7 @@ with workers started by fork or spawn.
 
 from __future__ import annotations
 
+import codecs
 import contextvars
 import copy
 import errno
@@ -869,6 +870,7 @@ class TableDataset(ImageDataset):
         remap_labels: bool = False,
         class_map: ClassMap | None = None,
         probe: bool = True,
+        zip_encoding: str | None = None,
         **kwargs,
     ) -> None:
         root = table.path.parent if root is None else root
@@ -890,7 +892,11 @@ class TableDataset(ImageDataset):
         if os.path.isfile(root) and self.root.lower().endswith(".zip"):
             from datakit.archive import ZipReader
 
-            self.zip = ZipReader(root)
+            # its member names' encoding: zip_encoding= (--zip-encoding), encoding= being the table's
+            self.zip = ZipReader(root, zip_encoding or "auto", hint="zip_encoding= (--zip-encoding)")
+        elif zip_encoding:
+            raise UsageError(f"zip_encoding= (--zip-encoding) names the encoding of a zip's member names; {root} is "
+                             "no zip: leave it out")  # fmt: skip
         self.files = table.files  # as the table names them, ``/``-separated
         super().__init__(table.targets(self.class_map), self.class_map.classes, **kwargs)
         self.linked_twice: list[str] = []  # members listed twice through a folder link of the zip
@@ -1964,6 +1970,7 @@ def open_source(
     include_hidden: bool = False,
     classes: object = None,
     sheets: str | Sequence[str] | None = None,
+    zip_encoding: str | None = None,
     **kwargs,
 ) -> ImageDataset:
     """:func:`datakit.datasets.open_dataset` (which documents the arguments) with the classes of
@@ -1985,7 +1992,7 @@ def open_source(
                                  target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
                                  remap_labels=as_read, root=root, file_column=file_column, label_column=label_column,
                                  split_column=split_column, encoding=encoding, include_hidden=include_hidden,
-                                 sheets=sheets, **kwargs)  # fmt: skip
+                                 sheets=sheets, zip_encoding=zip_encoding, **kwargs)  # fmt: skip
             finally:
                 _OPENED_WITH_CLASSES.reset(told)
         check_header(given, ds.classes)
@@ -1998,13 +2005,16 @@ def open_source(
         if len(shards) == 1:
             return open_source(shards[0], kinds=kinds, labels=labels, split=split, remap_labels=remap_labels, root=root,
                                 file_column=file_column, label_column=label_column, split_column=split_column,
-                                encoding=encoding, include_hidden=include_hidden, sheets=sheets, **common,
-                                **kwargs)  # fmt: skip
+                                encoding=encoding, include_hidden=include_hidden, sheets=sheets,
+                                zip_encoding=zip_encoding, **common, **kwargs)  # fmt: skip
         return kinds.LmdbDataset(shards, split=split, **common, **kwargs)
     path = Path(src)
     if not path.exists():
         raise FileNotFoundError(f"{path}: {missing_why(path)}")
     pack = _is_pack(path)
+    if zip_encoding and path.suffix.lower() != ".zip":
+        raise UsageError(f"zip_encoding= (--zip-encoding) names the encoding of a zip's member names; {path} is no "
+                         "zip: leave it out")  # fmt: skip
     given = [name for name, v in (("labels", labels), ("root", root), ("remap_labels", remap_labels)) if v]
     if pack and given:  # a pack holds its labels: a table beside it would be silently ignored
         raise UsageError(f"{path}: an LMDB pack holds its own labels; {', '.join(given)} cannot change them "
@@ -2027,7 +2037,8 @@ def open_source(
         if path.is_file() and suffix != ".zip":  # 'labels.csv --labels labels.xlsx': every file 'missing'
             raise UsageError(f"{path}: a file; with labels= (--labels) the source is the folder or .zip of the images "
                              "the table names")  # fmt: skip
-        return _alone(kinds.TableDataset(table, path, split=split, remap_labels=remap_labels, **common, **kwargs))
+        return _alone(kinds.TableDataset(table, path, split=split, remap_labels=remap_labels,
+                                         zip_encoding=zip_encoding, **common, **kwargs))  # fmt: skip
     if path.is_file() and suffix in EXCEL_SUFFIXES + TEXT_SUFFIXES:
         return _alone(kinds.TableDataset(read_labels(path, **table_options), root, split=split,
                                          remap_labels=remap_labels, **common, **kwargs))  # fmt: skip
@@ -2040,7 +2051,11 @@ def open_source(
         raise UsageError(f"split={split!r} needs a label table (labels=) or an LMDB pack with splits; {path} has none")
     if path.is_dir():
         return _folder_alone(kinds.FolderDataset(path, **common, **kwargs))
-    if suffix == ".zip":  # encoding=: of its member names here, as unzip-gbk --encoding
-        return kinds.ZipDataset(path, **common, **({"encoding": encoding} if encoding else {}), **kwargs)
+    if suffix == ".zip":  # encoding=: of its member names here, as unzip-gbk --encoding (zip_encoding= too)
+        if encoding and zip_encoding and codecs.lookup(encoding).name != codecs.lookup(zip_encoding).name:
+            raise UsageError(f"encoding={encoding!r} and zip_encoding={zip_encoding!r}: both name the encoding of "
+                             f"{path}'s member names (read without a table); give one")  # fmt: skip
+        names = zip_encoding or encoding
+        return kinds.ZipDataset(path, **common, **({"encoding": names} if names else {}), **kwargs)
     # a FIFO, a socket
     raise UsageError(f"{path}: not a dataset source (a folder, a label table, a .zip or an LMDB pack)")

@@ -221,6 +221,44 @@ def test_a_folder_member_holding_bytes_is_no_class_in_place_as_none_once_extract
         assert _samples(ds) == _samples(open_dataset(out)) == [("cat/1.png", "cat", 10), ("dog/2.png", "dog", 50)]
 
 
+def test_a_zip_read_with_a_table_takes_its_names_encoding_as_zip_encoding(tmp_path: Path, capsys, caplog):
+    # The attack: Polish CP1250 names (ambiguous to auto: cp437, cp850 or cp1250) read with a UTF-8 table: the
+    # warning said "pass encoding= (--encoding)", which went to the table ("byte 0x81 is not valid cp1250 text"):
+    # no way to name the zip's encoding with a table
+    z = write_zip(tmp_path / "pl.zip", [ZipEntry("Łódź/1.png".encode("cp1250"), _png(10)),
+                                        ZipEntry("Kraków/2.png".encode("cp1250"), _png(50))])  # fmt: skip
+    table = tmp_path / "pl.csv"
+    table.write_text("file,label\nŁódź/1.png,a\nKraków/2.png,b\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="datakit"):
+        check_args = ["check", str(z), "--labels", str(table), "-q"]
+        assert main(check_args) == 1
+    assert f"{z}: names decoded as cp437, but ambiguous: cp437 or cp850 or cp1250; pass zip_encoding= " \
+           "(--zip-encoding) to choose" in caplog.messages  # fmt: skip
+    capsys.readouterr()
+    ds = open_dataset(z, labels=table, zip_encoding="cp1250")
+    assert [(ds.files[i], ds.classes[int(ds.targets[i])], int(ds[i][0][0, 0, 0])) for i in range(2)] == [
+        ("Łódź/1.png", "a", 10), ("Kraków/2.png", "b", 50)]  # fmt: skip
+    assert main([*check_args, "--zip-encoding", "cp1250"]) == 0
+    out = tmp_path / "pl.lmdb"
+    assert main(["pack-lmdb", str(z), str(out), "--labels", str(table), "--zip-encoding", "cp1250", "-q"]) == 0
+    assert len(open_dataset(out)) == 2
+    capsys.readouterr()
+    # where it means nothing, or says otherwise than encoding= for a zip read alone: refused
+    folder = tmp_path / "f"
+    (folder / "a").mkdir(parents=True)
+    (folder / "a" / "1.png").write_bytes(_png(1))
+    no_zip = "zip_encoding= (--zip-encoding) names the encoding of a zip's member names; {} is no zip: leave it out"
+    with pytest.raises(UsageError, match="^" + re.escape(no_zip.format(folder)) + "$"):
+        open_dataset(folder, zip_encoding="gbk")
+    assert main(["stats", str(folder), "--zip-encoding", "gbk", "-q"]) == 2
+    assert capsys.readouterr().err == f"datakit stats: error: {no_zip.format(folder)}\n"
+    with pytest.raises(UsageError) as e:
+        open_dataset(z, encoding="cp1250", zip_encoding="gbk")
+    assert str(e.value) == (f"encoding='cp1250' and zip_encoding='gbk': both name the encoding of {z}'s member "
+                            "names (read without a table); give one")  # fmt: skip
+    assert len(open_dataset(z, zip_encoding="cp1250").classes) == 2
+
+
 def test_symlink_members(tmp_path: Path):
     z = write_zip(
         tmp_path / "links.zip",
