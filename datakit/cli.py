@@ -977,7 +977,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     _outside_source(args.out, src, "contact sheet", args.labels)
     check_output(args.out, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     if args.font is not None and not os.path.isfile(args.font):
-        raise UsageError(f"{args.font}: no such font file")
+        what = "a folder, not a font file" if os.path.isdir(args.font) else "no such font file"
+        raise UsageError(f"{args.font}: {what}")
     transform = None
     if args.transform != "none":
         from datakit.transforms import eval_pipeline, train_pipeline

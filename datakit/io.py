@@ -50,6 +50,7 @@ IMAGE_EXTENSIONS = (
     ".jpg",
     ".jpeg",
     ".jpe",
+    ".jfif",
     ".png",
     ".bmp",
     ".webp",

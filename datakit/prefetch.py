@@ -148,7 +148,7 @@ def check_device(device: str | torch.device) -> torch.device:
         raise UsageError(f"device={str(device)!r}: datakit loads onto 'cpu' or 'cuda' devices")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageError(f"device={str(dev)!r} but CUDA is not available here; pass device='cpu'")
+            raise UsageError(f"device={str(dev)!r} but CUDA is not available here; pass device='cpu' (--device cpu)")
         count = torch.cuda.device_count()  # does not start CUDA
         if dev.index is not None and dev.index >= count:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")

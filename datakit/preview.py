@@ -305,7 +305,7 @@ def preview(
         raise UsageError(f"{out}: cannot tell the picture format; end the name in {', '.join(PREVIEW_EXTENSIONS)}")
     check_output(out, overwrite=overwrite, probe=True)
     if font is not None and not os.path.isfile(font):
-        raise UsageError(f"{font}: no such font file")
+        raise UsageError(f"{font}: {'a folder, not a font file' if os.path.isdir(font) else 'no such font file'}")
     if len(ds) == 0:
         raise DataError("the dataset is empty: nothing to preview")
     classes = [str(c) for c in ds.classes]

@@ -357,6 +357,16 @@ def test_images_imagefolder_leaves_out_are_said_not_left_out_silently(tmp_path: 
         f"{root}: 1 image left out (.jpe: 鸟/01.jpe), as torchvision's ImageFolder leaves it out, so that the indices "
         "stay its; to read it, convert it to PNG, or pass extensions=datakit.io.IMAGE_EXTENSIONS (Python)"
     ]
+    # a .jfif (a JPEG as Windows saves some from the web) was left out without a word, where a .gif was said
+    (root / "鸟" / "01.jpe").rename(root / "鸟" / "01.jfif")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert len(open_dataset(root)) == 15
+    assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == [
+        f"{root}: 1 image left out (.jfif: 鸟/01.jfif), as torchvision's ImageFolder leaves it out, so that the "
+        "indices stay its; to read it, convert it to PNG, or pass extensions=datakit.io.IMAGE_EXTENSIONS (Python)"
+    ]
+    assert len(open_dataset(root, extensions=IMAGE_EXTENSIONS)) == 16
 
 
 def test_a_table_option_without_a_table_is_refused_not_left_unheeded(tmp_path: Path, capsys):

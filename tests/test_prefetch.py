@@ -227,7 +227,9 @@ def test_bad_values_refused_before_any_worker_starts(class_folder):
     with pytest.raises(UsageError, match=r"^device='gpu': "):
         create_loader(ds, 4, num_workers=0, device="gpu")
     if not torch.cuda.is_available():
-        with pytest.raises(UsageError, match=r"^device='cuda' but CUDA is not available here; pass device='cpu'$"):
+        with pytest.raises(
+            UsageError, match=r"^device='cuda' but CUDA is not available here; pass device='cpu' \(--device cpu\)$"
+        ):
             create_loader(ds, 4, num_workers="auto", device="cuda")
 
 

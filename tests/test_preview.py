@@ -162,6 +162,8 @@ def test_font_option_forces_a_file(fonts: Path, space_folder: Path, tmp_path: Pa
         main(["preview", str(space_folder), "--out", str(tmp_path / "d.png"), "--font", str(tmp_path / "no.ttf")]) == 2
     )
     assert capsys.readouterr().err == f"datakit preview: error: {tmp_path / 'no.ttf'}: no such font file\n"
+    assert main(["preview", str(space_folder), "--out", str(tmp_path / "d.png"), "--font", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"datakit preview: error: {tmp_path}: a folder, not a font file\n"
     (tmp_path / "bad.ttf").write_bytes(b"not a font")
     assert (
         main(["preview", str(space_folder), "--out", str(tmp_path / "e.png"), "--font", str(tmp_path / "bad.ttf")]) == 2
