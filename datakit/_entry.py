@@ -20,15 +20,35 @@ def _interrupted_while_starting(prog: str, before):
     return handler
 
 
+_IMPORT_MACHINERY = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+
+def interrupt(signum, frame) -> None:
+    """Python's own Ctrl-C handler (``KeyboardInterrupt``), except where the signal lands inside the import
+    machinery itself: there (a module lock's weakref callback) Python prints "Exception ignored in ..." with a
+    traceback and drops the interrupt, and the command ran on to the end. The signal is sent again a moment
+    later, when that code is left."""
+    if frame is not None and frame.f_code.co_filename in _IMPORT_MACHINERY:
+        import threading
+
+        timer = threading.Timer(0.02, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    raise KeyboardInterrupt
+
+
 def started() -> None:
     """The command has read its arguments (the imports they need included) and is about to work: Ctrl-C is
-    its own again. Until then a Ctrl-C ends the process at once: NumPy, imported meanwhile, turns one that
-    lands inside its C import into an ImportError ("PyCapsule_Import could not import module datetime")."""
+    its own again (:func:`interrupt`). Until then a Ctrl-C ends the process at once: NumPy, imported meanwhile,
+    turns one that lands inside its C import into an ImportError ("PyCapsule_Import could not import module
+    datetime")."""
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             handler = signal.getsignal(signum)
             if hasattr(handler, "before"):
-                signal.signal(signum, handler.before)
+                before = handler.before
+                signal.signal(signum, interrupt if before is signal.default_int_handler else before)
     except ValueError:  # not the main thread
         pass
 
@@ -83,7 +103,7 @@ def _done() -> None:
     """The command's work is over: a Ctrl-C now would find Python finalizing, its handler gone, and kill the process
     with no word (exit -2) after the work was done; it is ignored instead, and the command's own exit code stands."""
     try:
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, interrupt):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread
         pass

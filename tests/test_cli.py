@@ -1243,6 +1243,33 @@ def test_a_sigterm_while_the_command_starts_ends_it_with_one_line():
     assert (ignored.returncode, ignored.stderr) == (0, "")  # SIGTERM ignored by whoever started it: left so
 
 
+def test_a_ctrl_c_landing_in_the_import_machinery_is_sent_again_not_lost():
+    # the attack (about 1 in 200 Ctrl-C at 0.25 s into pack-lmdb): the KeyboardInterrupt was raised inside a module
+    # lock's weakref callback, where Python prints "Exception ignored in ..." and drops it: the pack ran to the end
+    code = (
+        "import signal, sys, time\n"
+        "from datakit import _entry\n"
+        "signal.signal(signal.SIGINT, _entry.interrupt)\n"
+        "exec(compile('import sys; frame.append(sys._getframe())', '<frozen importlib._bootstrap>', 'exec'),"
+        " {'frame': (box := [])})\n"
+        "_entry.interrupt(signal.SIGINT, box[0])  # where Python would drop the exception: deferred, no raise\n"
+        "print('deferred', flush=True)\n"
+        "try:\n"
+        "    time.sleep(30)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "deferred\ninterrupted\n", "")
+    # and it is the handler a command's Ctrl-C finds once it has started
+    code = ("import signal, sys; from datakit import _entry, cli\n"
+            "cli.probe = lambda: print(signal.getsignal(signal.SIGINT) is _entry.interrupt) or 0\n"
+            "def probe():\n    _entry.started(); return cli.probe()\n"
+            "cli.started_probe = probe\nsys.exit(_entry._start('datakit check', 'started_probe'))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "True\n")
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
 def test_a_label_table_or_class_list_that_is_a_pipe_or_a_device_is_a_usage_mistake(class_folder: Path, capfd):
     # the attack: `--labels <(iconv -f gbk -t utf-8 labels.csv)` (a pipe) and `--labels /dev/zero` said "no such
