@@ -802,17 +802,21 @@ class LabelTable:
         by_value: dict[float, list[tuple[str, int]]] = {}
         for v, i in self._first_rows().items():
             text = str(v)
-            if len(text) <= 40 and _NUMBER.fullmatch(text):
-                by_value.setdefault(float(text), []).append((text, i))
+            if len(text) <= 40 and _NUMBER.fullmatch(text) and math.isfinite(float(text)):
+                # at the 15 significant digits a workbook shows and reads: 0.30000000000000004 (0.1 + 0.2 saved by
+                # pandas) is 0.3 there
+                by_value.setdefault(float(format(float(text), ".15g")), []).append((text, i))
         out = []
         for same in by_value.values():
             if len(same) > 1:
                 same.sort(key=lambda vi: vi[1])
                 shown = [f"{v!r} first at {self._short(i)}" for v, i in same]
                 count = "two" if len(same) == 2 else str(len(same))
+                how = (f"one number written {count} ways" if len({float(v) for v, _ in same}) == 1 else
+                       "the same number to the 15 significant digits a workbook keeps")  # fmt: skip
                 out.append((self._key(same[-1][1]), f"{self.path}: labels {', '.join(shown[:-1])} and {shown[-1]} "
-                            f"are one number written {count} ways and would be {count} classes (a workbook's number "
-                            "cells read them as one); write them alike"))  # fmt: skip
+                            f"are {how} and would be {count} classes (a workbook's number cells read them as one); "
+                            "write them alike"))  # fmt: skip
         return out
 
     def _case_notes(self) -> list[str]:

@@ -1797,6 +1797,17 @@ def test_one_number_written_two_ways_is_refused_as_a_text_table_and_a_workbook_w
     a, b = read_labels(path), read_labels(xlsx)
     assert a.class_map().classes == b.class_map().classes == ("1.5", "2.5")
     assert a.targets(a.class_map()).tolist() == b.targets(b.class_map()).tolist() == [0, 0, 1]
+    # the attack: 0.1 + 0.2 and 0.3 saved by pandas: '0.30000000000000004' and '0.3', four classes from the CSV and
+    # three from the workbook (which shows and reads 15 digits): refused in the CSV as well
+    path.write_text("file,label\na.jpg,0.1\nb.jpg,0.2\nc.jpg,0.30000000000000004\nd.jpg,0.3\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == (f"{path}: labels '0.30000000000000004' first at line 4 and '0.3' first at line 5 are the "
+                            "same number to the 15 significant digits a workbook keeps and would be two classes (a "
+                            "workbook's number cells read them as one); write them alike")  # fmt: skip
+    xlsx = book(tmp_path / "f.xlsx", {"train": [["file", "label"], ["a.jpg", 0.1], ["b.jpg", 0.2], ["c.jpg", 0.1 + 0.2],
+                                                ["d.jpg", 0.3]]})  # fmt: skip
+    assert read_labels(xlsx).class_map().classes == ("0.1", "0.2", "0.3")
 
 
 def test_integer_labels_past_2_to_the_53_in_number_cells_are_not_merged(tmp_path: Path):
