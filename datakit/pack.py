@@ -660,6 +660,16 @@ def pack_lmdb(
     }  # fmt: skip
     if source_splits is not None:
         meta["source_splits"] = source_splits
+    if isinstance(ds, LmdbDataset) and not max_size:  # their values as they are: stored as those packs stored them
+        kinds = {str(r.meta.get("encoding", "original bytes")) for r in ds.readers}
+        meta["encoding"] = kinds.pop() if len(kinds) == 1 else "as the packs it was packed from stored them"
+    if isinstance(ds, LmdbDataset):  # packed from packs: where theirs came from, kept though they move or go later
+        from datakit.sources import pack_origin
+
+        origins = {pack_origin(r.meta) for r in ds.readers}
+        found = origins.pop() if len(origins) == 1 else None
+        if found is not None and found != (tuple(source) if isinstance(source, list) else source):
+            meta["origin"] = list(found) if isinstance(found, tuple) else found
     identity = _source_identity(ds)
     if identity is not None:
         meta["source_id"] = identity
@@ -885,6 +895,15 @@ def _source_identity(ds: ImageDataset) -> list[int] | None:
     """[device, inode, CRC-32 of the device and inode of every folder that holds its files] of the folder a
     dataset's files are read from ([device, inode, 0] of an archive read in place); None for another source. A
     folder put in place of another (the whole source, or one class folder of it) changes it."""
+    readers = getattr(ds, "readers", None)
+    if isinstance(readers, list) and readers and all(isinstance(getattr(r, "meta", None), dict) for r in readers):
+        # packs (a re-pack, shards joined): each one's making and contents; one packed again (--overwrite) in its
+        # place changes them, though its names stay
+        crc = 0
+        for r in readers:
+            m = r.meta
+            crc = zlib.crc32(f"{m.get('created')}\0{m.get('index_crc32')}\0{m.get('count')}\n".encode(), crc)
+        return [0, 0, crc]
     archive = getattr(ds, "zip", None)
     root = archive.path if archive is not None else getattr(ds, "root", None) if _local_files(ds) else None
     try:

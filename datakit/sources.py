@@ -1347,9 +1347,18 @@ def _origin(source, depth: int = 0) -> object:
             meta = None
         if not isinstance(meta, dict):
             return tuple(source) if isinstance(source, list) else source
-        found = _origin(meta.get("source"), depth + 1)
+        found = pack_origin(meta, depth + 1)
         origins.add(found if not isinstance(found, list) else tuple(found))
     return origins.pop() if len(origins) == 1 else (tuple(source) if isinstance(source, list) else source)
+
+
+def pack_origin(meta: dict, depth: int = 0) -> object:
+    """Where a pack's samples came from (hashable): the ``origin`` a pack made from packs records (their own,
+    found when it was packed: it holds when they are moved or deleted later), else :func:`_origin` of its source."""
+    recorded = meta.get("origin")
+    if recorded is None:
+        return _origin(meta.get("source"), depth)
+    return tuple(recorded) if isinstance(recorded, list) else recorded
 
 
 class GivenTwice(UsageError, PackError):
@@ -1370,6 +1379,7 @@ def _check_shards(readers: list) -> None:
     whole: dict[tuple, object] = {}
     sharded: dict[tuple, dict[int, object]] = {}
     given = {os.path.realpath(r.path): r.path for r in readers}
+    stored_as: dict[object, tuple] = {}  # each shard's --max-size and --quality
     for r in readers:  # a pack joined from shards, given with them ('part-*.lmdb' after part-all.lmdb was made)
         for made_from in _packed_from(r.meta.get("source")):
             if made_from in given and made_from != os.path.realpath(r.path):
@@ -1384,11 +1394,11 @@ def _check_shards(readers: list) -> None:
         i, n = int(shard[0]), int(shard[1])
         source = r.meta.get("source")
         source = tuple(source) if isinstance(source, list) else source  # shards joined: their paths
-        key = (_origin(r.meta.get("source")), r.meta.get("source_names"))  # joined shards: the shards' source
+        key = (pack_origin(r.meta), r.meta.get("source_names"))  # joined shards: the shards' source
         if key[1] is not None:  # a copy of a pack, or a whole pack beside shards of its source: samples twice
             other = whole.get(key) if n > 1 else (whole.get(key) or next(iter(sharded.get(key, {}).values()), None))
             if other is not None:  # given so (a usage mistake, exit 2), as a pack given twice is
-                joined = " (joined from its shards)" if key[0] != source else ""
+                joined = " (packed from packs of it)" if key[0] != source else ""
                 raise GivenTwice(f"{r.path}: holds samples of {key[0]}{joined} that {other} holds too (a copy of it, "
                                  "or a whole pack beside its shards); each sample is read once")  # fmt: skip
             if n <= 1:
@@ -1398,6 +1408,17 @@ def _check_shards(readers: list) -> None:
         if n <= 1:
             continue  # a whole pack: packs of the same classes may be read together
         group = groups.setdefault((source, r.meta.get("source_names"), n), {})
+        options = r.meta.get("options") or {}
+        stored = (options.get("max_size"), options.get("quality"))
+        other = next((p for p in group.values() if stored_as.get(p, stored) != stored), None)
+        if other is not None:  # one set of shards whose pixels were stored otherwise: one dataset of two kinds
+
+            def how(s: tuple) -> str:
+                return f"the images re-encoded (--max-size {s[0]}, --quality {s[1]})" if s[0] else "their own bytes"
+
+            raise PackError(f"{r.path}: shard {i}/{n} of {r.meta.get('source')} holds {how(stored)}, {other} "
+                            f"{how(stored_as[other])}: pack every shard with the same options")  # fmt: skip
+        stored_as[r.path] = stored
         if i in group:
             raise GivenTwice(f"{r.path}: shard {i}/{n} of {r.meta.get('source')}, as {group[i]} is; each shard is "
                              "read once")  # fmt: skip

@@ -1779,11 +1779,24 @@ def test_shards_missing_or_given_twice_are_refused(class_folder: Path, tmp_path:
     pack_lmdb(parts, joined, workers=1)
     with pytest.raises(UsageError) as e:
         open_dataset([whole, joined])
-    assert str(e.value) == (f"{joined}: holds samples of {class_folder} (joined from its shards) that {whole} holds "
+    assert str(e.value) == (f"{joined}: holds samples of {class_folder} (packed from packs of it) that {whole} holds "
                             "too (a copy of it, or a whole pack beside its shards); each sample is read once")  # fmt: skip
     assert main(["check", str(whole), str(joined), "-q"]) == 2
     assert main(["pack-lmdb", str(whole), str(joined), str(tmp_path / "twice.lmdb"), "-q"]) == 2
     assert not (tmp_path / "twice.lmdb").exists()
+    # ... and once the shards are tidied away (moved after the join): the joined pack records where they came from
+    moved = tmp_path / "old"
+    moved.mkdir()
+    for p in parts:
+        close_pack(p)  # (this process's handle on it: LMDB opens one file once)
+        p.rename(moved / p.name)
+    with pytest.raises(UsageError) as e:
+        open_dataset([whole, joined])
+    assert str(e.value) == (f"{joined}: holds samples of {class_folder} (packed from packs of it) that {whole} holds "
+                            "too (a copy of it, or a whole pack beside its shards); each sample is read once")  # fmt: skip
+    with pytest.raises(UsageError, match=r"^" + re.escape(f"{moved / 'part-0.lmdb'}: holds samples of {class_folder} "
+                                                          f"that {joined} holds too")):  # fmt: skip
+        open_dataset([joined, *(moved / p.name for p in parts)])
 
 
 def test_resume_refuses_a_table_whose_splits_changed_and_takes_the_folder_spelled_otherwise(class_folder: Path,
@@ -1900,6 +1913,53 @@ def _samples(path: Path) -> list[tuple[str, str, str]]:
            for i in range(len(r))]  # fmt: skip
     r.close()
     return out
+
+
+def test_shards_stored_otherwise_are_refused_and_a_repack_says_how_its_values_are_stored(class_folder: Path,
+                                                                                          tmp_path: Path):  # fmt: skip
+    # the attacks: part-0 packed with --max-size 20, part-1 with its images' own bytes, read and joined as one
+    # dataset of two kinds; a re-pack of a --max-size pack (or that join) said "values: original bytes"
+    parts = [tmp_path / f"part-{i}.lmdb" for i in range(2)]
+    pack_lmdb(class_folder, parts[0], shard="0/2", max_size=20, workers=1)
+    pack_lmdb(class_folder, parts[1], shard="1/2", workers=1)
+    with pytest.raises(PackError) as e:
+        open_dataset(parts)
+    assert str(e.value) == (
+        f"{parts[1]}: shard 1/2 of {class_folder} holds their own bytes, {parts[0]} the images "
+        "re-encoded (--max-size 20, --quality 90): pack every shard with the same options"
+    )
+    small, again = tmp_path / "small.lmdb", tmp_path / "again.lmdb"
+    pack_lmdb(class_folder, small, max_size=20, workers=1)
+    pack_lmdb(small, again, workers=1)
+    assert lmdb_info(again)["encoding"] == lmdb_info(small)["encoding"] == "JPEG quality 90, longer side <= 20"
+
+
+def test_a_join_resumed_after_a_shard_was_packed_again_is_refused(class_folder: Path, tmp_path: Path):
+    # the attack: the join of three shards killed, shard 0 packed again (--overwrite) from a source with one image
+    # changed, the join --resume'd: old and new bytes mixed, verify clean (a pack source had no identity checked,
+    # and the spread spot check missed the one sample)
+    src = tmp_path / "src"
+    for c in ("a", "b", "c"):
+        (src / c).mkdir(parents=True)
+        for k in range(40):  # 90 packed before the kill: the resume's spread re-reads 32 of them, not sample 1
+            imwrite(src / c / f"{k:03d}.png", np.full((4, 4, 3), k, np.uint8), mode="rgb")
+    parts = [tmp_path / f"part-{i}.lmdb" for i in range(3)]
+    for i, p in enumerate(parts):
+        pack_lmdb(src, p, shard=f"{i}/3", workers=1)
+    joined = tmp_path / "joined.lmdb"
+
+    def stop(done, total, nbytes):
+        if done == 90:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(parts, joined, workers=0, commit_every=10, progress=stop)
+    imwrite(src / "a" / "001.png", np.full((4, 4, 3), 250, np.uint8), mode="rgb")
+    pack_lmdb(src, parts[0], shard="0/3", workers=1, overwrite=True)
+    with pytest.raises(UsageError, match=r"part-0\.lmdb:a/001\.png gives other bytes than the pack stores for it: "
+                                         r"the source changed after its samples were packed"):  # fmt: skip
+        pack_lmdb(parts, joined, workers=1, resume=True)
+    assert pack_lmdb(parts, joined, workers=1, overwrite=True).count == 120
 
 
 def test_a_repack_keeps_every_samples_split_class_order_and_name(class_folder: Path, tmp_path: Path, capsys):
