@@ -663,6 +663,12 @@ def pack_lmdb(
     if isinstance(ds, LmdbDataset) and not max_size:  # their values as they are: stored as those packs stored them
         kinds = {str(r.meta.get("encoding", "original bytes")) for r in ds.readers}
         meta["encoding"] = kinds.pop() if len(kinds) == 1 else "as the packs it was packed from stored them"
+    if isinstance(src, ImageDataset) and not isinstance(ds, LmdbDataset):  # a dataset object (--classes builds
+        # one): the folder or archive it reads, known beside a pack made from the path itself
+        archive = getattr(ds, "zip", None)
+        root = archive.path if archive is not None else getattr(ds, "root", None)
+        if isinstance(root, (str, os.PathLike)) and os.path.exists(root):
+            meta["origin"] = os.path.realpath(root)
     if isinstance(ds, LmdbDataset):  # packed from packs: where theirs came from, kept though they move or go later
         from datakit.sources import pack_origin
 

@@ -1352,6 +1352,30 @@ def _origin(source, depth: int = 0) -> object:
     return origins.pop() if len(origins) == 1 else (tuple(source) if isinstance(source, list) else source)
 
 
+def _same_samples_in_other_packs(readers: list) -> None:
+    """Packs of one origin that are no shards of one set (the pack of a table and the pack of one of its splits,
+    ``--split val``; a ``--classes`` pack beside the plain one) may hold the same samples: their stored names are
+    compared, and one found in two is refused. Shards of one set hold disjoint samples by making: not read."""
+    by_origin: dict[object, list] = {}
+    for r in readers:
+        origin = pack_origin(r.meta)
+        shard = (r.meta.get("options") or {}).get("shard") or [0, 1]
+        if origin is not None:
+            by_origin.setdefault(origin, []).append((r, (r.meta.get("source_names"), int(shard[1]))))
+    for origin, packs in by_origin.items():
+        if len({key for _, key in packs}) < 2:  # one pack, or shards of one set
+            continue
+        owner: dict[str, str] = {}
+        for r, _ in packs:
+            for i in range(int(r.meta.get("count") or 0)):
+                name = r.name(i)
+                if name in owner and owner[name] != r.path:
+                    raise GivenTwice(f"{r.path}: holds {name!r}, a sample of {origin} that {owner[name]} holds too "
+                                     "(the pack of one of its splits, or of the same images with other options?); "
+                                     "each sample is read once")  # fmt: skip
+                owner.setdefault(name, r.path)
+
+
 def pack_origin(meta: dict, depth: int = 0) -> object:
     """Where a pack's samples came from (hashable): the ``origin`` a pack made from packs records (their own,
     found when it was packed: it holds when they are moved or deleted later), else :func:`_origin` of its source."""
@@ -1398,7 +1422,10 @@ def _check_shards(readers: list) -> None:
         if key[1] is not None:  # a copy of a pack, or a whole pack beside shards of its source: samples twice
             other = whole.get(key) if n > 1 else (whole.get(key) or next(iter(sharded.get(key, {}).values()), None))
             if other is not None:  # given so (a usage mistake, exit 2), as a pack given twice is
-                joined = " (packed from packs of it)" if key[0] != source else ""
+                recorded = r.meta.get("source")
+                via = " (packed from packs of it)" if isinstance(recorded, list) or _packed_from(recorded) else (
+                    " (a dataset object of it)")  # fmt: skip
+                joined = "" if key[0] == source else via
                 raise GivenTwice(f"{r.path}: holds samples of {key[0]}{joined} that {other} holds too (a copy of it, "
                                  "or a whole pack beside its shards); each sample is read once")  # fmt: skip
             if n <= 1:
@@ -1423,6 +1450,7 @@ def _check_shards(readers: list) -> None:
             raise GivenTwice(f"{r.path}: shard {i}/{n} of {r.meta.get('source')}, as {group[i]} is; each shard is "
                              "read once")  # fmt: skip
         group[i] = r.path
+    _same_samples_in_other_packs(readers)
     for (source, _, n), got in groups.items():
         missing = [f"{i}/{n}" for i in range(n) if i not in got]
         if missing:

@@ -1915,6 +1915,34 @@ def _samples(path: Path) -> list[tuple[str, str, str]]:
     return out
 
 
+def test_a_pack_beside_the_pack_of_one_of_its_splits_or_of_a_dataset_object_of_it_is_refused(class_folder: Path,
+                                                                                             tmp_path: Path):  # fmt: skip
+    # the attacks: all.lmdb (a table) with val.lmdb (--split val of the same table), and plain.lmdb with the pack
+    # of the same folder made with --classes (a dataset object): every val (every) sample read twice, check exit 0
+    files = sorted(p.relative_to(class_folder).as_posix() for p in class_folder.rglob("*.*"))
+    table = tmp_path / "t.csv"
+    table.write_text("file,label,split\n" + "".join(f"{f},{f.split('/')[0]},{'val' if k % 4 == 0 else 'train'}\n"
+                                                    for k, f in enumerate(files)), encoding="utf-8")  # fmt: skip
+    every, val, train = tmp_path / "all.lmdb", tmp_path / "val.lmdb", tmp_path / "train.lmdb"
+    pack_lmdb(class_folder, every, labels=table, workers=1)
+    pack_lmdb(class_folder, val, labels=table, split="val", workers=1)
+    pack_lmdb(class_folder, train, labels=table, split="train", workers=1)
+    with pytest.raises(UsageError) as e:
+        open_dataset([every, val])
+    assert str(e.value) == (f"{val}: holds {files[0]!r}, a sample of {class_folder} that {every} holds too (the pack "
+                            "of one of its splits, or of the same images with other options?); each sample is read "
+                            "once")  # fmt: skip
+    assert len(open_dataset([train, val])) == 12  # two splits of one table: no sample in both
+    assert main(["check", str(every), str(val), "-q"]) == 2
+    plain, given = tmp_path / "plain.lmdb", tmp_path / "given.lmdb"
+    pack_lmdb(class_folder, plain, workers=1)
+    pack_lmdb(open_dataset(class_folder, classes=["cat", "dog", "鸟"]), given, workers=1)
+    with pytest.raises(UsageError) as e:
+        open_dataset([plain, given])
+    assert str(e.value) == (f"{given}: holds samples of {class_folder} (a dataset object of it) that {plain} holds "
+                            "too (a copy of it, or a whole pack beside its shards); each sample is read once")  # fmt: skip
+
+
 def test_shards_stored_otherwise_are_refused_and_a_repack_says_how_its_values_are_stored(class_folder: Path,
                                                                                           tmp_path: Path):  # fmt: skip
     # the attacks: part-0 packed with --max-size 20, part-1 with its images' own bytes, read and joined as one
