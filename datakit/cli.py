@@ -559,7 +559,14 @@ def _outside_source(out: str, src, what: str, labels: str | None = None) -> None
     from datakit.sources import _is_table
 
     folder = os.path.dirname(os.path.realpath(out))  # beside the class folders it is no sample; in one it is
-    for s in src if isinstance(src, list) else [src]:
+    if os.path.isfile(os.path.join(folder, "data.mdb")):  # any pack's folder, a source or not
+        raise UsageError(f"{out}: inside the LMDB pack {folder}, whose folder holds the pack's files alone (a "
+                         f"re-pack with --overwrite would refuse it); write the {what} outside")  # fmt: skip
+    import glob
+
+    sources = [p for s in (src if isinstance(src, list) else [src])
+               for p in (sorted(glob.glob(s)) if any(c in s for c in "*?[") else [s])]  # fmt: skip
+    for s in sources:
         inside = (folder + os.sep).startswith(os.path.realpath(s).rstrip(os.sep) + os.sep)
         if os.path.isdir(s) and inside and _is_pack_path(s):
             raise UsageError(f"{out}: inside the LMDB pack {s}, whose folder holds the pack's files alone (a "
@@ -996,7 +1003,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
         after = {"none": "as decoded", "train": f"after the train pipeline ({args.size} px crops)",
                  "eval": f"after the eval pipeline ({args.size} px centre crops)"}[args.transform]  # fmt: skip
         print(f"wrote {result.samples} of {len(ds)} samples, {after}, to {result.path}; classes: "
-              + ", ".join(f"{i} {c}" for i, c in enumerate(ds.classes)))  # fmt: skip
+              + ", ".join(f"{i} {_shown(str(c))}" for i, c in enumerate(ds.classes)))  # fmt: skip
     return 0
 
 
@@ -1061,6 +1068,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.plot:
         _outside_source(args.plot, src, "histogram", args.labels)
         check_output(args.plot, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:  # said now, not after an hour of decoding
+            raise UsageError("--plot needs matplotlib: pip install matplotlib")
     ds = open_source(src, labels=args.labels, split=args.split, remap_labels=args.remap_labels,
                      classes=args.classes, **_label_options(args), **_zip_options(args))  # fmt: skip
     if args.split is None:
@@ -1073,20 +1084,25 @@ def cmd_stats(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    if args.plot and _rank() == 0:
-        plot_histogram(st, args.plot, overwrite=args.overwrite)
     normalize = f"transforms.Normalize({st.normalize_args()})"
     flat = st.flat_channels()
     if flat and _rank() == 0:  # every pixel of a channel the same value: Normalize would divide by zero
         which = f"channel{'s' * (len(flat) > 1)} {', '.join(flat)}"
         print(f"warning: std is 0 in {which} (every pixel the same value): normalising divides by zero there; "
               "leave the channel out, or use std 1 for it", file=sys.stderr)  # fmt: skip
+
+    def plot() -> int:  # after the numbers are out: a picture that cannot be written (a run beside this one wrote
+        # it meanwhile) does not lose them
+        if args.plot and _rank() == 0:
+            plot_histogram(st, args.plot, overwrite=args.overwrite)
+        return 0
+
     if args.json:
         _print_json(st.to_json())
-        return 0
+        return plot()
     if args.quiet:
         print(normalize)
-        return 0
+        return plot()
     where = f" after resizing to {args.size[0]}x{args.size[1]}" if args.size else ""
     print(f"{st.count} images, {st.pixels} pixels per channel{where}; channel order {st.order}")
     rows = []
@@ -1103,6 +1119,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(normalize)
     print("# mmdetection / caffe style (0-255 scale):")
     print(f"dict({st.mmdet_args()}, to_rgb={st.order == 'RGB'})")
+    plot()
     if args.plot:
         print(f"histogram written to {args.plot}")
     return 0
@@ -1258,8 +1275,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         # (a script, a single image: timed as if it were the data, and said to be "ok")
         raise UsageError(f"{src}: a file that is no dataset source; give the folder, zip, label table or pack the "
                          "training reads")  # fmt: skip
-    report = doctor(src, batch_size=args.batch_size, num_workers=args.workers, prefetch_factor=args.prefetch_factor,
-                    size=args.size)  # fmt: skip
+    from datakit.labels import WrongRoot
+
+    try:
+        report = doctor(src, batch_size=args.batch_size, num_workers=args.workers,
+                        prefetch_factor=args.prefetch_factor, size=args.size)  # fmt: skip
+    except WrongRoot as exc:  # its fix names `FOLDER --labels TABLE`, which doctor does not take: it reads images
+        found = re.search(r"; CLI: (.+) --labels TABLE\)$", str(exc))
+        if found is None:
+            raise
+        raise UsageError(
+            str(exc)[: found.start()] + f"; doctor reads the images alone: datakit doctor {found.group(1)})"
+        ) from None
     if args.json:
         _print_json(report.to_json())
     elif args.quiet:  # what needs looking at, one line each

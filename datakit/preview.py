@@ -308,7 +308,19 @@ def preview(
         raise UsageError(f"{font}: {'a folder, not a font file' if os.path.isdir(font) else 'no such font file'}")
     if len(ds) == 0:
         raise DataError("the dataset is empty: nothing to preview")
-    classes = [str(c) for c in ds.classes]
+    shown_n = min(n, len(ds))
+    rows_needed, cap_needed = -(-shown_n // cols), max(14, tile // 9)
+    wide, high = min(cols, shown_n) * tile, rows_needed * (tile + cap_needed + 6)
+    side = {".webp": 16383, ".jpg": 65535, ".jpeg": 65535}.get(out.suffix.lower())
+    from datakit.io import DEFAULT_MAX_PIXELS
+
+    if (side is not None and max(wide, high) > side) or wide * high > DEFAULT_MAX_PIXELS:  # refused now, not after
+        # every sample is read: a side its format cannot hold, or a picture datakit itself would refuse to read
+        why = (f"over the {side} px a {out.suffix.lower()} side can hold" if side is not None and max(wide, high) > side
+               else f"over the {DEFAULT_MAX_PIXELS} pixels datakit reads in a picture")  # fmt: skip
+        raise UsageError(f"{out}: {shown_n} samples of {tile} px in {cols} columns make a {wide} x {high} picture, "
+                         f"{why}; show fewer samples (n=, --n)")  # fmt: skip
+    classes = ["".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(c)) for c in ds.classes]  # one line
     chosen = find_font(["0123456789: class", *classes], font)
     drawable = [not any(ch in chosen.missing for ch in c) for c in classes]
     rng = np.random.default_rng(seed)
@@ -335,7 +347,7 @@ def preview(
         if isinstance(target, (int, np.integer)):
             label = classes[int(target)] if drawable[int(target)] else f"class {int(target)}"
         else:
-            label = str(target)
+            label = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(target))
         draw.text((x + 4, y + tile + 2), _fit(f"{int(i)}: {label}", face, tile - 8), fill=(255, 255, 255), font=face)
     path = imwrite(out, np.asarray(sheet), mode="rgb", overwrite=overwrite, tidy=True)
     undrawn = tuple(c for c, ok in zip(classes, drawable) if not ok)

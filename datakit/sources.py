@@ -1661,13 +1661,18 @@ def say_whole(ds, what: str = "as one dataset") -> None:
     """A warning where ``ds`` reads every split of a table with several (``open_dataset(..., labels="labels.xlsx")``
     without ``split=``): training on it trains on val and test too, without a word. ``what``: what it is read as."""
     table = getattr(ds, "table", None)
-    if table is None or getattr(ds, "split", None) is not None:
+    readers = getattr(ds, "readers", None)  # a pack keeps its table's splits: read whole, the same word
+    if (table is None and not readers) or getattr(ds, "split", None) is not None:
         return
-    names = list(getattr(table, "split_names", []) or [])
+    if table is not None:
+        names, where = list(getattr(table, "split_names", []) or []), table.path
+    else:
+        names = list(dict.fromkeys(n for r in readers for n in (r.meta.get("splits") or [])))
+        where = readers[0].path if len(readers) == 1 else f"{readers[0].path} (and {len(readers) - 1} more shards)"
     if len(names) > 1:
         shown = ", ".join(map(repr, names[:4])) + (", ..." if len(names) > 4 else "")
         log.warning("%s: its %d splits (%s) are all read (%d samples) %s; pass split= (--split) to read one, such "
-                    "as split=%r", table.path, len(names), shown, len(ds), what, names[0])  # fmt: skip
+                    "as split=%r", where, len(names), shown, len(ds), what, names[0])  # fmt: skip
 
 
 def _eval_word(path: Path) -> str | None:

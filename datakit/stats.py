@@ -258,6 +258,10 @@ def compute_stats(
         raise UsageError(f"compute_stats takes a path or a datakit dataset (open_dataset), got {kind}; "
                          "give the dataset it is made of (sample= reads a part)")  # fmt: skip
     ds = dataset_or_src if isinstance(dataset_or_src, ImageDataset) else open_source(dataset_or_src)
+    if getattr(ds, "transform", None) is not None:  # the images as decoded are counted, not what it makes of them
+        log.warning("compute_stats reads the images as decoded (resized with size= where given); the dataset's "
+                    "transform (%s) is not applied: statistics are of the data, before augmentation",
+                    type(ds.transform).__name__)  # fmt: skip
     if getattr(ds, "mode", "rgb") == "unchanged":  # channels in the file's order, 16-bit values: not 0-255 RGB
         raise UsageError(
             "compute_stats counts 8-bit pixels in RGB (or BGR, gray) order; this dataset was opened "
@@ -266,6 +270,9 @@ def compute_stats(
     if size is not None:
         from datakit.io import pixel_budget
 
+        whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1  # noqa: E731
+        if isinstance(size, (str, bytes)) or len(size) != 2 or not all(whole(v) for v in size):
+            raise UsageError(f"size must be (width, height), two whole numbers of pixels >= 1, got {size!r}")
         if size[0] * size[1] > pixel_budget():
             raise UsageError(f"size {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over the limit of "
                              f"{pixel_budget()} a decoded image may have (DATAKIT_MAX_PIXELS)")  # fmt: skip

@@ -23,6 +23,7 @@ import pytest
 from PIL import Image
 
 from datakit.cli import build_parser, main
+from datakit.errors import UsageError
 from datakit.io import imwrite
 from datakit.stats import compute_stats
 from datakit.testing import ZipEntry, build_zip, synthetic_image
@@ -1435,3 +1436,66 @@ def test_more_workers_than_the_machine_holds_are_refused_before_any_work(class_f
                     "1.0 GiB of available memory; 4 a CPU, or one per 600 MiB available)")  # fmt: skip
     assert run(["stats", str(class_folder), "--workers", "8", "-q"]) == 0  # 4 a CPU: taken
     capsys.readouterr()
+
+
+def test_pictures_inside_any_pack_or_too_large_for_their_format_are_refused_before_the_work(samples: Path,
+                                                                                          tmp_path: Path, capsys):  # fmt: skip
+    # the attacks: `stats 'part-*.lmdb' --plot part-0.lmdb/h.png` wrote into a shard (the glob was not expanded),
+    # and `stats data --plot all.lmdb/h.png` into a pack that was no source: the next `pack-lmdb ... --overwrite`
+    # refused that pack; `preview --n 800 --out g.webp` failed after reading every sample (18300 px, over WebP's
+    # 16383), exit 1
+    parts = [tmp_path / f"part-{i}.lmdb" for i in range(2)]
+    for i, p in enumerate(parts):
+        assert main(["pack-lmdb", str(samples / "images"), str(p), "--shard", f"{i}/2", "-q"]) == 0
+    for cmd, out, what in (
+        (["stats", str(tmp_path / "part-*.lmdb"), "--plot"], parts[0] / "h.png", "histogram"),
+        (["stats", str(samples / "images"), "--plot"], parts[1] / "h.png", "histogram"),
+        (["preview", str(tmp_path / "part-*.lmdb"), "--out"], parts[1] / "g.png", "contact sheet"),
+    ):
+        assert main([*cmd, str(out)]) == 2
+        assert capsys.readouterr().err == (f"datakit {cmd[0]}: error: {out}: inside the LMDB pack {out.parent}, whose "
+                                           "folder holds the pack's files alone (a re-pack with --overwrite would "
+                                           f"refuse it); write the {what} outside\n")  # fmt: skip
+        assert not out.exists()
+    big = tmp_path / "g.webp"
+    assert main(["preview", str(samples / "images"), "--out", str(big), "--n", "24"]) == 0  # 8 x 3 tiles: it fits
+    assert main(["preview", str(samples / "images"), "--out", str(tmp_path / "g.jpg"), "--n", "24"]) == 0
+    capsys.readouterr()
+    from datakit.preview import preview
+    from datakit.sources import open_source
+
+    with pytest.raises(UsageError) as e:
+        preview(open_source(samples / "images"), tmp_path / "tall.webp", n=24, cols=1, tile=800)
+    assert str(e.value) == (f"{tmp_path / 'tall.webp'}: 24 samples of 800 px in 1 columns make a 800 x 21456 picture, "
+                            "over the 16383 px a .webp side can hold; show fewer samples (n=, --n)")  # fmt: skip
+    assert not (tmp_path / "tall.webp").exists()
+
+
+def test_preview_of_a_class_named_with_a_line_break_draws_it_on_one_line(tmp_path: Path, capsys):
+    # the attack: an Excel label typed with Alt+Enter ('big\ncat'): check passed, preview died in Pillow's text
+    # layout (RuntimeError: raqm_layout() failed), a traceback
+    img = tmp_path / "imgs"
+    img.mkdir()
+    for k in range(2):
+        imwrite(img / f"{k}.png", synthetic_image(16, 16, seed=k), mode="rgb")
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    for row in (("file", "label"), ("0.png", "big\ncat"), ("1.png", "dog")):
+        wb.active.append(row)
+    wb.save(tmp_path / "t.xlsx")
+    out = tmp_path / "g.png"
+    assert main(["preview", str(img), "--labels", str(tmp_path / "t.xlsx"), "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote 2 of 2 samples, as decoded, to {out}; classes: 0 big\\ncat, 1 dog\n"
+    assert out.exists()
+
+
+def test_doctor_on_a_table_whose_images_are_elsewhere_names_its_own_fix(samples: Path, tmp_path: Path, capsys):
+    # the attack: `doctor labels.csv` said "CLI: data --labels TABLE", and `doctor data --labels labels.csv` was
+    # then refused (doctor takes no --labels)
+    shutil.copy(samples / "labels.csv", tmp_path / "labels.csv")
+    shutil.copytree(samples / "images", tmp_path / "data" / "images")
+    assert main(["doctor", str(tmp_path / "labels.csv"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"; doctor reads the images alone: datakit doctor {tmp_path / 'data'})\n"), err
+    assert "--labels TABLE" not in err

@@ -375,3 +375,45 @@ def test_a_row_of_more_than_2_to_the_24_pixels_is_counted_exactly(tmp_path: Path
 
     hist = _hist_one(One(), 0)
     assert hist.shape == (1, 256) and hist[0, 0] == 2**24 + 1 and hist[0, 255] == 2 and hist.sum() == 2**24 + 3
+
+
+def test_stats_of_a_pack_of_several_splits_says_they_are_all_read_and_plot_needs_are_said_first(
+        samples: Path, tmp_path: Path, capsys, caplog, monkeypatch):  # fmt: skip
+    # the attacks: `stats sp.lmdb` (a pack keeping train/val/test) mixed all 24 samples without the word its source
+    # gives; `--plot` without matplotlib failed after every image was decoded, and the statistics were lost
+    pack = tmp_path / "sp.lmdb"
+    assert main(["pack-lmdb", str(samples / "images"), str(pack), "--labels", str(samples / "labels.xlsx"), "-q"]) == 0
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert main(["stats", str(pack), "-q", "--workers", "0"]) == 0
+        assert len(open_dataset(pack)) == 24
+        assert len(open_dataset(pack, split="val")) == 3
+    said = f"{pack}: its 3 splits ('train', 'val', 'test') are all read (24 samples) {{}}; pass split= (--split) to " \
+           "read one, such as split='train'"  # fmt: skip
+    assert caplog.messages == [said.format("into the statistics"), said.format("as one dataset")]
+    capsys.readouterr()
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    read = []
+    monkeypatch.setattr("datakit.stats.compute_stats", lambda *a, **k: read.append(1))
+    assert main(["stats", str(pack), "--plot", str(tmp_path / "h.png")]) == 2
+    assert capsys.readouterr().err == "datakit stats: error: --plot needs matplotlib: pip install matplotlib\n"
+    assert read == []
+
+
+def test_compute_stats_refuses_a_size_of_no_pixels_and_says_a_transform_is_not_applied(class_folder: Path, caplog):
+    # the attacks: size=(0, 5) gave OpenCV's own error from a worker; a dataset's transform was silently left out
+    from datakit.errors import UsageError
+    from datakit.transforms import eval_pipeline
+
+    for size in ((0, 5), (5,), "8x8", (2.5, 3)):
+        with pytest.raises(UsageError) as e:
+            compute_stats(open_dataset(class_folder), size=size, workers=0)
+        assert str(e.value) == f"size must be (width, height), two whole numbers of pixels >= 1, got {size!r}"
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        st = compute_stats(open_dataset(class_folder, transform=eval_pipeline(8)), workers=0)
+    assert caplog.messages == ["compute_stats reads the images as decoded (resized with size= where given); the "
+                               "dataset's transform (EvalPipeline) is not applied: statistics are of the data, before "
+                               "augmentation"]  # fmt: skip
+    assert st.pixels == sum(h * w for h, w in [(40, 60), (50, 50), (64, 48), (30, 70)]) * 3
