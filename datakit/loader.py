@@ -2530,8 +2530,12 @@ def create_loader(
     tag = tag or seed is not None  # a seeded loader seeds each sample: PerSampleSeed below
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)  # it orders itself: no sampler
     if sampler is None and not iterable:
-        if seed is None and not shard and not infinite:  # unseeded: a fresh order every run (one under
-            # seed_everything), read off the caller's generator without moving it: a model made next is the same
+        given = dataloader_kwargs.get("generator")
+        if seed is None and isinstance(given, torch.Generator):  # the order from it, as DataLoader(generator=g)
+            base = int(torch.randint(2**31 - 1, (), generator=given))
+        elif seed is None and not shard:  # unseeded: a fresh order every run (one under seed_everything; an
+            # infinite loader's too, its state naming it), read off the caller's generator without moving it: a
+            # model made next is the same
             base = _untouched_rng(lambda: int(torch.randint(2**31 - 1, ())))
         sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
         extra = sampler.per_rank * world - len(dataset)

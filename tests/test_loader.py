@@ -3810,3 +3810,22 @@ def test_an_unassigned_closure_cell_leaves_a_change_seen():
     before = _fingerprint(tf)
     tf.pipe = train_pipeline(24)
     assert _fingerprint(tf) != before
+
+
+def test_an_unseeded_loader_orders_by_its_generator_or_the_callers_seed_infinite_too():
+    # the attacks: create_loader(..., generator=g) without seed= ignored g for the order (torch's DataLoader follows
+    # it); an unseeded infinite loader always served seed 0's order, whatever seed_everything was given
+    def order(**kw) -> list[int]:
+        loader = create_loader(Indexed(12), 12, num_workers=0, **kw)
+        return (next(loader) if kw.get("infinite") else next(iter(loader)))[0].tolist()
+
+    by_g = [order(generator=torch.Generator().manual_seed(g)) for g in (1, 1, 2)]
+    assert by_g[0] == by_g[1] != by_g[2]
+    torch.manual_seed(5)
+    assert order(generator=torch.Generator().manual_seed(1)) == by_g[0]  # the caller's seed does not matter then
+    runs = []
+    for s in (1, 1, 2):
+        seed_everything(s)
+        runs.append(order(infinite=True))
+    assert runs[0] == runs[1] != runs[2]
+    assert sorted(runs[2]) == list(range(12))
