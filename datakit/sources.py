@@ -188,6 +188,13 @@ class ImageDataset:
                 )
             self._cache = {}
         if self.bad_samples is not None and on_error != "raise":
+            root = getattr(self, "root", None)  # a class folder's: the file and its .parts folder among the classes
+            if isinstance(root, (str, os.PathLike)) and os.path.isdir(root) and getattr(self, "table", None) is None:
+                inside = os.path.realpath(self.bad_samples.parent) + os.sep
+                if inside.startswith(os.path.realpath(root).rstrip(os.sep) + os.sep):
+                    raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: inside the dataset's folder "
+                                     f"{os.fspath(root)!r}, where the next scan would take the file and its .parts "
+                                     "folder for data (a class folder); give a path outside it")  # fmt: skip
             # a dataset is built in the main process (workers get a copy): fold what an earlier
             # run left behind into the file, start the parts afresh, and know those samples as bad
             where = self.bad_samples.parent

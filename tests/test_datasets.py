@@ -989,3 +989,16 @@ def test_an_extracted_zipped_folder_of_class_folders_is_warned_of(tmp_path: Path
         (root / "top" / "0.png").unlink()
         open_dataset(root)
     assert caplog.records == []
+
+
+def test_bad_samples_inside_the_class_folders_is_refused(tmp_path: Path):
+    # the attack: bad_samples="data/bad.json" worked once; the next run's scan took its .parts folder for a class
+    # ("class folder 'bad.json.parts' holds no images"), and "data/runs/bad.json" a class 'runs'
+    root = _parity_folder(tmp_path / "data")
+    for where in (root / "bad.json", root / "runs" / "bad.json"):
+        with pytest.raises(UsageError) as e:
+            open_dataset(root, on_error="skip", bad_samples=where)
+        assert str(e.value) == (f"bad_samples={os.fspath(where)!r}: inside the dataset's folder {os.fspath(root)!r}, "
+                                "where the next scan would take the file and its .parts folder for data (a class "
+                                "folder); give a path outside it")  # fmt: skip
+    assert len(open_dataset(root, on_error="skip", bad_samples=tmp_path / "bad.json")) == 15
