@@ -1563,6 +1563,10 @@ class Loader:
         """Rebuild the DataLoader with ``num_workers`` (between epochs); the old workers stop."""
         if self._rebuild is None:
             raise ValueError("set_num_workers needs a loader made by create_loader")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
+            raise UsageError(f"set_num_workers takes a whole number of workers >= 0 (create_loader measures 'auto' "
+                             f"itself, and re-tunes with autotune=True), got {num_workers!r}")  # fmt: skip
+        num_workers = int(num_workers)
         self._supersede("set_num_workers()")  # an epoch in progress ends here (autotune calls it after one)
         self._drop_feed(wait=True, patience=2.5)  # out of the old iterator before its workers stop
         old = self.loader

@@ -852,6 +852,8 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
         return []
     if callable(augment):
         augment = [augment]
+    if isinstance(augment, (str, bytes)) or not hasattr(augment, "__iter__"):  # 'flip' is no list of steps
+        raise TypeError(f"augment must be a list of callables (torchvision v2 transforms), got {augment!r}")
     steps = list(augment)
     for t in steps:
         if not callable(t):
@@ -1303,6 +1305,10 @@ def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *,
     crop), the ratio of torchvision's reference recipe: 256 for 224, 146 for 128, so the crop
     keeps 87.5% of the shorter side at any size instead of zooming in on the centre.
     """
+    _size2(size)  # the crop, said as given (not as the resize computed from it)
+    if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize < 1):
+        raise ValueError(f"resize must be the shorter side in whole pixels >= 1 (None: size * 256 / 224), got "
+                         f"{resize!r}")  # fmt: skip
     if resize is None:
         side = size if isinstance(size, int) else max(size)
         resize = int(side * 256 / 224)

@@ -3829,3 +3829,16 @@ def test_an_unseeded_loader_orders_by_its_generator_or_the_callers_seed_infinite
         runs.append(order(infinite=True))
     assert runs[0] == runs[1] != runs[2]
     assert sorted(runs[2]) == list(range(12))
+
+
+def test_set_num_workers_refuses_what_is_no_count_of_workers():
+    # the attacks: set_num_workers('auto') gave a raw TypeError; 2.5 was taken, and the next epoch failed with
+    # "'float' object cannot be interpreted as an integer"
+    loader = create_loader(Indexed(8), 4, num_workers=0, seed=0)
+    for bad in ("auto", 2.5, -1, True):
+        with pytest.raises(UsageError) as e:
+            loader.set_num_workers(bad)
+        assert str(e.value) == ("set_num_workers takes a whole number of workers >= 0 (create_loader measures 'auto' "
+                                f"itself, and re-tunes with autotune=True), got {bad!r}")  # fmt: skip
+    loader.set_num_workers(np.int64(0))
+    assert sorted(sum(batches(loader), [])) == list(range(8))

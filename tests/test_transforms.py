@@ -591,7 +591,19 @@ def test_crops_are_torchvisions_boxes_on_large_images_too():
     [
         (lambda: train_pipeline(0), "size must be at least 1 pixel a side, got (0, 0)"),
         (lambda: train_pipeline((224, -5)), "size must be at least 1 pixel a side, got (224, -5)"),
-        (lambda: eval_pipeline(224, 0), "size must be at least 1 pixel a side, got (0, 0)"),
+        (
+            lambda: eval_pipeline(224, 0),
+            "resize must be the shorter side in whole pixels >= 1 (None: size * 256 / 224), got 0",
+        ),
+        (lambda: eval_pipeline(-16), "size must be at least 1 pixel a side, got (-16, -16)"),  # not the resize, -18
+        (
+            lambda: train_pipeline(16, augment=5),
+            "augment must be a list of callables (torchvision v2 transforms), got 5",
+        ),
+        (
+            lambda: train_pipeline(16, augment="flip"),
+            "augment must be a list of callables (torchvision v2 transforms), got 'flip'",
+        ),
         (
             lambda: train_pipeline(224, ratio=(0, 1)),
             "scale and ratio must be positive and finite, got (0.08, 1.0) and (0, 1)",
@@ -626,7 +638,7 @@ def test_crops_are_torchvisions_boxes_on_large_images_too():
 )
 def test_bad_pipeline_arguments_are_refused_at_construction(make, message):
     # they built, then failed on the first image inside a worker: ZeroDivisionError, an OpenCV assertion
-    with pytest.raises(ValueError) as e:
+    with pytest.raises((ValueError, TypeError)) as e:
         make()
     assert str(e.value) == message
 
