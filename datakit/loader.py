@@ -2433,6 +2433,12 @@ def create_loader(
     from datakit.prefetch import stats_file
 
     normalize = stats_file(normalize)  # the JSON file of datakit stats --json: its statistics and their order
+    orders = sorted({o for leaf in _leaves(dataset) for o in [_channel_order(leaf)] if o in ("RGB", "BGR")})
+    if len(orders) > 1:  # a ConcatDataset of a mode="bgr" dataset and an RGB one: red is blue in half the batch
+        raise UsageError(
+            "the datasets joined give images in two channel orders (RGB and BGR: mode='rgb' beside "
+            "mode='bgr'), so one batch would hold both, normalised alike; open them with one mode"
+        )
     on_device = _device_plan(device, normalize, dataset, own_collate=collate_fn is not None)  # before any worker
     from datakit.collate import detection_collate, pad_collate, stack_collate
 

@@ -3406,13 +3406,19 @@ def test_statistics_are_compared_in_the_channel_order_they_are_applied_in(class_
     bgr = lambda **kw: open_dataset(class_folder, mode="bgr", transform=eval_pipeline(16, **kw))  # noqa: E731
     message = ("the datasets' pipelines give 2 sets of statistics (mean=, std=; the default counts as ImageNet's, in "
                "each dataset's channel order); one loader normalises every batch with one: give the same to each")  # fmt: skip
-    for parts in ([bgr(), bgr(mean=im, std=is_)], [bgr(), open_dataset(class_folder, transform=eval_pipeline(16))]):
-        with pytest.raises(UsageError) as e:
-            create_loader(torch.utils.data.ConcatDataset(parts), 4, num_workers=0, train=False, device="cpu")
-        assert str(e.value) == message
-    # without device= nothing is normalised: the mixed orders are the loop's to normalise
+    with pytest.raises(UsageError) as e:
+        create_loader(torch.utils.data.ConcatDataset([bgr(), bgr(mean=im, std=is_)]), 4, num_workers=0, train=False,
+                      device="cpu")  # fmt: skip
+    assert str(e.value) == message
+    # the attack: a BGR dataset beside an RGB one: with normalize="cifar10" (or none, without device=) every batch
+    # held both orders, red in one sample where blue is in the next, without a word
     both = torch.utils.data.ConcatDataset([bgr(), open_dataset(class_folder, transform=eval_pipeline(16))])
-    assert len(list(create_loader(both, 12, num_workers=0, train=False))) == 2
+    for kw in ({"device": "cpu"}, {"device": "cpu", "normalize": "cifar10"}, {}):
+        with pytest.raises(UsageError) as e:
+            create_loader(both, 12, num_workers=0, train=False, **kw)
+        assert str(e.value) == ("the datasets joined give images in two channel orders (RGB and BGR: mode='rgb' "
+                                "beside mode='bgr'), so one batch would hold both, normalised alike; open them with "
+                                "one mode")  # fmt: skip
     with pytest.raises(UsageError) as e:
         create_loader(bgr(mean=im, std=is_), 4, num_workers=0, train=False, device="cpu", normalize="imagenet")
     assert str(e.value) == ("the pipeline's mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225] and create_loader's "
