@@ -39,7 +39,11 @@ typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
     char message[JMSG_LENGTH_MAX];
+    char warning[JMSG_LENGTH_MAX]; /* the first warning (corrupt data libjpeg decodes around), "" for none */
 } error_mgr;
+
+/* DamagedJPEG: decode_region met corrupt data inside what it decoded (libjpeg filled it in, gray) */
+static PyObject *Damaged = NULL;
 
 static void on_error(j_common_ptr cinfo) {
     error_mgr *err = (error_mgr *)cinfo->err;
@@ -47,14 +51,20 @@ static void on_error(j_common_ptr cinfo) {
     longjmp(err->jump, 1);
 }
 
-/* warnings (corrupt data that libjpeg decodes around) are not printed, as with torchvision's decoder */
-static void on_message(j_common_ptr cinfo) { (void)cinfo; }
+/* warnings (corrupt data that libjpeg decodes around) are not printed, as with torchvision's decoder: the
+ * first is kept, and region_core refuses the pixels it decoded around it */
+static void on_message(j_common_ptr cinfo) {
+    error_mgr *err = (error_mgr *)cinfo->err;
+    if (err->warning[0] == '\0')
+        (*cinfo->err->format_message)(cinfo, err->warning);
+}
 
 static struct jpeg_error_mgr *init_errors(error_mgr *err) {
     struct jpeg_error_mgr *pub = jpeg_std_error(&err->pub);
     pub->error_exit = on_error;
     pub->output_message = on_message;
     err->message[0] = '\0';
+    err->warning[0] = '\0';
     return pub;
 }
 
@@ -246,6 +256,14 @@ static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *ow
         Py_DECREF(out);
         release(owner);
         PyErr_SetString(PyExc_ValueError, "the decoder stopped before the rectangle's last row");
+        return NULL;
+    }
+    if (cinfo.err->num_warnings != 0) { /* a cut-short scan (its end marker put back), bad Huffman codes: the
+                                          * rectangle's pixels are libjpeg's filling-in, not the image's */
+        jpeg_destroy_decompress(&cinfo);
+        Py_DECREF(out);
+        release(owner);
+        PyErr_SetString(Damaged, err.warning[0] ? err.warning : "corrupt JPEG data");
         return NULL;
     }
     jpeg_abort_decompress(&cinfo);
@@ -1450,7 +1468,10 @@ PyMODINIT_FUNC PyInit__jpegregion(void) {
     PyObject *m = PyModule_Create(&module);
     /* STORED: decode_region and decode_indexed take `stored` (extensions built before do not);
      * RESIZE_SIMD: resize_planes runs its AVX2 path here (its plain C path is slower than OpenCV's) */
-    if (m != NULL && (PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0 ||
+    if (m != NULL && Damaged == NULL)
+        Damaged = PyErr_NewException("datakit._jpegregion.DamagedJPEG", PyExc_RuntimeError, NULL);
+    if (m != NULL && (Damaged == NULL || PyModule_AddObjectRef(m, "DamagedJPEG", Damaged) < 0 ||
+                      PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0 ||
                       PyModule_AddIntConstant(m, "STORED", 1) < 0 ||
                       PyModule_AddIntConstant(m, "RESIZE_SIMD", use_avx2()) < 0)) {
         Py_DECREF(m);

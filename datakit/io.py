@@ -1256,12 +1256,16 @@ def _decode_region(data: bytes, h: int, w: int, mode: str, scale: int, box: tupl
     got = None
     if index is not None:
         got = _decode_indexed(data, index, scale, (top, left, bottom - top, right - left), mode, name, stored)
+    damaged = getattr(_REGION, "DamagedJPEG", ())
     try:
         if got is None:
             rect = (top, left, bottom - top, right - left)
             got = _REGION.decode_region(data, scale, *rect, _REGION_ORDER[mode], *(True,)[:stored])
     except ValueError:
         return None  # libjpeg's own error: the ordinary decoders say what is wrong, in their words
+    except damaged as exc:  # corrupt data where the crop is (a file cut short, its end marker put back): its
+        # pixels there are libjpeg's gray filling-in, which the ordinary decoders would give without a word
+        raise ImageDecodeError(f"{_describe(name)}: damaged JPEG data: {exc}") from None
     if got is None:
         return None
     pixels, rows, band, channels, offset = got
@@ -1282,6 +1286,8 @@ def _decode_indexed(data: bytes, index: bytes, scale: int, rect: tuple[int, int,
     except ValueError as e:
         if "index" in str(e):
             raise ForeignIndex(f"{_describe(name)}: {e}") from None
+        return None
+    except getattr(_REGION, "DamagedJPEG", ()):  # decode_region, reading the file itself, says what is wrong
         return None
 
 

@@ -139,8 +139,18 @@ def test_bad_jpegs_raise_what_the_whole_image_decoder_raises(tmp_path: Path):
         decode_jpeg_region(cut, "rgb", 1, (0, 0, 8, 8), name="数据/half.jpg")
     assert str(e.value) == "数据/half.jpg: truncated JPEG (no end-of-image marker)"
     damaged = data[:700] + bytes(range(256)) * 8 + data[700 + 2048 :]  # entropy data overwritten, same length
-    whole = decode_image(damaged, "rgb")  # libjpeg decodes around the damage (strict=True would refuse it)
-    assert np.array_equal(decode_jpeg_region(damaged, "rgb", 1, (100, 50, 200, 300)), whole[100:200, 50:300])
+    # libjpeg decodes around the damage, and the whole-image decoder gives that (strict=True would refuse it); the
+    # region decoder refuses a crop whose rows it met the damage in (the attack: a file cut in half with its end
+    # marker put back trained on crops half gray, on_error="skip" and bad_samples= none the wiser)
+    with pytest.raises(ImageDecodeError) as e:
+        decode_jpeg_region(damaged, "rgb", 1, (100, 50, 200, 300), name="数据/damaged.jpg")
+    assert str(e.value).startswith("数据/damaged.jpg: damaged JPEG data: Corrupt JPEG data: ")
+    half = data[: len(data) // 2] + b"\xff\xd9"
+    with pytest.raises(ImageDecodeError) as e:
+        decode_jpeg_region(half, "rgb", 1, (250, 0, 300, 400), name="half.jpg")
+    assert str(e.value) == "half.jpg: damaged JPEG data: Corrupt JPEG data: premature end of data segment"
+    top = decode_jpeg_region(half, "rgb", 1, (0, 0, 40, 400))  # rows above the cut: the image's own pixels
+    assert np.array_equal(top, decode_image(data, "rgb")[:40])
     header_only = data[:200] + b"\xff\xd9"
     assert decode_jpeg_region(header_only, "rgb", 1, (0, 0, 8, 8)) is None  # no frame: the decoders say why
     big = bytearray(data)
@@ -189,3 +199,22 @@ def test_the_package_builds_without_a_c_compiler(tmp_path: Path):
     # setuptools' words; another build_ext in the environment (scikit-build's) names itself instead
     assert re.search(r'warning: \w+: building extension "datakit._jpegregion" failed', run.stderr), run.stderr
     assert not list((tmp_path / "datakit").glob("_jpegregion*.so"))
+
+
+@needs_region
+def test_a_file_cut_short_with_its_end_marker_put_back_is_a_bad_sample_in_training(tmp_path: Path):
+    # the attack: half a JPEG with b"\xff\xd9" appended, trained on with on_error="skip": crops half gray, and
+    # bad_samples.json said count 0 (check and pack-lmdb refused the same file)
+    from datakit.datasets import open_dataset
+    from datakit.errors import SampleError
+
+    (tmp_path / "d" / "a").mkdir(parents=True)
+    data = encode_image(synthetic_image(300, 400), ".jpg", 90)
+    (tmp_path / "d" / "a" / "cut.jpg").write_bytes(data[: len(data) // 2] + b"\xff\xd9")
+    (tmp_path / "d" / "a" / "ok.jpg").write_bytes(data)
+    ds = open_dataset(tmp_path / "d", transform=train_pipeline(64, scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3)))
+    with pytest.raises(SampleError) as e:
+        ds[0]
+    assert str(e.value) == (f"sample 0: {tmp_path / 'd' / 'a' / 'cut.jpg'}: damaged JPEG data: Corrupt JPEG data: "
+                            "premature end of data segment")  # fmt: skip
+    assert tuple(ds[1][0].shape) == (3, 64, 64)
