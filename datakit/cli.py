@@ -818,6 +818,11 @@ def _packs(names: list[str]) -> list[Path]:
             out += [Path(f) for f in found]
         else:
             out.append(Path(name))  # a missing one is said in its turn, after the packs before it
+    seen: dict[str, Path] = {}
+    for p in out:  # `info a.lmdb a.lmdb` printed it twice, where stats refuses it
+        first = seen.setdefault(os.path.realpath(p), p)
+        if first is not p:
+            raise UsageError(f"{p}: given twice (as {first}); each pack is read once")
     return out
 
 
@@ -1109,7 +1114,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for c, name in enumerate(st.order):
         row = [name, shown(st.mean[c], 4), shown(st.std[c], 4), shown(st.mean_255[c], 2), shown(st.std_255[c], 2)]
         if st.stderr_mean is not None:
-            row += [f"±{st.stderr_mean[c]:.4f}", f"±{st.stderr_std[c]:.4f}"]
+            row += [f"±{shown(st.stderr_mean[c], 4)}", f"±{shown(st.stderr_std[c], 4)}"]
         rows.append(row)
     header = ["channel", "mean (0-1)", "std (0-1)", "mean (0-255)", "std (0-255)"]
     if st.stderr_mean is not None:

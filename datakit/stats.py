@@ -10,6 +10,7 @@ leaves out the spread between images, which is why the widely quoted CIFAR-10 st
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -284,8 +285,8 @@ def compute_stats(
             raise UsageError(f"sample must be at least 2 to estimate an error, got {sample}")
         idx = np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False))
     elif sample is not None:
-        log.warning("sample=%d is not fewer than the %d images: every image is read, the statistics are exact "
-                    "(no standard errors)", sample, n)  # fmt: skip
+        log.warning("sample=%d (--sample) is not fewer than the %d images: every image is read, the statistics are "
+                    "exact (no standard errors)", sample, n)  # fmt: skip
     rank, world = 0, 1
     if distributed:
         import torch.distributed as dist
@@ -321,7 +322,11 @@ def compute_stats(
             parts: list = [None] * world
             dist.all_gather_object(parts, per_image)
             per_image = dict(sorted((i, h) for part in parts for i, h in part.items()))
-        stats.stderr_mean, stats.stderr_std = _bootstrap(per_image, seed)
+        mean_err, std_err = _bootstrap(per_image, seed)
+        # drawn without replacement from n images: the finite-population correction (23 of 24 read are nearly all
+        # of them; the bootstrap alone said +-0.040 where the error was 0.0012)
+        fpc = math.sqrt((n - len(idx)) / (n - 1)) if n > 1 else 0.0
+        stats.stderr_mean, stats.stderr_std = [e * fpc for e in mean_err], [e * fpc for e in std_err]
     return stats
 
 

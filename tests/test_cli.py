@@ -1499,3 +1499,15 @@ def test_doctor_on_a_table_whose_images_are_elsewhere_names_its_own_fix(samples:
     err = capsys.readouterr().err
     assert err.endswith(f"; doctor reads the images alone: datakit doctor {tmp_path / 'data'})\n"), err
     assert "--labels TABLE" not in err
+
+
+def test_info_and_verify_refuse_a_pack_given_twice(class_folder: Path, tmp_path: Path, capsys):
+    # the attack: `info all.lmdb all.lmdb` printed the pack twice, where stats refuses it
+    pack = tmp_path / "p.lmdb"
+    assert main(["pack-lmdb", str(class_folder), str(pack), "-q"]) == 0
+    for cmd in ("info", "verify"):
+        assert main([cmd, str(pack), str(tmp_path / "." / "p.lmdb")]) == 2
+        assert (
+            capsys.readouterr().err
+            == f"datakit {cmd}: error: {pack}: given twice (as {pack}); each pack is read once\n"
+        )
