@@ -8,8 +8,10 @@ torch's generator, which DataLoader seeds differently in every worker.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import random
 import sys
 import threading
 import warnings
@@ -897,7 +899,8 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
                 raise ValueError(f"augment step {leaf!r} with value='random' paints uint8 crops with 0-3 and 253-255 "
                                  "(torchvision casts N(0, 1) noise to uint8); give value= a colour, or erase the "
                                  "normalised float batch after the loader")  # fmt: skip
-    with torch.random.fork_rng(devices=[]):  # trying them must not move the caller's random state
+    py_state, np_state = random.getstate(), np.random.get_state()  # (a step of the caller's may draw from them)
+    with torch.random.fork_rng(devices=[]), _restored(py_state, np_state):  # trying them moves no caller's state
         x = probe
         for t in steps:
             if _tv_steps(t) is not None:
@@ -909,6 +912,16 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
             if not isinstance(x, torch.Tensor):
                 raise ValueError(f"augment step {t!r} returned {type(x).__name__}, not a tensor")
     return steps
+
+
+@contextlib.contextmanager
+def _restored(py_state, np_state):
+    """``random``'s and NumPy's global states put back as they were, however the block ends."""
+    try:
+        yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
 
 
 _TV_CONVERTERS = ("ToImage", "ToPILImage", "ToTensor")  # torchvision steps that take a NumPy array in

@@ -1250,3 +1250,25 @@ def test_eval_pipeline_antialiases_16_bit_images_as_torchvision_does():
     assert torch.equal(out.to(torch.float32), want)
     png = cv2.imencode(".png", img)[1].tobytes()
     assert torch.equal(pipe.from_bytes(png, mode="unchanged"), out)
+
+
+def test_trying_the_augmentations_when_the_pipeline_is_built_moves_no_random_state_of_the_callers():
+    # the attack: the build's trial of each augment step moved random's and NumPy's global states (torch's was put
+    # back), so a script's own draws after train_pipeline(augment=[...]) changed with the augmentations listed
+    import random
+
+    class Mine:
+        def __call__(self, x):
+            random.random()
+            np.random.rand()
+            return x
+
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    want = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    train_pipeline(32, augment=[v2.TrivialAugmentWide(), Mine()])
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == want
