@@ -368,17 +368,9 @@ def read_speed(src: str | os.PathLike | Sequence[str | os.PathLike], *, max_file
 
 
 def _cgroup_cpu_quota() -> float | None:
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        return None if quota <= 0 else quota / period
-    except (OSError, ValueError):
-        return None
+    from datakit.parallel import cgroup_cpu_quota
+
+    return cgroup_cpu_quota()
 
 
 def _version(module: str) -> str | None:

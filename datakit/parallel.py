@@ -32,14 +32,38 @@ _HAS_DATASET = False
 
 def usable_cpus() -> int:
     """CPUs this process may run on: the affinity mask where the OS has one (Linux), else the
-    process's or machine's CPU count (macOS and Windows have no ``os.sched_getaffinity``)."""
+    process's or machine's CPU count (macOS and Windows have no ``os.sched_getaffinity``), and no
+    more than a cgroup CPU quota allows (``docker --cpus=2`` on a 64-CPU host: 2, where the
+    affinity says 64 and that many workers would take turns on two CPUs' time)."""
+    count = None
     if hasattr(os, "sched_getaffinity"):
         try:
-            return max(1, len(os.sched_getaffinity(0)))
+            count = len(os.sched_getaffinity(0))
         except OSError:
             pass
-    count = getattr(os, "process_cpu_count", os.cpu_count)()  # Python 3.13+ honours affinity
-    return max(1, count or 1)
+    if count is None:
+        count = getattr(os, "process_cpu_count", os.cpu_count)()  # Python 3.13+ honours affinity
+    quota = cgroup_cpu_quota()
+    count = max(1, count or 1)
+    return count if quota is None else max(1, min(count, int(quota)))
+
+
+def cgroup_cpu_quota() -> float | None:
+    """The CPUs' time a cgroup (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``) allows this process, in CPUs; None for
+    no limit, or where there is none to read."""
+    from pathlib import Path
+
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return None if quota <= 0 else quota / period
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
 
 
 def start_method() -> str:

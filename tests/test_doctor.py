@@ -316,3 +316,13 @@ def test_doctor_quiet_says_nothing_of_information_and_size_0_needs_a_source(samp
     err = capsys.readouterr().err
     assert err.startswith(f"datakit doctor: error: {samples / 'labels.xlsx'}: none of the files the table names ")
     assert f"they are under {samples / 'images'}: give that folder" in err
+
+
+def test_doctor_under_a_cpu_quota_warns_of_no_worker_count_of_its_own(monkeypatch):
+    # the attack: under a cgroup quota of 1 CPU (docker --cpus=1), plain `datakit doctor` warned "num_workers=2 is
+    # more": its own default counted the affinity alone, as stats, check and pack-lmdb did
+    import datakit.parallel as par
+
+    monkeypatch.setattr(par, "cgroup_cpu_quota", lambda: 1.0)
+    cpus = next(f for f in doctor(None, batch_size=8).findings if f.check == "cpus")
+    assert (cpus.status, cpus.data["usable"], cpus.data["num_workers"], cpus.data["quota"]) == ("ok", 1, 1, 1.0)

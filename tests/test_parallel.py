@@ -97,8 +97,15 @@ def test_resolve_workers():
 
 
 def test_usable_cpus_without_sched_getaffinity(monkeypatch):
+    import datakit.parallel as par
+
+    monkeypatch.setattr(par, "cgroup_cpu_quota", lambda: None)
     if hasattr(os, "sched_getaffinity"):
         assert usable_cpus() == len(os.sched_getaffinity(0))
+        # the attack: docker --cpus=2 on a 64-CPU host: 64 workers by default, which doctor itself warned of
+        monkeypatch.setattr(par, "cgroup_cpu_quota", lambda: 1.5)
+        assert usable_cpus() == 1
+        monkeypatch.setattr(par, "cgroup_cpu_quota", lambda: None)
         monkeypatch.delattr(os, "sched_getaffinity")
     monkeypatch.setattr(os, "process_cpu_count", lambda: 3, raising=False)
     assert usable_cpus() == 3
