@@ -709,8 +709,11 @@ def pack_lmdb(
                 raise  # no room for its lock: the part, if any, stays as it was
             except (UsageError, PackError):
                 part_lock, existing = _open_output(target, meta, resume=False, overwrite=True)
-        if existing is not None and (target != out or not existing.get("complete")):
+        if existing is not None:  # a complete pack too: "complete already" of a source changed since would be
+            # a pack of the old files said to be the job done
             stale = _source_changed(ds, lo, existing, target, name_of, max_size, quality, identity)
+            if stale is not None and existing.get("complete") and target == out:
+                raise UsageError(f"{out}: complete, but {stale}; use --overwrite to pack it again")
             if stale is not None and target != out:
                 # --overwrite, run again after a kill: the part it left was packed from a source that has changed
                 # since, no start for a fresh pack (resumed, it would mix the two): packed again from the start

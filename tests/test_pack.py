@@ -2577,3 +2577,19 @@ def test_a_file_gone_from_the_folder_while_it_is_packed_gets_advice_that_works(s
     assert pack_lmdb(src, tmp_path / "fresh.lmdb").count == 24
     assert [open_dataset(out).read(i) for i in range(24)] == [open_dataset(tmp_path / "fresh.lmdb").read(i)
                                                                 for i in range(24)]  # fmt: skip
+
+
+def test_resume_of_a_complete_pack_whose_source_changed_since_is_refused(class_folder: Path, tmp_path: Path):
+    # the attack: an image edited after the pack completed, `pack-lmdb ... --resume` (a script run again): "complete
+    # already: nothing to pack", exit 0, the pack holding the old image
+    out = tmp_path / "p.lmdb"
+    pack_lmdb(class_folder, out, workers=1)
+    assert pack_lmdb(class_folder, out, workers=1, resume=True).count == 12  # as it was: nothing to do
+    image = sorted(p for p in class_folder.rglob("*.png"))[0]
+    time.sleep(0.05)
+    imwrite(image, synthetic_image(50, 50, seed=77), mode="rgb")
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, out, workers=1, resume=True)
+    assert str(e.value).startswith(f"{out}: complete, but {image} changed after its samples were packed (modified, ")
+    assert str(e.value).endswith("; use --overwrite to pack it again")
+    assert pack_lmdb(class_folder, out, workers=1, overwrite=True).count == 12
