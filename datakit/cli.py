@@ -1178,6 +1178,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if len(ds) == 0:
         raise UsageError(f"{args.src[0]}: no samples to load")
     batch_size = args.batch_size or min(64, len(ds))  # a default batch larger than the dataset measures nothing
+    if batch_size > len(ds):  # every batch holds the dataset's samples: said as such, not as the size asked for
+        if not args.quiet:
+            print(f"note: --batch-size {batch_size} is more than the {len(ds)} samples: every batch holds "
+                  f"{len(ds)}", file=sys.stderr)  # fmt: skip
+        batch_size = len(ds)
     device = args.device or _default_device()
     counts = args.workers or default_candidates()
 

@@ -467,6 +467,12 @@ def test_bench_json_schema_and_batch_capped(class_folder: Path):
     quiet = datakit("bench", class_folder, "--workers", "0", "--seconds", "0.1", "--repeats", "1", "--size", "0", "-q")
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout == "recommended: num_workers=0 (the fewest workers within 5% of the best median)\n"
+    # the attack: --batch-size 100 on 12 samples reported "batch size 100" while every batch held 12
+    asked = datakit("bench", class_folder, "--workers", "0", "--seconds", "0.1", "--repeats", "1", "--size", "32",
+                    "--batch-size", "100", "--json")  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["batch_size"] == 12
+    assert asked.stderr == "note: --batch-size 100 is more than the 12 samples: every batch holds 12\n"
 
 
 # ---------------------------------------------------------------------------------------------
