@@ -190,7 +190,8 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
             given = None
     if split is not None and not len(table) and report.problems:
         split = None  # the split asked for has no rows, which a problem says (an empty split): nothing to select
-    if zip_encoding and (alone or not str(src).lower().endswith(".zip")):
+    images = root if alone else src  # a table alone reads its images under root= (a zip too)
+    if zip_encoding and not os.fspath(images or "").lower().endswith(".zip"):
         raise UsageError(f"zip_encoding= (--zip-encoding) names the encoding of a zip's member names; {src} is no "
                          "zip: leave it out")  # fmt: skip
     ds = TableDataset(table, root if alone else src, split=split, class_map=class_map, probe=False,

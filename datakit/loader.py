@@ -2086,6 +2086,14 @@ class InfiniteLoader:
         if type(scheme) is not int or scheme not in (1, ORDER_SCHEME):  # a later datakit's: not read as another
             raise UsageError(f"not a loader state this datakit reads: 'order' {scheme!r} (it draws epochs' orders by "
                              f"scheme {ORDER_SCHEME}, and by scheme 1 for states saved before)")  # fmt: skip
+        sampler = self.loader.loader.sampler
+        if "seed" in state and getattr(sampler, "drawn", False) and isinstance(sampler, EpochSampler):
+            # an unseeded loader's order was drawn for this run; the state names the one the saved run drew: taken
+            # over, so a job restarted from its state goes on with the same order
+            saved_seed = plain(state["seed"])
+            if isinstance(saved_seed, int) and not isinstance(saved_seed, bool) and saved_seed >= 0:
+                sampler.seed = saved_seed
+                shape["seed"] = saved_seed
         for key in ("seed", "shuffle"):  # states saved before these were kept: as they were read
             if key in state and key in shape and state[key] != shape[key] and sample:
                 raise UsageError(f"the state was saved mid-epoch with {key}={state[key]!r}, this loader has "
@@ -2541,13 +2549,16 @@ def create_loader(
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)  # it orders itself: no sampler
     if sampler is None and not iterable:
         given = dataloader_kwargs.get("generator")
-        if seed is None and isinstance(given, torch.Generator):  # the order from it, as DataLoader(generator=g)
+        if seed is None and isinstance(given, torch.Generator) and not shard:  # the order from it, as
+            # DataLoader(generator=g); sharded, every rank needs one order (a generator seeded per rank would
+            # give each its own permutation: shards overlapping), so there it orders nothing, as in DistributedSampler
             base = int(torch.randint(2**31 - 1, (), generator=given))
         elif seed is None and not shard:  # unseeded: a fresh order every run (one under seed_everything; an
             # infinite loader's too, its state naming it), read off the caller's generator without moving it: a
             # model made next is the same
             base = _untouched_rng(lambda: int(torch.randint(2**31 - 1, ())))
         sampler = EpochSampler(len(dataset), shuffle=shuffle, seed=base, rank=rank, world=world, tag=tag)
+        sampler.drawn = seed is None  # no seed given: a saved state's order is taken over (load_state_dict)
         extra = sampler.per_rank * world - len(dataset)
         if not train and world > 1 and extra and rank == 0:
             ranks = f"rank {world - 1}" if extra == 1 else f"ranks {world - extra}-{world - 1}"

@@ -711,8 +711,12 @@ def pack_lmdb(
                 part_lock, existing = _open_output(target, meta, resume=False, overwrite=True)
         if existing is not None:  # a complete pack too: "complete already" of a source changed since would be
             # a pack of the old files said to be the job done
-            stale = _source_changed(ds, lo, existing, target, name_of, max_size, quality, identity)
-            if stale is not None and existing.get("complete") and target == out:
+            done = existing.get("complete") and target == out
+            # a complete pack of re-encoded images: a moved time (touch, chmod, a copy restored) tells nothing its
+            # bytes can confirm, so only the samples read again and re-encoded, and the source's identity, decide
+            stale = _source_changed(ds, lo, existing, target, name_of, max_size, quality, identity,
+                                    times=not (done and (existing.get("options") or {}).get("max_size")))  # fmt: skip
+            if stale is not None and done:
                 raise UsageError(f"{out}: complete, but {stale}; use --overwrite to pack it again")
             if stale is not None and target != out:
                 # --overwrite, run again after a kill: the part it left was packed from a source that has changed
@@ -875,12 +879,14 @@ _SPOT_ORIGINAL = 1024  # samples stored as their own bytes a resume reads again 
 
 
 def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, name_of: Callable[[int], str],
-                    max_size: int | None, quality: int, identity: list[int] | None) -> str | None:  # fmt: skip
+                    max_size: int | None, quality: int, identity: list[int] | None,
+                    times: bool = True) -> str | None:  # fmt: skip
     """Why the samples a pack (or an --overwrite part) holds are no longer its source's, or None: a file
     modified or replaced since the last commit (its times), or samples read again whose bytes differ from
     those stored (a source swapped whole for another of the same names, which keeps older times)."""
     n = existing["count"] + len(existing.get("skipped", []))
-    changed = _changed_after(ds, lo, n, target, name_of, originals=not (existing.get("options") or {}).get("max_size"))
+    changed = (_changed_after(ds, lo, n, target, name_of, originals=not (existing.get("options") or {}).get("max_size"))
+               if times else None)  # fmt: skip
     if changed is not None:  # edited since its samples were read: the pack would mix old and new bytes
         path, when, last = changed
         return f"{path} changed after its samples were packed ({when}; the pack's last commit {last})"

@@ -1372,15 +1372,19 @@ def _same_samples_in_other_packs(readers: list) -> None:
     for origin, packs in by_origin.items():
         if len({key for _, key in packs}) < 2:  # one pack, or shards of one set
             continue
-        owner: dict[str, str] = {}
+        owner: dict[tuple, str] = {}
         for r, _ in packs:
+            records = getattr(r, "records", None)
             for i in range(int(r.meta.get("count") or 0)):
                 name = r.name(i)
-                if name in owner and owner[name] != r.path:
-                    raise GivenTwice(f"{r.path}: holds {name!r}, a sample of {origin} that {owner[name]} holds too "
+                # the same name and the same stored bytes (checksum, size): one folder packed again after its files
+                # were replaced by others of the same names (a week's images, /data/images in a container) is not
+                key = (name, int(records["crc32"][i]), int(records["nbytes"][i])) if records is not None else (name,)
+                if key in owner and owner[key] != r.path:
+                    raise GivenTwice(f"{r.path}: holds {name!r}, a sample of {origin} that {owner[key]} holds too "
                                      "(the pack of one of its splits, or of the same images with other options?); "
                                      "each sample is read once")  # fmt: skip
-                owner.setdefault(name, r.path)
+                owner.setdefault(key, r.path)
 
 
 def pack_origin(meta: dict, depth: int = 0) -> object:
@@ -2073,7 +2077,7 @@ def open_source(
     if not path.exists():
         raise FileNotFoundError(f"{path}: {missing_why(path)}")
     pack = _is_pack(path)
-    if zip_encoding and path.suffix.lower() != ".zip":
+    if zip_encoding and path.suffix.lower() != ".zip" and not os.fspath(root or "").lower().endswith(".zip"):
         raise UsageError(f"zip_encoding= (--zip-encoding) names the encoding of a zip's member names; {path} is no "
                          "zip: leave it out")  # fmt: skip
     given = [name for name, v in (("labels", labels), ("root", root), ("remap_labels", remap_labels)) if v]

@@ -1536,6 +1536,9 @@ draws = sorted(int(d) for b in create_loader(Draw(), 2, num_workers=2, shuffle=F
 seed_everything(0)  # read in the main process (DATAKIT_NUM_WORKERS=0, "auto" choosing 0): apart too
 main_draws = sorted(int(d) for b in create_loader(Draw(), 2, num_workers=0, shuffle=False) for d in b)
 caller = int(np.random.randint(1 << 30))  # the loop's own draws: as seeded, untouched by the loading
+# a generator seeded per rank (a common recipe): it must not give each rank its own permutation to shard
+per_rank_g = [int(i) for b in create_loader(Idx(), 2, num_workers=0, generator=torch.Generator().manual_seed(100 + rank))
+              for i in b]
 try:
     create_loader(Stream(), 2, num_workers=0, distributed=True)
     stream = "accepted"
@@ -1559,7 +1562,8 @@ except UsageError as exc:
 create_loader(Idx(), 2, num_workers=0, sampler=own)  # "auto": said, not refused
 sharded = [int(i) for b in create_loader(Idx(), 4, train=False, num_workers=0, distributed=True) for i in b]
 print(json.dumps({"epochs": epochs, "eval": [int(i) for b in evaluation for i in b], "again": again,
-                  "draws": draws, "main_draws": main_draws, "caller": caller, "stream": stream, "unset": unset_epochs, "warned": warned, "sampler": sampler,
+                  "draws": draws, "main_draws": main_draws, "caller": caller, "per_rank_g": per_rank_g,
+                  "stream": stream, "unset": unset_epochs, "warned": warned, "sampler": sampler,
                   "sharded": sharded}))
 dist.destroy_process_group()
 """
@@ -1594,6 +1598,7 @@ def test_two_gloo_ranks_get_disjoint_shards():
     # the attack: with no workers, every rank drew from its global state, seeded alike on all: the same crops
     assert len(r0["main_draws"]) == len(r1["main_draws"]) == 4 and not set(r0["main_draws"]) & set(r1["main_draws"])
     assert r0["caller"] == r1["caller"] == int(np.random.RandomState(0).randint(1 << 30))
+    assert set(r0["per_rank_g"]) | set(r1["per_rank_g"]) == set(range(11))  # shards of one order, not overlapping
     assert r0["stream"] == (
         "distributed=True: Stream (an IterableDataset) orders itself: the loader cannot give each of the 2 ranks "
         "its share; its __iter__ must split the stream by torch.distributed.get_rank(), or every rank reads all "
@@ -3848,3 +3853,18 @@ def test_set_num_workers_refuses_what_is_no_count_of_workers():
                                 f"itself, and re-tunes with autotune=True), got {bad!r}")  # fmt: skip
     loader.set_num_workers(np.int64(0))
     assert sorted(sum(batches(loader), [])) == list(range(8))
+
+
+def test_an_unseeded_infinite_loader_resumes_mid_epoch_in_the_order_its_state_names():
+    # the attack: once an unseeded infinite loader drew its order from the caller's seed, a job restarted from its
+    # saved state (another process, another draw) was refused: "saved mid-epoch with seed=..."
+    torch.manual_seed(1)
+    first = create_loader(Indexed(12), 4, num_workers=0, infinite=True)
+    served = [next(first)[0].tolist() for _ in range(2)]
+    state = first.state_dict()
+    rest = [next(first)[0].tolist() for _ in range(2)]
+    torch.manual_seed(2)  # the restarted job: another draw
+    again = create_loader(Indexed(12), 4, num_workers=0, infinite=True)
+    again.load_state_dict(state)
+    assert [next(again)[0].tolist() for _ in range(2)] == rest
+    assert sorted(sum(served, []) + rest[0]) == list(range(12))

@@ -2593,3 +2593,24 @@ def test_resume_of_a_complete_pack_whose_source_changed_since_is_refused(class_f
     assert str(e.value).startswith(f"{out}: complete, but {image} changed after its samples were packed (modified, ")
     assert str(e.value).endswith("; use --overwrite to pack it again")
     assert pack_lmdb(class_folder, out, workers=1, overwrite=True).count == 12
+
+
+def test_packs_of_one_folder_refilled_under_the_same_names_and_a_touched_max_size_pack_pass(tmp_path: Path):
+    # false positives of the checks above: one folder packed each week, its files replaced by new images of the same
+    # names (`/data/images` in a container), was refused as "holds 'cat/0000.png' ... too"; `--resume` of a complete
+    # --max-size pack after `touch` of a source file was refused as changed (its bytes cannot be compared)
+    src = tmp_path / "incoming"
+    weeks = [tmp_path / "week1.lmdb", tmp_path / "week2.lmdb"]
+    for w, pack in enumerate(weeks):
+        shutil.rmtree(src, ignore_errors=True)
+        for c in ("cat", "dog"):
+            (src / c).mkdir(parents=True)
+            for k in range(3 + w):
+                imwrite(src / c / f"{k:04d}.png", np.full((4, 4, 3), 40 * w + k, np.uint8), mode="rgb")
+        pack_lmdb(src, pack, workers=1)
+    assert len(open_dataset(weeks)) == 6 + 8
+    small = tmp_path / "small.lmdb"
+    pack_lmdb(src, small, max_size=2, workers=1)
+    time.sleep(0.05)
+    (src / "cat" / "0000.png").touch()
+    assert pack_lmdb(src, small, max_size=2, workers=1, resume=True).count == 8
