@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include <jpeglib.h>
+#include <jerror.h>
 #include <math.h>
 #include <stdint.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -39,7 +40,9 @@ typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
     char message[JMSG_LENGTH_MAX];
-    char warning[JMSG_LENGTH_MAX]; /* the first warning (corrupt data libjpeg decodes around), "" for none */
+    char warning[JMSG_LENGTH_MAX]; /* the first warning of damaged data libjpeg decodes around, "" for none */
+    int damaged;                   /* entropy-coded data missing or wrong where decoding went (not a version or
+                                    * stray bytes before a marker, whose pixels are the image's) */
 } error_mgr;
 
 /* DamagedJPEG: decode_region met corrupt data inside what it decoded (libjpeg filled it in, gray) */
@@ -51,20 +54,34 @@ static void on_error(j_common_ptr cinfo) {
     longjmp(err->jump, 1);
 }
 
-/* warnings (corrupt data that libjpeg decodes around) are not printed, as with torchvision's decoder: the
- * first is kept, and region_core refuses the pixels it decoded around it */
-static void on_message(j_common_ptr cinfo) {
+/* warnings are not printed, as with torchvision's decoder */
+static void on_message(j_common_ptr cinfo) { (void)cinfo; }
+
+/* libjpeg's emit_message, counting warnings as it does, and noting those that mean the pixels decoded are its
+ * filling-in (the data cut short with its end marker put back, bad Huffman codes, a lost restart): region_core
+ * refuses those pixels. A JFIF or Adobe version it does not know, or stray bytes before a marker (cameras write
+ * them), leave the pixels the image's. */
+static void on_emit(j_common_ptr cinfo, int msg_level) {
     error_mgr *err = (error_mgr *)cinfo->err;
-    if (err->warning[0] == '\0')
-        (*cinfo->err->format_message)(cinfo, err->warning);
+    if (msg_level >= 0)
+        return; /* trace messages */
+    if (cinfo->err->msg_code == JWRN_HIT_MARKER || cinfo->err->msg_code == JWRN_HUFF_BAD_CODE ||
+        cinfo->err->msg_code == JWRN_MUST_RESYNC || cinfo->err->msg_code == JWRN_JPEG_EOF) {
+        if (!err->damaged)
+            (*cinfo->err->format_message)(cinfo, err->warning);
+        err->damaged = 1;
+    }
+    cinfo->err->num_warnings++;
 }
 
 static struct jpeg_error_mgr *init_errors(error_mgr *err) {
     struct jpeg_error_mgr *pub = jpeg_std_error(&err->pub);
     pub->error_exit = on_error;
     pub->output_message = on_message;
+    pub->emit_message = on_emit;
     err->message[0] = '\0';
     err->warning[0] = '\0';
+    err->damaged = 0;
     return pub;
 }
 
@@ -258,8 +275,8 @@ static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *ow
         PyErr_SetString(PyExc_ValueError, "the decoder stopped before the rectangle's last row");
         return NULL;
     }
-    if (cinfo.err->num_warnings != 0) { /* a cut-short scan (its end marker put back), bad Huffman codes: the
-                                          * rectangle's pixels are libjpeg's filling-in, not the image's */
+    if (err.damaged) { /* a cut-short scan (its end marker put back), bad Huffman codes: the rectangle's
+                        * pixels are libjpeg's filling-in, not the image's */
         jpeg_destroy_decompress(&cinfo);
         Py_DECREF(out);
         release(owner);

@@ -564,6 +564,10 @@ def _outside_source(out: str, src, what: str, labels: str | None = None) -> None
                          f"re-pack with --overwrite would refuse it); write the {what} outside")  # fmt: skip
     import glob
 
+    from datakit.io import IMAGE_EXTENSIONS
+
+    if not out.lower().endswith(IMAGE_EXTENSIONS):  # an .svg or .pdf histogram is no image to any scan: no sample
+        return
     sources = [p for s in (src if isinstance(src, list) else [src])
                for p in (sorted(glob.glob(s)) if any(c in s for c in "*?[") else [s])]  # fmt: skip
     for s in sources:

@@ -1319,9 +1319,12 @@ def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *,
     keeps 87.5% of the shorter side at any size instead of zooming in on the centre.
     """
     _size2(size)  # the crop, said as given (not as the resize computed from it)
-    if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize < 1):
-        raise ValueError(f"resize must be the shorter side in whole pixels >= 1 (None: size * 256 / 224), got "
-                         f"{resize!r}")  # fmt: skip
+    whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 1  # noqa: E731
+    pair = isinstance(resize, (tuple, list)) and len(resize) == 2 and all(whole(v) for v in resize)
+    if resize is not None and not whole(resize) and not pair:  # (h, w) too, as v2.Resize takes it
+        raise ValueError(f"resize must be the shorter side in whole pixels >= 1, or (height, width) (None: size * "
+                         f"256 / 224), got {resize!r}")  # fmt: skip
+    resize = int(resize) if whole(resize) else resize
     if resize is None:
         side = size if isinstance(size, int) else max(size)
         resize = int(side * 256 / 224)

@@ -1517,3 +1517,17 @@ def test_info_and_verify_refuse_a_pack_given_twice(class_folder: Path, tmp_path:
             capsys.readouterr().err
             == f"datakit {cmd}: error: {pack}: given twice (as {pack}); each pack is read once\n"
         )
+
+
+def test_a_histogram_that_is_no_image_may_be_written_among_the_images(samples: Path, tmp_path: Path, capsys):
+    # a false positive of the refusal above: `stats . --labels labels.csv --plot hist.svg` (or .pdf) was refused as
+    # an image `check` would find among the images; no scan reads an .svg or .pdf as one
+    proj = tmp_path / "proj"
+    shutil.copytree(samples / "images", proj / "images")
+    shutil.copy(samples / "labels.csv", proj / "labels.csv")
+    for name in ("hist.svg", "reports/hist.pdf"):
+        (proj / "reports").mkdir(exist_ok=True)
+        assert main(["stats", str(proj), "--labels", str(proj / "labels.csv"), "--plot", str(proj / name), "-q"]) == 0
+        assert (proj / name).exists()
+    capsys.readouterr()
+    assert main(["check", str(proj), "--labels", str(proj / "labels.csv"), "-q"]) == 0

@@ -218,3 +218,27 @@ def test_a_file_cut_short_with_its_end_marker_put_back_is_a_bad_sample_in_traini
     assert str(e.value) == (f"sample 0: {tmp_path / 'd' / 'a' / 'cut.jpg'}: damaged JPEG data: Corrupt JPEG data: "
                             "premature end of data segment")  # fmt: skip
     assert tuple(ds[1][0].shape) == (3, 64, 64)
+
+
+@needs_region
+def test_warnings_that_leave_the_pixels_the_images_own_are_no_damage():
+    # false positives of the refusal above: a JFIF 2.01 header ("unknown JFIF revision number 2.01") and a
+    # progressive file with stray bytes before a marker (cameras write them) were refused as damaged, stopping
+    # training on sound images
+    buf = io.BytesIO()
+    Image.fromarray(synthetic_image(120, 160)).save(buf, "JPEG", quality=90)
+    plain = buf.getvalue()
+    at = plain.index(b"JFIF\x00") + 5
+    jfif201 = plain[:at] + b"\x02\x01" + plain[at + 2 :]
+    buf = io.BytesIO()
+    Image.fromarray(synthetic_image(120, 160)).save(buf, "JPEG", quality=90, progressive=True)
+    prog = buf.getvalue()
+    junk = prog[:-2] + bytes(range(1, 241)) + prog[-2:]
+    scans = prog.rindex(b"\xff\xda")
+    between = prog[:scans] + b"\x00" * 240 + prog[scans:]
+    pipe = train_pipeline(64, scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3))
+    for clean, odd in ((plain, jfif201), (prog, junk), (prog, between)):
+        torch.manual_seed(3)
+        want = pipe.from_bytes(clean, "rgb")
+        torch.manual_seed(3)
+        assert torch.equal(pipe.from_bytes(odd, "rgb"), want)

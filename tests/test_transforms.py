@@ -593,7 +593,7 @@ def test_crops_are_torchvisions_boxes_on_large_images_too():
         (lambda: train_pipeline((224, -5)), "size must be at least 1 pixel a side, got (224, -5)"),
         (
             lambda: eval_pipeline(224, 0),
-            "resize must be the shorter side in whole pixels >= 1 (None: size * 256 / 224), got 0",
+            "resize must be the shorter side in whole pixels >= 1, or (height, width) (None: size * 256 / 224), got 0",
         ),
         (lambda: eval_pipeline(-16), "size must be at least 1 pixel a side, got (-16, -16)"),  # not the resize, -18
         (
