@@ -635,6 +635,8 @@ def test_a_jpeg_with_several_app1_segments_is_turned_by_one_rule_at_every_scale_
     assert dio.probe_image(data) == dio.probe_image(data, strict=True) == upright  # what datakit check reports
     assert dio.validate_image(data) == _validate(data, "x.jpg") == upright  # what pack-lmdb records, verify checks
     # each whole-image decoder datakit may use, told to leave the pixels as stored
+    monkeypatch.setattr(dio, "_compiled_jpeg", lambda raw, mode, factor, name: None)  # through torchvision
+    np.testing.assert_array_equal(decode_image(data, "rgb"), want["rgb", None])
     monkeypatch.setattr(dio, "_torchvision_jpeg", lambda raw, mode: None)  # full size through OpenCV
     np.testing.assert_array_equal(decode_image(data, "rgb"), want["rgb", None])
     monkeypatch.setattr(cv2, "imdecode", lambda buf, flags: None)  # what OpenCV cannot decode: Pillow

@@ -1199,8 +1199,11 @@ def test_validation_probes_near_square_rotated_jpegs_without_a_full_decode(tmp_p
         exif[0x0112] = orientation
         Image.fromarray(synthetic_image(h, w, seed=h)).save(root / "a" / name, quality=90, exif=exif.tobytes())
     full = []
-    real = dio._torchvision_jpeg
+    real, compiled = dio._torchvision_jpeg, dio._compiled_jpeg
     monkeypatch.setattr(dio, "_torchvision_jpeg", lambda raw, mode: full.append(mode) or real(raw, mode))
+    monkeypatch.setattr(
+        dio, "_compiled_jpeg", lambda raw, mode, f, name: (f == 1 and full.append(mode)) or compiled(raw, mode, f, name)
+    )
     out = tmp_path / "p.lmdb"
     pack_lmdb(root, out, workers=1)
     assert full == []  # every size came from a reduced-scale decode

@@ -242,3 +242,63 @@ def test_warnings_that_leave_the_pixels_the_images_own_are_no_damage():
         want = pipe.from_bytes(clean, "rgb")
         torch.manual_seed(3)
         assert torch.equal(pipe.from_bytes(odd, "rgb"), want)
+
+
+@needs_region
+def test_whole_image_decodes_refuse_damaged_jpeg_data_as_the_crops_do(tmp_path: Path):
+    # the attack: the file cut in half with its end marker put back, read by imread, decode_image and the eval
+    # pipeline of a dataset: libjpeg filled its lower half with gray and every one of them returned that without a
+    # word, while the training pipeline's crops, check and pack-lmdb refused the same file
+    from datakit.datasets import open_dataset
+    from datakit.errors import SampleError
+    from datakit.io import imread
+    from datakit.transforms import eval_pipeline
+
+    data = encode_image(synthetic_image(300, 400), ".jpg", 90)
+    half = data[: len(data) // 2] + b"\xff\xd9"
+    (tmp_path / "d" / "a").mkdir(parents=True)
+    cut = tmp_path / "d" / "a" / "a半.jpg"  # first, before ok.jpg
+    cut.write_bytes(half)
+    (tmp_path / "d" / "a" / "ok.jpg").write_bytes(data)
+    said = f"{cut}: damaged JPEG data: Corrupt JPEG data: premature end of data segment"
+    for mode in ("rgb", "bgr", "gray"):
+        for max_size in (None, 200, 50):
+            with pytest.raises(ImageDecodeError) as e:
+                imread(cut, mode, max_size)
+            assert str(e.value) == said
+    with pytest.raises(ImageDecodeError) as e:
+        decode_image(half, "rgb", name="半.jpg")
+    assert str(e.value) == "半.jpg: damaged JPEG data: Corrupt JPEG data: premature end of data segment"
+    ds = open_dataset(tmp_path / "d", transform=eval_pipeline(64))
+    with pytest.raises(SampleError) as e:
+        ds[0]
+    assert str(e.value) == f"sample 0: {said}"
+    assert tuple(ds[1][0].shape) == (3, 64, 64)
+    # "unchanged" and strict keep their decoders: the first decodes around it, the second refuses any warning
+    assert decode_image(half, "unchanged").shape == (300, 400, 3)
+    with pytest.raises(ImageDecodeError, match="^<bytes>: damaged JPEG data: Corrupt JPEG data: premature end"):
+        decode_image(half, "rgb", strict=True)
+
+
+@needs_region
+def test_whole_image_decodes_give_the_pixels_of_torchvision_and_opencv():
+    rng = np.random.default_rng(4)
+    gray = cv2.imencode(".jpg", _photo(123, 201, rng)[:, :, 0], [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+    files = [_jpeg(_photo(157, 230, rng), s, p) for s in ("444", "422", "420") for p in (False, True)] + [gray]
+    for data in files:
+        buf = np.frombuffer(data, np.uint8)
+        assert np.array_equal(dio._compiled_jpeg(data, "rgb", 1, None), dio._torchvision_jpeg(data, "rgb"))
+        assert np.array_equal(dio._compiled_jpeg(data, "gray", 1, None), dio._torchvision_jpeg(data, "gray"))
+        for f, flag in ((1, cv2.IMREAD_COLOR), (2, cv2.IMREAD_REDUCED_COLOR_2), (4, cv2.IMREAD_REDUCED_COLOR_4),
+                        (8, cv2.IMREAD_REDUCED_COLOR_8)):  # fmt: skip
+            want = cv2.imdecode(buf, flag | cv2.IMREAD_IGNORE_ORIENTATION)
+            assert np.array_equal(dio._compiled_jpeg(data, "bgr", f, None), want), f
+            got = dio._compiled_jpeg(data, "rgb", f, None)
+            assert got.flags.c_contiguous and np.array_equal(got, want[:, :, ::-1])
+        assert np.array_equal(decode_image(data, "gray", 60), cv2.imdecode(buf, cv2.IMREAD_REDUCED_GRAYSCALE_2))
+    # what it leaves to the other decoders: CMYK, the mode "unchanged"
+    cmyk = io.BytesIO()
+    Image.fromarray(synthetic_image(40, 60)).convert("CMYK").save(cmyk, "JPEG", quality=90)
+    assert dio._compiled_jpeg(cmyk.getvalue(), "rgb", 1, None) is None
+    assert dio._compiled_jpeg(files[0], "unchanged", 1, None) is None
+    assert decode_image(cmyk.getvalue(), "rgb").shape == (40, 60, 3)

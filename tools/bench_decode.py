@@ -14,7 +14,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from benchutil import best_time, dump_json, machine, make_photo_set, print_table
+from benchutil import dump_json, interleaved_best, machine, make_photo_set, print_table
 from PIL import Image
 
 from datakit.io import imread
@@ -56,8 +56,9 @@ def run(files: list[Path], decoders: dict, repeat: int = 5) -> dict[str, tuple[f
     for fn in decoders.values():  # warm up lazy imports, the page cache and the CPU clock
         for p in files:
             fn(p)
-    for name, fn in decoders.items():
-        t = best_time(lambda fn=fn: [fn(p) for p in files], repeat)
+    # in turn, pass after pass: a slow spell of the shared machine hits every decoder alike
+    best = interleaved_best({name: lambda fn=fn: [fn(p) for p in files] for name, fn in decoders.items()}, repeat)
+    for name, t in best.items():
         out[name] = (len(files) / t, pixels / t / 1e6)
     return out
 
