@@ -1431,7 +1431,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     stdout = sys.stdout
     before = None
     created = peer_gone = False
-    tag = f" (rank {rank})" if rank else ""
+    # a data error names the rank that met it, rank 0's too where every rank works (the others then say that a
+    # rank stopped): said once, a usage mistake is not tagged
+    tag = f" (rank {rank})" if rank or (world > 1 and every_rank is not None and every_rank(args)) else ""
     told_quiet = getattr(args, "quiet", False)
     if rank != 0:  # the other ranks work, but are silent: no result, no summary, no bar
         args.quiet = True
@@ -1455,7 +1457,10 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
             dist.barrier()
         return code
     except DatakitError as exc:  # the type decides the exit code: UsageError 2, data errors 1
-        if rank == 0 or exc.exit_code != UsageError.exit_code:  # every rank sees the same usage mistake
+        if exc.exit_code == UsageError.exit_code:  # every rank sees the same usage mistake: rank 0 says it
+            if rank == 0:
+                print(f"{prog}: error: {_lines(exc)}", file=sys.stderr)
+        else:
             print(f"{prog}: error{tag}: {_lines(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

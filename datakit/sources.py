@@ -639,7 +639,7 @@ def _warn_numbered(root: str, classes: list[str]) -> None:
     log.warning("%s: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder %r is "
                 "class %d); a label table of the same numbers indexes them by value (%r would be %d): to read one "
                 "with the other's indices, pass classes=", root, classes[k], k, classes[k],
-                int(classes[k]))  # fmt: skip
+                numbered.index(classes[k]))  # fmt: skip (its place by value: a table of 1..10 is read as 0..9)
 
 
 class _Walks:

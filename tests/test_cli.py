@@ -662,12 +662,22 @@ def test_two_ranks_sampled_stats_are_one_process_s_and_a_rank_stopping_is_one_li
         r0, r1 = _two_ranks(*args)
         assert (r0.returncode, r1.returncode, r0.stderr, r1.stderr) == (0, 0, "", "")
         assert json.loads(r0.stdout) == json.loads(one.stdout) and "stderr_mean" in json.loads(r0.stdout)
+    first = class_folder / "cat" / "图片_0.jpg"  # rank 0's share (samples 0, 2, ...): its line names rank 0
+    kept = first.read_bytes()
+    first.write_bytes(kept[: len(kept) // 2])
+    r0, r1 = _two_ranks("stats", class_folder, "--workers", "0")
+    assert (r0.returncode, r1.returncode) == (1, 1)
+    assert r0.stderr.splitlines() == [
+        f"datakit stats: error (rank 0): sample 0: {first}: truncated JPEG (no end-of-image marker)"
+    ]
+    assert r1.stderr.startswith("datakit stats: error (rank 1): another rank stopped before this one finished ")
+    first.write_bytes(kept)
     bad = class_folder / "鸟" / "图片_3.png"
     bad.write_bytes(bad.read_bytes()[:100])  # rank 1's share (samples 1, 3, ..., 11)
     r0, r1 = _two_ranks("stats", class_folder, "--workers", "0")
     assert (r0.returncode, r1.returncode) == (1, 1)
     assert r1.stderr.splitlines() == [f"datakit stats: error (rank 1): sample 11: {bad}: truncated PNG (no IEND chunk)"]
-    assert re.fullmatch(r"datakit stats: error: another rank stopped before this one finished \(Connection closed by "
+    assert re.fullmatch(r"datakit stats: error \(rank 0\): another rank stopped before this one finished \(Connection closed by "
                         r"peer \[127\.0\.0\.1\]:\d+\)\n", r0.stderr), r0.stderr  # fmt: skip
 
 

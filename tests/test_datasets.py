@@ -757,6 +757,21 @@ def test_class_folders_named_by_numbers_warn_that_a_table_indexes_them_otherwise
         "the other's indices, pass classes="
     ]
     caplog.clear()
+    one_based = tmp_path / "one-based"  # folders 1..10: a table of those numbers (remap_labels) gives '10' index 9
+    for c in range(1, 11):
+        (one_based / str(c)).mkdir(parents=True)
+        imwrite(one_based / str(c) / f"a{c}.png", synthetic_image(4, 4, seed=c))
+    (tmp_path / "one.csv").write_text("file,label\n" + "".join(f"{c}/a{c}.png,{c}\n" for c in range(1, 11)))
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(one_based).classes[:3] == ["1", "10", "2"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{one_based}: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder '10' "
+        "is class 1); a label table of the same numbers indexes them by value ('10' would be 9): to read one with the "
+        "other's indices, pass classes="
+    ]
+    table = open_dataset(one_based, labels=tmp_path / "one.csv", remap_labels=True)
+    assert table.targets[list(table.files).index("10/a10.png")] == 9
+    caplog.clear()
     val = tmp_path / "val"  # read with classes= (what the warning asks for): no warning, each folder its number
     shutil.copytree(root, val)
     with caplog.at_level(logging.WARNING, logger="datakit"):
