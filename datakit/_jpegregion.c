@@ -66,7 +66,11 @@ static void on_emit(j_common_ptr cinfo, int msg_level) {
     if (msg_level >= 0)
         return; /* trace messages */
     if (cinfo->err->msg_code == JWRN_HIT_MARKER || cinfo->err->msg_code == JWRN_HUFF_BAD_CODE ||
-        cinfo->err->msg_code == JWRN_MUST_RESYNC || cinfo->err->msg_code == JWRN_JPEG_EOF) {
+        cinfo->err->msg_code == JWRN_MUST_RESYNC || cinfo->err->msg_code == JWRN_JPEG_EOF
+#if JPEG_LIB_VERSION >= 70 || defined(C_ARITH_CODING_SUPPORTED) || defined(D_ARITH_CODING_SUPPORTED)
+        || cinfo->err->msg_code == JWRN_ARITH_BAD_CODE /* an arithmetic-coded scan's own damage */
+#endif
+    ) {
         if (!err->damaged)
             (*cinfo->err->format_message)(cinfo, err->warning);
         err->damaged = 1;
@@ -199,8 +203,13 @@ static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *ow
         for (ci = 0; ci < cinfo.num_components; ci++)
             for (k = 0; k < DCTSIZE2; k++)
                 if (cinfo.coef_bits[ci][k] != 0) {
+                    int damaged = err.damaged; /* its scans are read by now: one cut short is damage, not a choice */
                     jpeg_destroy_decompress(&cinfo);
                     release(owner);
+                    if (damaged) {
+                        PyErr_SetString(Damaged, err.warning[0] ? err.warning : "corrupt JPEG data");
+                        return NULL;
+                    }
                     Py_RETURN_NONE;
                 }
     }

@@ -116,6 +116,9 @@ def _segments(data: bytes):
         if marker == 0xFF:  # fill bytes
             i += 1
             continue
+        if marker == 0x00:  # not a marker (a stuffed byte): garbage to libjpeg, whose length is not read
+            i += 2
+            continue
         yield i, marker
         standalone = marker == 0xD8 or marker == 0x01 or 0xD0 <= marker <= 0xD7
         i += 2 if standalone else 2 + int.from_bytes(data[i + 2 : i + 4], "big")

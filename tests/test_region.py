@@ -302,3 +302,95 @@ def test_whole_image_decodes_give_the_pixels_of_torchvision_and_opencv():
     assert dio._compiled_jpeg(cmyk.getvalue(), "rgb", 1, None) is None
     assert dio._compiled_jpeg(files[0], "unchanged", 1, None) is None
     assert decode_image(cmyk.getvalue(), "rgb").shape == (40, 60, 3)
+
+
+@needs_region
+def test_a_progressive_jpeg_cut_short_is_refused_by_every_decode():
+    # the attack: a progressive JPEG (what web images often are) cut to 2-60% with its end marker put back: its
+    # scans leave coefficients unrefined, which the compiled decoder left to the whole-image decoders before it
+    # looked at the damage, and they decoded it around (36% of its rows gray), in imread, eval and training alike
+    buf = io.BytesIO()
+    Image.fromarray(synthetic_image(300, 400)).save(buf, "JPEG", quality=90, progressive=True)
+    data = buf.getvalue()
+    for cut in (0.02, 0.3, 0.6, 0.95):
+        bad = data[: int(len(data) * cut)] + b"\xff\xd9"
+        for mode, max_size in (("rgb", None), ("gray", None), ("bgr", 100)):
+            with pytest.raises(ImageDecodeError) as e:
+                decode_image(bad, mode, max_size, name="p.jpg")
+            assert str(e.value) == "p.jpg: damaged JPEG data: Corrupt JPEG data: premature end of data segment"
+        for pipe in (train_pipeline(64), eval_pipeline_64()):
+            with pytest.raises(ImageDecodeError, match=r"^<bytes>: damaged JPEG data: Corrupt JPEG data: premature"):
+                pipe.from_bytes(bad, "rgb")
+    # a sound progressive file whose scans stop short by design (no damage) still decodes, as before
+    assert decode_image(data, "rgb").shape == (300, 400, 3)
+
+
+def eval_pipeline_64():
+    from datakit.transforms import eval_pipeline
+
+    return eval_pipeline(64)
+
+
+@needs_region
+@pytest.mark.skipif(not HEADERS or shutil.which("gcc") is None, reason="needs gcc and libjpeg's headers to encode")
+def test_an_arithmetic_coded_jpeg_cut_short_is_refused(tmp_path: Path):
+    # the attack: libjpeg says "bad arithmetic code" for an arithmetic-coded scan cut short, a warning the compiled
+    # decoder did not count as damage: half the image gray, without a word (no common encoder writes these: a
+    # small libjpeg program does)
+    (tmp_path / "a.c").write_text(r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <jpeglib.h>
+int main(int argc, char **argv) {
+    int w = 400, h = 300, i;
+    unsigned char *p = malloc(w * h * 3);
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    FILE *f = fopen(argv[1], "wb");
+    srand(1); /* noise: a cut short smooth scan can end in codes that read as valid */
+    for (i = 0; i < w * h * 3; i++) p[i] = (unsigned char)((i % 1200) / 5 + rand() % 40);
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    jpeg_stdio_dest(&c, f);
+    c.image_width = w; c.image_height = h; c.input_components = 3; c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 90, TRUE);
+    c.arith_code = TRUE;
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < (unsigned)h) { JSAMPROW r = p + c.next_scanline * w * 3; jpeg_write_scanlines(&c, &r, 1); }
+    jpeg_finish_compress(&c);
+    fclose(f);
+    return 0;
+}
+""")
+    subprocess.run(["gcc", "-o", str(tmp_path / "a"), str(tmp_path / "a.c"), "-ljpeg"], check=True, timeout=120)
+    subprocess.run([str(tmp_path / "a"), str(tmp_path / "arith.jpg")], check=True, timeout=60)
+    data = (tmp_path / "arith.jpg").read_bytes()
+    assert np.array_equal(decode_image(data, "bgr"), cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
+    cut = data[: len(data) // 2] + b"\xff\xd9"
+    for mode, max_size in (("rgb", None), ("gray", None), ("rgb", 100)):
+        with pytest.raises(ImageDecodeError) as e:
+            decode_image(cut, mode, max_size, name="arith.jpg")
+        assert str(e.value) == "arith.jpg: damaged JPEG data: Corrupt JPEG data: bad arithmetic code"
+
+
+def test_a_stuffed_byte_between_segments_is_no_marker_to_the_header_reader():
+    # the attack: b"\xff\x00" and two bytes between header segments (libjpeg skips them as garbage) made the header
+    # reader take them for a segment, jump over the real frame header and read one hidden in a comment (100 rows of
+    # 300): the image was decoded cut to its top third
+    import struct
+
+    buf = io.BytesIO()
+    Image.fromarray(synthetic_image(300, 400)).save(buf, "JPEG", quality=90)
+    base = buf.getvalue()
+    sof = base.index(b"\xff\xc0")
+    sos = base.index(b"\xff\xda")
+    fake = bytearray(base[sof : sof + 2 + int.from_bytes(base[sof + 2 : sof + 4], "big")])
+    fake[5:7] = struct.pack(">H", 100)
+    head = base[2:sos]
+    com = b"\xff\xfe" + struct.pack(">H", 4 + len(fake)) + b"xx" + bytes(fake)
+    raw = base[:2] + b"\xff\x00" + struct.pack(">H", len(head) + 8) + head + com + base[sos:]
+    assert dio._jpeg_size(raw) == (300, 400, 3)
+    assert decode_image(raw, "rgb").shape == (300, 400, 3)
+    assert decode_image(raw, "rgb", 150).shape == (150, 200, 3)
+    assert tuple(train_pipeline(64).from_bytes(raw, "rgb").shape) == (3, 64, 64)
