@@ -636,10 +636,16 @@ def _warn_numbered(root: str, classes: list[str]) -> None:
         return
     _SAID_NUMBERED.add(root)
     k = next(k for k, (a, b) in enumerate(zip(classes, numbered)) if a != b)
-    log.warning("%s: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder %r is "
-                "class %d); a label table of the same numbers indexes them by value (%r would be %d): to read one "
-                "with the other's indices, pass classes=", root, classes[k], k, classes[k],
-                numbered.index(classes[k]))  # fmt: skip (its place by value: a table of 1..10 is read as 0..9)
+    log.warning(
+        "%s: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder %r is "
+        "class %d); a label table of the same numbers indexes them by value (%r would be %d): to read one "
+        "with the other's indices, pass classes=",
+        root,
+        classes[k],
+        k,
+        classes[k],
+        numbered.index(classes[k]),
+    )  # fmt: skip (its place by value: a table of 1..10 is read as 0..9)
 
 
 class _Walks:
