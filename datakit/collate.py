@@ -341,6 +341,12 @@ def _same_sizes(arrays: Sequence, what: str) -> None:
         advice = ("resize them to one size in the transform, or batch them with datakit.collate.pad_collate()"
                   if what in ("images", "'image'") else  # pad_collate pads images, not targets
                   "a collate function of your own can pad them or keep them as lists")  # fmt: skip
+        kinds = ["NumPy array" if isinstance(x, np.ndarray) else "tensor" for x in arrays]
+        if what in ("images", "'image'") and len(set(kinds)) > 1:  # (a tensor's channels lead, an array's trail)
+            raise CollateError(f"cannot stack {what} given as tensors beside NumPy arrays into one batch (",
+                               *_grouped([f"{k} {sh}" for k, sh in zip(kinds, shapes)], str, "sizes"), "); a tensor "
+                               "is read as C x H x W and an array as H x W x C: give every sample the same "
+                               "transform")  # fmt: skip
         channels = _channel_counts(arrays, shapes) if what in ("images", "'image'") else None
         if channels is not None:  # gray, RGB and RGBA files read as they are: no resize or padding makes them one
             counts = ", ".join(map(str, channels[:-1])) + f" and {channels[-1]}"

@@ -416,6 +416,15 @@ def test_images_of_different_channel_counts_are_said_to_differ_in_channels():
     )
     with pytest.raises(CollateError, match=r"^cannot stack images of 3 and 4 channels into one batch \(batch "):
         stack_collate([(np.zeros((5, 5, c), np.uint8), 0) for c in (3, 4)])  # H x W x C arrays: the last dimension
+    # a C x H x W tensor beside an H x W x C array, both of 3 channels: "of 3 and 4 channels" named a count neither
+    # has, and its advice (mode='rgb') could not help
+    with pytest.raises(CollateError) as e:
+        stack_collate([(torch.zeros(3, 4, 4, dtype=torch.uint8), 1), (np.zeros((4, 4, 3), np.uint8), 2)])
+    assert str(e.value) == (
+        "cannot stack images given as tensors beside NumPy arrays into one batch (batch position 0: tensor (3, 4, 4); "
+        "batch position 1: NumPy array (4, 4, 3)); a tensor is read as C x H x W and an array as H x W x C: give "
+        "every sample the same transform"
+    )
 
 
 def test_bare_and_dict_samples_of_different_sizes_are_refused_naming_them():
