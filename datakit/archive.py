@@ -658,8 +658,10 @@ _PATH_MAX = 4095  # bytes of a path Linux opens (PATH_MAX, 4096 with its NUL)
 
 
 def _macos_metadata(name: str) -> bool:
-    """Whether a member is Finder's AppleDouble metadata: under ``__MACOSX/`` or named ``._NAME``."""
-    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    """Whether a member is Finder's AppleDouble metadata: under ``__MACOSX/`` or named ``._NAME``, looked
+    at as :func:`safe_relpath` writes it (``C:__MACOSX/x`` is written as ``__MACOSX/x``)."""
+    s = name.replace("\\", "/")
+    parts = [p for p in (s[2:] if re.match(r"^[A-Za-z]:", s) else s).split("/") if p not in ("", ".")]
     return bool(parts) and (parts[0] == "__MACOSX" or parts[-1].startswith("._"))
 
 
@@ -1248,22 +1250,32 @@ def unzip(
             _remove_other_parts(tree, {rel: files_seen[rel] for rel in [*report.extracted, *report.unchanged]
                                        if rel in files_seen}, report, dest_path)  # fmt: skip
             last = {rel: m.index for m in members if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
+            names: dict[str, set[str]] = {}  # the paths each link's last resolution passed
             try:
                 _make_links(zf, infos, links, last, files_seen, tree, overwrite, report, archive, folders_of)
             finally:  # Ctrl-C (or SIGTERM) half-way: the links made so far are checked all the same
-                _recheck_links(tree, links, report, archive)
+                _recheck_links(tree, links, report, archive, names=names)
             # a folder made only for members refused (by this run, or by a killed one for the same members) is
             # not left empty: the dataset read from the target would refuse it as an empty class folder
             listed = {"/".join(parts) for parts, _ in dirs}
-            while True:  # a link through a folder removed here (dog/m.png -> ../bird/../cat/1.png) leads to nothing
-                gone = False
-                for rel in sorted(folders_of - listed, key=lambda r: -r.count("/")):
+            left = folders_of - listed
+            pending = set(left)
+            while pending:  # a link through a folder removed here (dog/m.png -> ../bird/../cat/1.png) leads to nothing
+                gone = set()
+                for rel in sorted(pending, key=lambda r: -r.count("/")):  # a folder before the one it is in
                     parts = rel.split("/")
-                    if tuple(parts) in tree.made or _folder_marked(tree, parts):
-                        gone |= tree.remove_empty(parts)
+                    if (tuple(parts) in tree.made or _folder_marked(tree, parts)) and tree.remove_empty(parts):
+                        gone.add(rel)
+                left -= gone
                 if not gone or not links:
                     break
-                _recheck_links(tree, links, report, archive)  # which may leave more folders empty
+                # which may leave more folders empty: those the links removed were in (only the links whose last
+                # resolution passed through a folder removed are resolved again: a chain of such links, each
+                # through the folder of the one before, was resolved whole once per folder, quadratic time)
+                real = os.path.realpath(tree.root)
+                gone_paths = {os.path.join(real, *r.split("/")) for r in gone}
+                unlinked = _recheck_links(tree, links, report, archive, gone_paths, names)
+                pending = {a for rel in unlinked for a in _ancestors(rel)} & left
             umask = _umask()
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
                 if "/".join(parts) in there and not _folder_marked(tree, parts):  # yours, not a killed run's
@@ -1789,28 +1801,43 @@ def _left_over(tree: _Tree, parts: list[str], link: str) -> str:
     return "; the same link, left there by an earlier run, removed"
 
 
-def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: ExtractReport, archive: str) -> None:
+def _ancestors(rel: str) -> list[str]:
+    """The folders a relative path is inside, the nearest first: 'a/b/c' -> ['a/b', 'a']."""
+    parts = rel.split("/")[:-1]
+    return ["/".join(parts[:k]) for k in range(len(parts), 0, -1)]
+
+
+def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: ExtractReport, archive: str,
+                   only: set[str] | None = None, names: dict[str, set[str]] | None = None) -> set[str]:  # fmt: skip
     """Remove any link that a later link made resolve outside the target (``a -> b/..``, then ``b -> .``),
     and any that leads to nothing (``nosuch/../../cat/1.png``, ``1.png/``): the folder's scan would
-    list it as an image it cannot read, where the zip read in place has no such sample."""
+    list it as an image it cannot read, where the zip read in place has no such sample. ``only``: after
+    the folders at these real paths were removed, only the links whose last resolution passed through one
+    of them (or through a link removed since) are resolved again; ``names`` keeps the paths each link's
+    resolution passed, between calls. The links removed."""
     # the links an earlier run made count too, where they lead out: one killed half-way left them unchecked (one
     # that leads to nothing may be the user's own, as it was before this run)
     now = set(report.extracted)
     extracted = {*report.extracted, *report.unchanged}
     made = [(m, rel) for m, rel in links if rel in extracted]
     removed: set[str] = set()
+
+    def unaffected(rel: str) -> bool:  # by what ``only`` names: its last resolution passed none of it
+        return only is not None and names is not None and rel in names and not names[rel] & only
+
     # a removal can only leave links that resolved through the removed one leading to nothing; a resolution
     # follows at most 40 links, so the passes are few however many links there are
     changed = True
     while changed:
         changed = False
         for m, rel in made:
-            if rel in removed:
+            if rel in removed or unaffected(rel):
                 continue
             full = os.path.join(tree.root, *rel.split("/"))
             why = None
+            passed: list[str] = []
             try:
-                end, _ = _resolve(full)
+                end, _ = _resolve(full, passed=passed)
                 if end is None:
                     why = f"symlink leads through more than {_MAX_HOPS} links (ELOOP); removed"
                 elif not _inside(end, tree.root):
@@ -1819,12 +1846,19 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                     why = f"symlink to {os.readlink(full)!r} leads to nothing inside the target; removed"
             except OSError as exc:  # a path the kernel will not resolve (too long): it cannot be checked
                 why = f"symlink cannot be resolved ({exc.strerror}); removed"
+            if names is not None:
+                names[rel] = set(passed)
             if why:
                 parts = rel.split("/")
                 os.unlink(parts[-1], dir_fd=tree.folder(parts[:-1], create=False))
                 removed.add(rel)
                 report.problems.append(f"{archive}: member {m.name!r}: {why}")
                 changed = True
+                if only is not None:
+                    only.add(os.path.join(os.path.realpath(tree.root), *parts))  # those through it: nothing now
+    if only is not None:  # removals lead nowhere new: no link already in the folder leads out through them
+        _drop_removed(report, removed)
+        return removed
     # a link already in the folder (an earlier run's, unchanged by this one) may now lead out through a link this
     # run made (a -> b/../x from before, b -> . now): the new link on its way goes
     mine = {os.path.join(tree.root, *rel.split("/")): (m, rel) for m, rel in made if rel not in removed}
@@ -1849,6 +1883,11 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                     report.problems.append(f"{archive}: member {m.name!r}: symlink would make {shown!r}, a link "
                                            "already in the folder, resolve outside the target; removed")  # fmt: skip
                     changed = True
+    _drop_removed(report, removed)
+    return removed
+
+
+def _drop_removed(report: ExtractReport, removed: set[str]) -> None:
     if removed:
         report.extracted[:] = [rel for rel in report.extracted if rel not in removed]
         report.unchanged[:] = [rel for rel in report.unchanged if rel not in removed]
@@ -1871,11 +1910,11 @@ class _TooLong(OSError):
         super().__init__(errno.E2BIG, f"its resolution walks more than {_MAX_STEPS} path parts")
 
 
-def _resolve(path: str, base: str | None = None) -> tuple[str | None, list[str]]:
+def _resolve(path: str, base: str | None = None, passed: list[str] | None = None) -> tuple[str | None, list[str]]:
     """Where the absolute ``path`` leads as the kernel resolves it, and the links it passes on the way;
     None for the end where more than 40 links are followed (ELOOP). ``_TooLong`` past ``_MAX_STEPS`` parts more
     than the path's own, or than ``base``'s, the folder a link's text is read in (a folder 520 deep is no bomb;
-    every link's text counts, the one resolved too)."""
+    every link's text counts, the one resolved too). ``passed``: every path looked at is appended to it."""
     todo = [p for p in reversed(path.split("/")) if p]
     here, via, hops, steps = "/", [], 0, -len([p for p in (base or path).split("/") if p])
     while todo:
@@ -1889,6 +1928,8 @@ def _resolve(path: str, base: str | None = None) -> tuple[str | None, list[str]]
             here = os.path.dirname(here)
             continue
         step = os.path.join(here, part)
+        if passed is not None:
+            passed.append(step)
         if not os.path.islink(step):
             here = step
             continue
@@ -2070,26 +2111,41 @@ class ZipReader:
     def _prune(self, tree: dict[str, dict[str, tuple[str, object]]], members: set[str]) -> None:
         """Take out of ``tree`` what unzip-gbk removes after making the links: a link that leads to nothing (or
         out, or round), then a folder it made for such links alone, left empty, and then the links that led
-        through that folder (``dog/m.png -> ../bird/../cat/1.png`` once ``bird/`` is gone), until none is left."""
-        changed = True
-        while changed:
-            changed = False
-            for here, entries in list(tree.items()):
-                for name, (kind, _) in list(entries.items()):
-                    if kind == "link" and self.lookup(f"{here}/{name}" if here else name) is None:
-                        del entries[name]
-                        changed = True
-            for here in sorted(tree, key=lambda p: -p.count("/")):
-                if here and not tree[here] and here not in members:
+        through that folder (``dog/m.png -> ../bird/../cat/1.png`` once ``bird/`` is gone), until none is left.
+        After the first look at every link, only those whose lookup passed something removed are looked up again
+        (a chain of links, each through the folder of the one before, was looked up whole once per folder)."""
+        passed_by: dict[str, set[str]] = {}  # each link's path: the paths its last lookup passed
+        todo = [(here, name) for here, entries in tree.items() for name, (kind, _) in entries.items() if kind == "link"]
+        folders = [here for here in tree if here]  # the first time, every folder may be one left empty
+        while todo or folders:
+            gone: set[str] = set()
+            for here, name in todo:
+                path = f"{here}/{name}" if here else name
+                if name not in tree.get(here, {}):
+                    continue
+                passed: list[str] = []
+                if self.lookup(path, _passed=passed) is None:
+                    del tree[here][name]
+                    passed_by.pop(path, None)
+                    gone.add(path)
+                    folders += _ancestors(path)
+                else:
+                    passed_by[path] = set(passed)
+            for here in sorted(set(folders), key=lambda p: -p.count("/")):  # a folder before the one it is in
+                if here in tree and not tree[here] and here not in members:
                     parent, _, name = here.rpartition("/")
                     del tree[parent][name], tree[here]
-                    changed = True
+                    gone.add(here)  # (the folders it is in are in the set: those of a link removed, or all)
+            folders = []
+            todo = [tuple(p.rpartition("/")[::2]) for p, seen in passed_by.items() if seen & gone]
 
-    def lookup(self, path: str, _hops: list[int] | None = None) -> tuple[str, int | str] | None:
+    def lookup(self, path: str, _hops: list[int] | None = None, _passed: list[str] | None = None
+               ) -> tuple[str, int | str] | None:  # fmt: skip
         """What ``path`` inside the archive is, its links followed as the kernel follows them on the
         extracted folder: ("file", member index), ("dir", its real folder path) or None (nothing there,
         a path through a file, a link out of the archive or to nothing, more than 40 links followed in
-        all, where Linux gives up with ELOOP and unzip-gbk removes the link)."""
+        all, where Linux gives up with ELOOP and unzip-gbk removes the link). ``_passed``: every entry
+        looked at (its path in the archive) is appended to it."""
         hops = [0] if _hops is None else _hops  # links followed so far in this lookup, nested ones included
         tree = self.tree()
         real: list[str] = []
@@ -2103,6 +2159,8 @@ class ZipReader:
                 real.pop()
                 here = here.rpartition("/")[0]
                 continue
+            if _passed is not None:
+                _passed.append(f"{here}/{part}" if here else part)
             entry = tree.get(here, {}).get(part)
             if entry is None:
                 return None
@@ -2113,7 +2171,7 @@ class ZipReader:
                 hops[0] += 1
                 if link is None or hops[0] > _MAX_HOPS:
                     return None
-                found = self.lookup("/".join([*real, link]), hops)
+                found = self.lookup("/".join([*real, link]), hops, _passed)
                 if found is None or (found[0] == "file" and (not last or folder or _names_folder(link))):
                     return None  # 'a.png/', 'a.png/.': a folder, which it is not
                 if found[0] == "file" and _member_problem(self._by_index[found[1]]):

@@ -1288,6 +1288,12 @@ class ZipDataset(ImageDataset):
             return [], []
         at = root[1]
         classes = sorted(n for n in tree.get(at, {}) if n != "__MACOSX" and (kind(join(at, n)) or ("",))[0] == "dir")
+        # datakit's own index cache, zipped with the folder: no class there, none here
+        caches = [c for c in classes if (kind(join(join(at, c), "INDEX_CACHE")) or ("",))[0] == "file"]
+        if caches:
+            log.warning("%s: %s skipped: datakit's index cache, not a class folder (keep it outside the dataset)",
+                        self.path, ", ".join(map(repr, caches)))  # fmt: skip
+            classes = [c for c in classes if c not in caches]
         keep = []
         for idx, cls in enumerate(classes):
             found: list[tuple[str, list[tuple[str, int]]]] = []

@@ -344,3 +344,15 @@ def test_a_cache_inside_the_dataset_folder_is_no_class(tmp_path: Path, caplog):
     assert ds[0][0].shape == (3, 32, 32)
     assert f"{tmp_path / 'data'}: '.cache' skipped: datakit's index cache, not a class folder (keep it outside the " \
         "dataset)" in caplog.messages  # fmt: skip
+    # the same folder zipped (the cache and all): read in place, the cache was a class with no images
+    import shutil
+
+    ds[1]  # the cache filled
+    archive = shutil.make_archive(str(tmp_path / "data"), "zip", tmp_path / "data")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        zipped = open_dataset(archive)
+    assert zipped.classes == ["cat", "dog"] and [zipped[i][1] for i in range(2)] == [0, 1]
+    assert f"{archive}: '.cache' skipped: datakit's index cache, not a class folder (keep it outside the dataset)" in (
+        caplog.messages
+    )
