@@ -105,6 +105,12 @@ def _lmdb_errors(path: str | os.PathLike, doing: str = "reading") -> Iterator[No
         yield
     except lmdb.Error as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "is already open in this process" in msg:  # py-lmdb's own refusal of a second environment: sound data
+            raise PackError(
+                f"{path}: the pack's LMDB environment is already open in this process outside datakit's readers "
+                "(an lmdb.open() of your own, or an LmdbWriter not yet closed); close it before reading the pack "
+                "with datakit"
+            ) from None
         advice = (  # verify opens it the same way: pointing there would send the user round in a circle
             "copy it again (a copy cut short or a damaged disk leaves it so) or re-pack"
             if doing == "opening"
@@ -680,6 +686,10 @@ def _no_meta(path: Path, entries: int = 0) -> str:
     if pid is not None:
         return (f"{path}: being created by another process (PID {pid}), which has not written its metadata yet; "
                 "open it again in a moment")  # fmt: skip
+    problem = _tree_problem(path / "data.mdb")  # pages that send liblmdb astray can hide the metadata record
+    if problem is not None:
+        return (f"{path}: damaged LMDB data ({problem}); copy the pack again (a copy cut short or a damaged disk "
+                "leaves it so) or re-pack")  # fmt: skip
     if entries and (path / LOCK_NAME).is_file():  # pack-lmdb's, records in it and no metadata: no commit leaves that
         return (f"{path}: damaged: {entries} record{'s' * (entries != 1)} and no metadata record (a copy made while "
                 "the pack was being written?); copy it again once pack-lmdb has finished, or re-pack")  # fmt: skip

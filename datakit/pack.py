@@ -52,6 +52,7 @@ from datakit.lmdb import (
     LmdbWriter,
     PackLock,
     PackWriteError,
+    _tree_problem,
     close_pack,
     read_meta,
     record_count,
@@ -387,6 +388,10 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
                 (out / LOCK_NAME).unlink()  # leave a foreign folder as it was
             what = ("an LMDB environment that is not a datakit pack" if (out / "data.mdb").exists() else
                     "a classes.json that is not a datakit pack's")  # fmt: skip
+            if (out / "data.mdb").exists() and (problem := _tree_problem(out / "data.mdb")) is not None:
+                raise UsageError(f"{out}: holds an LMDB environment whose pages are damaged ({problem}), so it cannot "
+                                 "be told a datakit pack; not touching it: remove it and pack again, or pick another "
+                                 "OUT")  # fmt: skip
             raise UsageError(f"{out}: holds {what}; not touching it, pick another OUT")
         if overwrite:
             if keep and state == "datakit":

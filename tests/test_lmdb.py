@@ -1257,3 +1257,56 @@ def test_a_pack_whose_class_map_names_a_class_twice_is_refused_everywhere(class_
     assert capsys.readouterr().err.splitlines() == [
         f"datakit check: error: classes={str(path)!r}: the pack's metadata holds a class map naming class 'a' twice "
         "(classes 0 and 2)"]  # fmt: skip
+
+
+def test_a_pack_held_open_by_the_callers_own_lmdb_handle_is_not_called_damaged(tmp_path: Path):
+    # the attack: lmdb.open(pack) in a script to look at its keys, then open_dataset(pack): "opening the pack failed
+    # (Error: The environment ... is already open in this process.); copy it again ... or re-pack", for sound data
+    path = tmp_path / "p.lmdb"
+    write_pack(path, 8)
+    close_pack(path)
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    try:
+        with pytest.raises(PackError) as e:
+            open_dataset(path)
+        assert str(e.value) == (
+            f"{path}: the pack's LMDB environment is already open in this process outside datakit's readers (an "
+            "lmdb.open() of your own, or an LmdbWriter not yet closed); close it before reading the pack with datakit"
+        )
+    finally:
+        env.close()
+    assert len(open_dataset(path)) == 8
+
+
+def test_damaged_pages_that_hide_the_metadata_are_called_damaged_everywhere(tmp_path: Path):
+    # the attack: one byte of the root page's flags flipped in a copy holding data.mdb alone: `info` said "damaged
+    # LMDB data", `verify` "not a datakit pack (no metadata record)" (with the pack's other files, "a copy made while
+    # the pack was being written?"), and pack-lmdb --overwrite "not a datakit pack; not touching it", so that the
+    # advice to re-pack led nowhere
+    src = tmp_path / "p.lmdb"
+    write_pack(src, 40)
+    close_pack(src)
+    raw = bytearray((src / "data.mdb").read_bytes())
+    # the main database's root page, of the newer of the two meta pages (transaction id, root page number)
+    txn_root = [struct.unpack_from("<QQ", raw, off + 16 + 112)[::-1] for off in (0, 4096)]
+    root = max(txn_root)[1]
+    raw[root * 4096 + 10] ^= 0x03
+    said = "damaged LMDB data (a value runs past its page: a damaged size)"
+    for name, files in (("bare.lmdb", ()), ("whole.lmdb", ("pack.lock", "classes.json"))):
+        copy = tmp_path / name
+        copy.mkdir()
+        (copy / "data.mdb").write_bytes(raw)
+        for f in files:
+            if (src / f).exists():
+                shutil.copy(src / f, copy / f)
+        assert verify_lmdb(copy) == [f"{copy}: {said}; copy the pack again (a copy cut short or a damaged disk leaves "
+                                     "it so) or re-pack"]  # fmt: skip
+        with pytest.raises(PackError, match=re.escape(f"{copy}: {said}")):
+            open_dataset(copy)
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    imwrite(tmp_path / "src" / "a" / "1.png", synthetic_image(8, 8))
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(tmp_path / "src", tmp_path / "bare.lmdb", overwrite=True)
+    assert str(e.value) == (f"{tmp_path / 'bare.lmdb'}: holds an LMDB environment whose pages are damaged (a value "
+                            "runs past its page: a damaged size), so it cannot be told a datakit pack; not touching "
+                            "it: remove it and pack again, or pick another OUT")  # fmt: skip
