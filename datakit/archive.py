@@ -1815,10 +1815,16 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
     the folders at these real paths were removed, only the links whose last resolution passed through one
     of them (or through a link removed since) are resolved again; ``names`` keeps the paths each link's
     resolution passed, between calls. The links removed."""
-    # the links an earlier run made count too, where they lead out: one killed half-way left them unchecked (one
-    # that leads to nothing may be the user's own, as it was before this run)
+    # the links an earlier run made count too, where they lead out: one killed half-way left them unchecked; one
+    # that leads to nothing goes where this run made it, or a killed run did (in a folder that run made and marked:
+    # its classes would differ from the zip read in place), and stays in a folder of yours, as it was
     now = set(report.extracted)
     extracted = {*report.extracted, *report.unchanged}
+
+    def killed_runs(rel: str) -> bool:
+        parts = rel.split("/")[:-1]
+        return bool(parts) and (tuple(parts) in tree.made or _folder_marked(tree, parts))
+
     made = [(m, rel) for m, rel in links if rel in extracted]
     removed: set[str] = set()
 
@@ -1842,7 +1848,7 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                     why = f"symlink leads through more than {_MAX_HOPS} links (ELOOP); removed"
                 elif not _inside(end, tree.root):
                     why = "symlink resolves outside the target through other links; removed"
-                elif not os.path.exists(full) and rel in now:  # what a folder scan would list as a file it cannot read
+                elif not os.path.exists(full) and (rel in now or killed_runs(rel)):  # a file a scan cannot read
                     why = f"symlink to {os.readlink(full)!r} leads to nothing inside the target; removed"
             except OSError as exc:  # a path the kernel will not resolve (too long): it cannot be checked
                 why = f"symlink cannot be resolved ({exc.strerror}); removed"
@@ -1861,6 +1867,7 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
         return removed
     # a link already in the folder (an earlier run's, unchanged by this one) may now lead out through a link this
     # run made (a -> b/../x from before, b -> . now): the new link on its way goes
+    before = set(removed)
     mine = {os.path.join(tree.root, *rel.split("/")): (m, rel) for m, rel in made if rel not in removed}
     changed = bool(mine)
     while changed:
@@ -1884,6 +1891,10 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                                            "already in the folder, resolve outside the target; removed")  # fmt: skip
                     changed = True
     _drop_removed(report, removed)
+    if removed - before:  # the links that led through one removed here lead to nothing now: looked at again
+        real = os.path.realpath(tree.root)
+        gone = {os.path.join(real, *rel.split("/")) for rel in removed - before}
+        removed |= _recheck_links(tree, links, report, archive, gone, names)
     return removed
 
 

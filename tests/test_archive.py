@@ -3335,3 +3335,44 @@ def test_links_removed_in_a_cascade_are_resolved_a_bounded_number_of_times(tmp_p
         assert all(p.endswith("leads to nothing inside the target; removed") for p in report.problems)
         assert ds.classes == ["c"] and len(ds) == 1
         assert calls["_resolve"] <= 4 * k and calls["lookup"] <= 8 * k, calls  # were k * k
+
+
+def test_a_link_through_one_removed_for_a_link_already_in_the_folder_goes_too(tmp_path: Path):
+    # the attack: the folder holds a link of yours, old -> b/../x.png; the zip's b -> . would make it lead out, so b
+    # is removed; c/m.png -> ../b/c/1.png then led to nothing and stayed (the folder listed a sample it cannot read)
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "b.zip", [gbk("c/1.png", _png(10)), gbk("b", symlink_to=b"."),
+                                       gbk("c/m.png", symlink_to=b"../b/c/1.png"),
+                                       gbk("z/h.png", symlink_to=b"nosuch.png")])  # fmt: skip
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old").symlink_to("b/../x.png")
+    report = unzip(z, out)
+    assert report.problems == [
+        f"{z}: member 'z/h.png': symlink to 'nosuch.png' leads to nothing inside the target; removed",
+        f"{z}: member 'b': symlink would make 'old', a link already in the folder, resolve outside the target; removed",
+        f"{z}: member 'c/m.png': symlink to '../b/c/1.png' leads to nothing inside the target; removed",
+    ]
+    assert tree(out) == {"c/1.png": _png(10)} and links_under(out) == {"old": "b/../x.png"}
+    assert list(open_dataset(out).files) == ["c/1.png"]  # (in place, with no link of yours, b is a class and m.png is)
+
+
+def test_a_dead_link_a_killed_run_made_is_removed_by_the_next_run(tmp_path: Path):
+    # the attack: unzip-gbk killed once its links were made, before it checked them: the re-run found z/h.png ->
+    # nosuch.png as the zip has it ("already there and identical"), left it, and exited 0; the folder had a class
+    # 'z' with a sample it cannot read, which the zip read in place does not have
+    from datakit.datasets import open_dataset
+
+    z = write_zip(tmp_path / "k.zip", [gbk("c/1.png", _png(10)), gbk("z/h.png", symlink_to=b"nosuch.png")])
+    out = tmp_path / "out"
+    killed = subprocess.run(  # killed at the worst moment: the links made, none checked
+        [sys.executable, "-c", "import os, sys; from datakit import archive; "
+         "archive._recheck_links = lambda *a, **k: os._exit(9); archive.unzip(sys.argv[1], sys.argv[2])",
+         str(z), str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert killed.returncode == 9 and os.readlink(out / "z" / "h.png") == "nosuch.png", killed.stderr
+    report = unzip(z, out)
+    assert report.problems == [f"{z}: member 'z/h.png': symlink to 'nosuch.png' leads to nothing inside the target; "
+                               "removed"]  # fmt: skip
+    assert tree(out) == {"c/1.png": _png(10)} and links_under(out) == {}
+    assert open_dataset(out).classes == open_dataset(z).classes == ["c"]
