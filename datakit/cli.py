@@ -587,7 +587,8 @@ def _outside_source(out: str, src, what: str, labels: str | None = None) -> None
         if os.path.isfile(s) and _is_table(s):
             here = os.path.dirname(os.path.realpath(s)).rstrip(os.sep) + os.sep
             if (folder + os.sep).startswith(here):
-                raise UsageError(f"{out}: inside {os.path.join(os.path.dirname(s), '')}, the folder of the images {s} "
+                shown = os.path.join(os.path.dirname(s) or ".", "")  # './' for a table named bare
+                raise UsageError(f"{out}: inside {shown}, the folder of the images {s} "
                                  f"names, where it could replace one of them and `check` would find the {what} "
                                  "among them as an image not in the table; write it outside")  # fmt: skip
 

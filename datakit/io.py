@@ -1519,6 +1519,8 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: boo
     ``probe``: also make and remove a file there (before long work: what the permissions do not
     show, as for root in /sys)."""
     check_path_length(path)
+    if isinstance(path, str) and path.endswith(("/", os.sep)):  # Path() drops it: 'out.png/' names a folder
+        raise UsageError(f"{path}: names a folder (it ends with '/'); give a file name")
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder; give a file name")

@@ -277,6 +277,11 @@ def compute_stats(
         if size[0] * size[1] > pixel_budget():
             raise UsageError(f"size {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over the limit of "
                              f"{pixel_budget()} a decoded image may have (DATAKIT_MAX_PIXELS)")  # fmt: skip
+    integral = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
+    if sample is not None and not integral(sample):
+        raise UsageError(f"sample must be a whole number of images (or None: every image), got {sample!r}")
+    if not integral(seed) or seed < 0:  # (drawn before any image is read: the bootstrap's seed follows from it)
+        raise UsageError(f"seed must be a whole number >= 0, got {seed!r}")
     n = len(ds)
     order = {"bgr": "BGR", "gray": "L"}.get(getattr(ds, "mode", "rgb"), "RGB")  # L: one gray channel
     idx = np.arange(n)

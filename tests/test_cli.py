@@ -402,6 +402,8 @@ UNWRITABLE = [
     ("no/such/dir/out.png", "{tmp}/no/such/dir: no such folder to write out.png into"),
     ("a_folder.png", "{tmp}/a_folder.png: is a folder; give a file name"),
     ("exists.png", "{tmp}/exists.png: already exists; use --overwrite (overwrite=True) to replace it"),
+    # a name that ends with '/' names a folder: it was written as the file new.png
+    ("new.png/", "{tmp}/new.png/: names a folder (it ends with '/'); give a file name"),
 ]
 
 
@@ -414,7 +416,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_image_is_read(
     (tmp_path / "a_folder.png").mkdir()
     (tmp_path / "exists.png").write_bytes(b"keep me")
     before = _tree(tmp_path)
-    rc = main([command, str(unreadable_folder), *WRITERS[command], str(tmp_path / name)])
+    rc = main([command, str(unreadable_folder), *WRITERS[command], f"{tmp_path}/{name}"])
     out, err = capsys.readouterr()
     # exit 2, not the exit 1 of the first unreadable image: no image was read
     assert (rc, out, err) == (2, "", f"datakit {command}: error: {message.format(tmp=tmp_path)}\n")
@@ -1184,6 +1186,12 @@ def test_a_preview_or_histogram_among_the_images_of_a_table_given_alone_is_refus
                                                   f"of them and `check` would find the {what} among them as an image "
                                                   "not in the table; write it outside\n")  # fmt: skip
     assert image.read_bytes() == before and not (tt / "images" / "cat" / "new.png").exists()
+    # the table named bare, from its folder: "inside , the folder of the images labels.csv names"
+    proc = _datakit("preview", "labels.csv", "--out", "sheet.png", cwd=tt)
+    assert (proc.returncode, proc.stderr) == (2, "datakit preview: error: sheet.png: inside ./, the folder of the "
+                                              "images labels.csv names, where it could replace one of them and "
+                                              "`check` would find the contact sheet among them as an image not in the "
+                                              "table; write it outside\n")  # fmt: skip
     outside = _datakit("preview", str(tt / "labels.csv"), "--out", str(tmp_path / "grid.png"), "--n", "2")
     assert outside.returncode == 0 and (tmp_path / "grid.png").exists()
 

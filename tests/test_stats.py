@@ -64,6 +64,20 @@ def test_resize_and_sample(class_folder: Path):
     assert all(abs(a - b) < 6 * e + 1e-3 for a, b, e in zip(est.mean, full.mean, est.stderr_mean))
 
 
+def test_sample_and_seed_are_refused_before_any_image_is_read(class_folder: Path):
+    from datakit.errors import UsageError
+
+    # the attack: compute_stats(sample=6, seed=None) decoded every sampled image, then failed in the bootstrap with
+    # "unsupported operand type(s) for +: 'NoneType' and 'int'"; seed=-1 and sample=2.5 gave NumPy's errors
+    for kw, said in (({"sample": 6, "seed": None}, "seed must be a whole number >= 0, got None"),
+                     ({"sample": 6, "seed": -1}, "seed must be a whole number >= 0, got -1"),
+                     ({"sample": 2.5}, "sample must be a whole number of images (or None: every image), got 2.5"),
+                     ({"sample": True}, "sample must be a whole number of images (or None: every image), got True")):  # fmt: skip
+        with pytest.raises(UsageError) as e:
+            compute_stats(class_folder, workers=0, **kw)
+        assert str(e.value) == said
+
+
 def test_a_sample_as_large_as_the_dataset_says_the_statistics_are_exact(class_folder: Path, caplog):
     full = compute_stats(class_folder, workers=1)
     with caplog.at_level(logging.WARNING, logger="datakit"):
