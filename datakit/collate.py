@@ -342,7 +342,11 @@ def _same_sizes(arrays: Sequence, what: str) -> None:
                   if what in ("images", "'image'") else  # pad_collate pads images, not targets
                   "a collate function of your own can pad them or keep them as lists")  # fmt: skip
         kinds = ["NumPy array" if isinstance(x, np.ndarray) else "tensor" for x in arrays]
-        if what in ("images", "'image'") and len(set(kinds)) > 1:  # (a tensor's channels lead, an array's trail)
+        layouts = all(  # C x H x W tensors beside H x W x C arrays: a tensor's channels lead, an array's trail
+            isinstance(x, (np.ndarray, torch.Tensor)) and x.ndim == 3 and x.shape[-1 if k[0] == "N" else 0] <= 4
+            for x, k in zip(arrays, kinds)
+        )
+        if what in ("images", "'image'") and len(set(kinds)) > 1 and layouts:
             raise CollateError(f"cannot stack {what} given as tensors beside NumPy arrays into one batch (",
                                *_grouped([f"{k} {sh}" for k, sh in zip(kinds, shapes)], str, "sizes"), "); a tensor "
                                "is read as C x H x W and an array as H x W x C: give every sample the same "

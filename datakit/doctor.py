@@ -212,9 +212,10 @@ def check_environment(env: Mapping[str, str], usable_cpus: int) -> list[Finding]
                                "decoded image may have"))  # fmt: skip
     threads = env.get("OMP_NUM_THREADS")
     if threads is not None:
-        # as libgomp reads it: positive decimal numbers (ASCII digits, spaces around), one per nesting level
-        ok = re.fullmatch(r"\s*[0-9]+\s*(?:,\s*[0-9]+\s*)*", threads, re.ASCII) is not None and all(
-            int(n) >= 1 for n in threads.split(",")
+        # as libgomp reads it (strtoul): positive decimal numbers (ASCII digits, a '+' and spaces allowed), one per
+        # nesting level, each under 2**63
+        ok = re.fullmatch(r"\s*\+?[0-9]+\s*(?:,\s*\+?[0-9]+\s*)*", threads, re.ASCII) is not None and all(
+            1 <= int(n) < 2**63 for n in threads.split(",")
         )
         if not ok:
             out.append(Finding("omp-num-threads", "warn", f"OMP_NUM_THREADS={threads!r} is no positive whole number: "

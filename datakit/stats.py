@@ -282,6 +282,7 @@ def compute_stats(
         raise UsageError(f"sample must be a whole number of images (or None: every image), got {sample!r}")
     if not integral(seed) or seed < 0:  # (drawn before any image is read: the bootstrap's seed follows from it)
         raise UsageError(f"seed must be a whole number >= 0, got {seed!r}")
+    seed, sample = int(seed), None if sample is None else int(sample)  # NumPy's fixed widths would wrap at seed + 1
     n = len(ds)
     order = {"bgr": "BGR", "gray": "L"}.get(getattr(ds, "mode", "rgb"), "RGB")  # L: one gray channel
     idx = np.arange(n)

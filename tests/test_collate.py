@@ -425,6 +425,12 @@ def test_images_of_different_channel_counts_are_said_to_differ_in_channels():
         "batch position 1: NumPy array (4, 4, 3)); a tensor is read as C x H x W and an array as H x W x C: give "
         "every sample the same transform"
     )
+    # sizes that differ without a channel axis (gray), or an H x W x C tensor: the sizes are what differ
+    with pytest.raises(CollateError, match=r"^cannot stack images of different sizes into one batch \(batch position 0: "
+                       r"\(8, 8\); batch position 1: \(9, 9\)\); resize"):  # fmt: skip
+        stack_collate([(torch.zeros(8, 8, dtype=torch.uint8), 1), (np.zeros((9, 9), np.uint8), 2)])
+    with pytest.raises(CollateError, match=r"^cannot stack images of different sizes into one batch"):
+        stack_collate([(torch.zeros(8, 8, 3, dtype=torch.uint8), 1), (np.zeros((9, 9, 3), np.uint8), 2)])
 
 
 def test_bare_and_dict_samples_of_different_sizes_are_refused_naming_them():

@@ -243,7 +243,8 @@ def test_environment_variables_are_read_as_their_readers_read_them():
     assert seen(OMP_NUM_THREADS="0")[0][:2] == ("omp-num-threads", "warn")
     assert seen(OMP_NUM_THREADS="4") == []
     # as libgomp reads it: a list, one value per nesting level, is no mistake; a digit of another script is one
-    assert seen(OMP_NUM_THREADS="1,4") == seen(OMP_NUM_THREADS=" 2 ") == []
+    assert seen(OMP_NUM_THREADS="1,4") == seen(OMP_NUM_THREADS=" 2 ") == seen(OMP_NUM_THREADS="+4,+2") == []
+    assert seen(OMP_NUM_THREADS="99999999999999999999")[0][:2] == ("omp-num-threads", "warn")  # strtoul's overflow
     assert seen(OMP_NUM_THREADS="\u0663")[0][:2] == seen(OMP_NUM_THREADS="1,0")[0][:2] == ("omp-num-threads", "warn")
     assert seen(DATAKIT_MAX_PIXELS="abc") == [("datakit-max-pixels", "fail", "DATAKIT_MAX_PIXELS='abc': every decode "
                                                "refuses it (a positive whole number of pixels)")]  # fmt: skip

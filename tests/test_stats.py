@@ -76,6 +76,10 @@ def test_sample_and_seed_are_refused_before_any_image_is_read(class_folder: Path
         with pytest.raises(UsageError) as e:
             compute_stats(class_folder, workers=0, **kw)
         assert str(e.value) == said
+    # NumPy's integers are whole numbers too, read as Python's (np.uint8(255) + 1 wrapped to the bootstrap seed 0)
+    for seed in (np.uint8(255), np.int64(2**63 - 1)):
+        got = compute_stats(class_folder, workers=0, sample=np.int64(6), seed=seed)
+        assert got.stderr_mean == compute_stats(class_folder, workers=0, sample=6, seed=int(seed)).stderr_mean
 
 
 def test_a_sample_as_large_as_the_dataset_says_the_statistics_are_exact(class_folder: Path, caplog):
