@@ -760,8 +760,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     packs = _packs(args.pack)
     if len(packs) == 1:  # one pack: its error is the command's
         info = lmdb_info(_existing(packs[0]))
-        if args.json:
-            _print_json(info)
+        if args.json:  # naming its pack, as each of several does (and verify's object does)
+            _print_json({"pack": str(packs[0]), **info})
         else:
             _print_info(packs[0], info, args.quiet)
         return 0

@@ -1480,7 +1480,7 @@ def imwrite(
     while encoding. ``tidy``: first remove the temporary files earlier writes of ``path`` killed midway left
     (:func:`atomic_output`); it lists the folder, so a loop writing many images leaves it off.
     """
-    path = Path(os.fsdecode(path))  # bytes too, as imread takes them
+    path = file_path(path)  # bytes too, as imread takes them
     data = encode_image(img, path.suffix or ".png", quality, mode=mode)
     with atomic_output(path, overwrite=overwrite, tidy=tidy) as tmp, open(tmp, "wb") as f:
         f.write(data)
@@ -1511,6 +1511,15 @@ def check_path_length(path: str | os.PathLike) -> None:
         raise UsageError(f"{path}: {len(raw)} bytes, longer than a path may be (4095)")
 
 
+def file_path(path: str | bytes | os.PathLike) -> Path:
+    """``path`` as a ``Path``, refusing (``UsageError``) a name that ends with '/', which names a folder:
+    ``Path`` drops the '/', and ``out.png/`` would be written as the file ``out.png``."""
+    text = os.fsdecode(path) if isinstance(path, (str, bytes)) else None
+    if text is not None and text.endswith(("/", os.sep)):
+        raise UsageError(f"{text}: names a folder (it ends with '/'); give a file name")
+    return Path(os.fsdecode(path))
+
+
 def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: bool = False) -> Path:
     """``path`` as a ``Path`` when a file may be written there; ``UsageError`` naming it when it
     exists (and ``overwrite`` is false), is a folder, its folder does not exist, or that folder
@@ -1519,9 +1528,7 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: boo
     ``probe``: also make and remove a file there (before long work: what the permissions do not
     show, as for root in /sys)."""
     check_path_length(path)
-    if isinstance(path, str) and path.endswith(("/", os.sep)):  # Path() drops it: 'out.png/' names a folder
-        raise UsageError(f"{path}: names a folder (it ends with '/'); give a file name")
-    path = Path(path)
+    path = file_path(path)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder; give a file name")
     if path.exists() and not overwrite:

@@ -295,9 +295,9 @@ def preview(
     import cv2
     from PIL import Image, ImageDraw
 
-    from datakit.io import check_output, imwrite
+    from datakit.io import check_output, file_path, imwrite
 
-    out = Path(out)
+    out = file_path(out)
     for name, value in (("n", n), ("cols", cols), ("tile", tile)):
         if value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import DataError, UsageError
-from datakit.io import atomic_output, check_output
+from datakit.io import atomic_output, check_output, file_path
 from datakit.parallel import map_ordered
 
 log = logging.getLogger("datakit")
@@ -360,7 +360,7 @@ PLOT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".pdf", ".svg")
 def plot_histogram(stats: Stats, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Per-channel histograms of the pixel values, as a picture (``PLOT_EXTENSIONS``), written
     atomically; an existing ``out`` is refused (``UsageError``) unless ``overwrite``."""
-    out = Path(out)
+    out = file_path(out)
     if out.suffix.lower() not in PLOT_EXTENSIONS:
         raise UsageError(f"{out}: cannot tell the picture format; end the name in {', '.join(PLOT_EXTENSIONS)}")
     check_output(out, overwrite=overwrite, probe=True)

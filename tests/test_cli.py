@@ -137,6 +137,7 @@ def test_pack_info_verify_check_json(class_folder: Path, tmp_path: Path):
     assert (out / "data.mdb").stat().st_mtime_ns == before
     info = datakit("info", out, "--json")
     assert info.returncode == 0 and json.loads(info.stdout)["class_counts"] == {"cat": 4, "dog": 4, "鸟": 4}
+    assert json.loads(info.stdout)["pack"] == str(out)  # one pack's object names it, as verify's does
     quiet = datakit("info", out, "-q")
     assert quiet.stdout.count("\n") == 1 and quiet.stdout.startswith(f"{out}: datakit-lmdb version ")
     verify = datakit("verify", out, "--json")

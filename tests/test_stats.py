@@ -445,3 +445,23 @@ def test_sampled_standard_errors_shrink_as_the_sample_nears_every_image(class_fo
     full = compute_stats(class_folder, workers=0)
     assert sum(most.stderr_mean) < sum(few.stderr_mean) / 2  # 11 of 12: corrected by sqrt(1/11), about 0.3
     assert all(abs(a - b) <= 3 * e + 1e-9 for a, b, e in zip(most.mean, full.mean, most.stderr_mean))
+
+
+def test_a_file_output_named_with_a_trailing_slash_is_refused_by_the_python_api_too(class_folder: Path, tmp_path: Path):
+    # the attack: plot_histogram(s, "h.png/"), preview(ds, "p.png/") and imwrite("i.png/", ...) wrote the files
+    # h.png, p.png and i.png (Path drops the '/'), where the CLI refused the same names
+    from datakit.datasets import open_dataset
+    from datakit.errors import UsageError
+    from datakit.io import imwrite
+    from datakit.preview import preview
+    from datakit.stats import plot_histogram
+
+    stats = compute_stats(class_folder, workers=0)
+    for write, name in ((lambda p: plot_histogram(stats, p), "h.png/"),
+                        (lambda p: preview(open_dataset(class_folder), p), "p.png/"),
+                        (lambda p: imwrite(p, np.zeros((4, 4, 3), np.uint8)), "i.png/"),
+                        (lambda p: imwrite(os.fsencode(p), np.zeros((4, 4, 3), np.uint8)), "b.png/")):  # fmt: skip
+        with pytest.raises(UsageError) as e:
+            write(f"{tmp_path}/{name}")
+        assert str(e.value) == f"{tmp_path}/{name}: names a folder (it ends with '/'); give a file name"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["数据 集"]
