@@ -1250,11 +1250,11 @@ def unzip(
             _remove_other_parts(tree, {rel: files_seen[rel] for rel in [*report.extracted, *report.unchanged]
                                        if rel in files_seen}, report, dest_path)  # fmt: skip
             last = {rel: m.index for m in members if not m.is_dir for rel in [safe_relpath(m.name)[0]] if rel}
-            names: dict[str, set[str]] = {}  # the paths each link's last resolution passed
+            passed_by: dict[str, set[str]] = {}  # the paths each link's last resolution passed
             try:
                 _make_links(zf, infos, links, last, files_seen, tree, overwrite, report, archive, folders_of)
             finally:  # Ctrl-C (or SIGTERM) half-way: the links made so far are checked all the same
-                _recheck_links(tree, links, report, archive, names=names)
+                _recheck_links(tree, links, report, archive, passed_by=passed_by)
             # a folder made only for members refused (by this run, or by a killed one for the same members) is
             # not left empty: the dataset read from the target would refuse it as an empty class folder
             listed = {"/".join(parts) for parts, _ in dirs}
@@ -1272,9 +1272,7 @@ def unzip(
                 # which may leave more folders empty: those the links removed were in (only the links whose last
                 # resolution passed through a folder removed are resolved again: a chain of such links, each
                 # through the folder of the one before, was resolved whole once per folder, quadratic time)
-                real = os.path.realpath(tree.root)
-                gone_paths = {os.path.join(real, *r.split("/")) for r in gone}
-                unlinked = _recheck_links(tree, links, report, archive, gone_paths, names)
+                unlinked = _recheck_links(tree, links, report, archive, _real_paths(tree, gone), passed_by)
                 pending = {a for rel in unlinked for a in _ancestors(rel)} & left
             umask = _umask()
             for parts, m in reversed(dirs):  # after their contents, which touch the folders' times
@@ -1807,13 +1805,19 @@ def _ancestors(rel: str) -> list[str]:
     return ["/".join(parts[:k]) for k in range(len(parts), 0, -1)]
 
 
+def _real_paths(tree: _Tree, rels: set[str]) -> set[str]:
+    """The real paths of ``rels`` in the target, as :func:`_resolve` names the paths it passes."""
+    real = os.path.realpath(tree.root)
+    return {os.path.join(real, *rel.split("/")) for rel in rels}
+
+
 def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: ExtractReport, archive: str,
-                   only: set[str] | None = None, names: dict[str, set[str]] | None = None) -> set[str]:  # fmt: skip
+                   only: set[str] | None = None, passed_by: dict[str, set[str]] | None = None) -> set[str]:  # fmt: skip
     """Remove any link that a later link made resolve outside the target (``a -> b/..``, then ``b -> .``),
     and any that leads to nothing (``nosuch/../../cat/1.png``, ``1.png/``): the folder's scan would
     list it as an image it cannot read, where the zip read in place has no such sample. ``only``: after
     the folders at these real paths were removed, only the links whose last resolution passed through one
-    of them (or through a link removed since) are resolved again; ``names`` keeps the paths each link's
+    of them (or through a link removed since) are resolved again; ``passed_by`` keeps the paths each link's
     resolution passed, between calls. The links removed."""
     # the links an earlier run made count too, where they lead out: one killed half-way left them unchecked; one
     # that leads to nothing goes where this run made it, or a killed run did (in a folder that run made and marked:
@@ -1829,7 +1833,7 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
     removed: set[str] = set()
 
     def unaffected(rel: str) -> bool:  # by what ``only`` names: its last resolution passed none of it
-        return only is not None and names is not None and rel in names and not names[rel] & only
+        return only is not None and passed_by is not None and rel in passed_by and not passed_by[rel] & only
 
     # a removal can only leave links that resolved through the removed one leading to nothing; a resolution
     # follows at most 40 links, so the passes are few however many links there are
@@ -1852,8 +1856,8 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                     why = f"symlink to {os.readlink(full)!r} leads to nothing inside the target; removed"
             except OSError as exc:  # a path the kernel will not resolve (too long): it cannot be checked
                 why = f"symlink cannot be resolved ({exc.strerror}); removed"
-            if names is not None:
-                names[rel] = set(passed)
+            if passed_by is not None:
+                passed_by[rel] = set(passed)
             if why:
                 parts = rel.split("/")
                 os.unlink(parts[-1], dir_fd=tree.folder(parts[:-1], create=False))
@@ -1861,7 +1865,7 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                 report.problems.append(f"{archive}: member {m.name!r}: {why}")
                 changed = True
                 if only is not None:
-                    only.add(os.path.join(os.path.realpath(tree.root), *parts))  # those through it: nothing now
+                    only |= _real_paths(tree, {rel})  # the links through it lead to nothing now too
     if only is not None:  # removals lead nowhere new: no link already in the folder leads out through them
         _drop_removed(report, removed)
         return removed
@@ -1892,9 +1896,7 @@ def _recheck_links(tree: _Tree, links: list[tuple[ZipMember, str]], report: Extr
                     changed = True
     _drop_removed(report, removed)
     if removed - before:  # the links that led through one removed here lead to nothing now: looked at again
-        real = os.path.realpath(tree.root)
-        gone = {os.path.join(real, *rel.split("/")) for rel in removed - before}
-        removed |= _recheck_links(tree, links, report, archive, gone, names)
+        removed |= _recheck_links(tree, links, report, archive, _real_paths(tree, removed - before), passed_by)
     return removed
 
 

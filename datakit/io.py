@@ -1514,10 +1514,10 @@ def check_path_length(path: str | os.PathLike) -> None:
 def file_path(path: str | bytes | os.PathLike) -> Path:
     """``path`` as a ``Path``, refusing (``UsageError``) a name that ends with '/', which names a folder:
     ``Path`` drops the '/', and ``out.png/`` would be written as the file ``out.png``."""
-    text = os.fsdecode(path) if isinstance(path, (str, bytes)) else None
-    if text is not None and text.endswith(("/", os.sep)):
+    text = os.fsdecode(path)
+    if isinstance(path, (str, bytes)) and text.endswith(("/", os.sep)):  # (a Path has dropped it already)
         raise UsageError(f"{text}: names a folder (it ends with '/'); give a file name")
-    return Path(os.fsdecode(path))
+    return Path(text)
 
 
 def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: bool = False) -> Path:
