@@ -291,6 +291,11 @@ def _tree_problem(data: Path) -> str | None:
         return None
 
 
+def _damaged_pages(pack: Path, problem: str) -> str:
+    return (f"{pack}: damaged LMDB data ({problem}); copy the pack again (a copy cut short or a damaged disk leaves "
+            "it so) or re-pack")  # fmt: skip
+
+
 def _check_tree(pack: Path, data: Path) -> None:
     """Refuse a data.mdb whose B-tree pages would send liblmdb outside the file (lmdbpages.py), once per file
     version in this process and the processes it forks. A pack written meanwhile is not judged on pages a
@@ -310,8 +315,7 @@ def _check_tree(pack: Path, data: Path) -> None:
     if version() != before:
         return  # a writer committed while the pages were read
     if problem is not None:
-        raise PackError(f"{pack}: damaged LMDB data ({problem}); copy the pack again (a copy cut short or a damaged "
-                        "disk leaves it so) or re-pack")  # fmt: skip
+        raise PackError(_damaged_pages(pack, problem))
     _SOUND.add(before)
 
 
@@ -688,8 +692,7 @@ def _no_meta(path: Path, entries: int = 0) -> str:
                 "open it again in a moment")  # fmt: skip
     problem = _tree_problem(path / "data.mdb")  # pages that send liblmdb astray can hide the metadata record
     if problem is not None:
-        return (f"{path}: damaged LMDB data ({problem}); copy the pack again (a copy cut short or a damaged disk "
-                "leaves it so) or re-pack")  # fmt: skip
+        return _damaged_pages(path, problem)
     if entries and (path / LOCK_NAME).is_file():  # pack-lmdb's, records in it and no metadata: no commit leaves that
         return (f"{path}: damaged: {entries} record{'s' * (entries != 1)} and no metadata record (a copy made while "
                 "the pack was being written?); copy it again once pack-lmdb has finished, or re-pack")  # fmt: skip

@@ -636,16 +636,21 @@ def _warn_numbered(root: str, classes: list[str]) -> None:
         return
     _SAID_NUMBERED.add(root)
     k = next(k for k, (a, b) in enumerate(zip(classes, numbered)) if a != b)
-    log.warning(
-        "%s: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder %r is "
-        "class %d); a label table of the same numbers indexes them by value (%r would be %d): to read one "
-        "with the other's indices, pass classes=",
-        root,
-        classes[k],
-        k,
-        classes[k],
-        numbered.index(classes[k]),
-    )  # fmt: skip (its place by value: a table of 1..10 is read as 0..9)
+    # a table's index is the number's place by value: a table of 1..10 is read as 0..9 (remap_labels)
+    log.warning("%s: the class folders are numbers, indexed in text order as ImageFolder indexes them (folder %r is "
+                "class %d); a label table of the same numbers indexes them by value (%r would be %d): to read one "
+                "with the other's indices, pass classes=", root, classes[k], k, classes[k],
+                numbered.index(classes[k]))  # fmt: skip
+
+
+def _without_caches(where: str, classes: list[str], is_cache) -> list[str]:
+    """``classes`` but for datakit's own index caches (``train_pipeline(index_cache="data/.cache")``, a folder
+    marked by its INDEX_CACHE file), which hold no images and are no class: said once, in a warning."""
+    caches = [c for c in classes if is_cache(c)]
+    if caches:
+        log.warning("%s: %s skipped: datakit's index cache, not a class folder (keep it outside the dataset)", where,
+                    ", ".join(map(repr, caches)))  # fmt: skip
+    return [c for c in classes if c not in caches]
 
 
 class _Walks:
@@ -691,12 +696,7 @@ def scan_class_folders(
             return False
 
     classes = sorted(e.name for e in os.scandir(root) if is_dir(e))
-    # datakit's own index cache (train_pipeline(index_cache="data/.cache")) holds no images and is no class
-    caches = [c for c in classes if os.path.isfile(os.path.join(root, c, "INDEX_CACHE"))]
-    if caches:
-        log.warning("%s: %s skipped: datakit's index cache, not a class folder (keep it outside the dataset)", root,
-                    ", ".join(map(repr, caches)))  # fmt: skip
-        classes = [c for c in classes if c not in caches]
+    classes = _without_caches(root, classes, lambda c: os.path.isfile(os.path.join(root, c, "INDEX_CACHE")))
     if not classes:
         raise NotADataset(
             f"{root}: no class sub-folders (expected {root}/<class>/<image>, or pass labels=, --labels TABLE)"
@@ -1289,11 +1289,8 @@ class ZipDataset(ImageDataset):
         at = root[1]
         classes = sorted(n for n in tree.get(at, {}) if n != "__MACOSX" and (kind(join(at, n)) or ("",))[0] == "dir")
         # datakit's own index cache, zipped with the folder: no class there, none here
-        caches = [c for c in classes if (kind(join(join(at, c), "INDEX_CACHE")) or ("",))[0] == "file"]
-        if caches:
-            log.warning("%s: %s skipped: datakit's index cache, not a class folder (keep it outside the dataset)",
-                        self.path, ", ".join(map(repr, caches)))  # fmt: skip
-            classes = [c for c in classes if c not in caches]
+        classes = _without_caches(str(self.path), classes,
+                                  lambda c: (kind(join(join(at, c), "INDEX_CACHE")) or ("",))[0] == "file")  # fmt: skip
         keep = []
         for idx, cls in enumerate(classes):
             found: list[tuple[str, list[tuple[str, int]]]] = []

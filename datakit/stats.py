@@ -271,16 +271,15 @@ def compute_stats(
     if size is not None:
         from datakit.io import pixel_budget
 
-        whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1  # noqa: E731
+        whole = lambda v: _integral(v) and v >= 1  # noqa: E731
         if isinstance(size, (str, bytes)) or len(size) != 2 or not all(whole(v) for v in size):
             raise UsageError(f"size must be (width, height), two whole numbers of pixels >= 1, got {size!r}")
         if size[0] * size[1] > pixel_budget():
             raise UsageError(f"size {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over the limit of "
                              f"{pixel_budget()} a decoded image may have (DATAKIT_MAX_PIXELS)")  # fmt: skip
-    integral = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
-    if sample is not None and not integral(sample):
+    if sample is not None and not _integral(sample):
         raise UsageError(f"sample must be a whole number of images (or None: every image), got {sample!r}")
-    if not integral(seed) or seed < 0:  # (drawn before any image is read: the bootstrap's seed follows from it)
+    if not _integral(seed) or seed < 0:  # (drawn before any image is read: the bootstrap's seed follows from it)
         raise UsageError(f"seed must be a whole number >= 0, got {seed!r}")
     seed, sample = int(seed), None if sample is None else int(sample)  # NumPy's fixed widths would wrap at seed + 1
     n = len(ds)
@@ -352,6 +351,11 @@ def _bootstrap(per_image: dict[int, np.ndarray], seed: int, rounds: int = 200) -
         means.append(m / 255)
         stds.append(np.sqrt(np.maximum(b / nn - m * m, 0)) / 255)
     return np.std(means, axis=0, ddof=1).tolist(), np.std(stds, axis=0, ddof=1).tolist()
+
+
+def _integral(v) -> bool:
+    """A whole number, Python's or NumPy's (not a bool)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 PLOT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".pdf", ".svg")
