@@ -1140,13 +1140,16 @@ def _compiled_jpeg(raw: bytes, mode: str, factor: int, name) -> np.ndarray | Non
     torchvision's and OpenCV's libjpeg-turbo decodes (tested), a little faster, and it notes libjpeg's
     warnings of damaged data, which they decode around without a word (a file cut short with its end
     marker put back: its lower part gray). Such data is refused, as the training pipeline's crops
-    refuse it. None where it does not apply (not built, mode ``"unchanged"``, CMYK, a progressive
-    file it leaves to them, libjpeg's own errors, a frame of other sides than the header's)."""
-    if mode not in _REGION_ORDER or not region_decoder_available() or not getattr(_REGION, "STORED", 0):
+    refuse it. Mode ``"unchanged"`` is the colour (BGR) or gray a JPEG is stored in, as OpenCV reads it.
+    None where it does not apply (not built, CMYK, a progressive file it leaves to them, libjpeg's own
+    errors, a frame of other sides than the header's)."""
+    if mode not in (*_REGION_ORDER, "unchanged") or not region_decoder_available() or not getattr(_REGION, "STORED", 0):
         return None
     info = _jpeg_size(raw)
     if info is None or info[2] not in (1, 3) or not info[0] or not info[1]:
         return None
+    if mode == "unchanged":
+        mode = "gray" if info[2] == 1 else "bgr"
     sh, sw = -(-info[0] // factor), -(-info[1] // factor)
     try:
         got = _REGION.decode_region(raw, factor, 0, 0, sh, sw, _REGION_ORDER[mode], True)

@@ -261,7 +261,7 @@ def test_whole_image_decodes_refuse_damaged_jpeg_data_as_the_crops_do(tmp_path: 
     cut.write_bytes(half)
     (tmp_path / "d" / "a" / "ok.jpg").write_bytes(data)
     said = f"{cut}: damaged JPEG data: Corrupt JPEG data: premature end of data segment"
-    for mode in ("rgb", "bgr", "gray"):
+    for mode in ("rgb", "bgr", "gray", "unchanged"):
         for max_size in (None, 200, 50):
             with pytest.raises(ImageDecodeError) as e:
                 imread(cut, mode, max_size)
@@ -274,8 +274,7 @@ def test_whole_image_decodes_refuse_damaged_jpeg_data_as_the_crops_do(tmp_path: 
         ds[0]
     assert str(e.value) == f"sample 0: {said}"
     assert tuple(ds[1][0].shape) == (3, 64, 64)
-    # "unchanged" and strict keep their decoders: the first decodes around it, the second refuses any warning
-    assert decode_image(half, "unchanged").shape == (300, 400, 3)
+    # strict keeps its decoders, which refuse any warning
     with pytest.raises(ImageDecodeError, match="^<bytes>: damaged JPEG data: Corrupt JPEG data: premature end"):
         decode_image(half, "rgb", strict=True)
 
@@ -296,11 +295,18 @@ def test_whole_image_decodes_give_the_pixels_of_torchvision_and_opencv():
             got = dio._compiled_jpeg(data, "rgb", f, None)
             assert got.flags.c_contiguous and np.array_equal(got, want[:, :, ::-1])
         assert np.array_equal(decode_image(data, "gray", 60), cv2.imdecode(buf, cv2.IMREAD_REDUCED_GRAYSCALE_2))
-    # what it leaves to the other decoders: CMYK, the mode "unchanged"
+        # mode "unchanged": the colour (BGR) or gray the file holds, as OpenCV reads it
+        h, w = (123, 201) if data is gray else (157, 230)
+        for f in (1, 2, 8):
+            want = cv2.imdecode(buf, dio._cv2_flags("unchanged", "JPEG", f, 1 if data is gray else 3))
+            got = decode_image(data, "unchanged", -(-w // f) if f > 1 else None)
+            assert got.shape == want.shape == (-(-h // f), -(-w // f), *(() if data is gray else (3,))), f
+            assert np.array_equal(got, want), f
+    # what it leaves to the other decoders: CMYK
     cmyk = io.BytesIO()
     Image.fromarray(synthetic_image(40, 60)).convert("CMYK").save(cmyk, "JPEG", quality=90)
     assert dio._compiled_jpeg(cmyk.getvalue(), "rgb", 1, None) is None
-    assert dio._compiled_jpeg(files[0], "unchanged", 1, None) is None
+    assert dio._compiled_jpeg(cmyk.getvalue(), "unchanged", 1, None) is None
     assert decode_image(cmyk.getvalue(), "rgb").shape == (40, 60, 3)
 
 
