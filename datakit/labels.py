@@ -1745,9 +1745,12 @@ def _header_row(grid: Sequence[Sequence[object]], keys: set[str], label_column: 
     if not labelled:
         return found[0]
     r = labelled[0]
-    # a title row that names both (图片,,标签 over 文件名,大小,类别): the header is the row right under it
+    # a title row that names both (图片,,标签 over 文件名,大小,类别): the header is the row right under it; so it is
+    # where that row names the file column and no known label column (图片,标签 over 文件名,初标,复核: two label
+    # columns, which the header then says nothing of), not a sample '文件名' of a class '初标'
     below = next((k for k in range(r + 1, min(len(grid), 50)) if any(not _blank(v) for v in grid[k])), None)
-    if below in found and _find_column(grid[below], label_column, LABEL_COLUMNS) is not None:
+    if below in found and (_find_column(grid[below], label_column, LABEL_COLUMNS) is not None
+                           or _find_column(grid[below], None, FILE_COLUMNS) is not None):  # fmt: skip
         return below
     return r
 

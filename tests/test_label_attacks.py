@@ -1645,6 +1645,24 @@ def test_row_numbers_a_stray_remark_and_a_table_above_do_not_change_which_column
                             "their columns in this table's order")  # fmt: skip
 
 
+def test_a_title_row_over_a_header_of_two_label_columns_is_no_header(tmp_path: Path):
+    # the attack: 标签 merged over the first-pass and reviewed labels (初标, 复核) of the header under it; the title
+    # row was taken as the header, and the real header read as sample '文件名' of a class '初标' (3 outputs for 2
+    # classes), the labels silently the first pass's
+    root = images(tmp_path / "img", "a.png", "b.png", "c.png", "d.png")
+    rows = [["a.png", "cat", "cat"], ["b.png", "cat", "dog"], ["c.png", "dog", "dog"], ["d.png", "dog", "cat"]]
+    book = workbook(tmp_path / "t.xlsx", {"train": [["文件名", "初标", "复核"], *rows]}, header=("图片", "标签"))
+    table = tmp_path / "t.csv"
+    table.write_text("图片,标签,\n文件名,初标,复核\n" + "".join(",".join(r) + "\n" for r in rows), encoding="utf-8")
+    for path, where in ((book, "sheet 'train', row 2"), (table, "line 2")):
+        with pytest.raises(LabelError) as e:
+            open_dataset(root, labels=path)
+        assert str(e.value) == (f"{path}, {where}: no label column found among '文件名', '初标', '复核'; name it with "
+                                "label_column= (--label-column)")  # fmt: skip
+        ds = open_dataset(root, labels=path, label_column="复核")
+        assert ds.classes == ["cat", "dog"] and list(ds.targets) == [0, 1, 1, 0], path
+
+
 def test_a_workbook_of_one_sheet_is_not_told_of_other_sheets(tmp_path: Path, capsys):
     # once: "name its file column as the other sheets name theirs" for a workbook of one sheet, --file-column unsaid
     root = images(tmp_path / "img", "0.jpg", "1.jpg")
