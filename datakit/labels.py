@@ -2661,13 +2661,12 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
                              "Excel and save it") from None  # fmt: skip
         raise LabelError(f"{path}: cannot read the workbook ({type(exc).__name__}: {exc})") from None
     names = [s.name for s in meta]
-    # a sheet's name as a split, stripped of spaces around it as a split column's values are ('train ' is 'train'),
-    # where that leaves a name no other sheet's gives
-    stripped = [n.strip() for n in names]
-    split_of = {n: t if t and stripped.count(t) == 1 else n for n, t in zip(names, stripped)}
+    # a sheet's name as a split, stripped of spaces around it as a split column's values are ('train ' is 'train',
+    # and sheets 'train' and 'train ' are one split, as a split column's values 'train' and 'train ' are)
+    split_of = {n: n.strip() or n for n in names}
     wanted = list(sheets) if sheets is not None else None
     if wanted is None and split is not None and split in split_of.values():
-        wanted = [next(n for n, t in split_of.items() if t == split)]  # --split reads only its sheet (the others give
+        wanted = [n for n, t in split_of.items() if t == split]  # --split reads only its sheets (the others give
         # only their class names)
     if wanted is not None:
         missing = [s for s in wanted if s not in names]
@@ -2960,7 +2959,8 @@ def _text_kind(path: Path, text: str, sep: str | None, file_column: str | None) 
         return "table", ","
     # .txt/.lst: Excel's Unicode text is a tab-separated table with a header, maybe under title rows (a title
     # line alone, "2024年 标注结果", read as the first line of a path-label list made the header a sample too)
-    heads = [s for s in (line.strip() for line in text[:65536].split("\n")) if s and not s.startswith("#")][:10]
+    # among the first 50 lines, as a table's header is looked for
+    heads = [s for s in (line.strip() for line in text[:65536].split("\n")) if s and not s.startswith("#")][:50]
     for line in heads:
         for delim in ("\t", ",", ";"):
             if delim in line and any(_norm(v) in keys for v in line.split(delim)):
@@ -3085,8 +3085,11 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
         buf, text = im2rec, None if text is None else im2rec.decode("utf-8", "surrogateescape")
     if kind == "list":
         fkeys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
-        lkeys = {_norm(label_column)} if label_column is not None else {_norm(k) for k in LABEL_COLUMNS}
-        cols = parse_list(buf, text, lambda row: _norm(row[0]) in fkeys and _norm(row[-1]) in lkeys)
+        # the label's name any column naming the class may have (file class_id); any at all under the file column
+        # named (--file-column file over 'file 品种')
+        lkeys = {_norm(label_column)} if label_column is not None else _RIVAL_COLUMNS
+        any_label = file_column is not None and label_column is None
+        cols = parse_list(buf, text, lambda row: _norm(row[0]) in fkeys and (any_label or _norm(row[-1]) in lkeys))
         if split_column is not None:
             raise ColumnNotFound(f"{path}: a list of 'path label' lines has no split column ({split_column!r} "
                                  "named); its split is the file itself")  # fmt: skip

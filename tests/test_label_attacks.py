@@ -1933,8 +1933,12 @@ def test_a_sheet_name_with_a_trailing_space_is_the_split_a_csv_gives(tmp_path: P
     assert read_labels(book, engine=engine).split_names == read_labels(csv).split_names == ["train", "val"]
     assert read_labels(book, split="train", engine=engine).files.tolist() == ["a.png", "b.png"]
     assert read_labels(csv, split="train").files.tolist() == ["a.png", "b.png"]
-    # a name of spaces alone, or one that another sheet's gives once stripped, is kept as it is
+    # a name of spaces alone is kept as it is; one that another sheet's gives once stripped is that split too, as
+    # the CSV's values 'train' and '  train' are one split (it was a split of its own, which split='train' left out)
     both = workbook(
         tmp_path / "b.xlsx", {"train": [["a.png", "cat"]], "  train": [["b.png", "dog"]], " ": [["c.png", "cat"]]}
     )
-    assert read_labels(both, engine=engine).split_names == ["train", "  train", " "]
+    assert read_labels(both, engine=engine).split_names == ["train", " "]
+    assert read_labels(both, split="train", engine=engine).files.tolist() == ["a.png", "b.png"]
+    csv.write_text("文件名,标签,split\na.png,cat,train\nb.png,dog,  train\nc.png,cat, \n", encoding="utf-8")
+    assert read_labels(csv, split="train").files.tolist() == ["a.png", "b.png"]

@@ -1875,6 +1875,31 @@ def test_excel_unicode_text_with_a_title_row_reads_as_its_table(tmp_path: Path):
     assert t.files.tolist() == ["a.png", "b.png", "c.png"] and t.class_values == ("猫", "狗")
 
 
+def test_a_txt_table_under_ten_or_more_title_lines_reads_as_its_table(tmp_path: Path):
+    # the attack: the header was looked for in the first 10 lines only: under 10 note lines the table read as a
+    # path-label list, refused line by line ("got 3 fields"), while the same bytes as .tsv read
+    notes = [f"说明第{i}行\t\t" for i in range(12)]
+    body = "文件名\t标签\t划分\r\na.png\t猫\ttrain\r\nb.png\t狗\tval\r\n"
+    for k in (9, 10, 12):
+        (tmp_path / "u.txt").write_bytes(("\r\n".join(notes[:k]) + "\r\n" + body).encode("utf-16"))
+        t = read_labels(tmp_path / "u.txt")
+        assert t.files.tolist() == ["a.png", "b.png"] and t.split_names == ["train", "val"], k
+
+
+def test_a_space_separated_list_headed_by_a_class_id_column_reads(tmp_path: Path):
+    # the attack: 'file class_id' over 'a.png 0' lines was refused as naming no known file column, and
+    # --file-column file then said there was no column 'file'; the same header in a CSV reads
+    path = tmp_path / "sp.txt"
+    for head in ("file class_id", "filename category_id", "image_name cls"):
+        path.write_text(f"{head}\na.png 0\nb.png 1\nc.png 1\n", encoding="utf-8")
+        t = read_labels(path)
+        assert t.files.tolist() == ["a.png", "b.png", "c.png"] and t.labels.tolist() == [0, 1, 1], head
+    path.write_text("file 品种\na.png 猫\nb.png 狗\n", encoding="utf-8")  # a label name not known: named by the file's
+    with pytest.raises(LabelError, match="'file', '品种' looks like a header"):
+        read_labels(path)
+    assert read_labels(path, file_column="file").labels.tolist() == ["猫", "狗"]
+
+
 def test_date_label_cells_read_alike_with_either_engine(tmp_path: Path):
     # the attack: a date cell 2024-01-02 beside a text cell "2024-01-02": calamine (a date) gave one class,
     # openpyxl (a datetime, "2024-01-02 00:00:00") two, without a note
