@@ -1113,7 +1113,10 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
     dies unpickling the dataset ("worker exited unexpectedly", the cause on its stderr only). Said before."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if method not in ("spawn", "forkserver") or not path or not path.endswith(".py"):
+    if method not in ("spawn", "forkserver"):
+        return
+    if not path or not path.endswith(".py"):  # python -c, a notebook, code read from stdin: no script to import
+        _check_no_script(dl, method)
         return
     # `python -m pkg` runs pkg/__main__.py, which spawned processes do not import at all
     package_main = os.path.basename(path) == "__main__.py"
@@ -1152,6 +1155,28 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
                          f"`if __name__ == \"__main__\":` (line {guarded[name]}), a block they skip when they "
                          f"import {script}; define {name} at the top level of {script} (or in a module of its "
                          "own)")  # fmt: skip
+
+
+def _check_no_script(dl: DataLoader, method: str) -> None:
+    """A class or function of ``__main__`` where ``__main__`` is no script file (``python -c``, a notebook,
+    ``exec``): spawned workers have nothing to import it from, and each one dies unpickling the dataset."""
+    found: list[str] = []
+
+    class Scan(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
+                if not found:
+                    found.append(getattr(obj, "__qualname__", getattr(obj, "__name__", "?")))
+            return NotImplemented
+
+    try:
+        Scan(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump((dl.dataset, dl.collate_fn, dl.worker_init_fn))
+    except Exception:  # what cannot pickle is said by the start itself
+        return
+    if found:
+        raise UsageError(f"{method}-started workers cannot find {found[0]}: it is defined in __main__, which here is "
+                         "no script file they could import (python -c, a notebook, code read from stdin); define "
+                         f"{found[0]} in a module (a .py file) and import it from there, or use num_workers=0")  # fmt: skip
 
 
 def _start_method(dl: DataLoader) -> str:

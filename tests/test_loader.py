@@ -3612,6 +3612,33 @@ print(len(list(create_loader(ds, 4, num_workers=1, seed=0, multiprocessing_conte
     ), proc.stderr
 
 
+def test_a_transform_of_python_c_or_a_notebook_is_named_before_spawned_workers_die_of_it(class_folder, tmp_path):
+    # the attack: a transform class defined in `python -c` code (or a notebook's, or stdin's: __main__ with no .py
+    # file) with spawn-started workers: every worker died unpickling it, three tracebacks and "exited unexpectedly"
+    code = f"""
+from datakit import create_loader, open_dataset
+from datakit.transforms import train_pipeline
+class Keep:
+    def __call__(self, t):
+        return t
+ds = open_dataset(r"{class_folder}", transform=train_pipeline(16), target_transform=Keep())
+print(len(list(create_loader(ds, 4, num_workers=1, seed=0, multiprocessing_context="spawn"))))
+"""
+    said = ("datakit.errors.UsageError: spawn-started workers cannot find Keep: it is defined in __main__, which here "
+            "is no script file they could import (python -c, a notebook, code read from stdin); define Keep in a "
+            "module (a .py file) and import it from there, or use num_workers=0")  # fmt: skip
+    for args, stdin in (([sys.executable, "-c", code], None), ([sys.executable, "-"], code)):
+        proc = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == said, proc.stderr
+        assert proc.stderr.count("Traceback") == 1
+    # forked workers inherit __main__: the same code runs
+    forked = code.replace('"spawn"', '"fork"')
+    proc = subprocess.run([sys.executable, "-c", forked], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    from datakit import open_dataset
+
+    assert proc.returncode == 0 and proc.stdout.strip() == str(-(-len(open_dataset(class_folder)) // 4)), proc.stderr
+
+
 def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: Path):
     # the attack: target_transform=lambda t: t with spawn-started workers: 16 frames of multiprocessing, ending in
     # "AttributeError: Can't pickle local object"
