@@ -1130,20 +1130,7 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
     guarded = {} if package_main else _guarded_names(path)
     if not guarded and not package_main:
         return
-    found: list[str] = []
-
-    class Scan(pickle.Pickler):
-        def reducer_override(self, obj):
-            if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
-                top = getattr(obj, "__qualname__", "").split(".")[0]
-                if (package_main or top in guarded) and top not in found:
-                    found.append(top)
-            return NotImplemented
-
-    try:
-        Scan(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump((dl.dataset, dl.collate_fn, dl.worker_init_fn))
-    except Exception:  # what cannot pickle is said by the start itself
-        return
+    found = [top for top in _main_objects(dl) if package_main or top in guarded]
     if found and package_main:
         package = os.path.basename(os.path.dirname(path))
         raise UsageError(f"{method}-started workers cannot find {found[0]}: {package}/__main__.py defines it, and "
@@ -1157,26 +1144,35 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
                          "own)")  # fmt: skip
 
 
-def _check_no_script(dl: DataLoader, method: str) -> None:
-    """A class or function of ``__main__`` where ``__main__`` is no script file (``python -c``, a notebook,
-    ``exec``): spawned workers have nothing to import it from, and each one dies unpickling the dataset."""
+def _main_objects(dl: DataLoader) -> list[str]:
+    """The top-level names of the classes and functions of ``__main__`` that the workers of ``dl`` unpickle, in the
+    order met; [] where what they get does not pickle (said by the start itself)."""
     found: list[str] = []
 
     class Scan(pickle.Pickler):
         def reducer_override(self, obj):
             if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
-                if not found:
-                    found.append(getattr(obj, "__qualname__", getattr(obj, "__name__", "?")))
+                top = getattr(obj, "__qualname__", "").split(".")[0]
+                if top not in found:
+                    found.append(top)
             return NotImplemented
 
     try:
         Scan(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump((dl.dataset, dl.collate_fn, dl.worker_init_fn))
-    except Exception:  # what cannot pickle is said by the start itself
-        return
+    except Exception:
+        return []
+    return found
+
+
+def _check_no_script(dl: DataLoader, method: str) -> None:
+    """A class or function of ``__main__`` where ``__main__`` is no script file (``python -c``, a notebook,
+    ``exec``): spawned workers have nothing to import it from, and each one dies unpickling the dataset."""
+    found = _main_objects(dl)
     if found:
-        raise UsageError(f"{method}-started workers cannot find {found[0]}: it is defined in __main__, which here is "
-                         "no script file they could import (python -c, a notebook, code read from stdin); define "
-                         f"{found[0]} in a module (a .py file) and import it from there, or use num_workers=0")  # fmt: skip
+        name = found[0]
+        raise UsageError(f"{method}-started workers cannot find {name}: it is defined in __main__, which here is no "
+                         "script file they could import (python -c, a notebook, code read from stdin); define "
+                         f"{name} in a module (a .py file) and import it from there, or use num_workers=0")  # fmt: skip
 
 
 def _start_method(dl: DataLoader) -> str:

@@ -177,7 +177,10 @@ class ImageDataset:
         self.bad: dict[int, tuple[str, str]] = {}  # index -> (name, reason), known in this process
         self.replaced: dict[int, int] = {}  # bad index -> the index last read in its place, in this process
         self._allowed: dict[int, bool] = {}  # bad index -> what a callable on_error said of it, in this process
-        self.bad_samples = Path(bad_samples) if bad_samples is not None else None
+        # the file as given, for messages; written where it is now: a later os.chdir (a notebook's %cd) moved a
+        # relative one, and the record of this run went to another folder than the one read at the start
+        self._bad_shown = os.fspath(bad_samples) if bad_samples is not None else None
+        self.bad_samples = Path(os.path.abspath(bad_samples)) if bad_samples is not None else None
         self._cache: dict[int, bytes] | None = None
         if cache == "memory":
             need = self.encoded_size()
@@ -192,7 +195,7 @@ class ImageDataset:
             if isinstance(root, (str, os.PathLike)) and os.path.isdir(root) and getattr(self, "table", None) is None:
                 inside = os.path.realpath(self.bad_samples.parent) + os.sep
                 if inside.startswith(os.path.realpath(root).rstrip(os.sep) + os.sep):
-                    raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: inside the dataset's folder "
+                    raise UsageError(f"bad_samples={self._bad_shown!r}: inside the dataset's folder "
                                      f"{os.fspath(root)!r}, where the next scan would take the file and its .parts "
                                      "folder for data (a class folder); give a path outside it")  # fmt: skip
             # a dataset is built in the main process (workers get a copy): fold what an earlier
@@ -204,11 +207,11 @@ class ImageDataset:
                 # its folder a file, or not writable: said now, not at the first bad sample in a worker
                 why = "a file" if is_file else "not writable"
                 where = existing
-                raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: cannot be written (its folder "
+                raise UsageError(f"bad_samples={self._bad_shown!r}: cannot be written (its folder "
                                  f"{os.fspath(where)!r} is {why})")  # fmt: skip
             if self.bad_samples.exists() and not self.bad_samples.is_file():  # a folder, a pipe, a device
                 what = "a folder" if self.bad_samples.is_dir() else not_a_file(self.bad_samples)
-                raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: {what}, not a file: the bad samples "
+                raise UsageError(f"bad_samples={self._bad_shown!r}: {what}, not a file: the bad samples "
                                  "are written to a JSON file of that name")  # fmt: skip
             self.merge_bad_samples()
             shutil.rmtree(self._parts_dir(), ignore_errors=True)
@@ -460,7 +463,7 @@ class ImageDataset:
             tmp.write_text(json_text(data, indent=1), encoding="utf-8")
             os.replace(tmp, self.bad_samples)
         except OSError as exc:  # its folder a file, /proc, a full disk: the report's path, not a temporary name
-            raise UsageError(f"bad_samples={os.fspath(self.bad_samples)!r}: cannot be written "
+            raise UsageError(f"bad_samples={self._bad_shown!r}: cannot be written "
                              f"({exc.strerror or type(exc).__name__})") from None  # fmt: skip
         finally:
             discard(tmp)
@@ -2024,6 +2027,16 @@ def refuse_table_options(path: str | os.PathLike, remap_labels: bool = False, **
                          "give the table with labels= (--labels TABLE), or leave it out")  # fmt: skip
 
 
+def _user_path(path):
+    """A path as the user may give it: bytes (``os.fsencode``) as the str Python's os functions take, and a
+    leading ``~`` (``~/data``) expanded as torchvision's ImageFolder does, where no such name is here as it is."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if isinstance(path, str) and path.startswith("~") and not os.path.lexists(path):
+        return os.path.expanduser(path)
+    return path
+
+
 def open_source(
     src: str | os.PathLike | Sequence[str | os.PathLike],
     *,
@@ -2051,6 +2064,9 @@ def open_source(
     ``kinds``: a module holding FolderDataset, TableDataset, ZipDataset and LmdbDataset, this one
     by default (torch-free), :mod:`datakit.datasets` for its torch datasets."""
     kinds = kinds or sys.modules[__name__]
+    src = [_user_path(s) for s in src] if isinstance(src, (list, tuple)) else _user_path(src)
+    labels = _user_path(labels) if isinstance(labels, (str, bytes, os.PathLike)) else labels
+    root = _user_path(root) if root is not None else None
     refuse_empty(src=src, labels=labels, root=root, classes=classes, split=split, file_column=file_column,
                  label_column=label_column, split_column=split_column)  # fmt: skip
     if classes is not None:

@@ -42,6 +42,36 @@ def test_folder_matches_imagefolder(class_folder: Path):
     assert open_dataset(class_folder, mode="bgr")[5][0][..., ::-1].tolist() == img.tolist()
 
 
+def test_a_source_as_bytes_or_under_a_tilde_opens_as_imagefolder_does(class_folder: Path, monkeypatch):
+    # the attack: open_dataset(b"...") failed with a bare "TypeError: a bytes-like object is required", and
+    # "~/data" (which torchvision's ImageFolder expands) was "no such file or folder"
+    ds = open_dataset(os.fsencode(class_folder))
+    assert ds.samples == open_dataset(class_folder).samples and len(ds) == 12
+    monkeypatch.setenv("HOME", str(class_folder.parent))
+    ref = tvd.ImageFolder(f"~/{class_folder.name}")
+    ds = open_dataset(f"~/{class_folder.name}")
+    assert ds.samples == ref.samples and ds.classes == ref.classes == ["cat", "dog", "鸟"]
+
+
+def test_a_relative_bad_samples_file_stays_where_it_was_opened(class_folder: Path, tmp_path: Path, monkeypatch):
+    # the attack: bad_samples="runs/bad.json", then os.chdir (a notebook's %cd): the empty record was made in the
+    # first folder and the bad sample written to runs/bad.json of the second, which a later run never reads
+    imwrite(class_folder / "cat" / "zz.jpg", synthetic_image(20, 20))
+    (class_folder / "cat" / "zz.jpg").write_bytes((class_folder / "cat" / "zz.jpg").read_bytes()[:100])
+    monkeypatch.chdir(tmp_path)
+    ds = open_dataset(class_folder, on_error="skip", bad_samples="runs/bad.json", max_bad_fraction=0.5)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    bad = ds.samples.index((str(class_folder / "cat" / "zz.jpg"), 0))
+    assert ds[bad][1] == 0  # replaced by another sample of its class
+    ds.merge_bad_samples()
+    assert not (tmp_path / "elsewhere" / "runs").exists()
+    import json
+
+    record = json.loads((tmp_path / "runs" / "bad.json").read_text(encoding="utf-8"))
+    assert record["count"] == 1 and [e["index"] for e in record["bad"]] == [bad]
+
+
 def test_samples_folder_table_and_zip_agree(samples: Path):
     folder = open_dataset(samples / "images")
     zipped = open_dataset(samples / "images.zip")
