@@ -140,24 +140,13 @@ _count = int_range(1)  # sizes, counts, batch sizes
 
 
 def _worker_room(value: int) -> int:
-    """``value`` worker processes, refused where this machine cannot hold them: more than 4 per usable CPU
-    (beyond the CPUs only readers waiting on a slow disk gain) and more than its available memory holds at
-    about 600 MiB a worker. 1000 workers on 2 CPUs filled 24 GiB, and the kernel ended the command, not them."""
-    from datakit.parallel import usable_cpus
+    """``value`` worker processes, refused where this machine cannot hold them (:func:`datakit.tuning.worker_room`)."""
+    from datakit.tuning import worker_room
 
-    cpus = usable_cpus()
-    if value <= 4 * cpus:
-        return value
-    from datakit.tuning import _PER_WORKER_BYTES, _available_memory
-
-    mem = _available_memory()
-    room = mem // _PER_WORKER_BYTES if mem is not None else 0
-    if value <= room:
-        return value
-    held = f" and {mem / (1 << 30):.1f} GiB of available memory" if mem is not None else ""
-    have = f"{cpus} usable CPU{'s' * (cpus > 1)}{held}"
-    raise argparse.ArgumentTypeError(f"{value} worker processes: at most {max(4 * cpus, room)} here ({have}; 4 a CPU, "
-                                     "or one per 600 MiB available)")  # fmt: skip
+    why = worker_room(value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{value} worker processes: {why}")
+    return value
 
 
 def _workers(text: str) -> int:  # 0: in the main process

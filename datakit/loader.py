@@ -1588,6 +1588,10 @@ class Loader:
             raise UsageError(f"set_num_workers takes a whole number of workers >= 0 (create_loader measures 'auto' "
                              f"itself, and re-tunes with autotune=True), got {num_workers!r}")  # fmt: skip
         num_workers = int(num_workers)
+        from datakit.tuning import worker_room
+
+        if (why := worker_room(num_workers)) is not None:
+            raise UsageError(f"set_num_workers({num_workers}): {why}")
         self._supersede("set_num_workers()")  # an epoch in progress ends here (autotune calls it after one)
         self._drop_feed(wait=True, patience=2.5)  # out of the old iterator before its workers stop
         old = self.loader
@@ -2513,7 +2517,11 @@ def create_loader(
         tuned = _untouched_rng(lambda: tune_num_workers(dataset, batch_size, collate_fn=collate_fn, device=device))
         num_workers = tuned.best
     if not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}")
+        raise UsageError(f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}")
+    from datakit.tuning import worker_room
+
+    if (why := worker_room(num_workers)) is not None:  # 1000 asked on 2 CPUs: the kernel ended the training process
+        raise UsageError(f"{'num_workers' if env is None else 'DATAKIT_NUM_WORKERS'}={num_workers}: {why}")
     if num_workers > 0 or autotune:
         _warn_own_generators(dataset)
     if distributed not in ("auto", True, False) or not isinstance(distributed, (str, bool)):

@@ -153,6 +153,25 @@ def measure_throughput(dataset: Dataset, batch_size: int, num_workers: int, *, b
     return Measurement(num_workers, images / elapsed, (len(times) - 1) / elapsed, first or 0.0, images)
 
 
+def worker_room(value: int) -> str | None:
+    """Why ``value`` worker processes are refused here (``at most N here (...)``), or None: more than 4 per
+    usable CPU (beyond the CPUs only readers waiting on a slow disk gain) and more than the available memory
+    holds at about 600 MiB a worker. 1000 workers on 2 CPUs filled 24 GiB, and the kernel ended the training
+    process, not them."""
+    from datakit.parallel import usable_cpus
+
+    cpus = usable_cpus()
+    if value <= 4 * cpus:
+        return None
+    mem = _available_memory()
+    room = mem // _PER_WORKER_BYTES if mem is not None else 0
+    if value <= room:
+        return None
+    held = f" and {mem / (1 << 30):.1f} GiB of available memory" if mem is not None else ""
+    have = f"{cpus} usable CPU{'s' * (cpus > 1)}{held}"
+    return f"at most {max(4 * cpus, room)} here ({have}; 4 a CPU, or one per 600 MiB available)"
+
+
 def _available_memory() -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

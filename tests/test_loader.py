@@ -1494,6 +1494,33 @@ def test_num_workers_env_override(monkeypatch):
     assert str(e.value) == "num_workers must be 'auto' or an int >= 0, got True"
 
 
+def test_more_workers_than_the_machine_holds_are_refused_as_the_cli_refuses_them(monkeypatch):
+    # the attack: create_loader(ds, 4, num_workers=1000) was taken (the CLI refuses --workers 1000): iterating it on
+    # 2 CPUs filled 24 GiB and the kernel ended the training process
+    import datakit.parallel
+    import datakit.tuning
+
+    monkeypatch.setattr(datakit.parallel, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(datakit.tuning, "_available_memory", lambda: 6 << 30)  # room for 10 at 600 MiB
+    tail = "at most 10 here (2 usable CPUs and 6.0 GiB of available memory; 4 a CPU, or one per 600 MiB available)"
+    with pytest.raises(UsageError) as e:
+        create_loader(Indexed(4), 2, num_workers=1000)
+    assert str(e.value) == f"num_workers=1000: {tail}"
+    loader = create_loader(Indexed(4), 2, num_workers=0)
+    with pytest.raises(UsageError) as e:
+        loader.set_num_workers(11)
+    assert str(e.value) == f"set_num_workers(11): {tail}"
+    monkeypatch.setenv("DATAKIT_NUM_WORKERS", "500")
+    with pytest.raises(UsageError) as e:
+        create_loader(Indexed(4), 2)
+    assert str(e.value) == f"DATAKIT_NUM_WORKERS=500: {tail}"
+    monkeypatch.delenv("DATAKIT_NUM_WORKERS")
+    assert create_loader(Indexed(4), 2, num_workers=10).num_workers == 10
+    with pytest.raises(UsageError) as e:  # a ValueError before, where True was a UsageError
+        create_loader(Indexed(4), 2, num_workers=-1)
+    assert str(e.value) == "num_workers must be 'auto' or an int >= 0, got -1"
+
+
 DDP = r"""
 import json, os, sys
 import torch.distributed as dist
