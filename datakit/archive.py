@@ -2257,6 +2257,13 @@ class ZipReader:
         """Decoded names of the file members, in archive order."""
         return [m.name for m in self.members]
 
+    def case_twin(self, name: str) -> str | None:
+        """The one file member named as ``name`` but for letter case (``cat/A.jpg`` asked, ``cat/a.jpg`` stored:
+        found on a folder too, where an extracted copy tells them apart), in whole; None for none or several."""
+        key = member_path(name).casefold()
+        found = {m for m in self._by_name if m.casefold() == key and m != member_path(name)}
+        return found.pop() if len(found) == 1 else None
+
     def __contains__(self, name: str) -> bool:
         if _names_folder(name) and not self._listed(name):  # 'cat/1.png/.' names no file, as on the extracted folder
             return False

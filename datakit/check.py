@@ -410,6 +410,8 @@ def _missing_line(ds: TableDataset, i: int) -> str | None:
     where = ds.name(i)
     what = "is a folder, not an image:" if ds.zip is None and os.path.isdir(where) else "not found at"
     line = f"missing: {ds.files[i]!r} ({ds.where(i)}) {what} {where}"
+    if ds.zip is not None and (twin := ds.zip.case_twin(ds.path(i))) is not None:
+        line += f" (there is the member {twin!r}: the names differ in letter case, which a zip keeps apart)"
     if ds.zip is None and what == "not found at":
         twin = _case_twin(where)
         if twin is not None:

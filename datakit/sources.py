@@ -1044,6 +1044,8 @@ class TableDataset(ImageDataset):
                 from datakit.check import _case_twin
 
                 twin = _case_twin(self.name(index))
+            elif self.zip is not None and isinstance(exc.__cause__, KeyError):
+                twin = self.zip.case_twin(self.path(index))
             case = f"; there is {twin!r}: the names differ in letter case" if twin is not None else ""
             raise SampleError(f"{exc} ({self.where(index)}){case}") from exc.__cause__
 
@@ -1102,6 +1104,11 @@ class TableDataset(ImageDataset):
                                  f"first {first!r}) is under {self.root}, but there is {twin!r}: the names differ in "
                                  "letter case, which this file system keeps apart (Windows and macOS do not): write "
                                  "the table's names as the files are named")  # fmt: skip
+        elif (twin := self.zip.case_twin(self._path_of(first))) is not None:  # the same, read in place
+            raise LabelError(f"{self.table.path}: none of the files the table names ({len(picks)} looked for, first "
+                             f"{first!r}) is inside {self.root}, but there is the member {twin!r}: the names differ in "
+                             "letter case, which a zip keeps apart (Windows and macOS folders do not): write the "
+                             "table's names as the members are named")  # fmt: skip
         where = f"inside {self.root}" if self.zip is not None else f"under {self.root}"
         if not hint and re.match(r"(?:[A-Za-z]:)?/", first):  # D:/data/img/0.jpg: another machine's paths
             parts = first.split("/")

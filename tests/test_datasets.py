@@ -882,6 +882,37 @@ def test_names_apart_from_the_files_in_letter_case_only_are_said(tmp_path: Path)
                             f"({tmp_path / 'l2.csv'}, line 3); there is 'b.png': the names differ in letter case")  # fmt: skip
 
 
+def test_names_apart_from_the_members_of_a_zip_in_letter_case_only_are_said(tmp_path: Path):
+    # the attack: the same table and data as above, the data as a zip read in place: "no member named 'B.PNG'" and
+    # check's "not found at d.zip:B.PNG", without the letter-case hint the folder gets
+    from datakit.check import check_dataset
+    from datakit.errors import SampleError
+    from datakit.io import encode_image
+
+    with zipfile.ZipFile(tmp_path / "d.zip", "w") as zf:
+        for n in "ab":
+            zf.writestr(f"cat/{n}.png", encode_image(np.zeros((4, 4, 3), np.uint8), ".png"))
+    (tmp_path / "l.csv").write_text("file,label\ncat/A.PNG,cat\ncat/B.PNG,dog\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "d.zip", labels=tmp_path / "l.csv")
+    assert str(e.value) == (
+        f"{tmp_path / 'l.csv'}: none of the files the table names (2 looked for, first 'cat/A.PNG') is inside "
+        f"{tmp_path / 'd.zip'}, but there is the member 'cat/a.png': the names differ in letter case, which a zip "
+        "keeps apart (Windows and macOS folders do not): write the table's names as the members are named"
+    )
+    (tmp_path / "l2.csv").write_text("file,label\ncat/a.png,cat\ncat/B.PNG,dog\n", encoding="utf-8")
+    ds = open_dataset(tmp_path / "d.zip", labels=tmp_path / "l2.csv")
+    with pytest.raises(SampleError) as e:
+        ds[1]
+    assert str(e.value) == (f"sample 1: {tmp_path / 'd.zip'}: no member named 'cat/B.PNG' ({tmp_path / 'l2.csv'}, "
+                            "line 3); there is 'cat/b.png': the names differ in letter case")  # fmt: skip
+    report = check_dataset(tmp_path / "d.zip", labels=tmp_path / "l2.csv")
+    assert report.problems[0] == (
+        f"missing: 'cat/B.PNG' ({tmp_path / 'l2.csv'}, line 3) not found at {tmp_path / 'd.zip'}:cat/B.PNG (there "
+        "is the member 'cat/b.png': the names differ in letter case, which a zip keeps apart)"
+    )
+
+
 def test_classes_files_of_index_and_name_lines_are_refused_and_synset_lists_read_as_their_ids(tmp_path: Path):
     # The attack: PaddleClas's label_list.txt ('0 猫') given as --classes: "classes '0', '2' not among the 3
     # classes given", never saying they were read as '0 猫'; ImageNet's LOC_synset_mapping.txt likewise
