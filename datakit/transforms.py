@@ -875,6 +875,19 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
                           f"({type(exc).__name__}: {exc}); put float steps after the loader, or use "
                           "normalize=True and a transform of your own")  # fmt: skip
 
+    def kept(t, out):
+        """``out`` of step ``t``, refused where it is no uint8 tensor: a float step under RandomApply gave batches
+        of crops on two scales (0-1 and 0-255), which the loader's normalisation cannot tell apart. A step's own
+        round trip (ToDtype float, a float step, ToDtype uint8 in one Compose) is its own business."""
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"augment step {t!r} returned {type(out).__name__}, not a tensor")
+        if out.dtype != torch.uint8:
+            raise ValueError(f"augment step {' '.join(repr(t).split())} turns the uint8 crop into "
+                             f"{str(out.dtype).removeprefix('torch.')}: "
+                             "augment takes steps that keep uint8 (the loader's device= and normalize= convert and "
+                             "normalise the batches); put float steps after the loader")  # fmt: skip
+        return out
+
     def taken(t, x):
         """``t(x)`` with every random branch taken in turn: a RandomApply's steps applied (its p may skip them
         now, and not in a worker later), each of a RandomChoice's options; a Compose's steps in order."""
@@ -904,13 +917,12 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
         x = probe
         for t in steps:
             if _tv_steps(t) is not None:
-                taken(t, x)  # each branch, on what the steps before give
+                kept(t, taken(t, x))  # each branch, on what the steps before give (a float round trip inside)
             try:
                 x = t(x)
             except Exception as exc:
                 raise refused(t, exc) from None
-            if not isinstance(x, torch.Tensor):
-                raise ValueError(f"augment step {t!r} returned {type(x).__name__}, not a tensor")
+            kept(t, x)
     return steps
 
 
@@ -1066,6 +1078,16 @@ class TrainPipeline(_Pipeline):
         self.flip = RandomHorizontalFlip(hflip)
         self.augment = _check_augment(augment, self.crop.size)
         self._set_norm(mean, std, normalize, stats_order)
+
+    @property
+    def augment(self) -> list[Callable]:
+        """The augmentations, a list; set at any time (``pipe.augment = []`` or ``None``: off for the last epochs),
+        each new one tried as :func:`train_pipeline` tries them."""
+        return self.__dict__["augment"]
+
+    @augment.setter
+    def augment(self, value) -> None:
+        self.__dict__["augment"] = _check_augment(value, self.crop.size)
 
     def _steps(self) -> list:
         return [self.crop, self.flip, HWCToCHW(), *self.augment]

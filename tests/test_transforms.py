@@ -1201,6 +1201,44 @@ def test_a_compose_in_augment_is_tried_in_order_not_step_by_step():
         assert pipe(np.zeros((50, 60, 3), np.uint8)).shape == (3, 32, 32)
 
 
+def test_augment_set_on_a_pipeline_is_tried_as_train_pipeline_tries_it(tmp_path):
+    # the attack: pipe.augment = None (train_pipeline's own default) to switch augmentations off for the last
+    # epochs: every PNG sample, and the loader's next epoch, failed with "Value after * must be an iterable"; one
+    # transform (not a list) the same, and a step refusing uint8 was taken until the samples were read
+    from torchvision.transforms import v2
+
+    from datakit.io import encode_image
+    from datakit.transforms import train_pipeline
+
+    png = encode_image(np.full((50, 60, 3), 90, np.uint8), ".png")
+    pipe = train_pipeline(32, augment=[v2.ColorJitter(0.3)])
+    for value, want in ((None, []), ([], []), (v2.RandomGrayscale(1.0), "one")):
+        pipe.augment = value
+        kinds = [type(t).__name__ for t in pipe.augment]
+        assert kinds == ([] if want == [] else ["RandomGrayscale"])
+        assert tuple(pipe.from_bytes(png, "rgb").shape) == (3, 32, 32)
+    with pytest.raises(ValueError, match=r"^augment step Normalize\(.*\) does not accept the uint8 CHW tensor"):
+        pipe.augment = [v2.Normalize([0.5] * 3, [0.2] * 3)]
+    assert isinstance(pipe.augment[0], v2.RandomGrayscale)  # the refused one is not kept
+
+
+def test_an_augment_step_that_leaves_uint8_at_random_is_refused():
+    # the attack: RandomApply([ToDtype(float32, scale=True)], p=0.5): half the crops 0-1 floats, the rest 0-255,
+    # stacked into one float batch the loader called "in 0..255"
+    from torchvision.transforms import v2
+
+    from datakit.transforms import train_pipeline
+
+    for step, shown in ((v2.RandomApply([v2.ToDtype(torch.float32, scale=True)], p=0.5),
+                         "RandomApply( ToDtype(scale=True))"),
+                        (v2.ToDtype(torch.float32, scale=True), "ToDtype(scale=True)")):  # fmt: skip
+        with pytest.raises(ValueError) as e:
+            train_pipeline(32, augment=[step])
+        assert str(e.value) == (f"augment step {shown} turns the uint8 crop into float32: augment takes steps that "
+                                "keep uint8 (the loader's device= and normalize= convert and normalise the batches); "
+                                "put float steps after the loader")  # fmt: skip
+
+
 def test_rgb_statistics_on_two_scales_are_warned_of_by_normalize_and_the_loader():
     # the attack: ImageNet's mean times 255 beside its 0-1 std normalised batches to std 288, and the 0-1 mean beside
     # the 0-255 std left them uncentred, without a word. A warning, not a refusal: data in units of its own (depth in
