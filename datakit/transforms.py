@@ -847,9 +847,12 @@ def _decode_scaled(data: bytes, mode: str, name: str, h: int, w: int, f: int) ->
     return _decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name)[0]
 
 
-def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
-    """The augmentations as a list, each tried once on a uint8 CHW tensor of the crop's size, so
-    that one refusing uint8 input fails here with its name, not in a worker at the first batch."""
+def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int = 1,
+                   advice: str = "put float steps after the loader, or use normalize=True and a transform of your "
+                   "own") -> list[Callable]:  # fmt: skip
+    """The augmentations as a list, each tried on a uint8 CHW tensor of the crop's size (``channels``
+    of it, ``draws`` times, each from its own seed), so that one refusing uint8 input fails here with
+    its name, not in a worker at the first batch."""
     if augment is None:
         return []
     if callable(augment):
@@ -860,7 +863,7 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
     for t in steps:
         if not callable(t):
             raise TypeError(f"augment must be a list of callables (torchvision v2 transforms), got {t!r}")
-    probe = torch.zeros((3, *size), dtype=torch.uint8)
+    probe = torch.zeros((channels, *size), dtype=torch.uint8)
 
     def leaves(t) -> Iterator[Callable]:  # every step inside RandomApply, RandomChoice, ...
         inner = _tv_steps(t)
@@ -872,8 +875,7 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
 
     def refused(t, exc: Exception) -> ValueError:
         return ValueError(f"augment step {t!r} does not accept the uint8 CHW tensor the pipeline gives it "
-                          f"({type(exc).__name__}: {exc}); put float steps after the loader, or use "
-                          "normalize=True and a transform of your own")  # fmt: skip
+                          f"({type(exc).__name__}: {exc}); {advice}")  # fmt: skip
 
     def kept(t, out):
         """``out`` of step ``t``, refused where it is no uint8 tensor: a float step under RandomApply gave batches
@@ -914,15 +916,18 @@ def _check_augment(augment, size: tuple[int, int]) -> list[Callable]:
                                  "normalised float batch after the loader")  # fmt: skip
     py_state, np_state = random.getstate(), np.random.get_state()  # (a step of the caller's may draw from them)
     with torch.random.fork_rng(devices=[]), _restored(py_state, np_state):  # trying them moves no caller's state
-        x = probe
-        for t in steps:
-            if _tv_steps(t) is not None:
-                kept(t, taken(t, x))  # each branch, on what the steps before give (a float round trip inside)
-            try:
-                x = t(x)
-            except Exception as exc:
-                raise refused(t, exc) from None
-            kept(t, x)
+        for draw in range(draws):
+            if draws > 1:
+                torch.manual_seed(draw)
+            x = probe
+            for t in steps:
+                if _tv_steps(t) is not None:
+                    kept(t, taken(t, x))  # each branch, on what the steps before give (a float round trip inside)
+                try:
+                    x = t(x)
+                except Exception as exc:
+                    raise refused(t, exc) from None
+                kept(t, x)
     return steps
 
 
@@ -1062,6 +1067,9 @@ class _Pipeline(Compose):
         return img
 
 
+_CHANNELS_TRIED: set[tuple] = set()  # (pipeline, channels, steps) whose augmentations took such crops, in this process
+
+
 class TrainPipeline(_Pipeline):
     """Random resized crop, flip, augmentations, CHW (and normalisation): see :func:`train_pipeline`.
 
@@ -1092,6 +1100,18 @@ class TrainPipeline(_Pipeline):
     def _steps(self) -> list:
         return [self.crop, self.flip, HWCToCHW(), *self.augment]
 
+    def _check_channels(self, channels: int) -> None:
+        """The augmentations tried on crops of ``channels`` (an RGBA image read in mode "unchanged") at the first
+        such crop, 32 draws of each: torchvision's colour steps (ColorJitter, the auto-augment policies' colour
+        operations) take 1 or 3 channels, and the crops they are drawn for failed at random, sample after sample."""
+        key = (id(self), channels, tuple(id(t) for t in self.augment))  # (not in the pipeline: its state unchanged)
+        if key in _CHANNELS_TRIED:
+            return
+        _check_augment(self.augment, self.crop.size, channels, draws=32,
+                       advice=f"this crop has {channels} channels (mode 'unchanged' keeps alpha), which torchvision's "
+                       "colour steps refuse: read the images in mode 'rgb' for these augmentations")  # fmt: skip
+        _CHANNELS_TRIED.add(key)
+
     def _factor(self, ch: int, cw: int) -> int:
         """The DCT scale a crop of ``ch`` x ``cw`` is decoded at (1 for the nearest modes)."""
         th, tw = self.crop.size
@@ -1102,6 +1122,8 @@ class TrainPipeline(_Pipeline):
             return self._augmented(chw, mode)
 
     def _augmented(self, chw: torch.Tensor, mode: str) -> torch.Tensor:
+        if self.augment and chw.shape[0] not in (1, 3):
+            self._check_channels(chw.shape[0])
         if self.augment:
             # torchvision's colour steps (Grayscale, ColorJitter's hue and saturation, AutoAugment's, ...) take
             # the channels as RGB: a mode="bgr" (or "unchanged") image is augmented in RGB order, then put back

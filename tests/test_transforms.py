@@ -1222,6 +1222,31 @@ def test_augment_set_on_a_pipeline_is_tried_as_train_pipeline_tries_it(tmp_path)
     assert isinstance(pipe.augment[0], v2.RandomGrayscale)  # the refused one is not kept
 
 
+def test_colour_augmentations_of_an_rgba_crop_are_refused_at_its_first_crop_not_at_random():
+    # the attack: mode="unchanged" on RGBA PNGs with AutoAugment: the pipeline was built (its check tries 3
+    # channels), then 6 in 40 draws failed at random mid-epoch ("permitted channel values are 1 or 3, but found 4")
+    from torchvision.transforms import v2
+
+    from datakit.io import encode_image
+    from datakit.transforms import train_pipeline
+
+    rgba = encode_image(np.random.default_rng(0).integers(0, 256, (60, 70, 4), dtype=np.uint8), ".png")
+    for step in (v2.AutoAugment(), v2.ColorJitter(0.4, 0.4, 0.4, 0.1)):
+        pipe = train_pipeline(32, augment=[step])
+        for seed in range(3):  # the same refusal whatever the draws
+            torch.manual_seed(seed)
+            with pytest.raises(ValueError) as e:
+                pipe.from_bytes(rgba, "unchanged")
+            assert str(e.value).startswith(f"augment step {step!r} does not accept the uint8 CHW tensor")
+            assert str(e.value).endswith(
+                "; this crop has 4 channels (mode 'unchanged' keeps alpha), which torchvision's colour steps refuse: "
+                "read the images in mode 'rgb' for these augmentations"
+            )
+        assert tuple(pipe.from_bytes(rgba, "rgb").shape) == (3, 32, 32)
+    geometric = train_pipeline(32, augment=[v2.RandomRotation(20), v2.RandomErasing(1.0, value=0)])
+    assert tuple(geometric.from_bytes(rgba, "unchanged").shape) == (4, 32, 32)
+
+
 def test_an_augment_step_that_leaves_uint8_at_random_is_refused():
     # the attack: RandomApply([ToDtype(float32, scale=True)], p=0.5): half the crops 0-1 floats, the rest 0-255,
     # stacked into one float batch the loader called "in 0..255"
