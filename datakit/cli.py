@@ -725,8 +725,15 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     summary = {"out": str(report.path), "count": report.count, "resumed_from": report.resumed_from,
                "skipped": report.skipped, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
                "seconds": round(report.seconds, 3), "images_per_s": round(rate, 1)}  # fmt: skip
+    shards = _shard_counts(report.count, report.resumed_from) if "{rank}" in args.src[-1] else None
     if args.json:
-        _print_json(summary)
+        _print_json(summary if shards is None else {**summary, "shards": [c for c, _ in shards]})
+    elif not args.quiet and shards is not None:  # rank 0 speaks for the set, not of its own shard alone
+        total, resumed = sum(c for c, _ in shards), sum(r for _, r in shards)
+        again = f", {resumed} of them packed before and kept" if resumed else ""
+        print(f"packed {total} images into {len(shards)} shards {args.src[-1]} ({', '.join(str(c) for c, _ in shards)}"
+              f"{again}): open them together as {args.src[-1].replace('{rank}', '*')!r}"
+              + (f"; {report.skipped_summary} skipped on rank 0" if report.skipped else ""))  # fmt: skip
     elif not args.quiet and report.resumed_from == report.count and not report.skipped and was_complete:
         print(f"{report.path} is complete already ({report.count} images): nothing to pack")
     elif not args.quiet and report.resumed_from == report.count and not report.skipped:
@@ -738,6 +745,17 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
               f"{report.bytes_out / 2**20:.1f} MB stored, {rate:.0f} images/s"
               + (f"; {report.skipped_summary} skipped" if report.skipped else ""))  # fmt: skip
     return 0
+
+
+def _shard_counts(count: int, resumed_from: int) -> list[tuple[int, int]] | None:
+    """(images, of them packed by an earlier run) of every rank's shard, rank 0's first, where ranks pack one
+    shard each under torchrun; None in one process."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return None
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, (count, resumed_from))
+    return [tuple(x) for x in every]
 
 
 cmd_pack_lmdb.every_rank = lambda args: len(args.src) >= 2 and "{rank}" in args.src[-1]  # type: ignore[attr-defined]

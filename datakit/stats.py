@@ -289,9 +289,6 @@ def compute_stats(
         if sample < 2:
             raise UsageError(f"sample must be at least 2 to estimate an error, got {sample}")
         idx = np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False))
-    elif sample is not None:
-        log.warning("sample=%d (--sample) is not fewer than the %d images: every image is read, the statistics are "
-                    "exact (no standard errors)", sample, n)  # fmt: skip
     rank, world = 0, 1
     if distributed:
         import torch.distributed as dist
@@ -300,6 +297,9 @@ def compute_stats(
             rank, world = dist.get_rank(), dist.get_world_size()
         elif distributed is True:
             raise UsageError("distributed=True but no torch.distributed process group is initialised")
+    if sample is not None and sample >= n and rank == 0:  # said once, not by every rank under torchrun
+        log.warning("sample=%d (--sample) is not fewer than the %d images: every image is read, the statistics are "
+                    "exact (no standard errors)", sample, n)  # fmt: skip
     mine = idx[rank::world]
     hists = map_ordered(partial(_hist_one, size=size), mine.tolist(), workers=workers, dataset=ds, per_worker=16,
                         progress=progress, initializer=_ignore_sigint_in_workers, initargs=(os.getpid(),))  # fmt: skip

@@ -709,6 +709,14 @@ def test_two_ranks_check_and_usage_error_said_once(class_folder: Path):
     ]
 
 
+def test_two_ranks_say_a_note_once(class_folder: Path):
+    # the attack: `torchrun ... stats --sample 20` on 12 images: the note that every image is read came from every rank
+    r0, r1 = _two_ranks("stats", class_folder, "--workers", "0", "--sample", "20", "-q")
+    assert (r0.returncode, r1.returncode, r1.stderr) == (0, 0, "")
+    assert r0.stderr == ("sample=20 (--sample) is not fewer than the 12 images: every image is read, the statistics "
+                         "are exact (no standard errors)\n")  # fmt: skip
+
+
 def test_two_ranks_check_prints_each_problem_once(class_folder: Path):
     # every rank has the whole report (for the exit code); only rank 0 prints its problems
     (class_folder / "鸟" / "图片_3.png").write_bytes(b"")
@@ -732,7 +740,8 @@ def test_two_ranks_pack_one_shard_each(class_folder: Path, tmp_path: Path):
 
     r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "part-{rank}.lmdb", "--workers", "0")
     assert (r0.returncode, r1.returncode) == (0, 0), (r0.stderr, r1.stderr)
-    assert r0.stdout.startswith(f"packed 6 images into {tmp_path / 'part-0.lmdb'}") and r1.stdout == ""
+    assert r0.stdout == (f"packed 12 images into 2 shards {tmp_path / 'part-{rank}.lmdb'} (6, 6): open them "
+                         f"together as {str(tmp_path / 'part-*.lmdb')!r}\n") and r1.stdout == ""  # fmt: skip
     whole, parts = open_dataset(class_folder), open_dataset(str(tmp_path / "part-*.lmdb"))
     assert len(parts) == 12 and parts.targets.tolist() == whole.targets.tolist()
     # without {rank} in OUT, rank 0 packs everything alone and the other rank leaves it be
@@ -752,6 +761,11 @@ def test_more_ranks_than_samples_pack_an_empty_shard_of_the_set(tmp_path: Path):
     assert (r0.returncode, r1.returncode) == (0, 0), (r0.stderr, r1.stderr)
     parts = open_dataset(str(tmp_path / "part-*.lmdb"))
     assert len(parts) == 1 and parts.classes == ["a"]
+    # rank 0 speaks for the set (it said "completed part-0.lmdb (0 images, every one committed before the
+    # interruption)" of its empty shard, a fresh pack)
+    assert r0.stdout == (f"packed 1 images into 2 shards {tmp_path / 'part-{rank}.lmdb'} (0, 1): open them together "
+                         f"as {str(tmp_path / 'part-*.lmdb')!r}\n")  # fmt: skip
+    assert r1.stdout == ""
     assert main(["pack-lmdb", str(tmp_path / "src"), str(tmp_path / "by-hand.lmdb"), "--shard", "0/2"]) == 2
 
 
