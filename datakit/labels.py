@@ -741,7 +741,8 @@ class LabelTable:
             if _unicode_form(name) != _unicode_form(before) and not name.isascii():
                 form = f"{_unicode_form(name)}: {ascii(name)}"
                 text = (f"{self.where(i)}: file {name!r} ({form}) is listed again in another Unicode form "
-                        f"(first at {self._short(first)}, {_unicode_form(before)})")  # fmt: skip
+                        f"(first at {self._short(first)}, {_unicode_form(before)}); a table's name finds a file in "
+                        "either form, so two files named alike but for it are one to a table: rename one")  # fmt: skip
             else:
                 text = f"{self.where(i)}: file {name!r} is listed again (first at {self._short(first)})"
             out.append((self._key(i), text))

@@ -1663,6 +1663,21 @@ def test_a_title_row_over_a_header_of_two_label_columns_is_no_header(tmp_path: P
         assert ds.classes == ["cat", "dog"] and list(ds.targets) == [0, 1, 1, 0], path
 
 
+def test_a_name_listed_in_both_unicode_forms_says_to_rename_one_of_two_files(tmp_path: Path):
+    # the attack: dog/café.jpg on disk in both forms (two images), each listed: refused as if one row were listed
+    # twice, with no word of the two files
+    nfc, nfd = "dog/caf\u00e9.jpg", "dog/cafe\u0301.jpg"
+    table = tmp_path / "t.csv"
+    table.write_text(f"file,label\n{nfc},a\n{nfd},b\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(table)
+    assert str(e.value).splitlines()[-1].strip() == (
+        f"{table}, line 3: file {nfd!r} (NFD: 'dog/cafe\\u0301.jpg') is listed again in another Unicode form (first "
+        "at line 2, NFC); a table's name finds a file in either form, so two files named alike but for it are one to "
+        "a table: rename one"
+    )
+
+
 def test_a_workbook_of_one_sheet_is_not_told_of_other_sheets(tmp_path: Path, capsys):
     # once: "name its file column as the other sheets name theirs" for a workbook of one sheet, --file-column unsaid
     root = images(tmp_path / "img", "0.jpg", "1.jpg")
