@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import ImageDecodeError, UsageError
+from datakit.errors import DatakitError, ImageDecodeError, UsageError
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -1574,14 +1574,17 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, tidy: boo
         if overwrite:
             os.replace(tmp, path)
         else:
-            taken = f"{path}: already exists; use --overwrite (overwrite=True) to replace it"
+            # not there when the work began (checked above): another process made it meanwhile, which is no
+            # usage mistake of this one's (exit 1, not 2)
+            taken = (f"{path}: made by another process while this one worked (it was not there when this one "
+                     "began); not replaced: use --overwrite (overwrite=True) to replace it")  # fmt: skip
             try:
                 os.link(tmp, path)
             except FileExistsError:
-                raise UsageError(taken) from None
+                raise DatakitError(taken) from None
             except OSError:  # a file system without hard links: the check above is the best we have
                 if path.exists():
-                    raise UsageError(taken) from None
+                    raise DatakitError(taken) from None
                 os.replace(tmp, path)
     finally:
         discard(tmp)

@@ -1171,6 +1171,24 @@ def test_a_png_wider_than_libpngs_limit_is_read_strict_or_not_without_a_word(tmp
     assert "libpng" not in out + err
 
 
+def test_an_output_another_process_makes_meanwhile_is_kept_and_said_as_no_usage_mistake(tmp_path: Path):
+    # the attack: two `stats --plot h.png` at once: the one that lost the race printed its result, then exited 2
+    # with "already exists" (a usage mistake, said to be checked before the work)
+    from datakit.errors import DatakitError, UsageError
+    from datakit.io import atomic_output
+
+    out = tmp_path / "h.png"
+    with pytest.raises(DatakitError) as e, atomic_output(out) as tmp:
+        Path(tmp).write_bytes(b"mine")
+        out.write_bytes(b"theirs")  # the other process, meanwhile
+    assert not isinstance(e.value, UsageError) and e.value.exit_code == 1
+    assert str(e.value) == (f"{out}: made by another process while this one worked (it was not there when this one "
+                            "began); not replaced: use --overwrite (overwrite=True) to replace it")  # fmt: skip
+    assert out.read_bytes() == b"theirs" and sorted(p.name for p in tmp_path.iterdir()) == ["h.png"]
+    with pytest.raises(UsageError, match="already exists; use --overwrite"), atomic_output(out):  # there before
+        pass
+
+
 def test_a_write_killed_midway_leaves_a_temporary_file_the_next_write_removes(tmp_path: Path):
     # the attack: preview (or stats --plot) killed with SIGKILL while writing left '.grid.png.XXXX.tmp', 24-84 MB,
     # that nothing ever removed
