@@ -1612,8 +1612,10 @@ class LmdbDataset(ImageDataset):
 
 
 def _expand_sources(src) -> list[str] | None:
+    """The shards ``src`` names: each glob ('part-*.lmdb', alone or among other names) standing for what it
+    matches, in the order they were made; None for one path."""
     if isinstance(src, (list, tuple)):
-        return [os.fspath(s) for s in src]
+        return [p for s in src for p in (_expand_sources(s) or [os.fspath(s)])]
     s = os.fspath(src)
     if any(ch in s for ch in "*?[") and not os.path.exists(s):
         from datakit.filenames import natural_key

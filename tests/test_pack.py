@@ -380,6 +380,10 @@ def test_shards_read_as_one(class_folder: Path, tmp_path: Path):
     assert len(ds) == 12 and ds.targets.tolist() == whole.targets.tolist()
     for i in range(12):
         np.testing.assert_array_equal(ds[i][0], whole[i][0])
+    # a glob beside another name, as a shell passes a quoted one with others (it was taken as a file name)
+    mixed = open_dataset([str(tmp_path / "shard-[01].lmdb"), tmp_path / "shard-2.lmdb"])
+    assert len(mixed) == 12 and mixed.targets.tolist() == whole.targets.tolist()
+    assert main(["stats", str(tmp_path / "shard-[01].lmdb"), str(tmp_path / "shard-2.lmdb"), "-q"]) == 0
     with pytest.raises(UsageError, match=r"shard I/N needs 0 <= I < N, got 3/3"):
         pack_lmdb(class_folder, tmp_path / "x.lmdb", shard="3/3")
 
