@@ -514,7 +514,12 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     native = _NATIVE.get(enc, frozenset()) if not table else frozenset()
     total -= sum(_word_penalties(w, native)[0] + 1.5 * _cjk_in_latin(n) + _thai_penalty(n)
                  for n, w in zip(names, worded))  # fmt: skip
-    total -= sum(0.8 * len(p) for p in _parts(names) if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p))
+    # a name part of accented Latin letters alone (猫 read as UTF-8 è), or of one Cyrillic letter alone (a class
+    # folder 'Ñ' of a Spanish alphabet, read by CP866 as 'е'): what one-byte code pages make of other bytes as often
+    # as what anyone names a folder
+    total -= sum(0.8 * len(p) for p in _parts(names)
+                 if all(_script(c) == "latin" and ord(c) >= 0x80 for c in p)
+                 or (len(p) == 1 and _script(p) == "cyrillic"))  # fmt: skip
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}
     if table and "cjk" in letters:
@@ -530,6 +535,12 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     elif host == "unix":  # Unix tools write the locale's encoding, never a DOS code page
         value += 0.1 if enc in ("utf-8", "koi8_r") else -0.1 if _HOSTS.get(enc) == "dos" else 0.0
     return value
+
+
+def _lone_letters(names: Sequence[str]) -> bool:
+    """Whether every part of ``names`` (folder, file stem) holding text past ASCII is one Latin or Cyrillic letter."""
+    parts = [p for p in _parts(list(names)) if not p.isascii()]
+    return bool(parts) and all(len(p) == 1 and p.isalpha() and _script(p) in ("latin", "cyrillic") for p in parts)
 
 
 def host_family(hosts: list[int]) -> str | None:
@@ -598,6 +609,10 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
     runs = {r for n in sample for r in re.findall(rb"[\x80-\xff]+", n)}
     one = len(seen) <= THIN_EVIDENCE_CHARS
     thin = one or (len(runs) == 1 and len(next(iter(runs))) <= 2)
+    # every name part with text past ASCII one letter of a one-byte code page alone (the class folders of an
+    # alphabet: Ñ, Æ, Ø read by CP866 as е, П, Т): a Latin and a Cyrillic letter are as likely names, so any reading
+    # of them as letters is a rival
+    lone = _lone_letters(readings[best])
     rivals = []
     for e in ranked[1:]:
         distinct = readings[e] != readings[best] and all(readings[e] != readings[r] for r in rivals)
@@ -605,6 +620,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
         close = close or (
             thin and scores[best] - scores[e] < THIN_EVIDENCE_MARGIN and scores[e] >= THIN_EVIDENCE_PLAUSIBLE
         )
+        close = close or (lone and _lone_letters(readings[e]))
         if distinct and close:
             rivals.append(e)
     lettered = any(c.isalpha() for c in seen)  # (° ’ № alone score low as symbols, read right all the same)
