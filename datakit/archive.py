@@ -2038,6 +2038,7 @@ class ZipReader:
         self.links = [m for m in members if m.is_symlink]  # read as the member they name, where one does
         # by the path each name spells (``./cat/1.png``, ``cat//1.png`` and ``cat/1.png`` are one), as on disk
         self._by_name: dict[str, int] = {}
+        self._folded: dict[str, list[str]] | None = None  # casefolded member path -> paths (case_twin's, when asked)
         for m in self.members:  # the first copy of a name stored twice, as unzip-gbk writes it
             path = _written_path(m.name)
             usual = (
@@ -2260,9 +2261,13 @@ class ZipReader:
     def case_twin(self, name: str) -> str | None:
         """The one file member named as ``name`` but for letter case (``cat/A.jpg`` asked, ``cat/a.jpg`` stored:
         found on a folder too, where an extracted copy tells them apart), in whole; None for none or several."""
-        key = member_path(name).casefold()
-        found = {m for m in self._by_name if m.casefold() == key and m != member_path(name)}
-        return found.pop() if len(found) == 1 else None
+        if self._folded is None:  # built once: asked for each missing name of a table
+            self._folded = {}
+            for m in self._by_name:
+                self._folded.setdefault(m.casefold(), []).append(m)
+        path = member_path(name)
+        found = [m for m in self._folded.get(path.casefold(), ()) if m != path]
+        return found[0] if len(found) == 1 else None
 
     def __contains__(self, name: str) -> bool:
         if _names_folder(name) and not self._listed(name):  # 'cat/1.png/.' names no file, as on the extracted folder

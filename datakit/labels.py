@@ -1750,10 +1750,21 @@ def _header_row(grid: Sequence[Sequence[object]], keys: set[str], label_column: 
     # where that row names the file column and no known label column (图片,标签 over 文件名,初标,复核: two label
     # columns, which the header then says nothing of), not a sample '文件名' of a class '初标'
     below = next((k for k in range(r + 1, min(len(grid), 50)) if any(not _blank(v) for v in grid[k])), None)
-    if below in found and (_find_column(grid[below], label_column, LABEL_COLUMNS) is not None
-                           or _find_column(grid[below], None, FILE_COLUMNS) is not None):  # fmt: skip
+    if below in found and _find_column(grid[below], label_column, LABEL_COLUMNS) is not None:
         return below
+    if (
+        below in found
+        and _find_column(grid[below], None, FILE_COLUMNS) is not None
+        and _fills_blanks(grid[r], grid[below])
+    ):
+        return below  # it names the columns under the title's merged cells (标签 over 初标 | 复核), not a sample
     return r
+
+
+def _fills_blanks(above: Sequence[object], row: Sequence[object]) -> bool:
+    """Whether ``row`` has a value in a column that ``above`` leaves blank (or does not reach): a header under a
+    title row whose merged cells span several of its columns, not a data row of the table ``above`` heads."""
+    return any(not _blank(v) and (k >= len(above) or _blank(above[k])) for k, v in enumerate(row))
 
 
 def _inferred_label(grid: Sequence[Sequence[object]], r: int, others: list[int],
@@ -2960,9 +2971,12 @@ def _text_kind(path: Path, text: str, sep: str | None, file_column: str | None) 
         return "table", ","
     # .txt/.lst: Excel's Unicode text is a tab-separated table with a header, maybe under title rows (a title
     # line alone, "2024年 标注结果", read as the first line of a path-label list made the header a sample too)
-    # among the first 50 lines, as a table's header is looked for
+    # among the first 50 lines, as a table's header is looked for, above the first naming an image file (a line
+    # 'img,30.jpg cat' of a path-label list is no header)
     heads = [s for s in (line.strip() for line in text[:65536].split("\n")) if s and not s.startswith("#")][:50]
     for line in heads:
+        if any(_looks_like_file(w) for w in re.split(r"[\s,;]+", line)):
+            break
         for delim in ("\t", ",", ";"):
             if delim in line and any(_norm(v) in keys for v in line.split(delim)):
                 return "table", delim

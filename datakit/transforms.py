@@ -877,18 +877,26 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         return ValueError(f"augment step {t!r} does not accept the uint8 CHW tensor the pipeline gives it "
                           f"({type(exc).__name__}: {exc}); {advice}")  # fmt: skip
 
-    def kept(t, out):
-        """``out`` of step ``t``, refused where it is no uint8 tensor: a float step under RandomApply gave batches
-        of crops on two scales (0-1 and 0-255), which the loader's normalisation cannot tell apart. A step's own
-        round trip (ToDtype float, a float step, ToDtype uint8 in one Compose) is its own business."""
+    def tensor(t, out):
         if not isinstance(out, torch.Tensor):
             raise ValueError(f"augment step {t!r} returned {type(out).__name__}, not a tensor")
+        return out
+
+    def applied(t, x):
+        try:
+            return t(x)
+        except Exception as exc:
+            raise refused(t, exc) from None
+
+    def kept(t, out) -> None:
+        """The steps' output ``out``, refused where it is no uint8 tensor, naming ``t``, the step that left uint8: a
+        float step under RandomApply gave batches of crops on two scales (0-1 and 0-255), which the loader's
+        normalisation cannot tell apart. A float round trip (ToDtype float, a float step, ToDtype uint8) is taken."""
         if out.dtype != torch.uint8:
             raise ValueError(f"augment step {' '.join(repr(t).split())} turns the uint8 crop into "
                              f"{str(out.dtype).removeprefix('torch.')}: "
                              "augment takes steps that keep uint8 (the loader's device= and normalize= convert and "
                              "normalise the batches); put float steps after the loader")  # fmt: skip
-        return out
 
     def taken(t, x):
         """``t(x)`` with every random branch taken in turn: a RandomApply's steps applied (its p may skip them
@@ -896,10 +904,7 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         inner = _tv_steps(t)
         kind = type(t).__name__
         if inner is None:
-            try:
-                return t(x)
-            except Exception as exc:
-                raise refused(t, exc) from None
+            return applied(t, x)
         if kind == "RandomChoice":
             outs = [taken(s, x) for s in inner]
             return outs[0]
@@ -919,15 +924,24 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         for draw in range(draws):
             if draws > 1:
                 torch.manual_seed(draw)
-            x = probe
+            x = every = probe  # as drawn now, and with every random branch taken
+            last = {}  # the step that left uint8 last, on either path
             for t in steps:
                 if _tv_steps(t) is not None:
-                    kept(t, taken(t, x))  # each branch, on what the steps before give (a float round trip inside)
+                    every = tensor(t, taken(t, every))  # each branch, on what the steps before give
+                else:
+                    every = tensor(t, applied(t, every))
                 try:
-                    x = t(x)
+                    x = tensor(t, t(x))
                 except Exception as exc:
                     raise refused(t, exc) from None
-                kept(t, x)
+                for path, out in (("drawn", x), ("every", every)):
+                    if out.dtype != torch.uint8 and path not in last:
+                        last[path] = t
+                    elif out.dtype == torch.uint8:
+                        last.pop(path, None)  # a float round trip (ToDtype, a float step, ToDtype back) ends here
+            for out, path in ((every, "every"), (x, "drawn")):
+                kept(last.get(path), out)
     return steps
 
 

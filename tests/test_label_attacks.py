@@ -1661,6 +1661,12 @@ def test_a_title_row_over_a_header_of_two_label_columns_is_no_header(tmp_path: P
                                 "label_column= (--label-column)")  # fmt: skip
         ds = open_dataset(root, labels=path, label_column="复核")
         assert ds.classes == ["cat", "dog"] and list(ds.targets) == [0, 1, 1, 0], path
+    # a first sample whose file is named like a file column ('image', no suffix) under a whole header is a sample:
+    # a row filling no column the header leaves blank
+    plain = tmp_path / "p.csv"
+    plain.write_text("file,label\nimage,cat\nb1,dog\nb2,cat\n", encoding="utf-8")
+    t = read_labels(plain, validate=False)
+    assert t.files.tolist() == ["image", "b1", "b2"] and t.labels.tolist() == ["cat", "dog", "cat"]
 
 
 def test_a_name_listed_in_both_unicode_forms_says_to_rename_one_of_two_files(tmp_path: Path):

@@ -1094,7 +1094,8 @@ def test_one_file_listed_in_two_unicode_forms_is_listed_again(tmp_path: Path):
     path = tmp_path / "labels.csv"
     path.write_text(f"file,label\n{nfc},cat\nb.jpg,dog\n.\\{nfd},dog\n图/二.jpg,cat\n", encoding="utf-8")
     want = (f"{path}, line 4: file './{nfd}' (NFD: './cafe\\u0301/1.jpg') is listed again in another "
-            "Unicode form (first at line 2, NFC)")  # fmt: skip
+            "Unicode form (first at line 2, NFC); a table's name finds a file in either form, so two files named "
+            "alike but for it are one to a table: rename one")  # fmt: skip
     assert read_labels(path, validate=False).problems() == [want]
     with pytest.raises(LabelError) as e:
         read_labels(path)
@@ -1894,6 +1895,13 @@ def test_a_space_separated_list_headed_by_a_class_id_column_reads(tmp_path: Path
         path.write_text(f"{head}\na.png 0\nb.png 1\nc.png 1\n", encoding="utf-8")
         t = read_labels(path)
         assert t.files.tolist() == ["a.png", "b.png", "c.png"] and t.labels.tolist() == [0, 1, 1], head
+    # a list with a comma in a name far down, beside a word a file column may be called: still a list (the header is
+    # looked for above the first line naming an image, so 'img,30.jpg cat' is none)
+    lines = [f"p{i}.jpg {'dog' if i % 2 else 'cat'}" for i in range(60)]
+    lines[30] = "img,30.jpg cat"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    t = read_labels(path)
+    assert len(t.files) == 60 and t.files.tolist()[30] == "img,30.jpg" and t.class_values == ("cat", "dog")
     path.write_text("file 品种\na.png 猫\nb.png 狗\n", encoding="utf-8")  # a label name not known: named by the file's
     with pytest.raises(LabelError, match="'file', '品种' looks like a header"):
         read_labels(path)

@@ -1262,6 +1262,10 @@ def test_an_augment_step_that_leaves_uint8_at_random_is_refused():
         assert str(e.value) == (f"augment step {shown} turns the uint8 crop into float32: augment takes steps that "
                                 "keep uint8 (the loader's device= and normalize= convert and normalise the batches); "
                                 "put float steps after the loader")  # fmt: skip
+    # a float round trip written as plain steps ends in uint8: taken, as inside one Compose
+    trip = [v2.ToDtype(torch.float32, scale=True), v2.GaussianNoise(), v2.ToDtype(torch.uint8, scale=True)]
+    out = train_pipeline(32, augment=trip)(np.full((40, 50, 3), 100, np.uint8))
+    assert out.dtype == torch.uint8 and tuple(out.shape) == (3, 32, 32)
 
 
 def test_rgb_statistics_on_two_scales_are_warned_of_by_normalize_and_the_loader():
