@@ -728,6 +728,9 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
     shards = _shard_counts(report.count, report.resumed_from) if "{rank}" in args.src[-1] else None
     if args.json:
         _print_json(summary if shards is None else {**summary, "shards": [c for c, _ in shards]})
+    elif not args.quiet and shards is not None and all(c == r for c, r in shards) and not report.skipped:
+        print(f"the {len(shards)} shards {args.src[-1]} hold every image already ({sum(c for c, _ in shards)}): "
+              f"nothing to pack; open them together as {args.src[-1].replace('{rank}', '*')!r}")  # fmt: skip
     elif not args.quiet and shards is not None:  # rank 0 speaks for the set, not of its own shard alone
         total, resumed = sum(c for c, _ in shards), sum(r for _, r in shards)
         again = f", {resumed} of them packed before and kept" if resumed else ""

@@ -744,6 +744,13 @@ def test_two_ranks_pack_one_shard_each(class_folder: Path, tmp_path: Path):
                          f"together as {str(tmp_path / 'part-*.lmdb')!r}\n") and r1.stdout == ""  # fmt: skip
     whole, parts = open_dataset(class_folder), open_dataset(str(tmp_path / "part-*.lmdb"))
     assert len(parts) == 12 and parts.targets.tolist() == whole.targets.tolist()
+    r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "part-{rank}.lmdb", "--workers", "0", "--resume")
+    assert (r0.returncode, r1.returncode, r1.stdout) == (0, 0, "")
+    assert r0.stdout == (f"the 2 shards {tmp_path / 'part-{rank}.lmdb'} hold every image already (12): nothing to "
+                         f"pack; open them together as {str(tmp_path / 'part-*.lmdb')!r}\n")  # fmt: skip
+    r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "part-{rank}.lmdb", "--workers", "0", "--overwrite",
+                        "--json")  # fmt: skip
+    assert (r0.returncode, r1.returncode) == (0, 0) and json.loads(r0.stdout)["shards"] == [6, 6]
     # without {rank} in OUT, rank 0 packs everything alone and the other rank leaves it be
     r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "all.lmdb", "--workers", "0", "--json")
     assert (r0.returncode, r1.returncode) == (0, 0) and json.loads(r0.stdout)["count"] == 12 and r1.stdout == ""
