@@ -537,6 +537,22 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     return value
 
 
+def _cyrillic_case(names: Sequence[str]) -> str | None:
+    """ "upper" or "lower" where (nearly) every Cyrillic letter of ``names``, three or more, is of that case."""
+    letters = [c for n in names for c in n if _script(c) == "cyrillic" and c.isalpha()]
+    if len(letters) < 3:
+        return None
+    upper = sum(c.isupper() for c in letters) / len(letters)
+    return "upper" if upper >= 0.9 else "lower" if upper <= 0.1 else None
+
+
+def _case_swapped(best: Sequence[str], other: Sequence[str]) -> bool:
+    """Whether one reading is Cyrillic capitals alone and the other small letters alone: what KOI8-R and CP1251
+    make of each other's bytes (CP1251 'фото' is KOI8-R 'ТНРН'), where a word's case cannot say which was written."""
+    cases = {_cyrillic_case(best), _cyrillic_case(other)}
+    return cases == {"upper", "lower"}
+
+
 def _lone_letters(names: Sequence[str]) -> bool:
     """Whether every part of ``names`` (folder, file stem) holding text past ASCII is one Latin or Cyrillic letter."""
     parts = [p for p in _parts(list(names)) if not p.isascii()]
@@ -621,6 +637,7 @@ def guess_encoding(raw_names: list[bytes], hosts: list[int] | None = None) -> En
             thin and scores[best] - scores[e] < THIN_EVIDENCE_MARGIN and scores[e] >= THIN_EVIDENCE_PLAUSIBLE
         )
         close = close or (lone and _lone_letters(readings[e]))
+        close = close or _case_swapped(readings[best], readings[e])
         if distinct and close:
             rivals.append(e)
     lettered = any(c.isalpha() for c in seen)  # (° ’ № alone score low as symbols, read right all the same)

@@ -2725,6 +2725,16 @@ def test_the_class_folders_of_an_alphabet_are_read_with_a_warning_not_as_cyrilli
         assert [guess.decode(n.encode(encoding)) for n in names] == names
 
 
+@pytest.mark.parametrize("word", ["фото", "отчет"])
+def test_cyrillic_small_letters_that_another_code_page_reads_as_capitals_are_ambiguous(tmp_path: Path, word):
+    # the attack: CP1251 'фото' ("photo", all small letters) beside 'video': read as KOI8-R 'ТНРН', capitals alone,
+    # with no warning (a capital after a small letter marks mojibake; a word of capitals alone is no such mark)
+    names = [f"{word}/1.jpg", f"{word}/2.jpg", "video/1.jpg"]
+    z = write_zip(tmp_path / "r.zip", [ZipEntry(n.encode("cp1251"), b"x", made_by=0x0014) for n in names])
+    guess = detect_encoding(z)
+    assert guess.ambiguous == ("koi8_r", "cp1251")
+
+
 def test_a_gbk_class_of_one_character_from_a_unix_host_is_read_as_gbk(tmp_path: Path):
     # the attack: 写 zipped by Info-ZIP under a GBK locale (host Unix): UTF-8 'д' at 1.40 against GBK's 0.70, outside
     # the rival margin: the class 'д', no warning
