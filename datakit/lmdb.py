@@ -1444,8 +1444,11 @@ def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
             if value is None:
                 yield "problem", f"{r.path}: no value for sample {i} (key {key})"
                 continue
-            if raw is None or raw != rec[i].tobytes():
-                yield "problem", f"{r.path}: sample {i} ({name}): the index disagrees with its record (key {key})"
+            if raw is None:
+                yield "problem", f"{r.path}: sample {i} ({name}): its record is missing (key {_record_key(i).decode()})"
+            elif raw != rec[i].tobytes():
+                yield "problem", (f"{r.path}: sample {i} ({name}): the index disagrees with its record (key "
+                                  f"{_record_key(i).decode()})")  # fmt: skip
             if zlib.crc32(value) != int(rec[i]["crc32"]) or len(value) != int(rec[i]["nbytes"]):
                 altered = "fails its checksum: the stored bytes were altered"
                 yield "problem", f"{r.path}: sample {i} ({name}) {altered} (key {key})"

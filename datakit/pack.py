@@ -31,6 +31,7 @@ from datakit.io import (
     _exif_turned,
     _jpeg_chroma_lag,
     _jpeg_size,
+    _tiff_tags,
     check_path_length,
     decode_image,
     encode_image,
@@ -297,12 +298,24 @@ def _clear_pack(out: Path) -> None:
 
 
 def _gray(data: bytes) -> bool:
-    """Whether an image is stored with one channel (a gray JPEG, a gray PNG without alpha): from its header."""
-    if image_format(data) == "JPEG":
+    """Whether an image is stored with one channel (a gray JPEG, a gray PNG without alpha, an 8-bit gray TIFF, a
+    BMP of 8-bit indices into a palette of grays, which the decoders give as one channel): from its header."""
+    fmt = image_format(data)
+    if fmt == "JPEG":
         info = _jpeg_size(data)
         return info is not None and info[2] == 1
     if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 26 and data[12:16] == b"IHDR":
         return data[25] == 0  # colour type 0: gray
+    if fmt == "TIFF":
+        tags = _tiff_tags(data, (258, 262, 277))  # BitsPerSample, PhotometricInterpretation, SamplesPerPixel
+        return tags.get(277, 1) == 1 and tags.get(258, 1) == 8 and tags.get(262) in (0, 1)
+    if fmt == "BMP" and len(data) >= 54:
+        head = int.from_bytes(data[14:18], "little")
+        bits = int.from_bytes(data[28:30], "little")
+        used = int.from_bytes(data[46:50], "little") or 256
+        table = data[14 + head : 14 + head + 4 * used]
+        return (bits == 8 and head >= 40 and used <= 256 and len(table) == 4 * used
+                and all(table[k] == table[k + 1] == table[k + 2] for k in range(0, len(table), 4)))  # fmt: skip
     return False
 
 

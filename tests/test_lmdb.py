@@ -168,7 +168,16 @@ def test_flipped_byte_in_a_record_caught_by_verify(tmp_path: Path):
     rec = bytearray(get(out, b"r0000000003"))
     rec[8] ^= 1  # height
     put(out, b"r0000000003", bytes(rec))
-    assert verify_lmdb(out) == [f"{out}: sample 3 (图/3.jpg): the index disagrees with its record (key i0000000003)"]
+    # the record's key named (it named the image's, i0000000003, which is sound)
+    assert verify_lmdb(out) == [f"{out}: sample 3 (图/3.jpg): the index disagrees with its record (key r0000000003)"]
+    close_pack(out)
+    env = lmdb.open(str(out))
+    with env.begin(write=True) as txn:
+        txn.delete(b"r0000000005")
+    env.close()
+    assert verify_lmdb(out) == [f"{out}: holds 25 entries, expected 26 for 8 samples",
+                                f"{out}: sample 3 (图/3.jpg): the index disagrees with its record (key r0000000003)",
+                                f"{out}: sample 5 (图/5.jpg): its record is missing (key r0000000005)"]  # fmt: skip
 
 
 def test_verify_checks_in_process_where_the_interpreter_cannot_be_started_again(tmp_path: Path, monkeypatch):
@@ -188,7 +197,7 @@ def test_verify_checks_in_process_where_the_interpreter_cannot_be_started_again(
     rec[8] ^= 1
     put(out, b"r0000000003", bytes(rec))
     assert verify_pack(out).problems == [f"{out}: sample 3 (图/3.jpg): the index disagrees with its record "
-                                         "(key i0000000003)"]  # fmt: skip
+                                         "(key r0000000003)"]  # fmt: skip
 
 
 def test_a_flipped_byte_in_an_image_is_refused_when_read_not_decoded_to_other_pixels(tmp_path: Path, capsys):

@@ -2306,10 +2306,21 @@ def test_max_size_keeps_a_gray_image_gray(tmp_path: Path):
     Image.fromarray(gray, "L").save(tmp_path / "src" / "c" / "g.jpg")
     Image.fromarray(gray, "L").save(tmp_path / "src" / "c" / "g.png")
     Image.fromarray(np.dstack([gray] * 3), "RGB").save(tmp_path / "src" / "c" / "rgb.png")
+    # a gray BMP (8-bit indices into a palette of grays) and an 8-bit gray TIFF were stored as 3 channels
+    Image.fromarray(gray, "L").save(tmp_path / "src" / "c" / "g.bmp")
+    Image.fromarray(gray, "L").save(tmp_path / "src" / "c" / "g.tif")
     assert main(["pack-lmdb", str(tmp_path / "src"), str(tmp_path / "p.lmdb"), "--max-size", "400", "-q"]) == 0
     ds = open_dataset(tmp_path / "p.lmdb", mode="unchanged")
-    assert [ds[i][0].shape for i in range(len(ds))] == [(300, 400), (300, 400), (300, 400, 3)]
-    assert [probe_image(ds.read(i))[:2] for i in range(len(ds))] == [(300, 400)] * 3
+    names = [os.path.basename(ds.name(i)) for i in range(len(ds))]
+    shapes = dict(zip(names, (ds[i][0].shape for i in range(len(ds)))))
+    assert shapes == {"g.bmp": (300, 400), "g.jpg": (300, 400), "g.png": (300, 400), "g.tif": (300, 400),
+                      "rgb.png": (300, 400, 3)}  # fmt: skip
+    assert [probe_image(ds.read(i))[:2] for i in range(len(ds))] == [(300, 400)] * 5
+    source = open_dataset(tmp_path / "src", mode="rgb")
+    bmp = names.index("g.bmp")
+    np.testing.assert_array_equal(open_dataset(tmp_path / "p.lmdb", mode="rgb")[bmp][0][..., 0],
+                                  open_dataset(tmp_path / "p.lmdb", mode="gray")[bmp][0])  # fmt: skip
+    assert source[bmp][0].shape == (600, 800, 3)
 
 
 def test_an_out_on_a_file_system_that_takes_no_files_is_a_usage_error(class_folder: Path, capsys):
