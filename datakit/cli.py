@@ -726,16 +726,17 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
                "skipped": report.skipped, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
                "seconds": round(report.seconds, 3), "images_per_s": round(rate, 1)}  # fmt: skip
     shards = _shard_counts(report.count, report.resumed_from) if "{rank}" in args.src[-1] else None
+    together = args.src[-1].replace("{rank}", "*")  # the glob that opens the shards as one
     if args.json:
         _print_json(summary if shards is None else {**summary, "shards": [c for c, _ in shards]})
     elif not args.quiet and shards is not None and all(c == r for c, r in shards) and not report.skipped:
         print(f"the {len(shards)} shards {args.src[-1]} hold every image already ({sum(c for c, _ in shards)}): "
-              f"nothing to pack; open them together as {args.src[-1].replace('{rank}', '*')!r}")  # fmt: skip
+              f"nothing to pack; open them together as {together!r}")  # fmt: skip
     elif not args.quiet and shards is not None:  # rank 0 speaks for the set, not of its own shard alone
         total, resumed = sum(c for c, _ in shards), sum(r for _, r in shards)
         again = f", {resumed} of them packed before and kept" if resumed else ""
         print(f"packed {total} images into {len(shards)} shards {args.src[-1]} ({', '.join(str(c) for c, _ in shards)}"
-              f"{again}): open them together as {args.src[-1].replace('{rank}', '*')!r}"
+              f"{again}): open them together as {together!r}"
               + (f"; {report.skipped_summary} skipped on rank 0" if report.skipped else ""))  # fmt: skip
     elif not args.quiet and report.resumed_from == report.count and not report.skipped and was_complete:
         print(f"{report.path} is complete already ({report.count} images): nothing to pack")

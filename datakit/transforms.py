@@ -927,14 +927,8 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
             x = every = probe  # as drawn now, and with every random branch taken
             last = {}  # the step that left uint8 last, on either path
             for t in steps:
-                if _tv_steps(t) is not None:
-                    every = tensor(t, taken(t, every))  # each branch, on what the steps before give
-                else:
-                    every = tensor(t, applied(t, every))
-                try:
-                    x = tensor(t, t(x))
-                except Exception as exc:
-                    raise refused(t, exc) from None
+                every = tensor(t, taken(t, every))  # each branch, on what the steps before give
+                x = tensor(t, applied(t, x))
                 for path, out in (("drawn", x), ("every", every)):
                     if out.dtype != torch.uint8 and path not in last:
                         last[path] = t
