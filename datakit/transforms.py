@@ -888,15 +888,15 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         except Exception as exc:
             raise refused(t, exc) from None
 
-    def kept(t, out) -> None:
-        """The steps' output ``out``, refused where it is no uint8 tensor, naming ``t``, the step that left uint8: a
-        float step under RandomApply gave batches of crops on two scales (0-1 and 0-255), which the loader's
-        normalisation cannot tell apart. A float round trip (ToDtype float, a float step, ToDtype uint8) is taken."""
-        if out.dtype != torch.uint8:
-            raise ValueError(f"augment step {' '.join(repr(t).split())} turns the uint8 crop into "
-                             f"{str(out.dtype).removeprefix('torch.')}: "
-                             "augment takes steps that keep uint8 (the loader's device= and normalize= convert and "
-                             "normalise the batches); put float steps after the loader")  # fmt: skip
+    def mixed(t, dtype) -> None:
+        """Refuse step ``t``, which leaves uint8 (for ``dtype``) on some draws only: a float step under RandomApply
+        gave batches of crops on two scales (0-1 and 0-255), which the loader's normalisation cannot tell apart. A
+        float round trip (ToDtype float, a float step, ToDtype uint8) is taken, and so are steps that make every crop
+        float (the loader says it is float already)."""
+        raise ValueError(f"augment step {' '.join(repr(t).split())} turns the uint8 crop into "
+                         f"{str(dtype).removeprefix('torch.')} on some draws only, its batches then of two scales: "
+                         "augment takes steps that keep uint8 (the loader's device= and normalize= convert and "
+                         "normalise the batches); put float steps after the loader")  # fmt: skip
 
     def taken(t, x):
         """``t(x)`` with every random branch taken in turn: a RandomApply's steps applied (its p may skip them
@@ -906,10 +906,24 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         if inner is None:
             return applied(t, x)
         if kind == "RandomChoice":
-            outs = [taken(s, x) for s in inner]
+            outs = [tensor(s, taken(s, x)) for s in inner]
+            if len({o.dtype for o in outs}) > 1:  # one option keeps uint8, another not: batches of two scales
+                mixed(t, next(o.dtype for o in outs if o.dtype != torch.uint8))
             return outs[0]
         for s in inner:  # Compose, nn.Sequential, a RandomApply that applies, a RandomOrder in its listed order
             x = taken(s, x)
+        return x
+
+    def skipped(t, x):
+        """``t(x)`` with every RandomApply skipped (each RandomChoice's first option): the other end of the draws."""
+        inner = _tv_steps(t)
+        kind = type(t).__name__
+        if inner is None:
+            return applied(t, x)
+        if kind == "RandomApply":
+            return x
+        for s in inner[:1] if kind == "RandomChoice" else inner:
+            x = skipped(s, x)
         return x
 
     for t in steps:
@@ -924,18 +938,18 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         for draw in range(draws):
             if draws > 1:
                 torch.manual_seed(draw)
-            x = every = probe  # as drawn now, and with every random branch taken
-            last = {}  # the step that left uint8 last, on either path
+            x = every = none = probe  # as drawn now, with every random branch taken, and with none
+            last = None  # the step after which the three last parted in dtype
             for t in steps:
                 every = tensor(t, taken(t, every))  # each branch, on what the steps before give
+                none = tensor(t, skipped(t, none))
                 x = tensor(t, applied(t, x))
-                for path, out in (("drawn", x), ("every", every)):
-                    if out.dtype != torch.uint8 and path not in last:
-                        last[path] = t
-                    elif out.dtype == torch.uint8:
-                        last.pop(path, None)  # a float round trip (ToDtype, a float step, ToDtype back) ends here
-            for out, path in ((every, "every"), (x, "drawn")):
-                kept(last.get(path), out)
+                if len({every.dtype, none.dtype, x.dtype}) > 1:
+                    last = last or t
+                else:
+                    last = None  # together again: a float round trip on some draws ends here
+            if last is not None:
+                mixed(last, next(o.dtype for o in (every, none, x) if o.dtype != torch.uint8))
     return steps
 
 

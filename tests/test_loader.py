@@ -1843,7 +1843,12 @@ def test_an_augment_steps_error_is_the_transforms_not_a_bad_image(tmp_path: Path
     assert ds.name(4).endswith("rgba.png")
     with pytest.raises(ValueError) as e:
         ds[4]
-    assert type(e.value) is ValueError and str(e.value) == "num_output_channels must be 1 or 3, got 4."
+    # (the augmentations are tried on 4 channels at the first such crop: refused there, every time, with advice)
+    assert type(e.value) is ValueError and str(e.value) == (
+        "augment step RandomGrayscale(p=1) does not accept the uint8 CHW tensor the pipeline gives it (ValueError: "
+        "num_output_channels must be 1 or 3, got 4.); this crop has 4 channels (mode 'unchanged' keeps alpha), which "
+        "torchvision's colour steps refuse: read the images in mode 'rgb' for these augmentations"
+    )
     assert e.value.__notes__ == [f"(raised by the dataset's transform on sample 4: {ds.name(4)})"]
     assert ds.bad == {} and ds.merge_bad_samples() == report
     assert json.loads(report.read_text(encoding="utf-8"))["bad"] == []
@@ -1851,9 +1856,9 @@ def test_an_augment_steps_error_is_the_transforms_not_a_bad_image(tmp_path: Path
         tmp_path / "img", mode="unchanged", transform=train_pipeline(32, augment=[v2.ColorJitter(0.5)])
     )
     for workers in (0, 2):
-        with pytest.raises(TypeError) as e:
+        with pytest.raises(ValueError) as e:
             list(create_loader(jitter, 5, num_workers=workers, train=False))
-        assert "permitted channel values are 1 or 3, but found 4" in str(e.value)
+        assert "(TypeError: Input image tensor permitted channel values are 1 or 3, but found 4)" in str(e.value)
         assert f"(raised by the dataset's transform on sample 4: {ds.name(4)})" in e.value.__notes__
 
 

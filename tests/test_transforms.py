@@ -1254,14 +1254,20 @@ def test_an_augment_step_that_leaves_uint8_at_random_is_refused():
 
     from datakit.transforms import train_pipeline
 
-    for step, shown in ((v2.RandomApply([v2.ToDtype(torch.float32, scale=True)], p=0.5),
-                         "RandomApply( ToDtype(scale=True))"),
-                        (v2.ToDtype(torch.float32, scale=True), "ToDtype(scale=True)")):  # fmt: skip
-        with pytest.raises(ValueError) as e:
-            train_pipeline(32, augment=[step])
-        assert str(e.value) == (f"augment step {shown} turns the uint8 crop into float32: augment takes steps that "
-                                "keep uint8 (the loader's device= and normalize= convert and normalise the batches); "
-                                "put float steps after the loader")  # fmt: skip
+    to_float = v2.ToDtype(torch.float32, scale=True)
+    for step, shown in ((v2.RandomApply([to_float], p=0.5), "RandomApply( ToDtype(scale=True))"),
+                        (v2.RandomChoice([to_float, v2.RandomGrayscale(1.0)]),
+                         "RandomChoice(transforms=[ToDtype(scale=True), RandomGrayscale(p=1.0)], p=[0.5, 0.5])")):  # fmt: skip
+        for seed in range(3):  # whatever this draw takes
+            torch.manual_seed(seed)
+            with pytest.raises(ValueError) as e:
+                train_pipeline(32, augment=[step])
+            assert str(e.value) == (f"augment step {shown} turns the uint8 crop into float32 on some draws only, its "
+                                    "batches then of two scales: augment takes steps that keep uint8 (the loader's "
+                                    "device= and normalize= convert and normalise the batches); put float steps after "
+                                    "the loader")  # fmt: skip
+    # every crop made float: one scale (the loader says the images are float already)
+    assert train_pipeline(32, augment=[to_float])(np.full((40, 50, 3), 100, np.uint8)).dtype == torch.float32
     # a float round trip written as plain steps ends in uint8: taken, as inside one Compose
     trip = [v2.ToDtype(torch.float32, scale=True), v2.GaussianNoise(), v2.ToDtype(torch.uint8, scale=True)]
     out = train_pipeline(32, augment=trip)(np.full((40, 50, 3), 100, np.uint8))
