@@ -775,13 +775,18 @@ def _warn_wrapped(root: str, classes: list[str], files: list[str]) -> None:
     if len(classes) != 1:
         return
     parts = [f.replace(os.sep, "/").split("/") for f in files]
-    inner = sorted({p[1] for p in parts if len(p) >= 3})
-    if len(inner) >= 2 and all(len(p) >= 3 for p in parts):
+    depth = 1  # down a chain of single folders (datasets/flowers/cat/1.png: `zip -r` of a folder two deep)
+    while all(len(p) >= depth + 3 for p in parts) and len({p[depth] for p in parts}) == 1:
+        depth += 1
+    inner = sorted({p[depth] for p in parts if len(p) >= depth + 2})
+    if len(inner) >= 2 and all(len(p) >= depth + 2 for p in parts):
         shown = ", ".join(map(repr, inner[:3])) + (f" and {len(inner) - 3} more" if len(inner) > 3 else "")
-        log.warning("%s: one class folder, %r, whose images all sit in its %d sub-folders (%s): a wrapping folder "
+        meant = os.path.join(root, *parts[0][:depth])
+        of = "its" if depth == 1 else f"the {'/'.join(parts[0][1:depth])!r} folder in it, in its"
+        log.warning("%s: one class folder, %r, whose images all sit in %s %d sub-folders (%s): a wrapping folder "
                     "(a zipped folder, extracted)? the dataset is then %s, whose sub-folders are the classes; read "
-                    "as it is, its images are all one class", root, classes[0], len(inner), shown,
-                    os.path.join(root, classes[0]))  # fmt: skip
+                    "as it is, its images are all one class", root, classes[0], of, len(inner), shown,
+                    meant)  # fmt: skip
 
 
 def _other_forms(name: str) -> list[str]:
@@ -1214,14 +1219,17 @@ class ZipDataset(ImageDataset):
                                    "image cannot be told")  # fmt: skip
             seen[rel] = m
             images.append(rel.split("/"))
-        top = ""
-        if images and all(len(p) >= 3 for p in images) and len({p[0] for p in images}) == 1:
-            top = images[0][0]  # one wrapping folder, as when a folder is zipped
+        top, depth = "", 0
+        # a wrapping folder, as when a folder is zipped, or a chain of them (`zip -r ds.zip datasets/flowers/`:
+        # datasets/flowers/cat/1.png): every image under one folder at each level, down to where they part
+        while images and all(len(p) >= depth + 3 for p in images) and len({p[depth] for p in images}) == 1:
             # unless another folder beside it holds images too, through a link (a/x.png -> ../dog/1.png): the
             # extracted folder's classes are then the top's own, and so are these
-            whole, found = self._scan("")
-            if any(whole[t] != top for _, _, t in found):
-                top = ""
+            whole, found = self._scan(top)
+            if any(whole[t] != images[0][depth] for _, _, t in found):
+                break
+            top = "/".join(images[0][: depth + 1])
+            depth += 1
         classes, keep = self._scan(top)
         if not classes or not keep:
             raise NotADataset(f"{self.path}: no class folders with images inside the archive")

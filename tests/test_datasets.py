@@ -1067,6 +1067,39 @@ def test_an_extracted_zipped_folder_of_class_folders_is_warned_of(tmp_path: Path
     assert caplog.records == []
 
 
+def test_a_folder_zipped_two_deep_reads_its_classes_and_is_warned_of_extracted(tmp_path: Path, caplog):
+    # the attack: `zip -r ds.zip datasets/flowers/` made datasets/flowers/daisy/*.png, datasets/flowers/rose/*.png;
+    # read in place one wrapping folder was skipped (one class 'flowers', every label 0), extracted one class
+    # 'datasets', and neither said a word
+    from datakit.archive import unzip
+    from datakit.io import decode_image, encode_image
+
+    png = [encode_image(synthetic_image(8, 8, seed=k), ".png") for k in range(3)]
+    z = tmp_path / "ds.zip"
+    z.write_bytes(build_zip([ZipEntry(b"datasets/flowers/daisy/0.png", png[0]),
+                             ZipEntry(b"datasets/flowers/rose/0.png", png[1]),
+                             ZipEntry(b"datasets/flowers/rose/1.png", png[2])]))  # fmt: skip
+    ds = open_dataset(z)
+    assert (ds.classes, ds.targets.tolist()) == (["daisy", "rose"], [0, 1, 1])
+    assert ds.name(1) == f"{z}:datasets/flowers/rose/0.png"
+    np.testing.assert_array_equal(ds[2][0], decode_image(png[2], "rgb"))
+    root = tmp_path / "x"
+    unzip(z, root)
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert open_dataset(root).classes == ["datasets"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{root}: one class folder, 'datasets', whose images all sit in the 'flowers' folder in it, in its 2 "
+        "sub-folders ('daisy', 'rose'): a wrapping folder (a zipped folder, extracted)? the dataset is then "
+        f"{root / 'datasets' / 'flowers'}, whose sub-folders are the classes; read as it is, its images are all one "
+        "class"
+    ]
+    assert open_dataset(root / "datasets" / "flowers").classes == ["daisy", "rose"]
+    # one class under the chain (flowers/daisy/*.png only): that class, as before
+    one = tmp_path / "one.zip"
+    one.write_bytes(build_zip([ZipEntry(b"flowers/daisy/0.png", png[0]), ZipEntry(b"flowers/daisy/1.png", png[1])]))
+    assert open_dataset(one).classes == ["daisy"]
+
+
 def test_bad_samples_inside_the_class_folders_is_refused(tmp_path: Path):
     # the attack: bad_samples="data/bad.json" worked once; the next run's scan took its .parts folder for a class
     # ("class folder 'bad.json.parts' holds no images"), and "data/runs/bad.json" a class 'runs'
