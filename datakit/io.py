@@ -686,11 +686,12 @@ def _cmyk_scaled(data: bytes, mode: str, factor: int) -> np.ndarray | None:
 
 def _cv2_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
     """OpenCV's flags for a decode; a JPEG's pixels come as stored (its EXIF orientation is datakit's to
-    apply: :func:`_exif_orientation`)."""
+    apply: :func:`_exif_orientation`), and so do a PNG's and a WebP's (turned by :func:`_decode`: OpenCV
+    turns a still one, never an animated one)."""
     import cv2
 
     flags = _cv2_mode_flags(mode, fmt, factor, components)
-    return flags | cv2.IMREAD_IGNORE_ORIENTATION if fmt == "JPEG" else flags
+    return flags | cv2.IMREAD_IGNORE_ORIENTATION if fmt in ("JPEG", "PNG", "WEBP") else flags
 
 
 def _cv2_mode_flags(mode: str, fmt: str | None, factor: int, components: int) -> int:
@@ -1130,8 +1131,8 @@ def _decode(
         return _pillow_named(raw, mode, fmt, name, upright=fmt != "JPEG")
     if mode == "rgb" and not flags & getattr(cv2, "IMREAD_COLOR_RGB", 0):
         img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-    if mode == "unchanged" and fmt in ("PNG", "WEBP"):  # turned as OpenCV turns them in the other modes
-        img = _orient(img, _container_orientation(raw, fmt))
+    if fmt in ("PNG", "WEBP"):  # turned here in every mode, as OpenCV turns a still one (an animated one it leaves
+        img = _orient(img, _container_orientation(raw, fmt))  # as stored, and mode "unchanged" every one)
     return img
 
 

@@ -740,6 +740,34 @@ def test_unchanged_turns_png_and_webp_as_the_other_modes(container, orientation)
     np.testing.assert_array_equal(decode_image(data, "rgb"), _orient(rgba[:, :, :3], orientation))
 
 
+@pytest.mark.parametrize("orientation", [2, 5, 6, 8])
+@pytest.mark.parametrize("container", ["apng", "animated webp"])
+def test_an_animated_png_or_webp_is_turned_in_every_mode(container, orientation):
+    # the attack: a two-frame APNG and an animated WebP under orientation 6 came out as stored (30 x 50) in rgb,
+    # bgr and gray, where OpenCV turns a still one, and turned in "unchanged"; a pack recorded the stored size
+    from datakit.io import _orient
+
+    rgb = np.random.default_rng(orientation).integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    tiff = _tiff_orientation(orientation, b"II")
+    frames = [Image.fromarray(rgb), Image.fromarray(255 - rgb)]
+    b = io.BytesIO()
+    if container == "apng":
+        frames[0].save(b, "PNG", save_all=True, append_images=frames[1:], duration=100)
+        data = b.getvalue()
+        chunk = struct.pack(">I", len(tiff)) + b"eXIf" + tiff + struct.pack(">I", zlib.crc32(b"eXIf" + tiff))
+        data = data[:33] + chunk + data[33:]
+    else:
+        frames[0].save(b, "WEBP", save_all=True, append_images=frames[1:], lossless=True, exact=True, duration=100,
+                       exif=tiff)  # fmt: skip
+        data = b.getvalue()
+    assert decode_image(data, "rgb").shape == ((10, 6, 3) if orientation >= 5 else (6, 10, 3))
+    np.testing.assert_array_equal(decode_image(data, "rgb"), _orient(rgb, orientation))
+    np.testing.assert_array_equal(decode_image(data, "bgr"), _orient(rgb[:, :, ::-1], orientation))
+    np.testing.assert_array_equal(decode_image(data, "unchanged")[:, :, :3], _orient(rgb[:, :, ::-1], orientation))
+    assert decode_image(data, "gray").shape == _orient(rgb, orientation).shape[:2]
+    assert probe_image(data) == _orient(rgb, orientation).shape[:2]
+
+
 @pytest.mark.parametrize(
     ("exif", "container", "orientation"),
     [
