@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import bisect
 import contextlib
 import ctypes
 import hashlib
@@ -124,15 +125,20 @@ class _PoolIndex(SampleIndex):
     """A :class:`SampleIndex` read through a ``Subset``: ``pool`` holds the subset's samples of the dataset
     underneath and ``pos`` this one's place among them, so that a bad sample's replacement (``on_error="skip"``,
     ``"substitute"``) is one of the subset's own, never a sample of another split. Made in the process that
-    reads it; pickled, it is a plain :class:`SampleIndex`."""
+    reads it; pickled, it is a plain :class:`SampleIndex`. ``pos`` None: the pool's own ``position`` (a
+    :class:`_PartPool`'s, worked out only when a bad sample needs it)."""
 
     pool: Sequence[int]
-    pos: int
 
-    def __new__(cls, value: int, seed: int, epoch: int, pool: Sequence[int], pos: int, copy: int = 0) -> _PoolIndex:
+    def __new__(cls, value: int, seed: int, epoch: int, pool: Sequence[int], pos: int | None,
+                copy: int = 0) -> _PoolIndex:  # fmt: skip
         obj = super().__new__(cls, value, seed, epoch, copy)
-        obj.pool, obj.pos = pool, pos
+        obj.pool, obj._pos = pool, pos
         return obj
+
+    @property
+    def pos(self) -> int:
+        return self._pos if self._pos is not None else self.pool.position  # type: ignore[attr-defined]
 
 
 class _ChainIndices:
@@ -154,6 +160,58 @@ class _ChainIndices:
         return k
 
 
+class _ThroughPool:
+    """A pool of samples from above (a Subset over a ConcatDataset over this Subset: the outer split's samples in
+    this part) read through this Subset's own indices, as the dataset under it numbers them; ``position`` the
+    sample's place, as above."""
+
+    def __init__(self, pool: Sequence[int], indices: _ChainIndices, above: _PoolIndex) -> None:
+        self.pool, self.indices, self.above = pool, indices, above
+
+    def __len__(self) -> int:
+        return len(self.pool)
+
+    def __getitem__(self, k: int) -> int:
+        return self.indices[int(self.pool[k])]
+
+    @property
+    def position(self) -> int:
+        return self.above.pos
+
+
+class _PartPool:
+    """The samples of a Subset read through a ConcatDataset (``pool``, its indices) that lie in one of its parts
+    (``lo`` to ``hi``), numbered as that part numbers them, and ``position`` the sample's place among them (it is
+    ``above``'s sample): made only when a bad sample's replacement is drawn from them."""
+
+    def __init__(self, pool: Sequence[int], lo: int, hi: int, above: SampleIndex) -> None:
+        self.pool, self.lo, self.hi, self.above = pool, lo, hi, above
+        self._made: tuple[list[int], int] | None = None
+
+    def _make(self) -> tuple[list[int], int]:
+        if self._made is None:
+            at = getattr(self.above, "pos", 0)
+            mine, position = [], 0
+            for k in range(len(self.pool)):
+                j = int(self.pool[k])
+                if self.lo <= j < self.hi:
+                    if k < at:
+                        position += 1
+                    mine.append(j - self.lo)
+            self._made = (mine, position)
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._make()[0])
+
+    def __getitem__(self, k: int) -> int:
+        return self._make()[0][k]
+
+    @property
+    def position(self) -> int:
+        return self._make()[1]
+
+
 class _PooledSubset(torch.utils.data.Subset):
     """A ``Subset`` (or a chain of them) of a datakit dataset that replaces bad samples: each index it passes on
     carries the subset's samples, from which the replacement is drawn (torch's Subset passes a plain int: a
@@ -172,8 +230,46 @@ class _PooledSubset(torch.utils.data.Subset):
         if not -n <= pos < n:
             raise IndexError(f"sample index {pos} out of range for a Subset of {n}")
         pos %= n
-        return self.dataset[_PoolIndex(self.indices[pos], getattr(idx, "seed", 0), getattr(idx, "epoch", 0),
-                                       self.indices, pos, getattr(idx, "copy", 0))]  # fmt: skip
+        seed, epoch, copy = getattr(idx, "seed", 0), getattr(idx, "epoch", 0), getattr(idx, "copy", 0)
+        if isinstance(idx, _PoolIndex):  # read through a Subset of a ConcatDataset holding this one: its samples
+            return self.dataset[_PoolIndex(self.indices[pos], seed, epoch, _ThroughPool(idx.pool, self.indices, idx),
+                                           None, copy)]  # fmt: skip
+        return self.dataset[_PoolIndex(self.indices[pos], seed, epoch, self.indices, pos, copy)]
+
+    def __getitems__(self, indices: list) -> list:
+        return [self[i] for i in indices]
+
+
+class _PooledConcat(torch.utils.data.ConcatDataset):
+    """A ``ConcatDataset`` whose parts replace bad samples: each part is given the sampler's seed and epoch with
+    its own index (torch's passes a plain int there, the index less the part's offset: a later part's substitute
+    for a bad sample was the same every epoch, whatever the seed), and, read through a Subset (``random_split(a +
+    b)``), that subset's samples in the part, from which the replacement is drawn; Subsets among the parts are
+    pooled themselves (``ConcatDataset([Subset(a, train_a), Subset(b, train_b)])``)."""
+
+    def __init__(self, given, parts: list) -> None:
+        super().__init__(parts)
+        self.given = given  # the ConcatDataset the caller gave
+
+    def __getitem__(self, idx):
+        if isinstance(idx, list):
+            return [self[i] for i in idx]
+        if not isinstance(idx, SampleIndex):  # a plain int (a loader of torch's own): read as torch reads it
+            return super().__getitem__(idx)
+        n = len(self)
+        pos = operator.index(idx)
+        if not -n <= pos < n:
+            raise IndexError(f"sample index {pos} out of range for a ConcatDataset of {n}")
+        pos %= n
+        part = bisect.bisect_right(self.cumulative_sizes, pos)
+        lo = self.cumulative_sizes[part - 1] if part else 0
+        hi = self.cumulative_sizes[part]
+        if isinstance(idx, _PoolIndex):
+            sub: SampleIndex = _PoolIndex(pos - lo, idx.seed, idx.epoch, _PartPool(idx.pool, lo, hi, idx), None,
+                                          idx.copy)  # fmt: skip
+        else:
+            sub = SampleIndex(pos - lo, idx.seed, idx.epoch, idx.copy)
+        return self.datasets[part][sub]
 
     def __getitems__(self, indices: list) -> list:
         return [self[i] for i in indices]
@@ -181,7 +277,8 @@ class _PooledSubset(torch.utils.data.Subset):
 
 def _pooled(dataset):
     """``dataset`` as read: a Subset chain over a datakit dataset that replaces bad samples, as one
-    :class:`_PooledSubset`; anything else as it is."""
+    :class:`_PooledSubset`; a ConcatDataset of such datasets (or chains), as a :class:`_PooledConcat` (under a
+    Subset chain too); anything else as it is."""
     from datakit.sources import ImageDataset
 
     chain = []
@@ -189,6 +286,14 @@ def _pooled(dataset):
     while type(leaf) is torch.utils.data.Subset:  # (a subclass of the caller's may read otherwise)
         chain.append(leaf)
         leaf = leaf.dataset
+    if type(leaf) is torch.utils.data.ConcatDataset:
+        parts = [_pooled(d) for d in leaf.datasets]
+        if all(p is d for p, d in zip(parts, leaf.datasets)) and not any(
+            isinstance(d, ImageDataset) and d.on_error != "raise" for d in leaf.datasets
+        ):
+            return dataset  # nothing under it replaces a bad sample
+        leaf = _PooledConcat(leaf, parts)
+        return _PooledSubset(leaf, chain) if chain else leaf
     if not chain or not isinstance(leaf, ImageDataset) or leaf.on_error == "raise":
         return dataset
     return _PooledSubset(leaf, chain)
@@ -1312,7 +1417,7 @@ class Loader:
         """The dataset as given to :func:`create_loader` (not the wrapper around it, :class:`PerSampleSeed`)."""
         ds = self.loader.dataset
         ds = ds.inner if isinstance(ds, _NotedBatches) else ds
-        return ds.given if isinstance(ds, _PooledSubset) else ds
+        return ds.given if isinstance(ds, (_PooledSubset, _PooledConcat)) else ds
 
     @property
     def wait_fraction(self) -> float | None:

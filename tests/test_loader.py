@@ -3740,6 +3740,64 @@ def test_a_bad_sample_of_a_split_is_replaced_from_its_own_split(tmp_path: Path, 
         assert ids(next(iter(reader)))[first] == after
 
 
+def _two_bad_folders(tmp_path: Path, policy: str):
+    """Two datasets of 20 one-class images each, sample i of the second filled with 5 * (20 + i) (ids() tells the
+    parts apart); samples 3 of the first and 7 of the second (27 of a + b) broken."""
+    from datakit.datasets import open_dataset
+    from datakit.io import imwrite
+
+    parts = []
+    for p, bad in ((0, 3), (1, 7)):
+        root = tmp_path / f"part{p}" / "类"
+        root.mkdir(parents=True)
+        for i in range(20):
+            imwrite(root / f"{i:03d}.png", np.full((8, 8, 3), 5 * (20 * p + i), np.uint8), mode="rgb")
+        (root / f"{bad:03d}.png").write_bytes(b"not an image at all")
+        parts.append(open_dataset(root.parent, on_error=policy, max_bad_fraction=0.2))
+    return parts
+
+
+@pytest.mark.parametrize("policy", ["substitute", "skip"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_bad_sample_of_a_split_of_joined_datasets_is_replaced_from_its_own_split(tmp_path: Path, policy: str,
+                                                                                    workers: int):  # fmt: skip
+    # the attack: random_split(a + b) and ConcatDataset([Subset(a, ...), Subset(b, ...)]) over on_error="substitute"
+    # (or "skip"): a bad training image was replaced by a validation image and its label (the split's samples were
+    # kept for a Subset straight over one datakit dataset only)
+    from torch.utils.data import ConcatDataset, Subset
+
+    a, b = _two_bad_folders(tmp_path, policy)
+    train = [3, 0, 5, 9, 12, 27, 21, 30, 33, 39, 16]  # of a + b, as random_split makes it: 3 and 27 broken
+    own = set(train) - {3, 27}
+    split_a, split_b = [i for i in train if i < 20], [i - 20 for i in train if i >= 20]
+    for split in (Subset(a + b, train), ConcatDataset([Subset(a, split_a), Subset(b, split_b)]),
+                  Subset(ConcatDataset([Subset(a, list(range(20))), b]), train)):  # fmt: skip
+        served = []
+        for _ in range(3):
+            loader = create_loader(split, batch_size=4, num_workers=workers, seed=0, device="cpu", normalize=False,
+                                   shuffle=True, drop_last=False)  # fmt: skip
+            served += [i for batch in loader for i in ids(batch)]
+        assert len(served) == 3 * len(train) and set(served) <= own
+        assert loader.dataset is split
+    if policy == "skip":  # the next readable sample of the split in the broken one's part, in the split's order
+        reader = create_loader(Subset(a + b, train), batch_size=len(train), num_workers=0, seed=0, device="cpu",
+                               normalize=False, shuffle=False, drop_last=False)  # fmt: skip
+        assert ids(next(iter(reader))) == [0, 0, 5, 9, 12, 21, 21, 30, 33, 39, 16]
+
+
+def test_a_later_datasets_substitute_in_a_concat_changes_with_the_epoch_and_seed(tmp_path: Path):
+    # the attack: ConcatDataset([a, b]) with on_error="substitute": b's bad sample got the same substitute every epoch
+    # and for every seed= (ConcatDataset passed b a plain int, its index less a's length), a's a new one each epoch
+    a, b = _two_bad_folders(tmp_path, "substitute")
+    alone, joined = {}, {}
+    for seed in (0, 5):
+        for ds, into, at in ((b, alone, 7), (a + b, joined, 27)):
+            loader = create_loader(ds, len(ds), num_workers=0, seed=seed, device="cpu", normalize=False, shuffle=False)
+            into[seed] = [ids(next(iter(loader)))[at] for _ in range(6)]  # an epoch each
+    assert joined == alone  # drawn from (seed, epoch, index in b), as b alone draws it
+    assert len(set(joined[0])) > 1 and joined[0] != joined[5] and set(joined[0] + joined[5]) <= set(range(20, 40))
+
+
 def test_a_shards_padding_repeat_draws_augmentations_of_its_own():
     # the attack: 23 samples on 2 ranks: the one served twice (the padding that evens out the ranks' shares) got the
     # same crop and flip on both ranks: its gradient doubled, with no variety
