@@ -8,6 +8,7 @@ first", which need not match ``nvidia-smi``; ``PCI_BUS_ID`` makes the numbers ag
 
 from __future__ import annotations
 
+import ctypes
 import numbers
 import os
 import re
@@ -47,14 +48,45 @@ def _parse(spec: str | int | Iterable[int | str]) -> list[str]:
     return out
 
 
-def _cuda_initialized() -> bool:
+def _cuda_started() -> bool:
+    """Whether the CUDA driver has started in this process, having read ``CUDA_VISIBLE_DEVICES``: torch's own flag
+    (``torch.cuda.is_initialized()``) or, since ``torch.cuda.is_available()`` and ``device_count()`` start the driver
+    without setting it (``cudaGetDeviceCount`` calls ``cuInit`` where NVML does not count the GPUs), the driver
+    library loaded in this process answering ``cuDeviceGetCount``, which before ``cuInit`` returns
+    ``CUDA_ERROR_NOT_INITIALIZED``. A process where no driver library is loaded has not started CUDA."""
     torch = sys.modules.get("torch")
-    if torch is None:
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                return True
+        except Exception:
+            pass
+    path = _loaded_driver()
+    if path is None:
         return False
     try:
-        return bool(torch.cuda.is_initialized())
-    except Exception:
+        count = ctypes.c_int(0)
+        return ctypes.CDLL(path).cuDeviceGetCount(ctypes.byref(count)) != _CUDA_ERROR_NOT_INITIALIZED
+    except (OSError, AttributeError):  # not the driver after all
         return False
+
+
+_CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def _loaded_driver() -> str | None:
+    """The path of the CUDA driver library (``libcuda.so*``) loaded in this process (Linux: /proc/self/maps), or
+    None."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            maps = f.read()
+    except OSError:
+        return None
+    for line in maps.split(b"\n"):
+        at = line.find(b"/")
+        if at >= 0 and line.rsplit(b"/", 1)[-1].startswith(b"libcuda.so"):
+            return os.fsdecode(line[at:].rstrip().removesuffix(b" (deleted)"))
+    return None
 
 
 def select_gpus(spec: str | int | Iterable[int | str]) -> list[str]:
@@ -75,7 +107,7 @@ def select_gpus(spec: str | int | Iterable[int | str]) -> list[str]:
     """
     devices = _parse(spec)
     value = ",".join(devices)
-    if _cuda_initialized():
+    if _cuda_started():
         current = os.environ.get("CUDA_VISIBLE_DEVICES")
         raise RuntimeError(
             f"select_gpus({spec!r}) must run before the first CUDA call: CUDA is already initialised "

@@ -148,19 +148,56 @@ def check_cuda(
         state = "initialised" if initialized else "not initialised yet"
         out.append(Finding("cuda-fork", "ok", f"CUDA {state}; workers start by {start_method}"))
     if initialized and visible_env is not None and device_count is not None:
-        listed = [d for d in visible_env.split(",") if d.strip()]
+        listed, _ = cuda_visible(visible_env)  # as CUDA reads it (a value it reads otherwise: check_environment)
         if len(listed) != device_count:
             out.append(Finding("cuda-visible-devices", "fail",
-                               f"CUDA_VISIBLE_DEVICES={visible_env!r} lists {len(listed)} GPUs but CUDA sees "
-                               f"{device_count}: it was set after CUDA started and is ignored",
-                               "set it in the shell, or call datakit.select_gpus() before CUDA starts"))  # fmt: skip
+                               f"CUDA_VISIBLE_DEVICES={visible_env!r} lists {len(listed)} GPU"
+                               f"{'s' * (len(listed) != 1)} but CUDA sees {device_count}: it names GPUs this machine "
+                               "lacks (nvidia-smi -L lists those it has), or it was set after CUDA started and is "
+                               "ignored", "list GPUs nvidia-smi shows; set it in the shell, or call "
+                               "datakit.select_gpus() before CUDA starts"))  # fmt: skip
             return out
     value = "unset (every GPU)" if visible_env is None else repr(visible_env)
     out.append(Finding("cuda-visible-devices", "ok", f"CUDA_VISIBLE_DEVICES {value}"))
     return out
 
 
-_CUDA_ENTRY = re.compile(r"\s*(?:\d+|(?:GPU|MIG)-[0-9a-fA-F][0-9a-fA-F/-]*)\s*")
+_STRTOUL = re.compile(r"\s*([+-]?[0-9]+)", re.ASCII)  # the number an entry begins with, as C's strtoul reads it
+
+
+def cuda_visible(value: str) -> tuple[list[str], str | None]:
+    """The GPUs CUDA takes from a ``CUDA_VISIBLE_DEVICES`` value, read as torch models CUDA's reading
+    (``torch.cuda._parse_visible_devices``): indices, each the number its entry begins with (``'0;1'`` is 0), up
+    to the first entry that begins with none or a negative one; or UUIDs (``GPU-``, ``MIG-``, as the first entry
+    begins), up to the first entry that begins otherwise; a GPU listed twice: none at all. And why that is not
+    every entry as written (None where it is)."""
+    entries = value.split(",")
+    if not value.strip():
+        return [], "an empty list"
+    seen: list[str] = []
+    prefix = next((p for p in ("GPU-", "MIG-") if value.startswith(p)), None)
+    if prefix is not None:
+        for e in entries:
+            if e in seen:
+                return [], f"{e!r} is listed twice"
+            if not e.startswith(prefix):
+                return seen, f"{e.strip()!r} is not a {prefix} UUID, as the first entry is"
+            seen.append(e)
+        return seen, None
+    note = None
+    for e in entries:
+        m = _STRTOUL.match(e)
+        x = int(m.group(1)) if m else -1
+        if str(x) in seen:
+            return [], f"GPU {x} is listed twice"
+        if x < 0:
+            if m:
+                return seen, f"{e.strip()!r} ends the list (a negative index)"
+            return seen, f"{e.strip()!r} is neither an index nor a GPU-/MIG- UUID"
+        if note is None and e.strip() != str(x) and e.strip() != m.group(1).strip():  # type: ignore[union-attr]
+            note = f"{e.strip()!r} is read as GPU {x} (the number it begins with)"
+        seen.append(str(x))
+    return seen, note
 
 
 def check_environment(env: Mapping[str, str], usable_cpus: int) -> list[Finding]:
@@ -170,13 +207,15 @@ def check_environment(env: Mapping[str, str], usable_cpus: int) -> list[Finding]
     out = []
     forced = env.get("DATAKIT_NUM_WORKERS") or None  # empty: unset, as create_loader takes it
     if forced is not None:
-        try:
-            n = int(forced)
-        except ValueError:
-            n = -1
-        if n < 0:
+        # as create_loader reads it: ASCII digits (no sign, no '_', no other script's digits), spaces around
+        n = int(forced) if forced.strip().isascii() and forced.strip().isdigit() else -1
+        from datakit.tuning import worker_room
+
+        room = worker_room(n) if n >= 0 else None
+        if n < 0 or room is not None:
+            why = room if room is not None else "a whole number >= 0"
             out.append(Finding("datakit-num-workers", "fail", f"DATAKIT_NUM_WORKERS={forced!r}: create_loader "
-                               "refuses it (a whole number >= 0)", "unset it, or set a number of workers"))  # fmt: skip
+                               f"refuses it ({why})", "unset it, or set a number of workers"))  # fmt: skip
         elif n > usable_cpus:
             out.append(Finding("datakit-num-workers", "warn", f"DATAKIT_NUM_WORKERS={n} forces {n} workers in every "
                                f"create_loader, more than the {usable_cpus} usable CPUs (each loader is slower so)",
@@ -186,20 +225,16 @@ def check_environment(env: Mapping[str, str], usable_cpus: int) -> list[Finding]
                                "create_loader (num_workers= and the tuning are not used)"))  # fmt: skip
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        entries = visible.split(",")
-        at = next((k for k, e in enumerate(entries) if not _CUDA_ENTRY.fullmatch(e)), None)
-        if at is not None:  # CUDA reads the list up to its first entry that is no index nor UUID
-            first = entries[at].strip()
-            if not visible.strip():
-                why = "an empty list"
-            elif re.fullmatch(r"-\d+", first):
-                why = f"{first!r} ends the list (a negative index)"
-            else:
-                why = f"{first!r} is neither an index nor a GPU-/MIG- UUID"
-            seen = f"only GPU {','.join(e.strip() for e in entries[:at])} is visible" if at else "CUDA sees no GPU"
+        gpus, why = cuda_visible(visible)
+        if why is not None:
+            label = "GPU " if gpus and gpus[0].isdigit() else ""
+            shown = f"only {label}{','.join(gpus)} {'is' if len(gpus) == 1 else 'are'} visible" if gpus else (
+                "CUDA sees no GPU")  # fmt: skip
+            stops = not ("listed twice" in why or "read as" in why or not visible.strip())
+            how = "CUDA stops reading there: " if stops else ""
+            fix = "unset it to use every GPU, or list indices or UUIDs: 0,1"
             out.append(Finding("cuda-visible-devices-value", "warn", f"CUDA_VISIBLE_DEVICES={visible!r}: {why}; "
-                               f"CUDA stops reading there: {seen}", "unset it to use every GPU, or list indices or "
-                               "UUIDs: 0,1"))  # fmt: skip
+                               f"{how}{shown}", fix))  # fmt: skip
     budget = env.get("DATAKIT_MAX_PIXELS")
     if budget is not None:
         try:
@@ -432,7 +467,9 @@ def doctor(src: str | os.PathLike | Sequence[str | os.PathLike] | None = None, *
     cpus = check_cpus(num_workers, affinity, os.cpu_count() or 1, _cgroup_cpu_quota())
     report.findings.append(cpus)
     start = mp.get_start_method(allow_none=True) or ("fork" if sys.platform.startswith("linux") else "spawn")
-    initialized = bool(torch.cuda.is_initialized())
+    from datakit.devices import _cuda_started
+
+    initialized = _cuda_started()  # torch.cuda.is_available() starts the driver too, without torch's flag
     count = torch.cuda.device_count() if initialized else None
     report.findings += check_cuda(initialized, os.environ.get("CUDA_VISIBLE_DEVICES"), count, start)
     report.findings += check_environment(os.environ, cpus.data["usable"])

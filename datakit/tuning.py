@@ -227,7 +227,8 @@ def _read_cache(path: Path) -> dict:
 
 
 def _cache_file() -> Path:
-    base = os.environ.get("DATAKIT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "datakit")
+    # '~/cache' as an env file, `docker -e` or systemd's Environment= pass it, unexpanded: the home folder's, not './~'
+    base = os.path.expanduser(os.environ.get("DATAKIT_CACHE") or os.path.join("~", ".cache", "datakit"))
     return Path(base) / "num_workers.json"
 
 

@@ -61,6 +61,42 @@ def test_refuses_after_cuda_initialised(monkeypatch):
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
 
 
+_FAKE_DRIVER = r"""
+static int started = 0;
+int cuInit(unsigned int flags) { (void)flags; started = 1; return 0; }
+int cuDeviceGetCount(int *count) { if (!started) return 3; *count = 2; return 0; }
+"""
+
+
+def test_refuses_after_the_driver_started_without_torchs_flag(tmp_path):
+    # the attack: torch.cuda.is_available() (the README's idiom) starts the driver (cudaGetDeviceCount calls cuInit,
+    # where NVML does not count the GPUs) without setting torch.cuda.is_initialized(): select_gpus('1') then went on,
+    # and the job stayed on the GPU CUDA had picked. A driver library of the same calls, loaded in the process, stands
+    # in for libcuda here: before cuInit it answers cuDeviceGetCount with CUDA_ERROR_NOT_INITIALIZED, as the real one
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    (tmp_path / "driver.c").write_text(_FAKE_DRIVER)
+    lib = tmp_path / "libcuda.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "driver.c")], check=True)
+    code = (
+        "import ctypes, os, sys\n"
+        "from datakit.devices import select_gpus\n"
+        f"driver = ctypes.CDLL({str(lib)!r})\n"
+        "print(select_gpus('0'))\n"  # loaded, not started: the choice applies
+        "driver.cuInit(0)\n"
+        "try:\n"
+        "    select_gpus('1')\n"
+        "except RuntimeError as e:\n"
+        "    print(str(e).split(':')[0], os.environ['CUDA_VISIBLE_DEVICES'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.splitlines() == ["['0']", "select_gpus('1') must run before the first CUDA call 0"]
+
+
 def test_importing_torch_first_is_fine():
     code = (
         "import torch, os\n"

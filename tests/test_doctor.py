@@ -73,8 +73,12 @@ def test_limits_cpus_cuda_opencv_versions():
     assert check_cpus(2, affinity=4, cpu_count=4, quota=None).status == "ok"
     late = check_cuda(True, "1", 2, "fork")
     assert [(f.check, f.status) for f in late] == [("cuda-fork", "fail"), ("cuda-visible-devices", "fail")]
-    assert late[1].detail == ("CUDA_VISIBLE_DEVICES='1' lists 1 GPUs but CUDA sees 2: it was set after CUDA started "
-                              "and is ignored")  # fmt: skip
+    assert late[1].detail == (
+        "CUDA_VISIBLE_DEVICES='1' lists 1 GPU but CUDA sees 2: it names GPUs this machine lacks "
+        "(nvidia-smi -L lists those it has), or it was set after CUDA started and is ignored"
+    )
+    # counted as CUDA reads the list: '0,abc,1' is one GPU (check_environment says why), not "set after CUDA started"
+    assert [f.status for f in check_cuda(True, "0,abc,1", 1, "spawn")] == ["ok", "ok"]
     assert [f.status for f in check_cuda(True, "0,1", 2, "spawn")] == ["ok", "ok"]
     assert [f.status for f in check_cuda(False, None, None, "fork")] == ["ok", "ok"]
     assert check_opencv(8, "fork").status == "info" and check_opencv(1, "fork").status == "ok"
@@ -232,9 +236,31 @@ def test_environment_variables_are_read_as_their_readers_read_them():
     assert seen(DATAKIT_NUM_WORKERS="abc") == [("datakit-num-workers", "fail", "DATAKIT_NUM_WORKERS='abc': "
                                                 "create_loader refuses it (a whole number >= 0)")]  # fmt: skip
     assert seen(DATAKIT_NUM_WORKERS="") == []  # empty: unset, as create_loader reads it
-    assert seen(DATAKIT_NUM_WORKERS="99")[0][1] == "warn"
+    assert seen(DATAKIT_NUM_WORKERS="5")[0][1] == "warn"  # more than the 2 CPUs given, fewer than 4 a CPU
     assert seen(DATAKIT_NUM_WORKERS="1")[0][1] == "info"
-    assert seen(CUDA_VISIBLE_DEVICES="0,1") == seen(CUDA_VISIBLE_DEVICES="GPU-8e6a,1") == []
+    # the attack: values create_loader refuses (its reading: ASCII digits) passed as "info" or "warn"; so did more
+    # workers than create_loader lets a machine start
+    from datakit.tuning import worker_room
+
+    for value in ("+2", "-0", "1_0", "٣", "２", "-1"):
+        assert seen(DATAKIT_NUM_WORKERS=value) == [("datakit-num-workers", "fail", f"DATAKIT_NUM_WORKERS={value!r}: "
+                                                    "create_loader refuses it (a whole number >= 0)")]  # fmt: skip
+    assert seen(DATAKIT_NUM_WORKERS=" 2 ")[0][1] == "info"
+    assert seen(DATAKIT_NUM_WORKERS="100000") == [("datakit-num-workers", "fail", "DATAKIT_NUM_WORKERS='100000': "
+                                                   f"create_loader refuses it ({worker_room(100000)})")]  # fmt: skip
+    assert seen(CUDA_VISIBLE_DEVICES="0,1") == seen(CUDA_VISIBLE_DEVICES="GPU-8e6a,GPU-9f01") == []
+    # as torch models CUDA's reading (torch.cuda._parse_visible_devices): a GPU listed twice leaves none, an entry
+    # is the number it begins with, a list of UUIDs ends at the first entry that is none, legacy MIG names are UUIDs
+    value = lambda v: [d for _, _, d in seen(CUDA_VISIBLE_DEVICES=v)]  # noqa: E731
+    assert value("0,0") == ["CUDA_VISIBLE_DEVICES='0,0': GPU 0 is listed twice; CUDA sees no GPU"]
+    assert value("1,01") == ["CUDA_VISIBLE_DEVICES='1,01': GPU 1 is listed twice; CUDA sees no GPU"]
+    assert value("１") == ["CUDA_VISIBLE_DEVICES='１': '１' is neither an index nor a GPU-/MIG- UUID; CUDA stops "
+                          "reading there: CUDA sees no GPU"]  # fmt: skip
+    assert value("0;1") == ["CUDA_VISIBLE_DEVICES='0;1': '0;1' is read as GPU 0 (the number it begins with); only "
+                            "GPU 0 is visible"]  # fmt: skip
+    assert value("GPU-8e6a,1") == ["CUDA_VISIBLE_DEVICES='GPU-8e6a,1': '1' is not a GPU- UUID, as the first entry is; "
+                                   "CUDA stops reading there: only GPU-8e6a is visible"]  # fmt: skip
+    assert value("MIG-GPU-8e6a/1/0") == value("+1") == value(" 0 , 1") == value("01") == []
     assert seen(CUDA_VISIBLE_DEVICES="0,abc,1") == [("cuda-visible-devices-value", "warn", "CUDA_VISIBLE_DEVICES="
                                                      "'0,abc,1': 'abc' is neither an index nor a GPU-/MIG- UUID; CUDA "
                                                      "stops reading there: only GPU 0 is visible")]  # fmt: skip

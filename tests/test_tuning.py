@@ -131,6 +131,16 @@ def test_bench_and_tune_share_the_rule(monkeypatch, tmp_path: Path):
     assert tuned.best == rec.num_workers == 1 and not tuned.noisy and calls == {0: 3, 1: 3, 2: 3}
 
 
+def test_the_cache_folder_given_with_a_tilde_is_the_home_folders(monkeypatch, tmp_path: Path):
+    # the attack: DATAKIT_CACHE='~/dkcache' (an env file, `docker -e`, systemd pass it unexpanded) wrote the tuning's
+    # answers into a folder named '~' in the working directory
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DATAKIT_CACHE", "~/dkcache")
+    assert tuning._cache_file() == tmp_path / "home" / "dkcache" / "num_workers.json"
+    monkeypatch.delenv("DATAKIT_CACHE")
+    assert tuning._cache_file() == tmp_path / "home" / ".cache" / "datakit" / "num_workers.json"
+
+
 def test_tune_does_not_cache_a_noisy_answer(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("DATAKIT_CACHE", str(tmp_path))
     measure, _ = _fake_measure({0: [900.0, 400.0], 1: [500.0, 850.0], 2: [400.0, 420.0]})
