@@ -895,6 +895,12 @@ def _decode_image(
     upright: 1 for formats other than JPEG, which come upright from their decoders."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if max_size is not None and (
+        isinstance(max_size, bool) or not isinstance(max_size, (int, np.integer)) or max_size < 1
+    ):
+        # -1, 0.5 and True decoded at 1/8 scale without a word, 0 at full size, "512" failed with a bare TypeError
+        raise UsageError(f"max_size must be a positive whole number (the longer side needed, in pixels) or None, got "
+                         f"{max_size!r}")  # fmt: skip
     buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
     if buf.size == 0:
         raise ImageDecodeError(f"{_describe(name)}: empty file (0 bytes)")

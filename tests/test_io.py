@@ -1659,3 +1659,18 @@ def test_cmyk_jpeg_at_a_reduced_scale_converts_as_at_full_size(tmp_path: Path):
     data[len(data) // 2 : len(data) // 2 + 40] = bytes(40)
     with pytest.raises(ImageDecodeError, match=r"^<bytes>: damaged JPEG data: Corrupt JPEG data: "):
         decode_image(bytes(data), "rgb", max_size=60, strict=True)
+
+
+def test_max_size_that_is_no_positive_whole_number_is_refused_by_name():
+    # the attack: max_size=-1, -512, True and 0.5 decoded at 1/8 scale without a word, 0 at full size, and "512"
+    # failed with a bare TypeError ('>=' not supported between instances of 'int' and 'str')
+    from datakit.io import encode_image
+
+    data = encode_image(synthetic_image(64, 48, seed=1), ".jpg")
+    for bad in (-1, -512, True, 0.5, 0, "512"):
+        with pytest.raises(UsageError) as e:
+            decode_image(data, "rgb", bad)
+        assert str(e.value) == (f"max_size must be a positive whole number (the longer side needed, in pixels) or "
+                                f"None, got {bad!r}")  # fmt: skip
+    assert decode_image(data, "rgb", np.int64(16)).shape == (16, 12, 3)  # 1/4 scale: 16 is still there
+    assert decode_image(data, "rgb", None).shape == (64, 48, 3)
