@@ -407,13 +407,24 @@ def _tiff_size(data: bytes) -> tuple[int, int] | None:
 def _tiff_tile_over(data: bytes, name, limit: int) -> ImageDecodeError | None:
     """A TIFF whose tiles (TileWidth x TileLength) pass the pixel budget: libtiff allocates a whole tile
     to decode any of it, so 16 x 16 pixels stored as one 32768 x 32768 tile take 1 GB (4 GiB at 65536)."""
-    tags = _tiff_tags(data, (322, 323))
-    if len(tags) == 2 and tags[322] * tags[323] > limit:
+    tags = _tiff_tags(data, (257, 278, 322, 323))
+    if 322 in tags and 323 in tags and tags[322] * tags[323] > limit:
         tw, th = tags[322], tags[323]
         return ImageDecodeError(f"{_describe(name)}: TIFF tiles of {tw}x{th} = {tw * th} pixels, over the limit "
                                 f"of {limit} (a decompression bomb?; raise it with max_pixels= or the "
                                 "DATAKIT_MAX_PIXELS environment variable)")  # fmt: skip
+    # strips of a row or a few over more than a million rows (past OpenCV's side, so to Pillow): each strip is a
+    # read of its own, and 8 million one-row strips of 8 million pixels took a minute and 2.7 GB
+    rows, per = tags.get(257, 0), tags.get(278) or 0xFFFFFFFF
+    strips = -(-rows // per) if 322 not in tags else 0
+    if strips > _MAX_TIFF_STRIPS:
+        return ImageDecodeError(f"{_describe(name)}: a TIFF of {strips:,} strips ({per} row{'s' * (per > 1)} each), "
+                                f"more than the {_MAX_TIFF_STRIPS:,} it may have to be read: save it with larger "
+                                "strips (RowsPerStrip) or as tiles")  # fmt: skip
     return None
+
+
+_MAX_TIFF_STRIPS = 1 << 20
 
 
 def _webp_size(data: bytes) -> tuple[int, int] | None:

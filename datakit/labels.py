@@ -15,6 +15,7 @@ import contextvars
 import csv
 import datetime
 import decimal
+import functools
 import io
 import json
 import logging
@@ -2111,7 +2112,8 @@ def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
     return sheets, wb
 
 
-def _sheet_grid(wb: object, name: str, engine: str) -> list[list[object]]:
+def _sheet_grid(wb: object, name: str, engine: str, path: Path) -> list[list[object]]:
+    _refuse_far_cells(path, name)
     if engine == "calamine":
         return wb.get_sheet_by_name(name).to_python(skip_empty_area=False)
     ws = wb[name]
@@ -2206,17 +2208,41 @@ def _hidden_columns(path: Path, sheet: str) -> set[int]:
     return out
 
 
-def _hidden_rows(path: Path, sheet: str) -> list[int]:
-    """The rows (numbered as Excel numbers them) the sheet hides: ``<row r="4" hidden="1">``, hidden by hand, by a
-    filter, or in a collapsed group. The sheet's XML is streamed; only a part that holds ``hidden=`` is parsed."""
+_CELL_REF = re.compile(rb'\br="([A-Z]{1,3})(\d{1,7})"')  # a cell's own reference (a row's r= has no letters)
+_ROW_TAG = re.compile(rb"<(?:\w+:)?row\b([^>]*)>")
+_MAX_TAG = 1 << 20  # a tag longer than this (a row's attributes padded with spaces) is no row Excel writes
+
+
+@dataclass(frozen=True)
+class _SheetScan:
+    hidden: tuple[int, ...]  # rows Excel hides (numbered as Excel numbers them)
+    rows: int  # the last row any row or cell names
+    cols: int  # the last column any cell names (1-based)
+    far: str  # that cell's reference ('XFD1048576'), '' for none
+
+
+def _column_number(letters: bytes) -> int:
+    n = 0
+    for c in letters:
+        n = n * 26 + c - 64
+    return n
+
+
+@functools.lru_cache(maxsize=16)
+def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
+    """One streamed pass over a sheet's XML (``stamp``: the file's mtime and size, so a changed file is read again):
+    the rows it hides and how far its cells reach, which every reader makes a grid of (calamine allocates it
+    whole: one stray cell at XFD1048576 in a 5 KB workbook asked for 512 GB and aborted the interpreter)."""
     import zipfile
 
-    out: list[int] = []
+    hidden: list[int] = []
+    rows = cols = 0
+    far = b""
     try:
         with zipfile.ZipFile(path) as z:
             target = _sheet_member(z, sheet)
             if target is None:
-                return []
+                return _SheetScan((), 0, 0, "")
             with z.open(target) as f:
                 carry = b""
                 while True:
@@ -2224,17 +2250,53 @@ def _hidden_rows(path: Path, sheet: str) -> list[int]:
                     buf = carry + chunk
                     end = buf.rfind(b">") + 1 if chunk else len(buf)  # a tag cut by the chunk goes with the next
                     part, carry = buf[:end], buf[end:]
+                    if len(carry) > _MAX_TAG:  # no tag ends in it (blanks between rows): never carried on and on
+                        carry = carry[-256:]
                     if b"hidden=" in part:
-                        for m in re.finditer(rb"<(?:\w+:)?row\b([^>]*)>", part):
+                        for m in _ROW_TAG.finditer(part):
                             if re.search(rb'\bhidden="(?:1|true)"', m.group(1)):
                                 r = re.search(rb'\br="(\d+)"', m.group(1))
                                 if r:
-                                    out.append(int(r.group(1)))
+                                    hidden.append(int(r.group(1)))
+                    refs = _CELL_REF.findall(part)
+                    if refs:
+                        letters = max({c for c, _ in refs}, key=lambda c: (len(c), c))
+                        if _column_number(letters) > cols:
+                            cols = _column_number(letters)
+                            far = letters + max((r for c, r in refs if c == letters), key=int)
+                        rows = max(rows, max(int(r) for _, r in refs))
                     if not chunk:
                         break
     except (KeyError, OSError, zipfile.BadZipFile, AttributeError):
-        return []
-    return out
+        return _SheetScan((), 0, 0, "")
+    return _SheetScan(tuple(hidden), rows, cols, far.decode("ascii"))
+
+
+def _scan_of(path: Path, sheet: str) -> _SheetScan:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _SheetScan((), 0, 0, "")
+    return _sheet_scan(os.fspath(path), sheet, (st.st_mtime_ns, st.st_size))
+
+
+_MAX_CELLS = 1 << 26  # a grid of 67 million cells: about 2 GB to the readers; a label table is far under it
+
+
+def _refuse_far_cells(path: Path, sheet: str) -> None:
+    """Refuse, naming the cell, a sheet whose cells reach so far that a reader's grid of them would not fit."""
+    scan = _scan_of(path, sheet)
+    if scan.rows * scan.cols > _MAX_CELLS:
+        raise LabelError(f"{path}, sheet {sheet!r}: a cell at {scan.far} makes the sheet {scan.cols:,} columns by "
+                         f"{scan.rows:,} rows ({scan.rows * scan.cols:,} cells), past the {_MAX_CELLS:,} a sheet may "
+                         "hold to be read: a stray cell far from the table? In Excel, Ctrl+End goes to it; delete "
+                         "its rows and columns, save, or save the sheet as CSV")  # fmt: skip
+
+
+def _hidden_rows(path: Path, sheet: str) -> list[int]:
+    """The rows (numbered as Excel numbers them) the sheet hides: ``<row r="4" hidden="1">``, hidden by hand, by a
+    filter, or in a collapsed group. The sheet's XML is streamed; only a part that holds ``hidden=`` is parsed."""
+    return list(_scan_of(path, sheet).hidden)
 
 
 def _rows_text(rows: list[int]) -> str:
@@ -2608,7 +2670,7 @@ def _hidden_classes(wb, engine: str, path: Path, names: list[str], parts: list, 
     percents = _percent_styles(path) if names else {}
     for name in names:
         try:
-            grid = _sheet_grid(wb, name, engine)
+            grid = _sheet_grid(wb, name, engine, path)
             head = _locate_header(grid, file_column, label_column, split_column, f"{path}, sheet {name!r}")
             if head is None or head.lcol is None:
                 continue
@@ -2709,7 +2771,10 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             hidden_left.append(sh.name)  # left out of the class map too, whichever sheets are read (an old split)
             continue
         try:
-            grid = _sheet_grid(wb, sh.name, engine)
+            grid = _sheet_grid(wb, sh.name, engine, path)
+        except LabelError as exc:  # a sheet too far-reaching to read: said as it is
+            problems.append(((order, 0), str(exc)))
+            continue
         except Exception as exc:  # damaged XML, a missing part, a shared string that is not there
             # not skipped: without its rows (or, for a sheet not asked for, its labels in the class map) the
             # table would be read as another one
@@ -2929,7 +2994,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         grids = []
         for sh in meta:
             if sh.worksheet and (sh.visible or include_hidden) and (wanted is None or sh.name in wanted):
-                grids.append((sh.name, _sheet_grid(wb, sh.name, engine)))
+                grids.append((sh.name, _sheet_grid(wb, sh.name, engine, path)))
         if grids:
             missing = (_no_header_problem(grids[0][1], f"{path}, sheet {grids[0][0]!r}", file_column, label_column)
                        + (f" (and no other sheet has one either: {', '.join(repr(n) for n, _ in grids[1:])})"

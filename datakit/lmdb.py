@@ -1203,6 +1203,13 @@ def lmdb_info(path: str | os.PathLike) -> dict:
     classes = r.class_map.classes
     counts = np.bincount(rec["target"], minlength=len(classes)) if len(rec) else np.zeros(len(classes), np.int64)
     info["class_counts"] = {name: int(c) for name, c in zip(classes, counts)}  # every class, those without samples too
+    n_splits = len(r.meta.get("splits") or [])
+    if len(rec) and (bad := np.flatnonzero(rec["split"] > n_splits)).size:  # as verify says it, not an IndexError
+        i = int(bad[0])
+        raise PackError(
+            f"{r.path}: sample {i} has split id {int(rec['split'][i])}, the pack has {n_splits} splits"
+            f"{f' ({bad.size} such samples)' if bad.size > 1 else ''}; datakit verify checks the rest"
+        )
     if r.meta.get("splits"):
         names = ["-"] + r.meta["splits"]
         info["split_counts"] = {names[s]: int(c) for s, c in zip(*np.unique(rec["split"], return_counts=True))}

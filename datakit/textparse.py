@@ -10,6 +10,7 @@ module line by line. Both paths give the same columns.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import re
 from collections.abc import Callable, Sequence
@@ -154,6 +155,7 @@ def gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.nd
 
 
 _P1, _P2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+_LONG_SPAN = 256  # bytes: longer spans are hashed one by one (hash_spans)
 _LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
@@ -205,6 +207,14 @@ def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, two: bool 
     n = len(starts)
     lens = np.asarray(lens, dtype=np.int64)
     starts = np.asarray(starts, dtype=np.int64)
+    # a span longer than any name or label (a note of megabytes): one round of the loop below is 8 of its bytes,
+    # each round a few NumPy calls (1.8 s a MB); such spans are hashed by BLAKE2 instead. The method goes by the
+    # length alone, so equal spans still hash alike
+    long = np.flatnonzero(lens > _LONG_SPAN)
+    if len(long):
+        long_lens = lens[long]
+        lens = lens.copy()
+        lens[long] = 0
     h1 = lens.astype(np.uint64) * _P1
     h2 = lens.astype(np.uint64) * _P2 + np.uint64(1) if two else None
     rows: np.ndarray | None = None  # None: every row
@@ -238,6 +248,12 @@ def hash_spans(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, two: bool 
                 if two:
                     h2[rows] = (h2[rows] + w) * _P2
             k += 1
+    for r, ln in zip(long.tolist(), long_lens.tolist() if len(long) else ()):
+        at = int(starts[r])
+        digest = hashlib.blake2b(buf[at : at + ln], digest_size=16).digest()
+        h1[r] = int.from_bytes(digest[:8], "little")
+        if two:
+            h2[r] = int.from_bytes(digest[8:], "little")
     return (h1, h2) if two else (h1,)
 
 
@@ -506,6 +522,16 @@ def _fast_list(raw: bytes, is_header: Callable[[list[str]], bool]) -> Columns | 
 
 
 def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
+    limit = csv.field_size_limit()
+    if len(text) >= limit:  # a quoted note past the csv module's 131,072 characters: a field pandas reads too
+        csv.field_size_limit(len(text) + 1)
+    try:
+        return _slow_delimited_rows(text, delim, is_header)
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _slow_delimited_rows(text: str, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
     rows: list[list[str]] = []
     lines: list[int] = []

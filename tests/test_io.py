@@ -1674,3 +1674,27 @@ def test_max_size_that_is_no_positive_whole_number_is_refused_by_name():
                                 f"None, got {bad!r}")  # fmt: skip
     assert decode_image(data, "rgb", np.int64(16)).shape == (16, 12, 3)  # 1/4 scale: 16 is still there
     assert decode_image(data, "rgb", None).shape == (64, 48, 3)
+
+
+def test_a_tiff_of_more_strips_than_any_image_needs_is_refused_before_decoding(tmp_path: Path):
+    # the attack: 1 x 8,000,000 gray pixels (under the pixel budget) in 8 million one-row strips: past OpenCV's side,
+    # Pillow read it in a minute and 2.7 GB; 1,100,000 such strips are refused here, before any decoder
+    n = 1_100_000
+    entries = [(256, 4, 1, 1), (257, 4, 1, n), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1),
+               (273, 4, n, None), (277, 3, 1, 1), (278, 4, 1, 1), (279, 4, n, None)]  # fmt: skip
+    start = 8 + 2 + 12 * len(entries) + 4
+    ifd = struct.pack("<H", len(entries))
+    for tag, typ, count, val in entries:
+        if val is None:  # offsets (each strip's byte after the arrays), byte counts (1 each)
+            ifd += struct.pack("<HHII", tag, typ, count, start + (0 if tag == 273 else 4 * n))
+        else:
+            ifd += struct.pack("<HHII" if typ == 4 else "<HHIHH", tag, typ, count, val, *([0] if typ == 3 else []))
+    first = start + 8 * n
+    offsets = np.arange(first, first + n, dtype="<u4").tobytes()
+    path = tmp_path / "条.tif"
+    path.write_bytes(b"II*\0" + struct.pack("<I", 8) + ifd + struct.pack("<I", 0) + offsets +
+                     np.ones(n, "<u4").tobytes() + bytes(n))  # fmt: skip
+    with pytest.raises(ImageDecodeError) as e:
+        imread(path, "gray")
+    assert str(e.value) == (f"{path}: a TIFF of 1,100,000 strips (1 row each), more than the 1,048,576 it may have "
+                            "to be read: save it with larger strips (RowsPerStrip) or as tiles")  # fmt: skip

@@ -2387,3 +2387,67 @@ def test_a_line_without_a_label_leaves_the_integer_range_judged(tmp_path: Path):
     problems = read_labels(lst, validate=False).problems()
     assert problems[0] == f"{lst}, line 2: 'cat/2.png' has no label (expected 'path label')"
     assert problems[1].startswith(f"{lst}: integer labels are 1..2, not 0..1; passed on as they are")
+
+
+def _rewrite_sheet(path: Path, out: Path, change) -> Path:
+    with zipfile.ZipFile(path) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    files["xl/worksheets/sheet1.xml"] = change(files["xl/worksheets/sheet1.xml"].decode()).encode()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as o:
+        for n, d in files.items():
+            o.writestr(n, d)
+    return out
+
+
+@pytest.mark.parametrize("engine", [None, "openpyxl"])
+def test_a_stray_cell_far_from_the_table_is_refused_by_name_not_an_aborted_interpreter(tmp_path: Path, engine):
+    # the attack: a 5 KB workbook with one more cell, at XFD1048576: calamine made a grid of every cell up to it
+    # (512 GB asked for) and the interpreter aborted (SIGABRT, a Rust backtrace, exit 134); openpyxl would make 17
+    # billion cells one by one
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["文件名", "标签"])
+    ws.append(["a.jpg", "猫"])
+    wb.save(tmp_path / "base.xlsx")
+    far = _rewrite_sheet(
+        tmp_path / "base.xlsx",
+        tmp_path / "far.xlsx",
+        lambda x: x.replace(
+            "</sheetData>", '<row r="1048576"><c r="XFD1048576" t="inlineStr"><is><t>x</t></is></c></row></sheetData>'
+        ),
+    )
+    with pytest.raises(LabelError) as e:
+        read_labels(far, engine=engine)
+    assert str(e.value) == (f"{far}, sheet 'train': a cell at XFD1048576 makes the sheet 16,384 columns by 1,048,576 "
+                            "rows (17,179,869,184 cells), past the 67,108,864 a sheet may hold to be read: a stray "
+                            "cell far from the table? In Excel, Ctrl+End goes to it; delete its rows and columns, "
+                            "save, or save the sheet as CSV")  # fmt: skip
+    # far, yet a grid that fits: read, the stray cell's row a problem of its own or nothing
+    near = _rewrite_sheet(
+        tmp_path / "base.xlsx",
+        tmp_path / "near.xlsx",
+        lambda x: x.replace(
+            "</sheetData>", '<row r="20000"><c r="Z20000" t="inlineStr"><is><t>x</t></is></c></row></sheetData>'
+        ),
+    )
+    assert read_labels(near, engine=engine).files.tolist() == ["a.jpg"]
+
+
+def test_blanks_between_a_sheets_rows_are_read_through_once(tmp_path: Path):
+    # the attack: megabytes of blanks between two rows (a 400 KB workbook holding 400 MB): each 1 MiB chunk without a
+    # '>' was carried into the next read whole, so the pass took time of the square of its size (55 s for 400 MB);
+    # a hidden row after them is still found
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["file", "label"])
+    ws.append(["a.jpg", "cat"])
+    ws.append(["b.jpg", "dog"])
+    ws.row_dimensions[3].hidden = True
+    wb.save(tmp_path / "base.xlsx")
+    blank = _rewrite_sheet(tmp_path / "base.xlsx", tmp_path / "blank.xlsx",
+                           lambda x: x.replace('<row r="3"', " " * (3 << 20) + '<row r="3"', 1))  # fmt: skip
+    with pytest.raises(LabelError, match=r"sheet 'train': row 3 is hidden in Excel"):
+        read_labels(blank)
+    assert read_labels(blank, include_hidden=True).files.tolist() == ["a.jpg", "b.jpg"]

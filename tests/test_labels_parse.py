@@ -493,3 +493,49 @@ def test_a_quoted_field_holding_rows_of_their_own_is_refused_not_swallowed(tmp_p
         path.write_text(f'file,label,note\na.png,cat,"{note}"\nc.png,cat,ok\n', encoding="utf-8")
         t = read_labels(path)
         assert t.files.tolist() == ["a.png", "c.png"] and t.labels.tolist() == ["cat", "cat"]
+
+
+def test_a_quoted_note_longer_than_the_csv_modules_field_limit_is_read(tmp_path: Path):
+    # the attack: a valid CSV whose third column is a quoted note of 200,000 characters (with a line break, so the
+    # quoting reader reads it): _csv.Error "field larger than field limit (131072)" escaped as a traceback
+    import csv
+
+    from datakit.labels import read_labels
+
+    note = "长" * 100_000 + "\n" + "x" * 100_000
+    path = tmp_path / "q.csv"
+    path.write_text(f'file,label,note\na.png,cat,"{note}"\nb.png,dog,short\n', encoding="utf-8")
+    before = csv.field_size_limit()
+    table = read_labels(path)
+    assert (table.files.tolist(), table.labels.tolist()) == (["a.png", "b.png"], ["cat", "dog"])
+    assert csv.field_size_limit() == before  # the module's own limit as it was
+
+
+def test_long_spans_hash_alike_when_equal_and_apart_when_not():
+    # the attack: one unquoted label of 20 MB took 38 s to read (a round of NumPy calls per 8 bytes of the longest
+    # field); spans past 256 bytes are hashed one by one, by length-decided method, so equality still holds
+    import numpy as np
+
+    from datakit.textparse import hash_spans
+
+    text = b"x" * 300 + b"|" + b"x" * 300 + b"|" + b"x" * 299 + b"y|" + b"ab|ab|" + b"z" * 256 + b"|" + b"z" * 256
+    buf = np.frombuffer(text, np.uint8)
+    parts = text.split(b"|")
+    starts = np.cumsum([0] + [len(p) + 1 for p in parts[:-1]])
+    lens = np.array([len(p) for p in parts])
+    h1, h2 = hash_spans(buf, starts, lens)
+    pairs = list(zip(h1.tolist(), h2.tolist()))
+    assert pairs[0] == pairs[1] and pairs[0] != pairs[2] and pairs[3] == pairs[4] and pairs[5] == pairs[6]
+    assert len(set(pairs)) == 4
+    (only,) = hash_spans(buf, starts, lens, two=False)
+    assert only.tolist() == h1.tolist()
+
+
+def test_a_label_of_megabytes_reads_in_one_pass(tmp_path: Path):
+    from datakit.labels import read_labels
+
+    path = tmp_path / "l.csv"
+    path.write_bytes(b"file,label\na.png,cat\nb.png," + b"x" * (2 << 20) + b"\nc.png," + b"x" * (2 << 20) + b"\n")
+    table = read_labels(path)
+    cm = table.class_map()
+    assert cm.classes == ("cat", "x" * (2 << 20)) and table.targets(cm).tolist() == [0, 1, 1]

@@ -1319,3 +1319,26 @@ def test_damaged_pages_that_hide_the_metadata_are_called_damaged_everywhere(tmp_
     assert str(e.value) == (f"{tmp_path / 'bare.lmdb'}: holds an LMDB environment whose pages are damaged (a value "
                             "runs past its page: a damaged size), so it cannot be told a datakit pack; not touching "
                             "it: remove it and pack again, or pick another OUT")  # fmt: skip
+
+
+def test_a_split_id_past_the_packs_splits_is_one_line_from_info(cli_pack: Path, tmp_path: Path, capsys):
+    # the attack: record 0's split id set to 9 in a pack of no splits, its index and metadata checksums made to
+    # match: check and verify said it in a line, info died with an IndexError and a traceback
+    from datakit.lmdb import INDEX_KEY, META_KEY, RECORD
+
+    pack = tmp_path / "p.lmdb"
+    shutil.copytree(cli_pack, pack)
+    with lmdb.open(str(pack), map_size=1 << 28) as env, env.begin(write=True) as txn:
+        meta = json.loads(txn.get(META_KEY))
+        index = np.frombuffer(txn.get(INDEX_KEY), RECORD).copy()
+        index[0]["split"] = 9
+        txn.put(b"r0000000000", index[0].tobytes())
+        txn.put(INDEX_KEY, index.tobytes())
+        meta["index_crc32"] = zlib.crc32(index.tobytes())
+        meta.pop("meta_crc32")
+        txn.put(META_KEY, _encode_meta(meta))
+    line = f"{pack}: sample 0 has split id 9, the pack has 0 splits"
+    assert main(["info", str(pack)]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"datakit info: error: {line}; datakit verify checks the rest"]
+    assert main(["verify", str(pack), "-q"]) == 1
+    assert line in capsys.readouterr().err
