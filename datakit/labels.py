@@ -2287,10 +2287,12 @@ def _refuse_far_cells(path: Path, sheet: str) -> None:
     """Refuse, naming the cell, a sheet whose cells reach so far that a reader's grid of them would not fit."""
     scan = _scan_of(path, sheet)
     if scan.rows * scan.cols > _MAX_CELLS:
-        raise LabelError(f"{path}, sheet {sheet!r}: a cell at {scan.far} makes the sheet {scan.cols:,} columns by "
-                         f"{scan.rows:,} rows ({scan.rows * scan.cols:,} cells), past the {_MAX_CELLS:,} a sheet may "
-                         "hold to be read: a stray cell far from the table? In Excel, Ctrl+End goes to it; delete "
-                         "its rows and columns, save, or save the sheet as CSV")  # fmt: skip
+        letters, rows = scan.far.rstrip("0123456789"), scan.rows
+        raise LabelError(f"{path}, sheet {sheet!r}: its cells reach column {letters} and row {rows:,} ({scan.cols:,} "
+                         f"columns by {scan.rows:,} rows, {scan.rows * scan.cols:,} cells), past the {_MAX_CELLS:,} a "
+                         f"sheet may hold to be read: a stray cell far from the table (one is at {scan.far})? In "
+                         "Excel, Ctrl+End goes to the last; delete the rows and columns past the table, save, or save "
+                         "the sheet as CSV")  # fmt: skip
 
 
 def _hidden_rows(path: Path, sheet: str) -> list[int]:

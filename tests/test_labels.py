@@ -2419,10 +2419,23 @@ def test_a_stray_cell_far_from_the_table_is_refused_by_name_not_an_aborted_inter
     )
     with pytest.raises(LabelError) as e:
         read_labels(far, engine=engine)
-    assert str(e.value) == (f"{far}, sheet 'train': a cell at XFD1048576 makes the sheet 16,384 columns by 1,048,576 "
-                            "rows (17,179,869,184 cells), past the 67,108,864 a sheet may hold to be read: a stray "
-                            "cell far from the table? In Excel, Ctrl+End goes to it; delete its rows and columns, "
-                            "save, or save the sheet as CSV")  # fmt: skip
+    assert str(e.value) == (f"{far}, sheet 'train': its cells reach column XFD and row 1,048,576 (16,384 columns by "
+                            "1,048,576 rows, 17,179,869,184 cells), past the 67,108,864 a sheet may hold to be read: a "
+                            "stray cell far from the table (one is at XFD1048576)? In Excel, Ctrl+End goes to the "
+                            "last; delete the rows and columns past the table, save, or save the sheet as CSV")  # fmt: skip
+    # a table of rows with one stray cell far to the right, in its second row: the same grid past what fits
+    wide = _rewrite_sheet(
+        tmp_path / "base.xlsx",
+        tmp_path / "wide.xlsx",
+        lambda x: x.replace(
+            "</row></sheetData>",
+            '<c r="XFD2" t="inlineStr"><is><t>x</t></is></c></row>'
+            '<row r="9000"><c r="A9000" t="inlineStr"><is><t>b.jpg</t></is></c></row></sheetData>',
+        ),
+    )
+    with pytest.raises(LabelError, match=r"its cells reach column XFD and row 9,000 \(16,384 columns by 9,000 rows, "
+                                         r"147,456,000 cells\).*\(one is at XFD2\)"):  # fmt: skip
+        read_labels(wide, engine=engine)
     # far, yet a grid that fits: read, the stray cell's row a problem of its own or nothing
     near = _rewrite_sheet(
         tmp_path / "base.xlsx",
