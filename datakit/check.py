@@ -177,7 +177,8 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
         )
     report.notes += table.notes
     # with classes=, integer labels are read as they are (a split without class 3 is no gap), then indexed by them
-    report.problems += table.problems(remap=remap_labels or given is not None)
+    with markers_as_classes(given):  # integers beside names that --classes names are class names too
+        report.problems += table.problems(remap=remap_labels or given is not None)
     report.problems += spelled_twice(table, (root or Path(table.path).parent) if alone else src)
     with markers_as_classes(given):  # read on whatever the labels (with classes=, as they are: no gap to say)
         class_map = table.class_map(remap=remap_labels or given is not None, strict=False)

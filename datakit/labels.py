@@ -542,7 +542,7 @@ class LabelTable:
         if self.kind == "int":
             ints = sorted({_int_of(v) for v in values})
             return ClassMap.from_ints(ints, remap=remap or not strict, where=str(self.path), say=remap)
-        if self.kind == "mixed" and strict:
+        if self.kind == "mixed" and strict and not _names_given(values):
             raise LabelError(self._mixed_problem())
         return ClassMap(tuple(sorted(set(values))))
 
@@ -575,7 +575,7 @@ class LabelTable:
         else:
             found += self._duplicate_problems() + self._twin_problems() + self._look_alike_problems()
         whole = self.whole or self  # the kind of labels is the whole table's: so are its counts and first rows
-        if self.kind == "mixed":
+        if self.kind == "mixed" and not _names_given(whole.class_values):
             found.append(((1 << 30, 0), whole._mixed_problem()))
         elif self.kind == "int" and not remap:
             ints = sorted({_int_of(v) for v in self.class_values})
@@ -1941,6 +1941,13 @@ def markers_as_classes(classes: Sequence[str] | None):
         yield
     finally:
         _GIVEN_CLASSES.reset(token)
+
+
+def _names_given(values: Iterable[object]) -> bool:
+    """Whether the classes given (classes=, --classes) name every one of these label values: integers beside names
+    (an OCR set's 0-9 and A-Z) are then class names, each looked up by name, where alone they would be refused."""
+    given = _GIVEN_CLASSES.get()
+    return bool(given) and all(_text(v) in given for v in values)
 
 
 def _not_a_label(text: str) -> bool:

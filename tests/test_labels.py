@@ -2464,3 +2464,36 @@ def test_blanks_between_a_sheets_rows_are_read_through_once(tmp_path: Path):
     with pytest.raises(LabelError, match=r"sheet 'train': row 3 is hidden in Excel"):
         read_labels(blank)
     assert read_labels(blank, include_hidden=True).files.tolist() == ["a.jpg", "b.jpg"]
+
+
+def test_integers_beside_names_are_class_names_when_classes_given_name_them(tmp_path: Path, capsys):
+    # the attack: an OCR set (classes 0-9, A, B; a folder reads it as ImageFolder does) had no table that could be
+    # read: "labels mix integers and class names", with classes= naming exactly those classes as well
+    from datakit.cli import main
+    from datakit.datasets import open_dataset
+    from datakit.io import imwrite
+
+    classes = ["10", "2", "Dog", "猫"]  # as a folder of them sorts: '10' before '2'
+    rows = []
+    for k, c in enumerate(classes):
+        (tmp_path / "imgs" / c).mkdir(parents=True)
+        imwrite(tmp_path / "imgs" / c / "0.png", np.full((4, 4, 3), 40 * k, np.uint8), mode="rgb")
+        rows.append(f"{c}/0.png,{c}\n")
+    table = tmp_path / "l.csv"
+    table.write_text("file,label\n" + "".join(reversed(rows)), encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "imgs", labels=table)
+    assert str(e.value).startswith(f"{table}: labels mix integers and class names: 2 rows hold integers")
+    for given in (classes, tmp_path / "imgs", open_dataset(tmp_path / "imgs")):
+        ds = open_dataset(tmp_path / "imgs", labels=table, classes=given)
+        assert ds.classes == classes and ds.targets.tolist() == [3, 2, 1, 0]  # each label looked up by name
+        assert [int(ds[i][0][0, 0, 0]) // 40 for i in range(4)] == [3, 2, 1, 0]
+    # a label the classes given do not name: refused as before
+    with pytest.raises(LabelError) as e:
+        open_dataset(tmp_path / "imgs", labels=table, classes=["10", "2", "Dog"])
+    assert "labels mix integers and class names" in str(e.value)
+    assert main(["check", str(tmp_path / "imgs"), "--labels", str(table), "--classes", str(tmp_path / "imgs"),
+                 "-q", "--workers", "0"]) == 0  # fmt: skip
+    assert main(["pack-lmdb", str(tmp_path / "imgs"), str(tmp_path / "p.lmdb"), "--labels", str(table),
+                 "--classes", str(tmp_path / "imgs"), "--workers", "0", "-q"]) == 0  # fmt: skip
+    assert open_dataset(tmp_path / "p.lmdb").targets.tolist() == [3, 2, 1, 0]
