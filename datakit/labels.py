@@ -634,7 +634,8 @@ class LabelTable:
         first_name = f" (first {self.labels[j]!r} at {self._short(j)})" if j is not None else ""
         return (
             f"{self.path}: labels mix integers and class names: {n_int} rows hold integers{first_int} and "
-            f"{len(self) - n_int} hold names{first_name}; make every label a class name, or every label an integer"
+            f"{len(self) - n_int} hold names{first_name}; make every label a class name, or every label an integer "
+            "(or, where both are class names, as an OCR set's 0-9 and A-Z, give the classes with classes=, --classes)"
         )
 
     def _first_label(self, shown: Callable[[str], str] = repr) -> str:

@@ -445,7 +445,9 @@ def test_a_split_of_mixed_or_out_of_range_labels_counts_the_whole_table(tmp_path
     (tmp_path / "i.csv").write_text("file,label,split\na.jpg,0,train\nb.jpg,1,train\nc.jpg,1.5,val\n")
     (tmp_path / "j.csv").write_text("file,label,split\na.jpg,0,train\nb.jpg,1,train\nc.jpg,-1,val\n")
     mixed = (f"{tmp_path / 'i.csv'}: labels mix integers and class names: 2 rows hold integers (first '0' at line 2) "
-             "and 1 hold names (first '1.5' at line 4); make every label a class name, or every label an integer")  # fmt: skip
+             "and 1 hold names (first '1.5' at line 4); make every label a class name, or every label an integer "
+             "(or, where both are class names, as an OCR set's 0-9 and A-Z, give the classes with classes=, "
+             "--classes)")  # fmt: skip
     for split in (None, "train"):
         with pytest.raises(LabelError) as e:
             open_dataset(img, labels=tmp_path / "i.csv", split=split)

@@ -137,7 +137,8 @@ def test_mixed_integers_and_names_refused(tmp_path: Path, fmt: str):
     short = lambda r: where(path, fmt, r).split(", ", 1)[1]  # noqa: E731
     assert str(e.value) == (
         f"{path}: labels mix integers and class names: 1 rows hold integers (first '1' at {short(1)}) and 2 hold "
-        f"names (first 'cat' at {short(0)}); make every label a class name, or every label an integer"
+        f"names (first 'cat' at {short(0)}); make every label a class name, or every label an integer (or, where "
+        "both are class names, as an OCR set's 0-9 and A-Z, give the classes with classes=, --classes)"
     )
 
 
@@ -222,7 +223,8 @@ def test_booleans_beside_integers_are_names_in_every_format(tmp_path: Path):
             read_labels(path)
         assert str(e.value) == (
             f"{path}: labels mix integers and class names: 2 rows hold integers (first '1' at {at} 2) and 1 hold "
-            f"names (first 'TRUE' at {at} 3); make every label a class name, or every label an integer"
+            f"names (first 'TRUE' at {at} 3); make every label a class name, or every label an integer (or, where "
+            "both are class names, as an OCR set's 0-9 and A-Z, give the classes with classes=, --classes)"
         )
 
 
