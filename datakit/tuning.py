@@ -182,9 +182,21 @@ def _available_memory() -> int | None:
     return None
 
 
+def local_ranks() -> int:
+    """The ranks a launcher starts on this machine (torchrun's ``LOCAL_WORLD_SIZE``), which share its CPUs; 1 without
+    one."""
+    from datakit.devices import launched_world_size
+
+    value = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+    if launched_world_size() <= 1 or not (value.isascii() and value.isdigit()):
+        return 1
+    return max(1, int(value))
+
+
 def default_candidates() -> list[int]:
-    """0, 1, 2, 4, ... up to the usable CPUs, and no more workers than memory allows."""
-    top = usable_cpus()
+    """0, 1, 2, 4, ... up to the usable CPUs (each rank's share of them, where a launcher starts several on this
+    machine: each tunes its own loader), and no more workers than memory allows."""
+    top = max(1, usable_cpus() // local_ranks())
     mem = _available_memory()
     if mem is not None:
         top = max(1, min(top, mem // _PER_WORKER_BYTES))
@@ -199,6 +211,8 @@ def default_candidates() -> list[int]:
 
 def _cache_key(dataset: Dataset, batch_size: int) -> str:
     parts = [type(dataset).__name__, str(len(dataset)), str(batch_size), platform.node(), str(usable_cpus())]
+    if local_ranks() > 1:  # a rank's answer, measured beside the others: not one process's alone
+        parts.append(f"ranks={local_ranks()}")
     for attr in ("root", "path", "paths"):
         if hasattr(dataset, attr):
             value = getattr(dataset, attr)

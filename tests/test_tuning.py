@@ -212,3 +212,22 @@ def test_the_measuring_passes_report_no_epochs(caplog, device):
         "epoch 0",
         "epoch 1",
     ]
+
+
+def test_ranks_started_on_one_machine_tune_within_their_share_of_its_cpus(monkeypatch):
+    # the attack: two torchrun ranks on one machine each tuned num_workers="auto" among counts up to every CPU, and
+    # reused an answer one process alone had measured there
+    import datakit.tuning as t
+
+    monkeypatch.setattr(t, "usable_cpus", lambda: 8)
+    for name in ("MASTER_ADDR", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    alone = (t.default_candidates(), t._cache_key(_Sized([8] * 8), 4))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert t.local_ranks() == 2
+    assert alone[0][-1] == 8 and t.default_candidates() == [0, 1, 2, 4]
+    assert t._cache_key(_Sized([8] * 8), 4) != alone[1]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "x")  # not a count: as without it
+    assert t.local_ranks() == 1 and t.default_candidates() == alone[0]
