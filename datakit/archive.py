@@ -922,7 +922,11 @@ class _Tree:
         self.root = os.path.realpath(root)
         # the target itself is the user's choice: a link there (data -> /mnt/big/data) is followed,
         # as it is anywhere above it; below it, nothing is
-        self.fd = os.open(root, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
+        try:
+            self.fd = os.open(root, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
+        except PermissionError:  # writable but not readable (chmod 300): it is opened to be locked and compared
+            raise UsageError(f"{root}: a folder this process may not read (its permissions); extraction opens the "
+                             "folder it writes into, to lock it and to compare what is there") from None  # fmt: skip
         self._open: dict[tuple[str, ...], int] = {}
         self.made: set[tuple[str, ...]] = set()  # the folders this run made
         try:  # one extraction into a folder at a time: two would remove each other's parts

@@ -32,6 +32,21 @@ __all__ = ["main", "unzip_gbk_main", "UsageError"]
 
 
 class _Parser(argparse.ArgumentParser):
+    def _print_message(self, message: str, file=None) -> None:
+        """argparse's, with what the stream's encoding cannot write escaped (--help's Chinese examples under
+        LC_ALL=C or PYTHONIOENCODING=ascii): never a UnicodeEncodeError."""
+        if not message:
+            return
+        file = file or sys.stderr
+        try:
+            try:
+                file.write(message)
+            except UnicodeEncodeError:
+                enc = getattr(file, "encoding", None) or "ascii"
+                file.write(message.encode(enc, "backslashreplace").decode(enc))
+        except (AttributeError, OSError):
+            pass
+
     def error(self, message: str):  # argparse's own usage errors: exit 2 with the usage line
         if _rank() == 0:
             self.print_usage(sys.stderr)
@@ -630,6 +645,7 @@ def cmd_pack_lmdb(args: argparse.Namespace) -> int:
                          "leave --quality out")  # fmt: skip
     args.quality = 90 if args.quality is None else args.quality
     out, shard = _pack_share(args)
+    args.out_path = out  # what a Ctrl-C's line looks at (_run)
     # several SRC (or a glob, 'part-*.lmdb'): the shards of one pack, joined, as check and stats read them; a
     # glob never takes OUT itself ('part-*.lmdb' into part-all.lmdb, run again with --overwrite or --resume)
     srcs = [p for s in args.src[:-1] for p in (_globbed(s, os.fspath(out)) if _is_glob(s) else [s])]
@@ -1084,6 +1100,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.seed is not None and args.sample is None:  # every image read: a seed would change nothing, unsaid
         raise UsageError(f"--seed {args.seed} picks the images --sample N reads; without --sample every image is read "
                          "(exact statistics): give --sample N with it, or leave --seed out")  # fmt: skip
+    if args.overwrite and not args.plot:  # nothing written without --plot: it would change nothing, unsaid
+        raise UsageError("--overwrite replaces the histogram --plot FILE writes; without --plot nothing is written: "
+                         "give --plot FILE with it, or leave --overwrite out")  # fmt: skip
     args.seed = 0 if args.seed is None else args.seed
     src = _source(args)
     if args.plot:
@@ -1478,7 +1497,10 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
     except KeyboardInterrupt:
         # a pack (not one --overwrite builds beside the old, whose own line says where it stands): how to go on
         again = ""
-        if prog.endswith("pack-lmdb") and not getattr(args, "overwrite", False):
+        out = getattr(args, "out_path", None)
+        if prog.endswith("pack-lmdb") and (out is None or not _is_file(Path(out) / "data.mdb")):
+            pass  # stopped before the pack was begun: nothing committed to speak of
+        elif prog.endswith("pack-lmdb") and not getattr(args, "overwrite", False):
             again = "; the samples committed stay: the same command with --resume goes on from them"
         elif prog.endswith("pack-lmdb") and getattr(args, "resumable", False):  # --overwrite of an OUT not there
             again = ("; the samples committed stay: the same command with --resume in place of --overwrite goes on "
@@ -1544,6 +1566,13 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
 
             dist.destroy_process_group()
             group_made.append(True)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _tolerate_names(stdout, stderr) -> None:

@@ -853,6 +853,17 @@ def _pillow_pixels(im, mode: str, upright: bool) -> np.ndarray:
     return cv2.cvtColor(np.asarray(im.convert("RGB")), cv2.COLOR_RGB2BGR)
 
 
+def whole_size(value, name: str) -> int:
+    """``value`` as an int where it is a whole number (an int, a NumPy integer, a float such as 512.0), else a
+    ``UsageError`` naming ``name``: not a bool, a fraction or a string."""
+    if isinstance(value, (bool, np.bool_)) or not (
+        isinstance(value, (int, np.integer)) or (isinstance(value, (float, np.floating)) and float(value).is_integer())
+    ):
+        raise UsageError(f"{name} must be a positive whole number (the longer side needed, in pixels) or None, got "
+                         f"{value!r}")  # fmt: skip
+    return int(value)
+
+
 def decode_image(
     data: bytes | bytearray | memoryview | np.ndarray,
     mode: str = "bgr",
@@ -906,12 +917,11 @@ def _decode_image(
     upright: 1 for formats other than JPEG, which come upright from their decoders."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if max_size is not None and (
-        isinstance(max_size, bool) or not isinstance(max_size, (int, np.integer)) or max_size < 1
-    ):
-        # -1, 0.5 and True decoded at 1/8 scale without a word, 0 at full size, "512" failed with a bare TypeError
-        raise UsageError(f"max_size must be a positive whole number (the longer side needed, in pixels) or None, got "
-                         f"{max_size!r}")  # fmt: skip
+    if max_size is not None:  # -1, 0.5 and True decoded at 1/8 scale without a word, 0 at full size, "512" a TypeError
+        max_size = whole_size(max_size, "max_size")
+        if max_size < 1:
+            raise UsageError(f"max_size must be a positive whole number (the longer side needed, in pixels) or None, "
+                             f"got {max_size!r}")  # fmt: skip
     buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
     if buf.size == 0:
         raise ImageDecodeError(f"{_describe(name)}: empty file (0 bytes)")
@@ -1550,9 +1560,13 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: boo
     show, as for root in /sys)."""
     check_path_length(path)
     path = file_path(path)
-    if path.is_dir():
+    try:
+        is_dir, exists = path.is_dir(), path.exists()
+    except PermissionError:  # a folder this process may not enter (no x bit): nothing can be looked at or made there
+        raise UsageError(f"{path.parent}: not writable; cannot write {path.name} into it") from None
+    if is_dir:
         raise UsageError(f"{path}: is a folder; give a file name")
-    if path.exists() and not overwrite:
+    if exists and not overwrite:
         raise UsageError(f"{path}: already exists; use --overwrite (overwrite=True) to replace it")
     if not path.parent.is_dir():
         raise UsageError(f"{path.parent}: no such folder to write {path.name} into")

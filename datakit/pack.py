@@ -221,6 +221,15 @@ def _read_ahead(ds: ImageDataset, first: int, hi: int, progress: list[int], stop
 # the output folder
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False in a folder this process may not enter (no x bit), which is refused as not
+    writable where the pack would go."""
+    try:
+        return path.is_file()
+    except PermissionError:
+        return False
+
+
 def _classify(out: Path) -> str:
     """What ``out`` is: "missing", "empty", "pack" (datakit pack files only), "file" or "foreign"."""
     if not os.path.lexists(out):
@@ -358,7 +367,7 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
     is built beside it): the metadata returned is then ``{"replace": True}``. ``splits_of``: where the
     splits come from ("table", or "pack" for a re-pack), as a refused resume names it."""
     for p in Path(os.path.realpath(out)).parents:  # a pack inside a pack: the outer one's --overwrite refused later
-        if (p / "data.mdb").is_file() and _is_our_pack(p):
+        if _is_file(p / "data.mdb") and _is_our_pack(p):
             raise UsageError(f"{out}: inside the pack {p}, which would then hold other files than a pack's (and "
                              "refuse --overwrite); pick an OUT outside it")  # fmt: skip
     kind = _classify(out)
@@ -597,8 +606,12 @@ def pack_lmdb(
         raise UsageError("--resume and --overwrite contradict each other; pick one")
     if bad_samples is not None and not skip_bad:
         raise UsageError("--bad-samples lists samples to skip: pass --skip-bad with it")
-    if max_size is not None and max_size < 1:
-        raise UsageError(f"max_size must be at least 1, got {max_size}")
+    if max_size is not None:
+        from datakit.io import whole_size
+
+        max_size = whole_size(max_size, "max_size")  # refused once, here, not as every image's read failing
+        if max_size < 1:
+            raise UsageError(f"max_size must be at least 1, got {max_size}")
     if not 1 <= quality <= 100:
         raise UsageError(f"quality must be 1..100, got {quality}")
     # OUT as the folder it is: "." (a shell inside the pack), a link to the pack (its target is replaced)

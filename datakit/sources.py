@@ -2000,7 +2000,16 @@ def given_classes(classes) -> list[str]:
                     f"{path}, line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8, which JSON is written in"
                 ) from None
         else:  # a text file: in any encoding a label table may be in (GBK, Big5, UTF-16), found the same way
-            decoded, enc = _decode_text(raw, path, None)
+            from datakit.io import image_format
+
+            kind = ("a zip archive" if raw[:4] == b"PK\x03\x04" else "an LMDB file: give the pack's folder"
+                    if raw[16:20] == b"\xde\xc0\xef\xbe" else f"a {fmt} image" if (fmt := image_format(raw))
+                    else None)  # fmt: skip
+            if kind is not None:  # a zip, an image, a pack's data.mdb: no list of names in any encoding
+                raise UsageError(f"classes={os.fspath(classes)!r}: not a text file of class names ({kind}); classes= "
+                                 "takes a pack, a .json or a .txt of class names (one per line), or the training "
+                                 "folder of class folders")  # fmt: skip
+            decoded, enc = _decode_text(raw, path, None)  # a text of names with a bad byte: named by its line
             text = (decoded if decoded is not None else raw.decode("ascii")).lstrip("\ufeff")
         if path.suffix.lower() == ".json":
             try:
@@ -2118,6 +2127,8 @@ def open_source(
     path = Path(src)
     if not path.exists():
         raise FileNotFoundError(f"{path}: {missing_why(path)}")
+    if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):  # its files neither listed nor opened (chmod 000)
+        raise UsageError(f"{path}: a folder this process may not read (its permissions); nothing in it can be opened")
     pack = _is_pack(path)
     if zip_encoding and path.suffix.lower() != ".zip" and not os.fspath(root or "").lower().endswith(".zip"):
         raise UsageError(f"zip_encoding= (--zip-encoding) names the encoding of a zip's member names; {path} is no "

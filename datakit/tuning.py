@@ -183,14 +183,23 @@ def _available_memory() -> int | None:
 
 
 def local_ranks() -> int:
-    """The ranks a launcher starts on this machine (torchrun's ``LOCAL_WORLD_SIZE``), which share its CPUs; 1 without
-    one."""
+    """The ranks a launcher starts on this machine (torchrun's ``LOCAL_WORLD_SIZE``) that share the CPUs this process
+    may use; 1 without one, and 1 where the launcher bound this rank to CPUs of its own (``torchrun --numa-binding``:
+    its affinity a part of the launcher's, which started it), so that the usable CPUs are its share already."""
     from datakit.devices import launched_world_size
 
     value = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
-    if launched_world_size() <= 1 or not (value.isascii() and value.isdigit()):
+    if launched_world_size() <= 1 or not (value.isascii() and value.isdigit()) or _bound_apart():
         return 1
     return max(1, int(value))
+
+
+def _bound_apart() -> bool:
+    """Whether this process runs on fewer CPUs than the process that started it (a launcher binding each rank)."""
+    try:
+        return os.sched_getaffinity(0) < os.sched_getaffinity(os.getppid())
+    except (AttributeError, OSError):  # no affinity here (macOS, Windows), or the parent's not to be read
+        return False
 
 
 def default_candidates() -> list[int]:

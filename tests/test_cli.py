@@ -1571,3 +1571,102 @@ def test_a_histogram_that_is_no_image_may_be_written_among_the_images(samples: P
         assert (proj / name).exists()
     capsys.readouterr()
     assert main(["check", str(proj), "--labels", str(proj / "labels.csv"), "-q"]) == 0
+
+
+def _as_user(cmd: list[str]) -> list[str]:
+    """``cmd`` run without root's right to ignore file permissions (a no-op for another user)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return cmd
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to drop root's permission override")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]
+
+
+def test_folders_this_process_may_not_enter_or_read_are_usage_errors(tmp_path: Path, class_folder: Path):
+    # the attack: an output folder without its x bit (chmod 000, 600) gave "[Errno 13] Permission denied:
+    # 'm/p.png'" and exit 1 (pack-lmdb named 'm/data.mdb', a file that is not there), an unreadable source folder
+    # 'm/data.mdb' too, and unzip-gbk into a folder it may write but not read "[Errno 13] ... 'm300'"
+    from datakit.io import encode_image
+
+    (tmp_path / "src.zip").write_bytes(build_zip([ZipEntry(b"cat/0.png", encode_image(np.zeros((4, 4, 3), np.uint8),
+                                                                                      ".png"))]))  # fmt: skip
+    for mode in (0o000, 0o600, 0o300):
+        (tmp_path / f"m{mode:o}").mkdir(mode=mode)
+    try:
+        runs = {
+            "preview": ["preview", str(class_folder), "--out", str(tmp_path / "m0" / "p.png"), "-q"],
+            "stats": ["stats", str(class_folder), "--plot", str(tmp_path / "m600" / "p.svg"), "-q"],
+            "pack": ["pack-lmdb", str(class_folder), str(tmp_path / "m600" / "o.lmdb"), "-q", "--workers", "0"],
+            "check": ["check", str(tmp_path / "m0"), "-q"],
+        }
+        got = {k: subprocess.run(_as_user([sys.executable, "-m", "datakit.cli", *v]), capture_output=True,
+                                 text=True, timeout=120) for k, v in runs.items()}  # fmt: skip
+        unzip = subprocess.run(_as_user([sys.executable, "-c", "import sys; from datakit.cli import unzip_gbk_main; "
+                                         "sys.exit(unzip_gbk_main(sys.argv[1:]))", str(tmp_path / "src.zip"), "-d",
+                                         str(tmp_path / "m300"), "-q"]), capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        for mode in (0o000, 0o600, 0o300):
+            (tmp_path / f"m{mode:o}").chmod(0o755)
+    m0, m600 = tmp_path / "m0", tmp_path / "m600"
+    assert {k: (r.returncode, r.stderr.strip()) for k, r in got.items()} == {
+        "preview": (2, f"datakit preview: error: {m0}: not writable; cannot write p.png into it"),
+        "stats": (2, f"datakit stats: error: {m600}: not writable; cannot write p.svg into it"),
+        "pack": (2, f"datakit pack-lmdb: error: {m600}: not writable; cannot write the pack {m600 / 'o.lmdb'} into it"),
+        "check": (2, f"datakit check: error: {m0}: a folder this process may not read (its permissions); nothing in "
+                     "it can be opened"),
+    }  # fmt: skip
+    assert (unzip.returncode, unzip.stderr.strip()) == (2, f"unzip-gbk: error: {tmp_path / 'm300'}: a folder this "
+                                                           "process may not read (its permissions); extraction opens "
+                                                           "the folder it writes into, to lock it and to compare what "
+                                                           "is there")  # fmt: skip
+
+
+def test_help_is_written_to_a_stream_that_cannot_encode_its_examples():
+    # the attack: PYTHONIOENCODING=ascii datakit --help (and LC_ALL=C PYTHONUTF8=0): a UnicodeEncodeError traceback
+    # on the Chinese examples, exit 1, for every command's help but three
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    for args in (["--help"], ["check", "--help"], ["pack-lmdb", "--help"]):
+        out = subprocess.run([sys.executable, "-m", "datakit.cli", *args], capture_output=True, env=env, timeout=120)
+        assert out.returncode == 0 and out.stderr == b"", out.stderr
+        assert b"\\u6570\\u636e\\u96c6/" in out.stdout  # 数据集/, escaped
+
+
+def test_classes_given_a_file_that_holds_no_text_is_a_usage_error(tmp_path: Path, class_folder: Path, capsys):
+    # the attack: --classes src.zip (an image, a pack's data.mdb): "not UTF-8, UTF-16, GBK/GB18030 or Big5 text;
+    # pass encoding= (--encoding)", exit 1, and --encoding gbk gave the same line
+    from datakit.io import encode_image
+
+    (tmp_path / "a.zip").write_bytes(build_zip([ZipEntry(b"cat/0.png", b"x")]))
+    (tmp_path / "a.jpg").write_bytes(encode_image(np.zeros((4, 4, 3), np.uint8), ".jpg"))
+    for given, why in ((tmp_path / "a.zip", "a zip archive"), (tmp_path / "a.jpg", "a JPEG image")):
+        assert main(["check", str(class_folder), "--classes", str(given), "-q"]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"datakit check: error: classes={str(given)!r}: not a text file of class names ({why}); classes= takes a "
+            "pack, a .json or a .txt of class names (one per line), or the training folder of class folders"
+        )
+
+
+def test_a_pack_interrupted_before_it_was_begun_promises_no_committed_samples(tmp_path: Path, class_folder: Path,
+                                                                            monkeypatch, capsys):  # fmt: skip
+    # the attack: Ctrl-C two seconds into pack-lmdb of 20,000 files (still listing them): "the samples committed stay:
+    # the same command with --resume goes on from them", and there was no pack at all
+    import datakit.pack
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(datakit.pack, "pack_lmdb", stopped)
+    assert main(["pack-lmdb", str(class_folder), str(tmp_path / "out.lmdb"), "-q", "--workers", "0"]) == 130
+    assert capsys.readouterr().err == "datakit pack-lmdb: interrupted\n"
+    assert not (tmp_path / "out.lmdb").exists()
+
+
+def test_stats_refuses_overwrite_without_a_plot_to_replace(class_folder: Path, capsys):
+    # the attack: `stats SRC --overwrite` was taken in silence, where other options that change nothing are refused
+    assert main(["stats", str(class_folder), "--overwrite", "-q"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "datakit stats: error: --overwrite replaces the histogram --plot FILE writes; without --plot nothing is "
+        "written: give --plot FILE with it, or leave --overwrite out"
+    )

@@ -1673,6 +1673,7 @@ def test_max_size_that_is_no_positive_whole_number_is_refused_by_name():
         assert str(e.value) == (f"max_size must be a positive whole number (the longer side needed, in pixels) or "
                                 f"None, got {bad!r}")  # fmt: skip
     assert decode_image(data, "rgb", np.int64(16)).shape == (16, 12, 3)  # 1/4 scale: 16 is still there
+    assert decode_image(data, "rgb", 16.0).shape == (16, 12, 3)  # a whole number, written as a float
     assert decode_image(data, "rgb", None).shape == (64, 48, 3)
 
 

@@ -2632,3 +2632,17 @@ def test_packs_of_one_folder_refilled_under_the_same_names_and_a_touched_max_siz
     time.sleep(0.05)
     (src / "cat" / "0000.png").touch()
     assert pack_lmdb(src, small, max_size=2, workers=1, resume=True).count == 8
+
+
+def test_a_max_size_of_another_type_is_refused_once_or_taken_as_the_whole_number_it_is(class_folder: Path,
+                                                                                    tmp_path: Path):  # fmt: skip
+    # the regression round: once decode_image refused a float max_size, pack_lmdb(max_size=64.0) reported every
+    # image as unreadable (a usage mistake counted as bad data, sample by sample)
+    report = pack_lmdb(class_folder, tmp_path / "a.lmdb", workers=0, max_size=64.0)
+    assert report.count == 12 and read_meta(tmp_path / "a.lmdb")["options"]["max_size"] == 64
+    for bad in (0.5, "64", True):
+        with pytest.raises(UsageError) as e:
+            pack_lmdb(class_folder, tmp_path / "b.lmdb", workers=0, max_size=bad)
+        assert str(e.value) == (f"max_size must be a positive whole number (the longer side needed, in pixels) or "
+                                f"None, got {bad!r}")  # fmt: skip
+        assert not (tmp_path / "b.lmdb").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -231,3 +232,20 @@ def test_ranks_started_on_one_machine_tune_within_their_share_of_its_cpus(monkey
     assert t._cache_key(_Sized([8] * 8), 4) != alone[1]
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "x")  # not a count: as without it
     assert t.local_ranks() == 1 and t.default_candidates() == alone[0]
+
+
+def test_a_rank_bound_to_cpus_of_its_own_tunes_on_them_undivided(monkeypatch):
+    # the regression round: torchrun --numa-binding gives each rank an affinity of its own share, which usable_cpus()
+    # reads; dividing that by LOCAL_WORLD_SIZE again left 8 ranks of a 64-CPU machine candidates [0, 1]
+    import datakit.tuning as t
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setattr(t, "usable_cpus", lambda: 8)
+    machine, mine = set(range(64)), set(range(24, 32))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: mine if pid == 0 else machine)
+    assert t.local_ranks() == 1 and t.default_candidates() == [0, 1, 2, 4, 8]
+    mine = machine  # unbound: the 8 ranks share what this one may use
+    monkeypatch.setattr(t, "usable_cpus", lambda: 64)
+    assert t.local_ranks() == 8 and t.default_candidates() == [0, 1, 2, 4, 8]
