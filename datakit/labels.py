@@ -2216,7 +2216,6 @@ def _hidden_columns(path: Path, sheet: str) -> set[int]:
     return out
 
 
-_CELL_REF = re.compile(rb'\br="([A-Z]{1,3})(\d{1,7})"')  # a cell's own reference (a row's r= has no letters)
 _ROW_TAG = re.compile(rb"<(?:\w+:)?row\b([^>]*)>")
 _MAX_TAG = 1 << 20  # a tag longer than this (a row's attributes padded with spaces) is no row Excel writes
 
@@ -2229,11 +2228,42 @@ class _SheetScan:
     far: str  # that cell's reference ('XFD1048576'), '' for none
 
 
-def _column_number(letters: bytes) -> int:
-    n = 0
-    for c in letters:
-        n = n * 26 + c - 64
-    return n
+_WINDOW = 11  # an r= value: a column's letters (3 at most), a row's digits (7 at most) and the closing quote
+
+
+def _extent(part: bytes) -> tuple[int, str, int]:
+    """(the last column, a reference to a cell in it, the last row) that the ``r="..."`` attributes of ``part`` (a
+    piece of a sheet's XML ending after a tag) name: cells' ``B7``, rows' ``7``. Found with NumPy over the bytes, twice
+    as fast as a regular expression's matches on a sheet of many columns."""
+    n = len(part)
+    if n < 5:
+        return 0, "", 0
+    buf = np.frombuffer(part + bytes(_WINDOW + 4), np.uint8)
+    head = buf[: n - 3]
+    blank = (head == 0x20) | (head == 0x09) | (head == 0x0A) | (head == 0x0D)
+    pos = np.flatnonzero(blank & (buf[1 : n - 2] == 0x72) & (buf[2 : n - 1] == 0x3D) & (buf[3:n] == 0x22)) + 4
+    if not len(pos):
+        return 0, "", 0
+    w = buf[pos[:, None] + np.arange(_WINDOW)].astype(np.int64)
+    letter, digit, quote = (w >= 65) & (w <= 90), (w >= 48) & (w <= 57), w == 0x22
+    lead = np.cumprod(letter[:, :3], axis=1)  # the leading letters (a column's)
+    nlet = lead.sum(axis=1)
+    end = np.where(quote.any(axis=1), quote.argmax(axis=1), -1)
+    k = np.arange(_WINDOW)
+    inside = (k >= nlet[:, None]) & (k < end[:, None])  # the row's digits
+    ok = (end > nlet) & (end - nlet <= 7) & ~(inside & ~digit).any(axis=1)
+    if not ok.any():
+        return 0, "", 0
+    w, nlet, end, inside, pos = w[ok], nlet[ok], end[ok], inside[ok], pos[ok]
+    row = np.zeros(len(w), np.int64)
+    for j in range(_WINDOW):
+        row = np.where(inside[:, j], row * 10 + (w[:, j] - 48), row)
+    col = np.zeros(len(w), np.int64)
+    for j in range(3):
+        col = np.where(nlet > j, col * 26 + (w[:, j] - 64), col)
+    best = int(col.argmax())
+    at = int(pos[best])
+    return int(col[best]), part[at : at + int(end[best])].decode("ascii") if col[best] else "", int(row.max())
 
 
 @functools.lru_cache(maxsize=16)
@@ -2245,7 +2275,7 @@ def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
 
     hidden: list[int] = []
     rows = cols = 0
-    far = b""
+    far = ""
     try:
         with zipfile.ZipFile(path) as z:
             target = _sheet_member(z, sheet)
@@ -2266,18 +2296,15 @@ def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
                                 r = re.search(rb'\br="(\d+)"', m.group(1))
                                 if r:
                                     hidden.append(int(r.group(1)))
-                    refs = _CELL_REF.findall(part)
-                    if refs:
-                        letters = max({c for c, _ in refs}, key=lambda c: (len(c), c))
-                        if _column_number(letters) > cols:
-                            cols = _column_number(letters)
-                            far = letters + max((r for c, r in refs if c == letters), key=int)
-                        rows = max(rows, max(int(r) for _, r in refs))
+                    col, at, row = _extent(part)
+                    if col > cols:
+                        cols, far = col, at
+                    rows = max(rows, row)
                     if not chunk:
                         break
     except (KeyError, OSError, zipfile.BadZipFile, AttributeError):
         return _SheetScan((), 0, 0, "")
-    return _SheetScan(tuple(hidden), rows, cols, far.decode("ascii"))
+    return _SheetScan(tuple(hidden), rows, cols, far)
 
 
 def _scan_of(path: Path, sheet: str) -> _SheetScan:
