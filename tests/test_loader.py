@@ -3710,6 +3710,17 @@ def test_a_lambda_under_datakit_num_workers_names_the_variable(class_folder: Pat
     assert got == [int(y) for _, ys in create_loader(ds, 4, num_workers=0, seed=0) for y in ys] and len(got) >= 4
 
 
+def _three_epochs(split, batch_size: int, workers: int) -> list[int]:
+    """The ids (ids()) a shuffled loader over ``split`` serves in three epochs, each of a loader made anew."""
+    served = []
+    for _ in range(3):
+        loader = create_loader(split, batch_size=batch_size, num_workers=workers, seed=0, device="cpu",
+                               normalize=False, shuffle=True, drop_last=False)  # fmt: skip
+        served += [i for batch in loader for i in ids(batch)]
+        assert loader.dataset is split
+    return served
+
+
 @pytest.mark.parametrize("policy", ["substitute", "skip"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_bad_sample_of_a_split_is_replaced_from_its_own_split(tmp_path: Path, policy: str, workers: int):
@@ -3725,13 +3736,8 @@ def test_a_bad_sample_of_a_split_is_replaced_from_its_own_split(tmp_path: Path, 
     train = Subset(ds, [30, 0, 3, 4, 8, 12, 17, 16, 20, 24, 28, 32, 36])  # as random_split makes it, in any order
     own = set(train.indices) - bad
     for split in (train, Subset(Subset(ds, list(range(40))), list(train.indices))):  # a chain of them too
-        served = []
-        for _ in range(3):
-            loader = create_loader(split, batch_size=5, num_workers=workers, seed=0, device="cpu", normalize=False,
-                                   shuffle=True, drop_last=False)  # fmt: skip
-            served += [i for batch in loader for i in ids(batch)]
+        served = _three_epochs(split, 5, workers)
         assert len(served) == 3 * len(train) and set(served) <= own
-        assert loader.dataset is split
     if policy == "skip":  # the next readable sample of the split, in its order
         first = train.indices.index(3)
         after = next(i for i in (train.indices * 2)[first + 1 :] if i not in bad)
@@ -3772,13 +3778,8 @@ def test_a_bad_sample_of_a_split_of_joined_datasets_is_replaced_from_its_own_spl
     split_a, split_b = [i for i in train if i < 20], [i - 20 for i in train if i >= 20]
     for split in (Subset(a + b, train), ConcatDataset([Subset(a, split_a), Subset(b, split_b)]),
                   Subset(ConcatDataset([Subset(a, list(range(20))), b]), train)):  # fmt: skip
-        served = []
-        for _ in range(3):
-            loader = create_loader(split, batch_size=4, num_workers=workers, seed=0, device="cpu", normalize=False,
-                                   shuffle=True, drop_last=False)  # fmt: skip
-            served += [i for batch in loader for i in ids(batch)]
+        served = _three_epochs(split, 4, workers)
         assert len(served) == 3 * len(train) and set(served) <= own
-        assert loader.dataset is split
     if policy == "skip":  # the next readable sample of the split in the broken one's part, in the split's order
         reader = create_loader(Subset(a + b, train), batch_size=len(train), num_workers=0, seed=0, device="cpu",
                                normalize=False, shuffle=False, drop_last=False)  # fmt: skip
