@@ -135,6 +135,27 @@ static int exif_upright(j_decompress_ptr cinfo) {
     return 1;
 }
 
+/* 1 for the sampling factors cameras and encoders write (a luma MCU of up to 4 blocks: 4:4:4, 4:2:2, 4:2:0, 4:4:0,
+ * 4:1:1); 0 for larger ones (cjpeg -sample 4x2 or 2x4), whose column crops libjpeg-turbo decodes with other pixels
+ * than the whole image's at reduced scales: such files go to the whole-image decoders. */
+static int usual_sampling(j_decompress_ptr cinfo) {
+    return cinfo->max_h_samp_factor * cinfo->max_v_samp_factor <= 4;
+}
+
+/* 1 when every component of the scan names Huffman tables 0-3 that are defined; libjpeg checks the numbers only when
+ * decoding starts, not when it reads the scan's header (a damaged byte there named table 14) */
+static int tables_defined(j_decompress_ptr cinfo) {
+    int i;
+    for (i = 0; i < cinfo->comps_in_scan; i++) {
+        jpeg_component_info *c = cinfo->cur_comp_info[i];
+        if (c == NULL || c->dc_tbl_no < 0 || c->dc_tbl_no >= NUM_HUFF_TBLS || c->ac_tbl_no < 0 ||
+            c->ac_tbl_no >= NUM_HUFF_TBLS || cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no] == NULL ||
+            cinfo->ac_huff_tbl_ptrs[c->ac_tbl_no] == NULL)
+            return 0;
+    }
+    return 1;
+}
+
 static void release(Py_buffer *owner) {
     if (owner != NULL)
         PyBuffer_Release(owner);
@@ -184,7 +205,7 @@ static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *ow
         jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
     if ((!stored && !exif_upright(&cinfo)) || cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK ||
-        (cinfo.num_components != 1 && cinfo.num_components != 3)) {
+        (cinfo.num_components != 1 && cinfo.num_components != 3) || !usual_sampling(&cinfo)) {
         jpeg_destroy_decompress(&cinfo);
         release(owner);
         Py_RETURN_NONE;
@@ -394,7 +415,8 @@ typedef struct {
 static int read_layout(j_decompress_ptr cinfo, layout *lay) {
     int i;
     if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->restart_interval != 0 ||
-        cinfo->comps_in_scan != cinfo->num_components || (cinfo->num_components != 1 && cinfo->num_components != 3))
+        cinfo->comps_in_scan != cinfo->num_components || (cinfo->num_components != 1 && cinfo->num_components != 3) ||
+        !usual_sampling(cinfo) || !tables_defined(cinfo))
         return 0;
     lay->ncomp = cinfo->comps_in_scan;
     for (i = 0; i < lay->ncomp; i++) {
@@ -542,6 +564,8 @@ static int scan_points(const unsigned char *data, size_t len, size_t scan_start,
     unsigned mx, my;
     size_t p = 0;
     int ci;
+    if (!tables_defined(cinfo))
+        return 0;
     for (ci = 0; ci < lay->ncomp; ci++) {
         jpeg_component_info *c = cinfo->cur_comp_info[ci];
         if (!make_htab(cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no], &dc[ci]) ||

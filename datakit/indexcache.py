@@ -60,6 +60,10 @@ class IndexCache:
             raise ValueError(f"index_cache {self.path}: cannot create it ({e.strerror})") from None
         if not os.access(self.path, os.W_OK | os.X_OK):
             raise ValueError(f"index_cache {self.path}: not writable")
+        free = _free_bytes(self.path)
+        if free is not None and free < _MIN_FREE:  # its marker fitted; the LMDB files would not (see _env)
+            raise ValueError(f"index_cache {self.path}: its disk is full ({free} bytes free); free some space there, "
+                             "or give a folder on another disk")  # fmt: skip
 
     def __getstate__(self) -> dict:
         return {"path": self.path}
@@ -78,6 +82,11 @@ class IndexCache:
 
             from datakit.lmdb import check_data_file
 
+            free = _free_bytes(self.path)
+            if not os.path.lexists(os.path.join(self.path, "lock.mdb")) and free is not None and free < _MIN_FREE:
+                # liblmdb maps a new lock file it cannot get disk space for: the first page written is a SIGBUS,
+                # the process dead without a word
+                raise PackError(f"its disk is full ({free} bytes free)")
             if os.path.lexists(os.path.join(self.path, "data.mdb")):
                 # a cache cut short (a copy, a full disk) or with a damaged page would make liblmdb read past the
                 # file's end: SIGBUS, the process (every worker) dead without a word. Refused as a pack is
@@ -132,6 +141,17 @@ class IndexCache:
         except lmdb.Error as e:
             self._give_up("writing", e)
         return index
+
+
+_MIN_FREE = 1 << 20  # bytes: a new cache's lock and first pages, with room to spare
+
+
+def _free_bytes(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):  # no statvfs (Windows): not known
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _valid(value: bytes) -> bool:

@@ -3,6 +3,7 @@ pixels, whatever happens to the files, the cache or the processes that share it.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import signal
@@ -356,3 +357,78 @@ def test_a_cache_inside_the_dataset_folder_is_no_class(tmp_path: Path, caplog):
     assert f"{archive}: '.cache' skipped: datakit's index cache, not a class folder (keep it outside the dataset)" in (
         caplog.messages
     )
+
+
+def test_a_scan_naming_huffman_tables_past_the_four_is_no_crash(tmp_path):
+    # the attack: one damaged byte in the scan's header (a component's tables 14 and 10) killed the process (SIGSEGV)
+    # when the cache built its index: the table number was looked up before libjpeg checks it, at decoding
+    from PIL import Image
+
+    img = np.clip(np.random.default_rng(0).normal(128, 40, (97, 133, 3)), 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "JPEG", quality=90)
+    data = bytearray(buf.getvalue())
+    sos = data.index(b"\xff\xda")
+    data[sos + 5 + 2 * 2 + 1] = 0xEA  # the third component's DC and AC tables
+    bad = tmp_path / "data" / "cat" / "bad.jpg"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(bytes(data))
+    code = ("import sys\nfrom datakit import open_dataset\nfrom datakit.transforms import train_pipeline\n"
+            "from datakit.io import jpeg_entropy_index\n"
+            "print(jpeg_entropy_index(open(sys.argv[1], 'rb').read()))\n"
+            "ds = open_dataset(sys.argv[2], transform=train_pipeline(64, index_cache=sys.argv[3]))\n"
+            "try:\n    ds[0]\nexcept Exception as e:\n    print(type(e).__name__, str(e).split(':')[0])\n")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(bad), str(tmp_path / "data"), str(tmp_path / "cache")],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (out.returncode, out.stdout.splitlines()) == (0, ["None", "SampleError sample 0"]), out.stderr
+
+
+def test_a_jpeg_of_larger_luma_sampling_is_left_to_the_whole_image_decoders(tmp_path):
+    # the attack: cjpeg -sample 4x2 (or 2x4): the region decoder's column crops at 1/2 and 1/4 scale were up to 250
+    # levels off the whole image's, with or without an index (train_pipeline: 77 of 100 crops)
+    import shutil
+
+    from datakit.io import decode_jpeg_region, jpeg_entropy_index
+
+    if shutil.which("cjpeg") is None:
+        pytest.skip("needs cjpeg (libjpeg-turbo's tools) to write such a JPEG")
+    rng = np.random.default_rng(0)
+    h, w = 121, 163
+    img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    (tmp_path / "src.ppm").write_bytes(b"P6 %d %d 255\n" % (w, h) + img.tobytes())
+    for sampling, handled in (("4x2", False), ("2x4", False), ("2x2", True), ("4x1", True)):
+        data = subprocess.run(["cjpeg", "-sample", f"{sampling},1x1,1x1", str(tmp_path / "src.ppm")],
+                              capture_output=True, check=True).stdout  # fmt: skip
+        got = decode_jpeg_region(data, "rgb", 2, (20, 17, 41, 66))
+        assert (got is not None) == handled and (jpeg_entropy_index(data) is not None) == handled, sampling
+        pipe = train_pipeline(32, scale=(0.02, 1))
+        for seed in range(20):
+            torch.manual_seed(seed)
+            region = pipe.from_bytes(data)
+            dio._REGION = False  # the whole image at the crop's DCT scale, then cut
+            try:
+                torch.manual_seed(seed)
+                whole = pipe.from_bytes(data)
+            finally:
+                dio._REGION = None
+            assert (region.int() - whole.int()).abs().max() <= 1, (sampling, seed)
+
+
+def test_a_cache_on_a_full_disk_is_refused_or_left_never_a_dead_process(tmp_path, monkeypatch):
+    # the attack: a cache folder (its marker made while there was room) on a full disk was taken when the pipeline
+    # was built, and the first read died of SIGBUS: liblmdb maps a new lock file the disk has no space for
+    files = _folder(tmp_path / "data", n=2)
+    monkeypatch.setattr(indexcache, "_free_bytes", lambda path: 0)
+    with pytest.raises(ValueError) as e:
+        train_pipeline(64, index_cache=tmp_path / "full")
+    assert str(e.value) == (f"index_cache {tmp_path / 'full'}: its disk is full (0 bytes free); free some space there, "
+                            "or give a folder on another disk")  # fmt: skip
+    monkeypatch.setattr(indexcache, "_free_bytes", lambda path: 1 << 30)
+    pipe = train_pipeline(64, index_cache=tmp_path / "later")  # built with room; the disk fills before any read
+    monkeypatch.setattr(indexcache, "_free_bytes", lambda path: 4096)
+    monkeypatch.setattr(indexcache, "_BROKEN", set())
+    with pytest.warns(RuntimeWarning, match=r"reading failed \(PackError: its disk is full \(4096 bytes free\)\); "
+                                            r"going on without it"):  # fmt: skip
+        cached = _crops(pipe, files, 0)
+    _assert_same(cached, _crops(train_pipeline(64), files, 0))
+    assert not (tmp_path / "later" / "lock.mdb").exists()

@@ -43,6 +43,9 @@ def test_region_equals_whole_decode_cropped_unusual_sampling(sample, scale, box)
     full = decode_image(data, "rgb", max_size=max(sh, sw) if scale > 1 else None)
     assert full.shape[:2] == (sh, sw)
     region = decode_jpeg_region(data, "rgb", scale, box)
+    if sample.startswith("4x2"):  # a luma MCU of 8 blocks: left to the whole-image decoders (libjpeg-turbo's column
+        assert region is None  # crops of such files were up to 250 levels off at 1/2 and 1/4 scale on other boxes)
+        return
     assert region is not None
     top, left, bottom, right = box
     np.testing.assert_array_equal(region, full[top:bottom, left:right])
