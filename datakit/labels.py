@@ -1054,13 +1054,15 @@ def _path_spans(files: StringArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         starts[lead] += 2
         lens[lead] -= 2
     # what posixpath.normpath may change: "\\", "//", "./" (also "../"), a name ending in "/" or "."
-    slash = data == _SLASH
-    mark = data == _BACKSLASH
-    mark[:-1] |= (slash[:-1] | (data[:-1] == _DOT)) & slash[1:]
-    pos = np.flatnonzero(mark)
-    row = np.searchsorted(files.offsets, pos, side="right") - 1
     suspect = np.zeros(len(lens), bool)
-    suspect[row[pos >= starts[row]]] = True  # not in a "./" skipped above
+    raw = data.tobytes()
+    if b"\\" in raw or b"//" in raw or b"./" in raw:  # (C searches of the bytes: the usual table has none)
+        slash = data == _SLASH
+        mark = data == _BACKSLASH
+        mark[:-1] |= (slash[:-1] | (data[:-1] == _DOT)) & slash[1:]
+        pos = np.flatnonzero(mark)
+        row = np.searchsorted(files.offsets, pos, side="right") - 1
+        suspect[row[pos >= starts[row]]] = True  # not in a "./" skipped above
     ends = np.flatnonzero(lens > 0)
     last = data[starts[ends] + lens[ends] - 1]
     suspect[ends[(last == _SLASH) | (last == _DOT)]] = True
@@ -3113,6 +3115,9 @@ def _quoted_spans(buf: bytes, delim: str) -> list[tuple[int, int]]:
     return spans
 
 
+_NOT_ODD = bytes(c for c in range(256) if (0x20 <= c != 0x7F) or c in (0x09, 0x0A, 0x0D))  # deleted: C0 and DEL stay
+
+
 def _control_characters(buf: bytes, every: bool, delim: str = ",") -> list[tuple[int, str]]:
     """Each line of the UTF-8 ``buf`` holding a carriage return inside it (before a character other than a line
     end, outside a table's quotes: a line break to the CSV reader, part of a field to the fast one), and with
@@ -3124,14 +3129,16 @@ def _control_characters(buf: bytes, every: bool, delim: str = ",") -> list[tuple
     arr = np.frombuffer(buf, np.uint8)
     at: set[int] = set()
     if every:
-        odd = (arr < 0x20) & (arr != 0x09) & (arr != 0x0A) & (arr != 0x0D) | (arr == 0x7F)
-        at.update(np.flatnonzero(odd).tolist())
-        for mark in _LINE_BREAKS:
+        if buf.translate(None, _NOT_ODD):  # one C pass, an empty result where there is none
+            odd = (arr < 0x20) & (arr != 0x09) & (arr != 0x0A) & (arr != 0x0D) | (arr == 0x7F)
+            at.update(np.flatnonzero(odd).tolist())
+        for mark in _LINE_BREAKS if not buf.isascii() else ():  # (multi-byte: none in ASCII text)
             if mark in buf:
                 at.update(m.start() for m in re.finditer(re.escape(mark), buf))
     elif b"\x00" in buf:  # a table's NUL, quoted or not: no file name or label holds one ('c\x00at' was a class)
         at.update(np.flatnonzero(arr == 0).tolist())
-    if buf.count(b"\r") != buf.count(b"\r\n"):
+    cr = buf.count(b"\r")
+    if cr and cr != buf.count(b"\r\n"):
         inside = [m.start() for m in re.finditer(rb"\r[ \t]*(?![\r\n \t]|$)", buf)]
         if inside and not every:  # a table: a CR in a quoted field is the field's, as both readers keep it
             spans = _quoted_spans(buf, delim)
@@ -3240,6 +3247,9 @@ def _im2rec_lines(path: Path, buf: bytes, notes: list) -> bytes | None:
     ``0.000000``) as ``path<TAB>label`` lines, the line numbers kept; None for any other list. Every sample
     line must have that shape, and one at least name an image; more than one label a line (multi-label) is
     refused."""
+    first = next((ln for ln in buf[: 1 << 16].split(b"\n") if ln.strip() and not ln.strip().startswith(b"#")), None)
+    if first is not None and _IM2REC_LINE.fullmatch(first) is None:
+        return None  # its first sample line has another shape: no such list (every line is split only for one)
     out: list[bytes] = []
     multi = None  # the first line with more than one label
     named = False  # a path that names an image (an odd one, 'dog/2', is then a path all the same)
@@ -3304,9 +3314,9 @@ def _spaced_labels(path: Path, part: _Part, problems: list) -> None:
     (``1.jpg black cat`` read as the file '1.jpg black' labelled 'cat'): a label with a space in it.
     Names with no space cost one look at the bytes."""
     files = part.files
-    spaced = np.flatnonzero(files.data == 32)
-    if not len(spaced):
+    if b" " not in files.data.tobytes():
         return
+    spaced = np.flatnonzero(files.data == 32)
     for i in np.unique(np.searchsorted(files.offsets, spaced, side="right") - 1).tolist():
         name = files[i]
         if not _looks_like_file(name) and _IMAGE_THEN_WORDS.match(name):
