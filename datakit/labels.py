@@ -120,6 +120,8 @@ _NAME_COLUMNS = frozenset(_norm(k) for k in (
 
 
 def _blank(v: object) -> bool:
+    if v.__class__ is str:  # (most cells: one check)
+        return not v.strip()
     return (
         v is None
         or (isinstance(v, (float, np.floating)) and math.isnan(v))
@@ -154,6 +156,8 @@ def _values(labels: Iterable[object]) -> Iterable[object]:
 def _text(v: object) -> str:
     """A cell as text, as Excel shows it and writes it to CSV: numbers without a spurious ``.0``, booleans as
     ``TRUE``/``FALSE`` (a workbook's boolean cell reads as Python's ``True``), stray whitespace stripped."""
+    if v.__class__ is str:  # (most cells: one check)
+        return v.strip()
     if isinstance(v, (bool, np.bool_)):  # before numbers: a bool is an int
         return "TRUE" if v else "FALSE"
     if isinstance(v, datetime.datetime):  # a date cell: openpyxl gives a datetime, calamine a date; one text
