@@ -17,6 +17,7 @@ import datetime
 import decimal
 import functools
 import io
+import itertools
 import json
 import logging
 import math
@@ -1415,7 +1416,7 @@ def _scored_cells(sample: bytes, enc: str) -> list[str]:
     """The distinct non-ASCII cells of ``sample`` read as ``enc``, at most ``MAX_SCORED`` of them, evenly spaced."""
     from datakit.filenames import MAX_SCORED
 
-    cells = list(dict.fromkeys(c for c in _CELL_SPLIT.split(sample.decode(enc)) if not c.isascii()))
+    cells = list(dict.fromkeys(itertools.filterfalse(str.isascii, _CELL_SPLIT.split(sample.decode(enc)))))
     return cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
 
 
