@@ -61,7 +61,8 @@ class IndexCache:
         if not os.access(self.path, os.W_OK | os.X_OK):
             raise ValueError(f"index_cache {self.path}: not writable")
         free = _free_bytes(self.path)
-        if free is not None and free < _MIN_FREE:  # its marker fitted; the LMDB files would not (see _env)
+        fresh = not (p / "lock.mdb").exists()  # a cache made before needs no more room to be read
+        if fresh and free is not None and free < _MIN_FREE:  # its marker fitted; the LMDB files would not (see _env)
             raise ValueError(f"index_cache {self.path}: its disk is full ({free} bytes free); free some space there, "
                              "or give a folder on another disk")  # fmt: skip
 
@@ -147,11 +148,13 @@ _MIN_FREE = 1 << 20  # bytes: a new cache's lock and first pages, with room to s
 
 
 def _free_bytes(path: str) -> int | None:
+    """The bytes this process may still write on ``path``'s file system: root also those reserved for it."""
     try:
         st = os.statvfs(path)
     except (OSError, AttributeError):  # no statvfs (Windows): not known
         return None
-    return st.f_bavail * st.f_frsize
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    return (st.f_bfree if root else st.f_bavail) * st.f_frsize
 
 
 def _valid(value: bytes) -> bool:

@@ -432,3 +432,26 @@ def test_a_cache_on_a_full_disk_is_refused_or_left_never_a_dead_process(tmp_path
         cached = _crops(pipe, files, 0)
     _assert_same(cached, _crops(train_pipeline(64), files, 0))
     assert not (tmp_path / "later" / "lock.mdb").exists()
+
+
+def test_a_cache_made_before_or_roots_reserved_room_is_no_full_disk(tmp_path, monkeypatch):
+    # the regression round: a complete cache, which needs no room to be read, was refused on a nearly full disk, and
+    # so was root (a training container's user), who may still write the blocks ext4 reserves for it
+    import types
+
+    files = _folder(tmp_path / "data", n=2)
+    cache = tmp_path / "cache"
+    pipe = train_pipeline(64, index_cache=cache)
+    made = _crops(pipe, files, 0)
+    assert (cache / "lock.mdb").exists()
+    monkeypatch.setattr(indexcache, "_free_bytes", lambda path: 0)
+    _assert_same(_crops(train_pipeline(64, index_cache=cache), files, 0), made)  # taken, and read
+    monkeypatch.undo()
+    full = types.SimpleNamespace(f_bavail=0, f_bfree=1 << 20, f_frsize=4096)  # 4 GiB reserved for root, none else
+    monkeypatch.setattr(os, "statvfs", lambda path: full)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert indexcache._free_bytes(str(tmp_path)) == 4 << 30
+    train_pipeline(64, index_cache=tmp_path / "root")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ValueError, match=r"its disk is full \(0 bytes free\)"):
+        train_pipeline(64, index_cache=tmp_path / "user")

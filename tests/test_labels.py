@@ -2355,6 +2355,12 @@ def test_an_mxnet_im2rec_list_is_read_as_its_path_and_label(tmp_path: Path):
         read_labels(multi)
     assert str(err.value) == (f"{multi}, line 1: '0\\t1.0\\t0.0\\tdog/b.jpg': an MXNet im2rec line with 2 labels "
                               "(multi-label); datakit reads one label a sample")  # fmt: skip
+    # the regression round: its first line looked for in the first 64 KiB alone, cut there after blank lines
+    late = tmp_path / "late.lst"
+    late.write_text("\n" * 65530 + "0\t1.000000\tcat/1.jpg\n1\t0.000000\tdog/2.jpg\n")
+    table = read_labels(late)
+    assert [table.files[i] for i in range(len(table))] == ["cat/1.jpg", "dog/2.jpg"] and table.rows.tolist() == [
+        65531, 65532]  # fmt: skip
 
 
 def test_a_line_refused_whole_leaves_the_integer_range_unjudged(tmp_path: Path):
@@ -2447,6 +2453,16 @@ def test_a_stray_cell_far_from_the_table_is_refused_by_name_not_an_aborted_inter
         ),
     )
     assert read_labels(near, engine=engine).files.tolist() == ["a.jpg"]
+    # the regression round: an empty row element (a height, a hidden row: no cell) at the sheet's foot counted as
+    # a row of the grid, and a 72-column table with ws.row_dimensions[1048576].height set was refused
+    wide = Workbook()
+    ws = wide.active
+    ws.title = "train"
+    ws.append(["文件名", "标签"] + [f"c{k}" for k in range(70)])
+    ws.append(["a.jpg", "猫"] + list(range(70)))
+    ws.row_dimensions[1048576].height = 20
+    wide.save(tmp_path / "tall.xlsx")
+    assert read_labels(tmp_path / "tall.xlsx", engine=engine).files.tolist() == ["a.jpg"]
 
 
 def test_blanks_between_a_sheets_rows_are_read_through_once(tmp_path: Path):
