@@ -1498,6 +1498,8 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         # a pack (not one --overwrite builds beside the old, whose own line says where it stands): how to go on
         again = ""
         out = getattr(args, "out_path", None)
+        if out is not None:
+            from datakit.pack import _is_file
         if prog.endswith("pack-lmdb") and (out is None or not _is_file(Path(out) / "data.mdb")):
             pass  # stopped before the pack was begun: nothing committed to speak of
         elif prog.endswith("pack-lmdb") and not getattr(args, "overwrite", False):
@@ -1566,13 +1568,6 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
 
             dist.destroy_process_group()
             group_made.append(True)
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:
-        return False
 
 
 def _tolerate_names(stdout, stderr) -> None:

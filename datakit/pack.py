@@ -226,7 +226,7 @@ def _is_file(path: Path) -> bool:
     writable where the pack would go."""
     try:
         return path.is_file()
-    except PermissionError:
+    except OSError:
         return False
 
 
