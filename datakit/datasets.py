@@ -80,8 +80,8 @@ def open_dataset(src: str | os.PathLike | Sequence[str | os.PathLike], **options
             default ImageFolder's (:data:`IMG_EXTENSIONS`), so indices and targets match it.
         root: for a label table opened alone, the folder its file names are relative to
             (default: the table's own folder).
-        file_column, label_column, split_column, encoding, include_hidden, sheets: how to read the
-            table; see :func:`~datakit.labels.read_labels` (``sheets``: the workbook's sheets to read).
+        file_column, label_column, split_column, encoding, include_hidden, sheets, engine, sep: how to
+            read the table; see :func:`~datakit.labels.read_labels` (``sheets``: the workbook's sheets to read).
             A zip read without a table takes ``encoding=`` for its member names, as ``unzip-gbk --encoding``.
         zip_encoding: the encoding of a zip's member names when a table is read with it (``encoding=`` is
             then the table's); default: detected, as ``unzip-gbk`` detects it.

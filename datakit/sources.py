@@ -2038,18 +2038,19 @@ def refuse_table_options(path: str | os.PathLike, remap_labels: bool = False, **
         return  # the source is the table
     pack = _is_pack(path)
     flags = {"file_column": "--file-column", "label_column": "--label-column", "split_column": "--split-column",
-             "include_hidden": "--include-hidden", "encoding": "--encoding"}  # fmt: skip
+             "include_hidden": "--include-hidden", "encoding": "--encoding", "engine": "", "sep": ""}  # fmt: skip
     unheeded = [(name, flags[name]) for name in flags if options.get(name) and not (name == "encoding" and
                                                                                   suffix == ".zip")]  # fmt: skip
     if remap_labels and not pack:  # a folder's or a zip's classes are names: no integers to map
         unheeded.append(("remap_labels", "--remap-labels"))
     if unheeded:
         name, flag = unheeded[0]
+        said = f"{name}= ({flag})" if flag else f"{name}="
         if pack:
-            raise UsageError(f"{name}= ({flag}) is for reading a label table; {path} is an LMDB pack, which holds "
+            raise UsageError(f"{said} is for reading a label table; {path} is an LMDB pack, which holds "
                              "its own labels: leave it out")  # fmt: skip
         what = "a zip" if suffix == ".zip" else "a folder"
-        raise UsageError(f"{name}= ({flag}) is for reading a label table; {path} is {what}, read without one: "
+        raise UsageError(f"{said} is for reading a label table; {path} is {what}, read without one: "
                          "give the table with labels= (--labels TABLE), or leave it out")  # fmt: skip
 
 
@@ -2084,6 +2085,8 @@ def open_source(
     classes: object = None,
     sheets: str | Sequence[str] | None = None,
     zip_encoding: str | None = None,
+    engine: str | None = None,
+    sep: str | None = None,
     **kwargs,
 ) -> ImageDataset:
     """:func:`datakit.datasets.open_dataset` (which documents the arguments) with the classes of
@@ -2108,7 +2111,8 @@ def open_source(
                                  target_transform=target_transform, mode=mode, on_error=on_error, cache=cache,
                                  remap_labels=as_read, root=root, file_column=file_column, label_column=label_column,
                                  split_column=split_column, encoding=encoding, include_hidden=include_hidden,
-                                 sheets=sheets, zip_encoding=zip_encoding, **kwargs)  # fmt: skip
+                                 sheets=sheets, zip_encoding=zip_encoding, engine=engine, sep=sep,
+                                 **kwargs)  # fmt: skip
             finally:
                 _OPENED_WITH_CLASSES.reset(told)
         check_header(given, ds.classes)
@@ -2122,7 +2126,7 @@ def open_source(
             return open_source(shards[0], kinds=kinds, labels=labels, split=split, remap_labels=remap_labels, root=root,
                                 file_column=file_column, label_column=label_column, split_column=split_column,
                                 encoding=encoding, include_hidden=include_hidden, sheets=sheets,
-                                zip_encoding=zip_encoding, **common, **kwargs)  # fmt: skip
+                                zip_encoding=zip_encoding, engine=engine, sep=sep, **common, **kwargs)  # fmt: skip
         return kinds.LmdbDataset(shards, split=split, **common, **kwargs)
     path = Path(src)
     if not path.exists():
@@ -2139,14 +2143,15 @@ def open_source(
                          "(pack the table: datakit pack-lmdb FOLDER OUT --labels TABLE)")  # fmt: skip
     table_options = dict(split=split, file_column=file_column, label_column=label_column, split_column=split_column,
                          encoding=encoding, include_hidden=include_hidden, remap_labels=remap_labels,
-                         sheets=sheets)  # fmt: skip
+                         sheets=sheets, engine=engine, sep=sep)  # fmt: skip
     if sheets is not None and not (labels is not None and not isinstance(labels, LabelTable) or _is_table(path)):
         raise UsageError("sheets= names the sheets of a workbook read here (labels=, or the workbook as the source)")
     table = labels if isinstance(labels, LabelTable) else (read_labels(labels, **table_options) if labels else None)
     suffix = path.suffix.lower()
     if table is None:
         refuse_table_options(path, remap_labels, file_column=file_column, label_column=label_column,
-                             split_column=split_column, include_hidden=include_hidden, encoding=encoding)  # fmt: skip
+                             split_column=split_column, include_hidden=include_hidden, encoding=encoding,
+                             engine=engine, sep=sep)  # fmt: skip
     if path.is_dir() and (path / "data.mdb").exists() or suffix == ".lmdb":
         return kinds.LmdbDataset(path, split=split, **common, **kwargs)
     if table is not None:

@@ -2515,3 +2515,39 @@ def test_integers_beside_names_are_class_names_when_classes_given_name_them(tmp_
     assert main(["pack-lmdb", str(tmp_path / "imgs"), str(tmp_path / "p.lmdb"), "--labels", str(table),
                  "--classes", str(tmp_path / "imgs"), "--workers", "0", "-q"]) == 0  # fmt: skip
     assert open_dataset(tmp_path / "p.lmdb").targets.tolist() == [3, 2, 1, 0]
+
+
+@pytest.mark.parametrize("engine", [None, "openpyxl"])
+def test_rows_stored_out_of_order_are_all_read_by_either_engine(tmp_path: Path, engine):
+    # the attack: an exporter that writes a sheet's rows out of order (row 4 before rows 2 and 3); openpyxl's
+    # streamed reader kept only row 4 and the rows were lost with no word, where calamine read all three
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    for row in (["文件名", "标签"], ["a.png", "猫"], ["b.png", "狗"], ["c.png", "猫"]):
+        ws.append(row)
+    wb.save(tmp_path / "base.xlsx")
+
+    def shuffle(xml: str) -> str:
+        rows = re.findall(r"<row .*?</row>", xml)
+        return xml.replace("".join(rows), rows[0] + rows[3] + rows[1] + rows[2])
+
+    book = _rewrite_sheet(tmp_path / "base.xlsx", tmp_path / "ooo.xlsx", shuffle)
+    table = read_labels(book, engine=engine)
+    assert table.files.tolist() == ["a.png", "b.png", "c.png"]
+    assert table.rows.tolist() == [2, 3, 4]
+    for n in "abc":
+        imwrite(tmp_path / f"{n}.png", np.zeros((4, 4, 3), np.uint8))
+    ds = open_dataset(tmp_path, labels=book, split="train", engine=engine)
+    assert (ds.classes, [ds[i][1] for i in range(len(ds))]) == (["狗", "猫"], [1, 0, 1])
+
+
+def test_open_dataset_takes_the_table_readers_engine_and_sep_and_refuses_them_without_a_table(tmp_path: Path):
+    # engine= went through to the dataset class and failed as a TypeError of ImageDataset.__init__
+    imwrite(tmp_path / "a.png", np.zeros((4, 4, 3), np.uint8))
+    (tmp_path / "t.txt").write_text("文件名;标签\na.png;猫\n", encoding="utf-8")
+    assert open_dataset(tmp_path / "t.txt", sep=";").classes == ["猫"]
+    with pytest.raises(UsageError) as e:
+        open_dataset(tmp_path, engine="openpyxl")
+    assert str(e.value) == (f"engine= is for reading a label table; {tmp_path} is a folder, read without one: give the "
+                            "table with labels= (--labels TABLE), or leave it out")  # fmt: skip
