@@ -1284,7 +1284,15 @@ def _most_plausible(sample: bytes) -> TextEncoding:
             rivals[enc] = _scored_cells(sample, enc)
     rival_scores = {enc: _rival_score(names, enc) for enc, names in rivals.items()}
     if "cp1250" in rival_scores and "cp1252" in rival_scores:  # one Latin reading: the two read most bytes alike
-        del rival_scores["cp1250" if rival_scores["cp1250"] <= rival_scores["cp1252"] else "cp1252"]
+        # (both named where they differ and score close: Western 'Ångström, naïve' is Central European
+        # 'Ĺngström, naďve', which scores higher; offering only that one would rename the classes)
+        lead = rival_scores["cp1250"] - rival_scores["cp1252"]
+        if rivals["cp1250"] == rivals["cp1252"]:
+            del rival_scores["cp1250" if lead <= 0 else "cp1252"]
+        elif lead <= 0:
+            del rival_scores["cp1250"]
+        elif lead >= 0.3:
+            del rival_scores["cp1252"]
     rivals = {e: v for e, v in rivals.items() if e in rival_scores}
     if not readings:
         _refuse_rivals([e for e, v in rival_scores.items() if v >= _RIVALS[e]], rivals)
