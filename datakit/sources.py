@@ -36,7 +36,7 @@ import numpy as np
 
 from datakit.errors import PackError, SampleError, UsageError, names_sample, refuse_empty
 from datakit.filenames import decodes, json_text, undecoded_names
-from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, discard, read_bytes
+from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, discard, image_format, read_bytes
 from datakit.labels import (
     _RIVAL_COLUMNS,
     EXCEL_SUFFIXES,
@@ -48,8 +48,10 @@ from datakit.labels import (
     NotADataset,
     StringArray,
     WrongRoot,
+    _look_alike_keys,
     _norm,
     _unicode_form,
+    _with_unseen,
     markers_as_classes,
     not_a_file,
     read_labels,
@@ -709,6 +711,7 @@ def scan_class_folders(
     # images datakit decodes that ImageFolder's list leaves out (.gif, .jpe, .pbm): left out too, said
     others = tuple(e for e in IMAGE_EXTENSIONS if e not in extensions) if extensions == IMG_EXTENSIONS else ()
     left_out: list[str] = []
+    unlisted: list[str] = []  # image files by their look that no image suffix names (HEIC, no suffix, 'a.jpg ')
     for idx, cls in enumerate(classes):
         found: list[tuple[str, list[str]]] = []  # (folder, image names), sorted as os.walk's tuples are
         walks = _Walks(root, cls)
@@ -727,6 +730,8 @@ def scan_class_folders(
                     names.append(e.name)
                 elif others and e.name.lower().endswith(others):
                     left_out.append(os.path.relpath(e.path, root))
+                elif extensions == IMG_EXTENSIONS and _image_by_another_name(e.name, e.path):
+                    unlisted.append(os.path.relpath(e.path, root))
             found.append((folder, sorted(names)))
         n = 0
         for folder, names in sorted(found):
@@ -742,6 +747,7 @@ def scan_class_folders(
                  else f"class folders {', '.join(map(repr, empty))} hold")  # fmt: skip
         raise LabelError(f"{root}: {which} no images (no file ending in {' '.join(extensions)}{hint})")
     _warn_left_out(root, left_out)
+    _warn_unlisted(root, unlisted)
     hidden = [c for c in classes if c.startswith(".")]
     if hidden:
         log.warning(
@@ -767,6 +773,51 @@ def _warn_left_out(where: str, left_out: list[str]) -> None:
     log.warning("%s: %d image%s left out (%s: %s%s), as torchvision's ImageFolder leaves %s out, so that the indices "
                 "stay its; to read %s, convert %s to PNG, or pass extensions=datakit.io.IMAGE_EXTENSIONS (Python)",
                 where, n, "s" * (n > 1), kinds, left_out[0], more, them, them, them)  # fmt: skip
+
+
+# image formats neither datakit nor ImageFolder reads: phones' HEIC/HEIF, AVIF, JPEG XL and 2000, cameras' raw files
+_UNREAD_IMAGES = (".heic", ".heif", ".avif", ".jxl", ".jp2", ".j2k", ".dng", ".cr2", ".cr3", ".nef", ".arw", ".orf",
+                  ".rw2", ".raf", ".psd")  # fmt: skip
+
+
+def _image_by_another_name(name: str, path: str | None = None) -> bool:
+    """Whether a file that no image suffix names is an image all the same: a format read by neither datakit nor
+    ImageFolder (``IMG_0001.HEIC``), an image suffix with spaces or dots after it (``a.jpg ``), or (with ``path``,
+    a file on disk) a name without a suffix whose first bytes are an image's (a JPEG saved as ``IMG_0002``)."""
+    lower = name.lower()
+    if name.startswith("._"):  # macOS's AppleDouble companions
+        return False
+    if lower.endswith(_UNREAD_IMAGES) or lower.rstrip(" .").endswith(IMAGE_EXTENSIONS) and lower != lower.rstrip(" ."):
+        return True
+    if path is None or "." in name:
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False
+    return image_format(head) in ("JPEG", "PNG", "GIF", "TIFF", "WEBP")  # (not BMP's 'BM', PNM's 'P1': a text's start)
+
+
+def _warn_unlisted(where: str, files: list[str]) -> None:
+    """Warn of image files left out because no image suffix names them (:func:`_image_by_another_name`)."""
+    if not files:
+        return
+    files = sorted(files)
+    n = len(files)
+
+    def kind(f: str) -> str:
+        base = os.path.basename(f)
+        if base.lower().endswith(_UNREAD_IMAGES):
+            return os.path.splitext(base)[1].lower()
+        return "spaces or dots after the suffix" if base != base.rstrip(" .") else "no suffix"
+
+    kinds = ", ".join(sorted({kind(f) for f in files}))
+    more = f" and {n - 1} more" if n > 1 else ""
+    log.warning("%s: %d image file%s left out (%s: %r%s), as ImageFolder leaves %s out: HEIC, AVIF, JPEG XL and "
+                "camera raw files are read by neither (convert them to JPEG or PNG), and a file is taken as an image "
+                "by its suffix (rename it to end in .jpg, .png ...)", where, n, "s" * (n > 1), kinds, files[0], more,
+                "them" if n > 1 else "it")  # fmt: skip
 
 
 def _warn_wrapped(root: str, classes: list[str], files: list[str]) -> None:
@@ -834,7 +885,14 @@ def twin_path(path: str, kind: str) -> str | None:
 
 def _refuse_unicode_twins(root: str, classes: list[str]) -> None:
     """Two class folders whose names differ only in Unicode form (``café`` typed on Windows is
-    NFC, the same name copied from macOS is NFD) look the same but would be two classes."""
+    NFC, the same name copied from macOS is NFD) look the same but would be two classes; so would two
+    that differ only in what does not show (``cat`` and ``cat `` or ``cat\u200b``, full-width ``ｃａｔ``),
+    which a label table's labels are refused for too. And a ``__MACOSX`` folder (Finder's metadata that
+    ``unzip`` extracts) would be class 0, every other class's index one further on."""
+    if "__MACOSX" in classes:
+        raise LabelError(f"{root}: a class folder '__MACOSX': macOS Finder's metadata (its ._ files are no images), "
+                         "left by unzip; as a class it would move every other class's index: delete it, or extract "
+                         "the zip with unzip-gbk, which leaves it out")  # fmt: skip
     forms: dict[str, list[str]] = {}
     for name in classes:
         forms.setdefault(unicodedata.normalize("NFC", name), []).append(name)
@@ -843,6 +901,19 @@ def _refuse_unicode_twins(root: str, classes: list[str]) -> None:
             named = " and ".join(f"{n!r} ({_unicode_form(n)}: {ascii(n)})" for n in same)
             raise LabelError(f"{root}: class folders {named} are one name in two Unicode forms and would be "
                              "two classes; rename one to the other's form")  # fmt: skip
+    keys = _look_alike_keys(classes)
+    if keys is None:
+        return
+    alike: dict[str, list[str]] = {}
+    for name, key in zip(classes, keys):
+        alike.setdefault(key, []).append(name)
+    for same in alike.values():
+        if len(same) > 1:
+            shown = [_with_unseen(n) for n in same]
+            count = "two" if len(same) == 2 else str(len(same))
+            raise LabelError(f"{root}: class folders {', '.join(shown[:-1])} and {shown[-1]} differ only in invisible "
+                             "characters, spaces, character width or look-alike letters and marks and would be "
+                             f"{count} classes; move their images into one folder")  # fmt: skip
 
 
 class FolderDataset(ImageDataset):
@@ -1238,6 +1309,10 @@ class ZipDataset(ImageDataset):
             others = tuple(e for e in IMAGE_EXTENSIONS if e not in IMG_EXTENSIONS)
             _warn_left_out(f"{self.path}", [
                 m.name for m in self.zip.members if not m.is_dir and m.name.lower().endswith(others)
+                and not any(p == "__MACOSX" or p.startswith("._") for p in m.name.split("/"))
+            ])  # fmt: skip
+            _warn_unlisted(f"{self.path}", [
+                m.name for m in self.zip.members if not m.is_dir and _image_by_another_name(m.name.split("/")[-1])
                 and not any(p == "__MACOSX" or p.startswith("._") for p in m.name.split("/"))
             ])  # fmt: skip
         if unreadable:  # unzip-gbk writes neither such a member nor its folder: a class of them alone would be a
