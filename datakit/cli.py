@@ -13,6 +13,7 @@ import argparse
 import codecs
 import contextlib
 import errno
+import io
 import logging
 import os
 import re
@@ -1398,6 +1399,42 @@ def _standard_streams() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+    if not isinstance(sys.stderr, _Unfailing):
+        sys.stderr = _Unfailing(sys.stderr)
+
+
+class _Unfailing:
+    """stderr whose messages cannot fail the command: written to a full disk (``2>/dev/full``) or to a pipe whose
+    reader went away (``2>&1 | true``), a warning or a ``skipped:`` line raised there, and a usage mistake or a
+    finished pack ended as a traceback with exit 1. Once a write fails, the stream goes to nothing (so the
+    interpreter's last flush at exit cannot fail either) and the command goes on to its own exit code."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _gone(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            self._gone()
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            self._gone()
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _check_environment() -> None:

@@ -1551,6 +1551,15 @@ def file_path(path: str | bytes | os.PathLike) -> Path:
     return Path(text)
 
 
+# outputs this process found free when it checked them, until it wrote them: one there later is another process's
+_FOUND_FREE: set[str] = set()
+
+
+def _made_meanwhile(path: Path) -> str:
+    return (f"{path}: made by another process while this one worked (it was not there when this one began); not "
+            "replaced: use --overwrite (overwrite=True) to replace it")  # fmt: skip
+
+
 def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: bool = False) -> Path:
     """``path`` as a ``Path`` when a file may be written there; ``UsageError`` naming it when it
     exists (and ``overwrite`` is false), is a folder, its folder does not exist, or that folder
@@ -1567,7 +1576,12 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: boo
     if is_dir:
         raise UsageError(f"{path}: is a folder; give a file name")
     if exists and not overwrite:
+        if os.fspath(path) in _FOUND_FREE:  # checked free when the work began: another process made it since
+            _FOUND_FREE.discard(os.fspath(path))  # (said once: asked for again, it is there, as any file)
+            raise DatakitError(_made_meanwhile(path))
         raise UsageError(f"{path}: already exists; use --overwrite (overwrite=True) to replace it")
+    if not exists:
+        _FOUND_FREE.add(os.fspath(path))
     if not path.parent.is_dir():
         raise UsageError(f"{path.parent}: no such folder to write {path.name} into")
     if not os.access(path.parent, os.W_OK | os.X_OK):  # written as a new file beside it, then renamed
@@ -1608,8 +1622,7 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, tidy: boo
         else:
             # not there when the work began (checked above): another process made it meanwhile, which is no
             # usage mistake of this one's (exit 1, not 2)
-            taken = (f"{path}: made by another process while this one worked (it was not there when this one "
-                     "began); not replaced: use --overwrite (overwrite=True) to replace it")  # fmt: skip
+            taken = _made_meanwhile(path)
             try:
                 os.link(tmp, path)
             except FileExistsError:
@@ -1619,6 +1632,7 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, tidy: boo
                     raise DatakitError(taken) from None
                 os.replace(tmp, path)
     finally:
+        _FOUND_FREE.discard(os.fspath(path))  # written (or not): asked for again, it is there or free, as any file
         discard(tmp)
 
 

@@ -985,6 +985,30 @@ def test_a_stdout_on_a_full_device_is_one_line_not_a_traceback(class_folder: Pat
                                                  "device\n")  # fmt: skip
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_stderr_on_a_full_device_or_a_gone_reader_keeps_the_commands_exit_code(class_folder: Path, tmp_path: Path):
+    # the attack: with stderr on a full disk (2>/dev/full) or a pipe whose reader went away (2>&1 | true), a usage
+    # mistake was exit 1 (its line's write failed, then the error line's), and `--skip-bad` wrote a complete pack
+    # but exited 1 with nothing on stdout
+    code = "import sys; from datakit._entry import datakit; sys.exit(datakit())"
+    out = tmp_path / "p.lmdb"
+    assert _datakit("pack-lmdb", str(class_folder), str(out)).returncode == 0
+    with open("/dev/full", "w") as full:
+        again = subprocess.run([sys.executable, "-c", code, "pack-lmdb", str(class_folder), str(out)],
+                               stdout=subprocess.PIPE, stderr=full, text=True)  # fmt: skip
+    assert (again.returncode, again.stdout) == (2, "")
+    piped = subprocess.run(f"{sys.executable} -c '{code}' pack-lmdb '{class_folder}' '{out}' 2>&1 | true; "
+                           "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash")  # fmt: skip
+    assert piped.returncode == 2
+    (class_folder / "cat" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(20))
+    with open("/dev/full", "w") as full:
+        skipped = subprocess.run([sys.executable, "-c", code, "pack-lmdb", str(class_folder), str(tmp_path / "s.lmdb"),
+                                  "--skip-bad"], stdout=subprocess.PIPE, stderr=full, text=True)  # fmt: skip
+    assert skipped.returncode == 0
+    assert skipped.stdout.startswith(f"packed 12 images into {tmp_path / 's.lmdb'}: ")
+    assert skipped.stdout.rstrip().endswith("; 1 unreadable image skipped")
+
+
 def test_json_on_a_stdout_that_is_not_utf8_is_json(class_folder: Path):
     # the attack: PYTHONIOENCODING=ascii made `check --json` write "\u9e1f" as Python's "\x..." escapes: no JSON
     out = _datakit("check", str(class_folder), "--json", env={"PYTHONIOENCODING": "ascii"})

@@ -1699,3 +1699,40 @@ def test_a_tiff_of_more_strips_than_any_image_needs_is_refused_before_decoding(t
         imread(path, "gray")
     assert str(e.value) == (f"{path}: a TIFF of 1,100,000 strips (1 row each), more than the 1,048,576 it may have "
                             "to be read: save it with larger strips (RowsPerStrip) or as tiles")  # fmt: skip
+
+
+def test_an_output_made_by_another_process_during_the_run_is_bad_luck_not_a_usage_mistake(
+    tmp_path: Path, class_folder: Path, monkeypatch, capsys
+):
+    # the attack: `stats --plot out/hist.png` while another process wrote out/hist.png: the check before writing
+    # the picture said 'already exists; use --overwrite', a usage mistake (exit 2), where the docs promise exit 1
+    import datakit.stats
+    from datakit.errors import DatakitError
+    from datakit.io import atomic_output, check_output
+
+    out = tmp_path / "hist.png"
+    real = datakit.stats.compute_stats
+
+    def meanwhile(*args, **kwargs):
+        out.write_bytes(b"another process's picture")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(datakit.stats, "compute_stats", meanwhile)
+    assert main(["stats", str(class_folder), "--plot", str(out), "--workers", "0"]) == 1
+    assert capsys.readouterr().err == (f"datakit stats: error: {out}: made by another process while this one worked "
+                                       "(it was not there when this one began); not replaced: use --overwrite "
+                                       "(overwrite=True) to replace it\n")  # fmt: skip
+    assert out.read_bytes() == b"another process's picture"
+    with pytest.raises(UsageError):  # there when asked for: the caller's mistake
+        check_output(out)
+    mine = tmp_path / "mine.txt"  # written by this process, then asked for again: there already, a usage mistake
+    with atomic_output(mine) as tmp:
+        Path(tmp).write_text("x")
+    with pytest.raises(UsageError):
+        check_output(mine)
+    later = tmp_path / "later.txt"
+    check_output(later)
+    later.write_text("y")
+    with pytest.raises(DatakitError) as err:
+        check_output(later)
+    assert not isinstance(err.value, UsageError)
