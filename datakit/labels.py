@@ -13,6 +13,7 @@ import codecs
 import contextlib
 import contextvars
 import csv
+import dataclasses
 import datetime
 import decimal
 import functools
@@ -1736,6 +1737,7 @@ class _Header:
     rivals: tuple[tuple[int, str], ...] = ()  # other columns naming the class (column, header), when lcol was found
     file_rivals: tuple[tuple[int, str], ...] = ()  # other columns naming the image file (column, header)
     why: str = ""  # where lcol is None though one column could have been taken as the labels: why it was not
+    below: int = 0  # rows under ``at`` that are the header's too (a header of two rows, its cells merged down)
 
 
 # columns that describe an image, never its class: the one column beside the files is not taken as the labels when
@@ -2010,7 +2012,7 @@ def _parse_grid(
         elif verdict == "deeper" and notes is not None:  # said, not chosen: which one the disk holds is not known here
             r, a, b = at  # type: ignore[misc]
             notes.append(_rival_note(where, fname, name, f"row {r}", a, b))
-    for r in range(head.at + 1, len(grid)):
+    for r in range(head.at + 1 + head.below, len(grid)):
         row = grid[r]
         f = row[fcol] if fcol < len(row) else None
         lab = row[lcol] if lcol is not None and lcol < len(row) else None
@@ -2415,6 +2417,29 @@ def _cell_ref(letters: str) -> int:
     for ch in letters:
         col = col * 26 + ord(ch) - 64
     return col - 1
+
+
+def _merged_header_rows(grid: list[list[object]], head: _Header, path: Path, sheet: str) -> _Header:
+    """Blank the rows under the header that its file cell is merged down over: a header of two rows, as offices lay
+    one out (文件名 and 标签 merged over rows 1-2, beside them a group title 拍摄信息 over the sub-headers 日期 | 地点
+    of row 2). Row 2 is the header's, no sample with its file and label missing; the CSV Excel saves of the sheet
+    reads so too. Looked for only where the row under the header has its file and label cells blank, others not."""
+    below = head.at + 1
+    if below >= len(grid):
+        return head
+    row = grid[below]
+
+    def blank(col: int | None) -> bool:
+        return col is None or col >= len(row) or _blank(row[col])
+
+    if not (blank(head.fcol) and blank(head.lcol)) or all(_blank(v) for v in row):
+        return head
+    for r0, c0, r1, c1, _ in _CellNotes(path, sheet).merged:
+        if r0 == head.at + 1 and c0 <= head.fcol <= c1 and r1 > r0:  # (rows from 1, columns from 0)
+            for k in range(below, min(r1, len(grid))):
+                grid[k] = [None] * len(grid[k])
+            return dataclasses.replace(head, below=r1 - r0)
+    return head
 
 
 class _CellNotes:
@@ -2850,6 +2875,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
             continue
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
+        if head is not None and head.at >= 0:
+            head = _merged_header_rows(grid, head, path, sh.name)
         if head is not None and head.lcol is not None and label_column is None:
             hidden_label = _hidden_label_column(path, sh.name, grid, head, where)
             if hidden_label is not None and hidden_label[0] == "problem":

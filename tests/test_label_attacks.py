@@ -1984,3 +1984,32 @@ def test_a_western_table_that_central_european_reads_more_plausibly_is_refused_n
         "which"
     )
     assert open_dataset(root, labels=table, encoding="cp1252").classes == ["naïve", "Ångström"]
+
+
+@pytest.mark.parametrize("engine", ["calamine", "openpyxl"])
+def test_a_header_of_two_rows_with_its_cells_merged_down_is_read_as_its_csv_is(tmp_path: Path, engine: str):
+    # the attack: 文件名 and 标签 merged over rows 1-2, a group title 拍摄信息 over the sub-headers 日期 | 地点 of row 2
+    # (a layout offices use): row 2 was read as a sample, and the sheet refused ('cell A2 is part of the merged cell
+    # A1:A2'), where the CSV Excel saves of it was read
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    for cell, value in {"A1": "文件名", "B1": "标签", "C1": "拍摄信息", "C2": "日期", "D2": "地点"}.items():
+        ws[cell] = value
+    for ref in ("A1:A2", "B1:B2", "C1:D1"):
+        ws.merge_cells(ref)
+    for row in (["001.jpg", "猫", "2024-01-01", "北京"], ["002.jpg", "狗", "2024-01-02", "上海"]):
+        ws.append(row)
+    wb.save(tmp_path / "two.xlsx")
+    table = read_labels(tmp_path / "two.xlsx", engine=engine)
+    assert (table.files.tolist(), [str(v) for v in table.labels], table.rows.tolist()) == (
+        ["001.jpg", "002.jpg"], ["猫", "狗"], [3, 4])  # fmt: skip
+    # a sample row with its file and label cells blank under a header of one row is still refused, naming the cell
+    ws.unmerge_cells("A1:A2")
+    ws.unmerge_cells("B1:B2")
+    ws.merge_cells("A3:A4")
+    ws["A3"] = "003.jpg"
+    wb.save(tmp_path / "one.xlsx")
+    with pytest.raises(LabelError) as err:
+        read_labels(tmp_path / "one.xlsx", engine=engine)
+    assert "row 4: cell A4 is part of the merged cell A3:A4" in str(err.value)
