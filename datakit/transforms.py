@@ -67,6 +67,7 @@ def _check_hwc(img: np.ndarray, who: str) -> None:
     if not isinstance(img, np.ndarray) or img.ndim not in (2, 3):
         got = tuple(img.shape) if hasattr(img, "shape") else type(img).__name__
         raise TypeError(f"{who} expects an HxW or HxWxC numpy array (as datakit datasets give), got {got}")
+    _refuse_chw(img, who, takes_chw=who not in ("Resize", "CenterCrop", "RandomResizedCrop"))
 
 
 class Compose:
@@ -101,12 +102,13 @@ class BGRToRGB:
         return "BGRToRGB()"
 
 
-def _refuse_chw(img: np.ndarray, who: str) -> None:
+def _refuse_chw(img: np.ndarray, who: str, takes_chw: bool = True) -> None:
     """An array laid out C x H x W already (1-4 first, more than 4 last) would be transposed into
-    nonsense (224 x 3 x 224) without a word."""
+    nonsense (224 x 3 x 224) without a word, or read as an image of 300 channels. ``takes_chw``: what
+    comes after ``who`` takes the CHW tensor (so it is passed on as it is); else it must be HWC."""
     if img.ndim == 3 and img.shape[0] <= 4 and img.shape[2] > 4:
-        raise ValueError(f"{who} expects an H x W x C array, and {tuple(img.shape)} looks C x H x W already; "
-                         "pass it on as it is (torch.from_numpy)")  # fmt: skip
+        fix = "pass it on as it is (torch.from_numpy)" if takes_chw else "give it as H x W x C (img.transpose(1, 2, 0))"
+        raise ValueError(f"{who} expects an H x W x C array, and {tuple(img.shape)} looks C x H x W already; {fix}")
 
 
 def _bgr_to_rgb(t: torch.Tensor) -> torch.Tensor:
@@ -1040,6 +1042,11 @@ def _flag(name: str, value) -> bool:
 
 class _Pipeline(Compose):
     """What the two pipelines share: per-sample normalisation that follows the dataset's channel order."""
+
+    def __call__(self, x):
+        if isinstance(x, np.ndarray):  # a C x H x W array (another loader's) read as H x W x C: 300 'channels'
+            _refuse_chw(x, "train_pipeline" if isinstance(self, TrainPipeline) else "eval_pipeline", takes_chw=False)
+        return super().__call__(x)
 
     def _set_norm(self, mean, std, normalize: bool, order: str | None) -> None:
         for name, value in (("mean", mean), ("std", std)):
