@@ -550,6 +550,25 @@ DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS: about 0.25 G
 _ENV_PIXELS: tuple[str | None, int] = (None, DEFAULT_MAX_PIXELS)
 
 
+def raise_open_file_limit() -> tuple[int, int] | None:
+    """Raise the soft open-file limit to the hard one; returns (soft, hard) after, None where
+    there is no such limit. Each shared tensor in flight between workers holds a descriptor, and
+    each LMDB shard read two."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft, hard
+
+
 def pixel_budget(value: int | None = None) -> int:
     """The pixel budget of a decode: ``value`` if given, else ``DATAKIT_MAX_PIXELS`` if set,
     else :data:`DEFAULT_MAX_PIXELS`."""

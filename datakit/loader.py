@@ -42,6 +42,7 @@ from torch.utils.data.dataloader import _DatasetKind, _MultiProcessingDataLoader
 from datakit.collate import CollateError, SlotCollate, forget_slots
 from datakit.devices import launched_world_size
 from datakit.errors import DataError, UsageError
+from datakit.io import raise_open_file_limit
 
 if TYPE_CHECKING:
     from datakit.prefetch import DeviceLoader
@@ -2311,24 +2312,6 @@ def worker_context(context):
     elif type(context) is multiprocessing.context.SpawnContext:
         name = "spawn"
     return _SpawnContext() if name == "spawn" else context
-
-
-def raise_open_file_limit() -> tuple[int, int] | None:
-    """Raise the soft open-file limit to the hard one; returns (soft, hard) after, None where
-    there is no such limit. Each shared tensor in flight between workers holds a descriptor."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    return soft, hard
 
 
 def shm_free_bytes(path: str = "/dev/shm") -> int | None:

@@ -36,7 +36,16 @@ import numpy as np
 
 from datakit.errors import PackError, SampleError, UsageError, names_sample, refuse_empty
 from datakit.filenames import decodes, json_text, undecoded_names
-from datakit.io import IMAGE_EXTENSIONS, UNNAMED, ImageDecodeError, decode_image, discard, image_format, read_bytes
+from datakit.io import (
+    IMAGE_EXTENSIONS,
+    UNNAMED,
+    ImageDecodeError,
+    decode_image,
+    discard,
+    image_format,
+    raise_open_file_limit,
+    read_bytes,
+)
 from datakit.labels import (
     _RIVAL_COLUMNS,
     EXCEL_SUFFIXES,
@@ -1582,6 +1591,28 @@ def _check_shards(readers: list) -> None:
                                 "would be missing; give every shard")  # fmt: skip
 
 
+_FILES_SPARED = 128  # open files kept for what else a process reads and writes beside the shards
+
+
+def _room_for_shards(n: int) -> None:
+    """Make room for ``n`` shards read at once, two open files each (``data.mdb`` and ``lock.mdb``, kept open
+    once read): the soft open-file limit raised to the hard one, as create_loader raises it; where even that is
+    too few, refused now, naming the limit, instead of 'Too many open files' at the 511th shard."""
+    limits = raise_open_file_limit()
+    if limits is None:
+        return
+    soft, hard = limits
+    import resource
+
+    need = 2 * n + _FILES_SPARED
+    if soft != resource.RLIM_INFINITY and soft < need:
+        most = "no limit" if hard == resource.RLIM_INFINITY else f"{hard:,}"
+        raise UsageError(f"{n:,} shards keep {2 * n:,} files open when read, past this process's limit of {soft:,} "
+                         f"open files (ulimit -n; the most it may be raised to: {most}); raise the limit (as root, "
+                         "or in /etc/security/limits.conf), or pack the source again into fewer shards "
+                         "(--shard I/N with a smaller N)")  # fmt: skip
+
+
 class LmdbDataset(ImageDataset):
     """One pack, or several shards read as one dataset, decoded lazily through :mod:`datakit.io`.
 
@@ -1594,6 +1625,8 @@ class LmdbDataset(ImageDataset):
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, split: str | None = None,
                  allow_incomplete: bool = False, follow_seconds: float = 1.0, **kwargs) -> None:  # fmt: skip
         paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        if len(paths) > 1:
+            _room_for_shards(len(paths))
         self.readers = [LmdbReader(p, allow_incomplete=allow_incomplete) for p in paths]
         first = self.readers[0]
         for r in self.readers[1:]:

@@ -1342,3 +1342,37 @@ def test_a_split_id_past_the_packs_splits_is_one_line_from_info(cli_pack: Path, 
     assert capsys.readouterr().err.splitlines() == [f"datakit info: error: {line}; datakit verify checks the rest"]
     assert main(["verify", str(pack), "-q"]) == 1
     assert line in capsys.readouterr().err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX open-file limits")
+def test_many_shards_under_a_low_open_file_limit_are_read_or_refused_naming_the_limit(tmp_path: Path):
+    # the attack: 600 shards under Linux's default soft limit of 1024 open files (two each once read): check ended
+    # in a traceback ('Too many open files'), a join failed as if a shard were damaged, and open_dataset at sample 511
+    import cv2
+
+    for c in ("cat", "dog"):
+        (tmp_path / "src" / c).mkdir(parents=True)
+        for j in range(20):
+            cv2.imwrite(str(tmp_path / "src" / c / f"{j}.png"), np.full((4, 4, 3), j, np.uint8))
+    from datakit.pack import pack_lmdb
+
+    for i in range(40):
+        pack_lmdb(tmp_path / "src", tmp_path / "shards" / f"p-{i:02d}.lmdb", shard=(i, 40), workers=0)
+    code = textwrap.dedent("""
+        import resource, sys
+        from datakit import open_dataset
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
+        try:
+            ds = open_dataset(sys.argv[3])
+            print(len([ds[i] for i in range(len(ds))]), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+    """)
+    glob = str(tmp_path / "shards" / "p-*.lmdb")
+    run = lambda soft, hard: subprocess.run([sys.executable, "-c", code, str(soft), str(hard), glob],  # noqa: E731
+                                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert run(64, 4096) == "40 4096"  # the soft limit raised to the hard one, as create_loader raises it
+    assert run(150, 150) == ("UsageError 40 shards keep 80 files open when read, past this process's limit of 150 "
+                             "open files (ulimit -n; the most it may be raised to: 150); raise the limit (as root, or "
+                             "in /etc/security/limits.conf), or pack the source again into fewer shards "
+                             "(--shard I/N with a smaller N)")  # fmt: skip
