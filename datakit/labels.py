@@ -2419,26 +2419,33 @@ def _cell_ref(letters: str) -> int:
     return col - 1
 
 
-def _merged_header_rows(grid: list[list[object]], head: _Header, path: Path, sheet: str) -> _Header:
-    """Blank the rows under the header that its file cell is merged down over: a header of two rows, as offices lay
-    one out (文件名 and 标签 merged over rows 1-2, beside them a group title 拍摄信息 over the sub-headers 日期 | 地点
-    of row 2). Row 2 is the header's, no sample with its file and label missing; the CSV Excel saves of the sheet
-    reads so too. Looked for only where the row under the header has its file and label cells blank, others not."""
+def _merged_header_rows(grid: list[list[object]], head: _Header, path: Path, sheet: str, locate) -> _Header:
+    """The header of a sheet whose file cell is merged down over the rows under it: a header of two rows, as
+    offices lay one out (文件名 merged over rows 1-2, beside it a group title 拍摄信息 over the sub-headers
+    日期 | 地点, or 标注信息 over 标签 | 备注). Each column is named by its lowest text in those rows, the rows under
+    the first are the header's (blanked, no samples with their file missing), and ``locate`` finds the columns
+    again in that header. The CSV Excel saves of such a sheet reads the same."""
     below = head.at + 1
     if below >= len(grid):
         return head
     row = grid[below]
-
-    def blank(col: int | None) -> bool:
-        return col is None or col >= len(row) or _blank(row[col])
-
-    if not (blank(head.fcol) and blank(head.lcol)) or all(_blank(v) for v in row):
+    if (head.fcol < len(row) and not _blank(row[head.fcol])) or all(_blank(v) for v in row):
         return head
     for r0, c0, r1, c1, _ in _CellNotes(path, sheet).merged:
         if r0 == head.at + 1 and c0 <= head.fcol <= c1 and r1 > r0:  # (rows from 1, columns from 0)
-            for k in range(below, min(r1, len(grid))):
+            last = min(r1, len(grid))
+            top = list(grid[head.at])
+            top += [None] * (max(len(grid[k]) for k in range(head.at, last)) - len(top))
+            for k in range(below, last):
+                for c, v in enumerate(grid[k]):
+                    if not _blank(v):
+                        top[c] = v
                 grid[k] = [None] * len(grid[k])
-            return dataclasses.replace(head, below=r1 - r0)
+            changed = top[: len(grid[head.at])] != list(grid[head.at]) or any(not _blank(v) for v in
+                                                                              top[len(grid[head.at]) :])  # fmt: skip
+            grid[head.at] = top
+            found = locate() if changed else head
+            return dataclasses.replace(found or head, below=r1 - r0)
     return head
 
 
@@ -2876,7 +2883,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         where = f"{path}, sheet {sh.name!r}"
         head = _locate_header(grid, file_column, label_column, split_column, where)
         if head is not None and head.at >= 0:
-            head = _merged_header_rows(grid, head, path, sh.name)
+            relocate = functools.partial(_locate_header, grid, file_column, label_column, split_column, where)
+            head = _merged_header_rows(grid, head, path, sh.name, relocate)
         if head is not None and head.lcol is not None and label_column is None:
             hidden_label = _hidden_label_column(path, sh.name, grid, head, where)
             if hidden_label is not None and hidden_label[0] == "problem":

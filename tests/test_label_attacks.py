@@ -2004,6 +2004,21 @@ def test_a_header_of_two_rows_with_its_cells_merged_down_is_read_as_its_csv_is(t
     table = read_labels(tmp_path / "two.xlsx", engine=engine)
     assert (table.files.tolist(), [str(v) for v in table.labels], table.rows.tolist()) == (
         ["001.jpg", "002.jpg"], ["猫", "狗"], [3, 4])  # fmt: skip
+    # the label column's name under a group title (标注信息 over 标签 | 备注): found in the header's second row
+    grouped = Workbook()
+    ws2 = grouped.active
+    ws2.title = "train"
+    for cell, value in {"A1": "文件名", "B1": "标注信息", "B2": "标签", "C2": "备注"}.items():
+        ws2[cell] = value
+    for ref in ("A1:A2", "B1:C1"):
+        ws2.merge_cells(ref)
+    for row in (["001.jpg", "猫", "x"], ["002.jpg", "狗", ""]):
+        ws2.append(row)
+    grouped.save(tmp_path / "grouped.xlsx")
+    for named in ({}, {"label_column": "标签"}):
+        table = read_labels(tmp_path / "grouped.xlsx", engine=engine, **named)
+        assert (table.files.tolist(), [str(v) for v in table.labels], table.label_column) == (
+            ["001.jpg", "002.jpg"], ["猫", "狗"], "标签")  # fmt: skip
     # a sample row with its file and label cells blank under a header of one row is still refused, naming the cell
     ws.unmerge_cells("A1:A2")
     ws.unmerge_cells("B1:B2")
