@@ -1116,12 +1116,14 @@ def unzip(
         vfs = os.statvfs(dest_path)
         nodes = sum(1 for m in members if not m.is_dir) + folders  # a file each, empty or not: inodes run out first
         declared = total
-        need = total + _FOLDER_BYTES * folders
+        # each file takes whole blocks: 2000 thumbnails of 1.5 KB need 8 MB of a disk of 4 KiB blocks, not 3 MB
+        block = vfs.f_frsize or _FOLDER_BYTES
+        need = sum(_in_blocks(m.file_size, block) for m in members if not m.is_dir) + _FOLDER_BYTES * folders
         if need > free or (vfs.f_files and nodes > vfs.f_favail):  # a rerun: what is there needs no room again
-            there, count = _already_there(dest_path, members)
-            total -= there
+            there, count = _already_there(dest_path, members, block)
+            total -= there[0]
             folders_left = _count_folders(members, dest_path)
-            need = total + _FOLDER_BYTES * folders_left
+            need -= there[1] + _FOLDER_BYTES * (folders - folders_left)
             nodes = nodes - folders - count + folders_left
         if vfs.f_files and nodes > vfs.f_favail:  # (0 inodes in all: a file system that does not count them)
             _remove_made(made)
@@ -1129,7 +1131,8 @@ def unzip(
                                f"{vfs.f_favail} more fit in {dest} (inodes; a bomb of empty files?)")  # fmt: skip
         if need > free:
             _remove_made(made)
-            raise ArchiveError(f"{archive}: refused, members need {need} bytes but only {free} are free in {dest}")
+            raise ArchiveError(f"{archive}: refused, members need {need} bytes on disk (each file in whole blocks of "
+                               f"{block} bytes) but only {free} are free in {dest}")  # fmt: skip
         try:
             tree = _Tree(dest_path)
         except ArchiveError:  # another extraction holds the folder: the folders made for this one go, but for the
@@ -1495,9 +1498,15 @@ def _remove_made(made: list[Path]) -> None:
             break
 
 
-def _already_there(dest: Path, members: list[ZipMember]) -> tuple[int, int]:
-    """The bytes and the number of the regular members whose file is already in ``dest`` with their size."""
-    there = count = 0
+def _in_blocks(size: int, block: int) -> int:
+    """What a file of ``size`` bytes takes on a disk of ``block``-byte blocks (an empty one, an inode alone: 0)."""
+    return -(-size // block) * block
+
+
+def _already_there(dest: Path, members: list[ZipMember], block: int) -> tuple[tuple[int, int], int]:
+    """((the bytes, the bytes on disk in ``block``-byte blocks), the number) of the regular members whose file is
+    already in ``dest`` with their size."""
+    there = disk = count = 0
     for m in members:
         rel = safe_relpath(m.name)[0] if not (m.is_dir or m.is_symlink) else None
         if rel is None:
@@ -1508,8 +1517,9 @@ def _already_there(dest: Path, members: list[ZipMember]) -> tuple[int, int]:
             continue
         if stat.S_ISREG(st.st_mode) and st.st_size == m.file_size:
             there += m.file_size
+            disk += _in_blocks(m.file_size, block)
             count += 1
-    return there, count
+    return (there, disk), count
 
 
 def _explain(exc: BaseException) -> str:

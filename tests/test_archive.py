@@ -1056,8 +1056,9 @@ def test_folder_modes_restored_and_nothing_made_for_an_archive_refused_for_space
     monkeypatch.setattr(archive.shutil, "disk_usage", lambda p: shutil_usage(0))
     with pytest.raises(ArchiveError) as e:
         unzip(z, tmp_path / "new" / "deep" / "target")
-    assert str(e.value) == (f"{z}: refused, members need 8194 bytes but only 0 are free in "  # 2 files, 2 folders
-                            f"{tmp_path / 'new' / 'deep' / 'target'}")  # fmt: skip
+    block = os.statvfs(tmp_path).f_frsize  # 2 files of a byte (a block each), 2 folders (4 KiB each)
+    assert str(e.value) == (f"{z}: refused, members need {2 * block + 8192} bytes on disk (each file in whole blocks "
+                            f"of {block} bytes) but only 0 are free in {tmp_path / 'new' / 'deep' / 'target'}")  # fmt: skip
     assert not (tmp_path / "new").exists()
 
 
@@ -1914,9 +1915,34 @@ def test_a_rerun_needs_room_only_for_the_files_not_there(tmp_path: Path, monkeyp
     report = unzip(z, tmp_path / "out")
     assert (report.extracted, report.unchanged) == ([], ["cat/0.bin", "cat/1.bin", "cat/2.bin"])
     (tmp_path / "out" / "cat" / "1.bin").unlink()
-    with pytest.raises(ArchiveError) as e:  # one file missing: its 1000 bytes do not fit in 500
+    with pytest.raises(ArchiveError) as e:  # one file missing: its 1000 bytes (a block) do not fit in 500
         unzip(z, tmp_path / "out")
-    assert str(e.value) == f"{z}: refused, members need 1000 bytes but only 500 are free in {tmp_path / 'out'}"
+    block = os.statvfs(tmp_path).f_frsize
+    assert str(e.value) == (f"{z}: refused, members need {block} bytes on disk (each file in whole blocks of {block} "
+                            f"bytes) but only 500 are free in {tmp_path / 'out'}")  # fmt: skip
+
+
+def test_many_small_files_are_counted_in_the_blocks_they_take(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # the attack: 2000 files of 1500 bytes (3 MB) passed the free-space check on a disk with 6 MiB free, then filled
+    # it at the 1536th file (4 KiB blocks: 8 MB), 464 'No space left' lines and a half-extracted folder left
+    import collections
+    import shutil
+
+    z = tmp_path / "small.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        for i in range(20):
+            zf.writestr(f"cat/{i}.jpg", os.urandom(1500))
+    block = os.statvfs(tmp_path).f_frsize
+    usage = collections.namedtuple("usage", "total used free")
+    free = 20 * 1500 + 4096 + 100  # the bytes and the folder fit; the blocks do not (where a block is over 1.5 KB)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - free, free))
+    if block < 2048:
+        pytest.skip(f"blocks of {block} bytes")
+    with pytest.raises(ArchiveError) as e:
+        unzip(z, tmp_path / "out")
+    assert str(e.value) == (f"{z}: refused, members need {20 * block + 4096} bytes on disk (each file in whole blocks "
+                            f"of {block} bytes) but only {free} are free in {tmp_path / 'out'}")  # fmt: skip
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_control_character_in_a_name_is_escaped_in_every_message(tmp_path: Path, capsys):
