@@ -2167,14 +2167,16 @@ class ZipReader:
             folders = []
             todo = [tuple(p.rpartition("/")[::2]) for p, seen in passed_by.items() if seen & gone]
 
-    def lookup(self, path: str, _hops: list[int] | None = None, _passed: list[str] | None = None
-               ) -> tuple[str, int | str] | None:  # fmt: skip
+    def lookup(self, path: str, _hops: list[int] | None = None, _passed: list[str] | None = None,
+               _steps: list[int] | None = None) -> tuple[str, int | str] | None:  # fmt: skip
         """What ``path`` inside the archive is, its links followed as the kernel follows them on the
         extracted folder: ("file", member index), ("dir", its real folder path) or None (nothing there,
         a path through a file, a link out of the archive or to nothing, more than 40 links followed in
         all, where Linux gives up with ELOOP and unzip-gbk removes the link). ``_passed``: every entry
-        looked at (its path in the archive) is appended to it."""
+        looked at (its path in the archive) is appended to it. The parts of the links' texts followed count
+        against ``_MAX_STEPS``, as extraction counts them (past it, unzip-gbk makes no such link: nothing)."""
         hops = [0] if _hops is None else _hops  # links followed so far in this lookup, nested ones included
+        steps = [0] if _steps is None else _steps  # parts of the links' texts walked so far
         tree = self.tree()
         real: list[str] = []
         here = ""  # "/".join(real), kept as real changes
@@ -2199,7 +2201,10 @@ class ZipReader:
                 hops[0] += 1
                 if link is None or hops[0] > _MAX_HOPS:
                     return None
-                found = self.lookup("/".join([*real, link]), hops, _passed)
+                steps[0] += sum(1 for p in link.split("/") if p)
+                if steps[0] > _MAX_STEPS:  # a hostile chain ('cat/../' x 500 a link): bounded, as extraction is
+                    return None
+                found = self.lookup("/".join([*real, link]), hops, _passed, steps)
                 if found is None or (found[0] == "file" and (not last or folder or _names_folder(link))):
                     return None  # 'a.png/', 'a.png/.': a folder, which it is not
                 if found[0] == "file" and _member_problem(self._by_index[found[1]]):

@@ -3441,3 +3441,22 @@ def test_a_dead_link_a_killed_run_made_is_removed_by_the_next_run(tmp_path: Path
                                "removed"]  # fmt: skip
     assert tree(out) == {"c/1.png": _png(10)} and links_under(out) == {}
     assert open_dataset(out).classes == open_dataset(z).classes == ["c"]
+
+
+def test_a_link_chain_walking_too_many_path_parts_is_left_out_in_place_as_extraction_refuses_it(tmp_path: Path):
+    # the attack: links L0..L3, each 'cat/../' x 200 then the next, L3 -> cat/1.png, and dog/x0..x29 -> ../L0:
+    # unzip-gbk refuses the chain (its resolution walks past 512 path parts) and the extracted folder has 2 samples;
+    # read in place the zip had 32, 30 of them cat's pixels labelled dog, and opening it walked every chain whole
+    import cv2
+
+    png = cv2.imencode(".png", np.zeros((4, 4, 3), np.uint8))[1].tobytes()
+    entries = [ZipEntry(b"cat/1.png", png), ZipEntry(b"dog/2.png", png)]
+    for i in range(4):
+        nxt = f"L{i + 1}" if i < 3 else "cat/1.png"
+        entries.append(ZipEntry(f"L{i}".encode(), symlink_to=("cat/../" * 200 + nxt).encode()))
+    entries += [ZipEntry(f"dog/x{k}.png".encode(), symlink_to=b"../L0") for k in range(30)]
+    z = write_zip(tmp_path / "chain.zip", entries)
+    unzip(z, tmp_path / "out")
+    extracted = open_dataset(tmp_path / "out")
+    in_place = open_dataset(z)
+    assert (in_place.classes, len(in_place)) == (extracted.classes, len(extracted)) == (["cat", "dog"], 2)
