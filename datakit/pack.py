@@ -867,11 +867,12 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
     for k, path in enumerate(paths):
         try:
             st = os.stat(path)
+            own = os.lstat(path)  # a link: its own times too (re-pointed with `ln -sf` at an older file)
         except OSError:
             continue  # gone: the names' checksum says so
         # the status time too: a file replaced by `cp -p`, `mv`, `rsync -a`, `tar x` or a re-download with
         # `curl -R` carries an older modification time, but its status time is when it was put there
-        mtime = max(st.st_mtime_ns, st.st_ctime_ns)
+        mtime = max(st.st_mtime_ns, st.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
         if mtime > since and name_of is not None:
             if stored is None:
                 stored = stored_values(target)

@@ -1396,6 +1396,9 @@ def test_resume_refuses_a_packed_file_replaced_by_one_with_an_older_time(class_f
     # modification time is older than the pack: --resume kept the old bytes, exit 0, verify passing it
     import shutil
 
+    older = tmp_path / "older.jpg"  # made before the pack: its times (status time too) older than the commits
+    imwrite(older, synthetic_image(19, 23, seed=8))
+    time.sleep(0.05)
     out = stopped_after_six(class_folder, tmp_path / "p.lmdb", commit_every=3)
     other = tmp_path / "other.jpg"
     imwrite(other, synthetic_image(21, 21, seed=7))
@@ -1408,6 +1411,14 @@ def test_resume_refuses_a_packed_file_replaced_by_one_with_an_older_time(class_f
                                                    "changed: replaced or moved, by other bytes than it packed, ")):  # fmt: skip
         pack_lmdb(class_folder, out, resume=True, workers=0)
     assert read_meta(out)["count"] == 6
+    # the same file re-pointed as a link (`ln -sf other.jpg`): the target's times are old, the link's own are not;
+    # --resume kept the old bytes and verify passed them
+    edited.unlink()
+    os.symlink(older, edited)
+    assert max(os.stat(edited).st_mtime, os.stat(edited).st_ctime) < os.stat(out / "data.mdb").st_mtime
+    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (its status "
+                                                   "changed: replaced or moved, by other bytes than it packed, ")):  # fmt: skip
+        pack_lmdb(class_folder, out, resume=True, workers=0)
 
 
 @pytest.mark.parametrize("max_size", [None, 32])
