@@ -47,6 +47,7 @@ from datakit.io import (
     read_bytes,
 )
 from datakit.labels import (
+    _INVISIBLE_RUN,
     _RIVAL_COLUMNS,
     EXCEL_SUFFIXES,
     LABEL_COLUMNS,
@@ -798,7 +799,7 @@ def _image_by_another_name(name: str, path: str | None = None) -> bool:
         return False
     if lower.endswith(_UNREAD_IMAGES) or lower.rstrip(" .").endswith(IMAGE_EXTENSIONS) and lower != lower.rstrip(" ."):
         return True
-    if path is None or "." in name:
+    if path is None or "." in name or not os.path.isfile(path):  # (a pipe would block the scan: never opened)
         return False
     try:
         with open(path, "rb") as f:
@@ -892,6 +893,14 @@ def twin_path(path: str, kind: str) -> str | None:
     return real if os.path.isfile(real) else None
 
 
+_DRAWN_OTHERWISE = frozenset("\u200c\u200d\ufe0e\ufe0f")  # joiners and variation selectors: they change the glyph
+
+
+def _a_word(name: str) -> bool:
+    """Whether a class name is a word of two characters or more, none of them a joiner or a variation selector."""
+    return len(_INVISIBLE_RUN.sub("", name).strip()) >= 2 and not _DRAWN_OTHERWISE.intersection(name)
+
+
 def _refuse_unicode_twins(root: str, classes: list[str]) -> None:
     """Two class folders whose names differ only in Unicode form (``café`` typed on Windows is
     NFC, the same name copied from macOS is NFD) look the same but would be two classes; so would two
@@ -917,7 +926,10 @@ def _refuse_unicode_twins(root: str, classes: list[str]) -> None:
     for name, key in zip(classes, keys):
         alike.setdefault(key, []).append(name)
     for same in alike.values():
-        if len(same) > 1:
+        # words only: a character or a symbol alone is a class of an OCR or symbol set (',' and '，', 'カ' and 'ｶ',
+        # '1' and '①', 'Ⅳ' and 'IV'), and a joiner or a variation selector changes how a name is drawn (Sinhala
+        # 'ක්‍ය', '❤️'): ImageFolder's classes apart, as they were
+        if len(same) > 1 and all(_a_word(n) for n in same):
             shown = [_with_unseen(n) for n in same]
             count = "two" if len(same) == 2 else str(len(same))
             raise LabelError(f"{root}: class folders {', '.join(shown[:-1])} and {shown[-1]} differ only in invisible "

@@ -67,7 +67,6 @@ def _check_hwc(img: np.ndarray, who: str) -> None:
     if not isinstance(img, np.ndarray) or img.ndim not in (2, 3):
         got = tuple(img.shape) if hasattr(img, "shape") else type(img).__name__
         raise TypeError(f"{who} expects an HxW or HxWxC numpy array (as datakit datasets give), got {got}")
-    _refuse_chw(img, who, takes_chw=who not in ("Resize", "CenterCrop", "RandomResizedCrop"))
 
 
 class Compose:
@@ -107,8 +106,11 @@ def _refuse_chw(img: np.ndarray, who: str, takes_chw: bool = True) -> None:
     nonsense (224 x 3 x 224) without a word, or read as an image of 300 channels. ``takes_chw``: what
     comes after ``who`` takes the CHW tensor (so it is passed on as it is); else it must be HWC."""
     if img.ndim == 3 and img.shape[0] <= 4 and img.shape[2] > 4:
-        fix = "pass it on as it is (torch.from_numpy)" if takes_chw else "give it as H x W x C (img.transpose(1, 2, 0))"
-        raise ValueError(f"{who} expects an H x W x C array, and {tuple(img.shape)} looks C x H x W already; {fix}")
+        if takes_chw:
+            raise ValueError(f"{who} expects an H x W x C array, and {tuple(img.shape)} looks C x H x W already; pass "
+                             "it on as it is (torch.from_numpy)")  # fmt: skip
+        raise ValueError(f"{who} expects an H x W x C array of 1-4 channels, and {tuple(img.shape)} looks C x H x W; "
+                         "give it as H x W x C (img.transpose(1, 2, 0))")  # fmt: skip
 
 
 def _bgr_to_rgb(t: torch.Tensor) -> torch.Tensor:

@@ -547,6 +547,33 @@ def test_class_folders_that_differ_only_in_what_does_not_show_are_refused(tmp_pa
                               "marks and would be 3 classes; move their images into one folder")  # fmt: skip
 
 
+def test_class_folders_of_ocr_and_symbol_sets_are_classes_apart(tmp_path: Path):
+    # the false refusal: single characters and symbols (',' and '，', 'カ' and 'ｶ', '1' and '①', 'Ⅳ' and 'IV') and
+    # names a joiner or a variation selector draws otherwise (Sinhala 'ක්‍ය', '❤️') are classes of their own in OCR and
+    # symbol sets, as ImageFolder reads them; refused as look-alike names, they could not be read at all
+    import cv2
+
+    png = cv2.imencode(".png", np.zeros((4, 4, 3), np.uint8))[1].tobytes()
+    names = [",", "，", "カ", "ｶ", "1", "①", "Ⅳ", "IV", "ක්ය", "ක්\u200dය", "❤", "❤\ufe0f"]
+    for k, name in enumerate(names):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{k}.png").write_bytes(png)
+    assert open_dataset(tmp_path).classes == sorted(names)
+
+
+def test_a_pipe_without_a_suffix_in_a_class_folder_is_not_opened(tmp_path: Path):
+    # the regression: the look for images without a suffix opened a named pipe in a class folder, and the scan
+    # waited for a writer forever
+    import cv2
+
+    png = cv2.imencode(".png", np.zeros((4, 4, 3), np.uint8))[1].tobytes()
+    for rel in ("cat/1.png", "dog/2.png"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(png)
+    os.mkfifo(tmp_path / "cat" / "fifo")
+    assert len(open_dataset(tmp_path)) == 2
+
+
 def test_a_macosx_folder_left_by_unzip_is_no_class(tmp_path: Path):
     # the attack: a macOS zip extracted with unzip: '__MACOSX' (AppleDouble '._' files) was class 0 without a word,
     # every real class's index one further on; the zip read in place leaves it out

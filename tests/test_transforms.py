@@ -690,18 +690,20 @@ def test_label_and_channel_conversions_never_change_values_silently():
     assert str(e.value) == ("ToTensor expects an H x W x C array, and (3, 32, 32) looks C x H x W already; pass it "
                             "on as it is (torch.from_numpy)")  # fmt: skip
     # the attack: a C x H x W array (another loader's) given to the pipelines: eval_pipeline(64) read it as 3 rows of
-    # 257 pixels in 300 channels and gave a (300, 64, 64) tensor without a word; train_pipeline and Resize failed in
-    # an OpenCV assertion that named neither
-    from datakit.transforms import Resize, eval_pipeline, train_pipeline
+    # 257 pixels in 300 channels and gave a (300, 64, 64) tensor without a word; train_pipeline failed in an OpenCV
+    # assertion that named neither
+    from datakit.transforms import CenterCrop, Resize, eval_pipeline, train_pipeline
 
     chw = np.zeros((3, 257, 300), np.uint8)
-    for who, step in (("eval_pipeline", eval_pipeline(64)), ("train_pipeline", train_pipeline(64)),
-                      ("Resize", Resize(64))):  # fmt: skip
+    for who, step in (("eval_pipeline", eval_pipeline(64)), ("train_pipeline", train_pipeline(64))):
         with pytest.raises(ValueError) as e:
             step(chw)
-        assert str(e.value) == (f"{who} expects an H x W x C array, and (3, 257, 300) looks C x H x W already; give "
-                                "it as H x W x C (img.transpose(1, 2, 0))")  # fmt: skip
+        assert str(e.value) == (f"{who} expects an H x W x C array of 1-4 channels, and (3, 257, 300) looks C x H x W; "
+                                "give it as H x W x C (img.transpose(1, 2, 0))")  # fmt: skip
     assert eval_pipeline(64)(chw.transpose(1, 2, 0)).shape == (3, 64, 64)
+    # a line scan of 224 bands (1 x 640 x 224, H x W x C) is no C x H x W image to the resizes, which take it
+    assert Resize(320)(np.zeros((1, 640, 224), np.uint8)).shape == (1, 320, 224)
+    assert CenterCrop((4, 300))(np.zeros((4, 600, 8), np.uint8)).shape == (4, 300, 8)
 
 
 def test_normalize_refuses_statistics_and_dtypes_it_cannot_use():
