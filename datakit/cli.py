@@ -1518,7 +1518,10 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
             created = _join_interruptibly()
             if created:
                 _same_command(args)
-        code = func(args)
+        from datakit.io import output_run
+
+        with output_run():  # an output checked free at the start and there at the end: another process's, exit 1
+            code = func(args)
         if created:  # no rank tears the group down while another still talks in it (gloo aborts at exit then)
             import torch.distributed as dist
 

@@ -1570,8 +1570,24 @@ def file_path(path: str | bytes | os.PathLike) -> Path:
     return Path(text)
 
 
-# outputs this process found free when it checked them, until it wrote them: one there later is another process's
+# outputs found free when checked within one run (a command, a preview or a histogram call), until written or the
+# run's end: one there later in that run is another process's; outside a run nothing is kept
 _FOUND_FREE: set[str] = set()
+_RUNS = [0]
+
+
+@contextlib.contextmanager
+def output_run() -> Iterator[None]:
+    """One run of work that checks its outputs first and writes them at its end: within it, an output found free
+    then and there later was made by another process meanwhile (:class:`DatakitError`, exit 1), not a usage
+    mistake (``UsageError``, exit 2). Nested runs are one; the outermost's end forgets what it found."""
+    _RUNS[0] += 1
+    try:
+        yield
+    finally:
+        _RUNS[0] -= 1
+        if not _RUNS[0]:
+            _FOUND_FREE.clear()
 
 
 def _made_meanwhile(path: Path) -> str:
@@ -1599,7 +1615,7 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: boo
             _FOUND_FREE.discard(os.fspath(path))  # (said once: asked for again, it is there, as any file)
             raise DatakitError(_made_meanwhile(path))
         raise UsageError(f"{path}: already exists; use --overwrite (overwrite=True) to replace it")
-    if not exists:
+    if not exists and _RUNS[0]:
         _FOUND_FREE.add(os.fspath(path))
     if not path.parent.is_dir():
         raise UsageError(f"{path.parent}: no such folder to write {path.name} into")

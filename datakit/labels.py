@@ -2142,7 +2142,7 @@ def _sheet_grid(wb: object, name: str, engine: str, path: Path) -> list[list[obj
     if engine == "calamine":
         return wb.get_sheet_by_name(name).to_python(skip_empty_area=False)
     ws = wb[name]
-    if hasattr(ws, "reset_dimensions") and not _scan_of(path, name).ordered:
+    if hasattr(ws, "reset_dimensions") and not (_scan_of(path, name).ordered and _row_tags_ordered(path, name)):
         # rows stored out of order (some exporters write them so): openpyxl's streamed reader keeps only the
         # rows after the last one it went back past; its whole-workbook reader places each cell by its reference
         from openpyxl import load_workbook
@@ -2335,6 +2335,36 @@ def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
     except (KeyError, OSError, zipfile.BadZipFile, AttributeError):
         return _SheetScan((), 0, 0, "")
     return _SheetScan(tuple(hidden), rows, cols, far, ordered)
+
+
+_ROW_NUMBER = re.compile(rb'<(?:\w+:)?row\b[^>]*?\sr="(\d+)"')
+
+
+def _row_tags_ordered(path: Path, sheet: str) -> bool:
+    """Whether the sheet's ``<row r="N">`` tags never go back (cells may leave out their own ``r=``, which OOXML
+    allows: the rows' numbers alone then say where they are). Read for openpyxl's streamed reader only."""
+    import zipfile
+
+    last = 0
+    try:
+        with zipfile.ZipFile(path) as z:
+            target = _sheet_member(z, sheet)
+            if target is None:
+                return True
+            with z.open(target) as f:
+                carry = b""
+                while chunk := f.read(1 << 20):
+                    buf = carry + chunk
+                    end = buf.rfind(b">") + 1
+                    for m in _ROW_NUMBER.finditer(buf, 0, end):
+                        r = int(m.group(1))
+                        if r < last:
+                            return False
+                        last = r
+                    carry = buf[end:][-_MAX_TAG:]
+    except (KeyError, OSError, zipfile.BadZipFile, AttributeError):
+        return True
+    return True
 
 
 def _scan_of(path: Path, sheet: str) -> _SheetScan:

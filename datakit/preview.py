@@ -292,6 +292,14 @@ def preview(
             without ``overwrite``, a ``font`` that is no font.
         DataError: an empty dataset.
     """
+    from datakit.io import output_run
+
+    with output_run():
+        return _preview(ds, out, n=n, cols=cols, tile=tile, seed=seed, overwrite=overwrite, font=font)
+
+
+def _preview(ds: ImageDataset, out: str | os.PathLike, *, n: int, cols: int, tile: int, seed: int, overwrite: bool,
+             font: str | os.PathLike | None) -> Preview:  # fmt: skip
     import cv2
     from PIL import Image, ImageDraw
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from datakit.errors import DataError, UsageError
-from datakit.io import atomic_output, check_output, file_path
+from datakit.io import atomic_output, check_output, file_path, output_run
 from datakit.parallel import map_ordered
 
 log = logging.getLogger("datakit")
@@ -364,6 +364,11 @@ PLOT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".pdf", ".svg")
 def plot_histogram(stats: Stats, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Per-channel histograms of the pixel values, as a picture (``PLOT_EXTENSIONS``), written
     atomically; an existing ``out`` is refused (``UsageError``) unless ``overwrite``."""
+    with output_run():
+        return _plot_histogram(stats, out, overwrite=overwrite)
+
+
+def _plot_histogram(stats: Stats, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     out = file_path(out)
     if out.suffix.lower() not in PLOT_EXTENSIONS:
         raise UsageError(f"{out}: cannot tell the picture format; end the name in {', '.join(PLOT_EXTENSIONS)}")

@@ -1708,7 +1708,7 @@ def test_an_output_made_by_another_process_during_the_run_is_bad_luck_not_a_usag
     # the picture said 'already exists; use --overwrite', a usage mistake (exit 2), where the docs promise exit 1
     import datakit.stats
     from datakit.errors import DatakitError
-    from datakit.io import atomic_output, check_output
+    from datakit.io import atomic_output, check_output, output_run
 
     out = tmp_path / "hist.png"
     real = datakit.stats.compute_stats
@@ -1731,8 +1731,18 @@ def test_an_output_made_by_another_process_during_the_run_is_bad_luck_not_a_usag
     with pytest.raises(UsageError):
         check_output(mine)
     later = tmp_path / "later.txt"
-    check_output(later)
-    later.write_text("y")
-    with pytest.raises(DatakitError) as err:
+    with output_run():  # within one run: found free, then there
         check_output(later)
-    assert not isinstance(err.value, UsageError)
+        later.write_text("y")
+        with pytest.raises(DatakitError) as err:
+            check_output(later)
+        assert not isinstance(err.value, UsageError)
+    # a command that failed after checking its output (a missing font) leaves nothing behind: a later one that finds
+    # the file there from its start is told it exists (exit 2), not that another process made it
+    sheet = tmp_path / "sheet.png"
+    assert main(["preview", str(class_folder), "--out", str(sheet), "--font", str(tmp_path / "no.ttf")]) == 2
+    sheet.write_bytes(b"made between the calls")
+    capsys.readouterr()
+    assert main(["preview", str(class_folder), "--out", str(sheet)]) == 2
+    assert capsys.readouterr().err == (f"datakit preview: error: {sheet}: already exists; use --overwrite "
+                                       "(overwrite=True) to replace it\n")  # fmt: skip
