@@ -192,9 +192,28 @@ def split_index(values: Sequence[str], split: str) -> int | None:
     return same[0] if len(same) == 1 else None  # "1.0" among "1" and "01": which one is not guessed
 
 
+_DECIMAL_COMMA = re.compile(r"[+-]?[0-9]+,[0-9]+")
+_QUOTED_NUMBER = re.compile(r"([\"'])[+-]?[0-9]+(?:\.[0-9]*)?\1")
+
+
+def _sorted_pair(form: str) -> str:
+    return "'10,0' before '2,0'" if "comma" in form else "'\"10\"' before '\"2\"'"
+
+
+_EXP_INT = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]{1,2}")  # 2.000000e+00: pandas' float_format='%e'
+
+
 def _is_int_text(s: str) -> bool:
-    # past 4000 digits a label is no class index (and Python refuses to read it as one): a name
-    return len(s) <= 4000 and _INT.fullmatch(s) is not None
+    # past 4000 digits a label is no class index (and Python refuses to read it as one): a name; a whole number in
+    # exponent form (1.000000e+01, as a float format writes 10) is one too, or it would sort as text before 2
+    if len(s) > 4000:
+        return False
+    if _INT.fullmatch(s) is not None:
+        return True
+    if _EXP_INT.fullmatch(s) is None:
+        return False
+    value = decimal.Decimal(s)
+    return value == value.to_integral_value()
 
 
 def _is_wide_int(s: str) -> bool:
@@ -206,6 +225,8 @@ def _is_wide_int(s: str) -> bool:
 
 
 def _int_of(s: str) -> int:
+    if "e" in s or "E" in s:
+        return int(decimal.Decimal(s))
     return int(s.split(".", 1)[0])
 
 
@@ -593,6 +614,8 @@ class LabelTable:
             found.append(((1 << 30, 2), whole._vector_problem()))
         elif self.kind == "name" and len(whole) and any(_is_wide_int(str(v)) for v in whole.labels.values):
             found.append(((1 << 30, 3), whole._wide_digits_problem()))
+        elif self.kind == "name" and len(whole) and (spelled := whole._numbers_spelled_as_text()):
+            found.append(((1 << 30, 3), spelled))
         if self.kind == "name" and len(whole) and all(_looks_like_file(str(v)) for v in whole.labels.values):
             some = [str(whole.files[i]) for i in range(min(len(whole), 1000))]
             if not any(_looks_like_file(f) for f in some):  # file, label under a header that says label, file
@@ -718,6 +741,23 @@ class LabelTable:
             f"at {self._short(i)}): tags of a multi-label table, each combination a class of its own; datakit reads "
             "one class per image (a multi-label table needs a collate and a loss of your own)"
         ]
+
+    def _numbers_spelled_as_text(self) -> str | None:
+        """Labels that are all numbers written in a way read as names: with a decimal comma (``2,0``, a German or
+        French locale's CSV) or in quotes (``"3"`` in a list): as class names they would sort as text, every index
+        after them permuted. None when they are not."""
+        values = [str(v) for v in self.labels.values]
+        for form, test, fix in (
+            ("with a decimal comma", _DECIMAL_COMMA.fullmatch, "save the table with a decimal point, or write them "
+             "as whole numbers (2)"),
+            ("in quotes", _QUOTED_NUMBER.fullmatch, "write them without the quotes"),
+        ):  # fmt: skip
+            if all(test(v) for v in values):
+                i = self._first_row([True] * len(values))
+                first = f" (first {values[i]!r} at {self._short(i)})" if i is not None else ""
+                return (f"{self.path}: every label is a number written {form}{first}: as class names they would "
+                        f"sort as text ({_sorted_pair(form)}), not as the numbers they are; {fix}")  # fmt: skip
+        return None
 
     def _wide_digits_problem(self) -> str:
         wide = [_is_wide_int(str(v)) for v in self.labels.values]
@@ -1942,7 +1982,9 @@ def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column
 _EXCEL_ERRORS = frozenset({"#N/A", "#N/A N/A", "#NA", "#VALUE!", "#REF!", "#DIV/0!", "#NUM!", "#NAME?", "#NULL!",
                            "#SPILL!", "#CALC!", "#GETTING_DATA"})  # fmt: skip
 # and what a program writes for a value it did not have: Python's None, SQL's NULL, a database dump's \\N
-_NOT_A_LABEL = _EXCEL_ERRORS | {"NaN", "nan", "<NA>", "None", "NULL", "null", "\\N", "N/A", "n/a"}
+# (pandas' default markers all: R's write.csv writes a missing factor as NA, C's printf a NaN as -nan)
+_NOT_A_LABEL = _EXCEL_ERRORS | {"NaN", "nan", "<NA>", "None", "NULL", "null", "\\N", "N/A", "n/a", "NA", "-NaN", "-nan",
+                                "1.#IND", "-1.#IND", "1.#QNAN", "-1.#QNAN"}  # fmt: skip
 
 
 # class names given with the labels (classes=, --classes): a marker among them is a class ('None', 'nan' as the

@@ -2028,3 +2028,35 @@ def test_a_header_of_two_rows_with_its_cells_merged_down_is_read_as_its_csv_is(t
     with pytest.raises(LabelError) as err:
         read_labels(tmp_path / "one.xlsx", engine=engine)
     assert "row 4: cell A4 is part of the merged cell A3:A4" in str(err.value)
+
+
+def test_numbers_written_as_other_programs_write_them_are_numbers_or_refused(tmp_path: Path):
+    # the attacks: integer labels 0..11 written in exponent form (pandas' float_format='%e': 1.000000e+01), with a
+    # decimal comma (a German locale's CSV: 10,0) or in quotes in a list ('img.png "10"') were class names sorted as
+    # text, 20 of 24 targets permuted without a word; R's NA (a missing factor) was a class, every index after it
+    # shifted
+    names = [f"{i:02d}.png" for i in range(24)]
+    root = images(tmp_path / "img", *names)
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\n" + "".join(f"{n},{i % 12:e}\n" for i, n in enumerate(names)), encoding="utf-8")
+    ds = open_dataset(root, labels=table)
+    assert ds.classes == [str(k) for k in range(12)] and list(ds.targets) == [i % 12 for i in range(24)]
+    table.write_text("file;label\n" + "".join(f"{n};{i % 12},0\n" for i, n in enumerate(names)), encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=table)
+    assert str(err.value) == (f"{table}: every label is a number written with a decimal comma (first '0,0' at line 2): "
+                              "as class names they would sort as text ('10,0' before '2,0'), not as the numbers they "
+                              "are; save the table with a decimal point, or write them as whole numbers (2)")  # fmt: skip
+    listed = tmp_path / "train.txt"
+    listed.write_text("".join(f"img/{n} \"{i % 12}\"\n" for i, n in enumerate(names)), encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        open_dataset(tmp_path, labels=listed)
+    assert str(err.value) == (f"{listed}: every label is a number written in quotes (first '\"0\"' at line 1): as "
+                              "class names they would sort as text ('\"10\"' before '\"2\"'), not as the numbers they "
+                              "are; write them without the quotes")  # fmt: skip
+    table.write_text('"","file","label"\n"1","00.png","bird"\n"2","01.png",NA\n"3","02.png","cat"\n', encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        read_labels(table)
+    assert str(err.value) == (f"{table}, line 3: file '01.png' has no label (the cell holds 'NA', a missing-value "
+                              "marker, not a class name; a class really named so is read when classes= (--classes) "
+                              "names it)")  # fmt: skip
