@@ -2163,9 +2163,33 @@ class _Sheet:
     worksheet: bool
 
 
+def _refuse_string_counts(path: Path) -> None:
+    """Refuse a shared-string table whose ``count``/``uniqueCount`` promise more strings than its bytes can hold:
+    calamine allocates for the promise first (4294967295 strings: 103 GB asked for, the interpreter aborted)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            info = z.getinfo("xl/sharedStrings.xml")
+            with z.open(info) as f:
+                head = f.read(4096)
+    except (KeyError, OSError, zipfile.BadZipFile):
+        return
+    most = info.file_size // 5 + 1  # '<si/>' is the least a string takes
+    for name in (b"uniqueCount",):  # (count is of the cells that use them: as many as a sheet's rows, rightly)
+        m = re.search(rb"<(?:\w+:)?sst\b[^>]*\s" + name + rb'="(\d+)"', head)
+        if m and int(m.group(1)) > most:
+            raise LabelError(f"{path}: its shared-string table (xl/sharedStrings.xml) declares {name.decode()}="
+                             f"{int(m.group(1)):,} strings, more than its {info.file_size:,} bytes can hold: a damaged "
+                             "or hand-edited workbook; open it in Excel and save it again, or save the sheets as "
+                             "CSV")  # fmt: skip
+
+
 def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
     if engine == "calamine":
         from python_calamine import CalamineWorkbook, SheetTypeEnum, SheetVisibleEnum
+
+        _refuse_string_counts(path)
 
         wb = CalamineWorkbook.from_path(os.fspath(path))
         sheets = [_Sheet(m.name, m.visible == SheetVisibleEnum.Visible, m.typ == SheetTypeEnum.WorkSheet)
@@ -2525,21 +2549,32 @@ class _CellNotes:
     """Why cells of one sheet that Excel shows with a value read as empty: a formula without a saved value, an
     error value (``#N/A``), a cell under a merged one (only the merged range's first cell holds its value)."""
 
-    def __init__(self, path: Path, sheet: str) -> None:
+    def __init__(self, path: Path, sheet: str, placeholders: bool = False) -> None:
+        """``placeholders``: the workbook's saved formula values are placeholders (:func:`_recalculated`): the
+        formulas saved with XlsxWriter's 0 are gathered in ``placeholders`` (only they are looked for)."""
         import html
         import zipfile
 
         self.formulas: dict[tuple[int, int], str] = {}
         self.errors: dict[tuple[int, int], str] = {}
+        self.placeholders: dict[tuple[int, int], str] = {}  # formulas saved with a placeholder value (placeholders=)
         self.merged: list[tuple[int, int, int, int, str]] = []  # first row, first column, last row, last column
         try:
             with zipfile.ZipFile(path) as z:
                 target = _sheet_member(z, sheet)
                 if target is None:
                     return
-                xml = z.read(target).decode("utf-8")
-        except (KeyError, OSError, zipfile.BadZipFile, AttributeError, UnicodeDecodeError):
+                raw = z.read(target)
+        except (KeyError, OSError, zipfile.BadZipFile, AttributeError):
             return
+        if placeholders and b"<f" not in raw and b":f" not in raw:  # no formula: nothing to look at (most sheets)
+            return
+        try:
+            xml = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return
+        if _PREFIXED_TAG.search(xml):  # <x:c>, <x:f>, <x:v> as the Open XML SDK writes them: read as the plain tags
+            xml = _TAG_PREFIX.sub(r"<\1", xml)
         for m in re.finditer(r'<c\b([^>]*?)\br="([A-Z]+)(\d+)"([^>]*?)(?:/>|>(.*?)</c>)', xml, re.S):
             inner = m.group(5) or ""
             key = (int(m.group(3)), _cell_ref(m.group(2)))
@@ -2552,6 +2587,9 @@ class _CellNotes:
             elif "<f" in inner and value is None:
                 formula = re.search(r"<f[^>]*>([^<]*)</f>", inner)
                 self.formulas[key] = html.unescape(formula.group(1)) if formula else ""
+            elif "<f" in inner and placeholders and value.groups() and value.group(1) == "0":
+                formula = re.search(r"<f[^>]*>([^<]*)</f>", inner)
+                self.placeholders[key] = html.unescape(formula.group(1)) if formula else ""
         for m in re.finditer(r'<mergeCell\b[^>]*\bref="([A-Z]+)(\d+):([A-Z]+)(\d+)"', xml):
             r0, c0, r1, c1 = int(m.group(2)), _cell_ref(m.group(1)), int(m.group(4)), _cell_ref(m.group(3))
             self.merged.append((r0, c0, r1, c1, f"{m.group(1)}{m.group(2)}:{m.group(3)}{m.group(4)}"))
@@ -2876,6 +2914,34 @@ def _no_file_column(file_column: str | None) -> str:
 
 
 _NO_SAVED_VALUE = "with no saved value"  # in a cell note: a formula whose value Excel has not stored
+_PREFIXED_TAG = re.compile(r"</?\w+:(?:c|f|v|row|mergeCell)\b")
+_TAG_PREFIX = re.compile(r"<(/?)\w+:")
+
+
+def _recalculated(path: Path) -> bool:
+    """Whether the workbook asks Excel to compute every formula when it opens it (``fullCalcOnLoad``), as XlsxWriter
+    (and pandas' xlsxwriter engine) writes one: the values saved with its formulas are then placeholders (0)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            book = z.read("xl/workbook.xml")
+    except (KeyError, OSError, zipfile.BadZipFile):
+        return False
+    return re.search(rb'\bfullCalcOnLoad="(?:1|true)"', book) is not None
+
+
+def _placeholder_problems(path: Path, sheet: str, head: _Header, where: str, order: int) -> list:
+    """The file and label cells holding a formula in a workbook whose saved formula values are placeholders."""
+    cells = _CellNotes(path, sheet, placeholders=True)
+    out = []
+    for (row, col), formula in sorted(cells.placeholders.items()):
+        if row > head.at + 1 + head.below and col in (head.fcol, head.lcol):
+            out.append(((order, row), f"{where}, row {row}: cell {_column_letter(col)}{row} holds a formula "
+                        f"(={formula}) whose saved value is a placeholder: the program that wrote the workbook left "
+                        "its formulas for Excel to compute when it opens it (fullCalcOnLoad); open the file in Excel "
+                        "and save it, so the values are stored"))  # fmt: skip
+    return out
 
 
 class _CellNotesOnce:
@@ -2898,6 +2964,8 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     _check_container(path)
     try:
         meta, wb = _workbook_sheets(path, engine)
+    except LabelError:
+        raise
     except Exception as exc:
         if type(exc).__name__ == "PasswordError":
             raise LabelError(f"{path}: the workbook is password-protected (encrypted); remove the password in "
@@ -2929,6 +2997,7 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
     split_missing: list[str] = []  # and without the split column
     split_found = False
     percent_styles: dict | None = None  # read once, at the first sheet with a label column
+    recalculated: bool | None = None  # the workbook's saved formula values are placeholders (fullCalcOnLoad)
     format_styles: dict = {}
     for order, sh in enumerate(meta):
         chosen = wanted is None or sh.name in wanted
@@ -3071,6 +3140,10 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         part = _parse_grid(grid, head, sheet=sh.name, where=where, problems=problems, order=order, engine=engine,
                            split_column=split_column, cell_note=cell_note, notes=notes,
                            cell_error=cell_error, split_name=split_of[sh.name])  # fmt: skip
+        if recalculated is None:
+            recalculated = _recalculated(path)
+        if recalculated:  # labels of XlsxWriter's formulas read as its placeholder 0, one class of every row
+            problems += _placeholder_problems(path, sh.name, head, where, order)
         if not include_hidden:  # rows hidden in Excel (a filter, by hand): samples or not? asked, not guessed
             hidden_rows = [r for r in _hidden_rows(path, sh.name)
                            if head.at + 1 < r <= len(grid) and any(not _blank(v) for v in grid[r - 1])]  # fmt: skip

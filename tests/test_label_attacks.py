@@ -2048,7 +2048,7 @@ def test_numbers_written_as_other_programs_write_them_are_numbers_or_refused(tmp
                               "as class names they would sort as text ('10,0' before '2,0'), not as the numbers they "
                               "are; save the table with a decimal point, or write them as whole numbers (2)")  # fmt: skip
     listed = tmp_path / "train.txt"
-    listed.write_text("".join(f"img/{n} \"{i % 12}\"\n" for i, n in enumerate(names)), encoding="utf-8")
+    listed.write_text("".join(f'img/{n} "{i % 12}"\n' for i, n in enumerate(names)), encoding="utf-8")
     with pytest.raises(LabelError) as err:
         open_dataset(tmp_path, labels=listed)
     assert str(err.value) == (f"{listed}: every label is a number written in quotes (first '\"0\"' at line 1): as "
@@ -2060,3 +2060,97 @@ def test_numbers_written_as_other_programs_write_them_are_numbers_or_refused(tmp
     assert str(err.value) == (f"{table}, line 3: file '01.png' has no label (the cell holds 'NA', a missing-value "
                               "marker, not a class name; a class really named so is read when classes= (--classes) "
                               "names it)")  # fmt: skip
+
+
+def _hand_made_book(path: Path, sheet_xml: str, strings: list[str] | None = None, workbook_extra: str = "",
+                    sst_attrs: str = "") -> Path:  # fmt: skip
+    """A workbook of one sheet 'train' whose sheet XML (inside <sheetData>) is given as it is, as other programs
+    than Excel write it."""
+    import zipfile
+
+    head = '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+    ns = ('xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
+          'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"')  # fmt: skip
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/"
+    files = {
+        "[Content_Types].xml": head + '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        '<Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" '
+        'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>'
+        '<Override PartName="/xl/worksheets/sheet1.xml" '
+        'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>'
+        '<Override PartName="/xl/sharedStrings.xml" '
+        'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/></Types>',
+        "_rels/.rels": head + '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        f'<Relationship Id="rId1" Type="{rel}officeDocument" Target="xl/workbook.xml"/></Relationships>',
+        "xl/workbook.xml": head + f'<workbook {ns}><sheets><sheet name="train" sheetId="1" r:id="rId1"/></sheets>'
+        f"{workbook_extra}</workbook>",
+        "xl/_rels/workbook.xml.rels": head + "<Relationships "
+        'xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        f'<Relationship Id="rId1" Type="{rel}worksheet" Target="worksheets/sheet1.xml"/>'
+        f'<Relationship Id="rId2" Type="{rel}sharedStrings" Target="sharedStrings.xml"/></Relationships>',
+        "xl/worksheets/sheet1.xml": head + f"<worksheet {ns}><sheetData>{sheet_xml}</sheetData></worksheet>",
+        "xl/sharedStrings.xml": head + '<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
+        f"{sst_attrs}>" + "".join(f"<si><t>{s}</t></si>" for s in strings or []) + "</sst>",
+    }
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return path
+
+
+def _inline(ref: str, text: str, prefix: str = "") -> str:
+    return f'<{prefix}c r="{ref}" t="inlineStr"><{prefix}is><{prefix}t>{text}</{prefix}t></{prefix}is></{prefix}c>'
+
+
+@pytest.mark.parametrize("engine", ["calamine", "openpyxl"])
+def test_workbooks_other_programs_write_are_read_or_refused_by_name(tmp_path: Path, engine: str):
+    # the attacks: (1) XlsxWriter (pandas' xlsxwriter engine) saves every formula's value as a placeholder 0 and asks
+    # Excel to compute them on opening (fullCalcOnLoad): a label column of formulas read as one class '0', every row;
+    # (2) the Open XML SDK's x:-prefixed tags hid a label formula without a saved value, a class left out unsaid;
+    # (3) a shared-string table declaring 4294967295 strings aborted the interpreter (calamine allocated for them)
+    rows = _inline("A1", "file") + _inline("B1", "label")
+    formula = '<c r="B2" t="str"><f>IF(1&gt;0,"cat","dog")</f><v>0</v></c>'
+    book = _hand_made_book(tmp_path / "placeholder.xlsx", f'<row r="1">{rows}</row><row r="2">{_inline("A2", "a.jpg")}'
+                           f"{formula}</row>", workbook_extra='<calcPr fullCalcOnLoad="1"/>')  # fmt: skip
+    with pytest.raises(LabelError) as err:
+        read_labels(book, engine=engine)
+    assert str(err.value) == (f"{book}, sheet 'train', row 2: cell B2 holds a formula (=IF(1>0,\"cat\",\"dog\")) whose "
+                              "saved value is a placeholder: the program that wrote the workbook left its formulas for "
+                              "Excel to compute when it opens it (fullCalcOnLoad); open the file in Excel and save it, "
+                              "so the values are stored")  # fmt: skip
+    x = "x:"
+    prefixed = (f'<{x}row r="1">{_inline("A1", "file", x)}{_inline("B1", "label", x)}</{x}row>'
+                f'<{x}row r="2">{_inline("A2", "a.jpg", x)}<{x}c r="B2"><{x}f>CONCAT("bi","rd")</{x}f></{x}c></{x}row>'
+                f'<{x}row r="3">{_inline("A3", "b.jpg", x)}{_inline("B3", "cat", x)}</{x}row>')  # fmt: skip
+    book = _hand_made_book(tmp_path / "prefixed.xlsx", prefixed)
+    import zipfile
+
+    with zipfile.ZipFile(book) as z:  # the x: prefix bound to the namespace the default one is
+        parts = {n: z.read(n) for n in z.namelist()}
+    parts["xl/worksheets/sheet1.xml"] = parts["xl/worksheets/sheet1.xml"].replace(
+        b"<worksheet ", b'<worksheet xmlns:x="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
+    )
+    with zipfile.ZipFile(book, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    with pytest.raises(LabelError) as err:
+        read_labels(book, engine=engine)
+    assert str(err.value) == (f"{book}, sheet 'train', row 2: cell B2 holds a formula (=CONCAT(\"bi\",\"rd\")) with no "
+                              "saved value; open the file in Excel and save it, so the values are stored")  # fmt: skip
+    shared = '<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c></row>'
+    shared += '<row r="2"><c r="A2" t="s"><v>2</v></c><c r="B2" t="s"><v>3</v></c></row>'
+    strings = ["file", "label", "a.jpg", "cat"]
+    book = _hand_made_book(tmp_path / "counted.xlsx", shared, strings, sst_attrs=' count="4294967295" uniqueCount="4"')
+    assert read_labels(book, engine=engine).files.tolist() == ["a.jpg"]  # count: the cells that use them, any number
+    book = _hand_made_book(tmp_path / "huge.xlsx", shared, strings, sst_attrs=' uniqueCount="4294967295"')
+    if engine == "calamine":
+        with pytest.raises(LabelError) as err:
+            read_labels(book, engine=engine)
+        size = zipfile.ZipFile(book).getinfo("xl/sharedStrings.xml").file_size
+        assert str(err.value) == (f"{book}: its shared-string table (xl/sharedStrings.xml) declares uniqueCount="
+                                  f"4,294,967,295 strings, more than its {size:,} bytes can hold: a damaged or "
+                                  "hand-edited workbook; open it in Excel and save it again, or save the sheets as "
+                                  "CSV")  # fmt: skip
+    else:
+        assert read_labels(book, engine=engine).files.tolist() == ["a.jpg"]
