@@ -2200,7 +2200,30 @@ def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
     wb = load_workbook(path, read_only=True, data_only=True)
     sheets = [_Sheet(ws.title, ws.sheet_state == "visible", hasattr(ws, "iter_rows")) for ws in wb.worksheets]
     sheets += [_Sheet(cs.title, cs.sheet_state == "visible", False) for cs in wb.chartsheets]
+    lost = [n for n in _declared_sheets(path) if n not in {sh.name for sh in sheets}]
+    if lost:  # a part missing, or named in another letter case than its relationship says: openpyxl skips the sheet
+        raise LabelError(f"{path}, sheet {lost[0]!r}: cannot be read with engine='openpyxl' (its part is missing "
+                         "from the file, or named otherwise than the workbook says); read it with the default "
+                         "engine, or open the workbook in Excel and save it again")  # fmt: skip
     return sheets, wb
+
+
+def _declared_sheets(path: Path) -> list[str]:
+    """The sheets' names as the workbook's own part lists them."""
+    import html
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            book = z.read("xl/workbook.xml").decode("utf-8")
+    except (KeyError, OSError, zipfile.BadZipFile, UnicodeDecodeError):
+        return []
+    out = []
+    for m in re.finditer(r"<(?:\w+:)?sheet\b([^>]*)/?>", book):
+        name = re.search(r'\bname="([^"]*)"', m.group(1))
+        if name:
+            out.append(html.unescape(name.group(1)))
+    return out
 
 
 def _sheet_grid(wb: object, name: str, engine: str, path: Path) -> list[list[object]]:
@@ -2257,7 +2280,7 @@ def _sheet_member(z, sheet: str) -> str | None:
             target = re.search(r'\bTarget="([^"]*)"', m.group(1)).group(1)
     if target is None:
         return None
-    return target.lstrip("/") if target.startswith("/") else "xl/" + target
+    return target.lstrip("/") if target.startswith("/") else posixpath.normpath("xl/" + target)  # ./worksheets/...
 
 
 def _declared_rows(path: Path, sheet: str) -> int:
@@ -2389,8 +2412,7 @@ def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
                         for m in _ROW_TAG.finditer(part):
                             if re.search(rb'\bhidden="(?:1|true)"', m.group(1)):
                                 r = re.search(rb'\br="(\d+)"', m.group(1))
-                                if r:
-                                    hidden.append(int(r.group(1)))
+                                hidden.append(int(r.group(1)) if r else 0)  # 0: its number left out (implied)
                     col, at, row, first, inorder = _extent(part)
                     if col > cols:
                         cols, far = col, at
@@ -3145,8 +3167,13 @@ def _read_workbook(path: Path, *, sheets: Sequence[str] | None, split: str | Non
         if recalculated:  # labels of XlsxWriter's formulas read as its placeholder 0, one class of every row
             problems += _placeholder_problems(path, sh.name, head, where, order)
         if not include_hidden:  # rows hidden in Excel (a filter, by hand): samples or not? asked, not guessed
-            hidden_rows = [r for r in _hidden_rows(path, sh.name)
+            marked = _hidden_rows(path, sh.name)
+            hidden_rows = [r for r in marked
                            if head.at + 1 < r <= len(grid) and any(not _blank(v) for v in grid[r - 1])]  # fmt: skip
+            if not hidden_rows and 0 in marked:  # a row tag marked hidden without its number (which OOXML allows)
+                problems.append(((order, 0), f"{where}: rows are hidden in Excel (by a filter, or by hand), one "
+                                 "marked without its number: samples, or rows left out? pass include_hidden=True "
+                                 "(--include-hidden) to read them, or unhide them in Excel and save"))  # fmt: skip
             if hidden_rows:
                 it, are = ("them", "are") if len(hidden_rows) > 1 else ("it", "is")
                 problems.append(((order, hidden_rows[0]), f"{where}: {_rows_text(hidden_rows)} {are} hidden in Excel "

@@ -2154,3 +2154,43 @@ def test_workbooks_other_programs_write_are_read_or_refused_by_name(tmp_path: Pa
                                   "CSV")  # fmt: skip
     else:
         assert read_labels(book, engine=engine).files.tolist() == ["a.jpg"]
+
+
+@pytest.mark.parametrize("engine", ["calamine", "openpyxl"])
+def test_hidden_rows_and_sheet_parts_as_other_programs_write_them(tmp_path: Path, engine: str):
+    # the attacks: a hidden row whose tag leaves out its number (<row hidden="1">, which OOXML allows) was read
+    # without the refusal hidden rows get; a sheet part named './worksheets/sheet1.xml' by its relationship hid its
+    # hidden rows from the check; openpyxl's engine skipped a sheet whose part is missing without a word
+    import zipfile
+
+    rows = (f'<row>{_inline("A1", "file")}{_inline("B1", "label")}</row><row>{_inline("A2", "a.jpg")}'
+            f'{_inline("B2", "cat")}</row><row hidden="1">{_inline("A3", "b.jpg")}{_inline("B3", "dog")}</row>')  # fmt: skip
+    book = _hand_made_book(tmp_path / "unnumbered.xlsx", rows)
+    with pytest.raises(LabelError) as err:
+        read_labels(book, engine=engine)
+    assert str(err.value) == (f"{book}, sheet 'train': rows are hidden in Excel (by a filter, or by hand), one marked "
+                              "without its number: samples, or rows left out? pass include_hidden=True "
+                              "(--include-hidden) to read them, or unhide them in Excel and save")  # fmt: skip
+    assert read_labels(book, engine=engine, include_hidden=True).files.tolist() == ["a.jpg", "b.jpg"]
+    numbered = rows.replace("<row>", "<row r='x'>").replace('<row hidden="1">', '<row r="3" hidden="1">')
+    numbered = numbered.replace("<row r='x'>", '<row r="1">', 1).replace("<row r='x'>", '<row r="2">', 1)
+    book = _hand_made_book(tmp_path / "dotted.xlsx", numbered)
+    with zipfile.ZipFile(book) as z:
+        parts = {n: z.read(n) for n in z.namelist()}
+    parts["xl/_rels/workbook.xml.rels"] = parts["xl/_rels/workbook.xml.rels"].replace(
+        b'Target="worksheets/sheet1.xml"', b'Target="./worksheets/sheet1.xml"'
+    )
+    with zipfile.ZipFile(book, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    if engine == "openpyxl":  # (calamine does not find such a part: refused as unreadable, naming the sheet)
+        with pytest.raises(LabelError) as err:
+            read_labels(book, engine=engine)
+        assert "sheet 'train': row 3 is hidden in Excel" in str(err.value)
+    del parts["xl/worksheets/sheet1.xml"]
+    with zipfile.ZipFile(book, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    with pytest.raises(LabelError) as err:
+        read_labels(book, engine=engine)
+    assert str(err.value).startswith(f"{book}, sheet 'train': cannot be read")
