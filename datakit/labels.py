@@ -1950,6 +1950,19 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
         if file_column is not None or label_column is not None:
             _refuse_a_sample_as_header(grid, r, fcol, where)
         return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals, why)
+    # pandas' Series.to_csv() (DataFrame.to_csv() with the files as the index, R's write.csv with them as the row
+    # names): the file column's header cell is empty (',label', ',0'), the image names under it
+    top = next((k for k, row in enumerate(grid[:50]) if any(not _blank(v) for v in row)), None)
+    if top is not None and file_column is None and grid[top] and _blank(grid[top][0]):
+        under = [row[0] for row in grid[top + 1 : top + 51] if row and not _blank(row[0])]
+        if under and 5 * sum(_looks_like_file(v) for v in under) >= 4 * len(under):
+            row = grid[top]
+            lcol = _find_column(row, label_column, LABEL_COLUMNS)
+            others = [i for i, h in enumerate(row) if i and not _blank(h)]
+            if lcol is None and label_column is None and len(others) == 1:
+                lcol = others[0]  # the one column beside the files: a Series' values, headed by its name or 0
+            if lcol is not None:
+                return _Header(top, 0, lcol, None, "", _text(row[lcol]))
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
     if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):
         width = max(i for i, v in enumerate(first) if not _blank(v)) + 1

@@ -2194,3 +2194,16 @@ def test_hidden_rows_and_sheet_parts_as_other_programs_write_them(tmp_path: Path
     with pytest.raises(LabelError) as err:
         read_labels(book, engine=engine)
     assert str(err.value).startswith(f"{book}, sheet 'train': cannot be read")
+
+
+def test_a_workbook_whose_files_are_pandas_index_column_is_read(tmp_path: Path):
+    # the false refusal: Series.to_excel() (or DataFrame.to_excel() with the files as the index) leaves the file
+    # column's header cell empty: 'no file-name column found', and no name could be given for it
+    import pandas as pd
+
+    pd.Series(["猫", "狗", "猫"], index=["a.png", "b.png", "c.png"], name="label").to_excel(tmp_path / "s.xlsx",
+                                                                                        sheet_name="train")  # fmt: skip
+    pd.Series(["猫", "狗"], index=["a.png", "b.png"]).to_excel(tmp_path / "s0.xlsx", sheet_name="train")
+    for name, files in (("s.xlsx", ["a.png", "b.png", "c.png"]), ("s0.xlsx", ["a.png", "b.png"])):
+        table = read_labels(tmp_path / name)
+        assert (table.files.tolist(), [str(v) for v in table.labels]) == (files, ["猫", "狗", "猫"][: len(files)])
