@@ -1950,25 +1950,34 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
         if file_column is not None or label_column is not None:
             _refuse_a_sample_as_header(grid, r, fcol, where)
         return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals, why)
-    # pandas' Series.to_csv() (DataFrame.to_csv() with the files as the index, R's write.csv with them as the row
-    # names): the file column's header cell is empty (',label', ',0'), the image names under it
-    top = next((k for k, row in enumerate(grid[:50]) if any(not _blank(v) for v in row)), None)
-    if top is not None and file_column is None and grid[top] and _blank(grid[top][0]):
-        under = [row[0] for row in grid[top + 1 : top + 51] if row and not _blank(row[0])]
-        if under and 5 * sum(_looks_like_file(v) for v in under) >= 4 * len(under):
-            row = grid[top]
-            lcol = _find_column(row, label_column, LABEL_COLUMNS)
-            others = [i for i, h in enumerate(row) if i and not _blank(h)]
-            if lcol is None and label_column is None and len(others) == 1:
-                lcol = others[0]  # the one column beside the files: a Series' values, headed by its name or 0
-            if lcol is not None:
-                return _Header(top, 0, lcol, None, "", _text(row[lcol]))
+    unnamed = _unnamed_file_header(grid, label_column) if file_column is None else None
+    if unnamed is not None:
+        top, lcol = unnamed
+        return _Header(top, 0, lcol, None, "", _text(grid[top][lcol]))
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
     if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):
         width = max(i for i, v in enumerate(first) if not _blank(v)) + 1
         if width >= 2:  # no header: the rows start at once, file then label
             return _Header(-1, 0, 1, None, "", "")
     return None
+
+
+def _unnamed_file_header(grid: Sequence[Sequence[object]], label_column: str | None) -> tuple[int, int] | None:
+    """(the header's row, the label column) of a table whose file column has no name: pandas' Series.to_csv() or
+    to_excel() (a DataFrame's too, with the files as the index; R's write.csv with them as the row names) leaves
+    the header cell above the image names empty (',label', ',0'). None for any other table."""
+    top = next((k for k, row in enumerate(grid[:50]) if any(not _blank(v) for v in row)), None)
+    if top is None or not grid[top] or not _blank(grid[top][0]):
+        return None
+    under = [row[0] for row in grid[top + 1 : top + 51] if row and not _blank(row[0])]
+    if not under or 5 * sum(_looks_like_file(v) for v in under) < 4 * len(under):
+        return None
+    row = grid[top]
+    lcol = _find_column(row, label_column, LABEL_COLUMNS)
+    others = [i for i, h in enumerate(row) if i and not _blank(h)]
+    if lcol is None and label_column is None and len(others) == 1:
+        lcol = others[0]  # the one column beside the files: a Series' values, headed by its name or 0
+    return None if lcol is None else (top, lcol)
 
 
 def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column: str | None,
@@ -3470,7 +3479,14 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
     top = _first_rows(buf, text, delim)  # the header's rows above and below it, where a group title row may be
     pick = _header_row(top, keys, label_column)
-    if pick is not None and pick != next(r for r, row in enumerate(top) if _header_index(row, keys)):
+    unnamed = _unnamed_file_header(top, label_column) if pick is None and file_column is None else None
+    if unnamed is not None:  # the files under an empty header cell (pandas' index): that row is the header
+        chosen = top[unnamed[0]]
+        pick = unnamed[0]
+
+        def is_header(row: list[str]) -> bool:
+            return row == chosen
+    elif pick is not None and pick != next(r for r, row in enumerate(top) if _header_index(row, keys)):
         chosen = top[pick]  # a header below the first row naming a file column, which names no label column
 
         def is_header(row: list[str]) -> bool:

@@ -2204,6 +2204,14 @@ def test_a_workbook_whose_files_are_pandas_index_column_is_read(tmp_path: Path):
     pd.Series(["猫", "狗", "猫"], index=["a.png", "b.png", "c.png"], name="label").to_excel(tmp_path / "s.xlsx",
                                                                                         sheet_name="train")  # fmt: skip
     pd.Series(["猫", "狗"], index=["a.png", "b.png"]).to_excel(tmp_path / "s0.xlsx", sheet_name="train")
-    for name, files in (("s.xlsx", ["a.png", "b.png", "c.png"]), ("s0.xlsx", ["a.png", "b.png"])):
+    pd.Series(["猫", "狗", "猫"], index=["a.png", "b.png", "c.png"], name="label").to_csv(tmp_path / "s.csv")
+    pd.Series(["猫", "狗"], index=["a.png", "b.png"]).to_csv(tmp_path / "s0.csv")
+    for name, files in (("s.xlsx", ["a.png", "b.png", "c.png"]), ("s0.xlsx", ["a.png", "b.png"]),
+                        ("s.csv", ["a.png", "b.png", "c.png"]), ("s0.csv", ["a.png", "b.png"])):  # fmt: skip
         table = read_labels(tmp_path / name)
         assert (table.files.tolist(), [str(v) for v in table.labels]) == (files, ["猫", "狗", "猫"][: len(files)])
+    with pytest.raises(UsageError) as err:  # a label column named that the header has not
+        read_labels(tmp_path / "s0.csv", label_column="label")
+    assert (
+        str(err.value) == f"{tmp_path / 's0.csv'}: no header with a label column named 'label'; the first row holds '0'"
+    )
