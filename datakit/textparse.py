@@ -632,6 +632,13 @@ def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, 
     (an unquoted delimiter in a name: ``c,1.jpg,cat``) is a problem of its line, not a shifted row."""
     top = header if header is not None else first_row or []
     width = len(top)
+    filled = [row for row in rows if any(f.strip() for f in row)]
+    if (header is not None and width and filled and all(len(row) == width + 1 and row[width].strip() for row in filled)
+            and header[0].strip()):  # fmt: skip
+        # every row one field longer than the header, the last filled: R's write.table (and pandas' to_csv with
+        # index_label=False) leave the row names' header cell out, so the first field is the row's name
+        header = top = ["", *header]
+        width += 1
     keep, kept, bad, short = [], [], [], []
     for row, line in zip(rows, lines):
         if (delim == "\t" and width and len(row) > width and not row[0].strip() and top[0].strip()

@@ -2215,3 +2215,21 @@ def test_a_workbook_whose_files_are_pandas_index_column_is_read(tmp_path: Path):
     assert (
         str(err.value) == f"{tmp_path / 's0.csv'}: no header with a label column named 'label'; the first row holds '0'"
     )
+
+
+def test_rows_one_field_longer_than_the_header_are_row_names_first(tmp_path: Path):
+    # the false refusal: R's write.table(df, sep=",") and pandas' to_csv(index_label=False) leave the row names'
+    # header cell out; every row was refused as '3 fields where the header has 2', with quoting advice that was wrong
+    import pandas as pd
+
+    df = pd.DataFrame({"file": ["a.png", "b.png", "c.png"], "label": [0, 1, 0]})
+    df.to_csv(tmp_path / "pandas.csv", index_label=False)
+    (tmp_path / "r.csv").write_text('"file","label"\n"1","a.png",0\n"2","b.png",1\n"3","c.png",0\n', encoding="utf-8")
+    for name in ("pandas.csv", "r.csv"):
+        table = read_labels(tmp_path / name)
+        assert (table.files.tolist(), [int(v) for v in table.labels]) == (["a.png", "b.png", "c.png"], [0, 1, 0])
+    # one row longer alone is still an unquoted delimiter in a name, said on its line
+    (tmp_path / "one.csv").write_text("file,label\na.png,0\nc,1.png,1\n", encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        read_labels(tmp_path / "one.csv")
+    assert "line 3: 3 fields where the header has 2" in str(err.value)
