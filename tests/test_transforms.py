@@ -702,7 +702,7 @@ def test_label_and_channel_conversions_never_change_values_silently():
                                 "give it as H x W x C (img.transpose(1, 2, 0))")  # fmt: skip
     assert eval_pipeline(64)(chw.transpose(1, 2, 0)).shape == (3, 64, 64)
     # a line scan of 224 bands (1 x 640 x 224, H x W x C) is no C x H x W image to the resizes, which take it
-    assert Resize(320)(np.zeros((1, 640, 224), np.uint8)).shape == (1, 320, 224)
+    assert Resize((1, 320))(np.zeros((1, 640, 224), np.uint8)).shape == (1, 320, 224)
     assert CenterCrop((4, 300))(np.zeros((4, 600, 8), np.uint8)).shape == (4, 300, 8)
 
 
