@@ -2219,7 +2219,8 @@ def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
         return sheets, wb
     from openpyxl import load_workbook
 
-    wb = load_workbook(path, read_only=True, data_only=True)
+    with _east_asian_dates():
+        wb = load_workbook(path, read_only=True, data_only=True)
     sheets = [_Sheet(ws.title, ws.sheet_state == "visible", hasattr(ws, "iter_rows")) for ws in wb.worksheets]
     sheets += [_Sheet(cs.title, cs.sheet_state == "visible", False) for cs in wb.chartsheets]
     lost = [n for n in _declared_sheets(path) if n not in {sh.name for sh in sheets}]
@@ -2228,6 +2229,23 @@ def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
                          "from the file, or named otherwise than the workbook says); read it with the default "
                          "engine, or open the workbook in Excel and save it again")  # fmt: skip
     return sheets, wb
+
+
+@contextlib.contextmanager
+def _east_asian_dates() -> Iterator[None]:
+    """While a workbook is loaded by openpyxl: Excel's built-in number formats 27-36 and 50-58, the dates (and times)
+    of Chinese, Japanese and Korean Excel and of WPS (``yyyy"年"m"月"d"日"`` is 31), which styles.xml names by number
+    alone, known to openpyxl as dates, as calamine knows them (openpyxl read them as serial numbers: 45292.5)."""
+    from openpyxl.styles import numbers
+
+    added = [k for k in (*range(27, 37), *range(50, 59)) if k not in numbers.BUILTIN_FORMATS]
+    for k in added:
+        numbers.BUILTIN_FORMATS[k] = "yyyy-mm-dd h:mm:ss"
+    try:
+        yield
+    finally:
+        for k in added:
+            numbers.BUILTIN_FORMATS.pop(k, None)
 
 
 def _declared_sheets(path: Path) -> list[str]:
@@ -2258,7 +2276,8 @@ def _sheet_grid(wb: object, name: str, engine: str, path: Path) -> list[list[obj
         # rows after the last one it went back past; its whole-workbook reader places each cell by its reference
         from openpyxl import load_workbook
 
-        whole = load_workbook(path, data_only=True)[name]
+        with _east_asian_dates():
+            whole = load_workbook(path, data_only=True)[name]
         return [list(r) for r in whole.iter_rows(min_row=1, min_col=1, values_only=True)]
     if hasattr(ws, "reset_dimensions"):  # read-only: trust the rows, not a <dimension> tag another tool left stale
         ws.reset_dimensions()

@@ -2233,3 +2233,34 @@ def test_rows_one_field_longer_than_the_header_are_row_names_first(tmp_path: Pat
     with pytest.raises(LabelError) as err:
         read_labels(tmp_path / "one.csv")
     assert "line 3: 3 fields where the header has 2" in str(err.value)
+
+
+def test_east_asian_date_formats_read_alike_by_either_engine(tmp_path: Path):
+    # the attack: Chinese Excel and WPS store yyyy"年"m"月"d"日" as built-in format 31, undefined in styles.xml:
+    # calamine read the labels as dates, openpyxl's engine as serial numbers (45292.5), with no word
+    import datetime
+    import zipfile
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["文件名", "标签"])
+    for k, day in enumerate((1, 2)):
+        ws.append([f"{k}.jpg", datetime.datetime(2024, 1, day, 12)])
+        ws.cell(row=k + 2, column=2).number_format = "yyyy-mm-dd"
+    wb.save(tmp_path / "base.xlsx")
+    with zipfile.ZipFile(tmp_path / "base.xlsx") as z:
+        parts = {n: z.read(n) for n in z.namelist()}
+    styles = parts["xl/styles.xml"].decode()
+    code = re.search(r'<numFmt numFmtId="(\d+)" formatCode="yyyy-mm-dd" ?/>', styles)
+    styles = styles.replace(code.group(0), "").replace(f'numFmtId="{code.group(1)}"', 'numFmtId="31"')
+    parts["xl/styles.xml"] = styles.encode()
+    with zipfile.ZipFile(tmp_path / "cn.xlsx", "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    read = {engine: [str(v) for v in read_labels(tmp_path / "cn.xlsx", engine=engine).labels]
+            for engine in ("calamine", "openpyxl")}  # fmt: skip
+    assert read == {e: ["2024-01-01 12:00:00", "2024-01-02 12:00:00"] for e in ("calamine", "openpyxl")}
+    from openpyxl.styles import numbers
+
+    assert 31 not in numbers.BUILTIN_FORMATS  # openpyxl's own table as it was, once the workbook is read
