@@ -1117,7 +1117,8 @@ def unzip(
         nodes = sum(1 for m in members if not m.is_dir) + folders  # a file each, empty or not: inodes run out first
         declared = total
         # each file takes whole blocks: 2000 thumbnails of 1.5 KB need 8 MB of a disk of 4 KiB blocks, not 3 MB
-        block = vfs.f_frsize or _FOLDER_BYTES
+        # (a network file system's unit past 64 KiB, CephFS's 4 MiB, is one it reports sizes in, not allocates by)
+        block = vfs.f_frsize if 512 <= vfs.f_frsize <= 65536 else _FOLDER_BYTES
         need = sum(_in_blocks(m.file_size, block) for m in members if not m.is_dir) + _FOLDER_BYTES * folders
         if need > free or (vfs.f_files and nodes > vfs.f_favail):  # a rerun: what is there needs no room again
             there, count = _already_there(dest_path, members, block)

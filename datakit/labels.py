@@ -192,7 +192,7 @@ def split_index(values: Sequence[str], split: str) -> int | None:
     return same[0] if len(same) == 1 else None  # "1.0" among "1" and "01": which one is not guessed
 
 
-_DECIMAL_COMMA = re.compile(r"[+-]?[0-9]+,[0-9]+")
+_DECIMAL_COMMA = re.compile(r"[+-]?[0-9]+,0+")  # whole numbers: '2,0' (pandas' decimal=','); '4,3' is a name
 _QUOTED_NUMBER = re.compile(r"([\"'])[+-]?[0-9]+(?:\.[0-9]*)?\1")
 
 
@@ -200,7 +200,9 @@ def _sorted_pair(form: str) -> str:
     return "'10,0' before '2,0'" if "comma" in form else "'\"10\"' before '\"2\"'"
 
 
-_EXP_INT = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]{1,2}")  # 2.000000e+00: pandas' float_format='%e'
+# 2.000000e+00: C's %e, as pandas' float_format='%e' writes it (a point and a signed exponent: '5e12', '1E1' are names,
+# hexadecimal codes and the like)
+_EXP_INT = re.compile(r"[+-]?[0-9]\.[0-9]+[eE][+-][0-9]{2,3}")
 
 
 def _is_int_text(s: str) -> bool:
@@ -747,12 +749,15 @@ class LabelTable:
         French locale's CSV) or in quotes (``"3"`` in a list): as class names they would sort as text, every index
         after them permuted. None when they are not."""
         values = [str(v) for v in self.labels.values]
+        if _names_given(values):  # classes= names them: names they are
+            return None
         for form, test, fix in (
             ("with a decimal comma", _DECIMAL_COMMA.fullmatch, "save the table with a decimal point, or write them "
              "as whole numbers (2)"),
             ("in quotes", _QUOTED_NUMBER.fullmatch, "write them without the quotes"),
         ):  # fmt: skip
-            if all(test(v) for v in values):
+            if all(test(v) for v in values) and not ("comma" in form and all(v.endswith(",000") for v in values)):
+                # ('1,000', '5,000': thousands, a #,##0 column's CSV, as likely as 1.000 with a decimal comma: names)
                 i = self._first_row([True] * len(values))
                 first = f" (first {values[i]!r} at {self._short(i)})" if i is not None else ""
                 return (f"{self.path}: every label is a number written {form}{first}: as class names they would "
@@ -1950,10 +1955,10 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
         if file_column is not None or label_column is not None:
             _refuse_a_sample_as_header(grid, r, fcol, where)
         return _Header(r, fcol, lcol, scol, _text(row[fcol]), lname, rivals, file_rivals, why)
-    unnamed = _unnamed_file_header(grid, label_column) if file_column is None else None
+    unnamed = _unnamed_file_header(grid, label_column, split_column) if file_column is None else None
     if unnamed is not None:
-        top, lcol = unnamed
-        return _Header(top, 0, lcol, None, "", _text(grid[top][lcol]))
+        top, lcol, scol, row = unnamed
+        return _Header(top, 0, lcol, scol, "", _text(row[lcol]))
     first = next((row for row in grid if any(not _blank(v) for v in row)), None)
     if first is not None and file_column is None and label_column is None and _looks_like_file(first[0]):
         width = max(i for i, v in enumerate(first) if not _blank(v)) + 1
@@ -1962,22 +1967,33 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
     return None
 
 
-def _unnamed_file_header(grid: Sequence[Sequence[object]], label_column: str | None) -> tuple[int, int] | None:
-    """(the header's row, the label column) of a table whose file column has no name: pandas' Series.to_csv() or
-    to_excel() (a DataFrame's too, with the files as the index; R's write.csv with them as the row names) leaves
-    the header cell above the image names empty (',label', ',0'). None for any other table."""
+def _unnamed_file_header(grid: Sequence[Sequence[object]], label_column: str | None, split_column: str | None = None
+                         ) -> tuple[int, int, int | None, list] | None:  # fmt: skip
+    """(the header's row, the label column, the split column, the header as its columns are) of a table whose file
+    column has no name: pandas' Series.to_csv() or to_excel() (a DataFrame's too, with the files as the index; R's
+    write.csv with them as the row names) leaves the header cell above the image names empty (',label', ',0'), or
+    leaves it out (pandas' index_label=False, R's write.table: 'label' over 'a.png,cat'). None for any other table."""
     top = next((k for k, row in enumerate(grid[:50]) if any(not _blank(v) for v in row)), None)
-    if top is None or not grid[top] or not _blank(grid[top][0]):
+    if top is None or not grid[top]:
         return None
-    under = [row[0] for row in grid[top + 1 : top + 51] if row and not _blank(row[0])]
+    row = list(grid[top])
+    filled = [r for r in grid[top + 1 : top + 51] if any(not _blank(v) for v in r)]
+    width = max((i + 1 for i, v in enumerate(row) if not _blank(v)), default=0)
+    if not _blank(row[0]):  # the row names' header cell left out: every row one field longer than the header
+        if not filled or not all(max(i + 1 for i, v in enumerate(r) if not _blank(v)) == width + 1 for r in filled):
+            return None
+        row = ["", *row]
+    under = [r[0] for r in filled if r and not _blank(r[0])]
     if not under or 5 * sum(_looks_like_file(v) for v in under) < 4 * len(under):
         return None
-    row = grid[top]
     lcol = _find_column(row, label_column, LABEL_COLUMNS)
-    others = [i for i, h in enumerate(row) if i and not _blank(h)]
+    scol = _find_column(row, split_column, SPLIT_COLUMNS)
+    others = [i for i, h in enumerate(row) if i and not _blank(h) and i != scol]
     if lcol is None and label_column is None and len(others) == 1:
         lcol = others[0]  # the one column beside the files: a Series' values, headed by its name or 0
-    return None if lcol is None else (top, lcol)
+    if lcol is None or scol == lcol:
+        return None
+    return top, lcol, scol, row
 
 
 def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column: str | None,
@@ -2621,6 +2637,7 @@ class _CellNotes:
         self.formulas: dict[tuple[int, int], str] = {}
         self.errors: dict[tuple[int, int], str] = {}
         self.placeholders: dict[tuple[int, int], str] = {}  # formulas saved with a placeholder value (placeholders=)
+        self.computed = False  # (placeholders=) a formula is saved with another value: the 0s are real values too
         self.merged: list[tuple[int, int, int, int, str]] = []  # first row, first column, last row, last column
         try:
             with zipfile.ZipFile(path) as z:
@@ -2653,6 +2670,8 @@ class _CellNotes:
             elif "<f" in inner and placeholders and value.groups() and value.group(1) == "0":
                 formula = re.search(r"<f[^>]*>([^<]*)</f>", inner)
                 self.placeholders[key] = html.unescape(formula.group(1)) if formula else ""
+            elif "<f" in inner and placeholders:
+                self.computed = True  # a formula saved with a value of its own: the values are real ones
         for m in re.finditer(r'<mergeCell\b[^>]*\bref="([A-Z]+)(\d+):([A-Z]+)(\d+)"', xml):
             r0, c0, r1, c1 = int(m.group(2)), _cell_ref(m.group(1)), int(m.group(4)), _cell_ref(m.group(3))
             self.merged.append((r0, c0, r1, c1, f"{m.group(1)}{m.group(2)}:{m.group(3)}{m.group(4)}"))
@@ -2997,6 +3016,8 @@ def _recalculated(path: Path) -> bool:
 def _placeholder_problems(path: Path, sheet: str, head: _Header, where: str, order: int) -> list:
     """The file and label cells holding a formula in a workbook whose saved formula values are placeholders."""
     cells = _CellNotes(path, sheet, placeholders=True)
+    if cells.computed:  # XlsxWriter's value= given: every formula saved with its result, 0 among them
+        return []
     out = []
     for (row, col), formula in sorted(cells.placeholders.items()):
         if row > head.at + 1 + head.below and col in (head.fcol, head.lcol):
@@ -3498,7 +3519,7 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
     keys = {_norm(file_column)} if file_column is not None else {_norm(k) for k in FILE_COLUMNS}
     top = _first_rows(buf, text, delim)  # the header's rows above and below it, where a group title row may be
     pick = _header_row(top, keys, label_column)
-    unnamed = _unnamed_file_header(top, label_column) if pick is None and file_column is None else None
+    unnamed = _unnamed_file_header(top, label_column, split_column) if pick is None and file_column is None else None
     if unnamed is not None:  # the files under an empty header cell (pandas' index): that row is the header
         chosen = top[unnamed[0]]
         pick = unnamed[0]
@@ -3516,7 +3537,10 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
             return _header_index(row, keys)
 
     cols = parse_delimited(buf, text, delim, is_header)
-    around = top if pick is not None and cols.header == top[pick] else None
+    around = None
+    if pick is not None and cols.header in (top[pick], ["", *top[pick]]):
+        # (the header as read may have gained the row names' cell it left out: '' before 'label')
+        around = [*top[:pick], cols.header, *top[pick + 1 :]]
     return [_table_part(path, cols, delim, problems, notes, file_column, label_column, split_column, around)], enc
 
 

@@ -3460,3 +3460,26 @@ def test_a_link_chain_walking_too_many_path_parts_is_left_out_in_place_as_extrac
     extracted = open_dataset(tmp_path / "out")
     in_place = open_dataset(z)
     assert (in_place.classes, len(in_place)) == (extracted.classes, len(extracted)) == (["cat", "dog"], 2)
+
+
+def test_a_network_file_systems_reporting_unit_is_not_taken_for_its_blocks(tmp_path: Path, monkeypatch):
+    # the false refusal: CephFS reports sizes in 4 MiB units (f_frsize); 300 files of 2 KB were counted 4 MiB each
+    # and refused on a disk with 1 GiB free
+    import collections
+    import shutil
+
+    z = tmp_path / "small.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        for i in range(300):
+            zf.writestr(f"cat/{i}.jpg", os.urandom(2000))
+    real = os.statvfs
+
+    def ceph(path):
+        st = real(path)
+        return os.statvfs_result((4 << 20, 4 << 20, 256, 256, 256, st.f_files, st.f_ffree, st.f_favail, st.f_flag,
+                                  st.f_namemax))  # fmt: skip
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(os, "statvfs", ceph)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, 0, 1 << 30))
+    assert len(unzip(z, tmp_path / "out").extracted) == 300

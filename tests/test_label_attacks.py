@@ -2264,3 +2264,32 @@ def test_east_asian_date_formats_read_alike_by_either_engine(tmp_path: Path):
     from openpyxl.styles import numbers
 
     assert 31 not in numbers.BUILTIN_FORMATS  # openpyxl's own table as it was, once the workbook is read
+
+
+def test_the_later_checks_leave_valid_tables_alone(tmp_path: Path):
+    # the false refusals of this round's own checks, each a table as real programs write it:
+    import pandas as pd
+
+    # XlsxWriter with value= given: every formula saved with its result, 0 among them, under fullCalcOnLoad
+    rows = _inline("A1", "file") + _inline("B1", "label")
+    cells = "".join(f'<row r="{k + 2}">{_inline(f"A{k + 2}", f"{k}.jpg")}<c r="B{k + 2}"><f>MOD({k},2)</f><v>{k % 2}</v>'
+                    "</c></row>" for k in range(4))  # fmt: skip
+    book = _hand_made_book(tmp_path / "computed.xlsx", f'<row r="1">{rows}</row>{cells}',
+                           workbook_extra='<calcPr fullCalcOnLoad="1"/>')  # fmt: skip
+    assert [int(v) for v in read_labels(book).labels] == [0, 1, 0, 1]
+    # thousands (a #,##0 column's CSV: banknotes), aspect ratios, hexadecimal codes and '1E1' are names
+    for labels in (["1,000", "2,000", "5,000", "10,000"], ["4,3", "16,9"], ["a3f2", "5e12", "0c44"], ["1E1", "2E1"]):
+        table = tmp_path / "names.csv"
+        table.write_text("file;label\n" + "".join(f"{k}.jpg;{v}\n" for k, v in enumerate(labels)), encoding="utf-8")
+        assert list(read_labels(table).class_map().classes) == sorted(labels)
+    # the files as pandas' index beside a split column: the split column is found
+    df = pd.DataFrame(
+        {"label": ["猫", "狗", "猫"], "split": ["train", "train", "val"]}, index=["a.png", "b.png", "c.png"]
+    )
+    df.to_csv(tmp_path / "indexed.csv")
+    df.to_excel(tmp_path / "indexed.xlsx", sheet_name="all")
+    for name in ("indexed.csv", "indexed.xlsx"):
+        assert read_labels(tmp_path / name, split="train").files.tolist() == ["a.png", "b.png"]
+    # ... and as the row names left without a header cell (index_label=False: 'label' over 'a.png,cat')
+    df[["label"]].to_csv(tmp_path / "rownames.csv", index_label=False)
+    assert read_labels(tmp_path / "rownames.csv").files.tolist() == ["a.png", "b.png", "c.png"]
