@@ -10,6 +10,7 @@ Unicode Path field, then one encoding chosen for the whole archive.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import io
 import logging
@@ -24,7 +25,7 @@ import sys
 import time
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -1126,6 +1127,7 @@ def unzip(
             folders_left = _count_folders(members, dest_path)
             need -= there[1] + _FOLDER_BYTES * (folders - folders_left)
             nodes = nodes - folders - count + folders_left
+            free += _parts_left(dest_path, members, block)  # a killed run's parts: removed before their members
         if vfs.f_files and nodes > vfs.f_favail:  # (0 inodes in all: a file system that does not count them)
             _remove_made(made)
             raise ArchiveError(f"{archive}: refused, its members need {nodes} files and folders but only "
@@ -1239,6 +1241,9 @@ def unzip(
                                 progress(m.file_size)
                             continue
                         if not overwrite:
+                            tmp = _temp_name(name, m)  # the part a killed --overwrite left of it: not kept for ever
+                            if "/".join([*parts[:-1], tmp]) not in paths:
+                                _remove_stale_part(tmp, fd, m.file_size)
                             raise _Refused(f"{_printable(dest_path / rel)} exists and differs; not overwritten "
                                            "(use --overwrite)")  # fmt: skip
                     if _extract_file(zf, infos[m.index], m, fd, name, budget, archive, progress, rel, paths, overwrite):
@@ -1261,8 +1266,10 @@ def unzip(
             passed_by: dict[str, set[str]] = {}  # the paths each link's last resolution passed
             try:
                 _make_links(zf, infos, links, last, files_seen, tree, overwrite, report, archive, folders_of)
-            finally:  # Ctrl-C (or SIGTERM) half-way: the links made so far are checked all the same
-                _recheck_links(tree, links, report, archive, passed_by=passed_by)
+            finally:  # Ctrl-C (or SIGTERM) half-way: the links made so far are checked all the same, and one
+                # during the check waits for its end (a link left half-checked could lead out of the target)
+                with _signals_held():
+                    _recheck_links(tree, links, report, archive, passed_by=passed_by)
             # a folder made only for members refused (by this run, or by a killed one for the same members) is
             # not left empty: the dataset read from the target would refuse it as an empty class folder
             listed = {"/".join(parts) for parts, _ in dirs}
@@ -1497,6 +1504,49 @@ def _remove_made(made: list[Path]) -> None:
             p.rmdir()
         except OSError:
             break
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held while the block runs, then delivered as they came (to the handlers there before)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    before = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            before[signum] = signal.signal(signum, lambda n, _frame: got.append(n))
+        except (ValueError, OSError):
+            pass
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        if got:
+            signal.raise_signal(got[0])
+
+
+def _parts_left(dest: Path, members: list[ZipMember], block: int) -> int:
+    """The bytes on disk of the parts a killed run left in ``dest`` of these members (each under its own tag, no
+    bigger than its member), which this run removes before it writes them: room that is free to it."""
+    room = 0
+    for m in members:
+        rel = safe_relpath(m.name)[0] if not (m.is_dir or m.is_symlink) else None
+        if rel is None:
+            continue
+        *folder, name = rel.split("/")
+        try:
+            st = os.lstat(dest.joinpath(*folder, _temp_name(name, m)))
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size <= m.file_size:
+            room += _in_blocks(st.st_size, block)
+    return room
 
 
 def _in_blocks(size: int, block: int) -> int:

@@ -3483,3 +3483,53 @@ def test_a_network_file_systems_reporting_unit_is_not_taken_for_its_blocks(tmp_p
     monkeypatch.setattr(os, "statvfs", ceph)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, 0, 1 << 30))
     assert len(unzip(z, tmp_path / "out").extracted) == 300
+
+
+def test_a_killed_runs_parts_are_room_to_the_next_and_removed_beside_a_refusal(tmp_path: Path, monkeypatch):
+    # the attacks: (1) on a disk that holds the archive, a SIGKILLed run's hidden part made the re-run refuse for
+    # space (the part counted as taken); (2) a killed --overwrite's part of a member the re-run refuses ('exists and
+    # differs') was kept for ever
+    import collections
+    import shutil
+
+    from datakit.archive import _temp_name
+
+    z = tmp_path / "a.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        for i in range(2):
+            zf.writestr(f"cat/{i}.bin", os.urandom(10000))
+    members, _ = read_members(z)
+    block = os.statvfs(tmp_path).f_frsize
+    out = tmp_path / "out"
+    (out / "cat").mkdir(parents=True)
+    first = next(m for m in members if m.name == "cat/0.bin")
+    part = out / "cat" / _temp_name("0.bin", first)
+    part.write_bytes(os.urandom(8000))  # what a run killed while writing cat/0.bin left
+    need = 2 * (-(-10000 // block) * block)  # the folder is there already
+    held = -(-8000 // block) * block
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, 0, need - held))
+    report = unzip(z, out)
+    assert (sorted(report.extracted), part.exists()) == (["cat/0.bin", "cat/1.bin"], False)
+    monkeypatch.undo()
+    (out / "cat" / "0.bin").write_bytes(b"edited")
+    part.write_bytes(os.urandom(5000))  # a killed --overwrite's part of it
+    report = unzip(z, out)
+    assert report.problems == [f"{z}: member 'cat/0.bin': {out / 'cat' / '0.bin'} exists and differs; not overwritten "
+                               "(use --overwrite)"]  # fmt: skip
+    assert not part.exists()
+
+
+def test_ctrl_c_during_the_last_check_of_the_links_waits_for_its_end():
+    # the attack: Ctrl-C while the links made were checked a last time stopped the check half-way: a link that
+    # leads out of the target through another link (a -> b/b/../../etc, b -> .) was left
+    import signal
+
+    from datakit.archive import _signals_held
+
+    done = []
+    with pytest.raises(KeyboardInterrupt), _signals_held():
+        signal.raise_signal(signal.SIGINT)
+        done.append("checked")
+    assert done == ["checked"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
