@@ -1593,6 +1593,9 @@ print(json.dumps({"epochs": epochs, "eval": [int(i) for b in evaluation for i in
                   "stream": stream, "unset": unset_epochs, "warned": warned, "sampler": sampler,
                   "sharded": sharded}))
 dist.destroy_process_group()
+import os as _os, sys as _sys  # (gloo's threads, freed in the interpreter's teardown, abort it now and then)
+_sys.stdout.flush(), _sys.stderr.flush()
+_os._exit(0)
 """
 
 
@@ -2910,6 +2913,9 @@ except DataError as exc:
 dist.barrier()
 print("waited", "under 10 s" if waited < 10 else f"{waited:.0f} s")
 dist.destroy_process_group()
+import os as _os, sys as _sys  # (gloo's threads, freed in the interpreter's teardown, abort it now and then)
+_sys.stdout.flush(), _sys.stderr.flush()
+_os._exit(0)
 """
 
 

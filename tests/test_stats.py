@@ -144,6 +144,9 @@ dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["POR
 st = compute_stats(sys.argv[1], workers=1, distributed="auto")
 print(json.dumps({"count": st.count, "pixels": st.pixels, "mean": st.mean, "std": st.std}))
 dist.destroy_process_group()
+import os as _os, sys as _sys  # (gloo's threads, freed in the interpreter's teardown, abort it now and then)
+_sys.stdout.flush(), _sys.stderr.flush()
+_os._exit(0)
 """
 
 
@@ -291,6 +294,9 @@ dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["POR
 st = compute_stats(open_dataset(sys.argv[1], mode="gray"), workers=0, distributed="auto")
 print(json.dumps({"count": st.count, "mean": st.mean, "order": st.order}))
 dist.destroy_process_group()
+import os as _os, sys as _sys  # (gloo's threads, freed in the interpreter's teardown, abort it now and then)
+_sys.stdout.flush(), _sys.stderr.flush()
+_os._exit(0)
 """
 
 
@@ -357,6 +363,9 @@ if dist.get_rank() == 0:
     print(json.dumps({"count": st.count, "mean": st.mean}))
 dist.barrier()
 dist.destroy_process_group()
+import os as _os, sys as _sys  # (gloo's threads, freed in the interpreter's teardown, abort it now and then)
+_sys.stdout.flush(), _sys.stderr.flush()
+_os._exit(0)
 """
 
 
