@@ -2397,6 +2397,7 @@ class _SheetScan:
     cols: int  # the last column any cell names (1-based)
     far: str  # that cell's reference ('XFD1048576'), '' for none
     ordered: bool = True  # the cells' rows never go back (openpyxl's streamed reader drops rows that do)
+    formulas: bool = True  # a formula's tag is in it (False: none, so no formula's value to look at)
 
 
 _WINDOW = 11  # an r= value: a column's letters (3 at most), a row's digits (7 at most) and the closing quote
@@ -2451,6 +2452,7 @@ def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
     rows = cols = 0
     far = ""
     ordered = True
+    formulas = False
     try:
         with zipfile.ZipFile(path) as z:
             target = _sheet_member(z, sheet)
@@ -2470,6 +2472,7 @@ def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
                             if re.search(rb'\bhidden="(?:1|true)"', m.group(1)):
                                 r = re.search(rb'\br="(\d+)"', m.group(1))
                                 hidden.append(int(r.group(1)) if r else 0)  # 0: its number left out (implied)
+                    formulas = formulas or b"</f>" in part or b"<f " in part or b":f>" in part or b":f " in part
                     col, at, row, first, inorder = _extent(part)
                     if col > cols:
                         cols, far = col, at
@@ -2479,7 +2482,7 @@ def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
                         break
     except (KeyError, OSError, zipfile.BadZipFile, AttributeError):
         return _SheetScan((), 0, 0, "")
-    return _SheetScan(tuple(hidden), rows, cols, far, ordered)
+    return _SheetScan(tuple(hidden), rows, cols, far, ordered, formulas)
 
 
 _ROW_NUMBER = re.compile(rb'<(?:\w+:)?row\b[^>]*?\sr="(\d+)"')
@@ -3015,6 +3018,8 @@ def _recalculated(path: Path) -> bool:
 
 def _placeholder_problems(path: Path, sheet: str, head: _Header, where: str, order: int) -> list:
     """The file and label cells holding a formula in a workbook whose saved formula values are placeholders."""
+    if not _scan_of(path, sheet).formulas:  # (the sheet's one streamed pass said so: not read again)
+        return []
     cells = _CellNotes(path, sheet, placeholders=True)
     if cells.computed:  # XlsxWriter's value= given: every formula saved with its result, 0 among them
         return []
