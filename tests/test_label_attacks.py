@@ -2099,6 +2099,21 @@ def _hand_made_book(path: Path, sheet_xml: str, strings: list[str] | None = None
     return path
 
 
+def _rewrite_part(book: Path, part: str, old: bytes | None, new: bytes = b"") -> None:
+    """``book`` with ``old`` replaced by ``new`` in its ``part`` (``old`` None: the part left out)."""
+    import zipfile
+
+    with zipfile.ZipFile(book) as z:
+        parts = {n: z.read(n) for n in z.namelist()}
+    if old is None:
+        del parts[part]
+    else:
+        parts[part] = parts[part].replace(old, new)
+    with zipfile.ZipFile(book, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+
+
 def _inline(ref: str, text: str, prefix: str = "") -> str:
     return f'<{prefix}c r="{ref}" t="inlineStr"><{prefix}is><{prefix}t>{text}</{prefix}t></{prefix}is></{prefix}c>'
 
@@ -2124,16 +2139,8 @@ def test_workbooks_other_programs_write_are_read_or_refused_by_name(tmp_path: Pa
                 f'<{x}row r="2">{_inline("A2", "a.jpg", x)}<{x}c r="B2"><{x}f>CONCAT("bi","rd")</{x}f></{x}c></{x}row>'
                 f'<{x}row r="3">{_inline("A3", "b.jpg", x)}{_inline("B3", "cat", x)}</{x}row>')  # fmt: skip
     book = _hand_made_book(tmp_path / "prefixed.xlsx", prefixed)
-    import zipfile
-
-    with zipfile.ZipFile(book) as z:  # the x: prefix bound to the namespace the default one is
-        parts = {n: z.read(n) for n in z.namelist()}
-    parts["xl/worksheets/sheet1.xml"] = parts["xl/worksheets/sheet1.xml"].replace(
-        b"<worksheet ", b'<worksheet xmlns:x="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
-    )
-    with zipfile.ZipFile(book, "w") as z:
-        for name, data in parts.items():
-            z.writestr(name, data)
+    _rewrite_part(book, "xl/worksheets/sheet1.xml", b"<worksheet ",  # the x: prefix bound to the default namespace
+                  b'<worksheet xmlns:x="http://schemas.openxmlformats.org/spreadsheetml/2006/main" ')  # fmt: skip
     with pytest.raises(LabelError) as err:
         read_labels(book, engine=engine)
     assert str(err.value) == (f"{book}, sheet 'train', row 2: cell B2 holds a formula (=CONCAT(\"bi\",\"rd\")) with no "
@@ -2147,6 +2154,8 @@ def test_workbooks_other_programs_write_are_read_or_refused_by_name(tmp_path: Pa
     if engine == "calamine":
         with pytest.raises(LabelError) as err:
             read_labels(book, engine=engine)
+        import zipfile
+
         size = zipfile.ZipFile(book).getinfo("xl/sharedStrings.xml").file_size
         assert str(err.value) == (f"{book}: its shared-string table (xl/sharedStrings.xml) declares uniqueCount="
                                   f"4,294,967,295 strings, more than its {size:,} bytes can hold: a damaged or "
@@ -2161,7 +2170,6 @@ def test_hidden_rows_and_sheet_parts_as_other_programs_write_them(tmp_path: Path
     # the attacks: a hidden row whose tag leaves out its number (<row hidden="1">, which OOXML allows) was read
     # without the refusal hidden rows get; a sheet part named './worksheets/sheet1.xml' by its relationship hid its
     # hidden rows from the check; openpyxl's engine skipped a sheet whose part is missing without a word
-    import zipfile
 
     rows = (f'<row>{_inline("A1", "file")}{_inline("B1", "label")}</row><row>{_inline("A2", "a.jpg")}'
             f'{_inline("B2", "cat")}</row><row hidden="1">{_inline("A3", "b.jpg")}{_inline("B3", "dog")}</row>')  # fmt: skip
@@ -2175,22 +2183,13 @@ def test_hidden_rows_and_sheet_parts_as_other_programs_write_them(tmp_path: Path
     numbered = rows.replace("<row>", "<row r='x'>").replace('<row hidden="1">', '<row r="3" hidden="1">')
     numbered = numbered.replace("<row r='x'>", '<row r="1">', 1).replace("<row r='x'>", '<row r="2">', 1)
     book = _hand_made_book(tmp_path / "dotted.xlsx", numbered)
-    with zipfile.ZipFile(book) as z:
-        parts = {n: z.read(n) for n in z.namelist()}
-    parts["xl/_rels/workbook.xml.rels"] = parts["xl/_rels/workbook.xml.rels"].replace(
-        b'Target="worksheets/sheet1.xml"', b'Target="./worksheets/sheet1.xml"'
-    )
-    with zipfile.ZipFile(book, "w") as z:
-        for name, data in parts.items():
-            z.writestr(name, data)
+    _rewrite_part(book, "xl/_rels/workbook.xml.rels", b'Target="worksheets/sheet1.xml"',
+                  b'Target="./worksheets/sheet1.xml"')  # fmt: skip
     if engine == "openpyxl":  # (calamine does not find such a part: refused as unreadable, naming the sheet)
         with pytest.raises(LabelError) as err:
             read_labels(book, engine=engine)
         assert "sheet 'train': row 3 is hidden in Excel" in str(err.value)
-    del parts["xl/worksheets/sheet1.xml"]
-    with zipfile.ZipFile(book, "w") as z:
-        for name, data in parts.items():
-            z.writestr(name, data)
+    _rewrite_part(book, "xl/worksheets/sheet1.xml", None)  # the sheet's part missing
     with pytest.raises(LabelError) as err:
         read_labels(book, engine=engine)
     assert str(err.value).startswith(f"{book}, sheet 'train': cannot be read")
