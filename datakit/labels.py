@@ -1967,6 +1967,11 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
     return None
 
 
+def _heading(cell: object) -> bool:
+    """Whether a header cell names a label's or a split's column (``label``, ``类别``, ``split``)."""
+    return _norm(cell) in _HEADING_KEYS
+
+
 def _unnamed_file_header(grid: Sequence[Sequence[object]], label_column: str | None, split_column: str | None = None
                          ) -> tuple[int, int, int | None, list] | None:  # fmt: skip
     """(the header's row, the label column, the split column, the header as its columns are) of a table whose file
@@ -1982,6 +1987,8 @@ def _unnamed_file_header(grid: Sequence[Sequence[object]], label_column: str | N
     if not _blank(row[0]):  # the row names' header cell left out: every row one field longer than the header
         if not filled or not all(max(i + 1 for i, v in enumerate(r) if not _blank(v)) == width + 1 for r in filled):
             return None
+        if not all(_heading(v) for v in row if not _blank(v)):  # ('图片编号 | 标签' over 'a.jpg | 猫 | 清晰': the files
+            return None  # named by a header datakit does not know, a note after them; not row names)
         row = ["", *row]
     under = [r[0] for r in filled if r and not _blank(r[0])]
     if not under or 5 * sum(_looks_like_file(v) for v in under) < 4 * len(under):
@@ -2235,8 +2242,8 @@ def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
         return sheets, wb
     from openpyxl import load_workbook
 
-    with _east_asian_dates():
-        wb = load_workbook(path, read_only=True, data_only=True)
+    wb = load_workbook(path, read_only=True, data_only=True)
+    _east_asian_dates(wb)
     sheets = [_Sheet(ws.title, ws.sheet_state == "visible", hasattr(ws, "iter_rows")) for ws in wb.worksheets]
     sheets += [_Sheet(cs.title, cs.sheet_state == "visible", False) for cs in wb.chartsheets]
     lost = [n for n in _declared_sheets(path) if n not in {sh.name for sh in sheets}]
@@ -2247,21 +2254,36 @@ def _workbook_sheets(path: Path, engine: str) -> tuple[list[_Sheet], object]:
     return sheets, wb
 
 
-@contextlib.contextmanager
-def _east_asian_dates() -> Iterator[None]:
-    """While a workbook is loaded by openpyxl: Excel's built-in number formats 27-36 and 50-58, the dates (and times)
-    of Chinese, Japanese and Korean Excel and of WPS (``yyyy"年"m"月"d"日"`` is 31), which styles.xml names by number
-    alone, known to openpyxl as dates, as calamine knows them (openpyxl read them as serial numbers: 45292.5)."""
-    from openpyxl.styles import numbers
+_EAST_ASIAN_DATES = frozenset((*range(27, 37), *range(50, 59)))
 
-    added = [k for k in (*range(27, 37), *range(50, 59)) if k not in numbers.BUILTIN_FORMATS]
-    for k in added:
-        numbers.BUILTIN_FORMATS[k] = "yyyy-mm-dd h:mm:ss"
-    try:
-        yield
-    finally:
-        for k in added:
-            numbers.BUILTIN_FORMATS.pop(k, None)
+
+def _east_asian_dates(wb) -> None:
+    """Excel's built-in number formats 27-36 and 50-58, the dates (and times) of Chinese, Japanese and Korean Excel
+    and of WPS (``yyyy"年"m"月"d"日"`` is 31), which styles.xml names by number alone, read as dates by openpyxl as
+    calamine reads them (openpyxl knows them not, and gave serial numbers: 45292.5): the workbook's own styles of
+    those formats are added to the ones its reader converts (openpyxl's tables are left as they are)."""
+    extra = {i for i, style in enumerate(getattr(wb, "_cell_styles", ())) if style.numFmtId in _EAST_ASIAN_DATES}
+    if extra:
+        wb._date_formats = set(wb._date_formats) | extra
+
+
+def _east_asian_cells(ws) -> list[list[object]]:
+    """A whole-loaded sheet's rows, its cells of the East Asian built-in date formats as dates (as
+    :func:`_east_asian_dates` has them read in a streamed workbook; a whole one converts its cells as it loads)."""
+    from openpyxl.utils.datetime import from_excel
+
+    out = []
+    for row in ws.iter_rows(min_row=1, min_col=1):
+        values = []
+        for cell in row:
+            value = cell.value
+            style = getattr(cell, "_style", None)
+            if (style is not None and style.numFmtId in _EAST_ASIAN_DATES and isinstance(value, (int, float))
+                    and not isinstance(value, bool)):  # fmt: skip
+                value = from_excel(value, ws.parent.epoch)
+            values.append(value)
+        out.append(values)
+    return out
 
 
 def _declared_sheets(path: Path) -> list[str]:
@@ -2292,9 +2314,7 @@ def _sheet_grid(wb: object, name: str, engine: str, path: Path) -> list[list[obj
         # rows after the last one it went back past; its whole-workbook reader places each cell by its reference
         from openpyxl import load_workbook
 
-        with _east_asian_dates():
-            whole = load_workbook(path, data_only=True)[name]
-        return [list(r) for r in whole.iter_rows(min_row=1, min_col=1, values_only=True)]
+        return _east_asian_cells(load_workbook(path, data_only=True)[name])
     if hasattr(ws, "reset_dimensions"):  # read-only: trust the rows, not a <dimension> tag another tool left stale
         ws.reset_dimensions()
     return [list(r) for r in ws.iter_rows(values_only=True)]
@@ -2640,7 +2660,7 @@ class _CellNotes:
         self.formulas: dict[tuple[int, int], str] = {}
         self.errors: dict[tuple[int, int], str] = {}
         self.placeholders: dict[tuple[int, int], str] = {}  # formulas saved with a placeholder value (placeholders=)
-        self.computed = False  # (placeholders=) a formula is saved with another value: the 0s are real values too
+        self.computed: set[int] = set()  # (placeholders=) columns with a formula saved with another value than 0
         self.merged: list[tuple[int, int, int, int, str]] = []  # first row, first column, last row, last column
         try:
             with zipfile.ZipFile(path) as z:
@@ -2674,7 +2694,7 @@ class _CellNotes:
                 formula = re.search(r"<f[^>]*>([^<]*)</f>", inner)
                 self.placeholders[key] = html.unescape(formula.group(1)) if formula else ""
             elif "<f" in inner and placeholders:
-                self.computed = True  # a formula saved with a value of its own: the values are real ones
+                self.computed.add(key[1])  # a formula of this column saved with a value of its own: real values
         for m in re.finditer(r'<mergeCell\b[^>]*\bref="([A-Z]+)(\d+):([A-Z]+)(\d+)"', xml):
             r0, c0, r1, c1 = int(m.group(2)), _cell_ref(m.group(1)), int(m.group(4)), _cell_ref(m.group(3))
             self.merged.append((r0, c0, r1, c1, f"{m.group(1)}{m.group(2)}:{m.group(3)}{m.group(4)}"))
@@ -3021,11 +3041,10 @@ def _placeholder_problems(path: Path, sheet: str, head: _Header, where: str, ord
     if not _scan_of(path, sheet).formulas:  # (the sheet's one streamed pass said so: not read again)
         return []
     cells = _CellNotes(path, sheet, placeholders=True)
-    if cells.computed:  # XlsxWriter's value= given: every formula saved with its result, 0 among them
-        return []
     out = []
     for (row, col), formula in sorted(cells.placeholders.items()):
-        if row > head.at + 1 + head.below and col in (head.fcol, head.lcol):
+        # (a column whose formulas hold other values too: XlsxWriter's value= given, each saved with its result)
+        if row > head.at + 1 + head.below and col in (head.fcol, head.lcol) and col not in cells.computed:
             out.append(((order, row), f"{where}, row {row}: cell {_column_letter(col)}{row} holds a formula "
                         f"(={formula}) whose saved value is a placeholder: the program that wrote the workbook left "
                         "its formulas for Excel to compute when it opens it (fullCalcOnLoad); open the file in Excel "
@@ -3541,7 +3560,7 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
         def is_header(row: list[str]) -> bool:
             return _header_index(row, keys)
 
-    cols = parse_delimited(buf, text, delim, is_header)
+    cols = parse_delimited(buf, text, delim, is_header, _heading)
     around = None
     if pick is not None and cols.header in (top[pick], ["", *top[pick]]):
         # (the header as read may have gained the row names' cell it left out: '' before 'label')

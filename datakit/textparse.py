@@ -521,17 +521,19 @@ def _fast_list(raw: bytes, is_header: Callable[[list[str]], bool]) -> Columns | 
 # the Python path
 
 
-def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
+def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool],
+                    heading: Callable[[str], bool] | None = None) -> Columns:  # fmt: skip
     limit = csv.field_size_limit()
     if len(text) >= limit:  # a quoted note past the csv module's 131,072 characters: a field pandas reads too
         csv.field_size_limit(len(text) + 1)
     try:
-        return _slow_delimited_rows(text, delim, is_header)
+        return _slow_delimited_rows(text, delim, is_header, heading)
     finally:
         csv.field_size_limit(limit)
 
 
-def _slow_delimited_rows(text: str, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
+def _slow_delimited_rows(text: str, delim: str, is_header: Callable[[list[str]], bool],
+                         heading: Callable[[str], bool] | None = None) -> Columns:  # fmt: skip
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
     rows: list[list[str]] = []
     lines: list[int] = []
@@ -597,7 +599,7 @@ def _slow_delimited_rows(text: str, delim: str, is_header: Callable[[list[str]],
         rows, lines = [rows[k] for k in keep], [lines[k] for k in keep]
     for k, row in enumerate(rows[:_HEADER_SCAN]):
         if is_header(row):
-            out = _fitting(rows[k + 1 :], lines[k + 1 :], row, lines[k], None, delim, "the header")
+            out = _fitting(rows[k + 1 :], lines[k + 1 :], row, lines[k], None, delim, "the header", heading)
             break
     else:
         out = _fitting(rows, lines, None, 0, rows[0] if rows else None, delim, "the first row")
@@ -627,16 +629,21 @@ _NAMED_FILE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{1,4}$")  # a name with an exten
 
 
 def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, header_line: int,
-             first_row: list[str] | None, delim: str, what: str) -> Columns:  # fmt: skip
+             first_row: list[str] | None, delim: str, what: str,
+             heading: Callable[[str], bool] | None = None) -> Columns:  # fmt: skip
     """Columns of the rows that fit the header's (or first row's) width; a row with more filled fields
     (an unquoted delimiter in a name: ``c,1.jpg,cat``) is a problem of its line, not a shifted row."""
     top = header if header is not None else first_row or []
     width = len(top)
     filled = [row for row in rows if any(f.strip() for f in row)]
+    named_rows = any(_NAMED_FILE.search(row[0].strip()) for row in filled)
+    headings = heading is not None and all(heading(h) for h in header or [] if h.strip())
     if (header is not None and width and filled and all(len(row) == width + 1 and row[width].strip() for row in filled)
-            and header[0].strip()):  # fmt: skip
+            and header[0].strip() and (not named_rows or headings)):  # fmt: skip
         # every row one field longer than the header, the last filled: R's write.table (and pandas' to_csv with
-        # index_label=False) leave the row names' header cell out, so the first field is the row's name
+        # index_label=False) leave the row names' header cell out, so the first field is the row's name: row names
+        # that are no file names (1, 2, 3), or that are and stand under a header of label and split names alone
+        # ('label' over 'a.png,cat'); a file first under 'path,label' is a name with an unquoted delimiter after it
         header = top = ["", *header]
         width += 1
     keep, kept, bad, short = [], [], [], []
@@ -707,10 +714,13 @@ def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:
 # entry points
 
 
-def parse_delimited(raw: bytes, text: str | None, delim: str, is_header: Callable[[list[str]], bool]) -> Columns:
+def parse_delimited(raw: bytes, text: str | None, delim: str, is_header: Callable[[list[str]], bool],
+                    heading: Callable[[str], bool] | None = None) -> Columns:  # fmt: skip
     """A delimited table (UTF-8 bytes ``raw`` and the same as ``text``, or None when ``raw`` is ASCII);
-    the header is the first of the first 50 rows that ``is_header`` accepts."""
-    return _fast_delimited(raw, delim, is_header) or _slow_delimited(_text_of(raw, text), delim, is_header)
+    the header is the first of the first 50 rows that ``is_header`` accepts. ``heading``: whether a header cell
+    names a label's or split's column (a header of such names alone, one field short of every row, leaves out the
+    row names' cell)."""
+    return _fast_delimited(raw, delim, is_header) or _slow_delimited(_text_of(raw, text), delim, is_header, heading)
 
 
 def parse_list(raw: bytes, text: str | None, is_header: Callable[[list[str]], bool]) -> Columns:

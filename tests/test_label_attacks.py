@@ -2260,9 +2260,16 @@ def test_east_asian_date_formats_read_alike_by_either_engine(tmp_path: Path):
     read = {engine: [str(v) for v in read_labels(tmp_path / "cn.xlsx", engine=engine).labels]
             for engine in ("calamine", "openpyxl")}  # fmt: skip
     assert read == {e: ["2024-01-01 12:00:00", "2024-01-02 12:00:00"] for e in ("calamine", "openpyxl")}
+    # rows stored out of order: openpyxl's engine loads such a sheet whole, and reads those dates so too
+    with zipfile.ZipFile(tmp_path / "cn.xlsx") as z:
+        sheet = z.read("xl/worksheets/sheet1.xml").decode()
+    rows = re.findall(r"<row .*?</row>", sheet)
+    _rewrite_part(tmp_path / "cn.xlsx", "xl/worksheets/sheet1.xml", "".join(rows).encode(),
+                  (rows[0] + rows[2] + rows[1]).encode())  # fmt: skip
+    assert [str(v) for v in read_labels(tmp_path / "cn.xlsx", engine="openpyxl").labels] == read["openpyxl"]
     from openpyxl.styles import numbers
 
-    assert 31 not in numbers.BUILTIN_FORMATS  # openpyxl's own table as it was, once the workbook is read
+    assert 31 not in numbers.BUILTIN_FORMATS  # openpyxl's own tables left as they are
 
 
 def test_the_later_checks_leave_valid_tables_alone(tmp_path: Path):
@@ -2292,3 +2299,34 @@ def test_the_later_checks_leave_valid_tables_alone(tmp_path: Path):
     # ... and as the row names left without a header cell (index_label=False: 'label' over 'a.png,cat')
     df[["label"]].to_csv(tmp_path / "rownames.csv", index_label=False)
     assert read_labels(tmp_path / "rownames.csv").files.tolist() == ["a.png", "b.png", "c.png"]
+
+
+def test_a_note_after_the_files_is_no_row_names_and_one_real_value_clears_no_placeholder(tmp_path: Path):
+    # the regressions: (1) '图片编号 | 标签' over 'a.jpg | 猫 | 清晰' (a file header datakit does not know, an unheaded
+    # note after the label) was read as row names: the notes became the classes; (2) 'path,label' over
+    # 'imgs/a.png,cat,0.93' was shifted so: the labels became the files; (3) a count cell saved with a real value
+    # (XlsxWriter's value=) cleared the placeholder labels of another column: all one class '0'
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    for row in (["图片编号", "标签"], ["001.jpg", "猫", "清晰"], ["002.jpg", "狗", "模糊"]):
+        ws.append(row)
+    wb.save(tmp_path / "noted.xlsx")
+    with pytest.raises(LabelError) as err:
+        read_labels(tmp_path / "noted.xlsx")
+    assert "a label column ('标签', column B) but no file-name column found" in str(err.value)
+    assert read_labels(tmp_path / "noted.xlsx", file_column="图片编号").class_map().classes == ("狗", "猫")
+    scored = tmp_path / "scored.csv"
+    scored.write_text("path,label\nimgs/a.png,cat,0.93\nimgs/b.png,dog,0.88\n", encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        read_labels(scored)
+    assert "line 2: 3 fields where the header has 2 ('imgs/a.png,cat,0.93')" in str(err.value)
+    rows = _inline("A1", "file") + _inline("B1", "label")
+    cells = "".join(f'<row r="{k + 2}">{_inline(f"A{k + 2}", f"{k}.jpg")}<c r="B{k + 2}" t="str"><f>C{k + 2}</f>'
+                    "<v>0</v></c></row>" for k in range(2))  # fmt: skip
+    count = '<row r="5"><c r="E5"><f>COUNTA(A2:A3)</f><v>2</v></c></row>'
+    book = _hand_made_book(tmp_path / "counted.xlsx", f'<row r="1">{rows}</row>{cells}{count}',
+                           workbook_extra='<calcPr fullCalcOnLoad="1"/>')  # fmt: skip
+    with pytest.raises(LabelError) as err:
+        read_labels(book)
+    assert "row 2: cell B2 holds a formula (=C2) whose saved value is a placeholder" in str(err.value)
