@@ -1906,6 +1906,13 @@ def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, op
         c, g = twins[0]
         line += (f"; {c!r} ({_unicode_form(c)}: {ascii(c)}) is {g!r} of the classes given in another Unicode form "
                  f"({_unicode_form(g)}: {ascii(g)}): write both one way")  # fmt: skip
+        return line
+    folded = {g.casefold(): g for g in given}
+    cased = [(c, folded[c.casefold()]) for c in unknown if c.casefold() in folded]
+    if cased:  # pandas' bool column: 'True' in its CSV, Excel's TRUE in its workbook
+        c, g = cased[0]
+        line += (f"; {c!r} is {g!r} of the classes given in other letter case (a CSV's True against a workbook's "
+                 "TRUE cells?): write both one way")  # fmt: skip
     return line
 
 

@@ -2330,3 +2330,16 @@ def test_a_note_after_the_files_is_no_row_names_and_one_real_value_clears_no_pla
     with pytest.raises(LabelError) as err:
         read_labels(book)
     assert "row 2: cell B2 holds a formula (=C2) whose saved value is a placeholder" in str(err.value)
+
+
+def test_classes_given_in_other_letter_case_are_named_so(tmp_path: Path):
+    # the attack: one DataFrame with a bool label column: its CSV says True/False, its workbook TRUE/FALSE; the val
+    # CSV read with the workbook's classes was refused as 'not among the classes given', with no word of the case
+    root = images(tmp_path / "img", "a.png", "b.png")
+    table = tmp_path / "val.csv"
+    table.write_text("file,label\na.png,True\nb.png,False\n", encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        open_dataset(root, labels=table, classes=["FALSE", "TRUE"])
+    assert str(err.value) == (f"{table}, line 3: classes 'False', 'True' not among the 2 classes given (classes=); "
+                              "'False' is 'FALSE' of the classes given in other letter case (a CSV's True against a "
+                              "workbook's TRUE cells?): write both one way")  # fmt: skip
