@@ -1967,9 +1967,11 @@ def _locate_header(grid: Sequence[Sequence[object]], file_column: str | None, la
     return None
 
 
-def _heading(cell: object) -> bool:
-    """Whether a header cell names a label's or a split's column (``label``, ``类别``, ``split``)."""
-    return _norm(cell) in _HEADING_KEYS
+def _heading(cell: object) -> str:
+    """What column a header cell names: "label" (a label's or a split's: ``label``, ``类别``, ``split``), "file"
+    (``file``, ``filename``, ``文件名``) or ""."""
+    key = _norm(cell)
+    return "label" if key in _HEADING_KEYS else "file" if key in _FILE_KEYS else ""
 
 
 def _unnamed_file_header(grid: Sequence[Sequence[object]], label_column: str | None, split_column: str | None = None
@@ -1987,8 +1989,8 @@ def _unnamed_file_header(grid: Sequence[Sequence[object]], label_column: str | N
     if not _blank(row[0]):  # the row names' header cell left out: every row one field longer than the header
         if not filled or not all(max(i + 1 for i, v in enumerate(r) if not _blank(v)) == width + 1 for r in filled):
             return None
-        if not all(_heading(v) for v in row if not _blank(v)):  # ('图片编号 | 标签' over 'a.jpg | 猫 | 清晰': the files
-            return None  # named by a header datakit does not know, a note after them; not row names)
+        if _heading(row[0]) != "label":  # ('图片编号 | 标签' over 'a.jpg | 猫 | 清晰': the files named by a header
+            return None  # datakit does not know, a note after them; 'label | score' over 'a.jpg | cat | 0.9' shifts)
         row = ["", *row]
     under = [r[0] for r in filled if r and not _blank(r[0])]
     if not under or 5 * sum(_looks_like_file(v) for v in under) < 4 * len(under):

@@ -522,7 +522,7 @@ def _fast_list(raw: bytes, is_header: Callable[[list[str]], bool]) -> Columns | 
 
 
 def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool],
-                    heading: Callable[[str], bool] | None = None) -> Columns:  # fmt: skip
+                    heading: Callable[[str], str] | None = None) -> Columns:  # fmt: skip
     limit = csv.field_size_limit()
     if len(text) >= limit:  # a quoted note past the csv module's 131,072 characters: a field pandas reads too
         csv.field_size_limit(len(text) + 1)
@@ -533,7 +533,7 @@ def _slow_delimited(text: str, delim: str, is_header: Callable[[list[str]], bool
 
 
 def _slow_delimited_rows(text: str, delim: str, is_header: Callable[[list[str]], bool],
-                         heading: Callable[[str], bool] | None = None) -> Columns:  # fmt: skip
+                         heading: Callable[[str], str] | None = None) -> Columns:  # fmt: skip
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
     rows: list[list[str]] = []
     lines: list[int] = []
@@ -630,22 +630,25 @@ _NAMED_FILE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{1,4}$")  # a name with an exten
 
 def _fitting(rows: list[list[str]], lines: list[int], header: list[str] | None, header_line: int,
              first_row: list[str] | None, delim: str, what: str,
-             heading: Callable[[str], bool] | None = None) -> Columns:  # fmt: skip
+             heading: Callable[[str], str] | None = None) -> Columns:  # fmt: skip
     """Columns of the rows that fit the header's (or first row's) width; a row with more filled fields
     (an unquoted delimiter in a name: ``c,1.jpg,cat``) is a problem of its line, not a shifted row."""
     top = header if header is not None else first_row or []
     width = len(top)
     filled = [row for row in rows if any(f.strip() for f in row)]
-    named_rows = any(_NAMED_FILE.search(row[0].strip()) for row in filled)
-    headings = heading is not None and all(heading(h) for h in header or [] if h.strip())
     if (header is not None and width and filled and all(len(row) == width + 1 and row[width].strip() for row in filled)
-            and header[0].strip() and (not named_rows or headings)):  # fmt: skip
+            and header[0].strip()):  # fmt: skip
         # every row one field longer than the header, the last filled: R's write.table (and pandas' to_csv with
-        # index_label=False) leave the row names' header cell out, so the first field is the row's name: row names
-        # that are no file names (1, 2, 3), or that are and stand under a header of label and split names alone
-        # ('label' over 'a.png,cat'); a file first under 'path,label' is a name with an unquoted delimiter after it
-        header = top = ["", *header]
-        width += 1
+        # index_label=False) leave the row names' header cell out, so the first field is the row's name: where the
+        # rows' first fields are no file names (1, 2, 3); or the header's first names a label's column ('label,score'
+        # over 'a.jpg,cat,0.9'); or a file column over file names ('filename,label' over 'a.jpg,a.jpg,cat'). A file
+        # first under 'path,label' with a field after the label is a name with an unquoted delimiter in it
+        first = heading(header[0]) if heading is not None else ""
+        files_second = all(_NAMED_FILE.search(row[1].strip()) for row in filled)
+        if (not any(_NAMED_FILE.search(row[0].strip()) for row in filled) or first == "label"
+                or (first == "file" and files_second)):  # fmt: skip
+            header = top = ["", *header]
+            width += 1
     keep, kept, bad, short = [], [], [], []
     for row, line in zip(rows, lines):
         if (delim == "\t" and width and len(row) > width and not row[0].strip() and top[0].strip()
@@ -715,11 +718,11 @@ def _slow_list(text: str, is_header: Callable[[list[str]], bool]) -> Columns:
 
 
 def parse_delimited(raw: bytes, text: str | None, delim: str, is_header: Callable[[list[str]], bool],
-                    heading: Callable[[str], bool] | None = None) -> Columns:  # fmt: skip
+                    heading: Callable[[str], str] | None = None) -> Columns:  # fmt: skip
     """A delimited table (UTF-8 bytes ``raw`` and the same as ``text``, or None when ``raw`` is ASCII);
-    the header is the first of the first 50 rows that ``is_header`` accepts. ``heading``: whether a header cell
-    names a label's or split's column (a header of such names alone, one field short of every row, leaves out the
-    row names' cell)."""
+    the header is the first of the first 50 rows that ``is_header`` accepts. ``heading``: what column a header cell
+    names, "file", "label" (a label's or split's) or "" (a header one field short of every row may have left out
+    the row names' cell)."""
     return _fast_delimited(raw, delim, is_header) or _slow_delimited(_text_of(raw, text), delim, is_header, heading)
 
 

@@ -2299,6 +2299,19 @@ def test_the_later_checks_leave_valid_tables_alone(tmp_path: Path):
     # ... and as the row names left without a header cell (index_label=False: 'label' over 'a.png,cat')
     df[["label"]].to_csv(tmp_path / "rownames.csv", index_label=False)
     assert read_labels(tmp_path / "rownames.csv").files.tolist() == ["a.png", "b.png", "c.png"]
+    # ... beside a column of another name ('label,score' over 'a.png,猫,0.9'), in a workbook too, and R's row names
+    # that are the file names under a header that names the file column as well
+    scored = pd.DataFrame({"label": ["猫", "狗"], "score": [0.9, 0.8]}, index=["a.png", "b.png"])
+    scored.to_csv(tmp_path / "scored.csv", index_label=False)
+    (tmp_path / "r.csv").write_text('"filename","label"\n"a.png","a.png","猫"\n"b.png","b.png","狗"\n',
+                                    encoding="utf-8")  # fmt: skip
+    wb = Workbook()
+    for row in (["label", "score"], ["a.png", "猫", 0.9], ["b.png", "狗", 0.8]):
+        wb.active.append(row)
+    wb.save(tmp_path / "scored.xlsx")
+    for name in ("scored.csv", "r.csv", "scored.xlsx"):
+        table = read_labels(tmp_path / name)
+        assert (table.files.tolist(), [str(v) for v in table.labels]) == (["a.png", "b.png"], ["猫", "狗"])
 
 
 def test_a_note_after_the_files_is_no_row_names_and_one_real_value_clears_no_placeholder(tmp_path: Path):
