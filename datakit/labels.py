@@ -193,6 +193,7 @@ def split_index(values: Sequence[str], split: str) -> int | None:
 
 
 _DECIMAL_COMMA = re.compile(r"[+-]?[0-9]+,0+")  # whole numbers: '2,0' (pandas' decimal=','); '4,3' is a name
+_QUOTED = re.compile(r"\"[^\"]+\"|'[^']+'")
 _QUOTED_NUMBER = re.compile(r"([\"'])[+-]?[0-9]+(?:\.[0-9]*)?\1")
 
 
@@ -762,6 +763,11 @@ class LabelTable:
                 first = f" (first {values[i]!r} at {self._short(i)})" if i is not None else ""
                 return (f"{self.path}: every label is a number written {form}{first}: as class names they would "
                         f"sort as text ({_sorted_pair(form)}), not as the numbers they are; {fix}")  # fmt: skip
+        if all(_QUOTED.fullmatch(v) for v in values):  # R's write.table quotes every field of a list it writes
+            i = self._first_row([True] * len(values))
+            first = f" (first {values[i]!r} at {self._short(i)})" if i is not None else ""
+            return (f"{self.path}: every label is written in quotes{first}: the quotes would be part of the class "
+                    "names; write the table without them (R: write.table(..., quote=FALSE)), or as CSV")  # fmt: skip
         return None
 
     def _wide_digits_problem(self) -> str:

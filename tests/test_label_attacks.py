@@ -2356,3 +2356,15 @@ def test_classes_given_in_other_letter_case_are_named_so(tmp_path: Path):
     assert str(err.value) == (f"{table}, line 3: classes 'False', 'True' not among the 2 classes given (classes=); "
                               "'False' is 'FALSE' of the classes given in other letter case (a CSV's True against a "
                               "workbook's TRUE cells?): write both one way")  # fmt: skip
+
+
+def test_a_list_of_quoted_fields_as_r_writes_it_is_refused(tmp_path: Path):
+    # the attack: R's write.table(df, "labels.txt") (spaces, every field quoted, row names first) was read as a
+    # list without a word: '"1" "a.jpg"' the file, '"cat"' the class, the header a sample
+    table = tmp_path / "labels.txt"
+    table.write_text('"file" "label"\n"1" "a.jpg" "cat"\n"2" "b.jpg" "dog"\n', encoding="utf-8")
+    with pytest.raises(LabelError) as err:
+        read_labels(table)
+    assert str(err.value) == (f"{table}: every label is written in quotes (first '\"label\"' at line 1): the quotes "
+                              "would be part of the class names; write the table without them (R: write.table(..., "
+                              "quote=FALSE)), or as CSV")  # fmt: skip
