@@ -193,7 +193,7 @@ def split_index(values: Sequence[str], split: str) -> int | None:
 
 
 _DECIMAL_COMMA = re.compile(r"[+-]?[0-9]+,0+")  # whole numbers: '2,0' (pandas' decimal=','); '4,3' is a name
-_QUOTED = re.compile(r"\"[^\"]+\"|'[^']+'")
+_IN_ASCII_QUOTES = re.compile(r"\"[^\"]+\"|'[^']+'")  # a list's label as R's write.table quotes it
 _QUOTED_NUMBER = re.compile(r"([\"'])[+-]?[0-9]+(?:\.[0-9]*)?\1")
 
 
@@ -763,7 +763,9 @@ class LabelTable:
                 first = f" (first {values[i]!r} at {self._short(i)})" if i is not None else ""
                 return (f"{self.path}: every label is a number written {form}{first}: as class names they would "
                         f"sort as text ({_sorted_pair(form)}), not as the numbers they are; {fix}")  # fmt: skip
-        if all(_QUOTED.fullmatch(v) for v in values):  # R's write.table quotes every field of a list it writes
+        # R's write.table quotes every field of the list it writes (a CSV's quotes are its own syntax: any left in a
+        # name are meant, '"""cat"""'; and 「猫」 or “cat” are names written so)
+        if self.path.suffix.lower() in (".txt", ".lst") and all(_IN_ASCII_QUOTES.fullmatch(v) for v in values):
             i = self._first_row([True] * len(values))
             first = f" (first {values[i]!r} at {self._short(i)})" if i is not None else ""
             return (f"{self.path}: every label is written in quotes{first}: the quotes would be part of the class "

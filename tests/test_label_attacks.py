@@ -2368,3 +2368,7 @@ def test_a_list_of_quoted_fields_as_r_writes_it_is_refused(tmp_path: Path):
     assert str(err.value) == (f"{table}: every label is written in quotes (first '\"label\"' at line 1): the quotes "
                               "would be part of the class names; write the table without them (R: write.table(..., "
                               "quote=FALSE)), or as CSV")  # fmt: skip
+    # names written in quotes of other kinds, or a CSV's own escaped quotes, are names as they are
+    csv = tmp_path / "quoted.csv"
+    csv.write_text('file,label\na.jpg,「猫」\nb.jpg,“dog”\nc.jpg,"""cat"""\n', encoding="utf-8")
+    assert list(read_labels(csv).class_map().classes) == ['"cat"', "“dog”", "「猫」"]
