@@ -186,9 +186,11 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
         check_header(given, class_map.classes)
         mine = as_given(class_map.classes, given) if table.kind == "int" else class_map.classes
         unknown = unknown_classes(mine, given, str(table.path), "classes=, --classes", table)
-        if unknown:
+        if unknown:  # a problem; the classes stay the given ones, the labels outside them indexed after them
             report.problems.append(unknown)
-            given = None
+            known = set(given)
+            extra = [c for c in dict.fromkeys(mine) if c not in known]
+            given_count, given = len(given), given + extra
     if split is not None and not len(table) and report.problems:
         split = None  # the split asked for has no rows, which a problem says (an empty split): nothing to select
     images = root if alone else src  # a table alone reads its images under root= (a zip too)
@@ -200,6 +202,7 @@ def _open_checked(src, labels, split: str | None, remap_labels: bool, root, opti
     if given is not None and table.kind != "mixed":  # indexed by the classes given, as open_dataset indexes them
         ds.use_classes(given, str(table.path))
         ds._given = True
+        ds._given_count = given_count if unknown else len(given)  # the classes given, before any outside them
     report.problems += ds.linked_twice
     ds._every_file = (getattr(table, "whole", None) or table).files  # every split's rows: what "not in the table" means
     ds._whole_table = getattr(table, "whole", None) or table
@@ -323,10 +326,11 @@ def check_dataset(
     one_split, given_to_pack = _pack_of_one_split(ds) if table_ds is None else (None, False)
     if (codes < 0).any() or not groups:
         groups.append((one_split or "all", codes < 0))  # pack-lmdb --split val: its samples are split 'val'
-    report.classes = list(ds.classes)
+    report.classes = list(ds.classes)[: getattr(table_ds, "_given_count", None)]  # not the labels outside them
     for name, rows in groups:
         counts = np.bincount(targets[rows], minlength=len(ds.classes))
-        report.class_counts[name] = {ds.classes[k]: int(c) for k, c in enumerate(counts) if c}  # in class order
+        counts = counts[: len(report.classes)]  # not the labels outside the classes given (each a problem)
+        report.class_counts[name] = {report.classes[k]: int(c) for k, c in enumerate(counts) if c}  # in class order
     given = table_ds is not None and getattr(table_ds, "_given", False)
     if given:  # one split alone in its file (a CSV, a workbook of one sheet): the classes given are another's
         whole = getattr(table_ds, "_whole_table", None) or table_ds.table
@@ -336,7 +340,7 @@ def check_dataset(
         given = packed is None and (given_to_pack or one_split is None)
     if (table_ds is not None and table_ds.table.kind != "mixed") or a_pack:  # mixed: no classes yet
         for name, rows in groups:
-            absent = [c for k, c in enumerate(ds.classes) if not (targets[rows] == k).any()]
+            absent = [c for k, c in enumerate(report.classes) if not (targets[rows] == k).any()]
             if absent and name != "all" and not given:
                 report.problems.append(f"split {name!r} has no samples of class {', '.join(map(repr, absent))}")
             elif absent and given:  # a split in a file of its own, indexed by the training
@@ -345,7 +349,7 @@ def check_dataset(
                 whose = table_ds.table.path if table_ds is not None else _pack_paths(ds)
                 how = "it was packed with" if a_pack else "given: classes=, --classes"
                 note = (f"{whose} has no samples of class{'es' * (len(absent) > 1)} {shown} (of the "
-                        f"{len(ds.classes)} classes {how})")  # fmt: skip
+                        f"{len(report.classes)} classes {how})")  # fmt: skip
                 report.notes.append(note)
                 log.warning("note: %s", note)
     if ok.any():

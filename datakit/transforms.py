@@ -455,12 +455,19 @@ def tensor_to_pil(t: torch.Tensor):
     """A CHW tensor (uint8, or float in 0-1) to a PIL image."""
     from PIL import Image
 
-    return Image.fromarray(_tensor_to_hwc(t))
+    return Image.fromarray(_tensor_to_hwc(t, "tensor_to_pil"))
 
 
-def _tensor_to_hwc(t: torch.Tensor) -> np.ndarray:
+def _tensor_to_hwc(t: torch.Tensor, who: str) -> np.ndarray:
     t = t.detach().cpu()
     if t.dtype.is_floating_point:
+        low, high = (float(t.min()), float(t.max())) if t.numel() else (0.0, 0.0)
+        if not (low >= -0.25 and high <= 1.25):  # a resize's overshoot is clipped; another scale is no image
+            # (a 0-255 float image went white, a normalised batch to false colours: clipped without a word)
+            raise ValueError(
+                f"{who}: a float tensor's values are {low:.4g}..{high:.4g}, not on the 0-1 scale: for a normalised "
+                "batch undo the normalisation first (x * std + mean, the 0-1 stats), for 0-255 floats divide by 255"
+            )
         t = (t.clamp(0, 1) * 255).round().to(torch.uint8)
     if t.ndim == 3:
         t = t.permute(1, 2, 0)
@@ -472,7 +479,7 @@ def _tensor_to_hwc(t: torch.Tensor) -> np.ndarray:
 def tensor_to_cv2(t: torch.Tensor) -> np.ndarray:
     """An RGB (or RGBA) CHW tensor (uint8, or float in 0-1) to an OpenCV BGR (or BGRA) HWC uint8
     array: the inverse of :func:`cv2_to_tensor`, alpha staying last."""
-    hwc = _tensor_to_hwc(t)
+    hwc = _tensor_to_hwc(t, "tensor_to_cv2")
     if hwc.ndim == 3 and hwc.shape[2] == 4:  # reversing all four would give ABGR
         return np.ascontiguousarray(hwc[..., [2, 1, 0, 3]])
     return np.ascontiguousarray(hwc[..., ::-1]) if hwc.ndim == 3 else hwc

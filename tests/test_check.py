@@ -435,6 +435,13 @@ def test_check_a_split_in_a_file_of_its_own_with_the_training_classes(tmp_path: 
     assert capsys.readouterr().err.splitlines()[0] == (
         f"{tmp_path / 'val.txt'}, line 3: classes '6', '7' not among the 6 classes given (classes=, --classes)"
     )
+    # the attack: one label outside them made the class map the list's own ('6' as class 2), the classes given gone
+    assert main([*val, "--classes", str(tmp_path / "classes.txt"), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["classes"] == ["0", "1", "2", "3", "4", "5"]
+    assert out["class_counts"] == {"all": {"4": 1, "5": 1}}  # the labels outside are the problem's, not classes
+    lacks = f"{tmp_path / 'val.txt'} has no samples of classes '0', '1', '2', '3' (of the 6 classes given: classes=, --classes)"
+    assert lacks in out["notes"]
     assert main([*val, "--classes", str(tmp_path / "classes.txt"), "--remap-labels"]) == 2
     assert capsys.readouterr().err == (
         "datakit check: error: classes= and remap_labels= both number the classes; give one of them\n"

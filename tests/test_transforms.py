@@ -379,6 +379,22 @@ def test_tensor_to_cv2_is_the_inverse_of_cv2_to_tensor_with_alpha_last():
     assert tensor_to_cv2(rgba.float() / 255).tolist() == bgra.tolist()
 
 
+def test_float_tensors_on_another_scale_are_refused_not_clipped():
+    # the attack: 0-255 floats (10, 100, 200) came back white, a normalised batch in false colours, without a word
+    pixels = torch.tensor([10.0, 100.0, 200.0]).view(3, 1, 1).expand(3, 2, 2)
+    with pytest.raises(ValueError) as e:
+        tensor_to_pil(pixels)
+    assert str(e.value) == (
+        "tensor_to_pil: a float tensor's values are 10..200, not on the 0-1 scale: for a normalised batch undo the "
+        "normalisation first (x * std + mean, the 0-1 stats), for 0-255 floats divide by 255"
+    )
+    normalised = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)(pixels / 255)
+    with pytest.raises(ValueError, match=r"^tensor_to_cv2: a float tensor's values are -1\.947\.\.1\.681, not on"):
+        tensor_to_cv2(normalised)
+    # a resize's overshoot past 0 and 1 is clipped, as before
+    assert tensor_to_cv2(torch.tensor([-0.1, 0.5, 1.1]).view(3, 1, 1))[0, 0].tolist() == [255, 128, 0]
+
+
 def test_parts_changed_in_place_hold_for_every_image_jpeg_or_not(class_folder):
     # the attack: ds.transform.augment = [] (augmentations off for the last epochs) held for the JPEGs, decoded
     # through the pipeline's parts, and not for the PNGs, which went through the steps listed when it was built
