@@ -10,6 +10,8 @@ workers, prefetch), and ``datakit bench`` shares its one rule, :func:`recommend`
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -238,6 +240,21 @@ def _cache_key(dataset: Dataset, batch_size: int) -> str:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
+@contextlib.contextmanager
+def _cache_lock(path: Path):
+    """The cache file's writers one at a time (an advisory lock on a file beside it, held while one reads,
+    adds its answer and replaces the file); where the filesystem has no locks, without."""
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # (the lock goes with it)
+
+
 def _read_cache(path: Path) -> dict:
     """The cache file's entries; {} where it is missing, unreadable or not a JSON object of whole numbers."""
     try:
@@ -344,11 +361,12 @@ def tune_num_workers(dataset: Dataset, batch_size: int, candidates: list[int] | 
     if cache and candidates is None and not rec.noisy:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            data = _read_cache(path)
-            data[key] = rec.num_workers
-            tmp = path.with_suffix(f".{os.getpid()}.{os.urandom(4).hex()}.tmp")  # (a home folder shared by hosts)
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, path)
+            with _cache_lock(path):  # read, add, replace: two processes at once each kept only its own answer
+                data = _read_cache(path)
+                data[key] = rec.num_workers
+                tmp = path.with_suffix(f".{os.getpid()}.{os.urandom(4).hex()}.tmp")  # (a home folder shared by hosts)
+                tmp.write_text(json.dumps(data))
+                os.replace(tmp, path)
         except (OSError, ValueError):
             pass
     return TuneResult(rec.num_workers, results, seconds=time.perf_counter() - t0, noisy=rec.noisy, reason=rec.reason)

@@ -181,6 +181,35 @@ def test_the_cache_key_outlives_a_transforms_address_and_a_damaged_file_is_measu
     assert tune_num_workers(dataset(), 4).cached  # the file written again, whole
 
 
+def test_processes_tuning_at_once_each_keep_their_answer_in_the_cache(monkeypatch, tmp_path: Path):
+    # the attack: 8 processes tuning 8 datasets at once (torchrun ranks, jobs sharing a home folder) left 4-6 answers:
+    # each read the file, added its own and replaced it, dropping what the others wrote in between
+    import fcntl
+    import multiprocessing
+
+    monkeypatch.setenv("DATAKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(tuning, "default_candidates", lambda: [0, 1, 2])
+    measure, _ = _fake_measure({0: [100.0], 1: [300.0], 2: [310.0]})
+    monkeypatch.setattr(tuning, "measure_throughput", measure)
+    lock = os.open(tmp_path / "num_workers.json.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another process's write under way
+
+    def tune():
+        os.close(lock)  # the holder's descriptor, inherited by the fork: the holder's lock, not this process's
+        tune_num_workers(_Sized([8] * 9), 4)
+
+    other = multiprocessing.get_context("fork").Process(target=tune)
+    other.start()
+    other.join(1.0)
+    assert other.is_alive()  # it waits for the lock, not writing over what the holder writes
+    (tmp_path / "num_workers.json").write_text(json.dumps({"the holder's": 2}))
+    os.close(lock)
+    other.join(30)
+    assert other.exitcode == 0
+    data = json.loads((tmp_path / "num_workers.json").read_text())
+    assert len(data) == 2 and data["the holder's"] == 2 and sorted(data.values()) == [1, 2]
+
+
 def test_tuning_measures_and_caches(tmp_path: Path, monkeypatch, class_folder: Path):
     from datakit.datasets import open_dataset
 
