@@ -404,6 +404,11 @@ def _zipfile(path, file) -> zipfile.ZipFile:
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
     except (OSError, ValueError, EOFError, OverflowError) as exc:
         raise ArchiveError(f"{path}: not a zip archive, or truncated ({exc})") from None
+    if joined is None and _within_another(zf):
+        zf.close()
+        raise ArchiveError(f"{path}: truncated: its last end record is that of a zip stored within it (a member at "
+                           "the start of the file is not in that record's list), the archive's own end is missing; "
+                           "download or copy it again")  # fmt: skip
     if joined is not None:
         zf.close()
         raise ArchiveError(f"{path}: two zip archives joined into one file (cat a.zip b.zip?): the {joined[0]} bytes "
@@ -411,6 +416,21 @@ def _zipfile(path, file) -> zipfile.ZipFile:
                            "readers skip; extract that one on its own, or zip all the files again as one "
                            "archive")  # fmt: skip
     return zf
+
+
+def _within_another(zf: zipfile.ZipFile) -> bool:
+    """Whether the file starts with a member's local header that the end record read lists not, its first member
+    further on: the end record found is a stored member's (a zip, an .xlsx, stored in an archive cut short after
+    it; zip readers look for it in the last 64 KiB, and would read the inner archive alone without a word). A
+    self-extractor's program before the members starts otherwise."""
+    first = min((i.header_offset for i in zf.infolist()), default=0)
+    if first <= 0 or zf.fp is None or first >= zf.fp.seek(0, os.SEEK_END):  # (outside: said of its member)
+        return False
+    zf.fp.seek(first)
+    if zf.fp.read(4) != b"PK\x03\x04":  # (no member there: said of it when it is read)
+        return False
+    zf.fp.seek(0)
+    return zf.fp.read(4) == b"PK\x03\x04"
 
 
 def _joined_archive(zf: zipfile.ZipFile) -> tuple[int, int] | None:

@@ -4244,23 +4244,28 @@ _VECTOR = re.compile(r"[01](?:(?:\s*[,;|]\s*|\s+)[01])+")  # '0,1,0': a one-hot 
 
 def _cut_short(path: Path, raw: bytes, part: _Part, encoding: str | None) -> tuple[tuple[int, int], str] | None:
     """A problem where a text table looks cut short (half-copied, or read while written): its last line has no line
-    end, and that line's label is on no other line and is the start of another label ('cof' where 'coffee' is one),
-    which would otherwise be a class of its own, without a word."""
+    end, and that line's label (or split) is on no other line and is the start of another one ('cof' where 'coffee'
+    is one, 'tra' where 'train' is), which would otherwise be a class (a split) of its own, without a word."""
     if not raw or raw.endswith((b"\n", b"\r")) or not len(part.rows):
         return None
     k = int(np.argmax(part.rows))
-    code = int(part.label_codes[k])
-    if code < 0 or int(np.count_nonzero(part.label_codes == code)) != 1:
-        return None
-    label = str(part.labels[code])
-    longer = sorted(v for v in map(str, part.labels) if v != label and v.startswith(label))
     last = raw[max(raw.rfind(b"\n"), raw.rfind(b"\r")) + 1 :].decode(encoding or "utf-8", "replace")
-    if not label or not longer or label not in last:  # (that row is not the last line: a line after it was dropped)
-        return None
-    row = int(part.rows[k])
-    return ((0, row), f"{path}, line {row}: the last line has no line end, and its label {label!r} is on no other "
-                      f"line and the start of {longer[0]!r}: the file cut short (half-copied, or read while it was "
-                      f"written)? copy it again; if {label!r} is a class, end the file with a line break")  # fmt: skip
+    for what, values, codes in (("label", part.labels, part.label_codes), ("split", part.splits, part.split_codes)):
+        code = int(codes[k])
+        if code < 0 or int(np.count_nonzero(codes == code)) != 1:
+            continue
+        value = str(values[code])
+        longer = sorted(v for v in map(str, values) if v != value and v.startswith(value))
+        # (that row is the last line, not one before a line dropped; a split, the line's last field)
+        if not value or not longer or value not in (last if what == "label" else last[-len(value) :]):
+            continue
+        row = int(part.rows[k])
+        whose = "class" if what == "label" else "split"
+        return ((0, row), f"{path}, line {row}: the last line has no line end, and its {what} {value!r} is on no "
+                          f"other line and the start of {longer[0]!r}: the file cut short (half-copied, or read while "
+                          f"it was written)? copy it again; if {value!r} is a {whose}, end the file with a line "
+                          "break")  # fmt: skip
+    return None
 
 
 def _part_of(whole: LabelTable, keep: np.ndarray) -> LabelTable:

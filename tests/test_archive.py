@@ -3265,6 +3265,31 @@ def test_two_zips_joined_into_one_file_are_refused_not_read_as_the_last(tmp_path
                                      "archive, of 2 members")  # fmt: skip
 
 
+def test_a_stored_archive_cut_short_after_a_zip_it_holds_is_refused_not_read_as_that_zip(tmp_path: Path, capsys):
+    # the attack: a zip -0 archive (JPEGs stored) half downloaded, cut 5000 bytes after a member that is itself a zip
+    # (val.zip, or an .xlsx): zip readers found that member's end record in the last 64 KiB, and the archive was read
+    # as the inner one: 4 samples of 60, "0 problems", unzip-gbk extracted 4 files, exit 0
+    inner = build_zip([ZipEntry("猫/1.png".encode("gbk"), b"c"), ZipEntry("狗/1.png".encode("gbk"), b"d")])
+    whole = build_zip([ZipEntry(f"猫/{i:02d}.png".encode("gbk"), bytes(3000), method=0) for i in range(20)]
+                      + [ZipEntry(b"val.zip", inner, method=0)]
+                      + [ZipEntry(f"狗/{i:02d}.png".encode("gbk"), bytes(3000), method=0) for i in range(20)])  # fmt: skip
+    cut = tmp_path / "dataset.zip"
+    for extra in (5000, 0):  # the cut anywhere after the inner archive's end, or right at it
+        cut.write_bytes(whole[: whole.index(inner) + len(inner) + extra])
+        want = (
+            f"{cut}: truncated: its last end record is that of a zip stored within it (a member at the start of "
+            "the file is not in that record's list), the archive's own end is missing; download or copy it again"
+        )
+        assert unzip_gbk_main([str(cut), "-d", str(tmp_path / "out")]) == 1
+        assert capsys.readouterr().err == f"unzip-gbk: error: {want}\n"
+        assert not (tmp_path / "out").exists()
+        with pytest.raises(ArchiveError) as err:
+            open_dataset(cut)
+        assert str(err.value) == want
+    cut.write_bytes(whole)  # the whole archive: read whole
+    assert len(open_dataset(cut)) == 40
+
+
 @pytest.mark.parametrize(
     ("enc", "names", "host", "read_as", "named"),
     [

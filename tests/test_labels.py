@@ -704,6 +704,18 @@ def test_a_text_table_cut_short_is_refused_not_read_with_a_class_of_its_last_lin
     with pytest.raises(LabelError) as e:
         read_labels(dropped)
     assert str(e.value) == f"{dropped}, line 4: file 'images/3.jpg' has no label"
+    # the attack: cut inside the split column ('train' as 'tra'), the last row was a split of its own: --split train
+    # read one row fewer, pack-lmdb and stats exit 0, without a word
+    split = tmp_path / "split.csv"
+    rows = "file,label,split\n1.jpg,cat,val\n2.jpg,dog,train\n3.jpg,cat,train\n4.jpg,cat,train"
+    split.write_text(rows[:-2], encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(split, split="train")
+    assert str(e.value) == (f"{split}, line 5: the last line has no line end, and its split 'tra' is on no other line "
+                            "and the start of 'train': the file cut short (half-copied, or read while it was "
+                            "written)? copy it again; if 'tra' is a split, end the file with a line break")  # fmt: skip
+    split.write_text(rows, encoding="utf-8")
+    assert read_labels(split, split="train").files.tolist() == ["2.jpg", "3.jpg", "4.jpg"]
 
 
 def test_a_list_line_of_a_spaced_file_name_without_its_label_is_named_not_a_class(tmp_path: Path):
