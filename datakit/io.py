@@ -1204,7 +1204,10 @@ def _compiled_jpeg(raw: bytes, mode: str, factor: int, name) -> np.ndarray | Non
         return None
     except getattr(_REGION, "DamagedJPEG", ()) as exc:
         raise ImageDecodeError(f"{_describe(name)}: damaged JPEG data: {exc}") from None
-    if got is None:
+    if got is None:  # a luma MCU of more than 4 blocks (cjpeg -sample 4x2): the others decode it, around any damage
+        damage = jpeg_damage(raw)  # (a 4:1:0 file cut short, its end marker put back: 76% gray, without a word)
+        if damage:
+            raise ImageDecodeError(f"{_describe(name)}: damaged JPEG data: {damage}")
         return None
     pixels, rows, band, channels, offset = got
     if (rows, band, offset) != (sh, sw, 0):

@@ -1580,6 +1580,17 @@ def _refuse_cut_character(raw: bytes, path: Path) -> None:
             bytes_ = f"last bytes {cut.hex(' ')} begin" if len(cut) > 1 else f"last byte {cut.hex()} begins"
             raise LabelError(f"{path}, line {line}: the file ends inside a UTF-8 character (its {bytes_} one): cut "
                              "short, a copy or download not finished? copy it again") from None  # fmt: skip
+        cut = raw[exc.start :]
+        if exc.end == len(raw) and exc.reason == "unexpected end of data" and len(cut) > 1:
+            # ASCII but for a character's first bytes at the end (the list's one Chinese label, cut): read as GBK,
+            # 'e7 8c' was a class '鐚', without a word; a whole GBK file may end so too, so both are said
+            line = raw.count(b"\n", 0, exc.start) + 1
+            legacy = next((e for e in ("gbk", "big5") if decodes(cut, e)), None)
+            whole = (f"; if the file is whole, ending in {cut.decode(legacy)!r} in {_label(legacy)}, pass encoding="
+                     f"{legacy!r}" if legacy else "")  # fmt: skip
+            raise LabelError(f"{path}, line {line}: the file's one non-ASCII text is its last bytes, {cut.hex(' ')}, "
+                             "with no line end: the start of a UTF-8 character, the file cut short (a copy or download "
+                             f"not finished? copy it again){whole}") from None  # fmt: skip
 
 
 def _decode_text(raw: bytes, path: Path, encoding: str | None) -> tuple[str | None, str]:

@@ -414,6 +414,28 @@ def test_a_jpeg_of_larger_luma_sampling_is_left_to_the_whole_image_decoders(tmp_
             assert (region.int() - whole.int()).abs().max() <= 1, (sampling, seed)
 
 
+def test_a_damaged_jpeg_of_larger_luma_sampling_is_refused_not_decoded_gray(tmp_path):
+    # the attack: a cjpeg -sample 4x2 file cut short, its end marker put back: the whole-image decoders it goes to
+    # decoded it around the damage (76% gray), decode_image and train_pipeline without a word
+    import shutil
+
+    if shutil.which("cjpeg") is None:
+        pytest.skip("needs cjpeg (libjpeg-turbo's tools) to write such a JPEG")
+    img = np.random.default_rng(0).integers(0, 256, (121, 163, 3), dtype=np.uint8)
+    (tmp_path / "src.ppm").write_bytes(b"P6 163 121 255\n" + img.tobytes())
+    data = subprocess.run(["cjpeg", "-sample", "4x2,1x1,1x1", str(tmp_path / "src.ppm")],
+                          capture_output=True, check=True).stdout  # fmt: skip
+    assert dio.decode_image(data, "rgb").shape == (121, 163, 3)  # whole: read
+    cut = data[: len(data) // 2] + b"\xff\xd9"
+    want = "<bytes>: damaged JPEG data: Corrupt JPEG data: premature end of data segment"
+    with pytest.raises(ImageDecodeError) as e:
+        dio.decode_image(cut, "rgb")
+    assert str(e.value) == want
+    with pytest.raises(ImageDecodeError) as e:
+        train_pipeline(32).from_bytes(cut)
+    assert str(e.value) == want
+
+
 def test_a_cache_on_a_full_disk_is_refused_or_left_never_a_dead_process(tmp_path, monkeypatch):
     # the attack: a cache folder (its marker made while there was room) on a full disk was taken when the pipeline
     # was built, and the first read died of SIGBUS: liblmdb maps a new lock file the disk has no space for

@@ -424,6 +424,17 @@ def test_a_utf8_table_cut_inside_a_character_is_said_to_be_cut_short(tmp_path: P
     with pytest.raises(LabelError) as e:
         read_labels(tmp_path / "cafe.csv")
     assert "as Windows-1252 it reads 'café'" in str(e.value) and "cut short" not in str(e.value)
+    # the attack: ASCII but for the last label, cut two bytes into its one character ('猫' as e7 8c): read as GBK, a
+    # class '鐚' and "0 problems"; a whole GBK file may end so too, and is read with encoding='gbk'
+    (tmp_path / "list.txt").write_bytes(b"a.png cat\nb.png dog\nc.png " + "猫".encode()[:2])
+    with pytest.raises(LabelError) as e:
+        read_labels(tmp_path / "list.txt")
+    assert str(e.value) == (
+        f"{tmp_path / 'list.txt'}, line 3: the file's one non-ASCII text is its last bytes, e7 8c, with no line end: "
+        "the start of a UTF-8 character, the file cut short (a copy or download not finished? copy it again); if the "
+        "file is whole, ending in '鐚' in GBK, pass encoding='gbk'"
+    )
+    assert read_labels(tmp_path / "list.txt", encoding="gbk").class_values == ("cat", "dog", "鐚")
 
 
 def test_labels_that_differ_in_a_trailing_nul_are_refused(tmp_path: Path):
