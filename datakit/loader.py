@@ -1517,6 +1517,16 @@ class Loader:
         self._feed_at = None  # in use: where it stands is known again when the epoch ends
         return self._feed
 
+    def _worker_lost(self) -> bool:
+        """Whether a worker of the epoch in progress has died unreported: torch's handler for its death raised the
+        error wherever the main process was (in the loop's step, where it was caught), and the iterator would
+        only report it again at the next batch."""
+        it = getattr(self, "_live", None)
+        it = it._it if isinstance(it, _Receiver) else it
+        if not isinstance(it, _MultiProcessingDataLoaderIter) or getattr(it, "_shutdown", True):
+            return False
+        return any(up and not w.is_alive() for w, up in zip(it._workers, it._workers_status))
+
     def _ended(self, epoch: int) -> UsageError:
         """What a superseded epoch iterator raises when resumed."""
         if self._ended_by != "iter":
@@ -1579,6 +1589,7 @@ class Loader:
             own = it if isinstance(it, _Receiver) else None
             if own is not None:
                 self._pending.append(own)  # a newer iteration stops it before resetting the iterator
+        self._live = it  # (whose workers :meth:`_worker_lost` looks at)
         first = cpu0 = own0 = None
         failed = False
         cpu = time.process_time
@@ -2101,6 +2112,8 @@ class InfiniteLoader:
         sampler = self.loader.loader.sampler
         if isinstance(sampler, EpochSampler) and sampler.asked is not None:
             self._it = None  # sampler.set_epoch(e) since the last batch: _start_epoch serves epoch e
+        if self._it is not None and self.loader._worker_lost():
+            self._it = None  # a worker's death raised in the step and caught there: as an error of next() (below)
         if self._it is None or (self._gen is not None and self._gen != self.loader._generation):
             # not started, or its epoch was ended from outside (loader.close() to free the workers
             # during an evaluation, set_num_workers(), another iteration): go on from where it is

@@ -644,11 +644,21 @@ class Resize:
         self.interpolation = _interpolation(interpolation)
         self.antialias = bool(antialias)
 
-    def output_size(self, h: int, w: int) -> tuple[int, int]:
+    def output_size(self, h: int, w: int, name=None) -> tuple[int, int]:
         if isinstance(self.size, int):
-            if h <= w:
-                return self.size, max(1, int(self.size * w / h))
-            return max(1, int(self.size * h / w)), self.size
+            out = (self.size, max(1, int(self.size * w / h))) if h <= w else (max(1, int(self.size * h / w)), self.size)
+            from datakit.errors import ImageDecodeError
+            from datakit.io import _default_budget
+
+            limit = _default_budget()
+            if out[0] * out[1] > limit:  # (an 8000x1 image to 256 on its shorter side: 2048000x256, gigabytes)
+                named = f"{name}: " if name is not None else ""
+                raise ImageDecodeError(
+                    f"{named}{w}x{h} resized to {self.size} on its shorter side is {out[1]}x{out[0]} = "
+                    f"{out[0] * out[1]} pixels, over the limit of {limit} (an image this narrow: leave it out or crop "
+                    "it first; raise the limit with the DATAKIT_MAX_PIXELS environment variable)"
+                )
+            return out
         return _size2(self.size)
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
@@ -1275,7 +1285,7 @@ class EvalPipeline(_Pipeline):
         # the sizes torchvision resizes the whole image to, from its full sides; a decode at 1/f covers
         # ceil(side / f) * f full pixels (its last row and column partly past the edge), so it is resized
         # in proportion, to a little more than that, and the centre cut taken where the full image has it
-        rh, rw = self.resize.output_size(h, w)
+        rh, rw = self.resize.output_size(h, w, name)
         if rh < th or rw < tw:  # padded by the centre crop, as torchvision pads it: the whole image
             return self._whole(decode_image(data, mode, name=name), mode)
         if f > 1 and (h % f or w % f):

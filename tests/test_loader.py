@@ -997,6 +997,28 @@ def test_an_infinite_loader_goes_on_at_the_batch_a_killed_worker_took_down(devic
     inf.loader.close()
 
 
+def test_an_infinite_loader_goes_on_after_a_worker_death_caught_in_the_training_step():
+    # the attack: the death raised by torch's SIGCHLD handler in the step, caught there (as loader.md says it may
+    # be), was raised again by the next next() ("exited unexpectedly"): a loop catching it once died of the second
+    import signal
+
+    ref = create_loader(SlowDraws(), 4, num_workers=0, seed=0, infinite=True)
+    want = [next(ref)[1].tolist() for _ in range(14)]
+    inf = create_loader(SlowDraws(), 4, num_workers=2, seed=0, infinite=True)
+    got, errors = [], []
+    while len(got) < 14:
+        if len(got) == 4 and not errors:
+            try:  # the training step, during which a worker dies
+                os.kill(inf.loader.loader._iterator._workers[1].pid, signal.SIGKILL)  # a worker this test started
+                time.sleep(2.0)
+            except RuntimeError as exc:
+                errors.append(str(exc))
+        got.append(next(inf)[1].tolist())  # no error here: the epoch goes on with new workers
+    assert len(errors) == 1 and " is killed by signal: Killed" in errors[0], errors
+    assert got == want
+    inf.loader.close()
+
+
 def test_a_worker_killed_while_handing_a_batch_over_is_named_not_a_bare_connection_reset():
     # the attack: a worker SIGKILLed while a batch's shared memory came through its socket reached the loop as a
     # bare "ConnectionResetError: [Errno 104] Connection reset by peer" (the socket is reset before the process

@@ -379,6 +379,26 @@ def test_tensor_to_cv2_is_the_inverse_of_cv2_to_tensor_with_alpha_last():
     assert tensor_to_cv2(rgba.float() / 255).tolist() == bgra.tolist()
 
 
+def test_a_resize_past_the_pixel_limit_is_refused_not_allocated(monkeypatch):
+    # the attack: eval_pipeline(224, 256) on a valid 8000x1 JPEG (25 KB) resized its shorter side to 256 and the other
+    # to 2048000 before the centre crop: 3.6 GB of memory; a 60000x1 one was killed by the kernel
+    from datakit.errors import ImageDecodeError
+    from datakit.io import encode_image
+
+    data = encode_image(np.zeros((8000, 1, 3), np.uint8), ".jpg")
+    want = ("1x8000 resized to 256 on its shorter side is 256x2048000 = 524288000 pixels, over the limit of 89478485 "
+            "(an image this narrow: leave it out or crop it first; raise the limit with the DATAKIT_MAX_PIXELS "
+            "environment variable)")  # fmt: skip
+    with pytest.raises(ImageDecodeError) as e:
+        eval_pipeline(224, 256).from_bytes(data, name="thin.jpg")
+    assert str(e.value) == f"thin.jpg: {want}"
+    with pytest.raises(ImageDecodeError) as e:
+        Resize(256)(np.zeros((8000, 1, 3), np.uint8))
+    assert str(e.value) == want
+    monkeypatch.setenv("DATAKIT_MAX_PIXELS", "600000000")  # the limit raised: resized as asked
+    assert tuple(eval_pipeline(224, 256).from_bytes(data).shape) == (3, 224, 224)
+
+
 def test_float_tensors_on_another_scale_are_refused_not_clipped():
     # the attack: 0-255 floats (10, 100, 200) came back white, a normalised batch in false colours, without a word
     pixels = torch.tensor([10.0, 100.0, 200.0]).view(3, 1, 1).expand(3, 2, 2)
