@@ -376,8 +376,9 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
         return 1.0 if ch in _KOREAN else _hangul_shape(ch) if _encodes(ch, "euc_kr") else 0.2
     if script == "cyrillic":
         return _RU_SCORE.get(ch.lower(), 0.1)
-    if script == "greek":
-        return 0.6 if table else -0.5  # the Greek letters of CP437/CP866 appear only as mojibake in archives
+    if script == "greek":  # the Greek letters of CP437/CP866 appear only as mojibake in archives; a double-byte
+        # code page's are the symbols of CJK text, as in a table (α型, β受体, Φ10: GBK A6 C1, read as Big5 汐)
+        return 0.6 if table or enc in _DOUBLE_BYTE or enc == "cp949" else -0.5
     if script == "thai":  # (the marks' order is checked by _thai_penalty)
         if enc not in ("cp874", "utf-8"):
             return 0.0
@@ -471,17 +472,50 @@ def _thai_penalty(name: str) -> float:
     return 1.5 * bad
 
 
-def _cjk_in_latin(name: str) -> int:
+def _cjk_in_latin(name: str, enc: str | None = None) -> int:
     """Lone CJK characters touching ASCII letters (``Sommerferien_謘terreich``, ``A砲_nuevo``): one
-    legacy byte glued to the next ASCII byte by a double-byte reading. Real names hold runs."""
+    legacy byte glued to the next ASCII byte by a double-byte reading. Real names hold runs, but for a
+    capital letter standing alone before a character of GB2312 read as GBK (the zones, groups and
+    buildings of Chinese labels: ``A区``, ``B栋``, ``C组``), whose two bytes are both past ASCII."""
     padded = f" {name} "
     count = 0
-    for a, b, c in zip(padded, padded[1:], padded[2:]):
+    for i, (a, b, c) in enumerate(zip(padded, padded[1:], padded[2:])):
         if _FAMILY.get(_script(b)) != "cjk" or _FAMILY.get(_script(a)) == "cjk" or _FAMILY.get(_script(c)) == "cjk":
             continue
         if (a.isascii() and a.isalpha()) or (c.isascii() and c.isalpha()):
+            lone = a.isascii() and a.isupper() and not (i and padded[i - 1].isalpha()) and not c.isalpha()
+            if lone and enc in ("gbk", "gb18030") and _encodes(b, "gb2312"):
+                continue
             count += 1
     return count
+
+
+# scripts a name part is written in whole, read as UTF-8 in an archive: a word of two or more letters of one of
+# them is 2 or 3 byte sequences no legacy name makes by chance (γάτα, חתול, قطة, कुत्ता, ねこ); one-byte code
+# pages read them as Cyrillic or CJK nonsense (кошка aside: Cyrillic is scored as Russian)
+_WORD_SCRIPTS = ("GREEK", "HEBREW", "ARABIC", "DEVANAGARI", "ARMENIAN", "GEORGIAN", "HIRAGANA", "KATAKANA", "BENGALI",
+                 "TAMIL", "TELUGU", "GUJARATI", "GURMUKHI", "KANNADA", "MALAYALAM", "SINHALA", "LAO", "MYANMAR",
+                 "ETHIOPIC", "KHMER", "SYRIAC", "THAANA", "TIBETAN")  # fmt: skip
+_WORD_SCORE = 0.8
+
+
+def _word_script(part: str) -> str | None:
+    """The one script of :data:`_WORD_SCRIPTS` every non-ASCII character of ``part`` belongs to (its marks too,
+    the prolonged sound mark ー with kana), when it holds two letters or more of it; else None."""
+    scripts = set()
+    letters = 0
+    for ch in part:
+        if ord(ch) < 0x80:
+            continue
+        name = unicodedata.name(ch, "")
+        if ch in "ー・":
+            continue
+        word = name.split(" ", 1)[0]
+        if word not in _WORD_SCRIPTS:
+            return None
+        scripts.add("KANA" if word in ("HIRAGANA", "KATAKANA") else word)
+        letters += unicodedata.category(ch).startswith("L")
+    return next(iter(scripts)) if len(scripts) == 1 and letters >= 2 else None
 
 
 def _parts(names: list[str]):
@@ -512,8 +546,12 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     # in a table, μ before Latin letters is a unit (μm, μg), not two alphabets in one word
     worded = [n.replace("μ", " ") for n in names] if table else names
     native = _NATIVE.get(enc, frozenset()) if not table else frozenset()
-    total -= sum(_word_penalties(w, native)[0] + 1.5 * _cjk_in_latin(n) + _thai_penalty(n)
+    total -= sum(_word_penalties(w, native)[0] + 1.5 * _cjk_in_latin(n, enc) + _thai_penalty(n)
                  for n, w in zip(names, worded))  # fmt: skip
+    if enc == "utf-8" and not table:  # a word of one script past Latin and Cyrillic, whole (see _WORD_SCRIPTS)
+        for p in _parts(names):
+            if _word_script(p) is not None:
+                total += sum(max(0.0, _WORD_SCORE - _char_score(c, enc)) for c in p if ord(c) >= 0x80)
     # a name part of accented Latin letters alone (猫 read as UTF-8 è), or of one Cyrillic letter alone (a class
     # folder 'Ñ' of a Spanish alphabet, read by CP866 as 'е'): what one-byte code pages make of other bytes as often
     # as what anyone names a folder
@@ -522,7 +560,7 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
                  or (len(p) == 1 and _script(p) == "cyrillic"))  # fmt: skip
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}
-    if table and "cjk" in letters:
+    if (table or enc in _DOUBLE_BYTE or enc == "cp949") and "cjk" in letters:
         letters.pop("greek", None)  # α型, β受体: Greek letters as symbols of Chinese text, not another script
     if letters:
         total -= (sum(letters.values()) - max(letters.values())) * 1.0  # one script across all names

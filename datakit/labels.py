@@ -1521,7 +1521,7 @@ def _utf8_kind(cells: list[str]) -> str | None:
             scripts = {_script(c) if c.isalpha() else unicodedata.category(c)[0] for c in run}
             if any(c.isascii() and c.isalpha() for c in beside):
                 token = re.search(r"[^\W\d_]*" + re.escape(run) + r"[^\W\d_]*", cell).group()
-                if scripts == {"latin"} and not _unlikely_run(token):
+                if scripts == {"latin"} and not _unlikely_run(token) and all(map(_european_letter, run)):
                     kinds.add("latin")  # accented letters beside ASCII ones: café, żółw
                 else:  # Cyrillic glued to Latin letters (GBK's 小 after an A: "AС"), or a capital after "è" ("èA")
                     kinds.add("mojibake")
@@ -1539,6 +1539,14 @@ def _utf8_kind(cells: list[str]) -> str | None:
         if kind in kinds:
             return "word" if kind == "latin" else kind
     return "single"
+
+
+def _european_letter(ch: str) -> bool:
+    """A letter of Latin-1 or Latin Extended-A (the accented letters of European languages: é, ø, ł, ő), Romanian's
+    ș ț or Pinyin's ǎ ǐ ǒ ǔ ǚ; not the rest of Latin Extended-B, where GBK characters read as UTF-8 land: 片 (C6 AC) is
+    Ƭ, so 'A片' read as 'AƬ', a letter beside a letter, was taken for a word."""
+    o = ord(ch)
+    return 0xC0 <= o <= 0x17F or 0x218 <= o <= 0x21B or 0x1CD <= o <= 0x1DC
 
 
 def _unlikely_run(run: str) -> bool:

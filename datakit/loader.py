@@ -1390,6 +1390,7 @@ class Loader:
         # and the (epoch, skip) its next batch belongs to
         self._feed: Iterator | None = None
         self._feed_at: tuple[int, int] | None = None
+        self._live: Iterator | None = None  # the iterator of the epoch in progress (see _worker_lost)
         self._workers_saw: tuple | None = None  # the transforms the running workers were started with
         # the statistics a device plan normalises the batches with, and whether they are the pipeline's (or the
         # default) rather than normalize='s: a pipeline set between epochs is checked against them
@@ -1521,8 +1522,7 @@ class Loader:
         """Whether a worker of the epoch in progress has died unreported: torch's handler for its death raised the
         error wherever the main process was (in the loop's step, where it was caught), and the iterator would
         only report it again at the next batch."""
-        it = getattr(self, "_live", None)
-        it = it._it if isinstance(it, _Receiver) else it
+        it = self._live._it if isinstance(self._live, _Receiver) else self._live
         if not isinstance(it, _MultiProcessingDataLoaderIter) or getattr(it, "_shutdown", True):
             return False
         return any(up and not w.is_alive() for w, up in zip(it._workers, it._workers_status))
@@ -1622,6 +1622,8 @@ class Loader:
                     t.total_s = t1 - first
                 yield batch
         finally:
+            if self._live is it:
+                self._live = None  # (held no longer: the iterator, its workers and batches go with the last holder)
             # leaving early (break, an error, Ctrl-C) does not wait for the batch being received,
             # which may be a slow one: the next epoch waits for it instead; a superseded iteration
             # leaves everything to the one that superseded it

@@ -3228,6 +3228,26 @@ def test_a_reading_that_no_candidate_makes_plausible_is_said_to_be_ambiguous(tmp
         assert (detect_encoding(z).encoding, detect_encoding(z).ambiguous, ZipReader(z).names()) == (enc, (), [name])
 
 
+@pytest.mark.parametrize("host", [20, (3 << 8) | 20])
+def test_unflagged_utf8_words_of_other_scripts_and_gbk_zone_names_are_read_as_written(tmp_path: Path, host: int):
+    # the attacks: macOS's Archive Utility writes UTF-8 names without the flag: kana class folders (ねこ, いぬ) were
+    # read as CP866 'уБнуБУ', Greek, Hebrew, Arabic and Hindi ones as GBK or CP866 nonsense, mostly without a word;
+    # GBK class folders of a capital and one character (A区) were read as Big5 'A⑹', with camera file names
+    sets = [("ねこ", "いぬ"), ("がっこう", "ねこ"), ("γάτα", "σκύλος"), ("חתול", "כלב"), ("قطة", "كلب"),
+            ("कुत्ता", "बिल्ली"), ("カメラ", "テレビ")]  # fmt: skip
+    for words in sets:
+        z = write_zip(tmp_path / "u.zip", [ZipEntry(f"{w}/{k}.png".encode(), b"x", made_by=host)
+                                           for k, w in enumerate(words)])  # fmt: skip
+        guess = detect_encoding(z)
+        assert (guess.encoding, guess.ambiguous) == ("utf-8", ()), (words, guess.reason)
+        assert ZipReader(z).names() == [f"{w}/{k}.png" for k, w in enumerate(words)]
+    for zones in (("A区", "B区", "C区"), ("A栋", "B栋")):
+        z = write_zip(tmp_path / "g.zip", [ZipEntry(f"dataset/{w}/IMG_000{k}.png".encode("gbk"), b"x", made_by=host)
+                                           for k, w in enumerate(zones)])  # fmt: skip
+        assert detect_encoding(z).encoding == "gbk", zones
+        assert open_dataset(z).classes == sorted(zones)
+
+
 def test_two_zips_joined_into_one_file_are_refused_not_read_as_the_last(tmp_path: Path, capsys):
     # the attack: `cat a.zip b.zip > all.zip`: zip readers take the last archive alone (the first as a self-extractor's
     # program): unzip-gbk extracted eel/1.png, exit 0, and the zip read in place had one class; cat and dog were lost

@@ -1868,11 +1868,17 @@ def test_gbk_labels_that_happen_to_be_valid_utf8_are_not_read_as_cyrillic(tmp_pa
     (tmp_path / "gbk.csv").write_bytes(rows.encode("gbk"))
     t = read_labels(tmp_path / "gbk.csv")
     assert t.encoding == "gbk" and t.class_values == ("学校", "小学")
-    # too close to call (a capital glued to an ASCII letter, single letters): refused, naming both readings
+    # a capital standing alone before a GB2312 character (zones, groups: A区, B栋) is Chinese, not letters glued
+    # together: the UTF-8 reading 'AС, BŮ' (a Cyrillic letter after a Latin one) is no word (before: refused as too
+    # close to call; A区 and A栋 were read as Big5 'A⑹' and 'A集' without a word)
     (tmp_path / "close.csv").write_bytes("filename,label\na.png,A小\nb.png,B女\n".encode("gbk"))
-    with pytest.raises(LabelError, match=r"cannot tell the encoding apart: as UTF-8 it reads 'AС, BŮ'; as GBK it "
-                                         r"reads 'A小, B女'"):  # fmt: skip
-        read_labels(tmp_path / "close.csv")
+    assert read_labels(tmp_path / "close.csv").class_values == ("A小", "B女")
+    for labels in (("A区", "B区", "C区"), ("A栋", "B栋", "C栋"), ("A片", "B片", "C片"), ("A组", "B组", "C组")):
+        (tmp_path / "zone.csv").write_bytes(
+            ("file,label\n" + "".join(f"{k}.png,{v}\n" for k, v in enumerate(labels))).encode("gbk")
+        )
+        t = read_labels(tmp_path / "zone.csv")
+        assert (t.encoding, t.class_values) == ("gbk", labels)
     # real words of those scripts, in UTF-8, read as they are
     for words in (("Собака", "кошка"), ("قطة", "كلب"), ("café", "thé")):
         (tmp_path / "u.csv").write_text(f"filename,label\na.png,{words[0]}\nb.png,{words[1]}\n", encoding="utf-8")
