@@ -1478,6 +1478,14 @@ def _check_environment() -> None:
 _NAMED_OPTIONS = ("labels", "classes", "root", "split", "file_column", "label_column", "split_column")
 
 
+def _of_its_own(exc: Exception, args: argparse.Namespace, rank: int) -> bool:
+    """Whether a usage mistake is of this rank's own output (an OUT naming ``{rank}``, this rank's one already
+    there), which the other ranks do not meet: rank 0 would only say that a rank stopped."""
+    src = getattr(args, "src", None)
+    out = src[-1] if isinstance(src, list) and src and isinstance(src[-1], str) else ""
+    return "{rank}" in out and out.replace("{rank}", str(rank)) in str(exc)
+
+
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
     """Call ``func(args)`` as this rank should, and turn exceptions into one line and an exit code."""
     try:
@@ -1531,6 +1539,8 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
         if exc.exit_code == UsageError.exit_code:  # every rank sees the same usage mistake: rank 0 says it
             if rank == 0:
                 print(f"{prog}: error: {_lines(exc)}", file=sys.stderr)
+            elif _of_its_own(exc, args, rank):  # but for one of this rank's own output (part-1.lmdb is there)
+                print(f"{prog}: error{tag}: {_lines(exc)}", file=sys.stderr)
         else:
             print(f"{prog}: error{tag}: {_lines(exc)}", file=sys.stderr)
         return exc.exit_code

@@ -744,6 +744,17 @@ def test_two_ranks_pack_one_shard_each(class_folder: Path, tmp_path: Path):
                          f"together as {str(tmp_path / 'part-*.lmdb')!r}\n") and r1.stdout == ""  # fmt: skip
     whole, parts = open_dataset(class_folder), open_dataset(str(tmp_path / "part-*.lmdb"))
     assert len(parts) == 12 and parts.targets.tolist() == whole.targets.tolist()
+    # the attack: rank 1's shard left by an earlier run, rank 0's not: rank 1 exited 2 without a word, rank 0 said
+    # only that a rank stopped; a usage mistake of a rank's own output is said by that rank
+    shutil.copytree(tmp_path / "part-0.lmdb", tmp_path / "kept-0")
+    shutil.rmtree(tmp_path / "part-0.lmdb")
+    r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "part-{rank}.lmdb", "--workers", "0")
+    assert (r0.returncode, r1.returncode) == (1, 2)
+    assert r1.stderr == (f"datakit pack-lmdb: error (rank 1): {tmp_path / 'part-1.lmdb'}: already exists, a complete "
+                         "pack of 6 samples; use --overwrite to pack it again\n")  # fmt: skip
+    assert r0.stderr.startswith("datakit pack-lmdb: error (rank 0): another rank stopped before this one finished")
+    shutil.rmtree(tmp_path / "part-0.lmdb")
+    shutil.copytree(tmp_path / "kept-0", tmp_path / "part-0.lmdb")
     r0, r1 = _two_ranks("pack-lmdb", class_folder, tmp_path / "part-{rank}.lmdb", "--workers", "0", "--resume")
     assert (r0.returncode, r1.returncode, r1.stdout) == (0, 0, "")
     assert r0.stdout == (f"the 2 shards {tmp_path / 'part-{rank}.lmdb'} hold every image already (12): nothing to "
