@@ -499,6 +499,11 @@ _WORD_SCRIPTS = ("GREEK", "HEBREW", "ARABIC", "DEVANAGARI", "ARMENIAN", "GEORGIA
 _WORD_SCORE = 0.8
 
 
+def _legacy_too(raw: bytes) -> bool:
+    """Whether ``raw`` reads as GB2312 or Big5 text as well (each of its bytes past ASCII in a pair of theirs)."""
+    return decodes(raw, "gb2312", windows=False) or decodes(raw, "big5", windows=False)
+
+
 def _word_script(part: str) -> str | None:
     """The one script of :data:`_WORD_SCRIPTS` every non-ASCII character of ``part`` belongs to (its marks too,
     the prolonged sound mark ー with kana), when it holds two letters or more of it; else None."""
@@ -548,10 +553,15 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     native = _NATIVE.get(enc, frozenset()) if not table else frozenset()
     total -= sum(_word_penalties(w, native)[0] + 1.5 * _cjk_in_latin(n, enc) + _thai_penalty(n)
                  for n, w in zip(names, worded))  # fmt: skip
-    if enc == "utf-8" and not table:  # a word of one script past Latin and Cyrillic, whole (see _WORD_SCRIPTS)
+    if enc == "utf-8" and not table:  # a word of one script past Latin and Cyrillic, whole (see _WORD_SCRIPTS),
+        # in bytes no GB2312 or Big5 text makes (虾尾 in GBK, CF BA CE B2, is valid UTF-8 'Ϻβ': Greek of GBK's
+        # commonest characters; a real Greek, Hebrew or Arabic word has a letter whose second byte is under A1)
         for p in _parts(names):
-            if _word_script(p) is not None:
+            if _word_script(p) is not None and not _legacy_too(p.encode()):
                 total += sum(max(0.0, _WORD_SCORE - _char_score(c, enc)) for c in p if ord(c) >= 0x80)
+    if not table and enc in _DOUBLE_BYTE | {"cp949"}:  # its Greek letters as a part alone (Big5 米 is GBK μ): no
+        # symbol of CJK text (α型, Φ10), scored as the other mojibake Greek is
+        total -= sum(1.1 * len(p) for p in _parts(names) if all(_script(c) == "greek" for c in p))
     # a name part of accented Latin letters alone (猫 read as UTF-8 è), or of one Cyrillic letter alone (a class
     # folder 'Ñ' of a Spanish alphabet, read by CP866 as 'е'): what one-byte code pages make of other bytes as often
     # as what anyone names a folder

@@ -1543,10 +1543,10 @@ def _utf8_kind(cells: list[str]) -> str | None:
 
 def _european_letter(ch: str) -> bool:
     """A letter of Latin-1 or Latin Extended-A (the accented letters of European languages: é, ø, ł, ő), Romanian's
-    ș ț or Pinyin's ǎ ǐ ǒ ǔ ǚ; not the rest of Latin Extended-B, where GBK characters read as UTF-8 land: 片 (C6 AC) is
-    Ƭ, so 'A片' read as 'AƬ', a letter beside a letter, was taken for a word."""
+    ș ț, Pinyin's ǎ ǐ ǒ ǔ ǚ or Vietnamese ơ ư; not the rest of Latin Extended-B, where GBK characters read as UTF-8
+    land: 片 (C6 AC) is Ƭ, so 'A片' read as 'AƬ', a letter beside a letter, was taken for a word."""
     o = ord(ch)
-    return 0xC0 <= o <= 0x17F or 0x218 <= o <= 0x21B or 0x1CD <= o <= 0x1DC
+    return 0xC0 <= o <= 0x17F or 0x218 <= o <= 0x21B or 0x1CD <= o <= 0x1DC or ch in "ƠơƯư"  # (Vietnamese bơ, dưa)
 
 
 def _unlikely_run(run: str) -> bool:

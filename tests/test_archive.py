@@ -3246,6 +3246,17 @@ def test_unflagged_utf8_words_of_other_scripts_and_gbk_zone_names_are_read_as_wr
                                            for k, w in enumerate(zones)])  # fmt: skip
         assert detect_encoding(z).encoding == "gbk", zones
         assert open_dataset(z).classes == sorted(zones)
+    # GBK names that are valid UTF-8 Greek or Hebrew (虾尾 is CF BA CE B2, 'Ϻβ'; 专注 D7 A8 D7 A2): still GBK, as
+    # before (the first cut of the change above read 4,772 such pairs as UTF-8, without a word)
+    for words in (("虾尾", "虾味"), ("洗胃", "装转")):
+        z = write_zip(tmp_path / "x.zip", [ZipEntry(f"{w}/{k}.png".encode("gbk"), b"x", made_by=host)
+                                           for k, w in enumerate(words)])  # fmt: skip
+        assert ZipReader(z).names() == [f"{w}/{k}.png" for k, w in enumerate(words)]
+    # a Big5 class folder alone that GBK reads as a Greek letter (米, A6 CC: 'μ'): Big5 (a Greek letter alone is no
+    # symbol of CJK text)
+    z = write_zip(tmp_path / "b.zip", [ZipEntry(f"{w}/1.png".encode("big5"), b"x", made_by=host)
+                                       for w in ("米", "bean", "corn")])  # fmt: skip
+    assert open_dataset(z).classes == ["bean", "corn", "米"]
 
 
 def test_two_zips_joined_into_one_file_are_refused_not_read_as_the_last(tmp_path: Path, capsys):

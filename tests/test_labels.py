@@ -1879,6 +1879,9 @@ def test_gbk_labels_that_happen_to_be_valid_utf8_are_not_read_as_cyrillic(tmp_pa
         )
         t = read_labels(tmp_path / "zone.csv")
         assert (t.encoding, t.class_values) == ("gbk", labels)
+    # Vietnamese in UTF-8 (ơ, ư: Latin Extended-B, as GBK 片 read as UTF-8 'Ƭ' is): words, read as they are
+    (tmp_path / "vi.csv").write_text("file,label\n1.png,bơ\n2.png,mơ\n3.png,dưa\n4.png,lê\n", encoding="utf-8")
+    assert read_labels(tmp_path / "vi.csv").class_values == ("bơ", "mơ", "dưa", "lê")
     # real words of those scripts, in UTF-8, read as they are
     for words in (("Собака", "кошка"), ("قطة", "كلب"), ("café", "thé")):
         (tmp_path / "u.csv").write_text(f"filename,label\na.png,{words[0]}\nb.png,{words[1]}\n", encoding="utf-8")
