@@ -68,6 +68,16 @@ def names_sample(text: str, index: int) -> bool:
 _PATH_ARGUMENTS = ("path", "src", "labels", "root", "classes")
 
 
+def as_flag(name: str, value: object) -> bool:
+    """A True/False option as a bool: True, False, 1, 0 (NumPy's too); anything else refused, a string above all,
+    which Python takes for true (remap_labels="no" remapped, include_hidden="no" read the hidden sheets)."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        return bool(value)
+    raise UsageError(f"{name} must be True or False, got {value!r}")
+
+
 def refuse_empty(**given: object) -> None:
     """Refuse an empty path or name (an unset shell variable: ``--classes "$TRAIN"``): ``Path("")`` is the
     current folder, read as if named, and an empty column name or split would mean "none given"."""

@@ -941,6 +941,18 @@ def _decode_image(
         if max_size < 1:
             raise UsageError(f"max_size must be a positive whole number (the longer side needed, in pixels) or None, "
                              f"got {max_size!r}")  # fmt: skip
+    if (
+        isinstance(data, (str, os.PathLike))
+        or not isinstance(data, (bytes, bytearray, memoryview, np.ndarray))
+        or (isinstance(data, np.ndarray) and (data.dtype != np.uint8 or data.ndim != 1))
+    ):  # (torchvision's decode_image takes a path or a uint8 tensor; int64 held bytes were read as raw memory)
+        kind = (
+            f"an array of {data.dtype}, shape {data.shape}"
+            if isinstance(data, np.ndarray)
+            else repr(type(data).__name__)
+        )
+        raise UsageError(f"decode_image decodes a file's bytes (bytes, or a 1-D uint8 array), got {kind}; for a path "
+                         "use imread(path), for a tensor tensor.numpy()")  # fmt: skip
     buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
     if buf.size == 0:
         raise ImageDecodeError(f"{_describe(name)}: empty file (0 bytes)")

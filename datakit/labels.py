@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import LabelError, UsageError, refuse_empty
+from datakit.errors import LabelError, UsageError, as_flag, refuse_empty
 from datakit.filenames import decodes
 from datakit.textparse import Columns, gather, hash_spans, parse_delimited, parse_list, span_keys
 
@@ -4174,8 +4174,22 @@ def read_labels(
         LabelError: every problem of the table at once (the first 20 spelled out, each with its
             sheet and row or line, then a count), or a file that cannot be read as a table.
     """
+    if not isinstance(path, (str, bytes, os.PathLike)):  # a DataFrame, a dict (pandas' habits): pathlib's TypeError
+        raise UsageError(f"a label table is read from its file (a path to .csv, .xlsx, .txt ...), got a "
+                         f"{type(path).__name__}; save it first (DataFrame.to_csv) and give the path")  # fmt: skip
+    path = os.fsdecode(path)
     refuse_empty(path=path, split=split, file_column=file_column, label_column=label_column, split_column=split_column)
+    include_hidden, remap_labels = as_flag("include_hidden", include_hidden), as_flag("remap_labels", remap_labels)
+    validate = as_flag("validate", validate)
     path = Path(path)
+    if sheets is not None and not (
+        isinstance(sheets, str)
+        or (isinstance(sheets, (list, tuple)) and sheets and all(isinstance(n, str) for n in sheets))
+    ):  # (read_excel's sheet_name=0)
+        raise UsageError(f"sheets must be a sheet's name or a list of names, got {sheets!r}")
+    if sep is not None and (not isinstance(sep, str) or (len(sep) != 1 and sep != "whitespace")):
+        raise UsageError(f"sep must be one character (or ' ' or 'whitespace' for a 'path label' list), got {sep!r} "
+                         "(a text table is read by its delimiter, not a regular expression)")  # fmt: skip
     if path.is_dir():
         raise NotATable(f"{path}: is a folder, not a label table (expected {_TABLE_SUFFIXES})")
     if not path.is_file():

@@ -41,7 +41,7 @@ from torch.utils.data.dataloader import _DatasetKind, _MultiProcessingDataLoader
 
 from datakit.collate import CollateError, SlotCollate, forget_slots
 from datakit.devices import launched_world_size
-from datakit.errors import DataError, UsageError
+from datakit.errors import DataError, UsageError, as_flag
 from datakit.io import raise_open_file_limit
 
 if TYPE_CHECKING:
@@ -75,9 +75,15 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
     ``deterministic=True`` also makes cuDNN deterministic and asks torch for deterministic
     algorithms (warning, not failing, where none exists).
     """
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        # (-1 or 2**40 set a PYTHONHASHSEED every later Python process, spawned workers too, dies of; "0" and 1.5
+        # failed half-way, the environment already changed)
+        raise UsageError(f"seed must be a whole number in 0..{2**32 - 1} (PYTHONHASHSEED's range), got {seed!r}")
+    seed = int(seed)
+    as_flag("deterministic", deterministic)
     os.environ["PYTHONHASHSEED"] = str(seed)
     random.seed(seed)
-    np.random.seed(seed % 2**32)
+    np.random.seed(seed)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
@@ -2556,7 +2562,10 @@ def create_loader(
         if not (isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1))):
             either = "True or False" if name in ("train", "infinite") else "True, False or None"
             raise UsageError(f"{name} must be {either}, got {value!r}")
-    train, infinite = bool(train), bool(infinite)
+    train, infinite, drop_last = bool(train), bool(infinite), bool(drop_last)  # (torch takes bool alone: 1 refused)
+    for k in ("shuffle", "in_order", "pin_memory", "persistent_workers"):
+        if dataloader_kwargs.get(k) is not None:
+            dataloader_kwargs[k] = bool(dataloader_kwargs[k])
     for name in ("collate_fn", "worker_init_fn"):
         value = collate_fn if name == "collate_fn" else dataloader_kwargs.get(name)
         if value is not None and not callable(value):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import PackError, SampleError, UsageError, names_sample, refuse_empty
+from datakit.errors import PackError, SampleError, UsageError, as_flag, names_sample, refuse_empty
 from datakit.filenames import decodes, json_text, undecoded_names
 from datakit.io import (
     IMAGE_EXTENSIONS,
@@ -2222,6 +2222,13 @@ def open_source(
     kinds = kinds or sys.modules[__name__]
     src = [_user_path(s) for s in src] if isinstance(src, (list, tuple)) else _user_path(src)
     labels = _user_path(labels) if isinstance(labels, (str, bytes, os.PathLike)) else labels
+    if labels is not None and not isinstance(labels, (str, os.PathLike)) and type(labels).__name__ != "LabelTable":
+        raise UsageError(f"labels= is the path of a label table (.csv, .xlsx, .txt ...) or read_labels()'s table, got "
+                         f"a {type(labels).__name__}; save it first (DataFrame.to_csv) and give the path")  # fmt: skip
+    for name, value in (("transform", transform), ("target_transform", target_transform)):
+        if value is not None and not callable(value):  # (a list of transforms: v2.Compose(list); "train": a pipeline)
+            raise UsageError(f"{name} must be a function or a transform object (or None), got {value!r}")
+    remap_labels, include_hidden = as_flag("remap_labels", remap_labels), as_flag("include_hidden", include_hidden)
     root = _user_path(root) if root is not None else None
     refuse_empty(src=src, labels=labels, root=root, classes=classes, split=split, file_column=file_column,
                  label_column=label_column, split_column=split_column)  # fmt: skip

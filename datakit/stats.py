@@ -268,11 +268,24 @@ def compute_stats(
             "compute_stats counts 8-bit pixels in RGB (or BGR, gray) order; this dataset was opened "
             "with mode='unchanged' (channels and bit depth as stored): open it with mode='rgb'"
         )
+    if distributed not in ("auto", True, False) or not isinstance(distributed, (str, bool)):
+        # (any string was true: distributed="no" waited in an all-reduce for ranks that never came)
+        raise UsageError(f"distributed must be 'auto', True or False, got {distributed!r}")
+    if workers is not None and (not _integral(workers) or workers < 0):
+        raise UsageError(f"workers must be a whole number >= 0 (decoding processes; None: the usable CPUs), got "
+                         f"{workers!r}")  # fmt: skip
+    if progress is not None and not callable(progress):
+        raise UsageError(f"progress must be a function called with (done, total), or None, got {progress!r}")
     if size is not None:
         from datakit.io import pixel_budget
 
         whole = lambda v: _integral(v) and v >= 1  # noqa: E731
-        if isinstance(size, (str, bytes)) or len(size) != 2 or not all(whole(v) for v in size):
+        if (
+            isinstance(size, (str, bytes))
+            or not hasattr(size, "__len__")
+            or len(size) != 2
+            or not all(map(whole, size))
+        ):
             raise UsageError(f"size must be (width, height), two whole numbers of pixels >= 1, got {size!r}")
         if size[0] * size[1] > pixel_budget():
             raise UsageError(f"size {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over the limit of "

@@ -52,13 +52,37 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def _plain_size(size):
+    """``size`` with NumPy's integers as Python's (np.int64(224) from a config array: an int, not a pair)."""
+    if isinstance(size, np.integer):
+        return int(size)
+    if isinstance(size, (tuple, list)) and all(isinstance(x, np.integer) for x in size):
+        return type(size)(int(x) for x in size)
+    return size
+
+
+def _crop_in_budget(size: int | Sequence[int], who: str) -> None:
+    """Refuse a crop larger than a decoded image may be (train_pipeline(10**9) died in torch's allocator)."""
+    from datakit.io import _default_budget
+
+    h, w = _size2(size)
+    if h * w > _default_budget():
+        raise ValueError(
+            f"{who}: size {h}x{w} = {h * w} pixels a crop, over the limit of {_default_budget()} a "
+            "decoded image may have (DATAKIT_MAX_PIXELS); a crop is a side of a few hundred pixels"
+        )
+
+
 def _size2(size: int | Sequence[int]) -> tuple[int, int]:
     """``size`` as (height, width)."""
-    if isinstance(size, int) and not isinstance(size, bool):
+    whole = lambda x: isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))  # noqa: E731
+    if whole(size):  # (NumPy's integers too: np.int64(224) from a config array)
         size = (size, size)
     if isinstance(size, (str, bytes)) or not hasattr(size, "__len__") or len(size) != 2:
         raise ValueError(f"size must be an int or (height, width), got {size!r}")
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in size):
+    if not all(map(whole, size)):
+        raise ValueError(f"size must be whole numbers of pixels, got {tuple(size)!r}")
+    if not all(x >= 1 for x in size):
         raise ValueError(f"size must be at least 1 pixel a side, got {tuple(size)!r}")
     return int(size[0]), int(size[1])
 
@@ -206,8 +230,13 @@ class Normalize:
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False,
                  scale: str | float = "auto") -> None:  # fmt: skip
-        self.mean = torch.as_tensor(mean, dtype=torch.float32)
-        self.std = torch.as_tensor(std, dtype=torch.float32)
+        try:
+            self.mean = torch.as_tensor(mean, dtype=torch.float32)
+            self.std = torch.as_tensor(std, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):  # a preset's name, None: torch's "new(): invalid data type"
+            raise ValueError(f"mean and std must be lists of numbers, one per channel, got mean {mean!r} and std "
+                             f"{std!r} (a preset's statistics: datakit.stats.PRESETS['imagenet']['mean'] and "
+                             "['std'])") from None  # fmt: skip
         if self.mean.ndim != 1 or self.std.ndim != 1 or len(self.mean) != len(self.std) or not len(self.mean):
             # one value per channel in each: a bare 0.25, or 3 means with 1 std, broadcast on float input and
             # failed on uint8 (a table per channel), so the same object worked on one and not the other
@@ -639,6 +668,7 @@ class Resize:
     ``v2.Resize``'s pixels (its default); False (the pipelines' crops, for speed): shrinks from 2x on only."""
 
     def __init__(self, size: int | Sequence[int], interpolation="bilinear", antialias: bool = False) -> None:
+        size = _plain_size(size)
         _size2(size)  # refused now, not at the first image
         self.size = size
         self.interpolation = _interpolation(interpolation)
@@ -673,6 +703,7 @@ class CenterCrop:
     """The central (h, w) region of a uint8 HWC array (padded with zeros when smaller, as torchvision)."""
 
     def __init__(self, size: int | Sequence[int]) -> None:
+        size = _plain_size(size)
         self.size = _size2(size)
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
@@ -721,6 +752,7 @@ class RandomResizedCrop:
 
     def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
                  ratio: tuple[float, float] = (3 / 4, 4 / 3), interpolation="bilinear") -> None:  # fmt: skip
+        size = _plain_size(size)
         self.size = _size2(size)
         self.interpolation = _interpolation(interpolation)
         for name, pair in (("scale", scale), ("ratio", ratio)):
@@ -1389,6 +1421,8 @@ def train_pipeline(size: int | Sequence[int] = 224, *, scale: tuple[float, float
             the MCUs around it alone (:mod:`datakit.indexcache`). The same pixels; the first epoch
             is slower, the later ones faster (docs/benchmarks.md). Shared by all workers and runs.
     """
+    size = _plain_size(size)
+    _crop_in_budget(size, "train_pipeline")
     order = _defaults_order(mean, std)
     return TrainPipeline(size, scale, ratio, hflip, mean, std, normalize, interpolation, augment, index_cache, order)
 
@@ -1410,7 +1444,8 @@ def eval_pipeline(size: int | Sequence[int] = 224, resize: int | None = None, *,
     crop), the ratio of torchvision's reference recipe: 256 for 224, 146 for 128, so the crop
     keeps 87.5% of the shorter side at any size instead of zooming in on the centre.
     """
-    _size2(size)  # the crop, said as given (not as the resize computed from it)
+    size, resize = _plain_size(size), _plain_size(resize)
+    _crop_in_budget(size, "eval_pipeline")  # the crop, said as given (not as the resize computed from it)
     whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 1  # noqa: E731
     pair = isinstance(resize, (tuple, list)) and len(resize) == 2 and all(whole(v) for v in resize)
     if resize is not None and not whole(resize) and not pair:  # (h, w) too, as v2.Resize takes it

@@ -123,3 +123,61 @@ def test_ctrl_c_while_numpy_loads_at_a_commands_start_ends_in_one_line():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert (out.returncode, out.stdout, out.stderr) == (130, "", "unzip-gbk: interrupted\n")
+
+
+def test_arguments_as_other_libraries_take_them_are_refused_by_name(class_folder: Path, tmp_path: Path):
+    # the attacks: each of these went on silently wrong (a string taken for True, an out-of-range seed written into
+    # PYTHONHASHSEED), hung, or died far inside torch, numpy or pathlib with a message naming no argument
+    import os
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from datakit import UsageError, compute_stats, create_loader, decode_image, open_dataset, read_labels
+    from datakit.loader import seed_everything
+    from datakit.transforms import Normalize, Resize, eval_pipeline, train_pipeline
+
+    hashseed = os.environ.get("PYTHONHASHSEED")
+    for seed, shown in ((-1, "-1"), (2**40, "1099511627776"), ("0", "'0'"), (1.5, "1.5")):
+        with pytest.raises(UsageError) as e:
+            seed_everything(seed)
+        assert str(e.value) == f"seed must be a whole number in 0..4294967295 (PYTHONHASHSEED's range), got {shown}"
+    assert os.environ.get("PYTHONHASHSEED") == hashseed  # nothing changed by a refused seed
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\n" + "".join(f"{p.relative_to(class_folder)},{k + 1}\n"
+                                              for k, p in enumerate(sorted(class_folder.rglob("*.*"))[:3])))  # fmt: skip
+    for name in ("remap_labels", "include_hidden"):
+        with pytest.raises(UsageError, match=rf"^{name} must be True or False, got 'no'$"):
+            open_dataset(table, root=class_folder, **{name: "no"})
+        with pytest.raises(UsageError, match=rf"^{name} must be True or False, got 'no'$"):
+            read_labels(table, **{name: "no"})
+    with pytest.raises(UsageError, match=r"^transform must be a function or a transform object \(or None\), got 5$"):
+        open_dataset(class_folder, transform=5)
+    with pytest.raises(UsageError, match=r"^labels= is the path of a label table .* got a DataFrame; save it first"):
+        open_dataset(class_folder, labels=pd.DataFrame({"file": ["a.png"], "label": ["cat"]}))
+    with pytest.raises(UsageError, match=r"^sheets must be a sheet's name or a list of names, got 0$"):
+        read_labels(tmp_path / "labels.xlsx", sheets=0)
+    with pytest.raises(UsageError, match=r"^sep must be one character .* got '\\\\s\+' \(a text table is read by"):
+        read_labels(table, sep=r"\s+")
+    with pytest.raises(UsageError, match=r"^distributed must be 'auto', True or False, got 'no'$"):
+        compute_stats(class_folder, distributed="no")
+    with pytest.raises(UsageError, match=r"^workers must be a whole number >= 0 .* got 'auto'$"):
+        compute_stats(class_folder, workers="auto")
+    with pytest.raises(UsageError, match=r"^progress must be a function called with \(done, total\), or None"):
+        compute_stats(class_folder, workers=0, progress=True)
+    ds = open_dataset(class_folder, transform=train_pipeline(np.int64(16)))  # NumPy's integers are integers
+    assert tuple(ds[0][0].shape) == (3, 16, 16)
+    assert Resize(np.int64(8)).output_size(20, 40) == (8, 16)  # the shorter side, not an 8x8 square
+    with pytest.raises(ValueError, match=r"^train_pipeline: size 12000x12000 = 144000000 pixels a crop, over"):
+        train_pipeline(12000)
+    with pytest.raises(ValueError, match=r"^size must be whole numbers of pixels, got \(224\.0, 224\.0\)$"):
+        eval_pipeline((224.0, 224.0))
+    with pytest.raises(ValueError, match=r"^mean and std must be lists of numbers, one per channel, got mean "):
+        Normalize("imagenet", "imagenet")
+    with pytest.raises(UsageError, match=r"^decode_image decodes a file's bytes .* got 'PosixPath'; for a path use"):
+        decode_image(table)
+    with pytest.raises(UsageError, match=r"got an array of int64, shape \(3,\); for a path use imread"):
+        decode_image(np.array([1, 2, 3]))
+    loader = create_loader(torch.utils.data.TensorDataset(torch.arange(12)), 5, num_workers=0, drop_last=1)
+    assert [len(b[0]) for b in loader] == [5, 5]  # 1 is True, as torch's DataLoader would not take it
