@@ -451,7 +451,7 @@ def _listed_bad(ds: ImageDataset, path: str | os.PathLike, report: CheckReport) 
     listed = {}
     for e in data["bad"]:
         i = e["index"]
-        if 0 <= i < len(ds) and same_sample_name(ds.name(i), e["name"]):
+        if 0 <= i < len(ds) and same_sample_name(ds.name(i), e["name"], e.get("cwd")):
             listed[i] = f"{e['name']}: {e['reason']} (listed in {path})"
         else:
             report.problems.append(f"{path}: sample {i} is {e['name']!r} there, not in this dataset")

@@ -842,6 +842,9 @@ def _packs(names: list[str]) -> list[Path]:
 
     out = []
     for name in names:
+        if not str(name).strip():  # Path("") is ".": an unset "$DATA" read (or measured) the folder it ran in
+            raise UsageError(f"an empty path ({name!r}); give the folder, table, zip or pack to read (an unset "
+                             "variable?)")  # fmt: skip
         if any(c in name for c in "*?[") and not os.path.lexists(name):
             from datakit.filenames import natural_key
 
@@ -855,7 +858,8 @@ def _packs(names: list[str]) -> list[Path]:
     for p in out:  # `info a.lmdb a.lmdb` printed it twice, where stats refuses it
         first = seen.setdefault(os.path.realpath(p), p)
         if first is not p:
-            raise UsageError(f"{p}: given twice (as {first}); each pack is read once")
+            what = "pack" if (p / "data.mdb").is_file() else "source"  # (doctor's folder of images is none)
+            raise UsageError(f"{p}: given twice (as {first}); each {what} is read once")
     return out
 
 
@@ -1321,6 +1325,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         # (a script, a single image: timed as if it were the data, and said to be "ok")
         raise UsageError(f"{src}: a file that is no dataset source; give the folder, zip, label table or pack the "
                          "training reads")  # fmt: skip
+    if isinstance(src, str) and os.path.isfile(src) and Path(src).suffix.lower() == ".zip":
+        from datakit.datasets import open_dataset
+
+        open_dataset(src)  # read as check reads it (a zip that is none, or of no image, was "ok": its bytes timed)
     from datakit.labels import WrongRoot
 
     try:

@@ -8,6 +8,7 @@ with Pillow as the fallback for what OpenCV cannot decode. Failures raise, never
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import tempfile
@@ -1665,7 +1666,12 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, tidy: boo
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         os.close(fd)
-        yield tmp
+        try:
+            yield tmp
+        except OSError as exc:  # the disk full under it: the output named (not "cannot write the output", as stdout)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+                raise
+            raise DatakitError(f"{path}: cannot be written ({exc.strerror}); nothing was written there") from None
         os.chmod(tmp, 0o666 & ~_umask())
         if overwrite:
             os.replace(tmp, path)

@@ -1213,7 +1213,7 @@ def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
     known = {}
     for e in data["bad"]:
         i = e["index"]
-        if not (0 <= i < len(ds) and same_sample_name(ds.name(i), e["name"])):
+        if not (0 <= i < len(ds) and same_sample_name(ds.name(i), e["name"], e.get("cwd"))):
             raise UsageError(f"{path}: sample {i} is {e['name']!r} there, not in this dataset; another source?")
         known[i] = f"{e['name']}: {e['reason']} (listed in {path})"
     return known

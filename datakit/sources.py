@@ -450,7 +450,9 @@ class ImageDataset:
                         data.get("samples"), len(self))  # fmt: skip
             return []
         return [
-            e for e in data["bad"] if 0 <= e["index"] < len(self) and same_sample_name(self.name(e["index"]), e["name"])
+            e
+            for e in data["bad"]
+            if 0 <= e["index"] < len(self) and same_sample_name(self.name(e["index"]), e["name"], e.get("cwd"))
         ]
 
     def merge_bad_samples(self) -> Path | None:
@@ -463,8 +465,11 @@ class ImageDataset:
         new = [e for e in found if e["index"] not in entries]
         if not new and self.bad_samples.exists():
             return self.bad_samples
+        here = os.getcwd()
         for e in new:
             entries[e["index"]] = {"index": e["index"], "name": e["name"], "reason": e["reason"]}
+            if not os.path.isabs(e["name"]):  # what a relative name is relative to: check or pack-lmdb run from
+                entries[e["index"]]["cwd"] = here  # another folder read the same file as another (refused)
         data = {"format": BAD_SAMPLES_FORMAT, "version": BAD_SAMPLES_VERSION, "dataset": repr(self),
                 "samples": len(self), "count": len(entries), "bad": [entries[k] for k in sorted(entries)]}  # fmt: skip
         # a name no other process has, on this machine or another sharing the folder (containers on two nodes
@@ -595,6 +600,8 @@ def _bad_samples_problem(data: dict) -> str | None:
                 return f"entry {k} of 'bad': {key!r} must be {what}, got {entry[key]!r}"
         if "\x00" in entry["name"]:
             return f"entry {k} of 'bad': 'name' holds a NUL character, which no file name holds: {entry['name']!r}"
+        if "cwd" in entry and not (isinstance(entry["cwd"], str) and os.path.isabs(entry["cwd"])):
+            return f"entry {k} of 'bad': 'cwd' must be an absolute folder, got {entry['cwd']!r}"
     return None
 
 
@@ -602,14 +609,18 @@ def _is_str(value: object) -> bool:
     return isinstance(value, str)
 
 
-def same_sample_name(a: str, b: str) -> bool:
+def same_sample_name(a: str, b: str, cwd: str | None = None) -> bool:
     """Whether two names of a sample (``name(i)`` now, and as a bad-samples file recorded it), or of a
     source, name one file: the same spelling, or the path given another way (relative or absolute,
-    through a link)."""
+    through a link); ``cwd``: the folder a relative ``b`` is relative to (the recording process's)."""
     if a == b:
         return True
     try:
-        return os.path.realpath(a) == os.path.realpath(b)
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        return (
+            cwd is not None and not os.path.isabs(b) and os.path.realpath(a) == os.path.realpath(os.path.join(cwd, b))
+        )
     except ValueError:  # a NUL in a name written by hand: no path
         return False
 

@@ -310,6 +310,39 @@ def test_doctor_of_a_source_with_no_image_fails(tmp_path: Path, capsys):
             "pack that holds the images\n") in capsys.readouterr().out  # fmt: skip
 
 
+def test_doctor_of_a_zip_that_is_none_or_an_empty_path_is_refused(tmp_path: Path, capsys, monkeypatch):
+    # the attacks: `datakit doctor data.zip` on a file that is no zip (or a zip of text files) timed its bytes and
+    # said "ok", exit 0, where check says it is none; `datakit doctor "$UNSET"` (and info, verify) read the folder
+    # it ran in; `doctor imgs imgs` called a folder of images a pack
+    junk = tmp_path / "data.zip"
+    junk.write_text("junk\n")
+    assert main(["doctor", "--quiet", str(junk)]) == 1
+    assert capsys.readouterr().err == (f"datakit doctor: error: {junk}: not a zip archive, or truncated (File is not "
+                                       "a zip file)\n")  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    for cmd in ("doctor", "info", "verify"):
+        assert main([cmd, ""]) == 2
+        assert capsys.readouterr().err == (f"datakit {cmd}: error: an empty path (''); give the folder, table, zip or "
+                                           "pack to read (an unset variable?)\n")  # fmt: skip
+    (tmp_path / "imgs").mkdir()
+    assert main(["doctor", "imgs", "imgs"]) == 2
+    assert capsys.readouterr().err == "datakit doctor: error: imgs: given twice (as imgs); each source is read once\n"
+
+
+def test_an_output_picture_on_a_full_disk_is_named(tmp_path: Path):
+    # the attack: preview --out and stats --plot on a full disk said "cannot write the output", as for stdout
+    import errno
+
+    from datakit.errors import DatakitError
+    from datakit.io import atomic_output
+
+    out = tmp_path / "grid.png"
+    with pytest.raises(DatakitError) as e, atomic_output(out):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert str(e.value) == f"{out}: cannot be written (No space left on device); nothing was written there"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_doctor_of_the_shards_of_a_pack_reads_them_all(samples: Path, tmp_path: Path, capsys, monkeypatch):
     # the attack: `datakit doctor 'part-*.lmdb'`, the form check and stats take, was "no such file or folder"
     from datakit.pack import pack_lmdb

@@ -2192,6 +2192,22 @@ def test_a_bad_samples_file_matches_its_source_however_spelled_and_a_hand_edited
         assert json.loads(capsys.readouterr().out)["count"] == 37
         assert main(["check", src, "--bad-samples", str(report), "--json", "--workers", "0"]) == 1
         assert not [p for p in json.loads(capsys.readouterr().out)["problems"] if "not in this dataset" in p]
+    # the attack: a file written while training on a relative path (open_dataset('data', ...) from the project's
+    # folder), used from the file's own folder (`check ../data`): its relative names were read against the folder
+    # check ran in, "not in this dataset", the bad files decoded again, pack-lmdb --skip-bad refused (exit 2)
+    (tmp_path / "runs").mkdir()
+    ds = open_dataset(rel, on_error="skip", max_bad_fraction=0.1, bad_samples="runs/bad.json")
+    assert len([b for b in create_loader(ds, 4, num_workers=2, seed=0, train=False)]) == 10
+    assert json.loads((tmp_path / "runs" / "bad.json").read_text(encoding="utf-8"))["bad"][0]["cwd"] == str(tmp_path)
+    monkeypatch.chdir(tmp_path / "runs")
+    assert main(["check", f"../{rel}", "--bad-samples", "bad.json", "--json", "--workers", "0"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert len([p for p in problems if p.startswith("unreadable")]) == 3
+    assert not [p for p in problems if "not in this dataset" in p]
+    assert main(["pack-lmdb", f"../{rel}", "r.lmdb", "--skip-bad", "--bad-samples", "bad.json", "--json", "-q",
+                 "--workers", "1"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["count"] == 37
+    monkeypatch.chdir(tmp_path)
     good = json.loads(report.read_text(encoding="utf-8"))
     edits = [
         ({"bad": None}, "'bad' must be a list of samples, got None"),
