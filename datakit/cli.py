@@ -1326,9 +1326,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         raise UsageError(f"{src}: a file that is no dataset source; give the folder, zip, label table or pack the "
                          "training reads")  # fmt: skip
     if isinstance(src, str) and os.path.isfile(src) and Path(src).suffix.lower() == ".zip":
-        from datakit.datasets import open_dataset
+        from datakit.archive import ZipReader
+        from datakit.errors import DataError
+        from datakit.io import IMAGE_EXTENSIONS
 
-        open_dataset(src)  # read as check reads it (a zip that is none, or of no image, was "ok": its bytes timed)
+        names = ZipReader(src).names()  # (a zip that is none, or of no image, was "ok": its bytes timed)
+        if not any(Path(n).suffix.lower() in IMAGE_EXTENSIONS for n in names):
+            raise DataError(f"{src}: no image inside the archive ({len(names)} members); give the zip of the images "
+                            "the training reads")  # fmt: skip
     from datakit.labels import WrongRoot
 
     try:
@@ -1600,6 +1605,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, pr
             # and nothing left in the buffer for the exit to fail on again
             os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
             print(f"{prog}: error{tag}: cannot write the output: {exc.strerror}", file=sys.stderr)
+            return 1
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):  # an output file named (a picture)
+            print(f"{prog}: error{tag}: {_lines(exc.filename)}: {exc.strerror}", file=sys.stderr)
             return 1
         if exc.errno not in (errno.ENAMETOOLONG, errno.ELOOP) or exc.filename is None:
             raise

@@ -73,7 +73,9 @@ def as_flag(name: str, value: object) -> bool:
     which Python takes for true (remap_labels="no" remapped, include_hidden="no" read the hidden sheets)."""
     import numpy as np
 
-    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+    if value is None or isinstance(value, (bool, np.bool_)):  # (None: False, as Python reads it)
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
         return bool(value)
     raise UsageError(f"{name} must be True or False, got {value!r}")
 

@@ -942,10 +942,17 @@ def _decode_image(
         if max_size < 1:
             raise UsageError(f"max_size must be a positive whole number (the longer side needed, in pixels) or None, "
                              f"got {max_size!r}")  # fmt: skip
+    if isinstance(data, np.ndarray) and data.dtype.itemsize == 1:
+        data = data.reshape(-1)  # (bytes in an int8 array, or a (1, N) one)
+    elif not isinstance(data, (bytes, np.ndarray)) and not isinstance(data, (str, os.PathLike)):
+        try:
+            data = memoryview(data).cast("B")  # what holds a file's bytes: bytearray, mmap, array('B'), np.void
+        except TypeError:
+            pass  # (no buffer: refused below)
     if (
         isinstance(data, (str, os.PathLike))
-        or not isinstance(data, (bytes, bytearray, memoryview, np.ndarray))
-        or (isinstance(data, np.ndarray) and (data.dtype != np.uint8 or data.ndim != 1))
+        or not isinstance(data, (bytes, memoryview, np.ndarray))
+        or (isinstance(data, np.ndarray) and data.dtype.itemsize != 1)
     ):  # (torchvision's decode_image takes a path or a uint8 tensor; int64 held bytes were read as raw memory)
         kind = (
             f"an array of {data.dtype}, shape {data.shape}"
@@ -1671,7 +1678,8 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, tidy: boo
         except OSError as exc:  # the disk full under it: the output named (not "cannot write the output", as stdout)
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
                 raise
-            raise DatakitError(f"{path}: cannot be written ({exc.strerror}); nothing was written there") from None
+            why = f"cannot be written ({exc.strerror}); nothing was written there"
+            raise OSError(exc.errno, why, os.fspath(path)) from None
         os.chmod(tmp, 0o666 & ~_umask())
         if overwrite:
             os.replace(tmp, path)

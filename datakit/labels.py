@@ -680,6 +680,20 @@ class LabelTable:
                 "(PaddleClas' multi-label lists), while datakit reads one class per image; make each label one class "
                 "name or index")  # fmt: skip
 
+    def _distinct_notes(self) -> list[str]:
+        """A note where every one of 20 rows or more has a label of its own: a column of ids or annotations read as
+        the classes (ImageNet's PredictionString 'n01440764 0 3 50 60', a class and a box: 30 rows, 30 classes)."""
+        n = len(self)
+        if self.kind != "name" or n < 20 or len(self.labels.values) < n:
+            return []
+        values = [str(v) for v in self.labels.values]
+        if 5 * sum(bool(_ANNOTATED.fullmatch(v.strip())) for v in values) < 4 * n:  # (one image a class: a catalogue)
+            return []
+        shown = ", ".join(map(repr, values[:2]))
+        return [f"{self.path}: every one of its {n} rows has a label of its own, a word and numbers ({shown}, ...): "
+                f"{n} classes of one image each; is the label column an annotation (a class and a box)? name the "
+                "class column with label_column= (--label-column), or write the class alone"]  # fmt: skip
+
     def _quoted_notes(self) -> list[str]:
         """A note for a label that is another label in quotes (``'cat'`` or ``"cat"`` beside ``cat``: quotes typed
         into a cell, or left by a tool that quoted twice): two classes, which may be meant, so said, not refused."""
@@ -2032,12 +2046,33 @@ def _unnamed_file_header(grid: Sequence[Sequence[object]], label_column: str | N
     return top, lcol, scol, row
 
 
+def _one_hot_columns(cols, header_row: Sequence[object], fcol: int | None) -> list[str]:
+    """The headings of a text table's columns beside the files that hold only 0 and 1, where two or more do (the
+    class columns of a one-hot table: image,cat,dog,bird); [] otherwise."""
+    hot = []
+    for i, h in enumerate(header_row):
+        if i == fcol or _blank(h):
+            continue
+        try:
+            values, _, filled = cols.coded(i)
+        except (IndexError, KeyError):
+            continue
+        if filled.all() and values and set(values) <= {"0", "1", "0.0", "1.0"}:
+            hot.append(_text(h))
+    return hot if len(hot) >= 2 else []
+
+
 def _no_header_problem(grid: Sequence[Sequence[object]], where: str, file_column: str | None,
                        label_column: str | None = None) -> str:  # fmt: skip
     first = next((row for row in grid if any(not _blank(v) for v in row)), [])
     shown = ", ".join(repr(_text(v)) for v in first if not _blank(v)) or "nothing"
     if file_column is not None:
         return f"{where}: no file column named {file_column!r} in the first 50 rows; the first row holds {shown}"
+    if label_column is not None and any(_norm(_text(v)) == _norm(label_column) for v in first if not _blank(v)):
+        # (it is there: "no label column named 'Category'" over a row holding 'Category' said the wrong column)
+        return (f"{where}: the label column {label_column!r} is there, but no file-name column beside it (looked for "
+                f"{', '.join(FILE_COLUMNS[:6])}, 文件名, 图片, ...); the first row holds {shown}; name it with "
+                "file_column= (--file-column)")  # fmt: skip
     if label_column is not None:  # with the label column named, the file column is looked for beside it only
         return f"{where}: no header with a label column named {label_column!r}; the first row holds {shown}"
     cells = [_text(v) for v in first if not _blank(v)]
@@ -3818,6 +3853,11 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
             raise ColumnNotFound(f"{path}, line {cols.header_line}: no label column named {label_column!r} among "
                                  f"{shown}")  # fmt: skip
         why = f": {head.why}" if head.why else "; name it with label_column= (--label-column)"
+        hot = _one_hot_columns(cols, header_row, head.fcol)
+        if hot and not head.why:  # (naming one of them read 'dog' or not: a yes/no task, without a word)
+            why = (f": {', '.join(map(repr, hot))} hold 0 and 1, a one-hot (multi-label) table; datakit reads one "
+                   "class per image: write each row's class name in one column (label), or keep the table for a "
+                   "multi-label loader")  # fmt: skip
         problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: no label column found among "
                          f"{shown}{why}"))  # fmt: skip
         return empty
@@ -4182,11 +4222,11 @@ def read_labels(
     include_hidden, remap_labels = as_flag("include_hidden", include_hidden), as_flag("remap_labels", remap_labels)
     validate = as_flag("validate", validate)
     path = Path(path)
-    if sheets is not None and not (
-        isinstance(sheets, str)
-        or (isinstance(sheets, (list, tuple)) and sheets and all(isinstance(n, str) for n in sheets))
-    ):  # (read_excel's sheet_name=0)
-        raise UsageError(f"sheets must be a sheet's name or a list of names, got {sheets!r}")
+    if sheets is not None and not isinstance(sheets, str):  # a list, a tuple, pandas' keys or Index, an array
+        names = list(sheets) if hasattr(sheets, "__iter__") else None
+        if not names or not all(isinstance(n, str) for n in names):  # (read_excel's sheet_name=0)
+            raise UsageError(f"sheets must be a sheet's name or a list of names, got {sheets!r}")
+        sheets = [str(n) for n in names]
     if sep is not None and (not isinstance(sep, str) or (len(sep) != 1 and sep != "whitespace")):
         raise UsageError(f"sep must be one character (or ' ' or 'whitespace' for a 'path label' list), got {sep!r} "
                          "(a text table is read by its delimiter, not a regular expression)")  # fmt: skip
@@ -4246,7 +4286,9 @@ def read_labels(
         cut = _cut_short(path, raw, parts[0], enc)
         if cut is not None:
             problems.append(cut)
-    notes += whole._case_notes() + whole._split_notes() + whole._list_notes() + whole._quoted_notes()
+    listed = whole._list_notes()
+    notes += whole._case_notes() + whole._split_notes() + listed + whole._quoted_notes()
+    notes += [] if listed else whole._distinct_notes()  # (lists of tags, each row's own: said there)
     for note in notes:
         log.warning("%s", note)
     keep = np.concatenate([np.full(len(p.files), p.chosen) for p in parts]) if parts else np.zeros(0, bool)
@@ -4268,6 +4310,8 @@ def read_labels(
     return table
 
 
+# a word followed by two numbers or more: a class and its box (ImageNet's PredictionString 'n01440764 0 3 50 60')
+_ANNOTATED = re.compile(r"\S+(?:\s+-?\d+(?:\.\d+)?){2,}")
 # between the labels of a multi-label cell ('cat,dog', '猫、狗')
 _LIST_SEPARATORS = re.compile(r"\s*[,，、]\s*")
 # where no comma parts them: MovieLens' 'Action|Drama', 'cat;dog' (not a space, '/' or '+': 'ski mask', 'AC/DC')

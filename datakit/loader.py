@@ -2562,7 +2562,8 @@ def create_loader(
         if not (isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1))):
             either = "True or False" if name in ("train", "infinite") else "True, False or None"
             raise UsageError(f"{name} must be {either}, got {value!r}")
-    train, infinite, drop_last = bool(train), bool(infinite), bool(drop_last)  # (torch takes bool alone: 1 refused)
+    train, infinite = bool(train), bool(infinite)
+    drop_last = None if drop_last is None else bool(drop_last)  # (torch takes a bool alone: 1 was refused there)
     for k in ("shuffle", "in_order", "pin_memory", "persistent_workers"):
         if dataloader_kwargs.get(k) is not None:
             dataloader_kwargs[k] = bool(dataloader_kwargs[k])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import DataError, UsageError
+from datakit.errors import DataError, UsageError, as_flag
 from datakit.io import atomic_output, check_output, file_path, output_run
 from datakit.parallel import map_ordered
 
@@ -268,9 +268,12 @@ def compute_stats(
             "compute_stats counts 8-bit pixels in RGB (or BGR, gray) order; this dataset was opened "
             "with mode='unchanged' (channels and bit depth as stored): open it with mode='rgb'"
         )
-    if distributed not in ("auto", True, False) or not isinstance(distributed, (str, bool)):
+    if not (isinstance(distributed, str) and distributed == "auto"):
         # (any string was true: distributed="no" waited in an all-reduce for ranks that never came)
-        raise UsageError(f"distributed must be 'auto', True or False, got {distributed!r}")
+        try:
+            distributed = as_flag("distributed", distributed)
+        except UsageError:
+            raise UsageError(f"distributed must be 'auto', True or False, got {distributed!r}") from None
     if workers is not None and (not _integral(workers) or workers < 0):
         raise UsageError(f"workers must be a whole number >= 0 (decoding processes; None: the usable CPUs), got "
                          f"{workers!r}")  # fmt: skip

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -324,6 +325,17 @@ def test_doctor_of_a_zip_that_is_none_or_an_empty_path_is_refused(tmp_path: Path
         assert main([cmd, ""]) == 2
         assert capsys.readouterr().err == (f"datakit {cmd}: error: an empty path (''); give the folder, table, zip or "
                                            "pack to read (an unset variable?)\n")  # fmt: skip
+    texts = tmp_path / "texts.zip"
+    with zipfile.ZipFile(texts, "w") as z:
+        z.writestr("a/notes.txt", "x")
+    assert main(["doctor", "--quiet", str(texts)]) == 1
+    assert capsys.readouterr().err == (f"datakit doctor: error: {texts}: no image inside the archive (1 members); give "
+                                       "the zip of the images the training reads\n")  # fmt: skip
+    flat = tmp_path / "flat.zip"  # images without class folders (read with --labels): measured, as before
+    with zipfile.ZipFile(flat, "w") as z:
+        z.writestr("a.png", (tmp_path / "data.zip").read_bytes())
+    assert main(["doctor", "--quiet", str(flat)]) in (0, 1)
+    assert "error" not in capsys.readouterr().err
     (tmp_path / "imgs").mkdir()
     assert main(["doctor", "imgs", "imgs"]) == 2
     assert capsys.readouterr().err == "datakit doctor: error: imgs: given twice (as imgs); each source is read once\n"
@@ -333,13 +345,13 @@ def test_an_output_picture_on_a_full_disk_is_named(tmp_path: Path):
     # the attack: preview --out and stats --plot on a full disk said "cannot write the output", as for stdout
     import errno
 
-    from datakit.errors import DatakitError
     from datakit.io import atomic_output
 
     out = tmp_path / "grid.png"
-    with pytest.raises(DatakitError) as e, atomic_output(out):
+    with pytest.raises(OSError) as e, atomic_output(out):  # still an OSError of ENOSPC, naming the output
         raise OSError(errno.ENOSPC, "No space left on device")
-    assert str(e.value) == f"{out}: cannot be written (No space left on device); nothing was written there"
+    assert (e.value.errno, e.value.filename, e.value.strerror) == (
+        errno.ENOSPC, str(out), "cannot be written (No space left on device); nothing was written there")  # fmt: skip
     assert list(tmp_path.iterdir()) == []
 
 

@@ -179,5 +179,15 @@ def test_arguments_as_other_libraries_take_them_are_refused_by_name(class_folder
         decode_image(table)
     with pytest.raises(UsageError, match=r"got an array of int64, shape \(3,\); for a path use imread"):
         decode_image(np.array([1, 2, 3]))
+    # what the checks must still take: sheet names as pandas gives them, bytes in any buffer, NumPy's flags
+    import mmap
+
+    with pytest.raises(FileNotFoundError):  # (past the sheets check: the workbook is not there)
+        read_labels(tmp_path / "labels.xlsx", sheets=pd.Index(["train", "val"]))
+    raw = (class_folder / "cat" / "图片_0.jpg").read_bytes()
+    with open(class_folder / "cat" / "图片_0.jpg", "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert decode_image(m).shape == decode_image(raw).shape == (40, 60, 3)
+    assert decode_image(np.frombuffer(raw, np.int8).reshape(1, -1)).shape == (40, 60, 3)
+    assert compute_stats(class_folder, workers=0, distributed=np.False_).count == 12
     loader = create_loader(torch.utils.data.TensorDataset(torch.arange(12)), 5, num_workers=0, drop_last=1)
     assert [len(b[0]) for b in loader] == [5, 5]  # 1 is True, as torch's DataLoader would not take it
