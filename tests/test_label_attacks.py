@@ -2383,3 +2383,38 @@ def test_a_list_of_quoted_fields_as_r_writes_it_is_refused(tmp_path: Path):
     csv = tmp_path / "quoted.csv"
     csv.write_text('file,label\na.jpg,「猫」\nb.jpg,“dog”\nc.jpg,"""cat"""\n', encoding="utf-8")
     assert list(read_labels(csv).class_map().classes) == ['"cat"', "“dog”", "「猫」"]
+
+
+def test_tables_as_public_datasets_ship_them_are_said_for_what_they_are(tmp_path: Path):
+    # the attacks: a one-hot table (image,cat,dog,bird of 0/1) was refused with "name it with label_column=", which
+    # read one class column as a yes/no task; ImageNet's LOC_val_solution.csv read with its PredictionString
+    # ('n01440764 0 3 50 60': a class and a box) gave 30 classes for 30 images without a word; a label column
+    # named beside an unknown file column was "no label column named 'Category'" over a row holding it
+    hot = tmp_path / "onehot.csv"
+    rows = ["image,cat,dog,bird"] + [f"{i}.jpg," + ",".join("1" if c == i % 3 else "0" for c in range(3))
+                                     for i in range(6)]  # fmt: skip
+    hot.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(hot)
+    assert str(e.value).endswith(
+        f"{hot}, line 1: no label column found among 'image', 'cat', 'dog', 'bird': 'cat', 'dog', 'bird' hold 0 and "
+        "1, a one-hot (multi-label) table; datakit reads one class per image: write each row's class name in one "
+        "column (label), or keep the table for a multi-label loader"
+    )
+    loc = tmp_path / "LOC_solution.csv"
+    loc.write_text("ImageId,PredictionString\n" + "".join(f"val_{i:04d},n0144{i:04d} {i} 3 50 60\n" for i in range(30)),
+                   encoding="utf-8")  # fmt: skip
+    t = read_labels(loc, file_column="ImageId")
+    assert t.notes[-1] == (
+        f"{loc}: every one of its 30 rows has a label of its own, a word and numbers ('n01440000 0 3 50 60', "
+        "'n01440001 1 3 50 60', ...): 30 classes of one image each; is the label column an annotation (a class and a "
+        "box)? name the class column with label_column= (--label-column), or write the class alone"
+    )
+    names = tmp_path / "names.csv"  # one image a class, names of words: a catalogue, no note
+    names.write_text("file,label\n" + "".join(f"{i}.jpg,product {chr(65 + i)}\n" for i in range(26)), encoding="utf-8")
+    assert read_labels(names).notes == []
+    cat = tmp_path / "cat.csv"
+    cat.write_text("ImageId,Category\na,cat\nb,dog\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(cat, label_column="Category")
+    assert "the label column 'Category' is there, but no file-name column beside it" in str(e.value)
