@@ -942,17 +942,19 @@ def _decode_image(
         if max_size < 1:
             raise UsageError(f"max_size must be a positive whole number (the longer side needed, in pixels) or None, "
                              f"got {max_size!r}")  # fmt: skip
-    if isinstance(data, np.ndarray) and data.dtype.itemsize == 1:
-        data = data.reshape(-1)  # (bytes in an int8 array, or a (1, N) one)
-    elif not isinstance(data, (bytes, np.ndarray)) and not isinstance(data, (str, os.PathLike)):
+    flat = isinstance(data, np.ndarray) and (data.ndim == 1 or (data.ndim == 2 and 1 in data.shape))
+    if flat and data.dtype.itemsize == 1:
+        data = data.reshape(-1)  # (bytes in an int8 array, or an (N, 1) one as cv2.imencode gives; not pixels)
+    elif not isinstance(data, (bytes, np.ndarray, np.generic, str, os.PathLike)) or isinstance(data, np.void):
         try:
-            data = memoryview(data).cast("B")  # what holds a file's bytes: bytearray, mmap, array('B'), np.void
+            with memoryview(data) as view:  # what holds a file's bytes: bytearray, mmap, array('B'), np.void
+                data = view.cast("B").tobytes()  # (copied: a view held by an error's traceback kept an mmap open)
         except TypeError:
             pass  # (no buffer: refused below)
     if (
         isinstance(data, (str, os.PathLike))
         or not isinstance(data, (bytes, memoryview, np.ndarray))
-        or (isinstance(data, np.ndarray) and data.dtype.itemsize != 1)
+        or (isinstance(data, np.ndarray) and (data.dtype.itemsize != 1 or data.ndim != 1))
     ):  # (torchvision's decode_image takes a path or a uint8 tensor; int64 held bytes were read as raw memory)
         kind = (
             f"an array of {data.dtype}, shape {data.shape}"

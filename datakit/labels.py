@@ -689,6 +689,8 @@ class LabelTable:
         values = [str(v) for v in self.labels.values]
         if 5 * sum(bool(_ANNOTATED.fullmatch(v.strip())) for v in values) < 4 * n:  # (one image a class: a catalogue)
             return []
+        if len({v.split()[0] for v in values}) == n:  # the words repeat, the numbers differ: a class and its box
+            return []
         shown = ", ".join(map(repr, values[:2]))
         return [f"{self.path}: every one of its {n} rows has a label of its own, a word and numbers ({shown}, ...): "
                 f"{n} classes of one image each; is the label column an annotation (a class and a box)? name the "
@@ -2059,6 +2061,8 @@ def _one_hot_columns(cols, header_row: Sequence[object], fcol: int | None) -> li
             continue
         if filled.all() and values and set(values) <= {"0", "1", "0.0", "1.0"}:
             hot.append(_text(h))
+        elif filled.any():  # a column of other values (species beside is_val, difficult): no one-hot table
+            return []
     return hot if len(hot) >= 2 else []
 
 
@@ -3857,7 +3861,8 @@ def _table_part(path: Path, cols: Columns, delim: str, problems: list, notes: li
         if hot and not head.why:  # (naming one of them read 'dog' or not: a yes/no task, without a word)
             why = (f": {', '.join(map(repr, hot))} hold 0 and 1, a one-hot (multi-label) table; datakit reads one "
                    "class per image: write each row's class name in one column (label), or keep the table for a "
-                   "multi-label loader")  # fmt: skip
+                   "multi-label loader; if a column holds the class names, name it with label_column= "
+                   "(--label-column)")  # fmt: skip
         problems.append(((0, cols.header_line), f"{path}, line {cols.header_line}: no label column found among "
                          f"{shown}{why}"))  # fmt: skip
         return empty
@@ -4220,7 +4225,7 @@ def read_labels(
     path = os.fsdecode(path)
     refuse_empty(path=path, split=split, file_column=file_column, label_column=label_column, split_column=split_column)
     include_hidden, remap_labels = as_flag("include_hidden", include_hidden), as_flag("remap_labels", remap_labels)
-    validate = as_flag("validate", validate)
+    validate = True if validate is None else as_flag("validate", validate)  # (None: the default, not False)
     path = Path(path)
     if sheets is not None and not isinstance(sheets, str):  # a list, a tuple, pandas' keys or Index, an array
         names = list(sheets) if hasattr(sheets, "__iter__") else None
@@ -4310,8 +4315,8 @@ def read_labels(
     return table
 
 
-# a word followed by two numbers or more: a class and its box (ImageNet's PredictionString 'n01440764 0 3 50 60')
-_ANNOTATED = re.compile(r"\S+(?:\s+-?\d+(?:\.\d+)?){2,}")
+# a word followed by four numbers or more: a class and its box (ImageNet's PredictionString 'n01440764 0 3 50 60')
+_ANNOTATED = re.compile(r"\S+(?:\s+-?\d+(?:\.\d+)?){4,}")
 # between the labels of a multi-label cell ('cat,dog', '猫、狗')
 _LIST_SEPARATORS = re.compile(r"\s*[,，、]\s*")
 # where no comma parts them: MovieLens' 'Action|Drama', 'cat;dog' (not a space, '/' or '+': 'ski mask', 'AC/DC')

@@ -9,6 +9,7 @@ leaves out the spread between images, which is why the widely quoted CIFAR-10 st
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -410,8 +411,10 @@ def _plot_histogram(stats: Stats, out: str | os.PathLike, *, overwrite: bool = F
     ax.legend()
     fig.tight_layout()
     try:
+        buf = io.BytesIO()  # drawn in memory, then written: matplotlib's PDF writer on a full disk died of an
+        fig.savefig(buf, format=out.suffix.lower().lstrip(".").replace("jpg", "jpeg"))  # AttributeError
         with atomic_output(out, overwrite=overwrite, tidy=True) as tmp:
-            fig.savefig(tmp, format=out.suffix.lower().lstrip(".").replace("jpg", "jpeg"))
+            Path(tmp).write_bytes(buf.getvalue())
     finally:
         plt.close(fig)
     return out

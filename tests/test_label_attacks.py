@@ -2399,17 +2399,29 @@ def test_tables_as_public_datasets_ship_them_are_said_for_what_they_are(tmp_path
     assert str(e.value).endswith(
         f"{hot}, line 1: no label column found among 'image', 'cat', 'dog', 'bird': 'cat', 'dog', 'bird' hold 0 and "
         "1, a one-hot (multi-label) table; datakit reads one class per image: write each row's class name in one "
-        "column (label), or keep the table for a multi-label loader"
+        "column (label), or keep the table for a multi-label loader; if a column holds the class names, name it "
+        "with label_column= (--label-column)"
     )
     loc = tmp_path / "LOC_solution.csv"
-    loc.write_text("ImageId,PredictionString\n" + "".join(f"val_{i:04d},n0144{i:04d} {i} 3 50 60\n" for i in range(30)),
-                   encoding="utf-8")  # fmt: skip
+    loc.write_text("ImageId,PredictionString\n" + "".join(f"val_{i:04d},n0144{i % 5:04d} {i} 3 50 60\n"
+                                                           for i in range(30)), encoding="utf-8")  # fmt: skip
     t = read_labels(loc, file_column="ImageId")
     assert t.notes[-1] == (
         f"{loc}: every one of its 30 rows has a label of its own, a word and numbers ('n01440000 0 3 50 60', "
         "'n01440001 1 3 50 60', ...): 30 classes of one image each; is the label column an annotation (a class and a "
         "box)? name the class column with label_column= (--label-column), or write the class alone"
     )
+    # a class column beside 0/1 flags (is_val, difficult): no one-hot table; names with numbers: no annotation
+    flags = tmp_path / "flags.csv"
+    flags.write_text("filename,species,is_val,difficult\na.png,cat,0,1\nb.png,dog,1,0\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        read_labels(flags)
+    assert str(e.value).endswith("no label column found among 'filename', 'species', 'is_val', 'difficult'; name it "
+                                 "with label_column= (--label-column)")  # fmt: skip
+    assert read_labels(flags, label_column="species").class_values == ("cat", "dog")
+    planes = tmp_path / "planes.csv"
+    planes.write_text("file,label\n" + "".join(f"{i}.jpg,Boeing 737 {i}00\n" for i in range(25)), encoding="utf-8")
+    assert read_labels(planes).notes == []
     names = tmp_path / "names.csv"  # one image a class, names of words: a catalogue, no note
     names.write_text("file,label\n" + "".join(f"{i}.jpg,product {chr(65 + i)}\n" for i in range(26)), encoding="utf-8")
     assert read_labels(names).notes == []
