@@ -1924,6 +1924,14 @@ def unknown_classes(classes: Sequence[str], given: Sequence[str], where: str, op
         c, g = cased[0]
         line += (f"; {c!r} is {g!r} of the classes given in other letter case (a CSV's True against a workbook's "
                  "TRUE cells?): write both one way")  # fmt: skip
+        return line
+    whole = re.compile(r"-?\d+")
+    if all(whole.fullmatch(str(c)) for c in classes) and not any(whole.fullmatch(str(g)) for g in given):
+        # (mmpretrain's meta/val.txt of indices beside its classes.txt of names: said why they never meet)
+        line += (f"; the labels are whole numbers and the classes given are names ({', '.join(map(repr, given[:3]))}"
+                 f"{', ...' if len(given) > 3 else ''}): classes= looks labels up by name, so integer labels meet "
+                 "only integer classes; give the classes of the same kind (the training split's list of indices, "
+                 "or write the names in the labels)")  # fmt: skip
     return line
 
 

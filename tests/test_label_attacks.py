@@ -2430,3 +2430,18 @@ def test_tables_as_public_datasets_ship_them_are_said_for_what_they_are(tmp_path
     with pytest.raises(LabelError) as e:
         read_labels(cat, label_column="Category")
     assert "the label column 'Category' is there, but no file-name column beside it" in str(e.value)
+
+
+def test_integer_labels_against_classes_given_by_name_say_why_they_never_meet(tmp_path: Path):
+    # the attack: mmpretrain's meta/val.txt (indices) with its classes.txt (names): "classes '0', '1', '2' not among
+    # the 3 classes given", with nothing of why
+    root = images(tmp_path / "img", "a.png", "b.png", "c.png")
+    (tmp_path / "val.txt").write_text("a.png 0\nb.png 1\nc.png 2\n", encoding="utf-8")
+    with pytest.raises(LabelError) as e:
+        open_dataset(root, labels=tmp_path / "val.txt", classes=["cat", "dog", "bird"])
+    assert str(e.value).endswith(
+        "classes '0', '1', '2' not among the 3 classes given (classes=); the labels are whole numbers and the classes "
+        "given are names ('cat', 'dog', 'bird'): classes= looks labels up by name, so integer labels meet only integer "
+        "classes; give the classes of the same kind (the training split's list of indices, or write the names in the "
+        "labels)"
+    )
