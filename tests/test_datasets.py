@@ -774,7 +774,10 @@ def test_a_split_in_a_file_of_its_own_takes_the_training_classes(tmp_path: Path)
         open_dataset(tmp_path / "val.txt", classes=["cat", "dog"])
     assert (
         str(e.value)
-        == f"{tmp_path / 'val.txt'}, line 1: classes '0', '1', '2', '4' not among the 2 classes given (classes=)"
+        == f"{tmp_path / 'val.txt'}, line 1: classes '0', '1', '2', '4' not among the 2 classes given (classes=); the "
+        "labels are whole numbers and the classes given are names ('cat', 'dog'): classes= looks labels up by name, so "
+        "integer labels meet only integer classes; give the classes of the same kind (the training split's list of "
+        "indices, or write the names in the labels)"
     )
     with pytest.raises(LabelError, match=r"\. A split kept in a file of its own \(a val list without some class\) "
                                          r"takes the training split's classes: classes=train.classes"):  # fmt: skip
