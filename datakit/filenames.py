@@ -376,9 +376,9 @@ def _char_score(ch: str, enc: str, table: bool = False) -> float:
         return 1.0 if ch in _KOREAN else _hangul_shape(ch) if _encodes(ch, "euc_kr") else 0.2
     if script == "cyrillic":
         return _RU_SCORE.get(ch.lower(), 0.1)
-    if script == "greek":  # the Greek letters of CP437/CP866 appear only as mojibake in archives; a double-byte
-        # code page's are the symbols of CJK text, as in a table (α型, β受体, Φ10: GBK A6 C1, read as Big5 汐)
-        return 0.6 if table or enc in _DOUBLE_BYTE or enc == "cp949" else -0.5
+    if script == "greek":  # the Greek letters of CP437/CP866 appear only as mojibake in archives (and common Big5
+        # characters read as GBK are Greek letters too: 竹 is λ, 肉 ψ)
+        return 0.6 if table else -0.5
     if script == "thai":  # (the marks' order is checked by _thai_penalty)
         if enc not in ("cp874", "utf-8"):
             return 0.0
@@ -472,7 +472,7 @@ def _thai_penalty(name: str) -> float:
     return 1.5 * bad
 
 
-def _cjk_in_latin(name: str, enc: str | None = None) -> int:
+def _cjk_in_latin(name: str, enc: str | None = None, table: bool = False) -> int:
     """Lone CJK characters touching ASCII letters (``Sommerferien_謘terreich``, ``A砲_nuevo``): one
     legacy byte glued to the next ASCII byte by a double-byte reading. Real names hold runs, but for a
     capital letter standing alone before a character of GB2312 read as GBK (the zones, groups and
@@ -484,12 +484,17 @@ def _cjk_in_latin(name: str, enc: str | None = None) -> int:
             continue
         if (a.isascii() and a.isalpha()) or (c.isascii() and c.isalpha()):
             lone = a.isascii() and a.isupper() and not (i and padded[i - 1].isalpha()) and not c.isalpha()
-            if lone and enc in ("gbk", "gb18030") and _encodes(b, "gb2312"):
-                continue
+            if lone and enc in ("gbk", "gb18030") and (b in _UNITS or (table and b in _SIMPLIFIED)):
+                continue  # (a unit's, or in a table a common one: Big5 B區 and CP949 B동 read as GBK are B跋 and B悼,
+                # and CP949 syllables after a capital often common characters, against which archives weigh more
+                # code pages)
             count += 1
     return count
 
 
+# what a capital letter names in Chinese labels, standing alone before it (A区, B栋, C组, 3号楼 aside): zones,
+# buildings, floors, groups, lines, rows and the like
+_UNITS = frozenset("区栋楼层组号班队排列线型类级座厂库室门区段档柜架仓站点口面侧端")
 # scripts a name part is written in whole, read as UTF-8 in an archive: a word of two or more letters of one of
 # them is 2 or 3 byte sequences no legacy name makes by chance (γάτα, חתול, قطة, कुत्ता, ねこ); one-byte code
 # pages read them as Cyrillic or CJK nonsense (кошка aside: Cyrillic is scored as Russian)
@@ -551,7 +556,7 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
     # in a table, μ before Latin letters is a unit (μm, μg), not two alphabets in one word
     worded = [n.replace("μ", " ") for n in names] if table else names
     native = _NATIVE.get(enc, frozenset()) if not table else frozenset()
-    total -= sum(_word_penalties(w, native)[0] + 1.5 * _cjk_in_latin(n, enc) + _thai_penalty(n)
+    total -= sum(_word_penalties(w, native)[0] + 1.5 * _cjk_in_latin(n, enc, table) + _thai_penalty(n)
                  for n, w in zip(names, worded))  # fmt: skip
     if enc == "utf-8" and not table:  # a word of one script past Latin and Cyrillic, whole (see _WORD_SCRIPTS),
         # in bytes no GB2312 or Big5 text makes (虾尾 in GBK, CF BA CE B2, is valid UTF-8 'Ϻβ': Greek of GBK's
@@ -559,9 +564,6 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
         for p in _parts(names):
             if _word_script(p) is not None and not _legacy_too(p.encode()):
                 total += sum(max(0.0, _WORD_SCORE - _char_score(c, enc)) for c in p if ord(c) >= 0x80)
-    if not table and enc in _DOUBLE_BYTE | {"cp949"}:  # its Greek letters as a part alone (Big5 米 is GBK μ): no
-        # symbol of CJK text (α型, Φ10), scored as the other mojibake Greek is
-        total -= sum(1.1 * len(p) for p in _parts(names) if all(_script(c) == "greek" for c in p))
     # a name part of accented Latin letters alone (猫 read as UTF-8 è), or of one Cyrillic letter alone (a class
     # folder 'Ñ' of a Spanish alphabet, read by CP866 as 'е'): what one-byte code pages make of other bytes as often
     # as what anyone names a folder
@@ -570,7 +572,7 @@ def score(names: list[str], enc: str, host: str | None = None, table: bool = Fal
                  or (len(p) == 1 and _script(p) == "cyrillic"))  # fmt: skip
     families = Counter(_FAMILY.get(_script(c), "other") for c in chars)
     letters = {k: v for k, v in families.items() if k != "other"}
-    if (table or enc in _DOUBLE_BYTE or enc == "cp949") and "cjk" in letters:
+    if table and "cjk" in letters:
         letters.pop("greek", None)  # α型, β受体: Greek letters as symbols of Chinese text, not another script
     if letters:
         total -= (sum(letters.values()) - max(letters.values())) * 1.0  # one script across all names

@@ -3252,8 +3252,13 @@ def test_unflagged_utf8_words_of_other_scripts_and_gbk_zone_names_are_read_as_wr
         z = write_zip(tmp_path / "x.zip", [ZipEntry(f"{w}/{k}.png".encode("gbk"), b"x", made_by=host)
                                            for k, w in enumerate(words)])  # fmt: skip
         assert ZipReader(z).names() == [f"{w}/{k}.png" for k, w in enumerate(words)]
-    # a Big5 class folder alone that GBK reads as a Greek letter (米, A6 CC: 'μ'): Big5 (a Greek letter alone is no
-    # symbol of CJK text)
+    # Big5 and CP949 zones beside words (B區, A組, B동): GBK reads them as a capital before a GB2312 character too
+    # (B跋, A舱, B悼), and a first cut of the change above took those; only a unit's or a common character is
+    for words, enc in ((("竹筍", "A組"), "big5"), (("불량", "B동"), "cp949"), (("B조", "1공장", "A조"), "cp949")):
+        z = write_zip(tmp_path / "o.zip", [ZipEntry(f"{w}/IMG_000{k}.jpg".encode(enc), b"x", made_by=host)
+                                           for k, w in enumerate(words)])  # fmt: skip
+        assert ZipReader(z).names() == [f"{w}/IMG_000{k}.jpg" for k, w in enumerate(words)], words
+    # a Big5 class folder alone that GBK reads as a Greek letter (米, A6 CC: 'μ'): Big5
     z = write_zip(tmp_path / "b.zip", [ZipEntry(f"{w}/1.png".encode("big5"), b"x", made_by=host)
                                        for w in ("米", "bean", "corn")])  # fmt: skip
     assert open_dataset(z).classes == ["bean", "corn", "米"]
