@@ -343,7 +343,7 @@ def check_dataset(
             absent = [c for k, c in enumerate(report.classes) if not (targets[rows] == k).any()]
             if absent and name != "all" and not given:
                 report.problems.append(f"split {name!r} has no samples of class {', '.join(map(repr, absent))}")
-            elif absent and given:  # a split in a file of its own, indexed by the training
+            elif absent and given and rows.any():  # a split in a file of its own, indexed by the training
                 # split's classes: a val list often lacks some (no problem), but not without a word
                 shown = ", ".join(map(repr, absent[:5])) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
                 whose = table_ds.table.path if table_ds is not None else _pack_paths(ds)

@@ -627,3 +627,22 @@ def test_a_file_listed_twice_by_name_is_said_once(tmp_path: Path):
     path.write_text("file,label\n0.png,cat\n./0.png,dog\n1.png,dog\n2.png,cat\n", encoding="utf-8")
     problems = check_dataset(root, labels=path, workers=0).problems
     assert len(problems) == 1 and "listed again" in problems[0]
+
+
+def test_no_class_coverage_note_for_a_table_none_of_whose_rows_was_read(tmp_path: Path, capsys):
+    # the attack: Tiny-ImageNet's val_annotations.txt (6 fields a line) checked with --classes: "note: ... has no
+    # samples of classes ..." came first, where the table has samples of every class and none of its lines was read
+    from datakit.io import imwrite
+    from datakit.testing import synthetic_image
+
+    img = tmp_path / "img"
+    img.mkdir()
+    for i in range(3):
+        imwrite(img / f"{i}.png", synthetic_image(8, 8, seed=i), mode="rgb")
+    (tmp_path / "val.txt").write_text("".join(f"{i}.png\tc{i}\t0\t2\t30\t40\n" for i in range(3)), encoding="utf-8")
+    (tmp_path / "classes.txt").write_text("c0\nc1\nc2\n", encoding="utf-8")
+    args = ["check", str(img), "--labels", str(tmp_path / "val.txt"), "--classes", str(tmp_path / "classes.txt")]
+    assert main([*args, "--json", "--workers", "0"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["problems"][0].startswith(f"{tmp_path / 'val.txt'}, line 1: expected 'path<TAB>label', got 6 fields")
+    assert not [n for n in out["notes"] if "has no samples of class" in n]
