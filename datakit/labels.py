@@ -34,7 +34,7 @@ import numpy as np
 
 from datakit.errors import LabelError, UsageError, as_flag, refuse_empty
 from datakit.filenames import decodes
-from datakit.textparse import Columns, gather, hash_spans, parse_delimited, parse_list, span_keys
+from datakit.textparse import Columns, gather, hash_spans, holds, parse_delimited, parse_list, span_keys
 
 __all__ = [
     "FILE_COLUMNS",
@@ -1130,8 +1130,7 @@ def _path_spans(files: StringArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         lens[lead] -= 2
     # what posixpath.normpath may change: "\\", "//", "./" (also "../"), a name ending in "/" or "."
     suspect = np.zeros(len(lens), bool)
-    raw = data.tobytes()
-    if b"\\" in raw or b"//" in raw or b"./" in raw:  # (C searches of the bytes: the usual table has none)
+    if holds(data, b"\\", b"//", b"./"):  # (searches of the bytes in C: the usual table has none)
         slash = data == _SLASH
         mark = data == _BACKSLASH
         mark[:-1] |= (slash[:-1] | (data[:-1] == _DOT)) & slash[1:]
@@ -1160,11 +1159,25 @@ def _path_spans(files: StringArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.concatenate([data, np.frombuffer(b"".join(extra), np.uint8)]), starts, lens
 
 
+# the UTF-8 lead bytes of every character whose canonical combining class is not 0, which NFC changes by itself, or
+# which NFC may join with the character before it (the second of a canonical pair); tests/test_labels.py derives
+# the set from unicodedata again
+_NFC_UNSAFE_LEADS = bytes.fromhex("cc cd ce d2 d6 d7 d8 d9 db dc dd df e0 e1 e2 e3 ea ef f0")
+_NFC_SAFE_BYTES = bytes(b for b in range(256) if b not in _NFC_UNSAFE_LEADS)
+
+
 def _not_nfc(files: StringArray) -> np.ndarray:
     """The rows whose names are not in Unicode's composed form (NFC): names copied from macOS (NFD).
     One check of the whole buffer first: a table of NFC names (ASCII, Chinese) costs one C call."""
     data = files.data
-    if not len(data) or unicodedata.is_normalized("NFC", data.tobytes().decode("utf-8", "surrogateescape")):
+    if not len(data) or data.max() < 0x80:
+        return np.zeros(0, np.int64)
+    raw = data.tobytes()
+    # no byte that starts a character which is not NFC by itself or may join the one before it (a combining mark,
+    # a compatibility ideograph, a Hangul vowel): Chinese names, the usual non-ASCII ones, cost one C pass
+    if not raw.translate(None, _NFC_SAFE_BYTES):
+        return np.zeros(0, np.int64)
+    if unicodedata.is_normalized("NFC", raw.decode("utf-8", "surrogateescape")):
         return np.zeros(0, np.int64)
     rows = np.unique(np.searchsorted(files.offsets, np.flatnonzero(data >= 0x80), side="right") - 1)
     return np.asarray([i for i in rows.tolist() if not unicodedata.is_normalized("NFC", files[i])], np.int64)
@@ -1190,8 +1203,7 @@ def spelled_twice(table: LabelTable, root: str | os.PathLike) -> list[str]:
     absolute = (lead == _SLASH) | (lead == _BACKSLASH)
     two = starts[files.offsets[1:][nonempty] - starts >= 2]
     drive = len(two) > 0 and bool((data[two + 1] == ord(":")).any())
-    raw = data.tobytes()
-    up = b"../" in raw or b"..\\" in raw
+    up = holds(data, b"../", b"..\\")
     linked = _linked_folders(root)
     if not absolute.any() and not drive and not up and not linked:
         return []
@@ -1341,17 +1353,17 @@ def _most_plausible(sample: bytes) -> TextEncoding:
 
     readings: dict[str, list[str]] = {}
     for enc in ("utf-8", "gbk", "gb18030", "big5"):
-        if (enc != "gb18030" or "gbk" not in readings) and decodes(sample, enc, windows=False):
+        if (enc != "gb18030" or "gbk" not in readings) and (cells := _scored_cells(sample, enc)) is not None:
             # split into cells after decoding: a backslash byte (0x5C) is also the second byte of some
             # GBK and Big5 characters (許, 功, 嘰), so splitting the bytes would cut them in two
-            readings[enc] = _scored_cells(sample, enc)
+            readings[enc] = cells
     # encodings read only with encoding=, scored as rivals: Korean (CP949/EUC-KR), Japanese (CP932/Shift-JIS),
     # Western (Windows-1252), Russian (Windows-1251, KOI8-R) and Greek (Windows-1253) tables decode as GBK or Big5
     # too, into characters of their own (고양이: 绊剧捞, корова: 膰豂瘔)
     rivals: dict[str, list[str]] = {}
     for enc in _RIVALS:
-        if decodes(sample, enc, windows=False):
-            rivals[enc] = _scored_cells(sample, enc)
+        if (cells := _scored_cells(sample, enc)) is not None:
+            rivals[enc] = cells
     rival_scores = {enc: _rival_score(names, enc) for enc, names in rivals.items()}
     if "cp1250" in rival_scores and "cp1252" in rival_scores:  # one Latin reading: the two read most bytes alike
         # (both named where they differ and score close: Western 'Ångström, naïve' is Central European
@@ -1490,11 +1502,16 @@ def _rival_score(cells: list[str], enc: str) -> float:
     return score(cells, enc, table=True)
 
 
-def _scored_cells(sample: bytes, enc: str) -> list[str]:
-    """The distinct non-ASCII cells of ``sample`` read as ``enc``, at most ``MAX_SCORED`` of them, evenly spaced."""
+def _scored_cells(sample: bytes, enc: str) -> list[str] | None:
+    """The distinct non-ASCII cells of ``sample`` read as ``enc``, at most ``MAX_SCORED`` of them, evenly spaced;
+    None when ``sample`` is not valid ``enc`` (decoded once, strictly: the check and the reading in one)."""
     from datakit.filenames import MAX_SCORED
 
-    cells = list(dict.fromkeys(itertools.filterfalse(str.isascii, _CELL_SPLIT.split(sample.decode(enc)))))
+    try:
+        text = sample.decode(enc)
+    except UnicodeDecodeError:
+        return None
+    cells = list(dict.fromkeys(itertools.filterfalse(str.isascii, _CELL_SPLIT.split(text))))
     return cells[:: max(1, len(cells) // MAX_SCORED)][:MAX_SCORED]
 
 
@@ -3570,7 +3587,9 @@ def _read_text(path: Path, raw: bytes, *, encoding: str | None, sep: str | None,
     if b"\r" in buf and b"\n" not in buf:  # a classic Mac file: lines end in CR alone
         buf = buf.replace(b"\r", b"\n")
         text = text.replace("\r", "\n") if text is not None else None
-    if buf.rstrip(b"\r\n").endswith(b"\x1a"):  # DOS's end-of-file mark, after the last line (and a line end)
+    # DOS's end-of-file mark, after the last line (and a line end); the tail first (rstrip copies what it keeps)
+    tail = buf[-4096:].rstrip(b"\r\n")
+    if (tail if tail or len(buf) <= 4096 else buf.rstrip(b"\r\n")).endswith(b"\x1a"):
         buf = buf.rstrip(b"\r\n").rstrip(b"\x1a")
         text = text.rstrip("\r\n").rstrip("\x1a") if text is not None else None
     kind, delim = _text_kind(path, text if text is not None else buf[:65536].decode("ascii"), sep, file_column)
@@ -3718,7 +3737,7 @@ def _spaced_labels(path: Path, part: _Part, problems: list) -> None:
     (``1.jpg black cat`` read as the file '1.jpg black' labelled 'cat'): a label with a space in it.
     Names with no space cost one look at the bytes."""
     files = part.files
-    if b" " not in files.data.tobytes():
+    if not holds(files.data, b" "):
         return
     spaced = np.flatnonzero(files.data == 32)
     for i in np.unique(np.searchsorted(files.offsets, spaced, side="right") - 1).tolist():

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Columns", "gather", "hash_spans", "parse_delimited", "parse_list", "span_keys"]
+__all__ = ["Columns", "gather", "hash_spans", "holds", "parse_delimited", "parse_list", "span_keys"]
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 13, 32]] = True
@@ -51,6 +51,7 @@ class Columns:
         self._backslash = False
         self._spans: list[tuple[np.ndarray, np.ndarray]] = []
         self._rows: list[list[str]] | None = None
+        self._strings: dict[int, tuple[tuple[np.ndarray, np.ndarray], np.ndarray]] = {}  # gathered once a column
 
     # -- the two backends -----------------------------------------------------------------
 
@@ -71,7 +72,13 @@ class Columns:
         return out
 
     def strings(self, col: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
-        """((UTF-8 buffer, offsets), non-blank mask) of column ``col``, ``\\`` turned into ``/``."""
+        """((UTF-8 buffer, offsets), non-blank mask) of column ``col``, ``\\`` turned into ``/``; the same arrays
+        each time (not to be written to)."""
+        if col not in self._strings:
+            self._strings[col] = self._gathered(col)
+        return self._strings[col]
+
+    def _gathered(self, col: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
         if self._rows is not None:
             values = [r[col] if col < len(r) else "" for r in self._rows]
             encoded = [v.replace("\\", "/").encode("utf-8", "surrogateescape") for v in values]
@@ -122,6 +129,21 @@ class Columns:
             return list(index), codes, ends > starts
         values = [self._buf[starts[i] : ends[i]].tobytes().decode("utf-8", "surrogateescape") for i in first]
         return values, inv.astype(np.int32), ends > starts
+
+
+_NEEDLES: dict[bytes, re.Pattern[bytes]] = {}
+
+
+def holds(buf: np.ndarray, *needles: bytes) -> bool:
+    """Whether any of ``needles`` occurs in the bytes of ``buf``, searched in place: a copy of a large buffer as
+    ``bytes`` (to use ``in``) costs more than the search."""
+    view = memoryview(np.ascontiguousarray(buf))
+    for needle in needles:
+        if (found := _NEEDLES.get(needle)) is None:
+            found = _NEEDLES.setdefault(needle, re.compile(re.escape(needle)))
+        if found.search(view) is not None:
+            return True
+    return False
 
 
 _BLOCK = 1 << 18  # bytes per step of a pass over a whole text: its temporaries stay in the CPU's cache

@@ -1292,6 +1292,9 @@ def test_a_control_character_in_a_line_is_refused_whichever_reader_runs(tmp_path
         ("mid.csv", b'file,label,note\na.jpg,0,say"hi\nb.jpg,1,"x\ry"\n'),
         ("dosz.txt", b"a.jpg 0\nb.jpg 1\n\x1a\n"),  # DOS's end mark on a line of its own
         ("dosz.csv", b"file,label\r\na.jpg,0\r\nb.jpg,1\r\n\x1a\r\n"),
+        # the end mark under more line ends than the tail that is looked at first, and after a long text
+        ("doszlong.txt", b"a.jpg 0\nb.jpg 1\n\x1a" + b"\r\n" * 3000),
+        ("doszend.csv", b"file,label,note\na.jpg,0," + b"x" * 9000 + b"\nb.jpg,1,y\n\x1a\r\n"),
     ],
 )
 def test_carriage_returns_that_end_lines_or_sit_in_quotes_are_read(tmp_path: Path, name: str, raw: bytes):

@@ -1118,6 +1118,41 @@ def test_one_file_listed_in_two_unicode_forms_is_listed_again(tmp_path: Path):
     assert read_labels(path).files.tolist() == [nfd, "cafe/1.jpg", "图/二.jpg"]
 
 
+def test_the_bytes_that_skip_the_unicode_form_check_are_those_of_characters_nfc_keeps_alone():
+    # The check of names' Unicode forms is skipped for a buffer none of whose bytes starts a character that NFC
+    # changes, that combines, or that NFC may join with the character before it: derived here from unicodedata.
+    import unicodedata
+
+    from datakit.labels import _NFC_UNSAFE_LEADS
+
+    unsafe = set()
+    for cp in range(0x80, 0x110000):
+        c = chr(cp)
+        decomposition = unicodedata.decomposition(c).split()
+        second = [int(decomposition[1], 16)] if len(decomposition) == 2 and not decomposition[0].startswith("<") else []
+        for x in [cp] * bool(unicodedata.combining(c) or unicodedata.normalize("NFC", c) != c) + second:
+            unsafe.add(chr(x).encode("utf-8", "surrogatepass")[0])
+    for cp in [*range(0x1161, 0x1176), *range(0x11A8, 0x11C3)]:  # Hangul vowels and finals: joined by algorithm
+        unsafe.add(chr(cp).encode()[0])
+    assert set(_NFC_UNSAFE_LEADS) == unsafe
+
+
+@pytest.mark.parametrize(("first", "again", "forms"), [
+    ("\u8c48/1.jpg", "\uf900/1.jpg", ("NFC", "mixed")),  # a CJK compatibility ideograph, which NFC maps to 豈
+    ("\ud55c/1.jpg", "\u1112\u1161\u11ab/1.jpg", ("NFC", "NFD")),  # 한 composed, and as its three Hangul jamo
+])  # fmt: skip
+def test_names_of_chinese_and_korean_text_in_two_unicode_forms_are_listed_again(tmp_path: Path, first, again, forms):
+    # The attack: beside Chinese names (whose bytes skip the form check), a name in another Unicode form.
+    path = tmp_path / "labels.csv"
+    path.write_text(f"file,label\n{first},cat\n图/二.jpg,dog\n{again},dog\n", encoding="utf-8")
+    problems = read_labels(path, validate=False).problems()
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{path}, line 4: file {again!r} ({forms[1]}: ")
+    assert f"is listed again in another Unicode form (first at line 2, {forms[0]})" in problems[0]
+    path.write_text(f"file,label\n{first},cat\n图/二.jpg,dog\n图/三.jpg,dog\n", encoding="utf-8")
+    assert read_labels(path).files.tolist() == [first, "图/二.jpg", "图/三.jpg"]
+
+
 def test_excel_errors_and_missing_markers_are_not_class_names_in_any_format(tmp_path: Path):
     # The attack: a label column filled by VLOOKUP holds #N/A where nothing matched. The .xlsx refused that row;
     # the same sheet saved as CSV by Excel ('#N/A') or by pandas (na_rep='NaN') trained a class '#N/A' / 'NaN'.

@@ -145,6 +145,15 @@ def test_gather_matches_slicing(monkeypatch: pytest.MonkeyPatch, block: int):
     assert len(empty[0]) == 0 and empty[1].tolist() == [0]
 
 
+def test_holds_finds_each_needle_in_place():
+    buf = np.frombuffer(b"train/a.jpg 0\nval/./b.jpg 1\n", np.uint8)
+    assert [textparse.holds(buf, n) for n in (b"./", b"//", b"\\", b" ", b"1\n")] == [True, False, False, True, True]
+    assert textparse.holds(buf, b"//", b"\\", b".jpg") is True
+    assert textparse.holds(buf, b"//", b"\\") is False
+    assert textparse.holds(buf[1::2], b"ri") is True  # a strided view: searched in a contiguous copy
+    assert textparse.holds(np.zeros(0, np.uint8), b" ") is False
+
+
 def test_take_keeps_order_and_content():
     arr = StringArray(["", "a", "", "bb", "猫", "", "ccc"])
     for index in ([0, 1, 2], [1, 3, 6], [2, 5], [6, 1, 1], []):
