@@ -3785,9 +3785,32 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
     part = _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
                          path, problems, notes)  # fmt: skip
     part.unread = _unread(cols.bad)
+    if (numbered := _numbered_fields(path, part)) is not None:
+        problems.append(numbered)
+        return _part_from_lists("", [], [], [], [], "", "")
     _spaced_labels(path, part, problems)
     _unlabelled_spaced_files(path, part, problems)
     return part
+
+
+def _numbered_fields(path: Path, part: _Part) -> tuple[tuple[int, int], str] | None:
+    """The problem of a list every line of which is a name and two or more numbers (Oxford-IIIT Pet's
+    ``Abyssinian_100 1 1 1``: image, class id, species, breed id), which would read as the file
+    'Abyssinian_100 1 1' labelled with the last number; None for any other list. Names with no space cost one
+    look at the bytes."""
+    files = part.files
+    if not len(files) or not holds(files.data, b" "):
+        return None
+    for i in range(len(files)):
+        words = files[i].split(" ")
+        if len(words) < 2 or not all(w.isascii() and w.isdigit() for w in words[1:]):
+            return None
+    line, name, label = int(part.rows[0]), files[0], part.labels[part.label_codes[0]]
+    fields = len(name.split(" ")) + 1
+    return ((0, line), f"{path}, line {line}: '{name} {label}' is a name and {fields - 1} numbers, as is every line, "
+            "where a 'path label' list has a name and one label: which number is the label is not known (Oxford-IIIT "
+            "Pet's list.txt: image, class id, species, breed id); write the lines as 'path label' with the one meant, "
+            "or as a CSV whose header names its columns")  # fmt: skip
 
 
 def _unlabelled_spaced_files(path: Path, part: _Part, problems: list) -> None:

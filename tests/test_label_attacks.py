@@ -2448,3 +2448,30 @@ def test_integer_labels_against_classes_given_by_name_say_why_they_never_meet(tm
         "classes; give the classes of the same kind (the training split's list of indices, or write the names in the "
         "labels)"
     )
+
+
+@pytest.mark.parametrize(
+    ("lines", "shown", "numbers"),
+    [
+        ("Abyssinian_100 1 1 1\nAbyssinian_101 1 1 1\namerican_bulldog_100 2 2 1\n", "Abyssinian_100 1 1 1", 3),
+        ("cub_0001 3 1\ncub_0002 7 1\n", "cub_0001 3 1", 2),
+    ],
+)
+def test_a_list_of_a_name_and_several_numbers_is_refused_not_read_by_its_last(tmp_path: Path, lines, shown, numbers):
+    # The attack: Oxford-IIIT Pet's list.txt (image, class id, species, breed id) read as the files
+    # 'Abyssinian_100 1 1' labelled with the breed id: the last number, not the class.
+    path = tmp_path / "list.txt"
+    path.write_text("#Image CLASS-ID SPECIES BREED ID\n" + lines, encoding="utf-8")
+    want = (f"{path}, line 2: '{shown}' is a name and {numbers} numbers, as is every line, where a 'path label' list "
+            "has a name and one label: which number is the label is not known (Oxford-IIIT Pet's list.txt: image, "
+            "class id, species, breed id); write the lines as 'path label' with the one meant, or as a CSV whose "
+            "header names its columns")  # fmt: skip
+    table = read_labels(path, validate=False)
+    assert (table.files.tolist(), table.problems()) == ([], [want])
+    with pytest.raises(LabelError) as e:
+        read_labels(path)
+    assert str(e.value) == want
+    # one line of a name and one label: the other lines are files with spaces in their names, read as before
+    path.write_text(lines + "plain 4\n", encoding="utf-8")
+    table = read_labels(path, validate=False)
+    assert table.files.tolist()[-1] == "plain" and len(table.files) == lines.count("\n") + 1
