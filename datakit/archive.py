@@ -31,7 +31,7 @@ from pathlib import Path
 
 from datakit.errors import ArchiveError, UsageError
 from datakit.filenames import EncodingGuess, decode_name, decodes, flagged_legacy, guess_encoding, host_family
-from datakit.io import _umask
+from datakit.io import _umask, refuse_unreadable_names
 from datakit.parallel import hold_interrupts, release_interrupts
 
 log = logging.getLogger("datakit")
@@ -1121,6 +1121,7 @@ def unzip(
         raise UsageError(f"{dest}: exists and is not a folder (-d names the folder to extract into)")
     with _open_zip(archive) as zf:
         members, guess = read_members(archive, encoding, zf=zf)
+        refuse_unreadable_names(dest, all(m.name.isascii() for m in members))  # (they would be written in it)
         report = ExtractReport(encoding=guess)
         total, folders = _check_budget(archive, members, max_total, max_ratio)
         made = [p for p in [dest_path.absolute(), *dest_path.absolute().parents] if not os.path.lexists(p)]

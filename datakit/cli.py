@@ -557,47 +557,6 @@ def _label_options(args: argparse.Namespace) -> dict:
             "encoding": encoding, "include_hidden": args.include_hidden}  # fmt: skip
 
 
-def _outside_source(out: str, src, what: str, labels: str | None = None) -> None:
-    """Refuse an output file inside a source's class folders (or anywhere in a folder a label table names files
-    of): an image written there (a preview, a histogram) is one of its samples to every later scan, and with
-    --overwrite it could replace one. Inside a pack's folder it is a file the pack does not hold."""
-    from datakit.sources import _is_table
-
-    folder = os.path.dirname(os.path.realpath(out))  # beside the class folders it is no sample; in one it is
-    if os.path.isfile(os.path.join(folder, "data.mdb")):  # any pack's folder, a source or not
-        raise UsageError(f"{out}: inside the LMDB pack {folder}, whose folder holds the pack's files alone (a "
-                         f"re-pack with --overwrite would refuse it); write the {what} outside")  # fmt: skip
-    import glob
-
-    from datakit.io import IMAGE_EXTENSIONS
-
-    if not out.lower().endswith(IMAGE_EXTENSIONS):  # an .svg or .pdf histogram is no image to any scan: no sample
-        return
-    sources = [p for s in (src if isinstance(src, list) else [src])
-               for p in (sorted(glob.glob(s)) if any(c in s for c in "*?[") else [s])]  # fmt: skip
-    for s in sources:
-        inside = (folder + os.sep).startswith(os.path.realpath(s).rstrip(os.sep) + os.sep)
-        if os.path.isdir(s) and inside and _is_pack_path(s):
-            raise UsageError(f"{out}: inside the LMDB pack {s}, whose folder holds the pack's files alone (a "
-                             f"re-pack with --overwrite would refuse it); write the {what} outside")  # fmt: skip
-        if os.path.isdir(s) and inside and labels and not _is_pack_path(s):  # the table names files at its top too
-            raise UsageError(f"{out}: inside the folder {s}, whose images {labels} names, where it could replace "
-                             f"one of them and `check` would find the {what} among them as an image not in the "
-                             "table; write it outside")  # fmt: skip
-        if os.path.isdir(s) and not _is_pack_path(s) and folder.startswith(os.path.realpath(s).rstrip(os.sep) + os.sep):
-            raise UsageError(f"{out}: inside the source folder {s}, where every later scan (check, stats, "
-                             f"open_dataset) would read the {what} as one of its images; write it outside")  # fmt: skip
-        # a label table alone: its names are relative to its folder, where the images are (one replaced by
-        # --overwrite, or a new one that `check` then reports as not in the table)
-        if os.path.isfile(s) and _is_table(s):
-            here = os.path.dirname(os.path.realpath(s)).rstrip(os.sep) + os.sep
-            if (folder + os.sep).startswith(here):
-                shown = os.path.join(os.path.dirname(s) or ".", "")  # './' for a table named bare
-                raise UsageError(f"{out}: inside {shown}, the folder of the images {s} "
-                                 f"names, where it could replace one of them and `check` would find the {what} "
-                                 "among them as an image not in the table; write it outside")  # fmt: skip
-
-
 def _source(args: argparse.Namespace):
     srcs = [str(_existing(s)) if not any(c in s for c in "*?[") else s for s in args.src]
     if args.labels:
@@ -612,8 +571,15 @@ def _source(args: argparse.Namespace):
 
 
 def _is_pack_path(path: str) -> bool:
-    p = Path(path)
-    return p.is_dir() and (p / "data.mdb").exists() or p.suffix.lower() == ".lmdb"
+    from datakit.sources import is_pack_path
+
+    return is_pack_path(path)
+
+
+def refuse_output_in_source(out: str, src, what: str, labels: str | None = None) -> None:
+    from datakit.sources import refuse_output_in_source as refuse
+
+    refuse(out, src, what, labels)
 
 
 _PACK_EXAMPLE = """\
@@ -1023,7 +989,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
                          "(--transform train), or leave --size out to see the images as decoded")  # fmt: skip
     args.size = 224 if args.size is None else args.size
     src = _source(args)
-    _outside_source(args.out, src, "contact sheet", args.labels)
+    refuse_output_in_source(args.out, src, "contact sheet", args.labels)
     check_output(args.out, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
     if args.font is not None and not os.path.isfile(args.font):
         what = "a folder, not a font file" if os.path.isdir(args.font) else "no such font file"
@@ -1111,7 +1077,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     args.seed = 0 if args.seed is None else args.seed
     src = _source(args)
     if args.plot:
-        _outside_source(args.plot, src, "histogram", args.labels)
+        refuse_output_in_source(args.plot, src, "histogram", args.labels)
         check_output(args.plot, overwrite=args.overwrite, probe=True)  # before any image is read, not after the work
         import importlib.util
 
@@ -1321,8 +1287,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         else:
             src = str(_existing(names[0]))
     table_or_pack = (".zip", ".lmdb", *TABLE_SUFFIXES)
-    if isinstance(src, str) and os.path.isfile(src) and Path(src).suffix.lower() not in table_or_pack:
-        # (a script, a single image: timed as if it were the data, and said to be "ok")
+    if (
+        isinstance(src, str)
+        and not os.path.isdir(src)
+        and (not os.path.isfile(src) or Path(src).suffix.lower() not in table_or_pack)
+    ):
+        # (a script, a single image: timed as if it were the data, and said to be "ok"; a FIFO, /dev/null)
         raise UsageError(f"{src}: a file that is no dataset source; give the folder, zip, label table or pack the "
                          "training reads")  # fmt: skip
     if isinstance(src, str) and os.path.isfile(src) and Path(src).suffix.lower() == ".zip":
@@ -1451,16 +1421,18 @@ class _Unfailing:
 
 
 def _check_environment() -> None:
-    """What would make every command go wrong, refused before any work: a file-system encoding that is not
-    UTF-8 (the C locale with PYTHONUTF8=0), a torchrun RANK outside its WORLD_SIZE."""
-    from datakit.io import pixel_budget
+    """What would make every command go wrong, refused before any work: a current folder removed, a file-system
+    encoding that is not UTF-8 (the C locale with PYTHONUTF8=0), a torchrun RANK outside its WORLD_SIZE."""
+    from datakit.io import name_encoding_problem, pixel_budget
 
     pixel_budget()  # DATAKIT_MAX_PIXELS=abc: one line now, not one "unreadable" line per image later
-    enc = sys.getfilesystemencoding().lower().replace("_", "-")
-    if os.name == "posix" and enc not in ("utf-8", "utf8"):
-        raise UsageError(f"file names are read as {enc}, not UTF-8 (a C or POSIX locale with PYTHONUTF8=0?), so "
-                         "names that are not ASCII cannot be read or written; use a UTF-8 locale (LC_ALL=C.UTF-8) "
-                         "or PYTHONUTF8=1")  # fmt: skip
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # relative names (the default -d ., an output's folder) would fail naming no path
+        raise UsageError("the current folder no longer exists (removed while the shell was in it); cd to one that "
+                         "does") from None  # fmt: skip
+    if (problem := name_encoding_problem()) is not None:
+        raise UsageError(problem)
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
     if "MASTER_ADDR" not in os.environ:
         ok = {"RANK": ("", "0"), "WORLD_SIZE": ("", "0", "1")}

@@ -860,7 +860,7 @@ def undecoded_names(root: str, names: Sequence[str], wanted: Sequence[str] = ())
                 found = (n, enc)
                 break
     if not bad and found is None:
-        return None
+        return _utf8_by_chance(root, names)
     if found is not None:
         first, enc = found
         count = sum(1 for n in names if not n.isascii() and decode_name(os.fsencode(n), enc) in wanted)
@@ -886,6 +886,34 @@ def undecoded_names(root: str, names: Sequence[str], wanted: Sequence[str] = ())
 
 
 _TOOL_ENCODINGS = ("gbk", "gb18030", "big5", "cp932", "cp949")  # what Windows in East Asia writes names in
+
+
+def _utf8_by_chance(root: str, names: Sequence[str]) -> str | None:
+    """A line for names on disk that are UTF-8 but read as no one writes (letters standing alone, scripts mixed:
+    GBK's 猫 and 牛 read 'è' and 'ţ') where GBK or Big5 reads them as plausible names: bytes a tool wrote in that
+    encoding, perhaps, which UTF-8 cannot tell (so said, not refused); None otherwise. As a table's text is judged
+    (:func:`datakit.labels._utf8_kind`), on at most ``MAX_SCORED`` of the names' non-ASCII parts."""
+    wide = [n for n in names if not n.isascii()]
+    if not wide:
+        return None
+    spread = wide[:: max(1, len(wide) // (4 * MAX_SCORED))]  # (a million names: a few thousand looked at)
+    parts = list(dict.fromkeys(p for n in spread for p in n.split("/") if not p.isascii()))
+    from datakit.labels import _utf8_kind
+
+    sample = parts[:: max(1, len(parts) // MAX_SCORED)][:MAX_SCORED]
+    if _utf8_kind(sample) not in ("single", "mojibake"):
+        return None
+    raw = [p.encode("utf-8", "surrogateescape") for p in sample]
+    for enc in ("gbk", "big5"):
+        if all(decodes(r, enc, windows=False) for r in raw) and score([r.decode(enc) for r in raw], enc) >= 0.5:
+            count, first = len(wide), wide[0]
+            shown = "/".join(decode_name(p.encode("utf-8", "surrogateescape"), enc) if not p.isascii() else p
+                             for p in first.split("/"))  # fmt: skip
+            return (f"{root}: {count} name{'s' * (count > 1)} on disk read as UTF-8 as letters no name is written "
+                    f"in ({first!r}), and as {enc} as {shown!r}: if a tool wrote them in {enc} (a Windows zip "
+                    f"extracted by unzip), extract it again with unzip-gbk, or rename them (convmv -f {enc} -t utf-8 "
+                    f"-r --notest {root}); if {first!r} is meant, nothing is wrong")  # fmt: skip
+    return None
 
 
 def json_text(obj, **kw) -> str:

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import re
+import sys
 import tempfile
 import threading
 import zlib
@@ -453,6 +454,7 @@ def _pnm_maxval(data: bytes) -> int | None:
     return int(m.group(2)) if m else None
 
 
+_PNM_NEGATIVE = re.compile(rb"\s-\s*\d")  # a minus sign before a sample of an ASCII PNM (P1, P2, P3)
 _PNM_ASCII_HEAD = re.compile(rb"(P[23])(?:\s|#[^\n\r]*)+(\d+)(?:\s|#[^\n\r]*)+(\d+)(?:\s|#[^\n\r]*)+(\d+)\s")
 
 
@@ -1180,7 +1182,10 @@ def _decode(
             return _pnm_scaled(deep, maxval, mode)
     flags = _cv2_flags(mode, fmt, factor, components)
     try:
-        img = cv2.imdecode(buf, flags)
+        if fmt == "PNM" and raw[:2] in (b"P1", b"P2", b"P3") and _PNM_NEGATIVE.search(re.sub(rb"#[^\n\r]*", b"", raw)):
+            img = None  # OpenCV 4 reads a negative ASCII sample as a pixel (-5 as 243): Pillow below says what it is
+        else:
+            img = cv2.imdecode(buf, flags)
     except cv2.error:  # OpenCV's own limits (a side over 2**20, its pixel cap): Pillow below, or a named error
         img = None
     if img is None and fmt == "GIF" and not raw.endswith(b";"):  # its trailer byte lost (a copy cut short by one):
@@ -1575,6 +1580,29 @@ def _umask() -> int:
     return mask
 
 
+def name_encoding_problem() -> str | None:
+    """What is wrong with the encoding this process reads and writes file names in, when it is not UTF-8 (the
+    C locale with PYTHONUTF8=0, a locale such as en_US.ISO-8859-1 or zh_CN.GBK); None when it is."""
+    enc = sys.getfilesystemencoding().lower().replace("_", "-")
+    if os.name != "posix" or enc in ("utf-8", "utf8"):
+        return None
+    import locale
+
+    ctype = locale.setlocale(locale.LC_CTYPE)
+    why = "a C or POSIX locale with PYTHONUTF8=0?" if ctype in ("C", "POSIX") else f"the locale {ctype}"
+    return (f"file names are read as {enc}, not UTF-8 ({why}), so names that are not ASCII cannot be read or "
+            "written; use a UTF-8 locale (LC_ALL=C.UTF-8) or PYTHONUTF8=1")  # fmt: skip
+
+
+def refuse_unreadable_names(where: str | os.PathLike, ascii_only: bool) -> None:
+    """``UsageError`` when names that are not ASCII (``ascii_only`` false) are to be read from or written to the
+    disk by a process whose file-name encoding is not UTF-8: read, a class folder 猫 would be the class
+    'ç\\x8c«' (kept in a pack); written, an archive's 猫 would be GBK bytes no UTF-8 shell finds. ASCII names read
+    alike in every encoding, so those are let be."""
+    if not ascii_only and (problem := name_encoding_problem()) is not None:
+        raise UsageError(f"{os.fspath(where)}: {problem}")
+
+
 def check_path_length(path: str | os.PathLike) -> None:
     """``UsageError`` naming ``path`` when no file system takes it: a part of it longer than a file
     name may be (255 bytes), or the whole longer than a path may be (4095)."""
@@ -1630,7 +1658,7 @@ def check_output(path: str | os.PathLike, *, overwrite: bool = False, probe: boo
     check_path_length(path)
     path = file_path(path)
     try:
-        is_dir, exists = path.is_dir(), path.exists()
+        is_dir, exists = path.is_dir(), path.exists() or path.is_symlink()  # a dangling link is a name taken too
     except PermissionError:  # a folder this process may not enter (no x bit): nothing can be looked at or made there
         raise UsageError(f"{path.parent}: not writable; cannot write {path.name} into it") from None
     if is_dir:

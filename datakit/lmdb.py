@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -355,6 +356,28 @@ _ENV_IDS: dict[str, tuple] = {}  # each environment's data.mdb (device, inode) a
 _SIZES: dict[str, tuple[int, int]] = {}  # each environment's data.mdb: a descriptor of it and its size when opened
 _LOCK = threading.RLock()
 _PID = os.getpid()
+# the readers alive in this process per pack folder: when the last is gone, the environment (its mapping and
+# descriptors) is closed, so that dropped datasets do not hold packs open (nor a deleted pack's disk space)
+_USERS: dict[str, int] = {}
+
+
+def _hold(reader: LmdbReader) -> None:
+    """Count ``reader`` as a user of its pack's environment in this process until it is collected."""
+    with _LOCK:
+        _USERS[reader._key] = _USERS.get(reader._key, 0) + 1
+    weakref.finalize(reader, _release, reader._key, os.getpid())
+
+
+def _release(key: str, pid: int) -> None:
+    if os.getpid() != pid:  # a reader inherited through fork: the parent's count
+        return
+    with _LOCK:
+        left = _USERS.get(key, 0) - 1
+        if left > 0:
+            _USERS[key] = left
+            return
+        _USERS.pop(key, None)
+        _close_env(key)
 
 
 def _close_all() -> None:
@@ -386,6 +409,7 @@ def _forget_all() -> None:
     _ENVS.clear()
     _ENV_IDS.clear()
     _SIZES.clear()  # (the parent's descriptors: close-on-exec, left to it)
+    _USERS.clear()  # (readers made here count from now on)
     _PID = os.getpid()
     _LOCK = threading.RLock()
 
@@ -1007,6 +1031,7 @@ class LmdbReader:
         self.path = Path(path)
         self._key = _key(self.path)
         self.allow_incomplete = allow_incomplete
+        _hold(self)
         if not (self.path / "data.mdb").is_file():
             left = self.path.is_dir() and any(p.name in PACK_FILES for p in self.path.iterdir())
             if self.path.name == "data.mdb" and self.path.is_file():  # the pack's file, not its folder
@@ -1192,6 +1217,10 @@ class LmdbReader:
         state = self.__dict__.copy()  # only paths, metadata and records: no environment
         state.pop("_checked", None)  # which samples this process has checked: each process checks its own reads
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        _hold(self)  # (a spawned worker's copy, or a copy.copy: a user of the environment too)
 
 
 def lmdb_info(path: str | os.PathLike) -> dict:

@@ -61,7 +61,15 @@ from datakit.lmdb import (
     stored_values,
 )
 from datakit.parallel import WorkerDied, map_ordered
-from datakit.sources import ImageDataset, LmdbDataset, StringArray, TableDataset, open_source, same_sample_name
+from datakit.sources import (
+    FolderDataset,
+    ImageDataset,
+    LmdbDataset,
+    StringArray,
+    TableDataset,
+    open_source,
+    same_sample_name,
+)
 
 __all__ = ["PackReport", "pack_lmdb", "parse_shard"]
 
@@ -643,10 +651,11 @@ def pack_lmdb(
     elif not isinstance(src, (str, os.PathLike, ImageDataset)):
         raise UsageError(f"pack_lmdb takes a path or a datakit dataset (open_dataset), got {type(src).__name__}; "
                          "pack the dataset it is made of (shard= packs a part)")  # fmt: skip
-    if labels is None and isinstance(src, (str, os.PathLike)) and os.path.isdir(src):
-        real_src, real_out = os.path.realpath(src), os.path.realpath(out)
+    folder = src.root if isinstance(src, FolderDataset) else src  # a dataset of class folders handed over: its root
+    if labels is None and isinstance(folder, (str, os.PathLike)) and os.path.isdir(folder):
+        real_src, real_out = os.path.realpath(folder), os.path.realpath(out)
         if real_out != real_src and real_out.startswith(real_src.rstrip(os.sep) + os.sep):
-            raise UsageError(f"{out}: inside the source folder {src}, whose every later scan (--resume, check, "
+            raise UsageError(f"{out}: inside the source folder {folder}, whose every later scan (--resume, check, "
                              "open_dataset) would read it as a class folder; put OUT outside the source (moved "
                              "there, a started pack resumes)")  # fmt: skip
     ds = src if isinstance(src, ImageDataset) else open_source(src, labels=labels, split=split,

@@ -26,7 +26,7 @@ import numpy as np
 
 from datakit.errors import DataError, UsageError
 from datakit.io import WRITE_EXTENSIONS
-from datakit.sources import ImageDataset
+from datakit.sources import ImageDataset, refuse_output_in_source
 
 __all__ = ["PREVIEW_EXTENSIONS", "CaptionFont", "Preview", "find_font", "font_hint", "preview"]
 
@@ -306,6 +306,7 @@ def _preview(ds: ImageDataset, out: str | os.PathLike, *, n: int, cols: int, til
     from datakit.io import check_output, file_path, imwrite
 
     out = file_path(out)
+    refuse_output_in_source(out, ds, "contact sheet")  # (the CLI's check too, for a dataset handed over)
     for name, value in (("n", n), ("cols", cols), ("tile", tile)):
         if value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")

@@ -45,6 +45,7 @@ from datakit.io import (
     image_format,
     raise_open_file_limit,
     read_bytes,
+    refuse_unreadable_names,
 )
 from datakit.labels import (
     _INVISIBLE_RUN,
@@ -721,7 +722,10 @@ def scan_class_folders(
         except OSError:  # a link through a file ('a.png/'): not a folder
             return False
 
-    classes = sorted(e.name for e in os.scandir(root) if is_dir(e))
+    entries = list(os.scandir(root))
+    classes = sorted(e.name for e in entries if is_dir(e))
+    # images beside the class folders are in no class: left out, as ImageFolder leaves them, but said
+    beside = sorted(e.name for e in entries if not is_dir(e) and _is_image(e.name, extensions))
     classes = _without_caches(root, classes, lambda c: os.path.isfile(os.path.join(root, c, "INDEX_CACHE")))
     if not classes:
         raise NotADataset(
@@ -762,6 +766,8 @@ def scan_class_folders(
                 n += 1
         if not n:
             empty.append(cls)
+    # (before any warning: one of names not UTF-8 on the disk would advise renaming names the locale misread)
+    refuse_unreadable_names(root, "".join(classes).isascii() and all(f.isascii() for f in files))
     if empty:  # every one named, as ImageFolder names them
         hint = _OTHER_FILES if extensions == IMG_EXTENSIONS else ""
         which = (f"class folder {empty[0]!r} holds" if len(empty) == 1
@@ -769,6 +775,12 @@ def scan_class_folders(
         raise LabelError(f"{root}: {which} no images (no file ending in {' '.join(extensions)}{hint})")
     _warn_left_out(root, left_out)
     _warn_unlisted(root, unlisted)
+    if beside:
+        n = len(beside)
+        log.warning("%s: %d image%s beside the class folders, in none of them (%s%s): left out, as torchvision's "
+                    "ImageFolder leaves %s out; move %s into %s class folder to read %s", root, n, "s" * (n > 1),
+                    beside[0], f" and {n - 1} more" if n > 1 else "", "them" if n > 1 else "it",
+                    "them" if n > 1 else "it", "their" if n > 1 else "its", "them" if n > 1 else "it")  # fmt: skip
     hidden = [c for c in classes if c.startswith(".")]
     if hidden:
         log.warning(
@@ -1021,6 +1033,8 @@ class TableDataset(ImageDataset):
         elif zip_encoding:
             raise UsageError(f"zip_encoding= (--zip-encoding) names the encoding of a zip's member names; {root} is "
                              "no zip: leave it out")  # fmt: skip
+        if self.zip is None:  # names looked for on the disk: in the encoding the process names files in
+            refuse_unreadable_names(root, int(table.files.data.max(initial=0)) < 0x80)
         self.files = table.files  # as the table names them, ``/``-separated
         super().__init__(table.targets(self.class_map), self.class_map.classes, **kwargs)
         self.linked_twice: list[str] = []  # members listed twice through a folder link of the zip
@@ -1814,6 +1828,68 @@ def _folder_alone(ds):
                         ", ..." if len(lacking) > 4 else ""), train, len(ds.classes) + len(lacking),
                     train)  # fmt: skip
     return ds
+
+
+def is_pack_path(path: str) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / "data.mdb").exists() or p.suffix.lower() == ".lmdb"
+
+
+def refuse_output_in_source(out: str | os.PathLike, src, what: str, labels: str | None = None) -> None:
+    """Refuse an output file inside a source's class folders (or anywhere in a folder a label table names files
+    of): an image written there (a preview, a histogram) is one of its samples to every later scan, and with
+    --overwrite it could replace one. Inside a pack's folder it is a file the pack does not hold. ``src``: a path, a
+    glob, a list of them, or a dataset (its folder, table or packs)."""
+    if isinstance(src, ImageDataset):
+        src, labels = _dataset_source(src)
+        if src is None:
+            return
+    out = os.fspath(out)
+    folder = os.path.dirname(os.path.realpath(out))  # beside the class folders it is no sample; in one it is
+    if os.path.isfile(os.path.join(folder, "data.mdb")):  # any pack's folder, a source or not
+        raise UsageError(f"{out}: inside the LMDB pack {folder}, whose folder holds the pack's files alone (a "
+                         f"re-pack with --overwrite would refuse it); write the {what} outside")  # fmt: skip
+    import glob
+
+    from datakit.io import IMAGE_EXTENSIONS
+
+    if not out.lower().endswith(IMAGE_EXTENSIONS):  # an .svg or .pdf histogram is no image to any scan: no sample
+        return
+    sources = [p for s in (src if isinstance(src, list) else [src])
+               for p in (sorted(glob.glob(s)) if any(c in s for c in "*?[") else [s])]  # fmt: skip
+    for s in sources:
+        inside = (folder + os.sep).startswith(os.path.realpath(s).rstrip(os.sep) + os.sep)
+        if os.path.isdir(s) and inside and is_pack_path(s):
+            raise UsageError(f"{out}: inside the LMDB pack {s}, whose folder holds the pack's files alone (a "
+                             f"re-pack with --overwrite would refuse it); write the {what} outside")  # fmt: skip
+        if os.path.isdir(s) and inside and labels and not is_pack_path(s):  # the table names files at its top too
+            raise UsageError(f"{out}: inside the folder {s}, whose images {labels} names, where it could replace "
+                             f"one of them and `check` would find the {what} among them as an image not in the "
+                             "table; write it outside")  # fmt: skip
+        if os.path.isdir(s) and not is_pack_path(s) and folder.startswith(os.path.realpath(s).rstrip(os.sep) + os.sep):
+            raise UsageError(f"{out}: inside the source folder {s}, where every later scan (check, stats, "
+                             f"open_dataset) would read the {what} as one of its images; write it outside")  # fmt: skip
+        # a label table alone: its names are relative to its folder, where the images are (one replaced by
+        # --overwrite, or a new one that `check` then reports as not in the table)
+        if os.path.isfile(s) and _is_table(s):
+            here = os.path.dirname(os.path.realpath(s)).rstrip(os.sep) + os.sep
+            if (folder + os.sep).startswith(here):
+                shown = os.path.join(os.path.dirname(s) or ".", "")  # './' for a table named bare
+                raise UsageError(f"{out}: inside {shown}, the folder of the images {s} "
+                                 f"names, where it could replace one of them and `check` would find the {what} "
+                                 "among them as an image not in the table; write it outside")  # fmt: skip
+
+
+def _dataset_source(ds: ImageDataset) -> tuple[str | list[str] | None, str | None]:
+    """(the source's path or paths, the label table's path) of a dataset read from the disk; (None, None) for one
+    whose images are in an archive or made in memory."""
+    if isinstance(ds, FolderDataset):
+        return ds.root, None
+    if isinstance(ds, TableDataset):
+        return (ds.root, os.fspath(ds.table.path)) if ds.zip is None else (None, None)
+    if isinstance(ds, LmdbDataset):
+        return [os.fspath(r.path) for r in ds.readers], None
+    return None, None
 
 
 def _is_pack(path: Path) -> bool:

@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -403,6 +404,9 @@ UNWRITABLE = [
     ("no/such/dir/out.png", "{tmp}/no/such/dir: no such folder to write out.png into"),
     ("a_folder.png", "{tmp}/a_folder.png: is a folder; give a file name"),
     ("exists.png", "{tmp}/exists.png: already exists; use --overwrite (overwrite=True) to replace it"),
+    # a link to nothing (left by an old run) takes the name too: it was found free, and the run failed at its end
+    # saying another process had made it meanwhile
+    ("dangling.png", "{tmp}/dangling.png: already exists; use --overwrite (overwrite=True) to replace it"),
     # a name that ends with '/' names a folder: it was written as the file new.png
     ("new.png/", "{tmp}/new.png/: names a folder (it ends with '/'); give a file name"),
 ]
@@ -416,6 +420,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_image_is_read(
     (tmp_path / "a_file").write_text("a file, not a folder")
     (tmp_path / "a_folder.png").mkdir()
     (tmp_path / "exists.png").write_bytes(b"keep me")
+    (tmp_path / "dangling.png").symlink_to("nowhere.png")
     before = _tree(tmp_path)
     rc = main([command, str(unreadable_folder), *WRITERS[command], f"{tmp_path}/{name}"])
     out, err = capsys.readouterr()
@@ -1705,3 +1710,50 @@ def test_stats_refuses_overwrite_without_a_plot_to_replace(class_folder: Path, c
         "datakit stats: error: --overwrite replaces the histogram --plot FILE writes; without --plot nothing is "
         "written: give --plot FILE with it, or leave --overwrite out"
     )
+
+
+def test_a_command_run_in_a_removed_folder_says_so(tmp_path: Path):
+    # The attack: `cd gone; rmdir ../gone; datakit pack-lmdb /abs/src out.lmdb` said "error: [Errno 2] No such file
+    # or directory", exit 1, naming no path.
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = "import sys; from datakit.cli import main; sys.exit(main(sys.argv[1:]))"
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "{sys.executable}" -c "{code}" pack-lmdb "{tmp_path}" out.lmdb'
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "datakit pack-lmdb: error: the current folder no longer exists (removed while the shell was in it); "
+        "cd to one that does\n")  # fmt: skip
+
+
+def test_the_python_api_refuses_non_ascii_names_under_a_file_name_encoding_other_than_utf8(tmp_path: Path):
+    # The attack: under a locale whose file names are not UTF-8, the CLI refused, but open_dataset read the class
+    # folder 猫 as mojibake, pack_lmdb kept it in classes.json, and unzip wrote an archive's names in that encoding.
+    for cls in ("猫", "dog"):
+        (tmp_path / "data" / cls).mkdir(parents=True)
+        imwrite(tmp_path / "data" / cls / "0.png", np.zeros((4, 4, 3), np.uint8))
+    (tmp_path / "ascii" / "dog").mkdir(parents=True)
+    imwrite(tmp_path / "ascii" / "dog" / "0.png", np.zeros((4, 4, 3), np.uint8))
+    (tmp_path / "l.csv").write_text("file,label\n猫/0.png,cat\ndog/0.png,dog\n", encoding="utf-8")
+    info = zipfile.ZipInfo("猫/0.png")
+    with zipfile.ZipFile(tmp_path / "a.zip", "w") as zf:
+        zf.writestr(info, (tmp_path / "data" / "dog" / "0.png").read_bytes())
+    code = (
+        "import sys\n"
+        "from datakit import open_dataset\n"
+        "from datakit.archive import unzip\n"
+        "from datakit.errors import UsageError\n"
+        "print(open_dataset('ascii').classes)\n"
+        "for call in (lambda: open_dataset('data'), lambda: open_dataset('data', labels='l.csv'),\n"
+        "             lambda: unzip('a.zip', 'out')):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except UsageError as e:\n"
+        "        print(e)\n"
+    )
+    env = {**os.environ, "PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    why = ("file names are read as ascii, not UTF-8 (a C or POSIX locale with PYTHONUTF8=0?), so names that are not "
+           "ASCII cannot be read or written; use a UTF-8 locale (LC_ALL=C.UTF-8) or PYTHONUTF8=1")  # fmt: skip
+    assert done.stdout.splitlines() == ["['dog']", f"data: {why}", f"data: {why}", f"out: {why}"]
+    assert not (tmp_path / "out").exists()

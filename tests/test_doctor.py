@@ -288,10 +288,17 @@ def test_read_speed_of_a_table_reads_its_images_and_a_link_to_nothing_is_passed_
     assert folder.status == "ok" and folder.data["files"] == 24
 
 
-def test_doctor_of_a_file_that_is_no_dataset_is_a_usage_error(tmp_path: Path, capsys):
-    # the attack: `datakit doctor train.py` timed the script as the data and said "ok", exit 0
+@pytest.mark.parametrize("kind", ["script", "fifo", "device"])
+def test_doctor_of_a_file_that_is_no_dataset_is_a_usage_error(tmp_path: Path, capsys, kind: str):
+    # the attack: `datakit doctor train.py` timed the script as the data and said "ok", exit 0; a FIFO or /dev/null
+    # failed as data ("no image files found", exit 1) where every other command calls it a usage mistake
     script = tmp_path / "train.py"
-    script.write_text("print(1)\n")
+    if kind == "script":
+        script.write_text("print(1)\n")
+    elif kind == "fifo":
+        os.mkfifo(script)
+    else:
+        script = Path(os.devnull)
     assert main(["doctor", str(script)]) == 2
     assert capsys.readouterr().err == (f"datakit doctor: error: {script}: a file that is no dataset source; give the "
                                        "folder, zip, label table or pack the training reads\n")  # fmt: skip

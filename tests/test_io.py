@@ -1053,7 +1053,7 @@ def test_radiance_size_lines_opencv_reads_are_read_alike(line: bytes):
     assert header_size(data) == (5, 7) and decode_image(data).shape == (5, 7, 3)
 
 
-def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
+def test_pgm_and_ppm_samples_are_scaled_by_their_maxval(monkeypatch: pytest.MonkeyPatch):
     # the attack: a PGM of maxval 100 decoded white as 100, a 16-bit PPM of maxval 1000 as 3 (OpenCV keeps the
     # samples as stored, then shifts 16-bit ones to 8): every datakit path, stats included, saw a dark image
     def half_even(values: np.ndarray, maxval: int) -> np.ndarray:  # value * 255 / maxval, as Pillow rounds it
@@ -1093,10 +1093,19 @@ def test_pgm_and_ppm_samples_are_scaled_by_their_maxval():
     for odd in (b"P2\n3 1\n100\n5,50,100\n", b"P2\n3 1\n100\n5\xa050 100\n"):
         assert decode_image(odd, "gray").tolist() == [[12, 127, 255]]
     for bad, why in ((b"P2\n2 1\n100\n-5 50\n", "Channel value is negative"),
+                     (b"P3\n1 1\n255\n1 -2 3\n", "Channel value is negative"),
                      (b"P2\n2 1\n100\n99999999999999999999 50\n", "Token too long")):  # fmt: skip
         for mode in ("gray", "unchanged"):
             with pytest.raises(ImageDecodeError, match=f"x.pgm: PNM data is corrupt or truncated .*{why}"):
                 decode_image(bad, mode, name="x.pgm")
+    # OpenCV 4 read the negative sample as a pixel (-5 as 243): the refusal does not rest on OpenCV's reading
+    import cv2
+
+    with monkeypatch.context() as m:
+        m.setattr(cv2, "imdecode", lambda buf, flags: np.array([[243, 128]], np.uint8))
+        with pytest.raises(ImageDecodeError, match="Channel value is negative: -5"):
+            decode_image(b"P2\n2 1\n100\n-5 50\n", "gray", name="x.pgm")
+    assert decode_image(b"P2\n# made-by -3\n2 1\n100\n5 50\n", "gray").tolist() == [[13, 128]]  # a comment's
     ascii16 = decode_image(b"P2\n4 1\n1000\n0 10 500 1000\n", "gray")
     assert ascii16.tolist() == [[0, 3, 128, 255]]
     full = np.full((1, 3, 3), 200, np.uint8)  # maxval 255 and 65535: as before

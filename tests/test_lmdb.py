@@ -1376,3 +1376,35 @@ def test_many_shards_under_a_low_open_file_limit_are_read_or_refused_naming_the_
                              "open files (ulimit -n; the most it may be raised to: 150); raise the limit (as root, or "
                              "in /etc/security/limits.conf), or pack the source again into fewer shards "
                              "(--shard I/N with a smaller N)")  # fmt: skip
+
+
+def test_a_dropped_dataset_closes_its_pack_and_a_deleted_packs_space_is_freed(cli_pack: Path, tmp_path: Path):
+    # The attack: a pack copied to scratch per run, opened, read, dropped and deleted, 200 times: each pack ever
+    # opened kept its environment and two descriptors (deleted packs' disk space never freed), until a fresh copy
+    # was refused as "already open in this process outside datakit's readers".
+    import copy
+    import gc
+
+    def held() -> list[str]:
+        fds = Path("/proc/self/fd")
+        return (
+            [t for f in fds.iterdir() if (t := os.path.realpath(f)).startswith(str(tmp_path))] if fds.is_dir() else []
+        )
+
+    for i in range(40):
+        run = tmp_path / f"run{i}.lmdb"
+        shutil.copytree(cli_pack, run)
+        ds = open_dataset(run)
+        assert ds[i % len(ds)][1] == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2][i % len(ds)]
+        twin = copy.copy(ds.readers[0])  # a copy (as a spawned worker's) counts as a user too
+        del ds
+        gc.collect()
+        assert held() == [f"{run}/data.mdb"] * 2  # the copy keeps the environment: its descriptor and datakit's
+        del twin
+        gc.collect()
+        assert held() == []
+        shutil.rmtree(run)
+    two, other = open_dataset(cli_pack), open_dataset(cli_pack)  # one environment per pack, while any reader lives
+    del two
+    gc.collect()
+    assert other[11][1] == 2

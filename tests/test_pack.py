@@ -1687,6 +1687,44 @@ def test_a_pack_inside_its_source_folder_is_refused_before_anything_is_written(c
     assert not out.exists() and open_dataset(class_folder).classes == ["cat", "dog", "鸟"]
 
 
+def test_the_library_refuses_a_pack_or_a_preview_inside_the_folder_of_the_dataset_handed_to_it(
+    class_folder: Path, tmp_path: Path
+):
+    # The attack: the CLI refused these, but pack_lmdb(ds, "src/p.lmdb") and preview(ds, "src/cat/grid.png") on a
+    # dataset object wrote them: the source no longer opened ("class folder 'p.lmdb' holds no images"), or the
+    # contact sheet was one more 'cat' sample.
+    from datakit import preview
+
+    ds = open_dataset(class_folder)
+    out = class_folder / "p.lmdb"
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(ds, out)
+    assert str(e.value) == (f"{out}: inside the source folder {class_folder}, whose every later scan (--resume, "
+                            "check, open_dataset) would read it as a class folder; put OUT outside the source "
+                            "(moved there, a started pack resumes)")  # fmt: skip
+    sheet = class_folder / "cat" / "grid.png"
+    with pytest.raises(UsageError) as e:
+        preview(ds, sheet)
+    assert str(e.value) == (f"{sheet}: inside the source folder {class_folder}, where every later scan (check, "
+                            "stats, open_dataset) would read the contact sheet as one of its images; write it "
+                            "outside")  # fmt: skip
+    pack_lmdb(ds, tmp_path / "ok.lmdb")
+    packed = open_dataset(tmp_path / "ok.lmdb")
+    inside = tmp_path / "ok.lmdb" / "grid.png"
+    with pytest.raises(UsageError) as e:
+        preview(packed, inside)
+    assert str(e.value) == (f"{inside}: inside the LMDB pack {tmp_path / 'ok.lmdb'}, whose folder holds the pack's "
+                            "files alone (a re-pack with --overwrite would refuse it); write the contact sheet "
+                            "outside")  # fmt: skip
+    table = tmp_path / "labels.csv"
+    table.write_text("file,label\ncat/图片_0.jpg,cat\ndog/图片_0.jpg,dog\n", encoding="utf-8")
+    listed = open_dataset(class_folder, labels=table)
+    with pytest.raises(UsageError, match="inside the folder .* whose images .*labels.csv names"):
+        preview(listed, class_folder / "grid.png")
+    assert sorted(p.name for p in class_folder.iterdir()) == ["cat", "dog", "鸟"]
+    assert preview(ds, tmp_path / "grid.png").path == tmp_path / "grid.png"
+
+
 def _damaged_jpegs(folder: Path) -> dict[str, str]:
     """A good JPEG and two that libjpeg decodes around, printing a warning: what check reports."""
     rng = np.random.default_rng(0)
