@@ -888,14 +888,45 @@ def undecoded_names(root: str, names: Sequence[str], wanted: Sequence[str] = ())
 _TOOL_ENCODINGS = ("gbk", "gb18030", "big5", "cp932", "cp949")  # what Windows in East Asia writes names in
 
 
+_TWO_BYTE_RUN = re.compile("[\u0080-\u07ff]+")
+
+
+def _mixed_run(part: str) -> bool:
+    """Whether ``part`` holds a run of two or more characters of U+0080..U+07FF (what a GBK or Big5 pair reads as
+    in UTF-8) whose letters are of more than one script, or of a letter and a sign: GBK's 图片 is 'ͼƬ', Greek and
+    Latin. Words of one alphabet (кот, Ελλάδα, æøå), letters alone (è, α) and signs (0°, ±5) are none."""
+    for m in _TWO_BYTE_RUN.finditer(part):
+        run = m.group()
+        if len(run) > 1 and len({_script(c) if c.isalpha() else "sign" for c in run}) > 1:
+            return True
+    return False
+
+
 def _utf8_by_chance(root: str, names: Sequence[str]) -> str | None:
-    """A line for names on disk that are UTF-8 but read as no one writes (letters standing alone, scripts mixed:
-    GBK's 猫 and 牛 read 'è' and 'ţ') where GBK or Big5 reads them as plausible names: bytes a tool wrote in that
-    encoding, perhaps, which UTF-8 cannot tell (so said, not refused); None otherwise. As a table's text is judged
-    (:func:`datakit.labels._utf8_kind`), on at most ``MAX_SCORED`` of the names' non-ASCII parts."""
+    """A line for names on disk that are UTF-8 but read as no one writes (GBK's 图片 is 'ͼƬ': every non-ASCII part
+    of the names made of the characters a GBK or Big5 pair reads as in UTF-8, some of them mixing scripts within a
+    word) where GBK or Big5 reads them as plausible names: bytes a tool wrote in that encoding, perhaps, which UTF-8
+    cannot tell (so said, not refused); None otherwise, on at most ``MAX_SCORED`` of the names' non-ASCII parts.
+    A lone letter ('è', GBK's 猫) is not said: French, Danish or Greek letters as names read so too."""
     wide = [n for n in names if not n.isascii()]
     if not wide:
         return None
+    spread = wide[:: max(1, len(wide) // (4 * MAX_SCORED))]  # (a million names: a few thousand looked at)
+    parts = list(dict.fromkeys(p for n in spread for p in n.split("/") if not p.isascii()))
+    sample = parts[:: max(1, len(parts) // MAX_SCORED)][:MAX_SCORED]
+    if any(ord(c) > 0x7FF for p in sample for c in p) or not any(map(_mixed_run, sample)):
+        return None
+    raw = [p.encode("utf-8", "surrogateescape") for p in sample]
+    for enc in ("gbk", "big5"):
+        if all(decodes(r, enc, windows=False) for r in raw) and score([r.decode(enc) for r in raw], enc) >= 0.5:
+            count, first = len(wide), wide[0]
+            shown = "/".join(decode_name(p.encode("utf-8", "surrogateescape"), enc) if not p.isascii() else p
+                             for p in first.split("/"))  # fmt: skip
+            return (f"{root}: {count} name{'s' * (count > 1)} on disk read as UTF-8 as letters no name is written "
+                    f"in ({first!r}), and as {enc} as {shown!r}: if a tool wrote them in {enc} (a Windows zip "
+                    f"extracted by unzip), extract it again with unzip-gbk, or rename them (convmv -f {enc} -t utf-8 "
+                    f"-r --notest {root}); if {first!r} is meant, nothing is wrong")  # fmt: skip
+    return None
     spread = wide[:: max(1, len(wide) // (4 * MAX_SCORED))]  # (a million names: a few thousand looked at)
     parts = list(dict.fromkeys(p for n in spread for p in n.split("/") if not p.isascii()))
     from datakit.labels import _utf8_kind

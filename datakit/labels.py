@@ -3793,20 +3793,24 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
     return part
 
 
+_INTEGER = re.compile(r"-?\d+")
+_NOT_NUMBERED = re.compile(rb"^(?!\S+(?:[ \t]+-?\d+)+$)", re.M)  # a line that is not a name and numbers
+
+
 def _numbered_fields(path: Path, part: _Part) -> tuple[tuple[int, int], str] | None:
-    """The problem of a list every line of which is a name and two or more numbers (Oxford-IIIT Pet's
-    ``Abyssinian_100 1 1 1``: image, class id, species, breed id), which would read as the file
-    'Abyssinian_100 1 1' labelled with the last number; None for any other list. Names with no space cost one
-    look at the bytes."""
+    """The problem of a list every line of which is a name and two or more integers, however spaced (Oxford-IIIT
+    Pet's ``Abyssinian_100 1 1 1``: image, class id, species, breed id; CelebA's ``img 1 -1``), which would read
+    as the file 'Abyssinian_100 1 1' labelled with the last number; None for any other list. Names with no space
+    cost one look at the bytes, labels that are no integers one look at the distinct labels; the rest one
+    regular-expression pass over the names."""
     files = part.files
-    if not len(files) or not holds(files.data, b" "):
+    if not len(files) or not holds(files.data, b" ") or not all(_INTEGER.fullmatch(str(v)) for v in part.labels):
         return None
-    for i in range(len(files)):
-        words = files[i].split(" ")
-        if len(words) < 2 or not all(w.isascii() and w.isdigit() for w in words[1:]):
-            return None
+    names = np.insert(files.data, files.offsets[1:-1], 10).tobytes()  # one a line (no name holds a newline)
+    if _NOT_NUMBERED.search(names) is not None:
+        return None
     line, name, label = int(part.rows[0]), files[0], part.labels[part.label_codes[0]]
-    fields = len(name.split(" ")) + 1
+    fields = len(name.split()) + 1
     return ((0, line), f"{path}, line {line}: '{name} {label}' is a name and {fields - 1} numbers, as is every line, "
             "where a 'path label' list has a name and one label: which number is the label is not known (Oxford-IIIT "
             "Pet's list.txt: image, class id, species, breed id); write the lines as 'path label' with the one meant, "

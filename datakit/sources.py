@@ -777,10 +777,10 @@ def scan_class_folders(
     _warn_unlisted(root, unlisted)
     if beside:
         n = len(beside)
-        log.warning("%s: %d image%s beside the class folders, in none of them (%s%s): left out, as torchvision's "
-                    "ImageFolder leaves %s out; move %s into %s class folder to read %s", root, n, "s" * (n > 1),
-                    beside[0], f" and {n - 1} more" if n > 1 else "", "them" if n > 1 else "it",
-                    "them" if n > 1 else "it", "their" if n > 1 else "its", "them" if n > 1 else "it")  # fmt: skip
+        # (said, with no advice to move them: a contact sheet or a plot written there is meant to be no sample)
+        log.warning("%s: %d image%s beside the class folders, in none of them (%s%s): not read, as torchvision's "
+                    "ImageFolder does not read them; a sample is read from its class folder", root, n, "s" * (n > 1),
+                    beside[0], f" and {n - 1} more" if n > 1 else "")  # fmt: skip
     hidden = [c for c in classes if c.startswith(".")]
     if hidden:
         log.warning(
@@ -1840,7 +1840,8 @@ def refuse_output_in_source(out: str | os.PathLike, src, what: str, labels: str 
     of): an image written there (a preview, a histogram) is one of its samples to every later scan, and with
     --overwrite it could replace one. Inside a pack's folder it is a file the pack does not hold. ``src``: a path, a
     glob, a list of them, or a dataset (its folder, table or packs)."""
-    if isinstance(src, ImageDataset):
+    literal = isinstance(src, ImageDataset)
+    if literal:
         src, labels = _dataset_source(src)
         if src is None:
             return
@@ -1855,8 +1856,8 @@ def refuse_output_in_source(out: str | os.PathLike, src, what: str, labels: str 
 
     if not out.lower().endswith(IMAGE_EXTENSIONS):  # an .svg or .pdf histogram is no image to any scan: no sample
         return
-    sources = [p for s in (src if isinstance(src, list) else [src])
-               for p in (sorted(glob.glob(s)) if any(c in s for c in "*?[") else [s])]  # fmt: skip
+    sources = [p for s in (src if isinstance(src, list) else [src])  # a dataset's own paths are literal ('set[1]')
+               for p in (sorted(glob.glob(s)) if not literal and any(c in s for c in "*?[") else [s])]  # fmt: skip
     for s in sources:
         inside = (folder + os.sep).startswith(os.path.realpath(s).rstrip(os.sep) + os.sep)
         if os.path.isdir(s) and inside and is_pack_path(s):

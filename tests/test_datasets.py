@@ -616,32 +616,32 @@ def test_image_files_no_image_suffix_names_are_said_left_out(tmp_path: Path, cap
 
 
 def test_gbk_folder_names_that_are_valid_utf8_by_chance_are_said(tmp_path: Path, caplog):
-    # the attack: class folders 猫 and 牛 written as GBK bytes (plain `unzip` of a Windows zip) are valid UTF-8,
-    # 'è' and 'ţ': the classes were those, without a word (one name that is not UTF-8 brought the warning)
+    # the attack: class folders 图片 and 叶片 written as GBK bytes (plain `unzip` of a Windows zip) are valid UTF-8,
+    # 'ͼƬ' and 'ҶƬ': the classes were those, without a word (one name that is not UTF-8 brought the warning)
     import cv2
 
     png = cv2.imencode(".png", np.zeros((4, 4, 3), np.uint8))[1].tobytes()
     root = tmp_path / "data"
-    for cls in ("猫", "牛"):
+    for cls in ("图片", "叶片"):
         folder = os.path.join(os.fsencode(root), cls.encode("gbk"))
         os.makedirs(folder)
         with open(os.path.join(folder, b"1.png"), "wb") as f:
             f.write(png)
     with caplog.at_level(logging.WARNING, logger="datakit"):
-        assert open_dataset(root).classes == ["\xe8", "\u0163"]
+        assert open_dataset(root).classes == ["\u037c\u01ac", "\u04b6\u01ac"]
     assert [r.getMessage() for r in caplog.records] == [
-        f"{root}: 2 names on disk read as UTF-8 as letters no name is written in ('\xe8/1.png'), and as gbk as "
-        f"'猫/1.png': if a tool wrote them in gbk (a Windows zip extracted by unzip), extract it again with "
-        f"unzip-gbk, or rename them (convmv -f gbk -t utf-8 -r --notest {root}); if '\xe8/1.png' is meant, nothing "
-        "is wrong"
+        f"{root}: 2 names on disk read as UTF-8 as letters no name is written in ('\u037c\u01ac/1.png'), and as gbk "
+        f"as '图片/1.png': if a tool wrote them in gbk (a Windows zip extracted by unzip), extract it again with "
+        f"unzip-gbk, or rename them (convmv -f gbk -t utf-8 -r --notest {root}); if '\u037c\u01ac/1.png' is meant, "
+        "nothing is wrong"
     ]
     caplog.clear()
-    for name in ("猫", "café", "Ærø"):  # UTF-8 names as people write them: nothing said
-        other = tmp_path / name
-        (other / "a").mkdir(parents=True)
-        (other / "a" / f"{name}.png").write_bytes(png)
-        (other / "b").mkdir()
-        (other / "b" / "x.png").write_bytes(png)
+    # UTF-8 names as people write them, and letters or signs alone (GBK's 猫 is 'è' too: that one is not said)
+    for classes in (("猫", "dog"), ("café", "Ærø"), ("è", "é", "ê"), ("0°", "90°"), ("α", "β"), ("кот", "æøå")):
+        other = tmp_path / "-".join(classes)
+        for name in classes:
+            (other / name).mkdir(parents=True)
+            (other / name / f"{name}.png").write_bytes(png)
         with caplog.at_level(logging.WARNING, logger="datakit"):
             open_dataset(other)
     assert caplog.records == []
@@ -660,12 +660,11 @@ def test_images_beside_the_class_folders_are_said_left_out(tmp_path: Path, caplo
     with caplog.at_level(logging.WARNING, logger="datakit"):
         ds = open_dataset(tmp_path)
     assert (len(ds), ds.classes) == (2, ["cat", "dog"])  # ImageFolder's samples and indices
-    said = ("cat_0.png and 2 more): left out, as torchvision's ImageFolder leaves them out; move them into their "
-            "class folder to read them") if count == 3 else ("cat_0.png): left out, as torchvision's ImageFolder "
-                                                             "leaves it out; move it into its class folder to read it")  # fmt: skip
+    said = "cat_0.png and 2 more" if count == 3 else "cat_0.png"
     what = "3 images" if count == 3 else "1 image"
     assert [r.getMessage() for r in caplog.records] == [
-        f"{tmp_path}: {what} beside the class folders, in none of them ({said}"
+        f"{tmp_path}: {what} beside the class folders, in none of them ({said}): not read, as torchvision's "
+        "ImageFolder does not read them; a sample is read from its class folder"
     ]
 
 

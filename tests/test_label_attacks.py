@@ -2455,6 +2455,8 @@ def test_integer_labels_against_classes_given_by_name_say_why_they_never_meet(tm
     [
         ("Abyssinian_100 1 1 1\nAbyssinian_101 1 1 1\namerican_bulldog_100 2 2 1\n", "Abyssinian_100 1 1 1", 3),
         ("cub_0001 3 1\ncub_0002 7 1\n", "cub_0001 3 1", 2),
+        ("Abyssinian_1     1  1  1\nbeagle_2     12  2  3\n", "Abyssinian_1     1  1 1", 3),  # aligned columns
+        ("000001.jpg -1 1\n000002.jpg 1 -1\n", "000001.jpg -1 1", 2),  # CelebA's attributes, -1 and 1
     ],
 )
 def test_a_list_of_a_name_and_several_numbers_is_refused_not_read_by_its_last(tmp_path: Path, lines, shown, numbers):
@@ -2475,3 +2477,12 @@ def test_a_list_of_a_name_and_several_numbers_is_refused_not_read_by_its_last(tm
     path.write_text(lines + "plain 4\n", encoding="utf-8")
     table = read_labels(path, validate=False)
     assert table.files.tolist()[-1] == "plain" and len(table.files) == lines.count("\n") + 1
+
+
+def test_a_list_of_spaced_names_and_numbers_whose_labels_are_words_is_read(tmp_path: Path):
+    # the review round: 'photo 1 cat' (a name with a number in it, a word label) was refused as a name and numbers
+    path = tmp_path / "list.txt"
+    path.write_text("photo 1 cat\nphoto 2 dog\n", encoding="utf-8")
+    table = read_labels(path, validate=False)
+    assert (table.files.tolist(), table.labels.tolist(), table.problems()) == (["photo 1", "photo 2"], ["cat", "dog"],
+                                                                               [])  # fmt: skip
