@@ -527,24 +527,24 @@ def test_a_workers_copy_follows_the_writer_past_its_length(tmp_path: Path):
 
 def test_lmdb_range_declared():
     text = (ROOT / "pyproject.toml").read_text()
-    assert '"lmdb>=1.4,<4"' in text
+    assert '"lmdb>=2,<4"' in text
 
 
 @pytest.mark.slow
 def test_oldest_allowed_lmdb_forks_and_reads(tmp_path: Path, class_folder: Path):
-    """lmdb 1.4.1 (the lower bound) installed beside, not into, the environment."""
+    """lmdb 2.0.0 (the lower bound) installed beside, not into, the environment."""
     target = tmp_path / "old-lmdb"
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
-                          "lmdb==1.4.1"], capture_output=True, text=True, timeout=240)  # fmt: skip
+                          "lmdb==2.0.0"], capture_output=True, text=True, timeout=240)  # fmt: skip
     if pip.returncode != 0:
-        pytest.skip(f"cannot install lmdb 1.4.1 here (offline?): {pip.stderr.strip().splitlines()[-1:]}")
+        pytest.skip(f"cannot install lmdb 2.0.0 here (offline?): {pip.stderr.strip().splitlines()[-1:]}")
     code = """
         import sys, lmdb, torch
         from torch.utils.data import DataLoader
         from datakit.datasets import open_dataset
         from datakit.lmdb import verify_lmdb
         from datakit.pack import pack_lmdb
-        assert lmdb.__version__ == "1.4.1", lmdb.__version__
+        assert lmdb.__version__ == "2.0.0", lmdb.__version__
         out = sys.argv[1] + "/old.lmdb"
         pack_lmdb(sys.argv[2], out, workers=2)
         from datakit.transforms import eval_pipeline
@@ -558,7 +558,7 @@ def test_oldest_allowed_lmdb_forks_and_reads(tmp_path: Path, class_folder: Path)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), str(ROOT)]))
     proc = run_py(code, str(tmp_path), str(class_folder), env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "1.4.1 12 []"
+    assert proc.stdout.strip() == "2.0.0 12 []"
 
 
 def test_a_failing_commit_is_one_line_and_keeps_what_was_committed(tmp_path: Path):
