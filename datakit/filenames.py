@@ -927,24 +927,6 @@ def _utf8_by_chance(root: str, names: Sequence[str]) -> str | None:
                     f"extracted by unzip), extract it again with unzip-gbk, or rename them (convmv -f {enc} -t utf-8 "
                     f"-r --notest {root}); if {first!r} is meant, nothing is wrong")  # fmt: skip
     return None
-    spread = wide[:: max(1, len(wide) // (4 * MAX_SCORED))]  # (a million names: a few thousand looked at)
-    parts = list(dict.fromkeys(p for n in spread for p in n.split("/") if not p.isascii()))
-    from datakit.labels import _utf8_kind
-
-    sample = parts[:: max(1, len(parts) // MAX_SCORED)][:MAX_SCORED]
-    if _utf8_kind(sample) not in ("single", "mojibake"):
-        return None
-    raw = [p.encode("utf-8", "surrogateescape") for p in sample]
-    for enc in ("gbk", "big5"):
-        if all(decodes(r, enc, windows=False) for r in raw) and score([r.decode(enc) for r in raw], enc) >= 0.5:
-            count, first = len(wide), wide[0]
-            shown = "/".join(decode_name(p.encode("utf-8", "surrogateescape"), enc) if not p.isascii() else p
-                             for p in first.split("/"))  # fmt: skip
-            return (f"{root}: {count} name{'s' * (count > 1)} on disk read as UTF-8 as letters no name is written "
-                    f"in ({first!r}), and as {enc} as {shown!r}: if a tool wrote them in {enc} (a Windows zip "
-                    f"extracted by unzip), extract it again with unzip-gbk, or rename them (convmv -f {enc} -t utf-8 "
-                    f"-r --notest {root}); if {first!r} is meant, nothing is wrong")  # fmt: skip
-    return None
 
 
 def json_text(obj, **kw) -> str:
