@@ -356,28 +356,48 @@ _ENV_IDS: dict[str, tuple] = {}  # each environment's data.mdb (device, inode) a
 _SIZES: dict[str, tuple[int, int]] = {}  # each environment's data.mdb: a descriptor of it and its size when opened
 _LOCK = threading.RLock()
 _PID = os.getpid()
-# the readers alive in this process per pack folder: when the last is gone, the environment (its mapping and
-# descriptors) is closed, so that dropped datasets do not hold packs open (nor a deleted pack's disk space)
+# the readers alive in this process per pack folder: once the last is gone, the environment (its mapping and
+# descriptors) is closed, so that dropped datasets do not hold packs open (nor a deleted pack's disk space). The
+# close waits for the next read or open (a finalizer may run in the middle of a read), and the pack released last
+# stays open until another is released: a pool's worker gets a copy of the dataset with every task.
 _USERS: dict[str, int] = {}
+_IDLE: list[str] = []  # packs left without a reader, in the order they were left
 
 
 def _hold(reader: LmdbReader) -> None:
     """Count ``reader`` as a user of its pack's environment in this process until it is collected."""
     with _LOCK:
         _USERS[reader._key] = _USERS.get(reader._key, 0) + 1
+        _settle(opening=True)
     weakref.finalize(reader, _release, reader._key, os.getpid())
 
 
 def _release(key: str, pid: int) -> None:
     if os.getpid() != pid:  # a reader inherited through fork: the parent's count
         return
-    with _LOCK:
+    with _LOCK:  # (counts only: the environment is closed later, by _settle)
         left = _USERS.get(key, 0) - 1
         if left > 0:
             _USERS[key] = left
-            return
-        _USERS.pop(key, None)
-        _close_env(key)
+        else:
+            _USERS.pop(key, None)
+            _IDLE.append(key)
+
+
+def _settle(opening: bool = False) -> None:
+    """Close the environments of packs left without a reader, but the one left last; that one too when
+    ``opening`` (a reader being made) finds its data.mdb deleted or replaced: py-lmdb knows environments by their
+    files' inodes, and a new pack's file may get the inode a deleted one's lock.mdb had."""
+    if not _IDLE or (len(_IDLE) == 1 and not opening):
+        return
+    with _LOCK:
+        idle = list(dict.fromkeys(k for k in _IDLE if not _USERS.get(k)))  # (one read again since: in use)
+        keep = idle[-1:]
+        if keep and opening and (_identity(keep[0]) is None or _identity(keep[0]) != _ENV_IDS.get(keep[0], (0,))[0]):
+            keep = []
+        _IDLE[:] = keep
+        for key in idle if not keep else idle[:-1]:
+            _close_env(key)
 
 
 def _close_all() -> None:
@@ -398,6 +418,7 @@ def _close_all() -> None:
         _ENVS.clear()
         _ENV_IDS.clear()
         _SIZES.clear()
+        _IDLE.clear()
     finally:
         _LOCK.release()
 
@@ -410,6 +431,7 @@ def _forget_all() -> None:
     _ENV_IDS.clear()
     _SIZES.clear()  # (the parent's descriptors: close-on-exec, left to it)
     _USERS.clear()  # (readers made here count from now on)
+    _IDLE.clear()
     _PID = os.getpid()
     _LOCK = threading.RLock()
 
@@ -458,6 +480,7 @@ def _open_env(key: str, live: bool):
 
 def _txn(key: str, live: bool):
     """A read transaction on ``key``, kept per process: beginning one costs more than a read."""
+    _settle()
     txn = _TXNS.get(key)
     if txn is None:
         env = _open_env(key, live)
