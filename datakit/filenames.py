@@ -892,12 +892,15 @@ _TWO_BYTE_RUN = re.compile("[\u0080-\u07ff]+")
 
 
 def _mixed_run(part: str) -> bool:
-    """Whether ``part`` holds a run of two or more characters of U+0080..U+07FF (what a GBK or Big5 pair reads as
-    in UTF-8) whose letters are of more than one script, or of a letter and a sign: GBK's 图片 is 'ͼƬ', Greek and
-    Latin. Words of one alphabet (кот, Ελλάδα, æøå), letters alone (è, α) and signs (0°, ±5) are none."""
+    """Whether ``part`` holds a run of two or more letters of U+0080..U+07FF (what a GBK or Big5 pair reads as in
+    UTF-8) of more than one script: GBK's 图片 is 'ͼƬ', Greek and Latin. Words of one alphabet (кот, Ελλάδα, æøå),
+    letters alone (è, α), and runs with anything but letters in them (a combining accent of a name from macOS,
+    «», °, ·, a modifier letter such as Ukrainian's apostrophe ʼ, µ) are none."""
     for m in _TWO_BYTE_RUN.finditer(part):
         run = m.group()
-        if len(run) > 1 and len({_script(c) if c.isalpha() else "sign" for c in run}) > 1:
+        if len(run) < 2 or not all(c.isalpha() and unicodedata.category(c) in ("Lu", "Ll") for c in run):
+            continue
+        if len({"greek" if c == "\u00b5" else _script(c) for c in run}) > 1:
             return True
     return False
 

@@ -358,17 +358,19 @@ _LOCK = threading.RLock()
 _PID = os.getpid()
 # the readers alive in this process per pack folder: once the last is gone, the environment (its mapping and
 # descriptors) is closed, so that dropped datasets do not hold packs open (nor a deleted pack's disk space). The
-# close waits for the next read or open (a finalizer may run in the middle of a read), and the pack released last
-# stays open until another is released: a pool's worker gets a copy of the dataset with every task.
+# close waits for the next read or open (a finalizer may run in the middle of a read), and the packs left last stay
+# open, up to _KEPT of them, until others are left: a pool's worker gets a copy of the dataset (of every shard)
+# with every task.
 _USERS: dict[str, int] = {}
 _IDLE: list[str] = []  # packs left without a reader, in the order they were left
+_KEPT = 32
 
 
 def _hold(reader: LmdbReader) -> None:
     """Count ``reader`` as a user of its pack's environment in this process until it is collected."""
     with _LOCK:
         _USERS[reader._key] = _USERS.get(reader._key, 0) + 1
-        _settle(opening=True)
+        _settle(opening=reader._key not in _ENVS)  # (a pack kept open is read on, nothing opened: no check)
     weakref.finalize(reader, _release, reader._key, os.getpid())
 
 
@@ -385,19 +387,20 @@ def _release(key: str, pid: int) -> None:
 
 
 def _settle(opening: bool = False) -> None:
-    """Close the environments of packs left without a reader, but the one left last; that one too when
-    ``opening`` (a reader being made) finds its data.mdb deleted or replaced: py-lmdb knows environments by their
-    files' inodes, and a new pack's file may get the inode a deleted one's lock.mdb had."""
-    if not _IDLE or (len(_IDLE) == 1 and not opening):
+    """Close the environments of packs left without a reader, but the ``_KEPT`` left last; those too when
+    ``opening`` (a reader being made) finds their data.mdb deleted or replaced: py-lmdb knows environments by
+    their files' inodes, and a new pack's file may get the inode a deleted one's lock.mdb had."""
+    if not _IDLE or (len(_IDLE) <= _KEPT and not opening):
         return
     with _LOCK:
         idle = list(dict.fromkeys(k for k in _IDLE if not _USERS.get(k)))  # (one read again since: in use)
-        keep = idle[-1:]
-        if keep and opening and (_identity(keep[0]) is None or _identity(keep[0]) != _ENV_IDS.get(keep[0], (0,))[0]):
-            keep = []
+        keep = idle[-_KEPT:]
+        if opening:
+            keep = [k for k in keep if (ident := _identity(k)) is not None and ident == _ENV_IDS.get(k, (0,))[0]]
         _IDLE[:] = keep
-        for key in idle if not keep else idle[:-1]:
-            _close_env(key)
+        for key in idle:
+            if key not in keep:
+                _close_env(key)
 
 
 def _close_all() -> None:

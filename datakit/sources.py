@@ -1857,7 +1857,8 @@ def refuse_output_in_source(out: str | os.PathLike, src, what: str, labels: str 
     if not out.lower().endswith(IMAGE_EXTENSIONS):  # an .svg or .pdf histogram is no image to any scan: no sample
         return
     sources = [p for s in (src if isinstance(src, list) else [src])  # a dataset's own paths are literal ('set[1]')
-               for p in (sorted(glob.glob(s)) if not literal and any(c in s for c in "*?[") else [s])]  # fmt: skip
+               for p in (sorted(glob.glob(s)) if not literal and not os.path.exists(s) and any(c in s for c in "*?[")
+                         else [s])]  # fmt: skip
     for s in sources:
         inside = (folder + os.sep).startswith(os.path.realpath(s).rstrip(os.sep) + os.sep)
         if os.path.isdir(s) and inside and is_pack_path(s):

@@ -1757,3 +1757,20 @@ def test_the_python_api_refuses_non_ascii_names_under_a_file_name_encoding_other
            "ASCII cannot be read or written; use a UTF-8 locale (LC_ALL=C.UTF-8) or PYTHONUTF8=1")  # fmt: skip
     assert done.stdout.splitlines() == ["['dog']", f"data: {why}", f"data: {why}", f"out: {why}"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_source_whose_name_looks_like_a_glob_is_taken_as_named_by_the_output_check(tmp_path: Path, capsys):
+    # The review round: the source folder 'set[12]' (opened as named) was globbed by the output check, so `preview
+    # 'set[12]' --out set1/cat/p.png` was refused as "inside the source folder set1", and set[12]/a/p.png let be.
+    for root in ("set[12]", "set1"):
+        for cls in ("a", "b"):
+            (tmp_path / root / cls).mkdir(parents=True)
+            imwrite(tmp_path / root / cls / "0.png", np.zeros((8, 8, 3), np.uint8))
+    src = str(tmp_path / "set[12]")
+    assert main(["preview", src, "--out", str(tmp_path / "set1" / "a" / "p.png"), "-q"]) == 0
+    inside = tmp_path / "set[12]" / "a" / "p.png"
+    assert main(["preview", src, "--out", str(inside), "-q"]) == 2
+    assert capsys.readouterr().err.endswith(f"error: {inside}: inside the source folder {src}, where every later scan "
+                                            "(check, stats, open_dataset) would read the contact sheet as one of its "
+                                            "images; write it outside\n")  # fmt: skip
+    assert not inside.exists()

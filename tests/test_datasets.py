@@ -616,6 +616,8 @@ def test_image_files_no_image_suffix_names_are_said_left_out(tmp_path: Path, cap
 
 
 def test_gbk_folder_names_that_are_valid_utf8_by_chance_are_said(tmp_path: Path, caplog):
+    import unicodedata
+
     # the attack: class folders 图片 and 叶片 written as GBK bytes (plain `unzip` of a Windows zip) are valid UTF-8,
     # 'ͼƬ' and 'ҶƬ': the classes were those, without a word (one name that is not UTF-8 brought the warning)
     import cv2
@@ -637,7 +639,11 @@ def test_gbk_folder_names_that_are_valid_utf8_by_chance_are_said(tmp_path: Path,
     ]
     caplog.clear()
     # UTF-8 names as people write them, and letters or signs alone (GBK's 猫 is 'è' too: that one is not said)
-    for classes in (("猫", "dog"), ("café", "Ærø"), ("è", "é", "ê"), ("0°", "90°"), ("α", "β"), ("кот", "æøå")):
+    # and the review round's: Russian names from macOS (и and a combining breve), °С with a Cyrillic С, «», Ukraine's
+    # apostrophe, a micro sign beside a Greek letter
+    mac = unicodedata.normalize("NFD", "синий")
+    for classes in (("猫", "dog"), ("café", "Ærø"), ("è", "é", "ê"), ("0°", "90°"), ("α", "β"), ("кот", "æøå"),
+                    (mac, "нагрев_25°С"), ("«Кот»", "обʼєкт"), ("10µΩ", "Ελλάδα·2020")):  # fmt: skip
         other = tmp_path / "-".join(classes)
         for name in classes:
             (other / name).mkdir(parents=True)
