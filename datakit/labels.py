@@ -3732,12 +3732,12 @@ def _commented_images(path: Path, buf: bytes, notes: list) -> None:
                      "whose name starts with '#' is written './#...'")  # fmt: skip
 
 
-def _spaced_labels(path: Path, part: _Part, problems: list) -> None:
+def _spaced_labels(path: Path, part: _Part, problems: list, spaced: bool) -> None:
     """A problem for each row of a ``path label`` list whose path is an image name and more words
     (``1.jpg black cat`` read as the file '1.jpg black' labelled 'cat'): a label with a space in it.
     Names with no space cost one look at the bytes."""
     files = part.files
-    if not holds(files.data, b" "):
+    if not spaced:
         return
     spaced = np.flatnonzero(files.data == 32)
     for i in np.unique(np.searchsorted(files.offsets, spaced, side="right") - 1).tolist():
@@ -3785,10 +3785,11 @@ def _list_part(path: Path, cols: Columns, problems: list, notes: list, file_colu
     part = _columns_part(cols, 0, 1, None, "", fname or file_column or "path", lname or label_column or "label",
                          path, problems, notes)  # fmt: skip
     part.unread = _unread(cols.bad)
-    if (numbered := _numbered_fields(path, part)) is not None:
+    spaced = holds(part.files.data, b" ")  # (names with a space: what the two checks below look at)
+    if spaced and (numbered := _numbered_fields(path, part)) is not None:
         problems.append(numbered)
         return _part_from_lists("", [], [], [], [], "", "")
-    _spaced_labels(path, part, problems)
+    _spaced_labels(path, part, problems, spaced)
     _unlabelled_spaced_files(path, part, problems)
     return part
 
@@ -3800,11 +3801,11 @@ _NOT_NUMBERED = re.compile(rb"^(?!\S+(?:[ \t]+-?\d+)+$)", re.M)  # a line that i
 def _numbered_fields(path: Path, part: _Part) -> tuple[tuple[int, int], str] | None:
     """The problem of a list every line of which is a name and two or more integers, however spaced (Oxford-IIIT
     Pet's ``Abyssinian_100 1 1 1``: image, class id, species, breed id; CelebA's ``img 1 -1``), which would read
-    as the file 'Abyssinian_100 1 1' labelled with the last number; None for any other list. Names with no space
-    cost one look at the bytes, labels that are no integers one look at the distinct labels; the rest one
-    regular-expression pass over the names."""
+    as the file 'Abyssinian_100 1 1' labelled with the last number; None for any other list. Called for names with
+    a space; labels that are no integers cost one look at the distinct labels, the rest one regular-expression
+    pass over the names."""
     files = part.files
-    if not len(files) or not holds(files.data, b" ") or not all(_INTEGER.fullmatch(str(v)) for v in part.labels):
+    if not len(files) or not all(_INTEGER.fullmatch(str(v)) for v in part.labels):
         return None
     names = np.insert(files.data, files.offsets[1:-1], 10).tobytes()  # one a line (no name holds a newline)
     if _NOT_NUMBERED.search(names) is not None:
