@@ -2842,21 +2842,38 @@ def _reads_on(dataset) -> bool:
     return isinstance(dataset, ImageDataset) or getattr(dataset, "epoch_independent", False) is True
 
 
-def _leaves(dataset) -> list:
-    """The datasets a Subset or ConcatDataset reads from, in order."""
+def held_dataset(dataset):
+    """The one dataset a dataset of the caller's holds (a wrapper that passes ``__getitem__`` on), or None: for a
+    Subset, a ConcatDataset, a datakit dataset, and one holding none or several."""
+    from datakit.sources import ImageDataset
+
+    if isinstance(dataset, (torch.utils.data.Subset, torch.utils.data.ConcatDataset, ImageDataset)):
+        return None
+    inner = [v for v in getattr(dataset, "__dict__", {}).values() if isinstance(v, torch.utils.data.Dataset)]
+    return inner[0] if len(inner) == 1 else None
+
+
+def _leaves(dataset, through: bool = False, depth: int = 0) -> list:
+    """The datasets a Subset or ConcatDataset reads from, in order; ``through``: also those a dataset of the
+    caller's holds alone (:func:`held_dataset`), four deep at most."""
     if isinstance(dataset, torch.utils.data.Subset):
-        return _leaves(dataset.dataset)
+        return _leaves(dataset.dataset, through, depth)
     if isinstance(dataset, torch.utils.data.ConcatDataset):
-        return [leaf for d in dataset.datasets for leaf in _leaves(d)]
+        return [leaf for d in dataset.datasets for leaf in _leaves(d, through, depth)]
+    if through and depth < 4 and (inner := held_dataset(dataset)) is not None:
+        return _leaves(inner, through, depth + 1)
     return [dataset]
 
 
-def _concats(dataset) -> list:
-    """The ConcatDatasets in ``dataset``: itself, or under Subsets (``random_split(a + b)``) and inside others."""
+def _concats(dataset, through: bool = False, depth: int = 0) -> list:
+    """The ConcatDatasets in ``dataset``: itself, or under Subsets (``random_split(a + b)``) and inside others;
+    ``through``: also inside datasets of the caller's that hold one (:func:`held_dataset`)."""
     if isinstance(dataset, torch.utils.data.Subset):
-        return _concats(dataset.dataset)
+        return _concats(dataset.dataset, through, depth)
     if isinstance(dataset, torch.utils.data.ConcatDataset):
-        return [dataset] + [c for d in dataset.datasets for c in _concats(d)]
+        return [dataset] + [c for d in dataset.datasets for c in _concats(d, through, depth)]
+    if through and depth < 4 and (inner := held_dataset(dataset)) is not None:
+        return _concats(inner, through, depth + 1)
     return []
 
 
@@ -2875,21 +2892,29 @@ def _check_same_classes(dataset) -> None:
     on a part is taken as that part's mapping."""
     from datakit.sources import ImageDataset
 
-    for concat in _concats(dataset):
-        parts = [d for d in _leaves(concat) if isinstance(d, ImageDataset) and not _maps_targets(d)]
-        first = parts[0].classes if parts else None
-        for k, d in enumerate(parts[1:], 1):
-            if d.classes != first:
-                i = next(i for i in range(max(len(first), len(d.classes)))
-                         if i >= len(first) or i >= len(d.classes) or first[i] != d.classes[i])  # fmt: skip
-                a = repr(first[i]) if i < len(first) else "missing"
-                b = repr(d.classes[i]) if i < len(d.classes) else "missing"
-                raise UsageError(
-                    f"the ConcatDataset's datasets number their classes differently: class {i} is {a} in the first "
-                    f"and {b} in dataset {k} ({len(first)} and {len(d.classes)} classes), so one index would be two "
-                    "classes; open each with the same classes=[...] (all of their classes, in one order), or map "
-                    "their targets with target_transform="
-                )
+    for through in (False, True):
+        for concat in _concats(dataset, through):
+            parts = [d for d in _leaves(concat, through) if isinstance(d, ImageDataset) and not _maps_targets(d)]
+            first = parts[0].classes if parts else None
+            for k, d in enumerate(parts[1:], 1):
+                if d.classes != first:
+                    i = next(i for i in range(max(len(first), len(d.classes)))
+                             if i >= len(first) or i >= len(d.classes) or first[i] != d.classes[i])  # fmt: skip
+                    a = repr(first[i]) if i < len(first) else "missing"
+                    b = repr(d.classes[i]) if i < len(d.classes) else "missing"
+                    clash = (f"the ConcatDataset's datasets number their classes differently: class {i} is {a} in the "
+                             f"first and {b} in dataset {k} ({len(first)} and {len(d.classes)} classes), so one index "
+                             "would be two classes")  # fmt: skip
+                    if not through:
+                        raise UsageError(f"{clash}; open each with the same classes=[...] (all of their classes, in "
+                                         "one order), or map their targets with target_transform=")  # fmt: skip
+                    # seen through a dataset of the caller's, which may map the targets itself: said, not refused
+                    log.warning(
+                        "%s, unless a dataset of yours around them maps the targets; open each with the "
+                        "same classes=[...] (all of their classes, in one order)",
+                        clash,
+                    )
+                    return
 
 
 def _channel_order(dataset) -> str | None:

@@ -329,7 +329,8 @@ def _preview(ds: ImageDataset, out: str | os.PathLike, *, n: int, cols: int, til
                else f"over the {DEFAULT_MAX_PIXELS} pixels datakit reads in a picture")  # fmt: skip
         raise UsageError(f"{out}: {shown_n} samples of {tile} px in {cols} columns make a {wide} x {high} picture, "
                          f"{why}; show fewer samples (n=, --n)")  # fmt: skip
-    classes = ["".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(c)) for c in ds.classes]  # one line
+    named, mode, transform = _what_it_shows(ds)
+    classes = ["".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(c)) for c in named]  # one line
     chosen = find_font(["0123456789: class", *classes], font)
     drawable = [not any(ch in chosen.missing for ch in c) for c in classes]
     rng = np.random.default_rng(seed)
@@ -339,11 +340,11 @@ def _preview(ds: ImageDataset, out: str | os.PathLike, *, n: int, cols: int, til
     sheet = Image.new("RGB", (cols * tile, rows * (tile + cap + 6)), (32, 32, 32))
     draw = ImageDraw.Draw(sheet)
     face = _load(chosen.path, chosen.index, cap)
-    keeps_order = _keeps_channel_order(getattr(ds, "transform", None))
+    keeps_order = _keeps_channel_order(transform)
     for k, i in enumerate(picks):
         img, target = ds[int(i)]
         rgb = _to_hwc_uint8(img)
-        if ds.mode in ("bgr", "unchanged") and (isinstance(img, np.ndarray) or keeps_order) and rgb.shape[2] >= 3:
+        if mode in ("bgr", "unchanged") and (isinstance(img, np.ndarray) or keeps_order) and rgb.shape[2] >= 3:
             # an OpenCV image left as read is BGR (BGRA unchanged: its alpha not drawn), and so is what datakit's
             # pipelines make of it (their statistics reversed to match); any other tensor is shown as RGB, torch's
             # order, so one still in BGR (ToTensor() without bgr=True) shows its swap
@@ -353,8 +354,9 @@ def _preview(ds: ImageDataset, out: str | os.PathLike, *, n: int, cols: int, til
         rgb = cv2.resize(rgb, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
         x, y = (k % cols) * tile, (k // cols) * (tile + cap + 6)
         sheet.paste(Image.fromarray(np.ascontiguousarray(rgb)), (x + (tile - rgb.shape[1]) // 2, y))
-        if isinstance(target, (int, np.integer)):
-            label = classes[int(target)] if drawable[int(target)] else f"class {int(target)}"
+        if _is_index(target):  # (an int, a NumPy one, or a 0-d integer tensor: target_transform=torch.tensor)
+            t = int(target)
+            label = classes[t] if 0 <= t < len(classes) and drawable[t] else f"class {t}"
         else:
             label = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(target))
         draw.text((x + 4, y + tile + 2), _fit(f"{int(i)}: {label}", face, tile - 8), fill=(255, 255, 255), font=face)
@@ -362,6 +364,40 @@ def _preview(ds: ImageDataset, out: str | os.PathLike, *, n: int, cols: int, til
     undrawn = tuple(c for c, ok in zip(classes, drawable) if not ok)
     hint = font_hint("".join(ch for c in undrawn for ch in c if ch in chosen.missing), font=font) if undrawn else None
     return Preview(path, len(picks), chosen, undrawn, hint)
+
+
+def _is_index(target) -> bool:
+    if isinstance(target, (bool, np.bool_)):
+        return False
+    if isinstance(target, (int, np.integer)):
+        return True
+    import torch
+
+    return (
+        isinstance(target, torch.Tensor)
+        and target.ndim == 0
+        and not target.is_floating_point()
+        and not target.is_complex()
+        and target.dtype != torch.bool
+    )
+
+
+def _what_it_shows(ds) -> tuple[list, str | None, object]:
+    """(class names, channel mode, transform) of ``ds``; for a Subset, a ConcatDataset or a dataset of the
+    caller's around datakit's, those of the datakit datasets it reads from where they agree (its own ``classes``
+    first): no names (captions ``class N``) and no channel order (shown as RGB) where they do not."""
+    if isinstance(ds, ImageDataset):
+        return list(ds.classes), ds.mode, ds.transform
+    from datakit.loader import _leaves
+
+    leaves = [d for d in _leaves(ds, through=True) if isinstance(d, ImageDataset)]
+    classes = getattr(ds, "classes", None)
+    if classes is None:
+        classes = leaves[0].classes if leaves and all(d.classes == leaves[0].classes for d in leaves) else []
+    one = leaves[0] if leaves and len({(d.mode, id(d.transform)) for d in leaves}) == 1 else None
+    mode = getattr(ds, "mode", None) or (one.mode if one is not None else None)
+    transform = getattr(ds, "transform", None) or (one.transform if one is not None else None)
+    return list(classes), mode, transform
 
 
 class _CallableModule(types.ModuleType):

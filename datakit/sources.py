@@ -1840,6 +1840,13 @@ def refuse_output_in_source(out: str | os.PathLike, src, what: str, labels: str 
     of): an image written there (a preview, a histogram) is one of its samples to every later scan, and with
     --overwrite it could replace one. Inside a pack's folder it is a file the pack does not hold. ``src``: a path, a
     glob, a list of them, or a dataset (its folder, table or packs)."""
+    if not isinstance(src, (str, os.PathLike, list, ImageDataset)):  # a Subset, a ConcatDataset, one of the caller's
+        from datakit.loader import _leaves
+
+        for leaf in _leaves(src, through=True):
+            if isinstance(leaf, ImageDataset):
+                refuse_output_in_source(out, leaf, what)
+        return
     literal = isinstance(src, ImageDataset)
     if literal:
         src, labels = _dataset_source(src)

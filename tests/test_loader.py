@@ -3115,6 +3115,49 @@ def test_a_mid_epoch_state_of_another_seed_or_order_is_refused():
     assert next(same)[0].tolist() == next(run)[0].tolist()
 
 
+def test_datasets_of_other_classes_joined_through_a_dataset_of_the_callers_are_said(tmp_path: Path, caplog):
+    # the attack: ConcatDataset([A, Wrap(B)]) and Wrap(A + B), Wrap passing __getitem__ on, ran silently with 猫 and
+    # 鸟 as one class 1, where A + B is refused; a wrapper may map the targets itself, so it is said, not refused
+    import logging
+
+    from datakit.datasets import open_dataset
+    from datakit.io import imwrite
+    from datakit.testing import synthetic_image
+    from datakit.transforms import eval_pipeline
+
+    class Wrap(torch.utils.data.Dataset):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __len__(self):
+            return len(self.inner)
+
+        def __getitem__(self, i):
+            return self.inner[i]
+
+    for part, classes in (("A", ["狗", "猫"]), ("B", ["狗", "鸟"])):
+        for c, name in enumerate(classes):
+            (tmp_path / part / name).mkdir(parents=True)
+            imwrite(tmp_path / part / name / f"{c}.png", synthetic_image(16, 16, seed=c), mode="rgb")
+    a, b = (open_dataset(tmp_path / p, transform=eval_pipeline(8, 8)) for p in "AB")
+    said = ("the ConcatDataset's datasets number their classes differently: class 1 is '猫' in the first and '鸟' in "
+            "dataset 1 (2 and 2 classes), so one index would be two classes, unless a dataset of yours around them "
+            "maps the targets; open each with the same classes=[...] (all of their classes, in one order)")  # fmt: skip
+    for joined in (
+        torch.utils.data.ConcatDataset([a, Wrap(b)]),
+        Wrap(a + b),
+        torch.utils.data.Subset(Wrap(a + b), [0]),
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="datakit"):
+            create_loader(joined, 2, train=False, num_workers=0)
+        assert [r.getMessage() for r in caplog.records] == [said]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        create_loader(Wrap(a + a), 2, train=False, num_workers=0)  # the same classes: nothing said
+    assert caplog.records == []
+
+
 def test_datasets_joined_with_other_classes_are_refused(tmp_path: Path):
     # the attack: part A has classes 狗, 猫 and part B 狗, 鸟; joined, 猫 and 鸟 trained as one class 1, silently
     from datakit.datasets import open_dataset

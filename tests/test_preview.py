@@ -314,3 +314,39 @@ def test_a_float_array_on_the_0_1_scale_is_shown_as_a_tensor_would_be():
     assert np.array_equal(_to_hwc_uint8(as_float), img)
     assert np.array_equal(_to_hwc_uint8(torch.from_numpy(as_float).permute(2, 0, 1)), img)
     assert np.array_equal(_to_hwc_uint8(img.astype(np.float32)), img)  # float on the 0-255 scale: as it is
+
+
+def test_preview_of_a_subset_a_concat_or_a_wrapper_names_the_classes_of_what_they_read(tmp_path: Path):
+    # the attack: preview(Subset(ds)), of a ConcatDataset or of a dataset of the caller's died with a TypeError (and
+    # then an AttributeError); a target made a tensor (target_transform=torch.tensor) was captioned 'tensor(0)'
+    import torch
+
+    from datakit.datasets import open_dataset
+
+    for cls in ("cat", "dog"):
+        (tmp_path / "data" / cls).mkdir(parents=True)
+        for k in range(2):
+            imwrite(tmp_path / "data" / cls / f"{k}.png", synthetic_image(20, 20, seed=k), mode="rgb")
+    ds = open_dataset(tmp_path / "data")
+
+    class Wrap(torch.utils.data.Dataset):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __len__(self):
+            return len(self.inner)
+
+        def __getitem__(self, i):
+            return self.inner[i]
+
+    shown = {}
+    real = pv._what_it_shows
+    for name, wrapped in (("subset", torch.utils.data.Subset(ds, [1, 2])), ("concat", ds + ds), ("wrap", Wrap(ds))):
+        result = pv.preview(wrapped, tmp_path / f"{name}.png", n=2)
+        shown[name] = (result.samples, real(wrapped)[:2])
+    assert shown == {"subset": (2, (["cat", "dog"], "rgb")), "concat": (2, (["cat", "dog"], "rgb")),
+                     "wrap": (2, (["cat", "dog"], "rgb"))}  # fmt: skip
+    assert pv._is_index(torch.tensor(1)) and pv._is_index(np.int64(1)) and pv._is_index(3)
+    assert not any(map(pv._is_index, (torch.tensor(1.0), torch.tensor([1]), True, torch.tensor(True), "1")))
+    with pytest.raises(pv.UsageError, match="inside the source folder"):
+        pv.preview(torch.utils.data.Subset(ds, [0]), tmp_path / "data" / "cat" / "grid.png")
