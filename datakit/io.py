@@ -635,6 +635,28 @@ def _pillow_size(data: bytes) -> tuple[int, int] | None:
 # strict decoding: what the C libraries only warn about
 
 _CAPTURE_LOCK = threading.Lock()
+# where a C library's message starts in what was written to fd 2 during a strict decode: libpng's, libjpeg's
+# warnings (jerror.h's JWRN_ texts), libtiff's and OpenCV's own log lines
+_LIBRARY_MESSAGE = re.compile(
+    r"libpng |\[ ?(?:WARN|ERROR|INFO|FATAL)\b|OpenCV|imdecode_|TIFF|Corrupt JPEG|Premature end of JPEG|Invalid SOS|"
+    r"Warning: unknown JFIF|Application transferred too|Unknown Adobe color|Inconsistent progression|Bogus |"
+    r"Not a JPEG|Unsupported JPEG|Improper call|Huffman|Quantization table|Didn't expect|Maximum supported|"
+    r"Sampling factors|Wrong JPEG|Empty JPEG|JPEG datastream|Invalid JPEG|Invalid component|Invalid progressive|"
+    r"Invalid crop|Invalid color|Invalid memory|Invalid scan|Unknown APP|JFIF|GIF|giflib|WebP|libwebp"
+)
+
+
+def _capture_before_fork() -> None:
+    _CAPTURE_LOCK.acquire()  # a fork waits for a capture to end: a child would inherit fd 2 pointed at its file
+
+
+def _capture_after_fork() -> None:
+    _CAPTURE_LOCK.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_capture_before_fork, after_in_parent=_capture_after_fork,
+                        after_in_child=_capture_after_fork)  # fmt: skip
 _CAPTURE_FILE = None  # one temporary file per process, reused
 
 
@@ -670,9 +692,25 @@ def _c_messages() -> Iterator[list[str]]:
             yield lines
         finally:
             os.dup2(saved, 2)
-            os.close(saved)
             text = os.pread(tmp, os.fstat(tmp).st_size, 0).decode("utf-8", "replace")
-            lines.extend(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
+            # fd 2 is the process's: what other threads wrote meanwhile (a progress bar, a log line, a print) is
+            # theirs, written on to stderr, and only a C library's message counts (one glued after a bar's frame too)
+            others = []
+            for line in text.splitlines():
+                found = _LIBRARY_MESSAGE.search(line)
+                if found is None:
+                    others.append(line)
+                else:
+                    lines.append(line[found.start() :].strip())
+                    others.append(line[: found.start()])
+            passed = "\n".join(o for o in others if o.strip())
+            if passed:
+                try:
+                    os.write(saved, (passed + "\n").encode("utf-8", "replace"))
+                except OSError:
+                    pass
+            os.close(saved)
+            lines[:] = list(dict.fromkeys(line for line in lines if line))
 
 
 def reduction_factor(height: int, width: int, max_size: int | None) -> int:

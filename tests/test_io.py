@@ -1755,3 +1755,48 @@ def test_an_output_made_by_another_process_during_the_run_is_bad_luck_not_a_usag
     assert main(["preview", str(class_folder), "--out", str(sheet)]) == 2
     assert capsys.readouterr().err == (f"datakit preview: error: {sheet}: already exists; use --overwrite "
                                        "(overwrite=True) to replace it\n")  # fmt: skip
+
+
+def test_a_strict_decode_counts_only_library_messages_and_passes_other_threads_writes_on(tmp_path: Path):
+    # The attack: a strict decode points the process's fd 2 at a file to catch libpng's and libjpeg's messages; a
+    # line another thread wrote meanwhile (a log line, a progress bar) was read as the image's damage, and lost; a
+    # fork during the capture left the child's stderr in that file and the capture's lock taken (a check hung).
+    import subprocess
+
+    code = """
+import os, sys, threading, numpy as np, cv2
+from datakit.io import decode_image
+from datakit.check import check_dataset
+good = cv2.imencode(".png", np.full((64, 64, 3), 7, np.uint8))[1].tobytes()
+stop = threading.Event()
+def talk():
+    while not stop.is_set():
+        os.write(2, b"other thread: loss 0.1\\\\n")
+t = threading.Thread(target=talk); t.start()
+bad = 0
+for _ in range(300):
+    try:
+        decode_image(good, "rgb", strict=True)
+    except Exception:
+        bad += 1
+stop.set(); t.join()
+print("false damage", bad)
+root = sys.argv[1]
+for c in ("a", "b"):
+    os.makedirs(f"{root}/{c}")
+    for i in range(40):
+        cv2.imwrite(f"{root}/{c}/{i}.png", np.full((32, 32, 3), i, np.uint8))
+stop.clear()
+def decode():
+    while not stop.is_set():
+        decode_image(good, "rgb", strict=True)
+t = threading.Thread(target=decode); t.start()
+report = check_dataset(root, workers=2)
+stop.set(); t.join()
+print("checked", report.checked if hasattr(report, "checked") else len(report.problems))
+"""
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "data")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0] == "false damage 0" and done.stdout.splitlines()[1].startswith("checked ")
+    assert done.stderr.count("other thread: loss 0.1") > 0  # written on, not swallowed
