@@ -638,11 +638,15 @@ _CAPTURE_LOCK = threading.Lock()
 # where a C library's message starts in what was written to fd 2 during a strict decode: libpng's, libjpeg's
 # warnings (jerror.h's JWRN_ texts), libtiff's and OpenCV's own log lines
 _LIBRARY_MESSAGE = re.compile(
-    r"libpng |\[ ?(?:WARN|ERROR|INFO|FATAL)\b|OpenCV|imdecode_|TIFF|Corrupt JPEG|Premature end of JPEG|Invalid SOS|"
-    r"Warning: unknown JFIF|Application transferred too|Unknown Adobe color|Inconsistent progression|Bogus |"
-    r"Not a JPEG|Unsupported JPEG|Improper call|Huffman|Quantization table|Didn't expect|Maximum supported|"
-    r"Sampling factors|Wrong JPEG|Empty JPEG|JPEG datastream|Invalid JPEG|Invalid component|Invalid progressive|"
-    r"Invalid crop|Invalid color|Invalid memory|Invalid scan|Unknown APP|JFIF|GIF|giflib|WebP|libwebp"
+    r"libpng (?:warning|error):|\[ ?(?:WARN|ERROR|INFO|FATAL):\d+@|OpenCV TIFF\(line|imdecode_\(|"
+    r"\b(?:TIFF\w+|\w+Decode|\w+Encode|\w+\.tiff?): |"  # libtiff's: the module or file, then the message
+    r"Corrupt JPEG data|Premature end of JPEG file|Invalid SOS parameters|Warning: unknown JFIF revision|"
+    r"Application transferred too many|Unknown Adobe color transform|Inconsistent progression sequence|"
+    r"Not a JPEG file|Unsupported JPEG process|Improper call to JPEG|Bogus (?:Huffman|DQT|DHT|marker|input|"
+    r"virtual|sampling|progression|message)|Huffman table 0x|Quantization table 0x|Didn't expect more than|"
+    r"Maximum supported image dimension|Sampling factors too large|Wrong JPEG library version|Empty JPEG image|"
+    r"JPEG datastream contains no image|Invalid JPEG file structure|Invalid component ID|Invalid progressive|"
+    r"Invalid crop request|Invalid color quantization|Unknown APP\d+ marker"
 )
 
 
@@ -696,17 +700,18 @@ def _c_messages() -> Iterator[list[str]]:
             # fd 2 is the process's: what other threads wrote meanwhile (a progress bar, a log line, a print) is
             # theirs, written on to stderr, and only a C library's message counts (one glued after a bar's frame too)
             others = []
-            for line in text.splitlines():
-                found = _LIBRARY_MESSAGE.search(line)
+            pieces = re.split(r"(\r\n|\r|\n)", text)
+            for piece, end in zip(pieces[0::2], [*pieces[1::2], ""]):
+                found = _LIBRARY_MESSAGE.search(piece)
                 if found is None:
-                    others.append(line)
+                    others.append(piece + end)  # (a bar's frames keep their carriage returns)
                 else:
-                    lines.append(line[found.start() :].strip())
-                    others.append(line[: found.start()])
-            passed = "\n".join(o for o in others if o.strip())
-            if passed:
+                    lines.append(piece[found.start() :].strip())
+                    others.append(piece[: found.start()])
+            passed = "".join(others)
+            if passed.strip():
                 try:
-                    os.write(saved, (passed + "\n").encode("utf-8", "replace"))
+                    os.write(saved, passed.encode("utf-8", "replace"))
                 except OSError:
                     pass
             os.close(saved)

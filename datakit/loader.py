@@ -2853,16 +2853,31 @@ def held_dataset(dataset):
     return inner[0] if len(inner) == 1 else None
 
 
-def _leaves(dataset, through: bool = False, depth: int = 0) -> list:
+def _leaves(dataset, through: bool | str = False, depth: int = 0) -> list:
     """The datasets a Subset or ConcatDataset reads from, in order; ``through``: also those a dataset of the
-    caller's holds alone (:func:`held_dataset`), four deep at most."""
+    caller's holds alone (:func:`held_dataset`), four deep at most, but one with ``classes`` of its own, a part as
+    it numbers them (``"all"``: that one's too)."""
     if isinstance(dataset, torch.utils.data.Subset):
         return _leaves(dataset.dataset, through, depth)
     if isinstance(dataset, torch.utils.data.ConcatDataset):
         return [leaf for d in dataset.datasets for leaf in _leaves(d, through, depth)]
-    if through and depth < 4 and (inner := held_dataset(dataset)) is not None:
+    if (through and depth < 4 and (through == "all" or _own_classes(dataset) is None)
+            and (inner := held_dataset(dataset)) is not None):  # fmt: skip
         return _leaves(inner, through, depth + 1)
     return [dataset]
+
+
+def _own_classes(dataset) -> list | None:
+    """The ``classes`` a dataset of the caller's gives itself (a list or tuple), or None."""
+    from datakit.sources import ImageDataset
+
+    if isinstance(dataset, ImageDataset):
+        return None
+    try:
+        classes = getattr(dataset, "classes", None)
+    except Exception:  # noqa: BLE001 - a property of the caller's that raises: as if it had none
+        return None
+    return list(classes) if isinstance(classes, (list, tuple)) else None
 
 
 def _concats(dataset, through: bool = False, depth: int = 0) -> list:
@@ -2894,16 +2909,18 @@ def _check_same_classes(dataset) -> None:
 
     for through in (False, True):
         for concat in _concats(dataset, through):
-            parts = [d for d in _leaves(concat, through) if isinstance(d, ImageDataset) and not _maps_targets(d)]
-            first = parts[0].classes if parts else None
-            for k, d in enumerate(parts[1:], 1):
-                if d.classes != first:
-                    i = next(i for i in range(max(len(first), len(d.classes)))
-                             if i >= len(first) or i >= len(d.classes) or first[i] != d.classes[i])  # fmt: skip
+            named = [(d.classes if isinstance(d, ImageDataset) else _own_classes(d)) for d in _leaves(concat, through)
+                     if not (isinstance(d, ImageDataset) and _maps_targets(d))]  # fmt: skip
+            parts = [list(c) for c in named if c is not None]
+            first = parts[0] if parts else None
+            for k, theirs in enumerate(parts[1:], 1):
+                if theirs != first:
+                    i = next(i for i in range(max(len(first), len(theirs)))
+                             if i >= len(first) or i >= len(theirs) or first[i] != theirs[i])  # fmt: skip
                     a = repr(first[i]) if i < len(first) else "missing"
-                    b = repr(d.classes[i]) if i < len(d.classes) else "missing"
+                    b = repr(theirs[i]) if i < len(theirs) else "missing"
                     clash = (f"the ConcatDataset's datasets number their classes differently: class {i} is {a} in the "
-                             f"first and {b} in dataset {k} ({len(first)} and {len(d.classes)} classes), so one index "
+                             f"first and {b} in dataset {k} ({len(first)} and {len(theirs)} classes), so one index "
                              "would be two classes")  # fmt: skip
                     if not through:
                         raise UsageError(f"{clash}; open each with the same classes=[...] (all of their classes, in "

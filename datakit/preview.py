@@ -383,21 +383,30 @@ def _is_index(target) -> bool:
 
 
 def _what_it_shows(ds) -> tuple[list, str | None, object]:
-    """(class names, channel mode, transform) of ``ds``; for a Subset, a ConcatDataset or a dataset of the
-    caller's around datakit's, those of the datakit datasets it reads from where they agree (its own ``classes``
-    first): no names (captions ``class N``) and no channel order (shown as RGB) where they do not."""
+    """(class names, channel mode, transform) of ``ds``; for a Subset or a ConcatDataset, those of the datakit
+    datasets it reads from where they agree. A dataset of the caller's around them may map the targets and turn
+    the images: its own ``classes`` and ``mode`` (one of datakit's) if it has them, else no names (captions
+    ``class N``) and the channel order of the datasets it holds where they agree."""
     if isinstance(ds, ImageDataset):
         return list(ds.classes), ds.mode, ds.transform
     from datakit.loader import _leaves
 
-    leaves = [d for d in _leaves(ds, through=True) if isinstance(d, ImageDataset)]
-    classes = getattr(ds, "classes", None)
-    if classes is None:
-        classes = leaves[0].classes if leaves and all(d.classes == leaves[0].classes for d in leaves) else []
+    plain = _leaves(ds)  # through Subsets and ConcatDatasets alone
+    leaves = [d for d in _leaves(ds, through="all") if isinstance(d, ImageDataset)]
+    try:
+        own, own_mode = getattr(ds, "classes", None), getattr(ds, "mode", None)
+    except Exception:  # noqa: BLE001 - a property of the caller's that raises: as if it had none
+        own, own_mode = None, None
+    if isinstance(own, (list, tuple)):
+        classes = list(own)
+    elif all(isinstance(d, ImageDataset) for d in plain) and leaves:
+        classes = list(leaves[0].classes) if all(d.classes == leaves[0].classes for d in leaves) else []
+    else:
+        classes = []
     one = leaves[0] if leaves and len({(d.mode, id(d.transform)) for d in leaves}) == 1 else None
-    mode = getattr(ds, "mode", None) or (one.mode if one is not None else None)
-    transform = getattr(ds, "transform", None) or (one.transform if one is not None else None)
-    return list(classes), mode, transform
+    mode = own_mode if own_mode in ("rgb", "bgr", "gray", "unchanged") else (one.mode if one is not None else None)
+    transform = one.transform if one is not None else None
+    return classes, mode, transform
 
 
 class _CallableModule(types.ModuleType):

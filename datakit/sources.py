@@ -1843,7 +1843,7 @@ def refuse_output_in_source(out: str | os.PathLike, src, what: str, labels: str 
     if not isinstance(src, (str, os.PathLike, list, ImageDataset)):  # a Subset, a ConcatDataset, one of the caller's
         from datakit.loader import _leaves
 
-        for leaf in _leaves(src, through=True):
+        for leaf in _leaves(src, through="all"):
             if isinstance(leaf, ImageDataset):
                 refuse_output_in_source(out, leaf, what)
         return

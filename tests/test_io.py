@@ -1800,3 +1800,16 @@ print("checked", report.checked if hasattr(report, "checked") else len(report.pr
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[0] == "false damage 0" and done.stdout.splitlines()[1].startswith("checked ")
     assert done.stderr.count("other thread: loss 0.1") > 0  # written on, not swallowed
+
+
+def test_a_strict_decode_passes_on_log_lines_and_bar_frames_as_written():
+    # the review round: '[INFO] epoch 3 ...' and 'converting GIF frames' written by another thread were read as
+    # damage, and a bar's frames (carriage returns) came out one line each; a libtiff module's message counts
+    from datakit import io as dio
+
+    found = [dio._LIBRARY_MESSAGE.search(line) is not None for line in (
+        "[INFO] epoch 3 step 17 loss 0.52", "converting GIF frames: 17/200", "Loading OpenCV-based augmentations",
+        "training:  40%|####", "[ WARN:0@0.026] global grfmt_tiff.cpp:117 TIFF_Error", "libpng error: IDAT: CRC error",
+        "ZIPDecode: Decoding error at scanline 0, incorrect data check.", "Corrupt JPEG data: bad Huffman code",
+        "Premature end of JPEG file")]  # fmt: skip
+    assert found == [False, False, False, False, True, True, True, True, True]

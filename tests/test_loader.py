@@ -3153,8 +3153,11 @@ def test_datasets_of_other_classes_joined_through_a_dataset_of_the_callers_are_s
             create_loader(joined, 2, train=False, num_workers=0)
         assert [r.getMessage() for r in caplog.records] == [said]
     caplog.clear()
+    onto = Wrap(b)
+    onto.classes = ["狗", "猫"]  # a wrapper that numbers b's targets as a's (its own classes): nothing said
     with caplog.at_level(logging.WARNING, logger="datakit"):
         create_loader(Wrap(a + a), 2, train=False, num_workers=0)  # the same classes: nothing said
+        create_loader(torch.utils.data.ConcatDataset([a, onto]), 2, train=False, num_workers=0)
     assert caplog.records == []
 
 

@@ -344,8 +344,12 @@ def test_preview_of_a_subset_a_concat_or_a_wrapper_names_the_classes_of_what_the
     for name, wrapped in (("subset", torch.utils.data.Subset(ds, [1, 2])), ("concat", ds + ds), ("wrap", Wrap(ds))):
         result = pv.preview(wrapped, tmp_path / f"{name}.png", n=2)
         shown[name] = (result.samples, real(wrapped)[:2])
+    # a dataset of the caller's may map the targets: captioned 'class N' unless it names its classes itself
     assert shown == {"subset": (2, (["cat", "dog"], "rgb")), "concat": (2, (["cat", "dog"], "rgb")),
-                     "wrap": (2, (["cat", "dog"], "rgb"))}  # fmt: skip
+                     "wrap": (2, ([], "rgb"))}  # fmt: skip
+    named = Wrap(ds)
+    named.classes = ["no fur", "fur"]
+    assert real(named)[:2] == (["no fur", "fur"], "rgb")
     assert pv._is_index(torch.tensor(1)) and pv._is_index(np.int64(1)) and pv._is_index(3)
     assert not any(map(pv._is_index, (torch.tensor(1.0), torch.tensor([1]), True, torch.tensor(True), "1")))
     with pytest.raises(pv.UsageError, match="inside the source folder"):
