@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import PassThrough
 from PIL import Image, ImageDraw, ImageFont
 
 import datakit.preview as pv
@@ -329,15 +330,7 @@ def test_preview_of_a_subset_a_concat_or_a_wrapper_names_the_classes_of_what_the
             imwrite(tmp_path / "data" / cls / f"{k}.png", synthetic_image(20, 20, seed=k), mode="rgb")
     ds = open_dataset(tmp_path / "data")
 
-    class Wrap(torch.utils.data.Dataset):
-        def __init__(self, inner):
-            self.inner = inner
-
-        def __len__(self):
-            return len(self.inner)
-
-        def __getitem__(self, i):
-            return self.inner[i]
+    Wrap = PassThrough
 
     shown = {}
     real = pv._what_it_shows
