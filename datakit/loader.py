@@ -1936,13 +1936,20 @@ def _fingerprint(obj) -> tuple:
     return (hashlib.blake2b(buf.getbuffer(), digest_size=16).digest(),)
 
 
+class _Nowhere:
+    """A file that keeps nothing written to it."""
+
+    def write(self, data) -> int:
+        return len(data)
+
+
 class _GeneratorFinder(pickle.Pickler):
     """Pickles a transform to nowhere, noting the random generators it holds (its own, not the global ones): in
     its attributes, and through the functions in it, in their closures, defaults and the module globals they name
     (``lambda x: x + rng.integers(9)``), and a bound method's object."""
 
     def __init__(self, seen: set[int] | None = None, found: list[str] | None = None) -> None:
-        super().__init__(io.BytesIO(), protocol=5)
+        super().__init__(_Nowhere(), protocol=5)
         self.found: list[str] = [] if found is None else found
         self.seen: set[int] = set() if seen is None else seen  # the objects walked into: a cycle ends there
 
@@ -1960,6 +1967,8 @@ class _GeneratorFinder(pickle.Pickler):
         if name is not None:
             if name not in self.found:
                 self.found.append(name)
+            return int, (0,)
+        if isinstance(obj, (np.ndarray, torch.Tensor)):  # pixels, weights, a table's columns: no generator there
             return int, (0,)
         if isinstance(obj, types.MethodType):
             self.walk(obj.__self__)
@@ -1985,23 +1994,99 @@ _GENERATORS = {
 }
 
 
+def _is_plain(value) -> bool:
+    """Data that holds no generator: numbers, text, paths, arrays, tensors, and tuples of those."""
+    if isinstance(value, tuple):
+        return all(isinstance(v, _PLAIN) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+_PLAIN = (str, bytes, bytearray, int, float, complex, type(None), os.PathLike, np.ndarray, np.generic, torch.Tensor,
+          type, types.ModuleType, memoryview)  # fmt: skip
+
+
+def _generators_held(value, found: list[str], seen: set[int]) -> None:
+    """Note in ``found`` the random generators ``value`` holds (walked as pickle walks it, see _GeneratorFinder)."""
+    finder = _GeneratorFinder(seen, found)
+    try:
+        finder.dump(value)
+    except Exception:  # what cannot be pickled is looked through no further
+        pass
+
+
+def _own_generators(dataset) -> list[tuple[str, str]]:
+    """Where the datasets in ``dataset`` keep a random generator of their own, as (place, kind): datakit's datasets
+    in their transforms; a dataset of the caller's in any attribute (``self.rng``, a transform as ``self.aug``,
+    torchvision's joint ``transforms``), in its class's, and in the module globals its ``__getitem__`` names."""
+    from datakit.sources import ImageDataset
+
+    places: list[tuple[str, str]] = []
+    seen: set[int] = set()
+    walked: set[int] = set()
+
+    def note(where: str, value) -> None:
+        found: list[str] = []
+        _generators_held(value, found, seen)
+        places.extend((where, kind) for kind in found if (where, kind) not in places)
+
+    def visit(d, depth: int) -> None:
+        if id(d) in walked or depth > 8:
+            return
+        walked.add(id(d))
+        if isinstance(d, torch.utils.data.Subset):
+            return visit(d.dataset, depth + 1)
+        if isinstance(d, torch.utils.data.ConcatDataset):
+            for part in d.datasets:
+                visit(part, depth + 1)
+            return
+        if isinstance(d, ImageDataset):  # datakit's own: only its transforms are the caller's
+            for name in ("transform", "target_transform"):
+                if getattr(d, name, None) is not None:
+                    note(f"the dataset's {name}", getattr(d, name))
+            return
+        owner = type(d).__name__
+        for name, value in list(getattr(d, "__dict__", {}).items()):
+            if isinstance(value, torch.utils.data.Dataset):
+                visit(value, depth + 1)
+            elif isinstance(value, (list, tuple, dict)) and not isinstance(value, torch.nn.Module):
+                items = list(value.values() if isinstance(value, dict) else value)
+                if len(items) > 10_000 and all(_is_plain(v) for v in items[:1000]):
+                    continue  # a list of file names or labels: looked at no further
+                for v in items:
+                    if isinstance(v, torch.utils.data.Dataset):
+                        visit(v, depth + 1)
+                rest = [v for v in items if not _is_plain(v) and not isinstance(v, torch.utils.data.Dataset)]
+                if rest:
+                    note(f"the dataset's {owner}.{name}", rest)
+            elif not _is_plain(value):
+                where = (
+                    f"the dataset's {name}"
+                    if name in ("transform", "target_transform")
+                    else f"the dataset's {owner}.{name}"
+                )
+                note(where, value)
+        for name, value in vars(type(d)).items():  # a generator made once for the class
+            if isinstance(value, tuple(_GENERATORS)):
+                note(f"the dataset's {owner}.{name}", value)
+        getitem = getattr(type(d), "__getitem__", None)
+        if isinstance(getitem, types.FunctionType):  # a module's generator that __getitem__ draws from
+            held = [getitem.__globals__[n] for n in getitem.__code__.co_names
+                    if isinstance(getitem.__globals__.get(n), tuple(_GENERATORS))]  # fmt: skip
+            for value in held:
+                note(f"the dataset's {owner}.__getitem__", value)
+
+    visit(dataset, 0)
+    return places
+
+
 def _warn_own_generators(dataset) -> None:
-    """Warn of a transform holding a random generator of its own (``self.rng = np.random.default_rng()``, MONAI's
-    ``self.R``): each worker starts with a copy in the same state and draws what the others draw, and ``seed=``,
-    which seeds the global generators per sample, does not reach it."""
-    found: list[str] = []
-    for d in _leaves(dataset):
-        for t in (getattr(d, "transform", None), getattr(d, "target_transform", None)):
-            if t is None:
-                continue
-            finder = _GeneratorFinder()
-            try:
-                finder.dump(t)
-            except Exception:  # what cannot be pickled is looked through no further
-                pass
-            found += [f for f in finder.found if f not in found]
-    if found:
-        warnings.warn(f"the dataset's transform holds a random generator of its own ({', '.join(found)}): every "
+    """Warn of a dataset or transform holding a random generator of its own (``self.rng =
+    np.random.default_rng()``, MONAI's ``self.R``): each worker starts with a copy in the same state and draws what
+    the others draw, and ``seed=``, which seeds the global generators per sample, does not reach it."""
+    places = _own_generators(dataset)
+    if places:
+        kinds = list(dict.fromkeys(kind for _, kind in places))
+        warnings.warn(f"{places[0][0]} holds a random generator of its own ({', '.join(kinds)}): every "
                       "worker starts with a copy of it in the same state and draws the same numbers as the others "
                       "(the same augmentations), and seed= does not reach it; draw from random, numpy.random or "
                       "torch (seeded per sample and worker), or reseed it in worker_init_fn", stacklevel=3)  # fmt: skip

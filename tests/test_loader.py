@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PassThrough
+from conftest import SAMPLES, PassThrough
 from torch.utils.data import Dataset
 
 from datakit.errors import SampleError, UsageError
@@ -130,6 +130,63 @@ def test_a_transform_with_its_own_generator_is_warned_of_where_workers_copy_it()
         warnings.simplefilter("error")  # in one process, or drawing from the global generators: nothing to say
         create_loader(_Drawn(_OwnRng()), 2, num_workers=0, seed=0)
         create_loader(_Drawn(lambda i: i), 2, num_workers=2, seed=0)
+
+
+class _Aug(torch.utils.data.Dataset):  # a wrapper holding its transform under a name of its own
+    def __init__(self, inner, aug) -> None:
+        self.inner, self.aug = inner, aug
+        self.names, self.weights = [f"{i}.jpg" for i in range(20_000)], np.zeros(20_000)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i: int):
+        return self.aug(self.inner[i][0]), i
+
+
+class _SelfRng(Indexed):  # the generator on the dataset itself
+    def __init__(self) -> None:
+        super().__init__(8)
+        self.rng = random.Random(1)
+
+
+class _ClassRng(Indexed):
+    rng = np.random.RandomState(2)
+
+
+_MODULE_RNG = torch.Generator()
+
+
+class _ModuleRng(Indexed):
+    def __getitem__(self, i: int):
+        return int(torch.randint(9, (1,), generator=_MODULE_RNG)), i
+
+
+def test_a_generator_anywhere_in_the_callers_dataset_is_warned_of():
+    # the attack: the warning looked at attributes named transform only; a wrapper's self.aug, a dataset's own
+    # self.rng (random crop offsets) and torchvision's joint transforms drew alike in both workers without a word
+    from torchvision.datasets import ImageFolder
+
+    def said(dataset) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            create_loader(dataset, 2, num_workers=2, seed=0, train=False)
+        return [str(w.message).split(" holds ")[0] + ": " + str(w.message).split("(")[1].split(")")[0] for w in caught]
+
+    assert said(_Aug(Indexed(8), _OwnRng())) == ["the dataset's _Aug.aug: numpy.random.Generator"]
+    assert said(_SelfRng()) == ["the dataset's _SelfRng.rng: random.Random"]
+    assert said(_ClassRng(8)) == ["the dataset's _ClassRng.rng: numpy.random.RandomState"]
+    assert said(_ModuleRng(8)) == ["the dataset's _ModuleRng.__getitem__: torch.Generator"]
+    assert said(torch.utils.data.Subset(_Aug(_SelfRng(), lambda x: x), [0, 1])) == [
+        "the dataset's _SelfRng.rng: random.Random"
+    ]
+    assert said(ImageFolder(str(SAMPLES / "images"), transform=_OwnRng())) == [
+        "the dataset's transform: numpy.random.Generator"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # data, arrays and functions without a generator: nothing to say
+        create_loader(_Aug(Indexed(8), lambda x: x), 2, num_workers=2, seed=0)
+        create_loader(ImageFolder(str(SAMPLES / "images")), 2, num_workers=2, seed=0)
 
 
 def test_same_seed_same_batches_and_reshuffles_each_epoch():
