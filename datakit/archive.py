@@ -28,11 +28,15 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from datakit.errors import ArchiveError, UsageError
 from datakit.filenames import EncodingGuess, decode_name, decodes, flagged_legacy, guess_encoding, host_family
 from datakit.io import _umask, refuse_unreadable_names
 from datakit.parallel import hold_interrupts, release_interrupts
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("datakit")
 
@@ -2047,6 +2051,11 @@ def _resolve(path: str, base: str | None = None, passed: list[str] | None = None
 # Reading in place
 
 
+# a member read directly (ZipReader._read_direct): its local header's offset, sizes, CRC-32s (data, name), method
+_DIRECT = [("offset", "<u8"), ("stored", "<u8"), ("size", "<u8"), ("crc", "<u4"), ("name_crc", "<u4"),
+           ("flags", "<u2"), ("method", "<u2"), ("direct", "u1")]  # fmt: skip
+
+
 def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> bytes:
     """A member's bytes, inflated one chunk at a time: ``zf.read`` inflates the whole stream
     before cutting it to the declared size, so a lying member would fill memory first."""
@@ -2162,6 +2171,8 @@ class ZipReader:
         self._links_raw: dict[int, str | None] = {}  # each link member inflated once: the tree and lookups share it
         self._zf: zipfile.ZipFile | None = None
         self._pid = -1
+        self._table = self._direct_table(members)
+        self._fd, self._fd_pid = -1, -1
 
     def tree(self) -> dict[str, dict[str, tuple[str, object]]]:
         """The archive as the folder it extracts to: {folder path: {name: ("file", index) | ("dir", None) |
@@ -2393,8 +2404,90 @@ class ZipReader:
                 f"unzip-gbk --max-ratio and use the folder, or raise max_ratio= in Python)"
             )
 
+    def _direct_table(self, members: list[ZipMember]) -> np.ndarray:
+        """Where each member's data is and how it is stored, in one array (no object per member to touch: a forked
+        worker reading through it copies none of the reader's pages), for :meth:`_read_direct`; ``direct`` is 0
+        where a member goes the checked way through ``zipfile`` (another method, a problem or over the budget)."""
+        import numpy as np
+
+        table = np.zeros(max((m.index for m in members), default=-1) + 1, _DIRECT)
+        for m in members:
+            if m.is_dir or m.method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or _member_problem(m):
+                continue
+            try:
+                self.check_budget(m)
+            except ArchiveError:
+                continue
+            if m.flags & 0x0021:  # encrypted, or patched data: never read here
+                continue
+            where = (m.header_offset, m.compress_size, m.file_size, m.crc, zlib.crc32(m.raw_name), m.flags, m.method)
+            table[m.index] = (*where, 1)
+        try:
+            st = os.stat(self.path)
+            self._identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            self._identity = None
+        return table
+
+    def _direct_fd(self) -> int:
+        """This process's descriptor of the archive, -1 where it is not the file that was listed (replaced since:
+        the checked way then compares its members)."""
+        if self._fd_pid != os.getpid():
+            self._fd, self._fd_pid = -1, os.getpid()  # a forked copy's: opened again, its own
+            try:
+                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                return -1
+            st = os.fstat(fd)
+            if self._identity is None or (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self._identity:
+                os.close(fd)
+                return -1
+            self._fd = fd
+        return self._fd
+
+    def _read_direct(self, index: int) -> bytes | None:
+        """A stored or deflated member's bytes, read at its offset and inflated in one call, checked against its
+        size and CRC-32; None where anything is not as listed (the checked way then reads it, or says why)."""
+        table = self._table
+        if not 0 <= index < len(table) or not table["direct"][index] or (fd := self._direct_fd()) < 0:
+            return None
+        offset, stored, size, crc, name_crc, flags, method, _ = table[index].tolist()
+        head = os.pread(fd, 30 + 256, offset)
+        if len(head) < 30 or head[:4] != b"PK\x03\x04":
+            return None
+        nlen, elen = struct.unpack_from("<HH", head, 26)
+        name = head[30 : 30 + nlen] if nlen <= 256 else os.pread(fd, nlen, offset + 30)
+        if zlib.crc32(name) != name_crc:  # the local header names another member: as zipfile, the checked way
+            return None
+        if struct.unpack_from("<H", head, 6)[0] & 0x0821 != flags & 0x0821:  # UTF-8, encrypted, patched: as listed
+            return None
+        if flags & 0x0800:
+            try:
+                name.decode("utf-8")
+            except UnicodeDecodeError:  # flagged UTF-8 and not: zipfile refuses it, and says so the checked way
+                return None
+        raw = os.pread(fd, stored, offset + 30 + nlen + elen) if stored else b""
+        if len(raw) != stored:
+            return None
+        if method == zipfile.ZIP_DEFLATED:
+            inflate = zlib.decompressobj(-15)
+            try:
+                data = inflate.decompress(raw, size) if size else inflate.decompress(raw, 1)
+            except zlib.error:
+                return None
+            if not inflate.eof or inflate.unconsumed_tail:
+                return None
+        else:
+            data = raw
+        if len(data) != size or zlib.crc32(data) != crc:
+            return None
+        return data
+
     def read_index(self, index: int) -> bytes:
         """The bytes of the member at central-directory position ``index``."""
+        data = self._read_direct(index)
+        if data is not None:
+            return data
         m = self._by_index.get(index)
         if m is None:
             raise KeyError(f"{self.path}: no member #{index}")
@@ -2443,6 +2536,9 @@ class ZipReader:
         if self._zf is not None:
             self._zf.close()
             self._zf = None
+        if self._fd >= 0 and self._fd_pid == os.getpid():
+            os.close(self._fd)
+        self._fd, self._fd_pid = -1, -1
 
     def __enter__(self) -> ZipReader:
         return self
@@ -2453,6 +2549,7 @@ class ZipReader:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_zf"], state["_pid"] = None, -1
+        state["_fd"], state["_fd_pid"] = -1, -1
         return state
 
 

@@ -118,6 +118,11 @@ def _lmdb_errors(path: str | os.PathLike, doing: str = "reading") -> Iterator[No
             else f"run `datakit verify {path}`, copy it again or re-pack"
         )
         raise PackError(f"{path}: {doing} the pack failed ({type(exc).__name__}: {msg}); {advice}") from None
+    except PackError as exc:  # one said of the pack's real path (the environments are keyed so): the path given
+        real, text = os.path.realpath(path), str(exc)
+        if type(exc) is PackError and os.fspath(path) != real and text.startswith(f"{real}: "):
+            raise PackError(f"{os.fspath(path)}: {text[len(real) + 2 :]}") from None
+        raise
 
 
 class PackWriteError(PackError):
@@ -293,6 +298,10 @@ def _tree_problem(data: Path) -> str | None:
 
 
 def _damaged_pages(pack: Path, problem: str) -> str:
+    from datakit.lmdbpages import NAMED_DATABASES
+
+    if problem == NAMED_DATABASES:
+        return f"{pack}: not a datakit pack (an LMDB environment with named databases, which a datakit pack never has)"
     return (f"{pack}: damaged LMDB data ({problem}); copy the pack again (a copy cut short or a damaged disk leaves "
             "it so) or re-pack")  # fmt: skip
 
@@ -1465,8 +1474,7 @@ def _verify_steps(path: str | os.PathLike) -> Iterator[tuple[str, object]]:
         yield "reading", "the B-tree"
         problem = _tree_problem(r.path / "data.mdb")
         if problem is not None:  # what opening the pack for training refuses: said here, the rest still read
-            yield "problem", (f"{r.path}: damaged LMDB data ({problem}); copy the pack again (a copy cut short or a "
-                              "damaged disk leaves it so) or re-pack")  # fmt: skip
+            yield "problem", _damaged_pages(r.path, problem)
         expected = 3 * n + 1 + (1 if r.complete else 0)
         with _LOCK, _lmdb_errors(r.path):
             entries = _open_env(r._key, r._live).stat()["entries"]  # the count the main DB's meta page keeps

@@ -27,6 +27,8 @@ _F_BIGDATA, _F_SUBDATA, _F_DUPDATA = 0x01, 0x02, 0x04
 _HDR = 16  # page header
 _NODE = 8  # node header
 _NO_PAGE = 0xFFFFFFFFFFFFFFFF  # the root of an empty tree
+_DB_RECORD = 48  # sizeof(MDB_db), a named database's record in the main tree
+NAMED_DATABASES = "named databases"  # tree_problem's answer for another program's sound LMDB file that has them
 
 
 def tree_problem(path: str | os.PathLike) -> str | None:
@@ -103,8 +105,13 @@ def _check(buf: np.ndarray, size: int) -> str | None:
                 return "a key runs past its page"
             level = np.unique(lo | (hi << 16) | (nflags << 32))
             continue
-        if (nflags & (_F_SUBDATA | _F_DUPDATA)).any():
-            return "a node of a kind these packs never hold, a sub-tree"
+        sub = (nflags & (_F_SUBDATA | _F_DUPDATA)) != 0
+        if sub.any():
+            # a named database's record: flags F_SUBDATA alone and its 48-byte MDB_db as the value (what
+            # env.open_db(b"images") writes); a datakit pack has none, so the file is another program's
+            size_ok = ((lo | (hi << 16))[sub] == _DB_RECORD) & (keyed[sub] + _DB_RECORD <= psize)
+            named = (nflags[sub] == _F_SUBDATA) & size_ok
+            return NAMED_DATABASES if named.all() else "a node of a kind these packs never hold, a sub-tree"
         data = lo | (hi << 16)
         big = (nflags & _F_BIGDATA) != 0
         if ((keyed + np.where(big, 8, data)) > psize).any():

@@ -60,6 +60,7 @@ from datakit.lmdb import (
     stored_names,
     stored_values,
 )
+from datakit.lmdbpages import NAMED_DATABASES
 from datakit.parallel import WorkerDied, map_ordered
 from datakit.sources import (
     FolderDataset,
@@ -418,7 +419,8 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
                 (out / LOCK_NAME).unlink()  # leave a foreign folder as it was
             what = ("an LMDB environment that is not a datakit pack" if (out / "data.mdb").exists() else
                     "a classes.json that is not a datakit pack's")  # fmt: skip
-            if (out / "data.mdb").exists() and (problem := _tree_problem(out / "data.mdb")) is not None:
+            problem = _tree_problem(out / "data.mdb") if (out / "data.mdb").exists() else None
+            if problem is not None and problem != NAMED_DATABASES:
                 raise UsageError(f"{out}: holds an LMDB environment whose pages are damaged ({problem}), so it cannot "
                                  "be told a datakit pack; not touching it: remove it and pack again, or pick another "
                                  "OUT")  # fmt: skip

@@ -15,6 +15,7 @@ with workers started by fork or spawn.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import contextvars
 import copy
 import errno
@@ -285,6 +286,10 @@ class ImageDataset:
     # shared behaviour
     def load_bytes(self, index: int) -> bytes:
         if self._cache is not None:
+            loaded = getattr(self, "_loaded", None)
+            if loaded is not None:  # preload()'s: one buffer, no object per image
+                blob, ends = loaded
+                return blob[ends[index] : ends[index + 1]].tobytes()
             data = self._cache.get(index)
             if data is None:
                 data = self._cache[index] = self.read(index)
@@ -292,10 +297,20 @@ class ImageDataset:
         return self.read(index)
 
     def preload(self) -> None:
-        """Fill the memory cache now (in the main process, so forked workers share it)."""
-        if self._cache is not None:
-            for i in range(len(self)):
-                self.load_bytes(i)
+        """Fill the memory cache now, in the main process, so that forked workers share it: one NumPy buffer of
+        every image's bytes, which reading never writes to (a ``bytes`` object per image would have each worker
+        copy the memory pages it reads, its reference counts changing: a copy of the cache per worker)."""
+        if self._cache is None or getattr(self, "_loaded", None) is not None:
+            return
+        chunks = [self._cache.get(i) or self.read(i) for i in range(len(self))]
+        ends = np.zeros(len(chunks) + 1, np.int64)
+        np.cumsum([len(c) for c in chunks], out=ends[1:])
+        blob = np.empty(int(ends[-1]), np.uint8)
+        for i, c in enumerate(chunks):
+            blob[ends[i] : ends[i + 1]] = np.frombuffer(c, np.uint8)
+        del chunks
+        self._loaded = (blob, ends)
+        self._cache.clear()
 
     def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None, *,
                strict: bool = False) -> np.ndarray:  # fmt: skip
@@ -462,9 +477,11 @@ class ImageDataset:
         if self.bad_samples is None:
             return None
         entries = {e["index"]: e for e in self._read_report(self.bad_samples)}
+        ended = self._ended_parts()  # read before the parts: what they hold is in what is merged below
         found = self._read_parts() + [{"index": i, "name": nm, "reason": r} for i, (nm, r) in self.bad.items()]
         new = [e for e in found if e["index"] not in entries]
         if not new and self.bad_samples.exists():
+            self._merged(entries, ended)
             return self.bad_samples
         here = os.getcwd()
         for e in new:
@@ -485,7 +502,36 @@ class ImageDataset:
                              f"({exc.strerror or type(exc).__name__})") from None  # fmt: skip
         finally:
             discard(tmp)
+        self._merged(entries, ended)
         return self.bad_samples
+
+    def _ended_parts(self) -> list[Path]:
+        """The parts files of this machine's processes that have ended (a worker of an epoch gone by): none of
+        them writes to its file again."""
+        parts, host = self._parts_dir(), _host()
+        ended = []
+        for path in sorted(parts.glob(f"{glob.escape(host)}-*.jsonl")) if parts.is_dir() else ():
+            pid = path.name[len(host) + 1 : -len(".jsonl")]
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                ended.append(path)
+            except (OSError, OverflowError):  # alive under another user, or no such number: kept
+                pass
+        return ended
+
+    def _merged(self, entries: dict, ended: list[Path]) -> None:
+        """After a merge: the samples in the file known as bad here (the next epoch's workers, forked from this
+        process, skip them without reading and logging them again), and the merged parts of ended processes
+        removed (one more each epoch otherwise)."""
+        for i, e in entries.items():
+            self.bad.setdefault(i, (e["name"], e["reason"]))
+        for path in ended:
+            discard(path)
+        with contextlib.suppress(OSError):
+            self._parts_dir().rmdir()  # when empty
 
     def __setstate__(self, state: dict) -> None:
         if "transform" in state and "_transform" not in state:  # pickled before transform became a property
@@ -544,10 +590,14 @@ def name_sample(exc: BaseException, what: str, index: int, name: str) -> None:
 def _process_name() -> str:
     """This process's name among all that may share a folder: host and PID (the PID alone repeats across
     machines: containers on two nodes often run their trainers under the same one)."""
+    return f"{_host()}-{os.getpid()}"
+
+
+def _host() -> str:
+    """This machine's name, as a file name's part."""
     import socket
 
-    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
-    return f"{host}-{os.getpid()}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
 
 
 def read_bad_samples(path: str | os.PathLike) -> dict:
@@ -1510,18 +1560,24 @@ def _origin(source, depth: int = 0) -> object:
 def _same_samples_in_other_packs(readers: list) -> None:
     """Packs of one origin that are no shards of one set (the pack of a table and the pack of one of its splits,
     ``--split val``; a ``--classes`` pack beside the plain one) may hold the same samples: their stored names are
-    compared, and one found in two is refused. Shards of one set hold disjoint samples by making: not read."""
+    compared, and one found in two is refused. Shards of one set hold disjoint samples by making: not read.
+
+    A pack written before datakit recorded its source's names (version 1 and the first version 2 packs) may have
+    recorded its source relative to a directory not known now: its samples are compared with every other pack's."""
     by_origin: dict[object, list] = {}
     for r in readers:
         origin = pack_origin(r.meta)
         shard = (r.meta.get("options") or {}).get("shard") or [0, 1]
         if origin is not None:
             by_origin.setdefault(origin, []).append((r, (r.meta.get("source_names"), int(shard[1]))))
-    for origin, packs in by_origin.items():
-        if len({key for _, key in packs}) < 2:  # one pack, or shards of one set
-            continue
+    compared = [(origin, [r for r, _ in packs]) for origin, packs in by_origin.items()
+                if len({key for _, key in packs}) >= 2 or any(key == (None, 1) for _, key in packs[1:])]  # fmt: skip
+    unplaced = [r for r in readers if r.meta.get("source_names") is None]
+    if unplaced and len(readers) > 1:
+        compared.append((None, list(readers)))
+    for origin, packs in compared:
         owner: dict[tuple, str] = {}
-        for r, _ in packs:
+        for r in packs:
             records = getattr(r, "records", None)
             for i in range(int(r.meta.get("count") or 0)):
                 name = r.name(i)
@@ -1529,9 +1585,12 @@ def _same_samples_in_other_packs(readers: list) -> None:
                 # were replaced by others of the same names (a week's images, /data/images in a container) is not
                 key = (name, int(records["crc32"][i]), int(records["nbytes"][i])) if records is not None else (name,)
                 if key in owner and owner[key] != r.path:
-                    raise GivenTwice(f"{r.path}: holds {name!r}, a sample of {origin} that {owner[key]} holds too "
-                                     "(the pack of one of its splits, or of the same images with other options?); "
-                                     "each sample is read once")  # fmt: skip
+                    of = f"a sample of {origin}" if origin is not None else "a sample"
+                    why = "the pack of one of its splits, or of the same images with other options?"
+                    if r in unplaced or owner[key] in {u.path for u in unplaced}:  # no names of its source kept
+                        why = "a copy of it, or a pack of the same images?"
+                    raise GivenTwice(f"{r.path}: holds {name!r}, {of} that {owner[key]} holds too ({why}); each "
+                                     "sample is read once")  # fmt: skip
                 owner.setdefault(key, r.path)
 
 
@@ -2161,9 +2220,19 @@ def _named_classes(names: Sequence[object], where: str) -> list[str]:
 def _pack_classes(path: Path) -> list[str]:
     """The classes of the pack at ``path``: those its metadata (checksummed, what its targets index) holds;
     its ``classes.json`` (a copy, for people and other tools) must say the same, or the pack is refused."""
-    from datakit.lmdb import read_meta
+    from datakit.lmdb import FORMAT, _no_meta, read_meta, record_count
 
     meta = read_meta(path)
+    if meta is not None and meta.get("format") != FORMAT:  # another program's record under datakit's key
+        raise UsageError(f"classes={os.fspath(path)!r}: not a datakit pack (its metadata record is of format "
+                         f"{meta.get('format')!r})")  # fmt: skip
+    if meta is None:  # another program's LMDB, or a damaged one, is no pack still to be written
+        why = _no_meta(path, record_count(path))
+        said = why[len(f"{path}: ") :] if why.startswith(f"{path}: ") else why
+        if said.startswith("not a datakit pack"):
+            raise UsageError(f"classes={os.fspath(path)!r}: {said}")
+        if said.startswith("damaged"):
+            raise PackError(f"classes={os.fspath(path)!r}: {said}")
     if meta is None or not isinstance(meta.get("classes"), dict):
         raise UsageError(f"classes={os.fspath(path)!r}: a pack with no classes committed yet (its first samples are "
                          "not written): pack it first, or give the classes another way")  # fmt: skip

@@ -24,7 +24,7 @@ from datakit.datasets import (
     open_dataset,
 )
 from datakit.errors import UsageError
-from datakit.io import imread, imwrite
+from datakit.io import encode_image, imread, imwrite
 from datakit.labels import LabelError
 from datakit.testing import ZipEntry, build_zip, synthetic_image
 
@@ -149,6 +149,62 @@ def test_memory_cache_and_its_limit(class_folder: Path):
     need = sum(p.stat().st_size for p in class_folder.rglob("*.*"))
     assert str(e.value) == (f"cache='memory' needs {need / 1024:.0f} KiB for 8 encoded images, over the limit of 10 "
                             "bytes; raise cache_limit=, or pack the data with `datakit pack-lmdb`")  # fmt: skip
+
+
+def _private_kib() -> int:
+    rollup = Path("/proc/self/smaps_rollup").read_text().splitlines()
+    return sum(int(line.split()[1]) for line in rollup if line.startswith(("Private_Dirty", "Private_Clean")))
+
+
+def _in_forked_worker(read) -> tuple[int, int]:
+    """(read()'s result, the KiB of memory of its own a forked process took to run it)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            before = _private_kib()
+            result = int(read())
+            os.write(w, f"{result} {_private_kib() - before}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    result, grown = map(int, os.read(r, 100).split())
+    os.close(r)
+    os.waitpid(pid, 0)
+    return result, grown
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="reads Linux's /proc/self/smaps_rollup")
+def test_a_zip_read_in_place_is_not_copied_into_each_forked_worker(tmp_path: Path):
+    # the attack: a zip of 200,000 members read in place cost 260-300 MiB in each forked worker (the reader's
+    # objects per member, their pages copied as they were read, and a zipfile.ZipFile opened again in each)
+    import zipfile
+
+    one = encode_image(synthetic_image(8, 8, seed=2), ".jpg")
+    with zipfile.ZipFile(tmp_path / "many.zip", "w") as z:
+        for i in range(20_000):
+            z.writestr(f"c{i % 2}/{i:05d}.jpg", one, zipfile.ZIP_DEFLATED if i % 3 else zipfile.ZIP_STORED)
+    ds = open_dataset(tmp_path / "many.zip")
+    assert len(ds) == 20_000 and ds.read(0) == one  # read in this process first, as create_loader does
+    same, grown = _in_forked_worker(lambda: all(ds.read(i) == one for i in range(0, 20_000, 7)))
+    assert same == 1 and grown < 2048  # KiB; 14 MiB before
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="reads Linux's /proc/self/smaps_rollup")
+def test_a_preloaded_memory_cache_is_shared_by_forked_workers_not_copied(tmp_path: Path):
+    # the attack: the cache held a bytes object per image, and a forked worker reading it wrote each one's reference
+    # count, copying every page: 30,000 CIFAR-sized JPEGs (53 MiB) cost 53 MiB more in each of 2 workers
+    one = tmp_path / "one.jpg"
+    imwrite(one, synthetic_image(32, 32, seed=1), mode="rgb")
+    for i in range(4000):
+        (tmp_path / "data" / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        os.link(one, tmp_path / "data" / f"c{i % 2}" / f"{i:04d}.jpg")
+    ds = open_dataset(tmp_path / "data", cache="memory")
+    ds.preload()
+    assert ds.encoded_size() == 4000 * one.stat().st_size > 3 << 20
+    expected = one.read_bytes()
+    same, grown = _in_forked_worker(lambda: all(ds.load_bytes(i) == expected for i in range(len(ds))))
+    assert same == 1 and grown < 1024  # KiB: the 3 MiB of images were not copied into the worker
 
 
 def test_torchvision_v2_transforms(class_folder: Path):

@@ -298,6 +298,78 @@ def test_version1_pack_still_read_and_its_bad_target_refused(tmp_path: Path):
         open_dataset(out)
 
 
+def _as_written_before_names(pack: Path, source: str) -> None:
+    """Make ``pack``'s metadata what datakit wrote before it kept its source's names: version 1, the source as it
+    was given (relative to a directory not known now), no checksums of the names or the index."""
+    meta = json.loads(get(pack, b"__meta__"))
+    for key in ("meta_crc32", "index_crc32", "names_crc32", "source_names", "source_id", "source_splits", "origin"):
+        meta.pop(key, None)
+    put(pack, b"__meta__", json.dumps(dict(meta, version=1, source=source)).encode())
+
+
+def test_a_version1_pack_beside_a_copy_or_another_pack_of_its_images_is_refused(tmp_path: Path, class_folder: Path):
+    # the attack: a version-1 pack (it records no names of its source, and its source relative to where it was
+    # packed) beside `cp -r` of itself opened as every sample twice, and so did it beside a new pack of its folder
+    old, copy, new, other = (tmp_path / f"{n}.lmdb" for n in ("old", "copy", "new", "other"))
+    pack_lmdb(class_folder, old, workers=1)
+    pack_lmdb(class_folder, new, workers=1)
+    _as_written_before_names(old, "数据 集")
+    shutil.copytree(old, copy)
+    with pytest.raises(UsageError) as e:
+        open_dataset([old, copy])
+    assert str(e.value) == (f"{copy}: holds 'cat/图片_0.jpg', a sample of 数据 集 that {old} holds too (a copy of it, "
+                            "or a pack of the same images?); each sample is read once")  # fmt: skip
+    with pytest.raises(UsageError) as e:
+        open_dataset([new, old])
+    assert str(e.value) == (f"{old}: holds 'cat/图片_0.jpg', a sample that {new} holds too (a copy of it, or a pack "
+                            "of the same images?); each sample is read once")  # fmt: skip
+    assert main(["stats", str(tmp_path / "*.lmdb")]) == 2
+    for k, f in enumerate(sorted(class_folder.rglob("图片_*"))):  # other images of the same names: read together
+        imwrite(f, synthetic_image(32, 32, seed=100 + k), mode="rgb")
+    pack_lmdb(class_folder, other, workers=1)
+    assert len(open_dataset([old, other])) == 12 + 12
+
+
+def test_another_programs_lmdb_with_named_databases_is_not_called_damaged(tmp_path: Path, class_folder: Path):
+    # the attack: an LMDB of two named databases (env.open_db(b"images")), sound, was "damaged LMDB data (a node
+    # of a kind these packs never hold, a sub-tree); copy the pack again ... or re-pack", and pack-lmdb
+    # --overwrite advised to remove it; --classes on another program's LMDB said "no classes committed yet"
+    named = tmp_path / "named"
+    env = lmdb.open(str(named), max_dbs=2, map_size=1 << 24)
+    images, labels = env.open_db(b"images"), env.open_db(b"labels")
+    with env.begin(write=True) as txn:
+        txn.put(b"0", b"jpeg", db=images)
+        txn.put(b"0", b"3", db=labels)
+    env.close()
+    said = f"{named}: not a datakit pack (an LMDB environment with named databases, which a datakit pack never has)"
+    for call in (open_dataset, lmdb_info):
+        with pytest.raises(PackError) as e:
+            call(named)
+        assert str(e.value) == said
+    assert verify_lmdb(named) == [said]
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(class_folder, named, overwrite=True)
+    assert (
+        str(e.value)
+        == f"{named}: holds an LMDB environment that is not a datakit pack; not touching it, pick another OUT"
+    )
+    plain = tmp_path / "plain"
+    env = lmdb.open(str(plain), map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        txn.put(b"00000000_cat/0.jpg", b"a Datum")
+    env.close()
+    with pytest.raises(UsageError) as e:
+        open_dataset(class_folder, classes=plain)
+    assert str(e.value) == f"classes={str(plain)!r}: not a datakit pack (no metadata record)"
+    close_pack(plain)
+    put(plain, b"__meta__", json.dumps({"format": "folder2lmdb", "len": 1}).encode())
+    with pytest.raises(UsageError) as e:
+        open_dataset(class_folder, classes=plain)
+    assert (
+        str(e.value) == f"classes={str(plain)!r}: not a datakit pack (its metadata record is of format 'folder2lmdb')"
+    )
+
+
 def test_damaged_metadata_names_the_pack(tmp_path: Path):
     out = tmp_path / "meta.lmdb"
     write_pack(out, 4, classes=2)

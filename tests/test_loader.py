@@ -1837,6 +1837,30 @@ def test_bad_samples_resume_exactly_with_0_and_2_workers(tmp_path: Path, policy:
         assert sum(extra0.values()) == sum(extra1.values()) == 3 and extra0 != extra1
 
 
+def test_bad_samples_merged_are_not_read_again_nor_their_parts_left_each_epoch(tmp_path: Path):
+    # the attack: with workers started afresh each epoch, a bad sample merged into bad_samples= was read and logged
+    # again every epoch, and every epoch left one more <file>.parts/<host>-<pid>.jsonl behind, after the run too
+    from datakit.datasets import open_dataset, read_bad_samples
+
+    root = bad_folder(tmp_path)
+    report = tmp_path / "bad.json"
+    ds = open_dataset(root, on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    loader = create_loader(ds, 8, num_workers=2, seed=0, persistent_workers=False)
+    log = logging.FileHandler(tmp_path / "log.txt", encoding="utf-8")  # the forked workers' records too
+    logging.getLogger("datakit").addHandler(log)
+    try:
+        for _ in range(3):
+            assert sum(len(b[1]) for b in loader) == 40
+    finally:
+        logging.getLogger("datakit").removeHandler(log)
+        log.close()
+    said = [line.split(":")[0] for line in (tmp_path / "log.txt").read_text(encoding="utf-8").splitlines()]
+    assert sorted(said) == ["bad sample 17", "bad sample 3", "bad sample 30"]  # in the first epoch only
+    assert sorted(ds.bad) == [3, 17, 30]
+    assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
+    assert not (tmp_path / "bad.json.parts").exists()
+
+
 def test_too_many_bad_samples_stop_training(tmp_path: Path):
     from datakit.datasets import open_dataset
 
