@@ -2552,6 +2552,12 @@ class ZipReader:
         state["_fd"], state["_fd_pid"] = -1, -1
         return state
 
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "_table" not in state:  # pickled by a datakit before direct reads: every member read the checked way
+            self._table = self._direct_table([])
+            self._fd, self._fd_pid = -1, -1
+
 
 def iter_progress(
     total: int, desc: str, quiet: bool = False

@@ -43,6 +43,21 @@ def tree_problem(path: str | os.PathLike) -> str | None:
             return _check(np.frombuffer(m, np.uint8), size)
 
 
+def _db_record(value: np.ndarray, npages: int) -> bool:
+    """Whether 48 bytes are a sound MDB_db, a named database's record (md_pad, md_flags, md_depth, then the page
+    counts, md_entries and md_root): flags liblmdb knows, its root a page of the file (or none, when it holds
+    nothing), its depth to match. A datakit pack's name or value of that size under a flipped flag is not one."""
+    if len(value) != _DB_RECORD:
+        return False
+    flags, depth = (int(v) for v in value[4:8].view("<u2"))
+    branch, leaf, overflow, entries, root = (int(v) for v in value[8:48].view("<u8"))
+    if flags & ~0x7E or depth > 64:
+        return False
+    if root == _NO_PAGE:
+        return depth == 0 and entries == 0 and branch == leaf == overflow == 0
+    return 2 <= root < npages and depth >= 1 and leaf >= 1 and branch + leaf + overflow <= npages
+
+
 def _meta(buf: np.ndarray, at: int) -> tuple[int, int, int] | None:
     """(transaction id, page size, main tree's root) of the meta page at byte ``at``, None if not one."""
     head = buf[at : at + 160].view(np.uint8)
@@ -109,9 +124,9 @@ def _check(buf: np.ndarray, size: int) -> str | None:
         if sub.any():
             # a named database's record: flags F_SUBDATA alone and its 48-byte MDB_db as the value (what
             # env.open_db(b"images") writes); a datakit pack has none, so the file is another program's
-            size_ok = ((lo | (hi << 16))[sub] == _DB_RECORD) & (keyed[sub] + _DB_RECORD <= psize)
-            named = (nflags[sub] == _F_SUBDATA) & size_ok
-            return NAMED_DATABASES if named.all() else "a node of a kind these packs never hold, a sub-tree"
+            named = all(_db_record(rows[o, at : at + _DB_RECORD], npages) for o, at in zip(owner[sub], keyed[sub]))
+            named &= bool(((nflags[sub] == _F_SUBDATA) & ((lo | (hi << 16))[sub] == _DB_RECORD)).all())
+            return NAMED_DATABASES if named else "a node of a kind these packs never hold, a sub-tree"
         data = lo | (hi << 16)
         big = (nflags & _F_BIGDATA) != 0
         if ((keyed + np.where(big, 8, data)) > psize).any():

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import hashlib
 import io
+import itertools
 import logging
 import math
 import multiprocessing
@@ -1965,11 +1966,11 @@ class _GeneratorFinder(pickle.Pickler):
     def reducer_override(self, obj):
         name = next((n for kind, n in _GENERATORS.items() if isinstance(obj, kind)), None)
         if name is not None:
-            if name not in self.found:
+            if name not in self.found and not _global_generator(obj):
                 self.found.append(name)
             return int, (0,)
-        if isinstance(obj, (np.ndarray, torch.Tensor)):  # pixels, weights, a table's columns: no generator there
-            return int, (0,)
+        if isinstance(obj, (np.ndarray, torch.Tensor)) or type(obj).__module__.startswith("PIL."):
+            return int, (0,)  # pixels, weights, a table's columns: no generator there
         if isinstance(obj, types.MethodType):
             self.walk(obj.__self__)
             return int, (0,)
@@ -1995,14 +1996,15 @@ _GENERATORS = {
 
 
 def _is_plain(value) -> bool:
-    """Data that holds no generator: numbers, text, paths, arrays, tensors, and tuples of those."""
-    if isinstance(value, tuple):
-        return all(isinstance(v, _PLAIN) for v in value)
+    """Data that holds no generator: numbers, text, paths, arrays, tensors, and tuples or lists of those."""
+    if isinstance(value, (tuple, list)):
+        return all(isinstance(v, _PLAIN) for v in value[:64])
     return isinstance(value, _PLAIN)
 
 
 _PLAIN = (str, bytes, bytearray, int, float, complex, type(None), os.PathLike, np.ndarray, np.generic, torch.Tensor,
           type, types.ModuleType, memoryview)  # fmt: skip
+_LOOKED_AT = 1000  # items of a long list, tuple or dict looked at for a generator: the first ones
 
 
 def _generators_held(value, found: list[str], seen: set[int]) -> None:
@@ -2014,10 +2016,41 @@ def _generators_held(value, found: list[str], seen: set[int]) -> None:
         pass
 
 
+def _callers_classes(d) -> list[type]:
+    """The classes of ``d`` that are the caller's (not torch's, datakit's or Python's own)."""
+    return [k for k in type(d).__mro__ if not k.__module__.startswith(_NOT_THE_CALLERS)]
+
+
+_NOT_THE_CALLERS = ("torch.", "datakit.", "builtins", "typing", "abc", "collections")
+
+
+def _names_used(classes: list[type]) -> tuple[set[str], list]:
+    """The attribute and global names the methods of ``classes`` use (but ``__init__``, which runs before any worker
+    starts), and the module globals those names are, for the generators among them."""
+    names: set[str] = set()
+    held = []
+    for k in classes:
+        for attr, value in vars(k).items():
+            if attr == "__init__":
+                continue
+            value = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+            if not isinstance(value, types.FunctionType):
+                continue
+            todo = [value.__code__]
+            while todo:
+                code = todo.pop()
+                names.update(code.co_names)
+                todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+                held += [value.__globals__[n] for n in code.co_names
+                         if isinstance(value.__globals__.get(n), tuple(_GENERATORS))]  # fmt: skip
+    return names, held
+
+
 def _own_generators(dataset) -> list[tuple[str, str]]:
-    """Where the datasets in ``dataset`` keep a random generator of their own, as (place, kind): datakit's datasets
-    in their transforms; a dataset of the caller's in any attribute (``self.rng``, a transform as ``self.aug``,
-    torchvision's joint ``transforms``), in its class's, and in the module globals its ``__getitem__`` names."""
+    """Where the datasets in ``dataset`` keep a random generator of their own, as (place, kind): in their
+    transforms; in a dataset of the caller's (a class of its own, a subclass of datakit's too), also in an attribute
+    its methods use (``self.rng``, a transform as ``self.aug``, torchvision's joint ``transforms``), in its class's,
+    and in the module globals its methods draw from. The global generators, reseeded per worker, are none."""
     from datakit.sources import ImageDataset
 
     places: list[tuple[str, str]] = []
@@ -2039,19 +2072,29 @@ def _own_generators(dataset) -> list[tuple[str, str]]:
             for part in d.datasets:
                 visit(part, depth + 1)
             return
-        if isinstance(d, ImageDataset):  # datakit's own: only its transforms are the caller's
-            for name in ("transform", "target_transform"):
-                if getattr(d, name, None) is not None:
-                    note(f"the dataset's {name}", getattr(d, name))
+        for name in ("transform", "target_transform"):
+            if isinstance(d, ImageDataset) and getattr(d, name, None) is not None:
+                note(f"the dataset's {name}", getattr(d, name))
+        classes = _callers_classes(d)
+        if not classes:  # datakit's own dataset, or torch's: nothing more of the caller's in it
             return
         owner = type(d).__name__
-        for name, value in list(getattr(d, "__dict__", {}).items()):
+        used, drawn = _names_used(classes)
+        attrs = dict(getattr(d, "__dict__", {}))
+        for k in classes:
+            for slot in vars(k).get("__slots__", ()):
+                if hasattr(d, slot):
+                    attrs.setdefault(slot, getattr(d, slot))
+        for name, value in attrs.items():
             if isinstance(value, torch.utils.data.Dataset):
                 visit(value, depth + 1)
-            elif isinstance(value, (list, tuple, dict)) and not isinstance(value, torch.nn.Module):
-                items = list(value.values() if isinstance(value, dict) else value)
-                if len(items) > 10_000 and all(_is_plain(v) for v in items[:1000]):
-                    continue  # a list of file names or labels: looked at no further
+                continue
+            if name not in used and name not in ("transform", "target_transform", "transforms"):
+                continue  # held, never drawn from in a worker (made and used in __init__)
+            if isinstance(d, ImageDataset) and name in ("_transform", "transform", "target_transform"):
+                continue  # said above
+            if isinstance(value, (list, tuple, dict)):
+                items = list(itertools.islice(value.values() if isinstance(value, dict) else value, _LOOKED_AT))
                 for v in items:
                     if isinstance(v, torch.utils.data.Dataset):
                         visit(v, depth + 1)
@@ -2059,24 +2102,23 @@ def _own_generators(dataset) -> list[tuple[str, str]]:
                 if rest:
                     note(f"the dataset's {owner}.{name}", rest)
             elif not _is_plain(value):
-                where = (
-                    f"the dataset's {name}"
-                    if name in ("transform", "target_transform")
-                    else f"the dataset's {owner}.{name}"
-                )
-                note(where, value)
-        for name, value in vars(type(d)).items():  # a generator made once for the class
-            if isinstance(value, tuple(_GENERATORS)):
-                note(f"the dataset's {owner}.{name}", value)
-        getitem = getattr(type(d), "__getitem__", None)
-        if isinstance(getitem, types.FunctionType):  # a module's generator that __getitem__ draws from
-            held = [getitem.__globals__[n] for n in getitem.__code__.co_names
-                    if isinstance(getitem.__globals__.get(n), tuple(_GENERATORS))]  # fmt: skip
-            for value in held:
-                note(f"the dataset's {owner}.__getitem__", value)
+                transform = name in ("transform", "target_transform")
+                note(f"the dataset's {name}" if transform else f"the dataset's {owner}.{name}", value)
+        for k in classes:  # a generator made once for the class
+            for name, value in vars(k).items():
+                if isinstance(value, tuple(_GENERATORS)) and name in used and not _global_generator(value):
+                    note(f"the dataset's {owner}.{name}", value)
+        for value in drawn:  # a module's generator its methods draw from
+            if not _global_generator(value):
+                note(f"the dataset's {owner} (a module's generator)", value)
 
     visit(dataset, 0)
     return places
+
+
+def _global_generator(obj) -> bool:
+    """``random``'s, NumPy's and torch's own generators, which seed_worker (and torch) seed in every worker."""
+    return obj is random._inst or obj is np.random.mtrand._rand or obj is torch.default_generator
 
 
 def _warn_own_generators(dataset) -> None:

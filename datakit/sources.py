@@ -302,15 +302,23 @@ class ImageDataset:
         copy the memory pages it reads, its reference counts changing: a copy of the cache per worker)."""
         if self._cache is None or getattr(self, "_loaded", None) is not None:
             return
-        chunks = [self._cache.get(i) or self.read(i) for i in range(len(self))]
-        ends = np.zeros(len(chunks) + 1, np.int64)
-        np.cumsum([len(c) for c in chunks], out=ends[1:])
-        blob = np.empty(int(ends[-1]), np.uint8)
-        for i, c in enumerate(chunks):
-            blob[ends[i] : ends[i + 1]] = np.frombuffer(c, np.uint8)
-        del chunks
-        self._loaded = (blob, ends)
-        self._cache.clear()
+        n = len(self)
+        ends = np.zeros(n + 1, np.int64)
+        blob = np.empty(self.encoded_size(), np.uint8)  # each image copied in as it is read: no second copy at once
+        if len(blob):
+            import torch
+
+            from datakit.collate import _prefault
+
+            _prefault(torch.from_numpy(blob))  # its pages in one call, not a fault per 4 KiB as it is filled
+        for i in range(n):
+            data = self._cache.pop(i, None) or self.read(i)
+            end = int(ends[i]) + len(data)
+            if end > len(blob):  # a file grown since its size was taken
+                blob = np.concatenate([blob, np.empty(max(end - len(blob), len(blob) // 8), np.uint8)])
+            blob[ends[i] : end] = np.frombuffer(data, np.uint8)
+            ends[i + 1] = end
+        self._loaded = (blob[: int(ends[-1])], ends)
 
     def decode(self, index: int, max_size: int | None = None, fused: Callable | None = None, *,
                strict: bool = False) -> np.ndarray:  # fmt: skip

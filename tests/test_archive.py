@@ -420,6 +420,23 @@ def test_zip_reader_reads_in_place_and_pickles(gbk_zip: Path):
     reader.close()
 
 
+def test_zip_reader_pickled_before_direct_reads_still_reads(tmp_path: Path):
+    # the attack: a ZipDataset pickled by the datakit before members were read at their offsets failed every read
+    # with AttributeError ('ZipReader' object has no attribute '_table')
+    import pickle
+
+    z = tmp_path / "a.zip"
+    z.write_bytes(build_zip([gbk("猫/1.txt", b"hello" * 50)]))
+    reader = ZipReader(z)
+    state = reader.__getstate__()
+    for key in ("_table", "_fd", "_fd_pid", "_identity"):
+        state.pop(key)
+    old = ZipReader.__new__(ZipReader)
+    old.__setstate__(state)
+    assert old.read("猫/1.txt") == b"hello" * 50
+    assert pickle.loads(pickle.dumps(reader)).read("猫/1.txt") == b"hello" * 50
+
+
 def test_zip_reader_corrupt_member(tmp_path: Path):
     data = bytearray(build_zip([gbk("损坏的文件.txt", b"hello world" * 100)]))
     data[40] ^= 0xFF  # inside the deflated data

@@ -149,9 +149,19 @@ class _SelfRng(Indexed):  # the generator on the dataset itself
         super().__init__(8)
         self.rng = random.Random(1)
 
+    def __getitem__(self, i: int):
+        return self.rng.random(), i
 
-class _ClassRng(Indexed):
-    rng = np.random.RandomState(2)
+
+class _BaseRng(Indexed):
+    rng = np.random.RandomState(2)  # made once, for the class (and its subclasses)
+
+    def __getitem__(self, i: int):
+        return self.rng.rand(), i
+
+
+class _ClassRng(_BaseRng):
+    pass
 
 
 _MODULE_RNG = torch.Generator()
@@ -159,24 +169,70 @@ _MODULE_RNG = torch.Generator()
 
 class _ModuleRng(Indexed):
     def __getitem__(self, i: int):
-        return int(torch.randint(9, (1,), generator=_MODULE_RNG)), i
+        return self._draw(), i
+
+    def _draw(self) -> int:  # a helper __getitem__ calls
+        return int(torch.randint(9, (1,), generator=_MODULE_RNG))
 
 
-def test_a_generator_anywhere_in_the_callers_dataset_is_warned_of():
+class _Slotted(Indexed):
+    __slots__ = ("gen",)
+
+    def __init__(self) -> None:
+        super().__init__(8)
+        self.gen = torch.Generator()
+
+    def __getitem__(self, i: int):
+        return float(torch.rand(1, generator=self.gen)), i
+
+
+class _GlobalOnes(Indexed):  # random's, NumPy's and torch's own generators: seeded in every worker
+    def __init__(self) -> None:
+        super().__init__(8)
+        self.pick, self.g = random.choice, torch.default_generator
+        self.jitter = functools.partial(random.uniform, 0, 1)
+        self.np_draw = np.random.rand
+
+    def __getitem__(self, i: int):
+        return self.pick([1, 2]) + float(torch.rand(1, generator=self.g)) + self.jitter() + self.np_draw(), i
+
+
+class _SplitOnce(Indexed):  # a generator used in __init__ only (a subset drawn once), before any worker
+    def __init__(self) -> None:
+        super().__init__(8)
+        self.rng = np.random.default_rng(0)
+        self.order = self.rng.permutation(8).tolist()
+        self.rows = [[f"{i}.jpg", i % 2] for i in range(50_000)]  # json.load's lists: not walked through
+
+
+def test_a_generator_anywhere_in_the_callers_dataset_is_warned_of(tmp_path: Path):
     # the attack: the warning looked at attributes named transform only; a wrapper's self.aug, a dataset's own
     # self.rng (random crop offsets) and torchvision's joint transforms drew alike in both workers without a word
     from torchvision.datasets import ImageFolder
+
+    from datakit.datasets import FolderDataset
 
     def said(dataset) -> list[str]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             create_loader(dataset, 2, num_workers=2, seed=0, train=False)
-        return [str(w.message).split(" holds ")[0] + ": " + str(w.message).split("(")[1].split(")")[0] for w in caught]
+        found = [re.match(r"(.*) holds a random generator of its own \((.*?)\): every", str(w.message)) for w in caught]
+        return [f"{m[1]}: {m[2]}" for m in found]
+
+    class Folder(FolderDataset):  # a subclass of datakit's, with a generator of its own
+        def __init__(self, root) -> None:
+            super().__init__(root)
+            self.rng = np.random.default_rng()
+
+        def __getitem__(self, i: int):
+            return super().__getitem__(i)[0], int(self.rng.integers(2))
 
     assert said(_Aug(Indexed(8), _OwnRng())) == ["the dataset's _Aug.aug: numpy.random.Generator"]
     assert said(_SelfRng()) == ["the dataset's _SelfRng.rng: random.Random"]
     assert said(_ClassRng(8)) == ["the dataset's _ClassRng.rng: numpy.random.RandomState"]
-    assert said(_ModuleRng(8)) == ["the dataset's _ModuleRng.__getitem__: torch.Generator"]
+    assert said(_ModuleRng(8)) == ["the dataset's _ModuleRng (a module's generator): torch.Generator"]
+    assert said(_Slotted()) == ["the dataset's _Slotted.gen: torch.Generator"]
+    assert said(Folder(SAMPLES / "images")) == ["the dataset's Folder.rng: numpy.random.Generator"]
     assert said(torch.utils.data.Subset(_Aug(_SelfRng(), lambda x: x), [0, 1])) == [
         "the dataset's _SelfRng.rng: random.Random"
     ]
@@ -184,9 +240,11 @@ def test_a_generator_anywhere_in_the_callers_dataset_is_warned_of():
         "the dataset's transform: numpy.random.Generator"
     ]
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # data, arrays and functions without a generator: nothing to say
+        warnings.simplefilter("error")  # data, arrays, functions and the global generators: nothing to say
         create_loader(_Aug(Indexed(8), lambda x: x), 2, num_workers=2, seed=0)
         create_loader(ImageFolder(str(SAMPLES / "images")), 2, num_workers=2, seed=0)
+        create_loader(_GlobalOnes(), 2, num_workers=2, seed=0)
+        create_loader(_SplitOnce(), 2, num_workers=2, seed=0)
 
 
 def test_same_seed_same_batches_and_reshuffles_each_epoch():
