@@ -1223,6 +1223,12 @@ def _decode(
                 deep = None
         if deep is not None and deep.dtype in (np.uint8, np.uint16):
             return _pnm_scaled(deep, maxval, mode)
+    if fmt is None and raw[:3] == b"P7\n" and (pam := _pam(raw, mode)) is not None:
+        return pam
+    if fmt == "BMP" and len(raw) >= 34 and int.from_bytes(raw[14:18], "little") >= 40 and raw[30:34] in _BMP_RLE:
+        # run-length coded (RLE8, RLE4: ImageMagick's and Windows' palette BMPs): OpenCV misplaces every row a run
+        # fills past its last pixel (up to the row's 4-byte end), 60-90 levels off on average; Pillow reads them
+        return _pillow_named(raw, mode, fmt, name)
     flags = _cv2_flags(mode, fmt, factor, components)
     try:
         if fmt == "PNM" and raw[:2] in (b"P1", b"P2", b"P3") and _PNM_NEGATIVE.search(re.sub(rb"#[^\n\r]*", b"", raw)):
@@ -1250,6 +1256,47 @@ def _decode(
     if fmt in ("PNG", "WEBP"):  # turned here in every mode, as OpenCV turns a still one (an animated one it leaves
         img = _orient(img, _container_orientation(raw, fmt))  # as stored, and mode "unchanged" every one)
     return img
+
+
+_BMP_RLE = (b"\x01\x00\x00\x00", b"\x02\x00\x00\x00")  # biCompression BI_RLE8, BI_RLE4
+_PAM_HEAD = re.compile(rb"P7\n((?:[^\n]*\n){1,64}?)ENDHDR\n")
+
+
+def _pam(raw: bytes, mode: str) -> np.ndarray | None:
+    """A PAM (P7: netpbm's ``pam*`` tools write them, often under a .ppm or .pnm name) read here: OpenCV gives
+    its RGB in RGB order where every other format comes BGR (red and blue swapped in modes "bgr" and
+    "unchanged"), the gray of its RGB_ALPHA from the red alone, and a BLACKANDWHITE white (MAXVAL 1) as 1. Laid
+    out as OpenCV gives other formats unchanged (gray, gray and alpha, BGR, BGRA), then in ``mode``'s channels,
+    alpha dropped, on the 0-255 scale MAXVAL means. None where the header or the samples are not whole (OpenCV
+    then says what is wrong)."""
+    m = _PAM_HEAD.match(raw[:8192])
+    if not m:
+        return None
+    fields = {}
+    for line in m.group(1).split(b"\n"):
+        key, _, value = line.strip().partition(b" ")
+        if key and not key.startswith(b"#"):
+            fields[key.upper()] = value.strip()
+    try:
+        w, h, depth, maxval = (int(fields[k]) for k in (b"WIDTH", b"HEIGHT", b"DEPTH", b"MAXVAL"))
+    except (KeyError, ValueError):
+        return None
+    if w < 1 or h < 1 or depth not in (1, 2, 3, 4) or not 0 < maxval < 65536:
+        return None
+    dtype = np.dtype(np.uint8) if maxval < 256 else np.dtype(">u2")
+    need = w * h * depth * dtype.itemsize
+    if len(raw) - m.end() < need:
+        return None
+    samples = np.frombuffer(raw, dtype, w * h * depth, m.end()).reshape(h, w, depth)
+    if dtype.itemsize == 2:
+        samples = samples.astype(np.uint16)
+    stored = np.ascontiguousarray(
+        samples[:, :, 0] if depth == 1 else samples if depth == 2 else samples[:, :, [2, 1, 0, 3][:depth]]
+    )
+    if mode == "unchanged":
+        return stored
+    colour = stored[:, :, 0] if depth == 2 else stored[:, :, :3] if depth == 4 else stored
+    return _pnm_scaled(np.ascontiguousarray(colour), maxval, mode)
 
 
 def _compiled_jpeg(raw: bytes, mode: str, factor: int, name) -> np.ndarray | None:

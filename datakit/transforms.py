@@ -1292,11 +1292,15 @@ class EvalPipeline(_Pipeline):
         return [self.resize, self.center, HWCToCHW()]
 
     def from_bytes(self, data: bytes, mode: str = "rgb", name: str | None = None):
-        from datakit.io import decode_image
+        from datakit.io import UNNAMED, decode_image
 
+        shown = name if name is not None else UNNAMED  # (the dataset puts the file's name in for it)
         header = _jpeg_header(data, mode)
         if header is None or not isinstance(self.resize.size, int):
-            return self._whole(decode_image(data, mode, name=name), mode)
+            img = decode_image(data, mode, name=name)
+            if isinstance(self.resize.size, int):  # an image too narrow to resize: the image's fault, not a step's
+                self.resize.output_size(*img.shape[:2], shown)
+            return self._whole(img, mode)
         h, w = header
         short = self.resize.size
         # decoded at a DCT scale that keeps twice the resized side: the scaled decode (an 8 x 8 block's mean at
@@ -1317,7 +1321,7 @@ class EvalPipeline(_Pipeline):
         # the sizes torchvision resizes the whole image to, from its full sides; a decode at 1/f covers
         # ceil(side / f) * f full pixels (its last row and column partly past the edge), so it is resized
         # in proportion, to a little more than that, and the centre cut taken where the full image has it
-        rh, rw = self.resize.output_size(h, w, name)
+        rh, rw = self.resize.output_size(h, w, shown)
         if rh < th or rw < tw:  # padded by the centre crop, as torchvision pads it: the whole image
             return self._whole(decode_image(data, mode, name=name), mode)
         if f > 1 and (h % f or w % f):

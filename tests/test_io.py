@@ -1813,3 +1813,64 @@ def test_a_strict_decode_passes_on_log_lines_and_bar_frames_as_written():
         "ZIPDecode: Decoding error at scanline 0, incorrect data check.", "Corrupt JPEG data: bad Huffman code",
         "Premature end of JPEG file")]  # fmt: skip
     assert found == [False, False, False, False, True, True, True, True, True]
+
+
+def _pam(samples: np.ndarray, tupltype: str, maxval: int = 255) -> bytes:
+    h, w, depth = samples.shape
+    body = samples.astype(">u2" if maxval > 255 else np.uint8).tobytes()
+    return f"P7\nWIDTH {w}\nHEIGHT {h}\nDEPTH {depth}\nMAXVAL {maxval}\nTUPLTYPE {tupltype}\nENDHDR\n".encode() + body
+
+
+def test_pam_images_come_in_each_modes_channel_order():
+    # the attack: a PAM (P7, netpbm's pam tools, often named .ppm) of red R=200, B=10 came blue in mode "bgr" (the
+    # default) and "unchanged" (OpenCV gives its RGB in RGB order); a BLACKANDWHITE white (MAXVAL 1) came as 1
+    red = np.array([[[200, 0, 10]]], np.uint8)
+    want = {"rgb": [200, 0, 10], "bgr": [10, 0, 200], "gray": 61, "unchanged": [10, 0, 200]}
+    for data in (_pam(red, "RGB"), b"P6\n1 1\n255\n" + red.tobytes()):  # and the same pixel as a PPM
+        assert {m: decode_image(data, m)[0, 0].tolist() for m in want} == want
+    rgba = _pam(np.array([[[200, 0, 10, 128]]]), "RGB_ALPHA")
+    assert {m: decode_image(rgba, m)[0, 0].tolist() for m in want} == {**want, "unchanged": [10, 0, 200, 128]}
+    deep = _pam(np.array([[[1000, 0, 500]]]), "RGB", maxval=1000)
+    assert decode_image(deep, "rgb")[0, 0].tolist() == [255, 0, 128]
+    assert (
+        decode_image(deep, "unchanged")[0, 0].tolist() == [500, 0, 1000]
+        and decode_image(deep, "unchanged").dtype == np.uint16
+    )
+    white = _pam(np.array([[[1], [0]]]), "BLACKANDWHITE", maxval=1)
+    assert decode_image(white, "gray").tolist() == [[255, 0]] and decode_image(white, "unchanged").tolist() == [[1, 0]]
+    gray_alpha = _pam(np.array([[[90, 7]]]), "GRAYSCALE_ALPHA")
+    assert decode_image(gray_alpha, "rgb")[0, 0].tolist() == [90, 90, 90]
+    assert decode_image(gray_alpha, "unchanged")[0, 0].tolist() == [90, 7]
+    with pytest.raises(ImageDecodeError, match=r"^<bytes>: "):  # samples cut short: OpenCV's decode says so
+        decode_image(_pam(red, "RGB")[:-1], "rgb")
+
+
+def _rle8_bmp(idx: np.ndarray, palette: list[tuple[int, int, int]]) -> bytes:
+    """An 8-bit run-length coded BMP, each row padded to a multiple of 4 pixels by a run of index 0, as ImageMagick
+    writes them."""
+    body = bytearray()
+    for row in idx[::-1]:  # bottom-up
+        for v in row:
+            body += bytes((1, int(v)))
+        if len(row) % 4:
+            body += bytes((-len(row) % 4, 0))
+        body += b"\0\0"
+    body[-2:] = b"\0\1"  # the end of the bitmap
+    table = b"".join(bytes((b, g, r, 0)) for r, g, b in palette)
+    off = 14 + 40 + len(table)
+    head = b"BM" + struct.pack("<IHHI", off + len(body), 0, 0, off)
+    info = struct.pack("<IiiHHIIiiII", 40, idx.shape[1], idx.shape[0], 1, 8, 1, len(body), 2835, 2835, 256, 0)
+    return head + info + table + bytes(body)
+
+
+def test_run_length_coded_bmps_decode_to_their_pixels():
+    # the attack: an RLE8 BMP 5 pixels wide (rows padded to 8 by a run) decoded with every row but the first stored
+    # misplaced, 60-90 levels off on average; check said 0 problems
+    palette = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)] + [(0, 0, 0)] * 252
+    idx = np.random.default_rng(1).integers(0, 4, (6, 5)).astype(np.uint8)
+    data = _rle8_bmp(idx, palette)
+    expected = np.array(palette, np.uint8)[idx]
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")), expected)
+    assert np.array_equal(decode_image(data, "rgb"), expected)
+    assert np.array_equal(decode_image(data, "bgr"), expected[:, :, ::-1])
+    assert decode_image(data, "gray").shape == (6, 5)

@@ -379,7 +379,7 @@ def test_tensor_to_cv2_is_the_inverse_of_cv2_to_tensor_with_alpha_last():
     assert tensor_to_cv2(rgba.float() / 255).tolist() == bgra.tolist()
 
 
-def test_a_resize_past_the_pixel_limit_is_refused_not_allocated(monkeypatch):
+def test_a_resize_past_the_pixel_limit_is_refused_not_allocated(monkeypatch, tmp_path: Path):
     # the attack: eval_pipeline(224, 256) on a valid 8000x1 JPEG (25 KB) resized its shorter side to 256 and the other
     # to 2048000 before the centre crop: 3.6 GB of memory; a 60000x1 one was killed by the kernel
     from datakit.errors import ImageDecodeError
@@ -395,6 +395,24 @@ def test_a_resize_past_the_pixel_limit_is_refused_not_allocated(monkeypatch):
     with pytest.raises(ImageDecodeError) as e:
         Resize(256)(np.zeros((8000, 1, 3), np.uint8))
     assert str(e.value) == want
+    # the next attack: as a PNG, or in mode "unchanged", the refusal was a transform step's: never a bad sample to
+    # skip (on_error="skip" stopped training), and it named neither the sample nor the file
+    from datakit.datasets import open_dataset
+    from datakit.errors import SampleError
+
+    png = encode_image(np.zeros((8000, 1, 3), np.uint8), ".png")
+    for blob, mode in ((data, "unchanged"), (png, "rgb"), (png, "unchanged")):
+        with pytest.raises(ImageDecodeError) as e:
+            eval_pipeline(224, 256).from_bytes(blob, mode, name="thin.x")
+        assert str(e.value) == f"thin.x: {want}"
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.png").write_bytes(encode_image(np.zeros((30, 40, 3), np.uint8), ".png"))
+    (tmp_path / "c" / "thin.png").write_bytes(png)
+    with pytest.raises(SampleError) as e:
+        open_dataset(tmp_path, transform=eval_pipeline(224, 256))[1]
+    assert str(e.value) == f"sample 1: {tmp_path / 'c' / 'thin.png'}: {want}"
+    skipping = open_dataset(tmp_path, transform=eval_pipeline(224, 256), on_error="skip", max_bad_fraction=0.5)
+    assert tuple(skipping[1][0].shape) == (3, 224, 224) and list(skipping.bad) == [1]
     monkeypatch.setenv("DATAKIT_MAX_PIXELS", "600000000")  # the limit raised: resized as asked
     assert tuple(eval_pipeline(224, 256).from_bytes(data).shape) == (3, 224, 224)
 
