@@ -6,8 +6,10 @@ from __future__ import annotations
 import ast
 import atexit
 import bisect
+import collections
 import contextlib
 import ctypes
+import functools
 import hashlib
 import io
 import itertools
@@ -404,6 +406,16 @@ class _NotedBatches(Dataset):
         if name.startswith("__") or name == "inner":  # never the inner __getitems__, nor during unpickling
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+    _OWN = frozenset({"inner", "_saved", "rank", "_own"})  # this wrapper's attributes (and its subclasses')
+
+    def __setattr__(self, name: str, value) -> None:
+        # an attribute set on the dataset a worker is handed (torch's idiom in worker_init_fn:
+        # get_worker_info().dataset.rng = np.random.default_rng(info.seed)) is the caller's dataset's
+        if name in self._OWN or name.startswith("__") or "inner" not in self.__dict__:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.inner, name, value)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r})"
@@ -1937,56 +1949,6 @@ def _fingerprint(obj) -> tuple:
     return (hashlib.blake2b(buf.getbuffer(), digest_size=16).digest(),)
 
 
-class _Nowhere:
-    """A file that keeps nothing written to it."""
-
-    def write(self, data) -> int:
-        return len(data)
-
-
-class _GeneratorFinder(pickle.Pickler):
-    """Pickles a transform to nowhere, noting the random generators it holds (its own, not the global ones): in
-    its attributes, and through the functions in it, in their closures, defaults and the module globals they name
-    (``lambda x: x + rng.integers(9)``), and a bound method's object."""
-
-    def __init__(self, seen: set[int] | None = None, found: list[str] | None = None) -> None:
-        super().__init__(_Nowhere(), protocol=5)
-        self.found: list[str] = [] if found is None else found
-        self.seen: set[int] = set() if seen is None else seen  # the objects walked into: a cycle ends there
-
-    def walk(self, obj) -> None:
-        if id(obj) in self.seen:
-            return
-        self.seen.add(id(obj))
-        try:
-            _GeneratorFinder(self.seen, self.found).dump(obj)
-        except Exception:  # what cannot be pickled is looked through no further
-            pass
-
-    def reducer_override(self, obj):
-        name = next((n for kind, n in _GENERATORS.items() if isinstance(obj, kind)), None)
-        if name is not None:
-            if name not in self.found and not _global_generator(obj):
-                self.found.append(name)
-            return int, (0,)
-        if isinstance(obj, (np.ndarray, torch.Tensor)) or type(obj).__module__.startswith("PIL."):
-            return int, (0,)  # pixels, weights, a table's columns: no generator there
-        if isinstance(obj, types.MethodType):
-            self.walk(obj.__self__)
-            return int, (0,)
-        if isinstance(obj, types.FunctionType):
-            held = [c.cell_contents for c in obj.__closure__ or () if c.cell_contents is not None]
-            held += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
-            held += [obj.__globals__[n] for n in obj.__code__.co_names
-                     if isinstance(obj.__globals__.get(n), tuple(_GENERATORS))]  # fmt: skip
-            for value in held:
-                self.walk(value)
-            return int, (0,)
-        if isinstance(obj, (types.BuiltinFunctionType, _LOCK_TYPES)):
-            return int, (0,)
-        return NotImplemented
-
-
 _GENERATORS = {
     random.Random: "random.Random",
     np.random.Generator: "numpy.random.Generator",
@@ -1995,62 +1957,117 @@ _GENERATORS = {
 }
 
 
-def _is_plain(value) -> bool:
-    """Data that holds no generator: numbers, text, paths, arrays, tensors, and tuples or lists of those."""
-    if isinstance(value, (tuple, list)):
-        return all(isinstance(v, _PLAIN) for v in value[:64])
-    return isinstance(value, _PLAIN)
-
-
 _PLAIN = (str, bytes, bytearray, int, float, complex, type(None), os.PathLike, np.ndarray, np.generic, torch.Tensor,
-          type, types.ModuleType, memoryview)  # fmt: skip
-_LOOKED_AT = 1000  # items of a long list, tuple or dict looked at for a generator: the first ones
+          type, types.ModuleType, memoryview, *_LOCK_TYPES)  # fmt: skip
+_LOOKED_AT = 1000  # items of a long list, tuple, set or dict looked at for a generator: the first ones
+_DEPTH = 8  # objects inside objects followed this deep
 
 
-def _generators_held(value, found: list[str], seen: set[int]) -> None:
-    """Note in ``found`` the random generators ``value`` holds (walked as pickle walks it, see _GeneratorFinder)."""
-    finder = _GeneratorFinder(seen, found)
-    try:
-        finder.dump(value)
-    except Exception:  # what cannot be pickled is looked through no further
-        pass
+def _generators_held(value, found: list[str], seen: set[int], depth: int = 0) -> None:
+    """Note in ``found`` the kinds of the random generators ``value`` holds, its own (not random's, NumPy's or
+    torch's global ones): in its attributes, items (the first of a long container), and through the functions in
+    it, in their closures, defaults and the module globals they name (``lambda x: x + rng.integers(9)``), a bound
+    method's object and a ``functools.partial``'s arguments. Arrays, tensors, text and images are looked into no
+    further, nor objects past ``_DEPTH``."""
+    if depth > _DEPTH or isinstance(value, _PLAIN) or id(value) in seen:
+        return
+    seen.add(id(value))
+    kind = next((n for k, n in _GENERATORS.items() if isinstance(value, k)), None)
+    if kind is not None:
+        if kind not in found and not _global_generator(value):
+            found.append(kind)
+        return
+    if type(value).__module__.startswith("PIL."):
+        return
+    held: list = []
+    if isinstance(value, dict):
+        held = list(itertools.islice(value.values(), _LOOKED_AT))
+    elif isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+        held = list(itertools.islice(value, _LOOKED_AT))
+    elif isinstance(value, types.MethodType):
+        held = [value.__self__, value.__func__]
+    elif isinstance(value, types.BuiltinMethodType):  # rng.integers: its object (a module, for a function)
+        held = [value.__self__]
+    elif isinstance(value, types.FunctionType):
+        held = [c.cell_contents for c in value.__closure__ or () if c.cell_contents is not None]
+        held += list(value.__defaults__ or ()) + list((value.__kwdefaults__ or {}).values())
+        held += [value.__globals__[n] for n in _code_names(value.__code__)
+                 if isinstance(value.__globals__.get(n), tuple(_GENERATORS))]  # fmt: skip
+    elif isinstance(value, functools.partial):
+        held = [value.func, *value.args, *value.keywords.values()]
+    else:
+        held = list(getattr(value, "__dict__", {}).values())
+        held += [getattr(value, slot) for k in type(value).__mro__ for slot in _slots(k) if hasattr(value, slot)]
+    for item in held:
+        _generators_held(item, found, seen, depth + 1)
+
+
+def _slots(k: type) -> tuple:
+    slots = vars(k).get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(slots)
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    """The names a function's code uses (attributes, globals), in its nested functions too, and the strings it
+    holds that could be names (``getattr(self, "rng")``)."""
+    names: set[str] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        names.update(c.co_names)
+        names.update(k for k in c.co_consts if isinstance(k, str) and k.isidentifier())
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return names
 
 
 def _callers_classes(d) -> list[type]:
     """The classes of ``d`` that are the caller's (not torch's, datakit's or Python's own)."""
-    return [k for k in type(d).__mro__ if not k.__module__.startswith(_NOT_THE_CALLERS)]
+    return [k for k in type(d).__mro__ if k.__module__.partition(".")[0] not in _NOT_THE_CALLERS]
 
 
-_NOT_THE_CALLERS = ("torch.", "datakit.", "builtins", "typing", "abc", "collections")
+_NOT_THE_CALLERS = {"torch", "datakit", "builtins", "typing", "abc", "collections"}
+_WORKER_SIDE = ("__getitem__", "__getitems__", "__iter__", "__next__")  # what a DataLoader worker calls
 
 
 def _names_used(classes: list[type]) -> tuple[set[str], list]:
-    """The attribute and global names the methods of ``classes`` use (but ``__init__``, which runs before any worker
-    starts), and the module globals those names are, for the generators among them."""
+    """The names the methods a worker runs use: ``__getitem__`` (and ``__getitems__``, ``__iter__``) and the
+    methods of the class they name, through decorators (``functools.wraps``); not ``__init__``, a sampler's
+    factory or ``set_epoch``, which run in the main process. With the module globals those names are, for the
+    generators among them."""
+    methods: dict[str, types.FunctionType] = {}
+    for k in reversed(classes):
+        for attr, value in vars(k).items():
+            value = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+            while hasattr(value, "__wrapped__") and not isinstance(value, types.FunctionType | type):
+                value = value.__wrapped__
+            while isinstance(value, types.FunctionType) and isinstance(getattr(value, "__wrapped__", None),
+                                                                        types.FunctionType):  # fmt: skip
+                value = value.__wrapped__  # a decorated method: the code it wraps
+            if isinstance(value, types.FunctionType):
+                methods[attr] = value
     names: set[str] = set()
     held = []
-    for k in classes:
-        for attr, value in vars(k).items():
-            if attr == "__init__":
-                continue
-            value = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
-            if not isinstance(value, types.FunctionType):
-                continue
-            todo = [value.__code__]
-            while todo:
-                code = todo.pop()
-                names.update(code.co_names)
-                todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-                held += [value.__globals__[n] for n in code.co_names
-                         if isinstance(value.__globals__.get(n), tuple(_GENERATORS))]  # fmt: skip
+    todo = [m for m in _WORKER_SIDE if m in methods]
+    done: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in done:
+            continue
+        done.add(name)
+        fn = methods[name]
+        used = _code_names(fn.__code__)
+        names |= used
+        todo += [n for n in used if n in methods and n not in done and n != "__init__"]
+        held += [fn.__globals__[n] for n in used if isinstance(fn.__globals__.get(n), tuple(_GENERATORS))]
     return names, held
 
 
 def _own_generators(dataset) -> list[tuple[str, str]]:
     """Where the datasets in ``dataset`` keep a random generator of their own, as (place, kind): in their
     transforms; in a dataset of the caller's (a class of its own, a subclass of datakit's too), also in an attribute
-    its methods use (``self.rng``, a transform as ``self.aug``, torchvision's joint ``transforms``), in its class's,
-    and in the module globals its methods draw from. The global generators, reseeded per worker, are none."""
+    the methods a worker runs use (``self.rng``, a transform as ``self.aug``, torchvision's joint ``transforms``),
+    in its class's, and in the module globals they draw from. The global generators, reseeded per worker, are
+    none."""
     from datakit.sources import ImageDataset
 
     places: list[tuple[str, str]] = []
@@ -2082,35 +2099,29 @@ def _own_generators(dataset) -> list[tuple[str, str]]:
         used, drawn = _names_used(classes)
         attrs = dict(getattr(d, "__dict__", {}))
         for k in classes:
-            for slot in vars(k).get("__slots__", ()):
+            for slot in _slots(k):
                 if hasattr(d, slot):
                     attrs.setdefault(slot, getattr(d, slot))
         for name, value in attrs.items():
             if isinstance(value, torch.utils.data.Dataset):
                 visit(value, depth + 1)
                 continue
-            if name not in used and name not in ("transform", "target_transform", "transforms"):
-                continue  # held, never drawn from in a worker (made and used in __init__)
             if isinstance(d, ImageDataset) and name in ("_transform", "transform", "target_transform"):
                 continue  # said above
+            if name not in used and name not in ("transform", "target_transform", "transforms"):
+                continue  # held, never drawn from in a worker (made and used in __init__, or in the main process)
             if isinstance(value, (list, tuple, dict)):
-                items = list(itertools.islice(value.values() if isinstance(value, dict) else value, _LOOKED_AT))
-                for v in items:
+                for v in itertools.islice(value.values() if isinstance(value, dict) else value, _LOOKED_AT):
                     if isinstance(v, torch.utils.data.Dataset):
                         visit(v, depth + 1)
-                rest = [v for v in items if not _is_plain(v) and not isinstance(v, torch.utils.data.Dataset)]
-                if rest:
-                    note(f"the dataset's {owner}.{name}", rest)
-            elif not _is_plain(value):
-                transform = name in ("transform", "target_transform")
-                note(f"the dataset's {name}" if transform else f"the dataset's {owner}.{name}", value)
+            transform = name in ("transform", "target_transform")
+            note(f"the dataset's {name}" if transform else f"the dataset's {owner}.{name}", value)
         for k in classes:  # a generator made once for the class
             for name, value in vars(k).items():
-                if isinstance(value, tuple(_GENERATORS)) and name in used and not _global_generator(value):
+                if isinstance(value, tuple(_GENERATORS)) and name in used:
                     note(f"the dataset's {owner}.{name}", value)
         for value in drawn:  # a module's generator its methods draw from
-            if not _global_generator(value):
-                note(f"the dataset's {owner} (a module's generator)", value)
+            note(f"the dataset's {owner} (a module's generator)", value)
 
     visit(dataset, 0)
     return places

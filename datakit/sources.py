@@ -15,7 +15,6 @@ with workers started by fork or spawn.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import contextvars
 import copy
 import errno
@@ -485,11 +484,10 @@ class ImageDataset:
         if self.bad_samples is None:
             return None
         entries = {e["index"]: e for e in self._read_report(self.bad_samples)}
-        ended = self._ended_parts()  # read before the parts: what they hold is in what is merged below
         found = self._read_parts() + [{"index": i, "name": nm, "reason": r} for i, (nm, r) in self.bad.items()]
         new = [e for e in found if e["index"] not in entries]
         if not new and self.bad_samples.exists():
-            self._merged(entries, ended)
+            self._merged(entries)
             return self.bad_samples
         here = os.getcwd()
         for e in new:
@@ -510,36 +508,17 @@ class ImageDataset:
                              f"({exc.strerror or type(exc).__name__})") from None  # fmt: skip
         finally:
             discard(tmp)
-        self._merged(entries, ended)
+        self._merged(entries)
         return self.bad_samples
 
-    def _ended_parts(self) -> list[Path]:
-        """The parts files of this machine's processes that have ended (a worker of an epoch gone by): none of
-        them writes to its file again."""
-        parts, host = self._parts_dir(), _host()
-        ended = []
-        for path in sorted(parts.glob(f"{glob.escape(host)}-*.jsonl")) if parts.is_dir() else ():
-            pid = path.name[len(host) + 1 : -len(".jsonl")]
-            if not pid.isdigit() or int(pid) == os.getpid():
-                continue
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                ended.append(path)
-            except (OSError, OverflowError):  # alive under another user, or no such number: kept
-                pass
-        return ended
-
-    def _merged(self, entries: dict, ended: list[Path]) -> None:
-        """After a merge: the samples in the file known as bad here (the next epoch's workers, forked from this
-        process, skip them without reading and logging them again), and the merged parts of ended processes
-        removed (one more each epoch otherwise)."""
+    def _merged(self, entries: dict) -> None:
+        """After a merge: the samples in the file that are this dataset's (its name at that index) known as bad
+        here, so that the next epoch's workers, forked from this process, skip them without reading, logging and
+        recording them again (a parts file more each epoch otherwise). The parts stay until the dataset is made
+        again: another process sharing the file may be merging them now."""
         for i, e in entries.items():
-            self.bad.setdefault(i, (e["name"], e["reason"]))
-        for path in ended:
-            discard(path)
-        with contextlib.suppress(OSError):
-            self._parts_dir().rmdir()  # when empty
+            if i not in self.bad and 0 <= i < len(self) and same_sample_name(self.name(i), e["name"], e.get("cwd")):
+                self.bad[i] = (e["name"], e["reason"])
 
     def __setstate__(self, state: dict) -> None:
         if "transform" in state and "_transform" not in state:  # pickled before transform became a property
@@ -598,14 +577,10 @@ def name_sample(exc: BaseException, what: str, index: int, name: str) -> None:
 def _process_name() -> str:
     """This process's name among all that may share a folder: host and PID (the PID alone repeats across
     machines: containers on two nodes often run their trainers under the same one)."""
-    return f"{_host()}-{os.getpid()}"
-
-
-def _host() -> str:
-    """This machine's name, as a file name's part."""
     import socket
 
-    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
+    return f"{host}-{os.getpid()}"
 
 
 def read_bad_samples(path: str | os.PathLike) -> dict:
@@ -1581,8 +1556,9 @@ def _same_samples_in_other_packs(readers: list) -> None:
     compared = [(origin, [r for r, _ in packs]) for origin, packs in by_origin.items()
                 if len({key for _, key in packs}) >= 2 or any(key == (None, 1) for _, key in packs[1:])]  # fmt: skip
     unplaced = [r for r in readers if r.meta.get("source_names") is None]
-    if unplaced and len(readers) > 1:
-        compared.append((None, list(readers)))
+    for u in unplaced:  # beside the packs whose source may be its own, however it was spelled when packed
+        near = [r for r in readers if r is not u and _maybe_same_source(u.meta, r.meta)]
+        compared += [(None, [u, r]) for r in near if not any(u in p and r in p for _, p in compared)]
     for origin, packs in compared:
         owner: dict[tuple, str] = {}
         for r in packs:
@@ -1600,6 +1576,27 @@ def _same_samples_in_other_packs(readers: list) -> None:
                     raise GivenTwice(f"{r.path}: holds {name!r}, {of} that {owner[key]} holds too ({why}); each "
                                      "sample is read once")  # fmt: skip
                 owner.setdefault(key, r.path)
+
+
+def _maybe_same_source(a: dict, b: dict) -> bool:
+    """Whether two packs' recorded sources may be one, a pack written before datakit kept its source's names
+    having recorded it as given (``data``, relative to where it was packed, unknown now): the same path, or one
+    ending in the other (``/home/u/data`` and ``data``). Two shards of one set are not (disjoint by making); a
+    source recorded otherwise (packs joined) may be."""
+    sa, sb = a.get("source"), b.get("source")
+    if not isinstance(sa, str) or not isinstance(sb, str):
+        return True
+    shard_a = (a.get("options") or {}).get("shard") or [0, 1]
+    shard_b = (b.get("options") or {}).get("shard") or [0, 1]
+    if sa == sb and shard_a[1] == shard_b[1] > 1 and shard_a[0] != shard_b[0]:
+        return False
+
+    def parts(path: str) -> list[str]:
+        return [p for p in os.path.normpath(path).replace("\\", "/").split("/") if p not in ("", ".", "..")]
+
+    pa, pb = parts(sa), parts(sb)
+    short, long = sorted((pa, pb), key=len)
+    return bool(short) and long[len(long) - len(short) :] == short
 
 
 def pack_origin(meta: dict, depth: int = 0) -> object:

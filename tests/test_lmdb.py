@@ -321,9 +321,14 @@ def test_a_version1_pack_beside_a_copy_or_another_pack_of_its_images_is_refused(
                             "or a pack of the same images?); each sample is read once")  # fmt: skip
     with pytest.raises(UsageError) as e:
         open_dataset([new, old])
-    assert str(e.value) == (f"{old}: holds 'cat/图片_0.jpg', a sample that {new} holds too (a copy of it, or a pack "
+    assert str(e.value) == (f"{new}: holds 'cat/图片_0.jpg', a sample that {old} holds too (a copy of it, or a pack "
                             "of the same images?); each sample is read once")  # fmt: skip
     assert main(["stats", str(tmp_path / "*.lmdb")]) == 2
+    val, val_pack = tmp_path / "val", tmp_path / "val.lmdb"  # another folder's version-1 pack, the same images in
+    shutil.copytree(class_folder, val)  # it (a val folder holding train's files): its source is another, as v2
+    pack_lmdb(val, val_pack, workers=1)  # packs of two folders are read together
+    _as_written_before_names(val_pack, "val")
+    assert len(open_dataset([old, val_pack])) == 24
     for k, f in enumerate(sorted(class_folder.rglob("图片_*"))):  # other images of the same names: read together
         imwrite(f, synthetic_image(32, 32, seed=100 + k), mode="rgb")
     pack_lmdb(class_folder, other, workers=1)

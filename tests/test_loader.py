@@ -197,6 +197,43 @@ class _GlobalOnes(Indexed):  # random's, NumPy's and torch's own generators: see
         return self.pick([1, 2]) + float(torch.rand(1, generator=self.g)) + self.jitter() + self.np_draw(), i
 
 
+class _Decorated(Indexed):  # __getitem__ under a decorator, the generator named as a string
+    def __init__(self) -> None:
+        super().__init__(8)
+        self.rng = np.random.default_rng()
+
+    @torch.no_grad()
+    def __getitem__(self, i: int):
+        return float(getattr(self, "rng").random()), i  # noqa: B009 - the name as a string, as callers write it
+
+
+class _MainSide(Indexed):  # generators used by methods the main process runs: a sampler's factory, set_epoch
+    def __init__(self) -> None:
+        super().__init__(8)
+        self.g, self.rng = torch.Generator(), np.random.default_rng(0)
+        self._split()
+
+    def _split(self) -> None:  # called from __init__ only
+        self.order = self.rng.permutation(8).tolist()
+
+    def sampler(self):
+        return torch.utils.data.RandomSampler(self, generator=self.g)
+
+
+class _Reseeded(Indexed):  # reseeded in worker_init_fn through the dataset the worker is handed
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.rng = np.random.default_rng(0)
+
+    def __getitem__(self, i: int):
+        return float(self.rng.random()), i
+
+
+def _reseed(worker_id: int) -> None:
+    info = torch.utils.data.get_worker_info()
+    info.dataset.rng = np.random.default_rng(info.seed)
+
+
 class _SplitOnce(Indexed):  # a generator used in __init__ only (a subset drawn once), before any worker
     def __init__(self) -> None:
         super().__init__(8)
@@ -232,6 +269,8 @@ def test_a_generator_anywhere_in_the_callers_dataset_is_warned_of(tmp_path: Path
     assert said(_ClassRng(8)) == ["the dataset's _ClassRng.rng: numpy.random.RandomState"]
     assert said(_ModuleRng(8)) == ["the dataset's _ModuleRng (a module's generator): torch.Generator"]
     assert said(_Slotted()) == ["the dataset's _Slotted.gen: torch.Generator"]
+    assert said(_Decorated()) == ["the dataset's _Decorated.rng: numpy.random.Generator"]
+    assert said(_MainSide()) == []
     assert said(Folder(SAMPLES / "images")) == ["the dataset's Folder.rng: numpy.random.Generator"]
     assert said(torch.utils.data.Subset(_Aug(_SelfRng(), lambda x: x), [0, 1])) == [
         "the dataset's _SelfRng.rng: random.Random"
@@ -245,6 +284,10 @@ def test_a_generator_anywhere_in_the_callers_dataset_is_warned_of(tmp_path: Path
         create_loader(ImageFolder(str(SAMPLES / "images")), 2, num_workers=2, seed=0)
         create_loader(_GlobalOnes(), 2, num_workers=2, seed=0)
         create_loader(_SplitOnce(), 2, num_workers=2, seed=0)
+    # torch's remedy, the dataset a worker is handed reseeded in worker_init_fn, reaches the caller's dataset
+    with pytest.warns(UserWarning, match="_Reseeded.rng holds a random generator of its own"):
+        loader = create_loader(_Reseeded(), 8, num_workers=2, seed=0, worker_init_fn=_reseed, train=False)
+    assert len({float(d) for b in loader for d in b[0]}) == 64  # 32 before: both workers drew the same
 
 
 def test_same_seed_same_batches_and_reshuffles_each_epoch():
@@ -1895,9 +1938,9 @@ def test_bad_samples_resume_exactly_with_0_and_2_workers(tmp_path: Path, policy:
         assert sum(extra0.values()) == sum(extra1.values()) == 3 and extra0 != extra1
 
 
-def test_bad_samples_merged_are_not_read_again_nor_their_parts_left_each_epoch(tmp_path: Path):
-    # the attack: with workers started afresh each epoch, a bad sample merged into bad_samples= was read and logged
-    # again every epoch, and every epoch left one more <file>.parts/<host>-<pid>.jsonl behind, after the run too
+def test_bad_samples_merged_are_not_read_again_each_epoch(tmp_path: Path):
+    # the attack: with workers started afresh each epoch, a bad sample merged into bad_samples= was read, logged and
+    # recorded again every epoch, one more <file>.parts/<host>-<pid>.jsonl each time
     from datakit.datasets import open_dataset, read_bad_samples
 
     root = bad_folder(tmp_path)
@@ -1916,7 +1959,18 @@ def test_bad_samples_merged_are_not_read_again_nor_their_parts_left_each_epoch(t
     assert sorted(said) == ["bad sample 17", "bad sample 3", "bad sample 30"]  # in the first epoch only
     assert sorted(ds.bad) == [3, 17, 30]
     assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
-    assert not (tmp_path / "bad.json.parts").exists()
+    parts = [line for f in (tmp_path / "bad.json.parts").glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert len(parts) == 3  # each recorded once, in the first epoch (then a parts file more each epoch)
+    # and a bad sample of another dataset sharing the file (val's index 3), or named otherwise now (a file
+    # removed after a killed run, the indices shifted), is not taken for this dataset's
+    report.unlink()
+    shutil.rmtree(tmp_path / "bad.json.parts")
+    again = open_dataset(root, on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    (tmp_path / "bad.json.parts").mkdir()
+    (tmp_path / "bad.json.parts" / "other-1.jsonl").write_text(
+        json.dumps({"index": 5, "name": "val/5.png", "reason": "damaged"}) + "\n", encoding="utf-8"
+    )
+    assert again.merge_bad_samples() == report and again.bad == {}
 
 
 def test_too_many_bad_samples_stop_training(tmp_path: Path):
