@@ -151,8 +151,8 @@ class ImageDataset:
 
     Each bad sample is logged once per process and recorded in ``bad_samples`` (a JSON file;
     workers append to ``<file>.parts/<host>-<pid>.jsonl``, merged by :meth:`merge_bad_samples`, which
-    the loader calls after every epoch). Samples listed there from an earlier run are known bad
-    and substituted without being read again. When more than ``max_bad_fraction`` of the
+    the loader calls after every epoch). Samples listed there from an earlier run, or merged after an
+    epoch, are known bad and substituted without being read again. When more than ``max_bad_fraction`` of the
     dataset is bad, reading raises: a lost mount must not train on substitutes.
     """
 
