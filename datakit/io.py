@@ -1225,10 +1225,8 @@ def _decode(
             return _pnm_scaled(deep, maxval, mode)
     if fmt is None and raw[:3] == b"P7\n" and (pam := _pam(raw, mode)) is not None:
         return pam
-    if fmt == "BMP" and len(raw) >= 34 and int.from_bytes(raw[14:18], "little") >= 40 and raw[30:34] in _BMP_RLE:
-        # run-length coded (RLE8, RLE4: ImageMagick's and Windows' palette BMPs): OpenCV misplaces every row a run
-        # fills past its last pixel (up to the row's 4-byte end), 60-90 levels off on average; Pillow reads them
-        return _pillow_named(raw, mode, fmt, name)
+    if fmt == "BMP" and raw[30:34] in _BMP_RLE and (rle := _bmp_rle(raw, mode)) is not None:
+        return rle
     flags = _cv2_flags(mode, fmt, factor, components)
     try:
         if fmt == "PNM" and raw[:2] in (b"P1", b"P2", b"P3") and _PNM_NEGATIVE.search(re.sub(rb"#[^\n\r]*", b"", raw)):
@@ -1259,7 +1257,74 @@ def _decode(
 
 
 _BMP_RLE = (b"\x01\x00\x00\x00", b"\x02\x00\x00\x00")  # biCompression BI_RLE8, BI_RLE4
-_PAM_HEAD = re.compile(rb"P7\n((?:[^\n]*\n){1,64}?)ENDHDR\n")
+_NIBBLES = [bytes((b >> 4, b & 15)) for b in range(256)]  # an RLE4 byte: its two pixels
+
+
+def _bmp_rle(raw: bytes, mode: str) -> np.ndarray | None:
+    """A run-length coded BMP (RLE8, RLE4: ImageMagick's and Windows' palette BMPs) read here: OpenCV carries a
+    run that fills a row past its last pixel (up to the row's 4-byte end, as ImageMagick writes them) into the
+    next row, and every row after it is misplaced, 60-90 levels off on average. Pixels past a row's end are
+    dropped, as Pillow and ImageMagick drop them; what no run reaches is palette colour 0. Laid out as OpenCV
+    gives a palette BMP (gray where the palette is, else BGR), then in ``mode``'s channels. None where the header
+    or the stream is not whole and well formed (OpenCV then reads it, or says what is wrong)."""
+    import cv2
+
+    if len(raw) < 54 or int.from_bytes(raw[14:18], "little") < 40:
+        return None
+    offset, head = int.from_bytes(raw[10:14], "little"), int.from_bytes(raw[14:18], "little")
+    w, h = int.from_bytes(raw[18:22], "little", signed=True), int.from_bytes(raw[22:26], "little", signed=True)
+    bits, rle4 = int.from_bytes(raw[28:30], "little"), raw[30] == 2
+    if bits != (4 if rle4 else 8) or not 0 < w <= 1 << 16 or not 0 < h <= 1 << 16 or offset > len(raw):
+        return None  # (a top-down one, negative height, is no valid run-length BMP)
+    used = min(int.from_bytes(raw[46:50], "little") or 1 << bits, 1 << bits)
+    if 14 + head + used * 4 > min(offset, len(raw)):
+        return None  # the palette the header declares is not all there
+    table = np.frombuffer(raw, np.uint8, used * 4, 14 + head).reshape(-1, 4)[:, :3]
+    palette = np.zeros((256, 3), np.uint8)
+    palette[: len(table)] = table  # B, G, R
+    pixels = bytearray(w * h)  # (a bytearray's slices take a run in a fraction of NumPy's time)
+    data, pos, x, y, end = raw, offset, 0, 0, len(raw)
+    while True:
+        if pos + 2 > end:
+            return None  # no end-of-bitmap: cut short
+        n, c = data[pos], data[pos + 1]
+        pos += 2
+        if n:  # a run of n pixels: one index, or (RLE4) two alternating
+            k = min(n, w - x) if y < h else 0
+            if k > 0:
+                at = (h - 1 - y) * w + x
+                pixels[at : at + k] = (_NIBBLES[c] * ((k + 1) // 2))[:k] if rle4 else bytes((c,)) * k
+            x += n
+        elif c == 0:  # end of line
+            x, y = 0, y + 1
+        elif c == 1:  # end of bitmap
+            break
+        elif c == 2:  # a jump right and up
+            if pos + 2 > end:
+                return None
+            x, y = x + data[pos], y + data[pos + 1]
+            pos += 2
+        else:  # c pixels as they are, padded to a 16-bit boundary
+            size = (c + 1) // 2 if rle4 else c
+            if pos + size > end:
+                return None
+            k = min(c, w - x) if y < h else 0
+            if k > 0:
+                at = (h - 1 - y) * w + x
+                run = b"".join(map(_NIBBLES.__getitem__, data[pos : pos + size])) if rle4 else data[pos : pos + size]
+                pixels[at : at + k] = run[:k]
+            x, pos = x + c, pos + size + (size & 1)
+    idx = np.frombuffer(pixels, np.uint8).reshape(h, w)
+    bgr = palette[idx]
+    gray_palette = bool((table[:, 0] == table[:, 1]).all() and (table[:, 1] == table[:, 2]).all())
+    if mode == "unchanged":
+        return np.ascontiguousarray(bgr[:, :, 0]) if gray_palette else bgr
+    if mode == "gray":
+        return np.ascontiguousarray(bgr[:, :, 0]) if gray_palette else cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB) if mode == "rgb" else bgr
+
+
+_PAM_HEAD = re.compile(rb"P7[ \t]*\r?\n((?:[^\n]*\n){1,64}?)ENDHDR[ \t]*\r?\n")
 
 
 def _pam(raw: bytes, mode: str) -> np.ndarray | None:
@@ -1274,13 +1339,13 @@ def _pam(raw: bytes, mode: str) -> np.ndarray | None:
         return None
     fields = {}
     for line in m.group(1).split(b"\n"):
-        key, _, value = line.strip().partition(b" ")
-        if key and not key.startswith(b"#"):
-            fields[key.upper()] = value.strip()
-    try:
-        w, h, depth, maxval = (int(fields[k]) for k in (b"WIDTH", b"HEIGHT", b"DEPTH", b"MAXVAL"))
-    except (KeyError, ValueError):
+        words = line.split(None, 1)
+        if words and not words[0].startswith(b"#"):
+            fields[words[0]] = words[1].strip() if len(words) > 1 else b""
+    sizes = [fields.get(k, b"") for k in (b"WIDTH", b"HEIGHT", b"DEPTH", b"MAXVAL")]
+    if not all(v.isdigit() for v in sizes):  # (the keys as netpbm spells them, the numbers plain digits)
         return None
+    w, h, depth, maxval = map(int, sizes)
     if w < 1 or h < 1 or depth not in (1, 2, 3, 4) or not 0 < maxval < 65536:
         return None
     dtype = np.dtype(np.uint8) if maxval < 256 else np.dtype(">u2")
@@ -1295,8 +1360,18 @@ def _pam(raw: bytes, mode: str) -> np.ndarray | None:
     )
     if mode == "unchanged":
         return stored
-    colour = stored[:, :, 0] if depth == 2 else stored[:, :, :3] if depth == 4 else stored
-    return _pnm_scaled(np.ascontiguousarray(colour), maxval, mode)
+    colour = np.ascontiguousarray(stored[:, :, 0] if depth == 2 else stored[:, :, :3] if depth == 4 else stored)
+    if maxval not in (255, 65535):
+        return _pnm_scaled(colour, maxval, mode)
+    if maxval == 65535:  # the high byte, as OpenCV makes a PGM's or PPM's 16 bits 8
+        colour = (colour >> 8).astype(np.uint8)
+    import cv2
+
+    if colour.ndim == 2:
+        return colour if mode == "gray" else cv2.cvtColor(colour, cv2.COLOR_GRAY2BGR)  # (gray: RGB and BGR alike)
+    if mode == "gray":
+        return cv2.cvtColor(colour, cv2.COLOR_BGR2GRAY)
+    return cv2.cvtColor(colour, cv2.COLOR_BGR2RGB) if mode == "rgb" else colour
 
 
 def _compiled_jpeg(raw: bytes, mode: str, factor: int, name) -> np.ndarray | None:

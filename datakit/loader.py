@@ -1977,8 +1977,18 @@ def _generators_held(value, found: list[str], seen: set[int], depth: int = 0) ->
         if kind not in found and not _global_generator(value):
             found.append(kind)
         return
-    if type(value).__module__.startswith("PIL."):
+    try:
+        held = _held_by(value)
+    except Exception:  # noqa: BLE001 - an object that cannot be looked into (a __dict__ that raises): no further
         return
+    for item in held:
+        _generators_held(item, found, seen, depth + 1)
+
+
+def _held_by(value) -> list:
+    """What ``value`` holds, for :func:`_generators_held`."""
+    if type(value).__module__.startswith("PIL."):
+        return []
     held: list = []
     if isinstance(value, dict):
         held = list(itertools.islice(value.values(), _LOOKED_AT))
@@ -1996,15 +2006,16 @@ def _generators_held(value, found: list[str], seen: set[int], depth: int = 0) ->
     elif isinstance(value, functools.partial):
         held = [value.func, *value.args, *value.keywords.values()]
     else:
-        held = list(getattr(value, "__dict__", {}).values())
+        attrs = vars(value) if hasattr(value, "__dict__") else {}
+        held = list(attrs.values()) if isinstance(attrs, dict) else []
         held += [getattr(value, slot) for k in type(value).__mro__ for slot in _slots(k) if hasattr(value, slot)]
-    for item in held:
-        _generators_held(item, found, seen, depth + 1)
+    return held
 
 
 def _slots(k: type) -> tuple:
     slots = vars(k).get("__slots__", ())
-    return (slots,) if isinstance(slots, str) else tuple(slots)
+    slots = (slots,) if isinstance(slots, str) else slots
+    return tuple(n for n in slots if isinstance(n, str)) if isinstance(slots, (tuple, list)) else ()
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -2029,7 +2040,7 @@ _NOT_THE_CALLERS = {"torch", "datakit", "builtins", "typing", "abc", "collection
 _WORKER_SIDE = ("__getitem__", "__getitems__", "__iter__", "__next__")  # what a DataLoader worker calls
 
 
-def _names_used(classes: list[type]) -> tuple[set[str], list]:
+def _names_used(classes: list[type], also: tuple[str, ...] = ()) -> tuple[set[str], list]:
     """The names the methods a worker runs use: ``__getitem__`` (and ``__getitems__``, ``__iter__``) and the
     methods of the class they name, through decorators (``functools.wraps``); not ``__init__``, a sampler's
     factory or ``set_epoch``, which run in the main process. With the module globals those names are, for the
@@ -2037,17 +2048,20 @@ def _names_used(classes: list[type]) -> tuple[set[str], list]:
     methods: dict[str, types.FunctionType] = {}
     for k in reversed(classes):
         for attr, value in vars(k).items():
-            value = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
-            while hasattr(value, "__wrapped__") and not isinstance(value, types.FunctionType | type):
-                value = value.__wrapped__
-            while isinstance(value, types.FunctionType) and isinstance(getattr(value, "__wrapped__", None),
-                                                                        types.FunctionType):  # fmt: skip
-                value = value.__wrapped__  # a decorated method: the code it wraps
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            elif isinstance(value, property):
+                value = value.fget
+            for _ in range(16):  # a decorated method (functools.wraps): the code it wraps
+                inner = value.__dict__.get("__wrapped__") if isinstance(value, types.FunctionType) else None
+                if not isinstance(inner, types.FunctionType):
+                    break
+                value = inner
             if isinstance(value, types.FunctionType):
                 methods[attr] = value
     names: set[str] = set()
     held = []
-    todo = [m for m in _WORKER_SIDE if m in methods]
+    todo = [m for m in (*_WORKER_SIDE, *also) if m in methods]
     done: set[str] = set()
     while todo:
         name = todo.pop()
@@ -2062,7 +2076,7 @@ def _names_used(classes: list[type]) -> tuple[set[str], list]:
     return names, held
 
 
-def _own_generators(dataset) -> list[tuple[str, str]]:
+def _own_generators(dataset, collate_fn: Callable | None = None) -> list[tuple[str, str]]:
     """Where the datasets in ``dataset`` keep a random generator of their own, as (place, kind): in their
     transforms; in a dataset of the caller's (a class of its own, a subclass of datakit's too), also in an attribute
     the methods a worker runs use (``self.rng``, a transform as ``self.aug``, torchvision's joint ``transforms``),
@@ -2096,8 +2110,13 @@ def _own_generators(dataset) -> list[tuple[str, str]]:
         if not classes:  # datakit's own dataset, or torch's: nothing more of the caller's in it
             return
         owner = type(d).__name__
-        used, drawn = _names_used(classes)
-        attrs = dict(getattr(d, "__dict__", {}))
+        # its own method as the collate function: run in the workers too
+        own_collate = getattr(collate_fn, "__self__", None) is d and isinstance(collate_fn, types.MethodType)
+        used, drawn = _names_used(classes, (collate_fn.__name__,) if own_collate else ())
+        try:
+            attrs = dict(vars(d)) if hasattr(d, "__dict__") else {}
+        except Exception:  # noqa: BLE001 - a __dict__ that raises: nothing to look at
+            attrs = {}
         for k in classes:
             for slot in _slots(k):
                 if hasattr(d, slot):
@@ -2124,6 +2143,8 @@ def _own_generators(dataset) -> list[tuple[str, str]]:
             note(f"the dataset's {owner} (a module's generator)", value)
 
     visit(dataset, 0)
+    if collate_fn is not None and not (isinstance(collate_fn, types.MethodType) and id(collate_fn.__self__) in walked):
+        note("the collate function", collate_fn)  # (MixUp of the caller's drawing from a generator of its own)
     return places
 
 
@@ -2132,11 +2153,11 @@ def _global_generator(obj) -> bool:
     return obj is random._inst or obj is np.random.mtrand._rand or obj is torch.default_generator
 
 
-def _warn_own_generators(dataset) -> None:
+def _warn_own_generators(dataset, collate_fn: Callable | None = None) -> None:
     """Warn of a dataset or transform holding a random generator of its own (``self.rng =
     np.random.default_rng()``, MONAI's ``self.R``): each worker starts with a copy in the same state and draws what
     the others draw, and ``seed=``, which seeds the global generators per sample, does not reach it."""
-    places = _own_generators(dataset)
+    places = _own_generators(dataset, collate_fn)
     if places:
         kinds = list(dict.fromkeys(kind for _, kind in places))
         warnings.warn(f"{places[0][0]} holds a random generator of its own ({', '.join(kinds)}): every "
@@ -2774,7 +2795,7 @@ def create_loader(
     if (why := worker_room(num_workers)) is not None:  # 1000 asked on 2 CPUs: the kernel ended the training process
         raise UsageError(f"{'num_workers' if env is None else 'DATAKIT_NUM_WORKERS'}={num_workers}: {why}")
     if num_workers > 0 or autotune:
-        _warn_own_generators(dataset)
+        _warn_own_generators(dataset, collate_fn)
     if distributed not in ("auto", True, False) or not isinstance(distributed, (str, bool)):
         raise UsageError(f"distributed must be 'auto', True or False, got {distributed!r}")
     rank, world = 0, 1

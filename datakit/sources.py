@@ -1592,11 +1592,11 @@ def _maybe_same_source(a: dict, b: dict) -> bool:
         return False
 
     def parts(path: str) -> list[str]:
-        return [p for p in os.path.normpath(path).replace("\\", "/").split("/") if p not in ("", ".", "..")]
+        return [p for p in os.path.normpath(path).replace("\\", "/").split("/") if p not in ("", ".", "..", "~")]
 
     pa, pb = parts(sa), parts(sb)
     short, long = sorted((pa, pb), key=len)
-    return bool(short) and long[len(long) - len(short) :] == short
+    return not short or long[len(long) - len(short) :] == short  # ('.': the folder it was packed in, any)
 
 
 def pack_origin(meta: dict, depth: int = 0) -> object:

@@ -1845,11 +1845,11 @@ def test_pam_images_come_in_each_modes_channel_order():
         decode_image(_pam(red, "RGB")[:-1], "rgb")
 
 
-def _rle8_bmp(idx: np.ndarray, palette: list[tuple[int, int, int]]) -> bytes:
+def _rle8_bmp(idx: np.ndarray, palette: list[tuple[int, int, int]], rows: int | None = None) -> bytes:
     """An 8-bit run-length coded BMP, each row padded to a multiple of 4 pixels by a run of index 0, as ImageMagick
-    writes them."""
+    writes them; ``rows``: only the bottom ones written before the end of the bitmap."""
     body = bytearray()
-    for row in idx[::-1]:  # bottom-up
+    for row in idx[::-1][:rows]:  # bottom-up
         for v in row:
             body += bytes((1, int(v)))
         if len(row) % 4:
@@ -1859,7 +1859,7 @@ def _rle8_bmp(idx: np.ndarray, palette: list[tuple[int, int, int]]) -> bytes:
     table = b"".join(bytes((b, g, r, 0)) for r, g, b in palette)
     off = 14 + 40 + len(table)
     head = b"BM" + struct.pack("<IHHI", off + len(body), 0, 0, off)
-    info = struct.pack("<IiiHHIIiiII", 40, idx.shape[1], idx.shape[0], 1, 8, 1, len(body), 2835, 2835, 256, 0)
+    info = struct.pack("<IiiHHIIiiII", 40, idx.shape[1], idx.shape[0], 1, 8, 1, len(body), 2835, 2835, len(palette), 0)
     return head + info + table + bytes(body)
 
 
@@ -1874,3 +1874,10 @@ def test_run_length_coded_bmps_decode_to_their_pixels():
     assert np.array_equal(decode_image(data, "rgb"), expected)
     assert np.array_equal(decode_image(data, "bgr"), expected[:, :, ::-1])
     assert decode_image(data, "gray").shape == (6, 5)
+    # the end of the bitmap after 2 rows of 6: the rest is palette colour 0, as OpenCV and Windows leave it
+    early = expected.copy()
+    early[:4] = palette[0]
+    assert np.array_equal(decode_image(_rle8_bmp(idx, palette, rows=2), "rgb"), early)
+    grays = [(v, v, v) for v in range(0, 256, 16)]  # a gray palette: one channel unchanged, as OpenCV gives it
+    gray = decode_image(_rle8_bmp(idx, grays), "unchanged")
+    assert gray.shape == (6, 5) and np.array_equal(gray, idx * 16)

@@ -229,6 +229,35 @@ class _Reseeded(Indexed):  # reseeded in worker_init_fn through the dataset the 
         return float(self.rng.random()), i
 
 
+class _Null:  # a null object: any attribute is itself (a null logger, an addict-style dict)
+    def __getattr__(self, name: str):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+
+class _Proxy:  # a context-bound proxy whose __dict__ raises outside its context
+    @property
+    def __dict__(self):
+        raise RuntimeError("working outside of a context")
+
+
+class _NullHolder(Indexed):
+    log = _Null()
+
+    def __init__(self) -> None:
+        super().__init__(8)
+        self.proxy, self.rng = _Proxy(), np.random.default_rng()
+
+    def __getitem__(self, i: int):
+        self.log.debug(self.proxy)
+        return i, i
+
+    def collate(self, batch):  # its collate function, run in the workers: it draws from self.rng
+        return torch.tensor([b[0] for b in batch]) * float(self.rng.random())
+
+
 def _reseed(worker_id: int) -> None:
     info = torch.utils.data.get_worker_info()
     info.dataset.rng = np.random.default_rng(info.seed)
@@ -271,6 +300,12 @@ def test_a_generator_anywhere_in_the_callers_dataset_is_warned_of(tmp_path: Path
     assert said(_Slotted()) == ["the dataset's _Slotted.gen: torch.Generator"]
     assert said(_Decorated()) == ["the dataset's _Decorated.rng: numpy.random.Generator"]
     assert said(_MainSide()) == []
+    assert said(_NullHolder()) == []  # looked through, neither hanging nor raising
+    with pytest.warns(
+        UserWarning, match=re.escape("the dataset's _NullHolder.rng holds a random generator of its own")
+    ):
+        odd = _NullHolder()
+        create_loader(odd, 2, num_workers=2, seed=0, collate_fn=odd.collate)
     assert said(Folder(SAMPLES / "images")) == ["the dataset's Folder.rng: numpy.random.Generator"]
     assert said(torch.utils.data.Subset(_Aug(_SelfRng(), lambda x: x), [0, 1])) == [
         "the dataset's _SelfRng.rng: random.Random"
