@@ -1276,7 +1276,9 @@ def _bmp_rle(raw: bytes, mode: str) -> np.ndarray | None:
     bits, rle4 = int.from_bytes(raw[28:30], "little"), raw[30] == 2
     if bits != (4 if rle4 else 8) or not 0 < w <= 1 << 16 or not 0 < h <= 1 << 16 or offset > len(raw):
         return None  # (a top-down one, negative height, is no valid run-length BMP)
-    used = min(int.from_bytes(raw[46:50], "little") or 1 << bits, 1 << bits)
+    used = int.from_bytes(raw[46:50], "little") or 1 << bits
+    if used > 1 << bits:
+        return None  # more colours than the indices reach: OpenCV refuses it
     if 14 + head + used * 4 > min(offset, len(raw)):
         return None  # the palette the header declares is not all there
     table = np.frombuffer(raw, np.uint8, used * 4, 14 + head).reshape(-1, 4)[:, :3]
@@ -1289,6 +1291,8 @@ def _bmp_rle(raw: bytes, mode: str) -> np.ndarray | None:
             return None  # no end-of-bitmap: cut short
         n, c = data[pos], data[pos + 1]
         pos += 2
+        if x > w and (n or c > 2):
+            return None  # a run after one past the row's end, without an end of line between: malformed
         if n:  # a run of n pixels: one index, or (RLE4) two alternating
             k = min(n, w - x) if y < h else 0
             if k > 0:
@@ -1306,8 +1310,8 @@ def _bmp_rle(raw: bytes, mode: str) -> np.ndarray | None:
             pos += 2
         else:  # c pixels as they are, padded to a 16-bit boundary
             size = (c + 1) // 2 if rle4 else c
-            if pos + size > end:
-                return None
+            if pos + size > end or x + c > w:
+                return None  # cut short, or more pixels than the row holds (Pillow carries them on, OpenCV refuses)
             k = min(c, w - x) if y < h else 0
             if k > 0:
                 at = (h - 1 - y) * w + x

@@ -2144,6 +2144,7 @@ def _own_generators(dataset, collate_fn: Callable | None = None) -> list[tuple[s
 
     visit(dataset, 0)
     if collate_fn is not None and not (isinstance(collate_fn, types.MethodType) and id(collate_fn.__self__) in walked):
+        seen |= walked  # the datasets it reaches (a lambda calling ds.collate) are looked at above, as datasets
         note("the collate function", collate_fn)  # (MixUp of the caller's drawing from a generator of its own)
     return places
 

@@ -1881,3 +1881,8 @@ def test_run_length_coded_bmps_decode_to_their_pixels():
     grays = [(v, v, v) for v in range(0, 256, 16)]  # a gray palette: one channel unchanged, as OpenCV gives it
     gray = decode_image(_rle8_bmp(idx, grays), "unchanged")
     assert gray.shape == (6, 5) and np.array_equal(gray, idx * 16)
+    # malformed ones are left to OpenCV, which refuses them as before: more colours than 8 bits index
+    many = bytearray(data)
+    many[46:50] = (300).to_bytes(4, "little")
+    with pytest.raises(ImageDecodeError, match="BMP data is corrupt or truncated"):
+        decode_image(bytes(many), "rgb")
