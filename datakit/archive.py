@@ -2172,7 +2172,8 @@ class ZipReader:
         self._zf: zipfile.ZipFile | None = None
         self._pid = -1
         self._table = self._direct_table(members)
-        self._fd, self._fd_pid = -1, -1
+        self._fd: io.FileIO | None = None  # this process's file of the archive, for direct reads (closed with it)
+        self._fd_pid = -1
 
     def tree(self) -> dict[str, dict[str, tuple[str, object]]]:
         """The archive as the folder it extracts to: {folder path: {name: ("file", index) | ("dir", None) |
@@ -2431,19 +2432,19 @@ class ZipReader:
 
     def _direct_fd(self) -> int:
         """This process's descriptor of the archive, -1 where it is not the file that was listed (replaced since:
-        the checked way then compares its members)."""
+        the checked way then compares its members). Held by a file object, closed when the reader is."""
         if self._fd_pid != os.getpid():
-            self._fd, self._fd_pid = -1, os.getpid()  # a forked copy's: opened again, its own
+            self._fd, self._fd_pid = None, os.getpid()  # a forked copy's: opened again, its own
             try:
-                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                f = io.FileIO(self.path, "r")
             except OSError:
                 return -1
-            st = os.fstat(fd)
+            st = os.fstat(f.fileno())
             if self._identity is None or (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self._identity:
-                os.close(fd)
+                f.close()
                 return -1
-            self._fd = fd
-        return self._fd
+            self._fd = f
+        return self._fd.fileno() if self._fd is not None else -1
 
     def _read_direct(self, index: int) -> bytes | None:
         """A stored or deflated member's bytes, read at its offset and inflated in one call, checked against its
@@ -2536,9 +2537,9 @@ class ZipReader:
         if self._zf is not None:
             self._zf.close()
             self._zf = None
-        if self._fd >= 0 and self._fd_pid == os.getpid():
-            os.close(self._fd)
-        self._fd, self._fd_pid = -1, -1
+        if self._fd is not None and self._fd_pid == os.getpid():
+            self._fd.close()
+        self._fd, self._fd_pid = None, -1
 
     def __enter__(self) -> ZipReader:
         return self
@@ -2549,14 +2550,14 @@ class ZipReader:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_zf"], state["_pid"] = None, -1
-        state["_fd"], state["_fd_pid"] = -1, -1
+        state["_fd"], state["_fd_pid"] = None, -1
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         if "_table" not in state:  # pickled by a datakit before direct reads: every member read the checked way
             self._table = self._direct_table([])
-            self._fd, self._fd_pid = -1, -1
+            self._fd, self._fd_pid = None, -1
 
 
 def iter_progress(
