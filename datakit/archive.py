@@ -2434,7 +2434,9 @@ class ZipReader:
         """This process's descriptor of the archive, -1 where it is not the file that was listed (replaced since:
         the checked way then compares its members). Held by a file object, closed when the reader is."""
         if self._fd_pid != os.getpid():
-            self._fd, self._fd_pid = None, os.getpid()  # a forked copy's: opened again, its own
+            inherited, self._fd, self._fd_pid = self._fd, None, os.getpid()  # a forked copy's: opened again, its own
+            if inherited is not None:
+                inherited.close()  # this process's copy of the parent's descriptor (the parent's stays open)
             try:
                 f = io.FileIO(self.path, "r")
             except OSError:
@@ -2540,6 +2542,12 @@ class ZipReader:
         if self._fd is not None and self._fd_pid == os.getpid():
             self._fd.close()
         self._fd, self._fd_pid = None, -1
+
+    def __del__(self) -> None:  # the direct reads' file closed quietly, as zipfile closes its own
+        f = self.__dict__.get("_fd")
+        if f is not None:
+            with contextlib.suppress(Exception):
+                f.close()
 
     def __enter__(self) -> ZipReader:
         return self

@@ -440,6 +440,12 @@ def test_zip_reader_pickled_before_direct_reads_still_reads(tmp_path: Path):
         for _ in range(300):
             assert ZipReader(z).read("猫/1.txt") == b"hello" * 50
         assert len(os.listdir("/proc/self/fd")) <= before + 2
+    # ... and quietly, as zipfile closes its own: no ResourceWarning, in this process or a forked one
+    code = (f"import os, gc\nfrom datakit.archive import ZipReader\nr = ZipReader({str(z)!r}, 'gbk')\nr.read('猫/1.txt')\n"
+            "pid = os.fork()\nif pid == 0:\n    r.read('猫/1.txt'); del r; gc.collect(); os._exit(0)\n"
+            "os.waitpid(pid, 0)\ndel r\ngc.collect()\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-X", "dev", "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_zip_reader_corrupt_member(tmp_path: Path):
