@@ -249,8 +249,13 @@ static PyObject *region_core(const unsigned char *buf, size_t len, Py_buffer *ow
      * repeats the edge instead. So the band reaches one iMCU past the rectangle on the left and
      * right, and decoding starts one iMCU row above it (rows below are read as context anyway):
      * the rectangle's pixels are then those of the whole image. */
+#if JPEG_LIB_VERSION >= 70 /* the libjpeg 7/8 API (Ubuntu's libjpeg-turbo8-dev): a scaled size per direction */
+    margin_x = (unsigned long)cinfo.max_h_samp_factor * (unsigned long)cinfo.min_DCT_h_scaled_size;
+    margin_y = (unsigned long)cinfo.max_v_samp_factor * (unsigned long)cinfo.min_DCT_v_scaled_size;
+#else
     margin_x = (unsigned long)cinfo.max_h_samp_factor * (unsigned long)cinfo.min_DCT_scaled_size;
     margin_y = (unsigned long)cinfo.max_v_samp_factor * (unsigned long)cinfo.min_DCT_scaled_size;
+#endif
     ext_left = left > margin_x ? left - margin_x : 0;
     if (ext_left < min_left) /* a band edge there, as at the image's edge */
         ext_left = min_left;

@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 
+import datakit.devices
 from datakit.devices import select_gpus
 
 
@@ -17,8 +18,15 @@ def _restore_env(monkeypatch):
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
 
 
+def _fresh_process(monkeypatch) -> None:
+    """As in a process where CUDA has not started, on any machine: on a GPU machine the test process has started the
+    driver (conftest's torch.cuda.is_available())."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(datakit.devices, "_loaded_driver", lambda: None)
+
+
 def test_select_by_string_and_list(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # as in a fresh process, on any machine
+    _fresh_process(monkeypatch)
     assert select_gpus("1") == ["1"]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
@@ -30,7 +38,7 @@ def test_select_by_string_and_list(monkeypatch):
 def test_a_schedulers_allocation_replaced_is_warned_of(monkeypatch):
     # the attack: SLURM gave the job GPUs 2 and 3 (CUDA_VISIBLE_DEVICES=2,3); select_gpus("0"), meant as "my first",
     # put the job on the machine's GPU 0, maybe another job's, without a word
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    _fresh_process(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     with pytest.warns(UserWarning) as said:
         assert select_gpus("0") == ["0"]
@@ -135,6 +143,7 @@ def test_numpy_integers_and_the_old_mig_form_are_gpus(monkeypatch):
     # 'MIG-GPU-<uuid>/<gi>/<ci>', "invalid GPU"
     import numpy as np
 
+    _fresh_process(monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     assert select_gpus(np.int64(1)) == ["1"] and os.environ["CUDA_VISIBLE_DEVICES"] == "1"

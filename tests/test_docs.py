@@ -44,7 +44,7 @@ CHECKS = {
         assert os.path.getsize("grid.png") > 0
     """,
     "io.md": """
-        assert img.shape == cv2.imread("数据/cat.jpg").shape and small.shape == (750, 1000, 3)  # 1/4: 500 < 512
+        assert img.shape == cv2.imdecode(np.fromfile("数据/cat.jpg", np.uint8), cv2.IMREAD_COLOR).shape and small.shape == (750, 1000, 3)  # 1/4: 500 < 512
         assert (imread("结果.png", mode="rgb") == img).all()
         assert crop.shape == (80, 100, 3) and (crop == decode_image(data, "rgb")[10:90, 20:120]).all()
     """,
@@ -91,7 +91,7 @@ def _workspace(tmp: Path) -> None:
             z.writestr(CP932(name), src.read_bytes())
     (tmp / "数据").mkdir()
     shutil.copy(cats[0], tmp / "数据" / "猫 01.jpg")
-    shutil.copy(cats[0], tmp / "数据" / "cat.jpg")  # the same image under an ASCII name, for cv2.imread
+    shutil.copy(cats[0], tmp / "数据" / "cat.jpg")  # the same image under an ASCII file name, to compare with
     small = (np.random.default_rng(0).random((30, 40, 3)) * 255).astype(np.uint8)
     cv2.imwrite(str(tmp / "huge.jpg"), cv2.resize(small, (4000, 3000), interpolation=cv2.INTER_CUBIC))
     pack_lmdb(tmp / "data" / "train", tmp / "train.lmdb", workers=1)

@@ -191,7 +191,8 @@ def test_doctor_and_select_gpus_on_a_started_cuda():
     assert out["found"]["cuda-fork"] == ["fail", "CUDA is initialised in this process and workers start by fork: a worker "
                                          "that touches CUDA dies with 'Cannot re-initialize CUDA in forked subprocess'"]  # fmt: skip
     assert out["found"]["cuda-visible-devices"] == [
-        "fail", f"CUDA_VISIBLE_DEVICES={listed!r} lists {n + 1} GPUs but CUDA sees {n}: it was set after CUDA started and is ignored"]  # fmt: skip
+        "fail", f"CUDA_VISIBLE_DEVICES={listed!r} lists {n + 1} GPUs but CUDA sees {n}: it names GPUs this machine lacks "
+        "(nvidia-smi -L lists those it has), or it was set after CUDA started and is ignored"]  # fmt: skip
     assert out["refused"].startswith(
         "select_gpus('0') must run before the first CUDA call: CUDA is already initialised"
     )

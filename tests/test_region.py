@@ -63,6 +63,35 @@ def _whole(data: bytes, mode: str, f: int, sh: int, sw: int) -> np.ndarray:
     return own
 
 
+def _compile_against(api: int, folder: Path, source: Path) -> subprocess.CompletedProcess:
+    """Compiles the extension (syntax and types, no code) against this system's libjpeg headers declaring the
+    libjpeg API of version ``api``, as libjpeg-turbo's jconfig.h does when it is built for that API."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    for name in ("jpeglib.h", "jmorecfg.h", "jerror.h", "jconfig.h"):
+        found = [p for p in (Path("/usr/include", name), Path("/usr/include", multiarch, name)) if p.is_file()]
+        shutil.copy(found[0], folder / name)
+    config = folder / "jconfig.h"
+    text, n = re.subn(r"#define JPEG_LIB_VERSION\s+\d+", f"#define JPEG_LIB_VERSION {api}", config.read_text())
+    assert n == 1
+    config.write_text(text)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    include = sysconfig.get_paths()["include"]
+    return subprocess.run(
+        [cc, "-fsyntax-only", f"-I{folder}", f"-I{include}", str(source)], capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize("api", [62, 80])
+def test_the_region_decoder_compiles_against_the_libjpeg_6b_and_8_apis(tmp_path: Path, api: int):
+    # The attack: Ubuntu's libjpeg-turbo8-dev declares the libjpeg 8 API (JPEG_LIB_VERSION 80), where libjpeg 6b's
+    # min_DCT_scaled_size is two fields, one a direction. The build failed there and, the extension being optional,
+    # pip installed datakit without its region decoder, slower, without a word.
+    if not HEADERS or not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no libjpeg-turbo headers or no C compiler")
+    proc = _compile_against(api, tmp_path, ROOT / "datakit" / "_jpegregion.c")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def test_the_region_decoder_is_built_where_libjpeg_turbo_headers_are():
     if not HEADERS:
         pytest.skip("no libjpeg-turbo headers and libjpeg.so: the package installs without the region decoder")
