@@ -26,6 +26,7 @@ from datakit.errors import LabelError, PackError, UsageError
 from datakit.io import imread, imwrite, jpeg_damage, probe_image, region_decoder_available
 from datakit.lmdb import LmdbReader, PackLock, PackWriteError, close_pack, lmdb_info, read_meta, verify_lmdb
 from datakit.pack import _names_crc, pack_lmdb
+from datakit.sources import ZipDataset
 from datakit.testing import synthetic_image
 
 # what an interrupted pack-lmdb says last (a plain pack: how to go on)
@@ -1909,23 +1910,18 @@ def test_overwrite_of_a_linked_pack_or_of_dot_replaces_the_pack_itself(class_fol
     assert sorted(p.name for p in real.parent.iterdir()) == ["train.lmdb"]
 
 
-_MAIN_PID = os.getpid()
-
-
-class _KilledAt40:
+class _KilledAt40(ZipDataset):
     """A zip dataset whose reading worker process is killed (as the OOM killer does) at sample 40, while the
-    file ``marker`` exists."""
+    file ``marker`` exists. A module's class, so that workers started by spawn (where CUDA has started) read it."""
 
-    def __new__(cls, path, marker):
-        from datakit.sources import ZipDataset
+    def __init__(self, path, marker):
+        super().__init__(path)
+        self.marker, self.main_pid = str(marker), os.getpid()
 
-        class Killed(ZipDataset):
-            def read(self, i):
-                if i == 40 and os.getpid() != _MAIN_PID and os.path.exists(marker):
-                    os.kill(os.getpid(), signal.SIGKILL)
-                return super().read(i)
-
-        return Killed(path)
+    def read(self, i):
+        if i == 40 and os.getpid() != self.main_pid and os.path.exists(self.marker):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().read(i)
 
 
 def test_a_reading_worker_killed_ends_the_pack_with_a_line_not_a_hang(tmp_path: Path):
