@@ -981,6 +981,7 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
 
     for t in steps:
         for leaf in leaves(t):
+            _check_fill(leaf)
             if type(leaf).__name__ == "RandomErasing" and getattr(leaf, "value", 0) in (None, "random"):
                 # on uint8, torchvision casts N(0, 1) noise to bytes: black and white specks, not noise
                 raise ValueError(f"augment step {leaf!r} with value='random' paints uint8 crops with 0-3 and 253-255 "
@@ -1004,6 +1005,34 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
             if last is not None:
                 mixed(last, next(o.dtype for o in (every, none, x) if o.dtype != torch.uint8))
     return steps
+
+
+def _check_fill(step) -> None:
+    """Refuse a step whose fill colour (RandomErasing's ``value``, the geometric and auto-augment steps' ``fill``) is
+    not a uint8 level: a fraction on the 0-1 scale of float pipelines (ImageNet's mean, 0.485, 0.456, 0.406), which
+    the uint8 crop takes as 0 and paints black, or a number past 0-255, which wraps."""
+    name = "value" if type(step).__name__ == "RandomErasing" else "fill"
+    fill = getattr(step, name, None)
+    if fill is None or isinstance(fill, str):
+        return
+    found = []
+
+    def numbers(v) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                numbers(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                numbers(x)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            found.append(v)
+
+    numbers(fill)
+    bad = [v for v in found if not (0 <= v <= 255 and float(v).is_integer())]
+    if bad:
+        raise ValueError(f"augment step {' '.join(repr(step).split())} fills with {bad[0]!r}, which is not a level of "
+                         "the uint8 crops it paints (0-255): a fraction is cast to 0, black, and a level past 255 "
+                         f"wraps; give the colour in 0-255 ({name}=[124, 116, 104] is ImageNet's mean)")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -1187,9 +1216,13 @@ class TrainPipeline(_Pipeline):
         key = (id(self), channels, tuple(id(t) for t in self.augment))  # (not in the pipeline: its state unchanged)
         if key in _CHANNELS_TRIED:
             return
-        _check_augment(self.augment, self.crop.size, channels, draws=32,
-                       advice=f"this crop has {channels} channels (mode 'unchanged' keeps alpha), which torchvision's "
-                       "colour steps refuse: read the images in mode 'rgb' for these augmentations")  # fmt: skip
+        if channels == 1:  # a fill of three colours, the docs' ImageNet mean, refused by torchvision on a gray crop
+            advice = ("this crop has 1 channel (mode 'gray'): give the step's fill one level (value=116, fill=116), or "
+                      "read the images in mode 'rgb'")  # fmt: skip
+        else:
+            advice = (f"this crop has {channels} channels (mode 'unchanged' keeps alpha), which torchvision's colour "
+                      "steps refuse: read the images in mode 'rgb' for these augmentations")  # fmt: skip
+        _check_augment(self.augment, self.crop.size, channels, draws=32, advice=advice)
         _CHANNELS_TRIED.add(key)
 
     def _factor(self, ch: int, cw: int) -> int:
@@ -1202,7 +1235,7 @@ class TrainPipeline(_Pipeline):
             return self._augmented(chw, mode)
 
     def _augmented(self, chw: torch.Tensor, mode: str) -> torch.Tensor:
-        if self.augment and chw.shape[0] not in (1, 3):
+        if self.augment and chw.shape[0] != 3:
             self._check_channels(chw.shape[0])
         if self.augment:
             # torchvision's colour steps (Grayscale, ColorJitter's hue and saturation, AutoAugment's, ...) take

@@ -1251,6 +1251,68 @@ def test_random_erasing_with_random_values_is_refused_on_uint8():
     assert sorted(torch.unique(out).tolist()) == [0, 128]
 
 
+def test_a_fill_colour_that_is_not_a_uint8_level_is_refused():
+    # the attack: v2.RandomErasing(value=[0.485, 0.456, 0.406]), ImageNet's mean on the float pipelines' 0-1 scale,
+    # as a port of a reference script writes it: taken without a word, and every fraction cast to 0 on the uint8
+    # crop, so the box was painted black; the geometric steps' fill= the same (black corners)
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    from datakit.transforms import train_pipeline
+
+    for step, shown, first in (
+        (v2.RandomErasing(p=1.0, value=[0.485, 0.456, 0.406]),
+         "RandomErasing(p=1.0, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0.485, 0.456, 0.406], inplace=False)",
+         "0.485"),
+        (v2.RandomApply([v2.RandomRotation(10, fill=0.5)]),
+         "RandomRotation(degrees=[-10.0, 10.0], interpolation=nearest, expand=False, fill=0.5)", "0.5"),
+        (v2.RandomAffine(5, fill={tv_tensors.Image: 300}), "RandomAffine(degrees=[-5.0, 5.0], interpolation=nearest)",
+         "300"),
+    ):  # fmt: skip
+        name = "value" if first == "0.485" else "fill"
+        with pytest.raises(ValueError) as e:
+            train_pipeline(64, augment=[step])
+        assert str(e.value) == (
+            f"augment step {shown} fills with {first}, which is not a level of the uint8 crops it paints (0-255): a "
+            f"fraction is cast to 0, black, and a level past 255 wraps; give the colour in 0-255 ({name}=[124, 116, "
+            "104] is ImageNet's mean)"
+        )
+    pipe = train_pipeline(
+        64, augment=[v2.RandomErasing(p=1.0, value=[124, 116, 104]), v2.RandomRotation(10, fill=255.0)]
+    )
+    torch.manual_seed(0)
+    out = pipe(np.zeros((100, 100, 3), np.uint8))
+    assert ((out == torch.tensor([124, 116, 104]).view(3, 1, 1)).all(0)).any()  # the box, in the mean
+
+
+def test_a_three_colour_fill_on_gray_crops_is_refused_at_the_first_crop_not_at_random(tmp_path):
+    # the attack: a mode="gray" dataset with the fill the docs give, v2.RandomErasing(0.25, value=[124, 116, 104]),
+    # or TrivialAugmentWide(fill=[124, 116, 104]): the pipeline was built (its check tries 3 channels), then the
+    # samples whose draw erased (16 of 72) or filled failed at random mid-epoch
+    from torchvision.transforms import v2
+
+    from datakit.io import encode_image
+    from datakit.transforms import train_pipeline
+
+    (tmp_path / "a").mkdir()
+    for i in range(12):
+        (tmp_path / "a" / f"{i}.jpg").write_bytes(encode_image(synthetic_image(60, 70, seed=i), ".jpg", 90))
+    for step in (v2.RandomErasing(0.25, value=[124, 116, 104]), v2.TrivialAugmentWide(fill=[124, 116, 104])):
+        ds = open_dataset(tmp_path, transform=train_pipeline(32, augment=[step]), mode="gray")
+        for i in range(len(ds)):  # every sample, whatever its draws
+            torch.manual_seed(i)
+            with pytest.raises(ValueError) as e:
+                ds[i]
+            assert str(e.value).startswith(f"augment step {step!r} does not accept the uint8 CHW tensor")
+            assert str(e.value).endswith(
+                "; this crop has 1 channel (mode 'gray'): give the step's fill one level (value=116, fill=116), or "
+                "read the images in mode 'rgb'"
+            )
+    for step in (v2.RandomErasing(1.0, value=116), v2.TrivialAugmentWide(fill=116), v2.ColorJitter(0.4, 0.4)):
+        ds = open_dataset(tmp_path, transform=train_pipeline(32, augment=[step]), mode="gray")
+        assert [tuple(ds[i][0].shape) for i in range(len(ds))] == [(1, 32, 32)] * 12
+
+
 def test_a_compose_in_augment_is_tried_in_order_not_step_by_step():
     # the regression: steps inside a Compose were each tried on the raw crop, so a float round trip
     # (ToDtype, a float step, ToDtype back) and a crop after an enlarging resize were refused
