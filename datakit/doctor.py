@@ -274,10 +274,18 @@ def check_opencv(threads: int | None, start_method: str) -> Finding:
     return Finding("opencv", "ok", f"OpenCV uses {threads} thread", data={"threads": threads})
 
 
-def check_jpeg_region(built: bool) -> Finding:
-    """Whether the compiled JPEG region decoder was built when the package was installed."""
+def check_jpeg_region(built: bool, why: str | None = None) -> Finding:
+    """Whether the compiled JPEG region decoder was built when the package was installed, and, where it is there,
+    ``why`` it cannot be used here (a library it links missing, another libjpeg than its headers')."""
     if built:
         return Finding("jpeg-region", "ok", "JPEG region decoder built: train_pipeline decodes only each crop's pixels")
+    if why:
+        return Finding("jpeg-region", "warn",
+                       f"JPEG region decoder built but not usable here ({why}): train_pipeline decodes whole images "
+                       "at the crop's scale and OpenCV resizes them, about 1.3x slower",
+                       "it was built against another libjpeg than this machine has (a wheel built elsewhere, or "
+                       "headers of one libjpeg-turbo and the library of another): reinstall datakit from source on "
+                       "this machine (pip install --force-reinstall --no-deps path/to/datakit)")  # fmt: skip
     return Finding("jpeg-region", "warn",
                    "JPEG region decoder not built (no C compiler or no libjpeg-turbo headers at install time): "
                    "train_pipeline decodes whole images at the crop's scale and OpenCV resizes them, about 1.3x "
@@ -480,9 +488,9 @@ def doctor(src: str | os.PathLike | Sequence[str | os.PathLike] | None = None, *
     except ImportError:
         threads = None
     report.findings.append(check_opencv(threads, start))
-    from datakit.io import region_decoder_available
+    import datakit.io as dio
 
-    report.findings.append(check_jpeg_region(region_decoder_available()))
+    report.findings.append(check_jpeg_region(dio.region_decoder_available(), dio._REGION_WHY))
     names = ("torch", "torchvision", "cv2", "lmdb", "PIL", "numpy")
     versions = {"python": sys.version.split()[0], **{("opencv" if n == "cv2" else n): _version(n) for n in names}}
     report.findings.append(check_versions(versions))

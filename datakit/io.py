@@ -7,6 +7,7 @@ with Pillow as the fallback for what OpenCV cannot decode. Failures raise, never
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import os
@@ -1434,22 +1435,51 @@ def _pillow_named(raw: bytes, mode: str, fmt: str | None, name, upright: bool = 
         raise ImageDecodeError(f"{_describe(name)}: {what} (starts with {head!r}; {why})") from None
 
 
-_REGION = None  # datakit._jpegregion once imported; False when it was not built
+_REGION = None  # datakit._jpegregion once imported; False when it was not built or cannot decode here
+_REGION_WHY: str | None = None  # why an extension that is there cannot be used, for doctor
 
 
 def region_decoder_available() -> bool:
-    """Whether the compiled JPEG region decoder (``datakit._jpegregion``) was built: it needs
-    libjpeg-turbo's headers when the package is installed. Without it the pipelines decode
-    whole images at the DCT scale the crop needs."""
-    global _REGION
+    """Whether the compiled JPEG region decoder (``datakit._jpegregion``) was built, and decodes
+    here: it needs libjpeg-turbo's headers when the package is installed, and the same library
+    when it runs. Without it the pipelines decode whole images at the DCT scale the crop needs."""
+    global _REGION, _REGION_WHY
     if _REGION is None:
         try:
             from datakit import _jpegregion
-
-            _REGION = _jpegregion
-        except ImportError:
+        except ModuleNotFoundError as exc:
             _REGION = False
+            if exc.name != f"{__package__}._jpegregion":  # the extension is there, something it imports is not
+                _REGION_WHY = str(exc)
+        except ImportError as exc:  # built, but a library it links is missing here (libjpeg.so.8: ...)
+            _REGION, _REGION_WHY = False, str(exc)
+        else:
+            _REGION, _REGION_WHY = _jpegregion, _region_refusal(_jpegregion)
+            if _REGION_WHY is not None:
+                _REGION = False
     return bool(_REGION)
+
+
+def _region_refusal(region) -> str | None:
+    """Why the extension cannot decode an 8x8 JPEG here, or None: built against headers of another libjpeg than
+    the one it loads, every decode fails ("Wrong JPEG library version: library is 62, caller expects 80"), and
+    each sample would fail over to the whole-image path."""
+    try:
+        pixels, rows, band, channels, offset = region.decode_region(base64.b64decode(_GRAY_8X8_JPEG), 1, 0, 0, 8, 8, 0)
+        got = np.frombuffer(pixels, np.uint8).reshape(rows, band, channels)[:, offset : offset + 8]
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if got.shape != (8, 8, 3) or int(np.abs(got.astype(np.int16) - 128).max()) > 2:
+        return f"an 8x8 JPEG of gray 128 decoded to {got.shape}, values {int(got.min())}-{int(got.max())}"
+    return None
+
+
+_GRAY_8X8_JPEG = (  # 8x8 pixels of (128, 128, 128), as OpenCV writes them at quality 50
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERXRTc4UG1RV19iZ2hnPk1xeXBk"
+    "eFxlZ2P/2wBDARESEhgVGC8aGi9jQjhCY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2P/wAARCAAIAAgD"
+    "ASIAAhEBAxEB/8QAFAABAAAAAAAAAAAAAAAAAAAAAP/EABQQAQAAAAAAAAAAAAAAAAAAAAD/xAAUAQEAAAAAAAAAAAAAAAAAAAAA/8QAFBEBAAAA"
+    "AAAAAAAAAAAAAAAAAP/aAAwDAQACEQMRAD8AAA//2Q=="
+)
 
 
 def jpeg_damage(data: bytes) -> str | None:

@@ -63,13 +63,16 @@ def _whole(data: bytes, mode: str, f: int, sh: int, sw: int) -> np.ndarray:
     return own
 
 
+def _system_header(name: str) -> Path:
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    return next(p for p in (Path("/usr/include", name), Path("/usr/include", multiarch, name)) if p.is_file())
+
+
 def _compile_against(api: int, folder: Path, source: Path) -> subprocess.CompletedProcess:
     """Compiles the extension (syntax and types, no code) against this system's libjpeg headers declaring the
     libjpeg API of version ``api``, as libjpeg-turbo's jconfig.h does when it is built for that API."""
-    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
     for name in ("jpeglib.h", "jmorecfg.h", "jerror.h", "jconfig.h"):
-        found = [p for p in (Path("/usr/include", name), Path("/usr/include", multiarch, name)) if p.is_file()]
-        shutil.copy(found[0], folder / name)
+        shutil.copy(_system_header(name), folder / name)
     config = folder / "jconfig.h"
     text, n = re.subn(r"#define JPEG_LIB_VERSION\s+\d+", f"#define JPEG_LIB_VERSION {api}", config.read_text())
     assert n == 1
@@ -90,6 +93,59 @@ def test_the_region_decoder_compiles_against_the_libjpeg_6b_and_8_apis(tmp_path:
         pytest.skip("no libjpeg-turbo headers or no C compiler")
     proc = _compile_against(api, tmp_path, ROOT / "datakit" / "_jpegregion.c")
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+_DOCTOR_SAYS = r"""
+import sys
+import datakit, datakit.io as dio
+from datakit.doctor import doctor
+assert datakit.__file__.startswith(sys.argv[1]), datakit.__file__
+(found,) = [f for f in doctor(num_workers=1).findings if f.check == "jpeg-region"]
+print(dio.region_decoder_available(), found.status, found.detail, sep="\n")
+"""
+
+
+def test_an_extension_that_cannot_decode_here_is_not_used_and_doctor_says_why(tmp_path: Path):
+    # The attacks: the extension built against headers of the libjpeg 8 API and run on libjpeg 6b's library
+    # ("Wrong JPEG library version" on every decode, each sample failing over to the whole image), and one linked to
+    # libjpeg.so.8 installed where there is none (a wheel built elsewhere): doctor said "built" for the first and "not
+    # built (no C compiler or no libjpeg-turbo headers)" for the second, whose reinstall would change nothing.
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not HEADERS or not cc:
+        pytest.skip("no libjpeg-turbo headers or no C compiler")
+    include = sysconfig.get_paths()["include"]
+    so_name = "_jpegregion" + sysconfig.get_config_var("EXT_SUFFIX")
+    headers, stub = tmp_path / "api", tmp_path / "stub"
+    headers.mkdir()
+    stub.mkdir()
+    system = int(re.search(r"#define JPEG_LIB_VERSION\s+(\d+)", _system_header("jconfig.h").read_text()).group(1))
+    other = 62 if system >= 70 else 80  # headers of the other API than the library's
+    assert _compile_against(other, headers, ROOT / "datakit" / "_jpegregion.c").returncode == 0
+    (stub / "s.c").write_text("int stub;\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libjpeg.so.8", "-o", str(stub / "libjpeg.so"),
+                    str(stub / "s.c")], check=True)  # fmt: skip
+    builds = {
+        "other API": [f"-I{headers}", "-ljpeg"],
+        "library gone": [f"-L{stub}", "-Wl,--no-as-needed", "-ljpeg"],
+    }
+    said = {}
+    for what, flags in builds.items():
+        pkg = tmp_path / what.replace(" ", "-")
+        shutil.copytree(ROOT / "datakit", pkg / "datakit", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+        subprocess.run([cc, "-shared", "-fPIC", "-O0", f"-I{include}", flags[0], str(ROOT / "datakit" / "_jpegregion.c"),
+                        *flags[1:], "-lm", "-o", str(pkg / "datakit" / so_name)], check=True)  # fmt: skip
+        if what == "library gone":
+            shutil.rmtree(stub)
+        env = {**os.environ, "PYTHONPATH": str(pkg)}
+        proc = subprocess.run([sys.executable, "-c", _DOCTOR_SAYS, str(pkg)], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        said[what] = proc.stdout.splitlines()
+    tail = "): train_pipeline decodes whole images at the crop's scale and OpenCV resizes them, about 1.3x slower"
+    assert said["other API"] == ["False", "warn", "JPEG region decoder built but not usable here (ValueError: Wrong JPEG "
+                                 f"library version: library is {system}, caller expects {other}" + tail]  # fmt: skip
+    assert said["library gone"] == ["False", "warn", "JPEG region decoder built but not usable here (libjpeg.so.8: "
+                                    "cannot open shared object file: No such file or directory" + tail]  # fmt: skip
 
 
 def test_the_region_decoder_is_built_where_libjpeg_turbo_headers_are():
