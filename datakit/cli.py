@@ -1716,6 +1716,9 @@ def unzip_gbk_main(argv: Sequence[str] | None = None) -> int:
                          "safely.", epilog="example:\n" + _UNZIP_EXAMPLE,
                          formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
         _add_unzip_args(parser)
+        from datakit import __version__
+
+        parser.add_argument("--version", action="version", version=f"unzip-gbk (datakit {__version__})")
         args = parser.parse_args(argv)
     except KeyboardInterrupt:
         print("unzip-gbk: interrupted", file=sys.stderr)

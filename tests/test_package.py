@@ -28,6 +28,24 @@ def test_type_checking_imports_match_the_lazy_names():
         assert getattr(datakit, name) is not None
 
 
+def test_python_m_datakit_is_the_datakit_command_and_unzip_gbk_says_its_version():
+    # the attack: `python -m datakit --version` (where the script is not on the PATH) was "No module named
+    # datakit.__main__", and `unzip-gbk --version` "the following arguments are required: archive"
+    import runpy
+
+    from datakit import __version__
+
+    proc = subprocess.run([sys.executable, "-m", "datakit", "--version"], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"datakit {__version__}\n", "")
+    proc = subprocess.run([sys.executable, "-m", "datakit", "info"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1].startswith("datakit info: error: ")
+    proc = subprocess.run([sys.executable, "-c", "import sys; from datakit.cli import unzip_gbk_main; "
+                           "sys.exit(unzip_gbk_main(['--version']))"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, f"unzip-gbk (datakit {__version__})\n")
+    # a worker started by spawn imports the main module as __mp_main__: it must not run the command again
+    assert runpy.run_module("datakit.__main__", run_name="__mp_main__")["__name__"] == "__mp_main__"
+
+
 def test_py_typed_is_shipped():
     assert (ROOT / "datakit" / "py.typed").is_file()
     tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
