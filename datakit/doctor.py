@@ -282,7 +282,7 @@ def check_jpeg_region(built: bool, why: str | None = None) -> Finding:
     if why:
         return Finding("jpeg-region", "warn",
                        f"JPEG region decoder built but not usable here ({why}): train_pipeline decodes whole images "
-                       "at the crop's scale and OpenCV resizes them, about 1.3x slower",
+                       "at the crop's scale, about 1.3x slower",
                        "it was built against another libjpeg than this machine has (a wheel built elsewhere, or "
                        "headers of one libjpeg-turbo and the library of another): reinstall datakit from source on "
                        "this machine (pip install --force-reinstall --no-deps path/to/datakit)")  # fmt: skip

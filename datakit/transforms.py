@@ -936,6 +936,8 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         return out
 
     def applied(t, x):
+        if x.dtype == torch.uint8:  # (inside a float round trip a fill on the 0-1 scale is the right one)
+            _check_fill(t)
         try:
             return t(x)
         except Exception as exc:
@@ -981,7 +983,6 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
 
     for t in steps:
         for leaf in leaves(t):
-            _check_fill(leaf)
             if type(leaf).__name__ == "RandomErasing" and getattr(leaf, "value", 0) in (None, "random"):
                 # on uint8, torchvision casts N(0, 1) noise to bytes: black and white specks, not noise
                 raise ValueError(f"augment step {leaf!r} with value='random' paints uint8 crops with 0-3 and 253-255 "
@@ -1007,34 +1008,69 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
     return steps
 
 
-def _check_fill(step) -> None:
-    """Refuse a step whose fill colour (RandomErasing's ``value``, the geometric and auto-augment steps' ``fill``) is
-    not a uint8 level: a fraction on the 0-1 scale of float pipelines (ImageNet's mean, 0.485, 0.456, 0.406), which
-    the uint8 crop takes as 0 and paints black, or a number past 0-255, which wraps."""
-    if not type(step).__module__.startswith("torchvision."):  # a caller's own step may mean something else by fill
-        return
-    name = "value" if type(step).__name__ == "RandomErasing" else "fill"
+def _fill_levels(step) -> tuple[str, list] | None:
+    """The fill colour a torchvision step (or a subclass of one) paints an image with, as (the argument's name, its
+    numbers): RandomErasing's ``value``, the geometric and auto-augment steps' ``fill`` (a dict's entry for images;
+    not a mask's). None where there is none, or where it is not used (a padding mode other than constant)."""
+    if not any(c.__module__.startswith("torchvision.") for c in type(step).__mro__[:-1]):
+        return None  # a caller's own step may mean something else by fill
+    name = "value" if isinstance(getattr(step, "value", None), (list, tuple, int, float)) else "fill"
     fill = getattr(step, name, None)
-    if fill is None or isinstance(fill, str):
-        return
-    found = []
+    if fill is None or isinstance(fill, str) or getattr(step, "padding_mode", "constant") != "constant":
+        return None
+    if isinstance(fill, dict):  # {tv_tensors.Image: 0, tv_tensors.Mask: 255}: the image's entry, else "others"
+        keys = [k for k in fill if getattr(k, "__name__", k) in ("Image", "Tensor")] or [
+            k for k in fill if k == "others"
+        ]
+        fill = [fill[k] for k in keys]
+    found: list = []
 
     def numbers(v) -> None:
-        if isinstance(v, dict):
-            for x in v.values():
-                numbers(x)
-        elif isinstance(v, (list, tuple)):
+        if isinstance(v, (list, tuple)):
             for x in v:
                 numbers(x)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            found.append(v)
+        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            found.append(float(v))
 
     numbers(fill)
-    bad = [v for v in found if not (0 <= v <= 255 and float(v).is_integer())]
-    if bad:
-        raise ValueError(f"augment step {' '.join(repr(step).split())} fills with {bad[0]!r}, which is not a level of "
-                         "the uint8 crops it paints (0-255): a fraction is cast to 0, black, and a level past 255 "
-                         f"wraps; give the colour in 0-255 ({name}=[124, 116, 104] is ImageNet's mean)")  # fmt: skip
+    return (name, found) if found else None
+
+
+def _check_gray_fills(augment: list) -> None:
+    """Refuse, at a gray image's first crop, a step whose fill has more levels than its one channel: torchvision
+    refuses it whenever the step paints (RandomErasing when it erases, TrivialAugmentWide when it draws a rotation or
+    a shear), so samples failed at random mid-epoch. Its other steps take one channel."""
+
+    def leaves(t) -> Iterator[Callable]:
+        inner = _tv_steps(t)
+        if inner is None:
+            yield t
+        else:
+            for s in inner:
+                yield from leaves(s)
+
+    for t in augment:
+        for leaf in leaves(t):
+            levels = _fill_levels(leaf)
+            if levels is not None and len(levels[1]) > 1:
+                name = levels[0]
+                raise ValueError(f"augment step {' '.join(repr(leaf).split())} fills with {len(levels[1])} levels, "
+                                 f"and this crop has 1 channel (a gray image): give the step's {name} one level "
+                                 f"({name}=116), or read the images in mode 'rgb'")  # fmt: skip
+
+
+def _check_fill(step) -> None:
+    """Refuse a step that paints the uint8 crop with a colour on the 0-1 scale of float images (ImageNet's mean,
+    0.485, 0.456, 0.406, as float pipelines write it): torchvision casts it to 0, black."""
+    levels = _fill_levels(step)
+    if levels is None:
+        return
+    name, found = levels
+    if all(0 <= v <= 1 for v in found) and any(not v.is_integer() for v in found):
+        first = next(v for v in found if not v.is_integer())
+        raise ValueError(f"augment step {' '.join(repr(step).split())} fills with {first:g}, a level on the 0-1 scale "
+                         "of float images, which the uint8 crop it paints takes as 0, black: give the colour in 0-255 "
+                         f"({name}=[124, 116, 104] is ImageNet's mean)")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -1218,13 +1254,13 @@ class TrainPipeline(_Pipeline):
         key = (id(self), channels, tuple(id(t) for t in self.augment))  # (not in the pipeline: its state unchanged)
         if key in _CHANNELS_TRIED:
             return
-        if channels == 1:  # a fill of three colours, the docs' ImageNet mean, refused by torchvision on a gray crop
-            advice = ("this crop has 1 channel (mode 'gray'): give the step's fill one level (value=116, fill=116), or "
-                      "read the images in mode 'rgb'")  # fmt: skip
+        if channels == 1:  # torchvision's steps take one channel, but not a fill of three (the docs' ImageNet mean)
+            _check_gray_fills(self.augment)
         else:
-            advice = (f"this crop has {channels} channels (mode 'unchanged' keeps alpha), which torchvision's colour "
-                      "steps refuse: read the images in mode 'rgb' for these augmentations")  # fmt: skip
-        _check_augment(self.augment, self.crop.size, channels, draws=32, advice=advice)
+            _check_augment(self.augment, self.crop.size, channels, draws=32,
+                           advice=f"this crop has {channels} channels (mode 'unchanged' keeps alpha), which "
+                           "torchvision's colour steps refuse: read the images in mode 'rgb' for these "
+                           "augmentations")  # fmt: skip
         _CHANNELS_TRIED.add(key)
 
     def _factor(self, ch: int, cw: int) -> int:

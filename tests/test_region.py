@@ -141,7 +141,7 @@ def test_an_extension_that_cannot_decode_here_is_not_used_and_doctor_says_why(tm
                               env=env, cwd=tmp_path, timeout=120)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         said[what] = proc.stdout.splitlines()
-    tail = "): train_pipeline decodes whole images at the crop's scale and OpenCV resizes them, about 1.3x slower"
+    tail = "): train_pipeline decodes whole images at the crop's scale, about 1.3x slower"
     assert said["other API"] == ["False", "warn", "JPEG region decoder built but not usable here (ValueError: Wrong JPEG "
                                  f"library version: library is {system}, caller expects {other}" + tail]  # fmt: skip
     assert said["library gone"] == ["False", "warn", "JPEG region decoder built but not usable here (libjpeg.so.8: "

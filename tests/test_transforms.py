@@ -1251,32 +1251,47 @@ def test_random_erasing_with_random_values_is_refused_on_uint8():
     assert sorted(torch.unique(out).tolist()) == [0, 128]
 
 
-def test_a_fill_colour_that_is_not_a_uint8_level_is_refused():
+def test_a_fill_colour_on_the_0_1_scale_is_refused_on_uint8_crops():
     # the attack: v2.RandomErasing(value=[0.485, 0.456, 0.406]), ImageNet's mean on the float pipelines' 0-1 scale,
     # as a port of a reference script writes it: taken without a word, and every fraction cast to 0 on the uint8
-    # crop, so the box was painted black; the geometric steps' fill= the same (black corners)
+    # crop, so the box was painted black; the geometric steps' fill= the same (black corners), NumPy floats and a
+    # caller's subclass too
     from torchvision import tv_tensors
     from torchvision.transforms import v2
 
     from datakit.transforms import train_pipeline
 
-    for step, shown, first in (
+    class MyErasing(v2.RandomErasing):
+        pass
+
+    half = np.float32(0.5)
+    for step, shown, first, name in (
         (v2.RandomErasing(p=1.0, value=[0.485, 0.456, 0.406]),
          "RandomErasing(p=1.0, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0.485, 0.456, 0.406], inplace=False)",
-         "0.485"),
+         "0.485", "value"),
         (v2.RandomApply([v2.RandomRotation(10, fill=0.5)]),
-         "RandomRotation(degrees=[-10.0, 10.0], interpolation=nearest, expand=False, fill=0.5)", "0.5"),
-        (v2.RandomAffine(5, fill={tv_tensors.Image: 300}), "RandomAffine(degrees=[-5.0, 5.0], interpolation=nearest)",
-         "300"),
+         "RandomRotation(degrees=[-10.0, 10.0], interpolation=nearest, expand=False, fill=0.5)", "0.5", "fill"),
+        (v2.RandomAffine(5, fill={tv_tensors.Image: [half, half, half]}),
+         "RandomAffine(degrees=[-5.0, 5.0], interpolation=nearest)", "0.5", "fill"),
+        (MyErasing(p=1.0, value=0.25), "MyErasing(p=1.0, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0.25], "
+         "inplace=False)", "0.25", "value"),
     ):  # fmt: skip
-        name = "value" if first == "0.485" else "fill"
         with pytest.raises(ValueError) as e:
             train_pipeline(64, augment=[step])
         assert str(e.value) == (
-            f"augment step {shown} fills with {first}, which is not a level of the uint8 crops it paints (0-255): a "
-            f"fraction is cast to 0, black, and a level past 255 wraps; give the colour in 0-255 ({name}=[124, 116, "
-            "104] is ImageNet's mean)"
+            f"augment step {shown} fills with {first}, a level on the 0-1 scale of float images, which the uint8 crop "
+            f"it paints takes as 0, black: give the colour in 0-255 ({name}=[124, 116, 104] is ImageNet's mean)"
         )
+    # the review round's regressions: levels in 0-255 with fractions (mmdet's 123.675), a mask's ignore index, a fill
+    # a reflecting pad does not use, and the 0-1 mean inside a float round trip, where it is the right one
+    to_float, to_uint8 = v2.ToDtype(torch.float32, scale=True), v2.ToDtype(torch.uint8, scale=True)
+    for step in (
+        v2.RandomErasing(p=1.0, value=[123.675, 116.28, 103.53]),
+        v2.RandomAffine(5, fill={tv_tensors.Image: 0, tv_tensors.Mask: 255}),
+        v2.Pad(2, fill=0.5, padding_mode="reflect"),
+        v2.Compose([to_float, v2.RandomErasing(p=1.0, value=[0.485, 0.456, 0.406]), to_uint8]),
+    ):
+        assert train_pipeline(64, augment=[step]).augment == [step]
     pipe = train_pipeline(
         64, augment=[v2.RandomErasing(p=1.0, value=[124, 116, 104]), v2.RandomRotation(10, fill=255.0)]
     )
@@ -1303,10 +1318,10 @@ def test_a_three_colour_fill_on_gray_crops_is_refused_at_the_first_crop_not_at_r
             torch.manual_seed(i)
             with pytest.raises(ValueError) as e:
                 ds[i]
-            assert str(e.value).startswith(f"augment step {step!r} does not accept the uint8 CHW tensor")
-            assert str(e.value).endswith(
-                "; this crop has 1 channel (mode 'gray'): give the step's fill one level (value=116, fill=116), or "
-                "read the images in mode 'rgb'"
+            name = "value" if isinstance(step, v2.RandomErasing) else "fill"
+            assert str(e.value) == (
+                f"augment step {' '.join(repr(step).split())} fills with 3 levels, and this crop has 1 channel (a gray "
+                f"image): give the step's {name} one level ({name}=116), or read the images in mode 'rgb'"
             )
     for step in (v2.RandomErasing(1.0, value=116), v2.TrivialAugmentWide(fill=116), v2.ColorJitter(0.4, 0.4)):
         ds = open_dataset(tmp_path, transform=train_pipeline(32, augment=[step]), mode="gray")
