@@ -1610,7 +1610,10 @@ class Loader:
                 self._pending.append(own)  # a newer iteration stops it before resetting the iterator
         self._live = it  # (whose workers :meth:`_worker_lost` looks at)
         first = cpu0 = own0 = None
-        failed = False
+        failed = ended = False
+        # the batches this pass gives, where known: the epoch then ends at its last one, not at a request past it,
+        # which a loop that takes len(loader) batches (Lightning's fetcher, zip(range(n), loader)) never makes
+        expected = None if stream or skip or isinstance(dl.dataset, torch.utils.data.IterableDataset) else _length(dl)
         cpu = time.process_time
         try:
             while left != 0:
@@ -1639,7 +1642,15 @@ class Loader:
                     t.wait_s += t1 - t0
                     t.wait_cpu_s += cpu() - c0
                     t.total_s = t1 - first
+                if left == 0 if stream else t.batches == expected:
+                    ended = True
+                    if own is not None:  # its thread ends (the iterator has no batch left) before the workers may
+                        own.close(wait=False)  # be re-tuned
+                        own.join(1.0)
+                    self._epoch_done(t, dl, first, cpu0, own0)
                 yield batch
+                if ended:
+                    return
         finally:
             if self._live is it:
                 self._live = None  # (held no longer: the iterator, its workers and batches go with the last holder)
@@ -1656,8 +1667,11 @@ class Loader:
                         shutdown()
             elif stream and it is self._feed and gen == self._generation and left != 0:
                 self._drop_feed(wait=False)
-        if gen != self._generation:
+        if gen != self._generation or ended:
             return
+        self._epoch_done(t, dl, first, cpu0, own0)
+
+    def _epoch_done(self, t: EpochTiming, dl, first, cpu0, own0) -> None:
         if first is not None:
             own1, loop1, queued1 = _own_cpu_seconds(dl)
             t.own_cpu_s, t.loop_cpu_s, t.queued_s = own1 - own0[0], loop1 - own0[1], queued1 - own0[2]
@@ -1751,6 +1765,22 @@ class Loader:
             feed.close(wait=False)  # its thread ends, letting go of the DataLoader's iterator
 
     def __iter__(self):
+        # the pass in progress ends here, at iter(loader); which epoch this one serves is settled at its first
+        # batch: an iter() never asked for one (a framework's check that the loader iterates: Lightning's) is no
+        # pass, and a sampler.set_epoch(e) made between iter() and the first batch (Lightning's order) is heard
+        self._supersede("iter")
+        return self._pass(self._generation)
+
+    def _pass(self, gen: int) -> Iterator:
+        if gen != self._generation:  # superseded before its first batch
+            raise self._ended(self.epoch)
+        epoch = self._next_epoch()
+        self._started = epoch
+        self.epoch = epoch + 1
+        yield from self._run(epoch, 0, gen)
+
+    def _next_epoch(self) -> int:
+        """The epoch the pass starting now serves: the one after the last, or one a sampler was told."""
         sampler = self.loader.sampler
         if isinstance(sampler, EpochSampler):
             if sampler.asked is not None:  # the loop called sampler.set_epoch(e) itself (DDP's idiom): as asked
@@ -1771,10 +1801,7 @@ class Loader:
             told = getattr(sampler, "epoch", None)
             if type(told) is int and told != self._told_epoch and (self._told_epoch is not None or told != 0):
                 self.epoch = told  # a sampler of the caller's own, whose set_epoch was called
-        it = self._iterate(self.epoch)
-        self._started = self.epoch
-        self.epoch += 1
-        return it
+        return self.epoch
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -1788,6 +1815,14 @@ class Loader:
 
             raise AttributeError(f"{name}() needs create_loader(..., infinite=True): {_FINITE}")
         return getattr(self.loader, name)
+
+
+def _length(dl) -> int | None:
+    """The batches a DataLoader gives an epoch, None where it cannot tell."""
+    try:
+        return len(dl)
+    except TypeError:
+        return None
 
 
 class _Digest(pickle.Pickler):

@@ -447,6 +447,14 @@ class DeviceLoader:
     the exact next batch.
     """
 
+    def __new__(cls, loader, *args, **kwargs):
+        # state_dict and load_state_dict are on an infinite loader's class only: a finite one has none (hasattr(),
+        # and a Protocol's isinstance(), which looks at the class: Lightning saved the state of any loader whose class
+        # had state_dict, and a finite one's raised at the first checkpoint)
+        if cls is DeviceLoader and hasattr(loader, "state_dict"):
+            cls = _ResumableDeviceLoader
+        return super().__new__(cls)
+
     def __init__(self, loader, device: str | torch.device = "cpu", mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None, channels_last: bool = False,
                  explicit: bool = False) -> None:  # fmt: skip
@@ -541,18 +549,6 @@ class DeviceLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def state_dict(self) -> dict:
-        if not self.infinite:
-            raise AttributeError(f"state_dict() needs create_loader(..., infinite=True): {_FINITE}")
-        return dict(self._state)
-
-    def load_state_dict(self, state: dict) -> None:
-        if not self.infinite:
-            raise AttributeError(f"load_state_dict() needs create_loader(..., infinite=True): {_FINITE}")
-        self._gen = None  # drop what was held ahead; the loader restarts from the state
-        self.loader.load_state_dict(state)
-        self._state = self.loader.state_dict()
-
     @property
     def epoch(self) -> int:
         return self._state["epoch"] if self.infinite else self.loader.epoch
@@ -577,3 +573,15 @@ class DeviceLoader:
     def __repr__(self) -> str:
         norm = f"mean={self.mean}, std={self.std}" if self.mean is not None else "no normalisation"
         return f"DeviceLoader(device={str(self.device)!r}, {norm})"
+
+
+class _ResumableDeviceLoader(DeviceLoader):
+    """A :class:`DeviceLoader` over an infinite loader: its state is the batches handed out, not those held ahead."""
+
+    def state_dict(self) -> dict:
+        return dict(self._state)
+
+    def load_state_dict(self, state: dict) -> None:
+        self._gen = None  # drop what was held ahead; the loader restarts from the state
+        self.loader.load_state_dict(state)
+        self._state = self.loader.state_dict()

@@ -1062,10 +1062,77 @@ def test_a_newer_iteration_supersedes_an_unfinished_one_which_then_refuses(worke
     with pytest.raises(UsageError, match="the iterator of epoch 2 was superseded"):
         next(a)
     assert [x[0].tolist() for x in b] == whole and batches(loader) == whole
-    # an iteration that handed out its last batch but was never told the epoch ended
+    # an iteration that handed out its last batch but was never told the epoch ended (`a`, refused before its first
+    # batch, served none: epochs 2 (b), 3 (batches), 4 (zip), 5)
     last = [x[0].tolist() for _, x in zip(range(10), loader)]
-    assert last == whole and batches(loader) == whole and loader.history[-1].epoch == 6
+    assert last == whole and batches(loader) == whole and [h.epoch for h in loader.history][-4:] == [2, 3, 4, 5]
     loader.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iter_never_asked_for_a_batch_is_no_pass_and_set_epoch_before_the_first_batch_is_heard(workers):
+    # The attack: Lightning calls iter(loader) once to check that it iterates and drops it, then each epoch calls
+    # iter(loader), then loader.sampler.set_epoch(e), then takes the batches. The dropped iter() counted as epoch 0's
+    # pass and set_epoch(0) came too late: epoch 0 was served epoch 1's order and crops, and epoch 1 repeated them.
+    loader = create_loader(Indexed(24), 4, num_workers=workers, seed=0)
+    iter(loader)  # a framework's check: no batch asked for
+    served = []
+    for epoch in range(3):
+        it = iter(loader)
+        loader.sampler.set_epoch(epoch)
+        served.append([i for b in it for i in b[0].tolist()])
+    assert served == [loader.sampler.indices(e) for e in range(3)]
+    assert len({tuple(s) for s in served}) == 3 and [h.epoch for h in loader.history] == [0, 1, 2]
+    plain = create_loader(Indexed(24), 4, num_workers=workers, seed=0)
+    iter(plain)
+    assert [[i for b in plain for i in b[0].tolist()] for _ in range(2)] == served[:2]  # no set_epoch: the same
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_of_len_batches_taken_ends_at_its_last_batch(tmp_path: Path, workers: int):
+    # The attack: a loop that takes len(loader) batches and asks for none past them (Lightning's fetcher,
+    # zip(range(n), loader)): the epoch never ended, so its bad samples were never merged into bad_samples.json,
+    # loader.history stayed empty and autotune never re-tuned.
+    from datakit.datasets import open_dataset, read_bad_samples
+
+    report = tmp_path / "bad_samples.json"
+    ds = open_dataset(bad_folder(tmp_path), on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    loader = create_loader(ds, 4, num_workers=workers, seed=0, train=False)
+    for epoch in range(2):
+        it = iter(loader)
+        got = [next(it) for _ in range(len(loader))]
+        assert [h.epoch for h in loader.history] == list(range(epoch + 1))
+        assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
+        assert sum(len(t) for _, t in got) == 40
+        with pytest.raises(StopIteration):  # past its last batch, as before
+            next(it)
+    assert len(loader.history) == 2
+
+
+def test_a_finite_device_loader_has_no_state_dict_an_infinite_one_has(class_folder: Path):
+    # The attack: Lightning saves the state of a loader whose class has state_dict (a runtime Protocol's isinstance):
+    # create_loader(..., device="cpu"), the README's, had one that raised, and the first checkpoint ended the run.
+    from typing import Protocol, runtime_checkable
+
+    from datakit.datasets import open_dataset
+    from datakit.transforms import train_pipeline
+
+    @runtime_checkable
+    class Stateful(Protocol):
+        def state_dict(self) -> dict: ...
+
+        def load_state_dict(self, state: dict) -> None: ...
+
+    ds = open_dataset(class_folder, transform=train_pipeline(32))
+    finite, infinite = create_loader(ds, 4, device="cpu"), create_loader(ds, 4, device="cpu", infinite=True)
+    assert not hasattr(finite, "state_dict") and not isinstance(finite, Stateful)
+    assert hasattr(infinite, "state_dict") and isinstance(infinite, Stateful)
+    with pytest.raises(AttributeError) as e:
+        finite.state_dict()
+    assert str(e.value) == ("state_dict() needs create_loader(..., infinite=True): a finite loader's epoch is chosen "
+                            "with loader.epoch = e")  # fmt: skip
+    next(infinite)
+    assert (infinite.state_dict()["epoch"], infinite.state_dict()["step"]) == (0, 1)
 
 
 class WhichWorker(Dataset):

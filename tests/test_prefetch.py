@@ -372,7 +372,7 @@ def test_dropping_an_infinite_device_loader_ends_its_workers_without_a_garbage_c
     ds = TensorDataset(torch.zeros(40, 3, 8, 8, dtype=torch.uint8), torch.arange(40))
     before = {p.pid for p in mp.active_children()}
     dl = create_loader(ds, batch_size=4, num_workers=2, infinite=True, device="cpu", seed=0)
-    assert type(dl).__name__ == "DeviceLoader" and len(next(dl)[1]) == 4
+    assert isinstance(dl, DeviceLoader) and len(next(dl)[1]) == 4
     workers = {p.pid for p in mp.active_children()} - before
     assert len(workers) == 2
     gc.collect()
