@@ -1806,6 +1806,9 @@ class Loader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def __reduce_ex__(self, protocol):
+        raise TypeError(_UNPICKLABLE.format(type(self).__name__))
+
     def __getattr__(self, name: str):
         if name == "loader":
             raise AttributeError(name)
@@ -1815,6 +1818,12 @@ class Loader:
 
             raise AttributeError(f"{name}() needs create_loader(..., infinite=True): {_FINITE}")
         return getattr(self.loader, name)
+
+
+_UNPICKLABLE = (
+    "cannot pickle a datakit {} (it holds its workers and threads): make the loader in the process that iterates it "
+    "(a LightningDataModule's train_dataloader() or setup(), not its __init__, under ddp_spawn); its dataset pickles"
+)
 
 
 def _length(dl) -> int | None:
@@ -2343,6 +2352,9 @@ class InfiniteLoader:
                 # end of the epoch and skipping the rest
                 self._it = None
                 raise
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(_UNPICKLABLE.format(type(self).__name__))
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -549,6 +549,11 @@ class DeviceLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def __reduce_ex__(self, protocol):
+        from datakit.loader import _UNPICKLABLE
+
+        raise TypeError(_UNPICKLABLE.format(type(self).__name__.lstrip("_").removeprefix("Resumable")))
+
     @property
     def epoch(self) -> int:
         return self._state["epoch"] if self.infinite else self.loader.epoch

@@ -1135,6 +1135,26 @@ def test_a_finite_device_loader_has_no_state_dict_an_infinite_one_has(class_fold
     assert (infinite.state_dict()["epoch"], infinite.state_dict()["step"]) == (0, 1)
 
 
+def test_a_loader_refuses_pickling_with_what_to_do():
+    # The attack: a LightningDataModule that made its loader in __init__, under ddp_spawn (the module is pickled to
+    # the ranks): "Can't pickle local object 'create_loader.<locals>.build'", naming neither the loader nor the way out
+    import copy
+    import pickle
+
+    for kw, name in (({}, "Loader"), ({"device": "cpu"}, "DeviceLoader"), ({"infinite": True}, "InfiniteLoader"),
+                     ({"infinite": True, "device": "cpu"}, "DeviceLoader")):  # fmt: skip
+        loader = create_loader(Indexed(8), 4, num_workers=0, seed=0, **kw)
+        for copies in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(TypeError) as e:
+                copies(loader)
+            assert str(e.value) == (
+                f"cannot pickle a datakit {name} (it holds its workers and threads): make the loader in the process "
+                "that iterates it (a LightningDataModule's train_dataloader() or setup(), not its __init__, under "
+                "ddp_spawn); its dataset pickles"
+            )
+        assert len(pickle.loads(pickle.dumps(loader.dataset))) == 8
+
+
 class WhichWorker(Dataset):
     """Returns its index and the id of the worker that loaded it."""
 
