@@ -1404,6 +1404,7 @@ class Loader:
         self._told_epoch: int | None = None  # the epoch last given to sampler.set_epoch
         self._ended_by = "iter"  # what superseded the last: a newer iteration, close() or set_num_workers()
         self._started: int | None = None  # the epoch the last pass begun by iter(loader) served
+        self._unended: tuple | None = None  # a pass that handed out its last batch, whose end no request past it ran
         self._warned_steps = False
         # the iterator over a _StreamingDataLoader's batches that reads on into the next epoch,
         # and the (epoch, skip) its next batch belongs to
@@ -1610,9 +1611,9 @@ class Loader:
                 self._pending.append(own)  # a newer iteration stops it before resetting the iterator
         self._live = it  # (whose workers :meth:`_worker_lost` looks at)
         first = cpu0 = own0 = None
-        failed = ended = False
-        # the batches this pass gives, where known: the epoch then ends at its last one, not at a request past it,
-        # which a loop that takes len(loader) batches (Lightning's fetcher, zip(range(n), loader)) never makes
+        failed = False
+        # the batches this pass gives, where known: a loop that takes len(loader) of them and asks for none past
+        # (Lightning's fetcher, zip(range(n), loader)) has its epoch ended at the next iter(loader)
         expected = None if stream or skip or isinstance(dl.dataset, torch.utils.data.IterableDataset) else _length(dl)
         cpu = time.process_time
         try:
@@ -1643,14 +1644,8 @@ class Loader:
                     t.wait_cpu_s += cpu() - c0
                     t.total_s = t1 - first
                 if left == 0 if stream else t.batches == expected:
-                    ended = True
-                    if own is not None:  # its thread ends (the iterator has no batch left) before the workers may
-                        own.close(wait=False)  # be re-tuned
-                        own.join(1.0)
-                    self._epoch_done(t, dl, first, cpu0, own0)
+                    self._unended = (gen, t, dl, first, cpu0, own0)  # its end, should no batch be asked past it
                 yield batch
-                if ended:
-                    return
         finally:
             if self._live is it:
                 self._live = None  # (held no longer: the iterator, its workers and batches go with the last holder)
@@ -1667,8 +1662,9 @@ class Loader:
                         shutdown()
             elif stream and it is self._feed and gen == self._generation and left != 0:
                 self._drop_feed(wait=False)
-        if gen != self._generation or ended:
+        if gen != self._generation:
             return
+        self._unended = None
         self._epoch_done(t, dl, first, cpu0, own0)
 
     def _epoch_done(self, t: EpochTiming, dl, first, cpu0, own0) -> None:
@@ -1768,6 +1764,9 @@ class Loader:
         # the pass in progress ends here, at iter(loader); which epoch this one serves is settled at its first
         # batch: an iter() never asked for one (a framework's check that the loader iterates: Lightning's) is no
         # pass, and a sampler.set_epoch(e) made between iter() and the first batch (Lightning's order) is heard
+        unended, self._unended = self._unended, None
+        if unended is not None and unended[0] == self._generation:  # every batch handed out, none asked past
+            self._epoch_done(*unended[1:])
         self._supersede("iter")
         return self._pass(self._generation)
 
@@ -1821,7 +1820,8 @@ class Loader:
 
 
 _UNPICKLABLE = (
-    "cannot pickle a datakit {} (it holds its workers and threads): make the loader in the process that iterates it "
+    "cannot pickle or copy a datakit {} (it holds its workers and threads): make the loader in the process that "
+    "iterates it "
     "(a LightningDataModule's train_dataloader() or setup(), not its __init__, under ddp_spawn); its dataset pickles"
 )
 

@@ -451,8 +451,10 @@ class DeviceLoader:
         # state_dict and load_state_dict are on an infinite loader's class only: a finite one has none (hasattr(),
         # and a Protocol's isinstance(), which looks at the class: Lightning saved the state of any loader whose class
         # had state_dict, and a finite one's raised at the first checkpoint)
-        if cls is DeviceLoader and hasattr(loader, "state_dict"):
-            cls = _ResumableDeviceLoader
+        if hasattr(loader, "state_dict") and not issubclass(cls, _ResumableDeviceLoader):
+            if cls not in _RESUMABLE:  # a caller's subclass: the same, with the state methods
+                _RESUMABLE[cls] = type(cls.__name__, (cls, _ResumableDeviceLoader), {"__module__": cls.__module__})
+            cls = _RESUMABLE[cls]
         return super().__new__(cls)
 
     def __init__(self, loader, device: str | torch.device = "cpu", mean: Sequence[float] | None = None,
@@ -580,6 +582,9 @@ class DeviceLoader:
         return f"DeviceLoader(device={str(self.device)!r}, {norm})"
 
 
+_RESUMABLE: dict[type, type] = {}  # each DeviceLoader class -> the same over an infinite loader
+
+
 class _ResumableDeviceLoader(DeviceLoader):
     """A :class:`DeviceLoader` over an infinite loader: its state is the batches handed out, not those held ahead."""
 
@@ -590,3 +595,6 @@ class _ResumableDeviceLoader(DeviceLoader):
         self._gen = None  # drop what was held ahead; the loader restarts from the state
         self.loader.load_state_dict(state)
         self._state = self.loader.state_dict()
+
+
+_RESUMABLE[DeviceLoader] = _ResumableDeviceLoader
