@@ -900,6 +900,16 @@ def _decode_scaled(data: bytes, mode: str, name: str, h: int, w: int, f: int) ->
     return _decode_image(data, mode, -(-max(h, w) // f) if f > 1 else None, name)[0]
 
 
+def _leaves(t) -> Iterator[Callable]:
+    """Every step inside ``t`` (RandomApply, RandomChoice, Compose, ...), or ``t`` itself."""
+    inner = _tv_steps(t)
+    if inner is None:
+        yield t
+    else:
+        for s in inner:
+            yield from _leaves(s)
+
+
 def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int = 1,
                    advice: str = "put float steps after the loader, or use normalize=True and a transform of your "
                    "own") -> list[Callable]:  # fmt: skip
@@ -917,14 +927,6 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         if not callable(t):
             raise TypeError(f"augment must be a list of callables (torchvision v2 transforms), got {t!r}")
     probe = torch.zeros((channels, *size), dtype=torch.uint8)
-
-    def leaves(t) -> Iterator[Callable]:  # every step inside RandomApply, RandomChoice, ...
-        inner = _tv_steps(t)
-        if inner is None:
-            yield t
-        else:
-            for s in inner:
-                yield from leaves(s)
 
     def refused(t, exc: Exception) -> ValueError:
         return ValueError(f"augment step {t!r} does not accept the uint8 CHW tensor the pipeline gives it "
@@ -982,7 +984,7 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
         return x
 
     for t in steps:
-        for leaf in leaves(t):
+        for leaf in _leaves(t):
             if type(leaf).__name__ == "RandomErasing" and getattr(leaf, "value", 0) in (None, "random"):
                 # on uint8, torchvision casts N(0, 1) noise to bytes: black and white specks, not noise
                 raise ValueError(f"augment step {leaf!r} with value='random' paints uint8 crops with 0-3 and 253-255 "
@@ -1040,17 +1042,8 @@ def _check_gray_fills(augment: list) -> None:
     """Refuse, at a gray image's first crop, a step whose fill has more levels than its one channel: torchvision
     refuses it whenever the step paints (RandomErasing when it erases, TrivialAugmentWide when it draws a rotation or
     a shear), so samples failed at random mid-epoch. Its other steps take one channel."""
-
-    def leaves(t) -> Iterator[Callable]:
-        inner = _tv_steps(t)
-        if inner is None:
-            yield t
-        else:
-            for s in inner:
-                yield from leaves(s)
-
     for t in augment:
-        for leaf in leaves(t):
+        for leaf in _leaves(t):
             levels = _fill_levels(leaf)
             if levels is not None and len(levels[1]) > 1:
                 name = levels[0]
