@@ -1111,6 +1111,19 @@ def _stop_receivers() -> None:
 
 atexit.register(_stop_receivers)  # registered after torch's own exit hook (imported above): runs before it
 
+_UNENDED: weakref.WeakSet = weakref.WeakSet()  # loaders whose pass handed out its last batch, none asked past it
+
+
+@atexit.register
+def _end_unended_passes() -> None:
+    """A run's last epoch under a loop that takes len(loader) batches and never asks past them (PyTorch
+    Lightning's): its bad samples merged into the report at exit, as the next ``iter()`` would have."""
+    for loader in list(_UNENDED):
+        try:
+            loader._end_unended(at_exit=True)
+        except Exception as exc:  # noqa: BLE001 - at exit: said, not raised into the interpreter's shutdown
+            log.warning("at exit: the last epoch's bad samples were not merged: %s", exc)
+
 
 @contextlib.contextmanager
 def _heap_frozen(starting_workers: bool):
@@ -1645,6 +1658,7 @@ class Loader:
                     t.total_s = t1 - first
                 if left == 0 if stream else t.batches == expected:
                     self._unended = (gen, t, dl, first, cpu0, own0)  # its end, should no batch be asked past it
+                    _UNENDED.add(self)  # (ended at exit, should no iter() follow: a run's last epoch)
                 yield batch
         finally:
             if self._live is it:
@@ -1665,6 +1679,7 @@ class Loader:
         if gen != self._generation:
             return
         self._unended = None
+        _UNENDED.discard(self)
         self._epoch_done(t, dl, first, cpu0, own0)
 
     def _epoch_done(self, t: EpochTiming, dl, first, cpu0, own0) -> None:
@@ -1750,7 +1765,9 @@ class Loader:
 
     def close(self) -> None:
         """Stop reading ahead into the next epoch and stop the workers (the next epoch starts
-        them again). Dropping the loader does the same."""
+        them again). Dropping the loader does the same. A pass that handed out its last batch, with
+        none asked past it, ends here."""
+        self._end_unended()
         self._supersede("loader.close()")
         self._drop_feed(wait=True, patience=2.5)  # its workers stop: a stuck batch is not waited for
         _stop_workers(self.loader)
@@ -1764,11 +1781,23 @@ class Loader:
         # the pass in progress ends here, at iter(loader); which epoch this one serves is settled at its first
         # batch: an iter() never asked for one (a framework's check that the loader iterates: Lightning's) is no
         # pass, and a sampler.set_epoch(e) made between iter() and the first batch (Lightning's order) is heard
-        unended, self._unended = self._unended, None
-        if unended is not None and unended[0] == self._generation:  # every batch handed out, none asked past
-            self._epoch_done(*unended[1:])
+        self._end_unended()
         self._supersede("iter")
         return self._pass(self._generation)
+
+    def _end_unended(self, at_exit: bool = False) -> None:
+        """End a pass that handed out every batch and was asked for none past them; at the interpreter's exit
+        (a run's last epoch under a framework that never asks past it) only its bad samples are merged."""
+        unended, self._unended = self._unended, None
+        _UNENDED.discard(self)
+        if unended is None or unended[0] != self._generation:
+            return
+        if not at_exit:
+            self._epoch_done(*unended[1:])
+            return
+        merge = getattr(self.dataset, "merge_bad_samples", None)
+        if callable(merge):
+            merge()
 
     def _pass(self, gen: int) -> Iterator:
         if gen != self._generation:  # superseded before its first batch

@@ -1112,6 +1112,50 @@ def test_an_epoch_of_len_batches_taken_ends_at_the_next_iter(tmp_path: Path, wor
     assert [h.epoch for h in loader.history] == [0, 1, 2]
 
 
+_LAST_EPOCH = """
+import sys
+from datakit.datasets import open_dataset
+from datakit.loader import create_loader
+
+ds = open_dataset(sys.argv[1], on_error="skip", max_bad_fraction=0.1, bad_samples=sys.argv[2])
+loader = create_loader(ds, 4, num_workers=int(sys.argv[3]), seed=0, train=False)
+it = iter(loader)
+batches = [next(it) for _ in range(len(loader))]  # the run's last (here only) epoch: no batch asked past its last
+print(len(loader.history), flush=True)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_last_epoch_of_len_batches_taken_has_its_bad_samples_merged_at_exit(tmp_path: Path, workers: int):
+    # The attack: under a loop that takes len(loader) batches and never asks past them (Lightning's), the run's last
+    # epoch ended only at a further iter(), which never came: its bad samples were never merged into the report.
+    from datakit.datasets import read_bad_samples
+
+    script, report = tmp_path / "train.py", tmp_path / "bad_samples.json"
+    script.write_text(_LAST_EPOCH)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, str(script), str(bad_folder(tmp_path)), str(report), str(workers)],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout == "0\n", proc.stderr[-2000:]  # not ended before the exit
+    assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
+
+
+def test_close_ends_a_pass_that_handed_out_its_last_batch(tmp_path: Path):
+    from datakit.datasets import open_dataset, read_bad_samples
+
+    report = tmp_path / "bad_samples.json"
+    ds = open_dataset(bad_folder(tmp_path), on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    loader = create_loader(ds, 4, num_workers=2, seed=0, train=False)
+    it = iter(loader)
+    assert [len(next(it)[1]) for _ in range(len(loader))] == [4] * 10
+    assert loader.history == [] and read_bad_samples(report)["bad"] == []
+    loader.close()
+    assert [(h.epoch, h.batches) for h in loader.history] == [(0, 10)]
+    assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
+    assert [len(t) for _, t in loader] == [4] * 10  # the next epoch, as after any close()
+    assert [(h.epoch, h.batches) for h in loader.history] == [(0, 10), (1, 10)]
+
+
 def test_a_finite_device_loader_has_no_state_dict_an_infinite_one_has(class_folder: Path):
     # The attack: Lightning saves the state of a loader whose class has state_dict (a runtime Protocol's isinstance):
     # create_loader(..., device="cpu"), the README's, had one that raised, and the first checkpoint ended the run.
