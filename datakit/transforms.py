@@ -926,7 +926,7 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
     for t in steps:
         if not callable(t):
             raise TypeError(f"augment must be a list of callables (torchvision v2 transforms), got {t!r}")
-    probe = torch.zeros((channels, *size), dtype=torch.uint8)
+    probe = torch.full((channels, *size), 255, dtype=torch.uint8)  # white: 1.0 where a float step makes it 0-1
 
     def refused(t, exc: Exception) -> ValueError:
         return ValueError(f"augment step {t!r} does not accept the uint8 CHW tensor the pipeline gives it "
@@ -940,6 +940,8 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
     def applied(t, x):
         if x.dtype == torch.uint8:  # (inside a float round trip a fill on the 0-1 scale is the right one)
             _check_fill(t)
+        elif x.is_floating_point() and x.numel() and float(x.max()) <= 1.0:  # white on the 0-1 scale
+            _check_fill(t, unit=True)
         try:
             return t(x)
         except Exception as exc:
@@ -1052,13 +1054,23 @@ def _check_gray_fills(augment: list) -> None:
                                  f"({name}=116), or read the images in mode 'rgb'")  # fmt: skip
 
 
-def _check_fill(step) -> None:
+def _check_fill(step, unit: bool = False) -> None:
     """Refuse a step that paints the uint8 crop with a colour on the 0-1 scale of float images (ImageNet's mean,
-    0.485, 0.456, 0.406, as float pipelines write it): torchvision casts it to 0, black."""
+    0.485, 0.456, 0.406, as float pipelines write it): torchvision casts it to 0, black. ``unit``: the step paints a
+    float crop on the 0-1 scale (inside a float round trip), where a 0-255 level is painted as it is, far out of range:
+    white once the crop is uint8 again."""
     levels = _fill_levels(step)
     if levels is None:
         return
     name, found = levels
+    if unit:
+        if any(v > 1 for v in found):
+            first = next(v for v in found if v > 1)
+            raise ValueError(f"augment step {' '.join(repr(step).split())} fills with {first:g}, a 0-255 level, the "
+                             "float crop it paints being on the 0-1 scale (after ToDtype(torch.float32, scale=True)): "
+                             "it is painted out of range, white once the crop is uint8 again: give the colour on the "
+                             f"0-1 scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean)")  # fmt: skip
+        return
     if all(0 <= v <= 1 for v in found) and any(not v.is_integer() for v in found):
         first = next(v for v in found if not v.is_integer())
         raise ValueError(f"augment step {' '.join(repr(step).split())} fills with {first:g}, a level on the 0-1 scale "

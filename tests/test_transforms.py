@@ -1292,6 +1292,24 @@ def test_a_fill_colour_on_the_0_1_scale_is_refused_on_uint8_crops():
         v2.Compose([to_float, v2.RandomErasing(p=1.0, value=[0.485, 0.456, 0.406]), to_uint8]),
     ):
         assert train_pipeline(64, augment=[step]).augment == [step]
+    # and the other way round: 0-255 levels on the float crop of a round trip, painted as they are, out of range
+    # (white once the crop is uint8 again); a round trip without scale=True keeps 0-255, where they are right
+    for step, shown, first, name in (
+        (v2.RandomErasing(p=1.0, value=[124, 116, 104]),
+         "RandomErasing(p=1.0, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[124.0, 116.0, 104.0], inplace=False)",
+         "124", "value"),
+        (v2.RandomRotation(10, fill=255), "RandomRotation(degrees=[-10.0, 10.0], interpolation=nearest, expand=False, "
+         "fill=255)", "255", "fill"),
+    ):  # fmt: skip
+        with pytest.raises(ValueError) as e:
+            train_pipeline(64, augment=[v2.Compose([to_float, step, to_uint8])])
+        assert str(e.value) == (
+            f"augment step {shown} fills with {first}, a 0-255 level, the float crop it paints being on the 0-1 scale "
+            "(after ToDtype(torch.float32, scale=True)): it is painted out of range, white once the crop is uint8 "
+            f"again: give the colour on the 0-1 scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean)"
+        )
+    kept = [v2.ToDtype(torch.float32), v2.RandomErasing(p=1.0, value=[124, 116, 104]), v2.ToDtype(torch.uint8)]
+    assert train_pipeline(64, augment=kept).augment == kept
     pipe = train_pipeline(
         64, augment=[v2.RandomErasing(p=1.0, value=[124, 116, 104]), v2.RandomRotation(10, fill=255.0)]
     )
