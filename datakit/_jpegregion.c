@@ -1517,6 +1517,11 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The version of this source the binary was built from: the first 12 hex digits of the SHA-256 of this file without
+ * this line (tests/test_region.py checks it, and datakit/io.py's _REGION_SOURCE). A wheel built where an earlier
+ * build/ holds a binary, the new source failing to compile, ships the old one: datakit then leaves it unused. */
+#define DATAKIT_REGION_SOURCE "224240f7e7ae"
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpegregion", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__jpegregion(void) {
@@ -1528,7 +1533,8 @@ PyMODINIT_FUNC PyInit__jpegregion(void) {
     if (m != NULL && (Damaged == NULL || PyModule_AddObjectRef(m, "DamagedJPEG", Damaged) < 0 ||
                       PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0 ||
                       PyModule_AddIntConstant(m, "STORED", 1) < 0 ||
-                      PyModule_AddIntConstant(m, "RESIZE_SIMD", use_avx2()) < 0)) {
+                      PyModule_AddIntConstant(m, "RESIZE_SIMD", use_avx2()) < 0 ||
+                      PyModule_AddStringConstant(m, "SOURCE", DATAKIT_REGION_SOURCE) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

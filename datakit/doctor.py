@@ -279,6 +279,13 @@ def check_jpeg_region(built: bool, why: str | None = None) -> Finding:
     ``why`` it cannot be used here (a library it links missing, another libjpeg than its headers')."""
     if built:
         return Finding("jpeg-region", "ok", "JPEG region decoder built: train_pipeline decodes only each crop's pixels")
+    if why and why.startswith("built from another version of its source"):
+        return Finding("jpeg-region", "warn",
+                       f"JPEG region decoder not used ({why}): train_pipeline decodes whole images at the crop's "
+                       "scale, about 1.3x slower",
+                       "the binary is older than its source: a rebuild whose compile failed kept an earlier build's; "
+                       "remove the build/ folder and reinstall datakit from source (pip's output then says why the "
+                       "compile fails: install libjpeg-turbo's headers and a C compiler)")  # fmt: skip
     if why:
         return Finding("jpeg-region", "warn",
                        f"JPEG region decoder built but not usable here ({why}): train_pipeline decodes whole images "

@@ -1436,6 +1436,7 @@ def _pillow_named(raw: bytes, mode: str, fmt: str | None, name, upright: bool = 
 
 
 _REGION = None  # datakit._jpegregion once imported; False when it was not built or cannot decode here
+_REGION_SOURCE = "224240f7e7ae"  # the version of _jpegregion.c this datakit is (the SHA-256 the binary is stamped with)
 _REGION_WHY: str | None = None  # why an extension that is there cannot be used, for doctor
 
 
@@ -1463,7 +1464,12 @@ def region_decoder_available() -> bool:
 def _region_refusal(region) -> str | None:
     """Why the extension cannot decode an 8x8 JPEG here, or None: built against headers of another libjpeg than
     the one it loads, every decode fails ("Wrong JPEG library version: library is 62, caller expects 80"), and
-    each sample would fail over to the whole-image path."""
+    each sample would fail over to the whole-image path. A binary built from another version of its source (a
+    wheel built where an earlier build/ held one, the new source failing to compile) is not used either."""
+    built = getattr(region, "SOURCE", None)
+    if built != _REGION_SOURCE:
+        return (f"built from another version of its source ({built or 'unstamped'}, this datakit's is "
+                f"{_REGION_SOURCE}): install datakit again, without an earlier build/ folder")  # fmt: skip
     try:
         pixels, rows, band, channels, offset = region.decode_region(base64.b64decode(_GRAY_8X8_JPEG), 1, 0, 0, 8, 8, 0)
         got = np.frombuffer(pixels, np.uint8).reshape(rows, band, channels)[:, offset : offset + 8]

@@ -2547,8 +2547,9 @@ def _extent(part: bytes) -> tuple[int, str, int, int, bool]:
 
 
 @functools.lru_cache(maxsize=16)
-def _sheet_scan(path: str, sheet: str, stamp: tuple[int, int]) -> _SheetScan:
-    """One streamed pass over a sheet's XML (``stamp``: the file's mtime and size, so a changed file is read again):
+def _sheet_scan(path: str, sheet: str, stamp: tuple) -> _SheetScan:
+    """One streamed pass over a sheet's XML (``stamp``: the file's identity, times and size: a changed file is read
+    again):
     the rows it hides and how far its cells reach, which every reader makes a grid of (calamine allocates it
     whole: one stray cell at XFD1048576 in a 5 KB workbook asked for 512 GB and aborted the interpreter)."""
     import zipfile
@@ -2625,7 +2626,9 @@ def _scan_of(path: Path, sheet: str) -> _SheetScan:
         st = os.stat(path)
     except OSError:
         return _SheetScan((), 0, 0, "")
-    return _sheet_scan(os.fspath(path), sheet, (st.st_mtime_ns, st.st_size))
+    # the status time too: a file rewritten with its old modification time put back (os.utime, a copy that keeps
+    # times) has a new one
+    return _sheet_scan(os.fspath(path), sheet, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size))
 
 
 _MAX_CELLS = 1 << 26  # a grid of 67 million cells: about 2 GB to the readers; a label table is far under it

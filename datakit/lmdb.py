@@ -362,7 +362,8 @@ def check_data_file(path: str | os.PathLike) -> None:
 _ENVS: dict[str, object] = {}
 _TXNS: dict[str, object] = {}
 _ENV_IDS: dict[str, tuple] = {}  # each environment's data.mdb (device, inode) and the pack's creation
-_SIZES: dict[str, tuple[int, int]] = {}  # each environment's data.mdb: a descriptor of it and its size when opened
+# each environment's data.mdb: a descriptor of it, its size when opened, and its modification time for a complete pack
+_SIZES: dict[str, tuple[int, int, int | None]] = {}
 _LOCK = threading.RLock()
 _PID = os.getpid()
 # the readers alive in this process per pack folder: once the last is gone, the environment (its mapping and
@@ -424,7 +425,7 @@ def _close_all() -> None:
                     pass
             for env in _ENVS.values():
                 env.close()
-            for fd, _ in _SIZES.values():
+            for fd, *_ in _SIZES.values():
                 os.close(fd)
         _TXNS.clear()
         _ENVS.clear()
@@ -482,7 +483,8 @@ def _open_env(key: str, live: bool):
                 _ENV_IDS[key] = (ident, _creation(txn.get(META_KEY)))
         try:
             fd = os.open(os.path.join(key, "data.mdb"), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            _SIZES[key] = (fd, os.fstat(fd).st_size)
+            st = os.fstat(fd)
+            _SIZES[key] = (fd, st.st_size, None if live else st.st_mtime_ns)  # (one being written changes)
         except OSError:
             pass  # (the environment opened it: a file gone since only loses this check)
         return env
@@ -514,12 +516,22 @@ def _drop_txn(key: str) -> None:
 
 def _shrunk(key: str, path: object) -> None:
     """Refuse to read a pack whose data.mdb is shorter than when this process opened it (cut, or copied over in
-    place, while mapped): liblmdb would touch pages past its end, and the process would die of SIGBUS."""
+    place, while mapped): liblmdb would touch pages past its end, and the process would die of SIGBUS. A finished
+    pack's data.mdb written to at all since is refused too."""
     held = _SIZES.get(key)
-    if held is not None and (now := os.fstat(held[0]).st_size) < held[1]:
+    if held is None:
+        return
+    st = os.fstat(held[0])
+    if st.st_size < held[1]:
         _close_env(key)
-        raise PackError(f"{path}: its data.mdb shrank from {held[1]} to {now} bytes while it was read (cut, or "
-                        "copied over in place?); open the pack again once it is whole")  # fmt: skip
+        raise PackError(f"{path}: its data.mdb shrank from {held[1]} to {st.st_size} bytes while it was read (cut, "
+                        "or copied over in place?); open the pack again once it is whole")  # fmt: skip
+    if held[2] is not None and st.st_mtime_ns != held[2]:
+        # a finished pack is never written: another one copied over it in place (cp onto the file, rsync --inplace)
+        # would serve its images under the labels read from this one, whatever its size
+        _close_env(key)
+        raise PackError(f"{path}: its data.mdb was written to while it was read (another pack copied over it in "
+                        "place?); open the pack again once it is whole")  # fmt: skip
 
 
 def _close_env(key: str) -> None:
@@ -1001,7 +1013,9 @@ class LmdbWriter:
                         txn.put(_name_key(i), name)
                     for k, v in extra:
                         txn.put(k, v)
-                    txn.put(META_KEY, _encode_meta(meta))
+                    # when: a resume compares its source files' times with it (a copy of the pack, cp -r,
+                    # gives data.mdb a later time than the edits made since its samples were read)
+                    txn.put(META_KEY, _encode_meta(dict(meta, committed_ns=time.time_ns())))
                 return
             except lmdb.MapFullError:
                 # the transaction was aborted whole; grow the map and write it again

@@ -853,10 +853,11 @@ def _names_damaged(target: Path, lo: int, hi: int, skipped: int, name_of: Callab
 
 
 def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
-                   name_of: Callable[[int], str] | None = None, *,
-                   originals: bool = False) -> tuple[str, str, str] | None:  # fmt: skip
+                   name_of: Callable[[int], str] | None = None, *, originals: bool = False,
+                   committed: object = None) -> tuple[str, str, str] | None:  # fmt: skip
     """(path, its modification or status time, the pack's last commit) of the first source file of samples
-    ``lo .. lo+n-1`` (a zip read in place: the archive) changed after the pack's last commit (data.mdb's time:
+    ``lo .. lo+n-1`` (a zip read in place: the archive) changed after the pack's last commit (data.mdb's time, or
+    the time recorded in its metadata, ``committed``, where earlier: a copied pack's file is as new as the copy):
     edited, or replaced by a file with an older modification time), None when none
     is: a file edited while the pack was interrupted. A file whose time moved but whose bytes are the ones its
     sample stores (``name_of(i)``: the name it was stored under) is the same file (``chmod``, ``touch``, a
@@ -866,6 +867,8 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
         since = os.stat(target / "data.mdb").st_mtime_ns
     except OSError:
         return None
+    if isinstance(committed, int) and not isinstance(committed, bool) and 0 < committed < since:
+        since = committed  # the pack copied (cp -r, to another disk) since: its file's time is the copy's
     archive = getattr(ds, "zip", None)
     if archive is not None:
         paths: Iterable[str] = [archive.path]
@@ -928,8 +931,8 @@ def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, nam
     modified or replaced since the last commit (its times), or samples read again whose bytes differ from
     those stored (a source swapped whole for another of the same names, which keeps older times)."""
     n = existing["count"] + len(existing.get("skipped", []))
-    changed = (_changed_after(ds, lo, n, target, name_of, originals=not (existing.get("options") or {}).get("max_size"))
-               if times else None)  # fmt: skip
+    changed = (_changed_after(ds, lo, n, target, name_of, originals=not (existing.get("options") or {}).get("max_size"),
+                              committed=existing.get("committed_ns")) if times else None)  # fmt: skip
     if changed is not None:  # edited since its samples were read: the pack would mix old and new bytes
         path, when, last = changed
         return f"{path} changed after its samples were packed ({when}; the pack's last commit {last})"

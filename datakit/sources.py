@@ -914,9 +914,9 @@ _KEYS: dict[str, Callable[[str], str]] = {"form": lambda n: unicodedata.normaliz
 
 
 @functools.lru_cache(maxsize=4096)  # a table's rows in no folder order (shuffled) visit many folders in turn
-def _folder_keys(folder: str, stamp: int, kind: str) -> dict[str, list[str]]:
-    """A folder's entries by their NFC form (``kind`` "form") or lower-case name ("case"); ``stamp`` (its mtime)
-    makes a changed folder read again."""
+def _folder_keys(folder: str, stamp: tuple, kind: str) -> dict[str, list[str]]:
+    """A folder's entries by their NFC form (``kind`` "form") or lower-case name ("case"); ``stamp`` (its device,
+    inode, modification and status times) makes a changed folder read again."""
     key = _KEYS[kind]
     names: dict[str, list[str]] = {}
     for n in os.listdir(folder or "."):
@@ -940,7 +940,9 @@ def twin_path(path: str, kind: str) -> str | None:
     real = top
     for part in reversed(parts):
         try:
-            found = _folder_keys(real, os.stat(real or ".").st_mtime_ns, kind).get(_KEYS[kind](part), [])
+            st = os.stat(real or ".")
+            stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)  # (a folder swapped in keeps no ctime)
+            found = _folder_keys(real, stamp, kind).get(_KEYS[kind](part), [])
         except OSError:
             return None
         if len(found) != 1:

@@ -675,6 +675,44 @@ def test_rows_hidden_in_excel_are_asked_about_not_read_silently(tmp_path: Path, 
     assert len(read_labels(tmp_path / "big.xlsx", include_hidden=True)) == 40000
 
 
+def test_a_workbook_rewritten_with_its_size_and_time_kept_is_read_again(tmp_path: Path):
+    # the attack: in one process (a notebook), labels.xlsx read, then rewritten with row 3 hidden, the same size and
+    # its old modification time put back: the sheet's scan, cached by time and size, was taken for the new file's,
+    # and the hidden row read without a question
+    import os
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["file", "label"])
+    for k in range(4):
+        ws.append([f"img/{k}.jpg", "猫" if k % 2 else "狗"])
+    made = tmp_path / "made.xlsx"
+    wb.save(made)
+    with zipfile.ZipFile(made) as z:
+        members = [(info, z.read(info)) for info in z.infolist()]
+
+    def book(hidden: str) -> bytes:  # stored, not deflated: the same size whether row 3 is hidden or not
+        path = tmp_path / f"{hidden}.xlsx"
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+            for info, data in members:
+                if info.filename == "xl/worksheets/sheet1.xml":
+                    data = data.replace(b'<row r="3"', f'<row r="3" hidden="{hidden}"'.encode(), 1)
+                z.writestr(info.filename, data)
+        return path.read_bytes()
+
+    shown, hidden = book("0"), book("1")
+    assert len(shown) == len(hidden) and shown != hidden
+    path = tmp_path / "labels.xlsx"
+    path.write_bytes(shown)
+    st = path.stat()
+    assert len(read_labels(path, split="train")) == 4
+    path.write_bytes(hidden)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(LabelError, match=r"sheet 'train': row 3 is hidden in Excel \(by a filter, or by hand\)"):
+        read_labels(path, split="train")
+
+
 def test_a_text_table_cut_short_is_refused_not_read_with_a_class_of_its_last_line(tmp_path: Path):
     # The attack: a CSV half-copied (or read while it was written), cut inside its last label: 'coffee' became
     # 'cof', a class of one sample, without a word.

@@ -467,6 +467,52 @@ def test_a_pack_cut_while_it_is_read_is_refused_never_sigbus(tmp_path: Path):
     ]
 
 
+def test_a_pack_copied_over_in_place_while_it_is_read_is_refused_whatever_its_size(tmp_path: Path):
+    # the attack: another pack of the same names and size, its labels other ones, copied over the data.mdb being read
+    # (cp onto the file, rsync --inplace; same inode): the next epoch served the new images under the labels read
+    # from the old pack, without a word, in this process and in persistent workers alike
+    a, b = tmp_path / "a.lmdb", tmp_path / "b.lmdb"
+    write_pack(a, 60)
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(tuple(f"c{k}" for k in range(10))).to_json(),
+            "planned": 60, "splits": [], "skipped": []}  # fmt: skip
+    with LmdbWriter(b, meta) as w:
+        for i in range(60):
+            w.add(encode_image(synthetic_image(24 + i % 5, 32, seed=i), ".jpg", 90, mode="rgb"), (i + 1) % 10,
+                  24 + i % 5, 32, f"图/{i}.jpg")  # fmt: skip
+        w.finish()
+    assert (a / "data.mdb").stat().st_size == (b / "data.mdb").stat().st_size
+    proc = run_py(
+        """
+        import shutil, sys
+        from pathlib import Path
+        from datakit.datasets import open_dataset
+        from datakit.errors import PackError, SampleError
+        from datakit.loader import create_loader
+        a, b = Path(sys.argv[1]), Path(sys.argv[2])
+        for workers in (0, 2):
+            cur = a.with_name(f"cur{workers}.lmdb")
+            shutil.copytree(a, cur)
+            ds = open_dataset(cur)
+            loader = create_loader(ds, 1, num_workers=workers, persistent_workers=workers > 0, train=False)
+            assert sum(len(t) for _, t in loader) == 60
+            with open(b / "data.mdb", "rb") as f, open(cur / "data.mdb", "r+b") as g:
+                g.write(f.read())
+            try:
+                sum(len(t) for _, t in loader)
+            except (PackError, SampleError) as e:
+                print(str(e).splitlines()[0])
+        """,
+        str(a),
+        str(b),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [
+        f"sample 0: {tmp_path / f'cur{k}.lmdb'}: its data.mdb was written to while it was read (another pack copied "
+        "over it in place?); open the pack again once it is whole"
+        for k in (0, 2)
+    ]
+
+
 def test_reader_follows_a_pack_being_written(tmp_path: Path):
     out = tmp_path / "live.lmdb"
     writer = """

@@ -1344,6 +1344,41 @@ def stopped_after_six(src: Path, out: Path, commit_every: int) -> Path:
     return out
 
 
+def test_resume_of_a_copied_pack_refuses_a_packed_file_edited_since(tmp_path: Path):
+    # the attack: a pack interrupted after 60 samples, an already-packed image replaced, the partial pack copied
+    # (cp -r, to another disk: its data.mdb as new as the copy), --resume of the copy: the file's time was compared
+    # with the copy's, and the 32 samples re-encoded to compare missed sample 1: exit 0, the old image kept
+    src = tmp_path / "src"
+    for c in ("a", "b"):
+        (src / c).mkdir(parents=True)
+        for k in range(40):
+            imwrite(src / c / f"{k:02d}.jpg", synthetic_image(40, 40, seed=100 * ord(c) + k))
+
+    def stop_after_60(done: int, total: int, nbytes: int) -> None:
+        if done == 60:
+            raise KeyboardInterrupt
+
+    out, copy = tmp_path / "p.lmdb", tmp_path / "copy.lmdb"
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(src, out, workers=0, commit_every=10, max_size=16, progress=stop_after_60)
+    assert read_meta(out)["count"] == 60
+    time.sleep(0.05)  # past the clock's tick after the last commit
+    edited = src / "a" / "01.jpg"  # sample 1, packed
+    imwrite(edited, synthetic_image(40, 40, seed=7))
+    time.sleep(0.05)
+    shutil.copytree(out, copy, copy_function=shutil.copyfile)  # as cp -r: new times
+    assert (copy / "data.mdb").stat().st_mtime_ns > edited.stat().st_mtime_ns
+    with pytest.raises(UsageError) as e:
+        pack_lmdb(src, copy, resume=True, workers=0, max_size=16)
+    assert re.fullmatch(
+        rf"{re.escape(str(copy))}: {re.escape(str(edited))} changed after its samples were packed \(modified, "
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}; the pack's last commit \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\); resume only "
+        r"the same files, or use --overwrite",
+        str(e.value),
+    )
+    assert read_meta(copy)["count"] == 60  # nothing written
+
+
 @pytest.mark.parametrize("change", ["moved to another class", "renamed", "replaced by another"])
 def test_resume_refuses_a_source_folder_whose_files_changed(class_folder: Path, tmp_path: Path, change: str):
     # same count and classes, but the samples already packed are no longer the source's first ones

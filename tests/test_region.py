@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -124,16 +125,23 @@ def test_an_extension_that_cannot_decode_here_is_not_used_and_doctor_says_why(tm
     (stub / "s.c").write_text("int stub;\n")
     subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libjpeg.so.8", "-o", str(stub / "libjpeg.so"),
                     str(stub / "s.c")], check=True)  # fmt: skip
+    # and a binary of an older source, which a wheel built where an earlier build/ held it ships when the new source
+    # fails to compile: it offered the functions looked for, and decoded
+    older = tmp_path / "older.c"
+    older.write_text(re.sub(r'#define DATAKIT_REGION_SOURCE "\w+"', '#define DATAKIT_REGION_SOURCE "0123456789ab"',
+                            (ROOT / "datakit" / "_jpegregion.c").read_text()))  # fmt: skip
     builds = {
         "other API": [f"-I{headers}", "-ljpeg"],
         "library gone": [f"-L{stub}", "-Wl,--no-as-needed", "-ljpeg"],
+        "older source": ["-ljpeg"],
     }
     said = {}
     for what, flags in builds.items():
         pkg = tmp_path / what.replace(" ", "-")
+        source = older if what == "older source" else ROOT / "datakit" / "_jpegregion.c"
         shutil.copytree(ROOT / "datakit", pkg / "datakit", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-        subprocess.run([cc, "-shared", "-fPIC", "-O0", f"-I{include}", flags[0], str(ROOT / "datakit" / "_jpegregion.c"),
-                        *flags[1:], "-lm", "-o", str(pkg / "datakit" / so_name)], check=True)  # fmt: skip
+        subprocess.run([cc, "-shared", "-fPIC", "-O0", f"-I{include}", *flags[:-1], str(source), flags[-1], "-lm",
+                        "-o", str(pkg / "datakit" / so_name)], check=True)  # fmt: skip
         if what == "library gone":
             shutil.rmtree(stub)
         env = {**os.environ, "PYTHONPATH": str(pkg)}
@@ -146,6 +154,26 @@ def test_an_extension_that_cannot_decode_here_is_not_used_and_doctor_says_why(tm
                                  f"library version: library is {system}, caller expects {other}" + tail]  # fmt: skip
     assert said["library gone"] == ["False", "warn", "JPEG region decoder built but not usable here (libjpeg.so.8: "
                                     "cannot open shared object file: No such file or directory" + tail]  # fmt: skip
+    assert said["older source"] == ["False", "warn", "JPEG region decoder not used (built from another version of its "
+                                    f"source (0123456789ab, this datakit's is {dio._REGION_SOURCE}): install datakit "
+                                    "again, without an earlier build/ folder" + tail]  # fmt: skip
+
+
+def test_the_region_decoder_source_carries_its_own_stamp():
+    # the stamp that tells a binary of another source from this one's: the SHA-256 of the source without its line;
+    # changing the C source means setting both to the new value this test gives
+    text = (ROOT / "datakit" / "_jpegregion.c").read_text()
+    (stamp,) = re.findall(r'^#define DATAKIT_REGION_SOURCE "(\w+)"$', text, re.M)
+    body = "".join(
+        line for line in text.splitlines(keepends=True) if not line.startswith("#define DATAKIT_REGION_SOURCE ")
+    )
+    digest = hashlib.sha256(body.encode()).hexdigest()[:12]
+    assert (stamp, dio._REGION_SOURCE) == (digest, digest)
+    if region_decoder_available():
+        from datakit import _jpegregion
+
+        built = _jpegregion.SOURCE
+        assert built == digest  # (the binary built here, from this source)
 
 
 def test_the_region_decoder_is_built_where_libjpeg_turbo_headers_are():
