@@ -27,6 +27,7 @@ from pathlib import Path
 
 from datakit.errors import ImageDecodeError, PackError
 from datakit.io import jpeg_entropy_index
+from datakit.lmdb import lock_needs_room
 
 MARKER = "INDEX_CACHE"  # the file that makes a folder one of these caches
 _MAP_SIZE = 1 << 40  # address space only: the data file grows as entries are written
@@ -61,7 +62,7 @@ class IndexCache:
         if not os.access(self.path, os.W_OK | os.X_OK):
             raise ValueError(f"index_cache {self.path}: not writable")
         free = _free_bytes(self.path)
-        fresh = not (p / "lock.mdb").exists()  # a cache made before needs no more room to be read
+        fresh = lock_needs_room(self.path)  # a cache made before needs no more room to be read
         if fresh and free is not None and free < _MIN_FREE:  # its marker fitted; the LMDB files would not (see _env)
             raise ValueError(f"index_cache {self.path}: its disk is full ({free} bytes free); free some space there, "
                              "or give a folder on another disk")  # fmt: skip
@@ -84,9 +85,9 @@ class IndexCache:
             from datakit.lmdb import check_data_file
 
             free = _free_bytes(self.path)
-            if not os.path.lexists(os.path.join(self.path, "lock.mdb")) and free is not None and free < _MIN_FREE:
-                # liblmdb maps a new lock file it cannot get disk space for: the first page written is a SIGBUS,
-                # the process dead without a word
+            if lock_needs_room(self.path) and free is not None and free < _MIN_FREE:
+                # liblmdb maps a new lock file (or one a size limit left empty) it cannot get disk space for: the
+                # first page written is a SIGBUS, the process dead without a word
                 raise PackError(f"its disk is full ({free} bytes free)")
             if os.path.lexists(os.path.join(self.path, "data.mdb")):
                 # a cache cut short (a copy, a full disk) or with a damaged page would make liblmdb read past the

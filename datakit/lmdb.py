@@ -184,6 +184,29 @@ def _free_bytes(path: str | os.PathLike) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+_LOCK_ROOM = 1 << 20  # bytes free that a new lock.mdb (its reader table) and a first commit need, with room to spare
+
+
+def lock_needs_room(folder: str | os.PathLike) -> bool:
+    """Whether opening the LMDB environment in ``folder`` with a lock makes liblmdb size its lock.mdb: missing,
+    or left empty (a run under ``ulimit -f`` or on a full disk could not size it). On a full disk the first write
+    to that file's mapping is a SIGBUS, the process dead without a word; check the disk's room first."""
+    try:
+        return os.stat(os.path.join(folder, "lock.mdb")).st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def lock_room_problem(folder: str | os.PathLike) -> str | None:
+    """Why liblmdb cannot make ``folder``'s lock.mdb here (``its disk is full (N bytes free)``), or None."""
+    if not lock_needs_room(folder):
+        return None
+    free = _free_bytes(folder)
+    return f"its disk is full ({free} bytes free)" if free is not None and free < _LOCK_ROOM else None
+
+
 _META_MAGIC = 0xBEEFC0DE
 _P_META = 0x08  # a page header's flags on a meta page
 _P_INVALID = (1 << 64) - 1  # the root of an empty B-tree
@@ -473,7 +496,8 @@ def _open_env(key: str, live: bool):
     def opener():
         check_data_file(key)
         ident = _identity(key)
-        lock = live and os.access(os.path.join(key, "lock.mdb"), os.W_OK)
+        # (a lock.mdb left empty, on a full disk: read without the reader table, no writer being there to mind it)
+        lock = live and os.access(os.path.join(key, "lock.mdb"), os.W_OK) and lock_room_problem(key) is None
         with _lmdb_errors(key, "opening"):
             # a pack still being written is read with LMDB's reader table, so the writer does not
             # reuse pages a reader still sees; a finished pack needs no lock (and may be read-only)
@@ -665,6 +689,16 @@ def read_meta(path: str | os.PathLike) -> dict | None:
         finally:
             _close_env(key)
     return _decode_meta(raw, path)
+
+
+def committed_count(path: str | os.PathLike) -> int:
+    """The samples the pack at ``path`` has committed, for a message (0 where it cannot be told)."""
+    try:
+        meta = read_meta(path)
+    except Exception:  # noqa: BLE001 - only for a message
+        return 0
+    count = meta.get("count") if isinstance(meta, dict) else None
+    return int(count) if _whole(count) else 0
 
 
 def record_count(path: str | os.PathLike) -> int:
@@ -877,6 +911,9 @@ class LmdbWriter:
             if data.is_file() and data.stat().st_size > 0:
                 check_data_file(self.path)
             _close_env(_key(self.path))  # this process's reader of it, if any: one open per file
+            if (full := lock_room_problem(self.path)) is not None:  # a lock.mdb to make: a SIGBUS on a full disk
+                raise PackWriteError(self.path, committed_count(self.path),
+                                     OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {full}"))  # fmt: skip
             with _lmdb_errors(self.path, "opening"), self._write_errors():
                 # meminit: unused bytes of a page are zeroed, not this process's leftover heap (which
                 # may hold anything the process handled before, pickles included) written to the file

@@ -1733,7 +1733,10 @@ class Loader:
                      t.num_workers, ": input-bound" if f > 0.1 else "")  # fmt: skip
         merge = getattr(self.dataset, "merge_bad_samples", None)
         if callable(merge):
-            merge()
+            try:
+                merge()
+            except (UsageError, OSError) as exc:  # a full disk: training goes on, the parts keep what was recorded
+                log.warning("epoch %d: the bad samples were not merged into their report: %s", t.epoch, exc)
         if self.autotune and f is not None:
             from datakit.parallel import usable_cpus
 

@@ -55,6 +55,7 @@ from datakit.lmdb import (
     PackWriteError,
     _tree_problem,
     close_pack,
+    committed_count,
     read_meta,
     record_count,
     stored_names,
@@ -401,7 +402,7 @@ def _open_output(out: Path, meta: dict, *, resume: bool, overwrite: bool, keep: 
         # ENOENT with the parent folder there: a file system that takes no new files (/proc, /sys)
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
             raise UsageError(f"{out}: cannot be written ({exc.strerror}); pick another OUT") from None
-        raise PackWriteError(out, 0, exc) from None
+        raise PackWriteError(out, committed_count(out) if kind == "pack" else 0, exc) from None
     try:
         if kind in ("missing", "empty"):
             if not {e.name for e in os.scandir(out)} - {LOCK_NAME}:

@@ -433,10 +433,17 @@ class ImageDataset:
         if self.bad_samples is not None:
             # one append-only file per process: a line is written whole, and no process waits on another
             parts = self._parts_dir()
-            parts.mkdir(parents=True, exist_ok=True)
             line = json_text({"index": i, "name": name, "reason": reason}) + "\n"
-            with open(parts / f"{_process_name()}.jsonl", "a", encoding="utf-8") as f:
-                f.write(line)
+            try:
+                parts.mkdir(parents=True, exist_ok=True)
+                with open(parts / f"{_process_name()}.jsonl", "a", encoding="utf-8") as f:
+                    f.write(line)
+            except OSError as err:  # a full disk, a read-only one: the sample is still replaced, the record said lost
+                if str(parts) not in _SAID_UNRECORDED:
+                    _SAID_UNRECORDED.add(str(parts))
+                    log.warning("bad samples cannot be recorded in %s (%s): they are still replaced, but %s will "
+                                "not list them; free space there", parts, err.strerror or type(err).__name__,
+                                self._bad_shown)  # fmt: skip
             known |= {e["index"] for e in self._read_parts()}
         n = len(self)
         if len(known) > self.max_bad_fraction * n:
@@ -444,7 +451,7 @@ class ImageDataset:
             if self.bad_samples is not None:
                 try:  # the file this names holds them now, not only the parts an epoch's end would merge
                     where = f"; listed in {self.merge_bad_samples()}"
-                except OSError as err:
+                except (OSError, UsageError) as err:
                     where = f"; recorded in {self._parts_dir()} (merging them into {self.bad_samples} failed: {err})"
             raise SampleError(
                 f"{len(known)} of {n} samples are unreadable ({len(known) / n:.1%}), more than "
@@ -686,6 +693,7 @@ def _is_image(name: str, extensions: tuple[str, ...] = IMG_EXTENSIONS) -> bool:
 
 
 _SAID_NUMBERED: set[str] = set()  # folders whose numbered classes this process has warned of
+_SAID_UNRECORDED: set[str] = set()  # bad-sample parts folders this process could not write to, warned of once
 
 
 def _warn_numbered(root: str, classes: list[str]) -> None:

@@ -456,6 +456,31 @@ def test_a_cache_on_a_full_disk_is_refused_or_left_never_a_dead_process(tmp_path
     assert not (tmp_path / "later" / "lock.mdb").exists()
 
 
+def test_a_cache_whose_lock_file_a_size_limit_left_empty_is_refused_on_a_full_disk(tmp_path, monkeypatch):
+    from datakit.lmdb import close_pack
+
+    # the attack: a first run under `ulimit -f 64` left lock.mdb of 0 bytes (liblmdb could not size it); a later run
+    # on a full disk took the cache as made before, and liblmdb, sizing the lock file, died of SIGBUS
+    files = _folder(tmp_path / "data", n=2)
+    cache = tmp_path / "cache"
+    _crops(train_pipeline(64, index_cache=cache), files, 0)
+    close_pack(cache)  # (the run that left it ended)
+    (cache / "lock.mdb").write_bytes(b"")
+    monkeypatch.setattr(indexcache, "_free_bytes", lambda path: 0)
+    with pytest.raises(ValueError) as e:
+        train_pipeline(64, index_cache=cache)
+    assert str(e.value) == (f"index_cache {cache}: its disk is full (0 bytes free); free some space there, or give a "
+                            "folder on another disk")  # fmt: skip
+    monkeypatch.setattr(indexcache, "_free_bytes", lambda path: 1 << 30)
+    pipe = train_pipeline(64, index_cache=cache)  # built with room; the disk fills before any read
+    monkeypatch.setattr(indexcache, "_free_bytes", lambda path: 4096)
+    monkeypatch.setattr(indexcache, "_BROKEN", set())
+    with pytest.warns(RuntimeWarning, match=r"reading failed \(PackError: its disk is full \(4096 bytes free\)\); "
+                                            r"going on without it"):  # fmt: skip
+        _crops(pipe, files, 0)
+    assert (cache / "lock.mdb").stat().st_size == 0  # liblmdb never sized it
+
+
 def test_a_cache_made_before_or_roots_reserved_room_is_no_full_disk(tmp_path, monkeypatch):
     # the regression round: a complete cache, which needs no room to be read, was refused on a nearly full disk, and
     # so was root (a training container's user), who may still write the blocks ext4 reserves for it

@@ -513,6 +513,41 @@ def test_a_pack_copied_over_in_place_while_it_is_read_is_refused_whatever_its_si
     ]
 
 
+def test_a_lock_file_left_empty_on_a_full_disk_is_never_sized_by_liblmdb(tmp_path: Path, monkeypatch):
+    # the attack: an interrupted pack whose lock.mdb a run under `ulimit -f` left empty, on a full disk: reading it
+    # (allow_incomplete) and `pack-lmdb --resume` died of SIGBUS, liblmdb sizing the lock file the disk had no room
+    # for; and the refusal said "after 0 committed samples" of a pack holding 30
+    import datakit.lmdb as dl
+    from datakit.lmdb import PackWriteError
+
+    src = tmp_path / "src"
+    (src / "c").mkdir(parents=True)
+    for k in range(40):
+        imwrite(src / "c" / f"{k:02d}.jpg", synthetic_image(24, 24, seed=k))
+
+    def stop_after_30(done: int, total: int, nbytes: int) -> None:
+        if done == 30:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "p.lmdb"
+    with pytest.raises(KeyboardInterrupt):
+        pack_lmdb(src, out, workers=0, commit_every=10, progress=stop_after_30)
+    (out / "lock.mdb").write_bytes(b"")
+    monkeypatch.setattr(dl, "_free_bytes", lambda path: 0)
+    ds = open_dataset(out, allow_incomplete=True)
+    assert len(ds) == 30 and ds[29][1] == 0
+    close_pack(out)
+    assert (out / "lock.mdb").stat().st_size == 0  # read without the reader table
+    with pytest.raises(PackWriteError) as e:
+        LmdbWriter(out, read_meta(out), resume=True)
+    assert str(e.value) == (f"{out}: writing failed after 30 committed samples (OSError: [Errno 28] No space left on "
+                            "device: its disk is full (0 bytes free)); free space or fix the cause, then run the same "
+                            "command with --resume")  # fmt: skip
+    assert (out / "lock.mdb").stat().st_size == 0
+    monkeypatch.undo()
+    assert pack_lmdb(src, out, resume=True, workers=0).count == 40 and verify_lmdb(out) == []
+
+
 def test_reader_follows_a_pack_being_written(tmp_path: Path):
     out = tmp_path / "live.lmdb"
     writer = """

@@ -1112,6 +1112,35 @@ def test_an_epoch_of_len_batches_taken_ends_at_the_next_iter(tmp_path: Path, wor
     assert [h.epoch for h in loader.history] == [0, 1, 2]
 
 
+def test_bad_samples_that_cannot_be_recorded_are_still_replaced_and_training_goes_on(tmp_path: Path, caplog):
+    # the attack: bad_samples= on a disk that fills (or turns read-only) during training: the first bad image's
+    # record failed with a bare OSError and the epoch ended; a report that could not be merged at an epoch's end
+    # (a size limit, a full disk) ended the loop with a UsageError after the last batch, exit 2 for a full disk
+    from datakit.datasets import open_dataset, read_bad_samples
+
+    report = tmp_path / "bad_samples.json"
+    ds = open_dataset(bad_folder(tmp_path), on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    parts = tmp_path / "bad_samples.json.parts"
+    parts.write_text("in the way")  # its folder cannot be made: as a full or read-only disk refuses it
+    loader = create_loader(ds, 4, num_workers=0, seed=0, train=False)
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert [len(t) for _, t in loader] == [4] * 10
+    said = [r.getMessage() for r in caplog.records if "cannot be recorded" in r.getMessage()]
+    assert said == [f"bad samples cannot be recorded in {parts} (File exists): they are still replaced, but {report} "
+                    "will not list them; free space there"]  # fmt: skip
+    assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]  # (this process knew them)
+    caplog.clear()
+    report.unlink()
+    report.mkdir()  # the report cannot be written now
+    with caplog.at_level(logging.WARNING, logger="datakit"):
+        assert [len(t) for _, t in loader] == [4] * 10
+    assert [r.getMessage() for r in caplog.records] == [
+        f"epoch 1: the bad samples were not merged into their report: {report}: not a datakit bad-samples file "
+        f"([Errno 21] Is a directory: {str(report)!r})"
+    ]
+    assert [h.epoch for h in loader.history] == [0, 1]
+
+
 _LAST_EPOCH = """
 import sys
 from datakit.datasets import open_dataset
