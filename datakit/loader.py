@@ -2655,13 +2655,25 @@ def _fit_environment(dataset: Dataset, batch_size: int, num_workers: int,
             tmp.set_sharing_strategy("file_system")
             log.warning("open-file limit %d (hard %d) is low for worker batches: using the file_system "
                         "sharing strategy; raise it with `ulimit -n 65536`", limits[0], limits[1])  # fmt: skip
-    free = shm_free_bytes()
-    if free is None or free > 64 << 30:  # plenty: not worth reading a sample to find out
+    from datakit.lmdb import _file_size_limit
+
+    free, limit = shm_free_bytes(), _file_size_limit()
+    plenty = free is None or free > 64 << 30
+    if plenty and limit is None:  # not worth reading a sample to find out
         return num_workers, prefetch_factor, prefetch_factor + 2
     try:
         per_sample = _sample_bytes(_untouched_rng(dataset.__getitem__, 0)) if len(dataset) else 0
     except Exception:  # the workers will name the problem with its sample; this is only an estimate
         return num_workers, prefetch_factor, prefetch_factor
+    if limit is not None and per_sample * batch_size > limit:
+        # a worker's batch is a file in /dev/shm: past the limit torch fails every batch ("unable to resize file
+        # ... File too large")
+        log.warning("this process may write files of %d bytes at most (ulimit -f), and a worker's batch of %.1f "
+                    "MiB travels through a file in /dev/shm: loading in the main process instead; raise the limit "
+                    "(ulimit -f unlimited)", limit, per_sample * batch_size / 2**20)  # fmt: skip
+        return 0, prefetch_factor, 0
+    if plenty:
+        return num_workers, prefetch_factor, prefetch_factor + 2
     w, p, msg = plan_shared_memory(per_sample * batch_size, num_workers, prefetch_factor, free)
     if msg:
         log.warning(msg)

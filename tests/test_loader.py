@@ -1141,6 +1141,40 @@ def test_bad_samples_that_cannot_be_recorded_are_still_replaced_and_training_goe
     assert [h.epoch for h in loader.history] == [0, 1]
 
 
+_FILE_LIMIT = """
+import torch
+from datakit.loader import create_loader
+
+class Images(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((3, 64, 64), i, dtype=torch.uint8), i
+
+loader = create_loader(Images(), 16, num_workers=2, seed=0, train=False)
+print(loader.num_workers, [int(x[:, 0, 0, 0].sum()) for x, _ in loader], flush=True)
+"""
+
+
+def test_a_file_size_limit_under_a_batch_loads_in_the_main_process_and_says_why(tmp_path: Path):
+    # the attack: `ulimit -f 300` under a batch's size: every batch of every epoch failed in torch ("unable to resize
+    # file </torch_...> to the right size: File too large"), a worker's batch being a file in /dev/shm
+    import resource
+
+    script = tmp_path / "train.py"
+    script.write_text(_FILE_LIMIT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (65536, hard)))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "0 [120, 376, 632, 888]\n"
+    assert proc.stderr == ("this process may write files of 65536 bytes at most (ulimit -f), and a worker's batch of "
+                           "0.2 MiB travels through a file in /dev/shm: loading in the main process instead; raise the "
+                           "limit (ulimit -f unlimited)\n")  # fmt: skip
+
+
 _LAST_EPOCH = """
 import sys
 from datakit.datasets import open_dataset
