@@ -123,11 +123,11 @@ _NAME_COLUMNS = frozenset(_norm(k) for k in (
 
 def _blank(v: object) -> bool:
     if v.__class__ is str:  # (most cells: one check)
-        return not v.strip()
+        return not v.strip() or (not v.isascii() and _NOTHING_SEEN.fullmatch(v) is not None)
     return (
         v is None
         or (isinstance(v, (float, np.floating)) and math.isnan(v))
-        or (isinstance(v, str) and not v.strip())
+        or (isinstance(v, str) and (not v.strip() or _NOTHING_SEEN.fullmatch(v) is not None))
         or type(v).__name__ in ("NAType", "NaTType")  # pandas' missing values (pd.NA, pd.NaT)
     )
 
@@ -960,6 +960,7 @@ _INVISIBLE_RUN = re.compile(f"[{_INVISIBLE}\x00]+")
 # what the look-alike key changes: an invisible character, a space that is not one ASCII space between two words
 # (labels are joined by NUL to be scanned at once: a NUL inside one is counted apart)
 _UNSEEN = re.compile(f"[{_INVISIBLE}]|[^\\S ]|  |^ | $|\x00 | \x00")
+_NOTHING_SEEN = re.compile(f"[\\s{_INVISIBLE}]*")  # a cell of these alone looks empty in Excel: no label
 
 
 # tag characters: invisible, except in a flag's sequence (🏴 + tags + the cancel tag: England's, Scotland's)
@@ -2399,10 +2400,24 @@ def _sheet_grid(wb: object, name: str, engine: str, path: Path) -> list[list[obj
         # rows after the last one it went back past; its whole-workbook reader places each cell by its reference
         from openpyxl import load_workbook
 
-        return _east_asian_cells(load_workbook(path, data_only=True)[name])
+        return _ooxml_unescaped(_east_asian_cells(load_workbook(path, data_only=True)[name]))
     if hasattr(ws, "reset_dimensions"):  # read-only: trust the rows, not a <dimension> tag another tool left stale
         ws.reset_dimensions()
-    return [list(r) for r in ws.iter_rows(values_only=True)]
+    return _ooxml_unescaped([list(r) for r in ws.iter_rows(values_only=True)])
+
+
+_OOXML_ESCAPE = re.compile(r"_x([0-9A-Fa-f]{4})_")
+
+
+def _ooxml_unescaped(grid: list[list[object]]) -> list[list[object]]:
+    """The grid with the escapes OOXML writes in cell text (``_x000D_`` for a carriage return, ``_x005F_`` for
+    an underscore before one) decoded, as Excel shows them and calamine reads them: openpyxl keeps them literally,
+    so ``cat_x000D_`` was a class beside ``cat``."""
+    for row in grid:
+        for j, v in enumerate(row):
+            if v.__class__ is str and "_x" in v:
+                row[j] = _OOXML_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), v)
+    return grid
 
 
 def _check_container(path: Path) -> None:
@@ -4009,6 +4024,9 @@ def _columns_part(cols: Columns, fcol: int, lcol: int, scol: int | None, sheet: 
                 notes.append(_rival_note(str(path), fname, name, line, a, b))
     labels, lcodes, lvalid = cols.coded(lcol)
     labels = list(labels)
+    unseen = [k for k, v in enumerate(labels) if _blank(str(v))]  # a zero-width space alone: empty, as it looks
+    if unseen:
+        lvalid = lvalid & ~np.isin(lcodes, unseen)
     lines = cols.lines
     if any(_EXCEL_TEXT.fullmatch(str(v)) for v in labels):  # ="001": Excel's text formula, 001 in Excel and .xlsx
         labels, lcodes, count = _excel_texts(labels, lcodes)

@@ -675,6 +675,58 @@ def test_rows_hidden_in_excel_are_asked_about_not_read_silently(tmp_path: Path, 
     assert len(read_labels(tmp_path / "big.xlsx", include_hidden=True)) == 40000
 
 
+@pytest.mark.parametrize("unseen", ["\u200b", " \ufeff ", "\u2060", "\u3164", "\u2800", "\u200d\u200e"])
+def test_a_label_of_invisible_characters_alone_has_no_label_in_every_format(tmp_path: Path, unseen: str):
+    # the attack: a label cell holding a zero-width space alone (pasted from a web page), empty to the eye in Excel:
+    # read as a class of its own, "\u200b", shifting the classes after it, with "0 problems" from check
+    rows = [("a.png", "cat"), ("b.png", unseen), ("c.png", "dog")]
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["file", "label"])
+    for r in rows:
+        ws.append(list(r))
+    tables = {"l.xlsx": None, "l.csv": "file,label\n" + "".join(f"{f},{lab}\n" for f, lab in rows),
+              "l.txt": "".join(f"{f} {lab}\n" for f, lab in rows)}  # fmt: skip
+    for name, text in tables.items():
+        path = tmp_path / name
+        if text is None:
+            wb.save(path)
+        else:
+            path.write_text(text, encoding="utf-8")
+        where = f"{path}, sheet 'train', row 3" if text is None else f"{path}, line {3 if name.endswith('csv') else 2}"
+        engines = ("calamine", "openpyxl") if text is None else (None,)
+        for engine in engines:
+            with pytest.raises(LabelError) as e:
+                read_labels(path, **({"engine": engine} if engine else {}))
+            assert str(e.value) == f"{where}: file 'b.png' has no label"
+
+
+def test_excel_escapes_in_cell_text_read_alike_by_both_engines(tmp_path: Path):
+    # the attack: Excel writes a carriage return in a cell as _x000D_ (text pasted with CRLF line ends); calamine
+    # decodes it, openpyxl kept it: 'cat_x000D_' a class beside 'cat', '_x0041_' beside 'A', with engine="openpyxl"
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "train"
+    ws.append(["file", "label"])
+    for f, lab in (("a.jpg", "cat"), ("b.jpg", "cat"), ("c.jpg", "dog"), ("d.jpg", "A"), ("e_x005F_x0041_.jpg", "A")):
+        ws.append([f, lab])
+    path = tmp_path / "l.xlsx"
+    wb.save(path)
+    with zipfile.ZipFile(path) as z:
+        members = [(info, z.read(info)) for info in z.infolist()]
+    with zipfile.ZipFile(path, "w") as z:  # as Excel writes them: escaped in the workbook's XML
+        for info, data in members:
+            if info.filename in ("xl/sharedStrings.xml", "xl/worksheets/sheet1.xml"):
+                data = data.replace(b">cat<", b">cat_x000D_<", 1).replace(b">A<", b">_x0041_<", 1)
+            z.writestr(info, data)
+    got = {engine: read_labels(path, engine=engine) for engine in ("calamine", "openpyxl")}
+    for table in got.values():
+        assert table.class_map().classes == ("A", "cat", "dog")
+        assert list(zip(table.files.tolist(), table.labels.tolist())) == [
+            ("a.jpg", "cat"), ("b.jpg", "cat"), ("c.jpg", "dog"), ("d.jpg", "A"), ("e_x0041_.jpg", "A")]  # fmt: skip
+
+
 def test_a_workbook_rewritten_with_its_size_and_time_kept_is_read_again(tmp_path: Path):
     # the attack: in one process (a notebook), labels.xlsx read, then rewritten with row 3 hidden, the same size and
     # its old modification time put back: the sheet's scan, cached by time and size, was taken for the new file's,
