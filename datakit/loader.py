@@ -1088,6 +1088,20 @@ class _Receiver:
 
 _RECEIVERS: weakref.WeakSet[_Receiver] = weakref.WeakSet()
 _THREADS: weakref.WeakSet = weakref.WeakSet()  # a thread outlives its receiver while it lets go of the iterator
+# in a process forked (os.fork) from one that iterated loaders: its receivers and DataLoader iterators, whose
+# threads did not survive the fork and whose workers are the parent's, kept from garbage collection (torch's
+# shutdown would wait on workers that are not this process's children) and never used
+_INHERITED: list = []
+
+
+def _forked_child() -> None:
+    _INHERITED.extend(_RECEIVERS)
+    _RECEIVERS.clear()
+    _THREADS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
 
 
 def _stop_receivers() -> None:
@@ -1253,7 +1267,14 @@ def _check_main_guard(dl: DataLoader, method: str) -> None:
     path = getattr(main, "__file__", None)
     if method not in ("spawn", "forkserver"):
         return
-    if not path or not path.endswith(".py"):  # python -c, a notebook, code read from stdin: no script to import
+    spec = getattr(getattr(main, "__spec__", None), "name", None)
+    if path and not spec:  # (the spawned workers run the file at this path again, as multiprocessing finds it)
+        full = path if os.path.isabs(path) else os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path)
+        if not os.path.isfile(full):  # python - < script.py: '<stdin>', which every worker failed to open
+            raise UsageError(f"{method}-started workers run the main program's file again, and this program has none "
+                             f"(its __file__ is {path!r}: code read from stdin?); save the code as a .py file and "
+                             "run that, or use num_workers=0")  # fmt: skip
+    if not path:  # python -c, a notebook: no script to import
         _check_no_script(dl, method)
         return
     # `python -m pkg` runs pkg/__main__.py, which spawned processes do not import at all
@@ -1428,6 +1449,21 @@ class Loader:
         # the statistics a device plan normalises the batches with, and whether they are the pipeline's (or the
         # default) rather than normalize='s: a pipeline set between epochs is checked against them
         self.normalises_with: tuple | None = None
+        self._pid = os.getpid()  # the process whose workers and threads serve it (see _after_fork)
+
+    def _after_fork(self) -> None:
+        """In a process forked (``os.fork``) from the one that iterated this loader: its workers, their iterator and
+        the thread receiving from them are the parent's (the thread did not survive the fork, and the next epoch
+        waited on it forever). They are left as they are, and the next epoch starts workers of this process's own."""
+        if self.__dict__.get("_pid", os.getpid()) == os.getpid():
+            return
+        self._pid = os.getpid()
+        held = [self._feed, self._live, *self._pending, getattr(self.loader, "_iterator", None)]
+        _INHERITED.extend(x for x in held if x is not None)
+        if getattr(self.loader, "_iterator", None) is not None:
+            self.loader._iterator = None
+        self._feed = self._feed_at = self._live = self._unended = self._workers_saw = None
+        self._pending = []
 
     def _end_receiver(self, r: _Receiver, patience: float) -> None:
         """Stop ``r`` and wait for its thread. A batch in transit that has not come within
@@ -1502,7 +1538,8 @@ class Loader:
                     # in it cannot be (torch's error is 16 frames of multiprocessing)
                     raise UsageError(f"the loader cannot send the dataset and its functions to {_start_method(dl)}-"
                                      f"started workers ({exc}): what they get must pickle: functions (transform=, "
-                                     "target_transform=, collate_fn=, worker_init_fn=) defined at module level, not "
+                                     "target_transform=, on_error=, collate_fn=, worker_init_fn=) defined at module "
+                                     "level, not "
                                      "lambdas nor inside a function, and no open file in the dataset; or use "
                                      f"{_no_workers_fix()}") from None  # fmt: skip
         except BaseException:
@@ -1570,6 +1607,7 @@ class Loader:
 
     def _iterate(self, epoch: int, skip: int = 0) -> Iterator:
         # the epoch in progress ends here, at iter(loader), not at the new iterator's first batch
+        self._after_fork()
         self._supersede("iter")
         return self._run(epoch, skip, self._generation)
 
@@ -1770,6 +1808,7 @@ class Loader:
         """Stop reading ahead into the next epoch and stop the workers (the next epoch starts
         them again). Dropping the loader does the same. A pass that handed out its last batch, with
         none asked past it, ends here."""
+        self._after_fork()
         self._end_unended()
         self._supersede("loader.close()")
         self._drop_feed(wait=True, patience=2.5)  # its workers stop: a stuck batch is not waited for
@@ -1777,13 +1816,14 @@ class Loader:
 
     def __del__(self) -> None:
         feed = getattr(self, "_feed", None)
-        if isinstance(feed, _Receiver):
+        if isinstance(feed, _Receiver) and self.__dict__.get("_pid") == os.getpid():
             feed.close(wait=False)  # its thread ends, letting go of the DataLoader's iterator
 
     def __iter__(self):
         # the pass in progress ends here, at iter(loader); which epoch this one serves is settled at its first
         # batch: an iter() never asked for one (a framework's check that the loader iterates: Lightning's) is no
         # pass, and a sampler.set_epoch(e) made between iter() and the first batch (Lightning's order) is heard
+        self._after_fork()
         self._end_unended()
         self._supersede("iter")
         return self._pass(self._generation)
@@ -2353,6 +2393,11 @@ class InfiniteLoader:
         return self
 
     def __next__(self):
+        if (
+            self.loader.__dict__.get("_pid", os.getpid()) != os.getpid()
+        ):  # forked: the step goes on, in workers of its own
+            self.loader._after_fork()
+            self._it = None
         sampler = self.loader.loader.sampler
         if isinstance(sampler, EpochSampler) and sampler.asked is not None:
             self._it = None  # sampler.set_epoch(e) since the last batch: _start_epoch serves epoch e

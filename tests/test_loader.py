@@ -1175,6 +1175,85 @@ def test_a_file_size_limit_under_a_batch_loads_in_the_main_process_and_says_why(
                            "limit (ulimit -f unlimited)\n")  # fmt: skip
 
 
+_FORKED = """
+import os, sys
+import torch
+from datakit.loader import create_loader
+
+class Indexed(torch.utils.data.Dataset):
+    epoch_independent = True
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return i
+
+loader = create_loader(Indexed(), 4, num_workers=2, seed=0, persistent_workers=True)
+first = [int(i) for b in loader for i in b]
+pid = os.fork()
+if pid == 0:  # the loader iterated in a child forked after the parent used it: epoch 1, in workers of its own
+    print([int(i) for b in loader for i in b], flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print([int(i) for b in loader for i in b], flush=True)
+print(first, flush=True)
+"""
+
+
+def test_a_loader_iterated_in_a_process_forked_after_it_was_used_starts_workers_of_its_own(tmp_path: Path):
+    # the attack: a loader iterated, then os.fork(), then iterated in the child: the child waited forever on the
+    # thread that received the parent's batches, which did not survive the fork
+    script = tmp_path / "train.py"
+    script.write_text(_FORKED)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    child, parent, first = (json.loads(line) for line in proc.stdout.splitlines())
+    assert child == parent and sorted(child) == list(range(24)) and child != first
+
+
+_SPAWNED = """#!/usr/bin/env python
+import torch
+from datakit.loader import create_loader
+
+
+class Keep(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return i
+
+
+if __name__ == "__main__":
+    loader = create_loader(Keep(), 4, num_workers=1, multiprocessing_context="spawn", seed=0, train=False)
+    print([b.tolist() for b in loader], flush=True)
+"""
+
+
+def test_spawned_workers_of_a_script_without_py_run_and_code_from_stdin_is_refused(tmp_path: Path):
+    # the attacks: a script in bin/ named without .py was refused as "no script file they could import", where
+    # spawn runs it as well; code read from stdin (python - < train.py) under spawn had every worker fail to open
+    # '<stdin>', each with a traceback, then "worker exited unexpectedly"
+    script = tmp_path / "train"
+    script.write_text(_SPAWNED)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=tmp_path)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, "[[0, 1, 2, 3], [4, 5, 6, 7]]\n"), proc.stderr[-2000:]
+    plain = _SPAWNED.replace("class Keep", "from torch.utils.data import TensorDataset\n\n\nclass Keep")
+    plain = plain.replace("create_loader(Keep(), ", "create_loader(list(range(8)), ")
+    proc = subprocess.run([sys.executable, "-"], input=plain, capture_output=True, text=True, env=env, timeout=120,
+                          cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        "datakit.errors.UsageError: spawn-started workers run the main program's file again, and this program has "
+        "none (its __file__ is '<stdin>': code read from stdin?); save the code as a .py file and run that, or use "
+        "num_workers=0"
+    )
+
+
 _LAST_EPOCH = """
 import sys
 from datakit.datasets import open_dataset
@@ -4167,9 +4246,12 @@ print(len(list(create_loader(ds, 4, num_workers=1, seed=0, multiprocessing_conte
     said = ("datakit.errors.UsageError: spawn-started workers cannot find Keep: it is defined in __main__, which here "
             "is no script file they could import (python -c, a notebook, code read from stdin); define Keep in a "
             "module (a .py file) and import it from there, or use num_workers=0")  # fmt: skip
-    for args, stdin in (([sys.executable, "-c", code], None), ([sys.executable, "-"], code)):
+    stdin_said = ("datakit.errors.UsageError: spawn-started workers run the main program's file again, and this "
+                  "program has none (its __file__ is '<stdin>': code read from stdin?); save the code as a .py file "
+                  "and run that, or use num_workers=0")  # fmt: skip
+    for args, stdin, words in (([sys.executable, "-c", code], None, said), ([sys.executable, "-"], code, stdin_said)):
         proc = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-        assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == said, proc.stderr
+        assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == words, proc.stderr
         assert proc.stderr.count("Traceback") == 1
     # forked workers inherit __main__: the same code runs
     forked = code.replace('"spawn"', '"fork"')
@@ -4192,8 +4274,8 @@ def test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers(class_folder: P
     assert str(e.value) == (
         "the loader cannot send the dataset and its functions to spawn-started workers (Can't pickle local object "
         "'test_a_lambda_in_the_dataset_is_one_line_for_spawned_workers.<locals>.<lambda>'): what they get must "
-        "pickle: functions (transform=, target_transform=, collate_fn=, worker_init_fn=) defined at module level, "
-        "not lambdas nor inside a function, and no open file in the dataset; or use num_workers=0"
+        "pickle: functions (transform=, target_transform=, on_error=, collate_fn=, worker_init_fn=) defined at module "
+        "level, not lambdas nor inside a function, and no open file in the dataset; or use num_workers=0"
     )
     assert [int(y) for _, ys in create_loader(ds, 12, num_workers=0, seed=0) for y in ys] != []
 
