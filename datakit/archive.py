@@ -93,6 +93,8 @@ class ZipMember:
     unix_mode: int | None
     header_offset: int
     external_attr: int = 0
+    # its local header holds other name bytes: set where the local headers are read (refuse_overlaps)
+    local_name_differs: bool = field(default=False, compare=False)
 
     @property
     def is_dir(self) -> bool:
@@ -324,6 +326,8 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
             "a pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
         )
         raise UsageError(f"{path}: {what}, not a regular file; a zip archive is read from a file")
+    if mode is not None and stat.S_ISREG(mode):
+        _refuse_split_part(path)
     try:
         return _flag_tolerant(path, {})
     except ArchiveError:
@@ -334,6 +338,34 @@ def _open_zip(path: str | os.PathLike) -> zipfile.ZipFile:
             raise
     # (the retry's own error, where it fails too, says more: two archives joined, a damaged directory)
     return _flag_tolerant(path, comment)
+
+
+def _refuse_split_part(path: str | os.PathLike) -> None:
+    """Refuse the last part of a split archive (``zip -s``, WinZip's split: ``ds.z01``, ``ds.z02`` ... beside
+    ``ds.zip``), whose end record numbers its disk: its directory lists every member, but their bytes are in the
+    other parts, and each read failed as "past the end of the file (a damaged or forged directory)"."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 65557))
+            tail = f.read()
+    except OSError:
+        return  # zipfile says why
+    at = len(tail) - 22 if tail[-22:-18] == b"PK\x05\x06" else tail.rfind(b"PK\x05\x06")  # where zipfile looks
+    if at < 0 or at + 22 > len(tail):
+        return
+    disk, cd_disk = struct.unpack_from("<HH", tail, at + 4)
+    z64 = at - 20  # a ZIP64 locator: the disks are counted in the ZIP64 end record's fields
+    if (disk, cd_disk) == (0xFFFF, 0xFFFF) and z64 >= 0 and tail[z64 : z64 + 4] == b"PK\x06\x07":
+        disk = struct.unpack_from("<I", tail, z64 + 16)[0] - 1  # (its total number of disks, less one)
+        cd_disk = 0
+    if disk == 0 and cd_disk == 0:
+        return
+    name = os.path.basename(os.fspath(path))
+    stem = os.path.splitext(name)[0]
+    raise ArchiveError(f"{path}: the last part of a split archive ({disk + 1} parts: {stem}.z01 ... beside it, made "
+                       f"by zip -s or WinZip's split); join them into one archive first (zip -s 0 {name} "
+                       "--out whole.zip), then read that")  # fmt: skip
 
 
 def _flag_tolerant(path: str | os.PathLike, patches: dict[int, int]) -> zipfile.ZipFile:
@@ -810,6 +842,7 @@ def _local_spans(archive: str, members: list[ZipMember]) -> list[tuple[int, int,
             head = f.read(30)
             if len(head) == 30 and head[:4] == b"PK\x03\x04":
                 nlen, elen = struct.unpack_from("<HH", head, 26)
+                object.__setattr__(m, "local_name_differs", f.read(nlen) != m.raw_name)  # (frozen: found, not given)
             else:  # not a local header: reading the member fails on its own, naming it
                 nlen, elen = len(m.raw_name), 0
             end = m.header_offset + 30 + nlen + elen + m.compress_size
@@ -2485,6 +2518,23 @@ class ZipReader:
         if len(data) != size or zlib.crc32(data) != crc:
             return None
         return data
+
+    def local_name_problem(self, m: ZipMember) -> str | None:
+        """Why member ``m`` can never be read, its local header naming it otherwise than the central directory
+        (as unzip-gbk refuses it), or None. Only a member whose local name bytes differ is opened to find out."""
+        if not m.local_name_differs:
+            return None
+        zf = self._file()
+        infos = zf.infolist()
+        if m.index >= len(infos):
+            return None
+        try:
+            with _zip_open(zf, infos[m.index]):
+                return None
+        except zipfile.BadZipFile as exc:
+            return _explain(exc) if "File name in directory" in str(exc) else None
+        except Exception:  # noqa: BLE001 - anything else is said when the member is read
+            return None
 
     def read_index(self, index: int) -> bytes:
         """The bytes of the member at central-directory position ``index``."""

@@ -1369,7 +1369,8 @@ class ZipDataset(ImageDataset):
                 raise ArchiveError(f"{self.path}: member {m.name!r}: its name (bytes {shown}) is not {m.name_source} "
                                    "text (as unzip-gbk refuses it); give the archive's encoding with encoding= "
                                    "(--encoding), or leave it to auto")  # fmt: skip
-            problem = _member_problem(m)  # never readable: a bad sample when read, unless it is all its class has
+            # never readable: a bad sample when read, unless it is all its class has
+            problem = _member_problem(m) or self.zip.local_name_problem(m)
             if problem:
                 unreadable[m.index] = f"{self.path}: member {m.name!r}: {problem}"
             if rel in seen:

@@ -2656,6 +2656,39 @@ def test_an_unreadable_image_member_is_refused_when_the_zip_is_opened(tmp_path: 
                                       ZipEntry(name=b"ant/2.jpg", data=b"w"), ZipEntry(name=b"cat/2.jpg", data=b"y")])  # fmt: skip
     ds = open_dataset(z)
     assert ds.classes == ["ant", "cat"] and len(ds) == 3
+    # and a member whose local header names it otherwise than the central directory (unzip-gbk refuses it): a class
+    # of its own in place, none extracted, every later index one apart
+    data = build_zip([ZipEntry(name=b"ant/1.jpg", data=b"x"), ZipEntry(name=b"cat/2.jpg", data=b"y"),
+                      ZipEntry(name=b"dog/3.jpg", data=b"z")])  # fmt: skip
+    z = tmp_path / "n.zip"
+    z.write_bytes(data.replace(b"ant/1.jpg", b"ant/2.jpg", 1))  # (the first: the local header's)
+    assert not unzip(z, tmp_path / "out").ok and sorted(os.listdir(tmp_path / "out")) == ["cat", "dog"]
+    with pytest.raises(ArchiveError) as e:
+        open_dataset(z)
+    assert str(e.value) == (f"{z}: member 'ant/1.jpg': its local header names it otherwise than the central directory "
+                            "does (a damaged or hand-made archive); and class 'ant' has no other image (extracted, it "
+                            "would be no class at all: the classes would be numbered otherwise)")  # fmt: skip
+
+
+def test_the_last_part_of_a_split_archive_is_refused_as_one(tmp_path: Path, capsys):
+    # the attack: zip -s 64k made ds.z01, ds.z02 and ds.zip; `unzip-gbk ds.zip -l` listed every member (exit 0), and
+    # extracting or reading it said "declares N compressed bytes, past the end of the file (a damaged or forged
+    # directory)": the members' bytes are in the other parts
+    from datakit.datasets import open_dataset
+
+    data = bytearray(build_zip([ZipEntry(name=b"cat/1.png", data=b"x" * 100), ZipEntry(name=b"dog/2.png", data=b"y")]))
+    struct.pack_into("<HH", data, len(data) - 22 + 4, 2, 2)  # the end record of the third of three parts
+    z = tmp_path / "ds.zip"
+    z.write_bytes(bytes(data))
+    said = (f"{z}: the last part of a split archive (3 parts: ds.z01 ... beside it, made by zip -s or WinZip's "
+            "split); join them into one archive first (zip -s 0 ds.zip --out whole.zip), then read that")  # fmt: skip
+    for args in ([str(z), "-l"], [str(z), "-d", str(tmp_path / "out")]):
+        assert unzip_gbk_main(args) == 1
+        assert capsys.readouterr().err == f"unzip-gbk: error: {said}\n"
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ArchiveError) as e:
+        open_dataset(z)
+    assert str(e.value) == said
 
 
 def test_a_member_mode_without_the_owners_read_bit_still_lets_a_second_run_compare(tmp_path: Path):
