@@ -351,14 +351,20 @@ def _refuse_split_part(path: str | os.PathLike) -> None:
             tail = f.read()
     except OSError:
         return  # zipfile says why
-    at = len(tail) - 22 if tail[-22:-18] == b"PK\x05\x06" else tail.rfind(b"PK\x05\x06")  # where zipfile looks
-    if at < 0 or at + 22 > len(tail):
+    at = tail.rfind(b"PK\x05\x06")  # the last end record whose comment ends the file (a signature in the comment's
+    while at >= 0 and (at + 22 > len(tail) or at + 22 + struct.unpack_from("<H", tail, at + 20)[0] != len(tail)):
+        at = tail.rfind(b"PK\x05\x06", 0, at)  # text, "made by scanner PK\x05\x06 v2.3", is no end record)
+    if at < 0:
         return
     disk, cd_disk = struct.unpack_from("<HH", tail, at + 4)
-    z64 = at - 20  # a ZIP64 locator: the disks are counted in the ZIP64 end record's fields
-    if (disk, cd_disk) == (0xFFFF, 0xFFFF) and z64 >= 0 and tail[z64 : z64 + 4] == b"PK\x06\x07":
-        disk = struct.unpack_from("<I", tail, z64 + 16)[0] - 1  # (its total number of disks, less one)
-        cd_disk = 0
+    z64 = at - 20  # a ZIP64 locator: the disks are counted there
+    if z64 >= 0 and tail[z64 : z64 + 4] == b"PK\x06\x07":
+        disks = struct.unpack_from("<I", tail, z64 + 16)[0]  # the total number of disks (0 or 1: one file)
+        if disks <= 1:
+            return
+        disk, cd_disk = disks - 1, 0
+    elif (disk, cd_disk) == (0xFFFF, 0xFFFF):  # the ZIP64 marker without a ZIP64 record: read as one file
+        return
     if disk == 0 and cd_disk == 0:
         return
     name = os.path.basename(os.fspath(path))

@@ -123,7 +123,12 @@ _NAME_COLUMNS = frozenset(_norm(k) for k in (
 
 def _blank(v: object) -> bool:
     if v.__class__ is str:  # (most cells: one check)
-        return not v.strip() or (not v.isascii() and _NOTHING_SEEN.fullmatch(v) is not None)
+        s = v.strip()
+        if not s:
+            return True
+        if s.isascii() or (s.isprintable() and s[0] not in _PRINTABLE_UNSEEN):  # (a visible first character)
+            return False
+        return _NOTHING_SEEN.fullmatch(s) is not None  # a zero-width space alone: empty, as it looks
     return (
         v is None
         or (isinstance(v, (float, np.floating)) and math.isnan(v))
@@ -961,6 +966,10 @@ _INVISIBLE_RUN = re.compile(f"[{_INVISIBLE}\x00]+")
 # (labels are joined by NUL to be scanned at once: a NUL inside one is counted apart)
 _UNSEEN = re.compile(f"[{_INVISIBLE}]|[^\\S ]|  |^ | $|\x00 | \x00")
 _NOTHING_SEEN = re.compile(f"[\\s{_INVISIBLE}]*")  # a cell of these alone looks empty in Excel: no label
+# of those, the ones str.isprintable() takes for printable (Hangul fillers, the blank Braille pattern, variation
+# selectors...): a cell that is printable and begins otherwise shows something (tests/test_labels.py checks the list)
+_PRINTABLE_UNSEEN = "\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+_PRINTABLE_UNSEEN = re.sub(r"(.)-(.)", lambda m: "".join(map(chr, range(ord(m[1]), ord(m[2]) + 1))), _PRINTABLE_UNSEEN)
 
 
 # tag characters: invisible, except in a flag's sequence (🏴 + tags + the cancel tag: England's, Scotland's)
@@ -2406,16 +2415,17 @@ def _sheet_grid(wb: object, name: str, engine: str, path: Path) -> list[list[obj
     return _ooxml_unescaped([list(r) for r in ws.iter_rows(values_only=True)])
 
 
-_OOXML_ESCAPE = re.compile(r"_x([0-9A-Fa-f]{4})_")
+_OOXML_ESCAPE = re.compile(r"_x00([0-9A-Fa-f]{2})_")
 
 
 def _ooxml_unescaped(grid: list[list[object]]) -> list[list[object]]:
-    """The grid with the escapes OOXML writes in cell text (``_x000D_`` for a carriage return, ``_x005F_`` for
-    an underscore before one) decoded, as Excel shows them and calamine reads them: openpyxl keeps them literally,
-    so ``cat_x000D_`` was a class beside ``cat``."""
+    """The grid with the escapes Excel writes in cell text for control characters (``_x000D_`` for a carriage
+    return, ``_x005F_`` for an underscore before one) decoded, as calamine reads them: openpyxl keeps them
+    literally, so ``cat_x000D_`` was a class beside ``cat``. Those of U+0100 and up are left as they are, as calamine
+    leaves them (``tile_x0512_y1024.jpg``, written by pandas through openpyxl, is that name)."""
     for row in grid:
         for j, v in enumerate(row):
-            if v.__class__ is str and "_x" in v:
+            if v.__class__ is str and "_x00" in v:
                 row[j] = _OOXML_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), v)
     return grid
 

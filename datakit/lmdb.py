@@ -181,22 +181,27 @@ def _free_bytes(path: str | os.PathLike) -> int | None:
         st = os.statvfs(p)
     except (OSError, AttributeError):
         return None
-    return st.f_bavail * st.f_frsize
+    root = hasattr(os, "geteuid") and os.geteuid() == 0  # root may also write the blocks ext4 reserves for it
+    return (st.f_bfree if root else st.f_bavail) * st.f_frsize
 
 
 _LOCK_ROOM = 1 << 20  # bytes free that a new lock.mdb (its reader table) and a first commit need, with room to spare
 
 
 def lock_needs_room(folder: str | os.PathLike) -> bool:
-    """Whether opening the LMDB environment in ``folder`` with a lock makes liblmdb size its lock.mdb: missing,
-    or left empty (a run under ``ulimit -f`` or on a full disk could not size it). On a full disk the first write
-    to that file's mapping is a SIGBUS, the process dead without a word; check the disk's room first."""
+    """Whether opening the LMDB environment in ``folder`` with a lock may make liblmdb write blocks of its
+    lock.mdb the disk has not given it: missing, left empty (a run under ``ulimit -f`` or on a full disk could not
+    size it) or sized without a block. On a full disk the first write to such a page of its mapping is a SIGBUS, the
+    process dead without a word; check the disk's room first."""
     try:
-        return os.stat(os.path.join(folder, "lock.mdb")).st_size == 0
+        st = os.stat(os.path.join(folder, "lock.mdb"))
     except FileNotFoundError:
         return True
     except OSError:
         return False
+    # empty, or sized without a block (liblmdb sizes it with ftruncate, then writes its first page: a process that
+    # died of this SIGBUS left it so); one written before has the pages its readers' slots are taken from
+    return st.st_size == 0 or getattr(st, "st_blocks", 1) == 0
 
 
 def lock_room_problem(folder: str | os.PathLike) -> str | None:
@@ -538,10 +543,11 @@ def _drop_txn(key: str) -> None:
         txn.abort()
 
 
-def _shrunk(key: str, path: object) -> None:
+def _shrunk(key: str, path: object, since: int | None = None) -> None:
     """Refuse to read a pack whose data.mdb is shorter than when this process opened it (cut, or copied over in
     place, while mapped): liblmdb would touch pages past its end, and the process would die of SIGBUS. A finished
-    pack's data.mdb written to at all since is refused too."""
+    pack's data.mdb written to at all since is refused too, and so is one whose time is not ``since``, the time the
+    dataset read its labels at (a worker opening the file after it was copied over)."""
     held = _SIZES.get(key)
     if held is None:
         return
@@ -550,7 +556,7 @@ def _shrunk(key: str, path: object) -> None:
         _close_env(key)
         raise PackError(f"{path}: its data.mdb shrank from {held[1]} to {st.st_size} bytes while it was read (cut, "
                         "or copied over in place?); open the pack again once it is whole")  # fmt: skip
-    if held[2] is not None and st.st_mtime_ns != held[2]:
+    if held[2] is not None and (st.st_mtime_ns != held[2] or since is not None and since != held[2]):
         # a finished pack is never written: another one copied over it in place (cp onto the file, rsync --inplace)
         # would serve its images under the labels read from this one, whatever its size
         _close_env(key)
@@ -919,6 +925,8 @@ class LmdbWriter:
                 # may hold anything the process handled before, pickles included) written to the file
                 self.env = _lmdb().open(os.fsencode(self.path), map_size=map_size, subdir=True, readahead=False,
                                         meminit=True, max_dbs=0, max_readers=1024)  # fmt: skip
+                st = os.stat(self.path / "data.mdb")
+                self._data_file = [st.st_dev, st.st_ino]
                 info, psize = self.env.info(), self.env.stat()["psize"]
                 used = psize * (info["last_pgno"] + 1)
                 if info["map_size"] < 2 * used:
@@ -1050,9 +1058,10 @@ class LmdbWriter:
                         txn.put(_name_key(i), name)
                     for k, v in extra:
                         txn.put(k, v)
-                    # when: a resume compares its source files' times with it (a copy of the pack, cp -r,
-                    # gives data.mdb a later time than the edits made since its samples were read)
-                    txn.put(META_KEY, _encode_meta(dict(meta, committed_ns=time.time_ns())))
+                    # when, and in which file: a resume of a copy of the pack (cp -r: data.mdb another file,
+                    # as new as the copy, later than the edits made since its samples were read) compares its
+                    # source files' times with this commit's
+                    txn.put(META_KEY, _encode_meta(dict(meta, committed_ns=time.time_ns(), data_file=self._data_file)))
                 return
             except lmdb.MapFullError:
                 # the transaction was aborted whole; grow the map and write it again
@@ -1158,9 +1167,16 @@ class LmdbReader:
             except BaseException:
                 _close_env(self._key)
                 raise
+            mtime = None
             if meta.get("complete"):
+                held = _SIZES.get(self._key)
+                try:
+                    mtime = os.fstat(held[0]).st_mtime_ns if held is not None else None
+                except OSError:
+                    mtime = None
                 _close_env(self._key)  # reopened without the reader table on the first read
-        self.meta, self.records = meta, records
+        # the file's time as its labels were read: a worker that opens it later (forked, spawned) compares its own
+        self.meta, self.records, self._data_mtime = meta, records, mtime
         try:
             self.class_map = ClassMap.from_json(meta.get("classes"))
         except ValueError as e:
@@ -1259,7 +1275,7 @@ class LmdbReader:
                 txn = _txn(self._key, self._live)
                 if _ENV_IDS.get(self._key) != self._ident:
                     raise self._replaced()
-                _shrunk(self._key, self.path)
+                _shrunk(self._key, self.path, self.__dict__.get("_data_mtime"))
                 value = txn.get(_image_key(i))
             except PackError:
                 raise

@@ -1098,6 +1098,11 @@ def _forked_child() -> None:
     _INHERITED.extend(_RECEIVERS)
     _RECEIVERS.clear()
     _THREADS.clear()
+    # the parent's worker processes: multiprocessing's exit handler in this child would terminate them (and fail to
+    # join them), killing the parent's next epoch; Process objects its own start resets likewise
+    children = multiprocessing.process._children  # type: ignore[attr-defined]
+    _INHERITED.extend(children)
+    children.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -1783,6 +1788,8 @@ class Loader:
                 log.info("num_workers %d -> %d for the next epoch (the loop waited %.0f%% of the time, CPUs to spare)",
                          t.num_workers, new, 100 * f)  # fmt: skip
                 self.set_num_workers(new)
+                if self.loader.num_workers < new:  # what the machine allows (/dev/shm, ulimit -f) said so: no more
+                    self.max_workers = self.loader.num_workers  # asked for every epoch
 
     def set_num_workers(self, num_workers: int) -> None:
         """Rebuild the DataLoader with ``num_workers`` (between epochs); the old workers stop."""
@@ -1838,8 +1845,12 @@ class Loader:
         if not at_exit:
             self._epoch_done(*unended[1:])
             return
-        merge = getattr(self.dataset, "merge_bad_samples", None)
-        if callable(merge):
+        ds = self.dataset
+        merge, report = getattr(ds, "merge_bad_samples", None), getattr(ds, "bad_samples", None)
+        if not callable(merge) or not isinstance(report, os.PathLike) or not os.path.isdir(os.path.dirname(report)):
+            return  # (a report in a folder removed since, a temporary one: nothing is made again at exit)
+        parts = getattr(ds, "_parts_dir", None)
+        if getattr(ds, "bad", None) or (callable(parts) and parts().is_dir()):  # something recorded to merge
             merge()
 
     def _pass(self, gen: int) -> Iterator:

@@ -940,8 +940,8 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
     def applied(t, x):
         if x.dtype == torch.uint8:  # (inside a float round trip a fill on the 0-1 scale is the right one)
             _check_fill(t)
-        elif x.is_floating_point() and x.numel() and float(x.max()) <= 1.0:  # white on the 0-1 scale
-            _check_fill(t, unit=True)
+        elif x.is_floating_point() and x.numel() and float(x.max()) <= 2.0:  # white near 1: a 0-1 scale (blurred,
+            _check_fill(t, unit=True)  # noised: 1.0000002, 1.3), not 0-255
         try:
             return t(x)
         except Exception as exc:
@@ -1067,9 +1067,10 @@ def _check_fill(step, unit: bool = False) -> None:
         if any(v > 1 for v in found):
             first = next(v for v in found if v > 1)
             raise ValueError(f"augment step {' '.join(repr(step).split())} fills with {first:g}, a 0-255 level, the "
-                             "float crop it paints being on the 0-1 scale (after ToDtype(torch.float32, scale=True)): "
+                             "float crop it paints having its white at 1 (after ToDtype(torch.float32, scale=True)): "
                              "it is painted out of range, white once the crop is uint8 again: give the colour on the "
-                             f"0-1 scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean)")  # fmt: skip
+                             f"crop's own scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean on the 0-1 "
+                             "scale)")  # fmt: skip
         return
     if all(0 <= v <= 1 for v in found) and any(not v.is_integer() for v in found):
         first = next(v for v in found if not v.is_integer())

@@ -2689,6 +2689,21 @@ def test_the_last_part_of_a_split_archive_is_refused_as_one(tmp_path: Path, caps
     with pytest.raises(ArchiveError) as e:
         open_dataset(z)
     assert str(e.value) == said
+    # the review round's: a whole archive whose comment holds the signature and text after it ("made by scanner
+    # PK\x05\x06 v2.3 ..."), one whose end record says 0xFFFF disks without a ZIP64 record, and a ZIP64 locator
+    # counting 0 or 1 disks: one file each, read as before
+    plain = build_zip([ZipEntry(name=b"cat/1.png", data=b"x" * 100), ZipEntry(name=b"dog/2.png", data=b"y")])
+    comment = b"made by scanner PK\x05\x06 v2.3 build 2024-05-01, station 7"
+    commented = bytearray(plain)
+    struct.pack_into("<H", commented, len(commented) - 2, len(comment))
+    marked = bytearray(plain)
+    struct.pack_into("<HH", marked, len(marked) - 22 + 4, 0xFFFF, 0xFFFF)
+    for k, data in enumerate((bytes(commented) + comment, bytes(marked))):
+        one = tmp_path / f"one{k}.zip"
+        one.write_bytes(data)
+        assert open_dataset(one).classes == ["cat", "dog"]
+        assert unzip_gbk_main([str(one), "-l"]) == 0
+    capsys.readouterr()
 
 
 def test_a_member_mode_without_the_owners_read_bit_still_lets_a_second_run_compare(tmp_path: Path):

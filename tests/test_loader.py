@@ -1194,7 +1194,7 @@ first = [int(i) for b in loader for i in b]
 pid = os.fork()
 if pid == 0:  # the loader iterated in a child forked after the parent used it: epoch 1, in workers of its own
     print([int(i) for b in loader for i in b], flush=True)
-    os._exit(0)
+    sys.exit(0)  # (its exit handlers run: multiprocessing's terminated the parent's workers)
 os.waitpid(pid, 0)
 print([int(i) for b in loader for i in b], flush=True)
 print(first, flush=True)
@@ -1203,7 +1203,8 @@ print(first, flush=True)
 
 def test_a_loader_iterated_in_a_process_forked_after_it_was_used_starts_workers_of_its_own(tmp_path: Path):
     # the attack: a loader iterated, then os.fork(), then iterated in the child: the child waited forever on the
-    # thread that received the parent's batches, which did not survive the fork
+    # thread that received the parent's batches, which did not survive the fork; and (the review round) a child
+    # that then exits as programs do terminated the parent's persistent workers, killing its next epoch
     script = tmp_path / "train.py"
     script.write_text(_FORKED)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -1255,7 +1256,7 @@ def test_spawned_workers_of_a_script_without_py_run_and_code_from_stdin_is_refus
 
 
 _LAST_EPOCH = """
-import sys
+import os, sys
 from datakit.datasets import open_dataset
 from datakit.loader import create_loader
 
@@ -1264,6 +1265,10 @@ loader = create_loader(ds, 4, num_workers=int(sys.argv[3]), seed=0, train=False)
 it = iter(loader)
 batches = [next(it) for _ in range(len(loader))]  # the run's last (here only) epoch: no batch asked past its last
 print(len(loader.history), flush=True)
+if sys.argv[4:] == ["removed"]:  # the report's folder removed before the program ends (a temporary one)
+    import shutil
+
+    shutil.rmtree(os.path.dirname(sys.argv[2]))
 """
 
 
@@ -1280,6 +1285,13 @@ def test_the_last_epoch_of_len_batches_taken_has_its_bad_samples_merged_at_exit(
                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert proc.returncode == 0 and proc.stdout == "0\n", proc.stderr[-2000:]  # not ended before the exit
     assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
+    # (the review round's) a report whose folder the program removed before it ended is not made again at exit
+    report = tmp_path / "run" / "bad_samples.json"
+    report.parent.mkdir()
+    proc = subprocess.run([sys.executable, str(script), str(bad_folder(tmp_path / "again")), str(report), str(workers),
+                           "removed"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, "0\n") and not report.parent.exists()
+    assert proc.stderr.count("bad sample ") == 3 and "exit" not in proc.stderr  # (its 3 warnings, and nothing else)
 
 
 def test_close_ends_a_pass_that_handed_out_its_last_batch(tmp_path: Path):

@@ -1303,10 +1303,16 @@ def test_a_fill_colour_on_the_0_1_scale_is_refused_on_uint8_crops():
     ):  # fmt: skip
         with pytest.raises(ValueError) as e:
             train_pipeline(64, augment=[v2.Compose([to_float, step, to_uint8])])
+        for before in (v2.GaussianBlur(5, sigma=(0.1, 2)), v2.GaussianNoise(clip=False)):  # (white now past 1.0)
+            for seed in range(8):
+                torch.manual_seed(seed)
+                with pytest.raises(ValueError):
+                    train_pipeline(64, augment=[v2.Compose([to_float, before, step, to_uint8])])
         assert str(e.value) == (
-            f"augment step {shown} fills with {first}, a 0-255 level, the float crop it paints being on the 0-1 scale "
+            f"augment step {shown} fills with {first}, a 0-255 level, the float crop it paints having its white at 1 "
             "(after ToDtype(torch.float32, scale=True)): it is painted out of range, white once the crop is uint8 "
-            f"again: give the colour on the 0-1 scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean)"
+            f"again: give the colour on the crop's own scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean on "
+            "the 0-1 scale)"
         )
     kept = [v2.ToDtype(torch.float32), v2.RandomErasing(p=1.0, value=[124, 116, 104]), v2.ToDtype(torch.uint8)]
     assert train_pipeline(64, augment=kept).augment == kept
