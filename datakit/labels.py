@@ -126,7 +126,7 @@ def _blank(v: object) -> bool:
         s = v.strip()
         if not s:
             return True
-        if s.isascii() or (s.isprintable() and s[0] not in _PRINTABLE_UNSEEN):  # (a visible first character)
+        if s[0] not in _UNSEEN_CHARS:  # (a visible first character: most cells, one look-up)
             return False
         return _NOTHING_SEEN.fullmatch(s) is not None  # a zero-width space alone: empty, as it looks
     return (
@@ -966,10 +966,12 @@ _INVISIBLE_RUN = re.compile(f"[{_INVISIBLE}\x00]+")
 # (labels are joined by NUL to be scanned at once: a NUL inside one is counted apart)
 _UNSEEN = re.compile(f"[{_INVISIBLE}]|[^\\S ]|  |^ | $|\x00 | \x00")
 _NOTHING_SEEN = re.compile(f"[\\s{_INVISIBLE}]*")  # a cell of these alone looks empty in Excel: no label
-# of those, the ones str.isprintable() takes for printable (Hangul fillers, the blank Braille pattern, variation
-# selectors...): a cell that is printable and begins otherwise shows something (tests/test_labels.py checks the list)
-_PRINTABLE_UNSEEN = "\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
-_PRINTABLE_UNSEEN = re.sub(r"(.)-(.)", lambda m: "".join(map(chr, range(ord(m[1]), ord(m[2]) + 1))), _PRINTABLE_UNSEEN)
+# the characters of _INVISIBLE one by one: a cell whose first character (after its spaces) is none of them shows
+# something (tests/test_labels.py checks the set against the pattern)
+_UNSEEN_CHARS = frozenset(
+    "".join(chr(c) for a, b in re.findall(r"(.)-(.)", _INVISIBLE, re.S) for c in range(ord(a), ord(b) + 1))
+    + re.sub(r".-.", "", _INVISIBLE, flags=re.S)
+)
 
 
 # tag characters: invisible, except in a flag's sequence (🏴 + tags + the cancel tag: England's, Scotland's)
