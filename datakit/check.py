@@ -427,7 +427,20 @@ def _missing_line(ds: TableDataset, i: int) -> str | None:
             whole = next((where + e for e in GUESSED_EXTENSIONS if os.path.isfile(where + e)), None)
             if whole is not None:
                 line += f" (there is {os.path.basename(whole)!r}: the table's names lack their extension)"
+        if twin is None and (spaced := _spaced_twin(where)) is not None:
+            line += (f" (there is {spaced!r}: a table's names are read without the spaces around them; rename the "
+                     "file" + (f", or write the name as './{spaced}' to keep its leading space)"
+                               if spaced == spaced.rstrip() else ")"))  # fmt: skip
     return line
+
+
+def _spaced_twin(path: str) -> str | None:
+    """The file a missing ``path`` names but for spaces around its name (' lead.png' on disk, a table's cell
+    stripped to 'lead.png'), where there is one such file."""
+    from datakit.sources import twin_path
+
+    real = twin_path(path, "spaces")
+    return os.path.basename(real) if real is not None and os.path.dirname(real) == os.path.dirname(path) else None
 
 
 def _case_twin(path: str) -> str | None:

@@ -918,7 +918,8 @@ def _other_forms(name: str) -> list[str]:
     return [o for o in (unicodedata.normalize(f, name) for f in ("NFC", "NFD")) if o != name]
 
 
-_KEYS: dict[str, Callable[[str], str]] = {"form": lambda n: unicodedata.normalize("NFC", n), "case": str.lower}
+_KEYS: dict[str, Callable[[str], str]] = {"form": lambda n: unicodedata.normalize("NFC", n), "case": str.lower,
+                                          "spaces": str.strip}  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)  # a table's rows in no folder order (shuffled) visit many folders in turn

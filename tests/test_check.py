@@ -361,6 +361,25 @@ def test_check_of_one_split_names_an_image_no_split_names(class_folder: Path, tm
         assert report.problems == [f"not in the table: {unnamed}"]
 
 
+def test_a_missing_file_whose_name_on_disk_has_spaces_around_it_is_said(tmp_path: Path):
+    # the attack: ' lead.png' on disk, named so in the table: a table's names are stripped of spaces, so check said
+    # "missing: 'lead.png'" and "not in the table: img/ lead.png", two lines contradicting each other without the fix
+    (tmp_path / "img").mkdir()
+    for k, n in enumerate((" lead.png", "trail.png ", "ok.png")):
+        Image.fromarray(np.full((8, 8, 3), 40 * k, np.uint8)).save(tmp_path / "img" / n, format="PNG")
+    (tmp_path / "t.csv").write_text("file,label\n lead.png,cat\ntrail.png ,dog\nok.png,dog\n", encoding="utf-8")
+    report = check_dataset(tmp_path / "img", labels=tmp_path / "t.csv")
+    assert report.problems[:2] == [
+        f"missing: 'lead.png' ({tmp_path / 't.csv'}, line 2) not found at {tmp_path / 'img' / 'lead.png'} (there is "
+        "' lead.png': a table's names are read without the spaces around them; rename the file, or write the name as "
+        "'./ lead.png' to keep its leading space)",
+        f"missing: 'trail.png' ({tmp_path / 't.csv'}, line 3) not found at {tmp_path / 'img' / 'trail.png'} (there "
+        "is 'trail.png ': a table's names are read without the spaces around them; rename the file)",
+    ]
+    (tmp_path / "u.csv").write_text("file,label\n./ lead.png,cat\nok.png,dog\n", encoding="utf-8")
+    assert check_dataset(tmp_path / "img", labels=tmp_path / "u.csv").problems == []  # (as the fix says)
+
+
 def test_a_missing_file_that_differs_only_in_case_is_said(tmp_path: Path):
     # the attack: the table said C3.PNG, the disk held c3.png: check printed "missing" and "not in the table" as
     # two unrelated lines, never that the names differ only in letter case
