@@ -55,6 +55,11 @@ class PackError(DataError):
     """A pack that cannot be written or read as asked; the message names it and says what to do."""
 
 
+class PackChangedError(PackError):
+    """A pack's files changed under a dataset reading them (packed again, another pack copied over them): no
+    sample's fault, so never replaced nor recorded as a bad sample; the dataset must be opened again."""
+
+
 class SampleError(DataError):
     """One sample that cannot be read or decoded; the message names the sample index and file."""
 

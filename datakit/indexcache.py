@@ -27,7 +27,7 @@ from pathlib import Path
 
 from datakit.errors import ImageDecodeError, PackError
 from datakit.io import jpeg_entropy_index
-from datakit.lmdb import lock_needs_room
+from datakit.lmdb import lock_needs_room, reserved_room
 
 MARKER = "INDEX_CACHE"  # the file that makes a folder one of these caches
 _MAP_SIZE = 1 << 40  # address space only: the data file grows as entries are written
@@ -154,8 +154,7 @@ def _free_bytes(path: str) -> int | None:
         st = os.statvfs(path)
     except (OSError, AttributeError):  # no statvfs (Windows): not known
         return None
-    root = hasattr(os, "geteuid") and os.geteuid() == 0
-    return (st.f_bfree if root else st.f_bavail) * st.f_frsize
+    return (st.f_bfree if reserved_room() else st.f_bavail) * st.f_frsize
 
 
 def _valid(value: bytes) -> bool:

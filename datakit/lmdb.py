@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from datakit.errors import PackError, UsageError
+from datakit.errors import PackChangedError, PackError, UsageError
 from datakit.labels import ClassMap
 
 __all__ = [
@@ -181,8 +181,19 @@ def _free_bytes(path: str | os.PathLike) -> int | None:
         st = os.statvfs(p)
     except (OSError, AttributeError):
         return None
-    root = hasattr(os, "geteuid") and os.geteuid() == 0  # root may also write the blocks ext4 reserves for it
-    return (st.f_bfree if root else st.f_bavail) * st.f_frsize
+    return (st.f_bfree if reserved_room() else st.f_bavail) * st.f_frsize
+
+
+def reserved_room() -> bool:
+    """Whether this process may write the blocks a file system reserves for root (ext4's 5%): root of the machine,
+    not root inside a user namespace (rootless containers, ``unshare -r``), whom the kernel does not give them."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/uid_map", encoding="ascii") as f:
+            return f.read().split() == ["0", "0", "4294967295"]  # the whole range, as the first namespace maps it
+    except OSError:
+        return False  # (not Linux, or /proc not mounted: not known, so not counted)
 
 
 _LOCK_ROOM = 1 << 20  # bytes free that a new lock.mdb (its reader table) and a first commit need, with room to spare
@@ -543,25 +554,30 @@ def _drop_txn(key: str) -> None:
         txn.abort()
 
 
-def _shrunk(key: str, path: object, since: int | None = None) -> None:
+def _shrunk(key: str, path: object, since: int | None = None) -> bool:
     """Refuse to read a pack whose data.mdb is shorter than when this process opened it (cut, or copied over in
-    place, while mapped): liblmdb would touch pages past its end, and the process would die of SIGBUS. A finished
-    pack's data.mdb written to at all since is refused too, and so is one whose time is not ``since``, the time the
-    dataset read its labels at (a worker opening the file after it was copied over)."""
+    place, while mapped): liblmdb would touch pages past its end, and the process would die of SIGBUS. True where a
+    finished pack's data.mdb has another modification time than when this process opened it, or than ``since``,
+    when the dataset read its labels (a worker opening the file after it changed): the environment is closed, and
+    the caller looks whether the file still holds the same pack (touched, restored with the same bytes) or another
+    one (copied over it in place: its images would be served under this one's labels)."""
     held = _SIZES.get(key)
     if held is None:
-        return
+        return False
     st = os.fstat(held[0])
     if st.st_size < held[1]:
         _close_env(key)
-        raise PackError(f"{path}: its data.mdb shrank from {held[1]} to {st.st_size} bytes while it was read (cut, "
-                        "or copied over in place?); open the pack again once it is whole")  # fmt: skip
+        raise PackChangedError(f"{path}: its data.mdb shrank from {held[1]} to {st.st_size} bytes while it was read "
+                               "(cut, or copied over in place?); open the pack again once it is whole")  # fmt: skip
     if held[2] is not None and (st.st_mtime_ns != held[2] or since is not None and since != held[2]):
-        # a finished pack is never written: another one copied over it in place (cp onto the file, rsync --inplace)
-        # would serve its images under the labels read from this one, whatever its size
         _close_env(key)
-        raise PackError(f"{path}: its data.mdb was written to while it was read (another pack copied over it in "
-                        "place?); open the pack again once it is whole")  # fmt: skip
+        return True
+    return False
+
+
+def _written_to(path: object) -> PackChangedError:
+    return PackChangedError(f"{path}: its data.mdb was written to while it was read (another pack copied over it in "
+                            "place?); open the pack again once it is whole")  # fmt: skip
 
 
 def _close_env(key: str) -> None:
@@ -925,8 +941,6 @@ class LmdbWriter:
                 # may hold anything the process handled before, pickles included) written to the file
                 self.env = _lmdb().open(os.fsencode(self.path), map_size=map_size, subdir=True, readahead=False,
                                         meminit=True, max_dbs=0, max_readers=1024)  # fmt: skip
-                st = os.stat(self.path / "data.mdb")
-                self._data_file = [st.st_dev, st.st_ino]
                 info, psize = self.env.info(), self.env.stat()["psize"]
                 used = psize * (info["last_pgno"] + 1)
                 if info["map_size"] < 2 * used:
@@ -934,7 +948,13 @@ class LmdbWriter:
                 if resume:
                     self._load_records()
             self.meta = dict(meta, count=self.count, complete=False)
+            self._clock = 0  # the file system's clock less this process's (an NFS server's may differ)
+            now = time.time_ns()
             self._write([], self.meta)  # committed now: from here on the pack is resumable
+            try:
+                self._clock = os.stat(self.path / "data.mdb").st_mtime_ns - now  # the write's time, as it keeps it
+            except OSError:
+                pass
         except BaseException:
             self.close()
             raise
@@ -1058,10 +1078,10 @@ class LmdbWriter:
                         txn.put(_name_key(i), name)
                     for k, v in extra:
                         txn.put(k, v)
-                    # when, and in which file: a resume of a copy of the pack (cp -r: data.mdb another file,
-                    # as new as the copy, later than the edits made since its samples were read) compares its
-                    # source files' times with this commit's
-                    txn.put(META_KEY, _encode_meta(dict(meta, committed_ns=time.time_ns(), data_file=self._data_file)))
+                    # when, on the file system's clock: a resume compares its source files' times with it where
+                    # data.mdb's own is later (a copy of the pack, cp -r, or a backup restored over it: as new as
+                    # the copy, later than the edits made since its samples were read)
+                    txn.put(META_KEY, _encode_meta(dict(meta, committed_ns=time.time_ns() + self._clock)))
                 return
             except lmdb.MapFullError:
                 # the transaction was aborted whole; grow the map and write it again
@@ -1253,8 +1273,8 @@ class LmdbReader:
         return records
 
     def _replaced(self) -> PackError:
-        return PackError(f"{self.path}: the pack was replaced (packed again) since this dataset read its labels; "
-                         "open it again")  # fmt: skip
+        return PackChangedError(f"{self.path}: the pack was replaced (packed again) since this dataset read its "
+                                "labels; open it again")  # fmt: skip
 
     def refresh(self) -> int:
         """Re-read a pack that is being written: the samples committed since; returns the count."""
@@ -1272,10 +1292,7 @@ class LmdbReader:
         """The stored bytes of sample ``i``."""
         with _LOCK:
             try:
-                txn = _txn(self._key, self._live)
-                if _ENV_IDS.get(self._key) != self._ident:
-                    raise self._replaced()
-                _shrunk(self._key, self.path, self.__dict__.get("_data_mtime"))
+                txn = self._current()
                 value = txn.get(_image_key(i))
             except PackError:
                 raise
@@ -1303,11 +1320,28 @@ class LmdbReader:
             checked[i] = True
         return value
 
+    def _current(self):
+        """This process's read transaction on the pack, refusing a file that is no longer the pack this dataset
+        read its labels from (re-packed, or another pack copied over it in place). A file whose time moved but which
+        holds the same pack (touched, restored with the same bytes: the same metadata, checksums included) is read
+        on."""
+        txn = _txn(self._key, self._live)
+        if _ENV_IDS.get(self._key) != self._ident:
+            raise self._replaced()
+        if not _shrunk(self._key, self.path, self.__dict__.get("_data_mtime")):
+            return txn
+        txn = _txn(self._key, self._live)  # opened again: the file as it is now
+        if _ENV_IDS.get(self._key) != self._ident or _decode_meta(txn.get(META_KEY), self.path) != self.meta:
+            _close_env(self._key)
+            raise _written_to(self.path)
+        held = _SIZES.get(self._key)
+        self._data_mtime = held[2] if held is not None else None
+        return txn
+
     def name(self, i: int) -> str:
         """Sample ``i``'s source name (relative to its source folder where it had one)."""
         with _LOCK, _lmdb_errors(self.path):
-            txn = _txn(self._key, self._live)
-            _shrunk(self._key, self.path)
+            txn = self._current()
             raw = txn.get(_name_key(i))
         return raw.decode("utf-8", "surrogateescape") if raw is not None else f"#{i}"
 

@@ -1130,18 +1130,31 @@ def _stop_receivers() -> None:
 
 atexit.register(_stop_receivers)  # registered after torch's own exit hook (imported above): runs before it
 
-_UNENDED: weakref.WeakSet = weakref.WeakSet()  # loaders whose pass handed out its last batch, none asked past it
+# the datasets of loaders whose pass handed out its last batch, none asked past it, by loader: their bad samples are
+# merged at exit (held here, not the loader: one dropped before the exit, made in a function, still has them merged)
+_UNENDED: dict[int, Dataset] = {}
+_SERIALS = itertools.count()
 
 
 @atexit.register
 def _end_unended_passes() -> None:
     """A run's last epoch under a loop that takes len(loader) batches and never asks past them (PyTorch
     Lightning's): its bad samples merged into the report at exit, as the next ``iter()`` would have."""
-    for loader in list(_UNENDED):
+    while _UNENDED:
+        _, ds = _UNENDED.popitem()
         try:
-            loader._end_unended(at_exit=True)
+            _merge_at_exit(ds)
         except Exception as exc:  # noqa: BLE001 - at exit: said, not raised into the interpreter's shutdown
             log.warning("at exit: the last epoch's bad samples were not merged: %s", exc)
+
+
+def _merge_at_exit(ds) -> None:
+    merge, report = getattr(ds, "merge_bad_samples", None), getattr(ds, "bad_samples", None)
+    if not callable(merge) or not isinstance(report, os.PathLike) or not os.path.isdir(os.path.dirname(report)):
+        return  # (a report in a folder removed since, a temporary one: nothing is made again at exit)
+    parts = getattr(ds, "_parts_dir", None)
+    if getattr(ds, "bad", None) or (callable(parts) and parts().is_dir()):  # something recorded to merge
+        merge()
 
 
 @contextlib.contextmanager
@@ -1455,6 +1468,7 @@ class Loader:
         # default) rather than normalize='s: a pipeline set between epochs is checked against them
         self.normalises_with: tuple | None = None
         self._pid = os.getpid()  # the process whose workers and threads serve it (see _after_fork)
+        self._serial = next(_SERIALS)  # (its key in _UNENDED)
 
     def _after_fork(self) -> None:
         """In a process forked (``os.fork``) from the one that iterated this loader: its workers, their iterator and
@@ -1701,7 +1715,7 @@ class Loader:
                     t.total_s = t1 - first
                 if left == 0 if stream else t.batches == expected:
                     self._unended = (gen, t, dl, first, cpu0, own0)  # its end, should no batch be asked past it
-                    _UNENDED.add(self)  # (ended at exit, should no iter() follow: a run's last epoch)
+                    _UNENDED[self._serial] = self.dataset  # (merged at exit, should no iter() follow: a run's last)
                 yield batch
         finally:
             if self._live is it:
@@ -1722,7 +1736,7 @@ class Loader:
         if gen != self._generation:
             return
         self._unended = None
-        _UNENDED.discard(self)
+        _UNENDED.pop(self._serial, None)
         self._epoch_done(t, dl, first, cpu0, own0)
 
     def _epoch_done(self, t: EpochTiming, dl, first, cpu0, own0) -> None:
@@ -1835,23 +1849,13 @@ class Loader:
         self._supersede("iter")
         return self._pass(self._generation)
 
-    def _end_unended(self, at_exit: bool = False) -> None:
-        """End a pass that handed out every batch and was asked for none past them; at the interpreter's exit
-        (a run's last epoch under a framework that never asks past it) only its bad samples are merged."""
+    def _end_unended(self) -> None:
+        """End a pass that handed out every batch and was asked for none past them (at the interpreter's exit, a
+        run's last epoch under a framework that never asks past it has its bad samples merged: _UNENDED)."""
         unended, self._unended = self._unended, None
-        _UNENDED.discard(self)
-        if unended is None or unended[0] != self._generation:
-            return
-        if not at_exit:
+        _UNENDED.pop(self.__dict__.get("_serial"), None)
+        if unended is not None and unended[0] == self._generation:
             self._epoch_done(*unended[1:])
-            return
-        ds = self.dataset
-        merge, report = getattr(ds, "merge_bad_samples", None), getattr(ds, "bad_samples", None)
-        if not callable(merge) or not isinstance(report, os.PathLike) or not os.path.isdir(os.path.dirname(report)):
-            return  # (a report in a folder removed since, a temporary one: nothing is made again at exit)
-        parts = getattr(ds, "_parts_dir", None)
-        if getattr(ds, "bad", None) or (callable(parts) and parts().is_dir()):  # something recorded to merge
-            merge()
 
     def _pass(self, gen: int) -> Iterator:
         if gen != self._generation:  # superseded before its first batch

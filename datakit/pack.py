@@ -855,11 +855,10 @@ def _names_damaged(target: Path, lo: int, hi: int, skipped: int, name_of: Callab
 
 def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
                    name_of: Callable[[int], str] | None = None, *, originals: bool = False,
-                   committed: tuple | None = None) -> tuple[str, str, str] | None:  # fmt: skip
+                   committed: object = None) -> tuple[str, str, str] | None:  # fmt: skip
     """(path, its modification or status time, the pack's last commit) of the first source file of samples
     ``lo .. lo+n-1`` (a zip read in place: the archive) changed after the pack's last commit (data.mdb's time, or
-    where the pack was copied since, the time its metadata records, ``committed``: (time, [device, inode] of the
-    data.mdb written)):
+    the time its metadata records, ``committed``, where earlier: a copy's file is as new as the copy):
     edited, or replaced by a file with an older modification time), None when none
     is: a file edited while the pack was interrupted. A file whose time moved but whose bytes are the ones its
     sample stores (``name_of(i)``: the name it was stored under) is the same file (``chmod``, ``touch``, a
@@ -870,13 +869,10 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
     except OSError:
         return None
     since = data.st_mtime_ns
-    when, where = committed if isinstance(committed, tuple) else (None, None)
-    copied = isinstance(where, list) and where != [data.st_dev, data.st_ino]
-    if copied and isinstance(when, int) and not isinstance(when, bool) and 0 < when < since:
-        # the pack copied since (cp -r, to another disk): its file's time is the copy's, later than the edits; the
-        # commit's own time, on the writer's clock, stands in (where the pack is the file it wrote, the file
-        # system's own time of it is taken: no clock of another machine, an NFS server's, to differ from it)
-        since = when
+    if isinstance(committed, int) and not isinstance(committed, bool) and 0 < committed < since:
+        # the pack copied since (cp -r, to another disk, or a backup restored over it): its file's time is the
+        # copy's, later than the edits; the commit's own (on the file system's clock, as the writer measured it)
+        since = committed
     archive = getattr(ds, "zip", None)
     if archive is not None:
         paths: Iterable[str] = [archive.path]
@@ -940,8 +936,7 @@ def _source_changed(ds: ImageDataset, lo: int, existing: dict, target: Path, nam
     those stored (a source swapped whole for another of the same names, which keeps older times)."""
     n = existing["count"] + len(existing.get("skipped", []))
     changed = (_changed_after(ds, lo, n, target, name_of, originals=not (existing.get("options") or {}).get("max_size"),
-                              committed=(existing.get("committed_ns"), existing.get("data_file")))
-               if times else None)  # fmt: skip
+                              committed=existing.get("committed_ns")) if times else None)  # fmt: skip
     if changed is not None:  # edited since its samples were read: the pack would mix old and new bytes
         path, when, last = changed
         return f"{path} changed after its samples were packed ({when}; the pack's last commit {last})"

@@ -34,7 +34,15 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import PackError, SampleError, UsageError, as_flag, names_sample, refuse_empty
+from datakit.errors import (
+    PackChangedError,
+    PackError,
+    SampleError,
+    UsageError,
+    as_flag,
+    names_sample,
+    refuse_empty,
+)
 from datakit.filenames import decodes, json_text, undecoded_names
 from datakit.io import (
     IMAGE_EXTENSIONS,
@@ -333,6 +341,8 @@ class ImageDataset:
         except Exception as exc:
             if getattr(exc, "_datakit_step", False):  # a pipeline's augment or normalisation step: not the image's
                 name_sample(exc, "transform", index, self.name(index))  # error, never a bad sample to skip or record
+                raise
+            if isinstance(exc, PackChangedError):  # the pack's file changed under the dataset: no image's fault
                 raise
             if isinstance(exc, ImageDecodeError):
                 msg = str(exc)

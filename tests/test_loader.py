@@ -1260,15 +1260,24 @@ import os, sys
 from datakit.datasets import open_dataset
 from datakit.loader import create_loader
 
-ds = open_dataset(sys.argv[1], on_error="skip", max_bad_fraction=0.1, bad_samples=sys.argv[2])
-loader = create_loader(ds, 4, num_workers=int(sys.argv[3]), seed=0, train=False)
-it = iter(loader)
-batches = [next(it) for _ in range(len(loader))]  # the run's last (here only) epoch: no batch asked past its last
-print(len(loader.history), flush=True)
-if sys.argv[4:] == ["removed"]:  # the report's folder removed before the program ends (a temporary one)
-    import shutil
 
-    shutil.rmtree(os.path.dirname(sys.argv[2]))
+
+def main():  # (the loader dropped before the exit, as the README's main() drops it)
+    ds = open_dataset(sys.argv[1], on_error="skip", max_bad_fraction=0.1, bad_samples=sys.argv[2])
+    loader = create_loader(ds, 4, num_workers=int(sys.argv[3]), seed=0, train=False)
+    it = iter(loader)
+    batches = [next(it) for _ in range(len(loader))]  # the run's last (here only) epoch: none asked past its last
+    print(len(loader.history), flush=True)
+    if sys.argv[4:] == ["removed"]:  # the report's folder removed before the program ends (a temporary one)
+        import shutil
+
+        shutil.rmtree(os.path.dirname(sys.argv[2]))
+
+
+main()
+import gc
+
+gc.collect()
 """
 
 
