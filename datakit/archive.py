@@ -18,6 +18,7 @@ import lzma
 import os
 import posixpath
 import re
+import shlex
 import shutil
 import stat
 import struct
@@ -351,9 +352,13 @@ def _refuse_split_part(path: str | os.PathLike) -> None:
             tail = f.read()
     except OSError:
         return  # zipfile says why
-    at = tail.rfind(b"PK\x05\x06")  # the last end record whose comment ends the file (a signature in the comment's
-    while at >= 0 and (at + 22 > len(tail) or at + 22 + struct.unpack_from("<H", tail, at + 20)[0] != len(tail)):
-        at = tail.rfind(b"PK\x05\x06", 0, at)  # text, "made by scanner PK\x05\x06 v2.3", is no end record)
+    # the last end record whose comment ends the file (a signature in the comment's text, "made by scanner
+    # PK\x05\x06 v2.3", is no end record); where none does (bytes appended after it), the last one
+    last = at = tail.rfind(b"PK\x05\x06", 0, len(tail) - 18)  # (22 bytes at least)
+    while at >= 0 and at + 22 + struct.unpack_from("<H", tail, at + 20)[0] != len(tail):
+        at = tail.rfind(b"PK\x05\x06", 0, at)
+    if at < 0:
+        at = last
     if at < 0:
         return
     disk, cd_disk = struct.unpack_from("<HH", tail, at + 4)
@@ -367,11 +372,13 @@ def _refuse_split_part(path: str | os.PathLike) -> None:
         return
     if disk == 0 and cd_disk == 0:
         return
-    name = os.path.basename(os.fspath(path))
-    stem = os.path.splitext(name)[0]
-    raise ArchiveError(f"{path}: the last part of a split archive ({disk + 1} parts: {stem}.z01 ... beside it, made "
-                       f"by zip -s or WinZip's split); join them into one archive first (zip -s 0 {name} "
-                       "--out whole.zip), then read that")  # fmt: skip
+    stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+    others = [f"{stem}.z{k:02d}" for k in range(1, disk + 1)]
+    named = " and ".join(others) if len(others) <= 2 else f"{others[0]} ... {others[-1]}"
+    raise ArchiveError(f"{path}: the last part of a split archive of {disk + 1} parts (made by zip -s or WinZip's "
+                       f"split), whose members are in the others, {named}: join the parts, all in one folder, into "
+                       f"one archive first (zip -s 0 {shlex.quote(os.fspath(path))} --out whole.zip), then read "
+                       "that")  # fmt: skip
 
 
 def _flag_tolerant(path: str | os.PathLike, patches: dict[int, int]) -> zipfile.ZipFile:

@@ -428,8 +428,10 @@ def _missing_line(ds: TableDataset, i: int) -> str | None:
             if whole is not None:
                 line += f" (there is {os.path.basename(whole)!r}: the table's names lack their extension)"
         if twin is None and (spaced := _spaced_twin(where)) is not None:
+            folder = str(ds.files[i]).replace("\\", "/").rpartition("/")[0]
+            written = f"{folder}/{spaced}" if folder else f"./{spaced}"  # (a leading space kept behind a folder)
             line += (f" (there is {spaced!r}: a table's names are read without the spaces around them; rename the "
-                     "file" + (f", or write the name as './{spaced}' to keep its leading space)"
+                     "file" + (f", or write the name as {written!r} to keep its leading space)"
                                if spaced == spaced.rstrip() else ")"))  # fmt: skip
     return line
 

@@ -451,9 +451,11 @@ class ImageDataset:
             except OSError as err:  # a full disk, a read-only one: the sample is still replaced, the record said lost
                 if str(parts) not in _SAID_UNRECORDED:
                     _SAID_UNRECORDED.add(str(parts))
+                    fix = ("give bad_samples= a file on a writable disk" if err.errno in (errno.EROFS, errno.EACCES,
+                           errno.EPERM) else "free space there")  # fmt: skip
                     log.warning("bad samples cannot be recorded in %s (%s): they are still replaced, but %s will "
-                                "not list them; free space there", parts, err.strerror or type(err).__name__,
-                                self._bad_shown)  # fmt: skip
+                                "not list them; %s", parts, err.strerror or type(err).__name__, self._bad_shown,
+                                fix)  # fmt: skip
             known |= {e["index"] for e in self._read_parts()}
         n = len(self)
         if len(known) > self.max_bad_fraction * n:

@@ -940,8 +940,12 @@ def _check_augment(augment, size: tuple[int, int], channels: int = 3, draws: int
     def applied(t, x):
         if x.dtype == torch.uint8:  # (inside a float round trip a fill on the 0-1 scale is the right one)
             _check_fill(t)
-        elif x.is_floating_point() and x.numel() and float(x.max()) <= 2.0:  # white near 1: a 0-1 scale (blurred,
-            _check_fill(t, unit=True)  # noised: 1.0000002, 1.3), not 0-255
+        elif x.is_floating_point() and x.numel():
+            white = float(x.max())  # the probe's white: near 1 on the 0-1 scale (blurred, noised: 1.0000002, 1.3),
+            if white <= 2.0:  # near 255 on a float crop of 0-255 levels (ToDtype without scale=True); between them,
+                _check_fill(t, unit=True)  # a normalised crop, whose fill no rule here knows
+            elif white >= 128:
+                _check_fill(t, crop="float crop of 0-255 levels")
         try:
             return t(x)
         except Exception as exc:
@@ -1054,7 +1058,7 @@ def _check_gray_fills(augment: list) -> None:
                                  f"({name}=116), or read the images in mode 'rgb'")  # fmt: skip
 
 
-def _check_fill(step, unit: bool = False) -> None:
+def _check_fill(step, unit: bool = False, crop: str = "uint8 crop") -> None:
     """Refuse a step that paints the uint8 crop with a colour on the 0-1 scale of float images (ImageNet's mean,
     0.485, 0.456, 0.406, as float pipelines write it): torchvision casts it to 0, black. ``unit``: the step paints a
     float crop on the 0-1 scale (inside a float round trip), where a 0-255 level is painted as it is, far out of range:
@@ -1067,15 +1071,15 @@ def _check_fill(step, unit: bool = False) -> None:
         if any(v > 1 for v in found):
             first = next(v for v in found if v > 1)
             raise ValueError(f"augment step {' '.join(repr(step).split())} fills with {first:g}, a 0-255 level, the "
-                             "float crop it paints having its white at 1 (after ToDtype(torch.float32, scale=True)): "
-                             "it is painted out of range, white once the crop is uint8 again: give the colour on the "
-                             f"crop's own scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean on the 0-1 "
+                             "float crop it paints having its white at 1 (as ToDtype(torch.float32, scale=True) makes "
+                             "it): it is painted out of range, white once the crop is uint8 again: give the colour on "
+                             f"the crop's own scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean on the 0-1 "
                              "scale)")  # fmt: skip
         return
     if all(0 <= v <= 1 for v in found) and any(not v.is_integer() for v in found):
         first = next(v for v in found if not v.is_integer())
         raise ValueError(f"augment step {' '.join(repr(step).split())} fills with {first:g}, a level on the 0-1 scale "
-                         "of float images, which the uint8 crop it paints takes as 0, black: give the colour in 0-255 "
+                         f"of float images, which the {crop} it paints takes as 0, black: give the colour in 0-255 "
                          f"({name}=[124, 116, 104] is ImageNet's mean)")  # fmt: skip
 
 

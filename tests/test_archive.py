@@ -2680,12 +2680,18 @@ def test_the_last_part_of_a_split_archive_is_refused_as_one(tmp_path: Path, caps
     struct.pack_into("<HH", data, len(data) - 22 + 4, 2, 2)  # the end record of the third of three parts
     z = tmp_path / "ds.zip"
     z.write_bytes(bytes(data))
-    said = (f"{z}: the last part of a split archive (3 parts: ds.z01 ... beside it, made by zip -s or WinZip's "
-            "split); join them into one archive first (zip -s 0 ds.zip --out whole.zip), then read that")  # fmt: skip
+    said = (f"{z}: the last part of a split archive of 3 parts (made by zip -s or WinZip's split), whose members "
+            "are in the others, ds.z01 and ds.z02: join the parts, all in one folder, into one archive first (zip -s "
+            f"0 {z} --out whole.zip), then read that")  # fmt: skip
     for args in ([str(z), "-l"], [str(z), "-d", str(tmp_path / "out")]):
         assert unzip_gbk_main(args) == 1
         assert capsys.readouterr().err == f"unzip-gbk: error: {said}\n"
     assert not (tmp_path / "out").exists()
+    with pytest.raises(ArchiveError) as e:
+        open_dataset(z)
+    assert str(e.value) == said
+    # with bytes appended after its end record (a download padded): the same
+    z.write_bytes(bytes(data) + bytes(512))
     with pytest.raises(ArchiveError) as e:
         open_dataset(z)
     assert str(e.value) == said

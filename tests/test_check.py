@@ -378,6 +378,15 @@ def test_a_missing_file_whose_name_on_disk_has_spaces_around_it_is_said(tmp_path
     ]
     (tmp_path / "u.csv").write_text("file,label\n./ lead.png,cat\nok.png,dog\n", encoding="utf-8")
     assert check_dataset(tmp_path / "img", labels=tmp_path / "u.csv").problems == []  # (as the fix says)
+    # in a folder, the fix keeps the folder (the review round's: './ lead.png' there named another file)
+    (tmp_path / "img" / "sub").mkdir()
+    (tmp_path / "img" / " lead.png").rename(tmp_path / "img" / "sub" / " lead.png")
+    (tmp_path / "v.csv").write_text("file,label\nsub/lead.png,cat\nok.png,dog\n", encoding="utf-8")
+    assert check_dataset(tmp_path / "img", labels=tmp_path / "v.csv").problems[0] == (
+        f"missing: 'sub/lead.png' ({tmp_path / 'v.csv'}, line 2) not found at {tmp_path / 'img' / 'sub' / 'lead.png'} "
+        "(there is ' lead.png': a table's names are read without the spaces around them; rename the file, or write the "
+        "name as 'sub/ lead.png' to keep its leading space)"
+    )
 
 
 def test_a_missing_file_that_differs_only_in_case_is_said(tmp_path: Path):

@@ -1310,12 +1310,28 @@ def test_a_fill_colour_on_the_0_1_scale_is_refused_on_uint8_crops():
                     train_pipeline(64, augment=[v2.Compose([to_float, before, step, to_uint8])])
         assert str(e.value) == (
             f"augment step {shown} fills with {first}, a 0-255 level, the float crop it paints having its white at 1 "
-            "(after ToDtype(torch.float32, scale=True)): it is painted out of range, white once the crop is uint8 "
-            f"again: give the colour on the crop's own scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean on "
-            "the 0-1 scale)"
+            "(as ToDtype(torch.float32, scale=True) makes it): it is painted out of range, white once the crop is "
+            f"uint8 again: give the colour on the crop's own scale ({name}=[0.485, 0.456, 0.406] is ImageNet's mean "
+            "on the 0-1 scale)"
         )
     kept = [v2.ToDtype(torch.float32), v2.RandomErasing(p=1.0, value=[124, 116, 104]), v2.ToDtype(torch.uint8)]
     assert train_pipeline(64, augment=kept).augment == kept
+    # there (0-255 levels in float), a 0-1 fill paints black as on uint8 (the docs round's attack)
+    unscaled = [
+        v2.ToDtype(torch.float32),
+        v2.RandomErasing(p=1.0, value=[0.485, 0.456, 0.406]),
+        v2.ToDtype(torch.uint8),
+    ]
+    with pytest.raises(ValueError) as e:
+        train_pipeline(64, augment=unscaled)
+    assert str(e.value) == (
+        "augment step RandomErasing(p=1.0, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0.485, 0.456, 0.406], "
+        "inplace=False) fills with 0.485, a level on the 0-1 scale of float images, which the float crop of 0-255 "
+        "levels it paints takes as 0, black: give the colour in 0-255 (value=[124, 116, 104] is ImageNet's mean)"
+    )
+    normalised = [to_float, v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]), v2.RandomErasing(p=1.0),
+                  v2.ToDtype(torch.uint8)]  # fmt: skip
+    assert train_pipeline(64, augment=normalised).augment == normalised  # (no rule knows a normalised crop's fill)
     pipe = train_pipeline(
         64, augment=[v2.RandomErasing(p=1.0, value=[124, 116, 104]), v2.RandomRotation(10, fill=255.0)]
     )
