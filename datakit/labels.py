@@ -2201,25 +2201,27 @@ def _parse_grid(
         f = row[fcol] if fcol < len(row) else None
         lab = row[lcol] if lcol is not None and lcol < len(row) else None
         rownum = r + 1
-        if _blank(lab) and not _blank(f) and cell_error is not None:  # calamine reads '#N/A' as empty: the cell's own
+        no_file, no_label = _blank(f), _blank(lab)  # (once a row: the checks below ask each several times)
+        if no_label and not no_file and cell_error is not None:  # calamine reads '#N/A' as empty: the cell's own
             lab = cell_error(rownum, lcol) or lab
-        if _blank(f) and _blank(lab):
+            no_label = _blank(lab)
+        if no_file and no_label:
             note = cell_note(rownum, fcol) if cell_note is not None else None
             if note is None and lcol is not None and cell_note is not None:
                 note = cell_note(rownum, lcol)
             if note:  # formulas without saved values read as empty: the row is there, its values are not
                 problems.append(((order, rownum), f"{where}, row {rownum}: {note}"))
             continue  # empty rows are absent, not errors
-        if (_blank(f) or _blank(lab) or _not_a_label(_text(lab))) and scol is not None and scol < len(row):
+        if (no_file or no_label or _not_a_label(_text(lab))) and scol is not None and scol < len(row):
             dropped[(order, rownum)] = "" if _blank(row[scol]) else _text(row[scol])
-        if not _blank(f) and (_blank(lab) or _not_a_label(_text(lab))):
+        if not no_file and (no_label or _not_a_label(_text(lab))):
             named.append(_text(f).replace("\\", "/"))
-        if _blank(f) or _blank(lab):
-            col = fcol if _blank(f) else lcol
+        if no_file or no_label:
+            col = fcol if no_file else lcol
             extra = cell_note(rownum, col) if cell_note is not None else None
             if extra:
                 problems.append(((order, rownum), f"{where}, row {rownum}: {extra}"))
-            elif _blank(f):
+            elif no_file:
                 problems.append(((order, rownum), f"{where}, row {rownum}: label {_text(lab)!r} has no file name"))
             else:
                 problems.append(((order, rownum), f"{where}, row {rownum}: file {_text(f)!r} has no label"))
