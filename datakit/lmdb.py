@@ -1196,7 +1196,7 @@ class LmdbReader:
                     mtime = None
                 _close_env(self._key)  # reopened without the reader table on the first read
         # the file's time as its labels were read: a worker that opens it later (forked, spawned) compares its own
-        self.meta, self.records, self._data_mtime = meta, records, mtime
+        self.meta, self.records, self._data_mtime, self._loaded_mtime = meta, records, mtime, mtime
         try:
             self.class_map = ClassMap.from_json(meta.get("classes"))
         except ValueError as e:
@@ -1299,6 +1299,8 @@ class LmdbReader:
             except Exception as exc:
                 if isinstance(exc, _lmdb().Error):
                     _close_env(self._key)
+                    if self._moved():
+                        raise _written_to(self.path) from None
                     raise PackError(f"{self.path}: reading sample {i} failed ({type(exc).__name__}: {exc}); "
                                     f"run `datakit verify {self.path}`") from None  # fmt: skip
                 raise
@@ -1315,6 +1317,8 @@ class LmdbReader:
             # (9 us for 35 KB), which later epochs then skip
             rec = self.records[i]
             if len(value) != int(rec["nbytes"]) or zlib.crc32(value) != int(rec["crc32"]):
+                if self._moved():
+                    raise _written_to(self.path)
                 raise PackError(f"{self.path}: sample {i} ({self.name(i)}) fails its checksum: the stored bytes were "
                                 f"altered; run `datakit verify {self.path}` and re-pack")  # fmt: skip
             checked[i] = True
@@ -1325,18 +1329,39 @@ class LmdbReader:
         read its labels from (re-packed, or another pack copied over it in place). A file whose time moved but which
         holds the same pack (touched, restored with the same bytes: the same metadata, checksums included) is read
         on."""
-        txn = _txn(self._key, self._live)
+        try:
+            txn = _txn(self._key, self._live)
+        except (PackError, _lmdb().Error) as exc:
+            if not self._moved():
+                raise
+            # opened again on a file that changed since the labels were read (cut, a copy over it): the file's
+            # fault, said as the opening says it, and no sample's (never recorded as a bad one)
+            raise (PackChangedError(str(exc)) if isinstance(exc, PackError) else _written_to(self.path)) from None
         if _ENV_IDS.get(self._key) != self._ident:
             raise self._replaced()
         if not _shrunk(self._key, self.path, self.__dict__.get("_data_mtime")):
             return txn
-        txn = _txn(self._key, self._live)  # opened again: the file as it is now
-        if _ENV_IDS.get(self._key) != self._ident or _decode_meta(txn.get(META_KEY), self.path) != self.meta:
+        try:
+            txn = _txn(self._key, self._live)  # opened again: the file as it is now
+            same = _ENV_IDS.get(self._key) == self._ident and _decode_meta(txn.get(META_KEY), self.path) == self.meta
+        except (PackError, _lmdb().Error):  # (a copy in progress: its pages half the one pack's, half the other's)
+            same = False
+        if not same:
             _close_env(self._key)
             raise _written_to(self.path)
         held = _SIZES.get(self._key)
         self._data_mtime = held[2] if held is not None else None
-        return txn
+        self.__dict__.pop("_checked", None)  # every sample's checksum looked at again: a copy in progress over it
+        return txn  # leaves the metadata it writes last as it was, and the samples it has reached fail theirs
+
+    def _moved(self) -> bool:
+        """Whether this finished pack's data.mdb has another modification time than when its labels were read: a
+        sample failing its checksum there is the file changing, not a damaged image to record as bad."""
+        since = self.__dict__.get("_loaded_mtime")  # (never moved on, as _data_mtime is for a touched file)
+        try:
+            return since is not None and os.stat(os.path.join(self._key, "data.mdb")).st_mtime_ns != since
+        except OSError:
+            return True
 
     def name(self, i: int) -> str:
         """Sample ``i``'s source name (relative to its source folder where it had one)."""

@@ -1130,22 +1130,15 @@ def _stop_receivers() -> None:
 
 atexit.register(_stop_receivers)  # registered after torch's own exit hook (imported above): runs before it
 
-# the datasets of loaders whose pass handed out its last batch, none asked past it, by loader: their bad samples are
-# merged at exit (held here, not the loader: one dropped before the exit, made in a function, still has them merged)
-_UNENDED: dict[int, Dataset] = {}
-_SERIALS = itertools.count()
 
-
-@atexit.register
-def _end_unended_passes() -> None:
-    """A run's last epoch under a loop that takes len(loader) batches and never asks past them (PyTorch
-    Lightning's): its bad samples merged into the report at exit, as the next ``iter()`` would have."""
-    while _UNENDED:
-        _, ds = _UNENDED.popitem()
-        try:
-            _merge_at_exit(ds)
-        except Exception as exc:  # noqa: BLE001 - at exit: said, not raised into the interpreter's shutdown
-            log.warning("at exit: the last epoch's bad samples were not merged: %s", exc)
+def _merge_unended(ds) -> None:
+    """The bad samples of a pass that handed out its last batch, none asked past it, merged when its loader goes
+    (a run's last epoch under a loop that takes len(loader) batches and never asks past them, PyTorch Lightning's,
+    with the loader made in a function) or at the interpreter's exit, as the next ``iter()`` would have."""
+    try:
+        _merge_at_exit(ds)
+    except Exception as exc:  # noqa: BLE001 - at exit or in a collection: said, not raised
+        log.warning("the last epoch's bad samples were not merged into their report: %s", exc)
 
 
 def _merge_at_exit(ds) -> None:
@@ -1468,7 +1461,6 @@ class Loader:
         # default) rather than normalize='s: a pipeline set between epochs is checked against them
         self.normalises_with: tuple | None = None
         self._pid = os.getpid()  # the process whose workers and threads serve it (see _after_fork)
-        self._serial = next(_SERIALS)  # (its key in _UNENDED)
 
     def _after_fork(self) -> None:
         """In a process forked (``os.fork``) from the one that iterated this loader: its workers, their iterator and
@@ -1715,7 +1707,7 @@ class Loader:
                     t.total_s = t1 - first
                 if left == 0 if stream else t.batches == expected:
                     self._unended = (gen, t, dl, first, cpu0, own0)  # its end, should no batch be asked past it
-                    _UNENDED[self._serial] = self.dataset  # (merged at exit, should no iter() follow: a run's last)
+                    self._unended_merge(True)  # (merged when the loader goes, should no iter() follow)
                 yield batch
         finally:
             if self._live is it:
@@ -1736,7 +1728,7 @@ class Loader:
         if gen != self._generation:
             return
         self._unended = None
-        _UNENDED.pop(self._serial, None)
+        self._unended_merge(False)
         self._epoch_done(t, dl, first, cpu0, own0)
 
     def _epoch_done(self, t: EpochTiming, dl, first, cpu0, own0) -> None:
@@ -1851,11 +1843,21 @@ class Loader:
 
     def _end_unended(self) -> None:
         """End a pass that handed out every batch and was asked for none past them (at the interpreter's exit, a
-        run's last epoch under a framework that never asks past it has its bad samples merged: _UNENDED)."""
+        run's last epoch under a framework that never asks past it has its bad samples merged: _unended_merge)."""
         unended, self._unended = self._unended, None
-        _UNENDED.pop(self.__dict__.get("_serial"), None)
+        self._unended_merge(False)
         if unended is not None and unended[0] == self._generation:
             self._epoch_done(*unended[1:])
+
+    def _unended_merge(self, on: bool) -> None:
+        """Have this pass's bad samples merged when the loader goes (garbage collected, or at exit), or not: a
+        finaliser holding the dataset (only one with a report to merge into), which the loader holds anyway."""
+        fin = self.__dict__.pop("_merge_fin", None)
+        if fin is not None:
+            fin.detach()
+        ds = self.dataset
+        if on and getattr(ds, "bad_samples", None) is not None and callable(getattr(ds, "merge_bad_samples", None)):
+            self._merge_fin = weakref.finalize(self, _merge_unended, ds)
 
     def _pass(self, gen: int) -> Iterator:
         if gen != self._generation:  # superseded before its first batch

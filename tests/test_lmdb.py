@@ -582,6 +582,48 @@ def test_a_lock_file_left_empty_on_a_full_disk_is_never_sized_by_liblmdb(tmp_pat
     assert pack_lmdb(src, out, resume=True, workers=0).count == 40 and verify_lmdb(out) == []
 
 
+def test_a_pack_read_while_another_is_half_copied_over_it_serves_no_other_image(tmp_path: Path):
+    # the review round's attack: a pack touched is read on (its metadata the same), but a copy still in progress
+    # over it leaves the metadata, written last, as it was: the samples it had reached were served, other images
+    # under this pack's labels; and with on_error="substitute" they were recorded as bad, good as they are
+    import numpy as np
+
+    a, c = tmp_path / "a.lmdb", tmp_path / "c.lmdb"
+    write_pack(a, 60)
+    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(tuple(f"c{k}" for k in range(10))).to_json(),
+            "planned": 60, "splits": [], "skipped": []}  # fmt: skip
+    with LmdbWriter(c, meta) as w:
+        for i in range(60):
+            w.add(encode_image(synthetic_image(24 + i % 5, 32, seed=500 + i), ".jpg", 90, mode="rgb"), (i + 3) % 10,
+                  24 + i % 5, 32, f"图/{i}.jpg")  # fmt: skip
+        w.finish()
+    from datakit.datasets import read_bad_samples
+    from datakit.errors import PackChangedError
+
+    size = min((a / "data.mdb").stat().st_size, (c / "data.mdb").stat().st_size)
+    for copied in range(8192, size, 8192):  # how far the copy has come
+        cur = tmp_path / f"cur{copied}.lmdb"
+        shutil.copytree(a, cur)
+        report = tmp_path / f"bad{copied}.json"
+        ds = open_dataset(cur, on_error="substitute", bad_samples=report)
+        want = [ds[i] for i in range(60)]
+        with open(c / "data.mdb", "rb") as f, open(cur / "data.mdb", "r+b") as g:
+            g.write(f.read(copied))
+        served = refused = 0
+        for i in range(60):
+            try:
+                img, target = ds[i]
+            except PackChangedError as e:  # (written to, replaced, or its pages found damaged: the copy's half)
+                assert str(e).startswith(f"{cur}: ") and "sample" not in str(e), str(e)
+                refused += 1
+                continue
+            assert np.array_equal(img, want[i][0]) and target == want[i][1], (copied, i)  # this pack's image, or none
+            served += 1
+        assert refused > 0 and served + refused == 60
+        assert ds.bad == {} and read_bad_samples(report)["bad"] == []
+        close_pack(cur)
+
+
 def test_reader_follows_a_pack_being_written(tmp_path: Path):
     out = tmp_path / "live.lmdb"
     writer = """
