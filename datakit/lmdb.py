@@ -1317,8 +1317,11 @@ class LmdbReader:
             # (9 us for 35 KB), which later epochs then skip
             rec = self.records[i]
             if len(value) != int(rec["nbytes"]) or zlib.crc32(value) != int(rec["crc32"]):
-                if self._moved():
-                    raise _written_to(self.path)
+                if self._moved():  # a copy over it in progress, or bytes damaged in a pack only touched: not known
+                    raise PackChangedError(f"{self.path}: sample {i} ({self.name(i)}) fails its checksum, and the "
+                                           "pack's data.mdb was written to since this dataset read its labels (another "
+                                           "pack copied over it, or only touched?); open the pack again, and run "
+                                           f"`datakit verify {self.path}`")  # fmt: skip
                 raise PackError(f"{self.path}: sample {i} ({self.name(i)}) fails its checksum: the stored bytes were "
                                 f"altered; run `datakit verify {self.path}` and re-pack")  # fmt: skip
             checked[i] = True
@@ -1358,10 +1361,14 @@ class LmdbReader:
         """Whether this finished pack's data.mdb has another modification time than when its labels were read: a
         sample failing its checksum there is the file changing, not a damaged image to record as bad."""
         since = self.__dict__.get("_loaded_mtime")  # (never moved on, as _data_mtime is for a touched file)
+        if since is None:
+            return False
+        held = _SIZES.get(self._key)  # the file this process reads, wherever its folder went (renamed, deleted)
         try:
-            return since is not None and os.stat(os.path.join(self._key, "data.mdb")).st_mtime_ns != since
+            st = os.fstat(held[0]) if held is not None else os.stat(os.path.join(self._key, "data.mdb"))
         except OSError:
-            return True
+            return False  # (gone: the opening says so)
+        return st.st_mtime_ns != since
 
     def name(self, i: int) -> str:
         """Sample ``i``'s source name (relative to its source folder where it had one)."""

@@ -1131,10 +1131,13 @@ def _stop_receivers() -> None:
 atexit.register(_stop_receivers)  # registered after torch's own exit hook (imported above): runs before it
 
 
-def _merge_unended(ds) -> None:
+def _merge_unended(ds, pid: int) -> None:
     """The bad samples of a pass that handed out its last batch, none asked past it, merged when its loader goes
     (a run's last epoch under a loop that takes len(loader) batches and never asks past them, PyTorch Lightning's,
-    with the loader made in a function) or at the interpreter's exit, as the next ``iter()`` would have."""
+    with the loader made in a function) or at the interpreter's exit, as the next ``iter()`` would have. Only in the
+    process that ran the pass (``pid``): a worker forked meanwhile holds a copy of the finaliser too."""
+    if os.getpid() != pid:
+        return
     try:
         _merge_at_exit(ds)
     except Exception as exc:  # noqa: BLE001 - at exit or in a collection: said, not raised
@@ -1857,7 +1860,7 @@ class Loader:
             fin.detach()
         ds = self.dataset
         if on and getattr(ds, "bad_samples", None) is not None and callable(getattr(ds, "merge_bad_samples", None)):
-            self._merge_fin = weakref.finalize(self, _merge_unended, ds)
+            self._merge_fin = weakref.finalize(self, _merge_unended, ds, os.getpid())
 
     def _pass(self, gen: int) -> Iterator:
         if gen != self._generation:  # superseded before its first batch

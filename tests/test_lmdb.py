@@ -225,6 +225,27 @@ def test_a_flipped_byte_in_an_image_is_refused_when_read_not_decoded_to_other_pi
     assert capsys.readouterr().err == f"datakit stats: error: {want}\n"
     assert main(["check", str(out)]) == 1
     assert capsys.readouterr().err == f"unreadable: {want}\n"
+    # the pack's folder renamed meanwhile: the file read is the same, its damage said the same (the review round's)
+    moved = tmp_path / "moved.lmdb"
+    ds = open_dataset(out)
+    assert ds[0][1] == 0
+    out.rename(moved)
+    with pytest.raises(SampleError) as e:
+        ds[1]
+    assert str(e.value) == want
+    # the file touched since the labels were read: the damage may be another pack's copy going on; refused as such
+    from datakit.errors import PackChangedError
+
+    close_pack(out)  # (the environment of the renamed folder's file)
+    ds = open_dataset(moved, on_error="substitute")
+    assert ds[0][1] == 0
+    os.utime(moved / "data.mdb", ns=(1, 1))
+    with pytest.raises(PackChangedError) as e:
+        ds[1]
+    assert str(e.value) == (f"{moved}: sample 1 (图/1.jpg) fails its checksum, and the pack's data.mdb was written to "
+                            "since this dataset read its labels (another pack copied over it, or only touched?); open "
+                            f"the pack again, and run `datakit verify {moved}`")  # fmt: skip
+    assert ds.bad == {} and ds[2][1] == 0
 
 
 def test_names_checksummed_and_a_flipped_name_byte_caught_by_verify(tmp_path: Path):

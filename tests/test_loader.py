@@ -1317,6 +1317,15 @@ def test_close_ends_a_pass_that_handed_out_its_last_batch(tmp_path: Path):
     assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
     assert [len(t) for _, t in loader] == [4] * 10  # the next epoch, as after any close()
     assert [(h.epoch, h.batches) for h in loader.history] == [(0, 10), (1, 10)]
+    # the merge a dropped loader leaves to its finaliser runs only in the process that ran the pass: a worker forked
+    # meanwhile holds a copy of it (the review round's: plain torch workers merged the report from their copies)
+    from datakit.loader import _merge_unended
+
+    report.unlink()
+    _merge_unended(ds, os.getpid() + 1)
+    assert not report.exists()
+    _merge_unended(ds, os.getpid())
+    assert [e["index"] for e in read_bad_samples(report)["bad"]] == [3, 17, 30]
 
 
 def test_a_finite_device_loader_has_no_state_dict_an_infinite_one_has(class_folder: Path):
