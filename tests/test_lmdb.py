@@ -50,14 +50,15 @@ def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 120)
                           timeout=timeout, env=env)  # fmt: skip
 
 
-def write_pack(path: Path, n: int, classes: int = 10, **writer_kwargs) -> list[bytes]:
-    """A pack of ``n`` small JPEGs written through LmdbWriter; returns the stored values."""
+def write_pack(path: Path, n: int, classes: int = 10, seed: int = 0, shift: int = 0, **writer_kwargs) -> list[bytes]:
+    """A pack of ``n`` small JPEGs written through LmdbWriter (sample i drawn from seed ``seed + i``, of class
+    ``(i + shift) % classes``); returns the stored values."""
     meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(tuple(f"c{k}" for k in range(classes))).to_json(),
             "planned": n, "splits": [], "skipped": []}  # fmt: skip
-    values = [encode_image(synthetic_image(24 + i % 5, 32, seed=i), ".jpg", 90, mode="rgb") for i in range(n)]
+    values = [encode_image(synthetic_image(24 + i % 5, 32, seed=seed + i), ".jpg", 90, mode="rgb") for i in range(n)]
     with LmdbWriter(path, meta, **writer_kwargs) as w:
         for i, v in enumerate(values):
-            w.add(v, i % classes, 24 + i % 5, 32, f"图/{i}.jpg")
+            w.add(v, (i + shift) % classes, 24 + i % 5, 32, f"图/{i}.jpg")
         w.finish()
     return values
 
@@ -494,13 +495,7 @@ def test_a_pack_copied_over_in_place_while_it_is_read_is_refused_whatever_its_si
     # from the old pack, without a word, in this process and in persistent workers alike
     a, b = tmp_path / "a.lmdb", tmp_path / "b.lmdb"
     write_pack(a, 60)
-    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(tuple(f"c{k}" for k in range(10))).to_json(),
-            "planned": 60, "splits": [], "skipped": []}  # fmt: skip
-    with LmdbWriter(b, meta) as w:
-        for i in range(60):
-            w.add(encode_image(synthetic_image(24 + i % 5, 32, seed=i), ".jpg", 90, mode="rgb"), (i + 1) % 10,
-                  24 + i % 5, 32, f"图/{i}.jpg")  # fmt: skip
-        w.finish()
+    write_pack(b, 60, shift=1)  # the same images, each labelled the next class
     assert (a / "data.mdb").stat().st_size == (b / "data.mdb").stat().st_size
     proc = run_py(
         """
@@ -611,13 +606,7 @@ def test_a_pack_read_while_another_is_half_copied_over_it_serves_no_other_image(
 
     a, c = tmp_path / "a.lmdb", tmp_path / "c.lmdb"
     write_pack(a, 60)
-    meta = {"format": "datakit-lmdb", "version": 2, "classes": ClassMap(tuple(f"c{k}" for k in range(10))).to_json(),
-            "planned": 60, "splits": [], "skipped": []}  # fmt: skip
-    with LmdbWriter(c, meta) as w:
-        for i in range(60):
-            w.add(encode_image(synthetic_image(24 + i % 5, 32, seed=500 + i), ".jpg", 90, mode="rgb"), (i + 3) % 10,
-                  24 + i % 5, 32, f"图/{i}.jpg")  # fmt: skip
-        w.finish()
+    write_pack(c, 60, seed=500, shift=3)  # other images, of other classes, under the same names
     from datakit.datasets import read_bad_samples
     from datakit.errors import PackChangedError
 
