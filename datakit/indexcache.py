@@ -154,6 +154,8 @@ def _free_bytes(path: str) -> int | None:
         st = os.statvfs(path)
     except (OSError, AttributeError):  # no statvfs (Windows): not known
         return None
+    if st.f_blocks == 0:  # a file system that reports no size (some FUSE ones): not known, not full
+        return None
     return (st.f_bfree if reserved_room() else st.f_bavail) * st.f_frsize
 
 

@@ -869,6 +869,7 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
     except OSError:
         return None
     since = data.st_mtime_ns
+    coarse = since % 10**9 == 0
     if isinstance(committed, int) and not isinstance(committed, bool) and 0 < committed < since:
         # the pack copied since (cp -r, to another disk, or a backup restored over it): its file's time is the
         # copy's, later than the edits; the commit's own (on the file system's clock, as the writer measured it)
@@ -891,7 +892,10 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
         # the status time too: a file replaced by `cp -p`, `mv`, `rsync -a`, `tar x` or a re-download with
         # `curl -R` carries an older modification time, but its status time is when it was put there
         mtime = max(st.st_mtime_ns, st.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
-        if mtime > since and name_of is not None:
+        # on a file system that keeps whole seconds (FAT, exFAT: data.mdb's time has no fraction), a file edited in
+        # the second of the last commit has that very time: the same time counts as later there
+        later = mtime > since or (coarse and mtime == since)
+        if later and name_of is not None:
             if stored is None:
                 stored = stored_values(target)
             if archive is None:
@@ -905,12 +909,12 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
             if verdict == "same":
                 continue  # its time moved, its bytes did not
             compared = ("other" if originals else "re-encoded") if verdict == "differs" else ""
-        if mtime > since:
+        if later:
 
             def stamp(ns: int) -> str:
                 return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns // 10**9)) + f".{ns % 10**9 // 10**6:03d}"
 
-            if st.st_mtime_ns > since:
+            if st.st_mtime_ns > since or (coarse and st.st_mtime_ns == since):
                 how = "modified"
             elif compared == "other":
                 how = "its status changed: replaced or moved, by other bytes than it packed"

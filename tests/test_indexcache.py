@@ -494,7 +494,9 @@ def test_a_cache_made_before_or_roots_reserved_room_is_no_full_disk(tmp_path, mo
     monkeypatch.setattr(indexcache, "_free_bytes", lambda path: 0)
     _assert_same(_crops(train_pipeline(64, index_cache=cache), files, 0), made)  # taken, and read
     monkeypatch.undo()
-    full = types.SimpleNamespace(f_bavail=0, f_bfree=1 << 20, f_frsize=4096)  # 4 GiB reserved for root, none else
+    full = types.SimpleNamespace(
+        f_blocks=1 << 21, f_bavail=0, f_bfree=1 << 20, f_frsize=4096
+    )  # 4 GiB reserved for root, none else
     monkeypatch.setattr(os, "statvfs", lambda path: full)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert indexcache._free_bytes(str(tmp_path)) == 4 << 30

@@ -1443,6 +1443,31 @@ def test_resume_refuses_a_packed_file_edited_while_the_pack_was_interrupted(clas
     assert pack_lmdb(class_folder, out, overwrite=True).count == 12 and verify_lmdb(out) == []
 
 
+def test_resume_on_whole_second_times_refuses_a_file_edited_in_the_commits_second(class_folder: Path, tmp_path: Path,
+                                                                                    monkeypatch):  # fmt: skip
+    # the attack (exFAT, FAT: times kept in whole seconds, the status time the same): killed, an already-packed
+    # image edited within the second of the last commit, --resume: its time equal to the pack's, taken as not
+    # later, exit 0 with the old bytes kept (and the spot check reading other samples)
+    out = stopped_after_six(class_folder, tmp_path / "p.lmdb", commit_every=3)
+    edited = class_folder / "cat" / "图片_2.jpg"  # sample 2, packed
+    imwrite(edited, synthetic_image(21, 21, seed=7))
+    second = (out / "data.mdb").stat().st_mtime_ns // 10**9 * 10**9  # the commit's second, as exFAT keeps it
+    real = os.stat
+
+    def whole_seconds(path, *args, **kwargs):
+        st = real(path, *args, **kwargs)
+        if os.fspath(path) in (os.fspath(edited), os.fspath(out / "data.mdb")):
+            fields = list(st)
+            fields[7:10] = [second // 10**9] * 3  # st_atime, st_mtime, st_ctime
+            st = os.stat_result(fields, {"st_atime_ns": second, "st_mtime_ns": second, "st_ctime_ns": second})
+        return st
+
+    monkeypatch.setattr(os, "stat", whole_seconds)
+    monkeypatch.setattr(os, "lstat", whole_seconds)
+    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified, ")):
+        pack_lmdb(class_folder, out, resume=True, workers=0)
+
+
 def test_resume_refuses_a_packed_file_replaced_by_one_with_an_older_time(class_folder: Path, tmp_path: Path):
     # the attack: the packed file replaced by `cp -p` (or mv, rsync -a, tar x, curl -R) of other bytes whose
     # modification time is older than the pack: --resume kept the old bytes, exit 0, verify passing it
