@@ -1704,13 +1704,13 @@ class Loader:
                 if first is None:
                     first, t.first_batch_s, cpu0, own0 = t1, t1 - t0, _cpu_busy_seconds(), _own_cpu_seconds(dl)
                     t.wait_cpu_s = 0.0
+                    self._unended_merge(True)  # (a pass left before its end: its bad samples merged when it goes)
                 else:
                     t.wait_s += t1 - t0
                     t.wait_cpu_s += cpu() - c0
                     t.total_s = t1 - first
                 if left == 0 if stream else t.batches == expected:
                     self._unended = (gen, t, dl, first, cpu0, own0)  # its end, should no batch be asked past it
-                    self._unended_merge(True)  # (merged when the loader goes, should no iter() follow)
                 yield batch
         finally:
             if self._live is it:

@@ -238,6 +238,13 @@ class ImageDataset:
             shutil.rmtree(self._parts_dir(), ignore_errors=True)
             for entry in self._read_report(self.bad_samples):
                 self.bad[entry["index"]] = (entry["name"], entry["reason"])
+            n = len(self)
+            if len(self.bad) > self.max_bad_fraction * n:  # known bad from the start: the limit holds for them too
+                raise SampleError(
+                    f"{len(self.bad)} of {n} samples are listed as unreadable in {self._bad_shown} "
+                    f"({len(self.bad) / n:.1%}), more than max_bad_fraction={self.max_bad_fraction:g}: the source "
+                    "looks broken, not a few bad files; repair them (and delete the file), or raise max_bad_fraction"
+                )
 
     def use_classes(self, classes: Sequence[str], where: str = "") -> None:
         """Index the targets by ``classes`` (a training split's), not by this source's own classes: a
@@ -456,7 +463,7 @@ class ImageDataset:
                     log.warning("bad samples cannot be recorded in %s (%s): they are still replaced, but %s will "
                                 "not list them; %s", parts, err.strerror or type(err).__name__, self._bad_shown,
                                 fix)  # fmt: skip
-            known |= {e["index"] for e in self._read_parts()}
+            known |= {e["index"] for e in self._own_parts()}
         n = len(self)
         if len(known) > self.max_bad_fraction * n:
             where = ""
@@ -482,6 +489,16 @@ class ImageDataset:
                     pass  # a line a worker is writing right now; it is read at the next merge
         return out
 
+    def _own_parts(self) -> list[dict]:
+        """The recorded parts that are this dataset's (its index, its name there): another dataset given the same
+        ``bad_samples=`` (a train and a val set) records its own beside them, which are not merged nor counted here."""
+        out = []
+        for e in self._read_parts():
+            i = e.get("index")
+            if isinstance(i, int) and 0 <= i < len(self) and same_sample_name(self.name(i), str(e.get("name"))):
+                out.append(e)
+        return out
+
     def _read_report(self, path: Path) -> list[dict]:
         """The entries of an existing report that belong to this dataset (same size, same names)."""
         if not path.exists():
@@ -503,7 +520,7 @@ class ImageDataset:
         if self.bad_samples is None:
             return None
         entries = {e["index"]: e for e in self._read_report(self.bad_samples)}
-        found = self._read_parts() + [{"index": i, "name": nm, "reason": r} for i, (nm, r) in self.bad.items()]
+        found = self._own_parts() + [{"index": i, "name": nm, "reason": r} for i, (nm, r) in self.bad.items()]
         new = [e for e in found if e["index"] not in entries]
         if not new and self.bad_samples.exists():
             self._merged(entries)
@@ -666,16 +683,14 @@ def same_sample_name(a: str, b: str, cwd: str | None = None) -> bool:
     """Whether two names of a sample (``name(i)`` now, and as a bad-samples file recorded it), or of a
     source, name one file: the same spelling, or the path given another way (relative or absolute,
     through a link); ``cwd``: the folder a relative ``b`` is relative to (the recording process's)."""
-    if a == b:
-        return True
     try:
-        if os.path.realpath(a) == os.path.realpath(b):
+        if cwd is not None and not os.path.isabs(b):  # relative to the recording process's folder, not this one's:
+            return os.path.realpath(a) == os.path.realpath(os.path.join(cwd, b))  # the same spelling may be another
+        if a == b:
             return True
-        return (
-            cwd is not None and not os.path.isabs(b) and os.path.realpath(a) == os.path.realpath(os.path.join(cwd, b))
-        )
+        return os.path.realpath(a) == os.path.realpath(b)
     except ValueError:  # a NUL in a name written by hand: no path
-        return False
+        return a == b
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1141,6 +1141,40 @@ def test_bad_samples_that_cannot_be_recorded_are_still_replaced_and_training_goe
     assert [h.epoch for h in loader.history] == [0, 1]
 
 
+def test_a_report_shared_by_two_datasets_or_read_again_keeps_each_ones_and_its_limit(tmp_path: Path, monkeypatch):
+    # the bad-sample round's attacks: a train and a val set given one bad_samples= merged and counted each other's
+    # records (val stopped at "4 of 10 unreadable" with 1 bad, its report listing train's indices); a report read
+    # again by a run with a lower max_bad_fraction never applied it (known samples are never read); a report's
+    # relative names recorded from another folder matched files of the same spelling here
+    from datakit.datasets import open_dataset, read_bad_samples
+    from datakit.errors import SampleError
+    from datakit.sources import same_sample_name
+
+    report = tmp_path / "bad.json"
+    train = open_dataset(bad_folder(tmp_path / "train"), on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    assert [len(t) for _, t in create_loader(train, 4, num_workers=2, seed=0, train=False)] == [4] * 10
+    val_root = bad_folder(tmp_path / "val", n=20)
+    for i in (3, 17):  # val's only bad sample: 30 of 40 is past its 20
+        shutil.copy(val_root / "类" / "000_图.png", val_root / "类" / f"{i:03d}_图{'.jpg' if i == 17 else '.png'}")
+    (val_root / "类" / "030_图.png").unlink()
+    (val_root / "类" / "005_图.png").write_bytes(b"")
+    val = open_dataset(val_root, on_error="skip", max_bad_fraction=0.1, bad_samples=report)
+    assert [len(t) for _, t in create_loader(val, 4, num_workers=2, seed=0, train=False)] == [4] * 5
+    assert [e["index"] for e in read_bad_samples(report)["bad"]] == [5] and read_bad_samples(report)["samples"] == 20
+    again = tmp_path / "again.json"
+    first = open_dataset(bad_folder(tmp_path / "third"), on_error="skip", max_bad_fraction=0.1, bad_samples=again)
+    assert sum(len(t) for _, t in create_loader(first, 4, num_workers=0, seed=0, train=False)) == 40
+    with pytest.raises(SampleError) as e:
+        open_dataset(tmp_path / "third" / "坏 数据", on_error="skip", max_bad_fraction=0.05, bad_samples=again)
+    assert str(e.value) == (f"3 of 40 samples are listed as unreadable in {again} (7.5%), more than "
+                            "max_bad_fraction=0.05: the source looks broken, not a few bad files; repair them (and "
+                            "delete the file), or raise max_bad_fraction")  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    assert same_sample_name("data/dog/05.jpg", "data/dog/05.jpg", str(tmp_path)) is True
+    assert same_sample_name("data/dog/05.jpg", "data/dog/05.jpg", str(tmp_path / "elsewhere")) is False
+    assert same_sample_name("data/dog/05.jpg", "../data/dog/05.jpg", str(tmp_path / "elsewhere")) is True
+
+
 _FILE_LIMIT = """
 import torch
 from datakit.loader import create_loader
@@ -1266,6 +1300,10 @@ def main():  # (the loader dropped before the exit, as the README's main() drops
     ds = open_dataset(sys.argv[1], on_error="skip", max_bad_fraction=0.1, bad_samples=sys.argv[2])
     loader = create_loader(ds, 4, num_workers=int(sys.argv[3]), seed=0, train=False)
     it = iter(loader)
+    if sys.argv[4:] == ["left"]:  # the only pass left after two batches (a break, an infinite loader's last step)
+        next(it), next(it)
+        print(len(loader.history), flush=True)
+        return
     batches = [next(it) for _ in range(len(loader))]  # the run's last (here only) epoch: none asked past its last
     print(len(loader.history), flush=True)
     if sys.argv[4:] == ["removed"]:  # the report's folder removed before the program ends (a temporary one)
@@ -1301,6 +1339,12 @@ def test_the_last_epoch_of_len_batches_taken_has_its_bad_samples_merged_at_exit(
                            "removed"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert (proc.returncode, proc.stdout) == (0, "0\n") and not report.parent.exists()
     assert proc.stderr.count("bad sample ") == 3 and "exit" not in proc.stderr  # (its 3 warnings, and nothing else)
+    # (the bad-sample round's) a pass left before its last batch has what it found merged too
+    report = tmp_path / "left" / "bad_samples.json"
+    proc = subprocess.run([sys.executable, str(script), str(bad_folder(tmp_path / "third")), str(report),
+                           str(workers), "left"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr[-2000:]
+    assert 3 in [e["index"] for e in read_bad_samples(report)["bad"]]  # (workers may have read on past the two)
 
 
 def test_close_ends_a_pass_that_handed_out_its_last_batch(tmp_path: Path):
