@@ -869,7 +869,6 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
     except OSError:
         return None
     since = data.st_mtime_ns
-    coarse = since % 10**9 == 0
     if isinstance(committed, int) and not isinstance(committed, bool) and 0 < committed < since:
         # the pack copied since (cp -r, to another disk, or a backup restored over it): its file's time is the
         # copy's, later than the edits; the commit's own (on the file system's clock, as the writer measured it)
@@ -892,9 +891,7 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
         # the status time too: a file replaced by `cp -p`, `mv`, `rsync -a`, `tar x` or a re-download with
         # `curl -R` carries an older modification time, but its status time is when it was put there
         mtime = max(st.st_mtime_ns, st.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
-        # on a file system that keeps whole seconds (FAT, exFAT: data.mdb's time has no fraction), a file edited in
-        # the second of the last commit has that very time: the same time counts as later there
-        later = mtime > since or (coarse and mtime == since)
+        later = _after(mtime, since)
         if later and name_of is not None:
             if stored is None:
                 stored = stored_values(target)
@@ -914,7 +911,7 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
             def stamp(ns: int) -> str:
                 return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns // 10**9)) + f".{ns % 10**9 // 10**6:03d}"
 
-            if st.st_mtime_ns > since or (coarse and st.st_mtime_ns == since):
+            if _after(st.st_mtime_ns, since):
                 how = "modified"
             elif compared == "other":
                 how = "its status changed: replaced or moved, by other bytes than it packed"
@@ -926,6 +923,13 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
                        "pack cannot tell apart where it stores no bytes of it to compare")  # fmt: skip
             return path, f"{how}, {stamp(mtime)}", stamp(since)
     return None
+
+
+def _after(t: int, since: int) -> bool:
+    """Whether a file time ``t`` may be later than ``since``: a time in whole seconds (FAT keeps even seconds,
+    exFAT whole ones: a USB disk's files) stands for any moment up to 2 s after it, so one edited in the second of
+    the last commit, or the next, is not taken for older."""
+    return t > since or (t % 10**9 == 0 and t + 2 * 10**9 > since)
 
 
 _SPOT_ENCODED = 32  # re-encoded samples a resume prepares again (each a decode and an encode) to compare

@@ -684,8 +684,11 @@ def same_sample_name(a: str, b: str, cwd: str | None = None) -> bool:
     source, name one file: the same spelling, or the path given another way (relative or absolute,
     through a link); ``cwd``: the folder a relative ``b`` is relative to (the recording process's)."""
     try:
-        if cwd is not None and not os.path.isabs(b):  # relative to the recording process's folder, not this one's:
-            return os.path.realpath(a) == os.path.realpath(os.path.join(cwd, b))  # the same spelling may be another
+        if cwd is not None and not os.path.isabs(b) and os.path.isdir(cwd):
+            # relative to the recording process's folder, which is there: not this one's, where the same spelling
+            # may name another file (a copy of the data beside it); a folder no longer there (the project moved,
+            # mounted elsewhere) leaves the names as they are spelled
+            return os.path.realpath(a) == os.path.realpath(os.path.join(cwd, b))
         if a == b:
             return True
         return os.path.realpath(a) == os.path.realpath(b)

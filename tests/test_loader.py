@@ -1171,8 +1171,11 @@ def test_a_report_shared_by_two_datasets_or_read_again_keeps_each_ones_and_its_l
                             "delete the file), or raise max_bad_fraction")  # fmt: skip
     monkeypatch.chdir(tmp_path)
     assert same_sample_name("data/dog/05.jpg", "data/dog/05.jpg", str(tmp_path)) is True
+    (tmp_path / "elsewhere").mkdir()
     assert same_sample_name("data/dog/05.jpg", "data/dog/05.jpg", str(tmp_path / "elsewhere")) is False
     assert same_sample_name("data/dog/05.jpg", "../data/dog/05.jpg", str(tmp_path / "elsewhere")) is True
+    # the recording folder no longer there (the project moved, mounted elsewhere): the names as they are spelled
+    assert same_sample_name("data/dog/05.jpg", "data/dog/05.jpg", str(tmp_path / "moved away")) is True
 
 
 _FILE_LIMIT = """

@@ -1466,6 +1466,23 @@ def test_resume_on_whole_second_times_refuses_a_file_edited_in_the_commits_secon
     monkeypatch.setattr(os, "lstat", whole_seconds)
     with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified, ")):
         pack_lmdb(class_folder, out, resume=True, workers=0)
+    # (the review round's) the pack on a disk of nanosecond times, the source on a USB disk of whole ones: the
+    # edit's time, rounded down, falls before the commit's
+    last = real(out / "data.mdb").st_mtime_ns
+
+    def source_whole(path, *args, **kwargs):
+        st = real(path, *args, **kwargs)
+        if os.fspath(path) == os.fspath(edited):
+            t = (last // 10**9) * 10**9  # before the commit's own time, in its second
+            fields = list(st)
+            fields[7:10] = [t // 10**9] * 3
+            st = os.stat_result(fields, {"st_atime_ns": t, "st_mtime_ns": t, "st_ctime_ns": t})
+        return st
+
+    monkeypatch.setattr(os, "stat", source_whole)
+    monkeypatch.setattr(os, "lstat", source_whole)
+    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified, ")):
+        pack_lmdb(class_folder, out, resume=True, workers=0)
 
 
 def test_resume_refuses_a_packed_file_replaced_by_one_with_an_older_time(class_folder: Path, tmp_path: Path):
