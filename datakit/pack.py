@@ -913,6 +913,9 @@ def _changed_after(ds: ImageDataset, lo: int, n: int, target: Path,
 
             if _after(st.st_mtime_ns, since):
                 how = "modified"
+                if max(st.st_mtime_ns, st.st_ctime_ns) <= since:  # only because its times are whole seconds
+                    how = ("modified at a time its file system keeps in whole seconds, which may stand for up to 2 s "
+                           "later: perhaps after the last commit")  # fmt: skip
             elif compared == "other":
                 how = "its status changed: replaced or moved, by other bytes than it packed"
             elif compared == "re-encoded":

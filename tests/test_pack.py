@@ -1464,7 +1464,9 @@ def test_resume_on_whole_second_times_refuses_a_file_edited_in_the_commits_secon
 
     monkeypatch.setattr(os, "stat", whole_seconds)
     monkeypatch.setattr(os, "lstat", whole_seconds)
-    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified, ")):
+    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified at a "
+                                                   "time its file system keeps in whole seconds, which may stand for "
+                                                   "up to 2 s later: perhaps after the last commit, ")):  # fmt: skip
         pack_lmdb(class_folder, out, resume=True, workers=0)
     # (the review round's) the pack on a disk of nanosecond times, the source on a USB disk of whole ones: the
     # edit's time, rounded down, falls before the commit's
@@ -1481,7 +1483,9 @@ def test_resume_on_whole_second_times_refuses_a_file_edited_in_the_commits_secon
 
     monkeypatch.setattr(os, "stat", source_whole)
     monkeypatch.setattr(os, "lstat", source_whole)
-    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified, ")):
+    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified at a "
+                                                   "time its file system keeps in whole seconds, which may stand for "
+                                                   "up to 2 s later: perhaps after the last commit, ")):  # fmt: skip
         pack_lmdb(class_folder, out, resume=True, workers=0)
 
 
