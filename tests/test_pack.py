@@ -1453,40 +1453,27 @@ def test_resume_on_whole_second_times_refuses_a_file_edited_in_the_commits_secon
     imwrite(edited, synthetic_image(21, 21, seed=7))
     second = (out / "data.mdb").stat().st_mtime_ns // 10**9 * 10**9  # the commit's second, as exFAT keeps it
     real = os.stat
+    said = re.escape(f"{edited} changed after its samples were packed (modified at a time its file system keeps in "
+                     "whole seconds, which may stand for up to 2 s later: perhaps after the last commit, ")  # fmt: skip
 
-    def whole_seconds(path, *args, **kwargs):
-        st = real(path, *args, **kwargs)
-        if os.fspath(path) in (os.fspath(edited), os.fspath(out / "data.mdb")):
-            fields = list(st)
-            fields[7:10] = [second // 10**9] * 3  # st_atime, st_mtime, st_ctime
-            st = os.stat_result(fields, {"st_atime_ns": second, "st_mtime_ns": second, "st_ctime_ns": second})
-        return st
+    def whole_seconds(*paths: Path):  # os.stat giving these files the commit's second for every time
+        def stat(path, *args, **kwargs):
+            st = real(path, *args, **kwargs)
+            if os.fspath(path) in {os.fspath(p) for p in paths}:
+                fields = list(st)
+                fields[7:10] = [second // 10**9] * 3  # st_atime, st_mtime, st_ctime
+                st = os.stat_result(fields, {"st_atime_ns": second, "st_mtime_ns": second, "st_ctime_ns": second})
+            return st
 
-    monkeypatch.setattr(os, "stat", whole_seconds)
-    monkeypatch.setattr(os, "lstat", whole_seconds)
-    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified at a "
-                                                   "time its file system keeps in whole seconds, which may stand for "
-                                                   "up to 2 s later: perhaps after the last commit, ")):  # fmt: skip
-        pack_lmdb(class_folder, out, resume=True, workers=0)
-    # (the review round's) the pack on a disk of nanosecond times, the source on a USB disk of whole ones: the
-    # edit's time, rounded down, falls before the commit's
-    last = real(out / "data.mdb").st_mtime_ns
+        return stat
 
-    def source_whole(path, *args, **kwargs):
-        st = real(path, *args, **kwargs)
-        if os.fspath(path) == os.fspath(edited):
-            t = (last // 10**9) * 10**9  # before the commit's own time, in its second
-            fields = list(st)
-            fields[7:10] = [t // 10**9] * 3
-            st = os.stat_result(fields, {"st_atime_ns": t, "st_mtime_ns": t, "st_ctime_ns": t})
-        return st
-
-    monkeypatch.setattr(os, "stat", source_whole)
-    monkeypatch.setattr(os, "lstat", source_whole)
-    with pytest.raises(UsageError, match=re.escape(f"{edited} changed after its samples were packed (modified at a "
-                                                   "time its file system keeps in whole seconds, which may stand for "
-                                                   "up to 2 s later: perhaps after the last commit, ")):  # fmt: skip
-        pack_lmdb(class_folder, out, resume=True, workers=0)
+    # the pack and the source on the disk of whole seconds; then (the review round's) the pack on a disk of
+    # nanosecond times, the source on a USB disk of whole ones: the edit's time, rounded down, before the commit's
+    for paths in ((edited, out / "data.mdb"), (edited,)):
+        monkeypatch.setattr(os, "stat", whole_seconds(*paths))
+        monkeypatch.setattr(os, "lstat", whole_seconds(*paths))
+        with pytest.raises(UsageError, match=said):
+            pack_lmdb(class_folder, out, resume=True, workers=0)
 
 
 def test_resume_refuses_a_packed_file_replaced_by_one_with_an_older_time(class_folder: Path, tmp_path: Path):
