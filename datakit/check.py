@@ -460,7 +460,7 @@ def _case_twin(path: str) -> str | None:
 def _listed_bad(ds: ImageDataset, path: str | os.PathLike, report: CheckReport) -> dict[int, str]:
     """The samples of ``ds`` a bad-samples file lists, as problem texts; entries naming another
     file at that index (the data changed since) are problems of their own."""
-    from datakit.sources import read_bad_samples, same_sample_name
+    from datakit.sources import read_bad_samples, recorded_name, same_sample_name
 
     data = read_bad_samples(path)
     listed = {}
@@ -469,7 +469,7 @@ def _listed_bad(ds: ImageDataset, path: str | os.PathLike, report: CheckReport) 
         if 0 <= i < len(ds) and same_sample_name(ds.name(i), e["name"], e.get("cwd")):
             listed[i] = f"{e['name']}: {e['reason']} (listed in {path})"
         else:
-            report.problems.append(f"{path}: sample {i} is {e['name']!r} there, not in this dataset")
+            report.problems.append(f"{path}: sample {i} is {recorded_name(e)} there, not in this dataset")
     return listed
 
 

@@ -1234,7 +1234,7 @@ def _with_known(results: Iterable[Result], listed: list[int], known: dict[int, s
 
 def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
     """The samples a bad-samples file lists for this dataset (same size, same names), as skip lines."""
-    from datakit.sources import read_bad_samples
+    from datakit.sources import read_bad_samples, recorded_name
 
     data = read_bad_samples(path)
     if data.get("samples") != len(ds):
@@ -1243,7 +1243,8 @@ def _known_bad(ds: ImageDataset, path: str | os.PathLike) -> dict[int, str]:
     for e in data["bad"]:
         i = e["index"]
         if not (0 <= i < len(ds) and same_sample_name(ds.name(i), e["name"], e.get("cwd"))):
-            raise UsageError(f"{path}: sample {i} is {e['name']!r} there, not in this dataset; another source?")
+            raise UsageError(f"{path}: sample {i} is {recorded_name(e)} there, not in this dataset; another "
+                             "source?")  # fmt: skip
         known[i] = f"{e['name']}: {e['reason']} (listed in {path})"
     return known
 

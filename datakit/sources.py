@@ -679,6 +679,17 @@ def _is_str(value: object) -> bool:
     return isinstance(value, str)
 
 
+def recorded_name(entry: dict) -> str:
+    """A bad-samples report entry's name for a message: with the folder it is relative to, where that is not this
+    process's (a report of a copy of the project, or read from another folder)."""
+    name, cwd = str(entry.get("name")), entry.get("cwd")
+    try:
+        elsewhere = isinstance(cwd, str) and not os.path.isabs(name) and os.path.realpath(cwd) != os.getcwd()
+    except (OSError, ValueError):
+        elsewhere = False
+    return f"{name!r} (relative to {cwd})" if elsewhere else repr(name)
+
+
 def same_sample_name(a: str, b: str, cwd: str | None = None) -> bool:
     """Whether two names of a sample (``name(i)`` now, and as a bad-samples file recorded it), or of a
     source, name one file: the same spelling, or the path given another way (relative or absolute,

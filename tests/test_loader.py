@@ -1176,6 +1176,13 @@ def test_a_report_shared_by_two_datasets_or_read_again_keeps_each_ones_and_its_l
     assert same_sample_name("data/dog/05.jpg", "../data/dog/05.jpg", str(tmp_path / "elsewhere")) is True
     # the recording folder no longer there (the project moved, mounted elsewhere): the names as they are spelled
     assert same_sample_name("data/dog/05.jpg", "data/dog/05.jpg", str(tmp_path / "moved away")) is True
+    # and a refusal of a report's entry names the folder its name is relative to, where that is not this one
+    from datakit.sources import recorded_name
+
+    entry = {"index": 5, "name": "data/dog/05.jpg", "cwd": str(tmp_path / "elsewhere")}
+    assert recorded_name(entry) == f"'data/dog/05.jpg' (relative to {tmp_path / 'elsewhere'})"
+    assert recorded_name({**entry, "cwd": str(tmp_path)}) == "'data/dog/05.jpg'"
+    assert recorded_name({"index": 5, "name": "/abs/05.jpg", "cwd": "/x"}) == "'/abs/05.jpg'"
 
 
 _FILE_LIMIT = """
