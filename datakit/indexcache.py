@@ -27,7 +27,8 @@ from pathlib import Path
 
 from datakit.errors import ImageDecodeError, PackError
 from datakit.io import jpeg_entropy_index
-from datakit.lmdb import lock_needs_room, reserved_room
+from datakit.lmdb import _free_bytes as lmdb_free_bytes
+from datakit.lmdb import lock_needs_room
 
 MARKER = "INDEX_CACHE"  # the file that makes a folder one of these caches
 _MAP_SIZE = 1 << 40  # address space only: the data file grows as entries are written
@@ -149,14 +150,9 @@ _MIN_FREE = 1 << 20  # bytes: a new cache's lock and first pages, with room to s
 
 
 def _free_bytes(path: str) -> int | None:
-    """The bytes this process may still write on ``path``'s file system: root also those reserved for it."""
-    try:
-        st = os.statvfs(path)
-    except (OSError, AttributeError):  # no statvfs (Windows): not known
-        return None
-    if st.f_blocks == 0:  # a file system that reports no size (some FUSE ones): not known, not full
-        return None
-    return (st.f_bfree if reserved_room() else st.f_bavail) * st.f_frsize
+    """The bytes this process may still write on ``path``'s file system, as a pack's writer counts them (root of
+    the machine also those reserved for it; None where not known)."""
+    return lmdb_free_bytes(path)
 
 
 def _valid(value: bytes) -> bool:

@@ -1139,12 +1139,12 @@ def _merge_unended(ds, pid: int) -> None:
     if os.getpid() != pid:
         return
     try:
-        _merge_at_exit(ds)
+        _merge_recorded(ds)
     except Exception as exc:  # noqa: BLE001 - at exit or in a collection: said, not raised
         log.warning("the last epoch's bad samples were not merged into their report: %s", exc)
 
 
-def _merge_at_exit(ds) -> None:
+def _merge_recorded(ds) -> None:
     merge, report = getattr(ds, "merge_bad_samples", None), getattr(ds, "bad_samples", None)
     if not callable(merge) or not isinstance(report, os.PathLike) or not os.path.isdir(os.path.dirname(report)):
         return  # (a report in a folder removed since, a temporary one: nothing is made again at exit)
